@@ -1,0 +1,274 @@
+// Package storage defines the queue and table contract that every cmdq storage
+// driver implements, and the errors callers branch on.
+//
+// The semantics are Azure Storage's (Queue service and Table service). The
+// embedded driver (storage/embedded) reproduces them on a single bbolt file and
+// the Azure driver (storage/azure) maps them onto azqueue and aztables; both run
+// the conformance suite in storage/storagetest, so everything above this package
+// is written once.
+//
+// A driver never knows about commands: it stores opaque message text and
+// entities with typed properties.
+package storage
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors. Drivers wrap them with %w and add detail (the service's error
+// code, the limit that was exceeded); callers test with errors.Is.
+var (
+	// ErrNotFound: the queue message, entity, queue or table does not exist.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrLeaseLost: the pop receipt is stale — the message was dequeued or
+	// updated again since, or its visibility timeout expired and someone else
+	// took it. The caller no longer owns the message.
+	ErrLeaseLost = errors.New("storage: lease lost (stale pop receipt)")
+	// ErrExists: an insert found an entity with the same PartitionKey and RowKey.
+	ErrExists = errors.New("storage: entity already exists")
+	// ErrConflict: a conditional update or delete found a different ETag.
+	ErrConflict = errors.New("storage: etag mismatch (entity changed)")
+	// ErrInvalidKey: a PartitionKey or RowKey breaks Azure Table's key rules.
+	ErrInvalidKey = errors.New("storage: invalid key")
+	// ErrInvalidName: a queue or table name breaks Azure Storage's naming rules.
+	ErrInvalidName = errors.New("storage: invalid name")
+	// ErrTooLarge: a message, property, entity or batch exceeds a service limit.
+	ErrTooLarge = errors.New("storage: too large")
+	// ErrInvalidArgument: any other argument the service would refuse (a batch
+	// size out of 1..32, a negative visibility, a batch spanning partitions,
+	// an unsupported property type).
+	ErrInvalidArgument = errors.New("storage: invalid argument")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("storage: store closed")
+)
+
+// Store hands out queues and tables by name. Queue and Table create the
+// resource on first use; calling them again with the same name is cheap and
+// idempotent. A Store is safe for concurrent use.
+type Store interface {
+	// Queue returns the named queue, creating it if it does not exist.
+	// Names follow Azure's queue rules (see ValidateQueueName).
+	Queue(ctx context.Context, name string) (Queue, error)
+	// Table returns the named table, creating it if it does not exist.
+	// Names follow Azure's table rules (see ValidateTableName).
+	Table(ctx context.Context, name string) (Table, error)
+	// Close releases the store. Queues and tables obtained from it fail with
+	// ErrClosed afterwards.
+	Close() error
+}
+
+// Limits shared by every driver: Azure Storage's service limits.
+const (
+	// MaxMessageBytes is the largest queue message text, in bytes (64 KiB).
+	MaxMessageBytes = 64 * 1024
+	// MaxDequeue is the most messages one Dequeue or Peek returns (32).
+	MaxDequeue = 32
+	// MaxVisibility is the longest visibility timeout or delay (7 days).
+	MaxVisibility = 7 * 24 * time.Hour
+	// DefaultTTL is the message time-to-live used when Enqueue gets ttl == 0 (7 days).
+	DefaultTTL = 7 * 24 * time.Hour
+	// NoExpiry passed as ttl makes a message never expire.
+	NoExpiry time.Duration = -1
+
+	// MaxKeyBytes is the largest PartitionKey or RowKey, in UTF-8 bytes (1 KiB).
+	MaxKeyBytes = 1024
+	// MaxEntityBytes is the largest entity, keys and property names included (1 MiB).
+	MaxEntityBytes = 1024 * 1024
+	// MaxProperties is the most custom properties on one entity (252; Azure
+	// adds PartitionKey, RowKey and Timestamp for 255).
+	MaxProperties = 252
+	// MaxPropertyNameBytes is the longest property name (255 characters).
+	MaxPropertyNameBytes = 255
+	// MaxPropertyBytes is the largest string or binary property value (64 KiB).
+	MaxPropertyBytes = 64 * 1024
+	// MaxBatchOps is the most operations in one table batch (100).
+	MaxBatchOps = 100
+	// MaxBatchBytes is the largest table batch payload (4 MiB).
+	MaxBatchBytes = 4 * 1024 * 1024
+)
+
+// Message is a queue message as returned by Enqueue, Dequeue and Peek.
+type Message struct {
+	// ID identifies the message within its queue.
+	ID string
+	// PopReceipt proves ownership of a dequeued message; it changes on every
+	// dequeue and every UpdateVisibility. Empty for peeked messages.
+	PopReceipt string
+	// Text is the message body as enqueued. Empty in the result of Enqueue.
+	Text string
+	// DequeueCount counts how many times the message was dequeued, this
+	// dequeue included. 0 for a message never dequeued.
+	DequeueCount int64
+	// InsertedAt is when the message was enqueued.
+	InsertedAt time.Time
+	// ExpiresAt is when the message expires; the zero Time if it never does.
+	ExpiresAt time.Time
+	// NextVisibleAt is when the message becomes visible to Dequeue again.
+	// Zero for peeked messages.
+	NextVisibleAt time.Time
+}
+
+// Queue is an Azure-style storage queue. Safe for concurrent use.
+type Queue interface {
+	// Name returns the queue's name.
+	Name() string
+	// Enqueue adds a message. text is at most MaxMessageBytes. The message is
+	// invisible for visibilityDelay (0 = visible at once, at most
+	// MaxVisibility, less than ttl) and expires after ttl (0 = DefaultTTL,
+	// NoExpiry = never). The result carries ID, PopReceipt, InsertedAt,
+	// ExpiresAt and NextVisibleAt.
+	Enqueue(ctx context.Context, text string, visibilityDelay, ttl time.Duration) (Message, error)
+	// Dequeue takes up to max visible messages (1..MaxDequeue), makes them
+	// invisible for visibility (0..MaxVisibility), increments their dequeue
+	// count and gives each a new pop receipt. It returns an empty slice, not
+	// an error, when no message is visible.
+	Dequeue(ctx context.Context, max int, visibility time.Duration) ([]Message, error)
+	// UpdateVisibility makes a dequeued message invisible for visibility from
+	// now (0 = visible at once) and returns its new pop receipt and next
+	// visible time. The message text is unchanged. A stale receipt gives
+	// ErrLeaseLost.
+	UpdateVisibility(ctx context.Context, id, popReceipt string, visibility time.Duration) (newPopReceipt string, nextVisibleAt time.Time, err error)
+	// Delete removes a dequeued message. A stale receipt gives ErrLeaseLost;
+	// a message that no longer exists gives ErrNotFound (Azure cannot always
+	// tell these apart; see the driver's notes).
+	Delete(ctx context.Context, id, popReceipt string) error
+	// Peek returns up to max visible messages (1..MaxDequeue) without
+	// changing their visibility, dequeue count or receipts.
+	Peek(ctx context.Context, max int) ([]Message, error)
+	// ApproximateCount returns the number of messages in the queue, visible or
+	// not, expired ones possibly included.
+	ApproximateCount(ctx context.Context) (int, error)
+}
+
+// Entity is a table entity. Property values must be one of: string, []byte,
+// bool, int32, int64, float64, time.Time (UTC, stored with at least
+// millisecond precision). Drivers return exactly those types (int32 stays
+// int32, int64 stays int64).
+type Entity struct {
+	PartitionKey string
+	RowKey       string
+	// ETag is the entity's version, set by the driver on read and write.
+	ETag string
+	// Timestamp is the time of the entity's last write, set by the driver.
+	Timestamp time.Time
+	// Properties holds the custom properties (at most MaxProperties). Names
+	// PartitionKey, RowKey, Timestamp and ETag are reserved.
+	Properties map[string]any
+}
+
+// UpdateMode says how an update combines with the stored entity.
+type UpdateMode int
+
+const (
+	// Merge keeps stored properties that the update does not mention.
+	Merge UpdateMode = iota
+	// Replace drops stored properties that the update does not mention.
+	Replace
+)
+
+// IfMatchAny passed as ifMatch matches any existing entity (ETag "*").
+const IfMatchAny = "*"
+
+// Query selects entities. The zero Query lists the whole table.
+type Query struct {
+	// PartitionKey, when set, restricts the query to one partition.
+	PartitionKey string
+	// RowKeyPrefix, when set, restricts the query to row keys with this prefix.
+	RowKeyPrefix string
+	// Top is the most entities in one page (0 = driver default, at most 1000).
+	Top int
+	// Continuation resumes a query from the token a previous page returned.
+	Continuation string
+}
+
+// Page is one page of query results, in (PartitionKey, RowKey) order.
+type Page struct {
+	Entities []Entity
+	// Continuation is empty on the last page; otherwise pass it in
+	// Query.Continuation for the next page. A page may be empty and still
+	// carry a continuation token.
+	Continuation string
+}
+
+// Table is an Azure-style storage table. Safe for concurrent use.
+type Table interface {
+	// Name returns the table's name.
+	Name() string
+	// Insert adds an entity and returns its ETag; an existing key gives ErrExists.
+	Insert(ctx context.Context, e Entity) (etag string, err error)
+	// Get reads one entity; a missing one gives ErrNotFound.
+	Get(ctx context.Context, partitionKey, rowKey string) (Entity, error)
+	// Update changes an existing entity and returns its new ETag. ifMatch ""
+	// or IfMatchAny updates whatever is stored; any other value must equal the
+	// stored ETag or the update fails with ErrConflict. A missing entity gives
+	// ErrNotFound.
+	Update(ctx context.Context, e Entity, mode UpdateMode, ifMatch string) (etag string, err error)
+	// Upsert inserts the entity or updates it in the given mode.
+	Upsert(ctx context.Context, e Entity, mode UpdateMode) (etag string, err error)
+	// Delete removes an entity. ifMatch as in Update. A missing entity gives
+	// ErrNotFound.
+	Delete(ctx context.Context, partitionKey, rowKey, ifMatch string) error
+	// Query returns one page of the entities that q selects.
+	Query(ctx context.Context, q Query) (Page, error)
+	// Batch applies up to MaxBatchOps operations on one partition atomically:
+	// all succeed or none is applied. Every operation's PartitionKey must equal
+	// partitionKey and no row key may appear twice. On failure the error is a
+	// *BatchError naming the failing operation and wrapping its sentinel. On
+	// success it returns the new ETag of each operation ("" for deletes).
+	Batch(ctx context.Context, partitionKey string, ops []BatchOp) (etags []string, err error)
+}
+
+// BatchOpKind is the kind of one operation in a table batch.
+type BatchOpKind int
+
+const (
+	// OpInsert inserts; an existing entity fails the batch with ErrExists.
+	OpInsert BatchOpKind = iota
+	// OpUpdate updates an existing entity (Mode, IfMatch as in Table.Update).
+	OpUpdate
+	// OpUpsert inserts or updates (Mode as in Table.Upsert).
+	OpUpsert
+	// OpDelete deletes (IfMatch as in Table.Delete).
+	OpDelete
+)
+
+func (k BatchOpKind) String() string {
+	switch k {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpUpsert:
+		return "upsert"
+	case OpDelete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// BatchOp is one operation of a table batch. For OpDelete only the entity's
+// keys are used.
+type BatchOp struct {
+	Kind    BatchOpKind
+	Entity  Entity
+	Mode    UpdateMode
+	IfMatch string
+}
+
+// BatchError reports the operation that failed a batch. It wraps the
+// operation's sentinel error (ErrExists, ErrConflict, ErrNotFound, …).
+type BatchError struct {
+	// Index is the failing operation's position in the batch.
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	return "storage: batch operation " + strconv.Itoa(e.Index) + " failed: " + e.Err.Error()
+}
+
+// Unwrap returns the operation's error.
+func (e *BatchError) Unwrap() error { return e.Err }
