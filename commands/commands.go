@@ -1,0 +1,87 @@
+// Package commands is the issuing side of cmdq: the Command interface, the
+// queue message (Envelope), validation of command types and IDs, the Issuer
+// that stores a command and enqueues it, and the reconciler that closes the
+// gap when an enqueue fails after the command was stored.
+package commands
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+)
+
+// Command is a command's parameters. CommandType names the command type; it
+// must be a constant for the type (it is called on the zero value) and match
+// ValidateType. The value itself is JSON-encoded as the parameters.
+type Command interface {
+	CommandType() string
+}
+
+// Sentinel errors callers branch on (test with errors.Is).
+var (
+	// ErrInvalidType: the command type name breaks the naming rule.
+	ErrInvalidType = errors.New("commands: invalid command type")
+	// ErrInvalidID: the command ID is not a canonical lowercase UUID.
+	ErrInvalidID = errors.New("commands: invalid command ID")
+	// ErrInvalidParams: the parameters are not valid JSON.
+	ErrInvalidParams = errors.New("commands: invalid params")
+	// ErrParamsTooLarge: the JSON parameters exceed the limit.
+	ErrParamsTooLarge = errors.New("commands: params too large")
+	// ErrIDConflict: a command with this ID exists with a different type or
+	// different parameters.
+	ErrIDConflict = errors.New("commands: command ID already used with different params")
+	// ErrEnqueueFailed: the command was stored but its queue message could
+	// not be sent; the reconciler will enqueue it (the command ID is valid).
+	ErrEnqueueFailed = errors.New("commands: enqueue failed")
+	// ErrMalformedMessage: a queue message is not a valid Envelope.
+	ErrMalformedMessage = errors.New("commands: malformed queue message")
+)
+
+// MaxTypeLength is the longest command type name, in characters.
+const MaxTypeLength = 128
+
+var typeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,127}$`)
+
+// ValidateType checks a command type name: 1-128 characters, a letter first,
+// then letters, digits, '.', '_' or '-'. The error wraps ErrInvalidType.
+func ValidateType(name string) error {
+	if !typeRE.MatchString(name) {
+		return fmt.Errorf("%w: %q; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", ErrInvalidType, name, MaxTypeLength)
+	}
+	return nil
+}
+
+// ValidateID checks a command ID: a UUID in lowercase canonical form
+// (8-4-4-4-12 hex digits). The error wraps ErrInvalidID.
+func ValidateID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return fmt.Errorf("%w: %q; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", ErrInvalidID, id)
+	}
+	return nil
+}
+
+// NewID returns a new random command ID (UUID version 4).
+func NewID() string { return uuid.NewString() }
+
+// Envelope is the queue message: {"id":"…","type":"…"}. The parameters stay
+// in the commands table.
+type Envelope struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+}
+
+// Marshal returns the message text.
+func (e Envelope) Marshal() string {
+	b, _ := json.Marshal(e) // two strings: cannot fail
+	return string(b)
+}
+
+// ParseEnvelope parses and validates message text: a JSON object with exactly
+// "id" (valid ID) and "type" (valid type). Errors wrap ErrMalformedMessage.
+func ParseEnvelope(text string) (Envelope, error) {
+	panic("TODO")
+}

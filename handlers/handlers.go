@@ -1,0 +1,119 @@
+// Package handlers is the typed handler registry: Register[T] binds a
+// function to a command type, with per-type options (queue, poison ceiling,
+// lease, timeout, retry policy). The processor looks definitions up by type
+// name and invokes them with a Run, through which handlers record completed
+// steps so a rerun resumes where the last attempt stopped.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+)
+
+// Defaults of Options.
+const (
+	// DefaultQueue is the logical queue of a definition without Queue.
+	DefaultQueue = "commands"
+	// DefaultPoisonCeiling is the most attempts before a command is poisoned.
+	DefaultPoisonCeiling = 5
+	// DefaultLease is the message visibility timeout while a handler runs;
+	// the processor renews it at half.
+	DefaultLease = 30 * time.Second
+	// DefaultTimeoutLeases: the default Timeout is this many leases.
+	DefaultTimeoutLeases = 10
+)
+
+// Sentinel errors.
+var (
+	// ErrUnknownType: no handler is registered for the command type.
+	ErrUnknownType = errors.New("handlers: no handler registered for command type")
+	// ErrDuplicateType: a handler is already registered for the type.
+	ErrDuplicateType = errors.New("handlers: command type already registered")
+	// ErrInvalidOptions: Options.Validate found problems.
+	ErrInvalidOptions = errors.New("handlers: invalid options")
+	// ErrInvalidStep: CompleteStep got a step number below 1.
+	ErrInvalidStep = errors.New("handlers: invalid step")
+)
+
+// Options configures one command type's handling. Zero fields take defaults.
+type Options struct {
+	// Queue is the logical queue the type is routed to (default "commands").
+	// Give slow commands their own queue so they do not share a lease.
+	Queue string
+	// PoisonCeiling is the most attempts (dequeues) before the command is
+	// poisoned without running (default 5).
+	PoisonCeiling int
+	// Lease is the visibility timeout taken on dequeue and renewed at half
+	// while the handler runs (default 30 s; at least 1 s).
+	Lease time.Duration
+	// Timeout bounds one attempt: the handler's context ends after it
+	// (default 10 × Lease).
+	Timeout time.Duration
+	// Retry sets the delay before a failed attempt is retried (default:
+	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter).
+	Retry RetryPolicy
+}
+
+// Handler handles one command of type T. run records steps and tells the
+// attempt number and the last completed step.
+type Handler[T commands.Command] func(ctx context.Context, cmd T, run *Run) error
+
+// Definition is a registered command type.
+type Definition struct {
+	// Type is the command type name.
+	Type string
+	// Options are the type's options with defaults applied.
+	Options
+	decode func(params []byte) (any, error)
+	invoke func(ctx context.Context, cmd any, run *Run) error
+}
+
+// Registry maps command types to definitions. Register everything before the
+// processor starts; lookups are safe for concurrent use.
+type Registry struct {
+	defs map[string]*Definition
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{defs: map[string]*Definition{}} }
+
+// Permanent marks err as permanent: the command is poisoned at once instead of
+// retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err (or an error it wraps) was marked with
+// Permanent or is a *DecodeError.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	var d *DecodeError
+	return errors.As(err, &p) || errors.As(err, &d)
+}
+
+// DecodeError: the parameters do not decode into the handler's type. It is
+// permanent (the command is poisoned with this reason).
+type DecodeError struct {
+	// Type is the command type.
+	Type string
+	// Err is the JSON error.
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	return "handlers: params of " + e.Type + " do not decode: " + e.Err.Error()
+}
+
+// Unwrap returns the JSON error.
+func (e *DecodeError) Unwrap() error { return e.Err }
