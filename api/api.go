@@ -1,0 +1,502 @@
+// Package api is cmdq's HTTP API as a net/http handler: issue commands, read
+// their status and events, inspect, requeue and discard poisoned commands,
+// health and readiness probes, and Prometheus metrics. Mount the handler
+// returned by New in your own server, or run `cmdq serve`.
+//
+// Every error is an RFC 9457 problem (application/problem+json) whose detail
+// says what to change. Bearer tokens carry roles (issuer, reader, operator);
+// see Tokens and ParseTokens. The routes, status codes and examples are in
+// docs/api.md.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// HealthFunc reports the service's health for /healthz and /readyz: a short
+// state name (for a processor: starting, polling, working, idle, draining,
+// stopped, unhealthy), whether it is healthy, and any JSON-encodable detail.
+type HealthFunc func() (state string, healthy bool, detail any)
+
+// Config configures the API handler.
+type Config struct {
+	// Issuer issues commands for POST /v1/commands. Required.
+	Issuer *commands.Issuer
+	// Reader answers status, events and poison routes. Required.
+	Reader *status.Reader
+	// Registry, when set, makes POST /v1/commands reject (400) command types
+	// with no registered handler and params that do not decode into the
+	// handler's type, before anything is stored. Default nil: any valid type
+	// name and any JSON object is accepted (a processor poisons what it
+	// cannot handle).
+	Registry *handlers.Registry
+	// Health reports health for /healthz and /readyz. Default nil: always
+	// healthy with state "ok". Use ProcessorHealth to report a processor's.
+	Health HealthFunc
+	// Tokens are the accepted bearer tokens and their roles. Default nil: no
+	// authentication, every request has every role (bind to loopback only).
+	Tokens Tokens
+	// MaxBodyBytes limits request bodies, in bytes (default
+	// DefaultMaxBodyBytes, 1 MiB). Larger bodies get 413.
+	MaxBodyBytes int64
+	// Metrics, when set, counts commands issued through the API
+	// (cmdq_commands_issued_total). Default nil.
+	Metrics *Metrics
+	// Gatherer is what GET /metrics exposes. Default
+	// prometheus.DefaultGatherer (which NewMetrics(nil) registers with).
+	Gatherer prometheus.Gatherer
+	// BasePath is prepended to the Location header of 202 responses when
+	// the handler is mounted under a prefix with http.StripPrefix (for
+	// example "/cmdq"). Default "".
+	BasePath string
+	// Logger receives request logs (debug), operator actions (info) and
+	// server faults (error). The zero Logger discards them.
+	Logger zerolog.Logger
+}
+
+// ErrInvalidConfig is wrapped by every error Config.Validate reports.
+var ErrInvalidConfig = errors.New("api: invalid config")
+
+// Validate reports every problem with c at once; each error wraps
+// ErrInvalidConfig (and ErrInvalidTokens for token problems).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Issuer == nil {
+		errs = append(errs, fmt.Errorf("%w: Issuer is required (commands.NewIssuer)", ErrInvalidConfig))
+	}
+	if c.Reader == nil {
+		errs = append(errs, fmt.Errorf("%w: Reader is required (status.OpenReader)", ErrInvalidConfig))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))
+	}
+	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
+		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
+	}
+	if err := c.Tokens.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	return errors.Join(errs...)
+}
+
+type server struct {
+	cfg  Config
+	auth *authenticator
+	log  zerolog.Logger
+}
+
+// New returns the API handler. It fails with the problems Config.Validate
+// finds.
+func New(cfg Config) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger}
+	mux := http.NewServeMux()
+	route := func(path string, methods map[string]http.HandlerFunc) {
+		allow := make([]string, 0, len(methods)+1)
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete} {
+			if h, ok := methods[m]; ok {
+				mux.HandleFunc(m+" "+path, h)
+				allow = append(allow, m)
+				if m == http.MethodGet {
+					allow = append(allow, http.MethodHead)
+				}
+			}
+		}
+		allowed := strings.Join(allow, ", ")
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", r.URL.Path, r.Method, allowed)))
+		})
+	}
+	route("/v1/commands", map[string]http.HandlerFunc{http.MethodPost: s.issue})
+	route("/v1/commands/{id}", map[string]http.HandlerFunc{http.MethodGet: s.get})
+	route("/v1/commands/{id}/events", map[string]http.HandlerFunc{http.MethodGet: s.events})
+	route("/v1/poison", map[string]http.HandlerFunc{http.MethodGet: s.listPoison})
+	route("/v1/poison/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getPoison, http.MethodDelete: s.discard})
+	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
+	route("/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz})
+	route("/readyz", map[string]http.HandlerFunc{http.MethodGet: s.readyz})
+	metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+	route("/metrics", map[string]http.HandlerFunc{http.MethodGet: func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.authorize(w, r, RoleReader); ok {
+			metrics.ServeHTTP(w, r)
+		}
+	}})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", r.URL.Path)))
+	})
+	return s.middleware(mux), nil
+}
+
+// statusRecorder remembers the response status for the request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// middleware recovers panics as 500 problems and logs every request at debug.
+func (s *server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				ref := newRef()
+				s.log.Error().Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).
+					Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg("cmdq api: handler panic")
+				if rec.status == 0 {
+					writeProblem(rec, r, newProblem(ProblemInternal, "the server failed unexpectedly; reference "+ref+" is in its log"))
+				}
+			}
+			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
+				Dur("duration", time.Since(start)).Msg("cmdq api: request")
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func newRef() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// authorize checks the bearer token for need; on failure it writes the
+// problem (with WWW-Authenticate on 401) and returns ok=false.
+func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (who string, ok bool) {
+	who, p := s.auth.check(r, need)
+	if p != nil {
+		if p.Status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cmdq"`)
+		}
+		writeProblem(w, r, p)
+		return "", false
+	}
+	return who, true
+}
+
+// pathID reads and validates {id}; on failure it writes a 400 problem.
+func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := commands.ValidateID(id); err != nil {
+		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%q is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", id)))
+		return "", false
+	}
+	return id, true
+}
+
+// fail maps an error from the commands or status packages to a problem.
+// Unexpected errors are logged with a reference and reported as 500.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here)"))
+	case errors.Is(err, status.ErrNotPoisoned):
+		writeProblem(w, r, newProblem(ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads the response.
+		writeProblem(w, r, newProblem(ProblemUnavailable, "the request was canceled"))
+	default:
+		ref := newRef()
+		s.log.Error().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: request failed")
+		writeProblem(w, r, newProblem(ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
+	}
+}
+
+func (s *server) issue(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleIssuer); !ok {
+		return
+	}
+	if p := checkContentType(r); p != nil {
+		w.Header().Set("Accept-Post", "application/json")
+		writeProblem(w, r, p)
+		return
+	}
+	req, p := DecodeIssueRequest(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), s.cfg.MaxBodyBytes)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if reg := s.cfg.Registry; reg != nil {
+		def, ok := reg.Lookup(req.Type)
+		if !ok {
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %q; registered types: %s", req.Type, strings.Join(reg.Types(), ", ")),
+				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
+			return
+		}
+		if _, err := def.Decode(req.Params); err != nil {
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %q: %s", req.Type, decodeDetail(err)),
+				FieldError{Pointer: "#/params", Detail: decodeDetail(err)}))
+			return
+		}
+	}
+	res, err := s.cfg.Issuer.IssueRaw(r.Context(), commands.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
+	switch {
+	case err == nil:
+	case errors.Is(err, commands.ErrEnqueueFailed) && res.ID != "":
+		// The command is stored; the reconciler enqueues it later. For the
+		// caller it is accepted.
+		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
+	case errors.Is(err, commands.ErrIDConflict):
+		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type or params; send the same body to get the existing command, or use a new id",
+			FieldError{Pointer: "#/id", Detail: "already used with a different type or params"}))
+		return
+	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
+		writeProblem(w, r, newProblem(ProblemTooLarge, trimPrefix(err)+"; store large data elsewhere and pass a reference",
+			FieldError{Pointer: "#/params", Detail: "too large"}))
+		return
+	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, trimPrefix(err)))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	loc := s.cfg.BasePath + "/v1/commands/" + res.ID
+	w.Header().Set("Location", loc)
+	if !res.Existing {
+		s.cfg.Metrics.CommandIssued(req.Type)
+		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.Pending)})
+		return
+	}
+	st, err := s.cfg.Reader.Get(r.Context(), res.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.Status)})
+}
+
+// decodeDetail shortens a *handlers.DecodeError to its JSON cause.
+func decodeDetail(err error) string {
+	var de *handlers.DecodeError
+	if errors.As(err, &de) && de.Err != nil {
+		return strings.TrimPrefix(de.Err.Error(), "json: ")
+	}
+	return err.Error()
+}
+
+// trimPrefix drops a leading "commands: " from an error message shown to API users.
+func trimPrefix(err error) string {
+	return strings.TrimPrefix(err.Error(), "commands: ")
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	st, err := s.cfg.Reader.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// EventsResponse is the body of GET /v1/commands/{id}/events.
+type EventsResponse struct {
+	// ID is the command ID.
+	ID string `json:"id"`
+	// Events are the command's lifecycle events, oldest first.
+	Events []status.Event `json:"events"`
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	evs, err := s.cfg.Reader.Events(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if evs == nil {
+		evs = []status.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventsResponse{ID: id, Events: evs})
+}
+
+func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleOperator); !ok {
+		return
+	}
+	q := r.URL.Query()
+	var errs []FieldError
+	for name := range q {
+		if name != "type" && name != "limit" && name != "continuation" {
+			errs = append(errs, FieldError{Pointer: "query:" + name, Detail: "unknown query parameter; use type, limit and continuation"})
+		}
+	}
+	pq := status.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
+	if pq.Type != "" {
+		if err := commands.ValidateType(pq.Type); err != nil {
+			errs = append(errs, FieldError{Pointer: "query:type", Detail: trimPrefix(err)})
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > status.MaxPoisonLimit {
+			errs = append(errs, FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", status.MaxPoisonLimit, status.DefaultPoisonLimit)})
+		} else {
+			pq.Limit = n
+		}
+	}
+	if len(errs) > 0 {
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, errs[0].Detail, errs...))
+		return
+	}
+	page, err := s.cfg.Reader.ListPoison(r.Context(), pq)
+	if err != nil {
+		if errors.Is(err, status.ErrInvalidContinuation) {
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
+				FieldError{Pointer: "query:continuation", Detail: "invalid token"}))
+			return
+		}
+		s.fail(w, r, err)
+		return
+	}
+	if page.Entries == nil {
+		page.Entries = []status.PoisonEntry{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleOperator); !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	e, err := s.cfg.Reader.GetPoison(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+			writeProblem(w, r, newProblem(ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
+			return
+		}
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
+	who, ok := s.authorize(w, r, RoleOperator)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.cfg.Reader.Requeue(r.Context(), id, "api:"+who); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command requeued")
+	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
+	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.Pending)})
+}
+
+func (s *server) discard(w http.ResponseWriter, r *http.Request) {
+	who, ok := s.authorize(w, r, RoleOperator)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if err := s.cfg.Reader.Discard(r.Context(), id, "api:"+who); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command discarded")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
+type HealthResponse struct {
+	// State is the reported state ("ok" without a HealthFunc).
+	State string `json:"state"`
+	// Healthy is false while the service is unhealthy.
+	Healthy bool `json:"healthy"`
+	// Detail is the HealthFunc's detail (for a processor, its Health snapshot).
+	Detail any `json:"detail,omitempty"`
+}
+
+func (s *server) health() HealthResponse {
+	if s.cfg.Health == nil {
+		return HealthResponse{State: "ok", Healthy: true}
+	}
+	state, ok, detail := s.cfg.Health()
+	return HealthResponse{State: state, Healthy: ok, Detail: detail}
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.health())
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	h := s.health()
+	if !h.Healthy {
+		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}

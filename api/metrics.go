@@ -1,0 +1,216 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// DefaultQueueDepthTTL is how long a sampled queue depth is reused before
+// ApproximateCount is called again (5 s), so a burst of scrapes costs one
+// storage operation per queue.
+const DefaultQueueDepthTTL = 5 * time.Second
+
+// Metrics holds cmdq's Prometheus metrics. It implements processor.Metrics (pass it as processor.Config.Metrics), counts commands
+// issued through the API, counts storage operations through InstrumentStore,
+// and samples queue depths registered with WatchQueue. All methods are safe
+// for concurrent use; a nil *Metrics ignores every call.
+//
+// Metric names (all prefixed cmdq_):
+//
+//	commands_issued_total{type}          commands issued (via the API)
+//	commands_completed_total{type}       commands completed
+//	commands_failed_total{type}          failed attempts (each retry counts)
+//	commands_poisoned_total{type}        commands moved to the poison table
+//	handler_duration_seconds{type}       handler run time (success or failure)
+//	polls_total{queue,result}            dequeues by the processor; result empty|messages
+//	lease_lost_total{type}               messages whose lease was lost mid-run
+//	queue_depth{queue}                   approximate messages in the queue (sampled, cached DefaultQueueDepthTTL)
+//	poll_interval_seconds{queue}         the poller's current wait between empty dequeues
+//	storage_operations_total{op,result}  storage calls; op like queue_dequeue, table_batch; result ok|error
+type Metrics struct {
+	issued    *prometheus.CounterVec
+	completed *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	poisoned  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	polls     *prometheus.CounterVec
+	leaseLost *prometheus.CounterVec
+	poll      *prometheus.GaugeVec
+	ops       *prometheus.CounterVec
+	depth     *depthCollector
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil =
+// prometheus.DefaultRegisterer). It fails if they are already registered there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	m := &Metrics{
+		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_issued_total",
+			Help: "Commands issued through the HTTP API, by type."}, []string{"type"}),
+		completed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_completed_total",
+			Help: "Commands completed, by type."}, []string{"type"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_failed_total",
+			Help: "Failed handler attempts (each retry counts), by type."}, []string{"type"}),
+		poisoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_poisoned_total",
+			Help: "Commands moved to the poison table, by type."}, []string{"type"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cmdq", Name: "handler_duration_seconds",
+			Help:    "Handler run time in seconds (success or failure), by type.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, []string{"type"}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "polls_total",
+			Help: "Dequeues by the processor, by queue and result (empty, messages)."}, []string{"queue", "result"}),
+		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "lease_lost_total",
+			Help: "Messages whose lease was lost while their handler ran, by type."}, []string{"type"}),
+		poll: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cmdq", Name: "poll_interval_seconds",
+			Help: "The poller's current wait between dequeues of an empty queue, in seconds."}, []string{"queue"}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "storage_operations_total",
+			Help: "Storage operations (each is one billable transaction on Azure), by operation and result (ok, error)."}, []string{"op", "result"}),
+		depth: &depthCollector{
+			desc: prometheus.NewDesc("cmdq_queue_depth", "Approximate number of messages in the queue (sampled; cached for a few seconds).", []string{"queue"}, nil),
+			ttl:  DefaultQueueDepthTTL,
+		},
+	}
+	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.ops, m.depth} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// CommandIssued counts one command of type typ issued.
+func (m *Metrics) CommandIssued(typ string) {
+	if m != nil {
+		m.issued.WithLabelValues(typ).Inc()
+	}
+}
+
+// CommandCompleted counts one command whose handler succeeded.
+func (m *Metrics) CommandCompleted(typ string) {
+	if m != nil {
+		m.completed.WithLabelValues(typ).Inc()
+	}
+}
+
+// CommandFailed counts one failed attempt that will be retried.
+func (m *Metrics) CommandFailed(typ string) {
+	if m != nil {
+		m.failed.WithLabelValues(typ).Inc()
+	}
+}
+
+// CommandPoisoned counts one command moved to the poison table (typ is ""
+// for a malformed message).
+func (m *Metrics) CommandPoisoned(typ string) {
+	if m != nil {
+		m.poisoned.WithLabelValues(typ).Inc()
+	}
+}
+
+// HandlerDuration observes one handler run of d (success or failure).
+func (m *Metrics) HandlerDuration(typ string, d time.Duration) {
+	if m != nil {
+		m.duration.WithLabelValues(typ).Observe(d.Seconds())
+	}
+}
+
+// Polled counts one dequeue of queue; empty says whether it returned nothing.
+func (m *Metrics) Polled(queue string, empty bool) {
+	if m == nil {
+		return
+	}
+	result := "messages"
+	if empty {
+		result = "empty"
+	}
+	m.polls.WithLabelValues(queue, result).Inc()
+}
+
+// LeaseLost counts one lost lease for a command of type typ.
+func (m *Metrics) LeaseLost(typ string) {
+	if m != nil {
+		m.leaseLost.WithLabelValues(typ).Inc()
+	}
+}
+
+// PollInterval records the poller's current wait for queue.
+func (m *Metrics) PollInterval(queue string, d time.Duration) {
+	if m != nil {
+		m.poll.WithLabelValues(queue).Set(d.Seconds())
+	}
+}
+
+// StorageOp counts one storage operation op ("queue_enqueue", "table_batch",
+// …) that failed when err is non-nil.
+func (m *Metrics) StorageOp(op string, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.ops.WithLabelValues(op, result).Inc()
+}
+
+// WatchQueue adds q to the cmdq_queue_depth gauge. Its ApproximateCount is
+// called at most once per DefaultQueueDepthTTL, during a scrape. Watching the
+// same queue name again replaces the earlier one.
+func (m *Metrics) WatchQueue(q storage.Queue) {
+	if m == nil || q == nil {
+		return
+	}
+	m.depth.mu.Lock()
+	defer m.depth.mu.Unlock()
+	for i := range m.depth.queues {
+		if m.depth.queues[i].q.Name() == q.Name() {
+			m.depth.queues[i] = watchedQueue{q: q}
+			return
+		}
+	}
+	m.depth.queues = append(m.depth.queues, watchedQueue{q: q})
+}
+
+type watchedQueue struct {
+	q       storage.Queue
+	sampled time.Time
+	depth   int
+	ok      bool
+}
+
+// depthCollector samples ApproximateCount at most once per ttl per queue.
+type depthCollector struct {
+	desc   *prometheus.Desc
+	ttl    time.Duration
+	mu     sync.Mutex // held during sampling, so concurrent scrapes share one call
+	queues []watchedQueue
+}
+
+func (c *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for i := range c.queues {
+		w := &c.queues[i]
+		if !w.ok || now.Sub(w.sampled) >= c.ttl {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			n, err := w.q.ApproximateCount(ctx)
+			cancel()
+			w.sampled = now
+			if err == nil {
+				w.depth, w.ok = n, true
+			}
+		}
+		if w.ok {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(w.depth), w.q.Name())
+		}
+	}
+}

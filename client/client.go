@@ -1,0 +1,359 @@
+// Package client is a Go client for cmdq's HTTP API (package api): issue
+// commands, read their status and events, wait for them to finish, and
+// inspect, requeue or discard poisoned commands.
+//
+// Every method returns a *Error for an HTTP error response; test it with
+// errors.Is against ErrNotFound, ErrConflict, ErrUnauthorized, ErrForbidden
+// and ErrInvalid, or errors.As to read the problem's detail.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/status"
+)
+
+// Sentinel errors a *Error matches with errors.Is, by HTTP status.
+var (
+	// ErrNotFound: 404 — no such command or poison entry.
+	ErrNotFound = errors.New("cmdq client: not found")
+	// ErrConflict: 409 — the ID is used with different params, or the command
+	// is not in a state the operation accepts (e.g. requeue of a command that
+	// is not poisoned).
+	ErrConflict = errors.New("cmdq client: conflict")
+	// ErrUnauthorized: 401 — missing or unknown bearer token.
+	ErrUnauthorized = errors.New("cmdq client: unauthorized")
+	// ErrForbidden: 403 — the token lacks the role the route needs.
+	ErrForbidden = errors.New("cmdq client: forbidden")
+	// ErrInvalid: 400, 413 or 415 — the request is invalid; Error.Detail and
+	// Error.Errors say what to change.
+	ErrInvalid = errors.New("cmdq client: invalid request")
+	// ErrUnavailable: 500, 502, 503 or 504 — the server could not serve the
+	// request; retrying later may succeed.
+	ErrUnavailable = errors.New("cmdq client: server unavailable")
+)
+
+// FieldError is one field problem of a 400 response.
+type FieldError struct {
+	// Pointer names the field: a JSON Pointer such as "#/type", or
+	// "query:limit" for a query parameter.
+	Pointer string `json:"pointer"`
+	// Detail says what is wrong with it.
+	Detail string `json:"detail"`
+}
+
+// Error is an HTTP error response: the RFC 9457 problem the server sent, or
+// a synthesized one when the body was not a problem.
+type Error struct {
+	// StatusCode is the HTTP status code.
+	StatusCode int `json:"status"`
+	// Type is the problem type URI (api.Problem* constants).
+	Type string `json:"type"`
+	// Title is the problem's short summary.
+	Title string `json:"title"`
+	// Detail explains the problem and what to change.
+	Detail string `json:"detail"`
+	// Errors lists field problems, when the server named fields.
+	Errors []FieldError `json:"errors"`
+	// Method and URL identify the request.
+	Method, URL string `json:"-"`
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("cmdq: %s %s: %d %s", e.Method, e.URL, e.StatusCode, e.Title)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	for _, f := range e.Errors {
+		s += "; " + f.Pointer + ": " + f.Detail
+	}
+	return s
+}
+
+// Is matches the sentinel for e's status code.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.StatusCode == http.StatusNotFound
+	case ErrConflict:
+		return e.StatusCode == http.StatusConflict
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.StatusCode == http.StatusForbidden
+	case ErrInvalid:
+		return e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusRequestEntityTooLarge || e.StatusCode == http.StatusUnsupportedMediaType
+	case ErrUnavailable:
+		return e.StatusCode == http.StatusInternalServerError || e.StatusCode == http.StatusBadGateway ||
+			e.StatusCode == http.StatusServiceUnavailable || e.StatusCode == http.StatusGatewayTimeout
+	}
+	return false
+}
+
+// Client talks to one cmdq API server. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer token" with every request.
+// Default: no Authorization header.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc for requests. Default: an http.Client with a 30 s
+// timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client for the API at baseURL, such as
+// "http://127.0.0.1:8080" or "https://cmdq.example.com/cmdq" (the routes are
+// resolved below it).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("cmdq client: base URL %q: %w", baseURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("cmdq client: base URL %q must be absolute http(s), such as http://127.0.0.1:8080", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("cmdq client: base URL %q must not have a query or fragment", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	c := &Client{base: u, hc: &http.Client{Timeout: 30 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = http.DefaultClient
+	}
+	return c, nil
+}
+
+// IssueRequest is a command to issue.
+type IssueRequest struct {
+	// Type is the command type. Required.
+	Type string `json:"type"`
+	// Params is the command's parameters: a json.RawMessage or []byte is sent
+	// as is, anything else is JSON-encoded (it must encode to an object);
+	// nil means {}.
+	Params any `json:"params,omitempty"`
+	// ID is the command ID (a lowercase canonical UUID); "" lets the server
+	// choose one. Issuing again with the same ID and params returns the
+	// existing command.
+	ID string `json:"id,omitempty"`
+	// CorrelationID is carried with the command for tracing. Optional.
+	CorrelationID string `json:"correlationId,omitempty"`
+}
+
+// IssueResult is the outcome of Issue.
+type IssueResult struct {
+	// ID is the command ID.
+	ID string `json:"id"`
+	// Status is the command's state ("pending" for a new command).
+	Status status.State `json:"status"`
+	// Existing is true when the ID already named this command (HTTP 200);
+	// nothing new was issued.
+	Existing bool `json:"-"`
+}
+
+// Issue issues a command (POST /v1/commands).
+func (c *Client) Issue(ctx context.Context, req IssueRequest) (IssueResult, error) {
+	if p, ok := req.Params.([]byte); ok {
+		req.Params = json.RawMessage(p)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return IssueResult{}, fmt.Errorf("cmdq client: encoding params: %w", err)
+	}
+	var res IssueResult
+	code, err := c.do(ctx, http.MethodPost, "/v1/commands", nil, body, &res)
+	if err != nil {
+		return IssueResult{}, err
+	}
+	res.Existing = code == http.StatusOK
+	return res, nil
+}
+
+// Get returns a command's status (GET /v1/commands/{id}).
+func (c *Client) Get(ctx context.Context, id string) (status.Status, error) {
+	var st status.Status
+	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, &st)
+	return st, err
+}
+
+// Events returns a command's lifecycle events, oldest first
+// (GET /v1/commands/{id}/events).
+func (c *Client) Events(ctx context.Context, id string) ([]status.Event, error) {
+	var res struct {
+		Events []status.Event `json:"events"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id)+"/events", nil, nil, &res)
+	return res.Events, err
+}
+
+// DefaultWaitInterval is Wait's poll interval when it is given 0 (500 ms).
+const DefaultWaitInterval = 500 * time.Millisecond
+
+// Wait polls Get every pollInterval (0 = DefaultWaitInterval) until the
+// command is completed, poisoned or discarded, and returns that status. It
+// returns ctx's error, with the last status seen, when ctx ends first; other
+// errors (not found, unauthorized, …) end it at once.
+func (c *Client) Wait(ctx context.Context, id string, pollInterval time.Duration) (status.Status, error) {
+	if pollInterval <= 0 {
+		pollInterval = DefaultWaitInterval
+	}
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		st, err := c.Get(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return st, fmt.Errorf("cmdq client: waiting for command %s: %w", id, ctx.Err())
+			}
+			return st, err
+		}
+		if st.Status.Final() {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("cmdq client: waiting for command %s (last status %s): %w", id, st.Status, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// PoisonQuery selects poison entries for ListPoison.
+type PoisonQuery struct {
+	// Type keeps only entries of this command type ("" = all).
+	Type string
+	// Limit is the page size (0 = the server's default, 50; at most 1000).
+	Limit int
+	// Continuation is the previous page's token ("" = first page).
+	Continuation string
+}
+
+// ListPoison lists poisoned commands newest first, one page at a time
+// (GET /v1/poison).
+func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (status.PoisonPage, error) {
+	v := url.Values{}
+	if q.Type != "" {
+		v.Set("type", q.Type)
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Continuation != "" {
+		v.Set("continuation", q.Continuation)
+	}
+	var page status.PoisonPage
+	_, err := c.do(ctx, http.MethodGet, "/v1/poison", v, nil, &page)
+	return page, err
+}
+
+// GetPoison returns one poison entry (GET /v1/poison/{id}).
+func (c *Client) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	var e status.PoisonEntry
+	_, err := c.do(ctx, http.MethodGet, "/v1/poison/"+url.PathEscape(id), nil, nil, &e)
+	return e, err
+}
+
+// Requeue puts a poisoned command back on its queue
+// (POST /v1/poison/{id}/requeue). A command that is not poisoned gives
+// ErrConflict.
+func (c *Client) Requeue(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/poison/"+url.PathEscape(id)+"/requeue", nil, nil, nil)
+	return err
+}
+
+// Discard gives up on a poisoned command (DELETE /v1/poison/{id}). A command
+// that is not poisoned gives ErrConflict.
+func (c *Client) Discard(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/poison/"+url.PathEscape(id), nil, nil, nil)
+	return err
+}
+
+// maxResponseBytes bounds how much of a response body is read (16 MiB).
+const maxResponseBytes = 16 << 20
+
+// do sends one request and decodes a 2xx JSON body into out (if non-nil).
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, out any) (int, error) {
+	full := c.base.String() + path
+	if len(query) > 0 {
+		full += "?" + query.Encode()
+	}
+	u, err := url.Parse(full)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq client: %w", err)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq client: %w", err)
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq client: %s %s: %w", method, u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("cmdq client: %s %s: reading response: %w", method, u.Redacted(), err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, problemError(method, u.Redacted(), resp, data)
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("cmdq client: %s %s: decoding %d response: %w", method, u.Redacted(), resp.StatusCode, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func problemError(method, u string, resp *http.Response, data []byte) *Error {
+	e := &Error{}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt == "application/problem+json" || mt == "application/json" {
+		_ = json.Unmarshal(data, e)
+	}
+	e.StatusCode, e.Method, e.URL = resp.StatusCode, method, u
+	if e.Title == "" {
+		e.Title = http.StatusText(resp.StatusCode)
+	}
+	if e.Detail == "" && e.Type == "" {
+		// Not a problem document (a proxy's error page, say): keep a short excerpt.
+		s := strings.TrimSpace(string(data))
+		if len(s) > 200 {
+			s = s[:200] + "…"
+		}
+		e.Detail = s
+	}
+	return e
+}
