@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -83,5 +84,20 @@ func (e Envelope) Marshal() string {
 // ParseEnvelope parses and validates message text: a JSON object with exactly
 // "id" (valid ID) and "type" (valid type). Errors wrap ErrMalformedMessage.
 func ParseEnvelope(text string) (Envelope, error) {
-	panic("TODO")
+	var e Envelope
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v (want {\"id\":\"<uuid>\",\"type\":\"<type>\"}, got %.100q)", ErrMalformedMessage, err, text)
+	}
+	if dec.More() {
+		return Envelope{}, fmt.Errorf("%w: trailing data after the JSON object (got %.100q)", ErrMalformedMessage, text)
+	}
+	if err := ValidateID(e.ID); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	if err := ValidateType(e.Type); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	return e, nil
 }

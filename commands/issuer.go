@@ -1,8 +1,12 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/status"
@@ -10,8 +14,10 @@ import (
 )
 
 // DefaultMaxParamsBytes is the default and largest Options.MaxParamsBytes:
-// 500 KiB of JSON. Parameters are stored as UTF-16 strings in one entity
-// (1 MiB, split into 64 KiB properties), so this is what one entity holds.
+// 500 KiB of compact JSON. Parameters are stored as UTF-16 strings in one
+// table entity (1 MiB, split into 64 KiB properties), so about 512 Ki UTF-16
+// code units is what one entity holds; a UTF-8 byte never takes more than one
+// UTF-16 unit, so 500 KiB of JSON always fits.
 const DefaultMaxParamsBytes = 500 * 1024
 
 // MaxCorrelationIDLength is the longest correlation ID, in bytes.
@@ -26,10 +32,11 @@ type Options struct {
 	// in-process processor at once). It must not block.
 	Notify func(queue string)
 	// QueueFor routes a command type to a logical queue (default: every type
-	// to "commands"). The result must make a valid queue name with the prefix.
+	// to "commands"). The result must make a valid queue name with the
+	// prefix; "" means "commands".
 	QueueFor func(cmdType string) string
-	// MaxParamsBytes limits the JSON parameters, in bytes (default and at
-	// most DefaultMaxParamsBytes).
+	// MaxParamsBytes limits the compact JSON parameters, in bytes (0 =
+	// DefaultMaxParamsBytes, which is also the largest allowed value).
 	MaxParamsBytes int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
@@ -37,7 +44,17 @@ type Options struct {
 
 // Validate reports every problem with the options at once.
 func (o Options) Validate() error {
-	panic("TODO")
+	var errs []error
+	if err := (status.Names{Prefix: o.Prefix}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > DefaultMaxParamsBytes {
+		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, DefaultMaxParamsBytes, DefaultMaxParamsBytes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("commands: invalid options: %w", err)
+	}
+	return nil
 }
 
 // Result is the outcome of issuing a command.
@@ -58,7 +75,8 @@ type Raw struct {
 	ID string
 	// Type is the command type name.
 	Type string
-	// Params is the JSON parameters (nil or empty = {}).
+	// Params is the JSON parameters (nil or empty = {}). Whitespace is
+	// removed (json.Compact) before storing and comparing.
 	Params json.RawMessage
 	// CorrelationID is an optional caller-chosen ID (at most 256 bytes).
 	CorrelationID string
@@ -76,26 +94,150 @@ func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.Correlat
 
 // Issuer stores commands and enqueues them. Safe for concurrent use.
 type Issuer struct {
-	st   storage.Store
-	opts Options
+	st    storage.Store
+	opts  Options
+	names status.Names
+
+	mu     sync.Mutex
+	store  *status.Store
+	queues map[string]storage.Queue
 }
 
-// NewIssuer returns an Issuer on st. Tables and queues are opened on first use.
+// NewIssuer returns an Issuer on st. Tables and queues are opened on first
+// use. Invalid options give an error listing every problem.
 func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
-	panic("TODO")
+	if st == nil {
+		return nil, errors.New("commands: NewIssuer needs a storage.Store")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.MaxParamsBytes == 0 {
+		opts.MaxParamsBytes = DefaultMaxParamsBytes
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Issuer{st: st, opts: opts, names: status.Names{Prefix: opts.Prefix}, queues: map[string]storage.Queue{}}, nil
+}
+
+func (i *Issuer) statusStore(ctx context.Context) (*status.Store, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.store != nil {
+		return i.store, nil
+	}
+	s, err := status.Open(ctx, i.st, i.names, status.Options{Now: i.opts.Now})
+	if err != nil {
+		return nil, fmt.Errorf("commands: %w", err)
+	}
+	i.store = s
+	return s, nil
+}
+
+func (i *Issuer) queue(ctx context.Context, logical string) (storage.Queue, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if q, ok := i.queues[logical]; ok {
+		return q, nil
+	}
+	q, err := i.st.Queue(ctx, i.names.Queue(logical))
+	if err != nil {
+		return nil, err
+	}
+	i.queues[logical] = q
+	return q, nil
 }
 
 // Issue stores cmd (JSON-encoded) and enqueues it. Cost: one table batch and
-// one enqueue; re-issuing an existing ID costs one batch attempt and one query.
+// one enqueue; re-issuing an existing ID costs one failed batch and one query.
+// Errors as IssueRaw.
 func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
-	panic("TODO")
+	if cmd == nil {
+		return Result{}, fmt.Errorf("%w: nil command", ErrInvalidType)
+	}
+	params, err := json.Marshal(cmd)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: encode %T: %w", ErrInvalidParams, cmd, err)
+	}
+	raw := Raw{Type: cmd.CommandType(), Params: params}
+	for _, o := range opts {
+		o(&raw)
+	}
+	return i.IssueRaw(ctx, raw)
 }
 
 // IssueRaw stores and enqueues a command given as type and JSON parameters.
 // Errors: ErrInvalidType, ErrInvalidID, ErrInvalidParams, ErrParamsTooLarge,
-// ErrIDConflict, ErrEnqueueFailed (the command is stored; Result.ID is valid).
+// ErrIDConflict, ErrEnqueueFailed (the command is stored and Result.ID is
+// valid: the reconciler enqueues it), and storage errors.
 func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
-	panic("TODO")
+	if err := ValidateType(raw.Type); err != nil {
+		return Result{}, err
+	}
+	id := raw.ID
+	if id == "" {
+		id = NewID()
+	} else if err := ValidateID(id); err != nil {
+		return Result{}, err
+	}
+	if len(raw.CorrelationID) > MaxCorrelationIDLength {
+		return Result{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
+	}
+	params := []byte("{}")
+	if len(bytes.TrimSpace(raw.Params)) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw.Params); err != nil {
+			return Result{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
+		}
+		params = buf.Bytes()
+	}
+	if len(params) > i.opts.MaxParamsBytes {
+		return Result{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+	}
+	queue := status.DefaultQueue
+	if i.opts.QueueFor != nil {
+		if q := i.opts.QueueFor(raw.Type); q != "" {
+			queue = q
+		}
+	}
+	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
+		return Result{}, fmt.Errorf("commands: QueueFor(%q) = %q: %w", raw.Type, queue, err)
+	}
+	st, err := i.statusStore(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{ID: id, Queue: queue}
+	err = st.Create(ctx, status.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue})
+	switch {
+	case errors.Is(err, storage.ErrExists):
+		rec, lerr := st.Load(ctx, id)
+		if lerr != nil {
+			return Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
+		}
+		if rec.Type != raw.Type || rec.ParamsHash != status.HashParams(params) {
+			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params; use a new ID for a different command", ErrIDConflict, id, rec.Type)
+		}
+		res.Existing, res.Queue = true, rec.Queue
+		return res, nil
+	case errors.Is(err, status.ErrParamsTooLarge):
+		return Result{}, fmt.Errorf("%w: %w", ErrParamsTooLarge, err)
+	case err != nil:
+		return Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
+	}
+	q, err := i.queue(ctx, queue)
+	if err == nil {
+		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: raw.Type}.Marshal(), 0, storage.NoExpiry)
+	}
+	if err != nil {
+		if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
+			err = errors.Join(err, merr)
+		}
+		return res, fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
+	}
+	if i.opts.Notify != nil {
+		i.opts.Notify(queue)
+	}
+	return res, nil
 }
-
-var _ = status.Pending

@@ -2,33 +2,44 @@ package commands
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Reconciler defaults.
 const (
-	// DefaultMarkerGrace: a marked command is re-enqueued once it is this old.
+	// DefaultMarkerGrace: a marked command is re-enqueued once it has not
+	// been updated for this long.
 	DefaultMarkerGrace = 30 * time.Second
 	// DefaultPendingGrace: the pending scan re-enqueues pending commands not
 	// updated for this long.
 	DefaultPendingGrace = 15 * time.Minute
 )
 
-// ReconcileOptions configures Reconcile.
+// ReconcilerWorker is the Worker recorded on the requeued events the pending
+// scan writes.
+const ReconcilerWorker = "reconciler"
+
+// ReconcileOptions configures Reconcile. The zero value works.
 type ReconcileOptions struct {
 	// Prefix starts every storage name (default "cmdq").
 	Prefix string
-	// MarkerGrace: re-enqueue a command with an unqueued marker once its
-	// CreatedAt is at least this old (default 30 s; negative = 0).
+	// MarkerGrace: re-enqueue a command with an unqueued marker once it has
+	// not been updated for this long (default 30 s; negative = 0).
 	MarkerGrace time.Duration
 	// PendingGrace: the pending scan re-enqueues commands still pending and
-	// not updated for this long (default 15 min).
+	// not updated for this long (default 15 min; negative = 0).
 	PendingGrace time.Duration
-	// ScanPending enables the pending scan: a filtered whole-table query of
-	// the commands table (one request per 1000 commands). Default false;
-	// the processor enables it on its reconcile interval.
+	// ScanPending enables the pending scan, the fallback for a process that
+	// crashed between storing a command and enqueueing it: a whole-table
+	// query of the commands table for the "a:status" rows, filtered in
+	// memory (one request per 1000 rows returned; on Azure the service reads
+	// every row of the table). Default false; the processor enables it on
+	// its reconcile interval (default 1 h).
 	ScanPending bool
 	// Notify, if set, is called with the logical queue after each re-enqueue.
 	Notify func(queue string)
@@ -42,16 +53,149 @@ type ReconcileReport struct {
 	Markers int
 	// Enqueued is the number of messages enqueued (markers and scan).
 	Enqueued int
-	// Scanned is the number of projections the pending scan looked at.
-	Scanned int
+	// Cleared is the number of markers removed without enqueueing (the
+	// command is no longer pending, or does not exist).
+	Cleared int
 	// Waiting is the number of markers left for a later run (inside the grace).
 	Waiting int
+	// Scanned is the number of projections the pending scan looked at.
+	Scanned int
 }
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
-// a marker in partition "~unqueued" (cost: 1 query when there is none) and,
-// with ScanPending, those still pending after PendingGrace. Duplicates are
-// harmless: the processor deletes a message whose command is already final.
+// a marker in partition "~unqueued" (cost: 1 query when there is none; per
+// marker 1 query + 1 delete + 1 enqueue) and, with ScanPending, those still
+// pending after PendingGrace (per command found: 1 query + 1 batch with a
+// requeued event + 1 enqueue). Duplicate messages are harmless: the processor
+// deletes a message whose command is already final. Several processors may
+// reconcile at once: a marker is claimed by deleting it (conditional on its
+// ETag), a pending command by the conditional requeued batch, so only one of
+// them enqueues.
 func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (ReconcileReport, error) {
-	panic("TODO")
+	var rep ReconcileReport
+	names := status.Names{Prefix: opts.Prefix}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	markerGrace, pendingGrace := opts.MarkerGrace, opts.PendingGrace
+	if markerGrace == 0 {
+		markerGrace = DefaultMarkerGrace
+	}
+	if pendingGrace == 0 {
+		pendingGrace = DefaultPendingGrace
+	}
+	s, err := status.Open(ctx, st, names, status.Options{Now: now})
+	if err != nil {
+		return rep, fmt.Errorf("commands: reconcile: %w", err)
+	}
+	tbl := s.CommandsTable()
+	enqueue := func(rec *status.Record) error {
+		q, err := st.Queue(ctx, names.Queue(rec.Queue))
+		if err == nil {
+			_, err = q.Enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}.Marshal(), 0, storage.NoExpiry)
+		}
+		if err != nil {
+			if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+				err = errors.Join(err, merr)
+			}
+			return fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err)
+		}
+		rep.Enqueued++
+		if opts.Notify != nil {
+			opts.Notify(rec.Queue)
+		}
+		return nil
+	}
+
+	var errs []error
+	seen := map[string]bool{}
+	q := storage.Query{PartitionKey: status.UnqueuedPartition, Top: 1000}
+	for {
+		page, err := tbl.Query(ctx, q)
+		if err != nil {
+			return rep, fmt.Errorf("commands: reconcile: list unqueued markers: %w", err)
+		}
+		for _, m := range page.Entities {
+			rep.Markers++
+			id := m.RowKey
+			seen[id] = true
+			rec, err := s.Load(ctx, id)
+			if err != nil && !errors.Is(err, status.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			pending := err == nil && rec.Status.Status == status.Pending
+			if pending && now().Sub(rec.UpdatedAt) < markerGrace {
+				rep.Waiting++
+				continue
+			}
+			// Claim the marker: only the reconciler that deletes it enqueues.
+			if err := tbl.Delete(ctx, status.UnqueuedPartition, id, m.ETag); err != nil {
+				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s: %w", id, err))
+				}
+				continue
+			}
+			if !pending {
+				rep.Cleared++
+				continue
+			}
+			if err := enqueue(rec); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if page.Continuation == "" {
+			break
+		}
+		q.Continuation = page.Continuation
+	}
+
+	if opts.ScanPending {
+		q := storage.Query{RowKeyPrefix: status.RowStatus, Top: 1000}
+		for {
+			page, err := tbl.Query(ctx, q)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("commands: reconcile: scan pending commands: %w", err))
+				break
+			}
+			for _, e := range page.Entities {
+				if e.RowKey != status.RowStatus {
+					continue
+				}
+				rep.Scanned++
+				st, _ := e.Properties["Status"].(string)
+				upd, _ := e.Properties["UpdatedAt"].(time.Time)
+				if status.State(st) != status.Pending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
+					continue
+				}
+				rec, err := s.Load(ctx, e.PartitionKey)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if rec.Status.Status != status.Pending {
+					continue
+				}
+				// The conditional batch claims the command (and moves UpdatedAt,
+				// so the next scan waits another grace period).
+				err = s.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: ReconcilerWorker,
+					Note: "still pending after " + pendingGrace.String() + ": re-enqueued by the reconciler"})
+				if err != nil {
+					if !errors.Is(err, storage.ErrConflict) {
+						errs = append(errs, err)
+					}
+					continue
+				}
+				if err := enqueue(rec); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if page.Continuation == "" {
+				break
+			}
+			q.Continuation = page.Continuation
+		}
+	}
+	return rep, errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/commands"
@@ -74,6 +75,7 @@ type Definition struct {
 // Registry maps command types to definitions. Register everything before the
 // processor starts; lookups are safe for concurrent use.
 type Registry struct {
+	mu   sync.RWMutex
 	defs map[string]*Definition
 }
 

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -50,6 +51,21 @@ func (r *Run) LastStep() int {
 
 // CompleteStep records step n (≥ 1) as completed, with an optional note,
 // before it returns. Cost: one table batch.
+// Steps may be recorded again (a rerun repeating a step) but LastStep never
+// goes down. A Record failure is returned and the step is not counted.
 func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
-	panic("TODO")
+	if n < 1 {
+		return fmt.Errorf("%w: step %d; steps are numbered from 1", ErrInvalidStep, n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.info.Record != nil {
+		if err := r.info.Record(ctx, n, note); err != nil {
+			return fmt.Errorf("handlers: record step %d of %s: %w", n, r.info.ID, err)
+		}
+	}
+	if n > r.last {
+		r.last = n
+	}
+	return nil
 }

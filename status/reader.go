@@ -2,6 +2,11 @@ package status
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
 
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -12,6 +17,9 @@ const DefaultPoisonLimit = 50
 // MaxPoisonLimit is the largest PoisonQuery.Limit.
 const MaxPoisonLimit = 1000
 
+// ErrInvalidContinuation: a PoisonQuery.Continuation that no page returned.
+var ErrInvalidContinuation = errors.New("status: invalid continuation token")
+
 // PoisonQuery selects poison entries.
 type PoisonQuery struct {
 	// Type, when set, keeps only entries of this command type.
@@ -20,8 +28,9 @@ type PoisonQuery struct {
 	// MaxPoisonLimit).
 	Limit int
 	// Continuation resumes from a previous page's token. The token is an
-	// opaque offset into the newest-first listing: entries poisoned between
-	// pages shift it (poison tables are small; this is documented).
+	// opaque offset into the newest-first listing: entries poisoned or
+	// removed between pages shift it (poison tables are small and change
+	// rarely; an entry may be seen twice or skipped across pages).
 	Continuation string
 }
 
@@ -41,8 +50,13 @@ type Reader struct {
 }
 
 // OpenReader opens the tables named by names on st and returns a Reader.
+// Requeue enqueues on st's queues.
 func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options) (*Reader, error) {
-	panic("TODO")
+	s, err := Open(ctx, st, names, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{st: st, names: names, store: s}, nil
 }
 
 // Store returns the writer the Reader uses.
@@ -50,37 +64,199 @@ func (r *Reader) Store() *Store { return r.store }
 
 // Get returns a command's status (one query). Unknown ID → error wrapping ErrNotFound.
 func (r *Reader) Get(ctx context.Context, id string) (Status, error) {
-	panic("TODO")
+	rec, err := r.store.Load(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	return rec.Status, nil
 }
 
-// Events returns a command's events, oldest first, reading every page.
-// Unknown ID → error wrapping ErrNotFound.
+// Events returns a command's events, oldest first, reading every page (one
+// query per 1000 events). Unknown ID → error wrapping ErrNotFound.
 func (r *Reader) Events(ctx context.Context, id string) ([]Event, error) {
-	panic("TODO")
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	var out []Event
+	q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
+	for {
+		page, err := r.store.commands.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("status: events of command %s: %w", id, err)
+		}
+		for _, e := range page.Entities {
+			out = append(out, decodeEvent(e))
+		}
+		if page.Continuation == "" {
+			break
+		}
+		q.Continuation = page.Continuation
+	}
+	if len(out) == 0 {
+		return nil, notFound(id)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out, nil
 }
 
-// ListPoison lists poison entries newest first (by PoisonedAt), filtered by
-// type, one page at a time. It reads the whole poison table (poison tables
-// are small).
+func decodeEvent(e storage.Entity) Event {
+	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
+	return Event{
+		Seq:     seq,
+		Kind:    EventKind(str(e, "Kind")),
+		Time:    timeProp(e, "Time"),
+		Attempt: int(intProp(e, "Attempt")),
+		Worker:  str(e, "Worker"),
+		Step:    int(intProp(e, "Step")),
+		Note:    str(e, "Note"),
+		Error:   str(e, "Error"),
+		Reason:  str(e, "Reason"),
+		Detail:  str(e, "Detail"),
+	}
+}
+
+// ListPoison lists poison entries newest first (by PoisonedAt, then command
+// ID), filtered by type, one page at a time. It reads the whole poison table
+// (one query per 1000 entries) and sorts in memory: poison tables are small.
 func (r *Reader) ListPoison(ctx context.Context, q PoisonQuery) (PoisonPage, error) {
-	panic("TODO")
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultPoisonLimit
+	}
+	if limit < 0 || limit > MaxPoisonLimit {
+		return PoisonPage{}, fmt.Errorf("%w: poison limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, MaxPoisonLimit)
+	}
+	offset := 0
+	if q.Continuation != "" {
+		n, err := strconv.Atoi(q.Continuation)
+		if err != nil || n < 0 {
+			return PoisonPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", ErrInvalidContinuation, q.Continuation)
+		}
+		offset = n
+	}
+	var all []PoisonEntry
+	sq := storage.Query{Top: 1000}
+	for {
+		page, err := r.store.poison.Query(ctx, sq)
+		if err != nil {
+			return PoisonPage{}, fmt.Errorf("status: list poison: %w", err)
+		}
+		for _, e := range page.Entities {
+			p := decodePoison(e)
+			if q.Type == "" || p.Type == q.Type {
+				all = append(all, p)
+			}
+		}
+		if page.Continuation == "" {
+			break
+		}
+		sq.Continuation = page.Continuation
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].PoisonedAt.Equal(all[j].PoisonedAt) {
+			return all[i].PoisonedAt.After(all[j].PoisonedAt)
+		}
+		return all[i].CommandID < all[j].CommandID
+	})
+	out := PoisonPage{Entries: []PoisonEntry{}}
+	if offset >= len(all) {
+		return out, nil
+	}
+	end := min(offset+limit, len(all))
+	out.Entries = all[offset:end]
+	if end < len(all) {
+		out.Continuation = strconv.Itoa(end)
+	}
+	return out, nil
 }
 
 // GetPoison returns one poison entry (one point read). Unknown → error
 // wrapping ErrNotFound.
 func (r *Reader) GetPoison(ctx context.Context, id string) (PoisonEntry, error) {
-	panic("TODO")
+	if err := validID(id); err != nil {
+		return PoisonEntry{}, err
+	}
+	e, err := r.store.poison.Get(ctx, id, "")
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return PoisonEntry{}, fmt.Errorf("%w: no poison entry for %s (%w)", ErrNotFound, id, err)
+		}
+		return PoisonEntry{}, fmt.Errorf("status: get poison entry %s: %w", id, err)
+	}
+	return decodePoison(e), nil
+}
+
+// loadPoisoned checks that id has a poison entry and a poisoned projection.
+// A stale entry (command not poisoned) is removed and ErrNotPoisoned returned.
+func (r *Reader) loadPoisoned(ctx context.Context, id string) (*Record, error) {
+	if _, err := r.GetPoison(ctx, id); err != nil {
+		return nil, err
+	}
+	rec, err := r.store.Load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status.Status != Poisoned {
+		_ = r.deletePoison(ctx, id)
+		return nil, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", ErrNotPoisoned, id, rec.Status.Status)
+	}
+	return rec, nil
+}
+
+func (r *Reader) deletePoison(ctx context.Context, id string) error {
+	err := r.store.poison.Delete(ctx, id, "", storage.IfMatchAny)
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("status: remove poison entry %s: %w", id, err)
+	}
+	return nil
+}
+
+// MessageText returns the queue message for a command: {"id":"…","type":"…"}
+// (the same text as commands.Envelope.Marshal).
+func MessageText(id, cmdType string) string {
+	b, _ := json.Marshal(struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	}{id, cmdType})
+	return string(b)
 }
 
 // Requeue puts a poisoned command back: projection → pending with a requeued
 // event (Worker = by), a new message on the command's queue, the poison entry
-// removed. Not poisoned → ErrNotPoisoned; unknown → ErrNotFound.
+// removed. Cost: 1 point read + 1 query + 1 batch + 1 enqueue + 1 delete.
+// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. If the enqueue fails
+// the command is marked for the reconciler and the error says so.
 func (r *Reader) Requeue(ctx context.Context, id, by string) error {
-	panic("TODO")
+	rec, err := r.loadPoisoned(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := r.store.Append(ctx, rec, Event{Kind: Requeued, Worker: by, Note: "requeued from the poison table"}); err != nil {
+		return err
+	}
+	q, err := r.st.Queue(ctx, r.names.Queue(rec.Queue))
+	if err == nil {
+		_, err = q.Enqueue(ctx, MessageText(rec.ID, rec.Type), 0, storage.NoExpiry)
+	}
+	if err != nil {
+		if merr := r.store.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+			err = errors.Join(err, merr)
+		}
+		return fmt.Errorf("status: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
+	}
+	return r.deletePoison(ctx, id)
 }
 
 // Discard gives up on a poisoned command: a discarded event (Worker = by),
-// the poison entry removed. Not poisoned → ErrNotPoisoned; unknown → ErrNotFound.
+// the poison entry removed. Cost: 1 point read + 1 query + 1 batch + 1 delete.
+// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound.
 func (r *Reader) Discard(ctx context.Context, id, by string) error {
-	panic("TODO")
+	rec, err := r.loadPoisoned(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := r.store.Append(ctx, rec, Event{Kind: DiscardedEvent, Worker: by, Reason: "discarded by operator"}); err != nil {
+		return err
+	}
+	return r.deletePoison(ctx, id)
 }

@@ -2,8 +2,13 @@ package status
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf16"
 
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -30,6 +35,27 @@ const (
 	UnqueuedPartition = "~unqueued"
 )
 
+// Size limits of stored values.
+const (
+	// ParamsChunkUnits is the most UTF-16 code units per Params property
+	// (32768 units = the 64 KiB string limit).
+	ParamsChunkUnits = storage.MaxPropertyBytes / 2
+	// MaxParamsChunks is the most Params properties (Params, Params1 …
+	// Params15): 16 × 32768 units, about what one 1 MiB entity holds.
+	MaxParamsChunks = 16
+	// MaxTextUnits bounds error, note and reason texts (8192 UTF-16 units);
+	// longer ones are truncated with a marker.
+	MaxTextUnits = 8192
+	// MaxDetailUnits bounds Event.Detail (stack traces), 16384 UTF-16 units.
+	MaxDetailUnits = 16384
+	// MaxEventsPerAppend is the most events one Append writes (one batch
+	// holds 100 operations; one is the projection).
+	MaxEventsPerAppend = storage.MaxBatchOps - 1
+)
+
+// EventRowKey returns the row key of event seq: "e:" + 10 zero-padded digits.
+func EventRowKey(seq int64) string { return fmt.Sprintf("%s%010d", EventRowPrefix, seq) }
+
 // NewCommand is what Store.Create writes.
 type NewCommand struct {
 	// ID is the command ID (lowercase canonical UUID; validated by the caller).
@@ -42,7 +68,7 @@ type NewCommand struct {
 	CorrelationID string
 	// Queue is the logical queue ("" = DefaultQueue).
 	Queue string
-	// IssuedAt is the issue time (zero = now); stored in UTC.
+	// IssuedAt is the issue time (zero = now); stored in UTC, millisecond precision.
 	IssuedAt time.Time
 }
 
@@ -54,6 +80,8 @@ type Record struct {
 	Params []byte
 	// ParamsHash is the hex SHA-256 of Params (for idempotent re-issue).
 	ParamsHash string
+	// IssuedAt is the issue time (UTC).
+	IssuedAt time.Time
 	// ETag is the ETag of the projection row; Append and Poison write only
 	// if it still matches.
 	ETag string
@@ -82,9 +110,10 @@ type PoisonEntry struct {
 	Worker string `json:"worker,omitempty"`
 }
 
-// Options configures a Store or Reader.
+// Options configures a Store or Reader. The zero value works.
 type Options struct {
-	// Now returns the current time (default time.Now). Times are stored in UTC.
+	// Now returns the current time (default time.Now). Times are stored in
+	// UTC with millisecond precision.
 	Now func() time.Time
 }
 
@@ -105,48 +134,440 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	return &Store{commands: commands, poison: poison, now: now}
 }
 
+// Open opens (creating if needed) the tables named by names on st and returns
+// a Store on them.
+func Open(ctx context.Context, st storage.Store, names Names, opts Options) (*Store, error) {
+	c, p, err := OpenTables(ctx, st, names)
+	if err != nil {
+		return nil, err
+	}
+	return New(c, p, opts), nil
+}
+
 // OpenTables opens (creating if needed) the commands and poison tables named
 // by names.
 func OpenTables(ctx context.Context, st storage.Store, names Names) (commands, poison storage.Table, err error) {
-	panic("TODO")
+	if err := names.Validate(); err != nil {
+		return nil, nil, err
+	}
+	commands, err = st.Table(ctx, names.CommandsTable())
+	if err != nil {
+		return nil, nil, fmt.Errorf("status: open commands table %q: %w", names.CommandsTable(), err)
+	}
+	poison, err = st.Table(ctx, names.PoisonTable())
+	if err != nil {
+		return nil, nil, fmt.Errorf("status: open poison table %q: %w", names.PoisonTable(), err)
+	}
+	return commands, poison, nil
+}
+
+// CommandsTable returns the commands table.
+func (s *Store) CommandsTable() storage.Table { return s.commands }
+
+// PoisonTable returns the poison table.
+func (s *Store) PoisonTable() storage.Table { return s.poison }
+
+func (s *Store) nowUTC() time.Time { return ms(s.now()) }
+
+func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// HashParams returns the hex SHA-256 of params, as stored in ParamsHash.
+func HashParams(params []byte) string {
+	h := sha256.Sum256(params)
+	return hex.EncodeToString(h[:])
+}
+
+// ErrParamsTooLarge: the parameters do not fit in one entity (more than
+// MaxParamsChunks × ParamsChunkUnits UTF-16 units). It wraps storage.ErrTooLarge.
+var ErrParamsTooLarge = fmt.Errorf("%w: params exceed %d UTF-16 code units (%d properties of %d units: what one entity holds)",
+	storage.ErrTooLarge, MaxParamsChunks*ParamsChunkUnits, MaxParamsChunks, ParamsChunkUnits)
+
+// splitParams splits s into chunks of at most ParamsChunkUnits UTF-16 units,
+// at rune boundaries.
+func splitParams(s string) ([]string, error) {
+	var chunks []string
+	start, units := 0, 0
+	for i, r := range s {
+		n := utf16.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		if units+n > ParamsChunkUnits {
+			chunks = append(chunks, s[start:i])
+			start, units = i, 0
+		}
+		units += n
+	}
+	chunks = append(chunks, s[start:])
+	if len(chunks) > MaxParamsChunks {
+		return nil, ErrParamsTooLarge
+	}
+	return chunks, nil
+}
+
+func paramsProp(i int) string {
+	if i == 0 {
+		return "Params"
+	}
+	return "Params" + strconv.Itoa(i)
 }
 
 // Create writes a new command in one batch: the command row, the projection
 // (pending) and the created event. If the ID exists, the error wraps
-// storage.ErrExists. Params over what one entity holds give an error wrapping
-// storage.ErrTooLarge naming the limit (MaxParamsBytes).
+// storage.ErrExists. Params that do not fit in one entity give an error
+// wrapping ErrParamsTooLarge (and storage.ErrTooLarge); nothing is written.
 func (s *Store) Create(ctx context.Context, c NewCommand) error {
-	panic("TODO")
+	if c.ID == "" {
+		return fmt.Errorf("%w: empty command ID", storage.ErrInvalidKey)
+	}
+	params := c.Params
+	if len(params) == 0 {
+		params = []byte("{}")
+	}
+	chunks, err := splitParams(string(params))
+	if err != nil {
+		return fmt.Errorf("status: create command %s: %w", c.ID, err)
+	}
+	queue := c.Queue
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	issued := ms(c.IssuedAt)
+	if c.IssuedAt.IsZero() {
+		issued = s.nowUTC()
+	}
+	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: map[string]any{
+		"Type":          c.Type,
+		"ParamsHash":    HashParams(params),
+		"IssuedAt":      issued,
+		"CorrelationID": c.CorrelationID,
+		"Queue":         queue,
+	}}
+	for i, ch := range chunks {
+		cmd.Properties[paramsProp(i)] = ch
+	}
+	if err := storage.ValidateEntity(cmd); err != nil {
+		if errors.Is(err, storage.ErrTooLarge) {
+			return fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
+		}
+		return fmt.Errorf("status: create command %s: %w", c.ID, err)
+	}
+	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
+	ev := Event{Seq: 1, Kind: Created, Time: issued}
+	Apply(&st, ev)
+	ops := []storage.BatchOp{
+		{Kind: storage.OpInsert, Entity: cmd},
+		{Kind: storage.OpInsert, Entity: statusEntity(&st, 1)},
+		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev)},
+	}
+	if _, err := s.commands.Batch(ctx, c.ID, ops); err != nil {
+		if errors.Is(err, storage.ErrExists) {
+			return fmt.Errorf("status: command %s already exists: %w", c.ID, err)
+		}
+		return fmt.Errorf("status: create command %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func statusEntity(st *Status, seq int64) storage.Entity {
+	return storage.Entity{PartitionKey: st.ID, RowKey: RowStatus, Properties: map[string]any{
+		"Status":    string(st.Status),
+		"Attempts":  int32(st.Attempts),
+		"Step":      int32(st.Step),
+		"LastError": truncate(st.LastError, MaxTextUnits),
+		"CreatedAt": ms(st.CreatedAt),
+		"UpdatedAt": ms(st.UpdatedAt),
+		"Worker":    truncate(st.Worker, MaxTextUnits),
+		"EventSeq":  seq,
+	}}
+}
+
+func eventEntity(id string, e Event) storage.Entity {
+	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+		"Kind":    string(e.Kind),
+		"Time":    ms(e.Time),
+		"Attempt": int32(e.Attempt),
+		"Worker":  truncate(e.Worker, MaxTextUnits),
+		"Step":    int32(e.Step),
+		"Note":    truncate(e.Note, MaxTextUnits),
+		"Error":   truncate(e.Error, MaxTextUnits),
+		"Reason":  truncate(e.Reason, MaxTextUnits),
+		"Detail":  truncate(e.Detail, MaxDetailUnits),
+	}}
+}
+
+const truncMark = "…[truncated]"
+
+// truncate cuts s to at most max UTF-16 units (at a rune boundary), ending
+// in a marker when cut.
+func truncate(s string, max int) string {
+	if len(s) <= max || utf16Units(s) <= max { // UTF-8 bytes ≥ UTF-16 units
+		return s
+	}
+	limit := max - utf16Units(truncMark)
+	units := 0
+	for i, r := range s {
+		n := utf16.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		if units+n > limit {
+			return s[:i] + truncMark
+		}
+		units += n
+	}
+	return s
+}
+
+func utf16Units(s string) int {
+	n := 0
+	for _, r := range s {
+		if k := utf16.RuneLen(r); k > 0 {
+			n += k
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+func str(e storage.Entity, name string) string {
+	s, _ := e.Properties[name].(string)
+	return s
+}
+
+func intProp(e storage.Entity, name string) int64 {
+	switch v := e.Properties[name].(type) {
+	case int32:
+		return int64(v)
+	case int64:
+		return v
+	case float64:
+		return int64(v)
+	}
+	return 0
+}
+
+func timeProp(e storage.Entity, name string) time.Time {
+	t, _ := e.Properties[name].(time.Time)
+	return t.UTC()
+}
+
+func validID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty command ID (%w)", ErrNotFound, storage.ErrInvalidKey)
+	}
+	return storage.ValidateKey("command ID", id)
+}
+
+func notFound(id string) error {
+	return fmt.Errorf("%w: %s (%w)", ErrNotFound, id, storage.ErrNotFound)
 }
 
 // Load reads a command and its projection with one query. A missing command
 // gives an error wrapping ErrNotFound.
 func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
-	panic("TODO")
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	page, err := s.commands.Query(ctx, storage.Query{PartitionKey: id, RowKeyPrefix: "a:"})
+	if err != nil {
+		return nil, fmt.Errorf("status: load command %s: %w", id, err)
+	}
+	var cmd, st *storage.Entity
+	for i := range page.Entities {
+		switch page.Entities[i].RowKey {
+		case RowCommand:
+			cmd = &page.Entities[i]
+		case RowStatus:
+			st = &page.Entities[i]
+		}
+	}
+	if cmd == nil || st == nil {
+		return nil, notFound(id)
+	}
+	return decodeRecord(id, *cmd, *st), nil
 }
 
-// Append writes events (at most 99) and the updated projection in one batch,
-// conditional on rec.ETag. Events get consecutive sequence numbers and, if
-// their Time is zero, the current time. On success rec is updated in place
-// (status, ETag, EventSeq); on failure it is unchanged. If the command was
-// written since rec was loaded, the error wraps storage.ErrConflict: Load
+func decodeRecord(id string, cmd, st storage.Entity) *Record {
+	var params []byte
+	for i := 0; i < MaxParamsChunks; i++ {
+		v, ok := cmd.Properties[paramsProp(i)].(string)
+		if !ok {
+			break
+		}
+		params = append(params, v...)
+	}
+	return &Record{
+		Status: Status{
+			ID:            id,
+			Type:          str(cmd, "Type"),
+			Status:        State(str(st, "Status")),
+			Attempts:      int(intProp(st, "Attempts")),
+			Step:          int(intProp(st, "Step")),
+			LastError:     str(st, "LastError"),
+			CreatedAt:     timeProp(st, "CreatedAt"),
+			UpdatedAt:     timeProp(st, "UpdatedAt"),
+			Worker:        str(st, "Worker"),
+			CorrelationID: str(cmd, "CorrelationID"),
+			Queue:         str(cmd, "Queue"),
+		},
+		Params:     params,
+		ParamsHash: str(cmd, "ParamsHash"),
+		IssuedAt:   timeProp(cmd, "IssuedAt"),
+		ETag:       st.ETag,
+		EventSeq:   intProp(st, "EventSeq"),
+	}
+}
+
+// Append writes events (1..MaxEventsPerAppend) and the updated projection in
+// one batch, conditional on rec.ETag. Events get consecutive sequence numbers
+// and, if their Time is zero, the current time. On success rec is updated in
+// place (status, ETag, EventSeq); on failure it is unchanged. If the command
+// was written since rec was loaded, the error wraps storage.ErrConflict: Load
 // again and decide.
 func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error {
-	panic("TODO")
+	if rec == nil || rec.ID == "" {
+		return fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
+	}
+	if len(events) == 0 || len(events) > MaxEventsPerAppend {
+		return fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+	}
+	st := rec.Status
+	seq := rec.EventSeq
+	ops := make([]storage.BatchOp, 0, len(events)+1)
+	now := s.nowUTC()
+	applied := make([]Event, len(events))
+	for i, e := range events {
+		if !e.Kind.valid() {
+			return fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+		}
+		seq++
+		e.Seq = seq
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		e.Time = ms(e.Time)
+		Apply(&st, e)
+		applied[i] = e
+		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e)})
+	}
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: statusEntity(&st, seq), Mode: storage.Replace, IfMatch: etagOrAny(rec.ETag)})
+	etags, err := s.commands.Batch(ctx, rec.ID, ops)
+	if err != nil {
+		if errors.Is(err, storage.ErrExists) && !errors.Is(err, storage.ErrConflict) {
+			// Another writer took the same event numbers: the projection changed.
+			return fmt.Errorf("status: append to command %s: %w (%w)", rec.ID, storage.ErrConflict, err)
+		}
+		return fmt.Errorf("status: append to command %s: %w", rec.ID, err)
+	}
+	rec.Status = st
+	rec.EventSeq = seq
+	rec.ETag = etags[len(etags)-1]
+	return nil
+}
+
+func etagOrAny(etag string) string {
+	if etag == "" {
+		return storage.IfMatchAny
+	}
+	return etag
+}
+
+func poisonEntity(p PoisonEntry) storage.Entity {
+	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
+		"CommandID":    p.CommandID,
+		"Type":         p.Type,
+		"DequeueCount": p.DequeueCount,
+		"Reason":       truncate(p.Reason, MaxTextUnits),
+		"LastError":    truncate(p.LastError, MaxTextUnits),
+		"PoisonedAt":   ms(p.PoisonedAt),
+		"Queue":        p.Queue,
+		"Worker":       truncate(p.Worker, MaxTextUnits),
+	}}
+}
+
+func decodePoison(e storage.Entity) PoisonEntry {
+	id := str(e, "CommandID")
+	if id == "" {
+		id = e.PartitionKey
+	}
+	return PoisonEntry{
+		CommandID:    id,
+		Type:         str(e, "Type"),
+		DequeueCount: intProp(e, "DequeueCount"),
+		Reason:       str(e, "Reason"),
+		LastError:    str(e, "LastError"),
+		PoisonedAt:   timeProp(e, "PoisonedAt"),
+		Queue:        str(e, "Queue"),
+		Worker:       str(e, "Worker"),
+	}
 }
 
 // Poison records a poisoned command: it upserts the poison-table entry, then
 // appends events (e.g. a pending started and a failed event) followed by the
 // poisoned event (built from entry) in one conditional batch. Missing entry
 // fields (CommandID, Type, Queue, PoisonedAt) are filled from rec and the
-// clock. If the batch fails, the entry is removed again unless the command is
-// poisoned by someone else meanwhile. Cost: 1 upsert + 1 batch.
+// clock. If the batch fails, the entry is removed again unless the command
+// was poisoned by someone else meanwhile. Cost: 1 upsert + 1 batch.
+//
+// The entry is written first so that a poisoned command is never missing
+// from the poison table (operators find it); a leftover entry of a command
+// that is not poisoned is cleaned up by Requeue or Discard.
 func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, events ...Event) error {
-	panic("TODO")
+	if rec == nil || rec.ID == "" {
+		return fmt.Errorf("%w: Poison needs a loaded record", storage.ErrInvalidArgument)
+	}
+	entry.CommandID = rec.ID
+	if entry.Type == "" {
+		entry.Type = rec.Type
+	}
+	if entry.Queue == "" {
+		entry.Queue = rec.Queue
+	}
+	if entry.PoisonedAt.IsZero() {
+		entry.PoisonedAt = s.nowUTC()
+	}
+	entry.PoisonedAt = ms(entry.PoisonedAt)
+	if entry.LastError == "" {
+		for _, e := range events {
+			if e.Error != "" {
+				entry.LastError = e.Error
+			}
+		}
+		if entry.LastError == "" {
+			entry.LastError = rec.LastError
+		}
+	}
+	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
+		return fmt.Errorf("status: write poison entry for command %s: %w", rec.ID, err)
+	}
+	evs := append(append([]Event(nil), events...), Event{
+		Kind: PoisonedEvent, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
+		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
+	})
+	if err := s.Append(ctx, rec, evs...); err != nil {
+		if cur, lerr := s.Load(ctx, rec.ID); lerr == nil && cur.Status.Status != Poisoned {
+			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
+		}
+		return err
+	}
+	return nil
 }
 
 // MarkUnqueued records that the command id was stored but its enqueue failed
-// (an upsert into partition UnqueuedPartition); the reconciler re-enqueues it.
+// (an upsert into partition UnqueuedPartition, property Queue); the
+// reconciler re-enqueues it.
 func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
-	panic("TODO")
+	if err := validID(id); err != nil {
+		return err
+	}
+	_, err := s.commands.Upsert(ctx, storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{
+		"Queue":    queue,
+		"MarkedAt": s.nowUTC(),
+	}}, storage.Replace)
+	if err != nil {
+		return fmt.Errorf("status: mark command %s unqueued: %w", id, err)
+	}
+	return nil
 }
