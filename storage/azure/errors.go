@@ -1,0 +1,167 @@
+package azure
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+type ctxKey int
+
+const (
+	keyNoBody ctxKey = iota
+	keyCapture
+)
+
+// captured is the final raw response of a request made with withCapture.
+type captured struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func withCapture(ctx context.Context) (context.Context, *captured) {
+	c := &captured{}
+	return context.WithValue(ctx, keyCapture, c), c
+}
+
+// hookPolicy is a per-call pipeline policy. For requests whose context says
+// so, it drops the request body (Update Message without a body changes only
+// the visibility) and keeps a copy of the final raw response (used for batch
+// results and for typed entity JSON, which the SDK re-marshals lossily).
+type hookPolicy struct{}
+
+func (hookPolicy) Do(req *policy.Request) (*http.Response, error) {
+	ctx := req.Raw().Context()
+	if ctx.Value(keyNoBody) != nil {
+		if err := req.SetBody(nil, ""); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := req.Next()
+	if c, ok := ctx.Value(keyCapture).(*captured); ok && err == nil && resp != nil {
+		b, rerr := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if rerr != nil {
+			return nil, rerr
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		c.status, c.header, c.body = resp.StatusCode, resp.Header, b
+	}
+	return resp, err
+}
+
+func hasCode(err error, codes ...string) bool {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, c := range codes {
+		if re.ErrorCode == c {
+			return true
+		}
+	}
+	return false
+}
+
+type queueOp int
+
+const (
+	opOther queueOp = iota
+	opUpdate
+	opDelete
+)
+
+// mapQueueErr turns a Queue service error into one wrapping a storage
+// sentinel (when one applies) and the SDK's *azcore.ResponseError, with the
+// service's error code in the message.
+func mapQueueErr(err error, name, op string, kind queueOp) error {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("azure: queue %q %s: %w", name, op, err)
+	}
+	var sentinel error
+	switch re.ErrorCode {
+	case "PopReceiptMismatch":
+		sentinel = storage.ErrLeaseLost
+	case "MessageNotFound":
+		if kind == opUpdate {
+			sentinel = storage.ErrLeaseLost
+		} else {
+			sentinel = storage.ErrNotFound
+		}
+	case "QueueNotFound", "ResourceNotFound":
+		sentinel = storage.ErrNotFound
+	case "RequestBodyTooLarge", "MessageTooLarge":
+		sentinel = storage.ErrTooLarge
+	case "InvalidQueryParameterValue", "OutOfRangeQueryParameterValue", "InvalidXmlDocument", "InvalidInput":
+		if kind != opOther {
+			// A pop receipt or message ID the service cannot parse is not one it issued.
+			sentinel = storage.ErrLeaseLost
+		} else {
+			sentinel = storage.ErrInvalidArgument
+		}
+	default:
+		switch re.StatusCode {
+		case http.StatusNotFound:
+			sentinel = storage.ErrNotFound
+		case http.StatusRequestEntityTooLarge:
+			sentinel = storage.ErrTooLarge
+		}
+	}
+	if sentinel == nil {
+		return fmt.Errorf("azure: queue %q %s: service error %s (HTTP %d): %w", name, op, re.ErrorCode, re.StatusCode, err)
+	}
+	return fmt.Errorf("%w: queue %q %s: service error %s (HTTP %d): %w", sentinel, name, op, re.ErrorCode, re.StatusCode, err)
+}
+
+// tableSentinel maps a Table service error code and status to a sentinel.
+func tableSentinel(code string, status int) error {
+	switch code {
+	case "EntityAlreadyExists":
+		return storage.ErrExists
+	case "UpdateConditionNotSatisfied", "ConditionNotMet":
+		return storage.ErrConflict
+	case "ResourceNotFound", "TableNotFound", "EntityNotFound":
+		return storage.ErrNotFound
+	case "EntityTooLarge", "PropertyValueTooLarge", "RequestBodyTooLarge", "KeyValueTooLarge":
+		return storage.ErrTooLarge
+	case "InvalidInput", "OutOfRangeInput", "PropertyNameInvalid", "PropertyNameTooLong",
+		"TooManyProperties", "InvalidValueType", "InvalidDuplicateRow", "CommandsInBatchActOnDifferentPartitions",
+		"InvalidXmlDocument", "InvalidQueryParameterValue":
+		return storage.ErrInvalidArgument
+	}
+	switch status {
+	case http.StatusNotFound:
+		return storage.ErrNotFound
+	case http.StatusPreconditionFailed:
+		return storage.ErrConflict
+	case http.StatusConflict:
+		if code == "" {
+			return storage.ErrExists
+		}
+	case http.StatusRequestEntityTooLarge:
+		return storage.ErrTooLarge
+	}
+	return nil
+}
+
+func mapTableErr(err error, name, op string) error {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("azure: table %q %s: %w", name, op, err)
+	}
+	sentinel := tableSentinel(re.ErrorCode, re.StatusCode)
+	if sentinel == nil {
+		return fmt.Errorf("azure: table %q %s: service error %s (HTTP %d): %w", name, op, re.ErrorCode, re.StatusCode, err)
+	}
+	return fmt.Errorf("%w: table %q %s: service error %s (HTTP %d): %w", sentinel, name, op, re.ErrorCode, re.StatusCode, err)
+}
