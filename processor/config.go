@@ -1,0 +1,322 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	// DefaultPrefix names the queues and tables ("cmdq").
+	DefaultPrefix = "cmdq"
+	// DefaultBatchSize is the number of messages one dequeue asks for (32, the service maximum).
+	DefaultBatchSize = 32
+	// DefaultConcurrency is the number of handlers one processor runs at once (32).
+	DefaultConcurrency = 32
+	// DefaultMinPollInterval is the first wait after an empty poll (100 ms).
+	DefaultMinPollInterval = 100 * time.Millisecond
+	// DefaultMaxPollInterval caps the empty-poll backoff (1 minute).
+	DefaultMaxPollInterval = time.Minute
+	// DefaultPollJitter is the fraction of each poll wait that is randomized (0.2).
+	DefaultPollJitter = 0.2
+	// DefaultDrainTimeout is how long running handlers may finish after Run's context ends (30 s).
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultStartedWriteDelay is how long a handler runs before its `started`
+	// event is written on its own (1 s); faster handlers get it in their final batch.
+	DefaultStartedWriteDelay = time.Second
+	// DefaultHandlerDurationEstimate is RunFor's handler-duration guess before
+	// it has observed one (1 s).
+	DefaultHandlerDurationEstimate = time.Second
+	// DefaultTolerance multiplies the handler duration to get RunFor's margin (1.5).
+	DefaultTolerance = 1.5
+	// DefaultReconcileInterval is how often the reconciler runs (1 hour).
+	DefaultReconcileInterval = time.Hour
+	// DefaultReconcileGrace is how old an `~unqueued` marker must be before it
+	// is re-enqueued (30 s).
+	DefaultReconcileGrace = 30 * time.Second
+	// DefaultReconcileStaleAfter is how old a `pending` command with no marker
+	// must be before the whole-table scan re-enqueues it (15 minutes).
+	DefaultReconcileStaleAfter = 15 * time.Minute
+	// DefaultUnhealthyAfter is the number of consecutive infrastructure faults
+	// that make the processor unhealthy (5).
+	DefaultUnhealthyAfter = 5
+	// DefaultLostLeaseThreshold is the number of lost leases of one command
+	// type after which that type's lease grows (3).
+	DefaultLostLeaseThreshold = 3
+	// DefaultLeaseGrowthFactor multiplies a type's lease each time it grows (2).
+	DefaultLeaseGrowthFactor = 2.0
+	// DefaultMaxLeaseFactor bounds lease growth to this multiple of the
+	// definition's lease (10), and never past MaxLease.
+	DefaultMaxLeaseFactor = 10.0
+	// MaxLease is the longest lease growth may reach (1 hour).
+	MaxLease = time.Hour
+	// NoJitter set as PollJitter disables poll randomization.
+	NoJitter = -1.0
+)
+
+// LeaseGrowth says how a command type's lease grows when its leases keep
+// being lost (a handler that outlives its lease, renewals that fail).
+type LeaseGrowth struct {
+	// Threshold is the number of lost leases of one type that triggers growth
+	// (default 3). The count restarts after each growth.
+	Threshold int
+	// Factor multiplies the lease at each growth (default 2; must be > 1).
+	Factor float64
+	// MaxFactor bounds the grown lease to MaxFactor × the definition's lease
+	// (default 10), and never past MaxLease (1 hour).
+	MaxFactor float64
+}
+
+// Config configures a Processor. The zero Config is valid: every zero field
+// takes the default named in its comment.
+type Config struct {
+	// Prefix names the queues (<prefix>-<queue>) and tables (<prefix>commands,
+	// <prefix>poison). Default "cmdq". Lowercase letters and digits, starting
+	// with a letter, at most 40 characters.
+	Prefix string
+	// Worker identifies this processor in events and logs. Default
+	// "<hostname>-<pid>".
+	Worker string
+	// BatchSize is how many messages one dequeue asks for, 1..32. Default 32.
+	BatchSize int
+	// NewBatchThreshold: a queue's poller fetches the next batch when that
+	// queue's in-flight messages (dequeued, not yet finished) drop to this
+	// number, so at most NewBatchThreshold+BatchSize messages per queue are
+	// held. 0..BatchSize-1; default BatchSize/2. Set NoThreshold (-1) for 0.
+	NewBatchThreshold int
+	// Concurrency is the most handlers this processor runs at once across all
+	// queues. Default 32. Dequeued messages beyond it wait (their lease is
+	// renewed while they wait).
+	Concurrency int
+	// MinPollInterval is the wait after the first empty poll. Default 100 ms.
+	MinPollInterval time.Duration
+	// MaxPollInterval caps the empty-poll backoff, which doubles from
+	// MinPollInterval. Default 1 minute: an idle queue costs ~60 dequeues an hour.
+	MaxPollInterval time.Duration
+	// PollJitter is the fraction (0..1) of each wait that is randomized
+	// downwards: a wait w becomes a uniform value in [w×(1−PollJitter), w].
+	// Default 0.2; NoJitter (-1) disables randomization.
+	PollJitter float64
+	// PoisonCeiling, when > 0, overrides every definition's poison ceiling: a
+	// message dequeued more than this many times is poisoned without running.
+	// Default 0 (use each definition's ceiling).
+	PoisonCeiling int
+	// LeaseGrowth bounds how lost leases grow a type's lease.
+	LeaseGrowth LeaseGrowth
+	// DrainTimeout is how long Run lets running handlers finish after its
+	// context ends, before cancelling their contexts. Default 30 s.
+	DrainTimeout time.Duration
+	// StartedWriteDelay: a handler still running after this long gets its
+	// `started` event (and projection `running`) written on its own; faster
+	// handlers get it in their final batch, saving one write. Default 1 s.
+	StartedWriteDelay time.Duration
+	// HandlerDurationEstimate is RunFor's handler-duration guess until it has
+	// observed one. Default 1 s.
+	HandlerDurationEstimate time.Duration
+	// Tolerance multiplies the average handler duration to get RunFor's
+	// safety margin. Default 1.5; at least 1.
+	Tolerance float64
+	// ReconcileInterval is how often the reconciler re-enqueues commands whose
+	// enqueue failed; it also runs once at start. Default 1 hour; NoReconcile
+	// (-1) disables it.
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how old an enqueue-failure marker must be before the
+	// reconciler acts on it. Default 30 s.
+	ReconcileGrace time.Duration
+	// ReconcileStaleAfter is how old a `pending` command without a marker must
+	// be before the reconciler's whole-table scan re-enqueues it (a process
+	// that crashed between the issue batch and the enqueue). Default 15 min.
+	ReconcileStaleAfter time.Duration
+	// UnhealthyAfter is the number of consecutive infrastructure faults that
+	// make the processor unhealthy. Default 5.
+	UnhealthyAfter int
+	// Flywheel, when true, makes an unhealthy processor stop pulling work
+	// until ResetHealth is called. When false (default) it keeps pulling and
+	// becomes healthy again after the next successful storage operation.
+	Flywheel bool
+	// Logger receives the processor's logs. The zero Logger discards them.
+	Logger zerolog.Logger
+	// Metrics receives counters and gauges. Default nil (none).
+	Metrics Metrics
+	// AlertHook, if set, is called for every infrastructure fault. It runs on
+	// the processor's goroutines: return quickly.
+	AlertHook func(ctx context.Context, a Alert)
+	// OnPoll, if set, is called after every dequeue with what it returned and
+	// the wait chosen before the next one (for tests and diagnostics). It runs
+	// on the poller's goroutine: return quickly.
+	OnPoll func(PollEvent)
+}
+
+// Special values for Config fields whose zero value means "default".
+const (
+	// NoThreshold set as NewBatchThreshold means 0: fetch only when the queue
+	// has nothing in flight.
+	NoThreshold = -1
+	// NoReconcile set as ReconcileInterval disables the reconciler.
+	NoReconcile time.Duration = -1
+)
+
+// ErrInvalidConfig is wrapped by every Config validation error.
+var ErrInvalidConfig = errors.New("processor: invalid config")
+
+// Validate reports every problem with c at once (errors.Join); each wraps
+// ErrInvalidConfig. Zero fields are valid (they take defaults).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Prefix != "" {
+		if err := validPrefix(c.Prefix); err != nil {
+			bad("%v", err)
+		}
+	}
+	if c.BatchSize < 0 || c.BatchSize > 32 {
+		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
+	}
+	bs := c.BatchSize
+	if bs == 0 {
+		bs = DefaultBatchSize
+	}
+	if c.NewBatchThreshold < NoThreshold || (c.NewBatchThreshold >= bs && bs > 0) {
+		bad("NewBatchThreshold %d must be below BatchSize %d (0 = BatchSize/2, -1 = fetch only when idle)", c.NewBatchThreshold, bs)
+	}
+	if c.Concurrency < 0 {
+		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
+	}
+	if c.MinPollInterval < 0 {
+		bad("MinPollInterval %s is negative (0 = default 100ms)", c.MinPollInterval)
+	}
+	if c.MaxPollInterval < 0 {
+		bad("MaxPollInterval %s is negative (0 = default 1m)", c.MaxPollInterval)
+	}
+	minP, maxP := orDur(c.MinPollInterval, DefaultMinPollInterval), orDur(c.MaxPollInterval, DefaultMaxPollInterval)
+	if minP > maxP {
+		bad("MinPollInterval %s exceeds MaxPollInterval %s", minP, maxP)
+	}
+	if c.PollJitter != NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
+		bad("PollJitter %g is outside 0..1 (0 = default 0.2, -1 = none)", c.PollJitter)
+	}
+	if c.PoisonCeiling < 0 {
+		bad("PoisonCeiling %d is negative (0 = each definition's ceiling)", c.PoisonCeiling)
+	}
+	if c.LeaseGrowth.Threshold < 0 {
+		bad("LeaseGrowth.Threshold %d is negative (0 = default 3)", c.LeaseGrowth.Threshold)
+	}
+	if c.LeaseGrowth.Factor != 0 && c.LeaseGrowth.Factor <= 1 {
+		bad("LeaseGrowth.Factor %g must be above 1 (0 = default 2)", c.LeaseGrowth.Factor)
+	}
+	if c.LeaseGrowth.MaxFactor != 0 && c.LeaseGrowth.MaxFactor < 1 {
+		bad("LeaseGrowth.MaxFactor %g must be at least 1 (0 = default 10)", c.LeaseGrowth.MaxFactor)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DrainTimeout", c.DrainTimeout}, {"StartedWriteDelay", c.StartedWriteDelay},
+		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
+		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
+	} {
+		if d.v < 0 {
+			bad("%s %s is negative (0 = default)", d.name, d.v)
+		}
+	}
+	if c.ReconcileInterval < 0 && c.ReconcileInterval != NoReconcile {
+		bad("ReconcileInterval %s is negative (0 = default 1h, -1 = disabled)", c.ReconcileInterval)
+	}
+	if c.Tolerance != 0 && c.Tolerance < 1 {
+		bad("Tolerance %g is below 1 (0 = default 1.5)", c.Tolerance)
+	}
+	if c.UnhealthyAfter < 0 {
+		bad("UnhealthyAfter %d is negative (0 = default 5)", c.UnhealthyAfter)
+	}
+	return errors.Join(errs...)
+}
+
+func validPrefix(p string) error {
+	if len(p) > 40 {
+		return fmt.Errorf("Prefix %q is longer than 40 characters", p)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("Prefix %q must be lowercase letters and digits starting with a letter (it names queues and tables)", p)
+		}
+	}
+	return nil
+}
+
+func orDur(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Worker == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "worker"
+		}
+		c.Worker = h + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	switch c.NewBatchThreshold {
+	case 0:
+		c.NewBatchThreshold = c.BatchSize / 2
+	case NoThreshold:
+		c.NewBatchThreshold = 0
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	c.MinPollInterval = orDur(c.MinPollInterval, DefaultMinPollInterval)
+	c.MaxPollInterval = orDur(c.MaxPollInterval, DefaultMaxPollInterval)
+	switch c.PollJitter {
+	case 0:
+		c.PollJitter = DefaultPollJitter
+	case NoJitter:
+		c.PollJitter = 0
+	}
+	if c.LeaseGrowth.Threshold == 0 {
+		c.LeaseGrowth.Threshold = DefaultLostLeaseThreshold
+	}
+	if c.LeaseGrowth.Factor == 0 {
+		c.LeaseGrowth.Factor = DefaultLeaseGrowthFactor
+	}
+	if c.LeaseGrowth.MaxFactor == 0 {
+		c.LeaseGrowth.MaxFactor = DefaultMaxLeaseFactor
+	}
+	c.DrainTimeout = orDur(c.DrainTimeout, DefaultDrainTimeout)
+	c.StartedWriteDelay = orDur(c.StartedWriteDelay, DefaultStartedWriteDelay)
+	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, DefaultHandlerDurationEstimate)
+	if c.Tolerance == 0 {
+		c.Tolerance = DefaultTolerance
+	}
+	c.ReconcileInterval = orDur(c.ReconcileInterval, DefaultReconcileInterval)
+	c.ReconcileGrace = orDur(c.ReconcileGrace, DefaultReconcileGrace)
+	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, DefaultReconcileStaleAfter)
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	return c
+}

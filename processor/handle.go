@@ -1,0 +1,441 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// errFinal: the command became final (completed, poisoned, discarded)
+// elsewhere while this attempt ran.
+var errFinal = errors.New("processor: command already finished elsewhere")
+
+// errTimeout is the cancellation cause when a handler exceeds its Timeout.
+var errTimeout = errors.New("processor: handler timed out")
+
+// Reasons recorded in poison entries and poisoned events.
+const (
+	ReasonMalformed     = "malformed message"
+	ReasonNoCommand     = "command not found"
+	ReasonUnknownType   = "unknown command type"
+	ReasonTypeMismatch  = "message type does not match the stored command"
+	ReasonCeiling       = "poison ceiling exceeded"
+	ReasonPermanent     = "permanent error"
+	ReasonDecode        = "params do not decode"
+	ReasonAttemptsSpent = "attempts exhausted"
+)
+
+// handle processes one dequeued message from start to finish.
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
+	s.counter.processed.Add(1)
+	k := newKeeper(p, s.ops, qr, m)
+	env, err := commands.ParseEnvelope(m.Text)
+	if err != nil {
+		k.start(p.visibility(qr), "")
+		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
+		return
+	}
+	k.cmdID = env.ID
+	def, known := p.reg.Lookup(env.Type)
+	lease := p.visibility(qr)
+	if known {
+		lease = p.leaseFor(def.Type)
+	}
+	k.start(lease, env.Type)
+
+	rec, err := p.st.Load(s.ops, env.ID)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
+			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
+			return
+		}
+		p.giveUp(s, k, "load", err)
+		return
+	}
+	if rec.Status.Status.Final() {
+		// Redelivered (a duplicate, or a lease lost after the final write).
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount)}
+	switch {
+	case rec.Type != env.Type:
+		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
+		return
+	case !known:
+		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", handlers.ErrUnknownType, env.Type, qr.name))
+		return
+	}
+	if ceiling := p.ceiling(def); m.DequeueCount > int64(ceiling) {
+		a.poison(ReasonCeiling, fmt.Errorf("dequeued %d times, over the poison ceiling of %d; last error: %s", m.DequeueCount, ceiling, rec.LastError))
+		return
+	}
+
+	// Wait for a handler slot; stop taking work releases the message.
+	select {
+	case p.sem <- struct{}{}:
+	case <-s.take.Done():
+		p.release(s, k)
+		return
+	}
+	defer func() { <-p.sem }()
+	if !s.mayTake(p) {
+		p.release(s, k)
+		return
+	}
+	a.run()
+}
+
+// msgKey makes a poison-table key from a queue message ID.
+func msgKey(id string) string {
+	if storage.ValidateKey("PartitionKey", id) == nil && id != "" {
+		return id
+	}
+	b := []byte(id)
+	for i, c := range b {
+		if c == '/' || c == '\\' || c == '#' || c == '?' || c < 0x20 || c == 0x7f {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "message-without-id"
+	}
+	return string(b)
+}
+
+// giveUp handles an infrastructure fault in the middle of a message: the
+// message is left to reappear when its lease ends.
+func (p *Processor) giveUp(s *session, k *keeper, op string, err error) {
+	k.stop()
+	if s.ops.Err() != nil {
+		return
+	}
+	p.fault(s.ops, op, k.queue, k.cmdID, err)
+}
+
+// release makes a message visible again at once (not started, or
+// interrupted in a time-boxed run).
+func (p *Processor) release(s *session, k *keeper) {
+	receipt, held := k.stop()
+	s.counter.released.Add(1)
+	if !held {
+		return
+	}
+	if _, _, err := k.q.UpdateVisibility(s.ops, k.id, receipt, 0); err != nil && !expected(err) {
+		p.fault(s.ops, "release", k.queue, k.cmdID, err)
+	}
+}
+
+// deleteMsg deletes a finished message.
+func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) {
+	receipt, held := k.stop()
+	if !held {
+		return
+	}
+	err := k.q.Delete(s.ops, k.id, receipt)
+	switch {
+	case err == nil:
+		p.ok()
+	case errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound):
+		// Someone else holds it now; they will find the command final.
+		p.leaseLost(cmdType)
+	default:
+		p.fault(s.ops, "delete", k.queue, k.cmdID, err)
+	}
+}
+
+// poisonOrphan poisons a message that has no command record.
+func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m storage.Message, reason string, cause error, key string) {
+	text := m.Text
+	if len(text) > 1024 {
+		text = text[:1024] + "…"
+	}
+	entry := status.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
+		LastError: fmt.Sprintf("%v; message %s text: %s", cause, m.ID, text), Queue: qr.name, Worker: p.cfg.Worker}
+	if env, err := commands.ParseEnvelope(m.Text); err == nil {
+		entry.Type = env.Type
+	}
+	if err := p.st.PoisonMessage(s.ops, entry); err != nil {
+		p.giveUp(s, k, "poison", err)
+		return
+	}
+	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
+	s.counter.poisoned.Add(1)
+	p.cfg.Metrics.CommandPoisoned(entry.Type)
+	p.deleteMsg(s, k, entry.Type)
+}
+
+// attempt is one run of one command.
+type attempt struct {
+	p   *Processor
+	s   *session
+	qr  *queueRunner
+	k   *keeper
+	def *handlers.Definition
+	msg storage.Message
+	n   int // attempt number (dequeue count)
+
+	mu             sync.Mutex // guards rec, startedAt, startedWritten, finished
+	rec            *status.Record
+	startedAt      time.Time
+	running        bool
+	startedWritten bool
+	finished       bool
+}
+
+func (a *attempt) worker() string { return a.p.cfg.Worker }
+
+func (a *attempt) startedEvent() status.Event {
+	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
+}
+
+// write appends events, preceded by the started event if it is not written
+// yet, conditionally on the record's ETag. On a conflict it reloads: if the
+// command became final elsewhere it returns errFinal, otherwise it retries
+// with the fresh record. Caller holds a.mu.
+func (a *attempt) writeLocked(ctx context.Context, evs ...status.Event) error {
+	for i := 0; ; i++ {
+		all := evs
+		if a.running && !a.startedWritten {
+			all = append([]status.Event{a.startedEvent()}, evs...)
+		}
+		err := a.p.st.Append(ctx, a.rec, all...)
+		if err == nil {
+			if a.running {
+				a.startedWritten = true
+			}
+			a.p.ok()
+			return nil
+		}
+		if !errors.Is(err, storage.ErrConflict) || i >= 2 {
+			return err
+		}
+		rec, lerr := a.p.st.Load(ctx, a.rec.ID)
+		if lerr != nil {
+			return lerr
+		}
+		a.rec = rec
+		if rec.Status.Status.Final() {
+			return errFinal
+		}
+	}
+}
+
+// writeStarted writes the started event on its own (a handler that runs
+// longer than StartedWriteDelay, or whose lease was renewed).
+func (a *attempt) writeStarted() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished || a.startedWritten || !a.running {
+		return
+	}
+	if err := a.writeLocked(a.s.ops); err != nil && !errors.Is(err, errFinal) && !expected(err) {
+		a.p.fault(a.s.ops, "write started", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// recordStep is handlers.RunInfo.Record: a step_completed event.
+func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished {
+		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
+	}
+	err := a.writeLocked(ctx, status.Event{Kind: status.StepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
+	if errors.Is(err, errFinal) {
+		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.Status, err)
+	}
+	if err != nil && !expected(err) && ctx.Err() == nil {
+		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
+	}
+	return err
+}
+
+// finish marks the attempt finished and runs f with the lock held.
+func (a *attempt) finish(f func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.finished = true
+	return f()
+}
+
+// poison moves the command to the poison table and deletes the message.
+func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
+	p, s := a.p, a.s
+	entry := status.PoisonEntry{DequeueCount: a.msg.DequeueCount, Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
+	err := a.finish(func() error {
+		for i := 0; ; i++ {
+			evs := extra
+			if a.running && !a.startedWritten {
+				evs = append([]status.Event{a.startedEvent()}, extra...)
+			}
+			err := p.st.Poison(s.ops, a.rec, entry, evs...)
+			if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
+				return err
+			}
+			rec, lerr := p.st.Load(s.ops, a.rec.ID)
+			if lerr != nil {
+				return lerr
+			}
+			a.rec = rec
+			if rec.Status.Status.Final() {
+				return errFinal
+			}
+		}
+	})
+	switch {
+	case err == nil:
+		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
+		s.counter.poisoned.Add(1)
+		p.cfg.Metrics.CommandPoisoned(a.rec.Type)
+		p.ok()
+		p.deleteMsg(s, a.k, a.rec.Type)
+	case errors.Is(err, errFinal):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		p.giveUp(s, a.k, "poison", err)
+	}
+}
+
+// run invokes the handler and records the outcome.
+func (a *attempt) run() {
+	p, s, def := a.p, a.s, a.def
+	lease := p.leaseFor(def.Type)
+	timeout := def.Timeout
+	if timeout <= 0 {
+		timeout = handlers.DefaultTimeoutLeases * lease
+	}
+	hctx, cancel := context.WithCancelCause(s.hard)
+	defer cancel(nil)
+	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, fmt.Errorf("%w after %s", errTimeout, timeout))
+	defer cancelT()
+
+	a.mu.Lock()
+	a.startedAt = time.Now()
+	a.running = true
+	lastStep := a.rec.Step
+	a.mu.Unlock()
+	a.k.mu.Lock()
+	a.k.onLost = cancel
+	a.k.onRenew = a.writeStarted
+	lost := a.k.lost
+	a.k.mu.Unlock()
+	if lost {
+		a.k.stop()
+		return
+	}
+	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
+	run := handlers.NewRun(handlers.RunInfo{ID: a.rec.ID, Type: a.rec.Type, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
+
+	herr, stack := invoke(hctx, def, a.rec.Params, run)
+	dur := time.Since(a.startedAt)
+	startedTimer.Stop()
+	cause := context.Cause(hctx)
+
+	switch {
+	case herr == nil:
+		p.observe(def.Type, dur)
+		a.complete()
+	case errors.Is(cause, errLeaseLost):
+		// Someone else may be running it; record nothing.
+		a.finish(func() error { return nil })
+		a.k.stop()
+	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
+		// Interrupted by shutdown (drain timeout or RunFor's end).
+		a.finish(func() error { return nil })
+		s.counter.interrupted.Add(1)
+		if s.release {
+			p.release(s, a.k)
+		} else {
+			a.k.stop()
+		}
+	default:
+		p.observe(def.Type, dur)
+		if errors.Is(cause, errTimeout) && hctx.Err() != nil && !errors.Is(herr, errTimeout) {
+			herr = fmt.Errorf("%w (%w)", herr, cause)
+		}
+		a.fail(herr, stack)
+	}
+}
+
+// invoke runs the handler, turning a panic into an error and its stack.
+func invoke(ctx context.Context, def *handlers.Definition, params []byte, run *handlers.Run) (err error, stack string) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack = string(debug.Stack())
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return def.Invoke(ctx, params, run), ""
+}
+
+// complete writes the final batch (started + completed) and deletes the message.
+func (a *attempt) complete() {
+	p, s := a.p, a.s
+	err := a.finish(func() error {
+		return a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
+	})
+	switch {
+	case err == nil:
+		s.counter.completed.Add(1)
+		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		p.deleteMsg(s, a.k, a.rec.Type)
+	case errors.Is(err, errFinal):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		// The message reappears and the handler runs again (at least once).
+		p.giveUp(s, a.k, "write completed", err)
+	}
+}
+
+// fail records a failed attempt: poisoned if permanent or the attempts are
+// spent, otherwise a failed event and the retry delay on the message.
+func (a *attempt) fail(herr error, stack string) {
+	p, s, def := a.p, a.s, a.def
+	failed := status.Event{Kind: status.Failed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	var de *handlers.DecodeError
+	switch ceiling := p.ceiling(def); {
+	case errors.As(herr, &de):
+		a.poison(ReasonDecode, herr, failed)
+		return
+	case handlers.IsPermanent(herr):
+		a.poison(ReasonPermanent, herr, failed)
+		return
+	case a.n >= ceiling:
+		a.poison(ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
+		return
+	}
+	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
+	switch {
+	case errors.Is(err, errFinal):
+		p.deleteMsg(s, a.k, a.rec.Type)
+		return
+	case err != nil:
+		p.giveUp(s, a.k, "write failed", err)
+		return
+	}
+	s.counter.failed.Add(1)
+	p.cfg.Metrics.CommandFailed(a.rec.Type)
+	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
+	delay := def.Retry.Delay(a.n)
+	delay = min(max(delay, 0), storage.MaxVisibility)
+	receipt, held := a.k.stop()
+	if !held {
+		return
+	}
+	if _, _, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay); err != nil {
+		if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound) {
+			p.leaseLost(a.rec.Type)
+			return
+		}
+		p.fault(s.ops, "retry delay", a.qr.name, a.rec.ID, err)
+	}
+}

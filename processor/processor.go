@@ -1,0 +1,532 @@
+// Package processor is cmdq's pull-mode processor: it dequeues command
+// messages in batches from every queue the handler registry routes to, backs
+// off exponentially while a queue is empty, runs the typed handler while
+// renewing the message's lease, records the lifecycle in the status stream,
+// retries failed attempts after the definition's retry delay, moves commands
+// that keep failing to the poison table, and reports its health.
+//
+// Run processes until its context ends, then drains. RunFor is the
+// time-boxed variant for schedulers that start a job every minute: it stops
+// taking work when the next handler might not finish in time and returns
+// before its duration with no message left leased.
+//
+// See docs/processor.md for the knobs, how to choose leases, ceilings and
+// poll intervals, and the storage cost per command.
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Sentinel errors.
+var (
+	// ErrRunning: Run or RunFor was called while the processor was already running.
+	ErrRunning = errors.New("processor: already running")
+	// ErrNoHandlers: the registry has no registered command type.
+	ErrNoHandlers = errors.New("processor: registry has no handlers")
+)
+
+// Processor pulls command messages and runs their handlers. Create it with
+// New; it is safe for concurrent use (Notify, Health, ResetHealth may be
+// called from any goroutine while Run or RunFor runs). Run and RunFor may be
+// called again after they return, but not concurrently.
+type Processor struct {
+	cfg    Config
+	store  storage.Store
+	reg    *handlers.Registry
+	names  status.Names
+	health *health
+
+	queues []*queueRunner
+	byName map[string]*queueRunner // logical and storage names
+
+	openOnce sync.Mutex
+	opened   bool
+	st       *status.Store
+	poison   storage.Table
+
+	sem     chan struct{}
+	running atomic.Bool
+
+	leaseMu sync.Mutex
+	leases  map[string]*leaseState // by command type
+
+	durMu  sync.Mutex
+	durSum time.Duration
+	durN   int64
+}
+
+type queueRunner struct {
+	name    string // logical name
+	storage string // storage name
+	q       storage.Queue
+	defs    []*handlers.Definition
+	wake    chan struct{}
+
+	mu       sync.Mutex
+	inflight int
+	capacity chan struct{}
+}
+
+type leaseState struct {
+	base, current time.Duration
+	lost          int
+}
+
+// New returns a processor for the command types in reg, on store. It
+// validates cfg and the storage names but does no I/O: queues and tables are
+// opened (and created) when Run or RunFor starts.
+func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, error) {
+	if store == nil || reg == nil {
+		return nil, fmt.Errorf("%w: store and registry are required", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	qnames := reg.Queues()
+	if len(qnames) == 0 {
+		return nil, fmt.Errorf("%w: register at least one handler with handlers.Register before creating the processor", ErrNoHandlers)
+	}
+	names := status.Names{Prefix: cfg.Prefix}
+	if err := names.Validate(qnames...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	p := &Processor{
+		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
+		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
+		leases: map[string]*leaseState{},
+	}
+	for _, qn := range qnames {
+		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1)}
+		p.queues = append(p.queues, qr)
+		p.byName[qn] = qr
+		p.byName[qr.storage] = qr
+	}
+	for _, t := range reg.Types() {
+		def, ok := reg.Lookup(t)
+		if !ok {
+			continue
+		}
+		qr := p.byName[queueOf(def)]
+		if qr == nil {
+			continue
+		}
+		qr.defs = append(qr.defs, def)
+		p.leases[t] = &leaseState{base: leaseOf(def), current: leaseOf(def)}
+	}
+	return p, nil
+}
+
+func queueOf(def *handlers.Definition) string {
+	if def.Queue == "" {
+		return handlers.DefaultQueue
+	}
+	return def.Queue
+}
+
+func leaseOf(def *handlers.Definition) time.Duration {
+	if def.Lease <= 0 {
+		return handlers.DefaultLease
+	}
+	return def.Lease
+}
+
+// Config returns the processor's configuration with defaults applied.
+func (p *Processor) Config() Config { return p.cfg }
+
+// Queues returns the logical queue names the processor polls, sorted.
+func (p *Processor) Queues() []string {
+	out := make([]string, 0, len(p.queues))
+	for _, q := range p.queues {
+		out = append(out, q.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Notify wakes the poller of queue (a logical name like "commands" or the
+// storage name like "cmdq-commands") at once and resets its backoff. It
+// never blocks; unknown queues are ignored. Pass it as commands.Options.Notify
+// to an Issuer in the same process.
+func (p *Processor) Notify(queue string) {
+	qr := p.byName[queue]
+	if qr == nil {
+		return
+	}
+	select {
+	case qr.wake <- struct{}{}:
+	default:
+	}
+}
+
+// open opens the tables and queues once.
+func (p *Processor) open(ctx context.Context) error {
+	p.openOnce.Lock()
+	defer p.openOnce.Unlock()
+	if p.opened {
+		return nil
+	}
+	cmds, err := p.store.Table(ctx, p.names.CommandsTable())
+	if err != nil {
+		return fmt.Errorf("processor: open table %s: %w", p.names.CommandsTable(), err)
+	}
+	poison, err := p.store.Table(ctx, p.names.PoisonTable())
+	if err != nil {
+		return fmt.Errorf("processor: open table %s: %w", p.names.PoisonTable(), err)
+	}
+	for _, qr := range p.queues {
+		q, err := p.store.Queue(ctx, qr.storage)
+		if err != nil {
+			return fmt.Errorf("processor: open queue %s: %w", qr.storage, err)
+		}
+		qr.q = q
+	}
+	p.st = status.New(cmds, poison, status.Options{})
+	p.poison = poison
+	p.opened = true
+	return nil
+}
+
+// leaseFor returns the current (possibly grown) lease of a command type.
+func (p *Processor) leaseFor(cmdType string) time.Duration {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	if ls := p.leases[cmdType]; ls != nil {
+		return ls.current
+	}
+	return 0
+}
+
+// visibility is the lease a queue's dequeue takes: the longest current lease
+// of the types routed to it.
+func (p *Processor) visibility(qr *queueRunner) time.Duration {
+	v := time.Duration(0)
+	for _, d := range qr.defs {
+		if l := p.leaseFor(d.Type); l > v {
+			v = l
+		}
+	}
+	if v == 0 {
+		v = handlers.DefaultLease
+	}
+	return v
+}
+
+// LeaseOf returns the lease the processor currently uses for a command type
+// (the definition's lease, grown after repeated lost leases), or 0 for an
+// unknown type.
+func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cmdType) }
+
+// leaseLost counts a lost lease and grows the type's lease past the threshold.
+func (p *Processor) leaseLost(cmdType string) {
+	p.cfg.Metrics.LeaseLost(cmdType)
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	ls := p.leases[cmdType]
+	if ls == nil {
+		return
+	}
+	ls.lost++
+	if ls.lost < p.cfg.LeaseGrowth.Threshold {
+		return
+	}
+	ls.lost = 0
+	limit := time.Duration(float64(ls.base) * p.cfg.LeaseGrowth.MaxFactor)
+	limit = min(limit, MaxLease)
+	grown := min(time.Duration(float64(ls.current)*p.cfg.LeaseGrowth.Factor), limit)
+	if grown > ls.current {
+		p.cfg.Logger.Warn().Str("type", cmdType).Dur("from", ls.current).Dur("to", grown).Msg("cmdq processor: leases keep being lost; growing the lease")
+		ls.current = grown
+	}
+}
+
+// observe records a handler duration for RunFor's margin and metrics.
+func (p *Processor) observe(cmdType string, d time.Duration) {
+	p.cfg.Metrics.HandlerDuration(cmdType, d)
+	p.durMu.Lock()
+	p.durSum += d
+	p.durN++
+	p.durMu.Unlock()
+}
+
+// margin is RunFor's safety margin: average handler duration (or the
+// estimate) × Tolerance.
+func (p *Processor) margin() time.Duration {
+	p.durMu.Lock()
+	avg := p.cfg.HandlerDurationEstimate
+	if p.durN > 0 {
+		avg = p.durSum / time.Duration(p.durN)
+	}
+	p.durMu.Unlock()
+	return time.Duration(float64(avg) * p.cfg.Tolerance)
+}
+
+// ceiling returns the poison ceiling for def.
+func (p *Processor) ceiling(def *handlers.Definition) int {
+	if p.cfg.PoisonCeiling > 0 {
+		return p.cfg.PoisonCeiling
+	}
+	if def != nil && def.PoisonCeiling > 0 {
+		return def.PoisonCeiling
+	}
+	return handlers.DefaultPoisonCeiling
+}
+
+// StopReason says why RunFor returned.
+type StopReason string
+
+// Stop reasons.
+const (
+	// StopDeadline: the next handler might not have finished before the end.
+	StopDeadline StopReason = "deadline"
+	// StopIdle: the queues were empty and waiting longer would not fit.
+	StopIdle StopReason = "idle"
+	// StopCancelled: the context ended.
+	StopCancelled StopReason = "cancelled"
+)
+
+// Summary reports what a RunFor (or Run) did.
+type Summary struct {
+	// Processed counts messages taken and finished (any outcome, including
+	// messages of already-final commands that were only deleted).
+	Processed int
+	// Completed, Failed and Poisoned count handler outcomes (Failed: attempts
+	// that will be retried).
+	Completed, Failed, Poisoned int
+	// Released counts messages dequeued but not run, made visible again at once.
+	Released int
+	// Interrupted counts handlers cancelled at the end (their messages were
+	// released for RunFor, left to their lease for Run).
+	Interrupted int
+	// Duration is how long the run took.
+	Duration time.Duration
+	// StoppedBecause says why it stopped.
+	StoppedBecause StopReason
+}
+
+// session is the state of one Run or RunFor.
+type session struct {
+	take     context.Context // ends when no more work is taken
+	stopTake context.CancelFunc
+	hard     context.Context // parent of handler contexts
+	stopHard context.CancelFunc
+	ops      context.Context // storage writes
+	stopOps  context.CancelFunc
+	finishBy time.Time // RunFor: every handler is cancelled at this time (zero for Run)
+	timed    bool
+	release  bool // release interrupted messages (RunFor)
+
+	wg      sync.WaitGroup
+	reason  atomic.Value // StopReason
+	counter struct {
+		processed, completed, failed, poisoned, released, interrupted atomic.Int64
+	}
+}
+
+func (s *session) stop(r StopReason) {
+	s.reason.CompareAndSwap(nil, r)
+	s.stopTake()
+}
+
+// mayTake reports whether new work may start now.
+func (s *session) mayTake(p *Processor) bool {
+	if s.take.Err() != nil {
+		return false
+	}
+	if s.timed && !time.Now().Add(p.margin()).Before(s.finishBy) {
+		s.stop(StopDeadline)
+		return false
+	}
+	return true
+}
+
+// Run processes messages until ctx ends, then stops fetching, lets running
+// handlers finish within DrainTimeout and returns. Handlers still running
+// after that have their contexts cancelled; their messages reappear when
+// their leases end. Messages dequeued but not yet started are made visible
+// again at once. It returns nil after a clean stop, or an error if the
+// queues and tables could not be opened.
+func (p *Processor) Run(ctx context.Context) error {
+	_, err := p.run(ctx, 0)
+	return err
+}
+
+// RunFor processes messages for at most d and returns before d has passed.
+// It stops taking work when now + margin would pass the end (margin = the
+// average handler duration, or HandlerDurationEstimate before the first,
+// × Tolerance), waits on an empty queue only while the wait still fits, and
+// cancels any handler still running shortly before the end. On return no
+// message is left leased: messages not started, and those whose handler was
+// cancelled, are made visible again at once. It also stops early when ctx
+// ends (draining as Run does, within the time left).
+func (p *Processor) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
+	if d <= 0 {
+		return Summary{}, fmt.Errorf("%w: RunFor duration %s must be positive", ErrInvalidConfig, d)
+	}
+	return p.run(ctx, d)
+}
+
+// reserveFor is the time RunFor keeps at the end for cleanup writes.
+func reserveFor(d time.Duration) time.Duration {
+	return min(d/10, time.Second)
+}
+
+func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
+	if !p.running.CompareAndSwap(false, true) {
+		return Summary{}, ErrRunning
+	}
+	defer p.running.Store(false)
+	start := time.Now()
+	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = Starting })
+	defer p.health.update(func(h *health) { h.stopped = true })
+
+	s := &session{}
+	base := context.WithoutCancel(ctx)
+	var stopBefore time.Time
+	if d > 0 {
+		stopBefore = start.Add(d)
+		s.timed, s.release = true, true
+		s.finishBy = stopBefore.Add(-reserveFor(d))
+		var c1, c2 context.CancelFunc
+		ctx, c1 = context.WithDeadline(ctx, stopBefore)
+		defer c1()
+		base, c2 = context.WithDeadline(base, stopBefore)
+		defer c2()
+	}
+	s.take, s.stopTake = context.WithCancel(ctx)
+	defer s.stopTake()
+	s.hard, s.stopHard = context.WithCancel(base)
+	defer s.stopHard()
+	s.ops, s.stopOps = context.WithCancel(base)
+	defer s.stopOps()
+
+	openCtx := ctx
+	if err := p.open(openCtx); err != nil {
+		p.fault(ctx, "open", "", "", err)
+		return Summary{Duration: time.Since(start)}, err
+	}
+	if s.timed {
+		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(StopDeadline); s.stopHard() })
+		defer t.Stop()
+	}
+
+	var pollers, background sync.WaitGroup
+	for _, qr := range p.queues {
+		pollers.Add(1)
+		go func() { defer pollers.Done(); p.poll(s, qr) }()
+	}
+	if p.cfg.ReconcileInterval > 0 {
+		background.Add(1)
+		go func() { defer background.Done(); p.reconcileLoop(s) }()
+	}
+	pollersDone := make(chan struct{})
+	go func() {
+		pollers.Wait()
+		if s.take.Err() == nil {
+			// Every poller stopped on its own: idling no longer fits.
+			s.stop(StopIdle)
+		}
+		background.Wait()
+		close(pollersDone)
+	}()
+
+	<-s.take.Done()
+	if ctx.Err() != nil && s.reason.Load() == nil {
+		if s.timed && !time.Now().Before(stopBefore) {
+			s.reason.CompareAndSwap(nil, StopDeadline)
+		} else {
+			s.reason.CompareAndSwap(nil, StopCancelled)
+		}
+	}
+	p.health.update(func(h *health) { h.draining = true })
+
+	inflight := make(chan struct{})
+	go func() { s.wg.Wait(); close(inflight) }()
+	drain := p.cfg.DrainTimeout
+	if s.timed {
+		drain = time.Until(s.finishBy)
+	}
+	if drain > 0 {
+		dt := time.NewTimer(drain)
+		select {
+		case <-inflight:
+		case <-dt.C:
+		}
+		dt.Stop()
+	}
+	s.stopHard() // cancel the handlers still running
+	// Interrupted handlers return quickly if they honour their context; give
+	// them a bounded time to record their outcome (RunFor: until the end).
+	grace := time.Second
+	if s.timed {
+		grace = time.Until(stopBefore) - 50*time.Millisecond
+	}
+	if grace > 0 {
+		gt := time.NewTimer(grace)
+		select {
+		case <-inflight:
+		case <-gt.C:
+			p.cfg.Logger.Warn().Msg("cmdq processor: handlers ignored cancellation; returning without them")
+		}
+		gt.Stop()
+	}
+	s.stopOps()
+	<-pollersDone
+
+	sum := Summary{
+		Processed: int(s.counter.processed.Load() - s.counter.released.Load() - s.counter.interrupted.Load()), Completed: int(s.counter.completed.Load()),
+		Failed: int(s.counter.failed.Load()), Poisoned: int(s.counter.poisoned.Load()),
+		Released: int(s.counter.released.Load()), Interrupted: int(s.counter.interrupted.Load()),
+		Duration: time.Since(start),
+	}
+	if r, ok := s.reason.Load().(StopReason); ok {
+		sum.StoppedBecause = r
+	} else {
+		sum.StoppedBecause = StopCancelled
+	}
+	return sum, nil
+}
+
+// reconcileLoop runs the reconciler at start (markers only) and every
+// ReconcileInterval (markers and the pending scan).
+func (p *Processor) reconcileLoop(s *session) {
+	run := func(scan bool) {
+		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
+			Prefix: p.cfg.Prefix, MarkerGrace: p.cfg.ReconcileGrace, PendingGrace: p.cfg.ReconcileStaleAfter,
+			ScanPending: scan, Notify: p.Notify,
+		})
+		if err != nil {
+			if s.take.Err() == nil {
+				p.fault(s.take, "reconcile", "", "", err)
+			}
+			return
+		}
+		p.ok()
+		if rep.Enqueued > 0 || rep.Markers > 0 {
+			p.cfg.Logger.Info().Int("markers", rep.Markers).Int("enqueued", rep.Enqueued).Int("waiting", rep.Waiting).Int("scanned", rep.Scanned).Msg("cmdq processor: reconciled")
+		}
+	}
+	run(false)
+	t := time.NewTicker(p.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.take.Done():
+			return
+		case <-t.C:
+			run(true)
+		}
+	}
+}
