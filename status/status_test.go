@@ -1,0 +1,498 @@
+package status_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf16"
+
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/status/statustest"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/google/uuid"
+)
+
+func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t *testing.T, env statustest.Env) (*status.Reader, *status.Store) {
+	t.Helper()
+	r, err := status.OpenReader(ctxT(t), env.Store, status.Names{Prefix: env.Prefix}, status.Options{})
+	if err != nil {
+		t.Fatalf("OpenReader: %v", err)
+	}
+	return r, r.Store()
+}
+
+func create(t *testing.T, s *status.Store, typ, params string) string {
+	t.Helper()
+	id := uuid.NewString()
+	if err := s.Create(ctxT(t), status.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1"}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return id
+}
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var s status.Status
+	steps := []struct {
+		ev       status.Event
+		state    status.State
+		attempts int
+		step     int
+		lastErr  string
+	}{
+		{status.Event{Kind: status.Created, Time: at(0)}, status.Pending, 0, 0, ""},
+		{status.Event{Kind: status.Started, Time: at(1), Attempt: 1, Worker: "w1"}, status.Running, 1, 0, ""},
+		{status.Event{Kind: status.StepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.Running, 1, 1, ""},
+		{status.Event{Kind: status.Failed, Time: at(3), Attempt: 1, Error: "boom"}, status.Retrying, 1, 1, "boom"},
+		{status.Event{Kind: status.Started, Time: at(4), Attempt: 2, Worker: "w2"}, status.Running, 2, 1, "boom"},
+		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 3}, status.Running, 2, 3, "boom"},
+		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 2}, status.Running, 2, 3, "boom"}, // never goes back
+		{status.Event{Kind: status.Failed, Time: at(6), Attempt: 2, Error: "again"}, status.Retrying, 2, 3, "again"},
+		{status.Event{Kind: status.PoisonedEvent, Time: at(7), Reason: "ceiling"}, status.Poisoned, 2, 3, "again"},
+		{status.Event{Kind: status.Requeued, Time: at(8), Worker: "op"}, status.Pending, 0, 3, ""},
+		{status.Event{Kind: status.Started, Time: at(9), Attempt: 1}, status.Running, 1, 3, ""},
+		{status.Event{Kind: status.CompletedEvent, Time: at(10), Attempt: 1}, status.Completed, 1, 3, ""},
+	}
+	for i, st := range steps {
+		status.Apply(&s, st.ev)
+		if s.Status != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr {
+			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q; want %s %d %d %q",
+				i, st.ev.Kind, s.Status, s.Attempts, s.Step, s.LastError, st.state, st.attempts, st.step, st.lastErr)
+		}
+		if !s.UpdatedAt.Equal(st.ev.Time) {
+			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
+		}
+	}
+	if !s.CreatedAt.Equal(t0) || s.Worker != "op" {
+		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
+	}
+	var d status.Status
+	status.Apply(&d, status.Event{Kind: status.Created, Time: at(0)})
+	status.Apply(&d, status.Event{Kind: status.PoisonedEvent, Time: at(1)})
+	status.Apply(&d, status.Event{Kind: status.DiscardedEvent, Time: at(2)})
+	if d.Status != status.Discarded || !d.Status.Final() || status.Retrying.Final() {
+		t.Fatalf("discard: %+v", d)
+	}
+}
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	var n status.Names
+	if n.Queue("") != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
+		t.Fatalf("default names: %s %s %s %s", n.Queue(""), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
+	}
+	if err := n.Validate("commands", "slow"); err != nil {
+		t.Fatal(err)
+	}
+	err := status.Names{Prefix: "Bad_Prefix"}.Validate()
+	if !errors.Is(err, storage.ErrInvalidName) {
+		t.Fatalf("bad prefix: %v", err)
+	}
+	err = n.Validate("UPPER", "a--b")
+	if !errors.Is(err, storage.ErrInvalidName) || !strings.Contains(err.Error(), "UPPER") || !strings.Contains(err.Error(), "a--b") {
+		t.Fatalf("bad queues should both be reported: %v", err)
+	}
+}
+
+func TestCreateLoad(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		env.Store.Reset()
+		id := create(t, s, "demo.Create", `{"a":1}`)
+		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("Create cost %s, want Batch=1", env.Store)
+		}
+		env.Store.Reset()
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("Load cost %s, want Query=1", env.Store)
+		}
+		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.Status != status.Pending ||
+			rec.CorrelationID != "corr-1" || rec.Queue != "commands" || rec.EventSeq != 1 || rec.ETag == "" ||
+			rec.ParamsHash != status.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
+			t.Fatalf("loaded record: %+v", rec)
+		}
+		evs, err := r.Events(ctx, id)
+		if err != nil || len(evs) != 1 || evs[0].Kind != status.Created || evs[0].Seq != 1 {
+			t.Fatalf("events %+v, %v", evs, err)
+		}
+		if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Create"}); !errors.Is(err, storage.ErrExists) {
+			t.Fatalf("second Create: %v, want ErrExists", err)
+		}
+		for _, bad := range []string{uuid.NewString(), "", status.UnqueuedPartition} {
+			if _, err := r.Get(ctx, bad); !errors.Is(err, status.ErrNotFound) {
+				t.Fatalf("Get(%q): %v, want ErrNotFound", bad, err)
+			}
+		}
+		if _, err := r.Events(ctx, uuid.NewString()); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("Events(unknown): %v", err)
+		}
+	})
+}
+
+func TestParamsSplitRoundTrip(t *testing.T) {
+	t.Parallel()
+	// 3 chunks' worth, with multi-byte and surrogate-pair characters on the boundaries.
+	var sb strings.Builder
+	sb.WriteString(`{"s":"`)
+	for sb.Len() < 200_000 {
+		sb.WriteString("abcdé€😀")
+	}
+	sb.WriteString(`"}`)
+	params := sb.String()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		_, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Big", params)
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rec.Params) != params {
+			t.Fatalf("params did not round-trip: %d bytes back, %d sent", len(rec.Params), len(params))
+		}
+		e, err := s.CommandsTable().Get(ctx, id, status.RowCommand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for k, v := range e.Properties {
+			if strings.HasPrefix(k, "Params") && k != "ParamsHash" {
+				n++
+				if u := len(utf16.Encode([]rune(v.(string)))); u > status.ParamsChunkUnits {
+					t.Fatalf("%s has %d UTF-16 units", k, u)
+				}
+			}
+		}
+		if n < 4 {
+			t.Fatalf("params split into %d properties, want ≥ 4", n)
+		}
+	})
+}
+
+func TestParamsTooLarge(t *testing.T) {
+	t.Parallel()
+	params := `{"s":"` + strings.Repeat("x", status.MaxParamsChunks*status.ParamsChunkUnits) + `"}`
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		_, s := open(t, env)
+		ctx := ctxT(t)
+		id := uuid.NewString()
+		env.Store.Reset()
+		err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params)})
+		if !errors.Is(err, status.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "524288") {
+			t.Fatalf("Create huge: %v", err)
+		}
+		if env.Store.Total() != 0 {
+			t.Fatalf("oversize Create reached storage: %s", env.Store)
+		}
+		if _, err := s.Load(ctx, id); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("Load after failed Create: %v", err)
+		}
+	})
+}
+
+func TestAppendConflict(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Append", `{}`)
+		a, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := s.Load(ctx, id)
+		env.Store.Reset()
+		if err := s.Append(ctx, a, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.CompletedEvent, Attempt: 1, Worker: "w1"}); err != nil {
+			t.Fatal(err)
+		}
+		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("Append cost %s, want Batch=1", env.Store)
+		}
+		if a.Status.Status != status.Completed || a.EventSeq != 3 || a.Attempts != 1 {
+			t.Fatalf("record after Append: %+v", a)
+		}
+		before := *b
+		err = s.Append(ctx, b, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"})
+		if !errors.Is(err, storage.ErrConflict) {
+			t.Fatalf("stale Append: %v, want ErrConflict", err)
+		}
+		if b.ETag != before.ETag || b.EventSeq != before.EventSeq || b.Status != before.Status {
+			t.Fatalf("failed Append changed the record")
+		}
+		got, err := r.Get(ctx, id)
+		if err != nil || got.Status != status.Completed || got.Worker != "w1" {
+			t.Fatalf("Get: %+v %v", got, err)
+		}
+		// The stored projection equals the replay of the stored events.
+		evs, err := r.Events(ctx, id)
+		if err != nil || len(evs) != 3 {
+			t.Fatalf("events: %d %v", len(evs), err)
+		}
+		replay := status.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
+		for _, e := range evs {
+			status.Apply(&replay, e)
+		}
+		if replay != got {
+			t.Fatalf("replay %+v != stored %+v", replay, got)
+		}
+		if err := s.Append(ctx, a); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("Append without events: %v", err)
+		}
+		if err := s.Append(ctx, a, status.Event{Kind: "bogus"}); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("Append bogus kind: %v", err)
+		}
+	})
+}
+
+func TestEventsPaging(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Steps", `{}`)
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const total = 1 + 11*status.MaxEventsPerAppend // > 1000: more than one page
+		step := 0
+		for rec.EventSeq < total {
+			evs := make([]status.Event, status.MaxEventsPerAppend)
+			for i := range evs {
+				step++
+				evs[i] = status.Event{Kind: status.StepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
+			}
+			if err := s.Append(ctx, rec, evs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		env.Store.Reset()
+		got, err := r.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != total {
+			t.Fatalf("%d events, want %d", len(got), total)
+		}
+		if env.Store.Counts()["Query"] < 2 {
+			t.Fatalf("expected paging, got %s", env.Store)
+		}
+		for i, e := range got {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("event %d has seq %d", i, e.Seq)
+			}
+			if i > 0 && (e.Kind != status.StepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
+				t.Fatalf("event %d: %+v", i, e)
+			}
+		}
+		if st, _ := r.Get(ctx, id); st.Step != total-1 {
+			t.Fatalf("projection step %d, want %d", st.Step, total-1)
+		}
+	})
+}
+
+func TestPoisonRequeueDiscard(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		names := status.Names{Prefix: env.Prefix}
+		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
+		var ids []string
+		for i := 0; i < 5; i++ {
+			typ := "demo.A"
+			if i%2 == 1 {
+				typ = "demo.B"
+			}
+			id := create(t, s, typ, `{}`)
+			ids = append(ids, id)
+			rec, err := s.Load(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.Store.Reset()
+			err = s.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
+				status.Event{Kind: status.Started, Attempt: 6}, status.Event{Kind: status.Failed, Attempt: 6, Error: fmt.Sprint("err ", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := env.Store.Counts(); c["Upsert"] != 1 || c["Batch"] != 1 || env.Store.Total() != 2 {
+				t.Fatalf("Poison cost %s, want Upsert=1 Batch=1", env.Store)
+			}
+			if rec.Status.Status != status.Poisoned || rec.LastError != fmt.Sprint("err ", i) {
+				t.Fatalf("poisoned record %+v", rec)
+			}
+		}
+		// Newest first; type filter; paging.
+		page, err := r.ListPoison(ctx, status.PoisonQuery{})
+		if err != nil || len(page.Entries) != 5 || page.Continuation != "" {
+			t.Fatalf("list all: %+v %v", page, err)
+		}
+		for i, e := range page.Entries {
+			want := ids[4-i]
+			if e.CommandID != want || e.DequeueCount != 6 || e.Reason != "ceiling" || e.Queue != "commands" || e.LastError != fmt.Sprint("err ", 4-i) {
+				t.Fatalf("entry %d: %+v, want command %s", i, e, want)
+			}
+		}
+		var got []string
+		q := status.PoisonQuery{Type: "demo.A", Limit: 2}
+		for pages := 0; ; pages++ {
+			p, err := r.ListPoison(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Entries) > 2 || pages > 3 {
+				t.Fatalf("page too large or too many pages: %+v", p)
+			}
+			for _, e := range p.Entries {
+				if e.Type != "demo.A" {
+					t.Fatalf("filter leaked %+v", e)
+				}
+				got = append(got, e.CommandID)
+			}
+			if p.Continuation == "" {
+				break
+			}
+			q.Continuation = p.Continuation
+		}
+		if strings.Join(got, ",") != strings.Join([]string{ids[4], ids[2], ids[0]}, ",") {
+			t.Fatalf("paged demo.A: %v", got)
+		}
+		if _, err := r.ListPoison(ctx, status.PoisonQuery{Continuation: "nope"}); !errors.Is(err, status.ErrInvalidContinuation) {
+			t.Fatalf("bad continuation: %v", err)
+		}
+		if _, err := r.ListPoison(ctx, status.PoisonQuery{Limit: 5000}); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("bad limit: %v", err)
+		}
+		entry, err := r.GetPoison(ctx, ids[1])
+		if err != nil || entry.Type != "demo.B" || !entry.PoisonedAt.Equal(base.Add(time.Minute)) || entry.Worker != "w" {
+			t.Fatalf("GetPoison: %+v %v", entry, err)
+		}
+
+		// Requeue: pending, requeued event, new message, entry gone.
+		queueName := names.Queue("commands")
+		before := len(env.Store.Messages(t, queueName))
+		if err := r.Requeue(ctx, ids[1], "alice"); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := r.Get(ctx, ids[1])
+		if st.Status != status.Pending || st.Attempts != 0 || st.LastError != "" || st.Worker != "alice" {
+			t.Fatalf("after requeue: %+v", st)
+		}
+		evs, _ := r.Events(ctx, ids[1])
+		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != "alice" {
+			t.Fatalf("last event %+v", last)
+		}
+		msgs := env.Store.Messages(t, queueName)
+		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != status.MessageText(ids[1], "demo.B") {
+			t.Fatalf("messages after requeue: %+v", msgs)
+		}
+		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("entry after requeue: %v", err)
+		}
+		if err := r.Requeue(ctx, ids[1], "alice"); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("second requeue: %v", err)
+		}
+
+		// Discard.
+		if err := r.Discard(ctx, ids[3], "bob"); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := r.Get(ctx, ids[3]); st.Status != status.Discarded {
+			t.Fatalf("after discard: %+v", st)
+		}
+		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("entry after discard: %v", err)
+		}
+		page, _ = r.ListPoison(ctx, status.PoisonQuery{})
+		if len(page.Entries) != 3 {
+			t.Fatalf("%d entries left, want 3", len(page.Entries))
+		}
+
+		// A stale entry (command not poisoned) is cleaned up, not acted on.
+		other := create(t, s, "demo.A", `{}`)
+		orec, _ := s.Load(ctx, other)
+		if err := s.Poison(ctx, orec, status.PoisonEntry{Reason: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, orec, status.Event{Kind: status.Requeued}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, status.ErrNotPoisoned) {
+			t.Fatalf("discard of pending command: %v", err)
+		}
+		if _, err := r.GetPoison(ctx, other); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("stale entry kept: %v", err)
+		}
+	})
+}
+
+func TestPoisonConflictRemovesEntry(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Race", `{}`)
+		stale, _ := s.Load(ctx, id)
+		fresh, _ := s.Load(ctx, id)
+		if err := s.Append(ctx, fresh, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Poison(ctx, stale, status.PoisonEntry{Reason: "ceiling"}); !errors.Is(err, storage.ErrConflict) {
+			t.Fatalf("Poison on stale record: %v, want ErrConflict", err)
+		}
+		if _, err := r.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("poison entry of a completed command: %v", err)
+		}
+	})
+}
+
+func TestTruncatesLongText(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Long", `{}`)
+		rec, _ := s.Load(ctx, id)
+		long := strings.Repeat("é", 100_000)
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Error: long, Detail: long}); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := r.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := evs[1]
+		if n := len([]rune(e.Error)); n > status.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
+			t.Fatalf("error kept %d runes", n)
+		}
+		if n := len([]rune(e.Detail)); n > status.MaxDetailUnits || n < status.MaxDetailUnits-20 {
+			t.Fatalf("detail kept %d runes", n)
+		}
+	})
+}
