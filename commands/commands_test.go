@@ -1,0 +1,424 @@
+package commands_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/status/statustest"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/google/uuid"
+)
+
+func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
+
+type chargeCard struct {
+	Customer string `json:"customer"`
+	Cents    int    `json:"cents"`
+}
+
+func (chargeCard) CommandType() string { return "billing.ChargeCard" }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type notes struct {
+	mu     sync.Mutex
+	queues []string
+}
+
+func (n *notes) notify(q string) { n.mu.Lock(); n.queues = append(n.queues, q); n.mu.Unlock() }
+func (n *notes) get() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.queues...)
+}
+
+func issuer(t *testing.T, env statustest.Env, mod func(*commands.Options)) (*commands.Issuer, *notes) {
+	t.Helper()
+	n := &notes{}
+	o := commands.Options{Prefix: env.Prefix, Notify: n.notify}
+	if mod != nil {
+		mod(&o)
+	}
+	is, err := commands.NewIssuer(env.Store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return is, n
+}
+
+func reader(t *testing.T, env statustest.Env) *status.Reader {
+	t.Helper()
+	r, err := status.OpenReader(ctxT(t), env.Store.Store, status.Names{Prefix: env.Prefix}, status.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"a", "billing.ChargeCard", "A-b_c.9", "x" + strings.Repeat("y", 127)} {
+		if err := commands.ValidateType(ok); err != nil {
+			t.Errorf("ValidateType(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "9a", ".a", "a b", "a/b", "é", "x" + strings.Repeat("y", 128)} {
+		if err := commands.ValidateType(bad); !errors.Is(err, commands.ErrInvalidType) {
+			t.Errorf("ValidateType(%q): %v", bad, err)
+		}
+	}
+	id := uuid.NewString()
+	if err := commands.ValidateID(id); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"", strings.ToUpper(id), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", ""), "~unqueued", "x"} {
+		if err := commands.ValidateID(bad); !errors.Is(err, commands.ErrInvalidID) {
+			t.Errorf("ValidateID(%q): %v", bad, err)
+		}
+	}
+	if err := commands.ValidateID(commands.NewID()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestEnvelope(t *testing.T) {
+	t.Parallel()
+	id := uuid.NewString()
+	e := commands.Envelope{ID: id, Type: "billing.ChargeCard"}
+	text := e.Marshal()
+	if text != status.MessageText(id, "billing.ChargeCard") || text != `{"id":"`+id+`","type":"billing.ChargeCard"}` {
+		t.Fatalf("envelope text %s", text)
+	}
+	got, err := commands.ParseEnvelope(text)
+	if err != nil || got != e {
+		t.Fatalf("ParseEnvelope: %+v %v", got, err)
+	}
+	for _, bad := range []string{"", "{", "[]", `{"id":"` + id + `"}`, `{"id":"x","type":"a"}`, `{"id":"` + id + `","type":"a","extra":1}`,
+		`{"id":"` + id + `","type":"a"} {}`, `{"id":"` + id + `","type":"9"}`} {
+		if _, err := commands.ParseEnvelope(bad); !errors.Is(err, commands.ErrMalformedMessage) {
+			t.Errorf("ParseEnvelope(%q): %v", bad, err)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	err := commands.Options{Prefix: "Bad-", MaxParamsBytes: commands.DefaultMaxParamsBytes + 1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "MaxParamsBytes") {
+		t.Fatalf("want both problems reported: %v", err)
+	}
+	if _, err := commands.NewIssuer(nil, commands.Options{}); err == nil {
+		t.Fatal("NewIssuer(nil) succeeded")
+	}
+}
+
+func TestIssueCostAndMessage(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, n := issuer(t, env, nil)
+		env.Store.Reset()
+		res, err := is.Issue(ctx, chargeCard{Customer: "c1", Cents: 500}, commands.WithCorrelationID("req-7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := env.Store.Counts(); c["Batch"] != 1 || c["Enqueue"] != 1 || env.Store.Total() != 2 {
+			t.Fatalf("Issue cost %s, want Batch=1 Enqueue=1", env.Store)
+		}
+		if commands.ValidateID(res.ID) != nil || res.Existing || res.Queue != "commands" {
+			t.Fatalf("result %+v", res)
+		}
+		if got := n.get(); len(got) != 1 || got[0] != "commands" {
+			t.Fatalf("Notify calls %v", got)
+		}
+		msgs := env.Store.Messages(t, env.Prefix+"-commands")
+		if len(msgs) != 1 || msgs[0].Text != (commands.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() || !msgs[0].ExpiresAt.IsZero() {
+			t.Fatalf("queue messages %+v", msgs)
+		}
+		st, err := reader(t, env).Get(ctx, res.ID)
+		if err != nil || st.Status != status.Pending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
+			t.Fatalf("status %+v %v", st, err)
+		}
+		rec, _ := reader(t, env).Store().Load(ctx, res.ID)
+		var back chargeCard
+		if err := json.Unmarshal(rec.Params, &back); err != nil || back != (chargeCard{"c1", 500}) {
+			t.Fatalf("params %s", rec.Params)
+		}
+	})
+}
+
+func TestIdempotentIssue(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, n := issuer(t, env, nil)
+		id := uuid.NewString()
+		first, err := is.Issue(ctx, chargeCard{"c1", 1}, commands.WithID(id))
+		if err != nil || first.ID != id || first.Existing {
+			t.Fatalf("first issue %+v %v", first, err)
+		}
+		env.Store.Reset()
+		again, err := is.IssueRaw(ctx, commands.Raw{ID: id, Type: "billing.ChargeCard", Params: json.RawMessage(" {\n \"customer\": \"c1\", \"cents\": 1 }")})
+		if err != nil || again.ID != id || !again.Existing {
+			t.Fatalf("re-issue %+v %v", again, err)
+		}
+		if c := env.Store.Counts(); c["Enqueue"] != 0 {
+			t.Fatalf("re-issue enqueued: %s", env.Store)
+		}
+		if msgs := env.Store.Messages(t, env.Prefix+"-commands"); len(msgs) != 1 {
+			t.Fatalf("%d messages, want 1", len(msgs))
+		}
+		if len(n.get()) != 1 {
+			t.Fatalf("Notify calls %v", n.get())
+		}
+		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, commands.WithID(id)); !errors.Is(err, commands.ErrIDConflict) {
+			t.Fatalf("different params: %v", err)
+		}
+		if _, err := is.IssueRaw(ctx, commands.Raw{ID: id, Type: "billing.Other", Params: json.RawMessage(`{"customer":"c1","cents":1}`)}); !errors.Is(err, commands.ErrIDConflict) {
+			t.Fatalf("different type: %v", err)
+		}
+	})
+}
+
+func TestIssueRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, _ := issuer(t, env, func(o *commands.Options) { o.MaxParamsBytes = 1000 })
+		env.Store.Reset()
+		cases := []struct {
+			raw  commands.Raw
+			want error
+			text string
+		}{
+			{commands.Raw{Type: "bad type"}, commands.ErrInvalidType, "letter"},
+			{commands.Raw{Type: "ok", ID: "NOT-A-UUID"}, commands.ErrInvalidID, "UUID"},
+			{commands.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, commands.ErrInvalidParams, "JSON"},
+			{commands.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, commands.ErrInvalidParams, "256"},
+			{commands.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, commands.ErrParamsTooLarge, "limit is 1000 bytes"},
+		}
+		for _, c := range cases {
+			_, err := is.IssueRaw(ctx, c.raw)
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) {
+				t.Errorf("IssueRaw(%+v): %v, want %v mentioning %q", c.raw.Type, err, c.want, c.text)
+			}
+		}
+		if _, err := is.Issue(ctx, nil); !errors.Is(err, commands.ErrInvalidType) {
+			t.Errorf("Issue(nil): %v", err)
+		}
+		if env.Store.Total() != 0 {
+			t.Fatalf("bad input reached storage: %s", env.Store)
+		}
+		routed, _ := issuer(t, env, func(o *commands.Options) { o.QueueFor = func(string) string { return "Bad_Queue" } })
+		if _, err := routed.IssueRaw(ctx, commands.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
+			t.Errorf("bad QueueFor: %v", err)
+		}
+	})
+}
+
+func TestLargeParamsFit(t *testing.T) {
+	t.Parallel()
+	// The default limit must really fit in one entity on every driver, for
+	// ASCII (1 UTF-16 unit per byte) and for 2-byte UTF-8 characters.
+	ascii := `{"s":"` + strings.Repeat("x", commands.DefaultMaxParamsBytes-8) + `"}`
+	accented := `{"s":"` + strings.Repeat("é", (commands.DefaultMaxParamsBytes-8)/2) + `"}`
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, _ := issuer(t, env, nil)
+		r := reader(t, env)
+		for _, p := range []string{ascii, accented} {
+			res, err := is.IssueRaw(ctx, commands.Raw{Type: "demo.Big", Params: json.RawMessage(p)})
+			if err != nil {
+				t.Fatalf("issue %d bytes: %v", len(p), err)
+			}
+			rec, err := r.Store().Load(ctx, res.ID)
+			if err != nil || string(rec.Params) != p {
+				t.Fatalf("round trip of %d bytes failed: %v", len(p), err)
+			}
+		}
+		_, err := is.IssueRaw(ctx, commands.Raw{Type: "demo.Big", Params: json.RawMessage(ascii[:len(ascii)-2] + `xx"}`)})
+		if !errors.Is(err, commands.ErrParamsTooLarge) || !strings.Contains(err.Error(), "512000") {
+			t.Fatalf("just over the limit: %v", err)
+		}
+	})
+}
+
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, n := issuer(t, env, func(o *commands.Options) {
+			o.QueueFor = func(typ string) string {
+				if strings.HasPrefix(typ, "slow.") {
+					return "slow"
+				}
+				return ""
+			}
+		})
+		res, err := is.IssueRaw(ctx, commands.Raw{Type: "slow.Report"})
+		if err != nil || res.Queue != "slow" {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if msgs := env.Store.Messages(t, env.Prefix+"-slow"); len(msgs) != 1 {
+			t.Fatalf("%d messages on the slow queue", len(msgs))
+		}
+		if st, _ := reader(t, env).Get(ctx, res.ID); st.Queue != "slow" {
+			t.Fatalf("stored queue %q", st.Queue)
+		}
+		if got := n.get(); len(got) != 1 || got[0] != "slow" {
+			t.Fatalf("Notify %v", got)
+		}
+	})
+}
+
+func TestEnqueueFailureAndReconcile(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, n := issuer(t, env, nil)
+		queue := env.Prefix + "-commands"
+		env.Store.FailEnqueue.Store(true)
+		res, err := is.Issue(ctx, chargeCard{"c9", 9})
+		env.Store.FailEnqueue.Store(false)
+		if !errors.Is(err, commands.ErrEnqueueFailed) || !errors.Is(err, statustest.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+			t.Fatalf("Issue with failing enqueue: %v", err)
+		}
+		if commands.ValidateID(res.ID) != nil {
+			t.Fatalf("result ID %q", res.ID)
+		}
+		if len(n.get()) != 0 {
+			t.Fatal("Notify called after a failed enqueue")
+		}
+		r := reader(t, env)
+		if st, err := r.Get(ctx, res.ID); err != nil || st.Status != status.Pending {
+			t.Fatalf("stored command %+v %v", st, err)
+		}
+		if _, err := r.Store().CommandsTable().Get(ctx, status.UnqueuedPartition, res.ID); err != nil {
+			t.Fatalf("marker: %v", err)
+		}
+		if len(env.Store.Messages(t, queue)) != 0 {
+			t.Fatal("message despite failed enqueue")
+		}
+		// Inside the grace period: left for later.
+		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix})
+		if err != nil || rep.Markers != 1 || rep.Waiting != 1 || rep.Enqueued != 0 {
+			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
+		}
+		// Past the grace period: enqueued, marker gone, Notify called.
+		later := func() time.Time { return time.Now().Add(commands.DefaultMarkerGrace + time.Second) }
+		rn := &notes{}
+		rep, err = commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, Now: later, Notify: rn.notify})
+		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
+			t.Fatalf("reconcile: %+v %v", rep, err)
+		}
+		msgs := env.Store.Messages(t, queue)
+		if len(msgs) != 1 || msgs[0].Text != (commands.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() {
+			t.Fatalf("messages after reconcile: %+v", msgs)
+		}
+		if _, err := r.Store().CommandsTable().Get(ctx, status.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("marker after reconcile: %v", err)
+		}
+		if got := rn.get(); len(got) != 1 || got[0] != "commands" {
+			t.Fatalf("reconcile Notify %v", got)
+		}
+		// Nothing left: one query.
+		env.Store.Reset()
+		rep, err = commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, Now: later})
+		if err != nil || rep != (commands.ReconcileReport{}) {
+			t.Fatalf("idle reconcile: %+v %v", rep, err)
+		}
+		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("idle reconcile cost %s, want Query=1", env.Store)
+		}
+	})
+}
+
+func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		is, _ := issuer(t, env, nil)
+		r := reader(t, env)
+		res, err := is.Issue(ctx, chargeCard{"c", 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := r.Store().Load(ctx, res.ID)
+		if err := r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Store().MarkUnqueued(ctx, res.ID, "commands"); err != nil {
+			t.Fatal(err)
+		}
+		gone := uuid.NewString()
+		if err := r.Store().MarkUnqueued(ctx, gone, "commands"); err != nil {
+			t.Fatal(err)
+		}
+		env.Store.Reset()
+		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, MarkerGrace: -1})
+		if err != nil || rep.Markers != 2 || rep.Cleared != 2 || rep.Enqueued != 0 {
+			t.Fatalf("%+v %v", rep, err)
+		}
+		if env.Store.Counts()["Enqueue"] != 0 {
+			t.Fatalf("enqueued a finished command: %s", env.Store)
+		}
+	})
+}
+
+func TestReconcilePendingScan(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		ctx := ctxT(t)
+		r := reader(t, env)
+		is, _ := issuer(t, env, nil)
+		// A process that crashed between the batch and the enqueue: stored, no message, no marker.
+		orphan := uuid.NewString()
+		if err := r.Store().Create(ctx, status.NewCommand{ID: orphan, Type: "demo.Orphan", Queue: "commands"}); err != nil {
+			t.Fatal(err)
+		}
+		// A normally issued, completed command must not be touched.
+		done, _ := is.Issue(ctx, chargeCard{"c", 1})
+		rec, _ := r.Store().Load(ctx, done.ID)
+		_ = r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1})
+		queue := env.Prefix + "-commands"
+		before := len(env.Store.Messages(t, queue))
+
+		// Young pending commands are left alone.
+		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, ScanPending: true})
+		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
+			t.Fatalf("scan inside grace: %+v %v", rep, err)
+		}
+		later := time.Now().Add(commands.DefaultPendingGrace + time.Minute)
+		opts := commands.ReconcileOptions{Prefix: env.Prefix, ScanPending: true, Now: func() time.Time { return later }}
+		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {
+			t.Fatalf("scan: %+v %v", rep, err)
+		}
+		msgs := env.Store.Messages(t, queue)
+		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != status.MessageText(orphan, "demo.Orphan") {
+			t.Fatalf("messages %+v", msgs)
+		}
+		evs, _ := r.Events(ctx, orphan)
+		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != commands.ReconcilerWorker {
+			t.Fatalf("last event %+v", last)
+		}
+		// The requeued event moved UpdatedAt: the next run does not enqueue again.
+		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		if err != nil || rep.Enqueued != 0 {
+			t.Fatalf("second scan: %+v %v", rep, err)
+		}
+	})
+}
