@@ -29,13 +29,13 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) CommandCompleted(string)                {}
-func (nopMetrics) CommandFailed(string)                   {}
-func (nopMetrics) CommandPoisoned(string)                 {}
-func (nopMetrics) HandlerDuration(string, time.Duration)  {}
-func (nopMetrics) LeaseLost(string)                       {}
-func (nopMetrics) PollInterval(string, time.Duration)     {}
-func (nopMetrics) Polled(string, bool)                    {}
+func (nopMetrics) CommandCompleted(string)               {}
+func (nopMetrics) CommandFailed(string)                  {}
+func (nopMetrics) CommandPoisoned(string)                {}
+func (nopMetrics) HandlerDuration(string, time.Duration) {}
+func (nopMetrics) LeaseLost(string)                      {}
+func (nopMetrics) PollInterval(string, time.Duration)    {}
+func (nopMetrics) Polled(string, bool)                   {}
 
 // PollEvent describes one dequeue, for Config.OnPoll.
 type PollEvent struct {
@@ -71,8 +71,8 @@ type Alert struct {
 	Op string
 	// Queue and CommandID locate it when known.
 	Queue, CommandID string
-	Err  error
-	Time time.Time
+	Err              error
+	Time             time.Time
 }
 
 // hook calls the alert hook with recover so a faulty hook cannot kill a worker.
