@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,14 +61,20 @@ type Store struct {
 	path string
 	opts Options
 
-	ops     chan *op
-	closing chan struct{}
-	done    chan struct{} // commit loop exited
-	sweeper chan struct{} // sweeper exited
-	closed  atomic.Bool
-	closeMu sync.Mutex
+	mu       sync.Mutex
+	pending  []*op // writes waiting for the commit loop
+	stopping bool  // Close began: no new writes
+	wake     chan struct{}
+	closing  chan struct{}
+	done     chan struct{} // commit loop exited
+	sweeper  chan struct{} // sweeper exited
+	closed   atomic.Bool
+	closeMu  sync.Mutex
 
 	known sync.Map // bucket name (string) → struct{}: buckets known to exist
+
+	commits atomic.Uint64 // transactions committed by the commit loop
+	writes  atomic.Uint64 // write operations those transactions carried
 
 	receipts atomic.Uint64 // pop receipt counter, random start
 	lastTS   atomic.Int64  // last entity timestamp handed out (unix nanos)
@@ -114,7 +121,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		db:      db,
 		path:    path,
 		opts:    o,
-		ops:     make(chan *op),
+		wake:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		sweeper: make(chan struct{}),
@@ -129,6 +136,22 @@ func Open(path string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
+// Stats counts the commit loop's work since Open.
+type Stats struct {
+	// Commits is the number of write transactions committed (each one
+	// fsync'd).
+	Commits uint64
+	// Writes is the number of write operations (enqueue, dequeue, delete,
+	// entity write, batch, …) those transactions carried. Writes/Commits is
+	// the average group-commit size.
+	Writes uint64
+}
+
+// Stats returns counters of the commit loop's work since Open.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Writes: s.writes.Load()}
+}
+
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
 
@@ -141,6 +164,9 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	close(s.closing)
 	<-s.done
 	<-s.sweeper
@@ -240,24 +266,26 @@ func isFatal(err error) bool {
 var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
 
 // write runs fn in the commit loop and returns its result once the
-// transaction holding it is durable. A cancelled ctx stops the wait only
-// before the operation is handed to the loop.
+// transaction holding it is durable. ctx is checked before the operation is
+// queued; once queued, it runs and write waits for the commit.
 func (s *Store) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	if s.closed.Load() {
-		return storage.ErrClosed
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	o := opPool.Get().(*op)
 	o.run, o.err = fn, nil
-	select {
-	case s.ops <- o:
-	case <-s.closing:
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
 		o.run = nil
 		opPool.Put(o)
 		return storage.ErrClosed
-	case <-ctx.Done():
-		o.run = nil
-		opPool.Put(o)
-		return ctx.Err()
+	}
+	s.pending = append(s.pending, o)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 	<-o.done
 	err := o.err
@@ -266,25 +294,46 @@ func (s *Store) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
-// commitLoop gathers pending writes into one transaction per commit.
+// take moves up to MaxBatch pending operations into batch.
+func (s *Store) take(batch []*op) []*op {
+	s.mu.Lock()
+	n := min(len(s.pending), s.opts.MaxBatch-len(batch))
+	batch = append(batch, s.pending[:n]...)
+	rest := copy(s.pending, s.pending[n:])
+	clear(s.pending[rest:])
+	s.pending = s.pending[:rest]
+	s.mu.Unlock()
+	return batch
+}
+
+// commitLoop gathers pending writes into one transaction per commit. After
+// taking the pending writes it yields the processor a few times while more
+// arrive, so writers that were just woken by the previous commit join this
+// one instead of waiting a whole commit.
 func (s *Store) commitLoop() {
 	defer close(s.done)
 	batch := make([]*op, 0, 64)
 	for {
-		batch = batch[:0]
-		select {
-		case o := <-s.ops:
-			batch = append(batch, o)
-		case <-s.closing:
-			return
-		}
-	gather:
-		for len(batch) < s.opts.MaxBatch {
+		batch = s.take(batch[:0])
+		if len(batch) == 0 {
 			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break gather
+			case <-s.wake:
+				continue
+			case <-s.closing:
+				// Close stopped new writes; finish those already queued.
+				if batch = s.take(batch); len(batch) == 0 {
+					return
+				}
+			}
+		}
+		for range 4 {
+			if len(batch) >= s.opts.MaxBatch {
+				break
+			}
+			n := len(batch)
+			runtime.Gosched()
+			if batch = s.take(batch); len(batch) == n {
+				break
 			}
 		}
 		s.commit(batch)
@@ -327,7 +376,10 @@ func (s *Store) commit(ops []*op) {
 		for _, o := range ops {
 			o.err = fmt.Errorf("embedded: commit: %w", err)
 		}
+		return
 	}
+	s.commits.Add(1)
+	s.writes.Add(uint64(len(ops)))
 }
 
 // view runs a read-only transaction.

@@ -1,0 +1,193 @@
+package embedded_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+const benchText = `{"id":"0190a0b1-7c3e-7cde-8f00-123456789abc","type":"orders.place"}`
+
+func reportRate(b *testing.B, n int) {
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "ops/s")
+}
+
+func reportBatch(b *testing.B, s *embedded.Store) {
+	st := s.Stats()
+	if st.Commits > 0 {
+		b.ReportMetric(float64(st.Writes)/float64(st.Commits), "writes/commit")
+	}
+}
+
+// BenchmarkEnqueueParallel16: 16 producers enqueue concurrently; their writes
+// share commits.
+func BenchmarkEnqueueParallel16(b *testing.B) {
+	s := openStore(b, nil)
+	q := mustQ(b, s, "benchpar")
+	ctx := context.Background()
+	b.ResetTimer()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if _, err := q.Enqueue(ctx, benchText, 0, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	reportRate(b, b.N)
+	reportBatch(b, s)
+}
+
+// BenchmarkEnqueueSerial: one producer, one commit (two fsyncs) per enqueue.
+func BenchmarkEnqueueSerial(b *testing.B) {
+	s := openStore(b, nil)
+	q := mustQ(b, s, "benchser")
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := q.Enqueue(ctx, benchText, 0, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, b.N)
+}
+
+// BenchmarkDequeue32Delete: 4 consumers each dequeue 32 messages and delete
+// them concurrently (as a processor's handlers do); one op is one message
+// dequeued and deleted.
+func BenchmarkDequeue32Delete(b *testing.B) {
+	s := openStore(b, nil)
+	q := mustQ(b, s, "benchdeq")
+	ctx := context.Background()
+	fill(b, q, b.N)
+	b.ResetTimer()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < int64(b.N) {
+				msgs, err := q.Dequeue(ctx, 32, time.Minute)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(msgs) == 0 {
+					return
+				}
+				var dw sync.WaitGroup
+				for _, m := range msgs {
+					dw.Add(1)
+					go func() {
+						defer dw.Done()
+						if err := q.Delete(ctx, m.ID, m.PopReceipt); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				dw.Wait()
+				done.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := done.Load(); n != int64(b.N) {
+		b.Fatalf("processed %d messages; want %d", n, b.N)
+	}
+	reportRate(b, b.N)
+}
+
+// fill enqueues n messages from 16 producers.
+func fill(b *testing.B, q storage.Queue, n int) {
+	b.Helper()
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if _, err := q.Enqueue(ctx, benchText, 0, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkTableInsert: 16 writers insert entities (one per command
+// partition, a few properties); one op is one insert.
+func BenchmarkTableInsert(b *testing.B) {
+	s := openStore(b, nil)
+	tb, err := s.Table(context.Background(), "benchins")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				e := storage.Entity{PartitionKey: strconv.FormatInt(i, 10), RowKey: "cmd", Properties: map[string]any{
+					"Type": "orders.place", "Params": `{"sku":"abc","qty":3}`, "IssuedAt": time.Now().UTC(), "Attempts": int32(0),
+				}}
+				if _, err := tb.Insert(ctx, e); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	reportRate(b, b.N)
+}
+
+// BenchmarkBatch100: one writer, batches of 100 inserts in one partition;
+// one op is one batch.
+func BenchmarkBatch100(b *testing.B) {
+	s := openStore(b, nil)
+	tb, err := s.Table(context.Background(), "benchbatch")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		pk := fmt.Sprint(i)
+		ops := make([]storage.BatchOp, 100)
+		for j := range ops {
+			ops[j] = storage.BatchOp{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: pk, RowKey: fmt.Sprintf("%03d", j), Properties: map[string]any{"N": int64(j), "S": "event detail"}}}
+		}
+		if _, err := tb.Batch(ctx, pk, ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, b.N)
+}
