@@ -445,12 +445,28 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cfg.Reader.Requeue(r.Context(), id, "api:"+who); err != nil {
-		s.fail(w, r, err)
+		s.failPoisonAction(w, r, id, err)
 		return
 	}
 	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command requeued")
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
 	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.Pending)})
+}
+
+// failPoisonAction reports a failed requeue or discard. A command that
+// exists but has no poison entry is a 409 naming its state, not a 404.
+func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+		st, gerr := s.cfg.Reader.Get(r.Context(), id)
+		if gerr == nil {
+			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.Status)))
+			return
+		}
+		if !errors.Is(gerr, status.ErrNotFound) {
+			err = gerr
+		}
+	}
+	s.fail(w, r, err)
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
@@ -463,7 +479,7 @@ func (s *server) discard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cfg.Reader.Discard(r.Context(), id, "api:"+who); err != nil {
-		s.fail(w, r, err)
+		s.failPoisonAction(w, r, id, err)
 		return
 	}
 	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command discarded")

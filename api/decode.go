@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/commands"
 )
@@ -102,6 +103,8 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 		req.Params = json.RawMessage("{}")
 	case p[0] != '{':
 		errs = append(errs, FieldError{Pointer: "#/params", Detail: "params must be a JSON object (or absent for {})"})
+	case !utf8.Valid(p):
+		errs = append(errs, FieldError{Pointer: "#/params", Detail: "params contains bytes that are not UTF-8; send UTF-8 JSON"})
 	default:
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, p); err != nil { // cannot happen: Decode validated it
