@@ -3,13 +3,19 @@ package azure
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -19,7 +25,52 @@ type ctxKey int
 const (
 	keyNoBody ctxKey = iota
 	keyCapture
+	keyEmptyPK
 )
+
+// emptyKey stands in for an empty PartitionKey, which aztables refuses to
+// put in a request URL although the service accepts it; hookPolicy removes
+// it from the URL and body of requests made with keyEmptyPK. Keys cannot
+// contain control characters, and the random part keeps it from matching any
+// property value.
+var emptyKey = func() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "\x01cmdqemptykey" + hex.EncodeToString(b) + "\x01"
+}()
+
+var (
+	emptyKeyJSON = func() []byte { b, _ := json.Marshal(emptyKey); return b[1 : len(b)-1] }()
+	emptyKeyURL  = []byte(url.PathEscape(emptyKey))
+)
+
+// wireKey returns the partition key to hand to aztables and the context to
+// use with it.
+func wireKey(ctx context.Context, pk string) (context.Context, string) {
+	if pk != "" {
+		return ctx, pk
+	}
+	return context.WithValue(ctx, keyEmptyPK, true), emptyKey
+}
+
+func stripEmptyKey(req *policy.Request) error {
+	u := req.Raw().URL
+	if strings.Contains(u.Path, emptyKey) {
+		u.Path = strings.ReplaceAll(u.Path, emptyKey, "")
+		u.RawPath = ""
+	}
+	body := req.Body()
+	if body == nil {
+		return nil
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	b = bytes.ReplaceAll(b, emptyKeyJSON, nil)
+	b = bytes.ReplaceAll(b, emptyKeyURL, nil)
+	return req.SetBody(streaming.NopCloser(bytes.NewReader(b)), req.Raw().Header.Get("Content-Type"))
+}
 
 // captured is the final raw response of a request made with withCapture.
 type captured struct {
@@ -41,6 +92,11 @@ type hookPolicy struct{}
 
 func (hookPolicy) Do(req *policy.Request) (*http.Response, error) {
 	ctx := req.Raw().Context()
+	if ctx.Value(keyEmptyPK) != nil {
+		if err := stripEmptyKey(req); err != nil {
+			return nil, err
+		}
+	}
 	if ctx.Value(keyNoBody) != nil {
 		if err := req.SetBody(nil, ""); err != nil {
 			return nil, err

@@ -221,7 +221,8 @@ func (t *table) Get(ctx context.Context, partitionKey, rowKey string) (storage.E
 		return storage.Entity{}, err
 	}
 	ctx, c := withCapture(ctx)
-	resp, err := t.client.GetEntity(ctx, partitionKey, rowKey, nil)
+	ctx, wpk := wireKey(ctx, partitionKey)
+	resp, err := t.client.GetEntity(ctx, wpk, rowKey, nil)
 	if err != nil {
 		return storage.Entity{}, mapTableErr(err, t.name, "get")
 	}
@@ -229,7 +230,9 @@ func (t *table) Get(ctx context.Context, partitionKey, rowKey string) (storage.E
 	if err := json.Unmarshal(c.body, &raw); err != nil {
 		return storage.Entity{}, fmt.Errorf("azure: table %q get: decode response: %w", t.name, err)
 	}
-	return decodeEntity(raw, string(resp.ETag))
+	e, err := decodeEntity(raw, string(resp.ETag))
+	e.PartitionKey = partitionKey
+	return e, err
 }
 
 func ifMatchTag(ifMatch string) *azcore.ETag {
@@ -261,6 +264,7 @@ func (t *table) Update(ctx context.Context, e storage.Entity, mode storage.Updat
 	if err != nil {
 		return "", err
 	}
+	ctx, e.PartitionKey = wireKey(ctx, e.PartitionKey)
 	body, err := encodeEntity(e)
 	if err != nil {
 		return "", err
@@ -283,6 +287,7 @@ func (t *table) Upsert(ctx context.Context, e storage.Entity, mode storage.Updat
 	if err != nil {
 		return "", err
 	}
+	ctx, e.PartitionKey = wireKey(ctx, e.PartitionKey)
 	body, err := encodeEntity(e)
 	if err != nil {
 		return "", err
@@ -304,7 +309,8 @@ func (t *table) Delete(ctx context.Context, partitionKey, rowKey, ifMatch string
 	if err := storage.ValidateKey("RowKey", rowKey); err != nil {
 		return err
 	}
-	if _, err := t.client.DeleteEntity(ctx, partitionKey, rowKey, &aztables.DeleteEntityOptions{IfMatch: ifMatchTag(ifMatch)}); err != nil {
+	ctx, wpk := wireKey(ctx, partitionKey)
+	if _, err := t.client.DeleteEntity(ctx, wpk, rowKey, &aztables.DeleteEntityOptions{IfMatch: ifMatchTag(ifMatch)}); err != nil {
 		return mapTableErr(err, t.name, "delete")
 	}
 	return nil
@@ -437,8 +443,10 @@ func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.Ba
 		return nil, err
 	}
 	actions := make([]aztables.TransactionAction, len(ops))
+	ctx, wpk := wireKey(ctx, partitionKey)
 	for i, op := range ops {
 		a := &actions[i]
+		op.Entity.PartitionKey = wpk
 		var err error
 		switch op.Kind {
 		case storage.OpDelete:
