@@ -399,6 +399,9 @@ func TestConcurrentWritersShareCommits(t *testing.T) {
 	if c, _ := q.ApproximateCount(ctx); c != workers*per {
 		t.Fatalf("count = %d; want %d", c, workers*per)
 	}
+	if st := s.Stats(); st.Commits >= st.Writes {
+		t.Fatalf("Stats %+v: %d concurrent writers never shared a commit", st, workers)
+	}
 	seen := map[string]bool{}
 	for {
 		got, err := q.Dequeue(ctx, 32, time.Minute)

@@ -1,0 +1,151 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+	bolt "go.etcd.io/bbolt"
+)
+
+// checkIndex asserts that the visibility index holds exactly one entry per
+// message, keyed by the message's next-visible time, and that the counter
+// equals the number of messages.
+func checkIndex(t *testing.T, s *Store, queue string) int {
+	t.Helper()
+	n := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		qb := tx.Bucket([]byte("q:" + queue))
+		m, v := qb.Bucket(keyMessages), qb.Bucket(keyVisIndex)
+		err := m.ForEach(func(id, rec []byte) error {
+			n++
+			want := indexKey(i64(rec[offVisible:]), id)
+			if k, _ := v.Cursor().Seek(want); !bytes.Equal(k, want) {
+				return fmt.Errorf("message %x has no index entry", id)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		idx := 0
+		err = v.ForEach(func(k, _ []byte) error {
+			idx++
+			rec := m.Get(k[8:])
+			if rec == nil {
+				return fmt.Errorf("index entry %x has no message", k)
+			}
+			if i64(rec[offVisible:]) != i64(k) {
+				return fmt.Errorf("index entry %x disagrees with message visible time", k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if idx != n {
+			return fmt.Errorf("%d index entries for %d messages", idx, n)
+		}
+		if c := i64(qb.Get(keyCount)); c != int64(n) {
+			return fmt.Errorf("counter %d for %d messages", c, n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestIndexConsistencyUnderChurn runs concurrent enqueues, dequeues,
+// visibility updates, deletes and expiries on a fake clock and checks the
+// index after every phase.
+func TestIndexConsistencyUnderChurn(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	s, err := Open(filepath.Join(t.TempDir(), "churn.db"), &Options{Now: now, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	qi, err := s.Queue(ctx, "churn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := qi.(*queue)
+	for phase := range 6 {
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(phase), uint64(w)))
+				for range 40 {
+					ttl := []time.Duration{0, storage.NoExpiry, 3 * time.Second}[r.IntN(3)]
+					if _, err := q.Enqueue(ctx, "x", time.Duration(r.IntN(3))*time.Second, ttl); err != nil {
+						errs <- err
+						return
+					}
+					msgs, err := q.Dequeue(ctx, 1+r.IntN(5), time.Duration(r.IntN(4))*time.Second)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, m := range msgs {
+						switch r.IntN(3) {
+						case 0:
+							err = q.Delete(ctx, m.ID, m.PopReceipt)
+						case 1:
+							_, _, err = q.UpdateVisibility(ctx, m.ID, m.PopReceipt, time.Duration(r.IntN(3))*time.Second)
+						}
+						// Another worker may have re-dequeued it after a
+						// zero-length lease: that is the only allowed failure.
+						if err != nil && !errors.Is(err, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrNotFound) {
+							errs <- err
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		checkIndex(t, s, "churn")
+		clock.Add(int64(2 * time.Second))
+	}
+	// Let everything become visible and expire what can expire, then drain.
+	clock.Add(int64(time.Hour))
+	for {
+		msgs, err := q.Dequeue(ctx, 32, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			if err := q.Delete(ctx, m.ID, m.PopReceipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := checkIndex(t, s, "churn"); n != 0 {
+		t.Fatalf("%d messages left after draining", n)
+	}
+}
