@@ -225,7 +225,8 @@ func MessageText(id, cmdType string) string {
 // event (Worker = by), a new message on the command's queue, the poison entry
 // removed. Cost: 1 point read + 1 query + 1 batch + 1 enqueue + 1 delete.
 // Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. If the enqueue fails
-// the command is marked for the reconciler and the error says so.
+// the command (already pending) is marked for the reconciler, its poison
+// entry is removed, and the error says so.
 func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 	rec, err := r.loadPoisoned(ctx, id)
 	if err != nil {
@@ -241,6 +242,10 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 	if err != nil {
 		if merr := r.store.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
 			err = errors.Join(err, merr)
+		}
+		// The command is pending now: its poison entry goes either way.
+		if derr := r.deletePoison(ctx, id); derr != nil {
+			err = errors.Join(err, derr)
 		}
 		return fmt.Errorf("status: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
 	}

@@ -496,3 +496,31 @@ func TestTruncatesLongText(t *testing.T) {
 		}
 	})
 }
+
+func TestRequeueEnqueueFailureMarks(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Requeue", `{}`)
+		rec, _ := s.Load(ctx, id)
+		if err := s.Poison(ctx, rec, status.PoisonEntry{Reason: "permanent"}); err != nil {
+			t.Fatal(err)
+		}
+		env.Store.FailEnqueue.Store(true)
+		err := r.Requeue(ctx, id, "carol")
+		env.Store.FailEnqueue.Store(false)
+		if !errors.Is(err, statustest.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+			t.Fatalf("Requeue with failing enqueue: %v", err)
+		}
+		if st, _ := r.Get(ctx, id); st.Status != status.Pending {
+			t.Fatalf("status %s, want pending", st.Status)
+		}
+		if m, err := s.CommandsTable().Get(ctx, status.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
+			t.Fatalf("marker %+v %v", m, err)
+		}
+		if _, err := r.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("poison entry kept: %v", err)
+		}
+	})
+}
