@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -212,5 +213,19 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 		if w.ok {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(w.depth), w.q.Name())
 		}
+	}
+}
+
+// Metrics is what the processor reports to.
+var _ processor.Metrics = (*Metrics)(nil)
+
+// ProcessorHealth adapts a processor's health to Config.Health: the state is
+// the processor's State, healthy is Health.Healthy(), and the detail is the
+// processor.Health snapshot (state, since, lastError, consecutiveFaults,
+// inFlight).
+func ProcessorHealth(p *processor.Processor) HealthFunc {
+	return func() (string, bool, any) {
+		h := p.Health()
+		return string(h.State), h.Healthy(), h
 	}
 }

@@ -1,0 +1,142 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/api/apitest"
+)
+
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	for range 2 {
+		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
+	}
+	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"Other"}`), http.StatusAccepted)
+
+	r := send(t, http.MethodGet, s.URL+"/metrics", "", "", "")
+	if r.code != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics: %d %s", r.code, r.header.Get("Content-Type"))
+	}
+	body := string(r.body)
+	for _, want := range []string{
+		`cmdq_commands_issued_total{type="SendEmail"} 2`,
+		`cmdq_commands_issued_total{type="Other"} 1`,
+		// Every issue is one table batch and one enqueue.
+		`cmdq_storage_operations_total{op="table_batch",result="ok"} 3`,
+		`cmdq_storage_operations_total{op="queue_enqueue",result="ok"} 3`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func TestProcessorMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := api.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.NewMetrics(reg); err == nil {
+		t.Fatal("registering twice succeeded")
+	}
+	m.CommandCompleted("A")
+	m.CommandCompleted("A")
+	m.CommandFailed("A")
+	m.CommandPoisoned("")
+	m.HandlerDuration("A", 30*time.Millisecond)
+	m.LeaseLost("A")
+	m.PollInterval("commands", 1500*time.Millisecond)
+	m.Polled("commands", true)
+	m.Polled("commands", false)
+	m.Polled("commands", true)
+	want := `
+# HELP cmdq_commands_completed_total Commands completed, by type.
+# TYPE cmdq_commands_completed_total counter
+cmdq_commands_completed_total{type="A"} 2
+# HELP cmdq_commands_failed_total Failed handler attempts (each retry counts), by type.
+# TYPE cmdq_commands_failed_total counter
+cmdq_commands_failed_total{type="A"} 1
+# HELP cmdq_commands_poisoned_total Commands moved to the poison table, by type.
+# TYPE cmdq_commands_poisoned_total counter
+cmdq_commands_poisoned_total{type=""} 1
+# HELP cmdq_lease_lost_total Messages whose lease was lost while their handler ran, by type.
+# TYPE cmdq_lease_lost_total counter
+cmdq_lease_lost_total{type="A"} 1
+# HELP cmdq_poll_interval_seconds The poller's current wait between dequeues of an empty queue, in seconds.
+# TYPE cmdq_poll_interval_seconds gauge
+cmdq_poll_interval_seconds{queue="commands"} 1.5
+# HELP cmdq_polls_total Dequeues by the processor, by queue and result (empty, messages).
+# TYPE cmdq_polls_total counter
+cmdq_polls_total{queue="commands",result="empty"} 2
+cmdq_polls_total{queue="commands",result="messages"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"cmdq_commands_completed_total", "cmdq_commands_failed_total", "cmdq_commands_poisoned_total",
+		"cmdq_lease_lost_total", "cmdq_poll_interval_seconds", "cmdq_polls_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "cmdq_handler_duration_seconds"); n != 1 {
+		t.Fatalf("handler duration series: %d", n)
+	}
+	// A nil *Metrics ignores every call.
+	var nilM *api.Metrics
+	nilM.CommandCompleted("A")
+	nilM.StorageOp("x", nil)
+	nilM.WatchQueue(nil)
+}
+
+func TestQueueDepthSampled(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	for range 3 {
+		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
+	}
+	q, err := s.Store.Queue(context.Background(), s.Names.Queue(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Metrics.WatchQueue(q)
+	for range 5 { // a scrape storm
+		r := send(t, http.MethodGet, s.URL+"/metrics", "", "", "")
+		if !strings.Contains(string(r.body), `cmdq_queue_depth{queue="cmdq-commands"} 3`) {
+			t.Fatalf("depth missing:\n%s", r.body)
+		}
+	}
+	if got := storageOps(t, s.Prom, "queue_count"); got != 1 {
+		t.Fatalf("ApproximateCount called %v times for 5 scrapes within the TTL, want 1", got)
+	}
+}
+
+// storageOps sums cmdq_storage_operations_total for op.
+func storageOps(t *testing.T, g prometheus.Gatherer, op string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != "cmdq_storage_operations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					v += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return v
+}
