@@ -71,7 +71,9 @@ func NewID() string { return uuid.NewString() }
 // Envelope is the queue message: {"id":"…","type":"…"}. The parameters stay
 // in the commands table.
 type Envelope struct {
-	ID   string `json:"id"`
+	// ID is the command ID.
+	ID string `json:"id"`
+	// Type is the command type name.
 	Type string `json:"type"`
 }
 

@@ -113,6 +113,7 @@ type DecodeError struct {
 	Err error
 }
 
+// Error names the command type and the JSON problem.
 func (e *DecodeError) Error() string {
 	return "handlers: params of " + e.Type + " do not decode: " + e.Err.Error()
 }

@@ -36,6 +36,7 @@ type PoisonQuery struct {
 
 // PoisonPage is one page of poison entries, newest first.
 type PoisonPage struct {
+	// Entries are the page's entries, newest first (empty, not nil, when none).
 	Entries []PoisonEntry `json:"entries"`
 	// Continuation is "" on the last page.
 	Continuation string `json:"continuation,omitempty"`
