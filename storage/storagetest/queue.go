@@ -178,8 +178,9 @@ func testQueueInvisibleUntilTimeout(t *testing.T, s storage.Store) {
 	q := newQueue(t, s)
 	_, err := q.Enqueue(ctx, "invisible", 0, 0)
 	must(t, "Enqueue", err)
-	d1 := dequeueOneEventually(ctx, t, q, 2*time.Second, time.Now().Add(5*time.Second), "the message")
-	near(t, "NextVisibleAt", d1.NextVisibleAt, time.Now().Add(2*time.Second), clockTolerance)
+	// 3 s leaves a wide margin for the "still invisible" checks on a loaded machine.
+	d1 := dequeueOneEventually(ctx, t, q, 3*time.Second, time.Now().Add(5*time.Second), "the message")
+	near(t, "NextVisibleAt", d1.NextVisibleAt, time.Now().Add(3*time.Second), clockTolerance)
 	ms, err := q.Dequeue(ctx, 32, leaseLong)
 	must(t, "Dequeue while invisible", err)
 	if len(ms) != 0 {
@@ -235,9 +236,9 @@ func testQueueUpdateVisibilityPreservesText(t *testing.T, s storage.Store) {
 func testQueueEnqueueVisibilityDelay(t *testing.T, s storage.Store) {
 	ctx := caseCtx(t)
 	q := newQueue(t, s)
-	m, err := q.Enqueue(ctx, "delayed", 2*time.Second, 0)
+	m, err := q.Enqueue(ctx, "delayed", 3*time.Second, 0)
 	must(t, "Enqueue with delay", err)
-	near(t, "NextVisibleAt of a delayed message", m.NextVisibleAt, m.InsertedAt.Add(2*time.Second), 1500*time.Millisecond)
+	near(t, "NextVisibleAt of a delayed message", m.NextVisibleAt, m.InsertedAt.Add(3*time.Second), 1500*time.Millisecond)
 	ms, err := q.Dequeue(ctx, 32, leaseLong)
 	must(t, "Dequeue", err)
 	if len(ms) != 0 {
@@ -263,10 +264,10 @@ func testQueueEnqueueVisibilityDelay(t *testing.T, s storage.Store) {
 func testQueueTTLExpiry(t *testing.T, s storage.Store) {
 	ctx := caseCtx(t)
 	q := newQueue(t, s)
-	// Azure counts TTL in whole seconds; 2 s leaves room to see it alive first.
-	m, err := q.Enqueue(ctx, "short-lived", 0, 2*time.Second)
-	must(t, "Enqueue with ttl 2s", err)
-	near(t, "ExpiresAt", m.ExpiresAt, m.InsertedAt.Add(2*time.Second), 1500*time.Millisecond)
+	// Azure counts TTL in whole seconds; 3 s leaves room to see it alive first.
+	m, err := q.Enqueue(ctx, "short-lived", 0, 3*time.Second)
+	must(t, "Enqueue with ttl 3s", err)
+	near(t, "ExpiresAt", m.ExpiresAt, m.InsertedAt.Add(3*time.Second), 1500*time.Millisecond)
 	ms, err := q.Peek(ctx, 32)
 	must(t, "Peek", err)
 	if len(ms) != 1 {

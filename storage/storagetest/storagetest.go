@@ -16,7 +16,7 @@
 // under both Azure's queue and table rules), so open may return the same store
 // to every case; the suite never closes the store it gets. Cases run as
 // parallel subtests grouped as Queue/…, Table/…, Batch/…, Validation/… and
-// Concurrency/…. Visibility timeouts in the suite are whole seconds (1–2 s for
+// Concurrency/…. Visibility timeouts in the suite are whole seconds (1–3 s for
 // cases that wait for expiry, 30 s for cases that must not see expiry), because
 // the Azure service counts visibility in seconds; the suite waits for
 // visibility changes by waiting for the time the driver reported and then
