@@ -241,7 +241,7 @@ func (c Config) Validate() error {
 
 func validPrefix(p string) error {
 	if len(p) > 40 {
-		return fmt.Errorf("Prefix %q is longer than 40 characters", p)
+		return fmt.Errorf("prefix %q is longer than 40 characters", p)
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -249,7 +249,7 @@ func validPrefix(p string) error {
 		case c >= 'a' && c <= 'z':
 		case c >= '0' && c <= '9' && i > 0:
 		default:
-			return fmt.Errorf("Prefix %q must be lowercase letters and digits starting with a letter (it names queues and tables)", p)
+			return fmt.Errorf("prefix %q must be lowercase letters and digits starting with a letter (it names queues and tables)", p)
 		}
 	}
 	return nil

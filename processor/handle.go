@@ -321,7 +321,7 @@ func (a *attempt) run() {
 	a.mu.Lock()
 	a.startedAt = time.Now()
 	a.running = true
-	lastStep := a.rec.Step
+	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
 	a.mu.Unlock()
 	a.k.mu.Lock()
 	a.k.onLost = cancel
@@ -333,9 +333,9 @@ func (a *attempt) run() {
 		return
 	}
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
-	run := handlers.NewRun(handlers.RunInfo{ID: a.rec.ID, Type: a.rec.Type, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
+	run := handlers.NewRun(handlers.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
 
-	herr, stack := invoke(hctx, def, a.rec.Params, run)
+	stack, herr := invoke(hctx, def, params, run)
 	dur := time.Since(a.startedAt)
 	startedTimer.Stop()
 	cause := context.Cause(hctx)
@@ -367,14 +367,14 @@ func (a *attempt) run() {
 }
 
 // invoke runs the handler, turning a panic into an error and its stack.
-func invoke(ctx context.Context, def *handlers.Definition, params []byte, run *handlers.Run) (err error, stack string) {
+func invoke(ctx context.Context, def *handlers.Definition, params []byte, run *handlers.Run) (stack string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			stack = string(debug.Stack())
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	return def.Invoke(ctx, params, run), ""
+	return "", def.Invoke(ctx, params, run)
 }
 
 // complete writes the final batch (started + completed) and deletes the message.

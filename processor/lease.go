@@ -153,10 +153,3 @@ func (k *keeper) stop() (receipt string, held bool) {
 	defer k.mu.Unlock()
 	return k.receipt, !k.lost
 }
-
-// deadline is when the current lease ends.
-func (k *keeper) deadline() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.expires
-}

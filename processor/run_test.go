@@ -383,7 +383,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, processor.ErrInvalidConfig) {
 		t.Fatalf("err %v", err)
 	}
-	for _, want := range []string{"Prefix", "BatchSize", "MinPollInterval", "Tolerance", "PollJitter"} {
+	for _, want := range []string{"prefix", "BatchSize", "MinPollInterval", "Tolerance", "PollJitter"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}
