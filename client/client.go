@@ -212,28 +212,30 @@ const DefaultWaitInterval = 500 * time.Millisecond
 
 // Wait polls Get every pollInterval (0 = DefaultWaitInterval) until the
 // command is completed, poisoned or discarded, and returns that status. It
-// returns ctx's error, with the last status seen, when ctx ends first; other
-// errors (not found, unauthorized, …) end it at once.
+// returns ctx's error, with the last status seen (zero if none), when ctx
+// ends first; other errors (not found, unauthorized, …) end it at once.
 func (c *Client) Wait(ctx context.Context, id string, pollInterval time.Duration) (status.Status, error) {
 	if pollInterval <= 0 {
 		pollInterval = DefaultWaitInterval
 	}
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	var last status.Status
 	for {
 		st, err := c.Get(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
-				return st, fmt.Errorf("cmdq client: waiting for command %s: %w", id, ctx.Err())
+				return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.Status, ctx.Err())
 			}
-			return st, err
+			return last, err
 		}
+		last = st
 		if st.Status.Final() {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("cmdq client: waiting for command %s (last status %s): %w", id, st.Status, ctx.Err())
+			return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.Status, ctx.Err())
 		case <-t.C:
 		}
 	}

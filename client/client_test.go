@@ -1,0 +1,296 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNewRejectsBadURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"", "localhost:8080", "ftp://x", "http://", "http://x/?a=1", "://"} {
+		if _, err := client.New(u); err == nil {
+			t.Errorf("New(%q) accepted", u)
+		}
+	}
+}
+
+func TestIssueGetEvents(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	c := newClient(t, s.URL+"/") // a trailing slash is fine
+	ctx := context.Background()
+
+	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", Params: map[string]string{"to": "a@example.com"}, CorrelationID: "corr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commands.ValidateID(res.ID) != nil || res.Status != status.Pending || res.Existing {
+		t.Fatalf("issue %+v", res)
+	}
+	st, err := c.Get(ctx, res.ID)
+	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.Status != status.Pending || st.CorrelationID != "corr" {
+		t.Fatalf("get %+v %v", st, err)
+	}
+	evs, err := c.Events(ctx, res.ID)
+	if err != nil || len(evs) != 1 || evs[0].Kind != status.Created {
+		t.Fatalf("events %+v %v", evs, err)
+	}
+
+	// Raw params, an explicit ID, and the idempotent repeat.
+	id := commands.NewID()
+	for i, p := range []any{json.RawMessage(`{"n":1}`), []byte(`{"n":1}`), map[string]int{"n": 1}} {
+		res, err := c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: p})
+		if err != nil || res.ID != id || res.Existing != (i > 0) {
+			t.Fatalf("issue %d: %+v %v", i, res, err)
+		}
+	}
+	_, err = c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: map[string]int{"n": 2}})
+	var ce *client.Error
+	if !errors.Is(err, client.ErrConflict) || !errors.As(err, &ce) || ce.StatusCode != http.StatusConflict || ce.Detail == "" || len(ce.Errors) != 1 {
+		t.Fatalf("conflict: %v", err)
+	}
+	_, err = c.Issue(ctx, client.IssueRequest{Type: "1bad", Params: []int{1}})
+	if !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ce) || len(ce.Errors) != 2 || !strings.Contains(err.Error(), "#/params") {
+		t.Fatalf("invalid: %v", err)
+	}
+	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: func() {}}); err == nil {
+		t.Fatal("unencodable params accepted")
+	}
+	if _, err := c.Get(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("malformed id: %v", err)
+	}
+	if _, err := c.Events(ctx, "x"); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("malformed id: %v", err)
+	}
+}
+
+func TestAuthErrors(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	ctx := context.Background()
+	_, err := newClient(t, s.URL).Issue(ctx, client.IssueRequest{Type: "A"})
+	if !errors.Is(err, client.ErrUnauthorized) || errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("no token: %v", err)
+	}
+	_, err = newClient(t, s.URL, client.WithToken(apitest.ReaderToken)).Issue(ctx, client.IssueRequest{Type: "A"})
+	if !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("reader issuing: %v", err)
+	}
+	res, err := newClient(t, s.URL, client.WithToken(apitest.IssuerToken)).Issue(ctx, client.IssueRequest{Type: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, s.URL, client.WithToken(apitest.OperatorToken), client.WithHTTPClient(&http.Client{Timeout: 5 * time.Second})).Get(ctx, res.ID); err != nil {
+		t.Fatalf("operator reading: %v", err)
+	}
+}
+
+func TestPoisonOperations(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	c := newClient(t, s.URL, client.WithToken(apitest.AllToken))
+	ctx := context.Background()
+	var ids []string
+	for _, typ := range []string{"A", "B", "A"} {
+		res, err := c.Issue(ctx, client.IssueRequest{Type: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Poison(t, res.ID, "ceiling exceeded", "boom")
+		ids = append(ids, res.ID)
+	}
+	page, err := c.ListPoison(ctx, client.PoisonQuery{Type: "A", Limit: 1})
+	if err != nil || len(page.Entries) != 1 || page.Entries[0].Type != "A" || page.Continuation == "" {
+		t.Fatalf("page 1 %+v %v", page, err)
+	}
+	page2, err := c.ListPoison(ctx, client.PoisonQuery{Type: "A", Limit: 1, Continuation: page.Continuation})
+	if err != nil || len(page2.Entries) != 1 || page2.Continuation != "" || page2.Entries[0].CommandID == page.Entries[0].CommandID {
+		t.Fatalf("page 2 %+v %v", page2, err)
+	}
+	if _, err := c.ListPoison(ctx, client.PoisonQuery{Limit: 5000}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("bad limit: %v", err)
+	}
+	e, err := c.GetPoison(ctx, ids[1])
+	if err != nil || e.CommandID != ids[1] || e.Type != "B" || e.Reason != "ceiling exceeded" {
+		t.Fatalf("get poison %+v %v", e, err)
+	}
+	if err := c.Requeue(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Requeue(ctx, ids[0]); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("second requeue: %v", err)
+	}
+	if err := c.Discard(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("discarded entry: %v", err)
+	}
+	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.Status != status.Discarded {
+		t.Fatalf("wait on discarded: %+v %v", st, err)
+	}
+	if err := c.Discard(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("unknown discard: %v", err)
+	}
+	// Operator actions are recorded with who did them.
+	evs, err := c.Events(ctx, ids[0])
+	if err != nil || evs[len(evs)-1].Kind != status.Requeued || !strings.HasPrefix(evs[len(evs)-1].Worker, "api:token:") {
+		t.Fatalf("events %+v %v", evs, err)
+	}
+}
+
+func TestWaitEndsWithContext(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	c := newClient(t, s.URL)
+	res, err := c.Issue(context.Background(), client.IssueRequest{Type: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	st, err := c.Wait(ctx, res.ID, 10*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || st.Status != status.Pending {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+	if _, err := c.Wait(context.Background(), commands.NewID(), 0); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("wait on unknown: %v", err)
+	}
+}
+
+func TestNonProblemError(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("<html>bad gateway</html>"))
+	}))
+	defer hs.Close()
+	_, err := newClient(t, hs.URL).Get(context.Background(), commands.NewID())
+	var ce *client.Error
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != 502 || ce.Title != "Bad Gateway" || !strings.Contains(ce.Detail, "bad gateway") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+type greet struct {
+	Name string `json:"name"`
+}
+
+func (greet) CommandType() string { return "Greet" }
+
+type reject struct{}
+
+func (reject) CommandType() string { return "Reject" }
+
+// TestWithProcessor issues through the client and waits for a real processor
+// (same process, same embedded store, woken by the Issuer's Notify).
+func TestWithProcessor(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	reg := handlers.NewRegistry()
+	greeted := make(chan string, 1)
+	if err := handlers.Register(reg, func(ctx context.Context, g greet, run *handlers.Run) error {
+		if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
+			return err
+		}
+		greeted <- g.Name
+		return nil
+	}, handlers.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := handlers.Register(reg, func(context.Context, reject, *handlers.Run) error {
+		return handlers.Permanent(errors.New("rejected on purpose"))
+	}, handlers.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(st, reg, processor.Config{ReconcileInterval: processor.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("processor: %v", err)
+		}
+	})
+	s := apitest.Start(t, apitest.Options{Store: st, Registry: reg, Notify: p.Notify})
+	c := newClient(t, s.URL)
+
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	res, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: greet{Name: "Ada"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, err := c.Wait(wctx, res.ID, 20*time.Millisecond)
+	if err != nil || final.Status != status.Completed || final.Step != 1 || final.Attempts != 1 {
+		t.Fatalf("wait: %+v %v", final, err)
+	}
+	if got := <-greeted; got != "Ada" {
+		t.Fatalf("handler got %q", got)
+	}
+	evs, err := c.Events(wctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		kinds = append(kinds, string(e.Kind))
+	}
+	if strings.Join(kinds, ",") != "created,started,step_completed,completed" {
+		t.Fatalf("events %v", kinds)
+	}
+
+	// The registry makes the API refuse what the handler could not decode.
+	if _, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: map[string]int{"name": 1}}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("undecodable params: %v", err)
+	}
+	// A permanent failure ends poisoned; the poison entry is visible.
+	res, err = c.Issue(wctx, client.IssueRequest{Type: "Reject"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, err = c.Wait(wctx, res.ID, 20*time.Millisecond)
+	if err != nil || final.Status != status.Poisoned || !strings.Contains(final.LastError, "rejected on purpose") {
+		t.Fatalf("wait: %+v %v", final, err)
+	}
+	e, err := c.GetPoison(wctx, res.ID)
+	if err != nil || e.Type != "Reject" {
+		t.Fatalf("poison entry %+v %v", e, err)
+	}
+}
