@@ -73,7 +73,8 @@ const (
 	// NoExpiry passed as ttl makes a message never expire.
 	NoExpiry time.Duration = -1
 
-	// MaxKeyBytes is the largest PartitionKey or RowKey, in UTF-8 bytes (1 KiB).
+	// MaxKeyBytes is the largest PartitionKey or RowKey, in UTF-16 bytes as
+	// Azure counts them (1 KiB: 512 UTF-16 code units).
 	MaxKeyBytes = 1024
 	// MaxEntityBytes is the largest entity, keys and property names included (1 MiB).
 	MaxEntityBytes = 1024 * 1024

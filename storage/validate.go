@@ -83,15 +83,16 @@ func equalFoldASCII(a, b string) bool {
 }
 
 // ValidateKey checks a PartitionKey or RowKey (which names it, for the error):
-// valid UTF-8, at most MaxKeyBytes, and none of / \ # ? or control characters
+// valid UTF-8, at most MaxKeyBytes in UTF-16 (as Azure counts: 512 code
+// units), and none of / \ # ? or control characters
 // (U+0000–U+001F, U+007F–U+009F). An empty key is allowed, as in Azure. The
 // error wraps ErrInvalidKey or ErrTooLarge.
 func ValidateKey(which, key string) error {
-	if len(key) > MaxKeyBytes {
-		return fmt.Errorf("%w: %s is %d bytes; the limit is %d bytes (1 KiB)", ErrTooLarge, which, len(key), MaxKeyBytes)
-	}
 	if !utf8.ValidString(key) {
 		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidKey, which, key)
+	}
+	if n := 2 * utf16Len(key); n > MaxKeyBytes {
+		return fmt.Errorf("%w: %s is %d bytes in UTF-16 (%d characters); the limit is %d bytes (1 KiB, 512 UTF-16 code units)", ErrTooLarge, which, n, utf16Len(key), MaxKeyBytes)
 	}
 	for _, r := range key {
 		switch {

@@ -491,9 +491,9 @@ func testTableQueryPaging(t *testing.T, s storage.Store) {
 	wantKeys(t, "Query with Top 1000", got, sortedKeys(keys))
 }
 
-// testTableLongKeys: Azure's key limit is "1 KiB"; Azurite counts it as 512
-// UTF-16 code units, so 512 characters is the longest key the suite relies
-// on (storage.MaxKeyBytes, 1024 UTF-8 bytes, is only the client-side bound).
+// testTableLongKeys: Azure's key limit is "1 KiB" counted in UTF-16, so 512
+// code units is the longest key (storage.MaxKeyBytes); testValidationKeyTooLong
+// shows 513 are refused before any I/O.
 func testTableLongKeys(t *testing.T, s storage.Store) {
 	ctx := caseCtx(t)
 	tb := newTable(t, s)
