@@ -94,7 +94,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 		errs = append(errs, FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
 		if err := commands.ValidateType(req.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/type", Detail: err.Error()})
+			errs = append(errs, FieldError{Pointer: "#/type", Detail: trimPrefix(err)})
 		}
 	}
 	p := bytes.TrimSpace(req.Params)
@@ -115,7 +115,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	}
 	if req.ID != "" {
 		if err := commands.ValidateID(req.ID); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/id", Detail: err.Error()})
+			errs = append(errs, FieldError{Pointer: "#/id", Detail: trimPrefix(err)})
 		}
 	}
 	if len(req.CorrelationID) > MaxCorrelationIDLength {

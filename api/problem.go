@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -119,20 +120,32 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" && r != nil {
 		p.Instance = r.URL.Path
 	}
-	b, err := json.Marshal(p)
+	b, err := marshal(p)
 	if err != nil { // cannot happen: Problem holds only strings and ints
-		b = []byte(`{"type":"` + ProblemInternal + `","title":"Internal server error","status":500}`)
+		b = []byte(`{"type":"` + ProblemInternal + `","title":"Internal server error","status":500}` + "\n")
 		p.Status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
+}
+
+// marshal encodes v as one line of JSON without HTML escaping (so "<token>"
+// stays readable).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // writeJSON writes v as a JSON response with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		writeProblem(w, nil, newProblem(ProblemInternal, "encoding the response failed"))
 		return
@@ -140,5 +153,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
