@@ -7,7 +7,7 @@ import (
 
 // Metrics receives the processor's measurements. Implementations must be safe
 // for concurrent use and fast (they run on the processing path).
-// NewPrometheusMetrics returns one backed by Prometheus collectors.
+// api.Metrics implements it with Prometheus collectors.
 type Metrics interface {
 	// CommandCompleted counts a command whose handler succeeded.
 	CommandCompleted(cmdType string)
