@@ -114,7 +114,12 @@ func TestAuthErrors(t *testing.T) {
 
 func TestPoisonOperations(t *testing.T) {
 	t.Parallel()
-	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	poisonFlow(t, apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()}))
+}
+
+// poisonFlow issues three commands, poisons them and exercises every poison
+// route through the client.
+func poisonFlow(t *testing.T, s *apitest.Server) {
 	c := newClient(t, s.URL, client.WithToken(apitest.AllToken))
 	ctx := context.Background()
 	var ids []string
