@@ -1,0 +1,563 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// defaultServer is the server the operator commands talk to when neither
+// --server nor --store is given.
+const defaultServer = "http://127.0.0.1:8080"
+
+// backend is what the operator commands need: a cmdq server (HTTP) or a
+// store opened directly.
+type backend interface {
+	Issue(ctx context.Context, r commands.Raw) (id string, existing bool, err error)
+	Get(ctx context.Context, id string) (status.Status, error)
+	Events(ctx context.Context, id string) ([]status.Event, error)
+	ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error)
+	GetPoison(ctx context.Context, id string) (status.PoisonEntry, error)
+	Requeue(ctx context.Context, id string) error
+	Discard(ctx context.Context, id string) error
+	Close() error
+}
+
+// errNotFound is what both backends' not-found errors match.
+var errNotFound = errors.New("not found")
+
+// remoteFlags choose and reach the backend.
+type remoteFlags struct {
+	server string
+	token  string
+	store  storeFlags
+	cmd    *cobra.Command
+}
+
+func (f *remoteFlags) add(c *cobra.Command) {
+	f.cmd = c
+	c.Flags().StringVar(&f.server, "server", "", "URL of a cmdq server (default "+defaultServer+" unless --store is given)")
+	c.Flags().StringVar(&f.token, "token", "", "bearer token for --server (default none)")
+	f.store.add(c)
+}
+
+// open returns the backend: the server given by --server; else the store
+// given by --store; else the default server.
+func (f *remoteFlags) open(ctx context.Context) (backend, error) {
+	if f.cmd.Flags().Changed("server") || !f.cmd.Flags().Changed("store") {
+		url := f.server
+		if url == "" {
+			url = defaultServer
+		}
+		var opts []client.Option
+		if f.token != "" {
+			opts = append(opts, client.WithToken(f.token))
+		}
+		c, err := client.New(url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("--server: %w", err)
+		}
+		return httpBackend{c}, nil
+	}
+	st, err := f.store.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := status.Names{Prefix: f.store.prefix}
+	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("issuer: %w", err)
+	}
+	rd, err := status.OpenReader(ctx, st, names, status.Options{})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("open status tables: %w", err)
+	}
+	return &storeBackend{st: st, iss: iss, rd: rd, by: operatorName()}, nil
+}
+
+// operatorName names the CLI user in requeued and discarded events.
+func operatorName() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return "cli:" + name + "@" + host
+}
+
+type httpBackend struct{ c *client.Client }
+
+func wrapHTTP(err error) error {
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("%w: %w", errNotFound, err)
+	}
+	return err
+}
+
+func (b httpBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
+	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
+	return res.ID, res.Existing, err
+}
+
+func (b httpBackend) Get(ctx context.Context, id string) (status.Status, error) {
+	s, err := b.c.Get(ctx, id)
+	return s, wrapHTTP(err)
+}
+
+func (b httpBackend) Events(ctx context.Context, id string) ([]status.Event, error) {
+	e, err := b.c.Events(ctx, id)
+	return e, wrapHTTP(err)
+}
+
+func (b httpBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+	return b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
+}
+
+func (b httpBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	p, err := b.c.GetPoison(ctx, id)
+	return p, wrapHTTP(err)
+}
+
+func (b httpBackend) Requeue(ctx context.Context, id string) error {
+	return wrapHTTP(b.c.Requeue(ctx, id))
+}
+
+func (b httpBackend) Discard(ctx context.Context, id string) error {
+	return wrapHTTP(b.c.Discard(ctx, id))
+}
+
+func (httpBackend) Close() error { return nil }
+
+type storeBackend struct {
+	st  storage.Store
+	iss *commands.Issuer
+	rd  *status.Reader
+	by  string
+}
+
+func wrapStore(err error) error {
+	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("%w: %w", errNotFound, err)
+	}
+	return err
+}
+
+func (b *storeBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
+	res, err := b.iss.IssueRaw(ctx, r)
+	return res.ID, res.Existing, err
+}
+
+func (b *storeBackend) Get(ctx context.Context, id string) (status.Status, error) {
+	if err := commands.ValidateID(id); err != nil {
+		return status.Status{}, err
+	}
+	s, err := b.rd.Get(ctx, id)
+	return s, wrapStore(err)
+}
+
+func (b *storeBackend) Events(ctx context.Context, id string) ([]status.Event, error) {
+	if err := commands.ValidateID(id); err != nil {
+		return nil, err
+	}
+	e, err := b.rd.Events(ctx, id)
+	return e, wrapStore(err)
+}
+
+func (b *storeBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+	return b.rd.ListPoison(ctx, q)
+}
+
+func (b *storeBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	p, err := b.rd.GetPoison(ctx, id)
+	return p, wrapStore(err)
+}
+
+func (b *storeBackend) Requeue(ctx context.Context, id string) error {
+	return wrapStore(b.rd.Requeue(ctx, id, b.by))
+}
+
+func (b *storeBackend) Discard(ctx context.Context, id string) error {
+	return wrapStore(b.rd.Discard(ctx, id, b.by))
+}
+
+func (b *storeBackend) Close() error { return b.st.Close() }
+
+// withBackend opens the backend, runs fn and closes it.
+func (f *remoteFlags) withBackend(ctx context.Context, fn func(b backend) error) error {
+	b, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return fn(b)
+}
+
+const remoteHelp = `
+It talks to a cmdq server (--server URL, --token) or opens a store directly
+(--store embedded --data DIR, or --store azure). With neither, it uses the
+server at ` + defaultServer + `. The embedded store belongs to one process:
+while ` + "`cmdq serve`" + ` holds it, use --server.`
+
+func newSendCmd() *cobra.Command {
+	var (
+		f        remoteFlags
+		params   string
+		id       string
+		corr     string
+		wait     bool
+		interval time.Duration
+		timeout  time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "send TYPE",
+		Short: "Issue a command and print its ID (--wait: wait until it ends)",
+		Long: `send issues a command of type TYPE with JSON params and prints its ID on
+stdout. With --wait it then waits until the command is completed, poisoned or
+discarded, and prints the final status; it exits 1 unless the command
+completed.
+
+Examples:
+  cmdq send demo.echo --params '{"hello":"world"}' --wait
+  cmdq send demo.fail --params '{"times":2}' --wait
+` + remoteHelp,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			if !json.Valid([]byte(params)) {
+				return fmt.Errorf("--params %q is not valid JSON; pass an object such as '{\"ms\":500}'", params)
+			}
+			out := cmd.OutOrStdout()
+			return f.withBackend(ctx, func(b backend) error {
+				gotID, existing, err := b.Issue(ctx, commands.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				if err != nil {
+					return fmt.Errorf("send %s: %w", args[0], err)
+				}
+				fmt.Fprintln(out, gotID)
+				if existing {
+					fmt.Fprintln(cmd.ErrOrStderr(), "cmdq: a command with this ID and params already existed; nothing new was issued")
+				}
+				if !wait {
+					return nil
+				}
+				st, err := waitFinal(ctx, b, gotID, interval)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", st.ID, st.Status, st.Attempts, st.Step)
+				if st.Status != status.Completed {
+					msg := fmt.Sprintf("command %s ended %s", st.ID, st.Status)
+					if st.LastError != "" {
+						msg += ": " + st.LastError
+					}
+					return &exitError{code: 1, err: errors.New(msg + "; `cmdq status " + st.ID + "` shows its events")}
+				}
+				return nil
+			})
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
+	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID and params again returns the existing command")
+	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
+	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded")
+	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --wait and --watch")
+	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
+	return c
+}
+
+// waitFinal polls until the command's state is final or ctx ends.
+func waitFinal(ctx context.Context, b backend, id string, interval time.Duration) (status.Status, error) {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		st, err := b.Get(ctx, id)
+		if err != nil {
+			return st, fmt.Errorf("status of %s: %w", id, err)
+		}
+		if st.Status.Final() {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.Status, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		f        remoteFlags
+		watch    bool
+		asJSON   bool
+		interval time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a command's status and its events as a timeline (--watch: follow it)",
+		Long: `status prints a command's current status and its lifecycle events, oldest
+first. With --watch it keeps printing new events until the command is
+completed, poisoned or discarded.
+` + remoteHelp,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			out := cmd.OutOrStdout()
+			return f.withBackend(ctx, func(b backend) error {
+				st, err := b.Get(ctx, id)
+				if err != nil {
+					return fmt.Errorf("status of %s: %w", id, err)
+				}
+				evs, err := b.Events(ctx, id)
+				if err != nil {
+					return fmt.Errorf("events of %s: %w", id, err)
+				}
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(struct {
+						status.Status
+						Events []status.Event `json:"events"`
+					}{st, evs})
+				}
+				printStatus(out, st)
+				fmt.Fprintln(out)
+				var last int64
+				last = printEvents(out, evs, last)
+				if !watch {
+					return nil
+				}
+				t := time.NewTicker(interval)
+				defer t.Stop()
+				for !st.Status.Final() {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-t.C:
+					}
+					if st, err = b.Get(ctx, id); err != nil {
+						return fmt.Errorf("status of %s: %w", id, err)
+					}
+					if evs, err = b.Events(ctx, id); err != nil {
+						return fmt.Errorf("events of %s: %w", id, err)
+					}
+					last = printEvents(out, evs, last)
+				}
+				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", st.ID, st.Status, st.Attempts, st.Step)
+				return nil
+			})
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events until the command is completed, poisoned or discarded")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the status and events as JSON")
+	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --watch")
+	return c
+}
+
+const timeLayout = "2006-01-02 15:04:05.000"
+
+func printStatus(w io.Writer, st status.Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "command\t%s\n", st.ID)
+	fmt.Fprintf(tw, "type\t%s\n", st.Type)
+	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", st.Status, st.Attempts, st.Step)
+	if st.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", st.LastError)
+	}
+	fmt.Fprintf(tw, "created\t%s\n", st.CreatedAt.Local().Format(timeLayout))
+	fmt.Fprintf(tw, "updated\t%s\n", st.UpdatedAt.Local().Format(timeLayout))
+	if st.CorrelationID != "" {
+		fmt.Fprintf(tw, "correlation\t%s\n", st.CorrelationID)
+	}
+	_ = tw.Flush()
+}
+
+// printEvents prints the events with Seq > after and returns the last Seq printed.
+func printEvents(w io.Writer, evs []status.Event, after int64) int64 {
+	for _, e := range evs {
+		if e.Seq <= after {
+			continue
+		}
+		after = e.Seq
+		fmt.Fprintf(w, "%s  %-14s  %s\n", e.Time.Local().Format(timeLayout), e.Kind, eventDetail(e))
+	}
+	return after
+}
+
+// eventDetail is the readable rest of a timeline line.
+func eventDetail(e status.Event) string {
+	var parts []string
+	if e.Attempt > 0 {
+		parts = append(parts, fmt.Sprintf("attempt %d", e.Attempt))
+	}
+	if e.Step > 0 {
+		parts = append(parts, fmt.Sprintf("step %d", e.Step))
+	}
+	if e.Note != "" {
+		parts = append(parts, fmt.Sprintf("%q", e.Note))
+	}
+	if e.Reason != "" {
+		parts = append(parts, "reason: "+e.Reason)
+	}
+	if e.Error != "" {
+		parts = append(parts, "error: "+e.Error)
+	}
+	if e.Worker != "" {
+		parts = append(parts, "by "+e.Worker)
+	}
+	return strings.Join(parts, "  ")
+}
+
+func newPoisonCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "poison",
+		Short: "List, inspect, requeue or remove poisoned commands",
+		Long: `poison handles commands that were moved to the poison table (they failed on
+every attempt up to their poison ceiling, failed permanently, or could not be
+decoded). Entries stay until an operator requeues or removes them.
+` + remoteHelp,
+	}
+	c.AddCommand(newPoisonLsCmd(), newPoisonShowCmd(), newPoisonActionCmd("requeue"), newPoisonActionCmd("rm"))
+	return c
+}
+
+func newPoisonLsCmd() *cobra.Command {
+	var (
+		f      remoteFlags
+		q      status.PoisonQuery
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "ls",
+		Short: "List poisoned commands, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			return f.withBackend(ctx, func(b backend) error {
+				page, err := b.ListPoison(ctx, q)
+				if err != nil {
+					return fmt.Errorf("list poison: %w", err)
+				}
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(page)
+				}
+				if len(page.Entries) == 0 {
+					fmt.Fprintln(out, "no poisoned commands")
+					return nil
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "COMMAND\tTYPE\tDEQUEUES\tPOISONED AT\tREASON\tLAST ERROR")
+				for _, e := range page.Entries {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.CommandID, e.Type, e.DequeueCount,
+						e.PoisonedAt.Local().Format(timeLayout), e.Reason, oneLine(e.LastError, 80))
+				}
+				_ = tw.Flush()
+				if page.Continuation != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", page.Continuation)
+				}
+				return nil
+			})
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&q.Type, "type", "", "only entries of this command type (default all)")
+	c.Flags().IntVar(&q.Limit, "limit", status.DefaultPoisonLimit, "most entries to list (at most 1000)")
+	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
+	return c
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+func newPoisonShowCmd() *cobra.Command {
+	var f remoteFlags
+	c := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one poison entry (as JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			return f.withBackend(ctx, func(b backend) error {
+				p, err := b.GetPoison(ctx, args[0])
+				if err != nil {
+					return fmt.Errorf("poison entry %s: %w", args[0], err)
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(p)
+			})
+		},
+	}
+	f.add(c)
+	return c
+}
+
+func newPoisonActionCmd(action string) *cobra.Command {
+	var f remoteFlags
+	short, done := "Put poisoned commands back on their queue (they run again from attempt 1)", "requeued"
+	if action == "rm" {
+		short, done = "Discard poisoned commands (a discarded event is recorded; the entry is removed)", "discarded"
+	}
+	c := &cobra.Command{
+		Use:   action + " ID...",
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			return f.withBackend(ctx, func(b backend) error {
+				var errs []error
+				for _, id := range args {
+					var err error
+					if action == "rm" {
+						err = b.Discard(ctx, id)
+					} else {
+						err = b.Requeue(ctx, id)
+					}
+					if err != nil {
+						errs = append(errs, fmt.Errorf("%s %s: %w", action, id, err))
+						continue
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
+				}
+				return errors.Join(errs...)
+			})
+		},
+	}
+	f.add(c)
+	return c
+}

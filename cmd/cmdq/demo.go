@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/handlers"
+)
+
+// Demo handlers, registered by serve and worker unless --no-demo. Their retry
+// delay is about a second (instead of exponential from 1 s) so that a tour of
+// retries and poisoning finishes in seconds; their poison ceiling is the
+// default (handlers.DefaultPoisonCeiling, 5 attempts).
+
+// demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
+var demoRetry = handlers.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
+
+// demoMaxSleep bounds demo.sleep's ms (10 minutes).
+const demoMaxSleep = 10 * time.Minute
+
+// demoEcho completes at once; it records one step whose note is its params.
+type demoEcho map[string]any
+
+func (demoEcho) CommandType() string { return "demo.echo" }
+
+// demoSleep sleeps MS milliseconds, then completes.
+type demoSleep struct {
+	MS int `json:"ms"`
+}
+
+func (demoSleep) CommandType() string { return "demo.sleep" }
+
+// demoFail fails its first Times attempts, then completes.
+type demoFail struct {
+	Times int `json:"times"`
+}
+
+func (demoFail) CommandType() string { return "demo.fail" }
+
+// demoSteps records Steps steps and fails once (on the first attempt) at step FailAt.
+type demoSteps struct {
+	Steps  int `json:"steps"`
+	FailAt int `json:"failAt"`
+}
+
+func (demoSteps) CommandType() string { return "demo.steps" }
+
+// registerDemo registers the demo handlers in reg.
+func registerDemo(reg *handlers.Registry) error {
+	opts := handlers.Options{Retry: demoRetry}
+	return errors.Join(
+		handlers.Register(reg, func(ctx context.Context, cmd demoEcho, run *handlers.Run) error {
+			b, err := json.Marshal(cmd)
+			if err != nil {
+				return handlers.Permanent(err)
+			}
+			if cmd == nil {
+				b = []byte("{}")
+			}
+			return run.CompleteStep(ctx, 1, "echo "+string(b))
+		}, opts),
+		handlers.Register(reg, func(ctx context.Context, cmd demoSleep, run *handlers.Run) error {
+			d := time.Duration(cmd.MS) * time.Millisecond
+			if cmd.MS < 0 || d > demoMaxSleep {
+				return handlers.Permanent(fmt.Errorf("demo.sleep: ms %d is out of range 0..%d", cmd.MS, demoMaxSleep.Milliseconds()))
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
+			}
+		}, opts),
+		handlers.Register(reg, func(ctx context.Context, cmd demoFail, run *handlers.Run) error {
+			if run.Attempt() <= cmd.Times {
+				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
+			}
+			return nil
+		}, opts),
+		handlers.Register(reg, func(ctx context.Context, cmd demoSteps, run *handlers.Run) error {
+			if cmd.Steps < 1 || cmd.Steps > 1000 {
+				return handlers.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))
+			}
+			for s := run.LastStep() + 1; s <= cmd.Steps; s++ {
+				if s == cmd.FailAt && run.Attempt() == 1 {
+					return fmt.Errorf("demo.steps: planned failure at step %d (the retry resumes here)", s)
+				}
+				if err := run.CompleteStep(ctx, s, fmt.Sprintf("step %d of %d", s, cmd.Steps)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, opts),
+	)
+}
