@@ -35,9 +35,6 @@ type IssueRequest struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 }
 
-// MaxCorrelationIDLength is the longest accepted correlationId, in bytes (256).
-const MaxCorrelationIDLength = 256
-
 // IssueResponse is the body of a successful POST /v1/commands.
 type IssueResponse struct {
 	// ID is the command ID; poll GET /v1/commands/{id}.
@@ -118,8 +115,8 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 			errs = append(errs, FieldError{Pointer: "#/id", Detail: trimPrefix(err)})
 		}
 	}
-	if len(req.CorrelationID) > MaxCorrelationIDLength {
-		errs = append(errs, FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), MaxCorrelationIDLength)})
+	if len(req.CorrelationID) > commands.MaxCorrelationIDLength {
+		errs = append(errs, FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), commands.MaxCorrelationIDLength)})
 	}
 	if len(errs) > 0 {
 		detail := errs[0].Detail
