@@ -235,6 +235,8 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // Unexpected errors are logged with a reference and reported as 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, status.ErrNoCommand):
+		writeProblem(w, r, newProblem(ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here)"))
 	case errors.Is(err, status.ErrNotPoisoned):

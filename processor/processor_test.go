@@ -216,6 +216,19 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 				t.Fatalf("poison entry of %s: %+v %v (want reason %q)", id, pe, err, reason)
 			}
 		}
+		// Entries without a stored command cannot be requeued (nothing to
+		// run) but an operator can discard them.
+		for _, id := range []string{malformedID, ghost} {
+			if err := e.reader.Requeue(context.Background(), id, "op"); !errors.Is(err, status.ErrNoCommand) {
+				t.Fatalf("Requeue of orphan entry %s: %v, want ErrNoCommand", id, err)
+			}
+			if err := e.reader.Discard(context.Background(), id, "op"); err != nil {
+				t.Fatalf("Discard of orphan entry %s: %v", id, err)
+			}
+			if _, err := e.reader.GetPoison(context.Background(), id); !errors.Is(err, status.ErrNotFound) {
+				t.Fatalf("orphan entry %s still there after Discard: %v", id, err)
+			}
+		}
 	})
 }
 

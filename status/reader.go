@@ -190,11 +190,15 @@ func (r *Reader) GetPoison(ctx context.Context, id string) (PoisonEntry, error) 
 // loadPoisoned checks that id has a poison entry and a poisoned projection.
 // A stale entry (command not poisoned) is removed and ErrNotPoisoned returned.
 func (r *Reader) loadPoisoned(ctx context.Context, id string) (*Record, error) {
-	if _, err := r.GetPoison(ctx, id); err != nil {
+	entry, err := r.GetPoison(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	rec, err := r.store.Load(ctx, id)
 	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", ErrNoCommand, id, entry.Reason, err)
+		}
 		return nil, err
 	}
 	if rec.Status.Status != Poisoned {
@@ -225,7 +229,9 @@ func MessageText(id, cmdType string) string {
 // Requeue puts a poisoned command back: projection → pending with a requeued
 // event (Worker = by), a new message on the command's queue, the poison entry
 // removed. Cost: 1 point read + 1 query + 1 batch + 1 enqueue + 1 delete.
-// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. If the enqueue fails
+// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound; an entry with no
+// stored command (a malformed message) → ErrNoCommand: there is nothing to
+// run, so fix the producer and Discard it. If the enqueue fails
 // the command (already pending) is marked for the reconciler, its poison
 // entry is removed, and the error says so.
 func (r *Reader) Requeue(ctx context.Context, id, by string) error {
@@ -255,9 +261,16 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 
 // Discard gives up on a poisoned command: a discarded event (Worker = by),
 // the poison entry removed. Cost: 1 point read + 1 query + 1 batch + 1 delete.
-// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound.
+// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. An entry with no
+// stored command (a malformed message, or one naming a command that was never
+// stored) is simply removed.
 func (r *Reader) Discard(ctx context.Context, id, by string) error {
 	rec, err := r.loadPoisoned(ctx, id)
+	if errors.Is(err, ErrNoCommand) {
+		// A malformed message or one naming no stored command: there is no
+		// command to record the discard on, only the entry to remove.
+		return r.deletePoison(ctx, id)
+	}
 	if err != nil {
 		return err
 	}

@@ -524,3 +524,40 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		}
 	})
 }
+
+// TestEventTimesNeverGoBack: the history reads in order even when an event
+// carries an older time than the one before it (a skewed worker clock, or a
+// poisoned event whose time was taken before the failed event's).
+func TestEventTimesNeverGoBack(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.Times", `{}`)
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		past := rec.Status.CreatedAt.Add(-time.Hour)
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Time: past},
+			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Poison(ctx, rec, status.PoisonEntry{Reason: "test", DequeueCount: 1, PoisonedAt: past},
+			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom again"}); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := r.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 5 {
+			t.Fatalf("got %d events, want 5: %+v", len(evs), evs)
+		}
+		for i := 1; i < len(evs); i++ {
+			if evs[i].Time.Before(evs[i-1].Time) {
+				t.Fatalf("event %d (%s at %s) is older than event %d (%s at %s)", i, evs[i].Kind, evs[i].Time, i-1, evs[i-1].Kind, evs[i-1].Time)
+			}
+		}
+	})
+}

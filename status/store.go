@@ -18,6 +18,10 @@ var (
 	// ErrNotFound: no command (or poison entry) with that ID. It also wraps
 	// storage.ErrNotFound.
 	ErrNotFound = errors.New("status: command not found")
+	// ErrNoCommand: Requeue on a poison entry that has no stored command (a
+	// malformed queue message, or one naming a command ID that was never
+	// stored). Nothing can be run again; Discard removes the entry.
+	ErrNoCommand = errors.New("status: poison entry has no stored command")
 	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
 	ErrNotPoisoned = errors.New("status: command is not poisoned")
 )
@@ -448,6 +452,11 @@ func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error 
 			e.Time = now
 		}
 		e.Time = ms(e.Time)
+		// The history reads in order: no event is older than the one
+		// before it (clocks of different workers may disagree).
+		if e.Time.Before(st.UpdatedAt) {
+			e.Time = st.UpdatedAt
+		}
 		Apply(&st, e)
 		applied[i] = e
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e)})
@@ -542,7 +551,14 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
 		return fmt.Errorf("status: write poison entry for command %s: %w", rec.ID, err)
 	}
-	evs := append(append([]Event(nil), events...), Event{
+	evs := make([]Event, 0, len(events)+1)
+	for _, e := range events {
+		if e.Time.IsZero() {
+			e.Time = entry.PoisonedAt
+		}
+		evs = append(evs, e)
+	}
+	evs = append(evs, Event{
 		Kind: PoisonedEvent, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
 		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
 	})
