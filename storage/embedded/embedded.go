@@ -432,28 +432,46 @@ func (s *Store) PurgeExpired(ctx context.Context) (int, error) {
 	total := 0
 	for _, name := range names {
 		for {
+			// Find candidates without holding the commit loop, then delete
+			// them (re-checked) in one write.
+			var stale [][]byte
+			now := s.now().UnixNano()
+			err := s.view(ctx, func(tx *bolt.Tx) error {
+				if qb := tx.Bucket(name); qb != nil {
+					stale = findStale(qb, now, purgeChunk)
+				}
+				return nil
+			})
+			if err != nil {
+				return total, err
+			}
+			if len(stale) == 0 {
+				break
+			}
 			n := 0
-			err := s.write(ctx, func(tx *bolt.Tx) error {
-				n = 0
+			err = s.write(ctx, func(tx *bolt.Tx) error {
 				qb := tx.Bucket(name)
 				if qb == nil {
 					return nil
 				}
 				var err error
-				n, err = purgeDue(qb, s.now(), 10000)
+				n, err = dropStale(qb, qb.Bucket(keyMessages), qb.Bucket(keyVisIndex), stale, s.now().UnixNano())
 				return err
 			})
 			if err != nil {
 				return total, err
 			}
 			total += n
-			if n < 10000 {
+			if len(stale) < purgeChunk {
 				break
 			}
 		}
 	}
 	return total, nil
 }
+
+// purgeChunk is the most expired messages one purge transaction deletes.
+const purgeChunk = 10000
 
 func (s *Store) now() time.Time { return s.opts.Now() }
 

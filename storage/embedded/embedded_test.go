@@ -129,6 +129,10 @@ func TestExpiryPurge(t *testing.T) {
 	clk := newClock()
 	s := openStore(t, &embedded.Options{Now: clk.Now, PurgeInterval: -1})
 	ctx := ctxT(t)
+	// A queue with nothing expired, created first, must not stop the purge.
+	if _, err := mustQ(t, s, "aaa-fresh").Enqueue(ctx, "fresh", 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	q := mustQ(t, s, "expiry")
 	for i := range 5 {
 		if _, err := q.Enqueue(ctx, fmt.Sprintf("short-%d", i), 0, time.Minute); err != nil {

@@ -158,9 +158,10 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 }
 
 // scanVisible walks the visibility index from the start over messages
-// visible at now. It calls take for each live message (a copy of its id and
-// record) until take returns false, and collects expired or dangling entries
-// in stale (index keys, copied).
+// visible at now. It calls take for each live message until take returns
+// false, and collects expired or dangling entries in stale (index keys,
+// copied). The slices passed to take are only valid until the transaction
+// changes; take must copy what it keeps.
 func scanVisible(m, v *bolt.Bucket, now int64, take func(id, rec []byte) bool) (stale [][]byte) {
 	c := v.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -172,42 +173,52 @@ func scanVisible(m, v *bolt.Bucket, now int64, take func(id, rec []byte) bool) (
 			stale = append(stale, append([]byte(nil), k...))
 			continue
 		}
-		if !take(append([]byte(nil), k[8:]...), append([]byte(nil), rec...)) {
+		if !take(k[8:], rec) {
 			break
 		}
 	}
 	return stale
 }
 
-// dropStale deletes stale index entries and the expired messages behind them.
-func dropStale(qb, m, v *bolt.Bucket, stale [][]byte) error {
+// dropStale deletes stale index entries and the expired messages behind
+// them. It re-checks each entry, so keys found in an earlier transaction
+// are safe to pass.
+func dropStale(qb, m, v *bolt.Bucket, stale [][]byte, now int64) (int, error) {
+	n := 0
 	for _, k := range stale {
 		id := k[8:]
 		rec := m.Get(id)
-		if rec != nil && i64(rec[offVisible:]) == i64(k) {
-			if err := removeMessage(qb, m, v, id, rec); err != nil {
-				return err
+		switch {
+		case rec != nil && i64(rec[offVisible:]) == i64(k):
+			if !expired(rec, now) {
+				continue // live: leave it
 			}
-			continue
-		}
-		if err := v.Delete(k); err != nil {
-			return fatal(err)
+			if err := removeMessage(qb, m, v, id, rec); err != nil {
+				return n, err
+			}
+			n++
+		default: // dangling index entry
+			if err := v.Delete(k); err != nil {
+				return n, fatal(err)
+			}
 		}
 	}
-	return nil
+	return n, nil
 }
 
-// purgeDue deletes up to limit expired messages that are due for visibility.
-func purgeDue(qb *bolt.Bucket, now time.Time, limit int) (int, error) {
+// findStale lists up to limit expired or dangling index entries due for
+// visibility, in a read-only transaction.
+func findStale(qb *bolt.Bucket, now int64, limit int) [][]byte {
 	m, v := qb.Bucket(keyMessages), qb.Bucket(keyVisIndex)
 	if m == nil || v == nil {
-		return 0, nil
+		return nil
 	}
-	stale := scanVisible(m, v, now.UnixNano(), func(_, _ []byte) bool { return true })
+	var stale [][]byte
+	stale = scanVisible(m, v, now, func(_, _ []byte) bool { return true })
 	if len(stale) > limit {
 		stale = stale[:limit]
 	}
-	return len(stale), dropStale(qb, m, v, stale)
+	return stale
 }
 
 func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) ([]storage.Message, error) {
@@ -228,10 +239,10 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 		type hit struct{ id, rec []byte }
 		hits := make([]hit, 0, max)
 		stale := scanVisible(m, v, now, func(id, rec []byte) bool {
-			hits = append(hits, hit{id, rec})
+			hits = append(hits, hit{append([]byte(nil), id...), append([]byte(nil), rec...)})
 			return len(hits) < max
 		})
-		if err := dropStale(qb, m, v, stale); err != nil {
+		if _, err := dropStale(qb, m, v, stale, now); err != nil {
 			return err
 		}
 		visible := now + int64(visibility)
@@ -390,8 +401,8 @@ func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
 }
 
 func (q *queue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
-	if max < 1 || max > storage.MaxDequeue {
-		return nil, fmt.Errorf("%w: max messages %d is outside 1..%d", storage.ErrInvalidArgument, max, storage.MaxDequeue)
+	if err := storage.ValidateDequeue(max, 0); err != nil {
+		return nil, err
 	}
 	out := []storage.Message{}
 	err := q.s.view(ctx, func(tx *bolt.Tx) error {
