@@ -91,7 +91,11 @@ func child(t *testing.T, role, path string) (*exec.Cmd, *bufio.Scanner) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A hung child ends the test with an error instead of a hang: killing
+	// it closes stdout, which ends the parent's Scan.
+	watchdog := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
 	t.Cleanup(func() {
+		watchdog.Stop()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
