@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmdq-dev/cmdq/internal/bench"
+)
+
+func init() { extraCommands = append(extraCommands, newBenchCmd) }
+
+// newBenchCmd builds `cmdq bench`.
+func newBenchCmd() *cobra.Command {
+	var cfg bench.Config
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, latency, storage operations per command, idle cost and memory",
+		Long: `bench issues commands to a no-op handler (or one of --handler-duration),
+processes them with the real processor and reports: commands issued and
+processed per second, Issue → handler start latency at a steady rate, storage
+operations per completed command, idle storage operations per hour at
+--max-poll-interval, and peak RSS. See docs/performance.md for the method.
+
+  cmdq bench                                  embedded store in a temporary file
+  cmdq bench --store azure --baseline raw     Azurite (started from tools/azurite unless
+                                              AZURE_STORAGE_CONNECTION_STRING is set),
+                                              compared with a raw Azure SDK pipeline
+
+Never point it at a production account: it creates queues and tables named
+bench<random> and leaves them behind.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !asJSON {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			res, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				return enc.Encode(res)
+			}
+			printBench(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&cfg.Store, "store", bench.StoreEmbedded, "storage: embedded (a temporary bbolt file, fsync on) or azure")
+	fl.StringVar(&cfg.Path, "path", "", "embedded store file (default: a temporary file, removed afterwards)")
+	fl.StringVar(&cfg.ConnectionString, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING, else Azurite started from tools/azurite)")
+	fl.IntVarP(&cfg.N, "n", "n", 0, "commands to issue and process (default 20000 embedded, 2000 azure)")
+	fl.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "handlers the processor runs at once")
+	fl.IntVar(&cfg.Issuers, "issuers", bench.DefaultIssuers, "goroutines issuing in the issue phase")
+	fl.IntVar(&cfg.BatchSize, "batch-size", 32, "messages per dequeue, 1..32")
+	fl.DurationVar(&cfg.HandlerDuration, "handler-duration", 0, "how long each handler takes (0 = no-op)")
+	fl.IntVar(&cfg.Rate, "rate", 0, "latency phase: commands issued per second (default 500 embedded, 50 azure)")
+	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "latency phase length (negative skips it)")
+	fl.DurationVar(&cfg.MaxPollInterval, "max-poll-interval", 0, "the processor's MaxPollInterval, which the idle figure is for (default 1m)")
+	fl.DurationVar(&cfg.IdleWindow, "idle-window", bench.DefaultIdleWindow, "idle phase: how long the scaled idle poller is watched (negative skips the phase)")
+	fl.Float64Var(&cfg.IdleScale, "idle-scale", bench.DefaultIdleScale, "idle phase: poll intervals are divided by this")
+	fl.StringVar(&cfg.Baseline, "baseline", "", `"raw": also run the minimal pipeline written against the Azure SDK (needs --store azure) and report the ratio`)
+	fl.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the issue and process phases here (issue.pprof, process.pprof)")
+	fl.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "limit of each phase")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	return c
+}
+
+// printBench writes the human summary of a run.
+func printBench(w io.Writer, r bench.Result) {
+	fmt.Fprintf(w, "store %s: %d commands, %d issuers, concurrency %d, batch %d, handler %gms\n",
+		r.Store, r.N, r.Issuers, r.Concurrency, r.BatchSize, r.HandlerDurationMS)
+	fmt.Fprintf(w, "  issued           %10.0f commands/s\n", r.IssuedPerS)
+	fmt.Fprintf(w, "  processed        %10.0f commands/s (to completed, message deleted)\n", r.ProcessedPerS)
+	if r.BaselineProcessedPerS > 0 {
+		fmt.Fprintf(w, "  raw SDK baseline %10.0f commands/s processed (%.0f issued); cmdq/raw = %.2f×\n",
+			r.BaselineProcessedPerS, r.BaselineIssuedPerS, r.Ratio)
+	}
+	if r.LatencySamples > 0 {
+		fmt.Fprintf(w, "  latency          p50 %.2f ms, p99 %.2f ms (Issue → handler start, %d/s, %d samples)\n",
+			r.LatencyP50MS, r.LatencyP99MS, r.LatencyRate, r.LatencySamples)
+	}
+	fmt.Fprintf(w, "  storage ops      %.3f per completed command (issue %.3f + process %.3f)\n",
+		r.StorageOpsPerCommand, r.IssueOpsPerCommand, r.ProcessOpsPerCommand)
+	kinds := make([]string, 0, len(r.OpsPerCommandByKind))
+	for k := range r.OpsPerCommandByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "    %-18s %.3f\n", k, r.OpsPerCommandByKind[k])
+	}
+	if r.CommitsPerCommand > 0 {
+		fmt.Fprintf(w, "  embedded commits %.3f per command (each one fsync'd transaction)\n", r.CommitsPerCommand)
+	}
+	if r.IdleOpsPerHour > 0 {
+		fmt.Fprintf(w, "  idle             %.1f ops/hour per queue at max poll interval %gs (polls %.1f + reconciler %.1f); woken in %.2f ms\n",
+			r.IdleOpsPerHour, r.MaxPollIntervalS, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour, r.IdleWakeLatencyMS)
+		fmt.Fprintf(w, "  reconciler pass  %d ops on the bench's loaded tables\n", r.ReconcileOpsPerPassLoaded)
+	}
+	fmt.Fprintf(w, "  max RSS          %.1f MiB\n", r.MaxRSSMB)
+}

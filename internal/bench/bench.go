@@ -1,0 +1,886 @@
+// Package bench measures cmdq's throughput, latency, storage operations per
+// command, idle cost and memory with the real Issuer and the real processor on
+// the embedded store or Azure Storage (Azurite). `cmdq bench` is its command
+// line; docs/performance.md describes the method and the figures.
+//
+// A run has these phases, in order, on one store:
+//
+//  1. issue: Issuers goroutines issue N commands (no processor running);
+//     issued_per_s = N / elapsed.
+//  2. process: a processor with Concurrency handlers and BatchSize drains
+//     the full queue (burn-down); processed_per_s = N / time until every
+//     command is `completed` and its message deleted.
+//  3. latency: with that processor still running and the Issuer waking it
+//     (commands.Options.Notify), commands are issued at a steady Rate for
+//     LatencyDuration; latency is from the Issue call to the handler's start.
+//  4. idle: on an empty deployment (a fresh prefix) a processor with the poll
+//     schedule scaled down by IdleScale is watched for IdleWindow once its
+//     backoff has reached the cap; its storage calls are counted and scaled to
+//     an hour at MaxPollInterval, and one reconciler pass is counted and added
+//     (it runs once per ReconcileInterval, 1 h by default). Then a processor
+//     whose poll interval is MaxPollInterval from the start is left idle and a
+//     command issued in process must reach its handler at once (Notify).
+//  5. baseline (Baseline "raw", Azure only): the minimal pipeline written
+//     directly against the Azure SDK processes N commands at the same
+//     concurrency; ratio = processed_per_s / baseline_processed_per_s.
+//
+// Storage operations are every queue and table call, counted by a wrapper
+// around the driver (Counter), divided by the commands completed.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+// Store kinds accepted by Config.Store.
+const (
+	StoreEmbedded = "embedded"
+	StoreAzure    = "azure"
+)
+
+// BaselineRaw selects the raw Azure SDK pipeline as the baseline.
+const BaselineRaw = "raw"
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	// DefaultNEmbedded is the number of commands on the embedded store (20,000).
+	DefaultNEmbedded = 20000
+	// DefaultNAzure is the number of commands on Azure Storage (2,000).
+	DefaultNAzure = 2000
+	// DefaultConcurrency is the processor's handler count (100).
+	DefaultConcurrency = 100
+	// DefaultIssuers is the number of goroutines issuing (16).
+	DefaultIssuers = 16
+	// DefaultRateEmbedded is the latency phase's issue rate on the embedded store (500 commands/s).
+	DefaultRateEmbedded = 500
+	// DefaultRateAzure is the latency phase's issue rate on Azure Storage (50 commands/s).
+	DefaultRateAzure = 50
+	// DefaultLatencyDuration is the latency phase's length (3 s).
+	DefaultLatencyDuration = 3 * time.Second
+	// DefaultIdleWindow is how long the scaled idle processor is watched (3 s).
+	DefaultIdleWindow = 3 * time.Second
+	// DefaultIdleScale divides the idle processor's poll intervals (600): a
+	// 3 s window at a 100 ms cap stands for 30 minutes at 1 minute.
+	DefaultIdleScale = 600
+	// DefaultWakeSamples is the number of idle wake-ups timed (3).
+	DefaultWakeSamples = 3
+	// DefaultTimeout bounds each phase (5 minutes).
+	DefaultTimeout = 5 * time.Minute
+)
+
+// Config configures a run. The zero value runs the embedded store with the
+// defaults named on each field.
+type Config struct {
+	// Store is StoreEmbedded (default) or StoreAzure.
+	Store string
+	// Path is the embedded store's file. Default: a file in a new temporary
+	// directory, removed after the run. fsync is always on.
+	Path string
+	// ConnectionString reaches Azure Storage for StoreAzure. Default:
+	// $AZURE_STORAGE_CONNECTION_STRING; when that is empty too, the run starts
+	// Azurite from tools/azurite (see StartAzurite) and stops it at the end.
+	ConnectionString string
+	// N is the number of commands issued and processed. Default
+	// DefaultNEmbedded (20,000) or DefaultNAzure (2,000).
+	N int
+	// Concurrency is the processor's Concurrency (handlers at once). Default 100.
+	Concurrency int
+	// Issuers is the number of goroutines issuing in the issue phase. Default 16.
+	Issuers int
+	// BatchSize is the processor's BatchSize, 1..32. Default 32.
+	BatchSize int
+	// HandlerDuration is how long each handler takes (it waits, without
+	// using CPU). Default 0: a no-op handler.
+	HandlerDuration time.Duration
+	// Rate is the latency phase's issue rate, commands per second. Default
+	// 500 (embedded) or 50 (azure).
+	Rate int
+	// LatencyDuration is the latency phase's length. Default 3 s; negative
+	// skips the phase.
+	LatencyDuration time.Duration
+	// MaxPollInterval is the processor's MaxPollInterval, the idle poll
+	// interval the idle figure is for. Default 1 minute (the processor's).
+	MaxPollInterval time.Duration
+	// IdleWindow is how long the scaled idle processor is watched. Default
+	// 3 s; negative skips the idle phase.
+	IdleWindow time.Duration
+	// IdleScale divides the poll intervals of the idle processor (and
+	// multiplies the window). Default 600.
+	IdleScale float64
+	// Baseline is "" (none) or BaselineRaw (StoreAzure only).
+	Baseline string
+	// Prefix names the queues and tables. Default: "bench" and 8 random hex
+	// digits, so runs never share data.
+	Prefix string
+	// ProfileDir, if set, receives CPU profiles of the issue and process
+	// phases (issue.pprof, process.pprof) for `go tool pprof`.
+	ProfileDir string
+	// Progress, if set, receives one line per phase.
+	Progress io.Writer
+	// Timeout bounds each phase. Default 5 minutes.
+	Timeout time.Duration
+}
+
+// Result is what a run measured. Its JSON is what `cmdq bench --json` prints.
+type Result struct {
+	// Store is "embedded" or "azure".
+	Store string `json:"store"`
+	// N is the number of commands issued in the issue phase.
+	N int `json:"n"`
+	// Concurrency is the processor's handler count.
+	Concurrency int `json:"concurrency"`
+	// BatchSize is the processor's dequeue batch size.
+	BatchSize int `json:"batch_size"`
+	// Issuers is the number of issuing goroutines.
+	Issuers int `json:"issuers"`
+	// HandlerDurationMS is each handler's duration, milliseconds.
+	HandlerDurationMS float64 `json:"handler_duration_ms"`
+	// IssuedPerS is commands issued per second (issue phase).
+	IssuedPerS float64 `json:"issued_per_s"`
+	// ProcessedPerS is commands processed to `completed` (message deleted)
+	// per second while draining the full queue.
+	ProcessedPerS float64 `json:"processed_per_s"`
+	// Completed is the number of commands the process phase completed.
+	Completed int64 `json:"completed"`
+	// LatencyRate is the latency phase's issue rate, commands per second.
+	LatencyRate int `json:"latency_rate_per_s"`
+	// LatencySamples is the number of commands timed in the latency phase.
+	LatencySamples int `json:"latency_samples"`
+	// LatencyP50MS and LatencyP99MS are Issue call → handler start, milliseconds.
+	LatencyP50MS float64 `json:"latency_p50_ms"`
+	LatencyP99MS float64 `json:"latency_p99_ms"`
+	// StorageOpsPerCommand is every queue and table call of the issue and
+	// process phases divided by Completed.
+	StorageOpsPerCommand float64 `json:"storage_ops_per_command"`
+	// IssueOpsPerCommand and ProcessOpsPerCommand split it by phase.
+	IssueOpsPerCommand   float64 `json:"issue_ops_per_command"`
+	ProcessOpsPerCommand float64 `json:"process_ops_per_command"`
+	// OpsPerCommandByKind splits StorageOpsPerCommand by call.
+	OpsPerCommandByKind map[string]float64 `json:"ops_per_command_by_kind"`
+	// CommitsPerCommand is the embedded store's fsync'd transactions per
+	// command over the issue and process phases (embedded only).
+	CommitsPerCommand float64 `json:"commits_per_command,omitempty"`
+	// IdleOpsPerHour is IdlePollOpsPerHour + IdleReconcileOpsPerHour: the
+	// storage calls of one idle queue (and its processor's reconciler) per hour.
+	IdleOpsPerHour float64 `json:"idle_ops_per_hour"`
+	// IdlePollOpsPerHour is the idle poller's calls per hour at MaxPollInterval.
+	IdlePollOpsPerHour float64 `json:"idle_poll_ops_per_hour"`
+	// IdleReconcileOpsPerHour is one reconciler pass on an empty deployment
+	// times passes per hour (1 at the default 1 h interval).
+	IdleReconcileOpsPerHour float64 `json:"idle_reconcile_ops_per_hour"`
+	// ReconcileOpsPerPassLoaded is one reconciler pass (with the pending scan)
+	// on the bench's own tables after the run: the scan pages through every
+	// projection, 1000 per query.
+	ReconcileOpsPerPassLoaded int64 `json:"reconcile_ops_per_pass_loaded"`
+	// IdleWakeLatencyMS is the slowest Issue call → handler start of commands
+	// issued in process while the processor waited out MaxPollInterval.
+	IdleWakeLatencyMS float64 `json:"idle_wake_latency_ms"`
+	// MaxPollIntervalS is the MaxPollInterval the idle figures are for, seconds.
+	MaxPollIntervalS float64 `json:"max_poll_interval_s"`
+	// MaxRSSMB is the process's peak resident set size (getrusage), MiB.
+	MaxRSSMB float64 `json:"max_rss_mb"`
+	// BaselineProcessedPerS is the raw SDK pipeline's processed per second.
+	BaselineProcessedPerS float64 `json:"baseline_processed_per_s,omitempty"`
+	// BaselineIssuedPerS is the raw SDK pipeline's issued per second.
+	BaselineIssuedPerS float64 `json:"baseline_issued_per_s,omitempty"`
+	// Ratio is ProcessedPerS / BaselineProcessedPerS.
+	Ratio float64 `json:"ratio,omitempty"`
+}
+
+// ErrInvalidConfig is wrapped by every Config validation error.
+var ErrInvalidConfig = errors.New("bench: invalid config")
+
+// withDefaults fills zero fields and validates.
+func (c Config) withDefaults() (Config, error) {
+	if c.Store == "" {
+		c.Store = StoreEmbedded
+	}
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
+	}
+	switch c.Store {
+	case StoreEmbedded, StoreAzure:
+	default:
+		bad("store %q: use %q or %q", c.Store, StoreEmbedded, StoreAzure)
+	}
+	az := c.Store == StoreAzure
+	if c.N == 0 {
+		c.N = DefaultNEmbedded
+		if az {
+			c.N = DefaultNAzure
+		}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Issuers == 0 {
+		c.Issuers = DefaultIssuers
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = processor.DefaultBatchSize
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRateEmbedded
+		if az {
+			c.Rate = DefaultRateAzure
+		}
+	}
+	if c.LatencyDuration == 0 {
+		c.LatencyDuration = DefaultLatencyDuration
+	}
+	if c.MaxPollInterval == 0 {
+		c.MaxPollInterval = processor.DefaultMaxPollInterval
+	}
+	if c.IdleWindow == 0 {
+		c.IdleWindow = DefaultIdleWindow
+	}
+	if c.IdleScale == 0 {
+		c.IdleScale = DefaultIdleScale
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Prefix == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.Prefix = "bench" + hex.EncodeToString(b[:])
+	}
+	if c.N < 1 {
+		bad("n %d: issue at least 1 command", c.N)
+	}
+	if c.Concurrency < 1 {
+		bad("concurrency %d: run at least 1 handler", c.Concurrency)
+	}
+	if c.Issuers < 1 {
+		bad("issuers %d: use at least 1", c.Issuers)
+	}
+	if c.BatchSize < 1 || c.BatchSize > storage.MaxDequeue {
+		bad("batch size %d: use 1..%d", c.BatchSize, storage.MaxDequeue)
+	}
+	if c.HandlerDuration < 0 {
+		bad("handler duration %s is negative", c.HandlerDuration)
+	}
+	if c.Rate < 1 {
+		bad("rate %d: issue at least 1 command per second", c.Rate)
+	}
+	if c.MaxPollInterval < processor.DefaultMinPollInterval {
+		bad("max poll interval %s: use at least %s", c.MaxPollInterval, processor.DefaultMinPollInterval)
+	}
+	if c.IdleScale < 1 {
+		bad("idle scale %g: use at least 1", c.IdleScale)
+	}
+	switch c.Baseline {
+	case "":
+	case BaselineRaw:
+		if !az {
+			bad("baseline %q needs --store azure (it is written against the Azure SDK)", c.Baseline)
+		}
+	default:
+		bad("baseline %q: use %q or leave it empty", c.Baseline, BaselineRaw)
+	}
+	return c, errors.Join(errs...)
+}
+
+// benchCmd is the command the bench issues. Sent (Unix nanoseconds) is set
+// in the latency phases: the handler measures from it.
+type benchCmd struct {
+	Seq  int   `json:"seq"`
+	Sent int64 `json:"sent,omitempty"`
+}
+
+// CommandType implements commands.Command.
+func (benchCmd) CommandType() string { return "bench.noop" }
+
+// env is what every phase of a run shares.
+type env struct {
+	cfg     Config
+	st      storage.Store // the driver
+	counter *Counter
+	emb     *embedded.Store // nil on azure
+	conn    string          // azure connection string
+	logf    func(format string, a ...any)
+
+	completed atomic.Int64 // commands completed (final batch written)
+	handled   atomic.Int64 // handler invocations
+	lat       latencies
+}
+
+// latencies collects Issue → handler start samples of commands with Sent set.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) take() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.d
+	l.d = nil
+	return d
+}
+
+// Run performs a run and returns what it measured.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	e := &env{cfg: cfg, logf: func(string, ...any) {}}
+	if cfg.Progress != nil {
+		e.logf = func(format string, a ...any) { fmt.Fprintf(cfg.Progress, "bench: "+format+"\n", a...) }
+	}
+	cleanup, err := e.open(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cleanup()
+
+	res := Result{
+		Store: cfg.Store, N: cfg.N, Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, Issuers: cfg.Issuers,
+		HandlerDurationMS: ms(cfg.HandlerDuration), LatencyRate: cfg.Rate, MaxPollIntervalS: cfg.MaxPollInterval.Seconds(),
+	}
+	if err := e.throughput(ctx, &res); err != nil {
+		return res, err
+	}
+	if cfg.IdleWindow > 0 {
+		if err := e.idle(ctx, &res); err != nil {
+			return res, err
+		}
+	}
+	if cfg.Baseline == BaselineRaw {
+		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
+		b, err := rawBaseline(ctx, e.conn, cfg)
+		if err != nil {
+			return res, err
+		}
+		res.BaselineIssuedPerS, res.BaselineProcessedPerS = b.issuedPerS, b.processedPerS
+		if b.processedPerS > 0 {
+			res.Ratio = res.ProcessedPerS / b.processedPerS
+		}
+	}
+	res.MaxRSSMB = maxRSSMiB()
+	return res, nil
+}
+
+// open opens the store and returns what closes it.
+func (e *env) open(ctx context.Context) (func(), error) {
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	switch e.cfg.Store {
+	case StoreEmbedded:
+		path := e.cfg.Path
+		if path == "" {
+			dir, err := os.MkdirTemp("", "cmdq-bench-")
+			if err != nil {
+				return nil, fmt.Errorf("bench: temporary directory: %w", err)
+			}
+			closers = append(closers, func() { _ = os.RemoveAll(dir) })
+			path = filepath.Join(dir, "bench.db")
+		}
+		st, err := embedded.Open(path, nil)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("bench: open embedded store: %w", err)
+		}
+		closers = append(closers, func() { _ = st.Close() })
+		e.st, e.emb = st, st
+	case StoreAzure:
+		conn := e.cfg.ConnectionString
+		if conn == "" {
+			conn = os.Getenv("AZURE_STORAGE_CONNECTION_STRING")
+		}
+		if conn == "" {
+			e.logf("starting Azurite from tools/azurite (set AZURE_STORAGE_CONNECTION_STRING to use another account)")
+			a, err := StartAzurite()
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, a.Stop)
+			conn = a.ConnectionString
+		}
+		st, err := azure.Open(ctx, azure.Config{ConnectionString: conn})
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("bench: open Azure store: %w", err)
+		}
+		closers = append(closers, func() { _ = st.Close() })
+		e.st, e.conn = st, conn
+	}
+	e.counter = NewCounter(e.st)
+	return cleanup, nil
+}
+
+// registry registers the bench handler: it records the latency of commands
+// that carry Sent and waits HandlerDuration.
+func (e *env) registry() (*handlers.Registry, error) {
+	reg := handlers.NewRegistry()
+	d := e.cfg.HandlerDuration
+	err := handlers.Register(reg, func(ctx context.Context, c benchCmd, _ *handlers.Run) error {
+		if c.Sent != 0 {
+			e.lat.add(time.Since(time.Unix(0, c.Sent)))
+		}
+		e.handled.Add(1)
+		if d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}, handlers.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("bench: register handler: %w", err)
+	}
+	return reg, nil
+}
+
+// metrics counts completed commands for the bench.
+type metrics struct{ completed *atomic.Int64 }
+
+func (m metrics) CommandCompleted(string)               { m.completed.Add(1) }
+func (m metrics) CommandFailed(string)                  {}
+func (m metrics) CommandPoisoned(string)                {}
+func (m metrics) HandlerDuration(string, time.Duration) {}
+func (m metrics) LeaseLost(string)                      {}
+func (m metrics) PollInterval(string, time.Duration)    {}
+func (m metrics) Polled(string, bool)                   {}
+
+// started is a running processor.
+type started struct {
+	p      *processor.Processor
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (s *started) stop() error {
+	s.cancel()
+	return <-s.done
+}
+
+func (e *env) startProcessor(ctx context.Context, reg *handlers.Registry, cfg processor.Config) (*started, error) {
+	cfg.Metrics = metrics{&e.completed}
+	cfg.Worker = "bench"
+	p, err := processor.New(e.counter, reg, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: processor: %w", err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	s := &started{p: p, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- p.Run(pctx) }()
+	return s, nil
+}
+
+// waitFor polls cond every millisecond until it holds, ctx ends or timeout
+// passes (then it returns an error naming what).
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %s: not reached within %s", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// profile starts a CPU profile into ProfileDir/name when ProfileDir is set;
+// the returned function stops it.
+func (e *env) profile(name string) (func(), error) {
+	if e.cfg.ProfileDir == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: profile directory: %w", err)
+	}
+	f, err := os.Create(filepath.Join(e.cfg.ProfileDir, name))
+	if err != nil {
+		return nil, fmt.Errorf("bench: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+func (e *env) commits() uint64 {
+	if e.emb == nil {
+		return 0
+	}
+	return e.emb.Stats().Commits
+}
+
+// throughput runs the issue, process and latency phases.
+func (e *env) throughput(ctx context.Context, res *Result) error {
+	cfg := e.cfg
+	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: cfg.Prefix})
+	if err != nil {
+		return fmt.Errorf("bench: issuer: %w", err)
+	}
+	// Create the queue and tables before timing.
+	if _, err := iss.Issue(ctx, benchCmd{Seq: -1}); err != nil {
+		return fmt.Errorf("bench: warm-up issue: %w", err)
+	}
+	n := cfg.N + 1 // the warm-up command is processed too
+
+	e.logf("issue: %d commands from %d goroutines", cfg.N, cfg.Issuers)
+	stopProf, err := e.profile("issue.pprof")
+	if err != nil {
+		return err
+	}
+	ops0, commits0 := e.counter.Snapshot(), e.commits()
+	elapsed, err := issueAll(ctx, iss, cfg.N, cfg.Issuers, cfg.Timeout)
+	stopProf()
+	if err != nil {
+		return err
+	}
+	ops1 := e.counter.Snapshot()
+	res.IssuedPerS = float64(cfg.N) / elapsed.Seconds()
+
+	reg, err := e.registry()
+	if err != nil {
+		return err
+	}
+	e.logf("process: draining %d commands, concurrency %d, batch %d", n, cfg.Concurrency, cfg.BatchSize)
+	stopProf, err = e.profile("process.pprof")
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	sp, err := e.startProcessor(ctx, reg, processor.Config{
+		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
+	})
+	if err != nil {
+		stopProf()
+		return err
+	}
+	err = waitFor(ctx, cfg.Timeout, "process every command", func() bool {
+		return e.completed.Load() >= int64(n) && sp.p.Health().InFlight == 0
+	})
+	elapsed = time.Since(began)
+	stopProf()
+	if err != nil {
+		_ = sp.stop()
+		return fmt.Errorf("%w (%d of %d completed)", err, e.completed.Load(), n)
+	}
+	ops2, commits2 := e.counter.Snapshot(), e.commits()
+	res.Completed = e.completed.Load()
+	res.ProcessedPerS = float64(n) / elapsed.Seconds()
+	var issueOps, procOps int64
+	res.OpsPerCommandByKind = map[string]float64{}
+	for i := range ops0 {
+		issueOps += ops1[i] - ops0[i]
+		procOps += ops2[i] - ops1[i]
+		if d := ops2[i] - ops0[i]; d > 0 {
+			res.OpsPerCommandByKind[Op(i).String()] = float64(d) / float64(res.Completed)
+		}
+	}
+	// The warm-up command was issued before counting: count its issue as
+	// the others' (the process phase completes N+1 commands).
+	res.IssueOpsPerCommand = float64(issueOps) / float64(cfg.N)
+	res.ProcessOpsPerCommand = float64(procOps) / float64(res.Completed)
+	res.StorageOpsPerCommand = res.IssueOpsPerCommand + res.ProcessOpsPerCommand
+	if e.emb != nil {
+		res.CommitsPerCommand = float64(commits2-commits0) / float64(cfg.N)
+	}
+
+	if cfg.LatencyDuration > 0 {
+		e.logf("latency: %d commands/s for %s, Issue → handler start", cfg.Rate, cfg.LatencyDuration)
+		lat, err := e.steady(ctx, sp, cfg.Rate, cfg.LatencyDuration)
+		if err != nil {
+			_ = sp.stop()
+			return err
+		}
+		res.LatencySamples = len(lat)
+		res.LatencyP50MS, res.LatencyP99MS = ms(quantile(lat, 0.50)), ms(quantile(lat, 0.99))
+	}
+	if err := sp.stop(); err != nil {
+		return fmt.Errorf("bench: processor: %w", err)
+	}
+	return nil
+}
+
+// issueAll issues n commands from workers goroutines and returns the time taken.
+func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("bench: issuing %d commands took over %s", n, timeout))
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	began := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if _, err := iss.Issue(ctx, benchCmd{Seq: i}); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("bench: issue command %d: %w", i, err)
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(began), first
+}
+
+// steady issues at rate commands/s for d, each from its own goroutine at
+// its scheduled time, with the processor woken by Notify, and returns the
+// Issue → handler start latencies.
+func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
+	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: e.cfg.Prefix, Notify: sp.p.Notify})
+	if err != nil {
+		return nil, fmt.Errorf("bench: issuer: %w", err)
+	}
+	e.lat.take()
+	total := int(float64(rate) * d.Seconds())
+	if total < 1 {
+		total = 1
+	}
+	base := e.completed.Load()
+	interval := time.Second / time.Duration(rate)
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	began := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for i := range total {
+		// Pace: wait for this command's slot.
+		if w := time.Until(began.Add(time.Duration(i) * interval)); w > 0 {
+			t.Reset(w)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := iss.Issue(ctx, benchCmd{Seq: i, Sent: time.Now().UnixNano()}); err != nil {
+				select {
+				case errc <- fmt.Errorf("bench: latency issue: %w", err):
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	if err := waitFor(ctx, e.cfg.Timeout, "complete the latency phase's commands", func() bool {
+		return e.completed.Load() >= base+int64(total)
+	}); err != nil {
+		return nil, err
+	}
+	return e.lat.take(), nil
+}
+
+// idle measures the storage calls of an idle queue and the wake-up latency.
+func (e *env) idle(ctx context.Context, res *Result) error {
+	cfg := e.cfg
+	reg, err := e.registry()
+	if err != nil {
+		return err
+	}
+	// A fresh prefix: an empty deployment, as an idle one is.
+	prefix := cfg.Prefix + "i"
+	minP := time.Duration(float64(processor.DefaultMinPollInterval) / cfg.IdleScale)
+	maxP := time.Duration(float64(cfg.MaxPollInterval) / cfg.IdleScale)
+	if minP <= 0 {
+		minP = 1
+	}
+	// Polls before the backoff is capped: the interval doubles from minP.
+	capAt := 0
+	for iv := minP; iv < maxP; iv *= 2 {
+		capAt++
+	}
+	type mark struct {
+		at  time.Time
+		ops int64
+	}
+	marks := make(chan mark, 1)
+	var polls atomic.Int64
+	onPoll := func(ev processor.PollEvent) {
+		if polls.Add(1)-1 == int64(capAt) {
+			marks <- mark{ev.Time, e.counter.Total()}
+		}
+	}
+	e.logf("idle: poll schedule scaled 1/%g (cap %s stands for %s), watched %s", cfg.IdleScale, maxP, cfg.MaxPollInterval, cfg.IdleWindow)
+	sp, err := e.startProcessor(ctx, reg, processor.Config{
+		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		MinPollInterval: minP, MaxPollInterval: maxP, ReconcileInterval: processor.NoReconcile, OnPoll: onPoll,
+	})
+	if err != nil {
+		return err
+	}
+	var m0 mark
+	select {
+	case m0 = <-marks:
+	case <-time.After(cfg.Timeout):
+		_ = sp.stop()
+		return fmt.Errorf("bench: idle: backoff did not reach its cap within %s", cfg.Timeout)
+	case <-ctx.Done():
+		_ = sp.stop()
+		return ctx.Err()
+	}
+	t := time.NewTimer(time.Until(m0.at.Add(cfg.IdleWindow)))
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		_ = sp.stop()
+		return ctx.Err()
+	}
+	ops := e.counter.Total() - m0.ops
+	window := time.Since(m0.at)
+	if err := sp.stop(); err != nil {
+		return fmt.Errorf("bench: idle processor: %w", err)
+	}
+	// window at scale s stands for window×s at the real intervals.
+	res.IdlePollOpsPerHour = float64(ops) * float64(time.Hour) / (float64(window) * cfg.IdleScale)
+
+	// One reconciler pass (markers + pending scan) on the empty deployment,
+	// once per ReconcileInterval.
+	before := e.counter.Total()
+	if _, err := commands.Reconcile(ctx, e.counter, commands.ReconcileOptions{Prefix: prefix, ScanPending: true}); err != nil {
+		return fmt.Errorf("bench: reconcile pass: %w", err)
+	}
+	res.IdleReconcileOpsPerHour = float64(e.counter.Total()-before) * float64(time.Hour) / float64(processor.DefaultReconcileInterval)
+	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
+	// The same pass on the loaded bench tables.
+	before = e.counter.Total()
+	if _, err := commands.Reconcile(ctx, e.counter, commands.ReconcileOptions{Prefix: cfg.Prefix, ScanPending: true}); err != nil {
+		return fmt.Errorf("bench: reconcile pass: %w", err)
+	}
+	res.ReconcileOpsPerPassLoaded = e.counter.Total() - before
+
+	wake, err := e.wake(ctx, reg, prefix)
+	if err != nil {
+		return err
+	}
+	res.IdleWakeLatencyMS = ms(wake)
+	return nil
+}
+
+// wake starts a processor whose poll interval is MaxPollInterval from the
+// first empty poll on, and times DefaultWakeSamples commands issued in
+// process (Notify) while it waits; it returns the slowest.
+func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (time.Duration, error) {
+	cfg := e.cfg
+	empty := make(chan struct{}, 16)
+	sp, err := e.startProcessor(ctx, reg, processor.Config{
+		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
+		OnPoll: func(ev processor.PollEvent) {
+			if ev.Received == 0 && ev.Wait > 0 {
+				select {
+				case empty <- struct{}{}:
+				default:
+				}
+			}
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = sp.stop() }()
+	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: prefix, Notify: sp.p.Notify})
+	if err != nil {
+		return 0, fmt.Errorf("bench: issuer: %w", err)
+	}
+	e.lat.take()
+	var worst time.Duration
+	for i := range DefaultWakeSamples {
+		// The poller has just found the queue empty and waits MaxPollInterval.
+		select {
+		case <-empty:
+		case <-time.After(cfg.Timeout):
+			return 0, fmt.Errorf("bench: idle wake: no empty poll within %s", cfg.Timeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		base := e.completed.Load()
+		if _, err := iss.Issue(ctx, benchCmd{Seq: i, Sent: time.Now().UnixNano()}); err != nil {
+			return 0, fmt.Errorf("bench: idle wake issue: %w", err)
+		}
+		// Within MaxPollInterval/2 it cannot be the scheduled poll (waits are
+		// at least MaxPollInterval × (1 − jitter) = 48 s at the defaults).
+		if err := waitFor(ctx, cfg.MaxPollInterval/2, "idle wake: handler start", func() bool {
+			return e.completed.Load() > base
+		}); err != nil {
+			return 0, err
+		}
+		for _, d := range e.lat.take() {
+			worst = max(worst, d)
+		}
+	}
+	return worst, nil
+}
+
+// quantile returns the q-quantile (nearest rank) of d.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

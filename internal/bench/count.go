@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Op names one kind of storage call, for the per-kind breakdown.
+type Op int
+
+// The storage calls a Counter counts: every queue and table call that is a
+// billed transaction on Azure Storage.
+const (
+	OpEnqueue Op = iota
+	OpDequeue
+	OpUpdateVisibility
+	OpDeleteMessage
+	OpPeek
+	OpCount
+	OpInsert
+	OpGet
+	OpUpdate
+	OpUpsert
+	OpDeleteEntity
+	OpQuery
+	OpBatch
+	numOps
+)
+
+var opNames = [numOps]string{
+	"enqueue", "dequeue", "update_visibility", "delete_message", "peek", "approximate_count",
+	"insert", "get", "update", "upsert", "delete_entity", "query", "batch",
+}
+
+// String returns the operation's snake_case name (as in Result.OpsByKind).
+func (o Op) String() string {
+	if o < 0 || o >= numOps {
+		return "unknown"
+	}
+	return opNames[o]
+}
+
+// Counter wraps a storage.Store and counts every queue and table call made
+// through the queues and tables it hands out (not Queue/Table/Close
+// themselves, which are not per-command transactions). Safe for concurrent use.
+type Counter struct {
+	storage.Store
+	n [numOps]atomic.Int64
+}
+
+// NewCounter returns a Counter around st.
+func NewCounter(st storage.Store) *Counter { return &Counter{Store: st} }
+
+// Total returns the number of calls counted so far.
+func (c *Counter) Total() int64 {
+	var t int64
+	for i := range c.n {
+		t += c.n[i].Load()
+	}
+	return t
+}
+
+// Snapshot returns the per-kind counts so far.
+func (c *Counter) Snapshot() [numOps]int64 {
+	var s [numOps]int64
+	for i := range c.n {
+		s[i] = c.n[i].Load()
+	}
+	return s
+}
+
+func (c *Counter) add(o Op) { c.n[o].Add(1) }
+
+// Queue returns the named queue of the wrapped store, counted.
+func (c *Counter) Queue(ctx context.Context, name string) (storage.Queue, error) {
+	q, err := c.Store.Queue(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &countQueue{Queue: q, c: c}, nil
+}
+
+// Table returns the named table of the wrapped store, counted.
+func (c *Counter) Table(ctx context.Context, name string) (storage.Table, error) {
+	t, err := c.Store.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &countTable{Table: t, c: c}, nil
+}
+
+type countQueue struct {
+	storage.Queue
+	c *Counter
+}
+
+func (q *countQueue) Enqueue(ctx context.Context, text string, d, ttl time.Duration) (storage.Message, error) {
+	q.c.add(OpEnqueue)
+	return q.Queue.Enqueue(ctx, text, d, ttl)
+}
+
+func (q *countQueue) Dequeue(ctx context.Context, max int, v time.Duration) ([]storage.Message, error) {
+	q.c.add(OpDequeue)
+	return q.Queue.Dequeue(ctx, max, v)
+}
+
+func (q *countQueue) UpdateVisibility(ctx context.Context, id, r string, v time.Duration) (string, time.Time, error) {
+	q.c.add(OpUpdateVisibility)
+	return q.Queue.UpdateVisibility(ctx, id, r, v)
+}
+
+func (q *countQueue) Delete(ctx context.Context, id, r string) error {
+	q.c.add(OpDeleteMessage)
+	return q.Queue.Delete(ctx, id, r)
+}
+
+func (q *countQueue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
+	q.c.add(OpPeek)
+	return q.Queue.Peek(ctx, max)
+}
+
+func (q *countQueue) ApproximateCount(ctx context.Context) (int, error) {
+	q.c.add(OpCount)
+	return q.Queue.ApproximateCount(ctx)
+}
+
+type countTable struct {
+	storage.Table
+	c *Counter
+}
+
+func (t *countTable) Insert(ctx context.Context, e storage.Entity) (string, error) {
+	t.c.add(OpInsert)
+	return t.Table.Insert(ctx, e)
+}
+
+func (t *countTable) Get(ctx context.Context, pk, rk string) (storage.Entity, error) {
+	t.c.add(OpGet)
+	return t.Table.Get(ctx, pk, rk)
+}
+
+func (t *countTable) Update(ctx context.Context, e storage.Entity, m storage.UpdateMode, ifMatch string) (string, error) {
+	t.c.add(OpUpdate)
+	return t.Table.Update(ctx, e, m, ifMatch)
+}
+
+func (t *countTable) Upsert(ctx context.Context, e storage.Entity, m storage.UpdateMode) (string, error) {
+	t.c.add(OpUpsert)
+	return t.Table.Upsert(ctx, e, m)
+}
+
+func (t *countTable) Delete(ctx context.Context, pk, rk, ifMatch string) error {
+	t.c.add(OpDeleteEntity)
+	return t.Table.Delete(ctx, pk, rk, ifMatch)
+}
+
+func (t *countTable) Query(ctx context.Context, q storage.Query) (storage.Page, error) {
+	t.c.add(OpQuery)
+	return t.Table.Query(ctx, q)
+}
+
+func (t *countTable) Batch(ctx context.Context, pk string, ops []storage.BatchOp) ([]string, error) {
+	t.c.add(OpBatch)
+	return t.Table.Batch(ctx, pk, ops)
+}
