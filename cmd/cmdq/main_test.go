@@ -145,7 +145,10 @@ func startServe(t *testing.T, o serveOpts) *serveProc {
 		}
 	})
 	select {
-	case p.URL = <-urlc:
+	case u := <-urlc:
+		// A wildcard listener is reached on loopback.
+		u = strings.Replace(u, "http://0.0.0.0:", "http://127.0.0.1:", 1)
+		p.URL = strings.Replace(u, "http://[::]:", "http://127.0.0.1:", 1)
 	case <-p.done:
 		t.Fatalf("cmdq serve exited before listening (%v):\n%s", p.err, p.stderr.String())
 	case <-time.After(30 * time.Second):

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/status"
+)
+
+var (
+	uuidLine    = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	summaryLine = regexp.MustCompile(`^cmdq worker: processed (\d+) \(completed (\d+), failed (\d+), poisoned (\d+), released (\d+), interrupted (\d+)\) in [0-9.]+m?s; stopped: (deadline|idle|cancelled)\n$`)
+)
+
+// sendID runs `cmdq send` and returns the ID it printed.
+func sendID(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	r := mustRun(t, env, append([]string{"send"}, args...)...)
+	id := strings.SplitN(r.stdout, "\n", 2)[0]
+	if !uuidLine.MatchString(id) {
+		t.Fatalf("cmdq send printed %q, want an ID first", r.stdout)
+	}
+	return id
+}
+
+// TestWorkerRunFor: `cmdq worker --run-for 5s` exits 0 before 5 s with its
+// summary line, with work on the queue and without, every time.
+func TestWorkerRunFor(t *testing.T) {
+	t.Parallel()
+	type run struct {
+		name  string
+		seed  int // commands to issue before the run
+		azure bool
+	}
+	runs := []run{{"empty-1", 0, false}, {"empty-2", 0, false}, {"empty-3", 0, false},
+		{"work-1", 3, false}, {"work-2", 3, false}, {"work-3", 3, false}, {"azure-work", 3, true}, {"azure-empty", 0, true}}
+	for _, rn := range runs {
+		t.Run(rn.name, func(t *testing.T) {
+			t.Parallel()
+			store := []string{"--store", "embedded", "--data", t.TempDir()}
+			if rn.azure {
+				store = []string{"--store", "azure", "--prefix", randomPrefix(), "--azure-connection-string", azurite.ConnectionString(t)}
+			}
+			var ids []string
+			if rn.seed > 0 {
+				ids = append(ids,
+					sendID(t, nil, append([]string{"demo.sleep", "--params", `{"ms":300}`}, store...)...),
+					sendID(t, nil, append([]string{"demo.echo"}, store...)...),
+					sendID(t, nil, append([]string{"demo.steps", "--params", `{"steps":2}`}, store...)...))
+			}
+			r := runCmdq(t, 20*time.Second, nil, append([]string{"worker", "--run-for", "5s", "--log-format", "json"}, store...)...)
+			if r.code != 0 || r.elapsed >= 5*time.Second {
+				t.Fatalf("worker --run-for 5s: exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed, r.stdout, r.stderr)
+			}
+			m := summaryLine.FindStringSubmatch(r.stdout)
+			if m == nil {
+				t.Fatalf("worker output %q is not the one-line summary", r.stdout)
+			}
+			processed, _ := strconv.Atoi(m[1])
+			completed, _ := strconv.Atoi(m[2])
+			if rn.seed == 0 && (processed != 0 || m[7] != "idle") {
+				t.Errorf("empty queue: summary %q", r.stdout)
+			}
+			if rn.seed > 0 && (processed != rn.seed || completed != rn.seed) {
+				t.Errorf("queue with %d commands: summary %q", rn.seed, r.stdout)
+			}
+			for _, id := range ids {
+				st := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
+				var s status.Status
+				if err := json.Unmarshal([]byte(st.stdout), &s); err != nil || s.Status != status.Completed {
+					t.Errorf("after the worker, %s: %s (%v)", id, st.stdout, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCLIAgainstServer runs send, status and poison against a real server.
+func TestCLIAgainstServer(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, serveOpts{args: []string{"--poison-ceiling", "2"}})
+	env := []string{"CMDQ_SERVER=" + srv.URL}
+
+	// send --wait: the ID, then the final status.
+	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait", "--interval", "50ms")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" {
+		t.Fatalf("send --wait output %q", r.stdout)
+	}
+	echoID := lines[0]
+	// status: header and timeline.
+	r = mustRun(t, env, "status", echoID)
+	for _, want := range []string{"command  " + echoID, "type     demo.echo", "status   completed (attempts 1, step 1)", "created", "started", `step_completed  attempt 1  step 1  "echo {\"hello\":\"cli\"}"`, "completed       attempt 1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// send with a fixed ID twice: the same ID, and a note that it existed.
+	fixed := newUUID()
+	if id := sendID(t, env, "demo.echo", "--id", fixed); id != fixed {
+		t.Errorf("send --id printed %s", id)
+	}
+	r = mustRun(t, env, "send", "demo.echo", "--id", fixed)
+	if strings.TrimSpace(r.stdout) != fixed || !strings.Contains(r.stderr, "already existed") {
+		t.Errorf("re-send: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	// Bad input: clear messages, exit 1.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"send", "demo.echo", "--params", "{oops"}, "not valid JSON"},
+		{[]string{"send", "demo.nope"}, "unknown command type"},
+		{[]string{"send", "demo.sleep", "--params", `{"ms":"x"}`}, "params do not match"},
+		{[]string{"status", "not-an-id"}, "not a command ID"},
+		{[]string{"status", newUUID()}, "not found"},
+		{[]string{"poison", "rm", newUUID()}, "not found"},
+		{[]string{"poison", "requeue", echoID}, "not poisoned"},
+	} {
+		r := runCmdq(t, 20*time.Second, env, c.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("cmdq %s: exit %d, stderr %q, want 1 and %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+
+	// status --watch follows demo.steps through its failure to the end.
+	sid := sendID(t, env, "demo.steps", "--params", `{"steps":3,"failAt":2}`)
+	r = mustRun(t, env, "status", sid, "--watch", "--interval", "50ms")
+	for _, want := range []string{"step_completed  attempt 1  step 1", "failed          attempt 1", "planned failure at step 2",
+		"step_completed  attempt 2  step 2", "step_completed  attempt 2  step 3", sid + " completed (attempts 2, step 3)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status --watch output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Count(r.stdout, "  created") != 1 {
+		t.Errorf("status --watch printed an event twice:\n%s", r.stdout)
+	}
+
+	// poison: send --wait on a command that keeps failing exits 1.
+	r = runCmdq(t, 30*time.Second, env, "send", "demo.fail", "--params", `{"times":9}`, "--wait", "--interval", "50ms")
+	fid := strings.SplitN(r.stdout, "\n", 2)[0]
+	if r.code != 1 || !uuidLine.MatchString(fid) || !strings.Contains(r.stderr, "ended poisoned") || !strings.Contains(r.stderr, "cmdq status "+fid) {
+		t.Fatalf("send --wait of a poisoned command: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = mustRun(t, env, "poison", "ls")
+	if !strings.Contains(r.stdout, "COMMAND") || !regexp.MustCompile(fid+`\s+demo\.fail\s+2\s+.*attempts exhausted`).MatchString(r.stdout) {
+		t.Errorf("poison ls:\n%s", r.stdout)
+	}
+	r = mustRun(t, env, "poison", "ls", "--type", "demo.echo")
+	if strings.TrimSpace(r.stdout) != "no poisoned commands" {
+		t.Errorf("poison ls --type demo.echo: %q", r.stdout)
+	}
+	r = mustRun(t, env, "poison", "show", fid)
+	var pe status.PoisonEntry
+	if err := json.Unmarshal([]byte(r.stdout), &pe); err != nil || pe.CommandID != fid || pe.Reason != "attempts exhausted" {
+		t.Errorf("poison show: %s (%v)", r.stdout, err)
+	}
+	r = mustRun(t, env, "poison", "requeue", fid)
+	if strings.TrimSpace(r.stdout) != fid+" requeued" {
+		t.Errorf("poison requeue: %q", r.stdout)
+	}
+	waitState(t, srv.URL, "", fid, "poisoned", 30*time.Second)
+	r = mustRun(t, env, "poison", "rm", fid)
+	if strings.TrimSpace(r.stdout) != fid+" discarded" {
+		t.Errorf("poison rm: %q", r.stdout)
+	}
+	r = mustRun(t, env, "poison", "ls", "--json")
+	var page status.PoisonPage
+	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Entries) != 0 {
+		t.Errorf("poison ls --json after rm: %s (%v)", r.stdout, err)
+	}
+	r = mustRun(t, env, "status", fid)
+	for _, want := range []string{"discarded (attempts 2, step 0)", "requeued", "by api:", "reason: discarded by operator"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status of the discarded command lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// Direct access to the embedded store that serve holds fails and says to use --server.
+	r = runCmdq(t, 20*time.Second, nil, "status", echoID, "--store", "embedded", "--data", srv.Data)
+	if r.code != 1 || !strings.Contains(r.stderr, "in use") || !strings.Contains(r.stderr, "--server") {
+		t.Errorf("direct status on a held store: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmdq(t, 20*time.Second, nil, "worker", "--run-for", "2s", "--data", srv.Data)
+	if r.code != 1 || !strings.Contains(r.stderr, "--server") {
+		t.Errorf("worker on a held store: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestCLITokens: the CLI sends --token, and a role the route lacks is an error.
+func TestCLITokens(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, serveOpts{env: []string{"CMDQ_TOKENS=" + testTokens}})
+	id := sendID(t, nil, "demo.echo", "--server", srv.URL, "--token", apitest.IssuerToken)
+	r := runCmdq(t, 20*time.Second, nil, "status", id, "--server", srv.URL, "--token", apitest.IssuerToken)
+	if r.code != 1 || !strings.Contains(r.stderr, "403") {
+		t.Errorf("status with the issuer token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmdq(t, 20*time.Second, nil, "poison", "ls", "--server", srv.URL)
+	if r.code != 1 || !strings.Contains(r.stderr, "401") {
+		t.Errorf("poison ls without token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	mustRun(t, []string{"CMDQ_TOKEN=" + apitest.OperatorToken, "CMDQ_SERVER=" + srv.URL}, "poison", "ls")
+	mustRun(t, nil, "status", id, "--server", srv.URL, "--token", apitest.ReaderToken)
+}
+
+// TestServeSIGTERMDrains: SIGTERM while a handler runs lets it finish, and
+// serve exits 0; the store then opens directly and shows it completed.
+func TestServeSIGTERMDrains(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, serveOpts{})
+	id := newUUID()
+	if r := do(t, http.MethodPost, srv.URL+"/v1/commands", "", `{"id":"`+id+`","type":"demo.sleep","params":{"ms":2500}}`); r.code != 202 {
+		t.Fatalf("POST: %d %s", r.code, r.body)
+	}
+	// The running state is written once a handler has run for 1 s.
+	waitState(t, srv.URL, "", id, "running", 10*time.Second)
+	start := time.Now()
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit within 20s of SIGTERM")
+	}
+	if code := exitCode(srv.err); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, srv.stderr.String())
+	}
+	if !strings.Contains(srv.stderr.String(), "draining") || !strings.Contains(srv.stderr.String(), "cmdq serve: stopped") {
+		t.Errorf("serve's log does not show the drain:\n%s", srv.stderr.String())
+	}
+	t.Logf("serve exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	r := mustRun(t, nil, "status", id, "--json", "--store", "embedded", "--data", srv.Data)
+	var s status.Status
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.Status != status.Completed || s.Attempts != 1 {
+		t.Errorf("after the drain the command is %s (%v), want completed on attempt 1", r.stdout, err)
+	}
+}
+
+// TestEnvOverridesDefaultsAndFlagsWin checks the CMDQ_<FLAG> binding: a
+// variable replaces a default, a flag beats a variable, a bad value names the
+// variable.
+func TestEnvOverridesDefaultsAndFlagsWin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// CMDQ_STORE and CMDQ_DATA make send go to the store directly.
+	env := []string{"CMDQ_STORE=embedded", "CMDQ_DATA=" + dir}
+	id := sendID(t, env, "demo.echo")
+	r := mustRun(t, env, "status", id, "--json")
+	if !strings.Contains(r.stdout, `"status": "pending"`) {
+		t.Errorf("status via env-selected store: %s", r.stdout)
+	}
+	// --data on the command line wins over CMDQ_DATA: another (empty) store.
+	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", t.TempDir())
+	if r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("--data over CMDQ_DATA: exit %d stderr %q", r.code, r.stderr)
+	}
+	r = runCmdq(t, 20*time.Second, []string{"CMDQ_RUN_FOR=soon"}, "worker", "--data", dir)
+	if r.code != 1 || !strings.Contains(r.stderr, "CMDQ_RUN_FOR") {
+		t.Errorf("bad CMDQ_RUN_FOR: exit %d stderr %q", r.code, r.stderr)
+	}
+	r = mustRun(t, nil, "serve", "--help")
+	for _, want := range []string{"[env CMDQ_ADDR]", `(default "127.0.0.1:8080")`, "[env CMDQ_TOKENS]", `(default "./cmdq-data")`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+}
+
+// TestWorkerSharesAzureQueue: two workers on one Azurite queue process every
+// command exactly once between them.
+func TestWorkerSharesAzureQueue(t *testing.T) {
+	t.Parallel()
+	store := []string{"--store", "azure", "--prefix", randomPrefix(), "--azure-connection-string", azurite.ConnectionString(t)}
+	const n = 6
+	var ids []string
+	for i := 0; i < n; i++ {
+		ids = append(ids, sendID(t, nil, append([]string{"demo.sleep", "--params", fmt.Sprintf(`{"ms":%d}`, 100+50*i)}, store...)...))
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		total   int
+		results []result
+	)
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := runCmdq(t, 20*time.Second, nil, append([]string{"worker", "--run-for", "4s", "--worker-id", fmt.Sprintf("w%d", w)}, store...)...)
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, r)
+			if m := summaryLine.FindStringSubmatch(r.stdout); m != nil {
+				c, _ := strconv.Atoi(m[2])
+				total += c
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r.code != 0 || !summaryLine.MatchString(r.stdout) || r.elapsed >= 4*time.Second {
+			t.Errorf("worker: exit %d after %s, stdout %q stderr %q", r.code, r.elapsed, r.stdout, r.stderr)
+		}
+	}
+	if total != n {
+		t.Errorf("the two workers completed %d commands, want %d", total, n)
+	}
+	for _, id := range ids {
+		r := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
+		var s status.Status
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.Status != status.Completed || s.Attempts != 1 {
+			t.Errorf("%s: %s (%v)", id, r.stdout, err)
+		}
+	}
+}
