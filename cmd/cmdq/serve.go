@@ -399,7 +399,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	}
 	// Count the box from process start, and keep a little for closing the
 	// store and exiting.
-	const exitSlack = 150 * time.Millisecond
+	const exitSlack = 250 * time.Millisecond
 	d := f.runFor - time.Since(processStart) - exitSlack
 	if d <= 0 {
 		return fmt.Errorf("--run-for %s is too short to start the worker", f.runFor)
