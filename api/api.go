@@ -148,6 +148,7 @@ func New(cfg Config) (http.Handler, error) {
 			metrics.ServeHTTP(w, r)
 		}
 	}})
+	s.mountDashboard(mux) // the operator web pages under /ui/ (dashboard.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", r.URL.Path)))
 	})

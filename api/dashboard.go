@@ -1,0 +1,720 @@
+package api
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// The operator dashboard: server-rendered HTML pages under /ui/ (overview,
+// poison table, command timeline) with requeue and discard forms. It needs no
+// JavaScript and loads no external assets. See docs/dashboard.md.
+
+// SessionCookieName is the name of the dashboard's session cookie (Path
+// BasePath+"/ui", HttpOnly, SameSite=Strict, Secure on TLS).
+const SessionCookieName = "cmdq_session"
+
+// SessionLifetime is how long a dashboard login lasts (8 hours). Sessions are
+// signed with a random key made when the handler is built, so restarting the
+// server (or building a new handler) logs everyone out.
+const SessionLifetime = 8 * time.Hour
+
+// dashboardCSP is the Content-Security-Policy of every /ui response: no
+// scripts, no external resources, inline styles only, forms post to this
+// origin only, no framing.
+const dashboardCSP = "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// lastErrorWidth is how many characters of a poison entry's last error the
+// poison list shows (the command page shows it whole).
+const lastErrorWidth = 120
+
+// maxCountedPoison is the most poison entries the overview counts.
+const maxCountedPoison = status.MaxPoisonLimit
+
+// dashboardClock tells the time for session expiry; tests replace it.
+var dashboardClock = time.Now
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var dashboardFuncs = template.FuncMap{
+	"fmtTime": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"truncate": func(s string, n int) string {
+		if utf8.RuneCountInString(s) <= n {
+			return s
+		}
+		r := []rune(s)
+		return string(r[:n]) + "…"
+	},
+	"pathEscape": url.PathEscape,
+}
+
+// dashboardPages are the page templates, each the layout plus one page file.
+var dashboardPages = func() map[string]*template.Template {
+	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"overview", "poison", "command", "login", "error"} {
+		t := template.Must(layout.Clone())
+		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
+	}
+	return pages
+}()
+
+// dashboard holds the per-handler state of the /ui pages.
+type dashboard struct {
+	s    *server
+	key  []byte // HMAC key for sessions and CSRF tokens, random per handler
+	cop  *http.CrossOriginProtection
+	now  func() time.Time
+	base string // BasePath + "/ui"
+}
+
+// viewer is who is looking at a page, from a session cookie, a bearer token,
+// or (without configured tokens) anyone.
+type viewer struct {
+	who     string
+	roles   []Role
+	session string // the cookie value the CSRF token derives from; "" for bearer requests
+	bearer  bool
+}
+
+func (v viewer) can(need Role) bool { return hasRole(v.roles, need) }
+
+// pageData is what every template gets.
+type pageData struct {
+	Title   string
+	Base    string // BasePath + "/ui", for links
+	Nav     string // the current section, for the navigation
+	CSRF    string
+	Who     string
+	AuthOn  bool
+	Operate bool // the viewer may see the poison table and act on it
+	Flash   string
+	Body    any
+}
+
+// mountDashboard registers the /ui routes on mux.
+func (s *server) mountDashboard(mux *http.ServeMux) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		panic("api: no randomness for the dashboard session key: " + err.Error())
+	}
+	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui"}
+	h := func(f http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			hdr := w.Header()
+			hdr.Set("Content-Security-Policy", dashboardCSP)
+			hdr.Set("X-Content-Type-Options", "nosniff")
+			hdr.Set("Referrer-Policy", "same-origin")
+			hdr.Set("X-Frame-Options", "DENY")
+			hdr.Set("Cache-Control", "no-store")
+			f(w, r)
+		}
+	}
+	mux.HandleFunc("GET /ui", h(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, d.base+"/", http.StatusMovedPermanently)
+	}))
+	mux.HandleFunc("GET /ui/{$}", h(d.overview))
+	mux.HandleFunc("GET /ui/poison", h(d.poison))
+	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
+	mux.HandleFunc("GET /ui/search", h(d.search))
+	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action("requeue")))
+	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action("discard")))
+	mux.HandleFunc("GET /ui/login", h(d.loginForm))
+	mux.HandleFunc("POST /ui/login", h(d.login))
+	mux.HandleFunc("POST /ui/logout", h(d.logout))
+	mux.HandleFunc("/ui/", h(func(w http.ResponseWriter, r *http.Request) {
+		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found",
+			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", r.URL.Path, r.Method), "Start from the overview.")
+	}))
+}
+
+// ---- sessions and CSRF ----
+
+// sessionClaims is the signed content of the session cookie. It never holds
+// the token, only the token's safe-to-log name and its roles.
+type sessionClaims struct {
+	Who     string `json:"w"`
+	Roles   []Role `json:"r"`
+	Expires int64  `json:"e"` // Unix seconds
+	Nonce   string `json:"n"`
+}
+
+func (d *dashboard) sign(b []byte) []byte {
+	m := hmac.New(sha256.New, d.key)
+	m.Write([]byte("cmdq-session\x00"))
+	m.Write(b)
+	return m.Sum(nil)
+}
+
+// newSession returns a signed cookie value: base64url(claims) "." base64url(mac).
+func (d *dashboard) newSession(who string, roles []Role) string {
+	var n [12]byte
+	_, _ = rand.Read(n[:])
+	b, _ := json.Marshal(sessionClaims{Who: who, Roles: roles, Expires: d.now().Add(SessionLifetime).Unix(), Nonce: hex.EncodeToString(n[:])})
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString(b) + "." + enc.EncodeToString(d.sign(b))
+}
+
+// parseSession verifies a cookie value; it fails on a bad signature, a
+// malformed value or an expired session.
+func (d *dashboard) parseSession(v string) (sessionClaims, error) {
+	var c sessionClaims
+	enc := base64.RawURLEncoding
+	p, sig, ok := strings.Cut(v, ".")
+	if !ok {
+		return c, errors.New("malformed session")
+	}
+	b, err1 := enc.DecodeString(p)
+	mac, err2 := enc.DecodeString(sig)
+	if err1 != nil || err2 != nil || !hmac.Equal(mac, d.sign(b)) {
+		return c, errors.New("bad session signature")
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, errors.New("malformed session")
+	}
+	if d.now().Unix() >= c.Expires {
+		return c, errors.New("session expired")
+	}
+	return c, nil
+}
+
+// csrfToken derives the CSRF token of a session (or, without configured
+// tokens, of this handler).
+func (d *dashboard) csrfToken(session string) string {
+	m := hmac.New(sha256.New, d.key)
+	m.Write([]byte("cmdq-csrf\x00"))
+	m.Write([]byte(session))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// lookupToken finds a configured token in constant time, as the API does.
+func (d *dashboard) lookupToken(tok string) (tokenEntry, bool) {
+	a := d.s.auth
+	got := sha256.Sum256([]byte(tok))
+	match := -1
+	for i := range a.entries {
+		if subtle.ConstantTimeCompare(got[:], a.entries[i].hash[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return tokenEntry{}, false
+	}
+	return a.entries[match], true
+}
+
+// authOn reports whether tokens are configured.
+func (d *dashboard) authOn() bool { return len(d.s.auth.entries) > 0 }
+
+// authenticate finds the viewer. Without configured tokens everyone is an
+// anonymous operator. With tokens, an Authorization header is checked as
+// the API checks it, else the session cookie. ok=false: not authenticated
+// (the response is already written for a bad bearer token; the caller
+// redirects to the login page otherwise, writtenResponse tells which).
+func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v viewer, ok, written bool) {
+	if !d.authOn() {
+		return viewer{who: "anonymous", roles: []Role{RoleIssuer, RoleReader, RoleOperator}}, true, false
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, _ := strings.Cut(h, " ")
+		tok = strings.TrimSpace(tok)
+		if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The Authorization header must be 'Bearer <token>'.", "Send a configured token, or log in with a browser.")
+			return viewer{}, false, true
+		}
+		e, found := d.lookupToken(tok)
+		if !found {
+			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
+			return viewer{}, false, true
+		}
+		return viewer{who: e.who, roles: e.roles, bearer: true}, true, false
+	}
+	c, err := r.Cookie(SessionCookieName)
+	if err != nil {
+		return viewer{}, false, false
+	}
+	claims, err := d.parseSession(c.Value)
+	if err != nil {
+		d.clearCookie(w, r)
+		return viewer{}, false, false
+	}
+	return viewer{who: claims.Who, roles: claims.Roles, session: c.Value}, true, false
+}
+
+// require authenticates r and checks need. On failure it writes the
+// response (a redirect to the login page, or a 401/403 page) and returns
+// ok=false.
+func (d *dashboard) require(w http.ResponseWriter, r *http.Request, need Role) (viewer, bool) {
+	v, ok, written := d.authenticate(w, r)
+	if written {
+		return v, false
+	}
+	if !ok {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Not logged in", "Your session is missing or expired, so the action was not carried out.", "Log in and try again.")
+			return v, false
+		}
+		next := d.s.cfg.BasePath + r.URL.Path
+		if r.URL.RawQuery != "" {
+			next += "?" + r.URL.RawQuery
+		}
+		http.Redirect(w, r, d.base+"/login?next="+url.QueryEscape(next), http.StatusSeeOther)
+		return v, false
+	}
+	if !v.can(need) {
+		d.errorPage(w, r, v, http.StatusForbidden, "Forbidden",
+			fmt.Sprintf("This needs the %q role; you are logged in with %s.", need, rolesString(v.roles)),
+			"Log in with a token that has the role.")
+		return v, false
+	}
+	return v, true
+}
+
+// checkPost rejects cross-origin browser POSTs and, for cookie sessions and
+// unauthenticated servers, POSTs without the right CSRF token. It writes a
+// 403 page and returns false on failure.
+func (d *dashboard) checkPost(w http.ResponseWriter, r *http.Request, v viewer) bool {
+	if err := d.cop.Check(r); err != nil {
+		d.errorPage(w, r, v, http.StatusForbidden, "Cross-origin request refused",
+			"This form was posted from another site, so it was not carried out.", "Use the dashboard's own buttons.")
+		return false
+	}
+	if v.bearer {
+		return true // browsers never add bearer tokens on their own
+	}
+	want := d.csrfToken(v.session)
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(want)) != 1 {
+		d.errorPage(w, r, v, http.StatusForbidden, "Form expired",
+			"The form's security token is missing or does not match your session (you may have logged in again since it was shown), so the action was not carried out.",
+			"Reload the page and try again.")
+		return false
+	}
+	return true
+}
+
+func (d *dashboard) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: SessionCookieName, Value: value, Path: d.base, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
+func (d *dashboard) clearCookie(w http.ResponseWriter, r *http.Request) { d.setCookie(w, r, "", -1) }
+
+// safeNext returns next if it is a dashboard page on this server, else the
+// overview (no open redirects).
+func (d *dashboard) safeNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
+		!strings.HasPrefix(u.Path, d.base+"/") || strings.HasPrefix(u.Path, d.base+"/login") {
+		return d.base + "/"
+	}
+	return next
+}
+
+// ---- rendering ----
+
+func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
+	return pageData{
+		Title: title, Base: d.base, Nav: nav, CSRF: d.csrfToken(v.session), Who: v.who,
+		AuthOn: d.authOn(), Operate: v.can(RoleOperator), Body: body,
+	}
+}
+
+// render executes a page into a buffer first, so a template failure is a
+// clean 500 rather than half a page.
+func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, page string, pd pageData) {
+	var buf bytes.Buffer
+	if err := dashboardPages[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
+		ref := newRef()
+		d.s.log.Error().Err(err).Str("ref", ref).Str("page", page).Msg("cmdq api: dashboard template failed")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("the page failed to render; reference " + ref + " is in the server's log\n"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+// errorBody is the body of the error page.
+type errorBody struct {
+	Status  int
+	Message string
+	Todo    string
+	// DiscardID, when set, offers a Discard button for this poison entry.
+	DiscardID string
+}
+
+func (d *dashboard) errorPage(w http.ResponseWriter, r *http.Request, v viewer, code int, title, msg, todo string) {
+	d.render(w, r, code, "error", d.data(v, title, "", errorBody{Status: code, Message: msg, Todo: todo}))
+}
+
+// fail renders an error from the status package as a page saying what to do.
+func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err error) {
+	switch {
+	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
+			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
+	case errors.Is(err, status.ErrInvalidContinuation):
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
+	default:
+		ref := newRef()
+		d.s.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard request failed")
+		d.errorPage(w, r, v, http.StatusInternalServerError, "Server error",
+			"The server could not complete the request (storage may be unavailable). Reference "+ref+" is in the server's log.", "Retry in a moment.")
+	}
+}
+
+// ---- pages ----
+
+// queueDepth is one queue's approximate depth on the overview.
+type queueDepth struct {
+	Name  string
+	Depth int
+	Err   string
+}
+
+// typeCount is one command type's number of poison entries.
+type typeCount struct {
+	Type  string
+	Count int
+}
+
+type overviewBody struct {
+	Health       HealthResponse
+	HealthDetail string
+	Queues       []queueDepth
+	PoisonCount  int
+	PoisonMore   bool // more than maxCountedPoison entries
+	PoisonByType []typeCount
+	PoisonErr    string
+}
+
+func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleReader)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	b := overviewBody{Health: d.s.health()}
+	if b.Health.Detail != nil {
+		if js, err := json.MarshalIndent(b.Health.Detail, "", "  "); err == nil {
+			b.HealthDetail = string(js)
+		}
+	}
+	queues := []string{status.DefaultQueue}
+	if v.can(RoleOperator) {
+		page, err := d.s.cfg.Reader.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
+		if err != nil {
+			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
+			d.s.log.Error().Err(err).Msg("cmdq api: dashboard: list poison")
+		} else {
+			b.PoisonCount, b.PoisonMore = len(page.Entries), page.Continuation != ""
+			byType := map[string]int{}
+			for _, e := range page.Entries {
+				byType[e.Type]++
+				if e.Queue != "" && !slices.Contains(queues, e.Queue) {
+					queues = append(queues, e.Queue)
+				}
+			}
+			for t, n := range byType {
+				b.PoisonByType = append(b.PoisonByType, typeCount{Type: t, Count: n})
+			}
+			sort.Slice(b.PoisonByType, func(i, j int) bool {
+				x, y := b.PoisonByType[i], b.PoisonByType[j]
+				return x.Count > y.Count || x.Count == y.Count && x.Type < y.Type
+			})
+		}
+	}
+	for _, q := range queues {
+		n, err := d.s.cfg.Reader.QueueDepth(ctx, q)
+		qd := queueDepth{Name: q, Depth: n}
+		if err != nil {
+			qd.Err = "unavailable"
+			d.s.log.Error().Err(err).Str("queue", q).Msg("cmdq api: dashboard: queue depth")
+		}
+		b.Queues = append(b.Queues, qd)
+	}
+	d.render(w, r, http.StatusOK, "overview", d.data(v, "Overview", "overview", b))
+}
+
+type poisonBody struct {
+	Type     string
+	Limit    int
+	Entries  []status.PoisonEntry
+	NextURL  string
+	FirstURL string
+	Paged    bool // this is not the first page
+	Width    int
+}
+
+// flashMessages maps the flash codes of action redirects to what happened.
+var flashMessages = map[string]string{
+	"requeued":  "Command %s was requeued: it is pending again and back on its queue.",
+	"discarded": "Poison entry %s was discarded.",
+}
+
+func (d *dashboard) flash(r *http.Request) string {
+	q := r.URL.Query()
+	f, ok := flashMessages[q.Get("flash")]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(f, q.Get("cmd"))
+}
+
+func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleOperator)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pq := status.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: status.DefaultPoisonLimit}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > status.MaxPoisonLimit {
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
+				fmt.Sprintf("limit %q is not a whole number from 1 to %d.", l, status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
+			return
+		}
+		pq.Limit = n
+	}
+	page, err := d.s.cfg.Reader.ListPoison(r.Context(), pq)
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	link := func(cont string) string {
+		u := url.Values{}
+		if pq.Type != "" {
+			u.Set("type", pq.Type)
+		}
+		if pq.Limit != status.DefaultPoisonLimit {
+			u.Set("limit", strconv.Itoa(pq.Limit))
+		}
+		if cont != "" {
+			u.Set("continuation", cont)
+		}
+		if len(u) == 0 {
+			return d.base + "/poison"
+		}
+		return d.base + "/poison?" + u.Encode()
+	}
+	b := poisonBody{Type: pq.Type, Limit: pq.Limit, Entries: page.Entries, FirstURL: link(""), Paged: pq.Continuation != "", Width: lastErrorWidth}
+	if page.Continuation != "" {
+		b.NextURL = link(page.Continuation)
+	}
+	pd := d.data(v, "Poison table", "poison", b)
+	pd.Flash = d.flash(r)
+	d.render(w, r, http.StatusOK, "poison", pd)
+}
+
+type commandBody struct {
+	Status  status.Status
+	Events  []status.Event
+	Poison  *status.PoisonEntry
+	Pending bool
+}
+
+func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleReader)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if err := commands.ValidateID(id); err != nil {
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
+			fmt.Sprintf("%q is not a command ID.", id), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+		return
+	}
+	ctx := r.Context()
+	st, err := d.s.cfg.Reader.Get(ctx, id)
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	evs, err := d.s.cfg.Reader.Events(ctx, id)
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	b := commandBody{Status: st, Events: evs}
+	if st.Status == status.Poisoned && v.can(RoleOperator) {
+		if e, err := d.s.cfg.Reader.GetPoison(ctx, id); err == nil {
+			b.Poison = &e
+		}
+	}
+	pd := d.data(v, "Command "+id, "", b)
+	pd.Flash = d.flash(r)
+	d.render(w, r, http.StatusOK, "command", pd)
+}
+
+func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleReader)
+	if !ok {
+		return
+	}
+	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
+	if err := commands.ValidateID(id); err != nil {
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
+			fmt.Sprintf("%q is not a command ID.", r.URL.Query().Get("id")), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+		return
+	}
+	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
+}
+
+// action returns the handler of POST /ui/poison/{id}/requeue or /discard.
+func (d *dashboard) action(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
+		v, ok := d.require(w, r, RoleOperator)
+		if !ok || !d.checkPost(w, r, v) {
+			return
+		}
+		id := r.PathValue("id")
+		// Poison entries of malformed messages are keyed by the queue
+		// message's ID, not a UUID: accept any valid table key.
+		if err := storage.ValidateKey("PartitionKey", id); err != nil || id == "" {
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%q cannot name a poison entry.", id), "Use the buttons on the poison list.")
+			return
+		}
+		by := "ui:" + v.who
+		var err error
+		if kind == "requeue" {
+			err = d.s.cfg.Reader.Requeue(r.Context(), id, by)
+		} else {
+			err = d.s.cfg.Reader.Discard(r.Context(), id, by)
+		}
+		if err != nil {
+			d.failAction(w, r, v, kind, id, err)
+			return
+		}
+		done := map[string]string{"requeue": "requeued", "discard": "discarded"}[kind]
+		d.s.log.Info().Str("command", id).Str("by", by).Msg("cmdq api: poisoned command " + done + " from the dashboard")
+		u := url.Values{"flash": {done}, "cmd": {id}}
+		if t := r.PostFormValue("type"); t != "" {
+			u.Set("type", t)
+		}
+		target := d.base + "/poison?" + u.Encode()
+		if r.PostFormValue("back") == "command" && kind == "requeue" {
+			target = d.base + "/commands/" + url.PathEscape(id) + "?" + url.Values{"flash": {"requeued"}, "cmd": {id}}.Encode()
+		}
+		http.Redirect(w, r, target, http.StatusSeeOther)
+	}
+}
+
+// failAction renders a failed requeue or discard as a page that says what to do.
+func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer, kind, id string, err error) {
+	page := func(code int, title, msg, todo string, offerDiscard bool) {
+		b := errorBody{Status: code, Message: msg, Todo: todo}
+		if offerDiscard {
+			b.DiscardID = id
+		}
+		d.render(w, r, code, "error", d.data(v, title, "poison", b))
+	}
+	switch {
+	case errors.Is(err, status.ErrNoCommand):
+		page(http.StatusConflict, "Nothing to requeue",
+			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", id),
+			"Fix the producer that sent it, then discard the entry.", true)
+	case errors.Is(err, status.ErrNotPoisoned):
+		page(http.StatusConflict, "Not poisoned",
+			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", id),
+			"Open the command to see its state.", false)
+	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+		if st, gerr := d.s.cfg.Reader.Get(r.Context(), id); gerr == nil {
+			page(http.StatusConflict, "Not poisoned",
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", id, st.Status),
+				"Open the command to see its state.", false)
+			return
+		}
+		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", id),
+			"It may have been discarded already; reload the poison list.", false)
+	default:
+		d.fail(w, r, v, err)
+	}
+}
+
+type loginBody struct {
+	Next  string
+	Error string
+}
+
+func (d *dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
+	next := d.safeNext(r.URL.Query().Get("next"))
+	if !d.authOn() {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	d.render(w, r, http.StatusOK, "login", d.data(viewer{}, "Log in", "", loginBody{Next: next}))
+}
+
+func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
+	if err := d.cop.Check(r); err != nil {
+		d.errorPage(w, r, viewer{}, http.StatusForbidden, "Cross-origin request refused", "The login form was posted from another site.", "Log in from this server's own login page.")
+		return
+	}
+	next := d.safeNext(r.PostFormValue("next"))
+	if !d.authOn() {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	e, ok := d.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok {
+		d.s.log.Info().Str("remote", r.RemoteAddr).Msg("cmdq api: dashboard login with an unknown token")
+		d.render(w, r, http.StatusUnauthorized, "login", d.data(viewer{}, "Log in", "",
+			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
+		return
+	}
+	if !hasRole(e.roles, RoleReader) {
+		d.render(w, r, http.StatusForbidden, "login", d.data(viewer{}, "Log in", "",
+			loginBody{Next: next, Error: fmt.Sprintf("That token has only %s; the dashboard needs a reader or operator token.", rolesString(e.roles))}))
+		return
+	}
+	d.setCookie(w, r, d.newSession(e.who, e.roles), int(SessionLifetime/time.Second))
+	d.s.log.Info().Str("by", e.who).Msg("cmdq api: dashboard login")
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (d *dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
+	if v, ok, written := d.authenticate(w, r); written {
+		return
+	} else if ok && !d.checkPost(w, r, v) {
+		return
+	}
+	d.clearCookie(w, r)
+	http.Redirect(w, r, d.base+"/login", http.StatusSeeOther)
+}
