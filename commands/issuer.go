@@ -209,7 +209,16 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{ID: id, Queue: queue}
-	err = st.Create(ctx, status.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue})
+	nc := status.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}
+	// A store that can commit the issue batch and the enqueue together
+	// (storage.Combiner, the embedded store) does both in one durable write:
+	// there is no gap for the reconciler to close.
+	cb, combined := i.st.(storage.Combiner)
+	if combined {
+		err = st.CreateAndEnqueue(ctx, nc, cb, i.names.Queue(queue), Envelope{ID: id, Type: raw.Type}.Marshal())
+	} else {
+		err = st.Create(ctx, nc)
+	}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
@@ -225,6 +234,12 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %w", ErrParamsTooLarge, err)
 	case err != nil:
 		return Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
+	}
+	if combined {
+		if i.opts.Notify != nil {
+			i.opts.Notify(queue)
+		}
+		return res, nil
 	}
 	q, err := i.queue(ctx, queue)
 	if err == nil {

@@ -273,3 +273,17 @@ func (e *BatchError) Error() string {
 
 // Unwrap returns the operation's error.
 func (e *BatchError) Unwrap() error { return e.Err }
+
+// Combiner is an optional interface of a Store whose driver can apply a table
+// batch and an enqueue in one atomic, durable write (the embedded driver: one
+// transaction and one fsync instead of two). Callers detect it with a type
+// assertion and fall back to Table.Batch then Queue.Enqueue. It still counts
+// as two storage operations (a batch and an enqueue).
+type Combiner interface {
+	// BatchEnqueue applies ops to partitionKey of the named table (as
+	// Table.Batch) and enqueues text on the named queue (as Queue.Enqueue),
+	// all or nothing: when the batch fails (a *BatchError) nothing is
+	// enqueued, and when the enqueue fails nothing is written. Table and
+	// queue are created on first use, as Store.Table and Store.Queue do.
+	BatchEnqueue(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, text string, visibilityDelay, ttl time.Duration) (etags []string, msg Message, err error)
+}

@@ -109,6 +109,9 @@ type Config struct {
 	Issuers int
 	// BatchSize is the processor's BatchSize, 1..32. Default 32.
 	BatchSize int
+	// NewBatchThreshold is the processor's NewBatchThreshold (0 = its
+	// default, BatchSize/2; processor.NoThreshold for 0).
+	NewBatchThreshold int
 	// HandlerDuration is how long each handler takes (it waits, without
 	// using CPU). Default 0: a no-op handler.
 	HandlerDuration time.Duration
@@ -317,6 +320,7 @@ type env struct {
 	cfg     Config
 	st      storage.Store // the driver
 	counter *Counter
+	counted storage.Store   // counter.Counted(): what the Issuer and processor use
 	emb     *embedded.Store // nil on azure
 	conn    string          // azure connection string
 	logf    func(format string, a ...any)
@@ -438,6 +442,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 		e.st, e.conn = st, conn
 	}
 	e.counter = NewCounter(e.st)
+	e.counted = e.counter.Counted()
 	return cleanup, nil
 }
 
@@ -494,7 +499,7 @@ func (s *started) stop() error {
 func (e *env) startProcessor(ctx context.Context, reg *handlers.Registry, cfg processor.Config) (*started, error) {
 	cfg.Metrics = metrics{&e.completed}
 	cfg.Worker = "bench"
-	p, err := processor.New(e.counter, reg, cfg)
+	p, err := processor.New(e.counted, reg, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: processor: %w", err)
 	}
@@ -553,7 +558,7 @@ func (e *env) commits() uint64 {
 // throughput runs the issue, process and latency phases.
 func (e *env) throughput(ctx context.Context, res *Result) error {
 	cfg := e.cfg
-	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: cfg.Prefix})
+	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -588,7 +593,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	}
 	began := time.Now()
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
-		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
 		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
 	})
 	if err != nil {
@@ -679,7 +684,7 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 // its scheduled time, with the processor woken by Notify, and returns the
 // Issue → handler start latencies.
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
-	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: e.cfg.Prefix, Notify: sp.p.Notify})
+	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: e.cfg.Prefix, Notify: sp.p.Notify})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -797,14 +802,14 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// One reconciler pass (markers + pending scan) on the empty deployment,
 	// once per ReconcileInterval.
 	before := e.counter.Total()
-	if _, err := commands.Reconcile(ctx, e.counter, commands.ReconcileOptions{Prefix: prefix, ScanPending: true}); err != nil {
+	if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: prefix, ScanPending: true}); err != nil {
 		return fmt.Errorf("bench: reconcile pass: %w", err)
 	}
 	res.IdleReconcileOpsPerHour = float64(e.counter.Total()-before) * float64(time.Hour) / float64(processor.DefaultReconcileInterval)
 	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
 	// The same pass on the loaded bench tables.
 	before = e.counter.Total()
-	if _, err := commands.Reconcile(ctx, e.counter, commands.ReconcileOptions{Prefix: cfg.Prefix, ScanPending: true}); err != nil {
+	if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: cfg.Prefix, ScanPending: true}); err != nil {
 		return fmt.Errorf("bench: reconcile pass: %w", err)
 	}
 	res.ReconcileOpsPerPassLoaded = e.counter.Total() - before
@@ -839,7 +844,7 @@ func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (
 		return 0, err
 	}
 	defer func() { _ = sp.stop() }()
-	iss, err := commands.NewIssuer(e.counter, commands.Options{Prefix: prefix, Notify: sp.p.Notify})
+	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: prefix, Notify: sp.p.Notify})
 	if err != nil {
 		return 0, fmt.Errorf("bench: issuer: %w", err)
 	}

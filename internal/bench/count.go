@@ -54,6 +54,28 @@ type Counter struct {
 // NewCounter returns a Counter around st.
 func NewCounter(st storage.Store) *Counter { return &Counter{Store: st} }
 
+// Counted returns the store to use: c itself, or, when the wrapped store
+// implements storage.Combiner, a view of c that implements it too (each
+// BatchEnqueue counted as one batch and one enqueue, the calls Azure would
+// bill).
+func (c *Counter) Counted() storage.Store {
+	if cb, ok := c.Store.(storage.Combiner); ok {
+		return &combiningCounter{Counter: c, cb: cb}
+	}
+	return c
+}
+
+type combiningCounter struct {
+	*Counter
+	cb storage.Combiner
+}
+
+func (c *combiningCounter) BatchEnqueue(ctx context.Context, table, pk string, ops []storage.BatchOp, queue, text string, d, ttl time.Duration) ([]string, storage.Message, error) {
+	c.add(OpBatch)
+	c.add(OpEnqueue)
+	return c.cb.BatchEnqueue(ctx, table, pk, ops, queue, text, d, ttl)
+}
+
 // Total returns the number of calls counted so far.
 func (c *Counter) Total() int64 {
 	var t int64

@@ -101,15 +101,28 @@ func removeMessage(qb, m, v *bolt.Bucket, id, rec []byte) error {
 }
 
 func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl time.Duration) (storage.Message, error) {
-	if err := storage.ValidateEnqueue(text, visibilityDelay, ttl); err != nil {
+	run, msg, err := q.prepareEnqueue(ctx, text, visibilityDelay, ttl)
+	if err != nil {
 		return storage.Message{}, err
 	}
+	if err := q.s.write(ctx, run); err != nil {
+		return storage.Message{}, fmt.Errorf("embedded: enqueue on %q: %w", q.name, err)
+	}
+	return msg, nil
+}
+
+// prepareEnqueue validates an enqueue and returns the write that applies it
+// and the message it creates.
+func (q *queue) prepareEnqueue(ctx context.Context, text string, visibilityDelay, ttl time.Duration) (func(*bolt.Tx) error, storage.Message, error) {
+	if err := storage.ValidateEnqueue(text, visibilityDelay, ttl); err != nil {
+		return nil, storage.Message{}, err
+	}
 	if err := ctx.Err(); err != nil {
-		return storage.Message{}, err
+		return nil, storage.Message{}, err
 	}
 	u, err := uuid.NewV7()
 	if err != nil {
-		return storage.Message{}, fmt.Errorf("embedded: new message id: %w", err)
+		return nil, storage.Message{}, fmt.Errorf("embedded: new message id: %w", err)
 	}
 	id := u[:]
 	now := q.s.now().UnixNano()
@@ -129,7 +142,7 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 	putI64(rec[offReceipt:], int64(receipt))
 	copy(rec[headerLen:], text)
 	ikey := indexKey(visible, id)
-	err = q.s.write(ctx, func(tx *bolt.Tx) error {
+	run := func(tx *bolt.Tx) error {
 		qb, m, v, err := q.buckets(tx)
 		if err != nil {
 			return err
@@ -141,9 +154,6 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 			return fatal(err)
 		}
 		return addCount(qb, 1)
-	})
-	if err != nil {
-		return storage.Message{}, fmt.Errorf("embedded: enqueue on %q: %w", q.name, err)
 	}
 	msg := storage.Message{
 		ID:            u.String(),
@@ -154,7 +164,7 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 	if expires != 0 {
 		msg.ExpiresAt = fromNanos(expires)
 	}
-	return msg, nil
+	return run, msg, nil
 }
 
 // scanVisible walks the visibility index from the start over messages

@@ -305,18 +305,31 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 }
 
 func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.BatchOp) ([]string, error) {
-	if err := storage.ValidateBatch(partitionKey, ops); err != nil {
+	run, etags, err := t.prepareBatch(ctx, partitionKey, ops)
+	if err != nil {
 		return nil, err
+	}
+	if err := t.s.write(ctx, run); err != nil {
+		return nil, err
+	}
+	return etags, nil
+}
+
+// prepareBatch validates a batch and returns the write that applies it and
+// the ETags it gives each operation.
+func (t *table) prepareBatch(ctx context.Context, partitionKey string, ops []storage.BatchOp) (func(*bolt.Tx) error, []string, error) {
+	if err := storage.ValidateBatch(partitionKey, ops); err != nil {
+		return nil, nil, err
 	}
 	for i, op := range ops {
 		if op.Kind == storage.OpUpdate || op.Kind == storage.OpUpsert {
 			if err := validMode(op.Mode); err != nil {
-				return nil, &storage.BatchError{Index: i, Err: err}
+				return nil, nil, &storage.BatchError{Index: i, Err: err}
 			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ts := make([]time.Time, len(ops))
 	pre := make([][]byte, len(ops))
@@ -327,7 +340,7 @@ func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.Ba
 		}
 	}
 	changes := make([]change, len(ops))
-	err := t.s.write(ctx, func(tx *bolt.Tx) error {
+	run := func(tx *bolt.Tx) error {
 		b, err := t.tb(tx)
 		if err != nil {
 			return err
@@ -348,9 +361,6 @@ func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.Ba
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	etags := make([]string, len(ops))
 	for i, op := range ops {
@@ -358,5 +368,5 @@ func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.Ba
 			etags[i] = etagOf(ts[i].UnixNano())
 		}
 	}
-	return etags, nil
+	return run, etags, nil
 }

@@ -1,0 +1,144 @@
+package embedded_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+func insertOps(pk string, rks ...string) []storage.BatchOp {
+	ops := make([]storage.BatchOp, len(rks))
+	for i, rk := range rks {
+		ops[i] = storage.BatchOp{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: pk, RowKey: rk, Properties: map[string]any{"N": int32(i)}}}
+	}
+	return ops
+}
+
+func TestBatchEnqueueAppliesBoth(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	if _, err := s.Table(ctx, "combined"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Queue(ctx, "combined-q"); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats().Commits
+	etags, msg, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p1", "a", "b"), "combined-q", "hello", 0, storage.NoExpiry)
+	if err != nil {
+		t.Fatalf("BatchEnqueue: %v", err)
+	}
+	if got := s.Stats().Commits - before; got != 1 {
+		t.Errorf("BatchEnqueue took %d commits, want 1", got)
+	}
+	if len(etags) != 2 || etags[0] == "" || etags[1] == "" || msg.ID == "" || msg.PopReceipt == "" {
+		t.Fatalf("etags %q, message %+v: want two ETags and a message ID and receipt", etags, msg)
+	}
+	tbl, _ := s.Table(ctx, "combined")
+	for i, rk := range []string{"a", "b"} {
+		e, err := tbl.Get(ctx, "p1", rk)
+		if err != nil || e.ETag != etags[i] {
+			t.Fatalf("Get %s: %+v, %v; want ETag %s", rk, e, err, etags[i])
+		}
+	}
+	q, _ := s.Queue(ctx, "combined-q")
+	got, err := q.Dequeue(ctx, 32, time.Minute)
+	if err != nil || len(got) != 1 || got[0].Text != "hello" || got[0].ID != msg.ID || !got[0].ExpiresAt.IsZero() {
+		t.Fatalf("Dequeue: %+v, %v; want the one message %s without expiry", got, err, msg.ID)
+	}
+}
+
+func TestBatchEnqueueFailedBatchEnqueuesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	if _, _, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p1", "a"), "combined-q", "first", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// "a" exists: the batch fails at index 1, "c" is not written, nothing is enqueued.
+	_, _, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p1", "c", "a"), "combined-q", "second", 0, 0)
+	var be *storage.BatchError
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, storage.ErrExists) {
+		t.Fatalf("err = %v, want a *BatchError at index 1 wrapping ErrExists", err)
+	}
+	tbl, _ := s.Table(ctx, "combined")
+	if _, err := tbl.Get(ctx, "p1", "c"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("Get c after the failed batch: %v, want ErrNotFound", err)
+	}
+	q, _ := s.Queue(ctx, "combined-q")
+	if n, err := q.ApproximateCount(ctx); err != nil || n != 1 {
+		t.Errorf("queue holds %d messages (%v), want only the first", n, err)
+	}
+}
+
+func TestBatchEnqueueInvalidWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	big := strings.Repeat("x", storage.MaxMessageBytes+1)
+	if _, _, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p1", "a"), "combined-q", big, 0, 0); !errors.Is(err, storage.ErrTooLarge) {
+		t.Fatalf("oversized message: err = %v, want ErrTooLarge", err)
+	}
+	if _, _, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p2", "a"), "combined-q", "x", 0, 0); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("batch across partitions: err = %v, want ErrInvalidArgument", err)
+	}
+	if _, _, err := s.BatchEnqueue(ctx, "combined", "p1", insertOps("p1", "a"), "Bad_Queue", "x", 0, 0); !errors.Is(err, storage.ErrInvalidName) {
+		t.Fatalf("bad queue name: err = %v, want ErrInvalidName", err)
+	}
+	tbl, _ := s.Table(ctx, "combined")
+	if _, err := tbl.Get(ctx, "p1", "a"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("Get after refused calls: %v, want ErrNotFound", err)
+	}
+	q, _ := s.Queue(ctx, "combined-q")
+	if n, _ := q.ApproximateCount(ctx); n != 0 {
+		t.Errorf("queue holds %d messages, want 0", n)
+	}
+}
+
+// Concurrent combined writes share commits (group commit) and each is whole.
+func TestBatchEnqueueConcurrentGroupCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	if _, _, err := s.BatchEnqueue(ctx, "combined", "warm", insertOps("warm", "a"), "combined-q", "w", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pk := fmt.Sprintf("p%03d", i)
+			_, _, err := s.BatchEnqueue(ctx, "combined", pk, insertOps(pk, "cmd", "status", "e1"), "combined-q", pk, 0, 0)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := s.Stats()
+	if w := after.Writes - before.Writes; w != n {
+		t.Errorf("%d writes, want %d (one per BatchEnqueue)", w, n)
+	}
+	if c := after.Commits - before.Commits; c >= n {
+		t.Errorf("%d commits for %d concurrent writes: no group commit", c, n)
+	}
+	q, _ := s.Queue(ctx, "combined-q")
+	if c, _ := q.ApproximateCount(ctx); c != n+1 {
+		t.Errorf("queue holds %d messages, want %d", c, n+1)
+	}
+}
