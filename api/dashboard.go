@@ -73,6 +73,9 @@ var dashboardFuncs = template.FuncMap{
 		return string(r[:n]) + "…"
 	},
 	"pathEscape": url.PathEscape,
+	// isCommandID: poison entries of malformed messages are keyed by the
+	// queue message ID and have no command page.
+	"isCommandID": func(id string) bool { return commands.ValidateID(id) == nil },
 }
 
 // dashboardPages are the page templates, each the layout plus one page file.

@@ -508,6 +508,10 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	if err := srv.Reader.Store().PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
 		t.Fatal(err)
 	}
+	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
+	if len(orphan) != 1 || orphan[0][0] != "msg-0042 (no stored command)" {
+		t.Fatalf("poison list with an orphan entry: %q", orphan)
+	}
 	p = b.post("/ui/poison/msg-0042/requeue", url.Values{"csrf": {tok}}).want(t, http.StatusConflict)
 	contains(t, p, "nothing to requeue", "discard the entry")
 	if forms := elements(p.doc, "form", func(n *html.Node) bool { return attr(n, "action") == "/ui/poison/msg-0042/discard" }); len(forms) != 1 {
