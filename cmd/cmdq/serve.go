@@ -219,10 +219,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		cfg.Registry = reg
 	}
 	if proc != nil {
-		cfg.Health = func() (string, bool, any) {
-			h := proc.Health()
-			return string(h.State), h.Healthy(), h
-		}
+		cfg.Health = api.ProcessorHealth(proc)
 	}
 	h, err := api.New(cfg)
 	if err != nil {
@@ -233,7 +230,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another server using the port? choose another with --addr)", f.addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	// Bodies are small (MaxBodyBytes), answers are small: generous but
+	// bounded timeouts keep slow or idle clients from holding connections.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
