@@ -9,7 +9,7 @@ AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 # test installs Azurite from the pinned package-lock, checks formatting, vet and
 # staticcheck, runs every test with Azurite required (a missing Azurite fails,
 # never skips), then the fuzz smoke step.
-test: azurite lint unit
+test: azurite lint unit fuzz-smoke
 
 azurite: $(AZURITE_BIN)
 
@@ -25,3 +25,17 @@ lint:
 
 unit:
 	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -timeout 15m ./...
+
+# fuzz-smoke runs the request-decoding fuzz target for a short while; a crash
+# fails the build and leaves the failing input in api/testdata/fuzz.
+FUZZTIME ?= 30s
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeIssueRequest$$' -fuzztime $(FUZZTIME) ./api
+
+# bench-smoke runs a small `cmdq bench` on the embedded store and on Azurite
+# (started from tools/azurite) and fails when a completed command costs more
+# than 5.1 storage operations (issue 2 + process 3.03 at batch size 32). It
+# checks operation counts, never times; see docs/performance.md.
+bench-smoke: azurite
+	$(GO) run ./cmd/cmdq bench --store embedded -n 3000 --latency-duration 500ms --idle-window 1s --max-ops-per-command 5.1 --json
+	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --idle-window -1s --baseline raw --max-ops-per-command 5.1 --json
