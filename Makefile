@@ -9,7 +9,7 @@ AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 # test installs Azurite from the pinned package-lock, checks formatting, vet and
 # staticcheck, runs every test with Azurite required (a missing Azurite fails,
 # never skips), then the fuzz smoke step.
-test: azurite lint unit fuzz-smoke
+test: azurite lint unit fuzz-smoke bench-smoke
 
 azurite: $(AZURITE_BIN)
 

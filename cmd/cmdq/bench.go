@@ -17,6 +17,7 @@ func init() { extraCommands = append(extraCommands, newBenchCmd) }
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var asJSON bool
+	var maxOps float64
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput, latency, storage operations per command, idle cost and memory",
@@ -43,10 +44,15 @@ bench<random> and leaves them behind.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				return enc.Encode(res)
+				if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
+					return err
+				}
+			} else {
+				printBench(cmd.OutOrStdout(), res)
 			}
-			printBench(cmd.OutOrStdout(), res)
+			if maxOps > 0 && res.StorageOpsPerCommand > maxOps {
+				return &exitError{code: 3, err: fmt.Errorf("bench: %.3f storage operations per completed command, over --max-ops-per-command %g", res.StorageOpsPerCommand, maxOps)}
+			}
 			return nil
 		},
 	}
@@ -68,6 +74,7 @@ bench<random> and leaves them behind.`,
 	fl.StringVar(&cfg.Baseline, "baseline", "", `"raw": also run the minimal pipeline written against the Azure SDK (needs --store azure) and report the ratio`)
 	fl.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the issue and process phases here (issue.pprof, process.pprof)")
 	fl.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "limit of each phase")
+	fl.Float64Var(&maxOps, "max-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command exceed this (0 = no check; CI uses 5.1)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return c
 }

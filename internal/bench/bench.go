@@ -617,8 +617,8 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	for i := range ops0 {
 		issueOps += ops1[i] - ops0[i]
 		procOps += ops2[i] - ops1[i]
-		if d := ops2[i] - ops0[i]; d > 0 {
-			res.OpsPerCommandByKind[Op(i).String()] = float64(d) / float64(res.Completed)
+		if ops2[i] > ops0[i] {
+			res.OpsPerCommandByKind[Op(i).String()] = float64(ops1[i]-ops0[i])/float64(cfg.N) + float64(ops2[i]-ops1[i])/float64(res.Completed)
 		}
 	}
 	// The warm-up command was issued before counting: count its issue as

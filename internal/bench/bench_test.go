@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
+
+// checkRun asserts what every run must report, whatever the machine's speed.
+func checkRun(t *testing.T, r Result, n int) {
+	t.Helper()
+	if r.Completed != int64(n)+1 { // + the warm-up command
+		t.Errorf("completed %d, want %d", r.Completed, n+1)
+	}
+	if r.IssuedPerS <= 0 || r.ProcessedPerS <= 0 {
+		t.Errorf("issued %v/s, processed %v/s: want both > 0", r.IssuedPerS, r.ProcessedPerS)
+	}
+	// Issue: one batch + one enqueue. Process: one Load query, one final
+	// batch, one delete, and a dequeue per batch (a few more at the start
+	// and end while the queue fills and drains).
+	want := map[string][2]float64{
+		"batch": {2, 2}, "enqueue": {1, 1}, "query": {1, 1}, "delete_message": {1, 1}, "dequeue": {1.0 / 32, 0.1},
+	}
+	for k, lim := range want {
+		if got := r.OpsPerCommandByKind[k]; got < lim[0] || got > lim[1] {
+			t.Errorf("%s: %.3f per command, want %.3f..%.3f (all: %v)", k, got, lim[0], lim[1], r.OpsPerCommandByKind)
+		}
+	}
+	if len(r.OpsPerCommandByKind) != len(want) {
+		t.Errorf("calls made: %v, want only %v", r.OpsPerCommandByKind, want)
+	}
+	if r.IssueOpsPerCommand != 2 {
+		t.Errorf("issue ops per command %v, want 2", r.IssueOpsPerCommand)
+	}
+	if r.StorageOpsPerCommand > 5.1 || r.StorageOpsPerCommand < 5 {
+		t.Errorf("storage ops per command %.3f, want 5..5.1", r.StorageOpsPerCommand)
+	}
+	if r.MaxRSSMB <= 0 {
+		t.Errorf("max RSS %v MiB, want > 0", r.MaxRSSMB)
+	}
+}
+
+func TestRunEmbedded(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	r, err := Run(context.Background(), Config{
+		Store: StoreEmbedded, Path: filepath.Join(t.TempDir(), "b.db"), N: n,
+		Rate: 200, LatencyDuration: 500 * time.Millisecond, IdleWindow: time.Second, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, r, n)
+	if r.LatencySamples != 100 || r.LatencyP50MS <= 0 || r.LatencyP99MS < r.LatencyP50MS {
+		t.Errorf("latency: %d samples, p50 %v ms, p99 %v ms; want 100 samples, 0 < p50 <= p99", r.LatencySamples, r.LatencyP50MS, r.LatencyP99MS)
+	}
+	if r.CommitsPerCommand <= 0 || r.CommitsPerCommand > 3.1 {
+		t.Errorf("commits per command %v, want 0 < x <= 3.1 (issue 1, final batch 1, delete 1, dequeue 1/32)", r.CommitsPerCommand)
+	}
+	// Idle: the poller at its cap polls once per 48..60 s (0.2 jitter
+	// downwards): 60..75 dequeues an hour, ± the sampling noise of a
+	// 1 s window (10 polls at the scaled 100 ms); the reconciler's pass on an
+	// empty deployment is 2 queries (markers + pending scan).
+	if r.IdlePollOpsPerHour < 45 || r.IdlePollOpsPerHour > 90 {
+		t.Errorf("idle poll ops per hour %.1f, want about 60..75", r.IdlePollOpsPerHour)
+	}
+	if r.IdleReconcileOpsPerHour != 2 {
+		t.Errorf("reconciler ops per hour %v, want 2", r.IdleReconcileOpsPerHour)
+	}
+	if r.IdleOpsPerHour != r.IdlePollOpsPerHour+r.IdleReconcileOpsPerHour {
+		t.Errorf("idle total %v != polls %v + reconciler %v", r.IdleOpsPerHour, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour)
+	}
+	// Woken by Notify, not by the scheduled poll 48..60 s later (the run
+	// fails if the handler does not start within 30 s).
+	if r.IdleWakeLatencyMS <= 0 {
+		t.Errorf("idle wake latency %v ms, want > 0", r.IdleWakeLatencyMS)
+	}
+	// The loaded reconciler pass pages through every projection: 2001 of
+	// them, 1000 per query, + the markers query.
+	if r.ReconcileOpsPerPassLoaded != 4 {
+		t.Errorf("reconciler pass on the loaded tables: %d ops, want 4", r.ReconcileOpsPerPassLoaded)
+	}
+}
+
+func TestRunAzureWithBaseline(t *testing.T) {
+	t.Parallel()
+	conn := azurite.ConnectionString(t)
+	const n = 300
+	r, err := Run(context.Background(), Config{
+		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw,
+		Rate: 50, LatencyDuration: 400 * time.Millisecond, IdleWindow: -1, Timeout: 2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, r, n)
+	if r.CommitsPerCommand != 0 {
+		t.Errorf("commits per command %v on azure, want 0 (embedded only)", r.CommitsPerCommand)
+	}
+	if r.LatencySamples != 20 {
+		t.Errorf("latency samples %d, want 20", r.LatencySamples)
+	}
+	if r.BaselineProcessedPerS <= 0 || r.BaselineIssuedPerS <= 0 || r.Ratio != r.ProcessedPerS/r.BaselineProcessedPerS {
+		t.Errorf("baseline issued %v/s processed %v/s ratio %v: want > 0 and ratio = processed / baseline", r.BaselineIssuedPerS, r.BaselineProcessedPerS, r.Ratio)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]Config{
+		"store":                {Store: "sqlite"},
+		"baseline on embedded": {Baseline: BaselineRaw},
+		"baseline name":        {Store: StoreAzure, Baseline: "fast"},
+		"batch":                {BatchSize: 33},
+		"n":                    {N: -1},
+		"poll":                 {MaxPollInterval: time.Millisecond},
+	} {
+		if _, err := Run(context.Background(), c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestCounterCountsEveryCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "c.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := NewCounter(st)
+	counted := c.Counted()
+	cb, ok := counted.(storage.Combiner)
+	if !ok {
+		t.Fatal("the counted embedded store does not implement storage.Combiner")
+	}
+	q, err := counted.Queue(ctx, "benchq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := counted.Table(ctx, "bencht")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Total() != 0 {
+		t.Fatalf("Queue and Table counted %d calls, want 0", c.Total())
+	}
+	m, _ := q.Enqueue(ctx, "x", 0, 0)
+	_, _ = q.Peek(ctx, 1)
+	_, _ = q.ApproximateCount(ctx)
+	ms, err := q.Dequeue(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Dequeue: %v, %v", ms, err)
+	}
+	r, _, _ := q.UpdateVisibility(ctx, ms[0].ID, ms[0].PopReceipt, time.Minute)
+	_ = q.Delete(ctx, m.ID, r)
+	e := storage.Entity{PartitionKey: "p", RowKey: "r"}
+	_, _ = tb.Insert(ctx, e)
+	_, _ = tb.Get(ctx, "p", "r")
+	_, _ = tb.Update(ctx, e, storage.Merge, "")
+	_, _ = tb.Upsert(ctx, e, storage.Merge)
+	_, _ = tb.Query(ctx, storage.Query{PartitionKey: "p"})
+	_, _ = tb.Batch(ctx, "p", []storage.BatchOp{{Kind: storage.OpUpsert, Entity: e}})
+	_ = tb.Delete(ctx, "p", "r", "")
+	if _, _, err := cb.BatchEnqueue(ctx, "bencht", "p", []storage.BatchOp{{Kind: storage.OpInsert, Entity: e}}, "benchq", "y", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	snap := c.Snapshot()
+	for i, n := range snap {
+		want := int64(1)
+		if Op(i) == OpBatch || Op(i) == OpEnqueue {
+			want = 2 // BatchEnqueue counts as one of each
+		}
+		if n != want {
+			t.Errorf("%s counted %d, want %d", Op(i), n, want)
+		}
+	}
+	if c.Total() != 15 {
+		t.Errorf("total %d, want 15", c.Total())
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	t.Parallel()
+	d := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	if q := quantile(d, 0.5); q != 5 {
+		t.Errorf("p50 = %v, want 5", q)
+	}
+	if q := quantile(d, 0.99); q != 10 {
+		t.Errorf("p99 = %v, want 10", q)
+	}
+	if q := quantile(nil, 0.5); q != 0 {
+		t.Errorf("p50 of nothing = %v, want 0", q)
+	}
+}
