@@ -380,6 +380,11 @@ func invoke(ctx context.Context, def *handlers.Definition, params []byte, run *h
 // complete writes the final batch (started + completed) and deletes the message.
 func (a *attempt) complete() {
 	p, s := a.p, a.s
+	if cb, ok := p.store.(storage.Combiner); ok {
+		if a.completeCombined(cb) {
+			return
+		}
+	}
 	err := a.finish(func() error {
 		return a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
 	})
@@ -394,6 +399,69 @@ func (a *attempt) complete() {
 		// The message reappears and the handler runs again (at least once).
 		p.giveUp(s, a.k, "write completed", err)
 	}
+}
+
+// completeCombined writes the final batch and deletes the message in one
+// durable write (storage.Combiner: one commit on the embedded store instead
+// of two). It stops the lease keeper first, so the receipt cannot change
+// under the write. It returns false, having done nothing, when the lease is
+// already lost: complete then records the outcome without deleting.
+func (a *attempt) completeCombined(cb storage.Combiner) bool {
+	p, s := a.p, a.s
+	receipt, held := a.k.stop()
+	if !held {
+		return false
+	}
+	var deleteErr error
+	err := a.finish(func() error {
+		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
+		for i := 0; ; i++ {
+			all := []status.Event{ev}
+			if a.running && !a.startedWritten {
+				all = append([]status.Event{a.startedEvent()}, ev)
+			}
+			var err error
+			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, all...)
+			if err == nil {
+				if a.running {
+					a.startedWritten = true
+				}
+				p.ok()
+				return nil
+			}
+			if !errors.Is(err, storage.ErrConflict) || i >= 2 {
+				return err
+			}
+			rec, lerr := p.st.Load(s.ops, a.rec.ID)
+			if lerr != nil {
+				return lerr
+			}
+			a.rec = rec
+			if rec.Status.Status.Final() {
+				return errFinal
+			}
+		}
+	})
+	switch {
+	case err == nil:
+		s.counter.completed.Add(1)
+		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		switch {
+		case deleteErr == nil:
+		case errors.Is(deleteErr, storage.ErrLeaseLost) || errors.Is(deleteErr, storage.ErrNotFound):
+			// Someone else holds it now; they will find the command final.
+			p.leaseLost(a.rec.Type)
+		default:
+			p.fault(s.ops, "delete", a.k.queue, a.k.cmdID, deleteErr)
+		}
+	case errors.Is(err, errFinal):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		// The message reappears when its lease ends and the handler runs
+		// again (at least once).
+		p.giveUp(s, a.k, "write completed", err)
+	}
+	return true
 }
 
 // fail records a failed attempt: poisoned if permanent or the attempts are

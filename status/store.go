@@ -461,20 +461,47 @@ func decodeRecord(id string, cmd, st storage.Entity) *Record {
 // was written since rec was loaded, the error wraps storage.ErrConflict: Load
 // again and decide.
 func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error {
+	ops, st, seq, err := s.appendOps(rec, events)
+	if err != nil {
+		return err
+	}
+	etags, err := s.commands.Batch(ctx, rec.ID, ops)
+	return s.appended(rec, st, seq, etags, err)
+}
+
+// AppendAndDelete is Append plus the deletion of the queue message id with
+// popReceipt from the storage queue named queue, in one durable write
+// through cb (see storage.Combiner): the processor's final batch and message
+// delete at the cost of one commit on the embedded store. The append
+// decides: when it fails (err, as Append's) nothing is deleted; when it
+// succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
+// returned as deleteErr.
+func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...Event) (deleteErr, err error) {
+	ops, st, seq, err := s.appendOps(rec, events)
+	if err != nil {
+		return nil, err
+	}
+	etags, deleteErr, err := cb.BatchDelete(ctx, s.commands.Name(), rec.ID, ops, queue, id, popReceipt)
+	return deleteErr, s.appended(rec, st, seq, etags, err)
+}
+
+// appendOps builds the batch of an append: the events and the projection
+// update conditional on rec's ETag. It returns the new projection and
+// event number.
+func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Status, int64, error) {
 	if rec == nil || rec.ID == "" {
-		return fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
+		return nil, Status{}, 0, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerAppend {
-		return fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+		return nil, Status{}, 0, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
 	}
 	st := rec.Status
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
-	applied := make([]Event, len(events))
-	for i, e := range events {
+	for _, e := range events {
 		if !e.Kind.valid() {
-			return fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+			return nil, Status{}, 0, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
 		}
 		seq++
 		e.Seq = seq
@@ -488,11 +515,14 @@ func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error 
 			e.Time = st.UpdatedAt
 		}
 		Apply(&st, e)
-		applied[i] = e
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e)})
 	}
 	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: statusEntity(&st, seq), Mode: storage.Replace, IfMatch: etagOrAny(rec.ETag)})
-	etags, err := s.commands.Batch(ctx, rec.ID, ops)
+	return ops, st, seq, nil
+}
+
+// appended finishes an append: on success it updates rec in place.
+func (s *Store) appended(rec *Record, st Status, seq int64, etags []string, err error) error {
 	if err != nil {
 		if errors.Is(err, storage.ErrExists) && !errors.Is(err, storage.ErrConflict) {
 			// Another writer took the same event numbers: the projection changed.

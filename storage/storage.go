@@ -275,10 +275,10 @@ func (e *BatchError) Error() string {
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // Combiner is an optional interface of a Store whose driver can apply a table
-// batch and an enqueue in one atomic, durable write (the embedded driver: one
-// transaction and one fsync instead of two). Callers detect it with a type
-// assertion and fall back to Table.Batch then Queue.Enqueue. It still counts
-// as two storage operations (a batch and an enqueue).
+// batch together with a queue write in one durable write (the embedded
+// driver: one transaction and one fsync instead of two). Callers detect it
+// with a type assertion and fall back to Table.Batch then the queue call. A
+// combined call still counts as two storage operations.
 type Combiner interface {
 	// BatchEnqueue applies ops to partitionKey of the named table (as
 	// Table.Batch) and enqueues text on the named queue (as Queue.Enqueue),
@@ -286,4 +286,11 @@ type Combiner interface {
 	// enqueued, and when the enqueue fails nothing is written. Table and
 	// queue are created on first use, as Store.Table and Store.Queue do.
 	BatchEnqueue(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, text string, visibilityDelay, ttl time.Duration) (etags []string, msg Message, err error)
+	// BatchDelete applies ops to partitionKey of the named table (as
+	// Table.Batch) and deletes the message id with popReceipt from the named
+	// queue (as Queue.Delete) in one durable write. The batch decides: when
+	// it fails (err) nothing is deleted; when it succeeds it is applied even
+	// if the delete fails, whose error (ErrLeaseLost, ErrNotFound) is
+	// returned as deleteErr.
+	BatchDelete(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, id, popReceipt string) (etags []string, deleteErr, err error)
 }

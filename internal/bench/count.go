@@ -188,3 +188,9 @@ func (t *countTable) Batch(ctx context.Context, pk string, ops []storage.BatchOp
 	t.c.add(OpBatch)
 	return t.Table.Batch(ctx, pk, ops)
 }
+
+func (c *combiningCounter) BatchDelete(ctx context.Context, table, pk string, ops []storage.BatchOp, queue, id, receipt string) ([]string, error, error) {
+	c.add(OpBatch)
+	c.add(OpDeleteMessage)
+	return c.cb.BatchDelete(ctx, table, pk, ops, queue, id, receipt)
+}

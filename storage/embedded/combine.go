@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
@@ -51,4 +52,47 @@ func (s *Store) BatchEnqueue(ctx context.Context, tableName, partitionKey string
 		return nil, storage.Message{}, err
 	}
 	return etags, msg, nil
+}
+
+// BatchDelete applies a table batch and deletes a dequeued message in one
+// transaction. The batch decides: when it fails nothing is deleted; when it
+// succeeds it is applied even if the delete fails, and the delete's error
+// (ErrLeaseLost, ErrNotFound) comes back as deleteErr. The processor uses it
+// to write a command's final batch and delete its message in one commit.
+func (s *Store) BatchDelete(ctx context.Context, tableName, partitionKey string, ops []storage.BatchOp, queueName, id, popReceipt string) (etags []string, deleteErr, err error) {
+	st, err := s.Table(ctx, tableName)
+	if err != nil {
+		return nil, nil, err
+	}
+	sq, err := s.Queue(ctx, queueName)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, q := st.(*table), sq.(*queue)
+	runBatch, etags, err := t.prepareBatch(ctx, partitionKey, ops)
+	if err != nil {
+		return nil, nil, err
+	}
+	runDelete, derr := q.prepareDelete(ctx, id, popReceipt)
+	err = s.write(ctx, func(tx *bolt.Tx) error {
+		deleteErr = derr
+		if err := runBatch(tx); err != nil {
+			return err // untouched on a non-fatal (batch) error
+		}
+		if runDelete != nil {
+			// A stale receipt or a missing message leaves the transaction
+			// untouched: the batch stays, the delete's error is reported.
+			if err := runDelete(tx); err != nil {
+				if isFatal(err) {
+					return err
+				}
+				deleteErr = fmt.Errorf("embedded: delete message %s on %q: %w", id, queueName, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return etags, deleteErr, nil
 }

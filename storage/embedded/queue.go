@@ -386,14 +386,28 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 }
 
 func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
-	key, receipt, err := parseRef(id, popReceipt)
+	run, err := q.prepareDelete(ctx, id, popReceipt)
 	if err != nil {
-		return fmt.Errorf("embedded: delete on %q: %w", q.name, err)
-	}
-	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err = q.s.write(ctx, func(tx *bolt.Tx) error {
+	if err := q.s.write(ctx, run); err != nil {
+		return fmt.Errorf("embedded: delete message %s on %q: %w", id, q.name, err)
+	}
+	return nil
+}
+
+// prepareDelete validates a delete and returns the write that applies it.
+// The write leaves the transaction untouched when the receipt is stale or
+// the message gone (non-fatal errors).
+func (q *queue) prepareDelete(ctx context.Context, id, popReceipt string) (func(*bolt.Tx) error, error) {
+	key, receipt, err := parseRef(id, popReceipt)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: delete on %q: %w", q.name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return func(tx *bolt.Tx) error {
 		qb, m, v, err := q.buckets(tx)
 		if err != nil {
 			return err
@@ -403,11 +417,7 @@ func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
 			return err
 		}
 		return removeMessage(qb, m, v, key, rec)
-	})
-	if err != nil {
-		return fmt.Errorf("embedded: delete message %s on %q: %w", id, q.name, err)
-	}
-	return nil
+	}, nil
 }
 
 func (q *queue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
