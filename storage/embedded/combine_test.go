@@ -142,3 +142,66 @@ func TestBatchEnqueueConcurrentGroupCommit(t *testing.T) {
 		t.Errorf("queue holds %d messages, want %d", c, n+1)
 	}
 }
+
+func TestBatchDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	tbl, err := s.Table(ctx, "combined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.Queue(ctx, "combined-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"one", "two", "three"} {
+		if _, err := q.Enqueue(ctx, text, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := q.Dequeue(ctx, 3, time.Minute)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("Dequeue: %d, %v", len(msgs), err)
+	}
+
+	// Success: the batch and the delete in one commit.
+	before := s.Stats().Commits
+	etags, derr, err := s.BatchDelete(ctx, "combined", "p1", insertOps("p1", "a"), "combined-q", msgs[0].ID, msgs[0].PopReceipt)
+	if err != nil || derr != nil || len(etags) != 1 {
+		t.Fatalf("BatchDelete: etags %q, deleteErr %v, err %v", etags, derr, err)
+	}
+	if got := s.Stats().Commits - before; got != 1 {
+		t.Errorf("BatchDelete took %d commits, want 1", got)
+	}
+	if e, err := tbl.Get(ctx, "p1", "a"); err != nil || e.ETag != etags[0] {
+		t.Errorf("Get: %+v, %v", e, err)
+	}
+	if n, _ := q.ApproximateCount(ctx); n != 2 {
+		t.Errorf("queue holds %d messages, want 2", n)
+	}
+
+	// A stale receipt: the batch is applied, the delete reports ErrLeaseLost.
+	if _, _, err := q.UpdateVisibility(ctx, msgs[1].ID, msgs[1].PopReceipt, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, derr, err = s.BatchDelete(ctx, "combined", "p1", insertOps("p1", "b"), "combined-q", msgs[1].ID, msgs[1].PopReceipt)
+	if err != nil || !errors.Is(derr, storage.ErrLeaseLost) {
+		t.Fatalf("stale receipt: deleteErr %v, err %v; want ErrLeaseLost and no error", derr, err)
+	}
+	if _, err := tbl.Get(ctx, "p1", "b"); err != nil {
+		t.Errorf("the batch with a stale receipt was not applied: %v", err)
+	}
+
+	// A failed batch: nothing is deleted.
+	_, derr, err = s.BatchDelete(ctx, "combined", "p1", insertOps("p1", "a"), "combined-q", msgs[2].ID, msgs[2].PopReceipt)
+	if !errors.Is(err, storage.ErrExists) || derr != nil {
+		t.Fatalf("failed batch: deleteErr %v, err %v; want ErrExists", derr, err)
+	}
+	if n, _ := q.ApproximateCount(ctx); n != 2 {
+		t.Errorf("queue holds %d messages after the failed batch, want 2", n)
+	}
+	if err := q.Delete(ctx, msgs[2].ID, msgs[2].PopReceipt); err != nil {
+		t.Errorf("the message of the failed batch cannot be deleted with its receipt: %v", err)
+	}
+}
