@@ -111,5 +111,5 @@ func printBench(w io.Writer, r bench.Result) {
 			r.IdleOpsPerHour, r.MaxPollIntervalS, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour, r.IdleWakeLatencyMS)
 		fmt.Fprintf(w, "  reconciler pass  %d ops on the bench's loaded tables\n", r.ReconcileOpsPerPassLoaded)
 	}
-	fmt.Fprintf(w, "  max RSS          %.1f MiB\n", r.MaxRSSMB)
+	fmt.Fprintf(w, "  max RSS          %.1f MiB (run); while draining: peak %.1f MiB, of which anonymous %.1f MiB\n", r.MaxRSSMB, r.ProcessRSSPeakMB, r.ProcessRSSAnonPeakMB)
 }

@@ -3,7 +3,10 @@
 package bench
 
 import (
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -27,4 +30,31 @@ func maxRSSMiB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024
+}
+
+// rssNow returns the resident set size and its anonymous part (heap,
+// stacks; the rest is file pages such as the embedded store's mmap), MiB,
+// from /proc/self/status.
+func rssNow() (total, anon float64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			total = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
+		}
+	}
+	return total, anon
 }
