@@ -33,7 +33,7 @@ operations per completed command, idle storage operations per hour at
                                               compared with a raw Azure SDK pipeline
 
 Never point it at a production account: it creates queues and tables named
-bench<random> and leaves them behind.`,
+bench<random> and raw<random> (and deletes them at the end).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !asJSON {

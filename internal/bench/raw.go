@@ -186,3 +186,23 @@ poll:
 	res.processedPerS = float64(cfg.N) / elapsed.Seconds()
 	return res, nil
 }
+
+// dropAzure deletes the queue and tables a run created under prefix, so a
+// later phase (the baseline) starts on an emulator of the same size and an
+// account is not left with bench data. Errors are ignored: missing
+// resources are fine.
+func dropAzure(ctx context.Context, conn string, prefixes ...string) {
+	qsvc, err := azqueue.NewServiceClientFromConnectionString(conn, nil)
+	if err != nil {
+		return
+	}
+	tsvc, err := aztables.NewServiceClientFromConnectionString(conn, nil)
+	if err != nil {
+		return
+	}
+	for _, p := range prefixes {
+		_, _ = qsvc.NewQueueClient(p+"-commands").Delete(ctx, nil)
+		_, _ = tsvc.DeleteTable(ctx, p+"commands", nil)
+		_, _ = tsvc.DeleteTable(ctx, p+"poison", nil)
+	}
+}
