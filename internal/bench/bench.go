@@ -22,7 +22,9 @@
 //     command issued in process must reach its handler at once (Notify).
 //  5. baseline (Baseline "raw", Azure only): the minimal pipeline written
 //     directly against the Azure SDK processes N commands at the same
-//     concurrency; ratio = processed_per_s / baseline_processed_per_s.
+//     concurrency; ratio = processed_per_s / baseline_processed_per_s. When
+//     the run started Azurite itself, the baseline gets a fresh emulator, as
+//     cmdq had.
 //
 // Storage operations are every queue and table call, counted by a wrapper
 // around the driver (Counter), divided by the commands completed.
@@ -336,6 +338,7 @@ type env struct {
 	counted storage.Store   // counter.Counted(): what the Issuer and processor use
 	emb     *embedded.Store // nil on azure
 	conn    string          // azure connection string
+	azurite *Azurite        // the emulator this run started, if any
 	logf    func(format string, a ...any)
 
 	completed atomic.Int64 // commands completed (final batch written)
@@ -398,7 +401,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.Baseline == BaselineRaw {
 		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
-		b, err := rawBaseline(ctx, e.conn, cfg)
+		conn := e.conn
+		if e.azurite != nil {
+			// An emulator slows as it holds more data, whatever was deleted:
+			// the baseline gets a fresh one, as cmdq did.
+			e.azurite.Stop()
+			a, err := StartAzurite()
+			if err != nil {
+				return res, err
+			}
+			defer a.Stop()
+			conn = a.ConnectionString
+		}
+		b, err := rawBaseline(ctx, conn, cfg)
 		if err != nil {
 			return res, err
 		}
@@ -450,6 +465,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 			}
 			closers = append(closers, a.Stop)
 			conn = a.ConnectionString
+			e.azurite = a
 		}
 		st, err := azure.Open(ctx, azure.Config{ConnectionString: conn})
 		if err != nil {
