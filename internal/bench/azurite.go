@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -18,6 +19,20 @@ const (
 	azuriteAccount = "devstoreaccount1"
 	azuriteKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
+
+// devConnectionString is what "UseDevelopmentStorage=true" stands for:
+// Azurite on its default ports.
+var devConnectionString = "DefaultEndpointsProtocol=http;AccountName=" + azuriteAccount + ";AccountKey=" + azuriteKey +
+	";QueueEndpoint=http://127.0.0.1:10001/" + azuriteAccount + ";TableEndpoint=http://127.0.0.1:10002/" + azuriteAccount + ";"
+
+// expandConnectionString replaces "UseDevelopmentStorage=true" (which the
+// SDK's parsers do not know) by Azurite's default connection string.
+func expandConnectionString(cs string) string {
+	if strings.EqualFold(strings.TrimSuffix(strings.TrimSpace(cs), ";"), "UseDevelopmentStorage=true") {
+		return devConnectionString
+	}
+	return cs
+}
 
 // EnvAzuriteBin overrides the Azurite executable StartAzurite runs (default:
 // tools/azurite/node_modules/.bin/azurite under the module root found from

@@ -467,6 +467,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 			conn = a.ConnectionString
 			e.azurite = a
 		}
+		conn = expandConnectionString(conn)
 		st, err := azure.Open(ctx, azure.Config{ConnectionString: conn})
 		if err != nil {
 			cleanup()
