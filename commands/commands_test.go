@@ -420,5 +420,13 @@ func TestReconcilePendingScan(t *testing.T) {
 		if err != nil || rep.Enqueued != 0 {
 			t.Fatalf("second scan: %+v %v", rep, err)
 		}
+		// A scan-only pass (the processor's daily run) skips the marker
+		// query: one request on a small table.
+		env.Store.Reset()
+		opts.SkipMarkers = true
+		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		if err != nil || rep.Enqueued != 0 || rep.Markers != 0 || rep.Scanned != 2 || env.Store.Total() != 1 {
+			t.Fatalf("scan-only pass: %+v %v, cost %s (want 1 query)", rep, err, env.Store)
+		}
 	})
 }

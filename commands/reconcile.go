@@ -36,11 +36,15 @@ type ReconcileOptions struct {
 	PendingGrace time.Duration
 	// ScanPending enables the pending scan, the fallback for a process that
 	// crashed between storing a command and enqueueing it: a whole-table
-	// query of the commands table for the "a:status" rows, filtered in
+	// query of the commands table for the "a:cmd" rows, filtered in
 	// memory (one request per 1000 rows returned; on Azure the service reads
 	// every row of the table). Default false; the processor enables it on
 	// its reconcile interval (default 1 h).
 	ScanPending bool
+	// SkipMarkers skips the marker query (use with ScanPending: the scan
+	// finds marked commands too once they are PendingGrace old, so a pass
+	// that scans need not also pay for the marker query). Default false.
+	SkipMarkers bool
 	// Notify, if set, is called with the logical queue after each re-enqueue.
 	Notify func(queue string)
 	// Now returns the current time (default time.Now).
@@ -111,7 +115,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 	var errs []error
 	seen := map[string]bool{}
 	q := storage.Query{PartitionKey: status.UnqueuedPartition, Top: 1000}
-	for {
+	for !opts.SkipMarkers {
 		page, err := tbl.Query(ctx, q)
 		if err != nil {
 			return rep, fmt.Errorf("commands: reconcile: list unqueued markers: %w", err)
@@ -152,7 +156,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 	}
 
 	if opts.ScanPending {
-		q := storage.Query{RowKeyPrefix: status.RowStatus, Top: 1000}
+		q := storage.Query{RowKeyPrefix: status.RowCommand, Top: 1000}
 		for {
 			page, err := tbl.Query(ctx, q)
 			if err != nil {
@@ -160,7 +164,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				break
 			}
 			for _, e := range page.Entities {
-				if e.RowKey != status.RowStatus {
+				if e.RowKey != status.RowCommand {
 					continue
 				}
 				rep.Scanned++

@@ -43,6 +43,9 @@ const (
 	// DefaultReconcileStaleAfter is how old a `pending` command with no marker
 	// must be before the whole-table scan re-enqueues it (15 minutes).
 	DefaultReconcileStaleAfter = 15 * time.Minute
+	// DefaultReconcileScanInterval is how often a reconciler run is the
+	// pending scan (24 hours).
+	DefaultReconcileScanInterval = 24 * time.Hour
 	// DefaultUnhealthyAfter is the number of consecutive infrastructure faults
 	// that make the processor unhealthy (5).
 	DefaultUnhealthyAfter = 5
@@ -100,7 +103,9 @@ type Config struct {
 	// MinPollInterval. Default 1 minute: an idle queue costs ~60 dequeues an hour.
 	MaxPollInterval time.Duration
 	// PollJitter is the fraction (0..1) of each wait that is randomized
-	// downwards: a wait w becomes a uniform value in [w×(1−PollJitter), w].
+	// upwards: a wait w becomes a uniform value in [w, w×(1+PollJitter)],
+	// capped at MaxPollInterval (so an idle queue costs exactly one dequeue
+	// per MaxPollInterval).
 	// Default 0.2; NoJitter (-1) disables randomization.
 	PollJitter float64
 	// PoisonCeiling, when > 0, overrides every definition's poison ceiling: a
@@ -126,6 +131,14 @@ type Config struct {
 	// enqueue failed; it also runs once at start. Default 1 hour; NoReconcile
 	// (-1) disables it.
 	ReconcileInterval time.Duration
+	// ReconcileScanInterval is how often one of the reconciler's runs is the
+	// pending scan instead of the marker query: a whole-table query for
+	// commands still `pending` after ReconcileStaleAfter (left by a process
+	// that crashed between the issue batch and the enqueue). It costs one
+	// request per 1000 commands, so it runs rarely. Default 24 hours;
+	// NoReconcile (-1) disables the scan. An idle processor thus costs one
+	// reconciler query an hour.
+	ReconcileScanInterval time.Duration
 	// ReconcileGrace is how old an enqueue-failure marker must be before the
 	// reconciler acts on it. Default 30 s.
 	ReconcileGrace time.Duration
@@ -158,7 +171,8 @@ const (
 	// NoThreshold set as NewBatchThreshold means 0: fetch only when the queue
 	// has nothing in flight.
 	NoThreshold = -1
-	// NoReconcile set as ReconcileInterval disables the reconciler.
+	// NoReconcile set as ReconcileInterval disables the reconciler; set as
+	// ReconcileScanInterval it disables only the pending scan.
 	NoReconcile time.Duration = -1
 )
 
@@ -229,6 +243,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < 0 && c.ReconcileInterval != NoReconcile {
 		bad("ReconcileInterval %s is negative (0 = default 1h, -1 = disabled)", c.ReconcileInterval)
+	}
+	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != NoReconcile {
+		bad("ReconcileScanInterval %s is negative (0 = default 24h, -1 = disabled)", c.ReconcileScanInterval)
 	}
 	if c.Tolerance != 0 && c.Tolerance < 1 {
 		bad("Tolerance %g is below 1 (0 = default 1.5)", c.Tolerance)
@@ -312,6 +329,7 @@ func (c Config) withDefaults() Config {
 	c.ReconcileInterval = orDur(c.ReconcileInterval, DefaultReconcileInterval)
 	c.ReconcileGrace = orDur(c.ReconcileGrace, DefaultReconcileGrace)
 	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, DefaultReconcileStaleAfter)
+	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, DefaultReconcileScanInterval)
 	if c.UnhealthyAfter == 0 {
 		c.UnhealthyAfter = DefaultUnhealthyAfter
 	}

@@ -7,12 +7,15 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// jitter spreads w downwards by up to PollJitter × w.
+// jitter spreads w upwards by up to PollJitter × w, never past
+// MaxPollInterval: processors that started together drift apart while they
+// back off, and an idle queue is polled exactly once per MaxPollInterval
+// (60 dequeues an hour at the default of one minute).
 func (p *Processor) jitter(w time.Duration) time.Duration {
 	if p.cfg.PollJitter <= 0 || w <= 0 {
 		return w
 	}
-	return w - time.Duration(rand.Float64()*p.cfg.PollJitter*float64(w))
+	return min(w+time.Duration(rand.Float64()*p.cfg.PollJitter*float64(w)), p.cfg.MaxPollInterval)
 }
 
 // waitCapacity blocks until the queue's in-flight count is at most

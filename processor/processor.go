@@ -499,13 +499,17 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	return sum, nil
 }
 
-// reconcileLoop runs the reconciler at start (markers only) and every
-// ReconcileInterval (markers and the pending scan).
+// reconcileLoop runs the reconciler at start and every ReconcileInterval:
+// the marker query (one request when there is nothing to do), except that a
+// run is the pending scan instead once ReconcileScanInterval has passed since
+// the last scan (or since start). An idle processor so costs one reconciler
+// request per ReconcileInterval.
 func (p *Processor) reconcileLoop(s *session) {
+	lastScan := time.Now()
 	run := func(scan bool) {
 		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
 			Prefix: p.cfg.Prefix, MarkerGrace: p.cfg.ReconcileGrace, PendingGrace: p.cfg.ReconcileStaleAfter,
-			ScanPending: scan, Notify: p.Notify,
+			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify,
 		})
 		if err != nil {
 			if s.take.Err() == nil {
@@ -526,7 +530,11 @@ func (p *Processor) reconcileLoop(s *session) {
 		case <-s.take.Done():
 			return
 		case <-t.C:
-			run(true)
+			scan := p.cfg.ReconcileScanInterval != NoReconcile && time.Since(lastScan) >= p.cfg.ReconcileScanInterval
+			if scan {
+				lastScan = time.Now()
+			}
+			run(scan)
 		}
 	}
 }
