@@ -63,13 +63,14 @@ func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options
 // Store returns the writer the Reader uses.
 func (r *Reader) Store() *Store { return r.store }
 
-// Get returns a command's status (one query). Unknown ID → error wrapping ErrNotFound.
+// Get returns a command's status (one point read of its command row; the
+// parameters are not decoded). Unknown ID → error wrapping ErrNotFound.
 func (r *Reader) Get(ctx context.Context, id string) (Status, error) {
-	rec, err := r.store.Load(ctx, id)
+	e, err := r.store.getRow(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	return rec.Status, nil
+	return decodeStatus(e), nil
 }
 
 // Events returns a command's events, oldest first, reading every page (one
@@ -228,7 +229,7 @@ func MessageText(id, cmdType string) string {
 
 // Requeue puts a poisoned command back: projection → pending with a requeued
 // event (Worker = by), a new message on the command's queue, the poison entry
-// removed. Cost: 1 point read + 1 query + 1 batch + 1 enqueue + 1 delete.
+// removed. Cost: 2 point reads + 1 batch + 1 enqueue + 1 delete.
 // Not poisoned → ErrNotPoisoned; unknown → ErrNotFound; an entry with no
 // stored command (a malformed message) → ErrNoCommand: there is nothing to
 // run, so fix the producer and Discard it. If the enqueue fails
@@ -260,7 +261,7 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 }
 
 // Discard gives up on a poisoned command: a discarded event (Worker = by),
-// the poison entry removed. Cost: 1 point read + 1 query + 1 batch + 1 delete.
+// the poison entry removed. Cost: 2 point reads + 1 batch + 1 delete.
 // Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. An entry with no
 // stored command (a malformed message, or one naming a command that was never
 // stored) is simply removed.

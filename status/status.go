@@ -5,10 +5,12 @@
 //
 // Data layout (see docs/lifecycle.md): one partition of the commands table per
 // command (PartitionKey = command ID) holds the row "a:cmd" (type, params,
-// issued-at, correlation ID, queue; immutable), the row "a:status" (the
-// projection; its ETag is the concurrency token for every write to the
-// command) and the events "e:0000000001", "e:0000000002", …. Loading a command
-// is one query (row-key prefix "a:"); every write is one atomic batch.
+// issued-at, correlation ID, queue; immutable) together with its projection
+// (status, attempts, step, …; its ETag is the concurrency token for every
+// write to the command), and the events "e:0000000001", "e:0000000002", ….
+// Loading a command is one point read of "a:cmd"; every write is one atomic
+// batch (the projection is a Merge update of "a:cmd", so the parameters are
+// neither resent nor dropped).
 package status
 
 import (

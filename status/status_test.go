@@ -124,13 +124,24 @@ func TestCreateLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
-			t.Fatalf("Load cost %s, want Query=1", env.Store)
+		if c := env.Store.Counts(); c["Get"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("Load cost %s, want Get=1 (one point read)", env.Store)
 		}
 		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.Status != status.Pending ||
 			rec.CorrelationID != "corr-1" || rec.Queue != "commands" || rec.EventSeq != 1 || rec.ETag == "" ||
 			rec.ParamsHash != status.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
 			t.Fatalf("loaded record: %+v", rec)
+		}
+		env.Store.Reset()
+		got, err := r.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := env.Store.Counts(); c["Get"] != 1 || env.Store.Total() != 1 {
+			t.Fatalf("Reader.Get cost %s, want Get=1 (one point read)", env.Store)
+		}
+		if got != rec.Status {
+			t.Fatalf("Reader.Get %+v, Load %+v", got, rec.Status)
 		}
 		evs, err := r.Events(ctx, id)
 		if err != nil || len(evs) != 1 || evs[0].Kind != status.Created || evs[0].Seq != 1 {
@@ -558,6 +569,140 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 			if evs[i].Time.Before(evs[i-1].Time) {
 				t.Fatalf("event %d (%s at %s) is older than event %d (%s at %s)", i, evs[i].Kind, evs[i].Time, i-1, evs[i-1].Kind, evs[i-1].Time)
 			}
+		}
+	})
+}
+
+// TestCommandRowLayout checks the data layout: one a:cmd row holding the
+// command and its projection, events beside it, nothing else; appends merge
+// the projection into a:cmd without dropping or resending the parameters,
+// and clear LastError by writing "".
+func TestCommandRowLayout(t *testing.T) {
+	t.Parallel()
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		r, s := open(t, env)
+		ctx := ctxT(t)
+		id := uuid.NewString()
+		env.Store.Reset()
+		if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Layout", Params: []byte(`{"k":"v"}`), CorrelationID: "c-9", Queue: "slow"}); err != nil {
+			t.Fatal(err)
+		}
+		rows := func() map[string]storage.Entity {
+			t.Helper()
+			page, err := s.CommandsTable().Query(ctx, storage.Query{PartitionKey: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]storage.Entity{}
+			for _, e := range page.Entities {
+				m[e.RowKey] = e
+			}
+			return m
+		}
+		m := rows()
+		if len(m) != 2 {
+			t.Fatalf("rows after Create: %v, want a:cmd and e:0000000001", keys(m))
+		}
+		row, ok := m[status.RowCommand]
+		if !ok || m[status.EventRowKey(1)].RowKey == "" {
+			t.Fatalf("rows after Create: %v", keys(m))
+		}
+		want := map[string]any{
+			"Type": "demo.Layout", "Params": `{"k":"v"}`, "CorrelationID": "c-9", "Queue": "slow",
+			"Status": "pending", "Attempts": int32(0), "Step": int32(0), "LastError": "", "Worker": "", "EventSeq": int64(1),
+		}
+		for k, v := range want {
+			if row.Properties[k] != v {
+				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
+			}
+		}
+
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.ETag != row.ETag {
+			t.Fatalf("Load ETag %q, stored row ETag %q", rec.ETag, row.ETag)
+		}
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.Failed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+		row = rows()[status.RowCommand]
+		if row.Properties["LastError"] != "boom" || row.Properties["Status"] != "retrying" || row.Properties["Params"] != `{"k":"v"}` ||
+			row.Properties["ParamsHash"] != status.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
+			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
+		}
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"},
+			status.Event{Kind: status.CompletedEvent, Attempt: 2, Worker: "w2"}); err != nil {
+			t.Fatal(err)
+		}
+		m = rows()
+		if len(m) != 6 {
+			t.Fatalf("rows after two appends: %v, want a:cmd and 5 events", keys(m))
+		}
+		row = m[status.RowCommand]
+		if v, ok := row.Properties["LastError"]; !ok || v != "" {
+			t.Fatalf("LastError after completion: %#v (present %v), want \"\"", v, ok)
+		}
+		back, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
+			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 {
+			t.Fatalf("loaded after completion: %+v", back)
+		}
+		got, err := r.Get(ctx, id)
+		if err != nil || got != back.Status {
+			t.Fatalf("Reader.Get %+v %v, want %+v", got, err, back.Status)
+		}
+	})
+}
+
+func keys(m map[string]storage.Entity) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestLongErrorFitsBesideLargeParams: parameters near the entity limit leave
+// less room than MaxTextUnits for LastError in the shared row; the append
+// still succeeds, cutting the projection's copy (the event keeps its own).
+func TestLongErrorFitsBesideLargeParams(t *testing.T) {
+	t.Parallel()
+	// 15.9 chunks of parameters: about 1,042,000 bytes of the 1 MiB row.
+	params := `{"s":"` + strings.Repeat("x", 15*status.ParamsChunkUnits+29_000) + `"}`
+	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+		_, s := open(t, env)
+		ctx := ctxT(t)
+		id := create(t, s, "demo.BigErr", params)
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		long := strings.Repeat("e", 3*status.MaxTextUnits)
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Attempt: 1, Worker: strings.Repeat("w", 3*status.MaxTextUnits), Error: long}); err != nil {
+			t.Fatalf("append of a long error beside large params: %v", err)
+		}
+		back, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(back.Params) != params {
+			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
+		}
+		if back.Status.Status != status.Retrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= status.MaxTextUnits {
+			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.Status, len(back.LastError), status.MaxTextUnits)
+		}
+		row, err := s.CommandsTable().Get(ctx, id, status.RowCommand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := storage.EntitySize(row); n > storage.MaxEntityBytes {
+			t.Fatalf("row is %d bytes", n)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 	"unicode/utf16"
@@ -28,10 +29,10 @@ var (
 
 // Row keys and partitions of the data layout (contract: operators read them).
 const (
-	// RowCommand is the row of the immutable command (type, params, …).
+	// RowCommand is the command's row: the immutable command (type, params,
+	// issued-at, correlation ID, queue) and its projection (status, attempts,
+	// …) in one entity. Its ETag guards every write to the command.
 	RowCommand = "a:cmd"
-	// RowStatus is the row of the projection; its ETag guards every write.
-	RowStatus = "a:status"
 	// EventRowPrefix starts every event row key: "e:" + 10-digit sequence.
 	EventRowPrefix = "e:"
 	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
@@ -53,7 +54,7 @@ const (
 	// MaxDetailUnits bounds Event.Detail (stack traces), 16384 UTF-16 units.
 	MaxDetailUnits = 16384
 	// MaxEventsPerAppend is the most events one Append writes (one batch
-	// holds 100 operations; one is the projection).
+	// holds 100 operations; one is the update of the command row).
 	MaxEventsPerAppend = storage.MaxBatchOps - 1
 )
 
@@ -86,8 +87,8 @@ type Record struct {
 	ParamsHash string
 	// IssuedAt is the issue time (UTC).
 	IssuedAt time.Time
-	// ETag is the ETag of the projection row; Append and Poison write only
-	// if it still matches.
+	// ETag is the ETag of the command row (RowCommand); Append and Poison
+	// write only if it still matches.
 	ETag string
 	// EventSeq is the sequence number of the last event.
 	EventSeq int64
@@ -216,8 +217,8 @@ func paramsProp(i int) string {
 	return "Params" + strconv.Itoa(i)
 }
 
-// Create writes a new command in one batch: the command row, the projection
-// (pending) and the created event. If the ID exists, the error wraps
+// Create writes a new command in one batch: the command row (the command
+// and its pending projection) and the created event. If the ID exists, the error wraps
 // storage.ErrExists. Params that do not fit in one entity give an error
 // wrapping ErrParamsTooLarge (and storage.ErrTooLarge); nothing is written.
 func (s *Store) Create(ctx context.Context, c NewCommand) error {
@@ -255,7 +256,8 @@ func createErr(id string, err error) error {
 	}
 }
 
-// createOps builds the issue batch: a:cmd, a:status and the created event.
+// createOps builds the issue batch: a:cmd (command + pending projection) and
+// the created event.
 func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if c.ID == "" {
 		return nil, fmt.Errorf("%w: empty command ID", storage.ErrInvalidKey)
@@ -286,25 +288,28 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	for i, ch := range chunks {
 		cmd.Properties[paramsProp(i)] = ch
 	}
+	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
+	ev := Event{Seq: 1, Kind: Created, Time: issued}
+	Apply(&st, ev)
+	maps.Copy(cmd.Properties, projectionProps(&st, 1))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
 		}
 		return nil, fmt.Errorf("status: create command %s: %w", c.ID, err)
 	}
-	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
-	ev := Event{Seq: 1, Kind: Created, Time: issued}
-	Apply(&st, ev)
 	ops := []storage.BatchOp{
 		{Kind: storage.OpInsert, Entity: cmd},
-		{Kind: storage.OpInsert, Entity: statusEntity(&st, 1)},
 		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev)},
 	}
 	return ops, nil
 }
 
-func statusEntity(st *Status, seq int64) storage.Entity {
-	return storage.Entity{PartitionKey: st.ID, RowKey: RowStatus, Properties: map[string]any{
+// projectionProps returns the projection's properties of the command row.
+// Every one is always written (LastError "" clears it), so a Merge update
+// replaces the whole projection and leaves the command's properties alone.
+func projectionProps(st *Status, seq int64) map[string]any {
+	return map[string]any{
 		"Status":    string(st.Status),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
@@ -313,7 +318,46 @@ func statusEntity(st *Status, seq int64) storage.Entity {
 		"UpdatedAt": ms(st.UpdatedAt),
 		"Worker":    truncate(st.Worker, MaxTextUnits),
 		"EventSeq":  seq,
+	}
+}
+
+// projectionUpdate returns the Merge update of rec's command row to
+// projection st. Long LastError and Worker texts are cut further when the
+// merged row would exceed storage.MaxEntityBytes (parameters near the limit
+// leave less room than MaxTextUnits).
+func projectionUpdate(rec *Record, st *Status, seq int64) storage.Entity {
+	props := projectionProps(st, seq)
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
+	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
+	// units, and the projection's texts are at most 2 × MaxTextUnits).
+	const slack = 64 * 1024
+	if 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack {
+		return row
+	}
+	full := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+		"Type":          rec.Type,
+		"ParamsHash":    rec.ParamsHash,
+		"IssuedAt":      rec.IssuedAt,
+		"CorrelationID": rec.CorrelationID,
+		"Queue":         rec.Queue,
 	}}
+	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
+	for i, ch := range chunks {
+		full.Properties[paramsProp(i)] = ch
+	}
+	maps.Copy(full.Properties, props)
+	over := storage.EntitySize(full) - storage.MaxEntityBytes
+	for _, name := range []string{"LastError", "Worker"} {
+		if over <= 0 {
+			break
+		}
+		s := props[name].(string)
+		units := utf16Units(s)
+		keep := max(units-(over+1)/2, utf16Units(truncMark))
+		props[name] = truncate(s, keep)
+		over -= 2 * (units - utf16Units(props[name].(string)))
+	}
+	return row
 }
 
 func eventEntity(id string, e Event) storage.Entity {
@@ -398,59 +442,64 @@ func notFound(id string) error {
 	return fmt.Errorf("%w: %s (%w)", ErrNotFound, id, storage.ErrNotFound)
 }
 
-// Load reads a command and its projection with one query. A missing command
-// gives an error wrapping ErrNotFound.
+// Load reads a command and its projection with one point read of its
+// command row. A missing command gives an error wrapping ErrNotFound.
 func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
-	if err := validID(id); err != nil {
+	e, err := s.getRow(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	page, err := s.commands.Query(ctx, storage.Query{PartitionKey: id, RowKeyPrefix: "a:"})
-	if err != nil {
-		return nil, fmt.Errorf("status: load command %s: %w", id, err)
-	}
-	var cmd, st *storage.Entity
-	for i := range page.Entities {
-		switch page.Entities[i].RowKey {
-		case RowCommand:
-			cmd = &page.Entities[i]
-		case RowStatus:
-			st = &page.Entities[i]
-		}
-	}
-	if cmd == nil || st == nil {
-		return nil, notFound(id)
-	}
-	return decodeRecord(id, *cmd, *st), nil
+	return decodeRecord(e), nil
 }
 
-func decodeRecord(id string, cmd, st storage.Entity) *Record {
+// getRow reads the command row of id (one point read).
+func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, error) {
+	if err := validID(id); err != nil {
+		return storage.Entity{}, err
+	}
+	e, err := s.commands.Get(ctx, id, RowCommand)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return storage.Entity{}, notFound(id)
+		}
+		return storage.Entity{}, fmt.Errorf("status: load command %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// decodeStatus reads the status (identity and projection) from a command row.
+func decodeStatus(e storage.Entity) Status {
+	return Status{
+		ID:            e.PartitionKey,
+		Type:          str(e, "Type"),
+		Status:        State(str(e, "Status")),
+		Attempts:      int(intProp(e, "Attempts")),
+		Step:          int(intProp(e, "Step")),
+		LastError:     str(e, "LastError"),
+		CreatedAt:     timeProp(e, "CreatedAt"),
+		UpdatedAt:     timeProp(e, "UpdatedAt"),
+		Worker:        str(e, "Worker"),
+		CorrelationID: str(e, "CorrelationID"),
+		Queue:         str(e, "Queue"),
+	}
+}
+
+func decodeRecord(e storage.Entity) *Record {
 	var params []byte
 	for i := 0; i < MaxParamsChunks; i++ {
-		v, ok := cmd.Properties[paramsProp(i)].(string)
+		v, ok := e.Properties[paramsProp(i)].(string)
 		if !ok {
 			break
 		}
 		params = append(params, v...)
 	}
 	return &Record{
-		Status: Status{
-			ID:            id,
-			Type:          str(cmd, "Type"),
-			Status:        State(str(st, "Status")),
-			Attempts:      int(intProp(st, "Attempts")),
-			Step:          int(intProp(st, "Step")),
-			LastError:     str(st, "LastError"),
-			CreatedAt:     timeProp(st, "CreatedAt"),
-			UpdatedAt:     timeProp(st, "UpdatedAt"),
-			Worker:        str(st, "Worker"),
-			CorrelationID: str(cmd, "CorrelationID"),
-			Queue:         str(cmd, "Queue"),
-		},
+		Status:     decodeStatus(e),
 		Params:     params,
-		ParamsHash: str(cmd, "ParamsHash"),
-		IssuedAt:   timeProp(cmd, "IssuedAt"),
-		ETag:       st.ETag,
-		EventSeq:   intProp(st, "EventSeq"),
+		ParamsHash: str(e, "ParamsHash"),
+		IssuedAt:   timeProp(e, "IssuedAt"),
+		ETag:       e.ETag,
+		EventSeq:   intProp(e, "EventSeq"),
 	}
 }
 
@@ -485,8 +534,8 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 	return deleteErr, s.appended(rec, st, seq, etags, err)
 }
 
-// appendOps builds the batch of an append: the events and the projection
-// update conditional on rec's ETag. It returns the new projection and
+// appendOps builds the batch of an append: the events and the Merge update
+// of the command row's projection, conditional on rec's ETag. It returns the new projection and
 // event number.
 func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Status, int64, error) {
 	if rec == nil || rec.ID == "" {
@@ -517,7 +566,9 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Statu
 		Apply(&st, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e)})
 	}
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: statusEntity(&st, seq), Mode: storage.Replace, IfMatch: etagOrAny(rec.ETag)})
+	// Merge: the command's own properties (params, …) are neither resent
+	// nor dropped; every projection property is written.
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, seq), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
 	return ops, st, seq, nil
 }
 
