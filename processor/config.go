@@ -91,7 +91,10 @@ type Config struct {
 	// NewBatchThreshold: a queue's poller fetches the next batch when that
 	// queue's in-flight messages (dequeued, not yet finished) drop to this
 	// number, so at most NewBatchThreshold+BatchSize messages per queue are
-	// held. 0..BatchSize-1; default BatchSize/2. Set NoThreshold (-1) for 0.
+	// held (the next batch is fetched while the current one still runs).
+	// Default max(BatchSize/2, Concurrency−BatchSize): 16 with the default
+	// Concurrency of 32, and enough to keep every handler busy on one queue
+	// when Concurrency is larger. At most 10,000. Set NoThreshold (-1) for 0.
 	NewBatchThreshold int
 	// Concurrency is the most handlers this processor runs at once across all
 	// queues. Default 32. Dequeued messages beyond it wait (their lease is
@@ -168,6 +171,8 @@ type Config struct {
 
 // Special values for Config fields whose zero value means "default".
 const (
+	// MaxNewBatchThreshold is the largest NewBatchThreshold (10,000).
+	MaxNewBatchThreshold = 10000
 	// NoThreshold set as NewBatchThreshold means 0: fetch only when the queue
 	// has nothing in flight.
 	NoThreshold = -1
@@ -194,12 +199,8 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchSize > 32 {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
 	}
-	bs := c.BatchSize
-	if bs == 0 {
-		bs = DefaultBatchSize
-	}
-	if c.NewBatchThreshold < NoThreshold || (c.NewBatchThreshold >= bs && bs > 0) {
-		bad("NewBatchThreshold %d must be below BatchSize %d (0 = BatchSize/2, -1 = fetch only when idle)", c.NewBatchThreshold, bs)
+	if c.NewBatchThreshold < NoThreshold || c.NewBatchThreshold > MaxNewBatchThreshold {
+		bad("NewBatchThreshold %d is outside -1..%d (0 = default max(BatchSize/2, Concurrency-BatchSize), -1 = fetch only when idle)", c.NewBatchThreshold, MaxNewBatchThreshold)
 	}
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
@@ -294,14 +295,14 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
-	switch c.NewBatchThreshold {
-	case 0:
-		c.NewBatchThreshold = c.BatchSize / 2
-	case NoThreshold:
-		c.NewBatchThreshold = 0
-	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	switch c.NewBatchThreshold {
+	case 0:
+		c.NewBatchThreshold = max(c.BatchSize/2, c.Concurrency-c.BatchSize)
+	case NoThreshold:
+		c.NewBatchThreshold = 0
 	}
 	c.MinPollInterval = orDur(c.MinPollInterval, DefaultMinPollInterval)
 	c.MaxPollInterval = orDur(c.MaxPollInterval, DefaultMaxPollInterval)

@@ -425,3 +425,49 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("empty registry: %v", err)
 	}
 }
+
+// TestPipelinedDequeueFillsConcurrency: with the default NewBatchThreshold
+// the poller keeps fetching while batches run, so one queue keeps every one
+// of Concurrency handlers busy even when Concurrency is many batches.
+func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		const conc = 8
+		reg := handlers.NewRegistry()
+		var running, peak atomic.Int64
+		release := make(chan struct{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			defer running.Add(-1)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, handlers.Options{Lease: 10 * time.Second})
+		iss := e.issuer(nil)
+		ids := make([]string, conc)
+		for i := range ids {
+			ids[i] = e.issue(iss, okCmd{N: i})
+		}
+		cfg := e.cfg()
+		cfg.BatchSize, cfg.Concurrency = 2, conc // threshold defaults to 6
+		p := newProc(t, e.store, reg, cfg)
+		start(t, p)
+		eventually(t, 10*time.Second, "all 8 handlers running at once", func() bool { return running.Load() == conc })
+		close(release)
+		for _, id := range ids {
+			e.waitState(id, status.Completed, 10*time.Second)
+		}
+		if peak.Load() != conc {
+			t.Fatalf("peak concurrency %d, want %d", peak.Load(), conc)
+		}
+	})
+}
