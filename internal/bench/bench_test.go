@@ -24,11 +24,11 @@ func checkRun(t *testing.T, r Result, n int) {
 	if r.IssuedPerS <= 0 || r.ProcessedPerS <= 0 {
 		t.Errorf("issued %v/s, processed %v/s: want both > 0", r.IssuedPerS, r.ProcessedPerS)
 	}
-	// Issue: one batch + one enqueue. Process: one Load query, one final
+	// Issue: one batch + one enqueue. Process: one Load point read, one final
 	// batch, one delete, and a dequeue per batch (a few more at the start
 	// and end while the queue fills and drains).
 	want := map[string][2]float64{
-		"batch": {2, 2}, "enqueue": {1, 1}, "query": {1, 1}, "delete_message": {1, 1}, "dequeue": {1.0 / 32, 0.1},
+		"batch": {2, 2}, "enqueue": {1, 1}, "get": {1, 1}, "delete_message": {1, 1}, "dequeue": {1.0 / 32, 0.1},
 	}
 	for k, lim := range want {
 		if got := r.OpsPerCommandByKind[k]; got < lim[0] || got > lim[1] {
