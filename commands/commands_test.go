@@ -175,14 +175,32 @@ func TestIdempotentIssue(t *testing.T) {
 		if err != nil || again.ID != id || !again.Existing {
 			t.Fatalf("re-issue %+v %v", again, err)
 		}
-		if c := env.Store.Counts(); c["Enqueue"] != 0 {
-			t.Fatalf("re-issue enqueued: %s", env.Store)
+		// Still pending and never started: the first issue may have stopped
+		// before its enqueue, so the re-issue makes sure a message exists.
+		if c := env.Store.Counts(); c["Enqueue"] != 1 || env.Store.Total() != 3 {
+			t.Fatalf("re-issue of a pending command cost %s, want the failed batch, one read and one enqueue", env.Store)
 		}
-		if msgs := env.Store.Messages(t, env.Prefix+"-commands"); len(msgs) != 1 {
-			t.Fatalf("%d messages, want 1", len(msgs))
+		if msgs := env.Store.Messages(t, env.Prefix+"-commands"); len(msgs) != 2 {
+			t.Fatalf("%d messages, want 2", len(msgs))
 		}
-		if len(n.get()) != 1 {
+		if len(n.get()) != 2 {
 			t.Fatalf("Notify calls %v", n.get())
+		}
+		// Once a processor started it, a re-issue enqueues nothing.
+		rec, err := reader(t, env).Store().Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reader(t, env).Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		env.Store.Reset()
+		again, err = is.Issue(ctx, chargeCard{"c1", 1}, commands.WithID(id))
+		if err != nil || !again.Existing {
+			t.Fatalf("re-issue of a running command %+v %v", again, err)
+		}
+		if c := env.Store.Counts(); c["Enqueue"] != 0 {
+			t.Fatalf("re-issue of a running command enqueued: %s", env.Store)
 		}
 		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, commands.WithID(id)); !errors.Is(err, commands.ErrIDConflict) {
 			t.Fatalf("different params: %v", err)

@@ -229,6 +229,15 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params; use a new ID for a different command", ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
+		if !combined && rec.Status.Status == status.Pending && rec.Attempts == 0 {
+			// The first issue may have stopped between storing the command
+			// and enqueueing it (a crashed process, a failed enqueue), and
+			// a caller retrying is exactly that case: make sure a message
+			// exists. If one does, the duplicate is harmless: a processor
+			// never runs a command twice at once, and deletes a message
+			// whose command is already final without running it.
+			return res, i.enqueue(ctx, st, res.ID, rec.Type, rec.Queue)
+		}
 		return res, nil
 	case errors.Is(err, status.ErrParamsTooLarge):
 		return Result{}, fmt.Errorf("%w: %w", ErrParamsTooLarge, err)
@@ -241,18 +250,24 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 		}
 		return res, nil
 	}
+	return res, i.enqueue(ctx, st, id, raw.Type, queue)
+}
+
+// enqueue puts the message of a stored command on its queue; if that fails
+// it marks the command for the reconciler and returns ErrEnqueueFailed.
+func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, queue string) error {
 	q, err := i.queue(ctx, queue)
 	if err == nil {
-		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: raw.Type}.Marshal(), 0, storage.NoExpiry)
+		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
 	}
 	if err != nil {
 		if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		return res, fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
+		return fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
 	}
 	if i.opts.Notify != nil {
 		i.opts.Notify(queue)
 	}
-	return res, nil
+	return nil
 }

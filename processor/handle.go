@@ -44,6 +44,16 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
 		return
 	}
 	k.cmdID = env.ID
+	if !p.claim(env.ID) {
+		// A second message for a command this processor is handling (from
+		// a re-issue or the reconciler). Leave it invisible until its
+		// dequeue visibility ends: by then the command is usually final and
+		// the message is deleted without running, so the handler never runs
+		// twice at once here. Costs nothing.
+		s.counter.duplicates.Add(1)
+		return
+	}
+	defer p.unclaim(env.ID)
 	def, known := p.reg.Lookup(env.Type)
 	lease := p.visibility(qr)
 	if known {

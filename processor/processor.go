@@ -65,6 +65,9 @@ type Processor struct {
 	durMu  sync.Mutex
 	durSum time.Duration
 	durN   int64
+
+	claimMu sync.Mutex
+	claimed map[string]struct{} // command IDs with a message in hand
 }
 
 type queueRunner struct {
@@ -106,7 +109,7 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 	p := &Processor{
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
-		leases: map[string]*leaseState{},
+		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
 	}
 	for _, qn := range qnames {
 		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1)}
@@ -310,6 +313,9 @@ type Summary struct {
 	// Interrupted counts handlers cancelled at the end (their messages were
 	// released for RunFor, left to their lease for Run).
 	Interrupted int
+	// Duplicates counts second messages for a command this processor was
+	// already handling; they were left invisible until their lease ends.
+	Duplicates int
 	// Duration is how long the run took.
 	Duration time.Duration
 	// StoppedBecause says why it stopped.
@@ -331,7 +337,7 @@ type session struct {
 	wg      sync.WaitGroup
 	reason  atomic.Value // StopReason
 	counter struct {
-		processed, completed, failed, poisoned, released, interrupted atomic.Int64
+		processed, completed, failed, poisoned, released, interrupted, duplicates atomic.Int64
 	}
 }
 
@@ -486,9 +492,9 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	<-pollersDone
 
 	sum := Summary{
-		Processed: int(s.counter.processed.Load() - s.counter.released.Load() - s.counter.interrupted.Load()), Completed: int(s.counter.completed.Load()),
+		Processed: int(s.counter.processed.Load() - s.counter.released.Load() - s.counter.interrupted.Load() - s.counter.duplicates.Load()), Completed: int(s.counter.completed.Load()),
 		Failed: int(s.counter.failed.Load()), Poisoned: int(s.counter.poisoned.Load()),
-		Released: int(s.counter.released.Load()), Interrupted: int(s.counter.interrupted.Load()),
+		Released: int(s.counter.released.Load()), Interrupted: int(s.counter.interrupted.Load()), Duplicates: int(s.counter.duplicates.Load()),
 		Duration: time.Since(start),
 	}
 	if r, ok := s.reason.Load().(StopReason); ok {
@@ -497,6 +503,24 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		sum.StoppedBecause = StopCancelled
 	}
 	return sum, nil
+}
+
+// claim records that this processor handles a message of command id; false
+// if it already does (a second message for the same command).
+func (p *Processor) claim(id string) bool {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	if _, dup := p.claimed[id]; dup {
+		return false
+	}
+	p.claimed[id] = struct{}{}
+	return true
+}
+
+func (p *Processor) unclaim(id string) {
+	p.claimMu.Lock()
+	delete(p.claimed, id)
+	p.claimMu.Unlock()
 }
 
 // reconcileLoop runs the reconciler at start and every ReconcileInterval:

@@ -374,3 +374,55 @@ func TestMultiStepResumes(t *testing.T) {
 		}
 	})
 }
+
+// TestDuplicateMessageNeverRunsTwiceAtOnce: two messages for one command in
+// the same batch (a re-issue's or the reconciler's duplicate): the processor
+// runs the handler once; the second message waits out its lease and is then
+// deleted without running, because the command is completed.
+func TestDuplicateMessageNeverRunsTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := handlers.NewRegistry()
+		var runs, running, overlap atomic.Int64
+		release := make(chan struct{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			runs.Add(1)
+			if running.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			defer running.Add(-1)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, handlers.Options{Lease: time.Second})
+		id := e.issue(e.issuer(nil), okCmd{N: 1})
+		if _, err := e.queue("commands").Enqueue(context.Background(), status.MessageText(id, "test.ok"), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		p := newProc(t, e.store, reg, e.cfg())
+		start(t, p)
+		eventually(t, 10*time.Second, "the handler to start", func() bool { return running.Load() == 1 })
+		close(release)
+		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitQueueEmpty("commands", 15*time.Second)
+		if runs.Load() != 1 || overlap.Load() != 0 {
+			t.Fatalf("handler ran %d times, %d overlapping; want once", runs.Load(), overlap.Load())
+		}
+		if n := countKind(e.events(id), status.CompletedEvent); n != 1 {
+			t.Fatalf("%d completed events", n)
+		}
+	})
+}
+
+func countKind(evs []status.Event, k status.EventKind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
