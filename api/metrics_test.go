@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 func TestMetricsEndpoint(t *testing.T) {
@@ -139,4 +142,32 @@ func storageOps(t *testing.T, g prometheus.Gatherer, op string) float64 {
 		}
 	}
 	return v
+}
+
+// TestInstrumentStoreKeepsCombiner: instrumenting the embedded store keeps
+// its one-commit fast path (storage.Combiner) and counts a combined call as
+// the two operations it stands for.
+func TestInstrumentStoreKeepsCombiner(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "m.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reg := prometheus.NewRegistry()
+	m, err := api.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, ok := m.InstrumentStore(st).(storage.Combiner)
+	if !ok {
+		t.Fatal("InstrumentStore hid the embedded store's storage.Combiner")
+	}
+	ops := []storage.BatchOp{{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: "p", RowKey: "r"}}}
+	if _, _, err := cb.BatchEnqueue(context.Background(), "cmdqcommands", "p", ops, "cmdq-commands", "hello", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, e := storageOps(t, reg, "table_batch"), storageOps(t, reg, "queue_enqueue"); b != 1 || e != 1 {
+		t.Fatalf("counted %v batches and %v enqueues, want 1 and 1", b, e)
+	}
 }

@@ -179,7 +179,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	st := &notifyStore{Store: metrics.InstrumentStore(raw)}
+	ns := &notifyStore{Store: metrics.InstrumentStore(raw)}
+	st := ns.withCombiner()
 	names := status.Names{Prefix: f.store.prefix}
 
 	var proc *processor.Processor
@@ -188,7 +189,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		if err != nil {
 			return fmt.Errorf("processor: %w", err)
 		}
-		st.notify = proc.Notify
+		ns.notify = proc.Notify
 	} else {
 		log.Warn().Msg("cmdq serve: no handlers registered (--no-demo): serving the API only; commands stay pending until a processor with handlers runs")
 	}
@@ -309,6 +310,35 @@ func (s *notifyStore) Queue(ctx context.Context, name string) (storage.Queue, er
 		return nil, err
 	}
 	return notifyQueue{Queue: q, store: s}, nil
+}
+
+// withCombiner returns s, or, when the wrapped store implements
+// storage.Combiner (the embedded store: one commit per issue and per
+// completion), a view of s that implements it too.
+func (s *notifyStore) withCombiner() storage.Store {
+	if cb, ok := s.Store.(storage.Combiner); ok {
+		return &notifyCombiner{notifyStore: s, cb: cb}
+	}
+	return s
+}
+
+type notifyCombiner struct {
+	*notifyStore
+	cb storage.Combiner
+}
+
+// BatchEnqueue writes and enqueues in one commit, then notifies the processor.
+func (c *notifyCombiner) BatchEnqueue(ctx context.Context, table, partitionKey string, ops []storage.BatchOp, queue, text string, visibilityDelay, ttl time.Duration) ([]string, storage.Message, error) {
+	etags, m, err := c.cb.BatchEnqueue(ctx, table, partitionKey, ops, queue, text, visibilityDelay, ttl)
+	if err == nil && c.notify != nil {
+		c.notify(queue)
+	}
+	return etags, m, err
+}
+
+// BatchDelete writes and deletes in one commit.
+func (c *notifyCombiner) BatchDelete(ctx context.Context, table, partitionKey string, ops []storage.BatchOp, queue, id, popReceipt string) ([]string, error, error) {
+	return c.cb.BatchDelete(ctx, table, partitionKey, ops, queue, id, popReceipt)
 }
 
 type notifyQueue struct {
