@@ -41,7 +41,7 @@ func BenchmarkIssue(b *testing.B) {
 	})
 }
 
-// BenchmarkGet measures GET /v1/commands/{id} (one table query).
+// BenchmarkGet measures GET /v1/commands/{id} (one table point read).
 func BenchmarkGet(b *testing.B) {
 	s := apitest.Start(b, apitest.Options{Tokens: apitest.Tokens()})
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/commands", strings.NewReader(`{"type":"A"}`))
