@@ -68,6 +68,17 @@ func ValidateID(id string) error {
 // NewID returns a new random command ID (UUID version 4).
 func NewID() string { return uuid.NewString() }
 
+// NewOrderedID returns a new time-ordered command ID (UUID version 7: IDs
+// made later sort after earlier ones). It falls back to NewID if the
+// system's random source fails.
+func NewOrderedID() string {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return NewID()
+	}
+	return u.String()
+}
+
 // Envelope is the queue message: {"id":"…","type":"…"}. The parameters stay
 // in the commands table.
 type Envelope struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/status/statustest"
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 	"github.com/google/uuid"
 )
 
@@ -448,3 +450,54 @@ func TestReconcilePendingScan(t *testing.T) {
 		}
 	})
 }
+
+// TestIDsOrderedOnLocalStores: the embedded store (a storage.Combiner) gets
+// time-ordered IDs by default, so new commands' rows sort together; other
+// stores get random ones; Options.NewID overrides both.
+func TestIDsOrderedOnLocalStores(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "ids.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := ctxT(t)
+	is, err := commands.NewIssuer(st, commands.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := ""
+	for i := 0; i < 50; i++ {
+		res, err := is.Issue(ctx, chargeCard{"c", i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := uuid.MustParse(res.ID); u.Version() != 7 {
+			t.Fatalf("ID %s is version %d, want 7", res.ID, u.Version())
+		}
+		if res.ID <= prev {
+			t.Fatalf("ID %s does not sort after %s", res.ID, prev)
+		}
+		prev = res.ID
+	}
+	// A store without the local fast path (here: the embedded store behind
+	// a plain wrapper, as Azure would be) gets random version-4 IDs.
+	is, err = commands.NewIssuer(plainStore{st}, commands.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := is.Issue(ctx, chargeCard{"c", -1})
+	if err != nil || uuid.MustParse(res.ID).Version() != 4 {
+		t.Fatalf("issue on a plain store: %+v %v, want a version-4 ID", res, err)
+	}
+	is, err = commands.NewIssuer(st, commands.Options{NewID: func() string { return "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := is.Issue(ctx, chargeCard{"c", -2}); err != nil || res.ID != "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" {
+		t.Fatalf("Options.NewID ignored: %+v %v", res, err)
+	}
+}
+
+// plainStore hides every optional interface of the store it wraps.
+type plainStore struct{ storage.Store }

@@ -40,6 +40,13 @@ type Options struct {
 	MaxParamsBytes int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// NewID makes the ID of a command issued without one. Default: on a
+	// store that commits locally (storage.Combiner: the embedded store)
+	// NewOrderedID, so a new command's rows sort after the previous ones and
+	// a commit touches few pages of the file; elsewhere (Azure) NewID,
+	// random UUIDs that spread commands over the table's partition servers
+	// (sequential partition keys would send every write to one).
+	NewID func() string
 }
 
 // Validate reports every problem with the options at once.
@@ -62,7 +69,8 @@ type Result struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Existing is true when a command with this ID and the same parameters
-	// already existed; nothing was written or enqueued.
+	// already existed; nothing was written (a message is enqueued again only
+	// if the command is still pending and never started).
 	Existing bool `json:"existing,omitempty"`
 	// Queue is the logical queue the command is on.
 	Queue string `json:"queue"`
@@ -117,6 +125,12 @@ func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.NewID == nil {
+		opts.NewID = NewID
+		if _, local := st.(storage.Combiner); local {
+			opts.NewID = NewOrderedID
+		}
 	}
 	return &Issuer{st: st, opts: opts, names: status.Names{Prefix: opts.Prefix}, queues: map[string]storage.Queue{}}, nil
 }
@@ -177,7 +191,7 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	}
 	id := raw.ID
 	if id == "" {
-		id = NewID()
+		id = i.opts.NewID()
 	} else if err := ValidateID(id); err != nil {
 		return Result{}, err
 	}
