@@ -164,7 +164,8 @@ func (i *Issuer) queue(ctx context.Context, logical string) (storage.Queue, erro
 }
 
 // Issue stores cmd (JSON-encoded) and enqueues it. Cost: one table batch and
-// one enqueue; re-issuing an existing ID costs one failed batch and one query.
+// one enqueue; re-issuing an existing ID costs one failed batch and one point
+// read, plus one enqueue while the command is pending and never started.
 // Errors as IssueRaw.
 func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
 	if cmd == nil {
