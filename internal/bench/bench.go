@@ -16,8 +16,9 @@
 //  4. idle: on an empty deployment (a fresh prefix) a processor with the poll
 //     schedule scaled down by IdleScale is watched for IdleWindow once its
 //     backoff has reached the cap; its storage calls are counted and scaled to
-//     an hour at MaxPollInterval, and one reconciler pass is counted and added
-//     (it runs once per ReconcileInterval, 1 h by default). Then a processor
+//     an hour at MaxPollInterval, and the reconciler's calls are counted and
+//     added as the processor schedules them (an hourly marker query, a daily
+//     pending scan instead of one of them). Then a processor
 //     whose poll interval is MaxPollInterval from the start is left idle and a
 //     command issued in process must reach its handler at once (Notify).
 //  5. baseline (Baseline "raw", Azure only): the minimal pipeline written
@@ -195,12 +196,13 @@ type Result struct {
 	IdleOpsPerHour float64 `json:"idle_ops_per_hour"`
 	// IdlePollOpsPerHour is the idle poller's calls per hour at MaxPollInterval.
 	IdlePollOpsPerHour float64 `json:"idle_poll_ops_per_hour"`
-	// IdleReconcileOpsPerHour is one reconciler pass on an empty deployment
-	// times passes per hour (1 at the default 1 h interval).
+	// IdleReconcileOpsPerHour is the reconciler's calls per hour on an empty
+	// deployment as the processor schedules it: one run an hour, the marker
+	// query, except one run a day that is the pending scan instead.
 	IdleReconcileOpsPerHour float64 `json:"idle_reconcile_ops_per_hour"`
-	// ReconcileOpsPerPassLoaded is one reconciler pass (with the pending scan)
-	// on the bench's own tables after the run: the scan pages through every
-	// projection, 1000 per query.
+	// ReconcileOpsPerPassLoaded is one pending-scan pass on the bench's own
+	// tables after the run: the scan pages through every command row, 1000
+	// per query.
 	ReconcileOpsPerPassLoaded int64 `json:"reconcile_ops_per_pass_loaded"`
 	// IdleWakeLatencyMS is the slowest Issue call → handler start of commands
 	// issued in process while the processor waited out MaxPollInterval.
@@ -803,10 +805,15 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		ops int64
 	}
 	marks := make(chan mark, 1)
-	var polls atomic.Int64
+	var polls, capPolls, capWait atomic.Int64
 	onPoll := func(ev processor.PollEvent) {
-		if polls.Add(1)-1 == int64(capAt) {
+		n := polls.Add(1) - 1
+		if n == int64(capAt) {
 			marks <- mark{ev.Time, e.counter.Total()}
+		}
+		if n >= int64(capAt) {
+			capPolls.Add(1)
+			capWait.Add(int64(ev.Wait))
 		}
 	}
 	e.logf("idle: poll schedule scaled 1/%g (cap %s stands for %s), watched %s", cfg.IdleScale, maxP, cfg.MaxPollInterval, cfg.IdleWindow)
@@ -837,26 +844,49 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	ops := e.counter.Total() - m0.ops
 	window := time.Since(m0.at)
+	// Polls from the first at the cap to now; the ops counted since the
+	// first one are those of the polls after it.
+	nPolls, sumWait := capPolls.Load(), capWait.Load()
 	if err := sp.stop(); err != nil {
 		return fmt.Errorf("bench: idle processor: %w", err)
 	}
-	// window at scale s stands for window×s at the real intervals.
-	res.IdlePollOpsPerHour = float64(ops) * float64(time.Hour) / (float64(window) * cfg.IdleScale)
+	// The schedule is the waits the poller chose (scale-free); the time a
+	// dequeue itself takes is ignored, which over-counts polls slightly
+	// (an upper bound): ops per poll × polls an hour at the real waits.
+	if nPolls > 1 && sumWait > 0 {
+		meanWait := float64(sumWait) / float64(nPolls) * cfg.IdleScale
+		res.IdlePollOpsPerHour = float64(ops) / float64(nPolls-1) * float64(time.Hour) / meanWait
+	} else {
+		// window at scale s stands for window×s at the real intervals.
+		res.IdlePollOpsPerHour = float64(ops) * float64(time.Hour) / (float64(window) * cfg.IdleScale)
+	}
 
-	// One reconciler pass (markers + pending scan) on the empty deployment,
-	// once per ReconcileInterval.
-	before := e.counter.Total()
-	if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: prefix, ScanPending: true}); err != nil {
-		return fmt.Errorf("bench: reconcile pass: %w", err)
+	// The reconciler on the empty deployment, as the processor schedules it:
+	// one run per ReconcileInterval, each the marker query, except that one
+	// run per ReconcileScanInterval is the pending scan instead.
+	pass := func(pfx string, scan bool) (int64, error) {
+		before := e.counter.Total()
+		if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: pfx, ScanPending: scan, SkipMarkers: scan}); err != nil {
+			return 0, fmt.Errorf("bench: reconcile pass: %w", err)
+		}
+		return e.counter.Total() - before, nil
 	}
-	res.IdleReconcileOpsPerHour = float64(e.counter.Total()-before) * float64(time.Hour) / float64(processor.DefaultReconcileInterval)
+	markerOps, err := pass(prefix, false)
+	if err != nil {
+		return err
+	}
+	scanOps, err := pass(prefix, true)
+	if err != nil {
+		return err
+	}
+	runsPerHour := float64(time.Hour) / float64(processor.DefaultReconcileInterval)
+	scanShare := float64(processor.DefaultReconcileInterval) / float64(processor.DefaultReconcileScanInterval)
+	res.IdleReconcileOpsPerHour = runsPerHour * ((1-scanShare)*float64(markerOps) + scanShare*float64(scanOps))
 	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
-	// The same pass on the loaded bench tables.
-	before = e.counter.Total()
-	if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: cfg.Prefix, ScanPending: true}); err != nil {
-		return fmt.Errorf("bench: reconcile pass: %w", err)
+	// The pending scan on the loaded bench tables.
+	if res.ReconcileOpsPerPassLoaded, err = pass(cfg.Prefix, true); err != nil {
+		return err
 	}
-	res.ReconcileOpsPerPassLoaded = e.counter.Total() - before
 
 	wake, err := e.wake(ctx, reg, prefix)
 	if err != nil {
