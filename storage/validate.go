@@ -136,6 +136,16 @@ func valueSize(v any) int {
 }
 
 func utf16Len(s string) int {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return len(s)
+	}
 	n := 0
 	for _, r := range s {
 		n += utf16.RuneLen(r)

@@ -1,12 +1,17 @@
 package embedded
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"sort"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Entity record layout:
@@ -168,4 +173,167 @@ func decodeEntity(rec []byte) (time.Time, map[string]any, error) {
 // etagOf derives an entity's ETag from its write time, in Azure's format.
 func etagOf(tsNanos int64) string {
 	return `W/"datetime'` + time.Unix(0, tsNanos).UTC().Format("2006-01-02T15:04:05.000000000Z") + `'"`
+}
+
+// rawProp is one property of an encoded record: its name and its encoded
+// type byte plus value, as stored.
+type rawProp struct {
+	name []byte
+	enc  []byte // type byte and value
+	size int    // the value's Azure size (storage.EntitySize's per-value part)
+}
+
+// nextProp reads the property at the start of b and returns it and the rest.
+func nextProp(b []byte) (rawProp, []byte, error) {
+	l, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < l+1 {
+		return rawProp{}, nil, errCorrupt
+	}
+	p := rawProp{name: b[k : k+int(l)]}
+	v := b[k+int(l):]
+	typ := v[0]
+	n := 1
+	switch typ {
+	case tString, tBinary:
+		l, k := binary.Uvarint(v[1:])
+		if k <= 0 || uint64(len(v)-1-k) < l {
+			return rawProp{}, nil, errCorrupt
+		}
+		n += k + int(l)
+		if typ == tString {
+			p.size = 4 + 2*utf16LenBytes(v[1+k:n])
+		} else {
+			p.size = 4 + int(l)
+		}
+	case tBool:
+		n, p.size = 2, 1
+	case tInt32:
+		n, p.size = 5, 4
+	case tInt64, tFloat64:
+		n, p.size = 9, 8
+	case tTime:
+		n, p.size = 13, 8
+	default:
+		return rawProp{}, nil, fmt.Errorf("%w: unknown property type %d", errCorrupt, typ)
+	}
+	if len(v) < n {
+		return rawProp{}, nil, errCorrupt
+	}
+	p.enc = v[:n]
+	return p, v[n:], nil
+}
+
+// recordProps returns the property count of an encoded record and the
+// encoded properties that follow it.
+func recordProps(rec []byte) (uint64, []byte, error) {
+	if len(rec) < 8 {
+		return 0, nil, errCorrupt
+	}
+	n, k := binary.Uvarint(rec[8:])
+	if k <= 0 {
+		return 0, nil, errCorrupt
+	}
+	return n, rec[8+k:], nil
+}
+
+// mergeRecords merges the encoded patch into the encoded record cur (Azure's
+// Merge: the patch's properties replace or add to cur's) without decoding
+// values, and stamps the result with ts. Both records keep their properties
+// sorted by name (encodeEntity's order), so the result is byte for byte what
+// encodeEntity would produce for the merged property map. It enforces the
+// limits a merge can break — storage.MaxProperties and storage.MaxEntityBytes
+// (keySize is the keys' part of storage.EntitySize) — with errors wrapping
+// storage.ErrTooLarge.
+func mergeRecords(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) {
+	nc, bc, err := recordProps(cur)
+	if err != nil {
+		return nil, err
+	}
+	np, bp, err := recordProps(patch)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 8, len(cur)+len(patch)+binary.MaxVarintLen64)
+	putI64(out, ts.UnixNano())
+	// The count is written once known; reserve its varint after the body.
+	body := make([]byte, 0, len(bc)+len(bp))
+	count, size := 0, keySize
+	var pc, pp rawProp
+	haveC, haveP := nc > 0, np > 0
+	if haveC {
+		if pc, bc, err = nextProp(bc); err != nil {
+			return nil, err
+		}
+		nc--
+	}
+	if haveP {
+		if pp, bp, err = nextProp(bp); err != nil {
+			return nil, err
+		}
+		np--
+	}
+	emit := func(p rawProp) {
+		body = binary.AppendUvarint(body, uint64(len(p.name)))
+		body = append(body, p.name...)
+		body = append(body, p.enc...)
+		count++
+		size += 8 + 2*utf16LenBytes(p.name) + p.size
+	}
+	for haveC || haveP {
+		var c int
+		switch {
+		case !haveP:
+			c = -1
+		case !haveC:
+			c = 1
+		default:
+			c = bytes.Compare(pc.name, pp.name)
+		}
+		if c <= 0 && haveC {
+			if c < 0 {
+				emit(pc)
+			}
+			if haveC = nc > 0; haveC {
+				if pc, bc, err = nextProp(bc); err != nil {
+					return nil, err
+				}
+				nc--
+			}
+		}
+		if c >= 0 && haveP {
+			emit(pp)
+			if haveP = np > 0; haveP {
+				if pp, bp, err = nextProp(bp); err != nil {
+					return nil, err
+				}
+				np--
+			}
+		}
+	}
+	if count > storage.MaxProperties {
+		return nil, fmt.Errorf("%w: merged entity has %d properties; the limit is %d", storage.ErrTooLarge, count, storage.MaxProperties)
+	}
+	if size > storage.MaxEntityBytes {
+		return nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
+	}
+	out = binary.AppendUvarint(out, uint64(count))
+	return append(out, body...), nil
+}
+
+// utf16LenBytes is the length in UTF-16 code units of the UTF-8 text b,
+// counting each invalid byte as one unit (as ranging over a string does).
+func utf16LenBytes(b []byte) int {
+	for i, c := range b {
+		if c >= utf8.RuneSelf {
+			n := i
+			s := b[i:]
+			for len(s) > 0 {
+				r, size := utf8.DecodeRune(s)
+				n += utf16.RuneLen(r)
+				s = s[size:]
+			}
+			return n
+		}
+	}
+	return len(b)
 }

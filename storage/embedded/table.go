@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -99,16 +99,17 @@ func plan(b *bolt.Bucket, op storage.BatchOp, ts time.Time, pre []byte) (change,
 		if op.Mode == storage.Replace {
 			return change{key, pre}, nil
 		}
-		_, props, err := decodeEntity(cur)
+		// Merge the encoded records without decoding them: unchanged
+		// values (a command's parameters) are copied as bytes.
+		keySize := 4 + 2*utf16LenBytes([]byte(op.Entity.PartitionKey)) + 2*utf16LenBytes([]byte(op.Entity.RowKey))
+		rec, err := mergeRecords(cur, pre, ts, keySize)
 		if err != nil {
-			return change{}, fatal(err)
+			if errors.Is(err, errCorrupt) {
+				return change{}, fatal(err)
+			}
+			return change{}, fmt.Errorf("entity (%q, %q): %w", op.Entity.PartitionKey, op.Entity.RowKey, err)
 		}
-		maps.Copy(props, op.Entity.Properties)
-		e := storage.Entity{PartitionKey: op.Entity.PartitionKey, RowKey: op.Entity.RowKey, Properties: props}
-		if err := storage.ValidateEntity(e); err != nil {
-			return change{}, fmt.Errorf("merged entity: %w", err)
-		}
-		return change{key, encodeEntity(ts, props)}, nil
+		return change{key, rec}, nil
 	}
 	return change{}, fmt.Errorf("%w: unknown batch operation kind %d", storage.ErrInvalidArgument, op.Kind)
 }

@@ -1,0 +1,109 @@
+package embedded
+
+import (
+	"bytes"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// TestMergeRecordsMatchesEncode checks that the byte-level merge gives
+// exactly the record encodeEntity gives for the merged property map.
+func TestMergeRecordsMatchesEncode(t *testing.T) {
+	t.Parallel()
+	ts := time.Unix(1700000000, 123456789)
+	at := time.Unix(1600000000, 42).UTC()
+	cases := []struct {
+		name       string
+		cur, patch map[string]any
+	}{
+		{"empty both", map[string]any{}, map[string]any{}},
+		{"empty patch", map[string]any{"a": "x", "b": int64(2)}, map[string]any{}},
+		{"empty current", map[string]any{}, map[string]any{"a": "x", "b": true}},
+		{"replace and add", map[string]any{"a": "old", "c": int32(3), "e": []byte{1, 2}},
+			map[string]any{"a": "new", "b": 1.5, "d": at, "f": false}},
+		{"all types interleaved", map[string]any{"b": "ünïcode 𝄞", "d": int64(-1), "f": []byte{}},
+			map[string]any{"a": int32(-7), "c": true, "d": "now a string", "g": at}},
+		{"patch after all", map[string]any{"a": "1"}, map[string]any{"z": "2"}},
+		{"patch before all", map[string]any{"z": "1"}, map[string]any{"a": "2"}},
+	}
+	for _, c := range cases {
+		cur := encodeEntity(time.Unix(1, 0), c.cur)
+		patch := encodeEntity(ts, c.patch)
+		got, err := mergeRecords(cur, patch, ts, 10)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		merged := maps.Clone(c.cur)
+		maps.Copy(merged, c.patch)
+		if want := encodeEntity(ts, merged); !bytes.Equal(got, want) {
+			t.Errorf("%s: merged record\n got %x\nwant %x", c.name, got, want)
+		}
+		_, props, err := decodeEntity(got)
+		if err != nil || len(props) != len(merged) {
+			t.Errorf("%s: decode merged: %v, %d props, want %d", c.name, err, len(props), len(merged))
+		}
+	}
+}
+
+// TestMergeRecordsLimits checks that a merge past the entity limits fails
+// with ErrTooLarge, measured as storage.EntitySize measures.
+func TestMergeRecordsLimits(t *testing.T) {
+	t.Parallel()
+	ts := time.Unix(1700000000, 0)
+	big := strings.Repeat("é", 30000) // 60,000 bytes in UTF-16
+	cur := map[string]any{}
+	for i := range 18 {
+		cur[string(rune('a'+i))] = big
+	}
+	e := storage.Entity{PartitionKey: "pk", RowKey: "rk", Properties: cur}
+	keySize := 4 + 2*2 + 2*2
+	if err := storage.ValidateEntity(e); !errors.Is(err, storage.ErrTooLarge) {
+		t.Fatalf("setup: 18 × 60,000 bytes should be too large, got %v", err)
+	}
+	base := maps.Clone(cur)
+	delete(base, "q")
+	rec := encodeEntity(ts, base)
+	_, err := mergeRecords(rec, encodeEntity(ts, map[string]any{"q": big}), ts, keySize)
+	if !errors.Is(err, storage.ErrTooLarge) {
+		t.Fatalf("merge to %d bytes: got %v, want ErrTooLarge", storage.EntitySize(e), err)
+	}
+	// Replacing a value (same count, same size) stays within the limit.
+	if _, err := mergeRecords(rec, encodeEntity(ts, map[string]any{"a": big}), ts, keySize); err != nil {
+		t.Fatalf("replace within limit: %v", err)
+	}
+
+	many := map[string]any{}
+	for i := range storage.MaxProperties {
+		many["p"+strings.Repeat("x", i%5)+string(rune('A'+i%26))+string(rune('a'+i/26))] = true
+	}
+	if len(many) != storage.MaxProperties {
+		t.Fatalf("setup: %d properties", len(many))
+	}
+	_, err = mergeRecords(encodeEntity(ts, many), encodeEntity(ts, map[string]any{"zz": true}), ts, keySize)
+	if !errors.Is(err, storage.ErrTooLarge) {
+		t.Fatalf("merge to %d properties: got %v, want ErrTooLarge", storage.MaxProperties+1, err)
+	}
+}
+
+// TestUTF16LenBytes checks the UTF-16 length against the rune count rule.
+func TestUTF16LenBytes(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "ascii", "é", "𝄞x", "a\xffb", "\xed\xa0\x80", strings.Repeat("z", 100) + "ü"} {
+		want := 0
+		for _, r := range s {
+			if r >= 0x10000 {
+				want += 2
+			} else {
+				want++
+			}
+		}
+		if got := utf16LenBytes([]byte(s)); got != want {
+			t.Errorf("utf16LenBytes(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
