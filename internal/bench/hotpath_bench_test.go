@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 // benchEnv opens an embedded store (fsync on) in b's temporary directory.
@@ -40,6 +41,7 @@ func BenchmarkIssue(b *testing.B) {
 		b.Fatal(err)
 	}
 	ops := e.counter.Total()
+	st := e.emb.Stats()
 	b.ResetTimer()
 	elapsed, err := issueAll(context.Background(), iss, b.N, DefaultIssuers, time.Hour)
 	b.StopTimer()
@@ -48,6 +50,17 @@ func BenchmarkIssue(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(e.counter.Total()-ops)/float64(b.N), "ops/cmd")
+	reportCommits(b, e, st, elapsed)
+}
+
+// reportCommits reports the embedded commit loop's work since st: writes per
+// commit (group size) and its utilisation (busy time / elapsed).
+func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duration) {
+	now := e.emb.Stats()
+	if c := now.Commits - st.Commits; c > 0 {
+		b.ReportMetric(float64(now.Writes-st.Writes)/float64(c), "writes/commit")
+	}
+	b.ReportMetric((now.Busy-st.Busy).Seconds()/elapsed.Seconds(), "commit-busy")
 }
 
 // BenchmarkProcess: b.N queued commands drained by a processor with 100
@@ -66,6 +79,7 @@ func BenchmarkProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	ops := e.counter.Total()
+	st := e.emb.Stats()
 	b.ResetTimer()
 	began := time.Now()
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
@@ -87,6 +101,7 @@ func BenchmarkProcess(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(e.counter.Total()-ops)/float64(b.N), "ops/cmd")
+	reportCommits(b, e, st, elapsed)
 }
 
 // BenchmarkEndToEnd: 16 goroutines issue b.N commands while a processor in

@@ -73,7 +73,13 @@ func (q *queue) buckets(tx *bolt.Tx) (qb, m, v *bolt.Bucket, err error) {
 	if qb == nil {
 		return nil, nil, nil, fmt.Errorf("%w: queue %q", storage.ErrNotFound, q.name)
 	}
-	return qb, qb.Bucket(keyMessages), qb.Bucket(keyVisIndex), nil
+	m, v = qb.Bucket(keyMessages), qb.Bucket(keyVisIndex)
+	if m != nil && v != nil {
+		// Messages and index entries are appended in key order (time-ordered
+		// IDs, visibility times): fill pages instead of splitting at half.
+		m.FillPercent, v.FillPercent = queueFill, queueFill
+	}
+	return qb, m, v, nil
 }
 
 func addCount(qb *bolt.Bucket, delta int64) error {

@@ -54,6 +54,7 @@ func (t *table) tb(tx *bolt.Tx) (*bolt.Bucket, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: table %q", storage.ErrNotFound, t.name)
 	}
+	b.FillPercent = tableFill
 	return b, nil
 }
 
