@@ -172,7 +172,41 @@ func decodeEntity(rec []byte) (time.Time, map[string]any, error) {
 
 // etagOf derives an entity's ETag from its write time, in Azure's format.
 func etagOf(tsNanos int64) string {
-	return `W/"datetime'` + time.Unix(0, tsNanos).UTC().Format("2006-01-02T15:04:05.000000000Z") + `'"`
+	// Equivalent to Format("2006-01-02T15:04:05.000000000Z") on the UTC
+	// time, written by hand: this runs for every entity written and read.
+	t := time.Unix(0, tsNanos).UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	if year < 0 || year > 9999 {
+		return `W/"datetime'` + t.Format("2006-01-02T15:04:05.000000000Z") + `'"`
+	}
+	b := make([]byte, 0, 48)
+	b = append(b, `W/"datetime'`...)
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond(), 9)
+	b = append(b, `Z'"`...)
+	return string(b)
+}
+
+// appendDigits appends v (≥ 0) as exactly width decimal digits.
+func appendDigits(b []byte, v, width int) []byte {
+	var d [9]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:width]...)
 }
 
 // rawProp is one property of an encoded record: its name and its encoded

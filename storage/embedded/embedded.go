@@ -71,7 +71,9 @@ type Store struct {
 	closed   atomic.Bool
 	closeMu  sync.Mutex
 
-	known sync.Map // bucket name (string) → struct{}: buckets known to exist
+	known  sync.Map // bucket name (string) → struct{}: buckets known to exist
+	queues sync.Map // queue name → *queue, once its bucket exists
+	tables sync.Map // table name as given → *table, once its bucket exists
 
 	commits atomic.Uint64 // transactions committed by the commit loop
 	writes  atomic.Uint64 // write operations those transactions carried
@@ -186,10 +188,17 @@ func (s *Store) Queue(ctx context.Context, name string) (storage.Queue, error) {
 	if err := storage.ValidateQueueName(name); err != nil {
 		return nil, err
 	}
+	if q, ok := s.queues.Load(name); ok {
+		if s.closed.Load() {
+			return nil, fmt.Errorf("embedded: create queue %q: %w", name, storage.ErrClosed)
+		}
+		return q.(*queue), nil
+	}
 	q := &queue{s: s, name: name, bucket: []byte("q:" + name)}
 	if err := s.ensure(ctx, q.bucket, initQueue); err != nil {
 		return nil, fmt.Errorf("embedded: create queue %q: %w", name, err)
 	}
+	s.queues.Store(name, q)
 	return q, nil
 }
 
@@ -199,10 +208,17 @@ func (s *Store) Table(ctx context.Context, name string) (storage.Table, error) {
 	if err := storage.ValidateTableName(name); err != nil {
 		return nil, err
 	}
+	if t, ok := s.tables.Load(name); ok {
+		if s.closed.Load() {
+			return nil, fmt.Errorf("embedded: create table %q: %w", name, storage.ErrClosed)
+		}
+		return t.(*table), nil
+	}
 	t := &table{s: s, name: name, bucket: []byte("t:" + lowerASCII(name))}
 	if err := s.ensure(ctx, t.bucket, func(*bolt.Bucket) error { return nil }); err != nil {
 		return nil, fmt.Errorf("embedded: create table %q: %w", name, err)
 	}
+	s.tables.Store(name, t)
 	return t, nil
 }
 
