@@ -232,9 +232,18 @@ func TestReconcileScanSchedule(t *testing.T) {
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		e.waitState(id, status.Completed, 10*time.Second)
-		kinds := kinds(e.events(id))
-		if !equalKinds(kinds, status.Created, status.Requeued, status.Started, status.CompletedEvent) {
-			t.Fatalf("events %v", kinds)
+		// With a stale-after of 1 ns a slow run may scan (and requeue) more
+		// than once before the command starts; each requeue is a harmless
+		// duplicate. What matters: found by the scan, run once, completed.
+		ks := kinds(e.events(id))
+		n := len(ks)
+		if n < 4 || ks[0] != status.Created || ks[1] != status.Requeued || ks[n-2] != status.Started || ks[n-1] != status.CompletedEvent {
+			t.Fatalf("events %v, want created, requeued…, started, completed", ks)
+		}
+		for _, k := range ks[1 : n-2] {
+			if k != status.Requeued {
+				t.Fatalf("events %v: only requeued events may come between created and started", ks)
+			}
 		}
 	})
 }
