@@ -49,6 +49,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -101,7 +102,8 @@ type Config struct {
 	Path string
 	// ConnectionString reaches Azure Storage for StoreAzure. Default:
 	// $AZURE_STORAGE_CONNECTION_STRING; when that is empty too, the run starts
-	// Azurite from tools/azurite (see StartAzurite) and stops it at the end.
+	// Azurite from tools/azurite (see package internal/azurite/emulator) and
+	// stops it at the end.
 	ConnectionString string
 	// N is the number of commands issued and processed. Default
 	// DefaultNEmbedded (20,000) or DefaultNAzure (2,000).
@@ -337,10 +339,10 @@ type env struct {
 	cfg     Config
 	st      storage.Store // the driver
 	counter *Counter
-	counted storage.Store   // counter.Counted(): what the Issuer and processor use
-	emb     *embedded.Store // nil on azure
-	conn    string          // azure connection string
-	azurite *Azurite        // the emulator this run started, if any
+	counted storage.Store      // counter.Counted(): what the Issuer and processor use
+	emb     *embedded.Store    // nil on azure
+	conn    string             // azure connection string
+	azurite *emulator.Instance // the emulator this run started, if any
 	logf    func(format string, a ...any)
 
 	completed atomic.Int64 // commands completed (final batch written)
@@ -408,7 +410,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			// An emulator slows as it holds more data, whatever was deleted:
 			// the baseline gets a fresh one, as cmdq did.
 			e.azurite.Stop()
-			a, err := StartAzurite()
+			a, err := startAzurite()
 			if err != nil {
 				return res, err
 			}
@@ -461,7 +463,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 		}
 		if conn == "" {
 			e.logf("starting Azurite from tools/azurite (set AZURE_STORAGE_CONNECTION_STRING to use another account)")
-			a, err := StartAzurite()
+			a, err := startAzurite()
 			if err != nil {
 				return nil, err
 			}
@@ -469,7 +471,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 			conn = a.ConnectionString
 			e.azurite = a
 		}
-		conn = expandConnectionString(conn)
+		conn = emulator.ExpandConnectionString(conn)
 		st, err := azure.Open(ctx, azure.Config{ConnectionString: conn})
 		if err != nil {
 			cleanup()

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package azurite
+package emulator
 
 import "syscall"
 

@@ -1,0 +1,282 @@
+// Package emulator starts and stops the Azure Storage emulator (Azurite) from
+// the repository's pinned install. It is the single implementation behind the
+// test harness (package internal/azurite) and `cmdq bench` (internal/bench),
+// and does not import "testing".
+//
+// Start runs Azurite in memory on free loopback ports, in its own process
+// group (on Linux the kernel also kills it if the parent dies), and waits
+// until its queue and table ports accept connections:
+//
+//	inst, err := emulator.Start()
+//	if err != nil { ... }
+//	defer inst.Stop()
+//	conn := inst.ConnectionString
+package emulator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// EnvBin names the environment variable that overrides the Azurite
+// executable (default: tools/azurite/node_modules/.bin/azurite under the
+// module root found from the working directory).
+const EnvBin = "CMDQ_AZURITE_BIN"
+
+// StartTimeout is how long Start waits for Azurite's ports to accept
+// connections after starting it (30 seconds).
+const StartTimeout = 30 * time.Second
+
+// stopTimeout is how long Stop waits for the killed process to exit.
+const stopTimeout = 10 * time.Second
+
+// startAttempts is how many times Start tries with new free ports: a port
+// picked free can be taken by another process before Azurite binds it.
+const startAttempts = 4
+
+// outputLimit bounds the Azurite output kept for error messages (64 KiB).
+const outputLimit = 64 * 1024
+
+// AccountName and AccountKey are Azurite's well-known development account
+// (public, documented by Microsoft).
+const (
+	AccountName = "devstoreaccount1"
+	AccountKey  = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// DevConnectionString is what "UseDevelopmentStorage=true" stands for:
+// Azurite on its default ports (queue 10001, table 10002) on 127.0.0.1.
+const DevConnectionString = "DefaultEndpointsProtocol=http;AccountName=" + AccountName + ";AccountKey=" + AccountKey +
+	";QueueEndpoint=http://127.0.0.1:10001/" + AccountName + ";TableEndpoint=http://127.0.0.1:10002/" + AccountName + ";"
+
+// ErrNotInstalled is matched (errors.Is) by the errors of Bin and Start when
+// Azurite or node is missing, as opposed to installed but failing to start.
+var ErrNotInstalled = errors.New("azurite not installed")
+
+// notInstalled keeps the underlying message as is and matches ErrNotInstalled.
+type notInstalled struct{ err error }
+
+func (e notInstalled) Error() string        { return e.err.Error() }
+func (e notInstalled) Unwrap() error        { return e.err }
+func (e notInstalled) Is(target error) bool { return target == ErrNotInstalled }
+
+// ExpandConnectionString returns DevConnectionString for
+// "UseDevelopmentStorage=true" (which the SDK's parsers do not know; case,
+// surrounding spaces and a trailing ';' ignored) and cs unchanged otherwise.
+func ExpandConnectionString(cs string) string {
+	if strings.EqualFold(strings.TrimSuffix(strings.TrimSpace(cs), ";"), "UseDevelopmentStorage=true") {
+		return DevConnectionString
+	}
+	return cs
+}
+
+// Bin locates the Azurite executable ($CMDQ_AZURITE_BIN, else the module
+// root's tools/azurite/node_modules/.bin/azurite) and checks node is on PATH.
+// Its errors match ErrNotInstalled.
+func Bin() (string, error) {
+	bin, err := findBin()
+	if err != nil {
+		return "", notInstalled{err}
+	}
+	return bin, nil
+}
+
+func findBin() (string, error) {
+	if _, err := exec.LookPath("node"); err != nil {
+		return "", fmt.Errorf("node is not on PATH: %w", err)
+	}
+	if b := os.Getenv(EnvBin); b != "" {
+		if _, err := os.Stat(b); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", EnvBin, b, err)
+		}
+		return b, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory (run from the repository, or set " + EnvBin + ")")
+		}
+		dir = parent
+	}
+	bin := filepath.Join(dir, "tools", "azurite", "node_modules", ".bin", "azurite")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("%s not found", bin)
+	}
+	return bin, nil
+}
+
+// Instance is a running Azurite started by Start. Stop it with Stop.
+type Instance struct {
+	// ConnectionString reaches its queue and table endpoints with the
+	// development account.
+	ConnectionString string
+
+	cmd      *exec.Cmd
+	done     chan struct{}
+	out      *lockedBuffer
+	stopOnce sync.Once
+}
+
+// Start starts the pinned Azurite (see Bin) in memory on free loopback ports
+// and waits up to StartTimeout until its queue and table ports accept
+// connections, retrying with new ports a few times. When Azurite or node is
+// missing the error matches ErrNotInstalled; otherwise it reads
+// "could not start BIN: ..." with Azurite's output.
+func Start() (*Instance, error) {
+	bin, err := Bin()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for range startAttempts {
+		inst, err := startOnce(bin)
+		if err == nil {
+			return inst, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("could not start %s: %w", bin, errors.Join(errs...))
+}
+
+// Stop kills the emulator's process group and waits for it to exit (at most
+// 10 seconds). It is safe to call more than once.
+func (i *Instance) Stop() {
+	i.stopOnce.Do(func() {
+		killGroup(i.cmd)
+		select {
+		case <-i.done:
+		case <-time.After(stopTimeout):
+		}
+	})
+}
+
+// Done is closed when the emulator process has exited, whether by Stop or
+// on its own.
+func (i *Instance) Done() <-chan struct{} { return i.done }
+
+// Output returns what the emulator wrote to stdout and stderr so far (the
+// first 64 KiB or so).
+func (i *Instance) Output() string { return i.out.String() }
+
+func startOnce(bin string) (*Instance, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	blobPort, queuePort, tablePort := ports[0], ports[1], ports[2]
+	dir, err := os.MkdirTemp("", "cmdq-azurite-")
+	if err != nil {
+		return nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	cmd := exec.Command(bin,
+		"--inMemoryPersistence", "--silent", "--skipApiVersionCheck", "--disableTelemetry",
+		"--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(blobPort),
+		"--queueHost", "127.0.0.1", "--queuePort", strconv.Itoa(queuePort),
+		"--tableHost", "127.0.0.1", "--tablePort", strconv.Itoa(tablePort),
+	)
+	cmd.Dir = dir // Azurite may write debug/telemetry files to its working directory
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	setProcAttr(cmd)
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+		close(done)
+	}()
+
+	deadline := time.Now().Add(StartTimeout)
+	for _, p := range []int{queuePort, tablePort} {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		for {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			select {
+			case <-done:
+				return nil, fmt.Errorf("azurite exited before listening on %s: %s", addr, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				killGroup(cmd)
+				<-done
+				return nil, fmt.Errorf("azurite did not listen on %s within %s: %s", addr, StartTimeout, out.String())
+			}
+		}
+	}
+	// A port answering could belong to someone else if Azurite lost the race
+	// for it and exited; make sure it is still running.
+	select {
+	case <-done:
+		return nil, fmt.Errorf("azurite exited after start: %s", out.String())
+	default:
+	}
+	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;"+
+		"QueueEndpoint=http://127.0.0.1:%d/%s;TableEndpoint=http://127.0.0.1:%d/%s;",
+		AccountName, AccountKey, queuePort, AccountName, tablePort, AccountName)
+	return &Instance{ConnectionString: conn, cmd: cmd, done: done, out: out}, nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// lockedBuffer collects the emulator's output from its copying goroutines,
+// bounded to about outputLimit bytes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > outputLimit {
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
