@@ -4,12 +4,13 @@ GO ?= go
 AZURITE_DIR := tools/azurite
 AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 
-.PHONY: test azurite lint unit fuzz-smoke bench-smoke
+.PHONY: test azurite lint unit race fuzz-smoke bench-smoke
 
 # test installs Azurite from the pinned package-lock, checks formatting, vet and
 # staticcheck, runs every test with Azurite required (a missing Azurite fails,
-# never skips), then the fuzz smoke step.
-test: azurite lint unit fuzz-smoke bench-smoke
+# never skips), the concurrent core again under the race detector, the fuzz
+# smoke step and the bench smoke step (storage operations per command).
+test: azurite lint unit race fuzz-smoke bench-smoke
 
 azurite: $(AZURITE_BIN)
 
@@ -39,3 +40,8 @@ fuzz-smoke:
 bench-smoke: azurite
 	$(GO) run ./cmd/cmdq bench --store embedded -n 3000 --latency-duration 500ms --idle-window 1s --max-ops-per-command 5.1 --json
 	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --idle-window -1s --baseline raw --max-ops-per-command 5.1 --json
+
+# race runs the concurrent core (drivers, pipeline, API) again under the race
+# detector.
+race:
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m ./storage/... ./status ./commands ./handlers ./processor ./api ./client
