@@ -170,9 +170,8 @@ func hasRole(roles []Role, need Role) bool {
 }
 
 // check authorises r for need. It returns who made the request (for logs and
-// audit events) or the problem to send back. Every configured token is
-// compared, in constant time over SHA-256 digests, so neither the match
-// position nor the token length leaks through timing.
+// audit events) or the problem to send back. The token is looked up in
+// constant time (see lookup).
 func (a *authenticator) check(r *http.Request, need Role) (string, *Problem) {
 	if len(a.entries) == 0 {
 		return "anonymous", nil
@@ -185,7 +184,21 @@ func (a *authenticator) check(r *http.Request, need Role) (string, *Problem) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return "", newProblem(ProblemUnauthorized, "the Authorization header must be 'Bearer <token>'")
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	e, found := a.lookup(strings.TrimSpace(tok))
+	if !found {
+		return "", newProblem(ProblemUnauthorized, "the bearer token is not configured on this server; check the token")
+	}
+	if !hasRole(e.roles, need) {
+		return e.who, newProblem(ProblemForbidden, fmt.Sprintf("this route needs the %q role; the token has %s", need, rolesString(e.roles)))
+	}
+	return e.who, nil
+}
+
+// lookup finds the configured token tok. Every entry is compared, in
+// constant time over SHA-256 digests, so neither the match position nor the
+// token length leaks through timing.
+func (a *authenticator) lookup(tok string) (tokenEntry, bool) {
+	got := sha256.Sum256([]byte(tok))
 	match := -1
 	for i := range a.entries {
 		if subtle.ConstantTimeCompare(got[:], a.entries[i].hash[:]) == 1 {
@@ -193,13 +206,9 @@ func (a *authenticator) check(r *http.Request, need Role) (string, *Problem) {
 		}
 	}
 	if match < 0 {
-		return "", newProblem(ProblemUnauthorized, "the bearer token is not configured on this server; check the token")
+		return tokenEntry{}, false
 	}
-	e := a.entries[match]
-	if !hasRole(e.roles, need) {
-		return e.who, newProblem(ProblemForbidden, fmt.Sprintf("this route needs the %q role; the token has %s", need, rolesString(e.roles)))
-	}
-	return e.who, nil
+	return a.entries[match], true
 }
 
 func rolesString(rs []Role) string {

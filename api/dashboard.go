@@ -217,22 +217,6 @@ func (d *dashboard) csrfToken(session string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// lookupToken finds a configured token in constant time, as the API does.
-func (d *dashboard) lookupToken(tok string) (tokenEntry, bool) {
-	a := d.s.auth
-	got := sha256.Sum256([]byte(tok))
-	match := -1
-	for i := range a.entries {
-		if subtle.ConstantTimeCompare(got[:], a.entries[i].hash[:]) == 1 {
-			match = i
-		}
-	}
-	if match < 0 {
-		return tokenEntry{}, false
-	}
-	return a.entries[match], true
-}
-
 // authOn reports whether tokens are configured.
 func (d *dashboard) authOn() bool { return len(d.s.auth.entries) > 0 }
 
@@ -252,7 +236,7 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The Authorization header must be 'Bearer <token>'.", "Send a configured token, or log in with a browser.")
 			return viewer{}, false, true
 		}
-		e, found := d.lookupToken(tok)
+		e, found := d.s.auth.lookup(tok)
 		if !found {
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
@@ -694,7 +678,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	e, ok := d.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
+	e, ok := d.s.auth.lookup(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
 		d.s.log.Info().Str("remote", r.RemoteAddr).Msg("cmdq api: dashboard login with an unknown token")
 		d.render(w, r, http.StatusUnauthorized, "login", d.data(viewer{}, "Log in", "",
