@@ -50,9 +50,11 @@ func expiry(t *time.Time) time.Time {
 	return t.UTC()
 }
 
-func str(p *string) string {
+// deref returns *p, or T's zero value when p is nil.
+func deref[T any](p *T) T {
 	if p == nil {
-		return ""
+		var zero T
+		return zero
 	}
 	return *p
 }
@@ -89,8 +91,8 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 	}
 	m := resp.Messages[0]
 	return storage.Message{
-		ID:            str(m.MessageID),
-		PopReceipt:    str(m.PopReceipt),
+		ID:            deref(m.MessageID),
+		PopReceipt:    deref(m.PopReceipt),
 		InsertedAt:    ptrTime(m.InsertionTime),
 		ExpiresAt:     expiry(m.ExpirationTime),
 		NextVisibleAt: ptrTime(m.TimeNextVisible),
@@ -115,15 +117,11 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 		if m == nil {
 			continue
 		}
-		var dc int64
-		if m.DequeueCount != nil {
-			dc = *m.DequeueCount
-		}
 		out = append(out, storage.Message{
-			ID:            str(m.MessageID),
-			PopReceipt:    str(m.PopReceipt),
-			Text:          str(m.MessageText),
-			DequeueCount:  dc,
+			ID:            deref(m.MessageID),
+			PopReceipt:    deref(m.PopReceipt),
+			Text:          deref(m.MessageText),
+			DequeueCount:  deref(m.DequeueCount),
 			InsertedAt:    ptrTime(m.InsertionTime),
 			ExpiresAt:     expiry(m.ExpirationTime),
 			NextVisibleAt: ptrTime(m.TimeNextVisible),
@@ -163,7 +161,7 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 	if err != nil {
 		return "", time.Time{}, mapQueueErr(err, q.name, "update visibility", opUpdate)
 	}
-	return str(resp.PopReceipt), ptrTime(resp.TimeNextVisible), nil
+	return deref(resp.PopReceipt), ptrTime(resp.TimeNextVisible), nil
 }
 
 func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
@@ -196,14 +194,10 @@ func (q *queue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
 		if m == nil {
 			continue
 		}
-		var dc int64
-		if m.DequeueCount != nil {
-			dc = *m.DequeueCount
-		}
 		out = append(out, storage.Message{
-			ID:           str(m.MessageID),
-			Text:         str(m.MessageText),
-			DequeueCount: dc,
+			ID:           deref(m.MessageID),
+			Text:         deref(m.MessageText),
+			DequeueCount: deref(m.DequeueCount),
 			InsertedAt:   ptrTime(m.InsertionTime),
 			ExpiresAt:    expiry(m.ExpirationTime),
 		})

@@ -253,19 +253,26 @@ func updateMode(m storage.UpdateMode) (aztables.UpdateMode, error) {
 	return "", fmt.Errorf("%w: unknown update mode %d; use storage.Merge or storage.Replace", storage.ErrInvalidArgument, m)
 }
 
-func (t *table) Update(ctx context.Context, e storage.Entity, mode storage.UpdateMode, ifMatch string) (string, error) {
+// prepareWrite checks e and mode and returns what Update and Upsert send: the
+// context and body (with the empty-PartitionKey stand-in) and the SDK mode.
+func (t *table) prepareWrite(ctx context.Context, e storage.Entity, mode storage.UpdateMode) (context.Context, []byte, aztables.UpdateMode, error) {
 	if err := t.store.checkOpen(); err != nil {
-		return "", err
+		return ctx, nil, "", err
 	}
 	if err := storage.ValidateEntity(e); err != nil {
-		return "", err
+		return ctx, nil, "", err
 	}
 	m, err := updateMode(mode)
 	if err != nil {
-		return "", err
+		return ctx, nil, "", err
 	}
 	ctx, e.PartitionKey = wireKey(ctx, e.PartitionKey)
 	body, err := encodeEntity(e)
+	return ctx, body, m, err
+}
+
+func (t *table) Update(ctx context.Context, e storage.Entity, mode storage.UpdateMode, ifMatch string) (string, error) {
+	ctx, body, m, err := t.prepareWrite(ctx, e, mode)
 	if err != nil {
 		return "", err
 	}
@@ -277,18 +284,7 @@ func (t *table) Update(ctx context.Context, e storage.Entity, mode storage.Updat
 }
 
 func (t *table) Upsert(ctx context.Context, e storage.Entity, mode storage.UpdateMode) (string, error) {
-	if err := t.store.checkOpen(); err != nil {
-		return "", err
-	}
-	if err := storage.ValidateEntity(e); err != nil {
-		return "", err
-	}
-	m, err := updateMode(mode)
-	if err != nil {
-		return "", err
-	}
-	ctx, e.PartitionKey = wireKey(ctx, e.PartitionKey)
-	body, err := encodeEntity(e)
+	ctx, body, m, err := t.prepareWrite(ctx, e, mode)
 	if err != nil {
 		return "", err
 	}
@@ -345,7 +341,7 @@ func encodeToken(pk, rk *string) string {
 	if (pk == nil || *pk == "") && (rk == nil || *rk == "") {
 		return ""
 	}
-	return tokenVersion + base64.RawURLEncoding.EncodeToString([]byte(str(pk)+"\x00"+str(rk)))
+	return tokenVersion + base64.RawURLEncoding.EncodeToString([]byte(deref(pk)+"\x00"+deref(rk)))
 }
 
 func decodeToken(tok string) (pk, rk *string, err error) {
