@@ -33,21 +33,10 @@ func BenchmarkEnqueueParallel16(b *testing.B) {
 	q := mustQ(b, s, "benchpar")
 	ctx := context.Background()
 	b.ResetTimer()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if _, err := q.Enqueue(ctx, benchText, 0, 0); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	parallel16(b, b.N, func(int64) error {
+		_, err := q.Enqueue(ctx, benchText, 0, 0)
+		return err
+	})
 	reportRate(b, b.N)
 	reportBatch(b, s)
 }
@@ -117,19 +106,26 @@ func BenchmarkDequeue32Delete(b *testing.B) {
 func fill(b *testing.B, q storage.Queue, n int) {
 	b.Helper()
 	ctx := context.Background()
+	parallel16(b, n, func(int64) error {
+		_, err := q.Enqueue(ctx, benchText, 0, 0)
+		return err
+	})
+}
+
+// parallel16 calls op(i) for i in 1..n from 16 goroutines; a goroutine stops
+// at its first error, which fails b.
+func parallel16(b *testing.B, n int, op func(i int64) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				if _, err := q.Enqueue(ctx, benchText, 0, 0); err != nil {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if err := op(i); err != nil {
 					b.Error(err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
@@ -144,28 +140,13 @@ func BenchmarkTableInsert(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.ResetTimer()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				e := storage.Entity{PartitionKey: strconv.FormatInt(i, 10), RowKey: "cmd", Properties: map[string]any{
-					"Type": "orders.place", "Params": `{"sku":"abc","qty":3}`, "IssuedAt": time.Now().UTC(), "Attempts": int32(0),
-				}}
-				if _, err := tb.Insert(ctx, e); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	parallel16(b, b.N, func(i int64) error {
+		e := storage.Entity{PartitionKey: strconv.FormatInt(i, 10), RowKey: "cmd", Properties: map[string]any{
+			"Type": "orders.place", "Params": `{"sku":"abc","qty":3}`, "IssuedAt": time.Now().UTC(), "Attempts": int32(0),
+		}}
+		_, err := tb.Insert(ctx, e)
+		return err
+	})
 	reportRate(b, b.N)
 }
 
