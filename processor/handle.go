@@ -150,7 +150,11 @@ func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) {
 	if !held {
 		return
 	}
-	err := k.q.Delete(s.ops, k.id, receipt)
+	p.deleted(s, k, cmdType, k.q.Delete(s.ops, k.id, receipt))
+}
+
+// deleted records the outcome of deleting a finished message.
+func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error) {
 	switch {
 	case err == nil:
 		p.ok()
@@ -193,7 +197,7 @@ type attempt struct {
 	msg storage.Message
 	n   int // attempt number (dequeue count)
 
-	mu             sync.Mutex // guards rec, startedAt, startedWritten, finished
+	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished
 	rec            *status.Record
 	startedAt      time.Time
 	running        bool
@@ -207,25 +211,23 @@ func (a *attempt) startedEvent() status.Event {
 	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
 }
 
-// write appends events, preceded by the started event if it is not written
-// yet, conditionally on the record's ETag. On a conflict it reloads: if the
-// command became final elsewhere it returns errFinal, otherwise it retries
-// with the fresh record. Caller holds a.mu.
-func (a *attempt) writeLocked(ctx context.Context, evs ...status.Event) error {
+// withStarted returns evs preceded by the started event if the handler is
+// running and that event is not written yet. Caller holds a.mu.
+func (a *attempt) withStarted(evs ...status.Event) []status.Event {
+	if a.running && !a.startedWritten {
+		return append([]status.Event{a.startedEvent()}, evs...)
+	}
+	return evs
+}
+
+// retryConflict runs try, a conditional write on a.rec. On a conflict it
+// reloads: if the command became final elsewhere it returns errFinal,
+// otherwise it tries again with the fresh record (at most 3 tries in all).
+// Caller holds a.mu.
+func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 	for i := 0; ; i++ {
-		all := evs
-		if a.running && !a.startedWritten {
-			all = append([]status.Event{a.startedEvent()}, evs...)
-		}
-		err := a.p.st.Append(ctx, a.rec, all...)
-		if err == nil {
-			if a.running {
-				a.startedWritten = true
-			}
-			a.p.ok()
-			return nil
-		}
-		if !errors.Is(err, storage.ErrConflict) || i >= 2 {
+		err := try()
+		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
 			return err
 		}
 		rec, lerr := a.p.st.Load(ctx, a.rec.ID)
@@ -237,6 +239,27 @@ func (a *attempt) writeLocked(ctx context.Context, evs ...status.Event) error {
 			return errFinal
 		}
 	}
+}
+
+// written notes a successful write of withStarted's events. Caller holds a.mu.
+func (a *attempt) written() {
+	if a.running {
+		a.startedWritten = true
+	}
+	a.p.ok()
+}
+
+// writeLocked appends events, preceded by the started event if it is not
+// written yet, conditionally on the record's ETag, retrying on a conflict
+// (see retryConflict). Caller holds a.mu.
+func (a *attempt) writeLocked(ctx context.Context, evs ...status.Event) error {
+	return a.retryConflict(ctx, func() error {
+		if err := a.p.st.Append(ctx, a.rec, a.withStarted(evs...)...); err != nil {
+			return err
+		}
+		a.written()
+		return nil
+	})
 }
 
 // writeStarted writes the started event on its own (a handler that runs
@@ -282,24 +305,9 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 	p, s := a.p, a.s
 	entry := status.PoisonEntry{DequeueCount: a.msg.DequeueCount, Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
 	err := a.finish(func() error {
-		for i := 0; ; i++ {
-			evs := extra
-			if a.running && !a.startedWritten {
-				evs = append([]status.Event{a.startedEvent()}, extra...)
-			}
-			err := p.st.Poison(s.ops, a.rec, entry, evs...)
-			if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
-				return err
-			}
-			rec, lerr := p.st.Load(s.ops, a.rec.ID)
-			if lerr != nil {
-				return lerr
-			}
-			a.rec = rec
-			if rec.Status.Status.Final() {
-				return errFinal
-			}
-		}
+		return a.retryConflict(s.ops, func() error {
+			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)
+		})
 	})
 	switch {
 	case err == nil:
@@ -425,45 +433,21 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	var deleteErr error
 	err := a.finish(func() error {
 		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
-		for i := 0; ; i++ {
-			all := []status.Event{ev}
-			if a.running && !a.startedWritten {
-				all = append([]status.Event{a.startedEvent()}, ev)
-			}
+		return a.retryConflict(s.ops, func() error {
 			var err error
-			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, all...)
-			if err == nil {
-				if a.running {
-					a.startedWritten = true
-				}
-				p.ok()
-				return nil
-			}
-			if !errors.Is(err, storage.ErrConflict) || i >= 2 {
+			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
+			if err != nil {
 				return err
 			}
-			rec, lerr := p.st.Load(s.ops, a.rec.ID)
-			if lerr != nil {
-				return lerr
-			}
-			a.rec = rec
-			if rec.Status.Status.Final() {
-				return errFinal
-			}
-		}
+			a.written()
+			return nil
+		})
 	})
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		switch {
-		case deleteErr == nil:
-		case errors.Is(deleteErr, storage.ErrLeaseLost) || errors.Is(deleteErr, storage.ErrNotFound):
-			// Someone else holds it now; they will find the command final.
-			p.leaseLost(a.rec.Type)
-		default:
-			p.fault(s.ops, "delete", a.k.queue, a.k.cmdID, deleteErr)
-		}
+		p.deleted(s, a.k, a.rec.Type, deleteErr)
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
