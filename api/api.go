@@ -439,21 +439,37 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	who, ok := s.authorize(w, r, RoleOperator)
+	id, ok := s.poisonAction(w, r, s.cfg.Reader.Requeue, "requeued")
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Reader.Requeue(r.Context(), id, "api:"+who); err != nil {
-		s.failPoisonAction(w, r, id, err)
-		return
-	}
-	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command requeued")
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
 	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.Pending)})
+}
+
+func (s *server) discard(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.poisonAction(w, r, s.cfg.Reader.Discard, "discarded"); ok {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// poisonAction runs a requeue or discard (act, logged as done) for the
+// operator on the {id} of r. On failure it writes the problem and returns
+// ok=false; on success the caller writes the response.
+func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id, by string) error, done string) (id string, ok bool) {
+	who, ok := s.authorize(w, r, RoleOperator)
+	if !ok {
+		return "", false
+	}
+	if id, ok = pathID(w, r); !ok {
+		return "", false
+	}
+	if err := act(r.Context(), id, "api:"+who); err != nil {
+		s.failPoisonAction(w, r, id, err)
+		return "", false
+	}
+	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command " + done)
+	return id, true
 }
 
 // failPoisonAction reports a failed requeue or discard. A command that
@@ -470,23 +486,6 @@ func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id str
 		}
 	}
 	s.fail(w, r, err)
-}
-
-func (s *server) discard(w http.ResponseWriter, r *http.Request) {
-	who, ok := s.authorize(w, r, RoleOperator)
-	if !ok {
-		return
-	}
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Reader.Discard(r.Context(), id, "api:"+who); err != nil {
-		s.failPoisonAction(w, r, id, err)
-		return
-	}
-	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: poisoned command discarded")
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
