@@ -271,7 +271,20 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // enqueue puts the message of a stored command on its queue; if that fails
 // it marks the command for the reconciler and returns ErrEnqueueFailed.
 func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, queue string) error {
-	q, err := i.queue(ctx, queue)
+	if err := enqueueOrMark(ctx, st, i.queue, id, cmdType, queue); err != nil {
+		return fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
+	}
+	if i.opts.Notify != nil {
+		i.opts.Notify(queue)
+	}
+	return nil
+}
+
+// enqueueOrMark puts the message of the stored command id on the logical
+// queue (opened with open); if that fails it marks the command unqueued for
+// the reconciler and returns the enqueue error (joined with the marker's).
+func enqueueOrMark(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) error {
+	q, err := open(ctx, queue)
 	if err == nil {
 		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
 	}
@@ -279,10 +292,6 @@ func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, que
 		if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		return fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
 	}
-	if i.opts.Notify != nil {
-		i.opts.Notify(queue)
-	}
-	return nil
+	return err
 }

@@ -38,8 +38,8 @@ type ReconcileOptions struct {
 	// crashed between storing a command and enqueueing it: a whole-table
 	// query of the commands table for the "a:cmd" rows, filtered in
 	// memory (one request per 1000 rows returned; on Azure the service reads
-	// every row of the table). Default false; the processor enables it on
-	// its reconcile interval (default 1 h).
+	// every row of the table). Default false; the processor makes one run
+	// per processor.Config.ReconcileScanInterval (default 24 h) a scan.
 	ScanPending bool
 	// SkipMarkers skips the marker query (use with ScanPending: the scan
 	// finds marked commands too once they are PendingGrace old, so a pass
@@ -68,8 +68,8 @@ type ReconcileReport struct {
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
 // a marker in partition "~unqueued" (cost: 1 query when there is none; per
-// marker 1 query + 1 delete + 1 enqueue) and, with ScanPending, those still
-// pending after PendingGrace (per command found: 1 query + 1 batch with a
+// marker 1 point read + 1 delete + 1 enqueue) and, with ScanPending, those still
+// pending after PendingGrace (per command found: 1 point read + 1 batch with a
 // requeued event + 1 enqueue). Duplicate messages are harmless: the processor
 // deletes a message whose command is already final. Several processors may
 // reconcile at once: a marker is claimed by deleting it (conditional on its
@@ -94,15 +94,11 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 		return rep, fmt.Errorf("commands: reconcile: %w", err)
 	}
 	tbl := s.CommandsTable()
+	open := func(ctx context.Context, logical string) (storage.Queue, error) {
+		return st.Queue(ctx, names.Queue(logical))
+	}
 	enqueue := func(rec *status.Record) error {
-		q, err := st.Queue(ctx, names.Queue(rec.Queue))
-		if err == nil {
-			_, err = q.Enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}.Marshal(), 0, storage.NoExpiry)
-		}
-		if err != nil {
-			if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
-				err = errors.Join(err, merr)
-			}
+		if err := enqueueOrMark(ctx, s, open, rec.ID, rec.Type, rec.Queue); err != nil {
 			return fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err)
 		}
 		rep.Enqueued++
