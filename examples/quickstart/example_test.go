@@ -158,7 +158,7 @@ func Example_poisonAndRequeue() {
 	s := waitFor(ctx, reader, res.ID, status.Poisoned)
 	fmt.Printf("status: %s (%s)\n", s.Status, s.LastError)
 
-	// The operator lists the poison table (GET /v1/poison, `cmdq poison list`).
+	// The operator lists the poison table (GET /v1/poison, `cmdq poison ls`).
 	page, err := reader.ListPoison(ctx, status.PoisonQuery{})
 	if err != nil {
 		log.Fatal(err)
