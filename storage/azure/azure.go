@@ -172,9 +172,28 @@ func validAccountName(s string) bool {
 	return true
 }
 
-const devConnectionString = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
-	"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
-	"QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;"
+// DevAccountName and DevAccountKey are Azurite's well-known development
+// account (public, documented by Microsoft).
+const (
+	DevAccountName = "devstoreaccount1"
+	DevAccountKey  = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// DevConnectionString is what "UseDevelopmentStorage=true" stands for:
+// Azurite on its default ports (queue 10001, table 10002) on 127.0.0.1.
+const DevConnectionString = "DefaultEndpointsProtocol=http;AccountName=" + DevAccountName + ";AccountKey=" + DevAccountKey +
+	";QueueEndpoint=http://127.0.0.1:10001/" + DevAccountName + ";TableEndpoint=http://127.0.0.1:10002/" + DevAccountName + ";"
+
+// ExpandConnectionString returns DevConnectionString for
+// "UseDevelopmentStorage=true" (which the SDK's parsers do not know; case,
+// surrounding spaces and a trailing ';' ignored) and cs unchanged otherwise.
+// Open applies it to Config.ConnectionString.
+func ExpandConnectionString(cs string) string {
+	if strings.EqualFold(strings.TrimSuffix(strings.TrimSpace(cs), ";"), "UseDevelopmentStorage=true") {
+		return DevConnectionString
+	}
+	return cs
+}
 
 // Store is a storage.Store on an Azure Storage account. Safe for concurrent
 // use. Queues and tables are created on first use and remembered.
@@ -223,10 +242,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	var err error
 	switch {
 	case cfg.ConnectionString != "":
-		cs := cfg.ConnectionString
-		if strings.EqualFold(strings.TrimSuffix(strings.TrimSpace(cs), ";"), "UseDevelopmentStorage=true") {
-			cs = devConnectionString
-		}
+		cs := ExpandConnectionString(cfg.ConnectionString)
 		if s.qsvc, err = azqueue.NewServiceClientFromConnectionString(cs, qopts); err != nil {
 			return nil, fmt.Errorf("azure: connection string (queue service): %w", err)
 		}

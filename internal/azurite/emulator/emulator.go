@@ -22,9 +22,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/storage/azure"
 )
 
 // EnvBin names the environment variable that overrides the Azurite
@@ -47,16 +48,15 @@ const startAttempts = 4
 const outputLimit = 64 * 1024
 
 // AccountName and AccountKey are Azurite's well-known development account
-// (public, documented by Microsoft).
+// (public, documented by Microsoft); the Azure driver owns them.
 const (
-	AccountName = "devstoreaccount1"
-	AccountKey  = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+	AccountName = azure.DevAccountName
+	AccountKey  = azure.DevAccountKey
 )
 
 // DevConnectionString is what "UseDevelopmentStorage=true" stands for:
 // Azurite on its default ports (queue 10001, table 10002) on 127.0.0.1.
-const DevConnectionString = "DefaultEndpointsProtocol=http;AccountName=" + AccountName + ";AccountKey=" + AccountKey +
-	";QueueEndpoint=http://127.0.0.1:10001/" + AccountName + ";TableEndpoint=http://127.0.0.1:10002/" + AccountName + ";"
+const DevConnectionString = azure.DevConnectionString
 
 // ErrNotInstalled is matched (errors.Is) by the errors of Bin and Start when
 // Azurite or node is missing, as opposed to installed but failing to start.
@@ -72,12 +72,7 @@ func (e notInstalled) Is(target error) bool { return target == ErrNotInstalled }
 // ExpandConnectionString returns DevConnectionString for
 // "UseDevelopmentStorage=true" (which the SDK's parsers do not know; case,
 // surrounding spaces and a trailing ';' ignored) and cs unchanged otherwise.
-func ExpandConnectionString(cs string) string {
-	if strings.EqualFold(strings.TrimSuffix(strings.TrimSpace(cs), ";"), "UseDevelopmentStorage=true") {
-		return DevConnectionString
-	}
-	return cs
-}
+func ExpandConnectionString(cs string) string { return azure.ExpandConnectionString(cs) }
 
 // Bin locates the Azurite executable ($CMDQ_AZURITE_BIN, else the module
 // root's tools/azurite/node_modules/.bin/azurite) and checks node is on PATH.
