@@ -14,8 +14,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
+	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
 
 // Env is one driver's environment for a test.
@@ -83,12 +85,25 @@ func Open(t testing.TB, driver string) Env {
 // ErrInjected is the error FailEnqueue makes Enqueue return.
 var ErrInjected = errors.New("statustest: injected enqueue failure")
 
+// opNames are the counters' names, by operation.
+var opNames = [instrument.NumOps]string{
+	instrument.QueueEnqueue: "Enqueue", instrument.QueueDequeue: "Dequeue",
+	instrument.QueueUpdateVisibility: "UpdateVisibility", instrument.QueueDelete: "DeleteMessage",
+	instrument.QueuePeek: "Peek", instrument.QueueCount: "ApproximateCount",
+	instrument.TableInsert: "Insert", instrument.TableGet: "Get", instrument.TableUpdate: "Update",
+	instrument.TableUpsert: "Upsert", instrument.TableDelete: "DeleteEntity", instrument.TableQuery: "Query",
+	instrument.TableBatch: "Batch",
+}
+
 // Counting wraps a real store and counts every queue and table operation by
 // name ("Enqueue", "Dequeue", "Batch", "Query", …). It can make Enqueue fail.
+// It does not implement storage.Combiner: code under test takes its
+// two-call path. The embedded Store is the real store, uncounted.
 type Counting struct {
 	storage.Store
-	mu     sync.Mutex
-	counts map[string]int
+	counted storage.Store
+	mu      sync.Mutex
+	counts  map[string]int
 	// FailEnqueue, while true, makes every Enqueue return ErrInjected
 	// without reaching the store.
 	FailEnqueue atomic.Bool
@@ -96,13 +111,20 @@ type Counting struct {
 
 // NewCounting wraps st.
 func NewCounting(st storage.Store) *Counting {
-	return &Counting{Store: st, counts: map[string]int{}}
+	c := &Counting{Store: st, counts: map[string]int{}}
+	c.counted = instrument.Wrap(st, instrument.Hooks{Before: c.before})
+	return c
 }
 
-func (c *Counting) inc(op string) {
+// before counts op and fails an Enqueue while FailEnqueue is set.
+func (c *Counting) before(op instrument.Op) error {
 	c.mu.Lock()
-	c.counts[op]++
+	c.counts[opNames[op]]++
 	c.mu.Unlock()
+	if op == instrument.QueueEnqueue && c.FailEnqueue.Load() {
+		return ErrInjected
+	}
+	return nil
 }
 
 // Reset zeroes the counters.
@@ -116,11 +138,7 @@ func (c *Counting) Reset() {
 func (c *Counting) Counts() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.counts))
-	for k, v := range c.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.counts)
 }
 
 // Total returns the number of operations counted.
@@ -135,13 +153,8 @@ func (c *Counting) Total() int {
 // String lists the counters, sorted ("Batch=1 Enqueue=1").
 func (c *Counting) String() string {
 	m := c.Counts()
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var sb strings.Builder
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			sb.WriteByte(' ')
 		}
@@ -153,98 +166,12 @@ func (c *Counting) String() string {
 // Queue returns the counting wrapper of the named queue. Opening a queue is
 // not counted (drivers cache it).
 func (c *Counting) Queue(ctx context.Context, name string) (storage.Queue, error) {
-	q, err := c.Store.Queue(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return &countingQueue{Queue: q, c: c}, nil
+	return c.counted.Queue(ctx, name)
 }
 
 // Table returns the counting wrapper of the named table (opening is not counted).
 func (c *Counting) Table(ctx context.Context, name string) (storage.Table, error) {
-	t, err := c.Store.Table(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return &countingTable{Table: t, c: c}, nil
-}
-
-type countingQueue struct {
-	storage.Queue
-	c *Counting
-}
-
-func (q *countingQueue) Enqueue(ctx context.Context, text string, delay, ttl time.Duration) (storage.Message, error) {
-	q.c.inc("Enqueue")
-	if q.c.FailEnqueue.Load() {
-		return storage.Message{}, ErrInjected
-	}
-	return q.Queue.Enqueue(ctx, text, delay, ttl)
-}
-
-func (q *countingQueue) Dequeue(ctx context.Context, max int, vis time.Duration) ([]storage.Message, error) {
-	q.c.inc("Dequeue")
-	return q.Queue.Dequeue(ctx, max, vis)
-}
-
-func (q *countingQueue) UpdateVisibility(ctx context.Context, id, pr string, vis time.Duration) (string, time.Time, error) {
-	q.c.inc("UpdateVisibility")
-	return q.Queue.UpdateVisibility(ctx, id, pr, vis)
-}
-
-func (q *countingQueue) Delete(ctx context.Context, id, pr string) error {
-	q.c.inc("DeleteMessage")
-	return q.Queue.Delete(ctx, id, pr)
-}
-
-func (q *countingQueue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
-	q.c.inc("Peek")
-	return q.Queue.Peek(ctx, max)
-}
-
-func (q *countingQueue) ApproximateCount(ctx context.Context) (int, error) {
-	q.c.inc("ApproximateCount")
-	return q.Queue.ApproximateCount(ctx)
-}
-
-type countingTable struct {
-	storage.Table
-	c *Counting
-}
-
-func (t *countingTable) Insert(ctx context.Context, e storage.Entity) (string, error) {
-	t.c.inc("Insert")
-	return t.Table.Insert(ctx, e)
-}
-
-func (t *countingTable) Get(ctx context.Context, pk, rk string) (storage.Entity, error) {
-	t.c.inc("Get")
-	return t.Table.Get(ctx, pk, rk)
-}
-
-func (t *countingTable) Update(ctx context.Context, e storage.Entity, mode storage.UpdateMode, ifMatch string) (string, error) {
-	t.c.inc("Update")
-	return t.Table.Update(ctx, e, mode, ifMatch)
-}
-
-func (t *countingTable) Upsert(ctx context.Context, e storage.Entity, mode storage.UpdateMode) (string, error) {
-	t.c.inc("Upsert")
-	return t.Table.Upsert(ctx, e, mode)
-}
-
-func (t *countingTable) Delete(ctx context.Context, pk, rk, ifMatch string) error {
-	t.c.inc("DeleteEntity")
-	return t.Table.Delete(ctx, pk, rk, ifMatch)
-}
-
-func (t *countingTable) Query(ctx context.Context, q storage.Query) (storage.Page, error) {
-	t.c.inc("Query")
-	return t.Table.Query(ctx, q)
-}
-
-func (t *countingTable) Batch(ctx context.Context, pk string, ops []storage.BatchOp) ([]string, error) {
-	t.c.inc("Batch")
-	return t.Table.Batch(ctx, pk, ops)
+	return c.counted.Table(ctx, name)
 }
 
 // Messages peeks up to 32 messages of the named storage queue (not counted).
