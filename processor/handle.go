@@ -326,11 +326,7 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 // run invokes the handler and records the outcome.
 func (a *attempt) run() {
 	p, s, def := a.p, a.s, a.def
-	lease := p.leaseFor(def.Type)
-	timeout := def.Timeout
-	if timeout <= 0 {
-		timeout = handlers.DefaultTimeoutLeases * lease
-	}
+	timeout := def.Timeout // defaulted by handlers.Register (10 × Lease)
 	hctx, cancel := context.WithCancelCause(s.hard)
 	defer cancel(nil)
 	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, fmt.Errorf("%w after %s", errTimeout, timeout))

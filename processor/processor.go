@@ -122,28 +122,15 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 		if !ok {
 			continue
 		}
-		qr := p.byName[queueOf(def)]
+		// A definition's options have their defaults (handlers.Register).
+		qr := p.byName[def.Queue]
 		if qr == nil {
 			continue
 		}
 		qr.defs = append(qr.defs, def)
-		p.leases[t] = &leaseState{base: leaseOf(def), current: leaseOf(def)}
+		p.leases[t] = &leaseState{base: def.Lease, current: def.Lease}
 	}
 	return p, nil
-}
-
-func queueOf(def *handlers.Definition) string {
-	if def.Queue == "" {
-		return handlers.DefaultQueue
-	}
-	return def.Queue
-}
-
-func leaseOf(def *handlers.Definition) time.Duration {
-	if def.Lease <= 0 {
-		return handlers.DefaultLease
-	}
-	return def.Lease
 }
 
 // Config returns the processor's configuration with defaults applied.
