@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -147,8 +148,8 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/poison", h(d.poison))
 	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
 	mux.HandleFunc("GET /ui/search", h(d.search))
-	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action("requeue")))
-	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action("discard")))
+	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(s.cfg.Reader.Requeue, "requeued")))
+	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(s.cfg.Reader.Discard, "discarded")))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
@@ -581,8 +582,10 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
 }
 
-// action returns the handler of POST /ui/poison/{id}/requeue or /discard.
-func (d *dashboard) action(kind string) http.HandlerFunc {
+// action returns the handler of POST /ui/poison/{id}/requeue or /discard:
+// act is the Reader's Requeue or Discard, done ("requeued" or "discarded")
+// the flash code and log word.
+func (d *dashboard) action(act func(ctx context.Context, id, by string) error, done string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
 		v, ok := d.require(w, r, RoleOperator)
@@ -597,24 +600,17 @@ func (d *dashboard) action(kind string) http.HandlerFunc {
 			return
 		}
 		by := "ui:" + v.who
-		var err error
-		if kind == "requeue" {
-			err = d.s.cfg.Reader.Requeue(r.Context(), id, by)
-		} else {
-			err = d.s.cfg.Reader.Discard(r.Context(), id, by)
-		}
-		if err != nil {
-			d.failAction(w, r, v, kind, id, err)
+		if err := act(r.Context(), id, by); err != nil {
+			d.failAction(w, r, v, id, err)
 			return
 		}
-		done := map[string]string{"requeue": "requeued", "discard": "discarded"}[kind]
 		d.s.log.Info().Str("command", id).Str("by", by).Msg("cmdq api: poisoned command " + done + " from the dashboard")
 		u := url.Values{"flash": {done}, "cmd": {id}}
 		if t := r.PostFormValue("type"); t != "" {
 			u.Set("type", t)
 		}
 		target := d.base + "/poison?" + u.Encode()
-		if r.PostFormValue("back") == "command" && kind == "requeue" {
+		if r.PostFormValue("back") == "command" && done == "requeued" {
 			target = d.base + "/commands/" + url.PathEscape(id) + "?" + url.Values{"flash": {"requeued"}, "cmd": {id}}.Encode()
 		}
 		http.Redirect(w, r, target, http.StatusSeeOther)
@@ -622,7 +618,7 @@ func (d *dashboard) action(kind string) http.HandlerFunc {
 }
 
 // failAction renders a failed requeue or discard as a page that says what to do.
-func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer, kind, id string, err error) {
+func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer, id string, err error) {
 	page := func(code int, title, msg, todo string, offerDiscard bool) {
 		b := errorBody{Status: code, Message: msg, Todo: todo}
 		if offerDiscard {
