@@ -37,7 +37,8 @@ type backend interface {
 	Close() error
 }
 
-// errNotFound is what both backends' not-found errors match.
+// errNotFound prefixes both backends' not-found errors, so the CLI reports a
+// missing command or poison entry in the same words over HTTP and on a store.
 var errNotFound = errors.New("not found")
 
 // remoteFlags choose and reach the backend.
