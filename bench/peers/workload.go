@@ -101,7 +101,7 @@ func runOnce(ctx context.Context, s system, p params, run int, logf func(string,
 			err = fmt.Errorf("%s (%s): close: %w", s.Name(), s.Config(), cerr)
 		}
 	}()
-	if io, ok := s.(issueOnly); ok && io.IssueOnly() {
+	if only, ok := s.(issueOnly); ok && only.IssueOnly() {
 		b, ok := inst.(batchIssuer)
 		if !ok {
 			return res, fmt.Errorf("%s (%s): issue-only row without a batch insert", s.Name(), s.Config())
