@@ -4,7 +4,7 @@ GO ?= go
 AZURITE_DIR := tools/azurite
 AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 
-.PHONY: test azurite lint unit race fuzz-smoke bench-smoke
+.PHONY: test azurite lint unit race fuzz-smoke bench-smoke bench-peers
 
 # test installs Azurite from the pinned package-lock, checks formatting, vet and
 # staticcheck, runs every test with Azurite required (a missing Azurite fails,
@@ -45,3 +45,17 @@ bench-smoke: azurite
 # detector.
 race:
 	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m ./storage/... ./status ./commands ./handlers ./processor ./api ./client
+
+# bench-peers runs one no-op workload on cmdq (embedded store), River
+# (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,
+# a separate Go module; docs/performance.md has the method). It installs
+# redis-server and postgresql from Debian's packages when missing (apt-get,
+# sudo unless root), starts both on free loopback ports in a temporary
+# directory and removes it at the end, on failure and on Ctrl-C. Not part of
+# `make test`. PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='--n 2000 --runs 1'
+# for a quick try, PEERS_FLAGS=--json for JSON; every flag is listed by
+# `cd bench/peers && go run . --help`.
+PEERS_FLAGS ?=
+bench-peers:
+	bench/peers/install-deps.sh
+	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
