@@ -67,10 +67,34 @@ type Config struct {
 	// the handler is mounted under a prefix with http.StripPrefix (for
 	// example "/cmdq"). Default "".
 	BasePath string
-	// Logger receives request logs (debug), operator actions (info) and
-	// server faults (error). The zero Logger discards them.
+	// RequestTimeout is every request's deadline (default
+	// DefaultRequestTimeout, 10 s). Storage calls still running when it
+	// passes are abandoned and the client gets 503 with Retry-After. Keep
+	// it well under the http.Server's WriteTimeout, or the client may get
+	// no answer at all.
+	RequestTimeout time.Duration
+	// StorageTryTimeout bounds one try of each storage call made for a
+	// request (default RequestTimeout/4), through storage.WithCallBudget.
+	StorageTryTimeout time.Duration
+	// StorageMaxRetries is how often a failed try of such a call is retried
+	// (default DefaultStorageMaxRetries, 2; negative: no retries). The
+	// processor keeps the store's own, longer settings.
+	StorageMaxRetries int
+	// Logger receives request logs (debug), operator actions (info), storage
+	// outages and failed authentication (warn) and server faults (error).
+	// The zero Logger discards them.
 	Logger zerolog.Logger
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default (10 s).
+const DefaultRequestTimeout = 10 * time.Second
+
+// DefaultStorageMaxRetries is Config.StorageMaxRetries' default (2).
+const DefaultStorageMaxRetries = 2
+
+// RetryAfterSeconds is the Retry-After header (in seconds) of every 503
+// answer: when a client may try again (5).
+const RetryAfterSeconds = 5
 
 // ErrInvalidConfig is wrapped by every error Config.Validate reports.
 var ErrInvalidConfig = errors.New("api: invalid config")
@@ -87,6 +111,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: RequestTimeout is %s; use 0 for the default (%s) or a positive duration", ErrInvalidConfig, c.RequestTimeout, DefaultRequestTimeout))
+	}
+	if c.StorageTryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: StorageTryTimeout is %s; use 0 for the default (RequestTimeout/4) or a positive duration", ErrInvalidConfig, c.StorageTryTimeout))
 	}
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
 		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
@@ -114,6 +144,18 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.StorageTryTimeout == 0 {
+		cfg.StorageTryTimeout = cfg.RequestTimeout / 4
+	}
+	switch {
+	case cfg.StorageMaxRetries == 0:
+		cfg.StorageMaxRetries = DefaultStorageMaxRetries
+	case cfg.StorageMaxRetries < 0:
+		cfg.StorageMaxRetries = 0
 	}
 	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger}
 	mux := http.NewServeMux()
@@ -178,11 +220,15 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// middleware recovers panics as 500 problems and logs every request at debug.
+// middleware recovers panics as 500 problems, logs every request at debug
+// and gives every request its deadline and storage call budget.
 func (s *server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -245,11 +291,22 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
 		writeProblem(w, r, newProblem(ProblemUnavailable, "the request was canceled"))
+	case storageUnavailable(err):
+		ref := newRef()
+		s.log.Warn().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: storage unavailable")
+		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage did not answer in time or could not be reached; retry in %d seconds (a POST /v1/commands with the same id is safe to repeat). Reference %s is in the server's log", RetryAfterSeconds, ref)))
 	default:
 		ref := newRef()
 		s.log.Error().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: request failed")
 		writeProblem(w, r, newProblem(ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
 	}
+}
+
+// storageUnavailable reports whether err means storage did not answer: the
+// driver says so (storage.ErrUnavailable), or the request's deadline or a
+// storage try's timeout passed.
+func storageUnavailable(err error) bool {
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *server) issue(w http.ResponseWriter, r *http.Request) {

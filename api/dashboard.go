@@ -374,6 +374,13 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
 			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
+	case storageUnavailable(err):
+		ref := newRef()
+		d.s.log.Warn().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard: storage unavailable")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		d.errorPage(w, r, v, http.StatusServiceUnavailable, "Storage unavailable",
+			"Storage did not answer in time or could not be reached. Reference "+ref+" is in the server's log.",
+			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", RetryAfterSeconds))
 	case errors.Is(err, status.ErrInvalidContinuation):
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
 	default:

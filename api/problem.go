@@ -39,7 +39,9 @@ const (
 	// ProblemConflict: the command ID exists with different type or
 	// parameters, or the command is not in a state the operation accepts (409).
 	ProblemConflict = problemBase + "conflict"
-	// ProblemUnavailable: the service is unhealthy (503, /readyz only).
+	// ProblemUnavailable: storage did not answer within the request's
+	// deadline, or (on /readyz) the service is unhealthy (503, with
+	// Retry-After).
 	ProblemUnavailable = problemBase + "unavailable"
 	// ProblemInternal: an unexpected server-side failure (500). Detail carries
 	// a reference that is also in the server's log.
@@ -127,6 +129,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if p.Status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
 }

@@ -79,7 +79,15 @@ type serveFlags struct {
 	tokens       string
 	insecure     bool
 	maxBodyBytes int64
+	reqTimeout   time.Duration
 }
+
+// serverWriteTimeout is the http.Server's WriteTimeout; --request-timeout
+// must leave room under it so a late answer still reaches the client.
+const serverWriteTimeout = time.Minute
+
+// maxRequestTimeout is the longest --request-timeout.
+const maxRequestTimeout = serverWriteTimeout - 10*time.Second
 
 func newServeCmd() *cobra.Command {
 	var f serveFlags
@@ -115,6 +123,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.tokens, "tokens", "", "bearer tokens and roles: token:role[+role],... with roles issuer, reader, operator (default none: no authentication, loopback only)")
 	c.Flags().BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --tokens (anyone who reaches the port may issue and discard commands)")
 	c.Flags().Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes; larger ones get 413")
+	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
 	return c
 }
 
@@ -158,6 +167,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	if f.maxBodyBytes <= 0 {
 		return fmt.Errorf("--max-body-bytes %d: must be positive", f.maxBodyBytes)
+	}
+	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
+		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
 	reg, err := f.proc.registry()
 	if err != nil {
@@ -214,7 +226,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	cfg := api.Config{
 		Issuer: iss, Reader: rd, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
-		Metrics: metrics, Gatherer: prom, Logger: log,
+		Metrics: metrics, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
 	}
 	if !f.proc.noDemo {
 		cfg.Registry = reg
@@ -233,7 +245,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	// Bodies are small (MaxBodyBytes), answers are small: generous but
 	// bounded timeouts keep slow or idle clients from holding connections.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: serverWriteTimeout, IdleTimeout: 2 * time.Minute}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
