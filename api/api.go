@@ -67,6 +67,13 @@ type Config struct {
 	// the handler is mounted under a prefix with http.StripPrefix (for
 	// example "/cmdq"). Default "".
 	BasePath string
+	// CORSOrigins are the web origins (scheme://host[:port], such as
+	// "https://app.example.com") whose browser pages may call the API: they
+	// get CORS answers (preflights, Access-Control-Allow-Origin) on /v1,
+	// /healthz and /readyz and pass the cross-site check. No wildcards, and
+	// credentials (cookies) are never allowed: such pages send bearer
+	// tokens. Default none: only same-origin pages and non-browser clients.
+	CORSOrigins []string
 	// RequestTimeout is every request's deadline (default
 	// DefaultRequestTimeout, 10 s). Storage calls still running when it
 	// passes are abandoned and the client gets 503 with Retry-After. Keep
@@ -121,6 +128,11 @@ func (c Config) Validate() error {
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
 		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
 	}
+	for _, o := range c.CORSOrigins {
+		if _, err := normalizeOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err))
+		}
+	}
 	if err := c.Tokens.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
@@ -128,9 +140,11 @@ func (c Config) Validate() error {
 }
 
 type server struct {
-	cfg  Config
-	auth *authenticator
-	log  zerolog.Logger
+	cfg         Config
+	auth        *authenticator
+	log         zerolog.Logger
+	corsOrigins map[string]bool // normalized CORSOrigins
+	cop         *http.CrossOriginProtection
 }
 
 // New returns the API handler. It fails with the problems Config.Validate
@@ -157,7 +171,15 @@ func New(cfg Config) (http.Handler, error) {
 	case cfg.StorageMaxRetries < 0:
 		cfg.StorageMaxRetries = 0
 	}
-	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger}
+	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger,
+		corsOrigins: map[string]bool{}, cop: http.NewCrossOriginProtection()}
+	for _, o := range cfg.CORSOrigins {
+		n, _ := normalizeOrigin(o) // Validate checked it
+		s.corsOrigins[n] = true
+		if err := s.cop.AddTrustedOrigin(n); err != nil {
+			return nil, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err)
+		}
+	}
 	mux := http.NewServeMux()
 	route := func(path string, methods map[string]http.HandlerFunc) {
 		allow := make([]string, 0, len(methods)+1)
@@ -229,6 +251,11 @@ func (s *server) middleware(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
+		if !s.browserChecks(rec, r) {
+			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
+				Dur("duration", time.Since(start)).Msg("cmdq api: request refused")
+			return
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -520,6 +547,14 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 	}
 	if id, ok = pathID(w, r); !ok {
 		return "", false
+	}
+	if hasBody(r) {
+		// The route takes no body; one that is not JSON is what a
+		// cross-site form would send.
+		if p := checkContentType(r); p != nil {
+			writeProblem(w, r, p)
+			return "", false
+		}
 	}
 	if err := act(r.Context(), id, "api:"+who); err != nil {
 		s.failPoisonAction(w, r, id, err)

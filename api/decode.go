@@ -152,16 +152,18 @@ func jsonProblem(err error) *Problem {
 	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+err.Error())
 }
 
-// checkContentType accepts a missing Content-Type, application/json and any
-// application/*+json; anything else is a 415 Problem.
+// checkContentType accepts application/json and any application/*+json;
+// anything else, a missing Content-Type included, is a 415 Problem. (A
+// browser sends a cross-site body without a preflight only as text/plain,
+// form data, or with no type at all.)
 func checkContentType(r *http.Request) *Problem {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return nil
+		return newProblem(ProblemUnsupportedMediaType, "the request has a body but no Content-Type; send 'Content-Type: application/json'")
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
 		return nil
 	}
-	return newProblem(ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not JSON; send 'Content-Type: application/json'", ct))
+	return newProblem(ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not JSON; send 'Content-Type: application/json'", quoteClip(ct)))
 }

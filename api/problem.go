@@ -31,6 +31,10 @@ const (
 	ProblemUnauthorized = problemBase + "unauthorized"
 	// ProblemForbidden: the token lacks the role the route needs (403).
 	ProblemForbidden = problemBase + "forbidden"
+	// ProblemCrossSite: a browser page on another site tried to change
+	// something, or a CORS preflight came from an origin not in
+	// Config.CORSOrigins (403).
+	ProblemCrossSite = problemBase + "cross-site"
 	// ProblemNotFound: no such command, poison entry or route (404).
 	ProblemNotFound = problemBase + "not-found"
 	// ProblemMethodNotAllowed: the route exists but not for this method (405);
@@ -91,6 +95,7 @@ var problemTitles = map[string]string{
 	ProblemTooLarge:             "Request too large",
 	ProblemUnauthorized:         "Unauthorized",
 	ProblemForbidden:            "Forbidden",
+	ProblemCrossSite:            "Cross-site request refused",
 	ProblemNotFound:             "Not found",
 	ProblemMethodNotAllowed:     "Method not allowed",
 	ProblemConflict:             "Conflict",
@@ -105,6 +110,7 @@ var problemStatus = map[string]int{
 	ProblemTooLarge:             http.StatusRequestEntityTooLarge,
 	ProblemUnauthorized:         http.StatusUnauthorized,
 	ProblemForbidden:            http.StatusForbidden,
+	ProblemCrossSite:            http.StatusForbidden,
 	ProblemNotFound:             http.StatusNotFound,
 	ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	ProblemConflict:             http.StatusConflict,

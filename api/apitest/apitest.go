@@ -58,6 +58,8 @@ type Options struct {
 	Notify func(queue string)
 	// QueueFor as in commands.Options (default: everything to "commands").
 	QueueFor func(cmdType string) string
+	// CORSOrigins as in api.Config (default none).
+	CORSOrigins []string
 }
 
 // Server is a running test API server.
@@ -108,7 +110,7 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	h, err := api.New(api.Config{
 		Issuer: iss, Reader: rd, Registry: opts.Registry, Health: opts.Health, Tokens: opts.Tokens,
-		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom,
+		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
 	})
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)

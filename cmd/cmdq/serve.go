@@ -80,6 +80,7 @@ type serveFlags struct {
 	insecure     bool
 	maxBodyBytes int64
 	reqTimeout   time.Duration
+	corsOrigins  string
 }
 
 // serverWriteTimeout is the http.Server's WriteTimeout; --request-timeout
@@ -123,8 +124,21 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.tokens, "tokens", "", "bearer tokens and roles: token:role[+role],... with roles issuer, reader, operator (default none: no authentication, loopback only)")
 	c.Flags().BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --tokens (anyone who reaches the port may issue and discard commands)")
 	c.Flags().Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes; larger ones get 413")
+	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
 	return c
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries and
+// the spaces around each.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // isLoopback reports whether a listen address only accepts local connections.
@@ -227,12 +241,16 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	cfg := api.Config{
 		Issuer: iss, Reader: rd, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
 		Metrics: metrics, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
+		CORSOrigins: splitList(f.corsOrigins),
 	}
 	if !f.proc.noDemo {
 		cfg.Registry = reg
 	}
 	if proc != nil {
 		cfg.Health = api.ProcessorHealth(proc)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w (check --cors-origins, --request-timeout)", err)
 	}
 	h, err := api.New(cfg)
 	if err != nil {

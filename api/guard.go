@@ -1,0 +1,111 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The browser-facing checks every request passes before its route: CORS for
+// allow-listed origins and refusal of cross-site state changes on /v1.
+
+// CORSMaxAge is how long a browser may cache a CORS preflight answer
+// (Access-Control-Max-Age, 10 minutes).
+const CORSMaxAge = 10 * time.Minute
+
+// corsAllowMethods and corsAllowHeaders are what preflights allow: every
+// method and request header the API uses. Credentials (cookies) are never
+// allowed: browser front ends send bearer tokens.
+const (
+	corsAllowMethods  = "GET, POST, DELETE"
+	corsAllowHeaders  = "Authorization, Content-Type"
+	corsExposeHeaders = "Location, Retry-After, WWW-Authenticate"
+)
+
+// normalizeOrigin checks an allow-list entry and returns it in the form
+// browsers send in the Origin header: lowercase scheme://host[:port].
+func normalizeOrigin(o string) (string, error) {
+	if o == "*" || strings.Contains(o, "*") {
+		return "", fmt.Errorf("origin %q: wildcards are not accepted; list each origin, such as https://app.example.com", o)
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("origin %q is not scheme://host[:port], such as https://app.example.com", o)
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
+}
+
+// corsPath reports whether browsers on allow-listed origins may call path.
+func corsPath(path string) bool {
+	return strings.HasPrefix(path, "/v1/") || path == "/healthz" || path == "/readyz"
+}
+
+// browserChecks answers CORS preflights and refuses cross-site requests that
+// change state on /v1. It returns false when it has written the response.
+func (s *server) browserChecks(w http.ResponseWriter, r *http.Request) bool {
+	path := r.URL.Path
+	if !corsPath(path) {
+		return true
+	}
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	origin := r.Header.Get("Origin")
+	allowed := origin != "" && s.corsOrigins[strings.ToLower(origin)]
+	if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
+		h.Add("Vary", "Access-Control-Request-Method")
+		h.Add("Vary", "Access-Control-Request-Headers")
+		if !allowed {
+			writeProblem(w, r, newProblem(ProblemCrossSite, fmt.Sprintf("origin %s may not call this API from a browser; list it in the server's CORS origins (cmdq serve --cors-origins, api.Config.CORSOrigins)", quoteClip(origin))))
+			return false
+		}
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Methods", corsAllowMethods)
+		h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+		h.Set("Access-Control-Max-Age", strconv.Itoa(int(CORSMaxAge/time.Second)))
+		w.WriteHeader(http.StatusNoContent)
+		return false
+	}
+	if allowed {
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
+	}
+	if !strings.HasPrefix(path, "/v1/") {
+		return true
+	}
+	if err := s.cop.Check(r); err != nil {
+		why := "Sec-Fetch-Site " + quoteClip(r.Header.Get("Sec-Fetch-Site"))
+		if origin != "" {
+			why = "Origin " + quoteClip(origin) + " on host " + quoteClip(r.Host)
+		}
+		writeProblem(w, r, newProblem(ProblemCrossSite, fmt.Sprintf("a cross-site request may not change anything (%s); browser pages on other origins may call the API only when listed in the server's CORS origins (cmdq serve --cors-origins, api.Config.CORSOrigins)", why)))
+		return false
+	}
+	return true
+}
+
+// hasBody reports whether r carries a request body.
+func hasBody(r *http.Request) bool {
+	return r.ContentLength > 0 || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+// quoteClip quotes s for an error message, keeping at most maxQuoted bytes
+// of it (cut at a character boundary) and saying how long the rest was.
+func quoteClip(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := maxQuoted
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes in all)", len(s))
+}
+
+// maxQuoted is the most bytes of a rejected input an error message quotes.
+const maxQuoted = 64
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
