@@ -74,6 +74,12 @@ type Config struct {
 	// credentials (cookies) are never allowed: such pages send bearer
 	// tokens. Default none: only same-origin pages and non-browser clients.
 	CORSOrigins []string
+	// AllowedHosts are host names (or IP addresses) that requests may name
+	// in their Host header besides loopback ones (localhost, *.localhost,
+	// 127.0.0.0/8, ::1), when no Tokens are configured; "*" allows any.
+	// Others get 421, which stops DNS rebinding: a page on the attacker's
+	// name that resolves to this server. Ignored with Tokens. Default none.
+	AllowedHosts []string
 	// RequestTimeout is every request's deadline (default
 	// DefaultRequestTimeout, 10 s). Storage calls still running when it
 	// passes are abandoned and the client gets 503 with Retry-After. Keep
@@ -128,6 +134,11 @@ func (c Config) Validate() error {
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
 		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
 	}
+	for _, h := range c.AllowedHosts {
+		if err := validateAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("%w: AllowedHosts: %w", ErrInvalidConfig, err))
+		}
+	}
 	for _, o := range c.CORSOrigins {
 		if _, err := normalizeOrigin(o); err != nil {
 			errs = append(errs, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err))
@@ -140,11 +151,12 @@ func (c Config) Validate() error {
 }
 
 type server struct {
-	cfg         Config
-	auth        *authenticator
-	log         zerolog.Logger
-	corsOrigins map[string]bool // normalized CORSOrigins
-	cop         *http.CrossOriginProtection
+	cfg          Config
+	auth         *authenticator
+	log          zerolog.Logger
+	corsOrigins  map[string]bool // normalized CORSOrigins
+	allowedHosts map[string]bool // normalized AllowedHosts
+	cop          *http.CrossOriginProtection
 }
 
 // New returns the API handler. It fails with the problems Config.Validate
@@ -172,7 +184,14 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.StorageMaxRetries = 0
 	}
 	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger,
-		corsOrigins: map[string]bool{}, cop: http.NewCrossOriginProtection()}
+		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
+	for _, h := range cfg.AllowedHosts {
+		if h == "*" {
+			s.allowedHosts["*"] = true
+		} else {
+			s.allowedHosts[normalizeHost(h)] = true
+		}
+	}
 	for _, o := range cfg.CORSOrigins {
 		n, _ := normalizeOrigin(o) // Validate checked it
 		s.corsOrigins[n] = true
@@ -251,7 +270,7 @@ func (s *server) middleware(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
-		if !s.browserChecks(rec, r) {
+		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) {
 			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
 				Dur("duration", time.Since(start)).Msg("cmdq api: request refused")
 			return

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -9,8 +10,61 @@ import (
 	"time"
 )
 
-// The browser-facing checks every request passes before its route: CORS for
-// allow-listed origins and refusal of cross-site state changes on /v1.
+// The browser-facing checks every request passes before its route: the Host
+// check (without tokens), CORS for allow-listed origins and refusal of
+// cross-site state changes on /v1.
+
+// normalizeHost returns the host name of a Host header or an AllowedHosts
+// entry: without port, brackets or a trailing dot, in lower case.
+func normalizeHost(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// validateAllowedHost checks one AllowedHosts entry.
+func validateAllowedHost(h string) error {
+	if h == "*" {
+		return nil
+	}
+	n := normalizeHost(h)
+	if n == "" || strings.ContainsAny(n, "/*@ ?#") || strings.Contains(h, "://") {
+		return fmt.Errorf("allowed host %q is not a host name or IP address such as cmdq.internal or 10.0.0.5 (use \"*\" to allow any)", h)
+	}
+	return nil
+}
+
+// loopbackHost reports whether a (normalized) host name always means this
+// machine: localhost and *.localhost (RFC 6761; browsers resolve them
+// locally) and loopback IP addresses.
+func loopbackHost(h string) bool {
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hostAllowed reports whether a request to Host h may be answered when no
+// tokens are configured: loopback names and addresses, and AllowedHosts.
+// A page on a name the attacker controls (DNS rebinding) sends that name.
+func (s *server) hostAllowed(h string) bool {
+	n := normalizeHost(h)
+	return loopbackHost(n) || s.allowedHosts["*"] || s.allowedHosts[n]
+}
+
+// checkHost answers 421 for a request whose Host is not allowed, when no
+// tokens are configured (with tokens, a rebound page has no token to send).
+// It returns false when it has written the response.
+func (s *server) checkHost(w http.ResponseWriter, r *http.Request) bool {
+	if len(s.auth.entries) > 0 || s.hostAllowed(r.Host) {
+		return true
+	}
+	writeProblem(w, r, newProblem(ProblemMisdirected, fmt.Sprintf("this server has no tokens configured, so it answers only loopback host names (localhost, 127.0.0.1, [::1]), not %s; use one of those, add the name to the allowed hosts (cmdq serve --allowed-hosts, api.Config.AllowedHosts), or configure tokens", quoteClip(r.Host))))
+	return false
+}
 
 // CORSMaxAge is how long a browser may cache a CORS preflight answer
 // (Access-Control-Max-Age, 10 minutes).

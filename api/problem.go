@@ -35,6 +35,9 @@ const (
 	// something, or a CORS preflight came from an origin not in
 	// Config.CORSOrigins (403).
 	ProblemCrossSite = problemBase + "cross-site"
+	// ProblemMisdirected: without tokens, the request's Host is not a
+	// loopback name or one of Config.AllowedHosts (421).
+	ProblemMisdirected = problemBase + "misdirected"
 	// ProblemNotFound: no such command, poison entry or route (404).
 	ProblemNotFound = problemBase + "not-found"
 	// ProblemMethodNotAllowed: the route exists but not for this method (405);
@@ -96,6 +99,7 @@ var problemTitles = map[string]string{
 	ProblemUnauthorized:         "Unauthorized",
 	ProblemForbidden:            "Forbidden",
 	ProblemCrossSite:            "Cross-site request refused",
+	ProblemMisdirected:          "Misdirected request",
 	ProblemNotFound:             "Not found",
 	ProblemMethodNotAllowed:     "Method not allowed",
 	ProblemConflict:             "Conflict",
@@ -111,6 +115,7 @@ var problemStatus = map[string]int{
 	ProblemUnauthorized:         http.StatusUnauthorized,
 	ProblemForbidden:            http.StatusForbidden,
 	ProblemCrossSite:            http.StatusForbidden,
+	ProblemMisdirected:          http.StatusMisdirectedRequest,
 	ProblemNotFound:             http.StatusNotFound,
 	ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	ProblemConflict:             http.StatusConflict,

@@ -60,6 +60,8 @@ type Options struct {
 	QueueFor func(cmdType string) string
 	// CORSOrigins as in api.Config (default none).
 	CORSOrigins []string
+	// AllowedHosts as in api.Config (default none).
+	AllowedHosts []string
 }
 
 // Server is a running test API server.
@@ -111,6 +113,7 @@ func Start(t testing.TB, opts Options) *Server {
 	h, err := api.New(api.Config{
 		Issuer: iss, Reader: rd, Registry: opts.Registry, Health: opts.Health, Tokens: opts.Tokens,
 		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
+		AllowedHosts: opts.AllowedHosts,
 	})
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)

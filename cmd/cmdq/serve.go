@@ -81,6 +81,7 @@ type serveFlags struct {
 	maxBodyBytes int64
 	reqTimeout   time.Duration
 	corsOrigins  string
+	allowedHosts string
 }
 
 // serverWriteTimeout is the http.Server's WriteTimeout; --request-timeout
@@ -124,6 +125,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.tokens, "tokens", "", "bearer tokens and roles: token:role[+role],... with roles issuer, reader, operator (default none: no authentication, loopback only)")
 	c.Flags().BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --tokens (anyone who reaches the port may issue and discard commands)")
 	c.Flags().Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes; larger ones get 413")
+	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
 	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
 	return c
@@ -139,6 +141,21 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// allowedHosts adds the IP address of a specific non-loopback listen
+// address (--insecure --addr 10.0.0.5:8080) to the allowed Host names: an
+// IP literal cannot be rebound to another server. Wildcard addresses add
+// nothing.
+func allowedHosts(addr string, hosts []string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return hosts
+	}
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() {
+		hosts = append(hosts, ip.String())
+	}
+	return hosts
 }
 
 // isLoopback reports whether a listen address only accepts local connections.
@@ -241,7 +258,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	cfg := api.Config{
 		Issuer: iss, Reader: rd, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
 		Metrics: metrics, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
-		CORSOrigins: splitList(f.corsOrigins),
+		CORSOrigins: splitList(f.corsOrigins), AllowedHosts: allowedHosts(f.addr, splitList(f.allowedHosts)),
 	}
 	if !f.proc.noDemo {
 		cfg.Registry = reg
@@ -250,7 +267,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		cfg.Health = api.ProcessorHealth(proc)
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w (check --cors-origins, --request-timeout)", err)
+		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
 	}
 	h, err := api.New(cfg)
 	if err != nil {
@@ -272,6 +289,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	procErr := make(chan error, 1)
 	if proc != nil {
 		go func() { procErr <- proc.Run(pctx) }()
+	}
+	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(cfg.AllowedHosts) == 0 {
+		log.Warn().Str("addr", f.addr).Msg("cmdq serve: without --tokens only loopback Host names are answered (others get 421); add the names clients use with --allowed-hosts")
 	}
 	ev := log.Info().Str("url", "http://"+ln.Addr().String()).Str("store", f.store.kind).Str("prefix", names.Prefix).
 		Strs("handlers", reg.Types()).Bool("auth", len(tokens) > 0)
