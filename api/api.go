@@ -183,6 +183,9 @@ func New(cfg Config) (http.Handler, error) {
 	case cfg.StorageMaxRetries < 0:
 		cfg.StorageMaxRetries = 0
 	}
+	if cfg.Registry != nil {
+		cfg.Metrics.LabelTypes(cfg.Registry.Types()...)
+	}
 	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger,
 		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
 	for _, h := range cfg.AllowedHosts {

@@ -222,6 +222,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	// Only registered types get their own label; others count as "other".
+	metrics.LabelTypes(reg.Types()...)
 	ns := &notifyStore{Store: metrics.InstrumentStore(raw)}
 	st := ns.withCombiner()
 	names := status.Names{Prefix: f.store.prefix}
