@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -97,6 +98,9 @@ type dashboard struct {
 	cop  *http.CrossOriginProtection
 	now  func() time.Time
 	base string // BasePath + "/ui"
+
+	revokedMu sync.Mutex
+	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
 }
 
 // viewer is who is looking at a page, from a session cookie, a bearer token,
@@ -105,6 +109,7 @@ type viewer struct {
 	who     string
 	roles   []Role
 	session string // the cookie value the CSRF token derives from; "" for bearer requests
+	claims  sessionClaims
 	bearer  bool
 }
 
@@ -129,7 +134,8 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	if _, err := rand.Read(key); err != nil {
 		panic("api: no randomness for the dashboard session key: " + err.Error())
 	}
-	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui"}
+	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui",
+		revoked: map[string]int64{}}
 	h := func(f http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			hdr := w.Header()
@@ -206,7 +212,28 @@ func (d *dashboard) parseSession(v string) (sessionClaims, error) {
 	if d.now().Unix() >= c.Expires {
 		return c, errors.New("session expired")
 	}
+	d.revokedMu.Lock()
+	_, revoked := d.revoked[c.Nonce]
+	d.revokedMu.Unlock()
+	if revoked {
+		return c, errors.New("session logged out")
+	}
 	return c, nil
+}
+
+// revoke ends a session on the server: its cookie, copied or not, is refused
+// from now until it would have expired anyway (when its nonce is forgotten).
+// The set holds only sessions logged out within SessionLifetime.
+func (d *dashboard) revoke(c sessionClaims) {
+	now := d.now().Unix()
+	d.revokedMu.Lock()
+	defer d.revokedMu.Unlock()
+	for n, exp := range d.revoked {
+		if exp <= now {
+			delete(d.revoked, n)
+		}
+	}
+	d.revoked[c.Nonce] = c.Expires
 }
 
 // csrfToken derives the CSRF token of a session (or, without configured
@@ -253,7 +280,7 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 		d.clearCookie(w, r)
 		return viewer{}, false, false
 	}
-	return viewer{who: claims.Who, roles: claims.Roles, session: c.Value}, true, false
+	return viewer{who: claims.Who, roles: claims.Roles, session: c.Value, claims: claims}, true, false
 }
 
 // require authenticates r and checks need. On failure it writes the
@@ -704,6 +731,9 @@ func (d *dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if ok && !d.checkPost(w, r, v) {
 		return
+	} else if ok && v.session != "" {
+		d.revoke(v.claims)
+		d.s.log.Info().Str("by", v.who).Msg("cmdq api: dashboard logout")
 	}
 	d.clearCookie(w, r)
 	http.Redirect(w, r, d.base+"/login", http.StatusSeeOther)
