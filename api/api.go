@@ -608,7 +608,9 @@ type HealthResponse struct {
 	State string `json:"state"`
 	// Healthy is false while the service is unhealthy.
 	Healthy bool `json:"healthy"`
-	// Detail is the HealthFunc's detail (for a processor, its Health snapshot).
+	// Detail is the HealthFunc's detail (for a processor, its Health
+	// snapshot). Only requests with the reader role (any request without
+	// configured tokens) see it.
 	Detail any `json:"detail,omitempty"`
 }
 
@@ -620,8 +622,19 @@ func (s *server) health() HealthResponse {
 	return HealthResponse{State: state, Healthy: ok, Detail: detail}
 }
 
+// healthFor returns h as r may see it: the detail (for a processor, its
+// last error, which can name the storage endpoint and account) only for a
+// request with the reader role; without it, the state and healthy flag.
+// /healthz and /readyz answer through it.
+func (s *server) healthFor(r *http.Request, h HealthResponse) HealthResponse {
+	if _, p := s.auth.check(r, RoleReader); p != nil {
+		h.Detail = nil
+	}
+	return h
+}
+
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.health())
+	writeJSON(w, http.StatusOK, s.healthFor(r, s.health()))
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -630,5 +643,5 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
 	}
-	writeJSON(w, http.StatusOK, h)
+	writeJSON(w, http.StatusOK, s.healthFor(r, h))
 }
