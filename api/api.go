@@ -273,7 +273,7 @@ func (s *server) middleware(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
-		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) {
+		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) || !checkQuery(rec, r) {
 			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
 				Dur("duration", time.Since(start)).Msg("cmdq api: request refused")
 			return
@@ -393,8 +393,8 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		// caller it is accepted.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
 	case errors.Is(err, commands.ErrIDConflict):
-		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type or params; send the same body to get the existing command, or use a new id",
-			FieldError{Pointer: "#/id", Detail: "already used with a different type or params"}))
+		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
+			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
 		writeProblem(w, r, newProblem(ProblemTooLarge, trimPrefix(err)+"; store large data elsewhere and pass a reference",

@@ -163,3 +163,46 @@ func quoteClip(s string) string {
 const maxQuoted = 64
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// checkQuery refuses, on /v1 routes, a query string that readers could
+// take two ways: a parameter given more than once (limit=5&limit=2000:
+// which one counts?) or one that does not parse (limit=5;x=1 — ';' is not a
+// separator, and Go would silently drop the pair). It returns false when it
+// has written the response.
+func checkQuery(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.RawQuery == "" || !strings.HasPrefix(r.URL.Path, "/v1/") {
+		return true
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		detail := "the query string is malformed; separate parameters with '&' and percent-encode the values"
+		if strings.Contains(r.URL.RawQuery, ";") {
+			detail = "the query string contains ';', which is not a separator; separate parameters with '&' (and encode a literal ';' as %3B)"
+		}
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, detail, FieldError{Pointer: "query", Detail: clipText(err.Error())}))
+		return false
+	}
+	var errs []FieldError
+	for name, vs := range q {
+		if len(vs) > 1 {
+			errs = append(errs, FieldError{Pointer: "query:" + clipText(name), Detail: fmt.Sprintf("given %d times; give it once", len(vs))})
+		}
+	}
+	if len(errs) > 0 {
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, "a query parameter is repeated; give each parameter once", errs...))
+		return false
+	}
+	return true
+}
+
+// clipText cuts an error text that may quote client input to a short prefix.
+func clipText(s string) string {
+	if len(s) <= 2*maxQuoted {
+		return s
+	}
+	cut := 2 * maxQuoted
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

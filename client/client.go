@@ -154,8 +154,9 @@ type IssueRequest struct {
 	// nil means {}.
 	Params any `json:"params,omitempty"`
 	// ID is the command ID (a lowercase canonical UUID); "" lets the server
-	// choose one. Issuing again with the same ID and params returns the
-	// existing command.
+	// choose one. Issuing again with the same ID, type, params and
+	// correlation ID returns the existing command; anything else under the
+	// same ID is ErrConflict.
 	ID string `json:"id,omitempty"`
 	// CorrelationID is carried with the command for tracing. Optional.
 	CorrelationID string `json:"correlationId,omitempty"`

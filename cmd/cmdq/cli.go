@@ -279,7 +279,7 @@ Examples:
 	}
 	f.add(c)
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
-	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID and params again returns the existing command")
+	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded")
 	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --wait and --watch")
