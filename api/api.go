@@ -217,7 +217,7 @@ func New(cfg Config) (http.Handler, error) {
 		allowed := strings.Join(allow, ", ")
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allowed)
-			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", r.URL.Path, r.Method, allowed)))
+			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", path, quoteClip(r.Method), allowed)))
 		})
 	}
 	route("/v1/commands", map[string]http.HandlerFunc{http.MethodPost: s.issue})
@@ -236,7 +236,7 @@ func New(cfg Config) (http.Handler, error) {
 	}})
 	s.mountDashboard(mux) // the operator web pages under /ui/ (dashboard.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", r.URL.Path)))
+		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", quoteClip(r.URL.Path))))
 	})
 	return s.middleware(mux), nil
 }
@@ -321,7 +321,7 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (w
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if err := commands.ValidateID(id); err != nil {
-		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%q is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", id)))
+		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
 		return "", false
 	}
 	return id, true
@@ -375,12 +375,12 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	if reg := s.cfg.Registry; reg != nil {
 		def, ok := reg.Lookup(req.Type)
 		if !ok {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %q; registered types: %s", req.Type, strings.Join(reg.Types(), ", ")),
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(reg.Types(), ", ")),
 				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
 			return
 		}
 		if _, err := def.Decode(req.Params); err != nil {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %q: %s", req.Type, decodeDetail(err)),
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %s: %s", quoteClip(req.Type), decodeDetail(err)),
 				FieldError{Pointer: "#/params", Detail: decodeDetail(err)}))
 			return
 		}
@@ -397,11 +397,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(ProblemTooLarge, trimPrefix(err)+"; store large data elsewhere and pass a reference",
+		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, trimPrefix(err)))
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
 		s.fail(w, r, err)
@@ -422,13 +422,14 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.Status)})
 }
 
-// decodeDetail shortens a *handlers.DecodeError to its JSON cause.
+// decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
+// can quote the params: a short prefix only).
 func decodeDetail(err error) string {
 	var de *handlers.DecodeError
 	if errors.As(err, &de) && de.Err != nil {
-		return strings.TrimPrefix(de.Err.Error(), "json: ")
+		return clipText(strings.TrimPrefix(de.Err.Error(), "json: "))
 	}
-	return err.Error()
+	return clipText(err.Error())
 }
 
 // trimPrefix drops a leading "commands: " from an error message shown to API users.
@@ -487,13 +488,13 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 	var errs []FieldError
 	for name := range q {
 		if name != "type" && name != "limit" && name != "continuation" {
-			errs = append(errs, FieldError{Pointer: "query:" + name, Detail: "unknown query parameter; use type, limit and continuation"})
+			errs = append(errs, FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
 		}
 	}
 	pq := status.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
 		if err := commands.ValidateType(pq.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "query:type", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}
 	if l := q.Get("limit"); l != "" {

@@ -161,7 +161,7 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
 	mux.HandleFunc("/ui/", h(func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found",
-			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", r.URL.Path, r.Method), "Start from the overview.")
+			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", quoteClip(r.URL.Path), quoteClip(r.Method)), "Start from the overview.")
 	}))
 }
 
@@ -347,7 +347,7 @@ func (d *dashboard) clearCookie(w http.ResponseWriter, r *http.Request) { d.setC
 // overview (no open redirects).
 func (d *dashboard) safeNext(next string) string {
 	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
+	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
 		!strings.HasPrefix(u.Path, d.base+"/") || strings.HasPrefix(u.Path, d.base+"/login") {
 		return d.base + "/"
 	}
@@ -513,7 +513,7 @@ func (d *dashboard) flash(r *http.Request) string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf(f, q.Get("cmd"))
+	return fmt.Sprintf(f, clipText(q.Get("cmd")))
 }
 
 func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
@@ -527,7 +527,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > status.MaxPoisonLimit {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %q is not a whole number from 1 to %d.", l, status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
+				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
 			return
 		}
 		pq.Limit = n
@@ -577,7 +577,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := commands.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%q is not a command ID.", id), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	ctx := r.Context()
@@ -610,7 +610,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
 	if err := commands.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%q is not a command ID.", r.URL.Query().Get("id")), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
@@ -630,7 +630,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		// Poison entries of malformed messages are keyed by the queue
 		// message's ID, not a UUID: accept any valid table key.
 		if err := storage.ValidateKey("PartitionKey", id); err != nil || id == "" {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%q cannot name a poison entry.", id), "Use the buttons on the poison list.")
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the buttons on the poison list.")
 			return
 		}
 		by := "ui:" + v.who
@@ -663,20 +663,20 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 	switch {
 	case errors.Is(err, status.ErrNoCommand):
 		page(http.StatusConflict, "Nothing to requeue",
-			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", id),
+			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", clipText(id)),
 			"Fix the producer that sent it, then discard the entry.", true)
 	case errors.Is(err, status.ErrNotPoisoned):
 		page(http.StatusConflict, "Not poisoned",
-			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", id),
+			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
 			"Open the command to see its state.", false)
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, gerr := d.s.cfg.Reader.Get(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", id, st.Status),
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.Status),
 				"Open the command to see its state.", false)
 			return
 		}
-		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", id),
+		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", clipText(id)),
 			"It may have been discarded already; reload the poison list.", false)
 	default:
 		d.fail(w, r, v, err)

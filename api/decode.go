@@ -100,7 +100,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 		errs = append(errs, FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
 		if err := commands.ValidateType(req.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/type", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
 		}
 	}
 	p := bytes.TrimSpace(req.Params)
@@ -121,7 +121,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	}
 	if req.ID != "" {
 		if err := commands.ValidateID(req.ID); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/id", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
 	if len(req.CorrelationID) > commands.MaxCorrelationIDLength {
@@ -137,28 +137,34 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	return req, nil
 }
 
-// jsonProblem turns an encoding/json error into a 400 Problem naming the field.
+// typeDetail says why typ is not a type name, quoting a short prefix of it.
+func typeDetail(typ string) string {
+	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), commands.MaxTypeLength)
+}
+
+// jsonProblem turns an encoding/json error into a 400 Problem naming the
+// field. It quotes at most a short prefix of the input.
 func jsonProblem(err error) *Problem {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, se.Error()))
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, clipText(se.Error())))
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
 			return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", te.Value))
 		}
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", field, te.Type.Kind(), te.Value),
-			FieldError{Pointer: "#/" + strings.ReplaceAll(field, ".", "/"), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), te.Value)})
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", clipText(field), te.Type.Kind(), clipText(te.Value)),
+			FieldError{Pointer: clipPointer("#/" + strings.ReplaceAll(field, ".", "/")), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), clipText(te.Value))})
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return newProblem(ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown field %q; the fields are type, params, id and correlationId", name),
-			FieldError{Pointer: "#/" + name, Detail: "unknown field"})
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
+			FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
-	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+err.Error())
+	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
 }
 
 // checkContentType accepts application/json and any application/*+json;

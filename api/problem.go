@@ -128,11 +128,47 @@ func newProblem(typ, detail string, errs ...FieldError) *Problem {
 	return &Problem{Type: typ, Title: problemTitles[typ], Status: problemStatus[typ], Detail: detail, Errors: errs}
 }
 
+// Bounds on what a problem may carry, whatever the route put in it: a
+// rejected input is quoted only in part (quoteClip), and these catch the
+// rest, so an answer never grows with the request.
+const (
+	maxDetailBytes   = 2048 // Detail
+	maxFieldBytes    = 512  // each FieldError's Pointer and Detail
+	maxFieldErrors   = 20   // FieldErrors listed; the rest are counted
+	maxInstanceBytes = 128  // Instance (the request path)
+)
+
+// clipTo cuts s to at most n bytes at a character boundary, marking the cut.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// bound applies the bounds above to p.
+func (p *Problem) bound() {
+	p.Detail = clipTo(p.Detail, maxDetailBytes)
+	p.Instance = clipTo(p.Instance, maxInstanceBytes)
+	if len(p.Errors) > maxFieldErrors {
+		more := len(p.Errors) - maxFieldErrors + 1
+		p.Errors = append(p.Errors[:maxFieldErrors-1:maxFieldErrors-1], FieldError{Pointer: "…", Detail: strconv.Itoa(more) + " more problems not listed"})
+	}
+	for i := range p.Errors {
+		p.Errors[i].Pointer = clipTo(p.Errors[i].Pointer, maxFieldBytes)
+		p.Errors[i].Detail = clipTo(p.Errors[i].Detail, maxFieldBytes)
+	}
+}
+
 // writeProblem writes p as the response, filling Instance from the request.
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" && r != nil {
 		p.Instance = r.URL.Path
 	}
+	p.bound()
 	b, err := marshal(p)
 	if err != nil { // cannot happen: Problem holds only strings and ints
 		b = []byte(`{"type":"` + ProblemInternal + `","title":"Internal server error","status":500}` + "\n")
