@@ -80,6 +80,14 @@ type Config struct {
 	// Others get 421, which stops DNS rebinding: a page on the attacker's
 	// name that resolves to this server. Ignored with Tokens. Default none.
 	AllowedHosts []string
+	// AuthFailureBurst is how many failed authentications (an unknown or
+	// malformed bearer token, a wrong dashboard login) a client address may
+	// make in a row; after that it gets 429 with Retry-After for 1 s,
+	// doubling with each further failure up to 5 minutes. One failure is
+	// forgotten per minute. Default DefaultAuthFailureBurst (10); negative:
+	// never refused. Failures are logged at warn, at most once a minute per
+	// address. Behind a reverse proxy every client has the proxy's address.
+	AuthFailureBurst int
 	// RequestTimeout is every request's deadline (default
 	// DefaultRequestTimeout, 10 s). Storage calls still running when it
 	// passes are abandoned and the client gets 503 with Retry-After. Keep
@@ -153,6 +161,7 @@ func (c Config) Validate() error {
 type server struct {
 	cfg          Config
 	auth         *authenticator
+	limiter      *authLimiter
 	log          zerolog.Logger
 	corsOrigins  map[string]bool // normalized CORSOrigins
 	allowedHosts map[string]bool // normalized AllowedHosts
@@ -174,6 +183,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.AuthFailureBurst == 0 {
+		cfg.AuthFailureBurst = DefaultAuthFailureBurst
+	}
 	if cfg.StorageTryTimeout == 0 {
 		cfg.StorageTryTimeout = cfg.RequestTimeout / 4
 	}
@@ -186,7 +198,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry != nil {
 		cfg.Metrics.LabelTypes(cfg.Registry.Types()...)
 	}
-	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger,
+	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger, limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.Logger),
 		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
 	for _, h := range cfg.AllowedHosts {
 		if h == "*" {
@@ -304,17 +316,41 @@ func newRef() string {
 }
 
 // authorize checks the bearer token for need; on failure it writes the
-// problem (with WWW-Authenticate on 401) and returns ok=false.
+// problem (with WWW-Authenticate on 401) and returns ok=false. A client
+// address refused after repeated failures gets 429 without its token being
+// looked at.
 func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (who string, ok bool) {
+	if !s.authOn() {
+		return "anonymous", true
+	}
+	key := clientKey(r)
+	if wait, blocked := s.limiter.blocked(key); blocked {
+		writeTooMany(w, r, wait)
+		return "", false
+	}
 	who, p := s.auth.check(r, need)
 	if p != nil {
 		if p.Status == http.StatusUnauthorized {
+			if r.Header.Get("Authorization") != "" {
+				s.limiter.failed(key, p.Detail, r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmdq"`)
 		}
 		writeProblem(w, r, p)
 		return "", false
 	}
 	return who, true
+}
+
+// authOn reports whether tokens are configured.
+func (s *server) authOn() bool { return len(s.auth.entries) > 0 }
+
+// writeTooMany answers 429 to a client refused for wait after repeated
+// failed authentication.
+func writeTooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeProblem(w, r, newProblem(ProblemTooManyRequests, fmt.Sprintf("too many failed authentications from your address; retry in %d s with a configured token", secs)))
 }
 
 // pathID reads and validates {id}; on failure it writes a 400 problem.

@@ -258,14 +258,21 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 		return viewer{who: "anonymous", roles: []Role{RoleIssuer, RoleReader, RoleOperator}}, true, false
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
+		key := clientKey(r)
+		if wait, blocked := d.s.limiter.blocked(key); blocked {
+			d.tooMany(w, r, wait)
+			return viewer{}, false, true
+		}
 		scheme, tok, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(tok)
 		if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			d.s.limiter.failed(key, "malformed Authorization header", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The Authorization header must be 'Bearer <token>'.", "Send a configured token, or log in with a browser.")
 			return viewer{}, false, true
 		}
 		e, found := d.s.auth.lookup(tok)
 		if !found {
+			d.s.limiter.failed(key, "unknown bearer token", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
 		}
@@ -380,6 +387,15 @@ func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, pag
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(buf.Bytes())
 	}
+}
+
+// tooMany renders the 429 page of a client refused after repeated failed
+// authentication.
+func (d *dashboard) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	d.errorPage(w, r, viewer{}, http.StatusTooManyRequests, "Too many failed logins",
+		"Your address made too many failed authentications, so this request was not checked.", fmt.Sprintf("Wait %d seconds, then use a configured token.", secs))
 }
 
 // errorBody is the body of the error page.
@@ -708,9 +724,14 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	key := clientKey(r)
+	if wait, blocked := d.s.limiter.blocked(key); blocked {
+		d.tooMany(w, r, wait)
+		return
+	}
 	e, ok := d.s.auth.lookup(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		d.s.log.Info().Str("remote", r.RemoteAddr).Msg("cmdq api: dashboard login with an unknown token")
+		d.s.limiter.failed(key, "dashboard login with an unknown token", r)
 		d.render(w, r, http.StatusUnauthorized, "login", d.data(viewer{}, "Log in", "",
 			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
 		return

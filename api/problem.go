@@ -38,6 +38,9 @@ const (
 	// ProblemMisdirected: without tokens, the request's Host is not a
 	// loopback name or one of Config.AllowedHosts (421).
 	ProblemMisdirected = problemBase + "misdirected"
+	// ProblemTooManyRequests: the client's address made too many failed
+	// authentications; Retry-After says when it may try again (429).
+	ProblemTooManyRequests = problemBase + "too-many-requests"
 	// ProblemNotFound: no such command, poison entry or route (404).
 	ProblemNotFound = problemBase + "not-found"
 	// ProblemMethodNotAllowed: the route exists but not for this method (405);
@@ -100,6 +103,7 @@ var problemTitles = map[string]string{
 	ProblemForbidden:            "Forbidden",
 	ProblemCrossSite:            "Cross-site request refused",
 	ProblemMisdirected:          "Misdirected request",
+	ProblemTooManyRequests:      "Too many requests",
 	ProblemNotFound:             "Not found",
 	ProblemMethodNotAllowed:     "Method not allowed",
 	ProblemConflict:             "Conflict",
@@ -116,6 +120,7 @@ var problemStatus = map[string]int{
 	ProblemForbidden:            http.StatusForbidden,
 	ProblemCrossSite:            http.StatusForbidden,
 	ProblemMisdirected:          http.StatusMisdirectedRequest,
+	ProblemTooManyRequests:      http.StatusTooManyRequests,
 	ProblemNotFound:             http.StatusNotFound,
 	ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	ProblemConflict:             http.StatusConflict,
