@@ -285,11 +285,6 @@ func (s *server) middleware(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
-		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) || !checkQuery(rec, r) {
-			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
-				Dur("duration", time.Since(start)).Msg("cmdq api: request refused")
-			return
-		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -305,6 +300,11 @@ func (s *server) middleware(next http.Handler) http.Handler {
 			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
 				Dur("duration", time.Since(start)).Msg("cmdq api: request")
 		}()
+		// Checks that come before any route: Host (without tokens), CORS and
+		// cross-site refusal, unambiguous query strings (guard.go).
+		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) || !checkQuery(rec, r) {
+			return
+		}
 		next.ServeHTTP(rec, r)
 	})
 }
