@@ -67,10 +67,55 @@ type Config struct {
 	// the handler is mounted under a prefix with http.StripPrefix (for
 	// example "/cmdq"). Default "".
 	BasePath string
-	// Logger receives request logs (debug), operator actions (info) and
-	// server faults (error). The zero Logger discards them.
+	// CORSOrigins are the web origins (scheme://host[:port], such as
+	// "https://app.example.com") whose browser pages may call the API: they
+	// get CORS answers (preflights, Access-Control-Allow-Origin) on /v1,
+	// /healthz and /readyz and pass the cross-site check. No wildcards, and
+	// credentials (cookies) are never allowed: such pages send bearer
+	// tokens. Default none: only same-origin pages and non-browser clients.
+	CORSOrigins []string
+	// AllowedHosts are host names (or IP addresses) that requests may name
+	// in their Host header besides loopback ones (localhost, *.localhost,
+	// 127.0.0.0/8, ::1), when no Tokens are configured; "*" allows any.
+	// Others get 421, which stops DNS rebinding: a page on the attacker's
+	// name that resolves to this server. Ignored with Tokens. Default none.
+	AllowedHosts []string
+	// AuthFailureBurst is how many failed authentications (an unknown or
+	// malformed bearer token, a wrong dashboard login) a client address may
+	// make in a row; after that it gets 429 with Retry-After for 1 s,
+	// doubling with each further failure up to 5 minutes. One failure is
+	// forgotten per minute. Default DefaultAuthFailureBurst (10); negative:
+	// never refused. Failures are logged at warn, at most once a minute per
+	// address. Behind a reverse proxy every client has the proxy's address.
+	AuthFailureBurst int
+	// RequestTimeout is every request's deadline (default
+	// DefaultRequestTimeout, 10 s). Storage calls still running when it
+	// passes are abandoned and the client gets 503 with Retry-After. Keep
+	// it well under the http.Server's WriteTimeout, or the client may get
+	// no answer at all.
+	RequestTimeout time.Duration
+	// StorageTryTimeout bounds one try of each storage call made for a
+	// request (default RequestTimeout/4), through storage.WithCallBudget.
+	StorageTryTimeout time.Duration
+	// StorageMaxRetries is how often a failed try of such a call is retried
+	// (default DefaultStorageMaxRetries, 2; negative: no retries). The
+	// processor keeps the store's own, longer settings.
+	StorageMaxRetries int
+	// Logger receives request logs (debug), operator actions (info), storage
+	// outages and failed authentication (warn) and server faults (error).
+	// The zero Logger discards them.
 	Logger zerolog.Logger
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default (10 s).
+const DefaultRequestTimeout = 10 * time.Second
+
+// DefaultStorageMaxRetries is Config.StorageMaxRetries' default (2).
+const DefaultStorageMaxRetries = 2
+
+// RetryAfterSeconds is the Retry-After header (in seconds) of every 503
+// answer: when a client may try again (5).
+const RetryAfterSeconds = 5
 
 // ErrInvalidConfig is wrapped by every error Config.Validate reports.
 var ErrInvalidConfig = errors.New("api: invalid config")
@@ -88,8 +133,24 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))
 	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: RequestTimeout is %s; use 0 for the default (%s) or a positive duration", ErrInvalidConfig, c.RequestTimeout, DefaultRequestTimeout))
+	}
+	if c.StorageTryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: StorageTryTimeout is %s; use 0 for the default (RequestTimeout/4) or a positive duration", ErrInvalidConfig, c.StorageTryTimeout))
+	}
 	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
 		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
+	}
+	for _, h := range c.AllowedHosts {
+		if err := validateAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("%w: AllowedHosts: %w", ErrInvalidConfig, err))
+		}
+	}
+	for _, o := range c.CORSOrigins {
+		if _, err := normalizeOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err))
+		}
 	}
 	if err := c.Tokens.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
@@ -98,9 +159,13 @@ func (c Config) Validate() error {
 }
 
 type server struct {
-	cfg  Config
-	auth *authenticator
-	log  zerolog.Logger
+	cfg          Config
+	auth         *authenticator
+	limiter      *authLimiter
+	log          zerolog.Logger
+	corsOrigins  map[string]bool // normalized CORSOrigins
+	allowedHosts map[string]bool // normalized AllowedHosts
+	cop          *http.CrossOriginProtection
 }
 
 // New returns the API handler. It fails with the problems Config.Validate
@@ -115,7 +180,40 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
-	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.AuthFailureBurst == 0 {
+		cfg.AuthFailureBurst = DefaultAuthFailureBurst
+	}
+	if cfg.StorageTryTimeout == 0 {
+		cfg.StorageTryTimeout = cfg.RequestTimeout / 4
+	}
+	switch {
+	case cfg.StorageMaxRetries == 0:
+		cfg.StorageMaxRetries = DefaultStorageMaxRetries
+	case cfg.StorageMaxRetries < 0:
+		cfg.StorageMaxRetries = 0
+	}
+	if cfg.Registry != nil {
+		cfg.Metrics.LabelTypes(cfg.Registry.Types()...)
+	}
+	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger, limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.Logger),
+		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
+	for _, h := range cfg.AllowedHosts {
+		if h == "*" {
+			s.allowedHosts["*"] = true
+		} else {
+			s.allowedHosts[normalizeHost(h)] = true
+		}
+	}
+	for _, o := range cfg.CORSOrigins {
+		n, _ := normalizeOrigin(o) // Validate checked it
+		s.corsOrigins[n] = true
+		if err := s.cop.AddTrustedOrigin(n); err != nil {
+			return nil, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err)
+		}
+	}
 	mux := http.NewServeMux()
 	route := func(path string, methods map[string]http.HandlerFunc) {
 		allow := make([]string, 0, len(methods)+1)
@@ -131,7 +229,7 @@ func New(cfg Config) (http.Handler, error) {
 		allowed := strings.Join(allow, ", ")
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allowed)
-			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", r.URL.Path, r.Method, allowed)))
+			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", path, quoteClip(r.Method), allowed)))
 		})
 	}
 	route("/v1/commands", map[string]http.HandlerFunc{http.MethodPost: s.issue})
@@ -150,7 +248,7 @@ func New(cfg Config) (http.Handler, error) {
 	}})
 	s.mountDashboard(mux) // the operator web pages under /ui/ (dashboard.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", r.URL.Path)))
+		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", quoteClip(r.URL.Path))))
 	})
 	return s.middleware(mux), nil
 }
@@ -178,11 +276,15 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// middleware recovers panics as 500 problems and logs every request at debug.
+// middleware recovers panics as 500 problems, logs every request at debug
+// and gives every request its deadline and storage call budget.
 func (s *server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -198,6 +300,11 @@ func (s *server) middleware(next http.Handler) http.Handler {
 			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
 				Dur("duration", time.Since(start)).Msg("cmdq api: request")
 		}()
+		// Checks that come before any route: Host (without tokens), CORS and
+		// cross-site refusal, unambiguous query strings (guard.go).
+		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) || !checkQuery(rec, r) {
+			return
+		}
 		next.ServeHTTP(rec, r)
 	})
 }
@@ -209,11 +316,24 @@ func newRef() string {
 }
 
 // authorize checks the bearer token for need; on failure it writes the
-// problem (with WWW-Authenticate on 401) and returns ok=false.
+// problem (with WWW-Authenticate on 401) and returns ok=false. A client
+// address refused after repeated failures gets 429 without its token being
+// looked at.
 func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (who string, ok bool) {
+	if !s.authOn() {
+		return "anonymous", true
+	}
+	key := clientKey(r)
+	if wait, blocked := s.limiter.blocked(key); blocked {
+		writeTooMany(w, r, wait)
+		return "", false
+	}
 	who, p := s.auth.check(r, need)
 	if p != nil {
 		if p.Status == http.StatusUnauthorized {
+			if r.Header.Get("Authorization") != "" {
+				s.limiter.failed(key, p.Detail, r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmdq"`)
 		}
 		writeProblem(w, r, p)
@@ -222,11 +342,22 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (w
 	return who, true
 }
 
+// authOn reports whether tokens are configured.
+func (s *server) authOn() bool { return len(s.auth.entries) > 0 }
+
+// writeTooMany answers 429 to a client refused for wait after repeated
+// failed authentication.
+func writeTooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeProblem(w, r, newProblem(ProblemTooManyRequests, fmt.Sprintf("too many failed authentications from your address; retry in %d s with a configured token", secs)))
+}
+
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if err := commands.ValidateID(id); err != nil {
-		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%q is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", id)))
+		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
 		return "", false
 	}
 	return id, true
@@ -245,11 +376,22 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
 		writeProblem(w, r, newProblem(ProblemUnavailable, "the request was canceled"))
+	case storageUnavailable(err):
+		ref := newRef()
+		s.log.Warn().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: storage unavailable")
+		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage did not answer in time or could not be reached; retry in %d seconds (a POST /v1/commands with the same id is safe to repeat). Reference %s is in the server's log", RetryAfterSeconds, ref)))
 	default:
 		ref := newRef()
 		s.log.Error().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: request failed")
 		writeProblem(w, r, newProblem(ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
 	}
+}
+
+// storageUnavailable reports whether err means storage did not answer: the
+// driver says so (storage.ErrUnavailable), or the request's deadline or a
+// storage try's timeout passed.
+func storageUnavailable(err error) bool {
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *server) issue(w http.ResponseWriter, r *http.Request) {
@@ -269,12 +411,12 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	if reg := s.cfg.Registry; reg != nil {
 		def, ok := reg.Lookup(req.Type)
 		if !ok {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %q; registered types: %s", req.Type, strings.Join(reg.Types(), ", ")),
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(reg.Types(), ", ")),
 				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
 			return
 		}
 		if _, err := def.Decode(req.Params); err != nil {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %q: %s", req.Type, decodeDetail(err)),
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %s: %s", quoteClip(req.Type), decodeDetail(err)),
 				FieldError{Pointer: "#/params", Detail: decodeDetail(err)}))
 			return
 		}
@@ -287,15 +429,15 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		// caller it is accepted.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
 	case errors.Is(err, commands.ErrIDConflict):
-		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type or params; send the same body to get the existing command, or use a new id",
-			FieldError{Pointer: "#/id", Detail: "already used with a different type or params"}))
+		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
+			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(ProblemTooLarge, trimPrefix(err)+"; store large data elsewhere and pass a reference",
+		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, trimPrefix(err)))
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
 		s.fail(w, r, err)
@@ -316,13 +458,14 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.Status)})
 }
 
-// decodeDetail shortens a *handlers.DecodeError to its JSON cause.
+// decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
+// can quote the params: a short prefix only).
 func decodeDetail(err error) string {
 	var de *handlers.DecodeError
 	if errors.As(err, &de) && de.Err != nil {
-		return strings.TrimPrefix(de.Err.Error(), "json: ")
+		return clipText(strings.TrimPrefix(de.Err.Error(), "json: "))
 	}
-	return err.Error()
+	return clipText(err.Error())
 }
 
 // trimPrefix drops a leading "commands: " from an error message shown to API users.
@@ -381,13 +524,13 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 	var errs []FieldError
 	for name := range q {
 		if name != "type" && name != "limit" && name != "continuation" {
-			errs = append(errs, FieldError{Pointer: "query:" + name, Detail: "unknown query parameter; use type, limit and continuation"})
+			errs = append(errs, FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
 		}
 	}
 	pq := status.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
 		if err := commands.ValidateType(pq.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "query:type", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}
 	if l := q.Get("limit"); l != "" {
@@ -464,6 +607,14 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 	if id, ok = pathID(w, r); !ok {
 		return "", false
 	}
+	if hasBody(r) {
+		// The route takes no body; one that is not JSON is what a
+		// cross-site form would send.
+		if p := checkContentType(r); p != nil {
+			writeProblem(w, r, p)
+			return "", false
+		}
+	}
 	if err := act(r.Context(), id, "api:"+who); err != nil {
 		s.failPoisonAction(w, r, id, err)
 		return "", false
@@ -494,7 +645,9 @@ type HealthResponse struct {
 	State string `json:"state"`
 	// Healthy is false while the service is unhealthy.
 	Healthy bool `json:"healthy"`
-	// Detail is the HealthFunc's detail (for a processor, its Health snapshot).
+	// Detail is the HealthFunc's detail (for a processor, its Health
+	// snapshot). Only requests with the reader role (any request without
+	// configured tokens) see it.
 	Detail any `json:"detail,omitempty"`
 }
 
@@ -506,8 +659,19 @@ func (s *server) health() HealthResponse {
 	return HealthResponse{State: state, Healthy: ok, Detail: detail}
 }
 
+// healthFor returns h as r may see it: the detail (for a processor, its
+// last error, which can name the storage endpoint and account) only for a
+// request with the reader role; without it, the state and healthy flag.
+// /healthz and /readyz answer through it.
+func (s *server) healthFor(r *http.Request, h HealthResponse) HealthResponse {
+	if _, p := s.auth.check(r, RoleReader); p != nil {
+		h.Detail = nil
+	}
+	return h
+}
+
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.health())
+	writeJSON(w, http.StatusOK, s.healthFor(r, s.health()))
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -516,5 +680,5 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
 	}
-	writeJSON(w, http.StatusOK, h)
+	writeJSON(w, http.StatusOK, s.healthFor(r, h))
 }

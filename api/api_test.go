@@ -188,6 +188,7 @@ func TestIssueInvalid(t *testing.T) {
 		{"correlation too long", "application/json", `{"type":"A","correlationId":"` + strings.Repeat("x", 257) + `"}`, 400, api.ProblemInvalidRequest, "#/correlationId"},
 		{"over limit", "application/json", `{"type":"A","params":{"x":"` + strings.Repeat("x", 5000) + `"}}`, 413, api.ProblemTooLarge, ""},
 		{"text/plain", "text/plain", `{"type":"A"}`, 415, api.ProblemUnsupportedMediaType, ""},
+		{"no content type", "", `{"type":"A"}`, 415, api.ProblemUnsupportedMediaType, ""},
 		{"form", "application/x-www-form-urlencoded", `type=A`, 415, api.ProblemUnsupportedMediaType, ""},
 	}
 	for _, c := range cases {
@@ -211,14 +212,14 @@ func TestIssueInvalid(t *testing.T) {
 	})
 	t.Run("nothing stored", func(t *testing.T) {
 		t.Parallel()
-		// Parallel subtests run after the parent's body, so the three
+		// Parallel subtests run after the parent's body, so the two
 		// accepted requests below are the only messages.
-		if n := s.QueueCount(t, ""); n != 3 {
-			t.Fatalf("queue has %d messages, want 3 (invalid requests must enqueue nothing)", n)
+		if n := s.QueueCount(t, ""); n != 2 {
+			t.Fatalf("queue has %d messages, want 2 (invalid requests must enqueue nothing)", n)
 		}
 	})
-	// A JSON media type with parameters, or a +json type, or none, is accepted.
-	for _, ct := range []string{"application/json; charset=utf-8", "application/vnd.cmdq+json", ""} {
+	// A JSON media type with parameters, or a +json type, is accepted.
+	for _, ct := range []string{"application/json; charset=utf-8", "application/vnd.cmdq+json"} {
 		decode[api.IssueResponse](t, send(t, http.MethodPost, s.URL+"/v1/commands", "", ct, `{"type":"A"}`), http.StatusAccepted)
 	}
 }
@@ -404,13 +405,44 @@ func TestHealth(t *testing.T) {
 	decode[api.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), http.StatusOK)
 	<-healthy
 	healthy <- false
-	h = decode[api.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/healthz", "", "", ""), http.StatusOK)
+	h = decode[api.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/healthz", apitest.ReaderToken, "", ""), http.StatusOK)
 	if h.State != "unhealthy" || h.Healthy || h.Detail.(map[string]any)["lastError"] != "dequeue: connection refused" {
 		t.Fatalf("healthz %+v", h)
 	}
 	p := problem(t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), 503, api.ProblemUnavailable)
 	if !strings.Contains(p.Detail, "unhealthy") {
 		t.Fatalf("readyz detail %q", p.Detail)
+	}
+}
+
+// TestHealthDetailNeedsReader: /healthz and /readyz tell anyone the state,
+// but the detail (a processor's last error names the storage endpoint and
+// account) only to the reader role.
+func TestHealthDetailNeedsReader(t *testing.T) {
+	t.Parallel()
+	const secret = `queue "cmdq-commands" dequeue: Get "https://acct.queue.core.windows.net/cmdq-commands/messages": dial tcp: connection refused`
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Health: func() (string, bool, any) {
+		return "polling", true, map[string]string{"lastError": secret}
+	}})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		for _, tok := range []string{"", apitest.IssuerToken, "not-a-configured-token-0123"} {
+			r := send(t, http.MethodGet, s.URL+path, tok, "", "")
+			h := decode[api.HealthResponse](t, r, http.StatusOK)
+			if h.State != "polling" || !h.Healthy || h.Detail != nil || strings.Contains(string(r.body), "windows.net") {
+				t.Errorf("%s with token %q: %s, want the state without detail", path, tok, r.body)
+			}
+		}
+		for _, tok := range []string{apitest.ReaderToken, apitest.OperatorToken} {
+			r := send(t, http.MethodGet, s.URL+path, tok, "", "")
+			if h := decode[api.HealthResponse](t, r, http.StatusOK); h.Detail == nil || !strings.Contains(string(r.body), "windows.net") {
+				t.Errorf("%s with a reader token: %s, want the detail", path, r.body)
+			}
+		}
+	}
+	// Without tokens every request has the reader role (loopback only).
+	open := apitest.Start(t, apitest.Options{Health: func() (string, bool, any) { return "polling", true, map[string]int{"inFlight": 2} }})
+	if h := decode[api.HealthResponse](t, send(t, http.MethodGet, open.URL+"/healthz", "", "", ""), http.StatusOK); h.Detail == nil {
+		t.Errorf("without tokens: no detail")
 	}
 }
 

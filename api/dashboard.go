@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -97,6 +98,9 @@ type dashboard struct {
 	cop  *http.CrossOriginProtection
 	now  func() time.Time
 	base string // BasePath + "/ui"
+
+	revokedMu sync.Mutex
+	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
 }
 
 // viewer is who is looking at a page, from a session cookie, a bearer token,
@@ -105,6 +109,7 @@ type viewer struct {
 	who     string
 	roles   []Role
 	session string // the cookie value the CSRF token derives from; "" for bearer requests
+	claims  sessionClaims
 	bearer  bool
 }
 
@@ -129,7 +134,8 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	if _, err := rand.Read(key); err != nil {
 		panic("api: no randomness for the dashboard session key: " + err.Error())
 	}
-	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui"}
+	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui",
+		revoked: map[string]int64{}}
 	h := func(f http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			hdr := w.Header()
@@ -155,7 +161,7 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
 	mux.HandleFunc("/ui/", h(func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found",
-			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", r.URL.Path, r.Method), "Start from the overview.")
+			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", quoteClip(r.URL.Path), quoteClip(r.Method)), "Start from the overview.")
 	}))
 }
 
@@ -206,7 +212,28 @@ func (d *dashboard) parseSession(v string) (sessionClaims, error) {
 	if d.now().Unix() >= c.Expires {
 		return c, errors.New("session expired")
 	}
+	d.revokedMu.Lock()
+	_, revoked := d.revoked[c.Nonce]
+	d.revokedMu.Unlock()
+	if revoked {
+		return c, errors.New("session logged out")
+	}
 	return c, nil
+}
+
+// revoke ends a session on the server: its cookie, copied or not, is refused
+// from now until it would have expired anyway (when its nonce is forgotten).
+// The set holds only sessions logged out within SessionLifetime.
+func (d *dashboard) revoke(c sessionClaims) {
+	now := d.now().Unix()
+	d.revokedMu.Lock()
+	defer d.revokedMu.Unlock()
+	for n, exp := range d.revoked {
+		if exp <= now {
+			delete(d.revoked, n)
+		}
+	}
+	d.revoked[c.Nonce] = c.Expires
 }
 
 // csrfToken derives the CSRF token of a session (or, without configured
@@ -231,14 +258,21 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 		return viewer{who: "anonymous", roles: []Role{RoleIssuer, RoleReader, RoleOperator}}, true, false
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
+		key := clientKey(r)
+		if wait, blocked := d.s.limiter.blocked(key); blocked {
+			d.tooMany(w, r, wait)
+			return viewer{}, false, true
+		}
 		scheme, tok, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(tok)
 		if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			d.s.limiter.failed(key, "malformed Authorization header", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The Authorization header must be 'Bearer <token>'.", "Send a configured token, or log in with a browser.")
 			return viewer{}, false, true
 		}
 		e, found := d.s.auth.lookup(tok)
 		if !found {
+			d.s.limiter.failed(key, "unknown bearer token", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
 		}
@@ -253,7 +287,7 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 		d.clearCookie(w, r)
 		return viewer{}, false, false
 	}
-	return viewer{who: claims.Who, roles: claims.Roles, session: c.Value}, true, false
+	return viewer{who: claims.Who, roles: claims.Roles, session: c.Value, claims: claims}, true, false
 }
 
 // require authenticates r and checks need. On failure it writes the
@@ -320,7 +354,7 @@ func (d *dashboard) clearCookie(w http.ResponseWriter, r *http.Request) { d.setC
 // overview (no open redirects).
 func (d *dashboard) safeNext(next string) string {
 	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
+	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
 		!strings.HasPrefix(u.Path, d.base+"/") || strings.HasPrefix(u.Path, d.base+"/login") {
 		return d.base + "/"
 	}
@@ -355,6 +389,15 @@ func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, pag
 	}
 }
 
+// tooMany renders the 429 page of a client refused after repeated failed
+// authentication.
+func (d *dashboard) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	d.errorPage(w, r, viewer{}, http.StatusTooManyRequests, "Too many failed logins",
+		"Your address made too many failed authentications, so this request was not checked.", fmt.Sprintf("Wait %d seconds, then use a configured token.", secs))
+}
+
 // errorBody is the body of the error page.
 type errorBody struct {
 	Status  int
@@ -374,6 +417,13 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
 			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
+	case storageUnavailable(err):
+		ref := newRef()
+		d.s.log.Warn().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard: storage unavailable")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		d.errorPage(w, r, v, http.StatusServiceUnavailable, "Storage unavailable",
+			"Storage did not answer in time or could not be reached. Reference "+ref+" is in the server's log.",
+			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", RetryAfterSeconds))
 	case errors.Is(err, status.ErrInvalidContinuation):
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
 	default:
@@ -479,7 +529,7 @@ func (d *dashboard) flash(r *http.Request) string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf(f, q.Get("cmd"))
+	return fmt.Sprintf(f, clipText(q.Get("cmd")))
 }
 
 func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
@@ -493,7 +543,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > status.MaxPoisonLimit {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %q is not a whole number from 1 to %d.", l, status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
+				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
 			return
 		}
 		pq.Limit = n
@@ -543,7 +593,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := commands.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%q is not a command ID.", id), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	ctx := r.Context()
@@ -576,7 +626,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
 	if err := commands.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%q is not a command ID.", r.URL.Query().Get("id")), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
@@ -596,7 +646,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		// Poison entries of malformed messages are keyed by the queue
 		// message's ID, not a UUID: accept any valid table key.
 		if err := storage.ValidateKey("PartitionKey", id); err != nil || id == "" {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%q cannot name a poison entry.", id), "Use the buttons on the poison list.")
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the buttons on the poison list.")
 			return
 		}
 		by := "ui:" + v.who
@@ -629,20 +679,20 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 	switch {
 	case errors.Is(err, status.ErrNoCommand):
 		page(http.StatusConflict, "Nothing to requeue",
-			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", id),
+			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", clipText(id)),
 			"Fix the producer that sent it, then discard the entry.", true)
 	case errors.Is(err, status.ErrNotPoisoned):
 		page(http.StatusConflict, "Not poisoned",
-			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", id),
+			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
 			"Open the command to see its state.", false)
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, gerr := d.s.cfg.Reader.Get(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", id, st.Status),
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.Status),
 				"Open the command to see its state.", false)
 			return
 		}
-		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", id),
+		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", clipText(id)),
 			"It may have been discarded already; reload the poison list.", false)
 	default:
 		d.fail(w, r, v, err)
@@ -674,9 +724,14 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	key := clientKey(r)
+	if wait, blocked := d.s.limiter.blocked(key); blocked {
+		d.tooMany(w, r, wait)
+		return
+	}
 	e, ok := d.s.auth.lookup(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		d.s.log.Info().Str("remote", r.RemoteAddr).Msg("cmdq api: dashboard login with an unknown token")
+		d.s.limiter.failed(key, "dashboard login with an unknown token", r)
 		d.render(w, r, http.StatusUnauthorized, "login", d.data(viewer{}, "Log in", "",
 			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
 		return
@@ -697,6 +752,9 @@ func (d *dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if ok && !d.checkPost(w, r, v) {
 		return
+	} else if ok && v.session != "" {
+		d.revoke(v.claims)
+		d.s.log.Info().Str("by", v.who).Msg("cmdq api: dashboard logout")
 	}
 	d.clearCookie(w, r)
 	http.Redirect(w, r, d.base+"/login", http.StatusSeeOther)

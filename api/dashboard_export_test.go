@@ -10,3 +10,12 @@ func SetDashboardClock(now func() time.Time) (restore func()) {
 	dashboardClock = now
 	return func() { dashboardClock = old }
 }
+
+// SetAuthClock replaces the clock of the failed-authentication limiter, for
+// every handler, and returns a function restoring it. Tests that use it
+// must not run in parallel.
+func SetAuthClock(now func() time.Time) (restore func()) {
+	old := authClock
+	authClock = now
+	return func() { authClock = old }
+}

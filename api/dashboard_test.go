@@ -625,12 +625,25 @@ func TestDashboardLogin(t *testing.T) {
 		}
 	}
 
-	// Logout clears the cookie.
+	// Logout clears the cookie and ends the session on the server: a copy
+	// of the cookie taken before stops working at once.
+	copied := *op.cookie
 	op.post("/ui/logout", nil).want(t, http.StatusForbidden)
 	if loc := op.post("/ui/logout", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther); loc != "/ui/login" || op.cookie != nil {
 		t.Fatalf("logout: redirect %q, cookie %v", loc, op.cookie)
 	}
 	op.get("/ui/").location(t, http.StatusSeeOther)
+	thief := newBrowser(t, srv.URL)
+	thief.cookie = &copied
+	if loc := thief.get("/ui/poison").location(t, http.StatusSeeOther); !strings.HasPrefix(loc, "/ui/login") {
+		t.Fatalf("a copy of the logged-out cookie still works: redirect %q", loc)
+	}
+	thief.cookie = &copied
+	thief.post("/ui/poison/"+id+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusUnauthorized)
+	// Other sessions of the same token are not affected.
+	op2 := newBrowser(t, srv.URL)
+	op2.post("/ui/login", url.Values{"token": {apitest.OperatorToken}}).location(t, http.StatusSeeOther)
+	op2.get("/ui/poison").want(t, http.StatusOK)
 }
 
 // TestDashboardSessionExpiry moves the dashboard's clock, so it does not run

@@ -8,7 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/commands"
@@ -28,7 +31,8 @@ type IssueRequest struct {
 	Params json.RawMessage `json:"params,omitempty"`
 	// ID is the command ID, a canonical lowercase UUID. Optional: the server
 	// generates one when empty. Sending the same ID and body again returns
-	// the same command instead of issuing a second.
+	// the same command instead of issuing a second; the same ID with another
+	// type, params or correlation ID is a 409.
 	ID string `json:"id,omitempty"`
 	// CorrelationID is free text (at most 256 characters) carried with the
 	// command for tracing. Optional.
@@ -45,7 +49,9 @@ type IssueResponse struct {
 }
 
 // DecodeIssueRequest reads and validates a POST /v1/commands body of at most
-// maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, a missing
+// maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, keys
+// repeated in one object or differing only in case, top-level fields not
+// spelled exactly (type, params, id, correlationId), a missing
 // or malformed type, params that are not a JSON object, and an id that is not
 // a canonical lowercase UUID are rejected with a 400 Problem listing every
 // field problem; an oversized body gives a 413 Problem. It never panics. The
@@ -85,13 +91,16 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	if _, err := dec.Token(); err != io.EOF {
 		return IssueRequest{}, newProblem(ProblemInvalidRequest, "the request body has data after the JSON object; send exactly one object")
 	}
+	if p := checkKeys(data); p != nil {
+		return IssueRequest{}, p
+	}
 	var errs []FieldError
 	switch {
 	case req.Type == "":
 		errs = append(errs, FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
 		if err := commands.ValidateType(req.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/type", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
 		}
 	}
 	p := bytes.TrimSpace(req.Params)
@@ -112,7 +121,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	}
 	if req.ID != "" {
 		if err := commands.ValidateID(req.ID); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/id", Detail: trimPrefix(err)})
+			errs = append(errs, FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
 	if len(req.CorrelationID) > commands.MaxCorrelationIDLength {
@@ -128,40 +137,169 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	return req, nil
 }
 
-// jsonProblem turns an encoding/json error into a 400 Problem naming the field.
+// typeDetail says why typ is not a type name, quoting a short prefix of it.
+func typeDetail(typ string) string {
+	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), commands.MaxTypeLength)
+}
+
+// jsonProblem turns an encoding/json error into a 400 Problem naming the
+// field. It quotes at most a short prefix of the input.
 func jsonProblem(err error) *Problem {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, se.Error()))
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, clipText(se.Error())))
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
 			return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", te.Value))
 		}
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", field, te.Type.Kind(), te.Value),
-			FieldError{Pointer: "#/" + strings.ReplaceAll(field, ".", "/"), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), te.Value)})
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", clipText(field), te.Type.Kind(), clipText(te.Value)),
+			FieldError{Pointer: clipPointer("#/" + strings.ReplaceAll(field, ".", "/")), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), clipText(te.Value))})
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return newProblem(ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown field %q; the fields are type, params, id and correlationId", name),
-			FieldError{Pointer: "#/" + name, Detail: "unknown field"})
+		return newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
+			FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
-	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+err.Error())
+	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
 }
 
-// checkContentType accepts a missing Content-Type, application/json and any
-// application/*+json; anything else is a 415 Problem.
+// checkContentType accepts application/json and any application/*+json;
+// anything else, a missing Content-Type included, is a 415 Problem. (A
+// browser sends a cross-site body without a preflight only as text/plain,
+// form data, or with no type at all.)
 func checkContentType(r *http.Request) *Problem {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return nil
+		return newProblem(ProblemUnsupportedMediaType, "the request has a body but no Content-Type; send 'Content-Type: application/json'")
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
 		return nil
 	}
-	return newProblem(ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not JSON; send 'Content-Type: application/json'", ct))
+	return newProblem(ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not JSON; send 'Content-Type: application/json'", quoteClip(ct)))
+}
+
+// issueFields are the top-level fields of a POST /v1/commands body, as they
+// must be spelled.
+var issueFields = []string{"type", "params", "id", "correlationId"}
+
+// checkKeys rejects what encoding/json would silently resolve: a key that
+// appears twice in one object (the last one would win, while another
+// reader of the same body might take the first), keys that differ only in
+// case (encoding/json matches struct fields case-insensitively, so
+// {"type":…,"TYPE":…} is a duplicate too, at any depth: params decode into
+// handler structs the same way), and top-level fields not spelled exactly
+// as documented ({"TYPE":…}). data is one valid JSON value.
+func checkKeys(data []byte) *Problem {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	// seg is one step of the path to a value; the pointer is built only for
+	// an error (paths can be thousands of levels deep).
+	type seg struct {
+		parent *seg
+		name   string
+	}
+	pointer := func(s *seg) string {
+		var parts []string
+		for ; s != nil; s = s.parent {
+			parts = append(parts, s.name)
+		}
+		slices.Reverse(parts)
+		return clipPointer("#/" + strings.Join(parts, "/"))
+	}
+	var walk func(at *seg, top bool) *Problem
+	walk = func(at *seg, top bool) *Problem {
+		tok, err := dec.Token()
+		if err != nil { // cannot happen: Decode accepted data
+			return newProblem(ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
+		}
+		switch tok {
+		case json.Delim('{'):
+			keys := map[string]string{} // folded key → key as sent
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return newProblem(ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
+				}
+				k, _ := kt.(string)
+				here := &seg{parent: at, name: escapePointer(k)}
+				fk := foldKey(k)
+				if prev, dup := keys[fk]; dup {
+					what := fmt.Sprintf("the field %s appears twice in one object", quoteClip(k))
+					if prev != k {
+						what = fmt.Sprintf("the fields %s and %s differ only in case, so they name the same field", quoteClip(prev), quoteClip(k))
+					}
+					return newProblem(ProblemInvalidRequest, what+"; send each field once, spelled one way",
+						FieldError{Pointer: pointer(here), Detail: "duplicate field"})
+				}
+				keys[fk] = k
+				if exact, ok := caseVariant(k); ok && top {
+					return newProblem(ProblemInvalidRequest, fmt.Sprintf("field names are case-sensitive: write %q, not %s", exact, quoteClip(k)),
+						FieldError{Pointer: pointer(here), Detail: fmt.Sprintf("write %q", exact)})
+				}
+				if p := walk(here, false); p != nil {
+					return p
+				}
+			}
+			_, _ = dec.Token() // '}'
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if p := walk(&seg{parent: at, name: strconv.Itoa(i)}, false); p != nil {
+					return p
+				}
+			}
+			_, _ = dec.Token() // ']'
+		}
+		return nil
+	}
+	return walk(nil, true)
+}
+
+// caseVariant reports whether a top-level key is one of issueFields spelled
+// in another case, and returns the right spelling.
+func caseVariant(k string) (string, bool) {
+	for _, f := range issueFields {
+		if k != f && strings.EqualFold(k, f) {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+// foldKey maps every rune of s to the smallest rune of its simple case
+// folding orbit, so foldKey(a) == foldKey(b) exactly when
+// strings.EqualFold(a, b) (the matching encoding/json uses for fields).
+func foldKey(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < m {
+				m = f
+			}
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
+}
+
+// escapePointer escapes a key for a JSON Pointer (RFC 6901).
+func escapePointer(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+}
+
+// clipPointer keeps an error's pointer short (keys are client input).
+func clipPointer(p string) string {
+	if len(p) <= 2*maxQuoted {
+		return p
+	}
+	cut := 2 * maxQuoted
+	for cut > 0 && !isRuneStart(p[cut]) {
+		cut--
+	}
+	return p[:cut] + "…"
 }

@@ -49,6 +49,8 @@ func FuzzDecodeIssueRequest(f *testing.F) {
 		`{"type":"A","params":{"nested":{"a":[1,{"b":null}]}}} `,
 		`{"type":"1A"}`,
 		`{"TYPE":"A"}`,
+		`{"type":"A","type":"B"}`,
+		`{"type":"A","params":{"a":[{"k":1,"K":2}]}}`,
 		`{"type":"A","extra":1}`,
 		`{"type":"A"}{}`,
 		`{"type":"A","id":"0B9F7A4E-3C1D-4E2A-9F61-2D8C5B7E4A10"}`,

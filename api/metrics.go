@@ -23,6 +23,8 @@ const DefaultQueueDepthTTL = 5 * time.Second
 //
 // Metric names (all prefixed cmdq_):
 //
+// Type labels are bounded: see LabelTypes; other types count as "other".
+//
 //	commands_issued_total{type}          commands issued (via the API)
 //	commands_completed_total{type}       commands completed
 //	commands_failed_total{type}          failed attempts (each retry counts)
@@ -44,6 +46,67 @@ type Metrics struct {
 	poll      *prometheus.GaugeVec
 	ops       *prometheus.CounterVec
 	depth     *depthCollector
+
+	typesMu sync.RWMutex
+	fixed   bool            // LabelTypes was called: only types in labels get their own label
+	labels  map[string]bool // types with their own label
+}
+
+// OtherType is the type label of commands whose type has no label of its
+// own (see Metrics.LabelTypes), so an issuer sending many type names cannot
+// create many series.
+const OtherType = "other"
+
+// DefaultMaxTypeLabels is how many distinct type names get their own label
+// before LabelTypes is called (100); later ones count as OtherType.
+const DefaultMaxTypeLabels = 100
+
+// LabelTypes adds command types that get their own `type` label value
+// (normally every registered handler type: handlers.Registry.Types) and
+// from then on counts every other type under OtherType, so the number of
+// series stays bounded by the registered types plus one. Called with no
+// types it still switches to that mode (everything counts as OtherType).
+// api.New calls it with Config.Registry's types. Before any call, the first
+// DefaultMaxTypeLabels type names seen get their own label. The empty type
+// (a malformed message) keeps the label "".
+func (m *Metrics) LabelTypes(types ...string) {
+	if m == nil {
+		return
+	}
+	m.typesMu.Lock()
+	defer m.typesMu.Unlock()
+	if !m.fixed {
+		m.fixed, m.labels = true, map[string]bool{}
+	}
+	for _, t := range types {
+		m.labels[t] = true
+	}
+}
+
+// typeLabel returns the `type` label value for typ.
+func (m *Metrics) typeLabel(typ string) string {
+	if typ == "" {
+		return ""
+	}
+	m.typesMu.RLock()
+	ok, fixed, n := m.labels[typ], m.fixed, len(m.labels)
+	m.typesMu.RUnlock()
+	switch {
+	case ok:
+		return typ
+	case fixed || n >= DefaultMaxTypeLabels:
+		return OtherType
+	}
+	m.typesMu.Lock()
+	defer m.typesMu.Unlock()
+	if m.labels[typ] {
+		return typ
+	}
+	if m.fixed || len(m.labels) >= DefaultMaxTypeLabels {
+		return OtherType
+	}
+	m.labels[typ] = true
+	return typ
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil =
@@ -72,6 +135,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "The poller's current wait between dequeues of an empty queue, in seconds."}, []string{"queue"}),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "storage_operations_total",
 			Help: "Storage operations (each is one billable transaction on Azure), by operation and result (ok, error)."}, []string{"op", "result"}),
+		labels: map[string]bool{},
 		depth: &depthCollector{
 			desc: prometheus.NewDesc("cmdq_queue_depth", "Approximate number of messages in the queue (sampled; cached for a few seconds).", []string{"queue"}, nil),
 			ttl:  DefaultQueueDepthTTL,
@@ -88,21 +152,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // CommandIssued counts one command of type typ issued.
 func (m *Metrics) CommandIssued(typ string) {
 	if m != nil {
-		m.issued.WithLabelValues(typ).Inc()
+		m.issued.WithLabelValues(m.typeLabel(typ)).Inc()
 	}
 }
 
 // CommandCompleted counts one command whose handler succeeded.
 func (m *Metrics) CommandCompleted(typ string) {
 	if m != nil {
-		m.completed.WithLabelValues(typ).Inc()
+		m.completed.WithLabelValues(m.typeLabel(typ)).Inc()
 	}
 }
 
 // CommandFailed counts one failed attempt that will be retried.
 func (m *Metrics) CommandFailed(typ string) {
 	if m != nil {
-		m.failed.WithLabelValues(typ).Inc()
+		m.failed.WithLabelValues(m.typeLabel(typ)).Inc()
 	}
 }
 
@@ -110,14 +174,14 @@ func (m *Metrics) CommandFailed(typ string) {
 // for a malformed message).
 func (m *Metrics) CommandPoisoned(typ string) {
 	if m != nil {
-		m.poisoned.WithLabelValues(typ).Inc()
+		m.poisoned.WithLabelValues(m.typeLabel(typ)).Inc()
 	}
 }
 
 // HandlerDuration observes one handler run of d (success or failure).
 func (m *Metrics) HandlerDuration(typ string, d time.Duration) {
 	if m != nil {
-		m.duration.WithLabelValues(typ).Observe(d.Seconds())
+		m.duration.WithLabelValues(m.typeLabel(typ)).Observe(d.Seconds())
 	}
 }
 
@@ -136,7 +200,7 @@ func (m *Metrics) Polled(queue string, empty bool) {
 // LeaseLost counts one lost lease for a command of type typ.
 func (m *Metrics) LeaseLost(typ string) {
 	if m != nil {
-		m.leaseLost.WithLabelValues(typ).Inc()
+		m.leaseLost.WithLabelValues(m.typeLabel(typ)).Inc()
 	}
 }
 

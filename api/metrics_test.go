@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -170,4 +171,82 @@ func TestInstrumentStoreKeepsCombiner(t *testing.T) {
 	if b, e := storageOps(t, reg, "table_batch"), storageOps(t, reg, "queue_enqueue"); b != 1 || e != 1 {
 		t.Fatalf("counted %v batches and %v enqueues, want 1 and 1", b, e)
 	}
+}
+
+// seriesOf counts the series of metric name in a /metrics body.
+func seriesOf(body, name string) int {
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name+"{") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTypeLabelsBounded: an issuer sending 200 distinct unknown type names
+// (a server without a registry, like serve --no-demo) must not create 200
+// series. With LabelTypes, only those types and "other" appear; before it,
+// at most DefaultMaxTypeLabels names get their own label.
+func TestTypeLabelsBounded(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	s.Metrics.LabelTypes("SendEmail")
+	for i := range 200 {
+		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"junk%d"}`, i)), http.StatusAccepted)
+	}
+	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
+	body := string(send(t, http.MethodGet, s.URL+"/metrics", "", "", "").body)
+	if n := seriesOf(body, "cmdq_commands_issued_total"); n != 2 {
+		t.Fatalf("cmdq_commands_issued_total has %d series, want 2 (SendEmail, other):\n%s", n, body)
+	}
+	for _, want := range []string{`cmdq_commands_issued_total{type="other"} 200`, `cmdq_commands_issued_total{type="SendEmail"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	// Without LabelTypes: bounded by DefaultMaxTypeLabels, every type counted.
+	reg := prometheus.NewRegistry()
+	m, err := api.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * api.DefaultMaxTypeLabels {
+		m.CommandCompleted(fmt.Sprintf("t%d", i))
+		m.CommandPoisoned(fmt.Sprintf("t%d", i))
+	}
+	m.CommandPoisoned("")
+	if n := testutil.CollectAndCount(reg, "cmdq_commands_completed_total"); n != api.DefaultMaxTypeLabels+1 {
+		t.Fatalf("completed has %d series, want %d", n, api.DefaultMaxTypeLabels+1)
+	}
+	if got := counterValue(t, reg, "cmdq_commands_completed_total", api.OtherType); got != 2*api.DefaultMaxTypeLabels {
+		t.Fatalf("other counted %v, want %d", got, 2*api.DefaultMaxTypeLabels)
+	}
+	if n := testutil.CollectAndCount(reg, "cmdq_commands_poisoned_total"); n != api.DefaultMaxTypeLabels+2 {
+		t.Fatalf("poisoned has %d series, want %d (+ the malformed \"\")", n, api.DefaultMaxTypeLabels+2)
+	}
+}
+
+// counterValue returns the value of counter name{type=typ} in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, typ string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" && l.GetValue() == typ {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{type=%q}", name, typ)
+	return 0
 }

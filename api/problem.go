@@ -31,6 +31,16 @@ const (
 	ProblemUnauthorized = problemBase + "unauthorized"
 	// ProblemForbidden: the token lacks the role the route needs (403).
 	ProblemForbidden = problemBase + "forbidden"
+	// ProblemCrossSite: a browser page on another site tried to change
+	// something, or a CORS preflight came from an origin not in
+	// Config.CORSOrigins (403).
+	ProblemCrossSite = problemBase + "cross-site"
+	// ProblemMisdirected: without tokens, the request's Host is not a
+	// loopback name or one of Config.AllowedHosts (421).
+	ProblemMisdirected = problemBase + "misdirected"
+	// ProblemTooManyRequests: the client's address made too many failed
+	// authentications; Retry-After says when it may try again (429).
+	ProblemTooManyRequests = problemBase + "too-many-requests"
 	// ProblemNotFound: no such command, poison entry or route (404).
 	ProblemNotFound = problemBase + "not-found"
 	// ProblemMethodNotAllowed: the route exists but not for this method (405);
@@ -39,7 +49,9 @@ const (
 	// ProblemConflict: the command ID exists with different type or
 	// parameters, or the command is not in a state the operation accepts (409).
 	ProblemConflict = problemBase + "conflict"
-	// ProblemUnavailable: the service is unhealthy (503, /readyz only).
+	// ProblemUnavailable: storage did not answer within the request's
+	// deadline, or (on /readyz) the service is unhealthy (503, with
+	// Retry-After).
 	ProblemUnavailable = problemBase + "unavailable"
 	// ProblemInternal: an unexpected server-side failure (500). Detail carries
 	// a reference that is also in the server's log.
@@ -89,6 +101,9 @@ var problemTitles = map[string]string{
 	ProblemTooLarge:             "Request too large",
 	ProblemUnauthorized:         "Unauthorized",
 	ProblemForbidden:            "Forbidden",
+	ProblemCrossSite:            "Cross-site request refused",
+	ProblemMisdirected:          "Misdirected request",
+	ProblemTooManyRequests:      "Too many requests",
 	ProblemNotFound:             "Not found",
 	ProblemMethodNotAllowed:     "Method not allowed",
 	ProblemConflict:             "Conflict",
@@ -103,6 +118,9 @@ var problemStatus = map[string]int{
 	ProblemTooLarge:             http.StatusRequestEntityTooLarge,
 	ProblemUnauthorized:         http.StatusUnauthorized,
 	ProblemForbidden:            http.StatusForbidden,
+	ProblemCrossSite:            http.StatusForbidden,
+	ProblemMisdirected:          http.StatusMisdirectedRequest,
+	ProblemTooManyRequests:      http.StatusTooManyRequests,
 	ProblemNotFound:             http.StatusNotFound,
 	ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	ProblemConflict:             http.StatusConflict,
@@ -115,11 +133,47 @@ func newProblem(typ, detail string, errs ...FieldError) *Problem {
 	return &Problem{Type: typ, Title: problemTitles[typ], Status: problemStatus[typ], Detail: detail, Errors: errs}
 }
 
+// Bounds on what a problem may carry, whatever the route put in it: a
+// rejected input is quoted only in part (quoteClip), and these catch the
+// rest, so an answer never grows with the request.
+const (
+	maxDetailBytes   = 2048 // Detail
+	maxFieldBytes    = 512  // each FieldError's Pointer and Detail
+	maxFieldErrors   = 20   // FieldErrors listed; the rest are counted
+	maxInstanceBytes = 128  // Instance (the request path)
+)
+
+// clipTo cuts s to at most n bytes at a character boundary, marking the cut.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// bound applies the bounds above to p.
+func (p *Problem) bound() {
+	p.Detail = clipTo(p.Detail, maxDetailBytes)
+	p.Instance = clipTo(p.Instance, maxInstanceBytes)
+	if len(p.Errors) > maxFieldErrors {
+		more := len(p.Errors) - maxFieldErrors + 1
+		p.Errors = append(p.Errors[:maxFieldErrors-1:maxFieldErrors-1], FieldError{Pointer: "…", Detail: strconv.Itoa(more) + " more problems not listed"})
+	}
+	for i := range p.Errors {
+		p.Errors[i].Pointer = clipTo(p.Errors[i].Pointer, maxFieldBytes)
+		p.Errors[i].Detail = clipTo(p.Errors[i].Detail, maxFieldBytes)
+	}
+}
+
 // writeProblem writes p as the response, filling Instance from the request.
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if p.Instance == "" && r != nil {
 		p.Instance = r.URL.Path
 	}
+	p.bound()
 	b, err := marshal(p)
 	if err != nil { // cannot happen: Problem holds only strings and ints
 		b = []byte(`{"type":"` + ProblemInternal + `","title":"Internal server error","status":500}` + "\n")
@@ -127,6 +181,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if p.Status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
 }

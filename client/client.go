@@ -39,8 +39,10 @@ var (
 	// ErrInvalid: 400, 413 or 415 — the request is invalid; Error.Detail and
 	// Error.Errors say what to change.
 	ErrInvalid = errors.New("cmdq client: invalid request")
-	// ErrUnavailable: 500, 502, 503 or 504 — the server could not serve the
-	// request; retrying later may succeed.
+	// ErrUnavailable: 429, 500, 502, 503 or 504 — the server could not
+	// serve the request now (storage did not answer in time, or too many
+	// failed authentications from this address); retrying later may
+	// succeed, after Error.RetryAfter when the server said.
 	ErrUnavailable = errors.New("cmdq client: server unavailable")
 )
 
@@ -66,6 +68,9 @@ type Error struct {
 	Detail string `json:"detail"`
 	// Errors lists field problems, when the server named fields.
 	Errors []FieldError `json:"errors"`
+	// RetryAfter is the server's Retry-After (on 429 and 503), 0 when it
+	// sent none.
+	RetryAfter time.Duration `json:"-"`
 	// Method and URL identify the request.
 	Method, URL string `json:"-"`
 }
@@ -95,7 +100,7 @@ func (e *Error) Is(target error) bool {
 	case ErrInvalid:
 		return e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusRequestEntityTooLarge || e.StatusCode == http.StatusUnsupportedMediaType
 	case ErrUnavailable:
-		return e.StatusCode == http.StatusInternalServerError || e.StatusCode == http.StatusBadGateway ||
+		return e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusInternalServerError || e.StatusCode == http.StatusBadGateway ||
 			e.StatusCode == http.StatusServiceUnavailable || e.StatusCode == http.StatusGatewayTimeout
 	}
 	return false
@@ -154,8 +159,9 @@ type IssueRequest struct {
 	// nil means {}.
 	Params any `json:"params,omitempty"`
 	// ID is the command ID (a lowercase canonical UUID); "" lets the server
-	// choose one. Issuing again with the same ID and params returns the
-	// existing command.
+	// choose one. Issuing again with the same ID, type, params and
+	// correlation ID returns the existing command; anything else under the
+	// same ID is ErrConflict.
 	ID string `json:"id,omitempty"`
 	// CorrelationID is carried with the command for tracing. Optional.
 	CorrelationID string `json:"correlationId,omitempty"`
@@ -346,6 +352,9 @@ func problemError(method, u string, resp *http.Response, data []byte) *Error {
 		_ = json.Unmarshal(data, e)
 	}
 	e.StatusCode, e.Method, e.URL = resp.StatusCode, method, u
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	if e.Title == "" {
 		e.Title = http.StatusText(resp.StatusCode)
 	}

@@ -299,3 +299,29 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatalf("poison entry %+v %v", e, err)
 	}
 }
+
+// TestTooManyFailedAuthentications: after a burst of wrong tokens the
+// server answers 429; the client reports ErrUnavailable with the server's
+// Retry-After.
+func TestTooManyFailedAuthentications(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), AuthFailureBurst: 1})
+	c := newClient(t, s.URL, client.WithToken("not-a-configured-token-0123"))
+	if _, err := c.ListPoison(context.Background(), client.PoisonQuery{}); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("first wrong token: %v", err)
+	}
+	// Over the burst the address is refused for 1 s, doubling with each
+	// further failure: keep trying until a refusal (at once, unless the
+	// machine stalls for longer than the refusal).
+	var err error
+	for range 10 {
+		_, err = c.ListPoison(context.Background(), client.PoisonQuery{})
+		if !errors.Is(err, client.ErrUnauthorized) {
+			break
+		}
+	}
+	var ce *client.Error
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != http.StatusTooManyRequests || ce.RetryAfter <= 0 {
+		t.Fatalf("after the burst: %v (%+v), want 429 ErrUnavailable with RetryAfter", err, ce)
+	}
+}

@@ -31,8 +31,8 @@ var (
 	ErrInvalidParams = errors.New("commands: invalid params")
 	// ErrParamsTooLarge: the JSON parameters exceed the limit.
 	ErrParamsTooLarge = errors.New("commands: params too large")
-	// ErrIDConflict: a command with this ID exists with a different type or
-	// different parameters.
+	// ErrIDConflict: a command with this ID exists with a different type,
+	// different parameters or a different correlation ID.
 	ErrIDConflict = errors.New("commands: command ID already used with different params")
 	// ErrEnqueueFailed: the command was stored but its queue message could
 	// not be sent; the reconciler will enqueue it (the command ID is valid).

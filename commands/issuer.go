@@ -68,8 +68,8 @@ func (o Options) Validate() error {
 type Result struct {
 	// ID is the command ID.
 	ID string `json:"id"`
-	// Existing is true when a command with this ID and the same parameters
-	// already existed; nothing was written (a message is enqueued again only
+	// Existing is true when a command with this ID and the same type,
+	// parameters and correlation ID already existed; nothing was written (a message is enqueued again only
 	// if the command is still pending and never started).
 	Existing bool `json:"existing,omitempty"`
 	// Queue is the logical queue the command is on.
@@ -240,8 +240,8 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 		if lerr != nil {
 			return Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
-		if rec.Type != raw.Type || rec.ParamsHash != status.HashParams(params) {
-			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params; use a new ID for a different command", ErrIDConflict, id, rec.Type)
+		if rec.Type != raw.Type || rec.ParamsHash != status.HashParams(params) || rec.CorrelationID != raw.CorrelationID {
+			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
 		if !combined && rec.Status.Status == status.Pending && rec.Attempts == 0 {

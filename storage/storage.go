@@ -43,6 +43,11 @@ var (
 	ErrInvalidArgument = errors.New("storage: invalid argument")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("storage: store closed")
+	// ErrUnavailable: the storage service could not be reached or did not
+	// answer in time (connection refused or reset, a try that timed out,
+	// throttling or a 5xx answer), after the driver's retries. Retrying
+	// later may succeed; nothing says whether a write was applied.
+	ErrUnavailable = errors.New("storage: service unavailable")
 )
 
 // Store hands out queues and tables by name. Queue and Table create the

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/commands"
@@ -58,6 +59,14 @@ type Options struct {
 	Notify func(queue string)
 	// QueueFor as in commands.Options (default: everything to "commands").
 	QueueFor func(cmdType string) string
+	// CORSOrigins as in api.Config (default none).
+	CORSOrigins []string
+	// AllowedHosts as in api.Config (default none).
+	AllowedHosts []string
+	// AuthFailureBurst as in api.Config (default 10; negative: never refuse).
+	AuthFailureBurst int
+	// Logger as in api.Config (default: discard).
+	Logger zerolog.Logger
 }
 
 // Server is a running test API server.
@@ -108,7 +117,8 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	h, err := api.New(api.Config{
 		Issuer: iss, Reader: rd, Registry: opts.Registry, Health: opts.Health, Tokens: opts.Tokens,
-		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom,
+		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
+		AllowedHosts: opts.AllowedHosts, AuthFailureBurst: opts.AuthFailureBurst, Logger: opts.Logger,
 	})
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)

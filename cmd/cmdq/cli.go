@@ -254,7 +254,7 @@ Examples:
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
-				fmt.Fprintln(out, gotID)
+				fmt.Fprintln(out, term(gotID))
 				if existing {
 					fmt.Fprintln(cmd.ErrOrStderr(), "cmdq: a command with this ID and params already existed; nothing new was issued")
 				}
@@ -265,13 +265,13 @@ Examples:
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", st.ID, st.Status, st.Attempts, st.Step)
+				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.Status)), st.Attempts, st.Step)
 				if st.Status != status.Completed {
-					msg := fmt.Sprintf("command %s ended %s", st.ID, st.Status)
+					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.Status)))
 					if st.LastError != "" {
-						msg += ": " + st.LastError
+						msg += ": " + term(st.LastError)
 					}
-					return &exitError{code: 1, err: errors.New(msg + "; `cmdq status " + st.ID + "` shows its events")}
+					return &exitError{code: 1, err: errors.New(msg + "; `cmdq status " + term(st.ID) + "` shows its events")}
 				}
 				return nil
 			})
@@ -279,7 +279,7 @@ Examples:
 	}
 	f.add(c)
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
-	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID and params again returns the existing command")
+	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded")
 	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --wait and --watch")
@@ -339,9 +339,7 @@ completed, poisoned or discarded.
 					return fmt.Errorf("events of %s: %w", id, err)
 				}
 				if asJSON {
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(struct {
+					return writeJSON(out, struct {
 						status.Status
 						Events []status.Event `json:"events"`
 					}{st, evs})
@@ -369,7 +367,7 @@ completed, poisoned or discarded.
 					}
 					last = printEvents(out, evs, last)
 				}
-				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", st.ID, st.Status, st.Attempts, st.Step)
+				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.Status)), st.Attempts, st.Step)
 				return nil
 			})
 		},
@@ -385,16 +383,16 @@ const timeLayout = "2006-01-02 15:04:05.000"
 
 func printStatus(w io.Writer, st status.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "command\t%s\n", st.ID)
-	fmt.Fprintf(tw, "type\t%s\n", st.Type)
-	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", st.Status, st.Attempts, st.Step)
+	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
+	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
+	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", term(string(st.Status)), st.Attempts, st.Step)
 	if st.LastError != "" {
-		fmt.Fprintf(tw, "last error\t%s\n", st.LastError)
+		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))
 	}
 	fmt.Fprintf(tw, "created\t%s\n", st.CreatedAt.Local().Format(timeLayout))
 	fmt.Fprintf(tw, "updated\t%s\n", st.UpdatedAt.Local().Format(timeLayout))
 	if st.CorrelationID != "" {
-		fmt.Fprintf(tw, "correlation\t%s\n", st.CorrelationID)
+		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
 	_ = tw.Flush()
 }
@@ -406,7 +404,7 @@ func printEvents(w io.Writer, evs []status.Event, after int64) int64 {
 			continue
 		}
 		after = e.Seq
-		fmt.Fprintf(w, "%s  %-14s  %s\n", e.Time.Local().Format(timeLayout), e.Kind, eventDetail(e))
+		fmt.Fprintf(w, "%s  %-14s  %s\n", e.Time.Local().Format(timeLayout), term(string(e.Kind)), eventDetail(e))
 	}
 	return after
 }
@@ -424,13 +422,13 @@ func eventDetail(e status.Event) string {
 		parts = append(parts, fmt.Sprintf("%q", e.Note))
 	}
 	if e.Reason != "" {
-		parts = append(parts, "reason: "+e.Reason)
+		parts = append(parts, "reason: "+term(e.Reason))
 	}
 	if e.Error != "" {
-		parts = append(parts, "error: "+e.Error)
+		parts = append(parts, "error: "+term(e.Error))
 	}
 	if e.Worker != "" {
-		parts = append(parts, "by "+e.Worker)
+		parts = append(parts, "by "+term(e.Worker))
 	}
 	return strings.Join(parts, "  ")
 }
@@ -467,9 +465,7 @@ func newPoisonLsCmd() *cobra.Command {
 					return fmt.Errorf("list poison: %w", err)
 				}
 				if asJSON {
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(page)
+					return writeJSON(out, page)
 				}
 				if len(page.Entries) == 0 {
 					fmt.Fprintln(out, "no poisoned commands")
@@ -478,12 +474,12 @@ func newPoisonLsCmd() *cobra.Command {
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "COMMAND\tTYPE\tDEQUEUES\tPOISONED AT\tREASON\tLAST ERROR")
 				for _, e := range page.Entries {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.CommandID, e.Type, e.DequeueCount,
-						e.PoisonedAt.Local().Format(timeLayout), e.Reason, oneLine(e.LastError, 80))
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", term(e.CommandID), term(e.Type), e.DequeueCount,
+						e.PoisonedAt.Local().Format(timeLayout), oneLine(term(e.Reason), 80), oneLine(term(e.LastError), 80))
 				}
 				_ = tw.Flush()
 				if page.Continuation != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", page.Continuation)
+					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", term(page.Continuation))
 				}
 				return nil
 			})
@@ -518,9 +514,7 @@ func newPoisonShowCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("poison entry %s: %w", args[0], err)
 				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(p)
+				return writeJSON(cmd.OutOrStdout(), p)
 			})
 		},
 	}
@@ -553,7 +547,7 @@ func newPoisonActionCmd(action string) *cobra.Command {
 						errs = append(errs, fmt.Errorf("%s %s: %w", action, id, err))
 						continue
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", term(id), done)
 				}
 				return errors.Join(errs...)
 			})

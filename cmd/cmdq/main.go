@@ -60,6 +60,11 @@ func run(args []string) int {
 	ctx = context.WithValue(ctx, stopSignalsKey{}, stop)
 	root := newRootCmd()
 	root.SetArgs(args)
+	// Output carries text from issuers and handlers: no raw control
+	// characters reach the terminal (escape.go).
+	stdout, stderr := safeWriter{os.Stdout}, safeWriter{os.Stderr}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -67,11 +72,11 @@ func run(args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(os.Stderr, "cmdq:", ee.err)
+			fmt.Fprintln(stderr, "cmdq:", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintln(os.Stderr, "cmdq:", err)
+	fmt.Fprintln(stderr, "cmdq:", err)
 	return 1
 }
 

@@ -79,7 +79,17 @@ type serveFlags struct {
 	tokens       string
 	insecure     bool
 	maxBodyBytes int64
+	reqTimeout   time.Duration
+	corsOrigins  string
+	allowedHosts string
 }
+
+// serverWriteTimeout is the http.Server's WriteTimeout; --request-timeout
+// must leave room under it so a late answer still reaches the client.
+const serverWriteTimeout = time.Minute
+
+// maxRequestTimeout is the longest --request-timeout.
+const maxRequestTimeout = serverWriteTimeout - 10*time.Second
 
 func newServeCmd() *cobra.Command {
 	var f serveFlags
@@ -115,7 +125,37 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.tokens, "tokens", "", "bearer tokens and roles: token:role[+role],... with roles issuer, reader, operator (default none: no authentication, loopback only)")
 	c.Flags().BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --tokens (anyone who reaches the port may issue and discard commands)")
 	c.Flags().Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body in bytes; larger ones get 413")
+	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
+	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
+	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
 	return c
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries and
+// the spaces around each.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// allowedHosts adds the IP address of a specific non-loopback listen
+// address (--insecure --addr 10.0.0.5:8080) to the allowed Host names: an
+// IP literal cannot be rebound to another server. Wildcard addresses add
+// nothing.
+func allowedHosts(addr string, hosts []string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return hosts
+	}
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() {
+		hosts = append(hosts, ip.String())
+	}
+	return hosts
 }
 
 // isLoopback reports whether a listen address only accepts local connections.
@@ -159,6 +199,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.maxBodyBytes <= 0 {
 		return fmt.Errorf("--max-body-bytes %d: must be positive", f.maxBodyBytes)
 	}
+	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
+		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
+	}
 	reg, err := f.proc.registry()
 	if err != nil {
 		return err
@@ -179,6 +222,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	// Only registered types get their own label; others count as "other".
+	metrics.LabelTypes(reg.Types()...)
 	ns := &notifyStore{Store: metrics.InstrumentStore(raw)}
 	st := ns.withCombiner()
 	names := status.Names{Prefix: f.store.prefix}
@@ -214,13 +259,17 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	cfg := api.Config{
 		Issuer: iss, Reader: rd, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
-		Metrics: metrics, Gatherer: prom, Logger: log,
+		Metrics: metrics, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
+		CORSOrigins: splitList(f.corsOrigins), AllowedHosts: allowedHosts(f.addr, splitList(f.allowedHosts)),
 	}
 	if !f.proc.noDemo {
 		cfg.Registry = reg
 	}
 	if proc != nil {
 		cfg.Health = api.ProcessorHealth(proc)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
 	}
 	h, err := api.New(cfg)
 	if err != nil {
@@ -233,7 +282,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	// Bodies are small (MaxBodyBytes), answers are small: generous but
 	// bounded timeouts keep slow or idle clients from holding connections.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: serverWriteTimeout, IdleTimeout: 2 * time.Minute}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
@@ -242,6 +291,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	procErr := make(chan error, 1)
 	if proc != nil {
 		go func() { procErr <- proc.Run(pctx) }()
+	}
+	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(cfg.AllowedHosts) == 0 {
+		log.Warn().Str("addr", f.addr).Msg("cmdq serve: without --tokens only loopback Host names are answered (others get 421); add the names clients use with --allowed-hosts")
 	}
 	ev := log.Info().Str("url", "http://"+ln.Addr().String()).Str("store", f.store.kind).Str("prefix", names.Prefix).
 		Strs("handlers", reg.Types()).Bool("auth", len(tokens) > 0)

@@ -33,6 +33,12 @@
 //     500, 502, 503, 504 and connection errors) with exponential backoff; see
 //     Config.Retry. A retried Enqueue can therefore add a message twice, and a
 //     retried Insert whose first try succeeded reports storage.ErrExists.
+//   - A storage.CallBudget in a call's context (storage.WithCallBudget)
+//     replaces Config.Retry's TryTimeout and MaxRetries for that call (the
+//     HTTP API uses a short one so a request never waits minutes).
+//   - A call that gets no answer (connection refused or reset, every try
+//     timed out) or a throttling/5xx answer after the retries wraps
+//     storage.ErrUnavailable; a call whose context was canceled does not.
 package azure
 
 import (
@@ -234,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if retry.TryTimeout == 0 {
 		retry.TryTimeout = DefaultTryTimeout
 	}
-	co := azcore.ClientOptions{Retry: retry, PerCallPolicies: []policy.Policy{hookPolicy{}}}
+	co := azcore.ClientOptions{Retry: retry, PerCallPolicies: []policy.Policy{hookPolicy{retry: retry}}}
 	qopts := &azqueue.ClientOptions{ClientOptions: co}
 	topts := &aztables.ClientOptions{ClientOptions: co}
 

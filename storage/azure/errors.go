@@ -87,11 +87,19 @@ func withCapture(ctx context.Context) (context.Context, *captured) {
 // hookPolicy is a per-call pipeline policy. For requests whose context says
 // so, it drops the request body (Update Message without a body changes only
 // the visibility) and keeps a copy of the final raw response (used for batch
-// results and for typed entity JSON, which the SDK re-marshals lossily).
-type hookPolicy struct{}
+// results and for typed entity JSON, which the SDK re-marshals lossily). A
+// storage.CallBudget in the context replaces the per-try timeout and retry
+// count of the store's retry options for that call (policy.WithRetryOptions,
+// which the retry policy after this one reads).
+type hookPolicy struct {
+	retry policy.RetryOptions // the store's retry options, defaults applied
+}
 
-func (hookPolicy) Do(req *policy.Request) (*http.Response, error) {
+func (h hookPolicy) Do(req *policy.Request) (*http.Response, error) {
 	ctx := req.Raw().Context()
+	if b, ok := storage.CallBudgetFrom(ctx); ok {
+		req = req.WithContext(policy.WithRetryOptions(ctx, h.budgeted(b)))
+	}
 	if ctx.Value(keyEmptyPK) != nil {
 		if err := stripEmptyKey(req); err != nil {
 			return nil, err
@@ -113,6 +121,41 @@ func (hookPolicy) Do(req *policy.Request) (*http.Response, error) {
 		c.status, c.header, c.body = resp.StatusCode, resp.Header, b
 	}
 	return resp, err
+}
+
+// budgeted returns the store's retry options with b's per-try timeout and
+// retry count.
+func (h hookPolicy) budgeted(b storage.CallBudget) policy.RetryOptions {
+	o := h.retry
+	if b.PerTry > 0 {
+		o.TryTimeout = b.PerTry
+	}
+	o.MaxRetries = int32(b.MaxRetries)
+	if b.MaxRetries <= 0 {
+		o.MaxRetries = -1 // azcore: 0 means its default (3), -1 means none
+	}
+	return o
+}
+
+// unavailableStatus reports whether an HTTP status means the service could
+// not serve the request now (the statuses the SDK retries).
+func unavailableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// transportErr wraps an error that came back without a service answer
+// (connection refused or reset, a try that timed out): storage.ErrUnavailable
+// unless the caller's own context ended, which the error already says.
+func transportErr(err error, what string) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("azure: %s: %w", what, err)
+	}
+	return fmt.Errorf("%w: azure: %s: %w", storage.ErrUnavailable, what, err)
 }
 
 func hasCode(err error, codes ...string) bool {
@@ -142,7 +185,7 @@ const (
 func mapQueueErr(err error, name, op string, kind queueOp) error {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return fmt.Errorf("azure: queue %q %s: %w", name, op, err)
+		return transportErr(err, fmt.Sprintf("queue %q %s", name, op))
 	}
 	var sentinel error
 	switch re.ErrorCode {
@@ -171,6 +214,10 @@ func mapQueueErr(err error, name, op string, kind queueOp) error {
 			sentinel = storage.ErrNotFound
 		case http.StatusRequestEntityTooLarge:
 			sentinel = storage.ErrTooLarge
+		default:
+			if unavailableStatus(re.StatusCode) {
+				sentinel = storage.ErrUnavailable
+			}
 		}
 	}
 	if sentinel == nil {
@@ -207,13 +254,16 @@ func tableSentinel(code string, status int) error {
 	case http.StatusRequestEntityTooLarge:
 		return storage.ErrTooLarge
 	}
+	if unavailableStatus(status) {
+		return storage.ErrUnavailable
+	}
 	return nil
 }
 
 func mapTableErr(err error, name, op string) error {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return fmt.Errorf("azure: table %q %s: %w", name, op, err)
+		return transportErr(err, fmt.Sprintf("table %q %s", name, op))
 	}
 	sentinel := tableSentinel(re.ErrorCode, re.StatusCode)
 	if sentinel == nil {
