@@ -252,6 +252,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// issueRetryAfterSeconds is the Retry-After of a 503 answer to POST
+// /v1/commands whose command could not be queued (5 s).
+const issueRetryAfterSeconds = 5
+
 func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, RoleIssuer); !ok {
 		return
@@ -282,6 +286,14 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Issuer.IssueRaw(r.Context(), commands.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
 	switch {
 	case err == nil:
+	case errors.Is(err, commands.ErrNotAccepted):
+		// Stored, but neither enqueued nor marked for the reconciler:
+		// nothing guarantees it runs, so it is not accepted. The client's
+		// retry with the same id enqueues it.
+		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
+		w.Header().Set("Retry-After", strconv.Itoa(issueRetryAfterSeconds))
+		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
+		return
 	case errors.Is(err, commands.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.

@@ -39,7 +39,9 @@ const (
 	// ProblemConflict: the command ID exists with different type or
 	// parameters, or the command is not in a state the operation accepts (409).
 	ProblemConflict = problemBase + "conflict"
-	// ProblemUnavailable: the service is unhealthy (503, /readyz only).
+	// ProblemUnavailable: the service is unhealthy (503 from /readyz), or
+	// storage failed so that a stored command could not be queued (503 from
+	// POST /v1/commands, with Retry-After: send the same request again).
 	ProblemUnavailable = problemBase + "unavailable"
 	// ProblemInternal: an unexpected server-side failure (500). Detail carries
 	// a reference that is also in the server's log.

@@ -35,8 +35,12 @@ const (
 	DefaultHandlerDurationEstimate = time.Second
 	// DefaultTolerance multiplies the handler duration to get RunFor's margin (1.5).
 	DefaultTolerance = 1.5
-	// DefaultReconcileInterval is how often the reconciler runs (1 hour).
+	// DefaultReconcileInterval is how often the reconciler's marker query
+	// runs on an idle processor (1 hour).
 	DefaultReconcileInterval = time.Hour
+	// DefaultReconcileActiveInterval is how often the marker query runs
+	// while the processor has work (5 minutes).
+	DefaultReconcileActiveInterval = 5 * time.Minute
 	// DefaultReconcileGrace is how old an `~unqueued` marker must be before it
 	// is re-enqueued (30 s).
 	DefaultReconcileGrace = 30 * time.Second
@@ -130,10 +134,20 @@ type Config struct {
 	// Tolerance multiplies the average handler duration to get RunFor's
 	// safety margin. Default 1.5; at least 1.
 	Tolerance float64
-	// ReconcileInterval is how often the reconciler re-enqueues commands whose
-	// enqueue failed; it also runs once at start. Default 1 hour; NoReconcile
-	// (-1) disables it.
+	// ReconcileInterval is how often the reconciler's marker query (which
+	// re-enqueues commands whose enqueue failed) runs while the processor is
+	// idle; Run also runs it once at start, and RunFor(d) runs it with
+	// probability d/ReconcileInterval, so scheduled runs cost what one
+	// long-lived processor does. Default 1 hour; NoReconcile (-1) disables
+	// the reconciler.
 	ReconcileInterval time.Duration
+	// ReconcileActiveInterval is how often the marker query runs while the
+	// processor has work (a message was dequeued, or Notify called, since
+	// the last run); RunFor(d) runs it on its first work with probability
+	// d/ReconcileActiveInterval. The query also runs ReconcileGrace (+1 s)
+	// after storage faults clear. Default 5 minutes; at most
+	// ReconcileInterval.
+	ReconcileActiveInterval time.Duration
 	// ReconcileScanInterval is how often one of the reconciler's runs is the
 	// pending scan instead of the marker query: a whole-table query for
 	// commands still `pending` after ReconcileStaleAfter (left by a process
@@ -236,6 +250,7 @@ func (c Config) Validate() error {
 	}{
 		{"DrainTimeout", c.DrainTimeout}, {"StartedWriteDelay", c.StartedWriteDelay},
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
+		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
 		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
 	} {
 		if d.v < 0 {
@@ -328,6 +343,10 @@ func (c Config) withDefaults() Config {
 		c.Tolerance = DefaultTolerance
 	}
 	c.ReconcileInterval = orDur(c.ReconcileInterval, DefaultReconcileInterval)
+	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, DefaultReconcileActiveInterval)
+	if c.ReconcileInterval > 0 {
+		c.ReconcileActiveInterval = min(c.ReconcileActiveInterval, c.ReconcileInterval)
+	}
 	c.ReconcileGrace = orDur(c.ReconcileGrace, DefaultReconcileGrace)
 	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, DefaultReconcileStaleAfter)
 	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, DefaultReconcileScanInterval)

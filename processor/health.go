@@ -135,11 +135,15 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 func (p *Processor) ok() {
 	h := p.health
 	h.mu.Lock()
+	recovered := h.consecutive > 0
 	h.consecutive = 0
 	if h.unhealthy && !p.cfg.Flywheel {
 		h.unhealthy = false
 	}
 	h.mu.Unlock()
+	if recovered {
+		p.storageRecovered()
+	}
 }
 
 // pulling reports whether pollers may dequeue; if not, it returns a channel

@@ -123,6 +123,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 
 // dispatch starts handling one dequeued message.
 func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message) {
+	p.markActive()
 	qr.mu.Lock()
 	qr.inflight++
 	qr.mu.Unlock()

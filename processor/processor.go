@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -68,6 +67,11 @@ type Processor struct {
 
 	claimMu sync.Mutex
 	claimed map[string]struct{} // command IDs with a message in hand
+
+	// The reconciler's schedule (reconcile.go).
+	active      atomic.Bool   // work since the last marker query
+	recoveredAt atomic.Int64  // UnixNano of the last fault → success transition
+	reconKick   chan struct{} // wakes the reconciler to recompute its schedule
 }
 
 type queueRunner struct {
@@ -110,6 +114,7 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
+		reconKick: make(chan struct{}, 1),
 	}
 	for _, qn := range qnames {
 		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1)}
@@ -155,6 +160,7 @@ func (p *Processor) Notify(queue string) {
 	if qr == nil {
 		return
 	}
+	p.markActive()
 	select {
 	case qr.wake <- struct{}{}:
 	default:
@@ -422,7 +428,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	}
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
-		go func() { defer background.Done(); p.reconcileLoop(s) }()
+		go func() { defer background.Done(); p.reconcileLoop(s, d) }()
 	}
 	pollersDone := make(chan struct{})
 	go func() {
@@ -508,44 +514,4 @@ func (p *Processor) unclaim(id string) {
 	p.claimMu.Lock()
 	delete(p.claimed, id)
 	p.claimMu.Unlock()
-}
-
-// reconcileLoop runs the reconciler at start and every ReconcileInterval:
-// the marker query (one request when there is nothing to do), except that a
-// run is the pending scan instead once ReconcileScanInterval has passed since
-// the last scan (or since start). An idle processor so costs one reconciler
-// request per ReconcileInterval.
-func (p *Processor) reconcileLoop(s *session) {
-	lastScan := time.Now()
-	run := func(scan bool) {
-		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
-			Prefix: p.cfg.Prefix, MarkerGrace: p.cfg.ReconcileGrace, PendingGrace: p.cfg.ReconcileStaleAfter,
-			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify,
-		})
-		if err != nil {
-			if s.take.Err() == nil {
-				p.fault(s.take, "reconcile", "", "", err)
-			}
-			return
-		}
-		p.ok()
-		if rep.Enqueued > 0 || rep.Markers > 0 {
-			p.cfg.Logger.Info().Int("markers", rep.Markers).Int("enqueued", rep.Enqueued).Int("waiting", rep.Waiting).Int("scanned", rep.Scanned).Msg("cmdq processor: reconciled")
-		}
-	}
-	run(false)
-	t := time.NewTicker(p.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.take.Done():
-			return
-		case <-t.C:
-			scan := p.cfg.ReconcileScanInterval != NoReconcile && time.Since(lastScan) >= p.cfg.ReconcileScanInterval
-			if scan {
-				lastScan = time.Now()
-			}
-			run(scan)
-		}
-	}
 }

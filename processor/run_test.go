@@ -180,7 +180,7 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		fs := &faultyStore{Store: e.store}
 		fs.failEnqueue.Store(true)
-		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix})
+		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix, EnqueueRetry: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

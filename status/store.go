@@ -698,3 +698,15 @@ func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 	}
 	return nil
 }
+
+// ClearUnqueued removes the reconciler marker of command id (one delete; a
+// missing marker is not an error): its message was enqueued after all.
+func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("status: clear unqueued marker of command %s: %w", id, err)
+	}
+	return nil
+}

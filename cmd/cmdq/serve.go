@@ -197,6 +197,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
+	defer func() { _ = iss.Close() }() // before the store closes
 	rd, err := status.OpenReader(ctx, st, names, status.Options{})
 	if err != nil {
 		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
