@@ -61,6 +61,13 @@ const (
 	// DefaultMaxLeaseFactor bounds lease growth to this multiple of the
 	// definition's lease (10), and never past MaxLease.
 	DefaultMaxLeaseFactor = 10.0
+	// DefaultLeaseShrinkAfter is the number of clean finishes in a row after
+	// which a grown lease shrinks one step (10).
+	DefaultLeaseShrinkAfter = 10
+	// DefaultLeaseQuietPeriod is how long after the last lost lease (or
+	// change) a grown lease shrinks one step at the next clean finish
+	// (10 minutes).
+	DefaultLeaseQuietPeriod = 10 * time.Minute
 	// MaxLease is the longest lease growth may reach (1 hour).
 	MaxLease = time.Hour
 	// NoJitter set as PollJitter disables poll randomization.
@@ -68,16 +75,31 @@ const (
 )
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
-// being lost (a handler that outlives its lease, renewals that fail).
+// being lost (a handler that outlives its lease, renewals that fail), and
+// how it shrinks back once they no longer are. A lease counts as lost only
+// when it really ended while this processor held the message (a queue call
+// answered "stale receipt" or "no such message" after the lease's end as
+// this processor knew it); an answer that comes back earlier is the effect
+// of the call's own first try, landed with its answer lost, and is not a
+// loss. A grown lease applies to its own type only.
 type LeaseGrowth struct {
 	// Threshold is the number of lost leases of one type that triggers growth
 	// (default 3). The count restarts after each growth.
 	Threshold int
-	// Factor multiplies the lease at each growth (default 2; must be > 1).
+	// Factor multiplies the lease at each growth and divides it at each
+	// shrink (default 2; must be > 1).
 	Factor float64
 	// MaxFactor bounds the grown lease to MaxFactor × the definition's lease
 	// (default 10), and never past MaxLease (1 hour).
 	MaxFactor float64
+	// ShrinkAfter: a grown lease shrinks one step (÷ Factor, never below the
+	// definition's lease) after this many clean finishes of its type in a
+	// row (default 10).
+	ShrinkAfter int
+	// QuietPeriod: a grown lease also shrinks one step at the first clean
+	// finish this long after the type's last lost lease or lease change
+	// (default 10 minutes), so rarely run types shrink too.
+	QuietPeriod time.Duration
 }
 
 // Config configures a Processor. The zero Config is valid: every zero field
@@ -244,6 +266,12 @@ func (c Config) Validate() error {
 	if c.LeaseGrowth.MaxFactor != 0 && c.LeaseGrowth.MaxFactor < 1 {
 		bad("LeaseGrowth.MaxFactor %g must be at least 1 (0 = default 10)", c.LeaseGrowth.MaxFactor)
 	}
+	if c.LeaseGrowth.ShrinkAfter < 0 {
+		bad("LeaseGrowth.ShrinkAfter %d is negative (0 = default 10)", c.LeaseGrowth.ShrinkAfter)
+	}
+	if c.LeaseGrowth.QuietPeriod < 0 {
+		bad("LeaseGrowth.QuietPeriod %s is negative (0 = default 10m)", c.LeaseGrowth.QuietPeriod)
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -336,6 +364,10 @@ func (c Config) withDefaults() Config {
 	if c.LeaseGrowth.MaxFactor == 0 {
 		c.LeaseGrowth.MaxFactor = DefaultMaxLeaseFactor
 	}
+	if c.LeaseGrowth.ShrinkAfter == 0 {
+		c.LeaseGrowth.ShrinkAfter = DefaultLeaseShrinkAfter
+	}
+	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, DefaultLeaseQuietPeriod)
 	c.DrainTimeout = orDur(c.DrainTimeout, DefaultDrainTimeout)
 	c.StartedWriteDelay = orDur(c.StartedWriteDelay, DefaultStartedWriteDelay)
 	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, DefaultHandlerDurationEstimate)

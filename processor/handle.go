@@ -34,12 +34,12 @@ const (
 )
 
 // handle processes one dequeued message from start to finish.
-func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	s.counter.processed.Add(1)
-	k := newKeeper(p, s.ops, qr, m)
+	k := newKeeper(p, s.ops, qr, m, sent, vis)
 	env, err := commands.ParseEnvelope(m.Text)
 	if err != nil {
-		k.start(p.visibility(qr), "")
+		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
 		return
 	}
@@ -55,8 +55,10 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
 	}
 	defer p.unclaim(env.ID)
 	def, known := p.reg.Lookup(env.Type)
-	lease := p.visibility(qr)
+	lease := vis
 	if known {
+		// The type's current lease; a grown one is taken now with one
+		// UpdateVisibility (only grown types pay it).
 		lease = p.leaseFor(def.Type)
 	}
 	k.start(lease, env.Type)
@@ -150,17 +152,29 @@ func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) {
 	if !held {
 		return
 	}
-	p.deleted(s, k, cmdType, k.q.Delete(s.ops, k.id, receipt))
+	err := k.q.Delete(s.ops, k.id, receipt)
+	p.deleted(s, k, cmdType, err, time.Now())
 }
 
-// deleted records the outcome of deleting a finished message.
-func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error) {
+// deleted records the outcome of deleting a finished message (answered at
+// answered) and reports whether the message is gone or will be handled
+// without running again.
+func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, answered time.Time) {
 	switch {
 	case err == nil:
 		p.ok()
-	case errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound):
-		// Someone else holds it now; they will find the command final.
-		p.leaseLost(cmdType)
+		p.leaseClean(cmdType)
+	case staleReceipt(err):
+		if k.settle(err, answered) {
+			// The lease ended before the delete: someone else may hold the
+			// message now; they will find the command final.
+			return
+		}
+		// Answered while the lease was still ours: the first try of this
+		// delete landed (404), or one of our renewals did unanswered and
+		// the message reappears when that lease ends (400). Not a loss.
+		p.ok()
+		p.leaseClean(cmdType)
 	default:
 		p.fault(s.ops, "delete", k.queue, k.cmdID, err)
 	}
@@ -427,11 +441,13 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		return false
 	}
 	var deleteErr error
+	var answered time.Time
 	err := a.finish(func() error {
 		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
 		return a.retryConflict(s.ops, func() error {
 			var err error
 			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
+			answered = time.Now()
 			if err != nil {
 				return err
 			}
@@ -443,7 +459,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		p.deleted(s, a.k, a.rec.Type, deleteErr)
+		p.deleted(s, a.k, a.rec.Type, deleteErr, answered)
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
@@ -489,11 +505,17 @@ func (a *attempt) fail(herr error, stack string) {
 	if !held {
 		return
 	}
-	if _, _, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay); err != nil {
-		if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound) {
-			p.leaseLost(a.rec.Type)
-			return
+	_, _, err = a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	switch {
+	case err == nil:
+		p.leaseClean(a.rec.Type)
+	case staleReceipt(err):
+		// Answered while the lease was ours: this call's first try landed
+		// (the delay is set). Later: the lease had ended (a loss).
+		if !a.k.settle(err, time.Now()) {
+			p.leaseClean(a.rec.Type)
 		}
+	default:
 		p.fault(s.ops, "retry delay", a.qr.name, a.rec.ID, err)
 	}
 }

@@ -74,7 +74,8 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			return
 		}
 		p.health.update(func(h *health) { h.polling++ })
-		msgs, err := qr.q.Dequeue(s.ops, p.cfg.BatchSize, p.visibility(qr))
+		vis, sent := p.visibility(qr), time.Now()
+		msgs, err := qr.q.Dequeue(s.ops, p.cfg.BatchSize, vis)
 		p.health.update(func(h *health) { h.polling-- })
 		now := time.Now()
 		var wait time.Duration
@@ -100,7 +101,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.cfg.OnPoll(PollEvent{Queue: qr.name, Time: now, Received: len(msgs), Err: err, Wait: wait})
 		}
 		for _, m := range msgs {
-			p.dispatch(s, qr, m)
+			p.dispatch(s, qr, m, sent, vis)
 		}
 		if wait <= 0 {
 			continue
@@ -121,8 +122,9 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 	}
 }
 
-// dispatch starts handling one dequeued message.
-func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message) {
+// dispatch starts handling one dequeued message (dequeued with visibility
+// vis by a call sent at sent).
+func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	p.markActive()
 	qr.mu.Lock()
 	qr.inflight++
@@ -132,6 +134,6 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message) {
 	go func() {
 		defer s.wg.Done()
 		defer p.done(qr)
-		p.handle(s, qr, m)
+		p.handle(s, qr, m, sent, vis)
 	}()
 }

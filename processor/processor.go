@@ -88,7 +88,9 @@ type queueRunner struct {
 
 type leaseState struct {
 	base, current time.Duration
-	lost          int
+	lost          int       // lost leases since the last change
+	clean         int       // clean finishes since the last loss or change
+	changed       time.Time // last loss, growth or shrink
 }
 
 // New returns a processor for the command types in reg, on store. It
@@ -205,14 +207,14 @@ func (p *Processor) leaseFor(cmdType string) time.Duration {
 	return 0
 }
 
-// visibility is the lease a queue's dequeue takes: the longest current lease
-// of the types routed to it.
+// visibility is the lease a queue's dequeue takes: the longest definition
+// lease of the types routed to it. A type whose lease grew takes its longer
+// lease per message after the dequeue (keeper.start), so a grown type never
+// lengthens the lease of the others' messages.
 func (p *Processor) visibility(qr *queueRunner) time.Duration {
 	v := time.Duration(0)
 	for _, d := range qr.defs {
-		if l := p.leaseFor(d.Type); l > v {
-			v = l
-		}
+		v = max(v, d.Lease)
 	}
 	if v == 0 {
 		v = handlers.DefaultLease
@@ -225,7 +227,9 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 // unknown type.
 func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cmdType) }
 
-// leaseLost counts a lost lease and grows the type's lease past the threshold.
+// leaseLost counts a lost lease (one that really ended while this processor
+// held the message, see keeper) and grows the type's lease past the
+// threshold.
 func (p *Processor) leaseLost(cmdType string) {
 	p.cfg.Metrics.LeaseLost(cmdType)
 	p.leaseMu.Lock()
@@ -235,6 +239,8 @@ func (p *Processor) leaseLost(cmdType string) {
 		return
 	}
 	ls.lost++
+	ls.clean = 0
+	ls.changed = time.Now()
 	if ls.lost < p.cfg.LeaseGrowth.Threshold {
 		return
 	}
@@ -246,6 +252,27 @@ func (p *Processor) leaseLost(cmdType string) {
 		p.cfg.Logger.Warn().Str("type", cmdType).Dur("from", ls.current).Dur("to", grown).Msg("cmdq processor: leases keep being lost; growing the lease")
 		ls.current = grown
 	}
+}
+
+// leaseClean counts a clean finish of a message of cmdType (its last queue
+// call answered with the lease held) and shrinks a grown lease by
+// LeaseGrowth.Factor, never below the definition's, after ShrinkAfter
+// clean finishes in a row or at the first clean finish QuietPeriod after
+// the last loss or change.
+func (p *Processor) leaseClean(cmdType string) {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	ls := p.leases[cmdType]
+	if ls == nil || ls.current <= ls.base {
+		return
+	}
+	ls.clean++
+	if ls.clean < p.cfg.LeaseGrowth.ShrinkAfter && time.Since(ls.changed) < p.cfg.LeaseGrowth.QuietPeriod {
+		return
+	}
+	shrunk := max(time.Duration(float64(ls.current)/p.cfg.LeaseGrowth.Factor), ls.base)
+	p.cfg.Logger.Info().Str("type", cmdType).Dur("from", ls.current).Dur("to", shrunk).Msg("cmdq processor: leases no longer lost; shrinking the lease")
+	ls.current, ls.clean, ls.lost, ls.changed = shrunk, 0, 0, time.Now()
 }
 
 // observe records a handler duration for RunFor's margin and metrics.
