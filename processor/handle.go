@@ -234,19 +234,26 @@ func (a *attempt) withStarted(evs ...status.Event) []status.Event {
 	return evs
 }
 
-// retryConflict runs try, a conditional write on a.rec. On a conflict it
-// reloads: if the command became final elsewhere it returns errFinal,
-// otherwise it tries again with the fresh record (at most 3 tries in all).
-// Caller holds a.mu.
+// retryConflict runs try, a conditional write on a.rec. On a conflict (a
+// write by someone else: status.Append already recognised its own landed
+// writes) it takes the command as reloaded: if it became final elsewhere it
+// returns errFinal, otherwise it tries again with the fresh record (at most 3
+// tries in all). Caller holds a.mu.
 func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 	for i := 0; ; i++ {
 		err := try()
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
 			return err
 		}
-		rec, lerr := a.p.st.Load(ctx, a.rec.ID)
-		if lerr != nil {
-			return lerr
+		var rec *status.Record
+		var ce *status.ConflictError
+		if errors.As(err, &ce) && ce.Current != nil {
+			rec = ce.Current
+		} else {
+			var lerr error
+			if rec, lerr = a.p.st.Load(ctx, a.rec.ID); lerr != nil {
+				return lerr
+			}
 		}
 		a.rec = rec
 		if rec.Status.Status.Final() {

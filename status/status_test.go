@@ -245,9 +245,22 @@ func TestAppendConflict(t *testing.T) {
 			t.Fatalf("record after Append: %+v", a)
 		}
 		before := *b
+		env.Store.Reset()
 		err = s.Append(ctx, b, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"})
 		if !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("stale Append: %v, want ErrConflict", err)
+		}
+		// The conflict carries the command as it is now. Telling a lost race
+		// from this write having landed (its answer lost) takes two point
+		// reads: the command row, and the event row this write would have
+		// started at (a later write may have followed it).
+		var ce *status.ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil || ce.Current.ETag != a.ETag || ce.Current.WriteID != a.WriteID || a.WriteID == "" ||
+			ce.Current.Status != a.Status || ce.Current.EventSeq != 3 {
+			t.Fatalf("conflict %#v, want the current command (record %+v)", err, a)
+		}
+		if c := env.Store.Counts(); c["Batch"] != 1 || c["Get"] != 2 || env.Store.Total() != 3 {
+			t.Fatalf("stale Append cost %s, want Batch=1 Get=2", env.Store)
 		}
 		if b.ETag != before.ETag || b.EventSeq != before.EventSeq || b.Status != before.Status {
 			t.Fatalf("failed Append changed the record")
@@ -615,6 +628,9 @@ func TestCommandRowLayout(t *testing.T) {
 			if row.Properties[k] != v {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
+		}
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[status.EventRowKey(1)].Properties["WriteID"] != w {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[status.EventRowKey(1)].Properties["WriteID"])
 		}
 
 		rec, err := s.Load(ctx, id)
