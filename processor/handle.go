@@ -146,20 +146,21 @@ func (p *Processor) release(s *session, k *keeper) {
 	}
 }
 
-// deleteMsg deletes a finished message.
-func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) {
+// deleteMsg deletes a finished message. It reports whether the lease
+// turned out lost (see deleted).
+func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) (lost bool) {
 	receipt, held := k.stop()
 	if !held {
-		return
+		return false
 	}
 	err := k.q.Delete(s.ops, k.id, receipt)
-	p.deleted(s, k, cmdType, err, time.Now())
+	return p.deleted(s, k, cmdType, err, time.Now())
 }
 
 // deleted records the outcome of deleting a finished message (answered at
-// answered) and reports whether the message is gone or will be handled
-// without running again.
-func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, answered time.Time) {
+// answered). It reports whether the lease had ended before the delete (a
+// lost lease: someone else may hold the message).
+func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, answered time.Time) (lost bool) {
 	switch {
 	case err == nil:
 		p.ok()
@@ -168,7 +169,7 @@ func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, an
 		if k.settle(err, answered) {
 			// The lease ended before the delete: someone else may hold the
 			// message now; they will find the command final.
-			return
+			return true
 		}
 		// Answered while the lease was still ours: the first try of this
 		// delete landed (404), or one of our renewals did unanswered and
@@ -178,6 +179,7 @@ func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, an
 	default:
 		p.fault(s.ops, "delete", k.queue, k.cmdID, err)
 	}
+	return false
 }
 
 // poisonOrphan poisons a message that has no command record.
@@ -225,13 +227,80 @@ func (a *attempt) startedEvent() status.Event {
 	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
 }
 
-// withStarted returns evs preceded by the started event if the handler is
-// running and that event is not written yet. Caller holds a.mu.
-func (a *attempt) withStarted(evs ...status.Event) []status.Event {
-	if a.running && !a.startedWritten {
-		return append([]status.Event{a.startedEvent()}, evs...)
+// maxLostEvents bounds the lease_lost events one delivery records for the
+// deliveries before it (10).
+const maxLostEvents = 10
+
+// lostBefore returns lease_lost events for the deliveries before this one
+// that left no outcome: attempts rec.Settled+1 … n-1 (at most the last
+// maxLostEvents of them). Their handlers may have run, so every extra run
+// is explained in the history. Caller holds a.mu.
+func (a *attempt) lostBefore() []status.Event {
+	first := a.rec.Settled + 1
+	if first >= a.n {
+		return nil
+	}
+	from := max(first, a.n-maxLostEvents)
+	evs := make([]status.Event, 0, a.n-from)
+	for at := from; at < a.n; at++ {
+		note := fmt.Sprintf("delivery %d left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery %d", at, a.n)
+		if at == from && from > first {
+			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
+		}
+		evs = append(evs, status.Event{Kind: status.LeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
 	return evs
+}
+
+// withStarted returns evs preceded by the lease_lost events of earlier
+// deliveries without an outcome and by the started event if the handler is
+// running and that event is not written yet. Caller holds a.mu.
+func (a *attempt) withStarted(evs ...status.Event) []status.Event {
+	pre := a.lostBefore()
+	if a.running && !a.startedWritten {
+		pre = append(pre, a.startedEvent())
+	}
+	if len(pre) == 0 {
+		return evs
+	}
+	return append(pre, evs...)
+}
+
+// leaseLostEvent is this delivery's own lease_lost event.
+func (a *attempt) leaseLostEvent(note string) status.Event {
+	return status.Event{Kind: status.LeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+}
+
+// recordLost writes this delivery's lease_lost event (with what withStarted
+// adds). While the attempt has no outcome it is skipped once one is recorded
+// (another delivery found the gap, or the command became final). After its
+// outcome (afterOutcome: the lease ended before the message was deleted,
+// so a delivery that loaded the command before that outcome may run the
+// handler again) it is written even on a final command. Caller holds a.mu.
+// Cost: one batch.
+func (a *attempt) recordLost(ctx context.Context, note string, afterOutcome bool) {
+	err := a.retryConflict(ctx, func() error {
+		evs := []status.Event{a.leaseLostEvent(note)}
+		if !afterOutcome {
+			if a.rec.Settled >= a.n {
+				return nil
+			}
+			evs = a.withStarted(evs...)
+		}
+		if err := a.p.st.Append(ctx, a.rec, evs...); err != nil {
+			return err
+		}
+		if !afterOutcome {
+			a.written()
+		}
+		return nil
+	})
+	if errors.Is(err, errFinal) && afterOutcome {
+		err = a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	}
+	if err != nil && !errors.Is(err, errFinal) && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
 }
 
 // retryConflict runs try, a conditional write on a.rec. On a conflict (a
@@ -380,9 +449,13 @@ func (a *attempt) run() {
 		p.observe(def.Type, dur)
 		a.complete()
 	case errors.Is(cause, errLeaseLost):
-		// Someone else may be running it; record nothing.
-		a.finish(func() error { return nil })
+		// Someone else may be running it: record only that this delivery's
+		// lease ended without an outcome.
 		a.k.stop()
+		_ = a.finish(func() error {
+			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it", false)
+			return nil
+		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
 		// Interrupted by shutdown (drain timeout or RunFor's end).
 		a.finish(func() error { return nil })
@@ -427,13 +500,24 @@ func (a *attempt) complete() {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		p.deleteMsg(s, a.k, a.rec.Type)
+		if p.deleteMsg(s, a.k, a.rec.Type) {
+			a.lostAfterCompletion()
+		}
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears and the handler runs again (at least once).
 		p.giveUp(s, a.k, "write completed", err)
 	}
+}
+
+// lostAfterCompletion records that the lease of this delivery ended before
+// its message was deleted: a delivery that loaded the command before the
+// completion may run the handler once more.
+func (a *attempt) lostAfterCompletion() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recordLost(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again", true)
 }
 
 // completeCombined writes the final batch and deletes the message in one
@@ -466,7 +550,9 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		p.deleted(s, a.k, a.rec.Type, deleteErr, answered)
+		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
+			a.lostAfterCompletion()
+		}
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:

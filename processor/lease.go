@@ -104,10 +104,15 @@ func (k *keeper) renew() (again bool) {
 		k.mu.Unlock()
 		return false
 	}
-	receipt, lease := k.receipt, k.lease
+	receipt, lease, expires := k.receipt, k.lease, k.expires
 	k.mu.Unlock()
+	// A renewal that has not answered shortly before the lease ends is no
+	// use (and must not keep the handler running past it): give up then,
+	// so that the loop cancels the handler in time.
+	ctx, cancel := context.WithDeadline(k.ctx, expires.Add(-safety(lease)/2))
 	sent := time.Now()
-	nr, _, err := k.q.UpdateVisibility(k.ctx, k.id, receipt, lease)
+	nr, _, err := k.q.UpdateVisibility(ctx, k.id, receipt, lease)
+	cancel()
 	answered := time.Now()
 	k.mu.Lock()
 	if k.stopped {

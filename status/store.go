@@ -93,6 +93,10 @@ type Record struct {
 	ETag string
 	// EventSeq is the sequence number of the last event.
 	EventSeq int64
+	// Settled is the last attempt whose outcome (failed, completed,
+	// poisoned or lease_lost) is recorded (see Settle); 0 after created and
+	// requeued.
+	Settled int
 	// WriteID identifies the last write that landed on the command (the
 	// issue batch or an Append): Append recognises its own write by it when
 	// a transport retry meets the write's own effect.
@@ -297,7 +301,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	ev := Event{Seq: 1, Kind: Created, Time: issued}
 	Apply(&st, ev)
 	wid := newWriteID()
-	maps.Copy(cmd.Properties, projectionProps(&st, 1, wid))
+	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -321,9 +325,10 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *Status, seq int64, writeID string) map[string]any {
+func projectionProps(st *Status, settled int, seq int64, writeID string) map[string]any {
 	return map[string]any{
 		"WriteID":   writeID,
+		"Settled":   int32(settled),
 		"Status":    string(st.Status),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
@@ -339,8 +344,8 @@ func projectionProps(st *Status, seq int64, writeID string) map[string]any {
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *Status, seq int64, writeID string) storage.Entity {
-	props := projectionProps(st, seq, writeID)
+func projectionUpdate(rec *Record, st *Status, settled int, seq int64, writeID string) storage.Entity {
+	props := projectionProps(st, settled, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
@@ -515,8 +520,22 @@ func decodeRecord(e storage.Entity) *Record {
 		IssuedAt:   timeProp(e, "IssuedAt"),
 		ETag:       e.ETag,
 		EventSeq:   intProp(e, "EventSeq"),
+		Settled:    settledProp(e),
 		WriteID:    str(e, "WriteID"),
 	}
+}
+
+// settledProp reads Settled; rows written before it existed derive it from
+// the projection (a running attempt has no outcome yet).
+func settledProp(e storage.Entity) int {
+	if _, ok := e.Properties["Settled"]; ok {
+		return int(intProp(e, "Settled"))
+	}
+	n := int(intProp(e, "Attempts"))
+	if State(str(e, "Status")) == Running {
+		n--
+	}
+	return max(n, 0)
 }
 
 // Append writes events (1..MaxEventsPerAppend) and the updated projection in
@@ -536,12 +555,12 @@ func decodeRecord(e storage.Entity) *Record {
 // appended twice. Otherwise the error wraps storage.ErrConflict and is a
 // *ConflictError carrying the reloaded command.
 func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error {
-	ops, st, seq, wid, err := s.appendOps(rec, events)
+	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return err
 	}
 	etags, err := s.commands.Batch(ctx, rec.ID, ops)
-	return s.appended(ctx, rec, st, seq, wid, etags, err)
+	return s.appended(ctx, rec, res, etags, err)
 }
 
 // ConflictError is the error of an Append (or Poison, AppendAndDelete) that
@@ -572,32 +591,41 @@ func (e *ConflictError) Unwrap() []error { return []error{storage.ErrConflict, e
 // succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
 // returned as deleteErr.
 func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...Event) (deleteErr, err error) {
-	ops, st, seq, wid, err := s.appendOps(rec, events)
+	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return nil, err
 	}
 	etags, deleteErr, err := cb.BatchDelete(ctx, s.commands.Name(), rec.ID, ops, queue, id, popReceipt)
-	return deleteErr, s.appended(ctx, rec, st, seq, wid, etags, err)
+	return deleteErr, s.appended(ctx, rec, res, etags, err)
+}
+
+// appendResult is what an append makes of a record when it lands.
+type appendResult struct {
+	st      Status
+	settled int
+	seq     int64
+	wid     string
 }
 
 // appendOps builds the batch of an append: the events and the Merge update
 // of the command row's projection, conditional on rec's ETag. It returns the
 // new projection, event number and the write's ID.
-func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Status, int64, string, error) {
+func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appendResult, error) {
 	if rec == nil || rec.ID == "" {
-		return nil, Status{}, 0, "", fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
+		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerAppend {
-		return nil, Status{}, 0, "", fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
 	}
 	wid := newWriteID()
 	st := rec.Status
+	settled := rec.Settled
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
 	for _, e := range events {
 		if !e.Kind.valid() {
-			return nil, Status{}, 0, "", fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
 		}
 		seq++
 		e.Seq = seq
@@ -611,20 +639,23 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Statu
 			e.Time = st.UpdatedAt
 		}
 		Apply(&st, e)
+		settled = Settle(settled, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
 	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, st, seq, wid, nil
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	return ops, appendResult{st, settled, seq, wid}, nil
 }
 
-// appended finishes an append of write wid: on success it updates rec in
+// appended finishes an append (res): on success it updates rec in
 // place. On a conflict it finds out whether the write landed after all.
-func (s *Store) appended(ctx context.Context, rec *Record, st Status, seq int64, wid string, etags []string, err error) error {
+func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, etags []string, err error) error {
+	wid := res.wid
 	if err == nil {
-		rec.Status = st
-		rec.EventSeq = seq
+		rec.Status = res.st
+		rec.Settled = res.settled
+		rec.EventSeq = res.seq
 		rec.ETag = etags[len(etags)-1]
 		rec.WriteID = wid
 		return nil
