@@ -114,17 +114,23 @@ type Config struct {
 	Worker string
 	// BatchSize is how many messages one dequeue asks for, 1..32. Default 32.
 	BatchSize int
-	// NewBatchThreshold: a queue's poller fetches the next batch when that
-	// queue's in-flight messages (dequeued, not yet finished) drop to this
-	// number, so at most NewBatchThreshold+BatchSize messages per queue are
-	// held (the next batch is fetched while the current one still runs).
-	// Default max(BatchSize/2, Concurrency−BatchSize): 16 with the default
-	// Concurrency of 32, and enough to keep every handler busy on one queue
-	// when Concurrency is larger. At most 10,000. Set NoThreshold (-1) for 0.
+	// NewBatchThreshold bounds the prefetch: the messages the processor
+	// holds beyond Concurrency (dequeued, waiting for a handler slot), so
+	// that the next batch is in hand when slots free up. The prefetch
+	// actually used is what Concurrency slots start within 500 ms at the
+	// average handler duration (HandlerDurationEstimate before the first),
+	// at most NewBatchThreshold: fast handlers get full batches fetched
+	// ahead, slow ones none (a worker with Concurrency 1 and 600 ms
+	// handlers holds one message at a time, and competing workers share the
+	// queue). A dequeue asks for min(BatchSize, Concurrency + prefetch −
+	// held) and is made when a full batch fits or a handler slot would stay
+	// idle. Default BatchSize (32). At most 10,000. Set NoThreshold (-1)
+	// for no prefetch.
 	NewBatchThreshold int
 	// Concurrency is the most handlers this processor runs at once across all
-	// queues. Default 32. Dequeued messages beyond it wait (their lease is
-	// renewed while they wait).
+	// queues. Default 32. Dequeued messages beyond it wait for a slot; one
+	// still waiting when its lease would need renewing is released (made
+	// visible again) instead.
 	Concurrency int
 	// MinPollInterval is the wait after the first empty poll. Default 100 ms.
 	MinPollInterval time.Duration
@@ -209,8 +215,8 @@ type Config struct {
 const (
 	// MaxNewBatchThreshold is the largest NewBatchThreshold (10,000).
 	MaxNewBatchThreshold = 10000
-	// NoThreshold set as NewBatchThreshold means 0: fetch only when the queue
-	// has nothing in flight.
+	// NoThreshold set as NewBatchThreshold means 0: no prefetch (hold at
+	// most Concurrency messages).
 	NoThreshold = -1
 	// NoReconcile set as ReconcileInterval disables the reconciler; set as
 	// ReconcileScanInterval it disables only the pending scan.
@@ -236,7 +242,7 @@ func (c Config) Validate() error {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
 	}
 	if c.NewBatchThreshold < NoThreshold || c.NewBatchThreshold > MaxNewBatchThreshold {
-		bad("NewBatchThreshold %d is outside -1..%d (0 = default max(BatchSize/2, Concurrency-BatchSize), -1 = fetch only when idle)", c.NewBatchThreshold, MaxNewBatchThreshold)
+		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, MaxNewBatchThreshold)
 	}
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
@@ -343,7 +349,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.NewBatchThreshold {
 	case 0:
-		c.NewBatchThreshold = max(c.BatchSize/2, c.Concurrency-c.BatchSize)
+		c.NewBatchThreshold = c.BatchSize
 	case NoThreshold:
 		c.NewBatchThreshold = 0
 	}

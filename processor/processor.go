@@ -58,6 +58,10 @@ type Processor struct {
 	sem     chan struct{}
 	running atomic.Bool
 
+	holdMu   sync.Mutex
+	held     int         // messages dequeued (or reserved for a dequeue) and not finished, all queues
+	overheld atomic.Bool // a waiting message was released: no prefetch until a handler finishes
+
 	leaseMu sync.Mutex
 	leases  map[string]*leaseState // by command type
 
@@ -278,22 +282,28 @@ func (p *Processor) leaseClean(cmdType string) {
 // observe records a handler duration for RunFor's margin and metrics.
 func (p *Processor) observe(cmdType string, d time.Duration) {
 	p.cfg.Metrics.HandlerDuration(cmdType, d)
+	p.overheld.Store(false)
 	p.durMu.Lock()
 	p.durSum += d
 	p.durN++
 	p.durMu.Unlock()
 }
 
+// avgDuration is the average observed handler duration, or
+// HandlerDurationEstimate before the first.
+func (p *Processor) avgDuration() time.Duration {
+	p.durMu.Lock()
+	defer p.durMu.Unlock()
+	if p.durN > 0 {
+		return p.durSum / time.Duration(p.durN)
+	}
+	return p.cfg.HandlerDurationEstimate
+}
+
 // margin is RunFor's safety margin: average handler duration (or the
 // estimate) × Tolerance.
 func (p *Processor) margin() time.Duration {
-	p.durMu.Lock()
-	avg := p.cfg.HandlerDurationEstimate
-	if p.durN > 0 {
-		avg = p.durSum / time.Duration(p.durN)
-	}
-	p.durMu.Unlock()
-	return time.Duration(float64(avg) * p.cfg.Tolerance)
+	return time.Duration(float64(p.avgDuration()) * p.cfg.Tolerance)
 }
 
 // ceiling returns the poison ceiling for def.
