@@ -51,6 +51,12 @@ type Config struct {
 	// Health reports health for /healthz and /readyz. Default nil: always
 	// healthy with state "ok". Use ProcessorHealth to report a processor's.
 	Health HealthFunc
+	// Ready, when set, is also asked by GET /readyz (after Health): an
+	// error answers 503. Use (*processor.Processor).CheckStorage, or a
+	// processor.StorageProbe's Check, so that readiness follows storage
+	// within seconds (a bounded probe, made only when no storage call
+	// succeeded recently). It must return promptly. Default nil.
+	Ready func(ctx context.Context) error
 	// Tokens are the accepted bearer tokens and their roles. Default nil: no
 	// authentication, every request has every role (bind to loopback only).
 	Tokens Tokens
@@ -527,6 +533,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !h.Healthy {
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
+	}
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(r.Context()); err != nil {
+			s.log.Debug().Err(err).Msg("cmdq api: not ready")
+			writeProblem(w, r, newProblem(ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, h)
 }

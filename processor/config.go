@@ -194,6 +194,15 @@ type Config struct {
 	// UnhealthyAfter is the number of consecutive infrastructure faults that
 	// make the processor unhealthy. Default 5.
 	UnhealthyAfter int
+	// ProbeTimeout bounds the readiness probe (CheckStorage): one
+	// ApproximateCount call, abandoned after this long whatever the
+	// driver's retries. Default 2 s.
+	ProbeTimeout time.Duration
+	// ProbeInterval: CheckStorage makes no call when a storage call of the
+	// processor succeeded within this long and none failed since; while
+	// storage is failing the processor probes every ProbeInterval on its
+	// own to notice its return (then wakes its pollers). Default 5 s.
+	ProbeInterval time.Duration
 	// Flywheel, when true, makes an unhealthy processor stop pulling work
 	// until ResetHealth is called. When false (default) it keeps pulling and
 	// becomes healthy again after the next successful storage operation.
@@ -285,6 +294,7 @@ func (c Config) Validate() error {
 		{"DrainTimeout", c.DrainTimeout}, {"StartedWriteDelay", c.StartedWriteDelay},
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
 		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
+		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval},
 		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
 	} {
 		if d.v < 0 {
@@ -391,6 +401,8 @@ func (c Config) withDefaults() Config {
 	if c.UnhealthyAfter == 0 {
 		c.UnhealthyAfter = DefaultUnhealthyAfter
 	}
+	c.ProbeTimeout = orDur(c.ProbeTimeout, DefaultProbeTimeout)
+	c.ProbeInterval = orDur(c.ProbeInterval, DefaultProbeInterval)
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}

@@ -46,6 +46,7 @@ type Processor struct {
 	reg    *handlers.Registry
 	names  status.Names
 	health *health
+	probe  *StorageProbe
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -128,6 +129,11 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 		p.byName[qn] = qr
 		p.byName[qr.storage] = qr
 	}
+	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
+	first := p.queues[0]
+	p.probe = NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+		return store.Queue(ctx, first.storage) // the driver's cached handle once opened
+	}, cfg.ProbeTimeout, cfg.ProbeInterval)
 	for _, t := range reg.Types() {
 		def, ok := reg.Lookup(t)
 		if !ok {
@@ -463,6 +469,8 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		pollers.Add(1)
 		go func() { defer pollers.Done(); p.poll(s, qr) }()
 	}
+	background.Add(1)
+	go func() { defer background.Done(); p.probeLoop(s) }()
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
 		go func() { defer background.Done(); p.reconcileLoop(s, d) }()

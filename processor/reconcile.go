@@ -20,6 +20,7 @@ func (p *Processor) markActive() {
 // reconciler runs the marker query ReconcileGrace later, for the commands
 // whose enqueue failed during the outage.
 func (p *Processor) storageRecovered() {
+	p.cfg.Logger.Info().Msg("cmdq processor: storage answers again")
 	p.recoveredAt.Store(time.Now().UnixNano())
 	p.kickReconciler()
 	for _, qr := range p.queues {

@@ -222,6 +222,13 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	if proc != nil {
 		cfg.Health = api.ProcessorHealth(proc)
+		cfg.Ready = proc.CheckStorage
+	} else {
+		// No processor: readiness still follows storage.
+		probe := processor.NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+			return st.Queue(ctx, names.Queue(queues[0]))
+		}, 0, 0)
+		cfg.Ready = probe.Check
 	}
 	h, err := api.New(cfg)
 	if err != nil {
