@@ -94,18 +94,22 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	// Wait for a handler slot; stop taking work releases the message, and
 	// so does a wait that reaches the time its lease would need renewing:
 	// a message is not hoarded by a processor that cannot start it.
-	hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
 	select {
 	case p.sem <- struct{}{}:
-		hoard.Stop()
-	case <-s.take.Done():
-		hoard.Stop()
-		p.release(s, k)
-		return
-	case <-hoard.C:
-		p.overheld.Store(true)
-		p.release(s, k)
-		return
+	default:
+		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
+		select {
+		case p.sem <- struct{}{}:
+			hoard.Stop()
+		case <-s.take.Done():
+			hoard.Stop()
+			p.release(s, k)
+			return
+		case <-hoard.C:
+			p.overheld.Store(true)
+			p.release(s, k)
+			return
+		}
 	}
 	defer func() { <-p.sem }()
 	if !s.mayTake(p) {

@@ -85,6 +85,9 @@ func (k *keeper) start(lease time.Duration, cmdType string) {
 	k.mu.Unlock()
 	if extend {
 		k.renew()
+		k.mu.Lock()
+		k.renewals = 0 // taking the grown lease is not the renewal that writes `started`
+		k.mu.Unlock()
 	}
 	go k.loop()
 }
