@@ -64,7 +64,7 @@ bench<random> and raw<random> (and deletes them at the end).`,
 	fl.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "handlers the processor runs at once")
 	fl.IntVar(&cfg.Issuers, "issuers", bench.DefaultIssuers, "goroutines issuing in the issue phase")
 	fl.IntVar(&cfg.BatchSize, "batch-size", 32, "messages per dequeue, 1..32")
-	fl.IntVar(&cfg.NewBatchThreshold, "new-batch-threshold", 0, "processor's NewBatchThreshold: fetch the next batch when in-flight messages drop to this (0 = batch size/2, -1 = 0)")
+	fl.IntVar(&cfg.NewBatchThreshold, "new-batch-threshold", 0, "processor's NewBatchThreshold: the most messages held beyond --concurrency, waiting for a handler (0 = batch size, -1 = none)")
 	fl.DurationVar(&cfg.HandlerDuration, "handler-duration", 0, "how long each handler takes (0 = no-op)")
 	fl.IntVar(&cfg.Rate, "rate", 0, "latency phase: commands issued per second (default 500 embedded, 50 azure)")
 	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "latency phase length (negative skips it)")

@@ -242,6 +242,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
+	defer func() { _ = iss.Close() }() // before the store closes
 	rd, err := status.OpenReader(ctx, st, names, status.Options{})
 	if err != nil {
 		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
@@ -267,6 +268,13 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	if proc != nil {
 		cfg.Health = api.ProcessorHealth(proc)
+		cfg.Ready = proc.CheckStorage
+	} else {
+		// No processor: readiness still follows storage.
+		probe := processor.NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+			return st.Queue(ctx, names.Queue(queues[0]))
+		}, 0, 0)
+		cfg.Ready = probe.Check
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)

@@ -114,8 +114,9 @@ type Config struct {
 	Issuers int
 	// BatchSize is the processor's BatchSize, 1..32. Default 32.
 	BatchSize int
-	// NewBatchThreshold is the processor's NewBatchThreshold (0 = its
-	// default, BatchSize/2; processor.NoThreshold for 0).
+	// NewBatchThreshold is the processor's NewBatchThreshold, the most
+	// messages held beyond Concurrency (0 = its default, BatchSize;
+	// processor.NoThreshold for none).
 	NewBatchThreshold int
 	// HandlerDuration is how long each handler takes (it waits, without
 	// using CPU). Default 0: a no-op handler.
