@@ -54,19 +54,19 @@ type Report struct {
 	Duration time.Duration
 
 	Issued, Accepted, NotAccepted, Completed, Poisoned, Lost, Stranded int
-	PoisonedByLostDeliveries                                          int
-	ClientRetries                                                     int64
+	PoisonedByLostDeliveries                                           int
+	ClientRetries                                                      int64
 
-	Executions, Extra                                     int
-	ExplainedLeaseLost, ExplainedCrash, ExplainedFault    int
-	Unexplained                                           int
-	Kills, SelfExits                                      int
-	Faults                                                map[string]int
-	Injected503                                           int64
-	JournalLines, JournalBad, LeftOnQueue, MarkersLeft    int
-	SettleTime                                            time.Duration
-	Violations                                            []Violation
-	Notes                                                 []string
+	Executions, Extra                                  int
+	ExplainedLeaseLost, ExplainedCrash, ExplainedFault int
+	Unexplained                                        int
+	Kills, SelfExits                                   int
+	Faults                                             map[string]int
+	Injected503                                        int64
+	JournalLines, JournalBad, LeftOnQueue, MarkersLeft int
+	SettleTime                                         time.Duration
+	Violations                                         []Violation
+	Notes                                              []string
 }
 
 // FaultsTotal sums the injected faults (503 answers not counted: see Injected503).
