@@ -17,8 +17,9 @@ const (
 	InvDesignedOutcome = "designed-outcome"
 	// InvSingleCompletion: no command has two completed events.
 	InvSingleCompletion = "single-completion"
-	// InvStepOnce: no step runs or is recorded again after its
-	// step_completed was recorded (unless the lease was lost).
+	// InvStepOnce: no step of a resumable handler (demo.steps) runs or is
+	// recorded again after its step_completed was recorded (unless the
+	// lease of the execution that recorded it was lost).
 	InvStepOnce = "step-once"
 	// InvEventOnce: no event is written twice for one attempt (a retried
 	// write whose first try landed).
@@ -64,6 +65,7 @@ type Report struct {
 	Faults                                             map[string]int
 	Injected503                                        int64
 	JournalLines, JournalBad, LeftOnQueue, MarkersLeft int
+	LeaseGrowths                                       int // "growing the lease" lines in the processors' logs
 	SettleTime                                         time.Duration
 	Violations                                         []Violation
 	Notes                                              []string
@@ -97,8 +99,8 @@ func (r *Report) Figures() string {
 	}
 	fmt.Fprintf(&b, "  kills %d (processes that exited on their own: %d); faults %d [%s]; 503 answers injected %d\n",
 		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
-	fmt.Fprintf(&b, "  settled in %s; left on the queue %d; reconciler markers left %d; journal lines %d (unreadable %d)\n",
-		r.SettleTime.Round(100*time.Millisecond), r.LeftOnQueue, r.MarkersLeft, r.JournalLines, r.JournalBad)
+	fmt.Fprintf(&b, "  settled in %s; left on the queue %d; reconciler markers left %d; leases grown %d times; journal lines %d (unreadable %d)\n",
+		r.SettleTime.Round(100*time.Millisecond), r.LeftOnQueue, r.MarkersLeft, r.LeaseGrowths, r.JournalLines, r.JournalBad)
 	counts := map[string]int{}
 	for _, v := range r.Violations {
 		counts[v.Invariant]++
@@ -293,7 +295,12 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 	}
 
 	// No step runs again after it was recorded (a rerun resumes after
-	// run.LastStep()), unless the recording execution lost its lease.
+	// run.LastStep()), unless the recording execution lost its lease. Only
+	// demo.steps resumes: demo.echo records its one step whatever
+	// LastStep says.
+	if c.Type != "demo.steps" {
+		return
+	}
 	recorded := map[int]*execution{} // step → the execution that recorded it first
 	type mark struct {
 		line int

@@ -238,8 +238,40 @@ type httpFault struct {
 	before, after atomic.Uint64 // math.Float64bits
 	injected      atomic.Int64
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu    sync.Mutex
+	rng   *rand.Rand
+	rules []*rule // failNext
+}
+
+// rule answers the next n requests that match with 503.
+type rule struct {
+	match func(*http.Request) bool
+	n     int
+	after bool // apply the request first (the answer is lost, the write landed)
+}
+
+// failNext makes the HTTP fault proxy of svc answer the next n requests for
+// which match is true with 503 Server Busy; with after, each is forwarded
+// first, so the operation is applied and only its answer is lost. A retry
+// is a new request and counts against n.
+func (f *faultNet) failNext(svc string, n int, after bool, match func(*http.Request) bool) {
+	h := f.http[svc]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rules = append(h.rules, &rule{match: match, n: n, after: after})
+}
+
+// take returns whether a rule claims r, and whether it is an "after" rule.
+func (h *httpFault) take(r *http.Request) (hit, after bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ru := range h.rules {
+		if ru.n > 0 && ru.match(r) {
+			ru.n--
+			return true, ru.after
+		}
+	}
+	return false, false
 }
 
 func newHTTPFault(svc, target string, seed uint64) (*httpFault, error) {
@@ -284,6 +316,15 @@ func hangUp(w http.ResponseWriter) {
 }
 
 func (h *httpFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if hit, after := h.take(r); hit {
+		if after {
+			h.applyThenBusy(w, r)
+		} else {
+			_, _ = io.Copy(io.Discard, r.Body)
+			h.busy(w)
+		}
+		return
+	}
 	before := math.Float64frombits(h.before.Load())
 	after := math.Float64frombits(h.after.Load())
 	if before == 0 && after == 0 {
@@ -296,20 +337,25 @@ func (h *httpFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		h.busy(w)
 	case u < before+after:
-		out := r.Clone(r.Context())
-		out.RequestURI = ""
-		out.URL.Scheme, out.URL.Host = "http", h.target
-		resp, err := h.tr.RoundTrip(out)
-		if err != nil {
-			hangUp(w)
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		h.busy(w)
+		h.applyThenBusy(w, r)
 	default:
 		h.rp.ServeHTTP(w, r)
 	}
+}
+
+// applyThenBusy forwards r to the service and answers 503 whatever it said.
+func (h *httpFault) applyThenBusy(w http.ResponseWriter, r *http.Request) {
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = "http", h.target
+	resp, err := h.tr.RoundTrip(out)
+	if err != nil {
+		hangUp(w)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	h.busy(w)
 }
 
 // busy answers 503 ServerBusy in the service's error format.

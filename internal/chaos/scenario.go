@@ -280,6 +280,7 @@ func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Repor
 	rep.Kills = w.kills
 	w.mu.Unlock()
 	_, rep.SelfExits, _ = w.ps.exitSummary()
+	rep.LeaseGrowths = len(w.ps.grepLogs("growing the lease", 1<<20))
 	if w.net != nil {
 		rep.Injected503 = w.net.injected503()
 	}
