@@ -124,7 +124,7 @@ func (r *Report) Figures() string {
 
 // procInfo is what check needs to know about the processes.
 type procInfo interface {
-	byPid(pid int) *proc
+	byWorker(worker string) *proc
 	grepLogs(s string, max int) []string
 }
 
@@ -374,7 +374,7 @@ func explain(h *history, prev, x *execution, ps procInfo) string {
 		return "lease_lost"
 	}
 	outcome := h.outcome(prev.Worker, prev.Attempt)
-	p := ps.byPid(prev.PID)
+	p := ps.byWorker(prev.Worker)
 	if k := killedAt(p); outcome == nil && !k.IsZero() && k.After(prev.BeginT) && k.Before(x.BeginT) {
 		return "crash"
 	}

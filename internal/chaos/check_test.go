@@ -10,11 +10,11 @@ import (
 
 // fakeProcs is a procInfo for the checker's own tests.
 type fakeProcs struct {
-	procs map[int]*proc
+	procs map[string]*proc
 	logs  []string
 }
 
-func (f fakeProcs) byPid(pid int) *proc { return f.procs[pid] }
+func (f fakeProcs) byWorker(w string) *proc { return f.procs[w] }
 
 func (f fakeProcs) grepLogs(s string, max int) []string {
 	var out []string
@@ -49,7 +49,7 @@ func run(worker string, pid, attempt, begin, end int, err string, steps ...stepM
 func runCheck(t *testing.T, c *command, h *history, xs []*execution, ps fakeProcs, poison map[string]poisonEntry) *Report {
 	t.Helper()
 	if ps.procs == nil {
-		ps.procs = map[int]*proc{}
+		ps.procs = map[string]*proc{}
 	}
 	if poison == nil {
 		poison = map[string]poisonEntry{}
@@ -188,7 +188,7 @@ func TestCheckExplainsDuplicates(t *testing.T) {
 			xs: []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, 4, "")}},
 		{name: "SIGKILL before the rerun", explain: "crash", h: done,
 			xs: []*execution{run("w1.1", 1, 1, 1, -1, ""), run("w2.1", 2, 2, 2, 3, "")},
-			ps: fakeProcs{procs: map[int]*proc{1: killed}}},
+			ps: fakeProcs{procs: map[string]*proc{"w1.1": killed}}},
 		{name: "logged storage fault", explain: "fault", h: done,
 			xs: []*execution{run("w1.1", 1, 1, 1, 2, ""), run("w2.1", 2, 2, 3, 4, "")},
 			ps: fakeProcs{logs: []string{`w1.1: {"level":"error","op":"write completed","command":"c1","message":"cmdq processor: storage fault"}`}}},
@@ -196,7 +196,7 @@ func TestCheckExplainsDuplicates(t *testing.T) {
 			xs: []*execution{run("w1.1", 1, 1, 1, 2, ""), run("w2.1", 2, 2, 3, 4, "")}},
 		{name: "killed only after the rerun began", violated: true, h: done,
 			xs: []*execution{run("w1.1", 1, 1, 1, -1, ""), run("w2.1", 2, 2, 1, 3, "")},
-			ps: fakeProcs{procs: map[int]*proc{1: killed}}},
+			ps: fakeProcs{procs: map[string]*proc{"w1.1": killed}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCheck(t, c, tc.h, tc.xs, tc.ps, nil)

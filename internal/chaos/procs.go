@@ -123,14 +123,17 @@ type procs struct {
 
 	mu    sync.Mutex
 	all   []*proc          // every incarnation ever started
-	byPID map[int]*proc    // by pid
+	byWID map[string]*proc // by worker id (unique per incarnation; pids may be reused)
 	cur   map[string]*proc // latest incarnation per role
 	count map[string]int
 	timeline
+
+	indexOnce sync.Once
+	index     map[string][]string // command ID → log lines naming it (grepLogs)
 }
 
 func newProcs(bin, logDir string, tl timeline) *procs {
-	return &procs{bin: bin, logDir: logDir, env: cleanEnv(), byPID: map[int]*proc{}, cur: map[string]*proc{}, count: map[string]int{}, timeline: tl}
+	return &procs{bin: bin, logDir: logDir, env: cleanEnv(), byWID: map[string]*proc{}, cur: map[string]*proc{}, count: map[string]int{}, timeline: tl}
 }
 
 // cleanEnv is the environment without variables that would change how cmdq
@@ -182,7 +185,7 @@ func (ps *procs) start(role string, args []string) (*proc, error) {
 	}()
 	ps.mu.Lock()
 	ps.all = append(ps.all, p)
-	ps.byPID[p.pid] = p
+	ps.byWID[p.worker] = p
 	ps.cur[role] = p
 	ps.mu.Unlock()
 	ps.logf("start %s pid %d", worker, p.pid)
@@ -196,11 +199,11 @@ func (ps *procs) current(role string) *proc {
 	return ps.cur[role]
 }
 
-// byPid returns the incarnation with that pid.
-func (ps *procs) byPid(pid int) *proc {
+// byWorker returns the incarnation with that worker id.
+func (ps *procs) byWorker(worker string) *proc {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	return ps.byPID[pid]
+	return ps.byWID[worker]
 }
 
 // kill SIGKILLs p's process group and waits for it to exit. It reports
@@ -253,28 +256,79 @@ func (ps *procs) incarnations() []*proc {
 }
 
 // grepLogs returns the log lines of every incarnation that contain s, each
-// prefixed by the incarnation's worker id (at most max lines).
+// prefixed by the incarnation's worker id (at most max lines). A command ID
+// is looked up in an index of the lines that name a command, built on the
+// first call: call it once the processes have stopped.
 func (ps *procs) grepLogs(s string, max int) []string {
+	if isUUID(s) {
+		ps.indexOnce.Do(ps.buildIndex)
+		out := ps.index[s]
+		if len(out) > max {
+			out = out[:max]
+		}
+		return out
+	}
 	var out []string
+	ps.scanLogs(func(worker string, line []byte) bool {
+		if bytes.Contains(line, []byte(s)) {
+			out = append(out, worker+": "+string(line))
+		}
+		return len(out) < max
+	})
+	return out
+}
+
+// scanLogs calls f for every line of every incarnation's log until f
+// returns false.
+func (ps *procs) scanLogs(f func(worker string, line []byte) bool) {
 	for _, p := range ps.incarnations() {
-		f, err := os.Open(p.log)
+		fh, err := os.Open(p.log)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(fh)
 		sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 		for sc.Scan() {
-			if bytes.Contains(sc.Bytes(), []byte(s)) {
-				out = append(out, p.worker+": "+sc.Text())
-				if len(out) >= max {
-					_ = f.Close()
-					return out
-				}
+			if !f(p.worker, sc.Bytes()) {
+				_ = fh.Close()
+				return
 			}
 		}
-		_ = f.Close()
+		_ = fh.Close()
 	}
-	return out
+}
+
+// buildIndex indexes the log lines that name a command ("command":"<id>").
+func (ps *procs) buildIndex() {
+	ps.index = map[string][]string{}
+	key := []byte(`"command":"`)
+	ps.scanLogs(func(worker string, line []byte) bool {
+		if i := bytes.Index(line, key); i >= 0 && len(line) >= i+len(key)+36 {
+			id := string(line[i+len(key) : i+len(key)+36])
+			ps.index[id] = append(ps.index[id], worker+": "+string(line))
+		}
+		return true
+	})
+}
+
+// isUUID reports whether s looks like a canonical UUID.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // tail returns the last n lines of a file.

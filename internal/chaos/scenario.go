@@ -245,7 +245,14 @@ func (w *world) close() {
 func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Report {
 	rep := &Report{Scenario: w.sc.Name, Seed: w.sc.Seed, Faults: w.faults}
 	settleStart := time.Now()
+	// A process that exits on its own while the commands settle is
+	// restarted, as a service manager would.
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); w.supervise(supCtx) }()
 	left, err := cl.settle(ctx, cmds, settleStart.Add(w.sc.Settle))
+	stopSup()
+	<-supDone
 	rep.SettleTime = time.Since(settleStart)
 	if err != nil {
 		w.tl.logf("settle: %d commands not final after %s", len(left), w.sc.Settle)
@@ -418,8 +425,8 @@ func (w *world) supervise(ctx context.Context) {
 		}
 		for _, role := range w.roles() {
 			p := w.ps.current(role)
-			if p != nil && p.alive() {
-				continue
+			if p == nil || p.alive() {
+				continue // never started (a case starts its roles itself), or running
 			}
 			w.mu.Lock()
 			till, stopping := w.downTill[role], w.stopping
@@ -716,6 +723,12 @@ func (w *world) explainViolations(rep *Report, snap *snapshot, j *journal) {
 	for inv, n := range shown {
 		if n > perInvariant {
 			fmt.Fprintf(&b, "\n[%s] … and %d more\n", inv, n-perInvariant)
+		}
+	}
+	b.WriteString("\nlast log lines of each process:\n")
+	for _, role := range w.roles() {
+		if p := w.ps.current(role); p != nil {
+			fmt.Fprintf(&b, "  %s (%s):\n%s\n", p.worker, p.log, indent(tail(p.log, 6)))
 		}
 	}
 	_, _, notes := w.ps.exitSummary()
