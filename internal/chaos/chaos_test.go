@@ -61,7 +61,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{2 * time.Second, 6 * time.Second}, Settle: 90 * time.Second},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 80 * time.Second, Commands: 900, Workers: 3,
 				KillEvery: [2]time.Duration{5 * time.Second, 12 * time.Second}, FaultEvery: [2]time.Duration{2 * time.Second, 5 * time.Second},
-				Settle: 2 * time.Minute},
+				Settle: 90 * time.Second},
 		}, nil
 	case "smoke":
 		return []Scenario{
