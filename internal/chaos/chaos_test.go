@@ -77,7 +77,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 2 * time.Minute},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 4 * time.Minute, Commands: 4000, Workers: 3,
 				KillEvery: [2]time.Duration{4 * time.Second, 10 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 4 * time.Second},
-				Settle: 3 * time.Minute},
+				FaultLoops: 2, Settle: 3 * time.Minute},
 		}, nil
 	case "long":
 		return []Scenario{
@@ -85,7 +85,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 3 * time.Minute},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 12 * time.Minute, Commands: 14000, Workers: 3,
 				KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
-				Settle: 5 * time.Minute},
+				FaultLoops: 3, Settle: 5 * time.Minute},
 		}, nil
 	}
 	return nil, &formError{form}

@@ -325,7 +325,7 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 		if by == nil || by == m.x {
 			continue
 		}
-		if h.has("lease_lost", by.Worker, by.Attempt) {
+		if leaseLost(h, by, m.x) {
 			continue
 		}
 		add(InvStepOnce, c.ID, "step %d ran again (journal line %d, %s) after %s had recorded it; the rerun started from last step %d",
@@ -343,7 +343,7 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 			if a.Worker == b.Worker && a.Attempt == b.Attempt {
 				continue // reported by event-once
 			}
-			if h.has("lease_lost", a.Worker, a.Attempt) {
+			if h.has("lease_lost", a.Worker, a.Attempt) || h.has("lease_lost", b.Worker, a.Attempt) {
 				continue
 			}
 			add(InvStepOnce, c.ID, "step_completed %d recorded by %s attempt %d (%s) and again by %s attempt %d (%s)", s, a.Worker, a.Attempt, a.Seq, b.Worker, b.Attempt, b.Seq)
@@ -370,7 +370,7 @@ func poisonReason(h *history) string {
 // explain says why x ran after prev: "lease_lost", "crash", "fault", or a
 // sentence describing why none applies.
 func explain(h *history, prev, x *execution, ps procInfo) string {
-	if h.has("lease_lost", prev.Worker, prev.Attempt) {
+	if leaseLost(h, prev, x) {
 		return "lease_lost"
 	}
 	outcome := h.outcome(prev.Worker, prev.Attempt)
@@ -411,4 +411,12 @@ func killedAt(p *proc) time.Time {
 		return time.Time{}
 	}
 	return p.killed()
+}
+
+// leaseLost reports whether the history explains that next ran while, or
+// after, prev lost its lease: a lease_lost event for prev's attempt, written
+// by prev's worker (which noticed the loss) or by next's (which took the
+// message over).
+func leaseLost(h *history, prev, next *execution) bool {
+	return h.has("lease_lost", prev.Worker, prev.Attempt) || (next != nil && h.has("lease_lost", next.Worker, prev.Attempt))
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +93,9 @@ type Scenario struct {
 	// Faults are the fault kinds, injected in shuffled rounds (each kind
 	// once per round); default AllFaults.
 	Faults []string
+	// FaultLoops is how many fault loops run at once, each with its own
+	// schedule, so that faults overlap (default 1).
+	FaultLoops int
 	// Settle is how long, after the chaos, every accepted command has to
 	// become final (default 2 minutes).
 	Settle time.Duration
@@ -117,6 +119,9 @@ func (sc *Scenario) defaults() {
 	}
 	if sc.Faults == nil {
 		sc.Faults = AllFaults
+	}
+	if sc.FaultLoops == 0 {
+		sc.FaultLoops = 1
 	}
 	if sc.Settle == 0 {
 		sc.Settle = 2 * time.Minute
@@ -177,8 +182,10 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 		go func() { defer bg.Done(); w.killLoop(chaosCtx, rand.New(rand.NewPCG(sc.Seed, 2))) }()
 	}
 	if sc.Store == StoreAzure && sc.FaultEvery[1] > 0 {
-		bg.Add(1)
-		go func() { defer bg.Done(); w.faultLoop(chaosCtx, rand.New(rand.NewPCG(sc.Seed, 3))) }()
+		for i := range sc.FaultLoops {
+			bg.Add(1)
+			go func() { defer bg.Done(); w.faultLoop(chaosCtx, rand.New(rand.NewPCG(sc.Seed, 3+uint64(i)))) }()
+		}
 	}
 	issued := make(chan struct{})
 	go func() {
@@ -825,14 +832,4 @@ func (a *azuriteCtl) endpoints() (queue, table string, err error) {
 		return "", "", errors.New("azurite is not running")
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[1])), net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[2])), nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
