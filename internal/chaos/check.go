@@ -43,32 +43,59 @@ const (
 
 // Violation is one broken invariant.
 type Violation struct {
+	// Invariant is one of the Inv… names.
 	Invariant string
+	// CommandID is the command that breaks it.
 	CommandID string
-	Detail    string
+	// Detail says how, for a person.
+	Detail string
 }
 
 // Report is the outcome of a run: its figures and violations.
 type Report struct {
+	// Scenario and Seed name the run; Seed replays its schedule.
 	Scenario string
 	Seed     uint64
+	// Duration is the whole run: set up, chaos, settle and check.
 	Duration time.Duration
 
+	// Issued commands; of those Accepted (a 2xx received) or NotAccepted
+	// (the client gave up); of the accepted, Completed, Poisoned, Lost (no
+	// record) and Stranded (not final when the run settled).
 	Issued, Accepted, NotAccepted, Completed, Poisoned, Lost, Stranded int
-	PoisonedByLostDeliveries                                           int
-	ClientRetries                                                      int64
+	// PoisonedByLostDeliveries counts commands designed to complete that
+	// reached the poison ceiling by dequeue count with fewer executions:
+	// deliveries lost to kills and faults (documented, not a violation).
+	PoisonedByLostDeliveries int
+	// ClientRetries counts POSTs after the first, over all commands.
+	ClientRetries int64
 
+	// Executions counts journalled handler executions; Extra those that
+	// were not a retry after a recorded failure, split by explanation
+	// (a lease_lost event, a SIGKILL, a logged storage fault) and
+	// Unexplained.
 	Executions, Extra                                  int
 	ExplainedLeaseLost, ExplainedCrash, ExplainedFault int
 	Unexplained                                        int
-	Kills, SelfExits                                   int
-	Faults                                             map[string]int
-	Injected503                                        int64
+	// Kills counts SIGKILLs by the kill loop; SelfExits processes that
+	// exited without being killed or stopped.
+	Kills, SelfExits int
+	// Faults counts injected storage faults by kind; Injected503 the 503
+	// answers the HTTP fault proxy made (bursts and targeted).
+	Faults      map[string]int
+	Injected503 int64
+	// JournalLines and JournalBad (unreadable lines) describe the journal;
+	// LeftOnQueue and MarkersLeft what storage held at the end.
 	JournalLines, JournalBad, LeftOnQueue, MarkersLeft int
-	LeaseGrowths                                       int // "growing the lease" lines in the processors' logs
-	SettleTime                                         time.Duration
-	Violations                                         []Violation
-	Notes                                              []string
+	// LeaseGrowths counts "growing the lease" lines in the processors' logs.
+	LeaseGrowths int
+	// SettleTime is how long the accepted commands took to become final
+	// after the chaos (the settle deadline when some did not).
+	SettleTime time.Duration
+	// Violations are the broken invariants; Notes what is worth knowing
+	// but breaks none.
+	Violations []Violation
+	Notes      []string
 }
 
 // FaultsTotal sums the injected faults (503 answers not counted: see Injected503).
