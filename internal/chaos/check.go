@@ -128,6 +128,13 @@ func (r *Report) Figures() string {
 		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
 	fmt.Fprintf(&b, "  settled in %s; left on the queue %d; reconciler markers left %d; leases grown %d times; journal lines %d (unreadable %d)\n",
 		r.SettleTime.Round(100*time.Millisecond), r.LeftOnQueue, r.MarkersLeft, r.LeaseGrowths, r.JournalLines, r.JournalBad)
+	for i, n := range r.Notes {
+		if i == 5 {
+			fmt.Fprintf(&b, "  note: … and %d more\n", len(r.Notes)-5)
+			break
+		}
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
 	counts := map[string]int{}
 	for _, v := range r.Violations {
 		counts[v.Invariant]++
