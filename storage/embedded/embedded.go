@@ -79,6 +79,8 @@ type Store struct {
 	dir  string
 	opts Options
 	fs   *countingFS
+	// guard records the manifest's synced size (manifest.go).
+	guard *manifestGuard
 
 	// gate: every call holds it shared while it uses db; Close takes it
 	// exclusively, so db is never closed under a running call.
@@ -141,6 +143,9 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.gate.Unlock()
 	err := s.db.Close()
+	if err == nil && s.guard != nil {
+		s.guard.record()
+	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}
@@ -243,7 +248,7 @@ func (s *Store) get(key []byte) (val []byte, found bool, err error) {
 
 // readErr maps an engine read error: corruption wraps ErrCorrupt.
 func (s *Store) readErr(err error) error {
-	if errors.Is(err, pebble.ErrCorruption) {
+	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("%w: %s: %w; %s", ErrCorrupt, s.dir, err, advice(s.dir))
 	}
 	return err

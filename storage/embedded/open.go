@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +105,8 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
+	logger := &quietLogger{dir: dir}
+	guard := &manifestGuard{dir: dir}
 	fs := &countingFS{FS: vfs.Default, prefill: int64(o.MemTableSize) + 1<<20}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
@@ -115,7 +118,33 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		MemTableStopWritesThreshold: 2,
 		ErrorIfNotExists:            exists,
 		FormatMajorVersion:          pebble.FormatNewest,
-		Logger:                      quietLogger{dir: dir},
+		Logger:                      logger,
+		EventListener: &pebble.EventListener{
+			// A damaged block met by a read or a background compaction
+			// is reported once, not fatal: the read that met it fails
+			// with ErrCorrupt (the engine's default ends the process).
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				logger.once(info.Path, "damaged data file %s: %v; %s", info.Path, info.Details, advice(dir))
+			},
+			BackgroundError: func(err error) {
+				logger.once(err.Error(), "background error: %v", err)
+			},
+			ManifestCreated: func(info pebble.ManifestCreateInfo) {
+				if info.Err == nil {
+					guard.created(info.Path)
+				}
+			},
+			FlushEnd: func(info pebble.FlushInfo) {
+				if info.Err == nil {
+					guard.record()
+				}
+			},
+			CompactionEnd: func(info pebble.CompactionInfo) {
+				if info.Err == nil {
+					guard.record()
+				}
+			},
+		},
 	}
 	popts.EnsureDefaults()
 	for i := range popts.Levels {
@@ -123,6 +152,17 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		// Uncompressed blocks: reading a block is a copy, not a decode
 		// (cmdq's records are small JSON; CPU is scarcer than disk).
 		popts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	if exists {
+		if err := guard.check(); err != nil {
+			return nil, err
+		}
+	}
+	if exists && !o.SkipVerify {
+		// Before the engine opens (and its compactions start reading).
+		if err := verify(dir, popts.MakeReaderOptions()); err != nil {
+			return nil, err
+		}
 	}
 	db, err := openEngine(dir, popts)
 	if err != nil {
@@ -133,17 +173,20 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 			_ = db.Close()
 		}
 	}()
-	if !o.SkipVerify {
-		if err := verify(dir, db, popts.MakeReaderOptions()); err != nil {
-			return nil, err
-		}
-	}
 	if !exists {
 		if err := writeMarker(dir); err != nil {
 			return nil, err
 		}
 	}
-	return newStore(db, lock, dir, o, fs), nil
+	if guard.name == "" {
+		if guard.name, err = currentManifest(dir); err != nil {
+			return nil, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
+		}
+	}
+	guard.record()
+	s := newStore(db, lock, dir, o, fs)
+	s.guard = guard
+	return s, nil
 }
 
 // lockDir takes the directory lock, retrying until timeout.
@@ -177,19 +220,18 @@ func checkDir(dir string) (exists bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
 	}
-	var hasMarker, hasCurrent, hasEngine bool
+	var hasMarker, hasEngine bool
 	var other []string
 	for _, e := range entries {
 		name := e.Name()
 		switch {
 		case name == markerFile:
 			hasMarker = true
-		case name == "CURRENT":
-			hasCurrent, hasEngine = true, true
+		case name == manifestGuardFile, name == manifestGuardFile+".tmp":
 		case name == "LOCK":
 		case name == legacyFile:
 			return false, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read; drain it with that version, or move it aside to start with an empty store"))
-		case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."),
+		case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."), name == "CURRENT",
 			strings.HasSuffix(name, ".sst"), strings.HasSuffix(name, ".log"), strings.HasSuffix(name, ".blob"):
 			hasEngine = true
 		default:
@@ -215,7 +257,6 @@ func checkDir(dir string) (exists bool, err error) {
 	if len(other) > 0 {
 		return false, fmt.Errorf("%w: %s is not empty and holds no cmdq store (found %s); pass a new or empty directory", ErrCorrupt, dir, strings.Join(other[:min(len(other), 3)], ", "))
 	}
-	_ = hasCurrent
 	return false, nil
 }
 
@@ -267,7 +308,7 @@ func openEngine(dir string, popts *pebble.Options) (db *pebble.DB, err error) {
 	db, err = pebble.Open(dir, popts)
 	if err != nil {
 		if errors.Is(err, pebble.ErrDBDoesNotExist) {
-			return nil, corrupt(dir, filepath.Join(dir, "CURRENT"), errors.New("is missing: the store's manifest cannot be found"))
+			return nil, corrupt(dir, dir, errors.New("the engine's manifest marker (marker.manifest.*) is missing: the list of data files cannot be found"))
 		}
 		return nil, corrupt(dir, dir, err)
 	}
@@ -275,16 +316,27 @@ func openEngine(dir string, popts *pebble.Options) (db *pebble.DB, err error) {
 }
 
 // quietLogger drops the engine's informational messages, writes its errors
-// to stderr and turns a fatal one into a panic that Open (or the call in
-// progress) reports.
-type quietLogger struct{ dir string }
+// to stderr and turns a fatal one into a panic that Open reports as
+// ErrCorrupt.
+type quietLogger struct {
+	dir  string
+	seen sync.Map // messages logged by once
+}
 
-func (quietLogger) Infof(string, ...any) {}
-func (l quietLogger) Errorf(format string, args ...any) {
+func (*quietLogger) Infof(string, ...any) {}
+func (l *quietLogger) Errorf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "cmdq embedded store %s: %s\n", l.dir, fmt.Sprintf(format, args...))
 }
-func (l quietLogger) Fatalf(format string, args ...any) {
+func (l *quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Errorf("%w: %s: %s; %s", ErrCorrupt, l.dir, fmt.Sprintf(format, args...), advice(l.dir)))
+}
+
+// once logs an error the first time key is seen (a damaged file met by
+// every compaction retry is reported once).
+func (l *quietLogger) once(key, format string, args ...any) {
+	if _, seen := l.seen.LoadOrStore(key, true); !seen {
+		l.Errorf(format, args...)
+	}
 }
 
 // countingFS counts and times the syncs of the write-ahead log files.

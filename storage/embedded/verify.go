@@ -3,41 +3,37 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// verify checks every block checksum of every live data file (sstable) of
-// db. Pebble's own Open has already checked the manifest and the log (both
-// checksummed records) and that every data file exists with its recorded
-// size. A failure (or a panic of the engine on a damaged file) is an error
-// wrapping ErrCorrupt that names the file.
-func verify(dir string, db *pebble.DB, ropts sstable.ReaderOptions) (err error) {
+// verify checks every block checksum of every data file (sstable) in dir,
+// before the engine opens. The engine's Open then checks the manifest and
+// the log (checksummed records) and that every live data file exists with
+// its recorded size. A failure (or a panic of the engine's reader on a
+// damaged file) is an error wrapping ErrCorrupt that names the file.
+func verify(dir string, ropts sstable.ReaderOptions) (err error) {
 	file := dir
 	defer func() {
 		if r := recover(); r != nil {
 			err = corrupt(dir, file, fmt.Errorf("the engine failed while reading it: %v", r))
 		}
 	}()
-	levels, err := db.SSTables()
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return corrupt(dir, dir, err)
+		return fmt.Errorf("embedded: read data directory %s: %w", dir, err)
 	}
-	seen := map[uint64]bool{}
-	for _, level := range levels {
-		for _, t := range level {
-			n := uint64(t.BackingSSTNum)
-			if seen[n] {
-				continue
-			}
-			seen[n] = true
-			file = filepath.Join(dir, fmt.Sprintf("%06d.sst", n))
-			if err := verifyTable(file, ropts); err != nil {
-				return corrupt(dir, file, err)
-			}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".sst") {
+			continue
+		}
+		file = filepath.Join(dir, e.Name())
+		if err := verifyTable(file, ropts); err != nil {
+			return corrupt(dir, file, err)
 		}
 	}
 	return nil
