@@ -57,7 +57,7 @@ bench<random> and raw<random> (and deletes them at the end).`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&cfg.Store, "store", bench.StoreEmbedded, "storage: embedded (a temporary bbolt file, fsync on) or azure")
+	fl.StringVar(&cfg.Store, "store", bench.StoreEmbedded, "storage: embedded (a temporary data directory, fsync on) or azure")
 	fl.StringVar(&cfg.Path, "path", "", "embedded store file (default: a temporary file, removed afterwards)")
 	fl.StringVar(&cfg.ConnectionString, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING, else Azurite started from tools/azurite)")
 	fl.IntVarP(&cfg.N, "n", "n", 0, "commands to issue and process (default 20000 embedded, 2000 azure)")

@@ -97,8 +97,8 @@ const (
 type Config struct {
 	// Store is StoreEmbedded (default) or StoreAzure.
 	Store string
-	// Path is the embedded store's file. Default: a file in a new temporary
-	// directory, removed after the run. fsync is always on.
+	// Path is the embedded store's data directory. Default: a new
+	// temporary directory, removed after the run. fsync is always on.
 	Path string
 	// ConnectionString reaches Azure Storage for StoreAzure. Default:
 	// $AZURE_STORAGE_CONNECTION_STRING; when that is empty too, the run starts
@@ -447,7 +447,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 				return nil, fmt.Errorf("bench: temporary directory: %w", err)
 			}
 			closers = append(closers, func() { _ = os.RemoveAll(dir) })
-			path = filepath.Join(dir, "bench.db")
+			path = filepath.Join(dir, "cmdq-data")
 		}
 		st, err := embedded.Open(path, nil)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 // benchEnv opens an embedded store (fsync on) in b's temporary directory.
 func benchEnv(b *testing.B) *env {
 	b.Helper()
-	cfg, err := Config{Store: StoreEmbedded, Path: filepath.Join(b.TempDir(), "b.db"), N: max(b.N, 1)}.withDefaults()
+	cfg, err := Config{Store: StoreEmbedded, Path: filepath.Join(b.TempDir(), "cmdq-data"), N: max(b.N, 1)}.withDefaults()
 	if err != nil {
 		b.Fatal(err)
 	}
