@@ -56,11 +56,12 @@ type Options struct {
 	// expired queue messages. Default 1 minute; a negative value disables
 	// the sweeper (Dequeue still purges the expired messages it meets).
 	PurgeInterval time.Duration
-	// CacheSize is the engine's block cache, in bytes. Default 8 MiB.
+	// CacheSize is the engine's block cache, in bytes (outside the Go
+	// heap). Default 16 MiB.
 	CacheSize int64
-	// MemTableSize is the size of one in-memory write buffer, in bytes;
-	// at most two are held (one being written, one being flushed). Default
-	// 8 MiB.
+	// MemTableSize is the size of one in-memory write buffer, in bytes
+	// (outside the Go heap); at most two are held (one being written, one
+	// being flushed). Default 4 MiB.
 	MemTableSize uint64
 	// SkipVerify skips the checksum verification of every data file at
 	// Open (see Open). Default false: verify.

@@ -75,10 +75,10 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		o.PurgeInterval = time.Minute
 	}
 	if o.CacheSize <= 0 {
-		o.CacheSize = 8 << 20
+		o.CacheSize = 16 << 20
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 8 << 20
+		o.MemTableSize = 4 << 20
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -152,6 +152,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		// Uncompressed blocks: reading a block is a copy, not a decode
 		// (cmdq's records are small JSON; CPU is scarcer than disk).
 		popts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		// 16 KiB blocks: a burn-down reads commands in issue order, so one
+		// block read serves more of them (and the index is smaller).
+		popts.Levels[i].BlockSize = 16 << 10
 	}
 	if exists {
 		if err := guard.check(); err != nil {

@@ -292,6 +292,43 @@ func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, re
 	if err != nil {
 		return nil, q.s.readErr(err)
 	}
+	// Messages are read through a second iterator, sought forward: index
+	// order is mostly id order (time-ordered ids), so the reads walk the
+	// message records in order instead of descending the engine's levels
+	// once per message.
+	var mit *pebble.Iterator
+	defer func() {
+		if mit != nil {
+			if cerr := mit.Close(); cerr != nil && err == nil {
+				next, err = nil, q.s.readErr(cerr)
+			}
+		}
+	}()
+	read := func(id []byte) ([]byte, bool, error) {
+		if r, ok := q.recs[[16]byte(id)]; ok {
+			return append([]byte(nil), r...), true, nil
+		}
+		if mit == nil {
+			lo := q.msgKey(nil)
+			var err error
+			if mit, err = q.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(append([]byte(nil), lo...))}); err != nil {
+				mit = nil
+				return nil, false, q.s.readErr(err)
+			}
+		}
+		mk := q.msgKey(id)
+		if !mit.SeekGE(mk) || !bytes.Equal(mit.Key(), mk) {
+			if err := mit.Error(); err != nil {
+				return nil, false, q.s.readErr(err)
+			}
+			return nil, false, nil
+		}
+		v, err := mit.ValueAndErr()
+		if err != nil {
+			return nil, false, q.s.readErr(err)
+		}
+		return append(make([]byte, 0, len(v)), v...), true, nil
+	}
 	next = upper
 	for ok := it.First(); ok; ok = it.Next() {
 		k := append([]byte(nil), it.Key()...)
@@ -300,7 +337,7 @@ func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, re
 			stale(k, nil)
 			continue
 		}
-		rec, found, err := q.load(id)
+		rec, found, err := read(id)
 		if err != nil {
 			_ = it.Close()
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -71,17 +72,8 @@ type change struct {
 
 // plan works out one operation against the stored state without writing.
 // pre is the operation's entity encoded with ts (used unless it merges).
-func (t *table) plan(op storage.BatchOp, ts time.Time, pre []byte) (change, error) {
-	key := t.key(op.Entity.PartitionKey, op.Entity.RowKey)
-	cur, found, err := t.s.get(key)
-	if err != nil {
-		return change{}, err
-	}
-	if !found {
-		cur = nil
-	} else if cur == nil {
-		cur = []byte{}
-	}
+// cur is the stored record under key, nil when there is none.
+func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []byte) (change, error) {
 	switch op.Kind {
 	case storage.OpInsert:
 		if cur != nil {
@@ -369,9 +361,14 @@ func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.
 // succeed, adds them to b (under the partition's lock). A failing
 // operation gives a *storage.BatchError and leaves b untouched.
 func (tb *tableBatch) stage(b *pebble.Batch) error {
+	t := tb.t
+	curs, keys, err := tb.read()
+	if err != nil {
+		return err
+	}
 	changes := make([]change, len(tb.ops))
 	for i, op := range tb.ops {
-		c, err := tb.t.plan(op, tb.ts[i], tb.pre[i])
+		c, err := t.plan(op, keys[i], tb.ts[i], tb.pre[i], curs[i])
 		if err != nil {
 			if errors.Is(err, ErrCorrupt) {
 				return err
@@ -388,6 +385,54 @@ func (tb *tableBatch) stage(b *pebble.Batch) error {
 		}
 	}
 	return nil
+}
+
+// read loads the stored record of each operation's entity (nil when
+// absent): one point read for a single operation, else one iterator over
+// the partition, sought in row key order (one pass through the engine's
+// levels instead of one per operation).
+func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
+	t := tb.t
+	curs = make([][]byte, len(tb.ops))
+	keys = make([][]byte, len(tb.ops))
+	for i, op := range tb.ops {
+		keys[i] = t.key(op.Entity.PartitionKey, op.Entity.RowKey)
+	}
+	if len(tb.ops) == 1 {
+		v, found, err := t.s.get(keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		if found && v == nil {
+			v = []byte{}
+		}
+		curs[0] = v
+		return curs, keys, nil
+	}
+	order := make([]int, len(tb.ops))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(keys[order[a]], keys[order[b]]) < 0 })
+	lower := t.key(tb.pk, "")
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(append([]byte(nil), lower...))})
+	if err != nil {
+		return nil, nil, t.s.readErr(err)
+	}
+	for _, i := range order {
+		if it.SeekGE(keys[i]) && bytes.Equal(it.Key(), keys[i]) {
+			v, verr := it.ValueAndErr()
+			if verr != nil {
+				_ = it.Close()
+				return nil, nil, t.s.readErr(verr)
+			}
+			curs[i] = append(make([]byte, 0, len(v)), v...)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, nil, t.s.readErr(err)
+	}
+	return curs, keys, nil
 }
 
 // commitBatch applies tb under its partition's lock. With a queue q, it
