@@ -92,8 +92,9 @@ type Store struct {
 	sweeper chan struct{} // sweeper exited
 	closeMu sync.Mutex
 
-	queues sync.Map // queue name → *queue
-	tables sync.Map // table name as given → *table
+	queues  sync.Map   // queue name → *queue
+	queueMu sync.Mutex // serialises the creation of queues
+	tables  sync.Map   // table name as given → *table
 
 	// parts serialises the read-modify-write of table partitions; a
 	// partition maps to one of these by hash.
@@ -181,12 +182,19 @@ func (s *Store) Queue(ctx context.Context, name string) (storage.Queue, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// One creator at a time: a second one would write the new queue's
+	// zero count over the first one's writes.
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	if q, ok := s.queues.Load(name); ok {
+		return q.(*queue), nil
+	}
 	q, err := s.openQueue(name)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: create queue %q: %w", name, err)
 	}
-	actual, _ := s.queues.LoadOrStore(name, q)
-	return actual.(*queue), nil
+	s.queues.Store(name, q)
+	return q, nil
 }
 
 // Table returns the named table, creating it on first use. Table names are

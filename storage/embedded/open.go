@@ -233,7 +233,7 @@ func checkDir(dir string) (exists bool, err error) {
 		case name == manifestGuardFile, name == manifestGuardFile+".tmp":
 		case name == "LOCK":
 		case name == legacyFile:
-			return false, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read; drain it with that version, or move it aside to start with an empty store"))
+			return false, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read (drain it with that version first)"))
 		case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."), name == "CURRENT",
 			strings.HasSuffix(name, ".sst"), strings.HasSuffix(name, ".log"), strings.HasSuffix(name, ".blob"):
 			hasEngine = true
