@@ -104,7 +104,7 @@ func printBench(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "    %-18s %.3f\n", k, r.OpsPerCommandByKind[k])
 	}
 	if r.CommitsPerCommand > 0 {
-		fmt.Fprintf(w, "  embedded commits %.3f per command (each one fsync'd transaction)\n", r.CommitsPerCommand)
+		fmt.Fprintf(w, "  embedded log syncs %.3f per command (each one fdatasync for a group of writes)\n", r.CommitsPerCommand)
 	}
 	if r.IdleOpsPerHour > 0 {
 		fmt.Fprintf(w, "  idle             %.1f ops/hour per queue at max poll interval %gs (polls %.1f + reconciler %.1f); woken in %.2f ms\n",

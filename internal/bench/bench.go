@@ -190,8 +190,9 @@ type Result struct {
 	// in the driver or the service included). A combined embedded write is
 	// timed under "batch".
 	CallMSByKind map[string]float64 `json:"call_ms_by_kind"`
-	// CommitsPerCommand is the embedded store's fsync'd transactions per
-	// command over the issue and process phases (embedded only).
+	// CommitsPerCommand is the embedded store's log syncs (fdatasync, each
+	// making a group of writes durable) per command over the issue and
+	// process phases (embedded only).
 	CommitsPerCommand float64 `json:"commits_per_command,omitempty"`
 	// IdleOpsPerHour is IdlePollOpsPerHour + IdleReconcileOpsPerHour: the
 	// storage calls of one idle queue (and its processor's reconciler) per hour.
