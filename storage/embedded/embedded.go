@@ -274,6 +274,7 @@ func (s *Store) apply(b *pebble.Batch) error {
 		return fmt.Errorf("embedded: write: %w", s.readErr(err))
 	}
 	s.writes.Add(1)
+	s.fs.waiting.Add(1)
 	return nil
 }
 
@@ -282,6 +283,7 @@ func (s *Store) apply(b *pebble.Batch) error {
 // visible but may not be durable.
 func (s *Store) syncWait(b *pebble.Batch) error {
 	err := b.SyncWait()
+	s.fs.waiting.Add(-1)
 	_ = b.Close()
 	if err != nil {
 		err = fmt.Errorf("embedded: sync of the write-ahead log in %s failed: %w; the store refuses further writes: restart the process", s.dir, err)
