@@ -457,7 +457,7 @@ func TestReconcilePendingScan(t *testing.T) {
 // stores get random ones; Options.NewID overrides both.
 func TestIDsOrderedOnLocalStores(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "ids.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func (leaseCmd) CommandType() string { return "test.lease" }
 
 func TestLeaseGrowsAfterLostLeasesBounded(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

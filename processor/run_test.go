@@ -425,7 +425,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	reg := handlers.NewRegistry()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
