@@ -679,7 +679,7 @@ func (w *world) snapshot(cmds []*command) (*snapshot, error) {
 	var err error
 	switch w.sc.Store {
 	case StoreEmbedded:
-		st, err = embedded.Open(filepath.Join(w.dataDir, "cmdq.db"), &embedded.Options{LockTimeout: 10 * time.Second})
+		st, err = embedded.Open(w.dataDir, &embedded.Options{LockTimeout: 10 * time.Second})
 	case StoreAzure:
 		st, err = azure.Open(ctx, azure.Config{ConnectionString: w.az.connString()})
 	}
