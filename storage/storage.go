@@ -52,7 +52,8 @@ var (
 
 // Store hands out queues and tables by name. Queue and Table create the
 // resource on first use; calling them again with the same name is cheap and
-// idempotent. A Store is safe for concurrent use.
+// idempotent. DeleteQueue, DeleteTable, Queues and Tables manage them by
+// name (a prefix's cleanup, retention). A Store is safe for concurrent use.
 type Store interface {
 	// Queue returns the named queue, creating it if it does not exist.
 	// Names follow Azure's queue rules (see ValidateQueueName).
@@ -60,6 +61,25 @@ type Store interface {
 	// Table returns the named table, creating it if it does not exist.
 	// Names follow Azure's table rules (see ValidateTableName).
 	Table(ctx context.Context, name string) (Table, error)
+	// DeleteQueue deletes the named queue and every message on it. A queue
+	// that does not exist gives ErrNotFound. Queue handles obtained before
+	// fail with ErrNotFound afterwards; Queue(name) creates a new, empty
+	// queue (Azure may refuse that for about 30 seconds after a delete,
+	// with an error wrapping ErrUnavailable: retry later).
+	DeleteQueue(ctx context.Context, name string) error
+	// DeleteTable deletes the named table and every entity in it. A table
+	// that does not exist gives ErrNotFound. Table handles obtained before
+	// fail with ErrNotFound afterwards; Table(name) creates a new, empty
+	// table (Azure may refuse that for about 30 seconds after a delete, with
+	// an error wrapping ErrUnavailable: retry later).
+	DeleteTable(ctx context.Context, name string) error
+	// Queues lists the names of the existing queues that start with prefix
+	// ("" lists every queue), sorted.
+	Queues(ctx context.Context, prefix string) ([]string, error)
+	// Tables lists the names of the existing tables that start with prefix
+	// ("" lists every table), sorted. Names are compared as created (table
+	// names are case-insensitive otherwise).
+	Tables(ctx context.Context, prefix string) ([]string, error)
 	// Close releases the store. Queues and tables obtained from it fail with
 	// ErrClosed afterwards.
 	Close() error

@@ -3,7 +3,8 @@
 // Prometheus counters, cmdq bench's per-kind counts and times, and the
 // operation counts and fault injection of the tests above storage.
 //
-// Queue, Table and Close are forwarded without being reported: they are not
+// Queue, Table, Close and the management calls (DeleteQueue, DeleteTable,
+// Queues, Tables) are forwarded without being reported: they are not
 // per-command transactions (drivers cache queues and tables). When the wrapped
 // store implements storage.Combiner so does the wrapper, each combined call
 // reported as the two operations it stands for.
@@ -139,6 +140,22 @@ func (w *store) Table(ctx context.Context, name string) (storage.Table, error) {
 }
 
 func (w *store) Close() error { return w.s.Close() }
+
+func (w *store) DeleteQueue(ctx context.Context, name string) error {
+	return w.s.DeleteQueue(ctx, name)
+}
+
+func (w *store) DeleteTable(ctx context.Context, name string) error {
+	return w.s.DeleteTable(ctx, name)
+}
+
+func (w *store) Queues(ctx context.Context, prefix string) ([]string, error) {
+	return w.s.Queues(ctx, prefix)
+}
+
+func (w *store) Tables(ctx context.Context, prefix string) ([]string, error) {
+	return w.s.Tables(ctx, prefix)
+}
 
 type queue struct {
 	q storage.Queue
