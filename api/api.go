@@ -460,7 +460,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.Pending)})
+		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.StatePending)})
 		return
 	}
 	st, err := s.cfg.Reader.Get(r.Context(), res.ID)
@@ -468,7 +468,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.Status)})
+	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.State)})
 }
 
 // decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
@@ -600,7 +600,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
-	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.Pending)})
+	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.StatePending)})
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
@@ -642,7 +642,7 @@ func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id str
 	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		st, gerr := s.cfg.Reader.Get(r.Context(), id)
 		if gerr == nil {
-			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.Status)))
+			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
 			return
 		}
 		if !errors.Is(gerr, status.ErrNotFound) {

@@ -107,7 +107,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	st := decode[status.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
-	if st.ID != got.ID || st.Type != "SendEmail" || st.Status != status.Pending || st.Attempts != 0 || st.Step != 0 ||
+	if st.ID != got.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.Attempts != 0 || st.Step != 0 ||
 		st.CorrelationID != "req-1" || st.CreatedAt.IsZero() || st.UpdatedAt.IsZero() {
 		t.Fatalf("status %+v", st)
 	}
@@ -123,7 +123,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
-	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != status.Created || ev.Events[0].Seq != 1 {
+	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != status.EventCreated || ev.Events[0].Seq != 1 {
 		t.Fatalf("events %+v", ev)
 	}
 }
@@ -357,7 +357,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if s.QueueCount(t, "") != before+1 {
 		t.Fatalf("requeue did not enqueue a message")
 	}
-	if st, err := s.Reader.Get(context.Background(), a); err != nil || st.Status != status.Pending {
+	if st, err := s.Reader.Get(context.Background(), a); err != nil || st.State != status.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, api.ProblemNotFound)
@@ -368,13 +368,13 @@ func TestPoisonRoutes(t *testing.T) {
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("discard: %d %s", r.code, r.body)
 	}
-	if st, err := s.Reader.Get(context.Background(), b); err != nil || st.Status != status.Discarded {
+	if st, err := s.Reader.Get(context.Background(), b); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, api.ProblemConflict)
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
 	last := ev.Events[len(ev.Events)-1]
-	if last.Kind != status.DiscardedEvent || last.Worker != "api:anonymous" {
+	if last.Kind != status.EventDiscarded || last.By != "api:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	left := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)

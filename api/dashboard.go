@@ -608,7 +608,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := commandBody{Status: st, Events: evs}
-	if st.Status == status.Poisoned && v.can(RoleOperator) {
+	if st.State == status.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.s.cfg.Reader.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
 		}
@@ -688,7 +688,7 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, gerr := d.s.cfg.Reader.Get(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.Status),
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
 				"Open the command to see its state.", false)
 			return
 		}

@@ -395,9 +395,9 @@ func TestDashboardCommandPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := srv.Reader.Store().Append(ctx, rec,
-		status.Event{Kind: status.Started, Attempt: 1, Worker: "host-a"},
-		status.Event{Kind: status.StepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
-		status.Event{Kind: status.Failed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
+		status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "host-a"},
+		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -478,8 +478,8 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	}
 	contains(t, b.get(loc).want(t, http.StatusOK), "Command "+a+" was requeued")
 	st, err := srv.Reader.Get(ctx, a)
-	if err != nil || st.Status != status.Pending {
-		t.Fatalf("after requeue: %v %v, want pending", st.Status, err)
+	if err != nil || st.State != status.StatePending {
+		t.Fatalf("after requeue: %v %v, want pending", st.State, err)
 	}
 	if n := srv.QueueCount(t, ""); n != before+1 {
 		t.Fatalf("queue has %d messages, want %d", n, before+1)
@@ -488,7 +488,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 	evs, _ := srv.Reader.Events(ctx, a)
-	if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != "ui:anonymous" {
+	if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != "ui:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	// Again: a readable 409 saying it is not poisoned.
@@ -497,8 +497,8 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	// Discard: status discarded, entry gone.
 	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
 		"Poison entry "+d+" was discarded")
-	if st, _ := srv.Reader.Get(ctx, d); st.Status != status.Discarded {
-		t.Fatalf("after discard: %s", st.Status)
+	if st, _ := srv.Reader.Get(ctx, d); st.State != status.StateDiscarded {
+		t.Fatalf("after discard: %s", st.State)
 	}
 	if _, err := srv.Reader.GetPoison(ctx, d); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("poison entry after discard: %v", err)
@@ -584,11 +584,11 @@ func TestDashboardLogin(t *testing.T) {
 		t.Fatalf("a refused POST changed storage: %v", err)
 	}
 	op.post("/ui/poison/"+id+"/requeue", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
-	if st, _ := srv.Reader.Get(ctx, id); st.Status != status.Pending {
-		t.Fatalf("after operator requeue: %s", st.Status)
+	if st, _ := srv.Reader.Get(ctx, id); st.State != status.StatePending {
+		t.Fatalf("after operator requeue: %s", st.State)
 	}
 	evs, _ := srv.Reader.Events(ctx, id)
-	if w := evs[len(evs)-1].Worker; !strings.HasPrefix(w, "ui:token:") {
+	if w := evs[len(evs)-1].By; !strings.HasPrefix(w, "ui:token:") {
 		t.Fatalf("requeue recorded by %q, want ui:token:<hash>", w)
 	}
 
@@ -673,7 +673,7 @@ func TestDashboardEscaping(t *testing.T) {
 	}
 	id := issue(t, srv, "Alpha")
 	rec, _ := srv.Reader.Store().Load(ctx, id)
-	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.Failed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
+	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {

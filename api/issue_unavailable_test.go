@@ -57,7 +57,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	px.Remove(rq)
 	px.Remove(rm)
 	again := decode[api.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
-	if again.ID != id || again.Status != string(status.Pending) || srv.QueueCount(t, "") != 1 {
+	if again.ID != id || again.Status != string(status.StatePending) || srv.QueueCount(t, "") != 1 {
 		t.Fatalf("retry: %+v, queue holds %d (want the command queued once)", again, srv.QueueCount(t, ""))
 	}
 }

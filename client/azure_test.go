@@ -51,7 +51,7 @@ func TestOnAzurite(t *testing.T) {
 		t.Fatalf("repeat %+v %v", again, err)
 	}
 	got, err := c.Get(ctx, res.ID)
-	if err != nil || got.Status != status.Pending || got.Type != "SendEmail" {
+	if err != nil || got.State != status.StatePending || got.Type != "SendEmail" {
 		t.Fatalf("get %+v %v", got, err)
 	}
 	// The repeat found the command pending and never started, so it made

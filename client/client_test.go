@@ -48,15 +48,15 @@ func TestIssueGetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commands.ValidateID(res.ID) != nil || res.Status != status.Pending || res.Existing {
+	if commands.ValidateID(res.ID) != nil || res.Status != status.StatePending || res.Existing {
 		t.Fatalf("issue %+v", res)
 	}
 	st, err := c.Get(ctx, res.ID)
-	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.Status != status.Pending || st.CorrelationID != "corr" {
+	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.CorrelationID != "corr" {
 		t.Fatalf("get %+v %v", st, err)
 	}
 	evs, err := c.Events(ctx, res.ID)
-	if err != nil || len(evs) != 1 || evs[0].Kind != status.Created {
+	if err != nil || len(evs) != 1 || evs[0].Kind != status.EventCreated {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 
@@ -158,7 +158,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
-	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.Status != status.Discarded {
+	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
 	if err := c.Discard(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
@@ -166,7 +166,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	}
 	// Operator actions are recorded with who did them.
 	evs, err := c.Events(ctx, ids[0])
-	if err != nil || evs[len(evs)-1].Kind != status.Requeued || !strings.HasPrefix(evs[len(evs)-1].Worker, "api:token:") {
+	if err != nil || evs[len(evs)-1].Kind != status.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 }
@@ -182,7 +182,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	st, err := c.Wait(ctx, res.ID, 10*time.Millisecond)
-	if !errors.Is(err, context.DeadlineExceeded) || st.Status != status.Pending {
+	if !errors.Is(err, context.DeadlineExceeded) || st.State != status.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
 	if _, err := c.Wait(context.Background(), commands.NewID(), 0); !errors.Is(err, client.ErrNotFound) {
@@ -263,7 +263,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err := c.Wait(wctx, res.ID, 20*time.Millisecond)
-	if err != nil || final.Status != status.Completed || final.Step != 1 || final.Attempts != 1 {
+	if err != nil || final.State != status.StateCompleted || final.Step != 1 || final.Attempts != 1 {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	if got := <-greeted; got != "Ada" {
@@ -291,7 +291,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err = c.Wait(wctx, res.ID, 20*time.Millisecond)
-	if err != nil || final.Status != status.Poisoned || !strings.Contains(final.LastError, "rejected on purpose") {
+	if err != nil || final.State != status.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	e, err := c.GetPoison(wctx, res.ID)

@@ -94,7 +94,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := r.Get(ctx, res.ID); err != nil || st.Status != status.Pending {
+	if st, err := r.Get(ctx, res.ID); err != nil || st.State != status.StatePending {
 		t.Fatalf("stored command %+v %v", st, err)
 	}
 	if n := len(messages(t, direct, prefix+"-commands")); n != 0 || hasMarker(t, direct, prefix, res.ID) {

@@ -46,7 +46,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := s.Load(ctx, res.ID)
-	if err != nil || rec.Status.Status != status.Pending || string(rec.Params) != `{"customer":"b","cents":2}` {
+	if err != nil || rec.Status.State != status.StatePending || string(rec.Params) != `{"customer":"b","cents":2}` {
 		t.Fatalf("Load: %+v, %v; want pending with the params", rec, err)
 	}
 	q, err := st.Queue(ctx, names.Queue("commands"))

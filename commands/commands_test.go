@@ -151,7 +151,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 			t.Fatalf("queue messages %+v", msgs)
 		}
 		st, err := reader(t, env).Get(ctx, res.ID)
-		if err != nil || st.Status != status.Pending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
+		if err != nil || st.State != status.StatePending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
 			t.Fatalf("status %+v %v", st, err)
 		}
 		rec, _ := reader(t, env).Store().Load(ctx, res.ID)
@@ -193,7 +193,7 @@ func TestIdempotentIssue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := reader(t, env).Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}); err != nil {
+		if err := reader(t, env).Store().Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
@@ -324,7 +324,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 			t.Fatal("Notify called after a failed enqueue")
 		}
 		r := reader(t, env)
-		if st, err := r.Get(ctx, res.ID); err != nil || st.Status != status.Pending {
+		if st, err := r.Get(ctx, res.ID); err != nil || st.State != status.StatePending {
 			t.Fatalf("stored command %+v %v", st, err)
 		}
 		if _, err := r.Store().CommandsTable().Get(ctx, status.UnqueuedPartition, res.ID); err != nil {
@@ -378,7 +378,7 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec, _ := r.Store().Load(ctx, res.ID)
-		if err := r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+		if err := r.Store().Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.Store().MarkUnqueued(ctx, res.ID, "commands"); err != nil {
@@ -413,7 +413,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		// A normally issued, completed command must not be touched.
 		done, _ := is.Issue(ctx, chargeCard{"c", 1})
 		rec, _ := r.Store().Load(ctx, done.ID)
-		_ = r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1})
+		_ = r.Store().Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1})
 		queue := env.Prefix + "-commands"
 		before := len(env.Store.Messages(t, queue))
 
@@ -433,7 +433,7 @@ func TestReconcilePendingScan(t *testing.T) {
 			t.Fatalf("messages %+v", msgs)
 		}
 		evs, _ := r.Events(ctx, orphan)
-		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != commands.ReconcilerWorker {
+		if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != commands.ReconcilerWorker {
 			t.Fatalf("last event %+v", last)
 		}
 		// The requeued event moved UpdatedAt: the next run does not enqueue again.

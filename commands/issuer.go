@@ -275,7 +275,7 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
-		if !combined && rec.Status.Status == status.Pending && rec.Attempts == 0 {
+		if !combined && rec.Status.State == status.StatePending && rec.Attempts == 0 {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message

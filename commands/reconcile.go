@@ -137,7 +137,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				errs = append(errs, err)
 				continue
 			}
-			pending := err == nil && rec.Status.Status == status.Pending
+			pending := err == nil && rec.Status.State == status.StatePending
 			if pending && now().Sub(rec.UpdatedAt) < markerGrace {
 				rep.Waiting++
 				continue
@@ -195,7 +195,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				rep.Scanned++
 				st, _ := e.Properties["Status"].(string)
 				upd, _ := e.Properties["UpdatedAt"].(time.Time)
-				if status.State(st) != status.Pending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
+				if status.State(st) != status.StatePending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
 					continue
 				}
 				rec, err := s.Load(ctx, e.PartitionKey)
@@ -203,12 +203,12 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 					errs = append(errs, err)
 					continue
 				}
-				if rec.Status.Status != status.Pending {
+				if rec.Status.State != status.StatePending {
 					continue
 				}
 				// The conditional batch claims the command (and moves UpdatedAt,
 				// so the next scan waits another grace period).
-				err = s.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: ReconcilerWorker,
+				err = s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: ReconcilerWorker,
 					Note: "still pending after " + pendingGrace.String() + ": re-enqueued by the reconciler"})
 				if err != nil {
 					if !errors.Is(err, storage.ErrConflict) {

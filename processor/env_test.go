@@ -174,7 +174,7 @@ func (e *env) waitState(id string, state status.State, timeout time.Duration) st
 		if err != nil {
 			e.t.Fatalf("get %s: %v", id, err)
 		}
-		return st.Status == state
+		return st.State == state
 	})
 	return st
 }

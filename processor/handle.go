@@ -72,7 +72,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.giveUp(s, k, "load", err)
 		return
 	}
-	if rec.Status.Status.Final() {
+	if rec.Status.State.Final() {
 		// Redelivered (a duplicate, or a lease lost after the final write).
 		p.deleteMsg(s, k, rec.Type)
 		return
@@ -237,7 +237,7 @@ type attempt struct {
 func (a *attempt) worker() string { return a.p.cfg.Worker }
 
 func (a *attempt) startedEvent() status.Event {
-	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
+	return status.Event{Kind: status.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
 }
 
 // maxLostEvents bounds the lease_lost events one delivery records for the
@@ -260,7 +260,7 @@ func (a *attempt) lostBefore() []status.Event {
 		if at == from && from > first {
 			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
 		}
-		evs = append(evs, status.Event{Kind: status.LeaseLost, Attempt: at, Worker: a.worker(), Note: note})
+		evs = append(evs, status.Event{Kind: status.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
 	return evs
 }
@@ -281,7 +281,7 @@ func (a *attempt) withStarted(evs ...status.Event) []status.Event {
 
 // leaseLostEvent is this delivery's own lease_lost event.
 func (a *attempt) leaseLostEvent(note string) status.Event {
-	return status.Event{Kind: status.LeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+	return status.Event{Kind: status.EventLeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
 }
 
 // recordLost writes this delivery's lease_lost event (with what withStarted
@@ -338,7 +338,7 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 			}
 		}
 		a.rec = rec
-		if rec.Status.Status.Final() {
+		if rec.Status.State.Final() {
 			return errFinal
 		}
 	}
@@ -385,9 +385,9 @@ func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 	if a.finished {
 		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
 	}
-	err := a.writeLocked(ctx, status.Event{Kind: status.StepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
+	err := a.writeLocked(ctx, status.Event{Kind: status.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
 	if errors.Is(err, errFinal) {
-		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.Status, err)
+		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.State, err)
 	}
 	if err != nil && !expected(err) && ctx.Err() == nil {
 		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
@@ -507,7 +507,7 @@ func (a *attempt) complete() {
 		}
 	}
 	err := a.finish(func() error {
-		return a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
+		return a.writeLocked(s.ops, status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()})
 	})
 	switch {
 	case err == nil:
@@ -547,7 +547,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	var deleteErr error
 	var answered time.Time
 	err := a.finish(func() error {
-		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
+		ev := status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()}
 		return a.retryConflict(s.ops, func() error {
 			var err error
 			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
@@ -580,7 +580,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 // spent, otherwise a failed event and the retry delay on the message.
 func (a *attempt) fail(herr error, stack string) {
 	p, s, def := a.p, a.s, a.def
-	failed := status.Event{Kind: status.Failed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	failed := status.Event{Kind: status.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
 	var de *handlers.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):

@@ -74,7 +74,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		start(t, p)
 		iss := e.issuer(p.Notify)
 		for i := range 3 {
-			e.waitState(e.issue(iss, okCmd{N: i}), status.Completed, 10*time.Second)
+			e.waitState(e.issue(iss, okCmd{N: i}), status.StateCompleted, 10*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
 		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
@@ -101,7 +101,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 15*time.Second)
+		e.waitState(id, status.StateCompleted, 15*time.Second)
 		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
 			t.Fatalf("retry delay answer lost %d times: ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
@@ -128,14 +128,14 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 15*time.Second)
+		e.waitState(id, status.StateCompleted, 15*time.Second)
 		// The message, renewed under a receipt the processor never learnt,
 		// reappears when that lease ends and is deleted without running.
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if rule.Hits() != 1 || runs.Load() != 1 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != lease {
 			t.Fatalf("renewal answer lost %d times: handler ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, status.Created, status.Started, status.CompletedEvent) {
+		if k := kinds(e.events(id)); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -184,11 +184,11 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		}
 		stop1 := start(t, p1)
 		iss := e.issuer(p1.Notify)
-		e.waitState(e.issue(iss, okCmd{}), status.Completed, 10*time.Second)
+		e.waitState(e.issue(iss, okCmd{}), status.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 1 {
 			t.Fatalf("a message of the grown type made %d UpdateVisibility calls, want 1 (taking the grown lease)", n)
 		}
-		e.waitState(e.issue(iss, stepCmd{}), status.Completed, 10*time.Second)
+		e.waitState(e.issue(iss, stepCmd{}), status.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 0 {
 			t.Fatalf("a message of another type made %d UpdateVisibility calls, want 0", n)
 		}
@@ -200,7 +200,7 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, status.Completed, 30*time.Second)
+		e.waitState(id, status.StateCompleted, 30*time.Second)
 		if waited := time.Since(stopped); waited >= grown/2 {
 			t.Fatalf("the abandoned message reappeared after %s: it was leased for the grown %s, not its type's %s", waited, grown, short)
 		}
@@ -227,7 +227,7 @@ func TestGrownLeaseShrinks(t *testing.T) {
 		iss := e.issuer(p.Notify)
 		for _, want := range []time.Duration{2 * base, base, base} {
 			for i := range 3 {
-				e.waitState(e.issue(iss, okCmd{N: i}), status.Completed, 10*time.Second)
+				e.waitState(e.issue(iss, okCmd{N: i}), status.StateCompleted, 10*time.Second)
 			}
 			eventually(t, 5*time.Second, "the lease to be "+want.String(), func() bool { return p.LeaseOf("test.ok") == want })
 		}

@@ -103,7 +103,7 @@ func (r *Reader) Events(ctx context.Context, id string) ([]Event, error) {
 
 func decodeEvent(e storage.Entity) Event {
 	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
-	return Event{
+	ev := Event{
 		Seq:     seq,
 		Kind:    EventKind(str(e, "Kind")),
 		Time:    timeProp(e, "Time"),
@@ -115,6 +115,10 @@ func decodeEvent(e storage.Entity) Event {
 		Reason:  str(e, "Reason"),
 		Detail:  str(e, "Detail"),
 	}
+	if operatorEvent(ev.Kind) {
+		ev.By, ev.Worker = ev.Worker, ""
+	}
+	return ev
 }
 
 // ListPoison lists poison entries newest first (by PoisonedAt, then command
@@ -204,12 +208,12 @@ func (r *Reader) loadPoisoned(ctx context.Context, id string, resume bool) (*Rec
 		}
 		return nil, err
 	}
-	if resume && rec.Status.Status == Pending && rec.Attempts == 0 {
+	if resume && rec.Status.State == StatePending && rec.Attempts == 0 {
 		return rec, nil
 	}
-	if rec.Status.Status != Poisoned {
+	if rec.Status.State != StatePoisoned {
 		_ = r.deletePoison(ctx, id)
-		return nil, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", ErrNotPoisoned, id, rec.Status.Status)
+		return nil, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", ErrNotPoisoned, id, rec.Status.State)
 	}
 	return rec, nil
 }
@@ -248,8 +252,8 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 	if err != nil {
 		return err
 	}
-	if rec.Status.Status == Poisoned {
-		if err := r.store.Append(ctx, rec, Event{Kind: Requeued, Worker: by, Note: "requeued from the poison table"}); err != nil {
+	if rec.Status.State == StatePoisoned {
+		if err := r.store.Append(ctx, rec, Event{Kind: EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
 			return err
 		}
 	}
@@ -287,7 +291,7 @@ func (r *Reader) Discard(ctx context.Context, id, by string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.store.Append(ctx, rec, Event{Kind: DiscardedEvent, Worker: by, Reason: "discarded by operator"}); err != nil {
+	if err := r.store.Append(ctx, rec, Event{Kind: EventDiscarded, By: by, Reason: "discarded by operator"}); err != nil {
 		return err
 	}
 	return r.deletePoison(ctx, id)

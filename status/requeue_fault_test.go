@@ -50,8 +50,8 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err == nil || !strings.Contains(err.Error(), "requeue it again") {
 		t.Fatalf("Requeue with the queue and the marker refused: %v, want an error saying to requeue again", err)
 	}
-	if got, _ := r.Get(ctx, id); got.Status != status.Pending {
-		t.Fatalf("status %s", got.Status)
+	if got, _ := r.Get(ctx, id); got.State != status.StatePending {
+		t.Fatalf("status %s", got.State)
 	}
 	if _, err := r.GetPoison(ctx, id); err != nil {
 		t.Fatalf("poison entry removed although nothing will queue the command: %v", err)
@@ -74,7 +74,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	evs, _ := r.Events(ctx, id)
 	n := 0
 	for _, e := range evs {
-		if e.Kind == status.Requeued {
+		if e.Kind == status.EventRequeued {
 			n++
 		}
 	}

@@ -27,26 +27,26 @@ type State string
 // The lifecycle states. A command starts Pending; Completed, Poisoned and
 // Discarded are final until an operator requeues a poisoned command.
 const (
-	// Pending: issued (or requeued) and waiting for a processor.
-	Pending State = "pending"
-	// Running: a processor is running its handler.
-	Running State = "running"
-	// Retrying: an attempt failed; the message becomes visible again after
+	// StatePending: issued (or requeued) and waiting for a processor.
+	StatePending State = "pending"
+	// StateRunning: a processor is running its handler.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed; the message becomes visible again after
 	// the retry delay.
-	Retrying State = "retrying"
-	// Completed: the handler succeeded.
-	Completed State = "completed"
-	// Poisoned: over the poison ceiling, a permanent error or a malformed
+	StateRetrying State = "retrying"
+	// StateCompleted: the handler succeeded.
+	StateCompleted State = "completed"
+	// StatePoisoned: over the poison ceiling, a permanent error or a malformed
 	// message; an entry waits in the poison table for an operator.
-	Poisoned State = "poisoned"
-	// Discarded: an operator discarded the poisoned command.
-	Discarded State = "discarded"
+	StatePoisoned State = "poisoned"
+	// StateDiscarded: an operator discarded the poisoned command.
+	StateDiscarded State = "discarded"
 )
 
 // Final reports whether a message for a command in this state is deleted
 // without running the handler (Completed, Poisoned, Discarded).
 func (s State) Final() bool {
-	return s == Completed || s == Poisoned || s == Discarded
+	return s == StateCompleted || s == StatePoisoned || s == StateDiscarded
 }
 
 // EventKind names a lifecycle event.
@@ -54,34 +54,34 @@ type EventKind string
 
 // The lifecycle events, in the order they usually occur.
 const (
-	// Created: the command was issued.
-	Created EventKind = "created"
-	// Started: a processor began an attempt (Attempt = the message's dequeue count).
-	Started EventKind = "started"
-	// StepCompleted: the handler recorded step Step (with an optional Note).
-	StepCompleted EventKind = "step_completed"
-	// Failed: an attempt failed with Error (Detail holds a panic's stack); it
+	// EventCreated: the command was issued.
+	EventCreated EventKind = "created"
+	// EventStarted: a processor began an attempt (Attempt = the message's dequeue count).
+	EventStarted EventKind = "started"
+	// EventStepCompleted: the handler recorded step Step (with an optional Note).
+	EventStepCompleted EventKind = "step_completed"
+	// EventFailed: an attempt failed with Error (Detail holds a panic's stack); it
 	// will be retried.
-	Failed EventKind = "failed"
-	// CompletedEvent: the handler succeeded.
-	CompletedEvent EventKind = "completed"
-	// PoisonedEvent: the command was moved to the poison table for Reason.
-	PoisonedEvent EventKind = "poisoned"
-	// LeaseLost: the lease of delivery Attempt ended before its outcome was
+	EventFailed EventKind = "failed"
+	// EventCompleted: the handler succeeded.
+	EventCompleted EventKind = "completed"
+	// EventPoisoned: the command was moved to the poison table for Reason.
+	EventPoisoned EventKind = "poisoned"
+	// EventLeaseLost: the lease of delivery Attempt ended before its outcome was
 	// recorded (its processor lost the lease, stopped or crashed), so another
 	// delivery may run the handler again; Note says how it was found. It
 	// does not change the state.
-	LeaseLost EventKind = "lease_lost"
-	// Requeued: an operator (Worker = who) or the reconciler put the command
+	EventLeaseLost EventKind = "lease_lost"
+	// EventRequeued: an operator (Worker = who) or the reconciler put the command
 	// back on its queue.
-	Requeued EventKind = "requeued"
-	// DiscardedEvent: an operator (Worker = who) discarded the poisoned command.
-	DiscardedEvent EventKind = "discarded"
+	EventRequeued EventKind = "requeued"
+	// EventDiscarded: an operator (Worker = who) discarded the poisoned command.
+	EventDiscarded EventKind = "discarded"
 )
 
 func (k EventKind) valid() bool {
 	switch k {
-	case Created, Started, StepCompleted, Failed, CompletedEvent, PoisonedEvent, LeaseLost, Requeued, DiscardedEvent:
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded:
 		return true
 	}
 	return false
@@ -100,9 +100,14 @@ type Event struct {
 	// started, step_completed, failed, completed, poisoned and lease_lost
 	// events.
 	Attempt int `json:"attempt,omitempty"`
-	// Worker identifies the processor (or, for requeued and discarded, the
-	// operator) that caused the event.
+	// Worker identifies the processor that caused the event (events of an
+	// attempt: started, step_completed, failed, completed, poisoned,
+	// lease_lost). Empty for the events of operators and the reconciler.
 	Worker string `json:"worker,omitempty"`
+	// By identifies who requeued or discarded the command: an operator
+	// ("api:token:…", "ui:…"), or "reconciler" for a requeue by the
+	// reconciler. Empty for the events of an attempt.
+	By string `json:"by,omitempty"`
 	// Step is the completed step for step_completed events.
 	Step int `json:"step,omitempty"`
 	// Note is free text from the handler (step_completed) or operator.
@@ -122,8 +127,8 @@ type Status struct {
 	ID string `json:"id"`
 	// Type is the command type name.
 	Type string `json:"type"`
-	// Status is the lifecycle state.
-	Status State `json:"status"`
+	// State is the lifecycle state.
+	State State `json:"status"`
 	// Attempts counts the attempts started since the command was created or
 	// last requeued.
 	Attempts int `json:"attempts"`
@@ -136,7 +141,8 @@ type Status struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// UpdatedAt is the time of the last event (UTC).
 	UpdatedAt time.Time `json:"updatedAt"`
-	// Worker is the processor (or operator) of the last event that named one.
+	// Worker is the processor of the last event that named one (operators'
+	// requeued and discarded events name theirs in Event.By).
 	Worker string `json:"worker,omitempty"`
 	// CorrelationID is the caller's correlation ID, if any.
 	CorrelationID string `json:"correlationId,omitempty"`
@@ -150,9 +156,9 @@ type Status struct {
 // have no outcome records lease_lost events for them.
 func Settle(settled int, e Event) int {
 	switch e.Kind {
-	case Created, Requeued:
+	case EventCreated, EventRequeued:
 		return 0
-	case Failed, CompletedEvent, PoisonedEvent, LeaseLost:
+	case EventFailed, EventCompleted, EventPoisoned, EventLeaseLost:
 		return max(settled, e.Attempt)
 	}
 	return settled
@@ -164,48 +170,48 @@ func Settle(settled int, e Event) int {
 func Apply(s *Status, e Event) {
 	t := e.Time.UTC()
 	switch e.Kind {
-	case Created:
-		s.Status = Pending
+	case EventCreated:
+		s.State = StatePending
 		s.CreatedAt = t
 		s.Attempts, s.Step, s.LastError = 0, 0, ""
-	case Started:
-		s.Status = Running
+	case EventStarted:
+		s.State = StateRunning
 		if e.Attempt > 0 {
 			s.Attempts = e.Attempt
 		} else {
 			s.Attempts++
 		}
-	case StepCompleted:
+	case EventStepCompleted:
 		if e.Step > s.Step {
 			s.Step = e.Step
 		}
-		if !s.Status.Final() {
-			s.Status = Running
+		if !s.State.Final() {
+			s.State = StateRunning
 		}
-	case Failed:
-		s.Status = Retrying
+	case EventFailed:
+		s.State = StateRetrying
 		s.LastError = e.Error
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
-	case CompletedEvent:
-		s.Status = Completed
+	case EventCompleted:
+		s.State = StateCompleted
 		s.LastError = ""
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
-	case PoisonedEvent:
-		s.Status = Poisoned
+	case EventPoisoned:
+		s.State = StatePoisoned
 		if e.Error != "" {
 			s.LastError = e.Error
 		}
-	case Requeued:
-		s.Status = Pending
+	case EventRequeued:
+		s.State = StatePending
 		s.Attempts = 0
 		s.LastError = ""
-	case DiscardedEvent:
-		s.Status = Discarded
-	case LeaseLost:
+	case EventDiscarded:
+		s.State = StateDiscarded
+	case EventLeaseLost:
 		// Explains a delivery without an outcome; the state stays.
 	}
 	if e.Worker != "" {

@@ -57,42 +57,42 @@ func TestApply(t *testing.T) {
 		lastErr  string
 		settled  int
 	}{
-		{status.Event{Kind: status.Created, Time: at(0)}, status.Pending, 0, 0, "", 0},
-		{status.Event{Kind: status.Started, Time: at(1), Attempt: 1, Worker: "w1"}, status.Running, 1, 0, "", 0},
-		{status.Event{Kind: status.StepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.Running, 1, 1, "", 0},
-		{status.Event{Kind: status.Failed, Time: at(3), Attempt: 1, Error: "boom"}, status.Retrying, 1, 1, "boom", 1},
+		{status.Event{Kind: status.EventCreated, Time: at(0)}, status.StatePending, 0, 0, "", 0},
+		{status.Event{Kind: status.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, status.StateRunning, 1, 0, "", 0},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.StateRunning, 1, 1, "", 0},
+		{status.Event{Kind: status.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, status.StateRetrying, 1, 1, "boom", 1},
 		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
-		{status.Event{Kind: status.LeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, status.Retrying, 1, 1, "boom", 2},
-		{status.Event{Kind: status.Started, Time: at(4), Attempt: 3, Worker: "w2"}, status.Running, 3, 1, "boom", 2},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 3}, status.Running, 3, 3, "boom", 2},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 2}, status.Running, 3, 3, "boom", 2}, // never goes back
-		{status.Event{Kind: status.Failed, Time: at(6), Attempt: 3, Error: "again"}, status.Retrying, 3, 3, "again", 3},
-		{status.Event{Kind: status.PoisonedEvent, Time: at(7), Attempt: 3, Reason: "ceiling"}, status.Poisoned, 3, 3, "again", 3},
-		{status.Event{Kind: status.Requeued, Time: at(8), Worker: "op"}, status.Pending, 0, 3, "", 0},
-		{status.Event{Kind: status.Started, Time: at(9), Attempt: 1}, status.Running, 1, 3, "", 0},
-		{status.Event{Kind: status.CompletedEvent, Time: at(10), Attempt: 1}, status.Completed, 1, 3, "", 1},
+		{status.Event{Kind: status.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, status.StateRetrying, 1, 1, "boom", 2},
+		{status.Event{Kind: status.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, status.StateRunning, 3, 1, "boom", 2},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(5), Step: 3}, status.StateRunning, 3, 3, "boom", 2},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(5), Step: 2}, status.StateRunning, 3, 3, "boom", 2}, // never goes back
+		{status.Event{Kind: status.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, status.StateRetrying, 3, 3, "again", 3},
+		{status.Event{Kind: status.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, status.StatePoisoned, 3, 3, "again", 3},
+		{status.Event{Kind: status.EventRequeued, Time: at(8), By: "op"}, status.StatePending, 0, 3, "", 0},
+		{status.Event{Kind: status.EventStarted, Time: at(9), Attempt: 1}, status.StateRunning, 1, 3, "", 0},
+		{status.Event{Kind: status.EventCompleted, Time: at(10), Attempt: 1}, status.StateCompleted, 1, 3, "", 1},
 		// A delivery whose lease ended after the completion: still completed.
-		{status.Event{Kind: status.LeaseLost, Time: at(11), Attempt: 1}, status.Completed, 1, 3, "", 1},
+		{status.Event{Kind: status.EventLeaseLost, Time: at(11), Attempt: 1}, status.StateCompleted, 1, 3, "", 1},
 	}
 	for i, st := range steps {
 		status.Apply(&s, st.ev)
 		settled = status.Settle(settled, st.ev)
-		if s.Status != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
+		if s.State != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
 			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
-				i, st.ev.Kind, s.Status, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
+				i, st.ev.Kind, s.State, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
 		}
 		if !s.UpdatedAt.Equal(st.ev.Time) {
 			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
 		}
 	}
-	if !s.CreatedAt.Equal(t0) || s.Worker != "op" {
+	if !s.CreatedAt.Equal(t0) || s.Worker != "w2" { // an operator's requeue names no processor
 		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
 	}
 	var d status.Status
-	status.Apply(&d, status.Event{Kind: status.Created, Time: at(0)})
-	status.Apply(&d, status.Event{Kind: status.PoisonedEvent, Time: at(1)})
-	status.Apply(&d, status.Event{Kind: status.DiscardedEvent, Time: at(2)})
-	if d.Status != status.Discarded || !d.Status.Final() || status.Retrying.Final() {
+	status.Apply(&d, status.Event{Kind: status.EventCreated, Time: at(0)})
+	status.Apply(&d, status.Event{Kind: status.EventPoisoned, Time: at(1)})
+	status.Apply(&d, status.Event{Kind: status.EventDiscarded, Time: at(2)})
+	if d.State != status.StateDiscarded || !d.State.Final() || status.StateRetrying.Final() {
 		t.Fatalf("discard: %+v", d)
 	}
 }
@@ -134,7 +134,7 @@ func TestCreateLoad(t *testing.T) {
 		if c := env.Store.Counts(); c["Get"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Load cost %s, want Get=1 (one point read)", env.Store)
 		}
-		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.Status != status.Pending ||
+		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.State != status.StatePending ||
 			rec.CorrelationID != "corr-1" || rec.Queue != "commands" || rec.EventSeq != 1 || rec.ETag == "" ||
 			rec.ParamsHash != status.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
 			t.Fatalf("loaded record: %+v", rec)
@@ -151,7 +151,7 @@ func TestCreateLoad(t *testing.T) {
 			t.Fatalf("Reader.Get %+v, Load %+v", got, rec.Status)
 		}
 		evs, err := r.Events(ctx, id)
-		if err != nil || len(evs) != 1 || evs[0].Kind != status.Created || evs[0].Seq != 1 {
+		if err != nil || len(evs) != 1 || evs[0].Kind != status.EventCreated || evs[0].Seq != 1 {
 			t.Fatalf("events %+v, %v", evs, err)
 		}
 		if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Create"}); !errors.Is(err, storage.ErrExists) {
@@ -241,19 +241,19 @@ func TestAppendConflict(t *testing.T) {
 		}
 		b, _ := s.Load(ctx, id)
 		env.Store.Reset()
-		if err := s.Append(ctx, a, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
-			status.Event{Kind: status.CompletedEvent, Attempt: 1, Worker: "w1"}); err != nil {
+		if err := s.Append(ctx, a, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.EventCompleted, Attempt: 1, Worker: "w1"}); err != nil {
 			t.Fatal(err)
 		}
 		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Append cost %s, want Batch=1", env.Store)
 		}
-		if a.Status.Status != status.Completed || a.EventSeq != 3 || a.Attempts != 1 {
+		if a.Status.State != status.StateCompleted || a.EventSeq != 3 || a.Attempts != 1 {
 			t.Fatalf("record after Append: %+v", a)
 		}
 		before := *b
 		env.Store.Reset()
-		err = s.Append(ctx, b, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"})
+		err = s.Append(ctx, b, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2"})
 		if !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("stale Append: %v, want ErrConflict", err)
 		}
@@ -273,7 +273,7 @@ func TestAppendConflict(t *testing.T) {
 			t.Fatalf("failed Append changed the record")
 		}
 		got, err := r.Get(ctx, id)
-		if err != nil || got.Status != status.Completed || got.Worker != "w1" {
+		if err != nil || got.State != status.StateCompleted || got.Worker != "w1" {
 			t.Fatalf("Get: %+v %v", got, err)
 		}
 		// The stored projection equals the replay of the stored events.
@@ -313,7 +313,7 @@ func TestEventsPaging(t *testing.T) {
 			evs := make([]status.Event, status.MaxEventsPerAppend)
 			for i := range evs {
 				step++
-				evs[i] = status.Event{Kind: status.StepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
+				evs[i] = status.Event{Kind: status.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
 			}
 			if err := s.Append(ctx, rec, evs...); err != nil {
 				t.Fatal(err)
@@ -334,7 +334,7 @@ func TestEventsPaging(t *testing.T) {
 			if e.Seq != int64(i+1) {
 				t.Fatalf("event %d has seq %d", i, e.Seq)
 			}
-			if i > 0 && (e.Kind != status.StepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
+			if i > 0 && (e.Kind != status.EventStepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
 				t.Fatalf("event %d: %+v", i, e)
 			}
 		}
@@ -365,14 +365,14 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			}
 			env.Store.Reset()
 			err = s.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
-				status.Event{Kind: status.Started, Attempt: 6}, status.Event{Kind: status.Failed, Attempt: 6, Error: fmt.Sprint("err ", i)})
+				status.Event{Kind: status.EventStarted, Attempt: 6}, status.Event{Kind: status.EventFailed, Attempt: 6, Error: fmt.Sprint("err ", i)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c := env.Store.Counts(); c["Upsert"] != 1 || c["Batch"] != 1 || env.Store.Total() != 2 {
 				t.Fatalf("Poison cost %s, want Upsert=1 Batch=1", env.Store)
 			}
-			if rec.Status.Status != status.Poisoned || rec.LastError != fmt.Sprint("err ", i) {
+			if rec.Status.State != status.StatePoisoned || rec.LastError != fmt.Sprint("err ", i) {
 				t.Fatalf("poisoned record %+v", rec)
 			}
 		}
@@ -429,11 +429,11 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _ := r.Get(ctx, ids[1])
-		if st.Status != status.Pending || st.Attempts != 0 || st.LastError != "" || st.Worker != "alice" {
+		if st.State != status.StatePending || st.Attempts != 0 || st.LastError != "" || st.Worker != "w" {
 			t.Fatalf("after requeue: %+v", st)
 		}
 		evs, _ := r.Events(ctx, ids[1])
-		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != "alice" {
+		if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != "alice" || last.Worker != "" {
 			t.Fatalf("last event %+v", last)
 		}
 		msgs := env.Store.Messages(t, queueName)
@@ -451,7 +451,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := r.Discard(ctx, ids[3], "bob"); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := r.Get(ctx, ids[3]); st.Status != status.Discarded {
+		if st, _ := r.Get(ctx, ids[3]); st.State != status.StateDiscarded {
 			t.Fatalf("after discard: %+v", st)
 		}
 		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, status.ErrNotFound) {
@@ -468,7 +468,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := s.Poison(ctx, orec, status.PoisonEntry{Reason: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, orec, status.Event{Kind: status.Requeued}); err != nil {
+		if err := s.Append(ctx, orec, status.Event{Kind: status.EventRequeued}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
@@ -491,7 +491,7 @@ func TestPoisonConflictRemovesEntry(t *testing.T) {
 		id := create(t, s, "demo.Race", `{}`)
 		stale, _ := s.Load(ctx, id)
 		fresh, _ := s.Load(ctx, id)
-		if err := s.Append(ctx, fresh, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+		if err := s.Append(ctx, fresh, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Poison(ctx, stale, status.PoisonEntry{Reason: "ceiling"}); !errors.Is(err, storage.ErrConflict) {
@@ -511,7 +511,7 @@ func TestTruncatesLongText(t *testing.T) {
 		id := create(t, s, "demo.Long", `{}`)
 		rec, _ := s.Load(ctx, id)
 		long := strings.Repeat("é", 100_000)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Error: long, Detail: long}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventFailed, Error: long, Detail: long}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -544,8 +544,8 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		if !errors.Is(err, statustest.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Requeue with failing enqueue: %v", err)
 		}
-		if st, _ := r.Get(ctx, id); st.Status != status.Pending {
-			t.Fatalf("status %s, want pending", st.Status)
+		if st, _ := r.Get(ctx, id); st.State != status.StatePending {
+			t.Fatalf("status %s, want pending", st.State)
 		}
 		if m, err := s.CommandsTable().Get(ctx, status.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
 			t.Fatalf("marker %+v %v", m, err)
@@ -570,12 +570,12 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		past := rec.Status.CreatedAt.Add(-time.Hour)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Time: past},
-			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Time: past},
+			status.Event{Kind: status.EventFailed, Attempt: 1, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Poison(ctx, rec, status.PoisonEntry{Reason: "test", DequeueCount: 1, PoisonedAt: past},
-			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom again"}); err != nil {
+			status.Event{Kind: status.EventFailed, Attempt: 1, Error: "boom again"}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -647,8 +647,8 @@ func TestCommandRowLayout(t *testing.T) {
 		if rec.ETag != row.ETag {
 			t.Fatalf("Load ETag %q, stored row ETag %q", rec.ETag, row.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
-			status.Event{Kind: status.Failed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		row = rows()[status.RowCommand]
@@ -656,8 +656,8 @@ func TestCommandRowLayout(t *testing.T) {
 			row.Properties["ParamsHash"] != status.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"},
-			status.Event{Kind: status.CompletedEvent, Attempt: 2, Worker: "w2"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2"},
+			status.Event{Kind: status.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
 		}
 		m = rows()
@@ -673,7 +673,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
+			back.Status.State != status.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)
@@ -707,7 +707,7 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 			t.Fatal(err)
 		}
 		long := strings.Repeat("e", 3*status.MaxTextUnits)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Attempt: 1, Worker: strings.Repeat("w", 3*status.MaxTextUnits), Error: long}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*status.MaxTextUnits), Error: long}); err != nil {
 			t.Fatalf("append of a long error beside large params: %v", err)
 		}
 		back, err := s.Load(ctx, id)
@@ -717,8 +717,8 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if string(back.Params) != params {
 			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
 		}
-		if back.Status.Status != status.Retrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= status.MaxTextUnits {
-			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.Status, len(back.LastError), status.MaxTextUnits)
+		if back.Status.State != status.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= status.MaxTextUnits {
+			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), status.MaxTextUnits)
 		}
 		row, err := s.CommandsTable().Get(ctx, id, status.RowCommand)
 		if err != nil {

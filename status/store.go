@@ -298,7 +298,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		cmd.Properties[paramsProp(i)] = ch
 	}
 	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
-	ev := Event{Seq: 1, Kind: Created, Time: issued}
+	ev := Event{Seq: 1, Kind: EventCreated, Time: issued}
 	Apply(&st, ev)
 	wid := newWriteID()
 	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
@@ -329,7 +329,7 @@ func projectionProps(st *Status, settled int, seq int64, writeID string) map[str
 	return map[string]any{
 		"WriteID":   writeID,
 		"Settled":   int32(settled),
-		"Status":    string(st.Status),
+		"Status":    string(st.State),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
 		"LastError": truncate(st.LastError, MaxTextUnits),
@@ -385,13 +385,29 @@ func eventEntity(id string, e Event, writeID string) storage.Entity {
 		"Kind":    string(e.Kind),
 		"Time":    ms(e.Time),
 		"Attempt": int32(e.Attempt),
-		"Worker":  truncate(e.Worker, MaxTextUnits),
+		"Worker":  truncate(eventWho(e), MaxTextUnits),
 		"Step":    int32(e.Step),
 		"Note":    truncate(e.Note, MaxTextUnits),
 		"Error":   truncate(e.Error, MaxTextUnits),
 		"Reason":  truncate(e.Reason, MaxTextUnits),
 		"Detail":  truncate(e.Detail, MaxDetailUnits),
 	}}
+}
+
+// eventWho is what an event row's Worker property holds: the processor of
+// an attempt's event, or who requeued or discarded the command (Event.By):
+// the kind tells which (data layout unchanged since Event.By was added).
+func eventWho(e Event) string {
+	if operatorEvent(e.Kind) {
+		return e.By
+	}
+	return e.Worker
+}
+
+// operatorEvent reports whether kind is written by an operator or the
+// reconciler (its row's Worker property is Event.By).
+func operatorEvent(kind EventKind) bool {
+	return kind == EventRequeued || kind == EventDiscarded
 }
 
 const truncMark = "…[truncated]"
@@ -492,7 +508,7 @@ func decodeStatus(e storage.Entity) Status {
 	return Status{
 		ID:            e.PartitionKey,
 		Type:          str(e, "Type"),
-		Status:        State(str(e, "Status")),
+		State:         State(str(e, "Status")),
 		Attempts:      int(intProp(e, "Attempts")),
 		Step:          int(intProp(e, "Step")),
 		LastError:     str(e, "LastError"),
@@ -532,7 +548,7 @@ func settledProp(e storage.Entity) int {
 		return int(intProp(e, "Settled"))
 	}
 	n := int(intProp(e, "Attempts"))
-	if State(str(e, "Status")) == Running {
+	if State(str(e, "Status")) == StateRunning {
 		n--
 	}
 	return max(n, 0)
@@ -773,7 +789,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		evs = append(evs, e)
 	}
 	evs = append(evs, Event{
-		Kind: PoisonedEvent, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
+		Kind: EventPoisoned, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
 		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
 	})
 	if err := s.Append(ctx, rec, evs...); err != nil {
@@ -784,7 +800,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		} else if c, lerr := s.Load(ctx, rec.ID); lerr == nil {
 			cur = c
 		}
-		if cur != nil && cur.Status.Status != Poisoned {
+		if cur != nil && cur.Status.State != StatePoisoned {
 			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
 		}
 		return err

@@ -265,9 +265,9 @@ Examples:
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.Status)), st.Attempts, st.Step)
-				if st.Status != status.Completed {
-					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.Status)))
+				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.State)), st.Attempts, st.Step)
+				if st.State != status.StateCompleted {
+					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
 						msg += ": " + term(st.LastError)
 					}
@@ -299,12 +299,12 @@ func waitFinal(ctx context.Context, b backend, id string, interval time.Duration
 		if err != nil {
 			return st, fmt.Errorf("status of %s: %w", id, err)
 		}
-		if st.Status.Final() {
+		if st.State.Final() {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.Status, ctx.Err())
+			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.State, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -353,7 +353,7 @@ completed, poisoned or discarded.
 				}
 				t := time.NewTicker(interval)
 				defer t.Stop()
-				for !st.Status.Final() {
+				for !st.State.Final() {
 					select {
 					case <-ctx.Done():
 						return nil
@@ -367,7 +367,7 @@ completed, poisoned or discarded.
 					}
 					last = printEvents(out, evs, last)
 				}
-				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.Status)), st.Attempts, st.Step)
+				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.State)), st.Attempts, st.Step)
 				return nil
 			})
 		},
@@ -385,7 +385,7 @@ func printStatus(w io.Writer, st status.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
-	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", term(string(st.Status)), st.Attempts, st.Step)
+	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", term(string(st.State)), st.Attempts, st.Step)
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))
 	}
@@ -429,6 +429,9 @@ func eventDetail(e status.Event) string {
 	}
 	if e.Worker != "" {
 		parts = append(parts, "by "+term(e.Worker))
+	}
+	if e.By != "" {
+		parts = append(parts, "by "+term(e.By))
 	}
 	return strings.Join(parts, "  ")
 }

@@ -294,13 +294,13 @@ func waitFinal(ctx context.Context, r *status.Reader, id string) (status.Status,
 		if err != nil {
 			return st, fmt.Errorf("convertfiles: status: %w", err)
 		}
-		switch st.Status {
-		case status.Completed, status.Poisoned, status.Discarded:
+		switch st.State {
+		case status.StateCompleted, status.StatePoisoned, status.StateDiscarded:
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("convertfiles: command %s still %s: %w", id, st.Status, ctx.Err())
+			return st, fmt.Errorf("convertfiles: command %s still %s: %w", id, st.State, ctx.Err())
 		case <-tick.C:
 		}
 	}
@@ -309,7 +309,7 @@ func waitFinal(ctx context.Context, r *status.Reader, id string) (status.Status,
 // printReport writes the status, the event timeline and the conversion counts.
 func printReport(w io.Writer, rep *Report, files []string) {
 	s := rep.Status
-	fmt.Fprintf(w, "\nstatus:   %s\nattempts: %d\nstep:     %d of %d\n", s.Status, s.Attempts, s.Step, len(files))
+	fmt.Fprintf(w, "\nstatus:   %s\nattempts: %d\nstep:     %d of %d\n", s.State, s.Attempts, s.Step, len(files))
 	if s.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", s.LastError)
 	}

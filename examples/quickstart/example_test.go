@@ -79,8 +79,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := waitFor(ctx, reader, res.ID, status.Completed)
-	fmt.Printf("%s %s: %s after %d attempt(s)\n", s.Type, s.ID, s.Status, s.Attempts)
+	s := waitFor(ctx, reader, res.ID, status.StateCompleted)
+	fmt.Printf("%s %s: %s after %d attempt(s)\n", s.Type, s.ID, s.State, s.Attempts)
 	printEvents(ctx, reader, res.ID)
 
 	// Output:
@@ -155,8 +155,8 @@ func Example_poisonAndRequeue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := waitFor(ctx, reader, res.ID, status.Poisoned)
-	fmt.Printf("status: %s (%s)\n", s.Status, s.LastError)
+	s := waitFor(ctx, reader, res.ID, status.StatePoisoned)
+	fmt.Printf("status: %s (%s)\n", s.State, s.LastError)
 
 	// The operator lists the poison table (GET /v1/poison, `cmdq poison ls`).
 	page, err := reader.ListPoison(ctx, status.PoisonQuery{})
@@ -173,8 +173,8 @@ func Example_poisonAndRequeue() {
 		log.Fatal(err)
 	}
 	proc.Notify("commands") // the requeue enqueued on another code path: wake the poller now
-	s = waitFor(ctx, reader, res.ID, status.Completed)
-	fmt.Printf("status: %s after %d attempt(s) since the requeue\n", s.Status, s.Attempts)
+	s = waitFor(ctx, reader, res.ID, status.StateCompleted)
+	fmt.Printf("status: %s after %d attempt(s) since the requeue\n", s.State, s.Attempts)
 	printEvents(ctx, reader, res.ID)
 
 	// Output:
@@ -201,12 +201,12 @@ func waitFor(ctx context.Context, r *status.Reader, id string, want status.State
 		if err != nil {
 			log.Fatal(err)
 		}
-		if s.Status == want {
+		if s.State == want {
 			return s
 		}
 		select {
 		case <-ctx.Done():
-			log.Fatalf("command %s is %s, not %s: %v", id, s.Status, want, ctx.Err())
+			log.Fatalf("command %s is %s, not %s: %v", id, s.State, want, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -223,8 +223,8 @@ func printEvents(ctx context.Context, r *status.Reader, id string) {
 		if e.Attempt > 0 {
 			line += fmt.Sprintf(" (attempt %d)", e.Attempt)
 		}
-		if e.Kind == status.Requeued || e.Kind == status.DiscardedEvent {
-			line += " by " + e.Worker
+		if e.Kind == status.EventRequeued || e.Kind == status.EventDiscarded {
+			line += " by " + e.By
 		}
 		if e.Reason != "" {
 			line += " " + e.Reason
