@@ -27,6 +27,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -41,7 +42,7 @@ type Config struct {
 	// Issuer issues commands for POST /v1/commands. Required.
 	Issuer *commands.Issuer
 	// Reader answers status, events and poison routes. Required.
-	Reader *status.Reader
+	Reader *record.Reader
 	// Registry, when set, makes POST /v1/commands reject (400) command types
 	// with no registered handler and params that do not decode into the
 	// handler's type, before anything is stored. Default nil: any valid type
@@ -134,7 +135,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: Issuer is required (commands.NewIssuer)", ErrInvalidConfig))
 	}
 	if c.Reader == nil {
-		errs = append(errs, fmt.Errorf("%w: Reader is required (status.OpenReader)", ErrInvalidConfig))
+		errs = append(errs, fmt.Errorf("%w: Reader is required (record.OpenReader)", ErrInvalidConfig))
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))

@@ -228,7 +228,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
-	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", commands.DefaultMaxParamsBytes) + `"}}`
+	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", commands.MaxParamsBytes) + `"}}`
 	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)

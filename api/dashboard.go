@@ -471,7 +471,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			b.HealthDetail = string(js)
 		}
 	}
-	queues := []string{status.DefaultQueue}
+	queues := []string{commands.DefaultQueue}
 	if v.can(RoleOperator) {
 		page, err := d.s.cfg.Reader.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
@@ -496,7 +496,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, q := range queues {
-		n, err := d.s.cfg.Reader.QueueDepth(ctx, q)
+		n, err := d.s.cfg.Reader.Depth(ctx, q)
 		qd := queueDepth{Name: q, Depth: n}
 		if err != nil {
 			qd.Err = "unavailable"

@@ -248,11 +248,11 @@ func issue(t *testing.T, srv *apitest.Server, typ string) string {
 func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...status.Event) {
 	t.Helper()
 	ctx := context.Background()
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Reader.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
+	if err := srv.Reader.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -390,11 +390,11 @@ func TestDashboardCommandPage(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Convert")
 	ctx := context.Background()
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Reader.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Append(ctx, rec,
+	if err := srv.Reader.Store.Append(ctx, rec,
 		status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "host-a"},
 		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
 		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
@@ -505,7 +505,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	}
 
 	// An orphan entry (malformed message): requeue explains, offers discard.
-	if err := srv.Reader.Store().PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
+	if err := srv.Reader.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
 		t.Fatal(err)
 	}
 	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
@@ -668,12 +668,12 @@ func TestDashboardEscaping(t *testing.T) {
 	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 	const evil = `<script>alert("x")</script>`
-	if err := srv.Reader.Store().PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
+	if err := srv.Reader.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
 		t.Fatal(err)
 	}
 	id := issue(t, srv, "Alpha")
-	rec, _ := srv.Reader.Store().Load(ctx, id)
-	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
+	rec, _ := srv.Reader.Store.Load(ctx, id)
+	if err := srv.Reader.Store.Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {

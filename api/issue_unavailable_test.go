@@ -13,6 +13,7 @@ import (
 	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/google/uuid"
@@ -39,7 +40,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	_ = srv.Issuer.Close()
 
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Path: status.UnqueuedPartition}, faultproxy.Refuse, -1)
+	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
 	id := uuid.NewString()
 	body := `{"id":"` + id + `","type":"demo.echo","params":{"n":1}}`
 	r := post(t, srv.URL+"/v1/commands", body)

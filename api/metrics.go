@@ -281,7 +281,7 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Metrics is what the processor reports to.
-var _ processor.Metrics = (*Metrics)(nil)
+var _ processor.Observer = (*Metrics)(nil)
 
 // ProcessorHealth adapts a processor's health to Config.Health: the state is
 // the processor's State, healthy is Health.Healthy(), and the detail is the

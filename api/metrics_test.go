@@ -14,6 +14,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -106,7 +107,7 @@ func TestQueueDepthSampled(t *testing.T) {
 	for range 3 {
 		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
 	}
-	q, err := s.Store.Queue(context.Background(), s.Names.Queue(""))
+	q, err := s.Store.Queue(context.Background(), s.Names.Queue(commands.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -37,7 +38,7 @@ const (
 func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	s.counter.processed.Add(1)
 	k := newKeeper(p, s.ops, qr, m, sent, vis)
-	env, err := commands.ParseEnvelope(m.Text)
+	env, err := parseMessage(m.Text)
 	if err != nil {
 		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
@@ -55,6 +56,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	defer p.unclaim(env.ID)
 	def, known := p.reg.Lookup(env.Type)
+	known = known && def.Handled() // a declared type has no handler here
 	lease := vis
 	if known {
 		// The type's current lease; a grown one is taken now with one
@@ -117,6 +119,22 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	a.run()
+}
+
+// parseMessage parses and checks a queue message: an Envelope with a valid
+// command ID and type. Errors wrap record.ErrMalformedMessage.
+func parseMessage(text string) (record.Envelope, error) {
+	env, err := record.ParseEnvelope(text)
+	if err != nil {
+		return record.Envelope{}, err
+	}
+	if err := commands.ValidateID(env.ID); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	if err := commands.ValidateType(env.Type); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	return env, nil
 }
 
 // msgKey makes a poison-table key from a queue message ID.
@@ -203,7 +221,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	entry := status.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
 		LastError: fmt.Sprintf("%v; message %s text: %s", cause, m.ID, text), Queue: qr.name, Worker: p.cfg.Worker}
-	if env, err := commands.ParseEnvelope(m.Text); err == nil {
+	if env, err := parseMessage(m.Text); err == nil {
 		entry.Type = env.Type
 	}
 	if err := p.st.PoisonMessage(s.ops, entry); err != nil {
@@ -212,7 +230,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
 	s.counter.poisoned.Add(1)
-	p.cfg.Metrics.CommandPoisoned(entry.Type)
+	p.cfg.Observer.CommandPoisoned(entry.Type)
 	p.deleteMsg(s, k, entry.Type)
 }
 
@@ -227,7 +245,7 @@ type attempt struct {
 	n   int // attempt number (dequeue count)
 
 	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished
-	rec            *status.Record
+	rec            *record.Record
 	startedAt      time.Time
 	running        bool
 	startedWritten bool
@@ -327,8 +345,8 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
 			return err
 		}
-		var rec *status.Record
-		var ce *status.ConflictError
+		var rec *record.Record
+		var ce *record.ConflictError
 		if errors.As(err, &ce) && ce.Current != nil {
 			rec = ce.Current
 		} else {
@@ -416,7 +434,7 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 	case err == nil:
 		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
-		p.cfg.Metrics.CommandPoisoned(a.rec.Type)
+		p.cfg.Observer.CommandPoisoned(a.rec.Type)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case errors.Is(err, errFinal):
@@ -512,7 +530,7 @@ func (a *attempt) complete() {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		p.cfg.Observer.CommandCompleted(a.rec.Type)
 		if p.deleteMsg(s, a.k, a.rec.Type) {
 			a.lostAfterCompletion()
 		}
@@ -562,7 +580,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		p.cfg.Observer.CommandCompleted(a.rec.Type)
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
 			a.lostAfterCompletion()
 		}
@@ -603,7 +621,7 @@ func (a *attempt) fail(herr error, stack string) {
 		return
 	}
 	s.counter.failed.Add(1)
-	p.cfg.Metrics.CommandFailed(a.rec.Type)
+	p.cfg.Observer.CommandFailed(a.rec.Type)
 	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	delay := def.Retry.Delay(a.n)
 	delay = min(max(delay, 0), storage.MaxVisibility)

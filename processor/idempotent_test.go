@@ -35,7 +35,7 @@ func TestRetriedWriteNotDuplicated(t *testing.T) {
 	}, handlers.Options{})
 	m := &counts{}
 	cfg := e.cfg()
-	cfg.Metrics = m
+	cfg.Observer = m
 	p := newProc(t, through, reg, cfg)
 	start(t, p)
 	id := e.issue(e.issuer(p.Notify), stepCmd{})

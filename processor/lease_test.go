@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -21,7 +22,7 @@ import (
 
 var errFlaky = errors.New("flaky downstream")
 
-// counts is a processor.Metrics that counts lost leases and completions.
+// counts is a processor.Observer that counts lost leases and completions.
 type counts struct{ lost, completed atomic.Int64 }
 
 func (c *counts) CommandCompleted(string)               { c.completed.Add(1) }
@@ -69,7 +70,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		iss := e.issuer(p.Notify)
@@ -77,9 +78,9 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 			e.waitState(e.issue(iss, okCmd{N: i}), status.StateCompleted, 10*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
-		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
+		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != commands.DefaultLease {
 			t.Fatalf("%d deletes lost their answer (hidden answers %v): %d leases counted lost, lease %s (want 0 and %s)",
-				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), handlers.DefaultLease)
+				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), commands.DefaultLease)
 		}
 	})
 	t.Run("retry delay", func(t *testing.T) {
@@ -97,12 +98,12 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		}, handlers.Options{Retry: fastRetry})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
 		e.waitState(id, status.StateCompleted, 15*time.Second)
-		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
+		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != commands.DefaultLease {
 			t.Fatalf("retry delay answer lost %d times: ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
 	})
@@ -124,7 +125,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		}, handlers.Options{Lease: lease})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})

@@ -125,7 +125,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			}, handlers.Options{Lease: lease})
 			m1 := &counts{}
 			cfg := e.cfg()
-			cfg.Metrics = m1
+			cfg.Observer = m1
 			cfg.StartedWriteDelay = 100 * time.Millisecond
 			// One message at a time: the first processor does not dequeue
 			// again while its handler runs (that would be its own delivery,

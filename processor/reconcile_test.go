@@ -12,6 +12,7 @@ import (
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -25,10 +26,10 @@ func (e *env) strand() string {
 	e.t.Helper()
 	ctx := context.Background()
 	id := uuid.NewString()
-	if err := e.reader.Store().Create(ctx, status.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
+	if err := e.reader.Store.Create(ctx, record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.reader.Store().MarkUnqueued(ctx, id, "commands"); err != nil {
+	if err := e.reader.Store.MarkUnqueued(ctx, id, "commands"); err != nil {
 		e.t.Fatal(err)
 	}
 	return id

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -180,7 +181,7 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		fs := &faultyStore{Store: e.store}
 		fs.failEnqueue.Store(true)
-		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix, EnqueueRetry: -1})
+		iss, err := commands.NewIssuer(fs, commands.IssuerOptions{Prefix: e.prefix, EnqueueRetry: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,12 +200,12 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		e.waitState(res.ID, status.StateCompleted, 10*time.Second)
-		cmds, err := e.store.Table(context.Background(), status.Names{Prefix: e.prefix}.CommandsTable())
+		cmds, err := e.store.Table(context.Background(), record.Names{Prefix: e.prefix}.CommandsTable())
 		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 5*time.Second, "the unqueued marker to be removed", func() bool {
-			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: status.UnqueuedPartition})
+			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: record.UnqueuedPartition})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +221,7 @@ func TestReconcileScanSchedule(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		id := uuid.NewString()
-		if err := e.reader.Store().Create(context.Background(), status.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
+		if err := e.reader.Store.Create(context.Background(), record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 			t.Fatal(err)
 		}
 		reg := handlers.NewRegistry()

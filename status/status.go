@@ -1,24 +1,31 @@
-// Package status records the lifecycle of commands: the events each command
-// goes through, the projection derived from them (its current status), the
-// data layout in the commands and poison tables, and the operator actions on
-// poisoned commands (requeue, discard).
+// Package status is the read model of cmdq: a command's lifecycle states,
+// its events, the projection derived from them (Status, by Apply), the
+// poison table's entries and the queries on them, and the errors that
+// readers branch on.
 //
-// Data layout (see docs/lifecycle.md): one partition of the commands table per
-// command (PartitionKey = command ID) holds the row "a:cmd" (type, params,
-// issued-at, correlation ID, queue; immutable) together with its projection
-// (status, attempts, step, …; its ETag is the concurrency token for every
-// write to the command), and the events "e:0000000001", "e:0000000002", ….
-// Loading a command is one point read of "a:cmd"; every write is one atomic
-// batch (the projection is a Merge update of "a:cmd", so the parameters are
-// neither resent nor dropped).
+// It holds no storage code: the client (package cmdq) reads and writes
+// commands, and docs/lifecycle.md describes how they are stored.
 package status
 
 import (
 	"errors"
-	"fmt"
 	"time"
+)
 
-	"github.com/cmdq-dev/cmdq/storage"
+// Sentinel errors callers branch on (test with errors.Is).
+var (
+	// ErrNotFound: no command (or poison entry) with that ID. It also wraps
+	// storage.ErrNotFound.
+	ErrNotFound = errors.New("status: command not found")
+	// ErrNoCommand: Requeue on a poison entry that has no stored command (a
+	// malformed queue message, or one naming a command ID that was never
+	// stored). Nothing can be run again; Discard removes the entry.
+	ErrNoCommand = errors.New("status: poison entry has no stored command")
+	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
+	ErrNotPoisoned = errors.New("status: command is not poisoned")
+	// ErrInvalidContinuation: a PoisonQuery.Continuation that no page
+	// returned.
+	ErrInvalidContinuation = errors.New("status: invalid continuation token")
 )
 
 // State is a command's lifecycle state.
@@ -79,7 +86,7 @@ const (
 	EventDiscarded EventKind = "discarded"
 )
 
-func (k EventKind) valid() bool {
+func (k EventKind) Valid() bool {
 	switch k {
 	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded:
 		return true
@@ -150,20 +157,6 @@ type Status struct {
 	Queue string `json:"queue"`
 }
 
-// Settle folds one event into settled, the last attempt whose outcome is
-// recorded (failed, completed, poisoned or lease_lost; created and requeued
-// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
-// have no outcome records lease_lost events for them.
-func Settle(settled int, e Event) int {
-	switch e.Kind {
-	case EventCreated, EventRequeued:
-		return 0
-	case EventFailed, EventCompleted, EventPoisoned, EventLeaseLost:
-		return max(settled, e.Attempt)
-	}
-	return settled
-}
-
 // Apply folds one event into the projection s. The projection is derived from
 // the events only: replaying a command's events from a zero Status (with ID,
 // Type, CorrelationID and Queue set) yields its stored status.
@@ -222,65 +215,53 @@ func Apply(s *Status, e Event) {
 	}
 }
 
-// DefaultPrefix is the name prefix used when Names.Prefix is empty.
-const DefaultPrefix = "cmdq"
-
-// DefaultQueue is the logical queue commands go to unless routed elsewhere.
-const DefaultQueue = "commands"
-
-// Names derives the storage names from a prefix: queue "<prefix>-<queue>",
-// tables "<prefix>commands" and "<prefix>poison". The zero value uses
-// DefaultPrefix ("cmdq").
-type Names struct {
-	// Prefix starts every name (default "cmdq"). It must be lowercase letters
-	// and digits, starting with a letter, so that queue and table names are
-	// both valid.
-	Prefix string
+// PoisonEntry is one poisoned command in the poison table.
+type PoisonEntry struct {
+	// CommandID is the poisoned command's ID (for a malformed queue
+	// message, the message's ID).
+	CommandID string `json:"commandId"`
+	// Type is the command type.
+	Type string `json:"type"`
+	// DequeueCount is the queue message's dequeue count when it was poisoned.
+	DequeueCount int64 `json:"dequeueCount"`
+	// Reason says why it was poisoned (ceiling exceeded, permanent error,
+	// malformed message, unknown type, …).
+	Reason string `json:"reason"`
+	// LastError is the last attempt's error message.
+	LastError string `json:"lastError,omitempty"`
+	// PoisonedAt is when it was poisoned (UTC).
+	PoisonedAt time.Time `json:"poisonedAt"`
+	// Queue is the logical queue the command was on.
+	Queue string `json:"queue"`
+	// Worker is the processor that poisoned it.
+	Worker string `json:"worker,omitempty"`
 }
 
-func (n Names) prefix() string {
-	if n.Prefix == "" {
-		return DefaultPrefix
-	}
-	return n.Prefix
+// DefaultPoisonLimit is the page size of a poison listing when
+// PoisonQuery.Limit is 0 (50).
+const DefaultPoisonLimit = 50
+
+// MaxPoisonLimit is the largest PoisonQuery.Limit (1000).
+const MaxPoisonLimit = 1000
+
+// PoisonQuery selects poison entries.
+type PoisonQuery struct {
+	// Type, when set, keeps only entries of this command type.
+	Type string
+	// Limit is the most entries in one page (0 = DefaultPoisonLimit, at most
+	// MaxPoisonLimit).
+	Limit int
+	// Continuation resumes from a previous page's token. The token is an
+	// opaque offset into the newest-first listing: entries poisoned or
+	// removed between pages shift it (poison tables are small and change
+	// rarely; an entry may be seen twice or skipped across pages).
+	Continuation string
 }
 
-// Queue returns the storage queue name of logical queue name ("" means
-// DefaultQueue): "cmdq-commands", "cmdq-slow", ….
-func (n Names) Queue(name string) string {
-	if name == "" {
-		name = DefaultQueue
-	}
-	return n.prefix() + "-" + name
-}
-
-// CommandsTable returns the commands table name ("cmdqcommands").
-func (n Names) CommandsTable() string { return n.prefix() + "commands" }
-
-// PoisonTable returns the poison table name ("cmdqpoison").
-func (n Names) PoisonTable() string { return n.prefix() + "poison" }
-
-// Validate checks the prefix, and each given logical queue name, against
-// Azure's naming rules. Errors wrap storage.ErrInvalidName.
-func (n Names) Validate(queues ...string) error {
-	p := n.prefix()
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' && i > 0) {
-			return fmt.Errorf("%w: prefix %q must be lowercase letters and digits, starting with a letter", storage.ErrInvalidName, p)
-		}
-	}
-	var errs []error
-	if err := storage.ValidateTableName(n.CommandsTable()); err != nil {
-		errs = append(errs, err)
-	}
-	if err := storage.ValidateTableName(n.PoisonTable()); err != nil {
-		errs = append(errs, err)
-	}
-	for _, q := range queues {
-		if err := storage.ValidateQueueName(n.Queue(q)); err != nil {
-			errs = append(errs, fmt.Errorf("logical queue %q: %w", q, err))
-		}
-	}
-	return errors.Join(errs...)
+// PoisonPage is one page of poison entries, newest first.
+type PoisonPage struct {
+	// Entries are the page's entries, newest first (empty, not nil, when none).
+	Entries []PoisonEntry `json:"entries"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
 }

@@ -5,6 +5,7 @@
 package apitest
 
 import (
+	"cmp"
 	"context"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -55,10 +57,10 @@ type Options struct {
 	Health api.HealthFunc
 	// MaxBodyBytes as in api.Config (default 1 MiB).
 	MaxBodyBytes int64
-	// Notify as in commands.Options (default nil).
+	// Notify as commands.IssuerOptions.Wake (default nil).
 	Notify func(queue string)
-	// QueueFor as in commands.Options (default: everything to "commands").
-	QueueFor func(cmdType string) string
+	// Routes as in commands.IssuerOptions (default: everything to "commands").
+	Routes commands.Router
 	// CORSOrigins as in api.Config (default none).
 	CORSOrigins []string
 	// AllowedHosts as in api.Config (default none).
@@ -78,10 +80,10 @@ type Server struct {
 	// Store is the (instrumented) store the Issuer and Reader use.
 	Store storage.Store
 	// Names are the storage names.
-	Names status.Names
+	Names record.Names
 	// Issuer, Reader and Registry are what the API runs on.
 	Issuer   *commands.Issuer
-	Reader   *status.Reader
+	Reader   *record.Reader
 	Registry *handlers.Registry
 	// Metrics and Prom are the server's metrics and their private registry.
 	Metrics *api.Metrics
@@ -106,12 +108,12 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatalf("apitest: metrics: %v", err)
 	}
 	st := m.InstrumentStore(raw)
-	names := status.Names{Prefix: opts.Prefix}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: opts.Prefix, Notify: opts.Notify, QueueFor: opts.QueueFor})
+	names := record.Names{Prefix: cmp.Or(opts.Prefix, commands.DefaultPrefix)}
+	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Prefix: opts.Prefix, Wake: opts.Notify, Routes: opts.Routes})
 	if err != nil {
 		t.Fatalf("apitest: issuer: %v", err)
 	}
-	rd, err := status.OpenReader(context.Background(), st, names, status.Options{})
+	rd, err := record.OpenReader(context.Background(), st, names, record.Options{}, opts.Notify)
 	if err != nil {
 		t.Fatalf("apitest: reader: %v", err)
 	}
@@ -133,11 +135,11 @@ func Start(t testing.TB, opts Options) *Server {
 func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	t.Helper()
 	ctx := context.Background()
-	rec, err := s.Reader.Store().Load(ctx, id)
+	rec, err := s.Reader.Load(ctx, id)
 	if err != nil {
 		t.Fatalf("apitest: load %s: %v", id, err)
 	}
-	if err := s.Reader.Store().Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
+	if err := s.Reader.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
 		t.Fatalf("apitest: poison %s: %v", id, err)
 	}
 }
@@ -146,7 +148,7 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 // name ("" = "commands").
 func (s *Server) QueueCount(t testing.TB, name string) int {
 	t.Helper()
-	q, err := s.Store.Queue(context.Background(), s.Names.Queue(name))
+	q, err := s.Store.Queue(context.Background(), s.Names.Queue(cmp.Or(name, commands.DefaultQueue)))
 	if err != nil {
 		t.Fatalf("apitest: queue: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -78,13 +79,13 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := status.Names{Prefix: f.store.prefix}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix})
+	names := record.Names{Prefix: f.store.prefix}
+	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Prefix: f.store.prefix})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("issuer: %w", err)
 	}
-	rd, err := status.OpenReader(ctx, st, names, status.Options{})
+	rd, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("open status tables: %w", err)
@@ -148,7 +149,7 @@ func (httpBackend) Close() error { return nil }
 type storeBackend struct {
 	st  storage.Store
 	iss *commands.Issuer
-	rd  *status.Reader
+	rd  *record.Reader
 	by  string
 }
 

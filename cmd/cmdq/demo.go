@@ -13,7 +13,7 @@ import (
 // Demo handlers, registered by serve and worker unless --no-demo. Their retry
 // delay is about a second (instead of exponential from 1 s) so that a tour of
 // retries and poisoning finishes in seconds; their poison ceiling is the
-// default (handlers.DefaultPoisonCeiling, 5 attempts).
+// default (commands.DefaultPoisonCeiling, 5 attempts).
 
 // demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
 var demoRetry = handlers.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
@@ -49,7 +49,7 @@ type demoSteps struct {
 func (demoSteps) CommandType() string { return "demo.steps" }
 
 // registerDemo registers the demo handlers in reg. lease, when > 0, is
-// their lease (default handlers.DefaultLease); j, when not nil, journals
+// their lease (default commands.DefaultLease); j, when not nil, journals
 // every execution (test instrumentation, see demoJournal).
 func registerDemo(reg *handlers.Registry, lease time.Duration, j *demoJournal) error {
 	opts := handlers.Options{Retry: demoRetry, Lease: lease}

@@ -18,8 +18,8 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -81,7 +81,7 @@ func (f *procFlags) registry() (*handlers.Registry, func() error, error) {
 	return reg, closer, nil
 }
 
-func (f *procFlags) config(prefix string, log zerolog.Logger, m processor.Metrics) processor.Config {
+func (f *procFlags) config(prefix string, log zerolog.Logger, m processor.Observer) processor.Config {
 	return processor.Config{
 		Prefix:          prefix,
 		Worker:          f.worker,
@@ -90,7 +90,7 @@ func (f *procFlags) config(prefix string, log zerolog.Logger, m processor.Metric
 		DrainTimeout:    f.drainTimeout,
 		PoisonCeiling:   f.poisonCeiling,
 		Logger:          log,
-		Metrics:         m,
+		Observer:        m,
 	}
 }
 
@@ -251,7 +251,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	metrics.LabelTypes(reg.Types()...)
 	ns := &notifyStore{Store: metrics.InstrumentStore(raw)}
 	st := ns.withCombiner()
-	names := status.Names{Prefix: f.store.prefix}
+	names := record.Names{Prefix: f.store.prefix}
 
 	var proc *processor.Processor
 	if len(reg.Types()) > 0 {
@@ -263,18 +263,18 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	} else {
 		log.Warn().Msg("cmdq serve: no handlers registered (--no-demo): serving the API only; commands stay pending until a processor with handlers runs")
 	}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix, QueueFor: reg.QueueFor})
+	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Prefix: f.store.prefix, Routes: reg})
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
 	defer func() { _ = iss.Close() }() // before the store closes
-	rd, err := status.OpenReader(ctx, st, names, status.Options{})
+	rd, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
 	if err != nil {
 		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
 	}
 	queues := reg.Queues()
 	if len(queues) == 0 {
-		queues = []string{handlers.DefaultQueue}
+		queues = []string{commands.DefaultQueue}
 	}
 	for _, qn := range queues {
 		q, err := st.Queue(ctx, names.Queue(qn))

@@ -30,6 +30,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -236,7 +237,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 
 	// 4. Issue: the Issuer routes like the registry and wakes the
 	// in-process processor at once.
-	iss, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
+	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Wake: proc.Notify, Routes: reg})
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: issuer: %w", err)
 	}
@@ -248,7 +249,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 	fmt.Fprintf(w, "issued %s %s (%d files, format %s)\n", ConvertBatch{}.CommandType(), res.ID, len(files), opts.Format)
 
 	// 5. Wait: poll the status, as a client of the HTTP API would.
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
+	reader, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, proc.Notify)
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: reader: %w", err)
 	}
@@ -286,7 +287,7 @@ func makeInputs(dir string, n int) ([]string, error) {
 
 // waitFinal polls the command's status every 20 ms until it is completed,
 // poisoned or discarded, or ctx ends.
-func waitFinal(ctx context.Context, r *status.Reader, id string) (status.Status, error) {
+func waitFinal(ctx context.Context, r *record.Reader, id string) (status.Status, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -64,7 +65,7 @@ func Example() {
 
 	// Issuer: stores the command and enqueues it; Notify wakes the
 	// processor at once. WithID makes the ID (and this output) fixed.
-	issuer, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
+	issuer, err := commands.NewIssuer(st, commands.IssuerOptions{Wake: proc.Notify, Routes: reg})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func Example() {
 	}
 
 	// Reader: what GET /v1/commands/{id} and /events return.
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
+	reader, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func Example_poisonAndRequeue() {
 	go func() { done <- proc.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
-	issuer, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
+	issuer, err := commands.NewIssuer(st, commands.IssuerOptions{Wake: proc.Notify, Routes: reg})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func Example_poisonAndRequeue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
+	reader, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func Example_poisonAndRequeue() {
 
 // waitFor polls the command's status every 10 ms until it reaches want (as a
 // client of GET /v1/commands/{id} would), for at most 10 s.
-func waitFor(ctx context.Context, r *status.Reader, id string, want status.State) status.Status {
+func waitFor(ctx context.Context, r *record.Reader, id string, want status.State) status.Status {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
@@ -213,7 +214,7 @@ func waitFor(ctx context.Context, r *status.Reader, id string, want status.State
 }
 
 // printEvents prints the command's lifecycle events, oldest first.
-func printEvents(ctx context.Context, r *status.Reader, id string) {
+func printEvents(ctx context.Context, r *record.Reader, id string) {
 	evs, err := r.Events(ctx, id)
 	if err != nil {
 		log.Fatal(err)
