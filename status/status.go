@@ -265,3 +265,33 @@ type PoisonPage struct {
 	// Continuation is "" on the last page.
 	Continuation string `json:"continuation,omitempty"`
 }
+
+// DefaultCommandLimit is the page size of a command listing when
+// CommandQuery.Limit is 0 (100).
+const DefaultCommandLimit = 100
+
+// MaxCommandLimit is the largest CommandQuery.Limit (1000).
+const MaxCommandLimit = 1000
+
+// CommandQuery selects commands for a listing (cmdq.Client.ListCommands).
+// A listing reads the whole commands table (one request per 1000 rows): it
+// is for tests, tools and small stores, not for a hot path.
+type CommandQuery struct {
+	// Type, when set, keeps only commands of this type.
+	Type string
+	// State, when set, keeps only commands in this state.
+	State State
+	// Limit is the most commands in one page (0 = DefaultCommandLimit, at
+	// most MaxCommandLimit).
+	Limit int
+	// Continuation resumes from a previous page's token (opaque).
+	Continuation string
+}
+
+// CommandPage is one page of a command listing, in command ID order.
+type CommandPage struct {
+	// Commands are the page's commands (empty, not nil, when none).
+	Commands []Status `json:"commands"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
+}

@@ -194,3 +194,44 @@ func (s *Store) Discard(ctx context.Context, id, by string) error {
 	}
 	return s.deletePoison(ctx, id)
 }
+
+// ListCommands lists commands in ID order, filtered by type and state, one
+// page at a time: a query of the command rows of the whole table (one
+// request per 1000 rows read, matching or not).
+func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = status.DefaultCommandLimit
+	}
+	if limit < 0 || limit > status.MaxCommandLimit {
+		return status.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, status.MaxCommandLimit)
+	}
+	out := status.CommandPage{Commands: []status.Status{}}
+	sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: q.Continuation}
+	for {
+		// A page never holds more rows than are still wanted, so the
+		// storage continuation is where the next page starts.
+		sq.Top = limit - len(out.Commands)
+		page, err := s.commands.Query(ctx, sq)
+		if err != nil {
+			if q.Continuation != "" && errors.Is(err, storage.ErrInvalidArgument) {
+				return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+			}
+			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+		}
+		for _, e := range page.Entities {
+			if e.RowKey != RowCommand {
+				continue
+			}
+			st := decodeStatus(e)
+			if (q.Type == "" || st.Type == q.Type) && (q.State == "" || st.State == q.State) {
+				out.Commands = append(out.Commands, st)
+			}
+		}
+		out.Continuation = page.Continuation
+		if page.Continuation == "" || len(out.Commands) >= limit {
+			return out, nil
+		}
+		sq.Continuation = page.Continuation
+	}
+}
