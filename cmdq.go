@@ -153,6 +153,7 @@ type Client struct {
 	running bool                    // Start, Run or RunFor in progress
 	stop    context.CancelFunc      // ends Start's processing
 	done    chan error              // Start's processing returned
+	ended   chan struct{}           // closed when it returned (Stopped)
 
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // issuer returns the current Issuer.
@@ -225,4 +226,16 @@ func (c *Client) QueueDepth(ctx context.Context, queue string) (int, error) {
 		return 0, err
 	}
 	return r.Depth(ctx, queue)
+}
+
+// StorageQueue returns the storage queue of a logical queue ("<prefix>-<queue>",
+// opened and created if needed), for tools and metrics
+// (metrics.Metrics.WatchQueue). Messages taken from it directly are not
+// processed by cmdq.
+func (c *Client) StorageQueue(ctx context.Context, queue string) (storage.Queue, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Queue(ctx, queue)
 }

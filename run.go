@@ -33,8 +33,8 @@ func (c *Client) Start(ctx context.Context) error {
 		return nil
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	c.running, c.stop, c.done = true, stop, done
+	done, ended := make(chan error, 1), make(chan struct{})
+	c.running, c.stop, c.done, c.ended = true, stop, done, ended
 	go func() {
 		err := p.Run(runCtx)
 		c.mu.Lock()
@@ -43,8 +43,19 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 		done <- err
+		close(ended)
 	}()
 	return nil
+}
+
+// Stopped returns a channel that is closed when the processing of the last
+// Start ends (Stop, its context, or a processor that could not go on: Stop
+// then returns its error), or nil (which blocks forever) before Start and
+// without handlers.
+func (c *Client) Stopped() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
 }
 
 // prepare opens the storage and, when handlers are registered, creates and

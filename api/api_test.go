@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -245,13 +245,12 @@ type sendEmail struct {
 
 func (sendEmail) CommandType() string { return "SendEmail" }
 
-func TestIssueWithRegistry(t *testing.T) {
+// TestIssueKnownTypes: a client that knows its types (here declared, so
+// nothing processes them) makes the API refuse other types and params that
+// do not decode, before anything is stored.
+func TestIssueKnownTypes(t *testing.T) {
 	t.Parallel()
-	reg := handlers.NewRegistry()
-	if err := handlers.Register(reg, func(context.Context, sendEmail, *handlers.Run) error { return nil }, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	s := apitest.Start(t, apitest.Options{Registry: reg})
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[sendEmail](c) }})
 	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"}}`), http.StatusAccepted)
 	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendMail","params":{}}`), 400, api.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/type" || !strings.Contains(p.Detail, "SendEmail") {
@@ -357,7 +356,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if s.QueueCount(t, "") != before+1 {
 		t.Fatalf("requeue did not enqueue a message")
 	}
-	if st, err := s.Reader.Get(context.Background(), a); err != nil || st.State != status.StatePending {
+	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != status.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, api.ProblemNotFound)
@@ -368,7 +367,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("discard: %d %s", r.code, r.body)
 	}
-	if st, err := s.Reader.Get(context.Background(), b); err != nil || st.State != status.StateDiscarded {
+	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, api.ProblemConflict)

@@ -154,8 +154,8 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/poison", h(d.poison))
 	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
 	mux.HandleFunc("GET /ui/search", h(d.search))
-	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(s.cfg.Reader.Requeue, "requeued")))
-	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(s.cfg.Reader.Discard, "discarded")))
+	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(s.cfg.Client.Requeue, "requeued")))
+	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(s.cfg.Client.Discard, "discarded")))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
@@ -471,9 +471,9 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			b.HealthDetail = string(js)
 		}
 	}
-	queues := []string{commands.DefaultQueue}
+	queues := d.s.cfg.Client.Queues()
 	if v.can(RoleOperator) {
-		page, err := d.s.cfg.Reader.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
+		page, err := d.s.cfg.Client.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
 			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
 			d.s.log.Error().Err(err).Msg("cmdq api: dashboard: list poison")
@@ -496,7 +496,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, q := range queues {
-		n, err := d.s.cfg.Reader.Depth(ctx, q)
+		n, err := d.s.cfg.Client.QueueDepth(ctx, q)
 		qd := queueDepth{Name: q, Depth: n}
 		if err != nil {
 			qd.Err = "unavailable"
@@ -548,7 +548,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		}
 		pq.Limit = n
 	}
-	page, err := d.s.cfg.Reader.ListPoison(r.Context(), pq)
+	page, err := d.s.cfg.Client.ListPoison(r.Context(), pq)
 	if err != nil {
 		d.fail(w, r, v, err)
 		return
@@ -597,19 +597,19 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	st, err := d.s.cfg.Reader.Get(ctx, id)
+	st, err := d.s.cfg.Client.Get(ctx, id)
 	if err != nil {
 		d.fail(w, r, v, err)
 		return
 	}
-	evs, err := d.s.cfg.Reader.Events(ctx, id)
+	evs, err := d.s.cfg.Client.Events(ctx, id)
 	if err != nil {
 		d.fail(w, r, v, err)
 		return
 	}
 	b := commandBody{Status: st, Events: evs}
 	if st.State == status.StatePoisoned && v.can(RoleOperator) {
-		if e, err := d.s.cfg.Reader.GetPoison(ctx, id); err == nil {
+		if e, err := d.s.cfg.Client.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
 		}
 	}
@@ -686,7 +686,7 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
 			"Open the command to see its state.", false)
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
-		if st, gerr := d.s.cfg.Reader.Get(r.Context(), id); gerr == nil {
+		if st, gerr := d.s.cfg.Client.Get(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
 				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
 				"Open the command to see its state.", false)

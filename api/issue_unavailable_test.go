@@ -10,7 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/internal/record"
@@ -36,8 +36,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{Store: st, Prefix: "t" + uuid.NewString()[:8]})
 	// The Issuer's own background retry would queue it too; this test is
 	// about what the client is told.
-	t.Cleanup(func() { _ = srv.Issuer.Close() })
-	_ = srv.Issuer.Close()
+	_ = srv.Client.Stop(context.Background()) // stops the background retries
 
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
 	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/azure"

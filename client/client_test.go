@@ -6,18 +6,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
-	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -216,44 +213,23 @@ type reject struct{}
 func (reject) CommandType() string { return "Reject" }
 
 // TestWithProcessor issues through the client and waits for a real processor
-// (same process, same embedded store, woken by the Issuer's Notify).
+// (the server's own: same process, same embedded store, woken on enqueue).
 func TestWithProcessor(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	reg := handlers.NewRegistry()
 	greeted := make(chan string, 1)
-	if err := handlers.Register(reg, func(ctx context.Context, g greet, run *handlers.Run) error {
-		if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
-			return err
-		}
-		greeted <- g.Name
-		return nil
-	}, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := handlers.Register(reg, func(context.Context, reject, *handlers.Run) error {
-		return handlers.Permanent(errors.New("rejected on purpose"))
-	}, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := processor.New(st, reg, processor.Config{ReconcileInterval: processor.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("processor: %v", err)
-		}
-	})
-	s := apitest.Start(t, apitest.Options{Store: st, Registry: reg, Notify: p.Notify})
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error {
+		return errors.Join(
+			cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+				if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
+					return err
+				}
+				greeted <- g.Name
+				return nil
+			}),
+			cmdq.Register(c, func(context.Context, reject, *cmdq.Run) error {
+				return cmdq.Permanent(errors.New("rejected on purpose"))
+			}))
+	}})
 	c := newClient(t, s.URL)
 
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)

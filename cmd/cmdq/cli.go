@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -79,18 +79,12 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := record.Names{Prefix: f.store.prefix}
-	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Prefix: f.store.prefix})
+	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix})
 	if err != nil {
 		_ = st.Close()
-		return nil, fmt.Errorf("issuer: %w", err)
+		return nil, err
 	}
-	rd, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("open status tables: %w", err)
-	}
-	return &storeBackend{st: st, iss: iss, rd: rd, by: operatorName()}, nil
+	return &storeBackend{st: st, c: c, by: operatorName()}, nil
 }
 
 // operatorName names the CLI user in requeued and discarded events.
@@ -147,10 +141,9 @@ func (b httpBackend) Discard(ctx context.Context, id string) error {
 func (httpBackend) Close() error { return nil }
 
 type storeBackend struct {
-	st  storage.Store
-	iss *commands.Issuer
-	rd  *record.Reader
-	by  string
+	st storage.Store
+	c  *cmdq.Client
+	by string
 }
 
 func wrapStore(err error) error {
@@ -161,7 +154,7 @@ func wrapStore(err error) error {
 }
 
 func (b *storeBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
-	res, err := b.iss.IssueRaw(ctx, r)
+	res, err := b.c.IssueRaw(ctx, r)
 	return res.ID, res.Existing, err
 }
 
@@ -169,7 +162,7 @@ func (b *storeBackend) Get(ctx context.Context, id string) (status.Status, error
 	if err := commands.ValidateID(id); err != nil {
 		return status.Status{}, err
 	}
-	s, err := b.rd.Get(ctx, id)
+	s, err := b.c.Get(ctx, id)
 	return s, wrapStore(err)
 }
 
@@ -177,28 +170,31 @@ func (b *storeBackend) Events(ctx context.Context, id string) ([]status.Event, e
 	if err := commands.ValidateID(id); err != nil {
 		return nil, err
 	}
-	e, err := b.rd.Events(ctx, id)
+	e, err := b.c.Events(ctx, id)
 	return e, wrapStore(err)
 }
 
 func (b *storeBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
-	return b.rd.ListPoison(ctx, q)
+	return b.c.ListPoison(ctx, q)
 }
 
 func (b *storeBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
-	p, err := b.rd.GetPoison(ctx, id)
+	p, err := b.c.GetPoison(ctx, id)
 	return p, wrapStore(err)
 }
 
 func (b *storeBackend) Requeue(ctx context.Context, id string) error {
-	return wrapStore(b.rd.Requeue(ctx, id, b.by))
+	return wrapStore(b.c.Requeue(ctx, id, b.by))
 }
 
 func (b *storeBackend) Discard(ctx context.Context, id string) error {
-	return wrapStore(b.rd.Discard(ctx, id, b.by))
+	return wrapStore(b.c.Discard(ctx, id, b.by))
 }
 
-func (b *storeBackend) Close() error { return b.st.Close() }
+func (b *storeBackend) Close() error {
+	_ = b.c.Stop(context.Background()) // its background enqueue retries, before the store closes
+	return b.st.Close()
+}
 
 // withBackend opens the backend, runs fn and closes it.
 func (f *remoteFlags) withBackend(ctx context.Context, fn func(b backend) error) error {
