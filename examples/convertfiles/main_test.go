@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/cmdqtest"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -142,4 +144,33 @@ func TestBadOptions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Files must be at least 1") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// TestHandlerWithTestKit tests the handler alone with the user test kit
+// (cmdqtest): a Client on a temporary store, the command issued and
+// drained, and its outcome checked.
+func TestHandlerWithTestKit(t *testing.T) {
+	t.Parallel()
+	in, out := t.TempDir(), t.TempDir()
+	files, err := makeInputs(in, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := &converter{in: in, out: out, locked: map[string]bool{files[1]: true}, counts: map[string]int{}}
+	c := cmdqtest.New(t)
+	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Issue(context.Background(), ConvertBatch{Files: files, Format: "upper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdqtest.Drain(t, c)
+	st := cmdqtest.RequireState(t, c, res.ID, cmdq.StateCompleted)
+	if st.Attempts != 2 || st.Step != 3 {
+		t.Fatalf("completed after %d attempts at step %d, want 2 attempts and step 3", st.Attempts, st.Step)
+	}
+	cmdqtest.RequireEvents(t, c, res.ID,
+		cmdq.EventCreated, cmdq.EventStarted, cmdq.EventStepCompleted, cmdq.EventFailed,
+		cmdq.EventStarted, cmdq.EventStepCompleted, cmdq.EventStepCompleted, cmdq.EventCompleted)
 }
