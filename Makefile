@@ -3,6 +3,9 @@ SHELL := /bin/bash
 GO ?= go
 AZURITE_DIR := tools/azurite
 AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
+# staticcheck runs with `go run …@version`: a development tool stays out of
+# the module graph of programs that import cmdq.
+STATICCHECK_VERSION ?= v0.6.1
 
 .PHONY: test azurite lint unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
 
@@ -23,7 +26,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # unit runs every package's tests except the reliability suite, which runs
 # on its own (chaos) so that it does not share the CPU with them.

@@ -14,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -59,7 +59,7 @@ var errStoreInUse = errors.New("embedded store in use")
 
 // open opens the store the flags name.
 func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
-	if err := (record.Names{Prefix: f.prefix}).Validate(); err != nil {
+	if err := (cmdq.Config{Prefix: f.prefix}).Validate(); err != nil {
 		return nil, fmt.Errorf("--prefix %q: %w (use lowercase letters and digits, starting with a letter)", f.prefix, err)
 	}
 	switch f.kind {
