@@ -47,10 +47,10 @@ bench-smoke: azurite
 	$(GO) run ./cmd/cmdq bench --store embedded -n 3000 --latency-duration 500ms --idle-window 1s --max-ops-per-command 5.1 --json
 	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --idle-window -1s --baseline raw --max-ops-per-command 5.1 --json
 
-# race runs the concurrent core (drivers, pipeline, API) again under the race
+# race runs the concurrent core (drivers, client, pipeline, API) again under the race
 # detector.
 race:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m ./storage/... ./status ./commands ./handlers ./processor ./api ./client
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m . ./storage/... ./status ./internal/record ./commands ./handlers ./processor ./metrics ./api ./client ./cmdqtest
 
 # bench-peers runs one no-op workload on cmdq (embedded store), River
 # (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,
