@@ -63,7 +63,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err != nil {
 		t.Fatalf("second requeue: %v", err)
 	}
-	q, err := st.Queue(ctx, names.Queue(""))
+	q, err := st.Queue(ctx, names.Queue(commands.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
