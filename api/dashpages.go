@@ -189,6 +189,7 @@ type commandBody struct {
 	// this server knows the type's retry policy.
 	RetryFrom, RetryTo time.Time
 	RetryDue           bool // RetryTo has passed
+	RetryOpen          bool // RetryFrom has passed
 	Refresh            int
 }
 
@@ -239,7 +240,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			for i := len(evs) - 1; i >= 0; i-- {
 				if evs[i].Kind == status.Failed {
 					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt, evs[i].Time)
-					b.RetryDue = d.now().After(b.RetryTo)
+					b.RetryDue, b.RetryOpen = d.now().After(b.RetryTo), d.now().After(b.RetryFrom)
 					break
 				}
 			}
@@ -551,15 +552,14 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 	d.s.log.Info().Int("count", len(okIDs)).Int("failed", len(failures)).Int("not_reached", len(notReached)).Str("by", by).
 		Msg("cmdq api: poisoned commands " + done + " from the dashboard (bulk)")
 	now := d.now()
-	noun := "command"
-	if do == "discard" {
-		noun = "poison entry"
-	}
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s of %d at %s", strings.ToUpper(done[:1])+done[1:], len(ids), fmtTime(now))
-	fmt.Fprintf(&msg, ": %s", plural(len(okIDs), noun))
-	if do == "requeue" && len(okIDs) > 0 {
-		msg.WriteString(" left the poison table and went back on their queues")
+	fmt.Fprintf(&msg, "%s %d of %d at %s", strings.ToUpper(done[:1])+done[1:], len(okIDs), len(ids), fmtTime(now))
+	switch {
+	case len(okIDs) == 0:
+	case do == "requeue":
+		msg.WriteString(": they left the poison table and went back on their queues, to run again from attempt 1")
+	default:
+		msg.WriteString(": they are discarded for good")
 	}
 	msg.WriteString(".")
 	if len(failures) > 0 {

@@ -74,6 +74,13 @@ func (p pageData) When(t time.Time) template.HTML {
 	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339Nano) + `" title="` + fmtTime(t) + `">` + relTime(p.Now, t) + `</time>`)
 }
 
+// Until renders how long from when the page was made until t ("29 min"),
+// with the absolute UTC time as its title; it is for future times.
+func (p pageData) Until(t time.Time) template.HTML {
+	rel := strings.TrimPrefix(relTime(p.Now, t), "in ")
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339Nano) + `" title="` + fmtTime(t) + `">` + rel + `</time>`)
+}
+
 // badgeClass maps states (command, processor health) and event kinds to a
 // colour class of cmdq.css.
 var badgeClass = map[string]string{
