@@ -76,7 +76,7 @@ var dashboardFuncs = template.FuncMap{
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,
 	"asset":       assetURL,
-	"plural":      plural,
+	"plural":      pluralAny,
 }
 
 // dashboardPages are the page templates, each the layout plus one page file.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -453,9 +454,18 @@ func TestDashboardCommandPage(t *testing.T) {
 	if len(details) != 1 || !strings.Contains(text(details[0]), "goroutine 7 [running]:") {
 		t.Fatal("the panic stack is not in a <details> of the failed event")
 	}
-	// Times are relative, with the absolute UTC time in the title.
+	// Times are relative, with the absolute UTC time in the title; the
+	// timeline shows the time of day (UTC), with the date and how long ago
+	// in the title.
+	clock := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}Z$`)
 	for _, tm := range elements(p.doc, "time", func(n *html.Node) bool { return attr(n, "id") != "updated" }) {
-		if !strings.HasSuffix(attr(tm, "title"), "Z") || !strings.HasSuffix(attr(tm, "datetime"), "Z") || !strings.Contains(text(tm), "just now") {
+		ok := strings.HasSuffix(attr(tm, "datetime"), "Z")
+		if hasClass(tm, "clock") {
+			ok = ok && clock.MatchString(text(tm)) && strings.HasSuffix(attr(tm, "title"), "Z (just now)")
+		} else {
+			ok = ok && strings.HasSuffix(attr(tm, "title"), "Z") && text(tm) == "just now"
+		}
+		if !ok {
 			t.Fatalf("time element %q title %q datetime %q", text(tm), attr(tm, "title"), attr(tm, "datetime"))
 		}
 	}

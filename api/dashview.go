@@ -74,6 +74,15 @@ func (p pageData) When(t time.Time) template.HTML {
 	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339Nano) + `" title="` + fmtTime(t) + `">` + relTime(p.Now, t) + `</time>`)
 }
 
+// Clock renders t as a time of day in UTC with milliseconds ("22:38:11.456Z"),
+// for timelines; the title has the date and how long ago it was.
+func (p pageData) Clock(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	return template.HTML(`<time class="clock" datetime="` + t.UTC().Format(time.RFC3339Nano) + `" title="` + fmtTime(t) + " (" + relTime(p.Now, t) + `)">` + t.UTC().Format("15:04:05.000Z") + `</time>`)
+}
+
 // Until renders how long from when the page was made until t ("29 min"),
 // with the absolute UTC time as its title; it is for future times.
 func (p pageData) Until(t time.Time) template.HTML {
@@ -120,14 +129,26 @@ func eventBadge(e status.Event) template.HTML {
 }
 
 // plural writes n with word, in the plural unless n is 1 ("3 entries").
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
+func plural[N int | int64](n N, word string) string {
+	s := strconv.FormatInt(int64(n), 10)
+	switch {
+	case n == 1:
+		return s + " " + word
+	case strings.HasSuffix(word, "y") && !strings.HasSuffix(word, "ey"):
+		return s + " " + strings.TrimSuffix(word, "y") + "ies"
 	}
-	if strings.HasSuffix(word, "y") && !strings.HasSuffix(word, "ey") {
-		return strconv.Itoa(n) + " " + strings.TrimSuffix(word, "y") + "ies"
+	return s + " " + word + "s"
+}
+
+// pluralAny is plural for templates, which pass int or int64.
+func pluralAny(n any, word string) string {
+	switch v := n.(type) {
+	case int64:
+		return plural(v, word)
+	case int:
+		return plural(v, word)
 	}
-	return strconv.Itoa(n) + " " + word + "s"
+	return fmt.Sprint(n) + " " + word
 }
 
 // healthRow is one line of the health panel.

@@ -18,6 +18,9 @@
     for (var i = 0; i < boxes.length; i++) {
       var all = boxes[i];
       all.hidden = false;
+      if (all.parentElement && all.parentElement.tagName === "LABEL") {
+        all.parentElement.hidden = false;
+      }
       all.addEventListener("change", function (ev) {
         var name = ev.target.getAttribute("data-select-all");
         var items = document.querySelectorAll('input[type=checkbox][name="' + name + '"]');
