@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -382,5 +383,78 @@ func TestDashboardAssetsAndCSP(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// storageCalls returns the storage calls the server has made so far, by op
+// (cmdq_storage_operations_total).
+func storageCalls(t *testing.T, srv *apitest.Server) map[string]int {
+	t.Helper()
+	mfs, err := srv.Prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, mf := range mfs {
+		if mf.GetName() != "cmdq_storage_operations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" {
+					out[l.GetValue()] += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestDashboardPageCosts counts the storage calls of one view of each page,
+// as docs/dashboard.md states them (poison table and events under 1000
+// rows, so each query is one request).
+func TestDashboardPageCosts(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	done, poisoned := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
+	poisonAt(t, srv, poisoned, time.Now(), "x")
+	op := newBrowser(t, srv.URL)
+	op.post("/ui/login", url.Values{"token": {apitest.OperatorToken}}).location(t, http.StatusSeeOther)
+	reader := newBrowser(t, srv.URL)
+	reader.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
+	tok := csrf(t, op.get("/ui/poison").want(t, http.StatusOK))
+	for _, c := range []struct {
+		name string
+		view func() page
+		want map[string]int
+	}{
+		{"overview (reader)", func() page { return reader.get("/ui/") }, map[string]int{"queue_count": 1}},
+		{"overview (operator)", func() page { return op.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 1}},
+		{"poison list", func() page { return op.get("/ui/poison") }, map[string]int{"table_query": 1}},
+		{"command page", func() page { return op.get("/ui/commands/" + done) }, map[string]int{"table_get": 1, "table_query": 1}},
+		{"command page (poisoned, operator)", func() page { return op.get("/ui/commands/" + poisoned) }, map[string]int{"table_get": 2, "table_query": 1}},
+		{"command page (poisoned, reader)", func() page { return reader.get("/ui/commands/" + poisoned) }, map[string]int{"table_get": 1, "table_query": 1}},
+		{"discard confirmation", func() page { return op.get("/ui/poison/" + poisoned + "/discard") }, map[string]int{"table_get": 1}},
+		{"bulk confirmation", func() page {
+			return op.post("/ui/poison/bulk", url.Values{"do": {"discard"}, "id": {poisoned}, "csrf": {tok}})
+		}, map[string]int{"table_query": 1}},
+		{"login page, stylesheet, script", func() page {
+			op.get("/ui/static/cmdq.css")
+			op.get("/ui/static/live.js")
+			return newBrowser(t, srv.URL).get("/ui/login")
+		}, map[string]int{}},
+	} {
+		before := storageCalls(t, srv)
+		c.view().want(t, http.StatusOK)
+		after := storageCalls(t, srv)
+		got := map[string]int{}
+		for k, v := range after {
+			if d := v - before[k]; d != 0 {
+				got[k] = d
+			}
+		}
+		if !maps.Equal(got, c.want) {
+			t.Errorf("%s costs %v, docs/dashboard.md says %v", c.name, got, c.want)
+		}
 	}
 }
