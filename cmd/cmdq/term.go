@@ -21,7 +21,6 @@ import (
 // (safeWriter lets exactly these through, and only when colours are on).
 const (
 	sgrReset  = "\x1b[0m"
-	sgrBold   = "\x1b[1m"
 	sgrDim    = "\x1b[2m"
 	sgrRed    = "\x1b[31m"
 	sgrGreen  = "\x1b[32m"
@@ -29,7 +28,7 @@ const (
 	sgrCyan   = "\x1b[36m"
 )
 
-var sgrCodes = []string{sgrReset, sgrBold, sgrDim, sgrRed, sgrGreen, sgrYellow, sgrCyan}
+var sgrCodes = []string{sgrReset, sgrDim, sgrRed, sgrGreen, sgrYellow, sgrCyan}
 
 // Progress line control: back to the start of the line, erase to its end.
 const eraseLine = "\r\x1b[K"
@@ -68,9 +67,6 @@ func (p palette) paint(code, s string) string {
 	}
 	return code + s + sgrReset
 }
-
-// bold marks what the eye should find first (a command ID).
-func (p palette) bold(s string) string { return p.paint(sgrBold, s) }
 
 // dim marks what matters less (times).
 func (p palette) dim(s string) string { return p.paint(sgrDim, s) }
