@@ -126,6 +126,20 @@ func (tb *tab) expect(s string) {
 	tb.expected = append(tb.expected, s)
 }
 
+// forget drops the errors recorded so far that contain s (caused on
+// purpose); later ones still count.
+func (tb *tab) forget(s string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	kept := tb.errs[:0]
+	for _, e := range tb.errs {
+		if !strings.Contains(e, s) {
+			kept = append(kept, e)
+		}
+	}
+	tb.errs = kept
+}
+
 // consoleErrors returns the unexpected errors so far.
 func (tb *tab) consoleErrors() []string {
 	tb.mu.Lock()
@@ -352,6 +366,21 @@ func TestBrowserOperatorPage(t *testing.T) {
 	if !strings.Contains(problems, "scrollWidth") || !strings.Contains(problems, `div.probe "wide grey"`) {
 		t.Fatalf("the layout check misses a 600 px element or grey on black: %q", problems)
 	}
+	// The console capture sees errors, and the page's CSP refuses inline
+	// script (the browser reports the refusal as an error).
+	op.eval(`console.error("cmdq-console-probe"); const s = document.createElement("script"); s.textContent = "window.cmdqInline = 1"; document.body.append(s); true`, nil)
+	waitFor(t, 10*time.Second, "the console probe and the CSP refusal are recorded", func() bool {
+		errs := strings.Join(op.consoleErrors(), "\n")
+		return strings.Contains(errs, "cmdq-console-probe") && strings.Contains(errs, "Content Security Policy")
+	})
+	var inline bool
+	op.eval(`window.cmdqInline === 1`, &inline)
+	if inline {
+		t.Fatal("an inline script ran despite the CSP")
+	}
+	// Those two were on purpose; later ones are not.
+	op.forget("cmdq-console-probe")
+	op.forget("Content Security Policy")
 	op.run(chromedp.SendKeys(`input[name=token]`, apitest.OperatorToken, chromedp.ByQuery),
 		chromedp.Submit(`input[name=token]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#live`, chromedp.ByQuery))
