@@ -133,7 +133,7 @@ func TestDashboardCommandExplains(t *testing.T) {
 
 	id := issue(t, srv, "images.resize")
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
-	contains(t, p, "Status pending", "Waiting for a processor: no attempt has started since it was issued.",
+	contains(t, p, "Status pending", "Waiting for a processor, or just taken by one: no attempt is recorded since it was issued.",
 		"shows up here as running after about 1 s")
 	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); len(live) != 1 || attr(live[0], "data-refresh") != "2" {
 		t.Fatal("a pending command's page does not refresh every 2 s")
