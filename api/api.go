@@ -51,6 +51,12 @@ type Config struct {
 	// Health reports health for /healthz and /readyz. Default nil: always
 	// healthy with state "ok". Use ProcessorHealth to report a processor's.
 	Health HealthFunc
+	// Ready, when set, is also asked by GET /readyz (after Health): an
+	// error answers 503. Use (*processor.Processor).CheckStorage, or a
+	// processor.StorageProbe's Check, so that readiness follows storage
+	// within seconds (a bounded probe, made only when no storage call
+	// succeeded recently). It must return promptly. Default nil.
+	Ready func(ctx context.Context) error
 	// Tokens are the accepted bearer tokens and their roles. Default nil: no
 	// authentication, every request has every role (bind to loopback only).
 	Tokens Tokens
@@ -429,6 +435,13 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Issuer.IssueRaw(r.Context(), commands.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
 	switch {
 	case err == nil:
+	case errors.Is(err, commands.ErrNotAccepted):
+		// Stored, but neither enqueued nor marked for the reconciler:
+		// nothing guarantees it runs, so it is not accepted. The client's
+		// retry with the same id enqueues it.
+		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
+		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
+		return
 	case errors.Is(err, commands.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
@@ -684,6 +697,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !h.Healthy {
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
+	}
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(r.Context()); err != nil {
+			s.log.Debug().Err(err).Msg("cmdq api: not ready")
+			writeProblem(w, r, newProblem(ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, s.healthFor(r, h))
 }

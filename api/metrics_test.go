@@ -150,7 +150,7 @@ func storageOps(t *testing.T, g prometheus.Gatherer, op string) float64 {
 // the two operations it stands for.
 func TestInstrumentStoreKeepsCombiner(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "m.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,9 @@ const (
 	// parameters, or the command is not in a state the operation accepts (409).
 	ProblemConflict = problemBase + "conflict"
 	// ProblemUnavailable: storage did not answer within the request's
-	// deadline, or (on /readyz) the service is unhealthy (503, with
+	// deadline, storage failed so that a stored command could not be queued
+	// (POST /v1/commands: send the same request again), or (on /readyz) the
+	// service is unhealthy or storage is not answering (503, with
 	// Retry-After).
 	ProblemUnavailable = problemBase + "unavailable"
 	// ProblemInternal: an unexpected server-side failure (500). Detail carries

@@ -219,7 +219,7 @@ func (reject) CommandType() string { return "Reject" }
 // (same process, same embedded store, woken by the Issuer's Notify).
 func TestWithProcessor(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestIssueCombinedIsOneCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

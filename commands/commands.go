@@ -35,8 +35,16 @@ var (
 	// different parameters or a different correlation ID.
 	ErrIDConflict = errors.New("commands: command ID already used with different params")
 	// ErrEnqueueFailed: the command was stored but its queue message could
-	// not be sent; the reconciler will enqueue it (the command ID is valid).
+	// not be sent; it is durably marked for the reconciler, which will
+	// enqueue it (the command is accepted and Result.ID is valid).
 	ErrEnqueueFailed = errors.New("commands: enqueue failed")
+	// ErrNotAccepted: the command was stored but neither enqueued nor marked
+	// for the reconciler (storage failed for both), so nothing guarantees it
+	// will run: it is not accepted. Issue it again with the same ID
+	// (Result.ID): a re-issue of a pending, never-started command enqueues
+	// it. The Issuer also retries the enqueue in the background while the
+	// process lives (Options.EnqueueRetry). The error wraps the causes.
+	ErrNotAccepted = errors.New("commands: command stored but not accepted (neither enqueued nor marked for the reconciler)")
 	// ErrMalformedMessage: a queue message is not a valid Envelope.
 	ErrMalformedMessage = errors.New("commands: malformed queue message")
 )

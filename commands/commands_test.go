@@ -308,7 +308,8 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 	t.Parallel()
 	statustest.Each(t, func(t *testing.T, env statustest.Env) {
 		ctx := ctxT(t)
-		is, n := issuer(t, env, nil)
+		// The Issuer's own background retry is off: this is the reconciler's test.
+		is, n := issuer(t, env, func(o *commands.Options) { o.EnqueueRetry = -1 })
 		queue := env.Prefix + "-commands"
 		env.Store.FailEnqueue.Store(true)
 		res, err := is.Issue(ctx, chargeCard{"c9", 9})
@@ -456,7 +457,7 @@ func TestReconcilePendingScan(t *testing.T) {
 // stores get random ones; Options.NewID overrides both.
 func TestIDsOrderedOnLocalStores(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "ids.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // ErrIDConflict, not silently the old command.
 func TestReissueComparesCorrelationID(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,14 @@ type Options struct {
 	MaxParamsBytes int
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+	// EnqueueRetry is the first delay of the Issuer's background retries of
+	// enqueues that failed after the command was stored (ErrEnqueueFailed,
+	// ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
+	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
+	// as long as the process lives (Close stops it). A command it could not
+	// mark for the reconciler is marked as soon as storage answers. Default
+	// 1 s; negative disables the retries.
+	EnqueueRetry time.Duration
 	// NewID makes the ID of a command issued without one. Default: on a
 	// store that commits locally (storage.Combiner: the embedded store)
 	// NewOrderedID, so a new command's rows sort after the previous ones and
@@ -109,6 +117,8 @@ type Issuer struct {
 	mu     sync.Mutex
 	store  *status.Store
 	queues map[string]storage.Queue
+
+	retry retrier // background retries of failed enqueues
 }
 
 // NewIssuer returns an Issuer on st. Tables and queues are opened on first
@@ -132,7 +142,25 @@ func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
 			opts.NewID = NewOrderedID
 		}
 	}
-	return &Issuer{st: st, opts: opts, names: status.Names{Prefix: opts.Prefix}, queues: map[string]storage.Queue{}}, nil
+	if opts.EnqueueRetry == 0 {
+		opts.EnqueueRetry = DefaultEnqueueRetry
+	}
+	i := &Issuer{st: st, opts: opts, names: status.Names{Prefix: opts.Prefix}, queues: map[string]storage.Queue{}}
+	i.retry.init(i)
+	return i, nil
+}
+
+// PendingEnqueues returns the number of stored commands whose enqueue
+// failed and that the Issuer is still retrying in the background.
+func (i *Issuer) PendingEnqueues() int { return i.retry.pending() }
+
+// Close stops the background retries of failed enqueues (see
+// Options.EnqueueRetry); commands still waiting for one are left to the
+// reconciler (marked ones) or to a re-issue by their client. Issue keeps
+// working after Close, without background retries. Close never fails.
+func (i *Issuer) Close() error {
+	i.retry.close()
+	return nil
 }
 
 func (i *Issuer) statusStore(ctx context.Context) (*status.Store, error) {
@@ -184,8 +212,11 @@ func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (R
 
 // IssueRaw stores and enqueues a command given as type and JSON parameters.
 // Errors: ErrInvalidType, ErrInvalidID, ErrInvalidParams, ErrParamsTooLarge,
-// ErrIDConflict, ErrEnqueueFailed (the command is stored and Result.ID is
-// valid: the reconciler enqueues it), and storage errors.
+// ErrIDConflict, ErrEnqueueFailed (the command is stored, durably marked and
+// accepted; Result.ID is valid and the reconciler enqueues it),
+// ErrNotAccepted (stored, but neither enqueued nor marked: issue it again
+// with Result.ID), and storage errors (nothing is stored, or it is unknown
+// whether it was: issue it again with the same ID).
 func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	if err := ValidateType(raw.Type); err != nil {
 		return Result{}, err
@@ -251,6 +282,7 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 			// exists. If one does, the duplicate is harmless: a processor
 			// never runs a command twice at once, and deletes a message
 			// whose command is already final without running it.
+			i.retry.forget(res.ID)
 			return res, i.enqueue(ctx, st, res.ID, rec.Type, rec.Queue)
 		}
 		return res, nil
@@ -268,30 +300,46 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	return res, i.enqueue(ctx, st, id, raw.Type, queue)
 }
 
-// enqueue puts the message of a stored command on its queue; if that fails
-// it marks the command for the reconciler and returns ErrEnqueueFailed.
+// enqueue puts the message of a stored command on its queue. If that fails
+// it marks the command for the reconciler and returns ErrEnqueueFailed (the
+// command is accepted); if the marker cannot be written either it returns
+// ErrNotAccepted. Either way the background retrier keeps trying.
 func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, queue string) error {
-	if err := enqueueOrMark(ctx, st, i.queue, id, cmdType, queue); err != nil {
-		return fmt.Errorf("%w: command %s is stored and will be enqueued by the reconciler: %w", ErrEnqueueFailed, id, err)
+	marked, err := enqueueOrMark(ctx, st, i.queue, id, cmdType, queue)
+	switch {
+	case err == nil:
+		if i.opts.Notify != nil {
+			i.opts.Notify(queue)
+		}
+		return nil
+	case marked:
+		i.retry.add(id, cmdType, queue, true)
+		return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
+	default:
+		i.retry.add(id, cmdType, queue, false)
+		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, err)
 	}
-	if i.opts.Notify != nil {
-		i.opts.Notify(queue)
-	}
-	return nil
 }
 
 // enqueueOrMark puts the message of the stored command id on the logical
 // queue (opened with open); if that fails it marks the command unqueued for
-// the reconciler and returns the enqueue error (joined with the marker's).
-func enqueueOrMark(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) error {
+// the reconciler. It returns nil once enqueued; otherwise the enqueue error
+// (joined with the marker's) and whether the marker was written.
+func enqueueOrMark(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) (marked bool, err error) {
+	if err = enqueueOnly(ctx, open, id, cmdType, queue); err == nil {
+		return false, nil
+	}
+	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
+		return false, errors.Join(err, merr)
+	}
+	return true, err
+}
+
+// enqueueOnly puts the message of the stored command id on the logical queue.
+func enqueueOnly(ctx context.Context, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) error {
 	q, err := open(ctx, queue)
 	if err == nil {
 		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
-	}
-	if err != nil {
-		if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
-			err = errors.Join(err, merr)
-		}
 	}
 	return err
 }

@@ -20,6 +20,9 @@ const (
 	DefaultPendingGrace = 15 * time.Minute
 )
 
+// markerClaimedAt is the marker property a reconciler sets to claim it.
+const markerClaimedAt = "ClaimedAt"
+
 // ReconcilerWorker is the Worker recorded on the requeued events the pending
 // scan writes.
 const ReconcilerWorker = "reconciler"
@@ -68,13 +71,16 @@ type ReconcileReport struct {
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
 // a marker in partition "~unqueued" (cost: 1 query when there is none; per
-// marker 1 point read + 1 delete + 1 enqueue) and, with ScanPending, those still
-// pending after PendingGrace (per command found: 1 point read + 1 batch with a
-// requeued event + 1 enqueue). Duplicate messages are harmless: the processor
-// deletes a message whose command is already final. Several processors may
-// reconcile at once: a marker is claimed by deleting it (conditional on its
-// ETag), a pending command by the conditional requeued batch, so only one of
-// them enqueues.
+// marker 1 point read + 1 claim (a conditional update) + 1 enqueue + 1
+// delete; a marker of a command that is no longer pending costs 1 point read
+// + 1 delete) and, with ScanPending, those still pending after PendingGrace
+// (per command found: 1 point read + 1 batch with a requeued event + 1
+// enqueue). Duplicate messages are harmless: the processor deletes a message
+// whose command is already final. Several processors may reconcile at once:
+// a marker is claimed by a conditional update (its ETag), a pending command
+// by the conditional requeued batch, so only one of them enqueues. A marker
+// is removed only once its message is on the queue: a failed enqueue is
+// retried by a later pass once the claim is MarkerGrace old.
 func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (ReconcileReport, error) {
 	var rep ReconcileReport
 	names := status.Names{Prefix: opts.Prefix}
@@ -98,7 +104,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 		return st.Queue(ctx, names.Queue(logical))
 	}
 	enqueue := func(rec *status.Record) error {
-		if err := enqueueOrMark(ctx, s, open, rec.ID, rec.Type, rec.Queue); err != nil {
+		if _, err := enqueueOrMark(ctx, s, open, rec.ID, rec.Type, rec.Queue); err != nil {
 			return fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err)
 		}
 		rep.Enqueued++
@@ -120,6 +126,12 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 			rep.Markers++
 			id := m.RowKey
 			seen[id] = true
+			if claimed, _ := m.Properties[markerClaimedAt].(time.Time); !claimed.IsZero() && now().Sub(claimed) < markerGrace {
+				// Another reconciler is enqueueing it (or died doing so:
+				// the claim lapses after the grace).
+				rep.Waiting++
+				continue
+			}
 			rec, err := s.Load(ctx, id)
 			if err != nil && !errors.Is(err, status.ErrNotFound) {
 				errs = append(errs, err)
@@ -130,19 +142,36 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				rep.Waiting++
 				continue
 			}
-			// Claim the marker: only the reconciler that deletes it enqueues.
-			if err := tbl.Delete(ctx, status.UnqueuedPartition, id, m.ETag); err != nil {
-				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+			if !pending {
+				if err := tbl.Delete(ctx, status.UnqueuedPartition, id, m.ETag); err == nil {
+					rep.Cleared++
+				} else if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 					errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s: %w", id, err))
 				}
 				continue
 			}
-			if !pending {
-				rep.Cleared++
+			// Claim the marker (a conditional update): only the reconciler
+			// whose claim lands enqueues. The marker stays until the
+			// message is on the queue, so a failed enqueue is retried by a
+			// later pass once the claim lapses.
+			claim := storage.Entity{PartitionKey: status.UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
+			etag, err := tbl.Update(ctx, claim, storage.Merge, m.ETag)
+			if err != nil {
+				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("commands: reconcile: claim marker %s: %w", id, err))
+				}
 				continue
 			}
-			if err := enqueue(rec); err != nil {
-				errs = append(errs, err)
+			if err := enqueueOnly(ctx, open, rec.ID, rec.Type, rec.Queue); err != nil {
+				errs = append(errs, fmt.Errorf("commands: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
+				continue
+			}
+			rep.Enqueued++
+			if opts.Notify != nil {
+				opts.Notify(rec.Queue)
+			}
+			if err := tbl.Delete(ctx, status.UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s after enqueueing: %w", id, err))
 			}
 		}
 		if page.Continuation == "" {

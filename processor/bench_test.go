@@ -94,7 +94,7 @@ func benchProcess(b *testing.B, st storage.Store) {
 }
 
 func BenchmarkProcessEmbedded(b *testing.B) {
-	st, err := embedded.Open(filepath.Join(b.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(b.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -35,8 +35,12 @@ const (
 	DefaultHandlerDurationEstimate = time.Second
 	// DefaultTolerance multiplies the handler duration to get RunFor's margin (1.5).
 	DefaultTolerance = 1.5
-	// DefaultReconcileInterval is how often the reconciler runs (1 hour).
+	// DefaultReconcileInterval is how often the reconciler's marker query
+	// runs on an idle processor (1 hour).
 	DefaultReconcileInterval = time.Hour
+	// DefaultReconcileActiveInterval is how often the marker query runs
+	// while the processor has work (5 minutes).
+	DefaultReconcileActiveInterval = 5 * time.Minute
 	// DefaultReconcileGrace is how old an `~unqueued` marker must be before it
 	// is re-enqueued (30 s).
 	DefaultReconcileGrace = 30 * time.Second
@@ -57,6 +61,13 @@ const (
 	// DefaultMaxLeaseFactor bounds lease growth to this multiple of the
 	// definition's lease (10), and never past MaxLease.
 	DefaultMaxLeaseFactor = 10.0
+	// DefaultLeaseShrinkAfter is the number of clean finishes in a row after
+	// which a grown lease shrinks one step (10).
+	DefaultLeaseShrinkAfter = 10
+	// DefaultLeaseQuietPeriod is how long after the last lost lease (or
+	// change) a grown lease shrinks one step at the next clean finish
+	// (10 minutes).
+	DefaultLeaseQuietPeriod = 10 * time.Minute
 	// MaxLease is the longest lease growth may reach (1 hour).
 	MaxLease = time.Hour
 	// NoJitter set as PollJitter disables poll randomization.
@@ -64,16 +75,31 @@ const (
 )
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
-// being lost (a handler that outlives its lease, renewals that fail).
+// being lost (a handler that outlives its lease, renewals that fail), and
+// how it shrinks back once they no longer are. A lease counts as lost only
+// when it really ended while this processor held the message (a queue call
+// answered "stale receipt" or "no such message" after the lease's end as
+// this processor knew it); an answer that comes back earlier is the effect
+// of the call's own first try, landed with its answer lost, and is not a
+// loss. A grown lease applies to its own type only.
 type LeaseGrowth struct {
 	// Threshold is the number of lost leases of one type that triggers growth
 	// (default 3). The count restarts after each growth.
 	Threshold int
-	// Factor multiplies the lease at each growth (default 2; must be > 1).
+	// Factor multiplies the lease at each growth and divides it at each
+	// shrink (default 2; must be > 1).
 	Factor float64
 	// MaxFactor bounds the grown lease to MaxFactor × the definition's lease
 	// (default 10), and never past MaxLease (1 hour).
 	MaxFactor float64
+	// ShrinkAfter: a grown lease shrinks one step (÷ Factor, never below the
+	// definition's lease) after this many clean finishes of its type in a
+	// row (default 10).
+	ShrinkAfter int
+	// QuietPeriod: a grown lease also shrinks one step at the first clean
+	// finish this long after the type's last lost lease or lease change
+	// (default 10 minutes), so rarely run types shrink too.
+	QuietPeriod time.Duration
 }
 
 // Config configures a Processor. The zero Config is valid: every zero field
@@ -88,17 +114,23 @@ type Config struct {
 	Worker string
 	// BatchSize is how many messages one dequeue asks for, 1..32. Default 32.
 	BatchSize int
-	// NewBatchThreshold: a queue's poller fetches the next batch when that
-	// queue's in-flight messages (dequeued, not yet finished) drop to this
-	// number, so at most NewBatchThreshold+BatchSize messages per queue are
-	// held (the next batch is fetched while the current one still runs).
-	// Default max(BatchSize/2, Concurrency−BatchSize): 16 with the default
-	// Concurrency of 32, and enough to keep every handler busy on one queue
-	// when Concurrency is larger. At most 10,000. Set NoThreshold (-1) for 0.
+	// NewBatchThreshold bounds the prefetch: the messages the processor
+	// holds beyond Concurrency (dequeued, waiting for a handler slot), so
+	// that the next batch is in hand when slots free up. The prefetch
+	// actually used is what Concurrency slots start within 500 ms at the
+	// average handler duration (HandlerDurationEstimate before the first),
+	// at most NewBatchThreshold: fast handlers get full batches fetched
+	// ahead, slow ones none (a worker with Concurrency 1 and 600 ms
+	// handlers holds one message at a time, and competing workers share the
+	// queue). A dequeue asks for min(BatchSize, Concurrency + prefetch −
+	// held) and is made when a full batch fits or a handler slot would stay
+	// idle. Default BatchSize (32). At most 10,000. Set NoThreshold (-1)
+	// for no prefetch.
 	NewBatchThreshold int
 	// Concurrency is the most handlers this processor runs at once across all
-	// queues. Default 32. Dequeued messages beyond it wait (their lease is
-	// renewed while they wait).
+	// queues. Default 32. Dequeued messages beyond it wait for a slot; one
+	// still waiting when its lease would need renewing is released (made
+	// visible again) instead.
 	Concurrency int
 	// MinPollInterval is the wait after the first empty poll. Default 100 ms.
 	MinPollInterval time.Duration
@@ -130,10 +162,20 @@ type Config struct {
 	// Tolerance multiplies the average handler duration to get RunFor's
 	// safety margin. Default 1.5; at least 1.
 	Tolerance float64
-	// ReconcileInterval is how often the reconciler re-enqueues commands whose
-	// enqueue failed; it also runs once at start. Default 1 hour; NoReconcile
-	// (-1) disables it.
+	// ReconcileInterval is how often the reconciler's marker query (which
+	// re-enqueues commands whose enqueue failed) runs while the processor is
+	// idle; Run also runs it once at start, and RunFor(d) runs it with
+	// probability d/ReconcileInterval, so scheduled runs cost what one
+	// long-lived processor does. Default 1 hour; NoReconcile (-1) disables
+	// the reconciler.
 	ReconcileInterval time.Duration
+	// ReconcileActiveInterval is how often the marker query runs while the
+	// processor has work (a message was dequeued, or Notify called, since
+	// the last run); RunFor(d) runs it on its first work with probability
+	// d/ReconcileActiveInterval. The query also runs ReconcileGrace (+1 s)
+	// after storage faults clear. Default 5 minutes; at most
+	// ReconcileInterval.
+	ReconcileActiveInterval time.Duration
 	// ReconcileScanInterval is how often one of the reconciler's runs is the
 	// pending scan instead of the marker query: a whole-table query for
 	// commands still `pending` after ReconcileStaleAfter (left by a process
@@ -152,6 +194,15 @@ type Config struct {
 	// UnhealthyAfter is the number of consecutive infrastructure faults that
 	// make the processor unhealthy. Default 5.
 	UnhealthyAfter int
+	// ProbeTimeout bounds the readiness probe (CheckStorage): one
+	// ApproximateCount call, abandoned after this long whatever the
+	// driver's retries. Default 2 s.
+	ProbeTimeout time.Duration
+	// ProbeInterval: CheckStorage makes no call when a storage call of the
+	// processor succeeded within this long and none failed since; while
+	// storage is failing the processor probes every ProbeInterval on its
+	// own to notice its return (then wakes its pollers). Default 5 s.
+	ProbeInterval time.Duration
 	// Flywheel, when true, makes an unhealthy processor stop pulling work
 	// until ResetHealth is called. When false (default) it keeps pulling and
 	// becomes healthy again after the next successful storage operation.
@@ -173,8 +224,8 @@ type Config struct {
 const (
 	// MaxNewBatchThreshold is the largest NewBatchThreshold (10,000).
 	MaxNewBatchThreshold = 10000
-	// NoThreshold set as NewBatchThreshold means 0: fetch only when the queue
-	// has nothing in flight.
+	// NoThreshold set as NewBatchThreshold means 0: no prefetch (hold at
+	// most Concurrency messages).
 	NoThreshold = -1
 	// NoReconcile set as ReconcileInterval disables the reconciler; set as
 	// ReconcileScanInterval it disables only the pending scan.
@@ -200,7 +251,7 @@ func (c Config) Validate() error {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
 	}
 	if c.NewBatchThreshold < NoThreshold || c.NewBatchThreshold > MaxNewBatchThreshold {
-		bad("NewBatchThreshold %d is outside -1..%d (0 = default max(BatchSize/2, Concurrency-BatchSize), -1 = fetch only when idle)", c.NewBatchThreshold, MaxNewBatchThreshold)
+		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, MaxNewBatchThreshold)
 	}
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
@@ -230,12 +281,20 @@ func (c Config) Validate() error {
 	if c.LeaseGrowth.MaxFactor != 0 && c.LeaseGrowth.MaxFactor < 1 {
 		bad("LeaseGrowth.MaxFactor %g must be at least 1 (0 = default 10)", c.LeaseGrowth.MaxFactor)
 	}
+	if c.LeaseGrowth.ShrinkAfter < 0 {
+		bad("LeaseGrowth.ShrinkAfter %d is negative (0 = default 10)", c.LeaseGrowth.ShrinkAfter)
+	}
+	if c.LeaseGrowth.QuietPeriod < 0 {
+		bad("LeaseGrowth.QuietPeriod %s is negative (0 = default 10m)", c.LeaseGrowth.QuietPeriod)
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{
 		{"DrainTimeout", c.DrainTimeout}, {"StartedWriteDelay", c.StartedWriteDelay},
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
+		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
+		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval},
 		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
 	} {
 		if d.v < 0 {
@@ -300,7 +359,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch c.NewBatchThreshold {
 	case 0:
-		c.NewBatchThreshold = max(c.BatchSize/2, c.Concurrency-c.BatchSize)
+		c.NewBatchThreshold = c.BatchSize
 	case NoThreshold:
 		c.NewBatchThreshold = 0
 	}
@@ -321,6 +380,10 @@ func (c Config) withDefaults() Config {
 	if c.LeaseGrowth.MaxFactor == 0 {
 		c.LeaseGrowth.MaxFactor = DefaultMaxLeaseFactor
 	}
+	if c.LeaseGrowth.ShrinkAfter == 0 {
+		c.LeaseGrowth.ShrinkAfter = DefaultLeaseShrinkAfter
+	}
+	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, DefaultLeaseQuietPeriod)
 	c.DrainTimeout = orDur(c.DrainTimeout, DefaultDrainTimeout)
 	c.StartedWriteDelay = orDur(c.StartedWriteDelay, DefaultStartedWriteDelay)
 	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, DefaultHandlerDurationEstimate)
@@ -328,12 +391,18 @@ func (c Config) withDefaults() Config {
 		c.Tolerance = DefaultTolerance
 	}
 	c.ReconcileInterval = orDur(c.ReconcileInterval, DefaultReconcileInterval)
+	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, DefaultReconcileActiveInterval)
+	if c.ReconcileInterval > 0 {
+		c.ReconcileActiveInterval = min(c.ReconcileActiveInterval, c.ReconcileInterval)
+	}
 	c.ReconcileGrace = orDur(c.ReconcileGrace, DefaultReconcileGrace)
 	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, DefaultReconcileStaleAfter)
 	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, DefaultReconcileScanInterval)
 	if c.UnhealthyAfter == 0 {
 		c.UnhealthyAfter = DefaultUnhealthyAfter
 	}
+	c.ProbeTimeout = orDur(c.ProbeTimeout, DefaultProbeTimeout)
+	c.ProbeInterval = orDur(c.ProbeInterval, DefaultProbeInterval)
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}

@@ -48,7 +48,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Helper()
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+		st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

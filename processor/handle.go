@@ -34,12 +34,12 @@ const (
 )
 
 // handle processes one dequeued message from start to finish.
-func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	s.counter.processed.Add(1)
-	k := newKeeper(p, s.ops, qr, m)
+	k := newKeeper(p, s.ops, qr, m, sent, vis)
 	env, err := commands.ParseEnvelope(m.Text)
 	if err != nil {
-		k.start(p.visibility(qr), "")
+		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
 		return
 	}
@@ -55,8 +55,10 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
 	}
 	defer p.unclaim(env.ID)
 	def, known := p.reg.Lookup(env.Type)
-	lease := p.visibility(qr)
+	lease := vis
 	if known {
+		// The type's current lease; a grown one is taken now with one
+		// UpdateVisibility (only grown types pay it).
 		lease = p.leaseFor(def.Type)
 	}
 	k.start(lease, env.Type)
@@ -89,12 +91,25 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message) {
 		return
 	}
 
-	// Wait for a handler slot; stop taking work releases the message.
+	// Wait for a handler slot; stop taking work releases the message, and
+	// so does a wait that reaches the time its lease would need renewing:
+	// a message is not hoarded by a processor that cannot start it.
 	select {
 	case p.sem <- struct{}{}:
-	case <-s.take.Done():
-		p.release(s, k)
-		return
+	default:
+		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
+		select {
+		case p.sem <- struct{}{}:
+			hoard.Stop()
+		case <-s.take.Done():
+			hoard.Stop()
+			p.release(s, k)
+			return
+		case <-hoard.C:
+			p.overheld.Store(true)
+			p.release(s, k)
+			return
+		}
 	}
 	defer func() { <-p.sem }()
 	if !s.mayTake(p) {
@@ -144,26 +159,40 @@ func (p *Processor) release(s *session, k *keeper) {
 	}
 }
 
-// deleteMsg deletes a finished message.
-func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) {
+// deleteMsg deletes a finished message. It reports whether the lease
+// turned out lost (see deleted).
+func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) (lost bool) {
 	receipt, held := k.stop()
 	if !held {
-		return
+		return false
 	}
-	p.deleted(s, k, cmdType, k.q.Delete(s.ops, k.id, receipt))
+	err := k.q.Delete(s.ops, k.id, receipt)
+	return p.deleted(s, k, cmdType, err, time.Now())
 }
 
-// deleted records the outcome of deleting a finished message.
-func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error) {
+// deleted records the outcome of deleting a finished message (answered at
+// answered). It reports whether the lease had ended before the delete (a
+// lost lease: someone else may hold the message).
+func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, answered time.Time) (lost bool) {
 	switch {
 	case err == nil:
 		p.ok()
-	case errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound):
-		// Someone else holds it now; they will find the command final.
-		p.leaseLost(cmdType)
+		p.leaseClean(cmdType)
+	case staleReceipt(err):
+		if k.settle(err, answered) {
+			// The lease ended before the delete: someone else may hold the
+			// message now; they will find the command final.
+			return true
+		}
+		// Answered while the lease was still ours: the first try of this
+		// delete landed (404), or one of our renewals did unanswered and
+		// the message reappears when that lease ends (400). Not a loss.
+		p.ok()
+		p.leaseClean(cmdType)
 	default:
 		p.fault(s.ops, "delete", k.queue, k.cmdID, err)
 	}
+	return false
 }
 
 // poisonOrphan poisons a message that has no command record.
@@ -211,28 +240,102 @@ func (a *attempt) startedEvent() status.Event {
 	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
 }
 
-// withStarted returns evs preceded by the started event if the handler is
-// running and that event is not written yet. Caller holds a.mu.
-func (a *attempt) withStarted(evs ...status.Event) []status.Event {
-	if a.running && !a.startedWritten {
-		return append([]status.Event{a.startedEvent()}, evs...)
+// maxLostEvents bounds the lease_lost events one delivery records for the
+// deliveries before it (10).
+const maxLostEvents = 10
+
+// lostBefore returns lease_lost events for the deliveries before this one
+// that left no outcome: attempts rec.Settled+1 … n-1 (at most the last
+// maxLostEvents of them). Their handlers may have run, so every extra run
+// is explained in the history. Caller holds a.mu.
+func (a *attempt) lostBefore() []status.Event {
+	first := a.rec.Settled + 1
+	if first >= a.n {
+		return nil
+	}
+	from := max(first, a.n-maxLostEvents)
+	evs := make([]status.Event, 0, a.n-from)
+	for at := from; at < a.n; at++ {
+		note := fmt.Sprintf("delivery %d left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery %d", at, a.n)
+		if at == from && from > first {
+			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
+		}
+		evs = append(evs, status.Event{Kind: status.LeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
 	return evs
 }
 
-// retryConflict runs try, a conditional write on a.rec. On a conflict it
-// reloads: if the command became final elsewhere it returns errFinal,
-// otherwise it tries again with the fresh record (at most 3 tries in all).
-// Caller holds a.mu.
+// withStarted returns evs preceded by the lease_lost events of earlier
+// deliveries without an outcome and by the started event if the handler is
+// running and that event is not written yet. Caller holds a.mu.
+func (a *attempt) withStarted(evs ...status.Event) []status.Event {
+	pre := a.lostBefore()
+	if a.running && !a.startedWritten {
+		pre = append(pre, a.startedEvent())
+	}
+	if len(pre) == 0 {
+		return evs
+	}
+	return append(pre, evs...)
+}
+
+// leaseLostEvent is this delivery's own lease_lost event.
+func (a *attempt) leaseLostEvent(note string) status.Event {
+	return status.Event{Kind: status.LeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+}
+
+// recordLost writes this delivery's lease_lost event (with what withStarted
+// adds). While the attempt has no outcome it is skipped once one is recorded
+// (another delivery found the gap, or the command became final). After its
+// outcome (afterOutcome: the lease ended before the message was deleted,
+// so a delivery that loaded the command before that outcome may run the
+// handler again) it is written even on a final command. Caller holds a.mu.
+// Cost: one batch.
+func (a *attempt) recordLost(ctx context.Context, note string, afterOutcome bool) {
+	err := a.retryConflict(ctx, func() error {
+		evs := []status.Event{a.leaseLostEvent(note)}
+		if !afterOutcome {
+			if a.rec.Settled >= a.n {
+				return nil
+			}
+			evs = a.withStarted(evs...)
+		}
+		if err := a.p.st.Append(ctx, a.rec, evs...); err != nil {
+			return err
+		}
+		if !afterOutcome {
+			a.written()
+		}
+		return nil
+	})
+	if errors.Is(err, errFinal) && afterOutcome {
+		err = a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	}
+	if err != nil && !errors.Is(err, errFinal) && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// retryConflict runs try, a conditional write on a.rec. On a conflict (a
+// write by someone else: status.Append already recognised its own landed
+// writes) it takes the command as reloaded: if it became final elsewhere it
+// returns errFinal, otherwise it tries again with the fresh record (at most 3
+// tries in all). Caller holds a.mu.
 func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 	for i := 0; ; i++ {
 		err := try()
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
 			return err
 		}
-		rec, lerr := a.p.st.Load(ctx, a.rec.ID)
-		if lerr != nil {
-			return lerr
+		var rec *status.Record
+		var ce *status.ConflictError
+		if errors.As(err, &ce) && ce.Current != nil {
+			rec = ce.Current
+		} else {
+			var lerr error
+			if rec, lerr = a.p.st.Load(ctx, a.rec.ID); lerr != nil {
+				return lerr
+			}
 		}
 		a.rec = rec
 		if rec.Status.Status.Final() {
@@ -359,9 +462,13 @@ func (a *attempt) run() {
 		p.observe(def.Type, dur)
 		a.complete()
 	case errors.Is(cause, errLeaseLost):
-		// Someone else may be running it; record nothing.
-		a.finish(func() error { return nil })
+		// Someone else may be running it: record only that this delivery's
+		// lease ended without an outcome.
 		a.k.stop()
+		_ = a.finish(func() error {
+			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it", false)
+			return nil
+		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
 		// Interrupted by shutdown (drain timeout or RunFor's end).
 		a.finish(func() error { return nil })
@@ -406,13 +513,24 @@ func (a *attempt) complete() {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		p.deleteMsg(s, a.k, a.rec.Type)
+		if p.deleteMsg(s, a.k, a.rec.Type) {
+			a.lostAfterCompletion()
+		}
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears and the handler runs again (at least once).
 		p.giveUp(s, a.k, "write completed", err)
 	}
+}
+
+// lostAfterCompletion records that the lease of this delivery ended before
+// its message was deleted: a delivery that loaded the command before the
+// completion may run the handler once more.
+func (a *attempt) lostAfterCompletion() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recordLost(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again", true)
 }
 
 // completeCombined writes the final batch and deletes the message in one
@@ -427,11 +545,13 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		return false
 	}
 	var deleteErr error
+	var answered time.Time
 	err := a.finish(func() error {
 		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
 		return a.retryConflict(s.ops, func() error {
 			var err error
 			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
+			answered = time.Now()
 			if err != nil {
 				return err
 			}
@@ -443,7 +563,9 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		p.deleted(s, a.k, a.rec.Type, deleteErr)
+		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
+			a.lostAfterCompletion()
+		}
 	case errors.Is(err, errFinal):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
@@ -489,11 +611,17 @@ func (a *attempt) fail(herr error, stack string) {
 	if !held {
 		return
 	}
-	if _, _, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay); err != nil {
-		if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrNotFound) {
-			p.leaseLost(a.rec.Type)
-			return
+	_, _, err = a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	switch {
+	case err == nil:
+		p.leaseClean(a.rec.Type)
+	case staleReceipt(err):
+		// Answered while the lease was ours: this call's first try landed
+		// (the delay is set). Later: the lease had ended (a loss).
+		if !a.k.settle(err, time.Now()) {
+			p.leaseClean(a.rec.Type)
 		}
+	default:
 		p.fault(s.ops, "retry delay", a.qr.name, a.rec.ID, err)
 	}
 }

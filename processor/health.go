@@ -116,6 +116,7 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 	now := time.Now()
 	p.cfg.Logger.Error().Err(err).Str("op", op).Str("queue", queue).Str("command", id).Msg("cmdq processor: storage fault")
 	p.alert(ctx, Alert{Kind: AlertFault, Op: op, Queue: queue, CommandID: id, Err: err, Time: now})
+	p.probe.Failed()
 	h := p.health
 	h.mu.Lock()
 	h.lastErr, h.lastErrAt = op+": "+err.Error(), now
@@ -133,13 +134,18 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 
 // ok records a successful storage operation.
 func (p *Processor) ok() {
+	p.probe.Succeeded(time.Now())
 	h := p.health
 	h.mu.Lock()
+	recovered := h.consecutive > 0
 	h.consecutive = 0
 	if h.unhealthy && !p.cfg.Flywheel {
 		h.unhealthy = false
 	}
 	h.mu.Unlock()
+	if recovered {
+		p.storageRecovered()
+	}
 }
 
 // pulling reports whether pollers may dequeue; if not, it returns a channel

@@ -7,6 +7,12 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
+// prefetchHorizon: the processor holds, beyond its Concurrency, only the
+// messages its handler slots start within this time at the average handler
+// duration (500 ms), so what it holds it starts at once, and competing
+// processors share a queue fairly.
+const prefetchHorizon = 500 * time.Millisecond
+
 // jitter spreads w upwards by up to PollJitter × w, never past
 // MaxPollInterval: processors that started together drift apart while they
 // back off, and an idle queue is polled exactly once per MaxPollInterval
@@ -18,32 +24,60 @@ func (p *Processor) jitter(w time.Duration) time.Duration {
 	return min(w+time.Duration(rand.Float64()*p.cfg.PollJitter*float64(w)), p.cfg.MaxPollInterval)
 }
 
-// waitCapacity blocks until the queue's in-flight count is at most
-// NewBatchThreshold. It returns false when the session stops taking work.
-func (p *Processor) waitCapacity(s *session, qr *queueRunner) bool {
+// prefetch is how many messages the processor may hold beyond Concurrency:
+// those its Concurrency slots start within prefetchHorizon at the average
+// handler duration (HandlerDurationEstimate before the first), at most
+// NewBatchThreshold; none after a waiting message had to be released, until
+// a handler finishes.
+func (p *Processor) prefetch() int {
+	if p.overheld.Load() {
+		// Messages waited so long for a slot that they were released:
+		// the handlers are slower than the average says. No prefetch until
+		// one finishes.
+		return 0
+	}
+	avg := p.avgDuration()
+	n := p.cfg.NewBatchThreshold
+	if avg > 0 {
+		n = min(n, int(float64(p.cfg.Concurrency)*float64(prefetchHorizon)/float64(avg)))
+	}
+	return max(n, 0)
+}
+
+// reserve waits until the processor may hold more messages and reserves up
+// to BatchSize of them for one dequeue of qr: it holds at most Concurrency
+// + prefetch messages (dequeued and not finished), and fetches when a full
+// batch fits or a handler slot would otherwise stay idle. It returns 0 when
+// the session stops taking work.
+func (p *Processor) reserve(s *session, qr *queueRunner) int {
 	for {
-		qr.mu.Lock()
-		n := qr.inflight
-		qr.mu.Unlock()
-		if n <= p.cfg.NewBatchThreshold {
-			return true
+		p.holdMu.Lock()
+		limit := p.cfg.Concurrency + p.prefetch()
+		room := limit - p.held
+		if room >= min(p.cfg.BatchSize, limit) || (p.held < p.cfg.Concurrency && room > 0) {
+			n := min(p.cfg.BatchSize, room)
+			p.held += n
+			p.holdMu.Unlock()
+			return n
 		}
+		p.holdMu.Unlock()
 		select {
 		case <-qr.capacity:
 		case <-s.take.Done():
-			return false
+			return 0
 		}
 	}
 }
 
-// done marks one message of qr finished.
-func (p *Processor) done(qr *queueRunner) {
-	qr.mu.Lock()
-	qr.inflight--
-	n := qr.inflight
-	qr.mu.Unlock()
-	p.health.update(func(h *health) { h.inFlight-- })
-	if n <= p.cfg.NewBatchThreshold {
+// unreserve gives back n reserved (or held) message places.
+func (p *Processor) unreserve(n int) {
+	if n <= 0 {
+		return
+	}
+	p.holdMu.Lock()
+	p.held -= n
+	p.holdMu.Unlock()
+	for _, qr := range p.queues {
 		select {
 		case qr.capacity <- struct{}{}:
 		default:
@@ -51,14 +85,28 @@ func (p *Processor) done(qr *queueRunner) {
 	}
 }
 
-// poll is one queue's poller: it dequeues batches while there is capacity,
-// backs off while the queue is empty and dispatches each message.
+// holding reports whether qr has messages dequeued and not finished.
+func (qr *queueRunner) holding() bool {
+	qr.mu.Lock()
+	defer qr.mu.Unlock()
+	return qr.inflight > 0
+}
+
+// done marks one message of qr finished.
+func (p *Processor) done(qr *queueRunner) {
+	qr.mu.Lock()
+	qr.inflight--
+	qr.mu.Unlock()
+	p.health.update(func(h *health) { h.inFlight-- })
+	p.unreserve(1)
+}
+
+// poll is one queue's poller: it dequeues as many messages as the processor
+// can start (see reserve), backs off while the queue is empty and dispatches
+// each message.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
 	for {
-		if !p.waitCapacity(s, qr) {
-			return
-		}
 		for {
 			ok, reset := p.pulling()
 			if ok {
@@ -70,12 +118,19 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 				return
 			}
 		}
+		n := p.reserve(s, qr)
+		if n == 0 {
+			return
+		}
 		if !s.mayTake(p) {
+			p.unreserve(n)
 			return
 		}
 		p.health.update(func(h *health) { h.polling++ })
-		msgs, err := qr.q.Dequeue(s.ops, p.cfg.BatchSize, p.visibility(qr))
+		vis, sent := p.visibility(qr), time.Now()
+		msgs, err := qr.q.Dequeue(s.ops, n, vis)
 		p.health.update(func(h *health) { h.polling-- })
+		p.unreserve(n - len(msgs))
 		now := time.Now()
 		var wait time.Duration
 		switch {
@@ -100,13 +155,28 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.cfg.OnPoll(PollEvent{Queue: qr.name, Time: now, Received: len(msgs), Err: err, Wait: wait})
 		}
 		for _, m := range msgs {
-			p.dispatch(s, qr, m)
+			p.dispatch(s, qr, m, sent, vis)
 		}
 		if wait <= 0 {
 			continue
 		}
 		if s.timed && !time.Now().Add(wait+p.margin()).Before(s.finishBy) {
-			return // idle time does not fit; run stops once every poller has
+			if !qr.holding() {
+				return // idle time does not fit; run stops once every poller has
+			}
+			// Messages in hand: work through them, then look again (the
+			// deadline check stops the run when the margin no longer fits).
+		held:
+			for qr.holding() {
+				select {
+				case <-qr.capacity:
+				case <-qr.wake:
+					break held
+				case <-s.take.Done():
+					return
+				}
+			}
+			continue
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -121,8 +191,10 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 	}
 }
 
-// dispatch starts handling one dequeued message.
-func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message) {
+// dispatch starts handling one dequeued message (dequeued with visibility
+// vis by a call sent at sent; its place is already reserved).
+func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
+	p.markActive()
 	qr.mu.Lock()
 	qr.inflight++
 	qr.mu.Unlock()
@@ -131,6 +203,6 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message) {
 	go func() {
 		defer s.wg.Done()
 		defer p.done(qr)
-		p.handle(s, qr, m)
+		p.handle(s, qr, m, sent, vis)
 	}()
 }

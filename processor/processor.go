@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -47,6 +46,7 @@ type Processor struct {
 	reg    *handlers.Registry
 	names  status.Names
 	health *health
+	probe  *StorageProbe
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -59,6 +59,10 @@ type Processor struct {
 	sem     chan struct{}
 	running atomic.Bool
 
+	holdMu   sync.Mutex
+	held     int         // messages dequeued (or reserved for a dequeue) and not finished, all queues
+	overheld atomic.Bool // a waiting message was released: no prefetch until a handler finishes
+
 	leaseMu sync.Mutex
 	leases  map[string]*leaseState // by command type
 
@@ -68,6 +72,11 @@ type Processor struct {
 
 	claimMu sync.Mutex
 	claimed map[string]struct{} // command IDs with a message in hand
+
+	// The reconciler's schedule (reconcile.go).
+	active      atomic.Bool   // work since the last marker query
+	recoveredAt atomic.Int64  // UnixNano of the last fault → success transition
+	reconKick   chan struct{} // wakes the reconciler to recompute its schedule
 }
 
 type queueRunner struct {
@@ -84,7 +93,9 @@ type queueRunner struct {
 
 type leaseState struct {
 	base, current time.Duration
-	lost          int
+	lost          int       // lost leases since the last change
+	clean         int       // clean finishes since the last loss or change
+	changed       time.Time // last loss, growth or shrink
 }
 
 // New returns a processor for the command types in reg, on store. It
@@ -110,6 +121,7 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
+		reconKick: make(chan struct{}, 1),
 	}
 	for _, qn := range qnames {
 		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1)}
@@ -117,6 +129,11 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 		p.byName[qn] = qr
 		p.byName[qr.storage] = qr
 	}
+	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
+	first := p.queues[0]
+	p.probe = NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+		return store.Queue(ctx, first.storage) // the driver's cached handle once opened
+	}, cfg.ProbeTimeout, cfg.ProbeInterval)
 	for _, t := range reg.Types() {
 		def, ok := reg.Lookup(t)
 		if !ok {
@@ -155,6 +172,7 @@ func (p *Processor) Notify(queue string) {
 	if qr == nil {
 		return
 	}
+	p.markActive()
 	select {
 	case qr.wake <- struct{}{}:
 	default:
@@ -199,14 +217,14 @@ func (p *Processor) leaseFor(cmdType string) time.Duration {
 	return 0
 }
 
-// visibility is the lease a queue's dequeue takes: the longest current lease
-// of the types routed to it.
+// visibility is the lease a queue's dequeue takes: the longest definition
+// lease of the types routed to it. A type whose lease grew takes its longer
+// lease per message after the dequeue (keeper.start), so a grown type never
+// lengthens the lease of the others' messages.
 func (p *Processor) visibility(qr *queueRunner) time.Duration {
 	v := time.Duration(0)
 	for _, d := range qr.defs {
-		if l := p.leaseFor(d.Type); l > v {
-			v = l
-		}
+		v = max(v, d.Lease)
 	}
 	if v == 0 {
 		v = handlers.DefaultLease
@@ -219,7 +237,9 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 // unknown type.
 func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cmdType) }
 
-// leaseLost counts a lost lease and grows the type's lease past the threshold.
+// leaseLost counts a lost lease (one that really ended while this processor
+// held the message, see keeper) and grows the type's lease past the
+// threshold.
 func (p *Processor) leaseLost(cmdType string) {
 	p.cfg.Metrics.LeaseLost(cmdType)
 	p.leaseMu.Lock()
@@ -229,6 +249,8 @@ func (p *Processor) leaseLost(cmdType string) {
 		return
 	}
 	ls.lost++
+	ls.clean = 0
+	ls.changed = time.Now()
 	if ls.lost < p.cfg.LeaseGrowth.Threshold {
 		return
 	}
@@ -242,25 +264,52 @@ func (p *Processor) leaseLost(cmdType string) {
 	}
 }
 
+// leaseClean counts a clean finish of a message of cmdType (its last queue
+// call answered with the lease held) and shrinks a grown lease by
+// LeaseGrowth.Factor, never below the definition's, after ShrinkAfter
+// clean finishes in a row or at the first clean finish QuietPeriod after
+// the last loss or change.
+func (p *Processor) leaseClean(cmdType string) {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	ls := p.leases[cmdType]
+	if ls == nil || ls.current <= ls.base {
+		return
+	}
+	ls.clean++
+	if ls.clean < p.cfg.LeaseGrowth.ShrinkAfter && time.Since(ls.changed) < p.cfg.LeaseGrowth.QuietPeriod {
+		return
+	}
+	shrunk := max(time.Duration(float64(ls.current)/p.cfg.LeaseGrowth.Factor), ls.base)
+	p.cfg.Logger.Info().Str("type", cmdType).Dur("from", ls.current).Dur("to", shrunk).Msg("cmdq processor: leases no longer lost; shrinking the lease")
+	ls.current, ls.clean, ls.lost, ls.changed = shrunk, 0, 0, time.Now()
+}
+
 // observe records a handler duration for RunFor's margin and metrics.
 func (p *Processor) observe(cmdType string, d time.Duration) {
 	p.cfg.Metrics.HandlerDuration(cmdType, d)
+	p.overheld.Store(false)
 	p.durMu.Lock()
 	p.durSum += d
 	p.durN++
 	p.durMu.Unlock()
 }
 
+// avgDuration is the average observed handler duration, or
+// HandlerDurationEstimate before the first.
+func (p *Processor) avgDuration() time.Duration {
+	p.durMu.Lock()
+	defer p.durMu.Unlock()
+	if p.durN > 0 {
+		return p.durSum / time.Duration(p.durN)
+	}
+	return p.cfg.HandlerDurationEstimate
+}
+
 // margin is RunFor's safety margin: average handler duration (or the
 // estimate) × Tolerance.
 func (p *Processor) margin() time.Duration {
-	p.durMu.Lock()
-	avg := p.cfg.HandlerDurationEstimate
-	if p.durN > 0 {
-		avg = p.durSum / time.Duration(p.durN)
-	}
-	p.durMu.Unlock()
-	return time.Duration(float64(avg) * p.cfg.Tolerance)
+	return time.Duration(float64(p.avgDuration()) * p.cfg.Tolerance)
 }
 
 // ceiling returns the poison ceiling for def.
@@ -420,9 +469,11 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		pollers.Add(1)
 		go func() { defer pollers.Done(); p.poll(s, qr) }()
 	}
+	background.Add(1)
+	go func() { defer background.Done(); p.probeLoop(s) }()
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
-		go func() { defer background.Done(); p.reconcileLoop(s) }()
+		go func() { defer background.Done(); p.reconcileLoop(s, d) }()
 	}
 	pollersDone := make(chan struct{})
 	go func() {
@@ -508,44 +559,4 @@ func (p *Processor) unclaim(id string) {
 	p.claimMu.Lock()
 	delete(p.claimed, id)
 	p.claimMu.Unlock()
-}
-
-// reconcileLoop runs the reconciler at start and every ReconcileInterval:
-// the marker query (one request when there is nothing to do), except that a
-// run is the pending scan instead once ReconcileScanInterval has passed since
-// the last scan (or since start). An idle processor so costs one reconciler
-// request per ReconcileInterval.
-func (p *Processor) reconcileLoop(s *session) {
-	lastScan := time.Now()
-	run := func(scan bool) {
-		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
-			Prefix: p.cfg.Prefix, MarkerGrace: p.cfg.ReconcileGrace, PendingGrace: p.cfg.ReconcileStaleAfter,
-			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify,
-		})
-		if err != nil {
-			if s.take.Err() == nil {
-				p.fault(s.take, "reconcile", "", "", err)
-			}
-			return
-		}
-		p.ok()
-		if rep.Enqueued > 0 || rep.Markers > 0 {
-			p.cfg.Logger.Info().Int("markers", rep.Markers).Int("enqueued", rep.Enqueued).Int("waiting", rep.Waiting).Int("scanned", rep.Scanned).Msg("cmdq processor: reconciled")
-		}
-	}
-	run(false)
-	t := time.NewTicker(p.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.take.Done():
-			return
-		case <-t.C:
-			scan := p.cfg.ReconcileScanInterval != NoReconcile && time.Since(lastScan) >= p.cfg.ReconcileScanInterval
-			if scan {
-				lastScan = time.Now()
-			}
-			run(scan)
-		}
-	}
 }

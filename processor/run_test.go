@@ -180,7 +180,7 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		fs := &faultyStore{Store: e.store}
 		fs.failEnqueue.Store(true)
-		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix})
+		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix, EnqueueRetry: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +425,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	reg := handlers.NewRegistry()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,9 +435,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestPipelinedDequeueFillsConcurrency: with the default NewBatchThreshold
-// the poller keeps fetching while batches run, so one queue keeps every one
-// of Concurrency handlers busy even when Concurrency is many batches.
+// TestPipelinedDequeueFillsConcurrency: the poller keeps fetching while
+// batches run and a handler slot is free, so one queue keeps every one of
+// Concurrency handlers busy even when Concurrency is many batches.
 func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
@@ -467,7 +467,7 @@ func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
 			ids[i] = e.issue(iss, okCmd{N: i})
 		}
 		cfg := e.cfg()
-		cfg.BatchSize, cfg.Concurrency = 2, conc // threshold defaults to 6
+		cfg.BatchSize, cfg.Concurrency = 2, conc
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "all 8 handlers running at once", func() bool { return running.Load() == conc })

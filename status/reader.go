@@ -189,8 +189,10 @@ func (r *Reader) GetPoison(ctx context.Context, id string) (PoisonEntry, error) 
 }
 
 // loadPoisoned checks that id has a poison entry and a poisoned projection.
-// A stale entry (command not poisoned) is removed and ErrNotPoisoned returned.
-func (r *Reader) loadPoisoned(ctx context.Context, id string) (*Record, error) {
+// A stale entry (command not poisoned) is removed and ErrNotPoisoned
+// returned, except, with resume, for a command that is pending and never
+// started: a requeue whose enqueue failed kept its entry for a retry.
+func (r *Reader) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, error) {
 	entry, err := r.GetPoison(ctx, id)
 	if err != nil {
 		return nil, err
@@ -201,6 +203,9 @@ func (r *Reader) loadPoisoned(ctx context.Context, id string) (*Record, error) {
 			return nil, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", ErrNoCommand, id, entry.Reason, err)
 		}
 		return nil, err
+	}
+	if resume && rec.Status.Status == Pending && rec.Attempts == 0 {
+		return rec, nil
 	}
 	if rec.Status.Status != Poisoned {
 		_ = r.deletePoison(ctx, id)
@@ -234,14 +239,19 @@ func MessageText(id, cmdType string) string {
 // stored command (a malformed message) → ErrNoCommand: there is nothing to
 // run, so fix the producer and Discard it. If the enqueue fails
 // the command (already pending) is marked for the reconciler, its poison
-// entry is removed, and the error says so.
+// entry is removed, and the error says so. If the marker cannot be written
+// either, the entry stays and the error says to requeue again: a Requeue of
+// a command that is pending and never started since (with its entry)
+// enqueues it without another requeued event.
 func (r *Reader) Requeue(ctx context.Context, id, by string) error {
-	rec, err := r.loadPoisoned(ctx, id)
+	rec, err := r.loadPoisoned(ctx, id, true)
 	if err != nil {
 		return err
 	}
-	if err := r.store.Append(ctx, rec, Event{Kind: Requeued, Worker: by, Note: "requeued from the poison table"}); err != nil {
-		return err
+	if rec.Status.Status == Poisoned {
+		if err := r.store.Append(ctx, rec, Event{Kind: Requeued, Worker: by, Note: "requeued from the poison table"}); err != nil {
+			return err
+		}
 	}
 	q, err := r.st.Queue(ctx, r.names.Queue(rec.Queue))
 	if err == nil {
@@ -249,9 +259,11 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 	}
 	if err != nil {
 		if merr := r.store.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
-			err = errors.Join(err, merr)
+			// Nothing would queue it: keep the entry, so that the
+			// operator sees it and can requeue again.
+			return fmt.Errorf("status: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, errors.Join(err, merr))
 		}
-		// The command is pending now: its poison entry goes either way.
+		// The command is pending and marked: its poison entry goes.
 		if derr := r.deletePoison(ctx, id); derr != nil {
 			err = errors.Join(err, derr)
 		}
@@ -266,7 +278,7 @@ func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 // stored command (a malformed message, or one naming a command that was never
 // stored) is simply removed.
 func (r *Reader) Discard(ctx context.Context, id, by string) error {
-	rec, err := r.loadPoisoned(ctx, id)
+	rec, err := r.loadPoisoned(ctx, id, false)
 	if errors.Is(err, ErrNoCommand) {
 		// A malformed message or one naming no stored command: there is no
 		// command to record the discard on, only the entry to remove.

@@ -67,6 +67,11 @@ const (
 	CompletedEvent EventKind = "completed"
 	// PoisonedEvent: the command was moved to the poison table for Reason.
 	PoisonedEvent EventKind = "poisoned"
+	// LeaseLost: the lease of delivery Attempt ended before its outcome was
+	// recorded (its processor lost the lease, stopped or crashed), so another
+	// delivery may run the handler again; Note says how it was found. It
+	// does not change the state.
+	LeaseLost EventKind = "lease_lost"
 	// Requeued: an operator (Worker = who) or the reconciler put the command
 	// back on its queue.
 	Requeued EventKind = "requeued"
@@ -76,7 +81,7 @@ const (
 
 func (k EventKind) valid() bool {
 	switch k {
-	case Created, Started, StepCompleted, Failed, CompletedEvent, PoisonedEvent, Requeued, DiscardedEvent:
+	case Created, Started, StepCompleted, Failed, CompletedEvent, PoisonedEvent, LeaseLost, Requeued, DiscardedEvent:
 		return true
 	}
 	return false
@@ -92,7 +97,8 @@ type Event struct {
 	// when it is zero.
 	Time time.Time `json:"time"`
 	// Attempt is the attempt number (the queue message's dequeue count) for
-	// started, step_completed, failed, completed and poisoned events.
+	// started, step_completed, failed, completed, poisoned and lease_lost
+	// events.
 	Attempt int `json:"attempt,omitempty"`
 	// Worker identifies the processor (or, for requeued and discarded, the
 	// operator) that caused the event.
@@ -136,6 +142,20 @@ type Status struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Queue is the logical queue the command is routed to (e.g. "commands").
 	Queue string `json:"queue"`
+}
+
+// Settle folds one event into settled, the last attempt whose outcome is
+// recorded (failed, completed, poisoned or lease_lost; created and requeued
+// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
+// have no outcome records lease_lost events for them.
+func Settle(settled int, e Event) int {
+	switch e.Kind {
+	case Created, Requeued:
+		return 0
+	case Failed, CompletedEvent, PoisonedEvent, LeaseLost:
+		return max(settled, e.Attempt)
+	}
+	return settled
 }
 
 // Apply folds one event into the projection s. The projection is derived from
@@ -185,6 +205,8 @@ func Apply(s *Status, e Event) {
 		s.LastError = ""
 	case DiscardedEvent:
 		s.Status = Discarded
+	case LeaseLost:
+		// Explains a delivery without an outcome; the state stays.
 	}
 	if e.Worker != "" {
 		s.Worker = e.Worker

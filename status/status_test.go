@@ -48,31 +48,38 @@ func TestApply(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var s status.Status
+	settled := 0
 	steps := []struct {
 		ev       status.Event
 		state    status.State
 		attempts int
 		step     int
 		lastErr  string
+		settled  int
 	}{
-		{status.Event{Kind: status.Created, Time: at(0)}, status.Pending, 0, 0, ""},
-		{status.Event{Kind: status.Started, Time: at(1), Attempt: 1, Worker: "w1"}, status.Running, 1, 0, ""},
-		{status.Event{Kind: status.StepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.Running, 1, 1, ""},
-		{status.Event{Kind: status.Failed, Time: at(3), Attempt: 1, Error: "boom"}, status.Retrying, 1, 1, "boom"},
-		{status.Event{Kind: status.Started, Time: at(4), Attempt: 2, Worker: "w2"}, status.Running, 2, 1, "boom"},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 3}, status.Running, 2, 3, "boom"},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 2}, status.Running, 2, 3, "boom"}, // never goes back
-		{status.Event{Kind: status.Failed, Time: at(6), Attempt: 2, Error: "again"}, status.Retrying, 2, 3, "again"},
-		{status.Event{Kind: status.PoisonedEvent, Time: at(7), Reason: "ceiling"}, status.Poisoned, 2, 3, "again"},
-		{status.Event{Kind: status.Requeued, Time: at(8), Worker: "op"}, status.Pending, 0, 3, ""},
-		{status.Event{Kind: status.Started, Time: at(9), Attempt: 1}, status.Running, 1, 3, ""},
-		{status.Event{Kind: status.CompletedEvent, Time: at(10), Attempt: 1}, status.Completed, 1, 3, ""},
+		{status.Event{Kind: status.Created, Time: at(0)}, status.Pending, 0, 0, "", 0},
+		{status.Event{Kind: status.Started, Time: at(1), Attempt: 1, Worker: "w1"}, status.Running, 1, 0, "", 0},
+		{status.Event{Kind: status.StepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.Running, 1, 1, "", 0},
+		{status.Event{Kind: status.Failed, Time: at(3), Attempt: 1, Error: "boom"}, status.Retrying, 1, 1, "boom", 1},
+		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
+		{status.Event{Kind: status.LeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, status.Retrying, 1, 1, "boom", 2},
+		{status.Event{Kind: status.Started, Time: at(4), Attempt: 3, Worker: "w2"}, status.Running, 3, 1, "boom", 2},
+		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 3}, status.Running, 3, 3, "boom", 2},
+		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 2}, status.Running, 3, 3, "boom", 2}, // never goes back
+		{status.Event{Kind: status.Failed, Time: at(6), Attempt: 3, Error: "again"}, status.Retrying, 3, 3, "again", 3},
+		{status.Event{Kind: status.PoisonedEvent, Time: at(7), Attempt: 3, Reason: "ceiling"}, status.Poisoned, 3, 3, "again", 3},
+		{status.Event{Kind: status.Requeued, Time: at(8), Worker: "op"}, status.Pending, 0, 3, "", 0},
+		{status.Event{Kind: status.Started, Time: at(9), Attempt: 1}, status.Running, 1, 3, "", 0},
+		{status.Event{Kind: status.CompletedEvent, Time: at(10), Attempt: 1}, status.Completed, 1, 3, "", 1},
+		// A delivery whose lease ended after the completion: still completed.
+		{status.Event{Kind: status.LeaseLost, Time: at(11), Attempt: 1}, status.Completed, 1, 3, "", 1},
 	}
 	for i, st := range steps {
 		status.Apply(&s, st.ev)
-		if s.Status != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr {
-			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q; want %s %d %d %q",
-				i, st.ev.Kind, s.Status, s.Attempts, s.Step, s.LastError, st.state, st.attempts, st.step, st.lastErr)
+		settled = status.Settle(settled, st.ev)
+		if s.Status != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
+			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
+				i, st.ev.Kind, s.Status, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
 		}
 		if !s.UpdatedAt.Equal(st.ev.Time) {
 			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
@@ -245,9 +252,22 @@ func TestAppendConflict(t *testing.T) {
 			t.Fatalf("record after Append: %+v", a)
 		}
 		before := *b
+		env.Store.Reset()
 		err = s.Append(ctx, b, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"})
 		if !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("stale Append: %v, want ErrConflict", err)
+		}
+		// The conflict carries the command as it is now. Telling a lost race
+		// from this write having landed (its answer lost) takes two point
+		// reads: the command row, and the event row this write would have
+		// started at (a later write may have followed it).
+		var ce *status.ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil || ce.Current.ETag != a.ETag || ce.Current.WriteID != a.WriteID || a.WriteID == "" ||
+			ce.Current.Status != a.Status || ce.Current.EventSeq != 3 {
+			t.Fatalf("conflict %#v, want the current command (record %+v)", err, a)
+		}
+		if c := env.Store.Counts(); c["Batch"] != 1 || c["Get"] != 2 || env.Store.Total() != 3 {
+			t.Fatalf("stale Append cost %s, want Batch=1 Get=2", env.Store)
 		}
 		if b.ETag != before.ETag || b.EventSeq != before.EventSeq || b.Status != before.Status {
 			t.Fatalf("failed Append changed the record")
@@ -616,6 +636,9 @@ func TestCommandRowLayout(t *testing.T) {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
 		}
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[status.EventRowKey(1)].Properties["WriteID"] != w {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[status.EventRowKey(1)].Properties["WriteID"])
+		}
 
 		rec, err := s.Load(ctx, id)
 		if err != nil {
@@ -650,7 +673,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 {
+			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)

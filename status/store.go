@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -92,6 +93,14 @@ type Record struct {
 	ETag string
 	// EventSeq is the sequence number of the last event.
 	EventSeq int64
+	// Settled is the last attempt whose outcome (failed, completed,
+	// poisoned or lease_lost) is recorded (see Settle); 0 after created and
+	// requeued.
+	Settled int
+	// WriteID identifies the last write that landed on the command (the
+	// issue batch or an Append): Append recognises its own write by it when
+	// a transport retry meets the write's own effect.
+	WriteID string
 }
 
 // PoisonEntry is one poisoned command in the poison table.
@@ -291,7 +300,8 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
 	ev := Event{Seq: 1, Kind: Created, Time: issued}
 	Apply(&st, ev)
-	maps.Copy(cmd.Properties, projectionProps(&st, 1))
+	wid := newWriteID()
+	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -300,16 +310,25 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	}
 	ops := []storage.BatchOp{
 		{Kind: storage.OpInsert, Entity: cmd},
-		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev)},
+		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev, wid)},
 	}
 	return ops, nil
+}
+
+// newWriteID returns a random write ID (16 hex digits).
+func newWriteID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *Status, seq int64) map[string]any {
+func projectionProps(st *Status, settled int, seq int64, writeID string) map[string]any {
 	return map[string]any{
+		"WriteID":   writeID,
+		"Settled":   int32(settled),
 		"Status":    string(st.Status),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
@@ -325,8 +344,8 @@ func projectionProps(st *Status, seq int64) map[string]any {
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *Status, seq int64) storage.Entity {
-	props := projectionProps(st, seq)
+func projectionUpdate(rec *Record, st *Status, settled int, seq int64, writeID string) storage.Entity {
+	props := projectionProps(st, settled, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
@@ -360,8 +379,9 @@ func projectionUpdate(rec *Record, st *Status, seq int64) storage.Entity {
 	return row
 }
 
-func eventEntity(id string, e Event) storage.Entity {
+func eventEntity(id string, e Event, writeID string) storage.Entity {
 	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+		"WriteID": writeID,
 		"Kind":    string(e.Kind),
 		"Time":    ms(e.Time),
 		"Attempt": int32(e.Attempt),
@@ -500,23 +520,68 @@ func decodeRecord(e storage.Entity) *Record {
 		IssuedAt:   timeProp(e, "IssuedAt"),
 		ETag:       e.ETag,
 		EventSeq:   intProp(e, "EventSeq"),
+		Settled:    settledProp(e),
+		WriteID:    str(e, "WriteID"),
 	}
+}
+
+// settledProp reads Settled; rows written before it existed derive it from
+// the projection (a running attempt has no outcome yet).
+func settledProp(e storage.Entity) int {
+	if _, ok := e.Properties["Settled"]; ok {
+		return int(intProp(e, "Settled"))
+	}
+	n := int(intProp(e, "Attempts"))
+	if State(str(e, "Status")) == Running {
+		n--
+	}
+	return max(n, 0)
 }
 
 // Append writes events (1..MaxEventsPerAppend) and the updated projection in
 // one batch, conditional on rec.ETag. Events get consecutive sequence numbers
 // and, if their Time is zero, the current time. On success rec is updated in
 // place (status, ETag, EventSeq); on failure it is unchanged. If the command
-// was written since rec was loaded, the error wraps storage.ErrConflict: Load
-// again and decide.
+// was written since rec was loaded, the error wraps storage.ErrConflict (a
+// *ConflictError whose Current is the command now): decide from that.
+//
+// Append is idempotent for its own write: each carries a write ID (stored in
+// the command row and its events). When the batch fails with a conflict (the
+// ETag moved, or the event rows exist) Append reloads the command (only in
+// that case: one point read, and a second of the event row this write would
+// have started at when later events exist); if its own write is what moved it — a transport
+// retry of a batch whose first try landed and whose answer was lost — it
+// succeeds with rec updated to the reloaded command, so the events are never
+// appended twice. Otherwise the error wraps storage.ErrConflict and is a
+// *ConflictError carrying the reloaded command.
 func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error {
-	ops, st, seq, err := s.appendOps(rec, events)
+	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return err
 	}
 	etags, err := s.commands.Batch(ctx, rec.ID, ops)
-	return s.appended(rec, st, seq, etags, err)
+	return s.appended(ctx, rec, res, etags, err)
 }
+
+// ConflictError is the error of an Append (or Poison, AppendAndDelete) that
+// lost a race: the command was written by someone else since it was loaded.
+// It wraps storage.ErrConflict. Current is the command as reloaded to find
+// out (nil if that reload failed): decide from it without loading again.
+type ConflictError struct {
+	// ID is the command ID.
+	ID string
+	// Current is the command as it is now, or nil.
+	Current *Record
+	// Err is the batch's error.
+	Err error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("status: append to command %s: %v (%v)", e.ID, storage.ErrConflict, e.Err)
+}
+
+// Unwrap returns storage.ErrConflict and the batch's error.
+func (e *ConflictError) Unwrap() []error { return []error{storage.ErrConflict, e.Err} }
 
 // AppendAndDelete is Append plus the deletion of the queue message id with
 // popReceipt from the storage queue named queue, in one durable write
@@ -526,31 +591,41 @@ func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error 
 // succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
 // returned as deleteErr.
 func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...Event) (deleteErr, err error) {
-	ops, st, seq, err := s.appendOps(rec, events)
+	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return nil, err
 	}
 	etags, deleteErr, err := cb.BatchDelete(ctx, s.commands.Name(), rec.ID, ops, queue, id, popReceipt)
-	return deleteErr, s.appended(rec, st, seq, etags, err)
+	return deleteErr, s.appended(ctx, rec, res, etags, err)
+}
+
+// appendResult is what an append makes of a record when it lands.
+type appendResult struct {
+	st      Status
+	settled int
+	seq     int64
+	wid     string
 }
 
 // appendOps builds the batch of an append: the events and the Merge update
-// of the command row's projection, conditional on rec's ETag. It returns the new projection and
-// event number.
-func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Status, int64, error) {
+// of the command row's projection, conditional on rec's ETag. It returns the
+// new projection, event number and the write's ID.
+func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appendResult, error) {
 	if rec == nil || rec.ID == "" {
-		return nil, Status{}, 0, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
+		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerAppend {
-		return nil, Status{}, 0, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
 	}
+	wid := newWriteID()
 	st := rec.Status
+	settled := rec.Settled
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
 	for _, e := range events {
 		if !e.Kind.valid() {
-			return nil, Status{}, 0, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
 		}
 		seq++
 		e.Seq = seq
@@ -564,27 +639,55 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, Statu
 			e.Time = st.UpdatedAt
 		}
 		Apply(&st, e)
-		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e)})
+		settled = Settle(settled, e)
+		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
 	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, seq), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, st, seq, nil
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	return ops, appendResult{st, settled, seq, wid}, nil
 }
 
-// appended finishes an append: on success it updates rec in place.
-func (s *Store) appended(rec *Record, st Status, seq int64, etags []string, err error) error {
-	if err != nil {
-		if errors.Is(err, storage.ErrExists) && !errors.Is(err, storage.ErrConflict) {
-			// Another writer took the same event numbers: the projection changed.
-			return fmt.Errorf("status: append to command %s: %w (%w)", rec.ID, storage.ErrConflict, err)
-		}
+// appended finishes an append (res): on success it updates rec in
+// place. On a conflict it finds out whether the write landed after all.
+func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, etags []string, err error) error {
+	wid := res.wid
+	if err == nil {
+		rec.Status = res.st
+		rec.Settled = res.settled
+		rec.EventSeq = res.seq
+		rec.ETag = etags[len(etags)-1]
+		rec.WriteID = wid
+		return nil
+	}
+	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) {
 		return fmt.Errorf("status: append to command %s: %w", rec.ID, err)
 	}
-	rec.Status = st
-	rec.EventSeq = seq
-	rec.ETag = etags[len(etags)-1]
-	return nil
+	// The ETag moved or the event rows exist: someone wrote — maybe this
+	// very write, whose answer was lost and whose retry met its effect.
+	cur, lerr := s.Load(ctx, rec.ID)
+	if lerr != nil {
+		return &ConflictError{ID: rec.ID, Err: err}
+	}
+	if s.landed(ctx, cur, wid, rec.EventSeq+1) {
+		*rec = *cur
+		return nil
+	}
+	return &ConflictError{ID: rec.ID, Current: cur, Err: err}
+}
+
+// landed reports whether write wid, whose first event is number first, is in
+// the command cur: it is the last write (cur's WriteID), or a later write
+// followed it (one point read of event first).
+func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64) bool {
+	if cur.WriteID == wid {
+		return true
+	}
+	if cur.EventSeq < first {
+		return false
+	}
+	e, err := s.commands.Get(ctx, cur.ID, EventRowKey(first))
+	return err == nil && str(e, "WriteID") == wid
 }
 
 func etagOrAny(etag string) string {
@@ -674,7 +777,14 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
 	})
 	if err := s.Append(ctx, rec, evs...); err != nil {
-		if cur, lerr := s.Load(ctx, rec.ID); lerr == nil && cur.Status.Status != Poisoned {
+		var ce *ConflictError
+		cur := (*Record)(nil)
+		if errors.As(err, &ce) && ce.Current != nil {
+			cur = ce.Current
+		} else if c, lerr := s.Load(ctx, rec.ID); lerr == nil {
+			cur = c
+		}
+		if cur != nil && cur.Status.Status != Poisoned {
 			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
 		}
 		return err
@@ -695,6 +805,18 @@ func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 	}}, storage.Replace)
 	if err != nil {
 		return fmt.Errorf("status: mark command %s unqueued: %w", id, err)
+	}
+	return nil
+}
+
+// ClearUnqueued removes the reconciler marker of command id (one delete; a
+// missing marker is not an error): its message was enqueued after all.
+func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("status: clear unqueued marker of command %s: %w", id, err)
 	}
 	return nil
 }

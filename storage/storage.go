@@ -2,7 +2,7 @@
 // driver implements, and the errors callers branch on.
 //
 // The semantics are Azure Storage's (Queue service and Table service). The
-// embedded driver (storage/embedded) reproduces them on a single bbolt file and
+// embedded driver (storage/embedded) reproduces them in a local data directory and
 // the Azure driver (storage/azure) maps them onto azqueue and aztables; both run
 // the conformance suite in storage/storagetest, so everything above this package
 // is written once.

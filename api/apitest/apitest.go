@@ -93,7 +93,7 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	raw := opts.Store
 	if raw == nil {
-		st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq.db"), nil)
+		st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 		if err != nil {
 			t.Fatalf("apitest: open embedded store: %v", err)
 		}

@@ -51,7 +51,7 @@ func (s cmdqSystem) Open(ctx context.Context, run int) (instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store directory: %w", err)
 	}
-	st, err := embedded.Open(filepath.Join(dir, "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(dir, "cmdq-data"), nil)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("open embedded store: %w", err)

@@ -57,14 +57,14 @@ bench<random> and raw<random> (and deletes them at the end).`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&cfg.Store, "store", bench.StoreEmbedded, "storage: embedded (a temporary bbolt file, fsync on) or azure")
+	fl.StringVar(&cfg.Store, "store", bench.StoreEmbedded, "storage: embedded (a temporary data directory, fsync on) or azure")
 	fl.StringVar(&cfg.Path, "path", "", "embedded store file (default: a temporary file, removed afterwards)")
 	fl.StringVar(&cfg.ConnectionString, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING, else Azurite started from tools/azurite)")
 	fl.IntVarP(&cfg.N, "n", "n", 0, "commands to issue and process (default 20000 embedded, 2000 azure)")
 	fl.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "handlers the processor runs at once")
 	fl.IntVar(&cfg.Issuers, "issuers", bench.DefaultIssuers, "goroutines issuing in the issue phase")
 	fl.IntVar(&cfg.BatchSize, "batch-size", 32, "messages per dequeue, 1..32")
-	fl.IntVar(&cfg.NewBatchThreshold, "new-batch-threshold", 0, "processor's NewBatchThreshold: fetch the next batch when in-flight messages drop to this (0 = batch size/2, -1 = 0)")
+	fl.IntVar(&cfg.NewBatchThreshold, "new-batch-threshold", 0, "processor's NewBatchThreshold: the most messages held beyond --concurrency, waiting for a handler (0 = batch size, -1 = none)")
 	fl.DurationVar(&cfg.HandlerDuration, "handler-duration", 0, "how long each handler takes (0 = no-op)")
 	fl.IntVar(&cfg.Rate, "rate", 0, "latency phase: commands issued per second (default 500 embedded, 50 azure)")
 	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "latency phase length (negative skips it)")
@@ -104,7 +104,7 @@ func printBench(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "    %-18s %.3f\n", k, r.OpsPerCommandByKind[k])
 	}
 	if r.CommitsPerCommand > 0 {
-		fmt.Fprintf(w, "  embedded commits %.3f per command (each one fsync'd transaction)\n", r.CommitsPerCommand)
+		fmt.Fprintf(w, "  embedded log syncs %.3f per command (each one fdatasync for a group of writes)\n", r.CommitsPerCommand)
 	}
 	if r.IdleOpsPerHour > 0 {
 		fmt.Fprintf(w, "  idle             %.1f ops/hour per queue at max poll interval %gs (polls %.1f + reconciler %.1f); woken in %.2f ms\n",

@@ -48,11 +48,14 @@ type demoSteps struct {
 
 func (demoSteps) CommandType() string { return "demo.steps" }
 
-// registerDemo registers the demo handlers in reg.
-func registerDemo(reg *handlers.Registry) error {
-	opts := handlers.Options{Retry: demoRetry}
+// registerDemo registers the demo handlers in reg. lease, when > 0, is
+// their lease (default handlers.DefaultLease); j, when not nil, journals
+// every execution (test instrumentation, see demoJournal).
+func registerDemo(reg *handlers.Registry, lease time.Duration, j *demoJournal) error {
+	opts := handlers.Options{Retry: demoRetry, Lease: lease}
 	return errors.Join(
-		handlers.Register(reg, func(ctx context.Context, cmd demoEcho, run *handlers.Run) error {
+		handlers.Register(reg, func(ctx context.Context, cmd demoEcho, run *handlers.Run) (err error) {
+			defer j.execution(run)(&err)
 			b, err := json.Marshal(cmd)
 			if err != nil {
 				return handlers.Permanent(err)
@@ -60,9 +63,10 @@ func registerDemo(reg *handlers.Registry) error {
 			if cmd == nil {
 				b = []byte("{}")
 			}
-			return run.CompleteStep(ctx, 1, "echo "+string(b))
+			return j.step(ctx, run, 1, "echo "+string(b))
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoSleep, run *handlers.Run) error {
+		handlers.Register(reg, func(ctx context.Context, cmd demoSleep, run *handlers.Run) (err error) {
+			defer j.execution(run)(&err)
 			d := time.Duration(cmd.MS) * time.Millisecond
 			if cmd.MS < 0 || d > demoMaxSleep {
 				return handlers.Permanent(fmt.Errorf("demo.sleep: ms %d is out of range 0..%d", cmd.MS, demoMaxSleep.Milliseconds()))
@@ -76,13 +80,15 @@ func registerDemo(reg *handlers.Registry) error {
 				return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
 			}
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoFail, run *handlers.Run) error {
+		handlers.Register(reg, func(ctx context.Context, cmd demoFail, run *handlers.Run) (err error) {
+			defer j.execution(run)(&err)
 			if run.Attempt() <= cmd.Times {
 				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
 			}
 			return nil
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoSteps, run *handlers.Run) error {
+		handlers.Register(reg, func(ctx context.Context, cmd demoSteps, run *handlers.Run) (err error) {
+			defer j.execution(run)(&err)
 			if cmd.Steps < 1 || cmd.Steps > 1000 {
 				return handlers.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))
 			}
@@ -90,7 +96,7 @@ func registerDemo(reg *handlers.Registry) error {
 				if s == cmd.FailAt && run.Attempt() == 1 {
 					return fmt.Errorf("demo.steps: planned failure at step %d (the retry resumes here)", s)
 				}
-				if err := run.CompleteStep(ctx, s, fmt.Sprintf("step %d of %d", s, cmd.Steps)); err != nil {
+				if err := j.step(ctx, run, s, fmt.Sprintf("step %d of %d", s, cmd.Steps)); err != nil {
 					return err
 				}
 			}

@@ -13,7 +13,7 @@ import (
 // store's one-commit path and still wakes the processor on a combined issue.
 func TestNotifyStoreKeepsCombiner(t *testing.T) {
 	t.Parallel()
-	raw, err := embedded.Open(filepath.Join(t.TempDir(), "n.db"), nil)
+	raw, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

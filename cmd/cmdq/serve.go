@@ -34,6 +34,11 @@ type procFlags struct {
 	drainTimeout    time.Duration
 	poisonCeiling   int
 	worker          string
+
+	// Test instrumentation for the reliability suite (internal/chaos),
+	// hidden from --help.
+	demoJournal string
+	demoLease   time.Duration
 }
 
 func (f *procFlags) add(c *cobra.Command) {
@@ -44,17 +49,36 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
+	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
+	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
+	_ = fl.MarkHidden("demo-journal")
+	_ = fl.MarkHidden("demo-lease")
 }
 
-// registry returns the handler registry: the demo handlers unless --no-demo.
-func (f *procFlags) registry() (*handlers.Registry, error) {
+// registry returns the handler registry (the demo handlers unless
+// --no-demo) and a function that closes what it opened (the demo journal).
+func (f *procFlags) registry() (*handlers.Registry, func() error, error) {
 	reg := handlers.NewRegistry()
-	if !f.noDemo {
-		if err := registerDemo(reg); err != nil {
-			return nil, fmt.Errorf("register demo handlers: %w", err)
-		}
+	closer := func() error { return nil }
+	if f.noDemo {
+		return reg, closer, nil
 	}
-	return reg, nil
+	if f.demoLease < 0 {
+		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
+	}
+	var j *demoJournal
+	if f.demoJournal != "" {
+		var err error
+		if j, err = openDemoJournal(f.demoJournal, f.worker); err != nil {
+			return nil, nil, err
+		}
+		closer = j.Close
+	}
+	if err := registerDemo(reg, f.demoLease, j); err != nil {
+		_ = closer()
+		return nil, nil, fmt.Errorf("register demo handlers: %w", err)
+	}
+	return reg, closer, nil
 }
 
 func (f *procFlags) config(prefix string, log zerolog.Logger, m processor.Metrics) processor.Config {
@@ -202,10 +226,11 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
 		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
-	reg, err := f.proc.registry()
+	reg, closeReg, err := f.proc.registry()
 	if err != nil {
 		return err
 	}
+	defer func() { _ = closeReg() }()
 	raw, err := f.store.open(ctx)
 	if err != nil {
 		return err
@@ -242,6 +267,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
+	defer func() { _ = iss.Close() }() // before the store closes
 	rd, err := status.OpenReader(ctx, st, names, status.Options{})
 	if err != nil {
 		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
@@ -267,6 +293,13 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	if proc != nil {
 		cfg.Health = api.ProcessorHealth(proc)
+		cfg.Ready = proc.CheckStorage
+	} else {
+		// No processor: readiness still follows storage.
+		probe := processor.NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+			return st.Queue(ctx, names.Queue(queues[0]))
+		}, 0, 0)
+		cfg.Ready = probe.Check
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
@@ -450,10 +483,11 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	if f.runFor < 0 {
 		return fmt.Errorf("--run-for %s: must not be negative", f.runFor)
 	}
-	reg, err := f.proc.registry()
+	reg, closeReg, err := f.proc.registry()
 	if err != nil {
 		return err
 	}
+	defer func() { _ = closeReg() }()
 	if len(reg.Types()) == 0 {
 		return errors.New("worker has no handlers: the binary's only handlers are the demo ones, which --no-demo turned off; " +
 			"to run your own handlers, build a program with package processor (see examples/)")

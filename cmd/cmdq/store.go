@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,8 +24,6 @@ import (
 const (
 	defaultStore   = "embedded"
 	defaultDataDir = "./cmdq-data"
-	// dbFile is the embedded store's file inside --data.
-	dbFile = "cmdq.db"
 )
 
 // storeFlags say which store to open.
@@ -45,8 +42,8 @@ type storeFlags struct {
 
 func (f *storeFlags) add(c *cobra.Command) {
 	fl := c.Flags()
-	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (one bbolt file, one process) or azure (Azure Storage queues and tables)")
-	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (file "+dbFile+" inside it)")
+	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
+	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
 	fl.StringVar(&f.prefix, "prefix", status.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
 	fl.StringVar(&f.azConn, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING)")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")
@@ -66,10 +63,7 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 	}
 	switch f.kind {
 	case "embedded":
-		if err := os.MkdirAll(f.data, 0o755); err != nil {
-			return nil, fmt.Errorf("create --data directory: %w", err)
-		}
-		path := filepath.Join(f.data, dbFile)
+		path := f.data
 		st, err := embedded.Open(path, &embedded.Options{LockTimeout: f.embeddedLockWait})
 		if errors.Is(err, embedded.ErrInUse) {
 			return nil, fmt.Errorf("%w: %s is held by another process (a running `cmdq serve` or `cmdq worker`); "+

@@ -51,7 +51,7 @@ func (ConvertBatch) CommandType() string { return "files.convert-batch" }
 
 // Options configures Run. Zero fields take the defaults named on each field.
 type Options struct {
-	// Dir is the working directory: the store file, the input and the
+	// Dir is the working directory: the store (cmdq-data), the input and the
 	// output directories go under it. Default: a new temporary directory,
 	// removed when Run returns.
 	Dir string
@@ -197,8 +197,8 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 		conv.locked[files[opts.FailAt-1]] = true
 	}
 
-	// 1. Storage: one bbolt file, no server.
-	st, err := embedded.Open(filepath.Join(opts.Dir, "cmdq.db"), nil)
+	// 1. Storage: one data directory, no server.
+	st, err := embedded.Open(filepath.Join(opts.Dir, "cmdq-data"), nil)
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: open store: %w", err)
 	}

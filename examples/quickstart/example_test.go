@@ -36,7 +36,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	// Storage: the embedded store in one file.
-	st, err := embedded.Open(filepath.Join(dir, "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(dir, "cmdq-data"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func Example_poisonAndRequeue() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := embedded.Open(filepath.Join(dir, "cmdq.db"), nil)
+	st, err := embedded.Open(filepath.Join(dir, "cmdq-data"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -97,8 +97,8 @@ const (
 type Config struct {
 	// Store is StoreEmbedded (default) or StoreAzure.
 	Store string
-	// Path is the embedded store's file. Default: a file in a new temporary
-	// directory, removed after the run. fsync is always on.
+	// Path is the embedded store's data directory. Default: a new
+	// temporary directory, removed after the run. fsync is always on.
 	Path string
 	// ConnectionString reaches Azure Storage for StoreAzure. Default:
 	// $AZURE_STORAGE_CONNECTION_STRING; when that is empty too, the run starts
@@ -114,8 +114,9 @@ type Config struct {
 	Issuers int
 	// BatchSize is the processor's BatchSize, 1..32. Default 32.
 	BatchSize int
-	// NewBatchThreshold is the processor's NewBatchThreshold (0 = its
-	// default, BatchSize/2; processor.NoThreshold for 0).
+	// NewBatchThreshold is the processor's NewBatchThreshold, the most
+	// messages held beyond Concurrency (0 = its default, BatchSize;
+	// processor.NoThreshold for none).
 	NewBatchThreshold int
 	// HandlerDuration is how long each handler takes (it waits, without
 	// using CPU). Default 0: a no-op handler.
@@ -190,8 +191,9 @@ type Result struct {
 	// in the driver or the service included). A combined embedded write is
 	// timed under "batch".
 	CallMSByKind map[string]float64 `json:"call_ms_by_kind"`
-	// CommitsPerCommand is the embedded store's fsync'd transactions per
-	// command over the issue and process phases (embedded only).
+	// CommitsPerCommand is the embedded store's log syncs (fdatasync, each
+	// making a group of writes durable) per command over the issue and
+	// process phases (embedded only).
 	CommitsPerCommand float64 `json:"commits_per_command,omitempty"`
 	// IdleOpsPerHour is IdlePollOpsPerHour + IdleReconcileOpsPerHour: the
 	// storage calls of one idle queue (and its processor's reconciler) per hour.
@@ -447,7 +449,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 				return nil, fmt.Errorf("bench: temporary directory: %w", err)
 			}
 			closers = append(closers, func() { _ = os.RemoveAll(dir) })
-			path = filepath.Join(dir, "bench.db")
+			path = filepath.Join(dir, "cmdq-data")
 		}
 		st, err := embedded.Open(path, nil)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestRunEmbedded(t *testing.T) {
 	t.Parallel()
 	const n = 2000
 	r, err := Run(context.Background(), Config{
-		Store: StoreEmbedded, Path: filepath.Join(t.TempDir(), "b.db"), N: n,
+		Store: StoreEmbedded, Path: filepath.Join(t.TempDir(), "cmdq-data"), N: n,
 		Rate: 200, LatencyDuration: 500 * time.Millisecond, IdleWindow: time.Second, Timeout: time.Minute,
 	})
 	if err != nil {
@@ -135,7 +135,7 @@ func TestConfigErrors(t *testing.T) {
 func TestCounterCountsEveryCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "c.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func Open(t testing.TB, driver string) Env {
 	var st storage.Store
 	switch driver {
 	case "embedded":
-		s, err := embedded.Open(filepath.Join(t.TempDir(), "x.db"), nil)
+		s, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 		if err != nil {
 			t.Fatalf("open embedded store: %v", err)
 		}

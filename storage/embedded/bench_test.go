@@ -3,7 +3,10 @@ package embedded_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,4 +174,64 @@ func BenchmarkBatch100(b *testing.B) {
 		}
 	}
 	reportRate(b, b.N)
+}
+
+// BenchmarkOpenVerify measures Open of a closed store holding about
+// $CMDQ_OPEN_BENCH_MIB MiB (default 64) of entities, with the checksum
+// verification of every data file (verify) and without (skip). The store
+// is built once per run.
+func BenchmarkOpenVerify(b *testing.B) {
+	mib := 64
+	if v, err := strconv.Atoi(os.Getenv("CMDQ_OPEN_BENCH_MIB")); err == nil && v > 0 {
+		mib = v
+	}
+	dir := filepath.Join(b.TempDir(), "cmdq-data")
+	s, err := embedded.Open(dir, &embedded.Options{PurgeInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tb, err := s.Table(context.Background(), "benchopen")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Entities of 15 × 30,000 characters (60,000 bytes in UTF-16, as
+	// Azure counts: under the 1 MiB entity limit).
+	props := map[string]any{}
+	for i := range 15 {
+		props[fmt.Sprintf("P%02d", i)] = strings.Repeat(string(rune('a'+i)), 30000)
+	}
+	n := (mib << 20) / (15 * 30000)
+	parallel16(b, n, func(i int64) error {
+		_, err := tb.Insert(context.Background(), storage.Entity{PartitionKey: strconv.FormatInt(i, 10), RowKey: "r", Properties: props})
+		return err
+	})
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var size int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			size += fi.Size()
+		}
+	}
+	for _, mode := range []struct {
+		name string
+		skip bool
+	}{{"verify", false}, {"skip", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			for range b.N {
+				s, err := embedded.Open(dir, &embedded.Options{SkipVerify: mode.skip, PurgeInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(size)/(1<<20), "MiB")
+		})
+	}
 }

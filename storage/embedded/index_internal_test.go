@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -13,56 +12,66 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
-	bolt "go.etcd.io/bbolt"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // checkIndex asserts that the visibility index holds exactly one entry per
 // message, keyed by the message's next-visible time, and that the counter
-// equals the number of messages.
-func checkIndex(t *testing.T, s *Store, queue string) int {
+// (stored and in memory) equals the number of messages.
+func checkIndex(t *testing.T, s *Store, name string) int {
 	t.Helper()
-	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
-		qb := tx.Bucket([]byte("q:" + queue))
-		m, v := qb.Bucket(keyMessages), qb.Bucket(keyVisIndex)
-		err := m.ForEach(func(id, rec []byte) error {
-			n++
-			want := indexKey(i64(rec[offVisible:]), id)
-			if k, _ := v.Cursor().Seek(want); !bytes.Equal(k, want) {
-				return fmt.Errorf("message %x has no index entry", id)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		idx := 0
-		err = v.ForEach(func(k, _ []byte) error {
-			idx++
-			rec := m.Get(k[8:])
-			if rec == nil {
-				return fmt.Errorf("index entry %x has no message", k)
-			}
-			if i64(rec[offVisible:]) != i64(k) {
-				return fmt.Errorf("index entry %x disagrees with message visible time", k)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if idx != n {
-			return fmt.Errorf("%d index entries for %d messages", idx, n)
-		}
-		if c := i64(qb.Get(keyCount)); c != int64(n) {
-			return fmt.Errorf("counter %d for %d messages", c, n)
-		}
-		return nil
-	})
+	sq, err := s.Queue(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	q := sq.(*queue)
+	msgs := map[string]int64{} // id → visible
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: q.msgKey(nil), UpperBound: prefixEnd(q.msgKey(nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		msgs[string(it.Key()[len(q.prefix)+1:])] = i64(it.Value()[offVisible:])
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: q.indexStart(), UpperBound: q.indexEnd()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		idx++
+		visible, id, good := q.indexParts(it.Key())
+		if !good {
+			t.Fatalf("malformed index key %x", it.Key())
+		}
+		v, found := msgs[string(id)]
+		if !found {
+			t.Fatalf("index entry %x has no message", it.Key())
+		}
+		if v != visible {
+			t.Fatalf("index entry %x disagrees with message visible time", it.Key())
+		}
+		if bytes.Compare(it.Key(), q.low) < 0 {
+			t.Fatalf("index entry %x lies below the scan start %x", it.Key(), q.low)
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if idx != len(msgs) {
+		t.Fatalf("%d index entries for %d messages", idx, len(msgs))
+	}
+	c, found, err := s.get(q.countKey())
+	if err != nil || !found {
+		t.Fatalf("counter: %v, found %v", err, found)
+	}
+	if i64(c) != int64(len(msgs)) || q.count.Load() != int64(len(msgs)) {
+		t.Fatalf("counter %d (in memory %d) for %d messages", i64(c), q.count.Load(), len(msgs))
+	}
+	return len(msgs)
 }
 
 // TestIndexConsistencyUnderChurn runs concurrent enqueues, dequeues,

@@ -6,11 +6,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
-	bolt "go.etcd.io/bbolt"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 const (
@@ -25,12 +26,22 @@ const (
 type table struct {
 	s      *Store
 	name   string
-	bucket []byte
+	lower  string // name lower-cased: the stored name
+	prefix []byte // "t" + lower + 0x00
 }
 
 var _ storage.Table = (*table)(nil)
 
 func (t *table) Name() string { return t.name }
+
+// key is the engine key of an entity.
+func (t *table) key(pk, rk string) []byte {
+	k := make([]byte, 0, len(t.prefix)+len(pk)+1+len(rk))
+	k = append(k, t.prefix...)
+	k = append(k, pk...)
+	k = append(k, 0)
+	return append(k, rk...)
+}
 
 // entityKey orders entities by (PartitionKey, RowKey): keys never contain
 // U+0000, so a zero byte separates them.
@@ -49,15 +60,6 @@ func splitKey(k []byte) (pk, rk string) {
 	return string(k[:i]), string(k[i+1:])
 }
 
-func (t *table) tb(tx *bolt.Tx) (*bolt.Bucket, error) {
-	b := tx.Bucket(t.bucket)
-	if b == nil {
-		return nil, fmt.Errorf("%w: table %q", storage.ErrNotFound, t.name)
-	}
-	b.FillPercent = tableFill
-	return b, nil
-}
-
 func matches(ifMatch string, rec []byte) bool {
 	return ifMatch == "" || ifMatch == storage.IfMatchAny || ifMatch == etagOf(recordTimestamp(rec))
 }
@@ -70,9 +72,8 @@ type change struct {
 
 // plan works out one operation against the stored state without writing.
 // pre is the operation's entity encoded with ts (used unless it merges).
-func plan(b *bolt.Bucket, op storage.BatchOp, ts time.Time, pre []byte) (change, error) {
-	key := entityKey(op.Entity.PartitionKey, op.Entity.RowKey)
-	cur := b.Get(key)
+// cur is the stored record under key, nil when there is none.
+func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []byte) (change, error) {
 	switch op.Kind {
 	case storage.OpInsert:
 		if cur != nil {
@@ -106,7 +107,7 @@ func plan(b *bolt.Bucket, op storage.BatchOp, ts time.Time, pre []byte) (change,
 		rec, err := mergeRecords(cur, pre, ts, keySize)
 		if err != nil {
 			if errors.Is(err, errCorrupt) {
-				return change{}, fatal(err)
+				return change{}, corrupt(t.s.dir, t.s.dir, fmt.Errorf("table %q entity (%q, %q): %w", t.name, op.Entity.PartitionKey, op.Entity.RowKey, err))
 			}
 			return change{}, fmt.Errorf("entity (%q, %q): %w", op.Entity.PartitionKey, op.Entity.RowKey, err)
 		}
@@ -115,47 +116,20 @@ func plan(b *bolt.Bucket, op storage.BatchOp, ts time.Time, pre []byte) (change,
 	return change{}, fmt.Errorf("%w: unknown batch operation kind %d", storage.ErrInvalidArgument, op.Kind)
 }
 
-func apply(b *bolt.Bucket, c change) error {
-	var err error
-	if c.val == nil {
-		err = b.Delete(c.key)
-	} else {
-		err = b.Put(c.key, c.val)
-	}
-	if err != nil {
-		return fatal(err)
-	}
-	return nil
-}
-
-// one runs a single-entity operation through the commit loop.
+// one runs a single-entity operation.
 func (t *table) one(ctx context.Context, op storage.BatchOp) (string, error) {
-	if err := ctx.Err(); err != nil {
+	tb, err := t.prepare(ctx, op.Entity.PartitionKey, []storage.BatchOp{op})
+	if err != nil {
 		return "", err
 	}
-	ts := t.s.timestamp()
-	var pre []byte
-	if op.Kind != storage.OpDelete {
-		pre = encodeEntity(ts, op.Entity.Properties)
-	}
-	err := t.s.write(ctx, func(tx *bolt.Tx) error {
-		b, err := t.tb(tx)
-		if err != nil {
-			return err
+	if err := t.s.commitBatch(tb, nil, nil); err != nil {
+		var be *storage.BatchError
+		if errors.As(err, &be) {
+			err = be.Err
 		}
-		c, err := plan(b, op, ts, pre)
-		if err != nil {
-			return err
-		}
-		return apply(b, c)
-	})
-	if err != nil {
 		return "", fmt.Errorf("embedded: %s in table %q: %w", op.Kind, t.name, err)
 	}
-	if op.Kind == storage.OpDelete {
-		return "", nil
-	}
-	return etagOf(ts.UnixNano()), nil
+	return tb.etags[0], nil
 }
 
 func validMode(m storage.UpdateMode) error {
@@ -219,24 +193,32 @@ func (t *table) Get(ctx context.Context, partitionKey, rowKey string) (storage.E
 	if err := storage.ValidateKey("RowKey", rowKey); err != nil {
 		return storage.Entity{}, err
 	}
-	var e storage.Entity
-	key := entityKey(partitionKey, rowKey)
-	err := t.s.view(ctx, func(tx *bolt.Tx) error {
-		b, err := t.tb(tx)
-		if err != nil {
-			return err
-		}
-		rec := b.Get(key)
-		if rec == nil {
-			return fmt.Errorf("%w: entity (%q, %q)", storage.ErrNotFound, partitionKey, rowKey)
-		}
-		e, err = toEntity(key, rec)
-		return err
-	})
-	if err != nil {
+	if err := ctx.Err(); err != nil {
+		return storage.Entity{}, err
+	}
+	if err := t.s.enter(); err != nil {
 		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, err)
 	}
+	defer t.s.gate.RUnlock()
+	key := t.key(partitionKey, rowKey)
+	v, closer, err := t.s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w: entity (%q, %q)", t.name, storage.ErrNotFound, partitionKey, rowKey)
+	}
+	if err != nil {
+		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, t.s.readErr(err))
+	}
+	e, err := toEntity(key[len(t.prefix):], v)
+	_ = closer.Close()
+	if err != nil {
+		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, t.corruptRecord(err))
+	}
 	return e, nil
+}
+
+// corruptRecord wraps a record that does not decode as ErrCorrupt.
+func (t *table) corruptRecord(err error) error {
+	return corrupt(t.s.dir, t.s.dir, fmt.Errorf("table %q: %w", t.name, err))
 }
 
 func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error) {
@@ -249,10 +231,14 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 	if err := storage.ValidateKey("RowKeyPrefix", q.RowKeyPrefix); err != nil {
 		return storage.Page{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return storage.Page{}, err
+	}
 	top := q.Top
 	if top == 0 {
 		top = defaultTop
 	}
+	// Keys below are relative to the table's prefix.
 	var prefix []byte
 	if q.PartitionKey != "" {
 		prefix = entityKey(q.PartitionKey, q.RowKeyPrefix)
@@ -267,108 +253,223 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 			start = c
 		}
 	}
-	page := storage.Page{Entities: []storage.Entity{}}
-	err := t.s.view(ctx, func(tx *bolt.Tx) error {
-		b, err := t.tb(tx)
-		if err != nil {
-			return err
-		}
-		c := b.Cursor()
-		scanned := 0
-		var k, v []byte
-		if len(start) == 0 {
-			k, v = c.First()
-		} else {
-			k, v = c.Seek(start)
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if len(page.Entities) == top || scanned == maxScan {
-				page.Continuation = base64.RawURLEncoding.EncodeToString(k)
-				return nil
-			}
-			scanned++
-			if q.PartitionKey == "" && q.RowKeyPrefix != "" {
-				if _, rk := splitKey(k); !strings.HasPrefix(rk, q.RowKeyPrefix) {
-					continue
-				}
-			}
-			e, err := toEntity(k, v)
-			if err != nil {
-				return err
-			}
-			page.Entities = append(page.Entities, e)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := t.s.enter(); err != nil {
 		return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, err)
+	}
+	defer t.s.gate.RUnlock()
+	lower := append(append([]byte(nil), t.prefix...), start...)
+	upper := append(append([]byte(nil), t.prefix...), prefix...)
+	upper = prefixEnd(upper)
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.s.readErr(err))
+	}
+	page := storage.Page{Entities: []storage.Entity{}}
+	scanned := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()[len(t.prefix):]
+		if len(page.Entities) == top || scanned == maxScan {
+			page.Continuation = base64.RawURLEncoding.EncodeToString(k)
+			break
+		}
+		scanned++
+		if q.PartitionKey == "" && q.RowKeyPrefix != "" {
+			if _, rk := splitKey(k); !strings.HasPrefix(rk, q.RowKeyPrefix) {
+				continue
+			}
+		}
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			_ = it.Close()
+			return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.s.readErr(verr))
+		}
+		e, derr := toEntity(k, v)
+		if derr != nil {
+			_ = it.Close()
+			return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.corruptRecord(derr))
+		}
+		page.Entities = append(page.Entities, e)
+	}
+	if err := it.Close(); err != nil {
+		return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.s.readErr(err))
 	}
 	return page, nil
 }
 
+// prefixEnd returns the smallest key greater than every key with prefix p
+// (p is modified). Keys of the store are never all 0xff.
+func prefixEnd(p []byte) []byte {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] < 0xff {
+			p[i]++
+			return p[:i+1]
+		}
+	}
+	return nil
+}
+
 func (t *table) Batch(ctx context.Context, partitionKey string, ops []storage.BatchOp) ([]string, error) {
-	run, etags, err := t.prepareBatch(ctx, partitionKey, ops)
+	if err := storage.ValidateBatch(partitionKey, ops); err != nil {
+		return nil, err
+	}
+	tb, err := t.prepare(ctx, partitionKey, ops)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.s.write(ctx, run); err != nil {
+	if err := t.s.commitBatch(tb, nil, nil); err != nil {
 		return nil, err
 	}
-	return etags, nil
+	return tb.etags, nil
 }
 
-// prepareBatch validates a batch and returns the write that applies it and
-// the ETags it gives each operation.
-func (t *table) prepareBatch(ctx context.Context, partitionKey string, ops []storage.BatchOp) (func(*bolt.Tx) error, []string, error) {
-	if err := storage.ValidateBatch(partitionKey, ops); err != nil {
-		return nil, nil, err
-	}
+// tableBatch is a validated table batch (or single operation), ready to
+// stage.
+type tableBatch struct {
+	t     *table
+	pk    string
+	ops   []storage.BatchOp
+	ts    []time.Time
+	pre   [][]byte
+	etags []string
+}
+
+// prepare checks the update modes and encodes the batch's entities. The
+// caller has validated ops.
+func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.BatchOp) (*tableBatch, error) {
 	for i, op := range ops {
 		if op.Kind == storage.OpUpdate || op.Kind == storage.OpUpsert {
 			if err := validMode(op.Mode); err != nil {
-				return nil, nil, &storage.BatchError{Index: i, Err: err}
+				return nil, &storage.BatchError{Index: i, Err: err}
 			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ts := make([]time.Time, len(ops))
-	pre := make([][]byte, len(ops))
+	tb := &tableBatch{t: t, pk: partitionKey, ops: ops, ts: make([]time.Time, len(ops)), pre: make([][]byte, len(ops)), etags: make([]string, len(ops))}
 	for i, op := range ops {
-		ts[i] = t.s.timestamp()
+		tb.ts[i] = t.s.timestamp()
 		if op.Kind != storage.OpDelete {
-			pre[i] = encodeEntity(ts[i], op.Entity.Properties)
+			tb.pre[i] = encodeEntity(tb.ts[i], op.Entity.Properties)
+			tb.etags[i] = etagOf(tb.ts[i].UnixNano())
 		}
 	}
-	changes := make([]change, len(ops))
-	run := func(tx *bolt.Tx) error {
-		b, err := t.tb(tx)
+	return tb, nil
+}
+
+// stage plans every operation against the stored entities and, when all
+// succeed, adds them to b (under the partition's lock). A failing
+// operation gives a *storage.BatchError and leaves b untouched.
+func (tb *tableBatch) stage(b *pebble.Batch) error {
+	t := tb.t
+	curs, keys, err := tb.read()
+	if err != nil {
+		return err
+	}
+	changes := make([]change, len(tb.ops))
+	for i, op := range tb.ops {
+		c, err := t.plan(op, keys[i], tb.ts[i], tb.pre[i], curs[i])
 		if err != nil {
-			return err
-		}
-		for i, op := range ops {
-			c, err := plan(b, op, ts[i], pre[i])
-			if err != nil {
-				if isFatal(err) {
-					return err
-				}
-				return &storage.BatchError{Index: i, Err: err}
-			}
-			changes[i] = c
-		}
-		for _, c := range changes {
-			if err := apply(b, c); err != nil {
+			if errors.Is(err, ErrCorrupt) {
 				return err
 			}
+			return &storage.BatchError{Index: i, Err: err}
 		}
-		return nil
+		changes[i] = c
 	}
-	etags := make([]string, len(ops))
-	for i, op := range ops {
-		if op.Kind != storage.OpDelete {
-			etags[i] = etagOf(ts[i].UnixNano())
+	for _, c := range changes {
+		if c.val == nil {
+			_ = b.Delete(c.key, nil)
+		} else {
+			_ = b.Set(c.key, c.val, nil)
 		}
 	}
-	return run, etags, nil
+	return nil
+}
+
+// read loads the stored record of each operation's entity (nil when
+// absent): one point read for a single operation, else one iterator over
+// the partition, sought in row key order (one pass through the engine's
+// levels instead of one per operation).
+func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
+	t := tb.t
+	curs = make([][]byte, len(tb.ops))
+	keys = make([][]byte, len(tb.ops))
+	for i, op := range tb.ops {
+		keys[i] = t.key(op.Entity.PartitionKey, op.Entity.RowKey)
+	}
+	if len(tb.ops) == 1 {
+		v, found, err := t.s.get(keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		if found && v == nil {
+			v = []byte{}
+		}
+		curs[0] = v
+		return curs, keys, nil
+	}
+	order := make([]int, len(tb.ops))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(keys[order[a]], keys[order[b]]) < 0 })
+	lower := t.key(tb.pk, "")
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(append([]byte(nil), lower...))})
+	if err != nil {
+		return nil, nil, t.s.readErr(err)
+	}
+	for _, i := range order {
+		if it.SeekGE(keys[i]) && bytes.Equal(it.Key(), keys[i]) {
+			v, verr := it.ValueAndErr()
+			if verr != nil {
+				_ = it.Close()
+				return nil, nil, t.s.readErr(verr)
+			}
+			curs[i] = append(make([]byte, 0, len(v)), v...)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, nil, t.s.readErr(err)
+	}
+	return curs, keys, nil
+}
+
+// commitBatch applies tb under its partition's lock. With a queue q, it
+// also takes q's lock and stages stageQ's queue write in the same engine
+// batch (the combined calls); stageQ runs only when tb staged and returns
+// what to run once the batch is applied.
+func (s *Store) commitBatch(tb *tableBatch, q *queue, stageQ func(b *pebble.Batch) (after func())) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.gate.RUnlock()
+	b := s.db.NewBatch()
+	mu := s.partition(tb.t.lower, tb.pk)
+	mu.Lock()
+	// The table part reads under the partition's lock only; the queue's
+	// lock is taken for the queue part and the apply, so that combined
+	// calls on one queue serialise no table reads.
+	err := tb.stage(b)
+	if err == nil {
+		var after func()
+		if q != nil {
+			q.mu.Lock()
+			after = stageQ(b)
+		}
+		err = s.apply(b)
+		if err == nil && after != nil {
+			after()
+		}
+		if q != nil {
+			q.settle(false)
+			q.mu.Unlock()
+		}
+	}
+	mu.Unlock()
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	return s.syncWait(b)
 }

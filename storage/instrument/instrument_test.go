@@ -48,7 +48,7 @@ func (r *recorder) take() ([]instrument.Op, []instrument.Call) {
 
 func openEmbedded(t *testing.T) storage.Store {
 	t.Helper()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "i.db"), nil)
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,10 @@
 //	if err != nil { ... }
 //	defer inst.Stop()
 //	conn := inst.ConnectionString
+//
+// StartWith runs it with its data on disk instead (Options.Location) and on
+// given ports, so that a test can stop it (Shutdown saves the data) and start
+// it again on the same endpoints with the same queues, messages and tables.
 package emulator
 
 import (
@@ -126,6 +130,23 @@ type Instance struct {
 	done     chan struct{}
 	out      *lockedBuffer
 	stopOnce sync.Once
+	ports    [3]int // blob, queue, table
+}
+
+// Options configures StartWith. The zero Options is what Start uses.
+type Options struct {
+	// Location, when set, makes Azurite keep its data in this directory
+	// (created if missing) instead of in memory, so that an Azurite started
+	// again with the same Location finds its queues, messages and tables.
+	// Stop it with Shutdown, which lets Azurite save its data (Azurite saves
+	// its metadata every 5 seconds and on a clean exit, so Stop, a SIGKILL,
+	// may lose the last seconds). Default "": in memory.
+	Location string
+	// BlobPort, QueuePort and TablePort, when all > 0, are the loopback
+	// ports to listen on (pass a previous instance's Ports to come back on
+	// the same endpoints); a port in use fails StartWith. Default 0: free
+	// ports, retried a few times.
+	BlobPort, QueuePort, TablePort int
 }
 
 // Start starts the pinned Azurite (see Bin) in memory on free loopback ports
@@ -133,20 +154,63 @@ type Instance struct {
 // connections, retrying with new ports a few times. When Azurite or node is
 // missing the error matches ErrNotInstalled; otherwise it reads
 // "could not start BIN: ..." with Azurite's output.
-func Start() (*Instance, error) {
+func Start() (*Instance, error) { return StartWith(Options{}) }
+
+// StartWith is Start with options: a persistent data directory and fixed
+// ports (see Options). With fixed ports it makes a single attempt.
+func StartWith(o Options) (*Instance, error) {
+	fixed := o.BlobPort > 0 && o.QueuePort > 0 && o.TablePort > 0
+	if !fixed && (o.BlobPort != 0 || o.QueuePort != 0 || o.TablePort != 0) {
+		return nil, fmt.Errorf("emulator options: set BlobPort, QueuePort and TablePort together (got %d, %d, %d)", o.BlobPort, o.QueuePort, o.TablePort)
+	}
 	bin, err := Bin()
 	if err != nil {
 		return nil, err
 	}
+	if o.Location != "" {
+		if err := os.MkdirAll(o.Location, 0o755); err != nil {
+			return nil, fmt.Errorf("emulator location: %w", err)
+		}
+	}
+	attempts := startAttempts
+	if fixed {
+		attempts = 1
+	}
 	var errs []error
-	for range startAttempts {
-		inst, err := startOnce(bin)
+	for range attempts {
+		inst, err := startOnce(bin, o)
 		if err == nil {
 			return inst, nil
 		}
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("could not start %s: %w", bin, errors.Join(errs...))
+}
+
+// Ports returns the blob, queue and table ports the emulator listens on.
+func (i *Instance) Ports() (blob, queue, table int) { return i.ports[0], i.ports[1], i.ports[2] }
+
+// Shutdown asks the emulator to exit (SIGTERM, on which Azurite closes its
+// servers and saves a persistent Location) and waits up to timeout for it;
+// if it is still running then, it is killed as Stop does and Shutdown
+// returns an error saying so.
+func (i *Instance) Shutdown(timeout time.Duration) error {
+	var err error
+	i.stopOnce.Do(func() {
+		termGroup(i.cmd)
+		select {
+		case <-i.done:
+			return
+		case <-time.After(timeout):
+		}
+		err = fmt.Errorf("azurite did not exit within %s of SIGTERM; killed", timeout)
+		killGroup(i.cmd)
+		select {
+		case <-i.done:
+		case <-time.After(stopTimeout):
+		}
+	})
+	return err
 }
 
 // Stop kills the emulator's process group and waits for it to exit (at most
@@ -169,22 +233,30 @@ func (i *Instance) Done() <-chan struct{} { return i.done }
 // first 64 KiB or so).
 func (i *Instance) Output() string { return i.out.String() }
 
-func startOnce(bin string) (*Instance, error) {
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
+func startOnce(bin string, o Options) (*Instance, error) {
+	blobPort, queuePort, tablePort := o.BlobPort, o.QueuePort, o.TablePort
+	if blobPort == 0 {
+		ports, err := freePorts(3)
+		if err != nil {
+			return nil, err
+		}
+		blobPort, queuePort, tablePort = ports[0], ports[1], ports[2]
 	}
-	blobPort, queuePort, tablePort := ports[0], ports[1], ports[2]
 	dir, err := os.MkdirTemp("", "cmdq-azurite-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	cmd := exec.Command(bin,
-		"--inMemoryPersistence", "--silent", "--skipApiVersionCheck", "--disableTelemetry",
+	args := []string{"--silent", "--skipApiVersionCheck", "--disableTelemetry",
 		"--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(blobPort),
 		"--queueHost", "127.0.0.1", "--queuePort", strconv.Itoa(queuePort),
 		"--tableHost", "127.0.0.1", "--tablePort", strconv.Itoa(tablePort),
-	)
+	}
+	if o.Location != "" {
+		args = append(args, "--location", o.Location)
+	} else {
+		args = append(args, "--inMemoryPersistence")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir // Azurite may write debug/telemetry files to its working directory
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -231,7 +303,7 @@ func startOnce(bin string) (*Instance, error) {
 	conn := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;"+
 		"QueueEndpoint=http://127.0.0.1:%d/%s;TableEndpoint=http://127.0.0.1:%d/%s;",
 		AccountName, AccountKey, queuePort, AccountName, tablePort, AccountName)
-	return &Instance{ConnectionString: conn, cmd: cmd, done: done, out: out}, nil
+	return &Instance{ConnectionString: conn, cmd: cmd, done: done, out: out, ports: [3]int{blobPort, queuePort, tablePort}}, nil
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
 )
 
 func TestExpandConnectionString(t *testing.T) {
@@ -101,5 +105,89 @@ func TestStartAndStop(t *testing.T) {
 			_ = c.Close()
 			t.Fatalf("%s still accepting connections after Stop", h)
 		}
+	}
+}
+
+// TestPersistentRestart stops an emulator with a Location (Shutdown) and
+// starts it again on the same ports: the queue message and the table entity
+// written before are there.
+func TestPersistentRestart(t *testing.T) {
+	if _, err := Bin(); err != nil {
+		if os.Getenv("CMDQ_REQUIRE_AZURITE") == "1" {
+			t.Fatalf("emulator test needs Azurite: %v; install it with `npm ci --prefix tools/azurite`", err)
+		}
+		t.Skipf("Azurite not installed (%v); install it with `npm ci --prefix tools/azurite`", err)
+	}
+	loc := filepath.Join(t.TempDir(), "data")
+	inst, err := StartWith(Options{Location: loc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := azure.Open(ctx, azure.Config{ConnectionString: inst.ConnectionString})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := st.Queue(ctx, "persist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, "kept", 0, storage.NoExpiry); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := st.Table(ctx, "persist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: "p", RowKey: "r", Properties: map[string]any{"V": "kept"}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if err := inst.Shutdown(20 * time.Second); err != nil {
+		t.Fatalf("Shutdown: %v; output:\n%s", err, inst.Output())
+	}
+	b, qp, tp := inst.Ports()
+	again, err := StartWith(Options{Location: loc, BlobPort: b, QueuePort: qp, TablePort: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop()
+	if again.ConnectionString != inst.ConnectionString {
+		t.Fatalf("restarted on %q, want the same endpoints %q", again.ConnectionString, inst.ConnectionString)
+	}
+	st, err = azure.Open(ctx, azure.Config{ConnectionString: again.ConnectionString})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if q, err = st.Queue(ctx, "persist"); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Peek(ctx, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].Text != "kept" {
+		t.Fatalf("after restart the queue holds %+v, want the one message \"kept\"", msgs)
+	}
+	if tb, err = st.Table(ctx, "persist"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := tb.Get(ctx, "p", "r")
+	if err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	if e.Properties["V"] != "kept" {
+		t.Fatalf("after restart the entity holds %v, want V=kept", e.Properties)
+	}
+}
+
+func TestStartWithPartialPorts(t *testing.T) {
+	t.Parallel()
+	_, err := StartWith(Options{QueuePort: 10001})
+	if err == nil || !strings.Contains(err.Error(), "set BlobPort, QueuePort and TablePort together") {
+		t.Fatalf("StartWith with only QueuePort set: error %v, want one asking for all three ports", err)
 	}
 }

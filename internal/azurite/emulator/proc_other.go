@@ -11,3 +11,6 @@ func killGroup(cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 	}
 }
+
+// termGroup has no gentle signal to send here: it kills.
+func termGroup(cmd *exec.Cmd) { killGroup(cmd) }

@@ -1,0 +1,141 @@
+package chaos
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The cases in this file each reproduce, deterministically, one fault the
+// random runs of TestChaos met, with the same processes, proxies and
+// invariant checks. Each failed on the code it was written against; see
+// docs/reliability.md.
+
+// startWorld starts serve (and the named workers) of a one-command case.
+func startWorld(t *testing.T, sc Scenario, roles ...string) *world {
+	t.Helper()
+	requireAzurite(t)
+	w := newWorld(t, sc)
+	if err := w.startRole("serve"); err != nil {
+		w.close()
+		t.Fatal(err)
+	}
+	if err := w.waitServe(); err != nil {
+		w.close()
+		t.Fatal(err)
+	}
+	for _, r := range roles {
+		if err := w.startRole(r); err != nil {
+			w.close()
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+func isBatch(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/$batch")
+}
+
+// TestRetriedWriteAfterLostAnswer: a worker's first table batch (the
+// command's `started` and `step_completed 1`) is applied, but its answer is
+// lost (503 after the write landed); the driver retries it. The history
+// must hold each event once (invariant event-once).
+func TestRetriedWriteAfterLostAnswer(t *testing.T) {
+	w := startWorld(t, Scenario{Name: "retried-write", Store: StoreAzure, Seed: 1, Workers: 1, ServeNoDemo: true, Settle: time.Minute})
+	defer w.close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
+	c := oneCommand(rng, "demo.steps", `{"steps":2,"failAt":0}`)
+	cl := newClients("http://"+w.addr, w.tl)
+	cl.issue(ctx, c, time.Now().Add(time.Minute), rng)
+	if !c.isAccepted() {
+		t.Fatalf("the command was not accepted: %s %s", c.refused, c.lastErr)
+	}
+	w.net.failNext(svcTable, 1, true, isBatch)
+	w.tl.logf("armed: the next table batch is applied and answered 503")
+	if err := w.startRole("w1"); err != nil {
+		t.Fatal(err)
+	}
+	rep := w.finish(ctx, cl, []*command{c})
+	t.Log("\n" + rep.Figures())
+	if rep.Injected503 != 1 {
+		t.Fatalf("the fault was not injected (503 answers: %d)", rep.Injected503)
+	}
+	reportViolations(t, rep)
+}
+
+// TestAcceptedNeverStranded: the API stores a command but cannot enqueue
+// its message (every try of the enqueue answered 503) nor write the
+// reconciler's marker (same). A client that got a 2xx must see the command
+// completed within the settle time (invariant accepted-final); a client
+// that got a 503 retries with the same id and body (the documented
+// contract), which must enqueue it.
+func TestAcceptedNeverStranded(t *testing.T) {
+	w := startWorld(t, Scenario{Name: "stranded", Store: StoreAzure, Seed: 1, Settle: time.Minute})
+	defer w.close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	c := oneCommand(rng, "demo.echo", `{"case":"stranded"}`)
+	const tries = 4 // the Azure driver's default: 1 try + 3 retries
+	w.net.failNext(svcQueue, tries, false, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages")
+	})
+	w.net.failNext(svcTable, tries, false, func(r *http.Request) bool {
+		return r.Method != http.MethodGet && strings.Contains(r.URL.Path, "~unqueued")
+	})
+	w.tl.logf("armed: %d enqueues and %d marker writes answered 503", tries, tries)
+	cl := newClients("http://"+w.addr, w.tl)
+	cl.issue(ctx, c, time.Now().Add(time.Minute), rng)
+	if !c.isAccepted() {
+		t.Fatalf("the command was not accepted: %s %s", c.refused, c.lastErr)
+	}
+	w.tl.logf("accepted with HTTP %d after %d tries", c.code, c.tries)
+	rep := w.finish(ctx, cl, []*command{c})
+	t.Log("\n" + rep.Figures())
+	if rep.Injected503 < 2*tries {
+		t.Fatalf("the faults were not all injected (503 answers: %d, want %d)", rep.Injected503, 2*tries)
+	}
+	reportViolations(t, rep)
+}
+
+// TestDeleteRetryIsNotALostLease: three commands complete, and the delete
+// of each message is applied but answered 503, so the driver retries it and
+// Azure answers 404 (the message is gone). Nobody else held those messages:
+// no lease was lost, so the demo lease must not grow (it grows after 3 lost
+// leases of one type).
+func TestDeleteRetryIsNotALostLease(t *testing.T) {
+	w := startWorld(t, Scenario{Name: "delete-retry", Store: StoreAzure, Seed: 1, Settle: time.Minute})
+	defer w.close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
+	const n = 3 // processor.DefaultLostLeaseThreshold
+	w.net.failNext(svcQueue, n, true, func(r *http.Request) bool {
+		return r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/messages/")
+	})
+	cl := newClients("http://"+w.addr, w.tl)
+	var cmds []*command
+	for i := range n {
+		c := oneCommand(rng, "demo.echo", `{"i":`+strconv.Itoa(i)+`}`)
+		cl.issue(ctx, c, time.Now().Add(time.Minute), rng)
+		if !c.isAccepted() {
+			t.Fatalf("command %d was not accepted: %s %s", i, c.refused, c.lastErr)
+		}
+		cmds = append(cmds, c)
+	}
+	// finish stops serve with SIGTERM, which lets it finish the retried
+	// deletes before it exits; its log then says whether the lease grew.
+	rep := w.finish(ctx, cl, cmds)
+	t.Log("\n" + rep.Figures())
+	if rep.Injected503 != n {
+		t.Fatalf("the faults were not all injected (503 answers: %d, want %d)", rep.Injected503, n)
+	}
+	reportViolations(t, rep)
+	if grown := w.ps.grepLogs("growing the lease", 5); len(grown) > 0 {
+		t.Errorf("the lease grew though no lease was lost (every delete's first try landed):\n%s", strings.Join(grown, "\n"))
+	}
+}

@@ -1,0 +1,143 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
+)
+
+// Environment variables of the suite.
+const (
+	// EnvForm chooses the form: short (default, part of `make test`),
+	// smoke (a half-minute check of the harness), medium, or long
+	// (`make chaos-long`).
+	EnvForm = "CMDQ_CHAOS"
+	// EnvSeed replays a run: the seed its report printed.
+	EnvSeed = "CMDQ_CHAOS_SEED"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	CleanupBinary()
+	os.Exit(code)
+}
+
+// seed returns CMDQ_CHAOS_SEED, or a new random seed.
+func seed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv(EnvSeed); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer (the seed a report printed)", EnvSeed, s)
+		}
+		return v
+	}
+	return rand.Uint64() >> 1
+}
+
+// requireAzurite skips (or, with CMDQ_REQUIRE_AZURITE=1, fails) when Azurite
+// is not installed.
+func requireAzurite(t *testing.T) {
+	t.Helper()
+	if _, err := emulator.Bin(); err != nil {
+		if os.Getenv("CMDQ_REQUIRE_AZURITE") == "1" {
+			t.Fatalf("the chaos suite needs Azurite: %v; install it with `make azurite` (or `npm ci --prefix tools/azurite`)", err)
+		}
+		t.Skipf("Azurite not installed (%v): the Azure scenarios need it; install it with `npm ci --prefix tools/azurite`", err)
+	}
+}
+
+// scenarios returns the runs of a form.
+func scenarios(form string, seed uint64) ([]Scenario, error) {
+	switch form {
+	case "", "short":
+		return []Scenario{
+			{Name: "embedded-kills", Store: StoreEmbedded, Seed: seed, Chaos: 40 * time.Second, Commands: 800,
+				Lease: 4 * time.Second, KillEvery: [2]time.Duration{2 * time.Second, 6 * time.Second}, Settle: 90 * time.Second},
+			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 80 * time.Second, Commands: 900, Workers: 3,
+				KillEvery: [2]time.Duration{5 * time.Second, 12 * time.Second}, FaultEvery: [2]time.Duration{2 * time.Second, 5 * time.Second},
+				Settle: 90 * time.Second},
+		}, nil
+	case "smoke":
+		return []Scenario{
+			{Name: "embedded-kills", Store: StoreEmbedded, Seed: seed, Chaos: 15 * time.Second, Commands: 200,
+				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 6 * time.Second}, Settle: time.Minute},
+			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 30 * time.Second, Commands: 250, Workers: 3,
+				KillEvery: [2]time.Duration{4 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
+				Settle: time.Minute},
+		}, nil
+	case "medium":
+		return []Scenario{
+			{Name: "embedded-kills", Store: StoreEmbedded, Seed: seed, Chaos: 2 * time.Minute, Commands: 3000,
+				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 2 * time.Minute},
+			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 4 * time.Minute, Commands: 4000, Workers: 3,
+				KillEvery: [2]time.Duration{4 * time.Second, 10 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 4 * time.Second},
+				FaultLoops: 2, Settle: 3 * time.Minute},
+		}, nil
+	case "long":
+		return []Scenario{
+			{Name: "embedded-kills", Store: StoreEmbedded, Seed: seed, Chaos: 4 * time.Minute, Commands: 8000,
+				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 3 * time.Minute},
+			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 12 * time.Minute, Commands: 14000, Workers: 3,
+				KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
+				FaultLoops: 3, Settle: 5 * time.Minute},
+		}, nil
+	}
+	return nil, &formError{form}
+}
+
+type formError struct{ form string }
+
+func (e *formError) Error() string {
+	return EnvForm + "=" + strconv.Quote(e.form) + ": use short (the default), smoke, medium or long"
+}
+
+// TestChaos runs the form CMDQ_CHAOS names (short by default): the embedded
+// store under SIGKILLs of `cmdq serve`, then Azurite under SIGKILLs of
+// `cmdq serve` and three competing `cmdq worker` processes and every kind of
+// storage fault. It prints the figures of each run and fails on any broken
+// invariant, with the histories, journal and logs of the commands involved.
+func TestChaos(t *testing.T) {
+	form := os.Getenv(EnvForm)
+	scs, err := scenarios(form, seed(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scs {
+		t.Run(sc.Name, func(t *testing.T) {
+			if sc.Store == StoreAzure {
+				requireAzurite(t)
+			}
+			rep := sc.Run(t)
+			t.Log("\n" + rep.Figures())
+			reportViolations(t, rep)
+		})
+	}
+}
+
+// reportViolations fails t once per violated invariant, naming the commands.
+func reportViolations(t *testing.T, rep *Report) {
+	t.Helper()
+	by := map[string][]string{}
+	var order []string
+	for _, v := range rep.Violations {
+		if _, ok := by[v.Invariant]; !ok {
+			order = append(order, v.Invariant)
+		}
+		by[v.Invariant] = append(by[v.Invariant], v.CommandID)
+	}
+	for _, inv := range order {
+		ids := by[inv]
+		more := ""
+		if len(ids) > 5 {
+			more = " …"
+			ids = ids[:5]
+		}
+		t.Errorf("invariant %s broken %d times (seed %d): %s%s; details above", inv, len(by[inv]), rep.Seed, strings.Join(ids, ", "), more)
+	}
+}

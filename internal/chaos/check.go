@@ -1,0 +1,456 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Invariant names: stable, used in reports and docs/reliability.md.
+const (
+	// InvAcceptedFinal: every accepted command ends completed or poisoned
+	// (none lost: no record; none stranded: not final when the run settles).
+	InvAcceptedFinal = "accepted-final"
+	// InvDesignedOutcome: a command ends poisoned only when designed to
+	// (demo.fail with times ≥ the ceiling), and those do end poisoned.
+	InvDesignedOutcome = "designed-outcome"
+	// InvSingleCompletion: no command has two completed events.
+	InvSingleCompletion = "single-completion"
+	// InvStepOnce: no step of a resumable handler (demo.steps) runs or is
+	// recorded again after its step_completed was recorded (unless the
+	// lease of the execution that recorded it was lost).
+	InvStepOnce = "step-once"
+	// InvEventOnce: no event is written twice for one attempt (a retried
+	// write whose first try landed).
+	InvEventOnce = "event-once"
+	// InvPoisonTable: the poison table holds exactly the poisoned commands.
+	InvPoisonTable = "poison-table-exact"
+	// InvDuplicateExplained: every extra handler execution is explained: by a
+	// lease_lost event of the execution before it, by a SIGKILL of that
+	// execution's process, or by a logged storage fault that kept its
+	// outcome from being recorded.
+	InvDuplicateExplained = "duplicate-explained"
+	// InvCompletionBacked: a completed command has a handler execution that
+	// succeeded (by the worker and attempt of its completed event).
+	InvCompletionBacked = "completion-backed"
+	// InvRetryAccepted: a client's retry with the same id and body is never
+	// refused (4xx).
+	InvRetryAccepted = "retry-accepted"
+	// InvProjection: the stored status agrees with the last outcome event.
+	InvProjection = "projection-consistent"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	// Invariant is one of the Inv… names.
+	Invariant string
+	// CommandID is the command that breaks it.
+	CommandID string
+	// Detail says how, for a person.
+	Detail string
+}
+
+// Report is the outcome of a run: its figures and violations.
+type Report struct {
+	// Scenario and Seed name the run; Seed replays its schedule.
+	Scenario string
+	Seed     uint64
+	// Duration is the whole run: set up, chaos, settle and check.
+	Duration time.Duration
+
+	// Issued commands; of those Accepted (a 2xx received) or NotAccepted
+	// (the client gave up); of the accepted, Completed, Poisoned, Lost (no
+	// record) and Stranded (not final when the run settled).
+	Issued, Accepted, NotAccepted, Completed, Poisoned, Lost, Stranded int
+	// PoisonedByLostDeliveries counts commands designed to complete that
+	// reached the poison ceiling by dequeue count with fewer executions:
+	// deliveries lost to kills and faults (documented, not a violation).
+	PoisonedByLostDeliveries int
+	// ClientRetries counts POSTs after the first, over all commands.
+	ClientRetries int64
+
+	// Executions counts journalled handler executions; Extra those that
+	// were not a retry after a recorded failure, split by explanation
+	// (a lease_lost event, a SIGKILL, a logged storage fault) and
+	// Unexplained.
+	Executions, Extra                                  int
+	ExplainedLeaseLost, ExplainedCrash, ExplainedFault int
+	Unexplained                                        int
+	// Kills counts SIGKILLs by the kill loop; SelfExits processes that
+	// exited without being killed or stopped.
+	Kills, SelfExits int
+	// Faults counts injected storage faults by kind; Injected503 the 503
+	// answers the HTTP fault proxy made (bursts and targeted).
+	Faults      map[string]int
+	Injected503 int64
+	// JournalLines and JournalBad (unreadable lines) describe the journal;
+	// LeftOnQueue and MarkersLeft what storage held at the end.
+	JournalLines, JournalBad, LeftOnQueue, MarkersLeft int
+	// LeaseGrowths counts "growing the lease" lines in the processors' logs.
+	LeaseGrowths int
+	// SettleTime is how long the accepted commands took to become final
+	// after the chaos (the settle deadline when some did not).
+	SettleTime time.Duration
+	// Violations are the broken invariants; Notes what is worth knowing
+	// but breaks none.
+	Violations []Violation
+	Notes      []string
+}
+
+// FaultsTotal sums the injected faults (503 answers not counted: see Injected503).
+func (r *Report) FaultsTotal() int {
+	n := 0
+	for _, v := range r.Faults {
+		n += v
+	}
+	return n
+}
+
+// Figures is the report's summary block.
+func (r *Report) Figures() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos %s: seed %d (replay: CMDQ_CHAOS_SEED=%d), duration %s\n", r.Scenario, r.Seed, r.Seed, r.Duration.Round(time.Second))
+	fmt.Fprintf(&b, "  commands: issued %d, accepted %d (not accepted %d), completed %d, poisoned %d (of which by deliveries lost to kills/faults: %d), lost %d, stranded %d; client retries %d\n",
+		r.Issued, r.Accepted, r.NotAccepted, r.Completed, r.Poisoned, r.PoisonedByLostDeliveries, r.Lost, r.Stranded, r.ClientRetries)
+	fmt.Fprintf(&b, "  handler executions %d; duplicates %d: explained by lease_lost %d, by SIGKILL %d, by logged storage faults %d; unexplained %d\n",
+		r.Executions, r.Extra, r.ExplainedLeaseLost, r.ExplainedCrash, r.ExplainedFault, r.Unexplained)
+	kinds := make([]string, 0, len(r.Faults))
+	for k := range r.Faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	fs := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		fs = append(fs, fmt.Sprintf("%s %d", k, r.Faults[k]))
+	}
+	fmt.Fprintf(&b, "  kills %d (processes that exited on their own: %d); faults %d [%s]; 503 answers injected %d\n",
+		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
+	fmt.Fprintf(&b, "  settled in %s; left on the queue %d; reconciler markers left %d; leases grown %d times; journal lines %d (unreadable %d)\n",
+		r.SettleTime.Round(100*time.Millisecond), r.LeftOnQueue, r.MarkersLeft, r.LeaseGrowths, r.JournalLines, r.JournalBad)
+	for i, n := range r.Notes {
+		if i == 5 {
+			fmt.Fprintf(&b, "  note: … and %d more\n", len(r.Notes)-5)
+			break
+		}
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	counts := map[string]int{}
+	for _, v := range r.Violations {
+		counts[v.Invariant]++
+	}
+	if len(counts) == 0 {
+		b.WriteString("  invariants: all hold\n")
+	} else {
+		names := make([]string, 0, len(counts))
+		for k := range counts {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		var parts []string
+		for _, k := range names {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, counts[k]))
+		}
+		fmt.Fprintf(&b, "  VIOLATIONS: %s\n", strings.Join(parts, ", "))
+	}
+	return b.String()
+}
+
+// procInfo is what check needs to know about the processes.
+type procInfo interface {
+	byWorker(worker string) *proc
+	grepLogs(s string, max int) []string
+}
+
+// check evaluates every invariant over the commands issued, the storage
+// snapshot and the journal, and fills r.
+func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) {
+	r.Issued = len(cmds)
+	r.Executions = 0
+	for _, xs := range j.byID {
+		r.Executions += len(xs)
+	}
+	r.JournalLines, r.JournalBad = j.lines, j.bad
+	r.MarkersLeft = len(snap.markers)
+	for _, n := range snap.messages {
+		r.LeftOnQueue += n
+	}
+	r.LeftOnQueue += snap.other
+	add := func(inv, id, format string, args ...any) {
+		r.Violations = append(r.Violations, Violation{Invariant: inv, CommandID: id, Detail: fmt.Sprintf(format, args...)})
+	}
+	accepted := map[string]*command{}
+	for _, c := range cmds {
+		c.mu.Lock()
+		ok, refused, tries := c.accepted, c.refused, c.tries
+		c.mu.Unlock()
+		if refused != "" {
+			add(InvRetryAccepted, c.ID, "%s %s: %s after %d tries", c.Type, c.Params, refused, tries)
+		}
+		if !ok {
+			r.NotAccepted++
+			continue
+		}
+		r.Accepted++
+		accepted[c.ID] = c
+	}
+
+	poisonedIDs := map[string]bool{}
+	for _, c := range cmds {
+		if !c.isAccepted() {
+			continue
+		}
+		h := snap.cmds[c.ID]
+		if h == nil || !h.Found {
+			r.Lost++
+			add(InvAcceptedFinal, c.ID, "lost: %s %s was accepted (HTTP %d) but storage holds no record of it", c.Type, c.Params, c.code)
+			continue
+		}
+		switch h.Status {
+		case "completed":
+			r.Completed++
+		case "poisoned":
+			r.Poisoned++
+			poisonedIDs[c.ID] = true
+		default:
+			r.Stranded++
+			add(InvAcceptedFinal, c.ID, "stranded: %s %s accepted (HTTP %d) is %s after the run settled; queue messages for it: %d; reconciler marker: %v",
+				c.Type, c.Params, c.code, h.Status, snap.messages[c.ID], snap.markers[c.ID])
+		}
+		checkCommand(r, add, c, h, j.byID[c.ID], ps)
+	}
+
+	// The poison table holds exactly the poisoned commands.
+	for id, e := range snap.poison {
+		if poisonedIDs[id] {
+			continue
+		}
+		if c := accepted[id]; c != nil {
+			add(InvPoisonTable, id, "poison entry (reason %q, dequeue count %d) for %s %s, whose status is %s", e.Reason, e.DequeueCount, c.Type, c.Params, snap.cmds[id].Status)
+		} else {
+			add(InvPoisonTable, id, "poison entry (reason %q, type %q) for an id no client had accepted", e.Reason, e.Type)
+		}
+	}
+	for id := range poisonedIDs {
+		if _, ok := snap.poison[id]; !ok {
+			add(InvPoisonTable, id, "command is poisoned but has no poison-table entry")
+		}
+	}
+	sort.SliceStable(r.Violations, func(i, k int) bool { return r.Violations[i].Invariant < r.Violations[k].Invariant })
+}
+
+// checkCommand checks one accepted command's history against its journal.
+func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *command, h *history, xs []*execution, ps procInfo) {
+	// Outcome as designed.
+	switch {
+	case h.Status == "poisoned" && !c.WantPoison:
+		failed := h.count("failed")
+		if len(xs) < demoCeiling && poisonReason(h) == "poison ceiling exceeded" {
+			// Deliveries were lost to kills or faults: each dequeue counts
+			// against the ceiling (documented), so fewer executions than
+			// the ceiling happened.
+			r.PoisonedByLostDeliveries++
+			r.Notes = append(r.Notes, fmt.Sprintf("%s %s %s poisoned over the ceiling after %d executions (%d failed attempts recorded): deliveries lost to kills/faults", c.ID, c.Type, c.Params, len(xs), failed))
+		} else {
+			add(InvDesignedOutcome, c.ID, "%s %s is poisoned (reason %q) but was designed to complete; %d executions, %d failed attempts recorded", c.Type, c.Params, poisonReason(h), len(xs), failed)
+		}
+	case h.Status == "completed" && c.WantPoison:
+		add(InvDesignedOutcome, c.ID, "%s %s completed but was designed to end poisoned", c.Type, c.Params)
+	}
+
+	// Projection agrees with the last outcome event.
+	last := ""
+	for _, e := range h.Events {
+		switch e.Kind {
+		case "completed", "poisoned", "discarded", "requeued", "failed":
+			last = e.Kind
+		}
+	}
+	if (h.Status == "completed" || h.Status == "poisoned") && last != h.Status {
+		add(InvProjection, c.ID, "status is %s but the last outcome event is %q", h.Status, last)
+	}
+
+	// At most one completed event.
+	if n := h.count("completed"); n > 1 {
+		add(InvSingleCompletion, c.ID, "%d completed events", n)
+	}
+
+	// No event written twice by one attempt.
+	seen := map[string]string{}
+	for _, e := range h.Events {
+		if e.Kind == "created" {
+			continue
+		}
+		k := fmt.Sprintf("%s/%s/%d/%d", e.Kind, e.Worker, e.Attempt, e.Step)
+		if prev, dup := seen[k]; dup {
+			add(InvEventOnce, c.ID, "event %s written twice by %s attempt %d (rows %s and %s)", describeKind(e), e.Worker, e.Attempt, prev, e.Seq)
+			continue
+		}
+		seen[k] = e.Seq
+	}
+
+	// A completed command has a successful execution behind it.
+	if h.Status == "completed" {
+		backed := false
+		for _, e := range h.Events {
+			if e.Kind != "completed" {
+				continue
+			}
+			for _, x := range xs {
+				if x.Worker == e.Worker && x.Attempt == e.Attempt && x.End >= 0 && x.Err == "" {
+					backed = true
+				}
+			}
+		}
+		if !backed {
+			add(InvCompletionBacked, c.ID, "completed, but no journalled execution by the completing worker and attempt succeeded")
+		}
+	}
+
+	// Extra executions must be explained.
+	for i := 1; i < len(xs); i++ {
+		prev, x := xs[i-1], xs[i]
+		if o := h.outcome(prev.Worker, prev.Attempt); o != nil && o.Kind == "failed" && prev.End >= 0 && prev.End < x.Begin {
+			continue // a retry after a recorded failure
+		}
+		r.Extra++
+		switch why := explain(h, prev, x, ps); why {
+		case "lease_lost":
+			r.ExplainedLeaseLost++
+		case "crash":
+			r.ExplainedCrash++
+		case "fault":
+			r.ExplainedFault++
+		default:
+			r.Unexplained++
+			add(InvDuplicateExplained, c.ID, "%s %s ran again without explanation:\n      before: %s\n      again:  %s\n      %s",
+				c.Type, c.Params, prev, x, why)
+		}
+	}
+
+	// No step runs again after it was recorded (a rerun resumes after
+	// run.LastStep()), unless the recording execution lost its lease. Only
+	// demo.steps resumes: demo.echo records its one step whatever
+	// LastStep says.
+	if c.Type != "demo.steps" {
+		return
+	}
+	recorded := map[int]*execution{} // step → the execution that recorded it first
+	type mark struct {
+		line int
+		x    *execution
+		s    stepMark
+	}
+	var marks []mark
+	for _, x := range xs {
+		for _, s := range x.Steps {
+			marks = append(marks, mark{s.Line, x, s})
+		}
+	}
+	sort.Slice(marks, func(a, b int) bool { return marks[a].line < marks[b].line })
+	for _, m := range marks {
+		if m.s.Recorded {
+			if recorded[m.s.Step] == nil {
+				recorded[m.s.Step] = m.x
+			}
+			continue
+		}
+		by := recorded[m.s.Step]
+		if by == nil || by == m.x {
+			continue
+		}
+		if leaseLost(h, by, m.x) {
+			continue
+		}
+		add(InvStepOnce, c.ID, "step %d ran again (journal line %d, %s) after %s had recorded it; the rerun started from last step %d",
+			m.s.Step, m.line, m.x.Worker, by.Worker, m.x.Last)
+	}
+	stepEvents := map[int][]event{}
+	for _, e := range h.Events {
+		if e.Kind == "step_completed" {
+			stepEvents[e.Step] = append(stepEvents[e.Step], e)
+		}
+	}
+	for s, es := range stepEvents {
+		for k := 1; k < len(es); k++ {
+			a, b := es[k-1], es[k]
+			if a.Worker == b.Worker && a.Attempt == b.Attempt {
+				continue // reported by event-once
+			}
+			if h.has("lease_lost", a.Worker, a.Attempt) || h.has("lease_lost", b.Worker, a.Attempt) {
+				continue
+			}
+			add(InvStepOnce, c.ID, "step_completed %d recorded by %s attempt %d (%s) and again by %s attempt %d (%s)", s, a.Worker, a.Attempt, a.Seq, b.Worker, b.Attempt, b.Seq)
+		}
+	}
+}
+
+func describeKind(e event) string {
+	if e.Kind == "step_completed" {
+		return fmt.Sprintf("step_completed %d", e.Step)
+	}
+	return e.Kind
+}
+
+func poisonReason(h *history) string {
+	for i := len(h.Events) - 1; i >= 0; i-- {
+		if h.Events[i].Kind == "poisoned" {
+			return h.Events[i].Reason
+		}
+	}
+	return ""
+}
+
+// explain says why x ran after prev: "lease_lost", "crash", "fault", or a
+// sentence describing why none applies.
+func explain(h *history, prev, x *execution, ps procInfo) string {
+	if leaseLost(h, prev, x) {
+		return "lease_lost"
+	}
+	outcome := h.outcome(prev.Worker, prev.Attempt)
+	p := ps.byWorker(prev.Worker)
+	if k := killedAt(p); outcome == nil && !k.IsZero() && k.After(prev.BeginT) && k.Before(x.BeginT) {
+		return "crash"
+	}
+	overlap := prev.End < 0 || prev.End > x.Begin
+	if outcome == nil && !overlap {
+		for _, l := range ps.grepLogs(prev.ID, 50) {
+			if strings.HasPrefix(l, prev.Worker+":") && strings.Contains(l, "storage fault") {
+				return "fault"
+			}
+		}
+	}
+	var why []string
+	if overlap {
+		why = append(why, "the executions overlapped")
+	}
+	if outcome != nil {
+		why = append(why, fmt.Sprintf("the earlier attempt's outcome (%s, %s) was recorded", outcome.Kind, outcome.Seq))
+	} else {
+		why = append(why, "the earlier attempt has no outcome event and no lease_lost event")
+	}
+	if prev.Attempt == x.Attempt {
+		why = append(why, "both have the same attempt number: two queue messages for one command")
+	}
+	if k := killedAt(p); k.IsZero() {
+		why = append(why, prev.Worker+" was not killed")
+	} else if !k.Before(x.BeginT) {
+		why = append(why, prev.Worker+" was killed only after the second execution began")
+	}
+	return strings.Join(why, "; ")
+}
+
+func killedAt(p *proc) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return p.killed()
+}
+
+// leaseLost reports whether the history explains that next ran while, or
+// after, prev lost its lease: a lease_lost event for prev's attempt, written
+// by prev's worker (which noticed the loss) or by next's (which took the
+// message over).
+func leaseLost(h *history, prev, next *execution) bool {
+	return h.has("lease_lost", prev.Worker, prev.Attempt) || (next != nil && h.has("lease_lost", next.Worker, prev.Attempt))
+}

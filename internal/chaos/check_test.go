@@ -1,0 +1,253 @@
+package chaos
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeProcs is a procInfo for the checker's own tests.
+type fakeProcs struct {
+	procs map[string]*proc
+	logs  []string
+}
+
+func (f fakeProcs) byWorker(w string) *proc { return f.procs[w] }
+
+func (f fakeProcs) grepLogs(s string, max int) []string {
+	var out []string
+	for _, l := range f.logs {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func acceptedCmd(id, typ, params string, poison bool) *command {
+	return &command{ID: id, Type: typ, Params: params, WantPoison: poison, accepted: true, code: 202, tries: 1}
+}
+
+func ev(seq, kind, worker string, attempt, step int) event {
+	return event{Seq: "e:" + seq, Kind: kind, Worker: worker, Attempt: attempt, Step: step}
+}
+
+func run(worker string, pid, attempt, begin, end int, err string, steps ...stepMark) *execution {
+	x := &execution{ID: "c1", Type: "demo.sleep", Worker: worker, PID: pid, Attempt: attempt, Begin: begin, End: end, BeginT: at(begin * 100), Err: err, Steps: steps}
+	if end >= 0 {
+		x.EndT = at(end * 100)
+	}
+	return x
+}
+
+func runCheck(t *testing.T, c *command, h *history, xs []*execution, ps fakeProcs, poison map[string]poisonEntry) *Report {
+	t.Helper()
+	if ps.procs == nil {
+		ps.procs = map[string]*proc{}
+	}
+	if poison == nil {
+		poison = map[string]poisonEntry{}
+	}
+	snap := &snapshot{cmds: map[string]*history{c.ID: h}, poison: poison, markers: map[string]bool{}, messages: map[string]int{}}
+	j := &journal{byID: map[string][]*execution{c.ID: xs}}
+	r := &Report{Faults: map[string]int{}}
+	check(r, []*command{c}, snap, j, ps)
+	return r
+}
+
+func invariants(r *Report) []string {
+	var out []string
+	for _, v := range r.Violations {
+		out = append(out, v.Invariant)
+	}
+	return out
+}
+
+func TestCheckCleanHistoryHolds(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.fail", `{"times":1}`, false)
+	h := &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+		ev("1", "created", "", 0, 0), ev("2", "started", "w1.1", 1, 0), ev("3", "failed", "w1.1", 1, 0),
+		ev("4", "started", "w2.1", 2, 0), ev("5", "completed", "w2.1", 2, 0)}}
+	xs := []*execution{run("w1.1", 1, 1, 1, 2, "planned"), run("w2.1", 2, 2, 3, 4, "")}
+	r := runCheck(t, c, h, xs, fakeProcs{}, nil)
+	if len(r.Violations) != 0 || r.Extra != 0 || r.Completed != 1 {
+		t.Fatalf("a retry after a recorded failure: violations %v, extra %d, completed %d; want none, 0, 1", r.Violations, r.Extra, r.Completed)
+	}
+}
+
+func TestCheckFindsEachViolation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		c    *command
+		h    *history
+		xs   []*execution
+		ps   fakeProcs
+		pois map[string]poisonEntry
+		want []string
+	}{
+		{
+			name: "lost",
+			c:    acceptedCmd("c1", "demo.echo", `{}`, false),
+			h:    &history{ID: "c1"},
+			want: []string{InvAcceptedFinal},
+		},
+		{
+			name: "stranded",
+			c:    acceptedCmd("c1", "demo.echo", `{}`, false),
+			h:    &history{ID: "c1", Found: true, Status: "pending", Events: []event{ev("1", "created", "", 0, 0)}},
+			want: []string{InvAcceptedFinal},
+		},
+		{
+			name: "two completions and an unexplained overlap",
+			c:    acceptedCmd("c1", "demo.sleep", `{"ms":10}`, false),
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "started", "w1.1", 1, 0), ev("3", "completed", "w1.1", 1, 0), ev("4", "started", "w2.1", 2, 0), ev("5", "completed", "w2.1", 2, 0)}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, 4, "")},
+			want: []string{InvDuplicateExplained, InvSingleCompletion},
+		},
+		{
+			name: "an event written twice by one attempt",
+			c:    acceptedCmd("c1", "demo.steps", `{"steps":1}`, false),
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "started", "w1.1", 1, 0), ev("3", "step_completed", "w1.1", 1, 1), ev("4", "started", "w1.1", 1, 0),
+				ev("5", "step_completed", "w1.1", 1, 1), ev("6", "completed", "w1.1", 1, 0)}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, 4, "", stepMark{2, 1, false}, stepMark{3, 1, true})},
+			want: []string{InvEventOnce, InvEventOnce},
+		},
+		{
+			name: "a recorded step run again",
+			c:    acceptedCmd("c1", "demo.steps", `{"steps":2}`, false),
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "step_completed", "w1.1", 1, 1), ev("3", "failed", "w1.1", 1, 0),
+				ev("4", "step_completed", "w2.1", 2, 1), ev("5", "step_completed", "w2.1", 2, 2), ev("6", "completed", "w2.1", 2, 0)}},
+			xs: []*execution{run("w1.1", 1, 1, 1, 4, "boom", stepMark{2, 1, false}, stepMark{3, 1, true}),
+				run("w2.1", 2, 2, 5, 10, "", stepMark{6, 1, false}, stepMark{7, 1, true}, stepMark{8, 2, false}, stepMark{9, 2, true})},
+			want: []string{InvStepOnce, InvStepOnce},
+		},
+		{
+			name: "poisoned though designed to complete, and no poison entry",
+			c:    acceptedCmd("c1", "demo.fail", `{"times":1}`, false),
+			h: &history{ID: "c1", Found: true, Status: "poisoned", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "started", "w1.1", 1, 0), {Seq: "e:3", Kind: "poisoned", Worker: "w1.1", Attempt: 1, Reason: "permanent error"}}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, 2, "x")},
+			want: []string{InvDesignedOutcome, InvPoisonTable},
+		},
+		{
+			name: "a poison entry for a completed command",
+			c:    acceptedCmd("c1", "demo.echo", `{}`, false),
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "started", "w1.1", 1, 0), ev("3", "completed", "w1.1", 1, 0)}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, 2, "")},
+			pois: map[string]poisonEntry{"c1": {CommandID: "c1", Reason: "x"}},
+			want: []string{InvPoisonTable},
+		},
+		{
+			name: "completed without a successful execution",
+			c:    acceptedCmd("c1", "demo.echo", `{}`, false),
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "completed", "w1.1", 1, 0)}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, 2, "failed")},
+			want: []string{InvCompletionBacked},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCheck(t, tc.c, tc.h, tc.xs, tc.ps, tc.pois)
+			got := invariants(r)
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("violations %v, want %v:\n%+v", got, tc.want, r.Violations)
+			}
+		})
+	}
+}
+
+func TestCheckExplainsDuplicates(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.sleep", `{"ms":10}`, false)
+	done := &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+		ev("2", "started", "w2.1", 2, 0), ev("3", "completed", "w2.1", 2, 0)}}
+	killed := &proc{worker: "w1.1", killedAt: at(150)}
+	for _, tc := range []struct {
+		name     string
+		h        *history
+		xs       []*execution
+		ps       fakeProcs
+		explain  string
+		violated bool
+	}{
+		{name: "lease_lost event", explain: "lease_lost",
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "started", "w1.1", 1, 0), ev("3", "lease_lost", "w1.1", 1, 0), ev("4", "started", "w2.1", 2, 0), ev("5", "completed", "w2.1", 2, 0)}},
+			xs: []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, 4, "")}},
+		{name: "lease_lost event written by the next worker", explain: "lease_lost",
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "lease_lost", "w2.1", 1, 0), ev("3", "started", "w2.1", 2, 0), ev("4", "completed", "w2.1", 2, 0)}},
+			xs: []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, 4, "")}},
+		{name: "SIGKILL before the rerun", explain: "crash", h: done,
+			xs: []*execution{run("w1.1", 1, 1, 1, -1, ""), run("w2.1", 2, 2, 2, 3, "")},
+			ps: fakeProcs{procs: map[string]*proc{"w1.1": killed}}},
+		{name: "logged storage fault", explain: "fault", h: done,
+			xs: []*execution{run("w1.1", 1, 1, 1, 2, ""), run("w2.1", 2, 2, 3, 4, "")},
+			ps: fakeProcs{logs: []string{`w1.1: {"level":"error","op":"write completed","command":"c1","message":"cmdq processor: storage fault"}`}}},
+		{name: "nothing", violated: true, h: done,
+			xs: []*execution{run("w1.1", 1, 1, 1, 2, ""), run("w2.1", 2, 2, 3, 4, "")}},
+		{name: "killed only after the rerun began", violated: true, h: done,
+			xs: []*execution{run("w1.1", 1, 1, 1, -1, ""), run("w2.1", 2, 2, 1, 3, "")},
+			ps: fakeProcs{procs: map[string]*proc{"w1.1": killed}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCheck(t, c, tc.h, tc.xs, tc.ps, nil)
+			if r.Extra != 1 {
+				t.Fatalf("extra executions %d, want 1", r.Extra)
+			}
+			got := map[string]int{"lease_lost": r.ExplainedLeaseLost, "crash": r.ExplainedCrash, "fault": r.ExplainedFault}
+			if tc.violated {
+				if r.Unexplained != 1 || len(r.Violations) != 1 || r.Violations[0].Invariant != InvDuplicateExplained {
+					t.Fatalf("unexplained %d, violations %v; want the duplicate reported", r.Unexplained, r.Violations)
+				}
+				return
+			}
+			if got[tc.explain] != 1 || r.Unexplained != 0 {
+				t.Fatalf("explained %v, unexplained %d; want it explained by %s", got, r.Unexplained, tc.explain)
+			}
+		})
+	}
+}
+
+func TestReadJournal(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j")
+	lines := []string{
+		`{"t":"2026-01-02T03:04:05Z","pid":7,"worker":"w1.1","ev":"begin","id":"c1","type":"demo.steps","attempt":1}`,
+		`{"t":"2026-01-02T03:04:05Z","pid":7,"worker":"w1.1","ev":"step","id":"c1","type":"demo.steps","attempt":1,"step":1}`,
+		`{"t":"2026-01-02T03:04:05Z","pid":8,"worker":"w2.1","ev":"begin","id":"c1","type":"demo.steps","attempt":2,"last":1}`,
+		`{"t":"2026-01-02T03:04:05Z","pid":7,"worker":"w1.1","ev":"stepped","id":"c1","type":"demo.steps","attempt":1,"step":1}`,
+		`{"t":"2026-01-02T03:04:06Z","pid":7,"worker":"w1.1","ev":"end","id":"c1","type":"demo.steps","attempt":1,"err":"boom"}`,
+		`not json`,
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, err := readJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := j.byID["c1"]
+	if j.lines != 6 || j.bad != 1 || len(xs) != 2 {
+		t.Fatalf("lines %d bad %d executions %d; want 6, 1, 2", j.lines, j.bad, len(xs))
+	}
+	a, b := xs[0], xs[1]
+	if a.Worker != "w1.1" || a.End != 5 || a.Err != "boom" || len(a.Steps) != 2 || !a.Steps[1].Recorded || a.Steps[1].Line != 4 {
+		t.Fatalf("first execution %+v", a)
+	}
+	if b.Worker != "w2.1" || b.Last != 1 || b.End != -1 {
+		t.Fatalf("second execution %+v", b)
+	}
+}
