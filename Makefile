@@ -7,20 +7,30 @@ AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 # the module graph of programs that import cmdq.
 STATICCHECK_VERSION ?= v0.6.1
 
-.PHONY: test azurite lint unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
+.PHONY: test azurite browser lint unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
 
-# test installs Azurite from the pinned package-lock, checks formatting, vet and
-# staticcheck, runs every test with Azurite required (a missing Azurite fails,
-# never skips), the concurrent core again under the race detector, the fuzz
-# smoke step, the bench smoke step (storage operations per command) and the
-# short form of the reliability suite.
-test: azurite lint unit race fuzz-smoke bench-smoke chaos
+# ARTIFACTS is where tests leave files to look at: the browser test's
+# screenshots go to $(ARTIFACTS)/browser.
+ARTIFACTS ?= $(CURDIR)/artifacts
+
+# test installs Azurite from the pinned package-lock and Debian's Chromium if
+# missing, checks formatting, vet and staticcheck, runs every test with
+# Azurite and Chromium required (a missing one fails, never skips), the
+# concurrent core again under the race detector, the fuzz smoke step, the
+# bench smoke step (storage operations per command) and the short form of
+# the reliability suite.
+test: azurite browser lint unit race fuzz-smoke bench-smoke chaos
 
 azurite: $(AZURITE_BIN)
 
 $(AZURITE_BIN): $(AZURITE_DIR)/package.json $(AZURITE_DIR)/package-lock.json
 	npm ci --prefix $(AZURITE_DIR) --no-audit --no-fund
 	@touch $(AZURITE_BIN)
+
+# browser installs Debian's chromium package when no Chromium is found, for
+# the operator page's real-browser test (apt-get, sudo unless root).
+browser:
+	tools/install-chromium.sh
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -31,7 +41,8 @@ lint:
 # unit runs every package's tests except the reliability suite, which runs
 # on its own (chaos) so that it does not share the CPU with them.
 unit:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
+	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
+	@echo "screenshots of the operator page: $(ARTIFACTS)/browser"
 
 # fuzz-smoke runs the request-decoding fuzz target for a short while; a crash
 # fails the build and leaves the failing input in api/testdata/fuzz.

@@ -266,8 +266,8 @@ func ExampleCommandWithOptions() {
 	// queue images holds 1
 }
 
-// Stats are live while the processor runs: counts for an embedding
-// program's own dashboards, without implementing an Observer.
+// Stats counts what the processor did since the client was created: live
+// while it runs (a dashboard of an embedding program), final after Stop.
 func ExampleClient_Stats() {
 	ctx := context.Background()
 	c, done := exampleClient(cmdq.Config{Processor: processor.Config{Concurrency: 4}})
@@ -288,8 +288,13 @@ func ExampleClient_Stats() {
 			log.Fatal(err)
 		}
 	}
+	fmt.Println("running:", c.Stats().Running)
+	if err := c.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
 	st := c.Stats()
-	fmt.Println("running", st.Running, "- completed", st.Completed)
+	fmt.Println("running:", st.Running, "- completed:", st.Completed, "- in flight:", st.InFlight)
 	// Output:
-	// running true - completed 2
+	// running: true
+	// running: false - completed: 2 - in flight: 0
 }

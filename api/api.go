@@ -247,6 +247,11 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/poison", map[string]http.HandlerFunc{http.MethodGet: s.listPoison})
 	route("/v1/poison/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getPoison, http.MethodDelete: s.discard})
 	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
+	doc, err := openAPIFor(cfg.BasePath)
+	if err != nil {
+		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)
+	}
+	route("/v1/openapi.json", map[string]http.HandlerFunc{http.MethodGet: s.openAPI(doc)})
 	route("/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz})
 	route("/readyz", map[string]http.HandlerFunc{http.MethodGet: s.readyz})
 	metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})

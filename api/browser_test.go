@@ -29,6 +29,10 @@ func request(t *testing.T, method, url, ct, body string, headers ...string) resp
 		req.Header.Set("Content-Type", ct)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1]
+			continue
+		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	r, err := http.DefaultTransport.RoundTrip(req)

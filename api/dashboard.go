@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -16,8 +15,6 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +27,10 @@ import (
 )
 
 // The operator dashboard: server-rendered HTML pages under /ui/ (overview,
-// poison table, command timeline) with requeue and discard forms. It needs no
-// JavaScript and loads no external assets. See docs/dashboard.md.
+// poison table, command timeline, confirmation pages) with requeue and
+// discard forms. Every page works without JavaScript; one small same-origin
+// script (static/live.js) refreshes the changing part of a page and says how
+// fresh it is. Nothing is loaded from elsewhere. See docs/dashboard.md.
 
 // SessionCookieName is the name of the dashboard's session cookie (Path
 // BasePath+"/ui", HttpOnly, SameSite=Strict, Secure on TLS).
@@ -42,10 +41,10 @@ const SessionCookieName = "cmdq_session"
 // server (or building a new handler) logs everyone out.
 const SessionLifetime = 8 * time.Hour
 
-// dashboardCSP is the Content-Security-Policy of every /ui response: no
-// scripts, no external resources, inline styles only, forms post to this
-// origin only, no framing.
-const dashboardCSP = "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+// dashboardCSP is the Content-Security-Policy of every /ui response: scripts,
+// styles and fetches from this origin only (no inline script or style),
+// forms post to this origin only, no framing.
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // lastErrorWidth is how many characters of a poison entry's last error the
 // poison list shows (the command page shows it whole).
@@ -61,12 +60,7 @@ var dashboardClock = time.Now
 var templateFS embed.FS
 
 var dashboardFuncs = template.FuncMap{
-	"fmtTime": func(t time.Time) string {
-		if t.IsZero() {
-			return "—"
-		}
-		return t.UTC().Format("2006-01-02 15:04:05.000Z")
-	},
+	"fmtTime": fmtTime,
 	"truncate": func(s string, n int) string {
 		if utf8.RuneCountInString(s) <= n {
 			return s
@@ -78,13 +72,18 @@ var dashboardFuncs = template.FuncMap{
 	// isCommandID: poison entries of malformed messages are keyed by the
 	// queue message ID and have no command page.
 	"isCommandID": func(id string) bool { return commands.ValidateID(id) == nil },
+	"badge":       badge,
+	"eventTitle":  eventTitle,
+	"eventBadge":  eventBadge,
+	"asset":       assetURL,
+	"plural":      pluralAny,
 }
 
 // dashboardPages are the page templates, each the layout plus one page file.
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "login", "error"} {
+	for _, name := range []string{"overview", "poison", "command", "confirm", "login", "error"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -99,8 +98,12 @@ type dashboard struct {
 	now  func() time.Time
 	base string // BasePath + "/ui"
 
+	src dashSource // every storage call of the pages (dashsource.go)
+
 	revokedMu sync.Mutex
 	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
+
+	flashes flashes // one-time messages after actions (flash.go)
 }
 
 // viewer is who is looking at a page, from a session cookie, a bearer token,
@@ -124,8 +127,12 @@ type pageData struct {
 	Who     string
 	AuthOn  bool
 	Operate bool // the viewer may see the poison table and act on it
-	Flash   string
-	Body    any
+	Flash   *flash
+	// FlashState is the current state of the command a flash says was
+	// requeued, when this page read it ("" otherwise).
+	FlashState status.State
+	Now        time.Time // when the page was made
+	Body       any
 }
 
 // mountDashboard registers the /ui routes on mux.
@@ -135,7 +142,7 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 		panic("api: no randomness for the dashboard session key: " + err.Error())
 	}
 	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui",
-		revoked: map[string]int64{}}
+		src: newDashSource(s.cfg), revoked: map[string]int64{}}
 	h := func(f http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			hdr := w.Header()
@@ -154,8 +161,12 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/poison", h(d.poison))
 	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
 	mux.HandleFunc("GET /ui/search", h(d.search))
-	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(s.cfg.Client.Requeue, "requeued")))
-	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(s.cfg.Client.Discard, "discarded")))
+	mux.HandleFunc("GET /ui/static/{name}", h(d.static))
+	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(d.src.Requeue, "requeued")))
+	mux.HandleFunc("GET /ui/poison/{id}/discard", h(d.confirmDiscard))
+	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(d.src.Discard, "discarded")))
+	mux.HandleFunc("POST /ui/poison/bulk", h(d.bulkReview))
+	mux.HandleFunc("POST /ui/poison/bulk/run", h(d.bulkRun))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
@@ -366,7 +377,7 @@ func (d *dashboard) safeNext(next string) string {
 func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
 	return pageData{
 		Title: title, Base: d.base, Nav: nav, CSRF: d.csrfToken(v.session), Who: v.who,
-		AuthOn: d.authOn(), Operate: v.can(RoleOperator), Body: body,
+		AuthOn: d.authOn(), Operate: v.can(RoleOperator), Now: d.now().UTC(), Body: body,
 	}
 }
 
@@ -431,271 +442,6 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 		d.s.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard request failed")
 		d.errorPage(w, r, v, http.StatusInternalServerError, "Server error",
 			"The server could not complete the request (storage may be unavailable). Reference "+ref+" is in the server's log.", "Retry in a moment.")
-	}
-}
-
-// ---- pages ----
-
-// queueDepth is one queue's approximate depth on the overview.
-type queueDepth struct {
-	Name  string
-	Depth int
-	Err   string
-}
-
-// typeCount is one command type's number of poison entries.
-type typeCount struct {
-	Type  string
-	Count int
-}
-
-type overviewBody struct {
-	Health       HealthResponse
-	HealthDetail string
-	Queues       []queueDepth
-	PoisonCount  int
-	PoisonMore   bool // more than maxCountedPoison entries
-	PoisonByType []typeCount
-	PoisonErr    string
-}
-
-func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
-	v, ok := d.require(w, r, RoleReader)
-	if !ok {
-		return
-	}
-	ctx := r.Context()
-	b := overviewBody{Health: d.s.health()}
-	if b.Health.Detail != nil {
-		if js, err := json.MarshalIndent(b.Health.Detail, "", "  "); err == nil {
-			b.HealthDetail = string(js)
-		}
-	}
-	queues := d.s.cfg.Client.Queues()
-	if v.can(RoleOperator) {
-		page, err := d.s.cfg.Client.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
-		if err != nil {
-			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
-			d.s.log.Error().Err(err).Msg("cmdq api: dashboard: list poison")
-		} else {
-			b.PoisonCount, b.PoisonMore = len(page.Entries), page.Continuation != ""
-			byType := map[string]int{}
-			for _, e := range page.Entries {
-				byType[e.Type]++
-				if e.Queue != "" && !slices.Contains(queues, e.Queue) {
-					queues = append(queues, e.Queue)
-				}
-			}
-			for t, n := range byType {
-				b.PoisonByType = append(b.PoisonByType, typeCount{Type: t, Count: n})
-			}
-			sort.Slice(b.PoisonByType, func(i, j int) bool {
-				x, y := b.PoisonByType[i], b.PoisonByType[j]
-				return x.Count > y.Count || x.Count == y.Count && x.Type < y.Type
-			})
-		}
-	}
-	for _, q := range queues {
-		n, err := d.s.cfg.Client.QueueDepth(ctx, q)
-		qd := queueDepth{Name: q, Depth: n}
-		if err != nil {
-			qd.Err = "unavailable"
-			d.s.log.Error().Err(err).Str("queue", q).Msg("cmdq api: dashboard: queue depth")
-		}
-		b.Queues = append(b.Queues, qd)
-	}
-	d.render(w, r, http.StatusOK, "overview", d.data(v, "Overview", "overview", b))
-}
-
-type poisonBody struct {
-	Type     string
-	Limit    int
-	Entries  []status.PoisonEntry
-	NextURL  string
-	FirstURL string
-	Paged    bool // this is not the first page
-	Width    int
-}
-
-// flashMessages maps the flash codes of action redirects to what happened.
-var flashMessages = map[string]string{
-	"requeued":  "Command %s was requeued: it is pending again and back on its queue.",
-	"discarded": "Poison entry %s was discarded.",
-}
-
-func (d *dashboard) flash(r *http.Request) string {
-	q := r.URL.Query()
-	f, ok := flashMessages[q.Get("flash")]
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf(f, clipText(q.Get("cmd")))
-}
-
-func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
-	v, ok := d.require(w, r, RoleOperator)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	pq := status.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: status.DefaultPoisonLimit}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > status.MaxPoisonLimit {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
-			return
-		}
-		pq.Limit = n
-	}
-	page, err := d.s.cfg.Client.ListPoison(r.Context(), pq)
-	if err != nil {
-		d.fail(w, r, v, err)
-		return
-	}
-	link := func(cont string) string {
-		u := url.Values{}
-		if pq.Type != "" {
-			u.Set("type", pq.Type)
-		}
-		if pq.Limit != status.DefaultPoisonLimit {
-			u.Set("limit", strconv.Itoa(pq.Limit))
-		}
-		if cont != "" {
-			u.Set("continuation", cont)
-		}
-		if len(u) == 0 {
-			return d.base + "/poison"
-		}
-		return d.base + "/poison?" + u.Encode()
-	}
-	b := poisonBody{Type: pq.Type, Limit: pq.Limit, Entries: page.Entries, FirstURL: link(""), Paged: pq.Continuation != "", Width: lastErrorWidth}
-	if page.Continuation != "" {
-		b.NextURL = link(page.Continuation)
-	}
-	pd := d.data(v, "Poison table", "poison", b)
-	pd.Flash = d.flash(r)
-	d.render(w, r, http.StatusOK, "poison", pd)
-}
-
-type commandBody struct {
-	Status  status.Status
-	Events  []status.Event
-	Poison  *status.PoisonEntry
-	Pending bool
-}
-
-func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
-	v, ok := d.require(w, r, RoleReader)
-	if !ok {
-		return
-	}
-	id := r.PathValue("id")
-	if err := commands.ValidateID(id); err != nil {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
-		return
-	}
-	ctx := r.Context()
-	st, err := d.s.cfg.Client.Get(ctx, id)
-	if err != nil {
-		d.fail(w, r, v, err)
-		return
-	}
-	evs, err := d.s.cfg.Client.Events(ctx, id)
-	if err != nil {
-		d.fail(w, r, v, err)
-		return
-	}
-	b := commandBody{Status: st, Events: evs}
-	if st.State == status.StatePoisoned && v.can(RoleOperator) {
-		if e, err := d.s.cfg.Client.GetPoison(ctx, id); err == nil {
-			b.Poison = &e
-		}
-	}
-	pd := d.data(v, "Command "+id, "", b)
-	pd.Flash = d.flash(r)
-	d.render(w, r, http.StatusOK, "command", pd)
-}
-
-func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
-	v, ok := d.require(w, r, RoleReader)
-	if !ok {
-		return
-	}
-	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
-	if err := commands.ValidateID(id); err != nil {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
-		return
-	}
-	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
-}
-
-// action returns the handler of POST /ui/poison/{id}/requeue or /discard:
-// act is the Reader's Requeue or Discard, done ("requeued" or "discarded")
-// the flash code and log word.
-func (d *dashboard) action(act func(ctx context.Context, id, by string) error, done string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
-		v, ok := d.require(w, r, RoleOperator)
-		if !ok || !d.checkPost(w, r, v) {
-			return
-		}
-		id := r.PathValue("id")
-		// Poison entries of malformed messages are keyed by the queue
-		// message's ID, not a UUID: accept any valid table key.
-		if err := storage.ValidateKey("PartitionKey", id); err != nil || id == "" {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the buttons on the poison list.")
-			return
-		}
-		by := "ui:" + v.who
-		if err := act(r.Context(), id, by); err != nil {
-			d.failAction(w, r, v, id, err)
-			return
-		}
-		d.s.log.Info().Str("command", id).Str("by", by).Msg("cmdq api: poisoned command " + done + " from the dashboard")
-		u := url.Values{"flash": {done}, "cmd": {id}}
-		if t := r.PostFormValue("type"); t != "" {
-			u.Set("type", t)
-		}
-		target := d.base + "/poison?" + u.Encode()
-		if r.PostFormValue("back") == "command" && done == "requeued" {
-			target = d.base + "/commands/" + url.PathEscape(id) + "?" + url.Values{"flash": {"requeued"}, "cmd": {id}}.Encode()
-		}
-		http.Redirect(w, r, target, http.StatusSeeOther)
-	}
-}
-
-// failAction renders a failed requeue or discard as a page that says what to do.
-func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer, id string, err error) {
-	page := func(code int, title, msg, todo string, offerDiscard bool) {
-		b := errorBody{Status: code, Message: msg, Todo: todo}
-		if offerDiscard {
-			b.DiscardID = id
-		}
-		d.render(w, r, code, "error", d.data(v, title, "poison", b))
-	}
-	switch {
-	case errors.Is(err, status.ErrNoCommand):
-		page(http.StatusConflict, "Nothing to requeue",
-			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", clipText(id)),
-			"Fix the producer that sent it, then discard the entry.", true)
-	case errors.Is(err, status.ErrNotPoisoned):
-		page(http.StatusConflict, "Not poisoned",
-			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
-			"Open the command to see its state.", false)
-	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
-		if st, gerr := d.s.cfg.Client.Get(r.Context(), id); gerr == nil {
-			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
-				"Open the command to see its state.", false)
-			return
-		}
-		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", clipText(id)),
-			"It may have been discarded already; reload the poison list.", false)
-	default:
-		d.fail(w, r, v, err)
 	}
 }
 

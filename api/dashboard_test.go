@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +35,7 @@ type browser struct {
 	t       *testing.T
 	base    string
 	cookie  *http.Cookie // the session cookie, if logged in
+	flash   *http.Cookie // the flash cookie, while one is set
 	bearer  string
 	headers map[string]string // extra request headers (Origin, Sec-Fetch-Site)
 }
@@ -60,6 +62,9 @@ func (b *browser) do(method, path string, form url.Values) page {
 	if b.cookie != nil {
 		req.AddCookie(b.cookie)
 	}
+	if b.flash != nil {
+		req.AddCookie(b.flash)
+	}
 	if b.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+b.bearer)
 	}
@@ -84,6 +89,13 @@ func (b *browser) do(method, path string, form url.Values) page {
 		p.doc = doc
 	}
 	for _, c := range r.Cookies() {
+		if c.Name == "cmdq_flash" {
+			if c.MaxAge < 0 || c.Value == "" {
+				b.flash = nil
+			} else {
+				b.flash = c
+			}
+		}
 		if c.Name == api.SessionCookieName {
 			if c.MaxAge < 0 || c.Value == "" {
 				b.cookie = nil
@@ -194,12 +206,19 @@ func cells(row *html.Node) []string {
 	return out
 }
 
-// poisonRows returns the command IDs of the poison list, in page order.
+// poisonRows returns the cells of the poison list's rows, in page order,
+// without the selection box: command ID, type, attempts, reason, last
+// error, poisoned, actions.
 func poisonRows(t *testing.T, p page) [][]string {
 	t.Helper()
 	var out [][]string
 	for _, tr := range elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "entry") }) {
-		out = append(out, cells(tr))
+		c := cells(tr)
+		boxes := elements(tr, "input", func(n *html.Node) bool { return attr(n, "type") == "checkbox" && attr(n, "form") == "bulk" })
+		if len(boxes) != 1 || attr(boxes[0], "name") != "id" || attr(boxes[0], "value") != strings.Fields(c[1] + " ")[0] {
+			t.Fatalf("poison row %q has no selection box for its ID", c)
+		}
+		out = append(out, c[1:])
 	}
 	return out
 }
@@ -277,11 +296,15 @@ func TestDashboardOverview(t *testing.T) {
 		poisonAt(t, srv, ids[2], now, "e3")
 
 		p := b.get("/ui/").want(t, http.StatusOK)
-		contains(t, p, "State "+state, "table timeout", "3 poisoned commands")
+		// The health detail is a readable panel, not raw JSON.
+		contains(t, p, "Last fault table timeout", "Messages in flight 2", "3 poisoned commands")
+		if strings.Contains(p.body, `"inFlight"`) {
+			t.Fatal("the overview shows the health detail as raw JSON")
+		}
 		if healthy {
-			contains(t, p, "Healthy yes")
+			contains(t, p, "State "+state+" healthy")
 		} else {
-			contains(t, p, "Healthy no")
+			contains(t, p, "State "+state+" unhealthy — the service reports itself unhealthy")
 		}
 		var rows [][]string
 		for _, tr := range elements(p.doc, "tr", nil) {
@@ -357,8 +380,8 @@ func TestDashboardPoisonList(t *testing.T) {
 		t.Fatalf("Beta filter: %d rows, want %d", len(rows), len(beta))
 	}
 	for i, r := range rows {
-		if r[0] != beta[i] || r[1] != "Beta" || r[2] != "6" || r[3] != "ceiling exceeded" || r[4] != "boom" || !strings.HasSuffix(r[5], "Z") {
-			t.Fatalf("Beta row %d = %q, want id %s Beta 6 'ceiling exceeded' boom <time>", i, r, beta[i])
+		if r[0] != beta[i] || r[1] != "Beta" || r[2] != "6" || r[3] != "ceiling exceeded" || r[4] != "boom" || !strings.HasSuffix(r[5], " min ago") {
+			t.Fatalf("Beta row %d = %q, want id %s Beta 6 'ceiling exceeded' boom <N min ago>", i, r, beta[i])
 		}
 	}
 	if nextLink(p) != "" {
@@ -404,34 +427,64 @@ func TestDashboardCommandPage(t *testing.T) {
 	poisonAt(t, srv, id, time.Now(), "")
 
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
-	contains(t, p, "Type Convert", "Status poisoned", "Last step 1")
+	contains(t, p, "Type Convert", "Status poisoned", "Last completed step 1", `Parameters (7 bytes) { "n": 1 }`)
+	if n := len(elements(p.doc, "span", func(n *html.Node) bool {
+		return hasClass(n, "badge") && hasClass(n, "s-poisoned") && text(n) == "poisoned"
+	})); n < 2 {
+		t.Fatalf("the poisoned state is not a coloured badge (%d badges)", n)
+	}
 	var kinds []string
 	rows := elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "event") })
 	for _, tr := range rows {
-		kinds = append(kinds, cells(tr)[4])
+		kinds = append(kinds, cells(tr)[2])
 	}
-	if want := []string{"created", "started", "step_completed", "failed", "poisoned"}; !slices.Equal(kinds, want) {
+	if want := []string{"created", "started", "step 1 completed", "failed", "poisoned"}; !slices.Equal(kinds, want) {
 		t.Fatalf("timeline %v, want %v", kinds, want)
 	}
 	failed := cells(rows[3])
-	if failed[2] != "1" || failed[3] != "host-a" || !strings.Contains(failed[5], "panic: nil map") {
+	if failed[3] != "1" || failed[4] != "host-a" || !strings.Contains(failed[5], "panic: nil map") {
 		t.Fatalf("failed row %q", failed)
 	}
-	if c := cells(rows[2]); !strings.Contains(c[5], "step 1") || !strings.Contains(c[5], "file 1 converted") {
+	// The step and its note are told apart: "step 1 completed", then the
+	// note on its own ("step 1 step 1 of 4" ran together before).
+	if c := cells(rows[2]); c[5] != "file 1 converted" || len(elements(rows[2], "q", nil)) != 1 {
 		t.Fatalf("step row %q", c)
 	}
 	details := elements(rows[3], "details", nil)
 	if len(details) != 1 || !strings.Contains(text(details[0]), "goroutine 7 [running]:") {
 		t.Fatal("the panic stack is not in a <details> of the failed event")
 	}
-	// A poisoned command offers the actions.
+	// Times are relative, with the absolute UTC time in the title; the
+	// timeline shows the time of day (UTC), with the date and how long ago
+	// in the title.
+	clock := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}Z$`)
+	for _, tm := range elements(p.doc, "time", func(n *html.Node) bool { return attr(n, "id") != "updated" }) {
+		ok := strings.HasSuffix(attr(tm, "datetime"), "Z")
+		if hasClass(tm, "clock") {
+			ok = ok && clock.MatchString(text(tm)) && strings.HasSuffix(attr(tm, "title"), "Z (just now)")
+		} else {
+			ok = ok && strings.HasSuffix(attr(tm, "title"), "Z") && text(tm) == "just now"
+		}
+		if !ok {
+			t.Fatalf("time element %q title %q datetime %q", text(tm), attr(tm, "title"), attr(tm, "datetime"))
+		}
+	}
+	// A poisoned command offers the actions: requeue at once, discard
+	// after a confirmation page.
 	forms := elements(p.doc, "form", func(n *html.Node) bool { return attr(n, "method") == "post" })
 	var actions []string
 	for _, f := range forms {
 		actions = append(actions, attr(f, "action"))
 	}
-	if !slices.Contains(actions, "/ui/poison/"+id+"/requeue") || !slices.Contains(actions, "/ui/poison/"+id+"/discard") {
-		t.Fatalf("poisoned command page forms %v lack requeue and discard", actions)
+	if !slices.Contains(actions, "/ui/poison/"+id+"/requeue") || slices.Contains(actions, "/ui/poison/"+id+"/discard") {
+		t.Fatalf("poisoned command page forms %v: want requeue, and discard only behind a confirmation", actions)
+	}
+	if len(elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "href") == "/ui/poison/"+id+"/discard" })) != 1 {
+		t.Fatal("no link to the discard confirmation")
+	}
+	// The page refreshes itself while the command may change.
+	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); len(live) != 1 || attr(live[0], "data-refresh") != "5" {
+		t.Fatal("a poisoned command's page has no live part refreshing every 5 s")
 	}
 
 	// Search box → command page.
@@ -476,7 +529,11 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	if !strings.HasPrefix(loc, "/ui/poison?") || !strings.Contains(loc, "type=Alpha") {
 		t.Fatalf("requeue redirects to %q", loc)
 	}
-	contains(t, b.get(loc).want(t, http.StatusOK), "Command "+a+" was requeued")
+	contains(t, b.get(loc).want(t, http.StatusOK), "Command "+a+" was requeued at")
+	// The message is shown once: a reload does not repeat it.
+	if got := text(b.get(loc).want(t, http.StatusOK).doc); strings.Contains(got, "was requeued") {
+		t.Fatalf("the flash message came back on reload:\n%s", got)
+	}
 	st, err := srv.Client.Get(ctx, a)
 	if err != nil || st.State != status.StatePending {
 		t.Fatalf("after requeue: %v %v, want pending", st.State, err)
@@ -494,8 +551,20 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	// Again: a readable 409 saying it is not poisoned.
 	contains(t, b.post("/ui/poison/"+a+"/requeue", url.Values{"csrf": {tok}}).want(t, http.StatusConflict), "is pending, not poisoned")
 
+	// Discard asks first: the confirmation page changes nothing and posts
+	// to the action.
+	p = b.get("/ui/poison/"+d+"/discard?type=Alpha").want(t, http.StatusOK)
+	contains(t, p, "Discard this poison entry?", "cannot be undone", d, "ceiling exceeded")
+	if forms := elements(p.doc, "form", func(n *html.Node) bool {
+		return attr(n, "method") == "post" && attr(n, "action") == "/ui/poison/"+d+"/discard"
+	}); len(forms) != 1 {
+		t.Fatalf("the confirmation page has no form posting the discard:\n%s", p.body)
+	}
+	if _, err := srv.Client.GetPoison(ctx, d); err != nil {
+		t.Fatalf("the confirmation page changed storage: %v", err)
+	}
 	// Discard: status discarded, entry gone.
-	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
+	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {csrf(t, p)}, "type": {"Alpha"}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
 		"Poison entry "+d+" was discarded")
 	if st, _ := srv.Client.Get(ctx, d); st.State != status.StateDiscarded {
 		t.Fatalf("after discard: %s", st.State)
@@ -514,9 +583,11 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	}
 	p = b.post("/ui/poison/msg-0042/requeue", url.Values{"csrf": {tok}}).want(t, http.StatusConflict)
 	contains(t, p, "nothing to requeue", "discard the entry")
-	if forms := elements(p.doc, "form", func(n *html.Node) bool { return attr(n, "action") == "/ui/poison/msg-0042/discard" }); len(forms) != 1 {
+	if links := elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "href") == "/ui/poison/msg-0042/discard" }); len(links) != 1 {
 		t.Fatalf("orphan error page offers no discard:\n%s", p.body)
 	}
+	p = b.get("/ui/poison/msg-0042/discard").want(t, http.StatusOK)
+	contains(t, p, "msg-0042 (no stored command)")
 	b.post("/ui/poison/msg-0042/discard", url.Values{"csrf": {csrf(t, p)}}).location(t, http.StatusSeeOther)
 	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("orphan entry after discard: %v", err)
@@ -681,8 +752,14 @@ func TestDashboardEscaping(t *testing.T) {
 		if p.doc == nil {
 			t.Fatalf("%s: not HTML", path)
 		}
-		if n := len(elements(p.doc, "script", nil)); n != 0 || strings.Contains(p.body, "<script") {
-			t.Fatalf("%s: unescaped script (%d elements):\n%s", path, n, p.body)
+		// The only script is the dashboard's own file.
+		for _, sc := range elements(p.doc, "script", nil) {
+			if !strings.HasPrefix(attr(sc, "src"), "/ui/static/live.js?v=") || sc.FirstChild != nil {
+				t.Fatalf("%s: a script that is not the dashboard's own:\n%s", path, p.body)
+			}
+		}
+		if strings.Contains(p.body, "<script>") {
+			t.Fatalf("%s: unescaped script:\n%s", path, p.body)
 		}
 		if !strings.Contains(p.body, "&lt;script&gt;") {
 			t.Fatalf("%s: the escaped text is missing:\n%s", path, p.body)

@@ -75,8 +75,9 @@ type Error struct {
 	Method, URL string `json:"-"`
 }
 
+// Error reads "METHOD URL: status title: detail; pointer: detail…".
 func (e *Error) Error() string {
-	s := fmt.Sprintf("cmdq: %s %s: %d %s", e.Method, e.URL, e.StatusCode, e.Title)
+	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.StatusCode, e.Title)
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}

@@ -573,7 +573,9 @@ func (p *Processor) unclaim(id string) {
 
 // Stats are a processor's running counts since New, over all its Run and
 // RunFor calls (a RunFor's Summary counts that run only). Counts mean what
-// Summary's do.
+// Summary's do. A count grows just after its outcome is stored, so a reader
+// may see a command completed a moment before Stats counts it; once Run or
+// RunFor has returned, the counts are final.
 type Stats struct {
 	// Processed counts messages taken and finished (any outcome, including
 	// messages of already-final commands that were only deleted).

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/user"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -61,19 +63,19 @@ func (f *remoteFlags) add(c *cobra.Command) {
 // given by --store; else the default server.
 func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if f.cmd.Flags().Changed("server") || !f.cmd.Flags().Changed("store") {
-		url := f.server
-		if url == "" {
-			url = defaultServer
+		base := f.server
+		if base == "" {
+			base = defaultServer
 		}
 		var opts []client.Option
 		if f.token != "" {
 			opts = append(opts, client.WithToken(f.token))
 		}
-		c, err := client.New(url, opts...)
+		c, err := client.New(base, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("--server: %w", err)
 		}
-		return httpBackend{c}, nil
+		return httpBackend{c: c, url: base}, nil
 	}
 	st, err := f.store.open(ctx)
 	if err != nil {
@@ -97,45 +99,65 @@ func operatorName() string {
 	return "cli:" + name + "@" + host
 }
 
-type httpBackend struct{ c *client.Client }
+type httpBackend struct {
+	c   *client.Client
+	url string // the server's base URL
+}
 
-func wrapHTTP(err error) error {
+// wrap makes the client's errors read well after "cmdq: <what>: ": a
+// refused connection says what to check, other transport errors name the
+// request once, and not-found matches errNotFound.
+func (b httpBackend) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errNotFound, err)
 	}
-	return err
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("cannot reach %s (connection refused): is `cmdq serve` running there? Start it, or point to another server with --server URL or CMDQ_SERVER: %w", b.url, errConnRefused)
+	}
+	return fmt.Errorf("%s %s: %w", strings.ToUpper(ue.Op), ue.URL, ue.Err)
 }
+
+// errConnRefused ends the message of a refused connection.
+var errConnRefused = errors.New("connection refused")
 
 func (b httpBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
 	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
-	return res.ID, res.Existing, err
+	return res.ID, res.Existing, b.wrap(err)
 }
 
 func (b httpBackend) Get(ctx context.Context, id string) (status.Status, error) {
 	s, err := b.c.Get(ctx, id)
-	return s, wrapHTTP(err)
+	return s, b.wrap(err)
 }
 
 func (b httpBackend) Events(ctx context.Context, id string) ([]status.Event, error) {
 	e, err := b.c.Events(ctx, id)
-	return e, wrapHTTP(err)
+	return e, b.wrap(err)
 }
 
 func (b httpBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
-	return b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
+	p, err := b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
+	return p, b.wrap(err)
 }
 
 func (b httpBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
 	p, err := b.c.GetPoison(ctx, id)
-	return p, wrapHTTP(err)
+	return p, b.wrap(err)
 }
 
 func (b httpBackend) Requeue(ctx context.Context, id string) error {
-	return wrapHTTP(b.c.Requeue(ctx, id))
+	return b.wrap(b.c.Requeue(ctx, id))
 }
 
 func (b httpBackend) Discard(ctx context.Context, id string) error {
-	return wrapHTTP(b.c.Discard(ctx, id))
+	return b.wrap(b.c.Discard(ctx, id))
 }
 
 func (httpBackend) Close() error { return nil }
@@ -258,11 +280,13 @@ Examples:
 				if !wait {
 					return nil
 				}
-				st, err := waitFinal(ctx, b, gotID, interval)
+				pr := newProgress(cmd.ErrOrStderr())
+				st, err := waitFinal(ctx, b, gotID, interval, pr.update)
+				pr.clear()
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.State)), st.Attempts, st.Step)
+				fmt.Fprintln(out, finalLine(paletteOf(out), st))
 				if st.State != status.StateCompleted {
 					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
@@ -284,8 +308,24 @@ Examples:
 	return c
 }
 
-// waitFinal polls until the command's state is final or ctx ends.
-func waitFinal(ctx context.Context, b backend, id string, interval time.Duration) (status.Status, error) {
+// finalLine is the last line of `send --wait` and `status --watch`: the ID,
+// the state and the attempts (and the last step, for commands with steps).
+func finalLine(p palette, st status.Status) string {
+	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.State), term(string(st.State))), attemptsText(st))
+}
+
+// attemptsText is "attempts N" and, once a step is done, ", step M".
+func attemptsText(st status.Status) string {
+	s := fmt.Sprintf("attempts %d", st.Attempts)
+	if st.Step > 0 {
+		s += fmt.Sprintf(", step %d", st.Step)
+	}
+	return s
+}
+
+// waitFinal polls until the command's state is final or ctx ends, calling
+// seen with every status read.
+func waitFinal(ctx context.Context, b backend, id string, interval time.Duration, seen func(status.Status)) (status.Status, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
@@ -299,6 +339,7 @@ func waitFinal(ctx context.Context, b backend, id string, interval time.Duration
 		if st.State.Final() {
 			return st, nil
 		}
+		seen(st)
 		select {
 		case <-ctx.Done():
 			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.State, ctx.Err())
@@ -364,7 +405,7 @@ completed, poisoned or discarded.
 					}
 					last = printEvents(out, evs, last)
 				}
-				fmt.Fprintf(out, "\n%s %s (attempts %d, step %d)\n", term(st.ID), term(string(st.State)), st.Attempts, st.Step)
+				fmt.Fprintf(out, "\n%s\n", finalLine(paletteOf(out), st))
 				return nil
 			})
 		},
@@ -376,18 +417,35 @@ completed, poisoned or discarded.
 	return c
 }
 
-const timeLayout = "2006-01-02 15:04:05.000"
+// timeLayout is how the CLI prints times: UTC with milliseconds and a Z,
+// as the operator page and the JSON API do.
+const timeLayout = "2006-01-02 15:04:05.000Z"
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+// waitingNote explains a pending command that has not started (the
+// started event is written lazily).
+const waitingNote = "waiting for a processor; a handler that is already running shows as running after about 1 s (the started event is written lazily)"
 
 func printStatus(w io.Writer, st status.Status) {
+	p := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
-	fmt.Fprintf(tw, "status\t%s (attempts %d, step %d)\n", term(string(st.State)), st.Attempts, st.Step)
+	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.State), term(string(st.State))), attemptsText(st))
+	if st.State == status.StatePending && st.Attempts == 0 {
+		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
+	}
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))
 	}
-	fmt.Fprintf(tw, "created\t%s\n", st.CreatedAt.Local().Format(timeLayout))
-	fmt.Fprintf(tw, "updated\t%s\n", st.UpdatedAt.Local().Format(timeLayout))
+	fmt.Fprintf(tw, "created\t%s\n", fmtTime(st.CreatedAt))
+	fmt.Fprintf(tw, "updated\t%s\n", fmtTime(st.UpdatedAt))
 	if st.CorrelationID != "" {
 		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
@@ -401,7 +459,8 @@ func printEvents(w io.Writer, evs []status.Event, after int64) int64 {
 			continue
 		}
 		after = e.Seq
-		fmt.Fprintf(w, "%s  %-14s  %s\n", e.Time.Local().Format(timeLayout), term(string(e.Kind)), eventDetail(e))
+		kind := fmt.Sprintf("%-14s", term(string(e.Kind)))
+		fmt.Fprintf(w, "%s  %s  %s\n", fmtTime(e.Time), paletteOf(w).state(string(e.Kind), kind), eventDetail(e))
 	}
 	return after
 }
@@ -475,7 +534,7 @@ func newPoisonLsCmd() *cobra.Command {
 				fmt.Fprintln(tw, "COMMAND\tTYPE\tDEQUEUES\tPOISONED AT\tREASON\tLAST ERROR")
 				for _, e := range page.Entries {
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", term(e.CommandID), term(e.Type), e.DequeueCount,
-						e.PoisonedAt.Local().Format(timeLayout), oneLine(term(e.Reason), 80), oneLine(term(e.LastError), 80))
+						fmtTime(e.PoisonedAt), oneLine(term(e.Reason), 80), oneLine(term(e.LastError), 80))
 				}
 				_ = tw.Flush()
 				if page.Continuation != "" {
@@ -502,24 +561,54 @@ func oneLine(s string, max int) string {
 }
 
 func newPoisonShowCmd() *cobra.Command {
-	var f remoteFlags
+	var (
+		f      remoteFlags
+		asJSON bool
+	)
 	c := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show one poison entry (as JSON)",
+		Short: "Show one poison entry (--json for machines)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				p, err := b.GetPoison(ctx, args[0])
 				if err != nil {
 					return fmt.Errorf("poison entry %s: %w", args[0], err)
 				}
-				return writeJSON(cmd.OutOrStdout(), p)
+				if asJSON {
+					return writeJSON(out, p)
+				}
+				printPoison(out, p)
+				return nil
 			})
 		},
 	}
 	f.add(c)
+	c.Flags().BoolVar(&asJSON, "json", false, "print the entry as JSON")
 	return c
+}
+
+// printPoison prints one poison entry as labelled lines, with what to do next.
+func printPoison(w io.Writer, p status.PoisonEntry) {
+	pal := paletteOf(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
+	fmt.Fprintf(tw, "type\t%s\n", term(p.Type))
+	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(status.StatePoisoned), "poisoned"), p.DequeueCount)
+	fmt.Fprintf(tw, "reason\t%s\n", term(p.Reason))
+	if p.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", term(p.LastError))
+	}
+	fmt.Fprintf(tw, "poisoned at\t%s\n", fmtTime(p.PoisonedAt))
+	fmt.Fprintf(tw, "queue\t%s\n", term(p.Queue))
+	if p.Worker != "" {
+		fmt.Fprintf(tw, "worker\t%s\n", term(p.Worker))
+	}
+	_ = tw.Flush()
+	id := term(p.CommandID)
+	fmt.Fprintf(w, "\nnext: cmdq status %s (its events) · cmdq poison requeue %s · cmdq poison rm %s\n", id, id, id)
 }
 
 func newPoisonActionCmd(action string) *cobra.Command {

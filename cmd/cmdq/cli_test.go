@@ -90,6 +90,10 @@ func TestCLIAgainstServer(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, serveOpts{args: []string{"--poison-ceiling", "2"}})
 	env := []string{"CMDQ_SERVER=" + srv.URL}
+	// serve says where the operator page is.
+	if !strings.Contains(srv.stderr.String(), `"ui":"`+srv.URL+`/ui/"`) {
+		t.Errorf("serve's listening line does not give the /ui/ URL:\n%s", srv.stderr.String())
+	}
 
 	// send --wait: the ID, then the final status.
 	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait", "--interval", "50ms")
@@ -160,10 +164,21 @@ func TestCLIAgainstServer(t *testing.T) {
 	if strings.TrimSpace(r.stdout) != "no poisoned commands" {
 		t.Errorf("poison ls --type demo.echo: %q", r.stdout)
 	}
-	r = mustRun(t, env, "poison", "show", fid)
+	r = mustRun(t, env, "poison", "show", fid, "--json")
 	var pe status.PoisonEntry
 	if err := json.Unmarshal([]byte(r.stdout), &pe); err != nil || pe.CommandID != fid || pe.Reason != "attempts exhausted" {
-		t.Errorf("poison show: %s (%v)", r.stdout, err)
+		t.Errorf("poison show --json: %s (%v)", r.stdout, err)
+	}
+	// Without --json, labelled lines a person reads, and what to do next.
+	r = mustRun(t, env, "poison", "show", fid)
+	for _, want := range []string{"command      " + fid, "type         demo.fail", "status       poisoned (dequeued 2 times)", "reason       attempts exhausted",
+		"last error   attempt 2 of at most 2 failed: demo.fail: planned failure 2 of 9", "queue        commands", "next: cmdq status " + fid} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("poison show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^poisoned at  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(r.stdout) {
+		t.Errorf("poison show: the time is not UTC with a Z:\n%s", r.stdout)
 	}
 	r = mustRun(t, env, "poison", "requeue", fid)
 	if strings.TrimSpace(r.stdout) != fid+" requeued" {
@@ -180,7 +195,7 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Errorf("poison ls --json after rm: %s (%v)", r.stdout, err)
 	}
 	r = mustRun(t, env, "status", fid)
-	for _, want := range []string{"discarded (attempts 2, step 0)", "requeued", "by api:", "reason: discarded by operator"} {
+	for _, want := range []string{"discarded (attempts 2)", "requeued", "by api:", "reason: discarded by operator"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status of the discarded command lacks %q:\n%s", want, r.stdout)
 		}

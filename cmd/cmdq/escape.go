@@ -70,8 +70,26 @@ func term(s string) string {
 
 // safeWriter escapes what term escapes except newlines and tabs, which lay
 // out the CLI's own output. It is the net under the per-field escaping: the
-// binary's stdout and stderr both go through one.
-type safeWriter struct{ w io.Writer }
+// binary's stdout and stderr both go through one. When colours are on it
+// lets the palette's own SGR sequences (term.go) through, and nothing else.
+type safeWriter struct {
+	w     io.Writer
+	tty   bool // w is an interactive terminal: a progress line may be drawn on it
+	color bool // colours are on: the palette's SGR sequences pass
+}
+
+// sgrAt returns the length of the palette sequence p starts with, or 0.
+func (s safeWriter) sgrAt(p []byte) int {
+	if !s.color {
+		return 0
+	}
+	for _, c := range sgrCodes {
+		if bytes.HasPrefix(p, []byte(c)) {
+			return len(c)
+		}
+	}
+	return 0
+}
 
 func (s safeWriter) Write(p []byte) (int, error) {
 	clean := true
@@ -88,6 +106,11 @@ func (s safeWriter) Write(p []byte) (int, error) {
 	}
 	var b []byte
 	for i := 0; i < len(p); {
+		if k := s.sgrAt(p[i:]); k > 0 {
+			b = append(b, p[i:i+k]...)
+			i += k
+			continue
+		}
 		r, n := utf8.DecodeRune(p[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:

@@ -62,7 +62,8 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 		}
 	}
 	check("poison ls", mustRun(t, nil, append([]string{"poison", "ls"}, srv...)...), `reason `+shown)
-	for _, args := range [][]string{{"poison", "show", id}, {"status", id, "--json"}, {"poison", "ls", "--json"}} {
+	check("poison show", mustRun(t, nil, append([]string{"poison", "show", id}, srv...)...), "reason       reason "+shown)
+	for _, args := range [][]string{{"poison", "show", id, "--json"}, {"status", id, "--json"}, {"poison", "ls", "--json"}} {
 		r := mustRun(t, nil, append(args, srv...)...)
 		check(strings.Join(args[:2], " "), r, `\u001b[31mFAKE`, `\u202eevil`)
 		if !json.Valid([]byte(r.stdout)) {

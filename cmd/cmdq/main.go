@@ -62,7 +62,7 @@ func run(args []string) int {
 	root.SetArgs(args)
 	// Output carries text from issuers and handlers: no raw control
 	// characters reach the terminal (escape.go).
-	stdout, stderr := safeWriter{os.Stdout}, safeWriter{os.Stderr}
+	stdout, stderr := terminalWriter(os.Stdout), terminalWriter(os.Stderr)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
@@ -72,11 +72,11 @@ func run(args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "cmdq:", ee.err)
+			fmt.Fprintln(stderr, paletteOf(stderr).errorPrefix(), ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "cmdq:", err)
+	fmt.Fprintln(stderr, paletteOf(stderr).errorPrefix(), err)
 	return 1
 }
 

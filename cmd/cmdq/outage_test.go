@@ -14,7 +14,9 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/openapitest"
 )
 
 // faultyAzurite puts an in-process toxiproxy in front of Azurite's queue and
@@ -74,7 +76,8 @@ func faultyAzurite(t *testing.T) (conn string, blackHole func() (restore func())
 // TestServeAnswers503WhenStorageHangs runs `cmdq serve --store azure` through
 // a toxiproxy that black-holes Azurite (connections accepted, nothing
 // answered). Every API call that needs storage answers 503 problem+json with
-// Retry-After within the request deadline plus a little, instead of hanging
+// Retry-After (as api/openapi.json documents it) within the request
+// deadline plus a little, instead of hanging
 // for minutes past the server's write timeout (a dropped connection). When
 // storage answers again, so does the API.
 func TestServeAnswers503WhenStorageHangs(t *testing.T) {
@@ -90,6 +93,10 @@ func TestServeAnswers503WhenStorageHangs(t *testing.T) {
 		t.Fatalf("issue before the outage: %d %s", r.code, r.body)
 	}
 
+	spec, err := openapitest.Load(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
 	restore := blackHole()
 	// Without the deadline the first answer came after about 4 minutes (4
 	// tries of 60 s), after the 60 s write timeout: the client got nothing.
@@ -99,7 +106,9 @@ func TestServeAnswers503WhenStorageHangs(t *testing.T) {
 		{http.MethodGet, "/v1/commands/" + id, ""},
 		{http.MethodGet, "/v1/commands/" + id + "/events", ""},
 		{http.MethodGet, "/v1/poison", ""},
+		{http.MethodGet, "/v1/poison/" + id, ""},
 		{http.MethodPost, "/v1/poison/" + id + "/requeue", ""},
+		{http.MethodDelete, "/v1/poison/" + id, ""},
 	} {
 		var rd io.Reader
 		if c.body != "" {
@@ -125,6 +134,10 @@ func TestServeAnswers503WhenStorageHangs(t *testing.T) {
 		}
 		if ra := resp.Header.Get("Retry-After"); ra == "" {
 			t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
+		}
+		// The answer is the one the OpenAPI description documents.
+		if err := spec.Check(c.method, c.path, resp.StatusCode, resp.Header, b); err != nil {
+			t.Error(err)
 		}
 		var prob struct {
 			Type, Detail string

@@ -294,7 +294,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(cfg.AllowedHosts) == 0 {
 		log.Warn().Str("addr", f.addr).Msg("cmdq serve: without --tokens only loopback Host names are answered (others get 421); add the names clients use with --allowed-hosts")
 	}
-	ev := log.Info().Str("url", "http://"+ln.Addr().String()).Str("store", f.store.kind).Str("prefix", c.Prefix()).
+	base := "http://" + ln.Addr().String()
+	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", c.Prefix()).
 		Strs("handlers", c.Types()).Bool("auth", len(tokens) > 0)
 	if f.store.kind == "embedded" {
 		ev = ev.Str("data", f.store.data)

@@ -229,6 +229,16 @@ func TestReadmeTour(t *testing.T) {
 			t.Errorf("README tour no longer contains %q", want)
 		}
 	}
+	// A reader following the tour sees the status codes it promises, and
+	// learns how to reach a server on another port.
+	for _, s := range steps {
+		if s.cli == nil && !strings.HasPrefix(s.text, "curl -si ") && !strings.HasPrefix(s.text, "curl -i ") {
+			t.Errorf("README.md:%d: %q prints no status code; use curl -si", s.line, s.text)
+		}
+	}
+	if sec, _ := section(t, string(readme), tourHeading); !strings.Contains(sec, "--server") || !strings.Contains(sec, "CMDQ_SERVER") {
+		t.Error("the README tour does not say how to reach a server on another port (--server, CMDQ_SERVER)")
+	}
 
 	srv := startServe(t, serveOpts{})
 	for _, s := range steps {

@@ -59,8 +59,12 @@ type Options struct {
 	Config cmdq.Config
 	// Setup, when set, registers or declares command types on the client
 	// before the server starts; with handlers registered, the client's
-	// processor runs until the test ends.
+	// processor runs until the test ends, unless Idle.
 	Setup func(c *cmdq.Client) error
+	// Idle keeps the client's processor stopped although handlers are
+	// registered: the server knows the types (their checks, their retry
+	// policy) but nothing processes them.
+	Idle bool
 	// Tokens as in api.Config (default nil: no auth). Use Tokens() for the test set.
 	Tokens api.Tokens
 	// Health as in api.Config (default: the client's).
@@ -130,7 +134,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatalf("apitest: setup: %v", err)
 		}
 	}
-	if c.Handles() {
+	if c.Handles() && !opts.Idle {
 		if err := c.Start(context.Background()); err != nil {
 			t.Fatalf("apitest: start: %v", err)
 		}

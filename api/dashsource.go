@@ -1,0 +1,102 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/status"
+)
+
+// Every read and change the dashboard makes goes through dashSource, and
+// nothing else in dashboard.go touches storage: when api.Config takes another
+// kind of data access, only newDashSource changes. docs/dashboard.md lists
+// what each page costs in storage calls; keep it true when this changes.
+
+// dashSource is the dashboard's data access.
+type dashSource interface {
+	// Command returns a command's status and its JSON parameters: one
+	// point read.
+	Command(ctx context.Context, id string) (status.Status, json.RawMessage, error)
+	// Events returns a command's events, oldest first: one query (one
+	// request per 1000 events).
+	Events(ctx context.Context, id string) ([]status.Event, error)
+	// ListPoison reads one page of the poison table: one query of the
+	// whole table (one request per 1000 entries).
+	ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error)
+	// GetPoison reads one poison entry: one point read.
+	GetPoison(ctx context.Context, id string) (status.PoisonEntry, error)
+	// Requeue and Discard act on a poisoned command for operator by.
+	Requeue(ctx context.Context, id, by string) error
+	Discard(ctx context.Context, id, by string) error
+	// Queues are the logical queues the server knows (the default one and
+	// those of its types): no storage call.
+	Queues() []string
+	// QueueDepth is a queue's approximate message count: one call.
+	QueueDepth(ctx context.Context, queue string) (int, error)
+	// RetryPolicy returns the retry policy of a command type when this
+	// server's client runs the type's handler (cmdq.Register); no storage
+	// call.
+	RetryPolicy(cmdType string) (handlers.RetryPolicy, bool)
+}
+
+// newDashSource returns the dashboard's data access for cfg: its client.
+func newDashSource(cfg Config) dashSource {
+	return clientSource{c: cfg.Client}
+}
+
+// clientSource is dashSource on the cmdq.Client (retry policies from the
+// types it knows).
+type clientSource struct {
+	c *cmdq.Client
+}
+
+func (s clientSource) Command(ctx context.Context, id string) (status.Status, json.RawMessage, error) {
+	return s.c.GetParams(ctx, id)
+}
+
+func (s clientSource) Events(ctx context.Context, id string) ([]status.Event, error) {
+	return s.c.Events(ctx, id)
+}
+
+func (s clientSource) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+	return s.c.ListPoison(ctx, q)
+}
+
+func (s clientSource) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	return s.c.GetPoison(ctx, id)
+}
+
+func (s clientSource) Requeue(ctx context.Context, id, by string) error {
+	return s.c.Requeue(ctx, id, by)
+}
+
+func (s clientSource) Discard(ctx context.Context, id, by string) error {
+	return s.c.Discard(ctx, id, by)
+}
+
+func (s clientSource) Queues() []string { return s.c.Queues() }
+
+func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error) {
+	return s.c.QueueDepth(ctx, queue)
+}
+
+func (s clientSource) RetryPolicy(cmdType string) (handlers.RetryPolicy, bool) {
+	def, ok := s.c.Lookup(cmdType)
+	if !ok || !def.Handled() { // a declared type's handler (and policy) is elsewhere
+		return handlers.RetryPolicy{}, false
+	}
+	return def.Retry, true
+}
+
+// retryWindow returns the earliest and latest time the attempt after failed
+// attempt n (failed at at) becomes visible again under p: the policy's delay
+// with its jitter at both ends.
+func retryWindow(p handlers.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
+	lo, hi := p, p
+	lo.Rand = func() float64 { return 0 }
+	hi.Rand = func() float64 { return 1 }
+	return at.Add(lo.Delay(n)), at.Add(hi.Delay(n))
+}

@@ -1,0 +1,276 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/internal/openapitest"
+	"github.com/cmdq-dev/cmdq/status"
+)
+
+// notExercised are the documented responses this test cannot provoke
+// through a healthy embedded store, with where they are checked instead.
+var notExercised = map[string]string{
+	"500": "an unexpected failure (a bug, or storage answering nonsense): not provoked",
+	"503": "a storage outage: TestServeAnswers503WhenStorageHangs (cmd/cmdq) checks these answers against the description",
+}
+
+// specClient sends requests and checks every answer against the description.
+type specClient struct {
+	t    *testing.T
+	spec *openapitest.Spec
+	base string
+}
+
+func (c specClient) do(method, path, ct, body string, headers ...string) resp {
+	c.t.Helper()
+	r := request(c.t, method, c.base+path, ct, body, headers...)
+	u, _ := url.Parse(path)
+	if err := c.spec.Check(method, u.Path, r.code, r.header, r.body); err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// expect sends a request, checks it against the description and that the
+// status is code.
+func (c specClient) expect(code int, method, path, ct, body string, headers ...string) resp {
+	c.t.Helper()
+	r := c.do(method, path, ct, body, headers...)
+	if r.code != code {
+		c.t.Fatalf("%s %s: %d %s, want %d", method, path, r.code, r.body, code)
+	}
+	return r
+}
+
+func loadSpec(t *testing.T) *openapitest.Spec {
+	t.Helper()
+	spec, err := openapitest.Load(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// TestOpenAPIMatchesServer sends requests to real servers for every
+// documented operation and nearly every documented status code (the rest
+// are listed in notExercised with where they are checked), and validates
+// each answer (status, content type, required headers, body schema)
+// against api/openapi.json with internal/openapitest.
+func TestOpenAPIMatchesServer(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec(t)
+	ops := spec.Operations()
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	const jsonCT = "application/json"
+
+	// The served document is the file.
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), MaxBodyBytes: 4096})
+	c := specClient{t, spec, srv.URL}
+	served := c.expect(http.StatusOK, http.MethodGet, "/v1/openapi.json", "", "")
+	file, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(served.body) != string(file) || string(api.OpenAPI()) != string(file) {
+		t.Fatal("GET /v1/openapi.json is not api/openapi.json")
+	}
+
+	// Issue.
+	id := commands.NewID()
+	body := `{"id":"` + id + `","type":"demo.echo","params":{"a":1},"correlationId":"c-1"}`
+	r := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, body, bearer(apitest.IssuerToken)...)
+	if r.header.Get("Location") != "/v1/commands/"+id {
+		t.Fatalf("Location %q", r.header.Get("Location"))
+	}
+	c.expect(http.StatusOK, http.MethodPost, "/v1/commands", jsonCT, body, bearer(apitest.IssuerToken)...)
+	c.expect(http.StatusConflict, http.MethodPost, "/v1/commands", jsonCT, strings.Replace(body, `"a":1`, `"a":2`, 1), bearer(apitest.IssuerToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"","params":[],"id":"42","extra":1}`, bearer(apitest.IssuerToken)...)
+	c.expect(http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/commands", jsonCT, `{"type":"x","params":{"p":"`+strings.Repeat("x", 5000)+`"}}`, bearer(apitest.IssuerToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands", "", body, bearer(apitest.IssuerToken)...)
+	c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
+
+	// Read.
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
+	unknown := commands.NewID()
+	for _, p := range []string{"/v1/commands/" + unknown, "/v1/commands/" + unknown + "/events", "/v1/poison/" + unknown} {
+		c.expect(http.StatusNotFound, http.MethodGet, p, "", "", bearer(apitest.OperatorToken)...)
+		c.expect(http.StatusBadRequest, http.MethodGet, strings.Replace(p, unknown, "not-a-uuid", 1), "", "", bearer(apitest.OperatorToken)...)
+	}
+
+	// Poison: a poisoned command with a step, an error and a stack.
+	rec, err := srv.Log.Store.Load(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Log.Store.Append(t.Context(), rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
+		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Poison(t, id, "attempts exhausted", "boom")
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
+	page := c.expect(http.StatusOK, http.MethodGet, "/v1/poison?limit=1", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/poison?type=demo.echo", "", "", bearer(apitest.OperatorToken)...)
+	var pp status.PoisonPage
+	if err := json.Unmarshal(page.body, &pp); err != nil || len(pp.Entries) != 1 {
+		t.Fatalf("poison page %s: %v", page.body, err)
+	}
+	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/poison?limit=0", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/poison/"+id, "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/poison/"+id+"/requeue", "text/plain", "x", bearer(apitest.OperatorToken)...)
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/poison/"+id+"/requeue", "", "", bearer(apitest.OperatorToken)...)
+	if r.header.Get("Location") != "/v1/commands/"+id {
+		t.Fatalf("requeue Location %q", r.header.Get("Location"))
+	}
+	c.expect(http.StatusConflict, http.MethodPost, "/v1/poison/"+id+"/requeue", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusConflict, http.MethodDelete, "/v1/poison/"+id, "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/poison/"+unknown+"/requeue", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodDelete, "/v1/poison/"+unknown, "", "", bearer(apitest.OperatorToken)...)
+	srv.Poison(t, id, "again", "boom")
+	c.expect(http.StatusNoContent, http.MethodDelete, "/v1/poison/"+id, "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/poison/nope/requeue", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodDelete, "/v1/poison/nope", "", "", bearer(apitest.OperatorToken)...)
+
+	// Health and metrics.
+	c.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")
+	c.expect(http.StatusOK, http.MethodGet, "/readyz", "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusOK, http.MethodGet, "/metrics", "", "", bearer(apitest.ReaderToken)...)
+
+	// Every operation with a role: 401 without a token, 403 with a token
+	// that lacks the role, 403 for a cross-site state change.
+	concrete := func(op string) (method, path string) {
+		method, path, _ = strings.Cut(op, " ")
+		return method, strings.ReplaceAll(path, "{id}", unknown)
+	}
+	lacking := map[string]string{"issuer": apitest.ReaderToken, "reader": apitest.IssuerToken, "operator": apitest.ReaderToken}
+	for _, op := range ops {
+		method, path := concrete(op)
+		ct, b := "", ""
+		if method == http.MethodPost && path == "/v1/commands" {
+			ct, b = jsonCT, `{"type":"demo.echo"}`
+		}
+		if spec.Seen(op+" 401") || !spec.Documents(op, 401) {
+			continue
+		}
+		c.expect(http.StatusUnauthorized, method, path, ct, b)
+		c.expect(http.StatusForbidden, method, path, ct, b, bearer(lacking[spec.Role(op)])...)
+		if method != http.MethodGet {
+			c.expect(http.StatusForbidden, method, path, ct, b, append(bearer(apitest.AllToken), "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site")...)
+		}
+	}
+
+	// 405 on a documented path with another method.
+	r = request(t, http.MethodPut, srv.URL+"/v1/commands", jsonCT, `{}`)
+	if r.code != http.StatusMethodNotAllowed {
+		t.Fatalf("PUT /v1/commands: %d", r.code)
+	}
+	if err := spec.CheckComponent("MethodNotAllowed", r.header, r.body); err != nil {
+		t.Fatal(err)
+	}
+
+	// 429: an address after too many failed authentications, on every
+	// operation that authenticates.
+	limited := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), AuthFailureBurst: 1})
+	lc := specClient{t, spec, limited.URL}
+	for range 2 {
+		request(t, http.MethodGet, limited.URL+"/v1/commands/"+unknown, "", "", bearer("wrong-token-0123456789")...)
+	}
+	for _, op := range ops {
+		if spec.Documents(op, 429) {
+			method, path := concrete(op)
+			lc.expect(http.StatusTooManyRequests, method, path, "", "", bearer(apitest.OperatorToken)...)
+		}
+	}
+
+	// 421: without tokens, a Host that is not loopback, on every operation.
+	open := apitest.Start(t, apitest.Options{})
+	oc := specClient{t, spec, open.URL}
+	for _, op := range ops {
+		method, path := concrete(op)
+		oc.expect(http.StatusMisdirectedRequest, method, path, "", "", "Host", "rebind.evil.example")
+	}
+
+	// 503 from /readyz while unhealthy.
+	sick := apitest.Start(t, apitest.Options{Health: func() (string, bool, any) {
+		return "unhealthy", false, map[string]any{"lastError": "x", "since": time.Now()}
+	}})
+	sc := specClient{t, spec, sick.URL}
+	sc.expect(http.StatusServiceUnavailable, http.MethodGet, "/readyz", "", "")
+	sc.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")
+
+	// Every documented response was seen, or is listed in notExercised.
+	for _, resp := range spec.Responses() {
+		code := resp[strings.LastIndex(resp, " ")+1:]
+		if !spec.Seen(resp) && notExercised[code] == "" && resp != "GET /readyz 503" {
+			t.Errorf("documented but never exercised: %s", resp)
+		}
+	}
+	for _, op := range ops {
+		ok := false
+		for _, code := range []string{"200", "202", "204"} {
+			ok = ok || spec.Seen(op+" "+code)
+		}
+		if !ok {
+			t.Errorf("%s: no success answer was exercised", op)
+		}
+	}
+}
+
+// TestOpenAPIServersFollowBasePath: mounted under a prefix, the served
+// description's servers name it, so generated clients call the right URLs.
+func TestOpenAPIServersFollowBasePath(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{})
+	h, err := api.New(api.Config{Client: srv.Client, BasePath: "/cmdq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/cmdq/", http.StripPrefix("/cmdq", h))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	r := request(t, http.MethodGet, hs.URL+"/cmdq/v1/openapi.json", "", "")
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+		Paths   map[string]any         `json:"paths"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != "/cmdq" || len(doc.Paths) < 9 {
+		t.Fatalf("description under /cmdq: %v %s", err, r.body)
+	}
+}
+
+// TestOpenAPICoversDocumentedRoutes: the routes docs/api.md has a section
+// for and the operations of the description are the same.
+func TestOpenAPICoversDocumentedRoutes(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	heading := regexp.MustCompile(`(?m)^## (.*)$`)
+	route := regexp.MustCompile(`\b(GET|POST|DELETE) (/[^\s` + "`" + `]+)`)
+	for _, h := range heading.FindAllStringSubmatch(string(doc), -1) {
+		for _, m := range route.FindAllStringSubmatch(h[1], -1) {
+			documented = append(documented, m[1]+" "+m[2])
+		}
+	}
+	slices.Sort(documented)
+	if ops := loadSpec(t).Operations(); !slices.Equal(documented, ops) {
+		t.Fatalf("docs/api.md sections %q\nOpenAPI operations   %q", documented, ops)
+	}
+}

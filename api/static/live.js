@@ -1,0 +1,187 @@
+// live.js keeps a cmdq dashboard page current without reloading it. The
+// page marks the part that changes with data-refresh="SECONDS"; every that
+// many seconds (while the tab is visible) this script fetches the same URL
+// again with the header X-Cmdq-Refresh: 1, and swaps in the new version of
+// that part, keeping ticked checkboxes, open <details> and focus. A line
+// "Updated N s ago" says how fresh the page is. The page works without it:
+// every change is a normal link or form. No inline script, nothing from
+// elsewhere (the page's Content-Security-Policy allows only this origin).
+(function () {
+  "use strict";
+
+  var live = document.querySelector("[data-refresh]");
+  var stamp = document.getElementById("updated");
+
+  // "Select all" boxes (data-select-all): tick every box named by the value.
+  function wireSelectAll(root) {
+    var boxes = root.querySelectorAll("input[data-select-all]");
+    for (var i = 0; i < boxes.length; i++) {
+      var all = boxes[i];
+      all.hidden = false;
+      if (all.parentElement && all.parentElement.tagName === "LABEL") {
+        all.parentElement.hidden = false;
+      }
+      all.addEventListener("change", function (ev) {
+        var name = ev.target.getAttribute("data-select-all");
+        var items = document.querySelectorAll('input[type=checkbox][name="' + name + '"]');
+        for (var j = 0; j < items.length; j++) {
+          items[j].checked = ev.target.checked;
+        }
+      });
+    }
+  }
+  wireSelectAll(document);
+
+  if (!live || !stamp) {
+    return;
+  }
+  var every = Number(live.getAttribute("data-refresh")) * 1000;
+  var at = Date.parse(stamp.getAttribute("datetime"));
+  var problem = "";
+  var busy = false;
+  var stopped = !(every > 0);
+  var timer = 0;
+
+  function ago(ms) {
+    var s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) {
+      return s + " s ago";
+    }
+    var m = Math.floor(s / 60);
+    return m < 60 ? m + " min ago" : Math.floor(m / 60) + " h ago";
+  }
+
+  function show() {
+    var text = "Updated " + ago(Date.now() - at);
+    if (problem) {
+      text += " · " + problem;
+    } else if (!stopped) {
+      text += " · refreshes every " + every / 1000 + " s";
+    }
+    stamp.textContent = text;
+    stamp.title = new Date(at).toISOString();
+  }
+
+  // key names a form control or <details> across refreshes.
+  function key(el) {
+    if (el.id) {
+      return "#" + el.id;
+    }
+    if (el.name) {
+      return el.name + "=" + (el.value || "");
+    }
+    return "";
+  }
+
+  function swap(fresh) {
+    var checked = {};
+    var boxes = live.querySelectorAll("input[type=checkbox]");
+    for (var i = 0; i < boxes.length; i++) {
+      if (boxes[i].checked) {
+        checked[key(boxes[i])] = true;
+      }
+    }
+    var open = {};
+    var details = live.querySelectorAll("details[id]");
+    for (i = 0; i < details.length; i++) {
+      open[details[i].id] = details[i].open;
+    }
+    var focused = document.activeElement && live.contains(document.activeElement) ? key(document.activeElement) : "";
+
+    live.innerHTML = fresh.innerHTML;
+
+    boxes = live.querySelectorAll("input[type=checkbox]");
+    for (i = 0; i < boxes.length; i++) {
+      if (checked[key(boxes[i])]) {
+        boxes[i].checked = true;
+      }
+    }
+    details = live.querySelectorAll("details[id]");
+    for (i = 0; i < details.length; i++) {
+      if (details[i].id in open) {
+        details[i].open = open[details[i].id];
+      }
+    }
+    if (focused) {
+      var els = live.querySelectorAll("input,button,a,summary,details");
+      for (i = 0; i < els.length; i++) {
+        if (key(els[i]) === focused) {
+          els[i].focus();
+          break;
+        }
+      }
+    }
+    wireSelectAll(live);
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    if (!stopped) {
+      timer = setTimeout(refresh, every);
+    }
+  }
+
+  function refresh() {
+    if (busy || stopped) {
+      return;
+    }
+    if (document.hidden) {
+      schedule();
+      return;
+    }
+    busy = true;
+    fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Cmdq-Refresh": "1" } })
+      .then(function (r) {
+        if (r.redirected) {
+          // The session ended (the login page answered): stop, say so.
+          stopped = true;
+          problem = "your session ended; reload the page to log in";
+          return null;
+        }
+        if (!r.ok) {
+          problem = "refresh failed (HTTP " + r.status + "); retrying";
+          return null;
+        }
+        return r.text();
+      })
+      .then(function (text) {
+        if (text === null) {
+          return;
+        }
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        var fresh = doc.querySelector("[data-refresh]");
+        var freshStamp = doc.getElementById("updated");
+        if (!fresh || !freshStamp) {
+          stopped = true;
+          problem = "this page changed; reload it";
+          return;
+        }
+        problem = "";
+        at = Date.parse(freshStamp.getAttribute("datetime"));
+        if (fresh.innerHTML !== live.innerHTML) {
+          swap(fresh);
+        }
+        every = Number(fresh.getAttribute("data-refresh")) * 1000;
+        if (!(every > 0)) {
+          stopped = true; // nothing more will change (a final state)
+        }
+      })
+      .catch(function () {
+        problem = "the server did not answer; retrying";
+      })
+      .then(function () {
+        busy = false;
+        show();
+        schedule();
+      });
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) {
+      refresh();
+    }
+  });
+  setInterval(show, 1000);
+  show();
+  schedule();
+})();
