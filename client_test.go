@@ -322,7 +322,7 @@ func TestRequeueWakesProcessor(t *testing.T) {
 }
 
 // TestIssueMany: a batch of commands, one with its own ID; on the embedded
-// store their writes share commits.
+// store the batch is one commit.
 func TestIssueMany(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
@@ -348,8 +348,8 @@ func TestIssueMany(t *testing.T) {
 			t.Fatalf("IssueMany: %d results, %v", len(results), err)
 		}
 		if isEmbedded {
-			if commits := emb.Stats().Commits - before; commits >= n {
-				t.Errorf("%d commits for %d commands: no group commit", commits, n)
+			if commits := emb.Stats().Commits - before; commits != 1 {
+				t.Errorf("%d commits for a batch of %d commands, want 1", commits, n)
 			}
 		}
 		ids := make([]string, n)
@@ -366,6 +366,22 @@ func TestIssueMany(t *testing.T) {
 		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.With(greet{Name: "bad"}, cmdq.WithID("not-a-uuid")))
 		if !errors.Is(err, commands.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
 			t.Fatalf("IssueMany with a bad ID: %v", err)
+		}
+		// IDs issued before, and IDs repeated in the batch, are issued as
+		// Issue would: the same command again is Existing, other params
+		// under a taken ID conflict.
+		other := cmdq.NewID()
+		again, err := c.IssueMany(ctx,
+			cmdq.With(greet{Name: "7"}, cmdq.WithID(id)),     // results[7] before
+			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // new
+			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
+			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
+		)
+		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3") || strings.Contains(err.Error(), "command 2") {
+			t.Fatalf("IssueMany with repeated IDs: %v", err)
+		}
+		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
+			t.Fatalf("IssueMany with repeated IDs: %+v", again)
 		}
 	})
 }

@@ -47,10 +47,12 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 }
 
 // IssueMany issues cmds at once (wrap one with With to give it an ID or a
-// correlation ID): on the embedded store their writes share group commits,
-// on Azure their requests overlap (32 at a time). results[i] is cmds[i]'s
-// Result; err joins every failure, each naming its command's index and
-// type and wrapping its error (errors.Is works on err).
+// correlation ID): on the embedded store the whole batch is stored and
+// queued in one commit (per queue), on Azure 32 issues run at a time. Each
+// command is issued as Issue would; a repeated ID is issued after the
+// earlier one, so it is found Existing (or conflicting). results[i] is
+// cmds[i]'s Result; err joins every failure, each naming its command's
+// index and type and wrapping its error (errors.Is works on err).
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
 	return c.issuer().IssueMany(ctx, cmds...)
 }

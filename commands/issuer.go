@@ -274,35 +274,100 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 }
 
 // IssueMany issues cmds (each possibly wrapped by With for its ID or
-// correlation ID) at once: up to IssuerOptions.ManyConcurrency concurrent
-// Issue calls, whose writes share the embedded store's group commits (a
-// fraction of a commit each) and overlap their requests on Azure. results[i]
-// is cmds[i]'s Result; a command that failed has an empty ID unless it was
+// correlation ID) at once. On a store that commits locally
+// (storage.Combiner: the embedded store) every new command of one queue is
+// stored and enqueued in one durable write (one commit for the batch);
+// elsewhere (Azure) up to IssuerOptions.ManyConcurrency Issue calls run at
+// once, their requests overlapping. Each command is issued as Issue would
+// (an existing ID is compared and answered Existing). results[i] is
+// cmds[i]'s Result; a command that failed has an empty ID unless it was
 // stored (ErrEnqueueFailed, ErrNotAccepted). err joins every failure, each
 // saying which command (index and type) and wrapping its error (errors.Is
 // works on the joined error).
 func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
 	results := make([]Result, len(cmds))
 	errs := make([]error, len(cmds))
-	sem := make(chan struct{}, i.opts.ManyConcurrency)
-	var wg sync.WaitGroup
-	for n, cmd := range cmds {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			res, err := i.Issue(ctx, cmd)
-			results[n] = res
-			if err != nil {
-				typ := "<nil>"
-				if c, _ := unwrap(cmd); c != nil {
-					typ = c.CommandType()
-				}
-				errs[n] = fmt.Errorf("command %d (%s): %w", n, typ, err)
-			}
-		}()
+	fail := func(n int, err error) {
+		typ := "<nil>"
+		if c, _ := unwrap(cmds[n]); c != nil {
+			typ = c.CommandType()
+		}
+		errs[n] = fmt.Errorf("command %d (%s): %w", n, typ, err)
 	}
-	wg.Wait()
+	// A command whose ID an earlier one has is issued after the others,
+	// in order, so it finds the earlier one (Existing, or a conflict).
+	type item struct {
+		n        int
+		raw      Raw
+		declared string
+	}
+	var firsts, repeats []item
+	seen := map[string]bool{}
+	for n, cmd := range cmds {
+		raw, declared, err := encode(cmd, nil)
+		switch {
+		case err != nil:
+			fail(n, err)
+		case raw.ID != "" && seen[raw.ID]:
+			repeats = append(repeats, item{n, raw, declared})
+		default:
+			seen[raw.ID] = raw.ID != ""
+			firsts = append(firsts, item{n, raw, declared})
+		}
+	}
+	issue := func(it item) {
+		res, err := i.issue(ctx, it.raw, it.declared)
+		results[it.n] = res
+		if err != nil {
+			fail(it.n, err)
+		}
+	}
+	if _, local := i.st.(storage.Combiner); local {
+		// One durable write for the batch (per queue).
+		var ncs []record.NewCommand
+		var idx []int
+		for _, it := range firsts {
+			nc, err := i.prepare(it.raw, it.declared)
+			if err != nil {
+				fail(it.n, err)
+				continue
+			}
+			ncs, idx = append(ncs, nc), append(idx, it.n)
+		}
+		if len(ncs) > 0 {
+			st, enq, err := i.log(ctx)
+			var cerrs []error
+			if err == nil {
+				cerrs, _ = enq.CreateMany(ctx, ncs)
+			}
+			for k, n := range idx {
+				if err != nil {
+					fail(n, err)
+					continue
+				}
+				res, ierr := i.created(ctx, st, enq, ncs[k], cerrs[k] == nil, cerrs[k])
+				results[n] = res
+				if ierr != nil {
+					fail(n, ierr)
+				}
+			}
+		}
+	} else {
+		sem := make(chan struct{}, i.opts.ManyConcurrency)
+		var wg sync.WaitGroup
+		for _, it := range firsts {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				issue(it)
+			}()
+		}
+		wg.Wait()
+	}
+	for _, it := range repeats {
+		issue(it)
+	}
 	return results, errors.Join(errs...)
 }
 
@@ -318,47 +383,65 @@ func (i *Issuer) route(cmdType, declared string) string {
 }
 
 func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, error) {
-	if err := ValidateType(raw.Type); err != nil {
+	nc, err := i.prepare(raw, declared)
+	if err != nil {
 		return Result{}, err
-	}
-	id := raw.ID
-	if id == "" {
-		id = i.opts.NewID()
-	} else if err := ValidateID(id); err != nil {
-		return Result{}, err
-	}
-	if len(raw.CorrelationID) > MaxCorrelationIDLength {
-		return Result{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
-	}
-	params := []byte("{}")
-	if len(bytes.TrimSpace(raw.Params)) > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, raw.Params); err != nil {
-			return Result{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
-		}
-		params = buf.Bytes()
-	}
-	if len(params) > i.opts.MaxParamsBytes {
-		return Result{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
-	}
-	queue := i.route(raw.Type, declared)
-	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
-		return Result{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
 	st, enq, err := i.log(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{ID: id, Queue: queue}
-	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}
 	enqueued, err := enq.Create(ctx, nc)
+	return i.created(ctx, st, enq, nc, enqueued, err)
+}
+
+// prepare validates a command and returns what to store: its ID (a new one
+// when raw has none), compact parameters and queue.
+func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
+	if err := ValidateType(raw.Type); err != nil {
+		return record.NewCommand{}, err
+	}
+	id := raw.ID
+	if id == "" {
+		id = i.opts.NewID()
+	} else if err := ValidateID(id); err != nil {
+		return record.NewCommand{}, err
+	}
+	if len(raw.CorrelationID) > MaxCorrelationIDLength {
+		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
+	}
+	params := []byte("{}")
+	if len(bytes.TrimSpace(raw.Params)) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw.Params); err != nil {
+			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
+		}
+		params = buf.Bytes()
+	}
+	if len(params) > i.opts.MaxParamsBytes {
+		return record.NewCommand{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+	}
+	queue := i.route(raw.Type, declared)
+	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
+		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
+	}
+	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}, nil
+}
+
+// created finishes an issue whose create (enq.Create, or one item of
+// CreateMany) returned err and, without one, enqueued or not: an existing
+// ID is compared (and re-enqueued while pending and never started), a
+// stored command not yet enqueued is enqueued.
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, enqueued bool, err error) (Result, error) {
+	id := nc.ID
+	res := Result{ID: id, Queue: nc.Queue}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
 		if lerr != nil {
 			return Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
-		if rec.Type != raw.Type || rec.ParamsHash != record.HashParams(params) || rec.CorrelationID != raw.CorrelationID {
+		if rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID {
 			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
@@ -380,7 +463,7 @@ func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, e
 	case enqueued:
 		return res, nil
 	}
-	return res, i.enqueue(ctx, enq, id, raw.Type, queue)
+	return res, i.enqueue(ctx, enq, id, nc.Type, nc.Queue)
 }
 
 // enqueue puts the message of a stored command on its queue. If that fails

@@ -78,6 +78,61 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, er
 	return true, nil
 }
 
+// CreateMany stores new commands and their messages in one durable write
+// per queue on a store that can (storage.Combiner: the embedded store), and
+// wakes an in-process processor once per queue. errs[i] is ncs[i]'s error
+// (as Create's; nil: stored and enqueued). ok is false on a store that
+// cannot: nothing is written and the caller issues them one by one.
+// Commands must have distinct IDs.
+func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
+	cb, isCombiner := e.st.(storage.Combiner)
+	if !isCombiner {
+		return nil, false
+	}
+	errs = make([]error, len(ncs))
+	byQueue := map[string][]int{}
+	var queues []string
+	for i, nc := range ncs {
+		if _, seen := byQueue[nc.Queue]; !seen {
+			queues = append(queues, nc.Queue)
+		}
+		byQueue[nc.Queue] = append(byQueue[nc.Queue], i)
+	}
+	for _, queue := range queues {
+		idx := byQueue[queue]
+		items := make([]storage.CombinedItem, 0, len(idx))
+		sent := make([]int, 0, len(idx))
+		for _, i := range idx {
+			ops, err := e.rec.CreateOps(ncs[i])
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			items = append(items, storage.CombinedItem{PartitionKey: ncs[i].ID, Ops: ops, Text: Envelope{ID: ncs[i].ID, Type: ncs[i].Type}.Marshal()})
+			sent = append(sent, i)
+		}
+		if len(items) == 0 {
+			continue
+		}
+		res, err := cb.BatchEnqueueMany(ctx, e.names.CommandsTable(), e.names.Queue(queue), items, 0, storage.NoExpiry)
+		any := false
+		for k, i := range sent {
+			switch {
+			case err != nil:
+				errs[i] = CreateErr(ncs[i].ID, err)
+			case res[k].Err != nil:
+				errs[i] = CreateErr(ncs[i].ID, res[k].Err)
+			default:
+				any = true
+			}
+		}
+		if any {
+			e.sent(queue)
+		}
+	}
+	return errs, true
+}
+
 // Enqueue puts the message of the stored command id on its logical queue
 // and wakes an in-process processor.
 func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {

@@ -234,6 +234,14 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	return createErr(c.ID, err)
 }
 
+// CreateOps returns the issue batch of a new command (the command row and
+// its created event), for a Combiner's BatchEnqueueMany. Errors as Create's.
+func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) { return s.createOps(c) }
+
+// CreateErr wraps the error of an issue batch of command id as Create does
+// (storage.ErrExists for an existing ID).
+func CreateErr(id string, err error) error { return createErr(id, err) }
+
 // createErr wraps the error of the issue batch.
 func createErr(id string, err error) error {
 	switch {

@@ -240,12 +240,17 @@ func lowerASCII(s string) string {
 
 // partition returns the lock of a table partition.
 func (s *Store) partition(table, pk string) *sync.Mutex {
+	return &s.parts[s.partitionSlot(table, pk)]
+}
+
+// partitionSlot is the index in parts of a table partition's lock.
+func (s *Store) partitionSlot(table, pk string) int {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	h.WriteString(table)
 	h.WriteByte(0)
 	h.WriteString(pk)
-	return &s.parts[h.Sum64()%uint64(len(s.parts))]
+	return int(h.Sum64() % uint64(len(s.parts)))
 }
 
 // get reads key; found is false when it does not exist. The value is a copy.

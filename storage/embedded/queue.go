@@ -278,6 +278,25 @@ func (e *enqueue) stage(b *pebble.Batch) (after func()) {
 	}
 }
 
+// stageMany adds the enqueues es to b (under q.mu), counting them once, and
+// returns what to do once b is applied.
+func (q *queue) stageMany(b *pebble.Batch, es []*enqueue) (after func()) {
+	n := q.count.Load()
+	for _, e := range es {
+		_ = b.Set(q.msgKey(e.id), e.rec, nil)
+		_ = b.Set(e.ikey, nil, nil)
+		n++
+	}
+	q.writeCount(b, n)
+	return func() {
+		q.count.Store(n)
+		for _, e := range es {
+			q.indexed(e.ikey)
+			q.remember(e.id, e.rec)
+		}
+	}
+}
+
 // scan walks the visibility index from the scan start over messages
 // visible at now and calls take for each live one until take returns
 // false. Entries that are expired or dangling are passed to stale. It

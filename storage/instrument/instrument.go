@@ -323,6 +323,51 @@ func (c *combiner) BatchEnqueue(ctx context.Context, table, partitionKey string,
 	return etags, msg, err
 }
 
+// BatchEnqueueMany is reported as a TableBatch and a QueueEnqueue per item,
+// each with the item's outcome (the call's error when it failed as a
+// whole); an item whose Before hook fails gets that error and is left out
+// of the call. The call's whole duration is carried by the first item's
+// TableBatch.
+func (c *combiner) BatchEnqueueMany(ctx context.Context, table, queue string, items []storage.CombinedItem, visibilityDelay, ttl time.Duration) ([]storage.CombinedResult, error) {
+	res := make([]storage.CombinedResult, len(items))
+	pass := make([]storage.CombinedItem, 0, len(items))
+	idx := make([]int, 0, len(items))
+	var t0 time.Time
+	for i, it := range items {
+		t, err := c.h.begin(TableBatch, QueueEnqueue)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if len(idx) == 0 {
+			t0 = t
+		}
+		pass = append(pass, it)
+		idx = append(idx, i)
+	}
+	if len(pass) == 0 {
+		return res, nil
+	}
+	got, err := c.cb.BatchEnqueueMany(ctx, table, queue, pass, visibilityDelay, ttl)
+	for k, i := range idx {
+		itemErr := err
+		if err == nil {
+			res[i] = got[k]
+			itemErr = got[k].Err
+		}
+		start := time.Time{}
+		if k == 0 {
+			start = t0
+		}
+		c.h.end(TableBatch, start, itemErr)
+		c.h.end(QueueEnqueue, time.Time{}, itemErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // BatchDelete is reported as a TableBatch and, when the batch applied, a
 // QueueDelete with deleteErr.
 func (c *combiner) BatchDelete(ctx context.Context, table, partitionKey string, ops []storage.BatchOp, queue, id, popReceipt string) ([]string, error, error) {
