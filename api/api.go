@@ -25,8 +25,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -38,24 +40,22 @@ type HealthFunc func() (state string, healthy bool, detail any)
 
 // Config configures the API handler.
 type Config struct {
-	// Issuer issues commands for POST /v1/commands. Required.
-	Issuer *commands.Issuer
-	// Reader answers status, events and poison routes. Required.
-	Reader *status.Reader
-	// Registry, when set, makes POST /v1/commands reject (400) command types
-	// with no registered handler and params that do not decode into the
-	// handler's type, before anything is stored. Default nil: any valid type
-	// name and any JSON object is accepted (a processor poisons what it
-	// cannot handle).
-	Registry *handlers.Registry
-	// Health reports health for /healthz and /readyz. Default nil: always
-	// healthy with state "ok". Use ProcessorHealth to report a processor's.
+	// Client serves every route: issue (IssueRaw), status and events,
+	// poison, health and readiness. Required. When it knows command types
+	// (cmdq.Register, cmdq.Declare), POST /v1/commands rejects (400) other
+	// types and params that do not decode into the type, before anything
+	// is stored; a Client that knows none accepts any valid type name and
+	// any JSON object (a processor elsewhere poisons what it cannot
+	// handle).
+	Client *cmdq.Client
+	// Health reports health for /healthz and /readyz. Default: the
+	// client's processor (state, healthy, its processor.Health as detail)
+	// when it has handlers, else always healthy with state "ok".
 	Health HealthFunc
-	// Ready, when set, is also asked by GET /readyz (after Health): an
-	// error answers 503. Use (*processor.Processor).CheckStorage, or a
-	// processor.StorageProbe's Check, so that readiness follows storage
-	// within seconds (a bounded probe, made only when no storage call
-	// succeeded recently). It must return promptly. Default nil.
+	// Ready, when set, is asked by GET /readyz (after Health): an error
+	// answers 503. It must return promptly. Default: the client's
+	// CheckStorage, so that readiness follows storage within seconds (a
+	// bounded probe, made only when no storage call succeeded recently).
 	Ready func(ctx context.Context) error
 	// Tokens are the accepted bearer tokens and their roles. Default nil: no
 	// authentication, every request has every role (bind to loopback only).
@@ -65,9 +65,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// Metrics, when set, counts commands issued through the API
 	// (cmdq_commands_issued_total). Default nil.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// Gatherer is what GET /metrics exposes. Default
-	// prometheus.DefaultGatherer (which NewMetrics(nil) registers with).
+	// prometheus.DefaultGatherer (which metrics.New(nil) registers with).
 	Gatherer prometheus.Gatherer
 	// BasePath is prepended to the Location header of 202 responses when
 	// the handler is mounted under a prefix with http.StripPrefix (for
@@ -130,11 +130,8 @@ var ErrInvalidConfig = errors.New("api: invalid config")
 // ErrInvalidConfig (and ErrInvalidTokens for token problems).
 func (c Config) Validate() error {
 	var errs []error
-	if c.Issuer == nil {
-		errs = append(errs, fmt.Errorf("%w: Issuer is required (commands.NewIssuer)", ErrInvalidConfig))
-	}
-	if c.Reader == nil {
-		errs = append(errs, fmt.Errorf("%w: Reader is required (status.OpenReader)", ErrInvalidConfig))
+	if c.Client == nil {
+		errs = append(errs, fmt.Errorf("%w: Client is required (cmdq.New)", ErrInvalidConfig))
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))
@@ -201,8 +198,14 @@ func New(cfg Config) (http.Handler, error) {
 	case cfg.StorageMaxRetries < 0:
 		cfg.StorageMaxRetries = 0
 	}
-	if cfg.Registry != nil {
-		cfg.Metrics.LabelTypes(cfg.Registry.Types()...)
+	if types := cfg.Client.Types(); len(types) > 0 {
+		cfg.Metrics.LabelTypes(types...)
+	}
+	if cfg.Health == nil {
+		cfg.Health = clientHealth(cfg.Client)
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = cfg.Client.CheckStorage
 	}
 	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger, limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.Logger),
 		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
@@ -419,10 +422,10 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, p)
 		return
 	}
-	if reg := s.cfg.Registry; reg != nil {
-		def, ok := reg.Lookup(req.Type)
+	if types := s.cfg.Client.Types(); len(types) > 0 {
+		def, ok := s.cfg.Client.Lookup(req.Type)
 		if !ok {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(reg.Types(), ", ")),
+			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
 				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
 			return
 		}
@@ -432,7 +435,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.cfg.Issuer.IssueRaw(r.Context(), commands.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
+	res, err := s.cfg.Client.IssueRaw(r.Context(), cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
 	switch {
 	case err == nil:
 	case errors.Is(err, commands.ErrNotAccepted):
@@ -465,15 +468,15 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.Pending)})
+		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.StatePending)})
 		return
 	}
-	st, err := s.cfg.Reader.Get(r.Context(), res.ID)
+	st, err := s.cfg.Client.Get(r.Context(), res.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.Status)})
+	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.State)})
 }
 
 // decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
@@ -499,7 +502,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, err := s.cfg.Reader.Get(r.Context(), id)
+	st, err := s.cfg.Client.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -523,7 +526,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	evs, err := s.cfg.Reader.Events(r.Context(), id)
+	evs, err := s.cfg.Client.Events(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -563,7 +566,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, errs[0].Detail, errs...))
 		return
 	}
-	page, err := s.cfg.Reader.ListPoison(r.Context(), pq)
+	page, err := s.cfg.Client.ListPoison(r.Context(), pq)
 	if err != nil {
 		if errors.Is(err, status.ErrInvalidContinuation) {
 			writeProblem(w, r, newProblem(ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
@@ -587,7 +590,7 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := s.cfg.Reader.GetPoison(r.Context(), id)
+	e, err := s.cfg.Client.GetPoison(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 			writeProblem(w, r, newProblem(ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
@@ -600,16 +603,16 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.poisonAction(w, r, s.cfg.Reader.Requeue, "requeued")
+	id, ok := s.poisonAction(w, r, s.cfg.Client.Requeue, "requeued")
 	if !ok {
 		return
 	}
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
-	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.Pending)})
+	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.StatePending)})
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.poisonAction(w, r, s.cfg.Reader.Discard, "discarded"); ok {
+	if _, ok := s.poisonAction(w, r, s.cfg.Client.Discard, "discarded"); ok {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -645,9 +648,9 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 // exists but has no poison entry is a 409 naming its state, not a 404.
 func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id string, err error) {
 	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
-		st, gerr := s.cfg.Reader.Get(r.Context(), id)
+		st, gerr := s.cfg.Client.Get(r.Context(), id)
 		if gerr == nil {
-			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.Status)))
+			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
 			return
 		}
 		if !errors.Is(gerr, status.ErrNotFound) {
@@ -659,7 +662,7 @@ func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id str
 
 // HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
 type HealthResponse struct {
-	// State is the reported state ("ok" without a HealthFunc).
+	// State is the reported state ("ok" for a client without handlers).
 	State string `json:"state"`
 	// Healthy is false while the service is unhealthy.
 	Healthy bool `json:"healthy"`
@@ -669,10 +672,19 @@ type HealthResponse struct {
 	Detail any `json:"detail,omitempty"`
 }
 
-func (s *server) health() HealthResponse {
-	if s.cfg.Health == nil {
-		return HealthResponse{State: "ok", Healthy: true}
+// clientHealth is Config.Health's default: the client's processor, or "ok"
+// without one.
+func clientHealth(c *cmdq.Client) HealthFunc {
+	return func() (string, bool, any) {
+		if !c.Handles() {
+			return "ok", true, nil
+		}
+		h := c.Health()
+		return string(h.State), h.Healthy(), h
 	}
+}
+
+func (s *server) health() HealthResponse {
 	state, ok, detail := s.cfg.Health()
 	return HealthResponse{State: state, Healthy: ok, Detail: detail}
 }
@@ -698,12 +710,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
 	}
-	if s.cfg.Ready != nil {
-		if err := s.cfg.Ready(r.Context()); err != nil {
-			s.log.Debug().Err(err).Msg("cmdq api: not ready")
-			writeProblem(w, r, newProblem(ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
-			return
-		}
+	if err := s.cfg.Ready(r.Context()); err != nil {
+		s.log.Debug().Err(err).Msg("cmdq api: not ready")
+		writeProblem(w, r, newProblem(ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
+		return
 	}
 	writeJSON(w, http.StatusOK, s.healthFor(r, h))
 }

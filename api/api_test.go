@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -107,7 +107,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	st := decode[status.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
-	if st.ID != got.ID || st.Type != "SendEmail" || st.Status != status.Pending || st.Attempts != 0 || st.Step != 0 ||
+	if st.ID != got.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.Attempts != 0 || st.Step != 0 ||
 		st.CorrelationID != "req-1" || st.CreatedAt.IsZero() || st.UpdatedAt.IsZero() {
 		t.Fatalf("status %+v", st)
 	}
@@ -123,7 +123,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
-	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != status.Created || ev.Events[0].Seq != 1 {
+	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != status.EventCreated || ev.Events[0].Seq != 1 {
 		t.Fatalf("events %+v", ev)
 	}
 }
@@ -228,7 +228,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
-	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", commands.DefaultMaxParamsBytes) + `"}}`
+	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", commands.MaxParamsBytes) + `"}}`
 	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)
@@ -245,13 +245,12 @@ type sendEmail struct {
 
 func (sendEmail) CommandType() string { return "SendEmail" }
 
-func TestIssueWithRegistry(t *testing.T) {
+// TestIssueKnownTypes: a client that knows its types (here declared, so
+// nothing processes them) makes the API refuse other types and params that
+// do not decode, before anything is stored.
+func TestIssueKnownTypes(t *testing.T) {
 	t.Parallel()
-	reg := handlers.NewRegistry()
-	if err := handlers.Register(reg, func(context.Context, sendEmail, *handlers.Run) error { return nil }, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	s := apitest.Start(t, apitest.Options{Registry: reg})
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[sendEmail](c) }})
 	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"}}`), http.StatusAccepted)
 	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendMail","params":{}}`), 400, api.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/type" || !strings.Contains(p.Detail, "SendEmail") {
@@ -357,7 +356,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if s.QueueCount(t, "") != before+1 {
 		t.Fatalf("requeue did not enqueue a message")
 	}
-	if st, err := s.Reader.Get(context.Background(), a); err != nil || st.Status != status.Pending {
+	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != status.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, api.ProblemNotFound)
@@ -368,13 +367,13 @@ func TestPoisonRoutes(t *testing.T) {
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("discard: %d %s", r.code, r.body)
 	}
-	if st, err := s.Reader.Get(context.Background(), b); err != nil || st.Status != status.Discarded {
+	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, api.ProblemConflict)
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
 	last := ev.Events[len(ev.Events)-1]
-	if last.Kind != status.DiscardedEvent || last.Worker != "api:anonymous" {
+	if last.Kind != status.EventDiscarded || last.By != "api:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	left := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)

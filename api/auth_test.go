@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -60,7 +60,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, api.ErrInvalidConfig) {
 		t.Fatalf("err %v", err)
 	}
-	for _, want := range []string{"Issuer is required", "Reader is required", "MaxBodyBytes", "BasePath", "no roles", "at least 16"} {
+	for _, want := range []string{"Client is required", "MaxBodyBytes", "BasePath", "no roles", "at least 16"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}

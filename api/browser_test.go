@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -88,7 +88,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 	problem(t, request(t, http.MethodDelete, s.URL+"/v1/poison/"+id, "", "", evil...), http.StatusForbidden, api.ProblemCrossSite)
 	// A form body on the no-body requeue route is refused too.
 	problem(t, request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "text/plain", "x"), http.StatusUnsupportedMediaType, api.ProblemUnsupportedMediaType)
-	if _, err := s.Reader.GetPoison(t.Context(), id); err != nil {
+	if _, err := s.Client.GetPoison(t.Context(), id); err != nil {
 		t.Fatalf("poison entry after refused actions: %v", err)
 	}
 	// Reads are not state changes: answered, but without CORS headers a
@@ -101,7 +101,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 	if r := request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "", "", "Origin", s.URL, "Sec-Fetch-Site", "same-origin"); r.code != http.StatusAccepted {
 		t.Fatalf("same-origin requeue: %d %s", r.code, r.body)
 	}
-	if _, err := s.Reader.GetPoison(t.Context(), id); !errors.Is(err, status.ErrNotFound) {
+	if _, err := s.Client.GetPoison(t.Context(), id); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestCORSAllowList(t *testing.T) {
 
 	// Wildcards and non-origins are configuration errors.
 	for _, bad := range []string{"*", "https://*.example", "https://app.example/path", "app.example", "ftp://app.example"} {
-		cfg := api.Config{Issuer: s.Issuer, Reader: s.Reader, CORSOrigins: []string{bad}}
+		cfg := api.Config{Client: s.Client, CORSOrigins: []string{bad}}
 		if err := cfg.Validate(); !errors.Is(err, api.ErrInvalidConfig) {
 			t.Errorf("CORSOrigins %q: Validate = %v, want ErrInvalidConfig", bad, err)
 		}

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
+
 	"golang.org/x/net/html"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -96,12 +97,12 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 		t.Fatalf("requeue from the command page redirects to %q", loc)
 	}
 	// A processor takes it and fails before the page is shown.
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Log.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.Failed, Attempt: 1, Worker: "w", Error: "again"}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "again"}); err != nil {
 		t.Fatal(err)
 	}
 	p = b.get(loc).want(t, http.StatusOK)
@@ -122,12 +123,10 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 // attempt is due when the server knows the type's retry policy.
 func TestDashboardCommandExplains(t *testing.T) {
 	t.Parallel()
-	reg := handlers.NewRegistry()
-	if err := handlers.Register(reg, func(context.Context, resize, *handlers.Run) error { return nil },
-		handlers.Options{Retry: handlers.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}}); err != nil {
-		t.Fatal(err)
-	}
-	srv := apitest.Start(t, apitest.Options{Registry: reg})
+	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
+		return cmdq.Register(c, func(context.Context, resize, *cmdq.Run) error { return nil },
+			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
+	}})
 	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 
@@ -142,13 +141,13 @@ func TestDashboardCommandExplains(t *testing.T) {
 		t.Fatal("a pending command shows a next attempt")
 	}
 
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Log.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
-	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.Failed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt}); err != nil {
 		t.Fatal(err)
 	}
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
@@ -166,11 +165,11 @@ func TestDashboardCommandExplains(t *testing.T) {
 		t.Fatalf("next attempt %q; want it to start with the relative window and contain %q", got, want)
 	}
 
-	// Without the registry nothing is guessed.
+	// Without the handler here nothing is guessed.
 	plain := apitest.Start(t, apitest.Options{})
 	id2 := issue(t, plain, "images.resize")
-	rec2, _ := plain.Reader.Store().Load(ctx, id2)
-	if err := plain.Reader.Store().Append(ctx, rec2, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.Failed, Attempt: 1, Error: "x"}); err != nil {
+	rec2, _ := plain.Log.Store.Load(ctx, id2)
+	if err := plain.Log.Store.Append(ctx, rec2, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(text(newBrowser(t, plain.URL).get("/ui/commands/"+id2).want(t, http.StatusOK).doc), "Next attempt") {
@@ -231,7 +230,7 @@ func TestDashboardBulk(t *testing.T) {
 	if n := len(poisonRowsPlain(p)); n != 2 {
 		t.Fatalf("the review lists %d entries, want 2", n)
 	}
-	if _, err := srv.Reader.GetPoison(ctx, alpha[0]); err != nil {
+	if _, err := srv.Client.GetPoison(ctx, alpha[0]); err != nil {
 		t.Fatalf("the review changed storage: %v", err)
 	}
 	form := confirmForm(t, p)
@@ -251,8 +250,8 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range alpha[:2] {
-		if st, _ := srv.Reader.Get(ctx, id); st.Status != status.Pending {
-			t.Fatalf("%s after bulk requeue: %s", id, st.Status)
+		if st, _ := srv.Client.Get(ctx, id); st.State != status.StatePending {
+			t.Fatalf("%s after bulk requeue: %s", id, st.State)
 		}
 	}
 	if n := len(poisonRows(t, p)); n != 3 {
@@ -268,8 +267,8 @@ func TestDashboardBulk(t *testing.T) {
 	if !strings.HasPrefix(f, "Discarded 1 of 2 at ") || !strings.Contains(f, "Not discarded: "+alpha[0]+" (") {
 		t.Fatalf("flash %q", f)
 	}
-	if st, _ := srv.Reader.Get(ctx, alpha[2]); st.Status != status.Discarded {
-		t.Fatalf("%s after bulk discard: %s", alpha[2], st.Status)
+	if st, _ := srv.Client.Get(ctx, alpha[2]); st.State != status.StateDiscarded {
+		t.Fatalf("%s after bulk discard: %s", alpha[2], st.State)
 	}
 
 	// All of one type: Beta, three entries, whatever is selected.
@@ -284,13 +283,13 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range beta {
-		if _, err := srv.Reader.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
+		if _, err := srv.Client.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
 			t.Fatalf("Beta entry %s after discard-all: %v", id, err)
 		}
 	}
 	// Alpha's last two are untouched.
 	for _, id := range alpha[3:] {
-		if _, err := srv.Reader.GetPoison(ctx, id); err != nil {
+		if _, err := srv.Client.GetPoison(ctx, id); err != nil {
 			t.Fatalf("Alpha entry %s: %v", id, err)
 		}
 	}

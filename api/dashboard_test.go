@@ -17,8 +17,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -256,7 +256,7 @@ func contains(t *testing.T, p page, want ...string) {
 
 func issue(t *testing.T, srv *apitest.Server, typ string) string {
 	t.Helper()
-	res, err := srv.Issuer.IssueRaw(context.Background(), commands.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	res, err := srv.Client.IssueRaw(context.Background(), commands.Raw{Type: typ, Params: []byte(`{"n":1}`)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}
@@ -267,11 +267,11 @@ func issue(t *testing.T, srv *apitest.Server, typ string) string {
 func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...status.Event) {
 	t.Helper()
 	ctx := context.Background()
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Log.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
+	if err := srv.Log.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -363,7 +363,7 @@ func TestDashboardPoisonList(t *testing.T) {
 	}
 	all := map[string]time.Time{}
 	for _, id := range got {
-		e, err := srv.Reader.GetPoison(context.Background(), id)
+		e, err := srv.Client.GetPoison(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,14 +413,14 @@ func TestDashboardCommandPage(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Convert")
 	ctx := context.Background()
-	rec, err := srv.Reader.Store().Load(ctx, id)
+	rec, err := srv.Log.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Append(ctx, rec,
-		status.Event{Kind: status.Started, Attempt: 1, Worker: "host-a"},
-		status.Event{Kind: status.StepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
-		status.Event{Kind: status.Failed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
+	if err := srv.Log.Store.Append(ctx, rec,
+		status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "host-a"},
+		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	b.headers["Sec-Fetch-Site"] = "cross-site"
 	b.post("/ui/poison/"+a+"/requeue", url.Values{"csrf": {tok}}).want(t, http.StatusForbidden)
 	delete(b.headers, "Sec-Fetch-Site")
-	if _, err := srv.Reader.GetPoison(ctx, a); err != nil {
+	if _, err := srv.Client.GetPoison(ctx, a); err != nil {
 		t.Fatalf("refused requeue changed storage: %v", err)
 	}
 
@@ -534,18 +534,18 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	if got := text(b.get(loc).want(t, http.StatusOK).doc); strings.Contains(got, "was requeued") {
 		t.Fatalf("the flash message came back on reload:\n%s", got)
 	}
-	st, err := srv.Reader.Get(ctx, a)
-	if err != nil || st.Status != status.Pending {
-		t.Fatalf("after requeue: %v %v, want pending", st.Status, err)
+	st, err := srv.Client.Get(ctx, a)
+	if err != nil || st.State != status.StatePending {
+		t.Fatalf("after requeue: %v %v, want pending", st.State, err)
 	}
 	if n := srv.QueueCount(t, ""); n != before+1 {
 		t.Fatalf("queue has %d messages, want %d", n, before+1)
 	}
-	if _, err := srv.Reader.GetPoison(ctx, a); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, a); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
-	evs, _ := srv.Reader.Events(ctx, a)
-	if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != "ui:anonymous" {
+	evs, _ := srv.Client.Events(ctx, a)
+	if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != "ui:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	// Again: a readable 409 saying it is not poisoned.
@@ -560,21 +560,21 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	}); len(forms) != 1 {
 		t.Fatalf("the confirmation page has no form posting the discard:\n%s", p.body)
 	}
-	if _, err := srv.Reader.GetPoison(ctx, d); err != nil {
+	if _, err := srv.Client.GetPoison(ctx, d); err != nil {
 		t.Fatalf("the confirmation page changed storage: %v", err)
 	}
 	// Discard: status discarded, entry gone.
 	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {csrf(t, p)}, "type": {"Alpha"}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
 		"Poison entry "+d+" was discarded")
-	if st, _ := srv.Reader.Get(ctx, d); st.Status != status.Discarded {
-		t.Fatalf("after discard: %s", st.Status)
+	if st, _ := srv.Client.Get(ctx, d); st.State != status.StateDiscarded {
+		t.Fatalf("after discard: %s", st.State)
 	}
-	if _, err := srv.Reader.GetPoison(ctx, d); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, d); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("poison entry after discard: %v", err)
 	}
 
 	// An orphan entry (malformed message): requeue explains, offers discard.
-	if err := srv.Reader.Store().PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
+	if err := srv.Log.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
 		t.Fatal(err)
 	}
 	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
@@ -589,7 +589,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	p = b.get("/ui/poison/msg-0042/discard").want(t, http.StatusOK)
 	contains(t, p, "msg-0042 (no stored command)")
 	b.post("/ui/poison/msg-0042/discard", url.Values{"csrf": {csrf(t, p)}}).location(t, http.StatusSeeOther)
-	if _, err := srv.Reader.GetPoison(ctx, "msg-0042"); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("orphan entry after discard: %v", err)
 	}
 	contains(t, b.post("/ui/poison/"+commands.NewID()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
@@ -651,15 +651,15 @@ func TestDashboardLogin(t *testing.T) {
 	op.headers["Origin"] = "http://evil.example"
 	op.post("/ui/poison/"+id+"/requeue", url.Values{"csrf": {tok}}).want(t, http.StatusForbidden)
 	delete(op.headers, "Origin")
-	if _, err := srv.Reader.GetPoison(ctx, id); err != nil {
+	if _, err := srv.Client.GetPoison(ctx, id); err != nil {
 		t.Fatalf("a refused POST changed storage: %v", err)
 	}
 	op.post("/ui/poison/"+id+"/requeue", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
-	if st, _ := srv.Reader.Get(ctx, id); st.Status != status.Pending {
-		t.Fatalf("after operator requeue: %s", st.Status)
+	if st, _ := srv.Client.Get(ctx, id); st.State != status.StatePending {
+		t.Fatalf("after operator requeue: %s", st.State)
 	}
-	evs, _ := srv.Reader.Events(ctx, id)
-	if w := evs[len(evs)-1].Worker; !strings.HasPrefix(w, "ui:token:") {
+	evs, _ := srv.Client.Events(ctx, id)
+	if w := evs[len(evs)-1].By; !strings.HasPrefix(w, "ui:token:") {
 		t.Fatalf("requeue recorded by %q, want ui:token:<hash>", w)
 	}
 
@@ -739,12 +739,12 @@ func TestDashboardEscaping(t *testing.T) {
 	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 	const evil = `<script>alert("x")</script>`
-	if err := srv.Reader.Store().PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
+	if err := srv.Log.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
 		t.Fatal(err)
 	}
 	id := issue(t, srv, "Alpha")
-	rec, _ := srv.Reader.Store().Load(ctx, id)
-	if err := srv.Reader.Store().Append(ctx, rec, status.Event{Kind: status.Failed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
+	rec, _ := srv.Log.Store.Load(ctx, id)
+	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {
@@ -770,7 +770,7 @@ func TestDashboardEscaping(t *testing.T) {
 func TestDashboardBasePath(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
-	h, err := api.New(api.Config{Issuer: srv.Issuer, Reader: srv.Reader, Tokens: apitest.Tokens(), BasePath: "/cmdq"})
+	h, err := api.New(api.Config{Client: srv.Client, Tokens: apitest.Tokens(), BasePath: "/cmdq"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	b := overviewBody{Health: d.s.health(), Refresh: refreshOverview}
 	b.HealthRows = healthRows(b.Health.Detail)
-	queues := []string{status.DefaultQueue}
+	queues := d.src.Queues()
 	if v.can(RoleOperator) {
 		page, err := d.src.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
@@ -215,7 +215,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.Status == status.Pending && st.Attempts == 0}
+	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == status.StatePending && st.Attempts == 0}
 	if len(params) > 0 {
 		var buf bytes.Buffer
 		if json.Indent(&buf, params, "", "  ") != nil {
@@ -227,18 +227,18 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			b.Params, b.ParamsCut = strings.ToValidUTF8(b.Params[:maxParamsShown], ""), true
 		}
 	}
-	switch st.Status {
-	case status.Completed, status.Discarded:
+	switch st.State {
+	case status.StateCompleted, status.StateDiscarded:
 		b.Refresh = 0 // final: nothing changes any more
-	case status.Poisoned:
+	case status.StatePoisoned:
 		b.Refresh = refreshPoisoned
 	default:
 		b.Refresh = refreshCommand
 	}
-	if st.Status == status.Retrying {
+	if st.State == status.StateRetrying {
 		if p, ok := d.src.RetryPolicy(st.Type); ok {
 			for i := len(evs) - 1; i >= 0; i-- {
-				if evs[i].Kind == status.Failed {
+				if evs[i].Kind == status.EventFailed {
 					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt, evs[i].Time)
 					b.RetryDue, b.RetryOpen = d.now().After(b.RetryTo), d.now().After(b.RetryFrom)
 					break
@@ -246,7 +246,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if st.Status == status.Poisoned && v.can(RoleOperator) {
+	if st.State == status.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.src.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
 		}
@@ -255,7 +255,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if f := d.takeFlash(w, r, v); f != nil {
 		pd.Flash = f
 		if f.Requeued == id {
-			pd.FlashState = st.Status
+			pd.FlashState = st.State
 		}
 	}
 	d.render(w, r, http.StatusOK, "command", pd)
@@ -341,7 +341,7 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, _, gerr := d.src.Command(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.Status),
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
 				"Open the command to see its state.", false)
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -30,63 +31,61 @@ type dashSource interface {
 	// Requeue and Discard act on a poisoned command for operator by.
 	Requeue(ctx context.Context, id, by string) error
 	Discard(ctx context.Context, id, by string) error
+	// Queues are the logical queues the server knows (the default one and
+	// those of its types): no storage call.
+	Queues() []string
 	// QueueDepth is a queue's approximate message count: one call.
 	QueueDepth(ctx context.Context, queue string) (int, error)
 	// RetryPolicy returns the retry policy of a command type when this
-	// server knows the type's handler (Config.Registry); no storage call.
+	// server's client runs the type's handler (cmdq.Register); no storage
+	// call.
 	RetryPolicy(cmdType string) (handlers.RetryPolicy, bool)
 }
 
-// newDashSource returns the dashboard's data access for cfg.
+// newDashSource returns the dashboard's data access for cfg: its client.
 func newDashSource(cfg Config) dashSource {
-	return readerSource{r: cfg.Reader, reg: cfg.Registry}
+	return clientSource{c: cfg.Client}
 }
 
-// readerSource is dashSource on a *status.Reader (and, for retry policies,
-// the optional registry).
-type readerSource struct {
-	r   *status.Reader
-	reg *handlers.Registry
+// clientSource is dashSource on the cmdq.Client (retry policies from the
+// types it knows).
+type clientSource struct {
+	c *cmdq.Client
 }
 
-func (s readerSource) Command(ctx context.Context, id string) (status.Status, json.RawMessage, error) {
-	rec, err := s.r.Store().Load(ctx, id)
-	if err != nil {
-		return status.Status{}, nil, err
-	}
-	return rec.Status, json.RawMessage(rec.Params), nil
+func (s clientSource) Command(ctx context.Context, id string) (status.Status, json.RawMessage, error) {
+	return s.c.GetParams(ctx, id)
 }
 
-func (s readerSource) Events(ctx context.Context, id string) ([]status.Event, error) {
-	return s.r.Events(ctx, id)
+func (s clientSource) Events(ctx context.Context, id string) ([]status.Event, error) {
+	return s.c.Events(ctx, id)
 }
 
-func (s readerSource) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
-	return s.r.ListPoison(ctx, q)
+func (s clientSource) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+	return s.c.ListPoison(ctx, q)
 }
 
-func (s readerSource) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
-	return s.r.GetPoison(ctx, id)
+func (s clientSource) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	return s.c.GetPoison(ctx, id)
 }
 
-func (s readerSource) Requeue(ctx context.Context, id, by string) error {
-	return s.r.Requeue(ctx, id, by)
+func (s clientSource) Requeue(ctx context.Context, id, by string) error {
+	return s.c.Requeue(ctx, id, by)
 }
 
-func (s readerSource) Discard(ctx context.Context, id, by string) error {
-	return s.r.Discard(ctx, id, by)
+func (s clientSource) Discard(ctx context.Context, id, by string) error {
+	return s.c.Discard(ctx, id, by)
 }
 
-func (s readerSource) QueueDepth(ctx context.Context, queue string) (int, error) {
-	return s.r.QueueDepth(ctx, queue)
+func (s clientSource) Queues() []string { return s.c.Queues() }
+
+func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error) {
+	return s.c.QueueDepth(ctx, queue)
 }
 
-func (s readerSource) RetryPolicy(cmdType string) (handlers.RetryPolicy, bool) {
-	if s.reg == nil {
-		return handlers.RetryPolicy{}, false
-	}
-	def, ok := s.reg.Lookup(cmdType)
-	if !ok {
+func (s clientSource) RetryPolicy(cmdType string) (handlers.RetryPolicy, bool) {
+	def, ok := s.c.Lookup(cmdType)
+	if !ok || !def.Handled() { // a declared type's handler (and policy) is elsewhere
 		return handlers.RetryPolicy{}, false
 	}
 	return def.Retry, true

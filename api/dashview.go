@@ -113,7 +113,7 @@ func badge(state any) template.HTML {
 // eventTitle names an event for the timeline: "step 2 completed" rather
 // than "step_completed" and a separate step number.
 func eventTitle(e status.Event) string {
-	if e.Kind == status.StepCompleted && e.Step > 0 {
+	if e.Kind == status.EventStepCompleted && e.Step > 0 {
 		return fmt.Sprintf("step %d completed", e.Step)
 	}
 	return strings.ReplaceAll(string(e.Kind), "_", " ")

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 // withHost sends method path to s with the Host header host and extra
@@ -79,7 +79,7 @@ func TestHostCheckWithoutTokens(t *testing.T) {
 			t.Errorf("%s %s: detail %q does not say what to do", c.method, c.path, p.Detail)
 		}
 	}
-	if _, err := s.Reader.GetPoison(t.Context(), id); err != nil {
+	if _, err := s.Client.GetPoison(t.Context(), id); err != nil {
 		t.Fatalf("poison entry after the rebinding attempt: %v", err)
 	}
 
@@ -103,7 +103,7 @@ func TestHostCheckWithoutTokens(t *testing.T) {
 	problem(t, withHost(t, auth, http.MethodGet, "/v1/poison", evil, ""), http.StatusUnauthorized, api.ProblemUnauthorized)
 
 	for _, bad := range []string{"https://cmdq.internal", "cmdq.internal/x", "*.example", ""} {
-		cfg := api.Config{Issuer: s.Issuer, Reader: s.Reader, AllowedHosts: []string{bad}}
+		cfg := api.Config{Client: s.Client, AllowedHosts: []string{bad}}
 		if err := cfg.Validate(); !errors.Is(err, api.ErrInvalidConfig) {
 			t.Errorf("AllowedHosts %q: Validate = %v, want ErrInvalidConfig", bad, err)
 		}

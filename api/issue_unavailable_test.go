@@ -10,9 +10,10 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/google/uuid"
@@ -35,11 +36,10 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{Store: st, Prefix: "t" + uuid.NewString()[:8]})
 	// The Issuer's own background retry would queue it too; this test is
 	// about what the client is told.
-	t.Cleanup(func() { _ = srv.Issuer.Close() })
-	_ = srv.Issuer.Close()
+	_ = srv.Client.Stop(context.Background()) // stops the background retries
 
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Path: status.UnqueuedPartition}, faultproxy.Refuse, -1)
+	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
 	id := uuid.NewString()
 	body := `{"id":"` + id + `","type":"demo.echo","params":{"n":1}}`
 	r := post(t, srv.URL+"/v1/commands", body)
@@ -57,7 +57,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	px.Remove(rq)
 	px.Remove(rm)
 	again := decode[api.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
-	if again.ID != id || again.Status != string(status.Pending) || srv.QueueCount(t, "") != 1 {
+	if again.ID != id || again.Status != string(status.StatePending) || srv.QueueCount(t, "") != 1 {
 		t.Fatalf("retry: %+v, queue holds %d (want the command queued once)", again, srv.QueueCount(t, ""))
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/openapitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -111,13 +111,13 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	}
 
 	// Poison: a poisoned command with a step, an error and a stack.
-	rec, err := srv.Reader.Store().Load(t.Context(), id)
+	rec, err := srv.Log.Store.Load(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reader.Store().Append(t.Context(), rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.StepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
-		status.Event{Kind: status.Failed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
+	if err := srv.Log.Store.Append(t.Context(), rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
+		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
+		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Poison(t, id, "attempts exhausted", "boom")
@@ -235,7 +235,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 func TestOpenAPIServersFollowBasePath(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{})
-	h, err := api.New(api.Config{Issuer: srv.Issuer, Reader: srv.Reader, BasePath: "/cmdq"})
+	h, err := api.New(api.Config{Client: srv.Client, BasePath: "/cmdq"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,14 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 // TestErrorsQuoteShortPrefix: an error answer quotes at most a short prefix
@@ -17,12 +16,8 @@ import (
 // 1 MB body got a 1.32 MB answer, the input echoed twice).
 func TestErrorsQuoteShortPrefix(t *testing.T) {
 	t.Parallel()
-	reg := handlers.NewRegistry()
-	if err := handlers.Register(reg, func(context.Context, sendEmail, *handlers.Run) error { return nil }, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
 	s := apitest.Start(t, apitest.Options{})
-	withReg := apitest.Start(t, apitest.Options{Registry: reg})
+	withReg := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[sendEmail](c) }})
 	big := strings.Repeat("x", 900_000)
 	digits := strings.Repeat("9", 900_000)
 	many := make([]string, 5000)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 // TestStrictDecoding: what a lenient decoder resolves silently (the last of

@@ -232,17 +232,17 @@ func (c *Client) Wait(ctx context.Context, id string, pollInterval time.Duration
 		st, err := c.Get(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
-				return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.Status, ctx.Err())
+				return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.State, ctx.Err())
 			}
 			return last, err
 		}
 		last = st
-		if st.Status.Final() {
+		if st.State.Final() {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.Status, ctx.Err())
+			return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.State, ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -6,18 +6,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
-	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -48,15 +45,15 @@ func TestIssueGetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commands.ValidateID(res.ID) != nil || res.Status != status.Pending || res.Existing {
+	if commands.ValidateID(res.ID) != nil || res.Status != status.StatePending || res.Existing {
 		t.Fatalf("issue %+v", res)
 	}
 	st, err := c.Get(ctx, res.ID)
-	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.Status != status.Pending || st.CorrelationID != "corr" {
+	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.CorrelationID != "corr" {
 		t.Fatalf("get %+v %v", st, err)
 	}
 	evs, err := c.Events(ctx, res.ID)
-	if err != nil || len(evs) != 1 || evs[0].Kind != status.Created {
+	if err != nil || len(evs) != 1 || evs[0].Kind != status.EventCreated {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 
@@ -158,7 +155,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
-	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.Status != status.Discarded {
+	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
 	if err := c.Discard(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
@@ -166,7 +163,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	}
 	// Operator actions are recorded with who did them.
 	evs, err := c.Events(ctx, ids[0])
-	if err != nil || evs[len(evs)-1].Kind != status.Requeued || !strings.HasPrefix(evs[len(evs)-1].Worker, "api:token:") {
+	if err != nil || evs[len(evs)-1].Kind != status.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 }
@@ -182,7 +179,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	st, err := c.Wait(ctx, res.ID, 10*time.Millisecond)
-	if !errors.Is(err, context.DeadlineExceeded) || st.Status != status.Pending {
+	if !errors.Is(err, context.DeadlineExceeded) || st.State != status.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
 	if _, err := c.Wait(context.Background(), commands.NewID(), 0); !errors.Is(err, client.ErrNotFound) {
@@ -216,44 +213,23 @@ type reject struct{}
 func (reject) CommandType() string { return "Reject" }
 
 // TestWithProcessor issues through the client and waits for a real processor
-// (same process, same embedded store, woken by the Issuer's Notify).
+// (the server's own: same process, same embedded store, woken on enqueue).
 func TestWithProcessor(t *testing.T) {
 	t.Parallel()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	reg := handlers.NewRegistry()
 	greeted := make(chan string, 1)
-	if err := handlers.Register(reg, func(ctx context.Context, g greet, run *handlers.Run) error {
-		if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
-			return err
-		}
-		greeted <- g.Name
-		return nil
-	}, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := handlers.Register(reg, func(context.Context, reject, *handlers.Run) error {
-		return handlers.Permanent(errors.New("rejected on purpose"))
-	}, handlers.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := processor.New(st, reg, processor.Config{ReconcileInterval: processor.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("processor: %v", err)
-		}
-	})
-	s := apitest.Start(t, apitest.Options{Store: st, Registry: reg, Notify: p.Notify})
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error {
+		return errors.Join(
+			cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+				if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
+					return err
+				}
+				greeted <- g.Name
+				return nil
+			}),
+			cmdq.Register(c, func(context.Context, reject, *cmdq.Run) error {
+				return cmdq.Permanent(errors.New("rejected on purpose"))
+			}))
+	}})
 	c := newClient(t, s.URL)
 
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -263,7 +239,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err := c.Wait(wctx, res.ID, 20*time.Millisecond)
-	if err != nil || final.Status != status.Completed || final.Step != 1 || final.Attempts != 1 {
+	if err != nil || final.State != status.StateCompleted || final.Step != 1 || final.Attempts != 1 {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	if got := <-greeted; got != "Ada" {
@@ -291,7 +267,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err = c.Wait(wctx, res.ID, 20*time.Millisecond)
-	if err != nil || final.Status != status.Poisoned || !strings.Contains(final.LastError, "rejected on purpose") {
+	if err != nil || final.State != status.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	e, err := c.GetPoison(wctx, res.ID)

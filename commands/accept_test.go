@@ -11,6 +11,7 @@ import (
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -20,7 +21,7 @@ import (
 // Requests of the Azure driver that the fault proxy refuses.
 var (
 	enqueueReq = faultproxy.Match{Method: "POST", Path: "/messages"}
-	markerReq  = faultproxy.Match{Path: status.UnqueuedPartition}
+	markerReq  = faultproxy.Match{Path: record.UnqueuedPartition}
 )
 
 // proxied opens an Azure store on Azurite through an HTTP fault proxy, with
@@ -57,11 +58,11 @@ func messages(t *testing.T, st storage.Store, queue string) []storage.Message {
 
 func hasMarker(t *testing.T, st storage.Store, prefix, id string) bool {
 	t.Helper()
-	tbl, err := st.Table(context.Background(), status.Names{Prefix: prefix}.CommandsTable())
+	tbl, err := st.Table(context.Background(), record.Names{Prefix: prefix}.CommandsTable())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tbl.Get(context.Background(), status.UnqueuedPartition, id)
+	_, err = tbl.Get(context.Background(), record.UnqueuedPartition, id)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	t.Parallel()
 	through, direct, px := proxied(t)
 	prefix := "t" + uuid.NewString()[:8]
-	is, err := commands.NewIssuer(through, commands.Options{Prefix: prefix, EnqueueRetry: -1})
+	is, err := commands.NewIssuer(through, commands.IssuerOptions{Prefix: prefix, EnqueueRetry: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +91,11 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if rq.Hits() == 0 || rm.Hits() == 0 {
 		t.Fatalf("the proxy refused %d enqueues and %d marker writes", rq.Hits(), rm.Hits())
 	}
-	r, err := status.OpenReader(ctx, direct, status.Names{Prefix: prefix}, status.Options{})
+	r, err := record.OpenReader(ctx, direct, record.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := r.Get(ctx, res.ID); err != nil || st.Status != status.Pending {
+	if st, err := r.Get(ctx, res.ID); err != nil || st.State != status.StatePending {
 		t.Fatalf("stored command %+v %v", st, err)
 	}
 	if n := len(messages(t, direct, prefix+"-commands")); n != 0 || hasMarker(t, direct, prefix, res.ID) {
@@ -109,7 +110,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 		t.Fatalf("re-issue: %+v %v", again, err)
 	}
 	msgs := messages(t, direct, prefix+"-commands")
-	if len(msgs) != 1 || msgs[0].Text != (commands.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() {
+	if len(msgs) != 1 || msgs[0].Text != (record.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() {
 		t.Fatalf("after the re-issue: messages %+v", msgs)
 	}
 }
@@ -124,7 +125,7 @@ func TestEnqueueRetriedInBackground(t *testing.T) {
 	through, direct, px := proxied(t)
 	prefix := "t" + uuid.NewString()[:8]
 	n := &notes{}
-	is, err := commands.NewIssuer(through, commands.Options{Prefix: prefix, Notify: n.notify, EnqueueRetry: 20 * time.Millisecond})
+	is, err := commands.NewIssuer(through, commands.IssuerOptions{Prefix: prefix, Wake: n.notify, EnqueueRetry: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +180,12 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	through, direct, px := proxied(t)
 	prefix := "t" + uuid.NewString()[:8]
 	ctx := context.Background()
-	s, err := status.Open(ctx, direct, status.Names{Prefix: prefix}, status.Options{})
+	s, err := record.Open(ctx, direct, record.Names{Prefix: prefix}, record.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := uuid.NewString()
-	if err := s.Create(ctx, status.NewCommand{ID: id, Type: "billing.ChargeCard", Queue: "commands"}); err != nil {
+	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "billing.ChargeCard", Queue: "commands"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.MarkUnqueued(ctx, id, "commands"); err != nil {
@@ -192,9 +193,9 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	}
 	// The queue refuses, and so does any attempt to write the marker anew.
 	rq := px.Add(enqueueReq, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Method: "PUT", Path: status.UnqueuedPartition}, faultproxy.Refuse, -1)
-	opts := commands.ReconcileOptions{Prefix: prefix, MarkerGrace: -1}
-	rep, err := commands.Reconcile(ctx, through, opts)
+	rm := px.Add(faultproxy.Match{Method: "PUT", Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
+	opts := record.ReconcileOptions{MarkerGrace: -1}
+	rep, err := reconcile(t, ctx, through, prefix, opts, nil)
 	if err == nil || rep.Enqueued != 0 || rq.Hits() == 0 {
 		t.Fatalf("pass with the queue refusing: %+v %v", rep, err)
 	}
@@ -203,7 +204,7 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	}
 	px.Remove(rq)
 	px.Remove(rm)
-	rep, err = commands.Reconcile(ctx, through, opts)
+	rep, err = reconcile(t, ctx, through, prefix, opts, nil)
 	if err != nil || rep.Enqueued != 1 {
 		t.Fatalf("second pass: %+v %v", rep, err)
 	}

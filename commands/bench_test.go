@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status/statustest"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // BenchmarkIssue issues commands on the embedded store and reports the
 // storage operations per command (target: 2 — one batch, one enqueue).
 func BenchmarkIssue(b *testing.B) {
-	env := statustest.Open(b, "embedded")
-	is, err := commands.NewIssuer(env.Store, commands.Options{Prefix: env.Prefix})
+	env := testenv.Open(b, "embedded")
+	is, err := commands.NewIssuer(env.Store, commands.IssuerOptions{Prefix: env.Prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -35,8 +35,8 @@ func BenchmarkIssue(b *testing.B) {
 // BenchmarkIssueParallel issues from 32 goroutines (2 per CPU × 16), so the
 // embedded store's group commit can share fsyncs between writers.
 func BenchmarkIssueParallel(b *testing.B) {
-	env := statustest.Open(b, "embedded")
-	is, err := commands.NewIssuer(env.Store, commands.Options{Prefix: env.Prefix})
+	env := testenv.Open(b, "embedded")
+	is, err := commands.NewIssuer(env.Store, commands.IssuerOptions{Prefix: env.Prefix})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -22,7 +23,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	var notified []string
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: "comb", Notify: func(q string) { notified = append(notified, q) }})
+	iss, err := commands.NewIssuer(st, commands.IssuerOptions{Prefix: "comb", Wake: func(q string) { notified = append(notified, q) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,13 +41,13 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 	if len(notified) != 2 || notified[1] != "commands" {
 		t.Errorf("Notify calls %q, want two for queue commands", notified)
 	}
-	names := status.Names{Prefix: "comb"}
-	s, err := status.Open(ctx, st, names, status.Options{})
+	names := record.Names{Prefix: "comb"}
+	s, err := record.Open(ctx, st, names, record.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Load(ctx, res.ID)
-	if err != nil || rec.Status.Status != status.Pending || string(rec.Params) != `{"customer":"b","cents":2}` {
+	if err != nil || rec.Status.State != status.StatePending || string(rec.Params) != `{"customer":"b","cents":2}` {
 		t.Fatalf("Load: %+v, %v; want pending with the params", rec, err)
 	}
 	q, err := st.Queue(ctx, names.Queue("commands"))
@@ -57,7 +58,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 	if err != nil || len(msgs) != 2 {
 		t.Fatalf("Dequeue: %d messages, %v; want 2", len(msgs), err)
 	}
-	env, err := commands.ParseEnvelope(msgs[1].Text)
+	env, err := record.ParseEnvelope(msgs[1].Text)
 	if err != nil || env.ID != res.ID || env.Type != "billing.ChargeCard" {
 		t.Errorf("second message %q (%v), want the envelope of %s", msgs[1].Text, err, res.ID)
 	}

@@ -1,15 +1,18 @@
-// Package commands is the issuing side of cmdq: the Command interface, the
-// queue message (Envelope), validation of command types and IDs, the Issuer
-// that stores a command and enqueues it, and the reconciler that closes the
-// gap when an enqueue fails after the command was stored.
+// Package commands is the command side of cmdq: the Command interface, the
+// routing and defaults a command type may declare (CommandOptions), the
+// validation of command types and IDs, and the Issuer that stores a command
+// and enqueues it.
+//
+// Most programs issue through the client of package cmdq, which routes
+// every type it knows (registered or declared) without wiring; the Issuer
+// is for programs that assemble the pieces themselves.
 package commands
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -19,6 +22,145 @@ import (
 // ValidateType. The value itself is JSON-encoded as the parameters.
 type Command interface {
 	CommandType() string
+}
+
+// CommandWithOptions is a Command whose type declares its routing and
+// defaults: CommandOptions is called on the zero value (like CommandType)
+// and must return the same options for every value of the type. Issuing
+// routes the command to its Queue even in a process that has no handler for
+// it; registering a handler takes its fields as the defaults under the
+// handler's explicit options.
+type CommandWithOptions interface {
+	Command
+	CommandOptions() CommandOptions
+}
+
+// Defaults of the storage names and of CommandOptions: the one home of each.
+const (
+	// DefaultPrefix starts every storage name of a client, an Issuer or a
+	// processor that sets no prefix: queue "cmdq-commands", tables
+	// "cmdqcommands" and "cmdqpoison".
+	DefaultPrefix = "cmdq"
+	// DefaultQueue is the logical queue of a command type that declares
+	// none.
+	DefaultQueue = "commands"
+	// DefaultPoisonCeiling is the most attempts (dequeues) before a command
+	// is poisoned (5).
+	DefaultPoisonCeiling = 5
+	// DefaultLease is the message visibility timeout while a handler runs
+	// (30 s); the processor renews it at half.
+	DefaultLease = 30 * time.Second
+	// DefaultTimeoutLeases: the default Timeout of one attempt is this many
+	// leases (10).
+	DefaultTimeoutLeases = 10
+)
+
+// CommandOptions is what a command type declares about itself (see
+// CommandWithOptions): its queue and how its handler runs. Zero fields take
+// the defaults.
+type CommandOptions struct {
+	// Queue is the logical queue the type is routed to. Defaults to
+	// DefaultQueue ("commands"). Give slow commands their own queue so they
+	// do not share a lease with fast ones.
+	Queue string
+	// PoisonCeiling is the most attempts (dequeues) before the command is
+	// poisoned without running. Defaults to DefaultPoisonCeiling (5).
+	PoisonCeiling int
+	// Lease is the visibility timeout taken on dequeue and renewed at half
+	// while the handler runs, at least 1 s. Defaults to DefaultLease (30 s).
+	Lease time.Duration
+	// Timeout bounds one attempt: the handler's context ends after it.
+	// Defaults to DefaultTimeoutLeases × Lease.
+	Timeout time.Duration
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o CommandOptions) WithDefaults() CommandOptions {
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if o.PoisonCeiling == 0 {
+		o.PoisonCeiling = DefaultPoisonCeiling
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeoutLeases * o.Lease
+	}
+	return o
+}
+
+// Over returns o with its zero fields taken from base: explicit options
+// over a type's declared ones.
+func (o CommandOptions) Over(base CommandOptions) CommandOptions {
+	if o.Queue == "" {
+		o.Queue = base.Queue
+	}
+	if o.PoisonCeiling == 0 {
+		o.PoisonCeiling = base.PoisonCeiling
+	}
+	if o.Lease == 0 {
+		o.Lease = base.Lease
+	}
+	if o.Timeout == 0 {
+		o.Timeout = base.Timeout
+	}
+	return o
+}
+
+// maxLease is the longest Lease: the longest visibility timeout (7 days).
+const maxLease = 7 * 24 * time.Hour
+
+// Validate reports every problem with o (after defaults) at once; the error
+// wraps ErrInvalidOptions. The queue's full storage name depends on the
+// prefix, which the client and the processor check as well.
+func (o CommandOptions) Validate() error {
+	o = o.WithDefaults()
+	var errs []error
+	if err := ValidateQueue(o.Queue); err != nil {
+		errs = append(errs, fmt.Errorf("option Queue: %w", err))
+	}
+	if o.PoisonCeiling < 1 {
+		errs = append(errs, fmt.Errorf("option PoisonCeiling %d: must be at least 1 (0 = default %d)", o.PoisonCeiling, DefaultPoisonCeiling))
+	}
+	if o.Lease < time.Second || o.Lease > maxLease {
+		errs = append(errs, fmt.Errorf("option Lease %s: must be between 1s and %s (0 = default %s)", o.Lease, maxLease, DefaultLease))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("option Timeout %s: must not be negative (0 = default %d × Lease)", o.Timeout, DefaultTimeoutLeases))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+}
+
+// Declared returns the options cmd's type declares (CommandWithOptions),
+// or the zero CommandOptions when it declares none.
+func Declared(cmd Command) CommandOptions {
+	if w, ok := cmd.(CommandWithOptions); ok {
+		return w.CommandOptions()
+	}
+	return CommandOptions{}
+}
+
+// MaxQueueLength is the longest logical queue name (61: a storage queue
+// name is at most 63 characters, "<prefix>-<queue>" with a prefix of at
+// least one).
+const MaxQueueLength = 61
+
+var queueRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9]|-[a-z0-9])*$`)
+
+// ValidateQueue checks a logical queue name: 1-61 lowercase letters, digits
+// and single hyphens, starting and ending with a letter or digit (the
+// storage queue "<prefix>-<queue>" must also fit 63 characters). The error
+// wraps ErrInvalidOptions.
+func ValidateQueue(name string) error {
+	if len(name) > MaxQueueLength || !queueRE.MatchString(name) {
+		return fmt.Errorf("%w: queue %q; use lowercase letters, digits and single hyphens, at most %d characters (the storage queue is \"<prefix>-%s\")", ErrInvalidOptions, name, MaxQueueLength, name)
+	}
+	return nil
 }
 
 // Sentinel errors callers branch on (test with errors.Is).
@@ -45,8 +187,9 @@ var (
 	// it. The Issuer also retries the enqueue in the background while the
 	// process lives (Options.EnqueueRetry). The error wraps the causes.
 	ErrNotAccepted = errors.New("commands: command stored but not accepted (neither enqueued nor marked for the reconciler)")
-	// ErrMalformedMessage: a queue message is not a valid Envelope.
-	ErrMalformedMessage = errors.New("commands: malformed queue message")
+	// ErrInvalidOptions: CommandOptions (or handler options) break a rule;
+	// the error lists every problem.
+	ErrInvalidOptions = errors.New("commands: invalid command options")
 )
 
 // MaxTypeLength is the longest command type name, in characters.
@@ -85,40 +228,4 @@ func NewOrderedID() string {
 		return NewID()
 	}
 	return u.String()
-}
-
-// Envelope is the queue message: {"id":"…","type":"…"}. The parameters stay
-// in the commands table.
-type Envelope struct {
-	// ID is the command ID.
-	ID string `json:"id"`
-	// Type is the command type name.
-	Type string `json:"type"`
-}
-
-// Marshal returns the message text.
-func (e Envelope) Marshal() string {
-	b, _ := json.Marshal(e) // two strings: cannot fail
-	return string(b)
-}
-
-// ParseEnvelope parses and validates message text: a JSON object with exactly
-// "id" (valid ID) and "type" (valid type). Errors wrap ErrMalformedMessage.
-func ParseEnvelope(text string) (Envelope, error) {
-	var e Envelope
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %v (want {\"id\":\"<uuid>\",\"type\":\"<type>\"}, got %.100q)", ErrMalformedMessage, err, text)
-	}
-	if dec.More() {
-		return Envelope{}, fmt.Errorf("%w: trailing data after the JSON object (got %.100q)", ErrMalformedMessage, text)
-	}
-	if err := ValidateID(e.ID); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
-	}
-	if err := ValidateType(e.Type); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
-	}
-	return e, nil
 }

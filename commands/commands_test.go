@@ -13,8 +13,10 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
+	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
-	"github.com/cmdq-dev/cmdq/status/statustest"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 	"github.com/google/uuid"
@@ -47,10 +49,10 @@ func (n *notes) get() []string {
 	return append([]string(nil), n.queues...)
 }
 
-func issuer(t *testing.T, env statustest.Env, mod func(*commands.Options)) (*commands.Issuer, *notes) {
+func issuer(t *testing.T, env testenv.Env, mod func(*commands.IssuerOptions)) (*commands.Issuer, *notes) {
 	t.Helper()
 	n := &notes{}
-	o := commands.Options{Prefix: env.Prefix, Notify: n.notify}
+	o := commands.IssuerOptions{Prefix: env.Prefix, Wake: n.notify}
 	if mod != nil {
 		mod(&o)
 	}
@@ -61,9 +63,39 @@ func issuer(t *testing.T, env statustest.Env, mod func(*commands.Options)) (*com
 	return is, n
 }
 
-func reader(t *testing.T, env statustest.Env) *status.Reader {
+// routeFunc routes like an IssuerOptions.Routes whose QueueOf returns f's
+// queue ("" = unknown type).
+type routeFunc func(cmdType string) string
+
+func (f routeFunc) QueueOf(cmdType string) (string, bool) {
+	q := f(cmdType)
+	return q, q != ""
+}
+
+// messageText is a command's queue message.
+func messageText(id, cmdType string) string { return record.Envelope{ID: id, Type: cmdType}.Marshal() }
+
+// reconcile runs one reconciler pass on st for prefix, with the processor's
+// default graces where opts leaves them zero, waking wake (may be nil).
+func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
 	t.Helper()
-	r, err := status.OpenReader(ctxT(t), env.Store.Store, status.Names{Prefix: env.Prefix}, status.Options{})
+	names := record.Names{Prefix: prefix}
+	rec, err := record.Open(ctx, st, names, record.Options{Now: opts.Now})
+	if err != nil {
+		return record.ReconcileReport{}, err
+	}
+	if opts.MarkerGrace == 0 {
+		opts.MarkerGrace = processor.DefaultReconcileGrace
+	}
+	if opts.PendingGrace == 0 {
+		opts.PendingGrace = processor.DefaultReconcileStaleAfter
+	}
+	return record.NewEnqueuer(st, names, rec, wake).Reconcile(ctx, opts)
+}
+
+func reader(t *testing.T, env testenv.Env) *record.Reader {
+	t.Helper()
+	r, err := record.OpenReader(ctxT(t), env.Store.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,40 +128,20 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestEnvelope(t *testing.T) {
-	t.Parallel()
-	id := uuid.NewString()
-	e := commands.Envelope{ID: id, Type: "billing.ChargeCard"}
-	text := e.Marshal()
-	if text != status.MessageText(id, "billing.ChargeCard") || text != `{"id":"`+id+`","type":"billing.ChargeCard"}` {
-		t.Fatalf("envelope text %s", text)
-	}
-	got, err := commands.ParseEnvelope(text)
-	if err != nil || got != e {
-		t.Fatalf("ParseEnvelope: %+v %v", got, err)
-	}
-	for _, bad := range []string{"", "{", "[]", `{"id":"` + id + `"}`, `{"id":"x","type":"a"}`, `{"id":"` + id + `","type":"a","extra":1}`,
-		`{"id":"` + id + `","type":"a"} {}`, `{"id":"` + id + `","type":"9"}`} {
-		if _, err := commands.ParseEnvelope(bad); !errors.Is(err, commands.ErrMalformedMessage) {
-			t.Errorf("ParseEnvelope(%q): %v", bad, err)
-		}
-	}
-}
-
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
-	err := commands.Options{Prefix: "Bad-", MaxParamsBytes: commands.DefaultMaxParamsBytes + 1}.Validate()
+	err := commands.IssuerOptions{Prefix: "Bad-", MaxParamsBytes: commands.MaxParamsBytes + 1}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "MaxParamsBytes") {
 		t.Fatalf("want both problems reported: %v", err)
 	}
-	if _, err := commands.NewIssuer(nil, commands.Options{}); err == nil {
+	if _, err := commands.NewIssuer(nil, commands.IssuerOptions{}); err == nil {
 		t.Fatal("NewIssuer(nil) succeeded")
 	}
 }
 
 func TestIssueCostAndMessage(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, n := issuer(t, env, nil)
 		env.Store.Reset()
@@ -147,14 +159,14 @@ func TestIssueCostAndMessage(t *testing.T) {
 			t.Fatalf("Notify calls %v", got)
 		}
 		msgs := env.Store.Messages(t, env.Prefix+"-commands")
-		if len(msgs) != 1 || msgs[0].Text != (commands.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() || !msgs[0].ExpiresAt.IsZero() {
+		if len(msgs) != 1 || msgs[0].Text != (record.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() || !msgs[0].ExpiresAt.IsZero() {
 			t.Fatalf("queue messages %+v", msgs)
 		}
 		st, err := reader(t, env).Get(ctx, res.ID)
-		if err != nil || st.Status != status.Pending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
+		if err != nil || st.State != status.StatePending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
 			t.Fatalf("status %+v %v", st, err)
 		}
-		rec, _ := reader(t, env).Store().Load(ctx, res.ID)
+		rec, _ := reader(t, env).Store.Load(ctx, res.ID)
 		var back chargeCard
 		if err := json.Unmarshal(rec.Params, &back); err != nil || back != (chargeCard{"c1", 500}) {
 			t.Fatalf("params %s", rec.Params)
@@ -164,7 +176,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 
 func TestIdempotentIssue(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, n := issuer(t, env, nil)
 		id := uuid.NewString()
@@ -189,11 +201,11 @@ func TestIdempotentIssue(t *testing.T) {
 			t.Fatalf("Notify calls %v", n.get())
 		}
 		// Once a processor started it, a re-issue enqueues nothing.
-		rec, err := reader(t, env).Store().Load(ctx, id)
+		rec, err := reader(t, env).Store.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := reader(t, env).Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}); err != nil {
+		if err := reader(t, env).Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
@@ -215,9 +227,9 @@ func TestIdempotentIssue(t *testing.T) {
 
 func TestIssueRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
-		is, _ := issuer(t, env, func(o *commands.Options) { o.MaxParamsBytes = 1000 })
+		is, _ := issuer(t, env, func(o *commands.IssuerOptions) { o.MaxParamsBytes = 1000 })
 		env.Store.Reset()
 		cases := []struct {
 			raw  commands.Raw
@@ -242,9 +254,9 @@ func TestIssueRejectsBadInput(t *testing.T) {
 		if env.Store.Total() != 0 {
 			t.Fatalf("bad input reached storage: %s", env.Store)
 		}
-		routed, _ := issuer(t, env, func(o *commands.Options) { o.QueueFor = func(string) string { return "Bad_Queue" } })
+		routed, _ := issuer(t, env, func(o *commands.IssuerOptions) { o.Routes = routeFunc(func(string) string { return "Bad_Queue" }) })
 		if _, err := routed.IssueRaw(ctx, commands.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
-			t.Errorf("bad QueueFor: %v", err)
+			t.Errorf("bad route: %v", err)
 		}
 	})
 }
@@ -253,9 +265,9 @@ func TestLargeParamsFit(t *testing.T) {
 	t.Parallel()
 	// The default limit must really fit in one entity on every driver, for
 	// ASCII (1 UTF-16 unit per byte) and for 2-byte UTF-8 characters.
-	ascii := `{"s":"` + strings.Repeat("x", commands.DefaultMaxParamsBytes-8) + `"}`
-	accented := `{"s":"` + strings.Repeat("é", (commands.DefaultMaxParamsBytes-8)/2) + `"}`
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	ascii := `{"s":"` + strings.Repeat("x", commands.MaxParamsBytes-8) + `"}`
+	accented := `{"s":"` + strings.Repeat("é", (commands.MaxParamsBytes-8)/2) + `"}`
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, _ := issuer(t, env, nil)
 		r := reader(t, env)
@@ -264,7 +276,7 @@ func TestLargeParamsFit(t *testing.T) {
 			if err != nil {
 				t.Fatalf("issue %d bytes: %v", len(p), err)
 			}
-			rec, err := r.Store().Load(ctx, res.ID)
+			rec, err := r.Store.Load(ctx, res.ID)
 			if err != nil || string(rec.Params) != p {
 				t.Fatalf("round trip of %d bytes failed: %v", len(p), err)
 			}
@@ -278,15 +290,15 @@ func TestLargeParamsFit(t *testing.T) {
 
 func TestRouting(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
-		is, n := issuer(t, env, func(o *commands.Options) {
-			o.QueueFor = func(typ string) string {
+		is, n := issuer(t, env, func(o *commands.IssuerOptions) {
+			o.Routes = routeFunc(func(typ string) string {
 				if strings.HasPrefix(typ, "slow.") {
 					return "slow"
 				}
 				return ""
-			}
+			})
 		})
 		res, err := is.IssueRaw(ctx, commands.Raw{Type: "slow.Report"})
 		if err != nil || res.Queue != "slow" {
@@ -306,15 +318,15 @@ func TestRouting(t *testing.T) {
 
 func TestEnqueueFailureAndReconcile(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		// The Issuer's own background retry is off: this is the reconciler's test.
-		is, n := issuer(t, env, func(o *commands.Options) { o.EnqueueRetry = -1 })
+		is, n := issuer(t, env, func(o *commands.IssuerOptions) { o.EnqueueRetry = -1 })
 		queue := env.Prefix + "-commands"
 		env.Store.FailEnqueue.Store(true)
 		res, err := is.Issue(ctx, chargeCard{"c9", 9})
 		env.Store.FailEnqueue.Store(false)
-		if !errors.Is(err, commands.ErrEnqueueFailed) || !errors.Is(err, statustest.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+		if !errors.Is(err, commands.ErrEnqueueFailed) || !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Issue with failing enqueue: %v", err)
 		}
 		if commands.ValidateID(res.ID) != nil {
@@ -324,32 +336,32 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 			t.Fatal("Notify called after a failed enqueue")
 		}
 		r := reader(t, env)
-		if st, err := r.Get(ctx, res.ID); err != nil || st.Status != status.Pending {
+		if st, err := r.Get(ctx, res.ID); err != nil || st.State != status.StatePending {
 			t.Fatalf("stored command %+v %v", st, err)
 		}
-		if _, err := r.Store().CommandsTable().Get(ctx, status.UnqueuedPartition, res.ID); err != nil {
+		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); err != nil {
 			t.Fatalf("marker: %v", err)
 		}
 		if len(env.Store.Messages(t, queue)) != 0 {
 			t.Fatal("message despite failed enqueue")
 		}
 		// Inside the grace period: left for later.
-		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix})
+		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{}, nil)
 		if err != nil || rep.Markers != 1 || rep.Waiting != 1 || rep.Enqueued != 0 {
 			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
 		}
 		// Past the grace period: enqueued, marker gone, Notify called.
-		later := func() time.Time { return time.Now().Add(commands.DefaultMarkerGrace + time.Second) }
+		later := func() time.Time { return time.Now().Add(processor.DefaultReconcileGrace + time.Second) }
 		rn := &notes{}
-		rep, err = commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, Now: later, Notify: rn.notify})
+		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, rn.notify)
 		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
 			t.Fatalf("reconcile: %+v %v", rep, err)
 		}
 		msgs := env.Store.Messages(t, queue)
-		if len(msgs) != 1 || msgs[0].Text != (commands.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() {
+		if len(msgs) != 1 || msgs[0].Text != (record.Envelope{ID: res.ID, Type: "billing.ChargeCard"}).Marshal() {
 			t.Fatalf("messages after reconcile: %+v", msgs)
 		}
-		if _, err := r.Store().CommandsTable().Get(ctx, status.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("marker after reconcile: %v", err)
 		}
 		if got := rn.get(); len(got) != 1 || got[0] != "commands" {
@@ -357,8 +369,8 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		}
 		// Nothing left: one query.
 		env.Store.Reset()
-		rep, err = commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, Now: later})
-		if err != nil || rep != (commands.ReconcileReport{}) {
+		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, nil)
+		if err != nil || rep != (record.ReconcileReport{}) {
 			t.Fatalf("idle reconcile: %+v %v", rep, err)
 		}
 		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
@@ -369,7 +381,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 
 func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, _ := issuer(t, env, nil)
 		r := reader(t, env)
@@ -377,19 +389,19 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, _ := r.Store().Load(ctx, res.ID)
-		if err := r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+		rec, _ := r.Store.Load(ctx, res.ID)
+		if err := r.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Store().MarkUnqueued(ctx, res.ID, "commands"); err != nil {
+		if err := r.Store.MarkUnqueued(ctx, res.ID, "commands"); err != nil {
 			t.Fatal(err)
 		}
 		gone := uuid.NewString()
-		if err := r.Store().MarkUnqueued(ctx, gone, "commands"); err != nil {
+		if err := r.Store.MarkUnqueued(ctx, gone, "commands"); err != nil {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
-		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, MarkerGrace: -1})
+		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{MarkerGrace: -1}, nil)
 		if err != nil || rep.Markers != 2 || rep.Cleared != 2 || rep.Enqueued != 0 {
 			t.Fatalf("%+v %v", rep, err)
 		}
@@ -401,43 +413,43 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 
 func TestReconcilePendingScan(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		r := reader(t, env)
 		is, _ := issuer(t, env, nil)
 		// A process that crashed between the batch and the enqueue: stored, no message, no marker.
 		orphan := uuid.NewString()
-		if err := r.Store().Create(ctx, status.NewCommand{ID: orphan, Type: "demo.Orphan", Queue: "commands"}); err != nil {
+		if err := r.Store.Create(ctx, record.NewCommand{ID: orphan, Type: "demo.Orphan", Queue: "commands"}); err != nil {
 			t.Fatal(err)
 		}
 		// A normally issued, completed command must not be touched.
 		done, _ := is.Issue(ctx, chargeCard{"c", 1})
-		rec, _ := r.Store().Load(ctx, done.ID)
-		_ = r.Store().Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1})
+		rec, _ := r.Store.Load(ctx, done.ID)
+		_ = r.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1})
 		queue := env.Prefix + "-commands"
 		before := len(env.Store.Messages(t, queue))
 
 		// Young pending commands are left alone.
-		rep, err := commands.Reconcile(ctx, env.Store, commands.ReconcileOptions{Prefix: env.Prefix, ScanPending: true})
+		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{ScanPending: true}, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
 			t.Fatalf("scan inside grace: %+v %v", rep, err)
 		}
-		later := time.Now().Add(commands.DefaultPendingGrace + time.Minute)
-		opts := commands.ReconcileOptions{Prefix: env.Prefix, ScanPending: true, Now: func() time.Time { return later }}
-		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		later := time.Now().Add(processor.DefaultReconcileStaleAfter + time.Minute)
+		opts := record.ReconcileOptions{ScanPending: true, Now: func() time.Time { return later }}
+		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {
 			t.Fatalf("scan: %+v %v", rep, err)
 		}
 		msgs := env.Store.Messages(t, queue)
-		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != status.MessageText(orphan, "demo.Orphan") {
+		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != messageText(orphan, "demo.Orphan") {
 			t.Fatalf("messages %+v", msgs)
 		}
 		evs, _ := r.Events(ctx, orphan)
-		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != commands.ReconcilerWorker {
+		if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != record.ReconcilerBy {
 			t.Fatalf("last event %+v", last)
 		}
 		// The requeued event moved UpdatedAt: the next run does not enqueue again.
-		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 {
 			t.Fatalf("second scan: %+v %v", rep, err)
 		}
@@ -445,7 +457,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		// query: one request on a small table.
 		env.Store.Reset()
 		opts.SkipMarkers = true
-		rep, err = commands.Reconcile(ctx, env.Store, opts)
+		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Markers != 0 || rep.Scanned != 2 || env.Store.Total() != 1 {
 			t.Fatalf("scan-only pass: %+v %v, cost %s (want 1 query)", rep, err, env.Store)
 		}
@@ -463,7 +475,7 @@ func TestIDsOrderedOnLocalStores(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := ctxT(t)
-	is, err := commands.NewIssuer(st, commands.Options{})
+	is, err := commands.NewIssuer(st, commands.IssuerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +495,7 @@ func TestIDsOrderedOnLocalStores(t *testing.T) {
 	}
 	// A store without the local fast path (here: the embedded store behind
 	// a plain wrapper, as Azure would be) gets random version-4 IDs.
-	is, err = commands.NewIssuer(plainStore{st}, commands.Options{})
+	is, err = commands.NewIssuer(plainStore{st}, commands.IssuerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +503,7 @@ func TestIDsOrderedOnLocalStores(t *testing.T) {
 	if err != nil || uuid.MustParse(res.ID).Version() != 4 {
 		t.Fatalf("issue on a plain store: %+v %v, want a version-4 ID", res, err)
 	}
-	is, err = commands.NewIssuer(st, commands.Options{NewID: func() string { return "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" }})
+	is, err = commands.NewIssuer(st, commands.IssuerOptions{NewID: func() string { return "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" }})
 	if err != nil {
 		t.Fatal(err)
 	}

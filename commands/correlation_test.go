@@ -20,7 +20,7 @@ func TestReissueComparesCorrelationID(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	is, err := commands.NewIssuer(st, commands.Options{})
+	is, err := commands.NewIssuer(st, commands.IssuerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,62 +10,82 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// DefaultMaxParamsBytes is the default and largest Options.MaxParamsBytes:
+// MaxParamsBytes is the largest (and default) IssuerOptions.MaxParamsBytes:
 // 500 KiB of compact JSON. Parameters are stored as UTF-16 strings in one
 // table entity (1 MiB, split into 64 KiB properties), so about 512 Ki UTF-16
 // code units is what one entity holds; a UTF-8 byte never takes more than one
 // UTF-16 unit, so 500 KiB of JSON always fits.
-const DefaultMaxParamsBytes = 500 * 1024
+const MaxParamsBytes = 500 * 1024
 
 // MaxCorrelationIDLength is the longest correlation ID, in bytes.
 const MaxCorrelationIDLength = 256
 
-// Options configures an Issuer. The zero value works.
-type Options struct {
-	// Prefix starts every storage name (default "cmdq").
+// Router routes command types to logical queues: QueueOf returns the queue
+// of a type it knows. *handlers.Registry implements it (registered and
+// declared types).
+type Router interface {
+	QueueOf(cmdType string) (queue string, ok bool)
+}
+
+// IssuerOptions configures an Issuer. The zero value works.
+type IssuerOptions struct {
+	// Prefix starts every storage name. Defaults to DefaultPrefix ("cmdq").
 	Prefix string
-	// Notify, if set, is called with the logical queue name after each
-	// successful enqueue (e.g. (*processor.Processor).Notify, to wake an
-	// in-process processor at once). It must not block.
-	Notify func(queue string)
-	// QueueFor routes a command type to a logical queue (default: every type
-	// to "commands"). The result must make a valid queue name with the
-	// prefix; "" means "commands".
-	QueueFor func(cmdType string) string
-	// MaxParamsBytes limits the compact JSON parameters, in bytes (0 =
-	// DefaultMaxParamsBytes, which is also the largest allowed value).
+	// Wake, if set, is called with the logical queue after each message the
+	// Issuer puts on a queue (for example (*processor.Processor).Notify, to
+	// wake an in-process processor at once). It must not block. Default
+	// nil.
+	Wake func(queue string)
+	// Routes, if set, routes every type it knows (QueueOf); other types go
+	// to the queue their Go type declares (CommandWithOptions, typed Issue
+	// only) or to DefaultQueue. Default nil.
+	Routes Router
+	// MaxParamsBytes limits the compact JSON parameters, in bytes. Defaults
+	// to MaxParamsBytes (500 KiB), which is also the largest allowed value.
 	MaxParamsBytes int
-	// Now returns the current time (default time.Now).
+	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// EnqueueRetry is the first delay of the Issuer's background retries of
 	// enqueues that failed after the command was stored (ErrEnqueueFailed,
 	// ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
 	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
 	// as long as the process lives (Close stops it). A command it could not
-	// mark for the reconciler is marked as soon as storage answers. Default
-	// 1 s; negative disables the retries.
+	// mark for the reconciler is marked as soon as storage answers.
+	// Defaults to DefaultEnqueueRetry (1 s); negative disables the retries.
 	EnqueueRetry time.Duration
-	// NewID makes the ID of a command issued without one. Default: on a
-	// store that commits locally (storage.Combiner: the embedded store)
+	// NewID makes the ID of a command issued without one. Defaults to, on a
+	// store that commits locally (storage.Combiner: the embedded store),
 	// NewOrderedID, so a new command's rows sort after the previous ones and
 	// a commit touches few pages of the file; elsewhere (Azure) NewID,
 	// random UUIDs that spread commands over the table's partition servers
 	// (sequential partition keys would send every write to one).
 	NewID func() string
+	// ManyConcurrency is how many commands of one IssueMany call are issued
+	// at once. Defaults to DefaultManyConcurrency (32).
+	ManyConcurrency int
 }
 
+// DefaultManyConcurrency is IssuerOptions.ManyConcurrency's default (32):
+// IssueMany's writes share the embedded store's group commits, and on Azure
+// as many requests are in flight.
+const DefaultManyConcurrency = 32
+
 // Validate reports every problem with the options at once.
-func (o Options) Validate() error {
+func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (status.Names{Prefix: o.Prefix}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(o.Prefix, DefaultPrefix)}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > DefaultMaxParamsBytes {
-		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, DefaultMaxParamsBytes, DefaultMaxParamsBytes))
+	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > MaxParamsBytes {
+		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, MaxParamsBytes, MaxParamsBytes))
+	}
+	if o.ManyConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("ManyConcurrency %d is negative (0 = the default, %d)", o.ManyConcurrency, DefaultManyConcurrency))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("commands: invalid options: %w", err)
@@ -108,31 +129,57 @@ func WithID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
 // WithCorrelationID sets the correlation ID.
 func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
 
+// With returns cmd with issue options attached, for IssueMany (and Issue
+// alike): IssueMany(ctx, a, With(b, WithID(id))). The result is a Command
+// of the same type name, routing and parameters as cmd.
+func With(cmd Command, opts ...IssueOption) Command {
+	if w, ok := cmd.(withOptions); ok {
+		return withOptions{cmd: w.cmd, opts: append(append([]IssueOption(nil), w.opts...), opts...)}
+	}
+	return withOptions{cmd: cmd, opts: opts}
+}
+
+// withOptions is a Command with its issue options (see With).
+type withOptions struct {
+	cmd  Command
+	opts []IssueOption
+}
+
+func (w withOptions) CommandType() string { return w.cmd.CommandType() }
+
+// unwrap returns the command inside With and its options.
+func unwrap(cmd Command) (Command, []IssueOption) {
+	if w, ok := cmd.(withOptions); ok {
+		return w.cmd, w.opts
+	}
+	return cmd, nil
+}
+
 // Issuer stores commands and enqueues them. Safe for concurrent use.
 type Issuer struct {
 	st    storage.Store
-	opts  Options
-	names status.Names
+	opts  IssuerOptions
+	names record.Names
 
-	mu     sync.Mutex
-	store  *status.Store
-	queues map[string]storage.Queue
+	mu  sync.Mutex
+	rec *record.Store
+	enq *record.Enqueuer
 
 	retry retrier // background retries of failed enqueues
 }
 
 // NewIssuer returns an Issuer on st. Tables and queues are opened on first
 // use. Invalid options give an error listing every problem.
-func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
+func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if st == nil {
 		return nil, errors.New("commands: NewIssuer needs a storage.Store")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.MaxParamsBytes == 0 {
-		opts.MaxParamsBytes = DefaultMaxParamsBytes
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
+	opts.MaxParamsBytes = cmp.Or(opts.MaxParamsBytes, MaxParamsBytes)
+	opts.ManyConcurrency = cmp.Or(opts.ManyConcurrency, DefaultManyConcurrency)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -145,7 +192,7 @@ func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
 	if opts.EnqueueRetry == 0 {
 		opts.EnqueueRetry = DefaultEnqueueRetry
 	}
-	i := &Issuer{st: st, opts: opts, names: status.Names{Prefix: opts.Prefix}, queues: map[string]storage.Queue{}}
+	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix}}
 	i.retry.init(i)
 	return i, nil
 }
@@ -155,62 +202,67 @@ func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
 func (i *Issuer) PendingEnqueues() int { return i.retry.pending() }
 
 // Close stops the background retries of failed enqueues (see
-// Options.EnqueueRetry); commands still waiting for one are left to the
-// reconciler (marked ones) or to a re-issue by their client. Issue keeps
-// working after Close, without background retries. Close never fails.
+// IssuerOptions.EnqueueRetry); commands still waiting for one are left to
+// the reconciler (marked ones) or to a re-issue by their client. Issue
+// keeps working after Close, without background retries. Close never fails.
 func (i *Issuer) Close() error {
 	i.retry.close()
 	return nil
 }
 
-func (i *Issuer) statusStore(ctx context.Context) (*status.Store, error) {
+// log returns the commands log and the enqueue path, opening the tables on
+// first use.
+func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if i.store != nil {
-		return i.store, nil
+	if i.rec != nil {
+		return i.rec, i.enq, nil
 	}
-	s, err := status.Open(ctx, i.st, i.names, status.Options{Now: i.opts.Now})
+	s, err := record.Open(ctx, i.st, i.names, record.Options{Now: i.opts.Now})
 	if err != nil {
-		return nil, fmt.Errorf("commands: %w", err)
+		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
-	i.store = s
-	return s, nil
+	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	return i.rec, i.enq, nil
 }
 
-func (i *Issuer) queue(ctx context.Context, logical string) (storage.Queue, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if q, ok := i.queues[logical]; ok {
-		return q, nil
-	}
-	q, err := i.st.Queue(ctx, i.names.Queue(logical))
-	if err != nil {
-		return nil, err
-	}
-	i.queues[logical] = q
-	return q, nil
-}
-
-// Issue stores cmd (JSON-encoded) and enqueues it. Cost: one table batch and
-// one enqueue; re-issuing an existing ID costs one failed batch and one point
-// read, plus one enqueue while the command is pending and never started.
-// Errors as IssueRaw.
+// Issue stores cmd (JSON-encoded) and enqueues it on its queue: the one
+// IssuerOptions.Routes gives its type, else the one its Go type declares
+// (CommandWithOptions), else DefaultQueue. Cost: one table batch and one
+// enqueue (one combined write on the embedded store); re-issuing an
+// existing ID costs one failed batch and one point read, plus one enqueue
+// while the command is pending and never started. Errors as IssueRaw.
 func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
+	raw, queue, err := encode(cmd, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return i.issue(ctx, raw, queue)
+}
+
+// encode turns a typed command (possibly wrapped by With) into its Raw form
+// and the queue its Go type declares ("" if none).
+func encode(cmd Command, opts []IssueOption) (Raw, string, error) {
+	cmd, wopts := unwrap(cmd)
 	if cmd == nil {
-		return Result{}, fmt.Errorf("%w: nil command", ErrInvalidType)
+		return Raw{}, "", fmt.Errorf("%w: nil command", ErrInvalidType)
 	}
 	params, err := json.Marshal(cmd)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: encode %T: %w", ErrInvalidParams, cmd, err)
+		return Raw{}, "", fmt.Errorf("%w: encode %T: %w", ErrInvalidParams, cmd, err)
 	}
 	raw := Raw{Type: cmd.CommandType(), Params: params}
+	for _, o := range wopts {
+		o(&raw)
+	}
 	for _, o := range opts {
 		o(&raw)
 	}
-	return i.IssueRaw(ctx, raw)
+	return raw, Declared(cmd).Queue, nil
 }
 
-// IssueRaw stores and enqueues a command given as type and JSON parameters.
+// IssueRaw stores and enqueues a command given as type and JSON parameters,
+// routed by IssuerOptions.Routes (else DefaultQueue).
 // Errors: ErrInvalidType, ErrInvalidID, ErrInvalidParams, ErrParamsTooLarge,
 // ErrIDConflict, ErrEnqueueFailed (the command is stored, durably marked and
 // accepted; Result.ID is valid and the reconciler enqueues it),
@@ -218,64 +270,182 @@ func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (R
 // with Result.ID), and storage errors (nothing is stored, or it is unknown
 // whether it was: issue it again with the same ID).
 func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
-	if err := ValidateType(raw.Type); err != nil {
+	return i.issue(ctx, raw, "")
+}
+
+// IssueMany issues cmds (each possibly wrapped by With for its ID or
+// correlation ID) at once. On a store that commits locally
+// (storage.Combiner: the embedded store) every new command of one queue is
+// stored and enqueued in one durable write (one commit for the batch);
+// elsewhere (Azure) up to IssuerOptions.ManyConcurrency Issue calls run at
+// once, their requests overlapping. Each command is issued as Issue would
+// (an existing ID is compared and answered Existing). results[i] is
+// cmds[i]'s Result; a command that failed has an empty ID unless it was
+// stored (ErrEnqueueFailed, ErrNotAccepted). err joins every failure, each
+// saying which command (index and type) and wrapping its error (errors.Is
+// works on the joined error).
+func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
+	results := make([]Result, len(cmds))
+	errs := make([]error, len(cmds))
+	fail := func(n int, err error) {
+		typ := "<nil>"
+		if c, _ := unwrap(cmds[n]); c != nil {
+			typ = c.CommandType()
+		}
+		errs[n] = fmt.Errorf("command %d (%s): %w", n, typ, err)
+	}
+	// A command whose ID an earlier one has is issued after the others,
+	// in order, so it finds the earlier one (Existing, or a conflict).
+	type item struct {
+		n        int
+		raw      Raw
+		declared string
+	}
+	var firsts, repeats []item
+	seen := map[string]bool{}
+	for n, cmd := range cmds {
+		raw, declared, err := encode(cmd, nil)
+		switch {
+		case err != nil:
+			fail(n, err)
+		case raw.ID != "" && seen[raw.ID]:
+			repeats = append(repeats, item{n, raw, declared})
+		default:
+			seen[raw.ID] = raw.ID != ""
+			firsts = append(firsts, item{n, raw, declared})
+		}
+	}
+	issue := func(it item) {
+		res, err := i.issue(ctx, it.raw, it.declared)
+		results[it.n] = res
+		if err != nil {
+			fail(it.n, err)
+		}
+	}
+	if _, local := i.st.(storage.Combiner); local {
+		// One durable write for the batch (per queue).
+		var ncs []record.NewCommand
+		var idx []int
+		for _, it := range firsts {
+			nc, err := i.prepare(it.raw, it.declared)
+			if err != nil {
+				fail(it.n, err)
+				continue
+			}
+			ncs, idx = append(ncs, nc), append(idx, it.n)
+		}
+		if len(ncs) > 0 {
+			st, enq, err := i.log(ctx)
+			var cerrs []error
+			if err == nil {
+				cerrs, _ = enq.CreateMany(ctx, ncs)
+			}
+			for k, n := range idx {
+				if err != nil {
+					fail(n, err)
+					continue
+				}
+				res, ierr := i.created(ctx, st, enq, ncs[k], cerrs[k] == nil, cerrs[k])
+				results[n] = res
+				if ierr != nil {
+					fail(n, ierr)
+				}
+			}
+		}
+	} else {
+		sem := make(chan struct{}, i.opts.ManyConcurrency)
+		var wg sync.WaitGroup
+		for _, it := range firsts {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				issue(it)
+			}()
+		}
+		wg.Wait()
+	}
+	for _, it := range repeats {
+		issue(it)
+	}
+	return results, errors.Join(errs...)
+}
+
+// route returns the logical queue of a command type: Routes, else the
+// queue its Go type declares, else DefaultQueue.
+func (i *Issuer) route(cmdType, declared string) string {
+	if i.opts.Routes != nil {
+		if q, ok := i.opts.Routes.QueueOf(cmdType); ok && q != "" {
+			return q
+		}
+	}
+	return cmp.Or(declared, DefaultQueue)
+}
+
+func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, error) {
+	nc, err := i.prepare(raw, declared)
+	if err != nil {
 		return Result{}, err
+	}
+	st, enq, err := i.log(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	enqueued, err := enq.Create(ctx, nc)
+	return i.created(ctx, st, enq, nc, enqueued, err)
+}
+
+// prepare validates a command and returns what to store: its ID (a new one
+// when raw has none), compact parameters and queue.
+func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
+	if err := ValidateType(raw.Type); err != nil {
+		return record.NewCommand{}, err
 	}
 	id := raw.ID
 	if id == "" {
 		id = i.opts.NewID()
 	} else if err := ValidateID(id); err != nil {
-		return Result{}, err
+		return record.NewCommand{}, err
 	}
 	if len(raw.CorrelationID) > MaxCorrelationIDLength {
-		return Result{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
+		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
 	}
 	params := []byte("{}")
 	if len(bytes.TrimSpace(raw.Params)) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw.Params); err != nil {
-			return Result{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
+			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
 		}
 		params = buf.Bytes()
 	}
 	if len(params) > i.opts.MaxParamsBytes {
-		return Result{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+		return record.NewCommand{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
 	}
-	queue := status.DefaultQueue
-	if i.opts.QueueFor != nil {
-		if q := i.opts.QueueFor(raw.Type); q != "" {
-			queue = q
-		}
-	}
+	queue := i.route(raw.Type, declared)
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
-		return Result{}, fmt.Errorf("commands: QueueFor(%q) = %q: %w", raw.Type, queue, err)
+		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	st, err := i.statusStore(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{ID: id, Queue: queue}
-	nc := status.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}
-	// A store that can commit the issue batch and the enqueue together
-	// (storage.Combiner, the embedded store) does both in one durable write:
-	// there is no gap for the reconciler to close.
-	cb, combined := i.st.(storage.Combiner)
-	if combined {
-		err = st.CreateAndEnqueue(ctx, nc, cb, i.names.Queue(queue), Envelope{ID: id, Type: raw.Type}.Marshal())
-	} else {
-		err = st.Create(ctx, nc)
-	}
+	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}, nil
+}
+
+// created finishes an issue whose create (enq.Create, or one item of
+// CreateMany) returned err and, without one, enqueued or not: an existing
+// ID is compared (and re-enqueued while pending and never started), a
+// stored command not yet enqueued is enqueued.
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, enqueued bool, err error) (Result, error) {
+	id := nc.ID
+	res := Result{ID: id, Queue: nc.Queue}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
 		if lerr != nil {
 			return Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
-		if rec.Type != raw.Type || rec.ParamsHash != status.HashParams(params) || rec.CorrelationID != raw.CorrelationID {
+		if rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID {
 			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
-		if !combined && rec.Status.Status == status.Pending && rec.Attempts == 0 {
+		if _, combined := i.st.(storage.Combiner); !combined && rec.State == status.StatePending && rec.Attempts == 0 {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message
@@ -283,34 +453,27 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 			// never runs a command twice at once, and deletes a message
 			// whose command is already final without running it.
 			i.retry.forget(res.ID)
-			return res, i.enqueue(ctx, st, res.ID, rec.Type, rec.Queue)
+			return res, i.enqueue(ctx, enq, res.ID, rec.Type, rec.Queue)
 		}
 		return res, nil
-	case errors.Is(err, status.ErrParamsTooLarge):
+	case errors.Is(err, record.ErrParamsTooLarge):
 		return Result{}, fmt.Errorf("%w: %w", ErrParamsTooLarge, err)
 	case err != nil:
 		return Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
-	}
-	if combined {
-		if i.opts.Notify != nil {
-			i.opts.Notify(queue)
-		}
+	case enqueued:
 		return res, nil
 	}
-	return res, i.enqueue(ctx, st, id, raw.Type, queue)
+	return res, i.enqueue(ctx, enq, id, nc.Type, nc.Queue)
 }
 
 // enqueue puts the message of a stored command on its queue. If that fails
 // it marks the command for the reconciler and returns ErrEnqueueFailed (the
 // command is accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, queue string) error {
-	marked, err := enqueueOrMark(ctx, st, i.queue, id, cmdType, queue)
+func (i *Issuer) enqueue(ctx context.Context, enq *record.Enqueuer, id, cmdType, queue string) error {
+	marked, err := enq.EnqueueOrMark(ctx, id, cmdType, queue)
 	switch {
 	case err == nil:
-		if i.opts.Notify != nil {
-			i.opts.Notify(queue)
-		}
 		return nil
 	case marked:
 		i.retry.add(id, cmdType, queue, true)
@@ -319,27 +482,4 @@ func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, que
 		i.retry.add(id, cmdType, queue, false)
 		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, err)
 	}
-}
-
-// enqueueOrMark puts the message of the stored command id on the logical
-// queue (opened with open); if that fails it marks the command unqueued for
-// the reconciler. It returns nil once enqueued; otherwise the enqueue error
-// (joined with the marker's) and whether the marker was written.
-func enqueueOrMark(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) (marked bool, err error) {
-	if err = enqueueOnly(ctx, open, id, cmdType, queue); err == nil {
-		return false, nil
-	}
-	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
-		return false, errors.Join(err, merr)
-	}
-	return true, err
-}
-
-// enqueueOnly puts the message of the stored command id on the logical queue.
-func enqueueOnly(ctx context.Context, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) error {
-	q, err := open(ctx, queue)
-	if err == nil {
-		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
-	}
-	return err
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Background retries of failed enqueues (see Options.EnqueueRetry).
+// Background retries of failed enqueues (see IssuerOptions.EnqueueRetry).
 const (
 	// DefaultEnqueueRetry is the first delay of the Issuer's background
 	// retry of a failed enqueue (1 s).
@@ -153,9 +153,9 @@ func (r *retrier) loop() {
 func (r *retrier) try(it retryItem) {
 	ctx, cancel := context.WithTimeout(r.ctx, enqueueRetryTimeout)
 	defer cancel()
-	st, err := r.i.statusStore(ctx)
+	st, enq, err := r.i.log(ctx)
 	if err == nil {
-		err = enqueueOnly(ctx, r.i.queue, it.id, it.cmdType, it.queue)
+		err = enq.Enqueue(ctx, it.id, it.cmdType, it.queue)
 	}
 	if err == nil {
 		r.forget(it.id)
@@ -163,9 +163,6 @@ func (r *retrier) try(it retryItem) {
 			// The reconciler need not look at it again. A failure here
 			// only costs the reconciler a load and a delete later.
 			_ = st.ClearUnqueued(ctx, it.id)
-		}
-		if r.i.opts.Notify != nil {
-			r.i.opts.Notify(it.queue)
 		}
 		return
 	}

@@ -1,8 +1,14 @@
 // Package handlers is the typed handler registry: Register[T] binds a
 // function to a command type, with per-type options (queue, poison ceiling,
-// lease, timeout, retry policy). The processor looks definitions up by type
-// name and invokes them with a Run, through which handlers record completed
-// steps so a rerun resumes where the last attempt stopped.
+// lease, timeout, retry policy) over the ones the type declares; Declare[T]
+// records a type's routing without a handler (a process that only issues
+// it). The processor looks definitions up by type name and invokes them
+// with a Run, through which handlers record completed steps so a rerun
+// resumes where the last attempt stopped.
+//
+// Most programs register through the client of package cmdq
+// (cmdq.Register); the registry is for programs that assemble a processor
+// themselves.
 package handlers
 
 import (
@@ -14,63 +20,72 @@ import (
 	"github.com/cmdq-dev/cmdq/commands"
 )
 
-// Defaults of Options.
-const (
-	// DefaultQueue is the logical queue of a definition without Queue.
-	DefaultQueue = "commands"
-	// DefaultPoisonCeiling is the most attempts before a command is poisoned.
-	DefaultPoisonCeiling = 5
-	// DefaultLease is the message visibility timeout while a handler runs;
-	// the processor renews it at half.
-	DefaultLease = 30 * time.Second
-	// DefaultTimeoutLeases: the default Timeout is this many leases.
-	DefaultTimeoutLeases = 10
-)
-
 // Sentinel errors.
 var (
 	// ErrUnknownType: no handler is registered for the command type.
 	ErrUnknownType = errors.New("handlers: no handler registered for command type")
 	// ErrDuplicateType: a handler is already registered for the type.
 	ErrDuplicateType = errors.New("handlers: command type already registered")
-	// ErrInvalidOptions: Options.Validate found problems.
+	// ErrInvalidOptions: Options.Validate found problems. The error also
+	// wraps commands.ErrInvalidOptions for the command options' problems.
 	ErrInvalidOptions = errors.New("handlers: invalid options")
 	// ErrInvalidStep: CompleteStep got a step number below 1.
 	ErrInvalidStep = errors.New("handlers: invalid step")
 )
 
-// Options configures one command type's handling. Zero fields take defaults.
+// Options configures one command type's handling. Zero fields take the
+// type's declared options (commands.CommandWithOptions), then the defaults.
 type Options struct {
-	// Queue is the logical queue the type is routed to (default "commands").
-	// Give slow commands their own queue so they do not share a lease.
+	// Queue is the logical queue the type is routed to. Defaults to the
+	// type's declared queue, else commands.DefaultQueue ("commands"). Give
+	// slow commands their own queue so they do not share a lease.
 	Queue string
 	// PoisonCeiling is the most attempts (dequeues) before the command is
-	// poisoned without running (default 5).
+	// poisoned without running. Defaults to the declared ceiling, else
+	// commands.DefaultPoisonCeiling (5).
 	PoisonCeiling int
 	// Lease is the visibility timeout taken on dequeue and renewed at half
-	// while the handler runs (default 30 s; at least 1 s).
+	// while the handler runs, at least 1 s. Defaults to the declared lease,
+	// else commands.DefaultLease (30 s).
 	Lease time.Duration
-	// Timeout bounds one attempt: the handler's context ends after it
-	// (default 10 × Lease).
+	// Timeout bounds one attempt: the handler's context ends after it.
+	// Defaults to the declared timeout, else
+	// commands.DefaultTimeoutLeases × Lease.
 	Timeout time.Duration
-	// Retry sets the delay before a failed attempt is retried (default:
-	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter).
+	// Retry sets the delay before a failed attempt is retried. Defaults to
+	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
 	Retry RetryPolicy
+}
+
+// CommandOptions returns the fields o shares with commands.CommandOptions.
+func (o Options) CommandOptions() commands.CommandOptions {
+	return commands.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout}
+}
+
+// over returns o with its zero command fields taken from declared.
+func (o Options) over(declared commands.CommandOptions) Options {
+	c := o.CommandOptions().Over(declared)
+	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout
+	return o
 }
 
 // Handler handles one command of type T. run records steps and tells the
 // attempt number and the last completed step.
 type Handler[T commands.Command] func(ctx context.Context, cmd T, run *Run) error
 
-// Definition is a registered command type.
+// Definition is a registered (or declared) command type.
 type Definition struct {
 	// Type is the command type name.
 	Type string
 	// Options are the type's options with defaults applied.
 	Options
 	decode func(params []byte) (any, error)
-	invoke func(ctx context.Context, cmd any, run *Run) error
+	invoke func(ctx context.Context, cmd any, run *Run) error // nil: declared only
 }
+
+// Handled reports whether the type has a handler here (Register), not only
+// a declaration (Declare).
+func (d *Definition) Handled() bool { return d.invoke != nil }
 
 // Registry maps command types to definitions. Register everything before the
 // processor starts; lookups are safe for concurrent use.

@@ -56,8 +56,11 @@ func TestRegisterAndInvoke(t *testing.T) {
 	if qs := reg.Queues(); strings.Join(qs, ",") != "commands,slow" {
 		t.Fatalf("queues %v", qs)
 	}
-	if reg.QueueFor("img.Resize") != "slow" || reg.QueueFor("unknown") != "commands" {
-		t.Fatal("QueueFor")
+	if q, ok := reg.QueueOf("img.Resize"); q != "slow" || !ok {
+		t.Fatal("QueueOf")
+	}
+	if q, ok := reg.QueueOf("unknown"); q != "" || ok {
+		t.Fatal("QueueOf of an unknown type")
 	}
 	def, ok := reg.Lookup("mail.Send")
 	if !ok {

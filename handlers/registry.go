@@ -8,33 +8,96 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
-	"time"
 
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Register binds fn to T's command type (T's CommandType() on the zero
-// value; for a pointer T, on a new zero element). Parameters are decoded into
-// T with unknown fields rejected; a decode failure is a *DecodeError
+// value; for a pointer T, on a new zero element). opts (at most one) are
+// the type's options; their zero fields take T's declared options
+// (commands.CommandWithOptions), then the defaults. Parameters are decoded
+// into T with unknown fields rejected; a decode failure is a *DecodeError
 // (permanent). It fails for a nil registry or handler, an invalid type name,
-// a type registered twice (ErrDuplicateType), or invalid options
-// (ErrInvalidOptions, every problem listed).
-func Register[T commands.Command](reg *Registry, fn Handler[T], opts Options) error {
+// a type registered twice (ErrDuplicateType; a Declare of the type before
+// is replaced), or invalid options (ErrInvalidOptions, every problem
+// listed).
+func Register[T commands.Command](reg *Registry, fn Handler[T], opts ...Options) error {
 	if reg == nil || fn == nil {
 		return errors.New("handlers: Register needs a registry (NewRegistry) and a handler function")
 	}
-	typeName := zeroCommand[T]().CommandType()
+	if len(opts) > 1 {
+		return fmt.Errorf("%w: Register takes at most one Options, got %d", ErrInvalidOptions, len(opts))
+	}
+	var o Options
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	def, err := define[T](o)
+	if err != nil {
+		return err
+	}
+	def.invoke = func(ctx context.Context, cmd any, run *Run) error {
+		v, ok := cmd.(T)
+		if !ok {
+			return Permanent(fmt.Errorf("handlers: %s handler got %T", def.Type, cmd))
+		}
+		return fn(ctx, v, run)
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if prev, dup := reg.defs[def.Type]; dup && prev.Handled() {
+		return fmt.Errorf("%w: %s", ErrDuplicateType, def.Type)
+	}
+	reg.defs[def.Type] = def
+	return nil
+}
+
+// Declare records T's command type without a handler: its routing (queue)
+// and options, for a process that issues T (through the type name too, as
+// the HTTP API does) but does not run it. opts (at most one) override T's
+// declared options, as in Register. Params issued by type name are checked
+// to decode into T. A type already registered or declared gives
+// ErrDuplicateType.
+func Declare[T commands.Command](reg *Registry, opts ...commands.CommandOptions) error {
+	if reg == nil {
+		return errors.New("handlers: Declare needs a registry (NewRegistry)")
+	}
+	if len(opts) > 1 {
+		return fmt.Errorf("%w: Declare takes at most one CommandOptions, got %d", ErrInvalidOptions, len(opts))
+	}
+	var o Options
+	if len(opts) == 1 {
+		c := opts[0]
+		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout}
+	}
+	def, err := define[T](o)
+	if err != nil {
+		return err
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if _, dup := reg.defs[def.Type]; dup {
+		return fmt.Errorf("%w: %s", ErrDuplicateType, def.Type)
+	}
+	reg.defs[def.Type] = def
+	return nil
+}
+
+// define returns T's definition (without a handler) with options o over T's
+// declared ones, defaults applied and validated.
+func define[T commands.Command](o Options) (*Definition, error) {
+	zero := zeroCommand[T]()
+	typeName := zero.CommandType()
 	if err := commands.ValidateType(typeName); err != nil {
-		return fmt.Errorf("handlers: register %T: %w", *new(T), err)
+		return nil, fmt.Errorf("handlers: register %T: %w", *new(T), err)
 	}
-	opts = opts.WithDefaults()
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("handlers: register %s: %w", typeName, err)
+	o = o.over(commands.Declared(zero)).WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("handlers: register %s: %w", typeName, err)
 	}
-	def := &Definition{
+	return &Definition{
 		Type:    typeName,
-		Options: opts,
+		Options: o,
 		decode: func(params []byte) (any, error) {
 			var v T
 			if isPtr[T]() {
@@ -53,21 +116,7 @@ func Register[T commands.Command](reg *Registry, fn Handler[T], opts Options) er
 			}
 			return v, nil
 		},
-		invoke: func(ctx context.Context, cmd any, run *Run) error {
-			v, ok := cmd.(T)
-			if !ok {
-				return Permanent(fmt.Errorf("handlers: %s handler got %T", typeName, cmd))
-			}
-			return fn(ctx, v, run)
-		},
-	}
-	reg.mu.Lock()
-	defer reg.mu.Unlock()
-	if _, dup := reg.defs[typeName]; dup {
-		return fmt.Errorf("%w: %s", ErrDuplicateType, typeName)
-	}
-	reg.defs[typeName] = def
-	return nil
+	}, nil
 }
 
 func isPtr[T any]() bool { return reflect.TypeFor[T]().Kind() == reflect.Pointer }
@@ -90,7 +139,7 @@ func (r *Registry) Lookup(cmdType string) (*Definition, bool) {
 	return d, ok
 }
 
-// Types returns the registered type names, sorted.
+// Types returns the known type names (registered and declared), sorted.
 func (r *Registry) Types() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -102,13 +151,26 @@ func (r *Registry) Types() []string {
 	return out
 }
 
-// Queues returns the logical queues of the registered types, sorted, without
-// duplicates.
-func (r *Registry) Queues() []string {
+// Handlers returns the definitions that have a handler (Register), sorted
+// by type: what a processor runs.
+func (r *Registry) Handlers() []*Definition {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	set := map[string]bool{}
+	var out []*Definition
 	for _, d := range r.defs {
+		if d.Handled() {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out
+}
+
+// Queues returns the logical queues of the types with a handler, sorted,
+// without duplicates: the queues a processor polls.
+func (r *Registry) Queues() []string {
+	set := map[string]bool{}
+	for _, d := range r.Handlers() {
 		set[d.Queue] = true
 	}
 	out := make([]string, 0, len(set))
@@ -119,14 +181,14 @@ func (r *Registry) Queues() []string {
 	return out
 }
 
-// QueueFor returns the logical queue of a command type (DefaultQueue for an
-// unknown type). Pass it as commands.Options.QueueFor so the Issuer routes
-// like the registry.
-func (r *Registry) QueueFor(cmdType string) string {
+// QueueOf returns the logical queue of a known type (registered or
+// declared) and true, or "" and false. It makes the registry a
+// commands.Router.
+func (r *Registry) QueueOf(cmdType string) (string, bool) {
 	if d, ok := r.Lookup(cmdType); ok {
-		return d.Queue
+		return d.Queue, true
 	}
-	return DefaultQueue
+	return "", false
 }
 
 // Decode decodes params into the handler's command type (a T as registered).
@@ -134,9 +196,13 @@ func (r *Registry) QueueFor(cmdType string) string {
 func (d *Definition) Decode(params []byte) (any, error) { return d.decode(params) }
 
 // Invoke decodes params and runs the handler. A decode failure returns a
-// *DecodeError without running it. A panic in the handler is not recovered
-// here (the processor recovers it and records the stack).
+// *DecodeError without running it; a declared type without a handler gives
+// ErrUnknownType. A panic in the handler is not recovered here (the
+// processor recovers it and records the stack).
 func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error {
+	if d.invoke == nil {
+		return fmt.Errorf("%w: %s is only declared here", ErrUnknownType, d.Type)
+	}
 	cmd, err := d.decode(params)
 	if err != nil {
 		return err
@@ -145,41 +211,24 @@ func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error 
 }
 
 // WithDefaults returns o with zero fields set to their defaults (Queue
-// "commands", PoisonCeiling 5, Lease 30 s, Timeout 10 × Lease, Retry
-// defaults).
+// commands.DefaultQueue, PoisonCeiling commands.DefaultPoisonCeiling, Lease
+// commands.DefaultLease, Timeout commands.DefaultTimeoutLeases × Lease,
+// Retry's defaults).
 func (o Options) WithDefaults() Options {
-	if o.Queue == "" {
-		o.Queue = DefaultQueue
-	}
-	if o.PoisonCeiling == 0 {
-		o.PoisonCeiling = DefaultPoisonCeiling
-	}
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeoutLeases * o.Lease
-	}
+	o = o.over(o.CommandOptions().WithDefaults())
 	o.Retry = o.Retry.WithDefaults()
 	return o
 }
 
 // Validate reports every problem with o (after defaults) at once; the error
-// wraps ErrInvalidOptions.
+// wraps ErrInvalidOptions. The queue is checked as a logical name (its
+// storage name "<prefix>-<queue>" is checked by the processor and the
+// client, which know the prefix).
 func (o Options) Validate() error {
 	o = o.WithDefaults()
 	var errs []error
-	if err := storage.ValidateQueueName("cmdq-" + o.Queue); err != nil {
-		errs = append(errs, fmt.Errorf("option Queue %q: use lowercase letters, digits and single hyphens (the storage queue is \"<prefix>-%s\")", o.Queue, o.Queue))
-	}
-	if o.PoisonCeiling < 1 {
-		errs = append(errs, fmt.Errorf("option PoisonCeiling %d: must be at least 1 (0 = default %d)", o.PoisonCeiling, DefaultPoisonCeiling))
-	}
-	if o.Lease < time.Second || o.Lease > storage.MaxVisibility {
-		errs = append(errs, fmt.Errorf("option Lease %s: must be between 1s and %s (0 = default %s)", o.Lease, storage.MaxVisibility, DefaultLease))
-	}
-	if o.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("option Timeout %s: must not be negative (0 = default %d × Lease)", o.Timeout, DefaultTimeoutLeases))
+	if err := o.CommandOptions().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := o.Retry.Validate(); err != nil {
 		errs = append(errs, err)

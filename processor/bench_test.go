@@ -47,7 +47,7 @@ func benchProcess(b *testing.B, st storage.Store) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	iss, err := commands.NewIssuer(cs, commands.Options{Prefix: prefix})
+	iss, err := commands.NewIssuer(cs, commands.IssuerOptions{Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}

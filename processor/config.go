@@ -8,13 +8,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/rs/zerolog"
 )
 
 // Defaults used when the corresponding Config field is zero.
 const (
-	// DefaultPrefix names the queues and tables ("cmdq").
-	DefaultPrefix = "cmdq"
 	// DefaultBatchSize is the number of messages one dequeue asks for (32, the service maximum).
 	DefaultBatchSize = 32
 	// DefaultConcurrency is the number of handlers one processor runs at once (32).
@@ -70,8 +70,6 @@ const (
 	DefaultLeaseQuietPeriod = 10 * time.Minute
 	// MaxLease is the longest lease growth may reach (1 hour).
 	MaxLease = time.Hour
-	// NoJitter set as PollJitter disables poll randomization.
-	NoJitter = -1.0
 )
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -106,8 +104,9 @@ type LeaseGrowth struct {
 // takes the default named in its comment.
 type Config struct {
 	// Prefix names the queues (<prefix>-<queue>) and tables (<prefix>commands,
-	// <prefix>poison). Default "cmdq". Lowercase letters and digits, starting
-	// with a letter, at most 40 characters.
+	// <prefix>poison). Default commands.DefaultPrefix ("cmdq"). Lowercase
+	// letters and digits, starting with a letter, at most 40 characters.
+	// (cmdq.Config.Prefix sets it for a client's processor.)
 	Prefix string
 	// Worker identifies this processor in events and logs. Default
 	// "<hostname>-<pid>".
@@ -141,7 +140,7 @@ type Config struct {
 	// upwards: a wait w becomes a uniform value in [w, w×(1+PollJitter)],
 	// capped at MaxPollInterval (so an idle queue costs exactly one dequeue
 	// per MaxPollInterval).
-	// Default 0.2; NoJitter (-1) disables randomization.
+	// Default 0.2; handlers.NoJitter (-1) disables randomization.
 	PollJitter float64
 	// PoisonCeiling, when > 0, overrides every definition's poison ceiling: a
 	// message dequeued more than this many times is poisoned without running.
@@ -209,8 +208,9 @@ type Config struct {
 	Flywheel bool
 	// Logger receives the processor's logs. The zero Logger discards them.
 	Logger zerolog.Logger
-	// Metrics receives counters and gauges. Default nil (none).
-	Metrics Metrics
+	// Observer receives counters and gauges (metrics.Metrics for
+	// Prometheus). Default nil (none).
+	Observer Observer
 	// AlertHook, if set, is called for every infrastructure fault. It runs on
 	// the processor's goroutines: return quickly.
 	AlertHook func(ctx context.Context, a Alert)
@@ -266,7 +266,7 @@ func (c Config) Validate() error {
 	if minP > maxP {
 		bad("MinPollInterval %s exceeds MaxPollInterval %s", minP, maxP)
 	}
-	if c.PollJitter != NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
+	if c.PollJitter != handlers.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
 		bad("PollJitter %g is outside 0..1 (0 = default 0.2, -1 = none)", c.PollJitter)
 	}
 	if c.PoisonCeiling < 0 {
@@ -342,7 +342,7 @@ func orDur(v, def time.Duration) time.Duration {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = commands.DefaultPrefix
 	}
 	if c.Worker == "" {
 		h, err := os.Hostname()
@@ -368,7 +368,7 @@ func (c Config) withDefaults() Config {
 	switch c.PollJitter {
 	case 0:
 		c.PollJitter = DefaultPollJitter
-	case NoJitter:
+	case handlers.NoJitter:
 		c.PollJitter = 0
 	}
 	if c.LeaseGrowth.Threshold == 0 {
@@ -403,8 +403,8 @@ func (c Config) withDefaults() Config {
 	}
 	c.ProbeTimeout = orDur(c.ProbeTimeout, DefaultProbeTimeout)
 	c.ProbeInterval = orDur(c.ProbeInterval, DefaultProbeInterval)
-	if c.Metrics == nil {
-		c.Metrics = nopMetrics{}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -34,7 +35,7 @@ type env struct {
 	// embedded: the same store, since one file has one owner).
 	open   func() storage.Store
 	prefix string
-	reader *status.Reader
+	reader *record.Reader
 }
 
 var prefixSeq atomic.Int64
@@ -72,7 +73,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, e *env)) {
 
 func newEnv(t *testing.T, driver string, st storage.Store, open func() storage.Store) *env {
 	e := &env{t: t, driver: driver, store: st, open: open, prefix: newPrefix()}
-	r, err := status.OpenReader(context.Background(), st, status.Names{Prefix: e.prefix}, status.Options{})
+	r, err := record.OpenReader(context.Background(), st, record.Names{Prefix: e.prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func (e *env) cfg() processor.Config {
 }
 
 func (e *env) issuer(notify func(string)) *commands.Issuer {
-	i, err := commands.NewIssuer(e.store, commands.Options{Prefix: e.prefix, Notify: notify})
+	i, err := commands.NewIssuer(e.store, commands.IssuerOptions{Prefix: e.prefix, Wake: notify})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func (e *env) issue(i *commands.Issuer, cmd commands.Command) string {
 
 func (e *env) queue(name string) storage.Queue {
 	e.t.Helper()
-	q, err := e.store.Queue(context.Background(), status.Names{Prefix: e.prefix}.Queue(name))
+	q, err := e.store.Queue(context.Background(), record.Names{Prefix: e.prefix}.Queue(name))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func (e *env) waitState(id string, state status.State, timeout time.Duration) st
 		if err != nil {
 			e.t.Fatalf("get %s: %v", id, err)
 		}
-		return st.Status == state
+		return st.State == state
 	})
 	return st
 }

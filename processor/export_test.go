@@ -7,3 +7,6 @@ func (p *Processor) CountLostLeases(cmdType string, n int) {
 		p.leaseLost(cmdType)
 	}
 }
+
+// ParseMessage parses and checks a queue message as the processor does.
+var ParseMessage = parseMessage

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -37,7 +38,7 @@ const (
 func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	s.counter.processed.Add(1)
 	k := newKeeper(p, s.ops, qr, m, sent, vis)
-	env, err := commands.ParseEnvelope(m.Text)
+	env, err := parseMessage(m.Text)
 	if err != nil {
 		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
@@ -55,6 +56,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	defer p.unclaim(env.ID)
 	def, known := p.reg.Lookup(env.Type)
+	known = known && def.Handled() // a declared type has no handler here
 	lease := vis
 	if known {
 		// The type's current lease; a grown one is taken now with one
@@ -72,7 +74,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.giveUp(s, k, "load", err)
 		return
 	}
-	if rec.Status.Status.Final() {
+	if rec.Status.State.Final() {
 		// Redelivered (a duplicate, or a lease lost after the final write).
 		p.deleteMsg(s, k, rec.Type)
 		return
@@ -117,6 +119,22 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	a.run()
+}
+
+// parseMessage parses and checks a queue message: an Envelope with a valid
+// command ID and type. Errors wrap record.ErrMalformedMessage.
+func parseMessage(text string) (record.Envelope, error) {
+	env, err := record.ParseEnvelope(text)
+	if err != nil {
+		return record.Envelope{}, err
+	}
+	if err := commands.ValidateID(env.ID); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	if err := commands.ValidateType(env.Type); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	return env, nil
 }
 
 // msgKey makes a poison-table key from a queue message ID.
@@ -203,7 +221,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	entry := status.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
 		LastError: fmt.Sprintf("%v; message %s text: %s", cause, m.ID, text), Queue: qr.name, Worker: p.cfg.Worker}
-	if env, err := commands.ParseEnvelope(m.Text); err == nil {
+	if env, err := parseMessage(m.Text); err == nil {
 		entry.Type = env.Type
 	}
 	if err := p.st.PoisonMessage(s.ops, entry); err != nil {
@@ -212,7 +230,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
 	s.counter.poisoned.Add(1)
-	p.cfg.Metrics.CommandPoisoned(entry.Type)
+	p.cfg.Observer.CommandPoisoned(entry.Type)
 	p.deleteMsg(s, k, entry.Type)
 }
 
@@ -227,7 +245,7 @@ type attempt struct {
 	n   int // attempt number (dequeue count)
 
 	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished
-	rec            *status.Record
+	rec            *record.Record
 	startedAt      time.Time
 	running        bool
 	startedWritten bool
@@ -237,7 +255,7 @@ type attempt struct {
 func (a *attempt) worker() string { return a.p.cfg.Worker }
 
 func (a *attempt) startedEvent() status.Event {
-	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
+	return status.Event{Kind: status.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
 }
 
 // maxLostEvents bounds the lease_lost events one delivery records for the
@@ -260,7 +278,7 @@ func (a *attempt) lostBefore() []status.Event {
 		if at == from && from > first {
 			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
 		}
-		evs = append(evs, status.Event{Kind: status.LeaseLost, Attempt: at, Worker: a.worker(), Note: note})
+		evs = append(evs, status.Event{Kind: status.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
 	return evs
 }
@@ -281,7 +299,7 @@ func (a *attempt) withStarted(evs ...status.Event) []status.Event {
 
 // leaseLostEvent is this delivery's own lease_lost event.
 func (a *attempt) leaseLostEvent(note string) status.Event {
-	return status.Event{Kind: status.LeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+	return status.Event{Kind: status.EventLeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
 }
 
 // recordLost writes this delivery's lease_lost event (with what withStarted
@@ -327,8 +345,8 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
 			return err
 		}
-		var rec *status.Record
-		var ce *status.ConflictError
+		var rec *record.Record
+		var ce *record.ConflictError
 		if errors.As(err, &ce) && ce.Current != nil {
 			rec = ce.Current
 		} else {
@@ -338,7 +356,7 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 			}
 		}
 		a.rec = rec
-		if rec.Status.Status.Final() {
+		if rec.Status.State.Final() {
 			return errFinal
 		}
 	}
@@ -385,9 +403,9 @@ func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 	if a.finished {
 		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
 	}
-	err := a.writeLocked(ctx, status.Event{Kind: status.StepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
+	err := a.writeLocked(ctx, status.Event{Kind: status.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
 	if errors.Is(err, errFinal) {
-		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.Status, err)
+		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.State, err)
 	}
 	if err != nil && !expected(err) && ctx.Err() == nil {
 		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
@@ -416,7 +434,7 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 	case err == nil:
 		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
-		p.cfg.Metrics.CommandPoisoned(a.rec.Type)
+		p.cfg.Observer.CommandPoisoned(a.rec.Type)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case errors.Is(err, errFinal):
@@ -507,12 +525,12 @@ func (a *attempt) complete() {
 		}
 	}
 	err := a.finish(func() error {
-		return a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
+		return a.writeLocked(s.ops, status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()})
 	})
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		p.cfg.Observer.CommandCompleted(a.rec.Type)
 		if p.deleteMsg(s, a.k, a.rec.Type) {
 			a.lostAfterCompletion()
 		}
@@ -547,7 +565,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	var deleteErr error
 	var answered time.Time
 	err := a.finish(func() error {
-		ev := status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()}
+		ev := status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()}
 		return a.retryConflict(s.ops, func() error {
 			var err error
 			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
@@ -562,7 +580,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Metrics.CommandCompleted(a.rec.Type)
+		p.cfg.Observer.CommandCompleted(a.rec.Type)
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
 			a.lostAfterCompletion()
 		}
@@ -580,7 +598,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 // spent, otherwise a failed event and the retry delay on the message.
 func (a *attempt) fail(herr error, stack string) {
 	p, s, def := a.p, a.s, a.def
-	failed := status.Event{Kind: status.Failed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	failed := status.Event{Kind: status.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
 	var de *handlers.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):
@@ -603,7 +621,7 @@ func (a *attempt) fail(herr error, stack string) {
 		return
 	}
 	s.counter.failed.Add(1)
-	p.cfg.Metrics.CommandFailed(a.rec.Type)
+	p.cfg.Observer.CommandFailed(a.rec.Type)
 	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	delay := def.Retry.Delay(a.n)
 	delay = min(max(delay, 0), storage.MaxVisibility)

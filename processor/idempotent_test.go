@@ -25,8 +25,8 @@ func TestRetriedWriteNotDuplicated(t *testing.T) {
 	batch := func(kind status.EventKind) faultproxy.Match {
 		return faultproxy.Match{Method: "POST", Path: "$batch", Body: `"Kind":"` + string(kind) + `"`}
 	}
-	step := px.Add(batch(status.StepCompleted), faultproxy.LoseAnswer, 1)
-	done := px.Add(batch(status.CompletedEvent), faultproxy.LoseAnswer, 1)
+	step := px.Add(batch(status.EventStepCompleted), faultproxy.LoseAnswer, 1)
+	done := px.Add(batch(status.EventCompleted), faultproxy.LoseAnswer, 1)
 	reg := handlers.NewRegistry()
 	var runs atomic.Int64
 	register(t, reg, func(ctx context.Context, c stepCmd, run *handlers.Run) error {
@@ -35,14 +35,14 @@ func TestRetriedWriteNotDuplicated(t *testing.T) {
 	}, handlers.Options{})
 	m := &counts{}
 	cfg := e.cfg()
-	cfg.Metrics = m
+	cfg.Observer = m
 	p := newProc(t, through, reg, cfg)
 	start(t, p)
 	id := e.issue(e.issuer(p.Notify), stepCmd{})
-	st := e.waitState(id, status.Completed, 15*time.Second)
+	st := e.waitState(id, status.StateCompleted, 15*time.Second)
 	e.waitQueueEmpty("commands", 10*time.Second)
 	evs := e.events(id)
-	if !equalKinds(kinds(evs), status.Created, status.Started, status.StepCompleted, status.CompletedEvent) {
+	if !equalKinds(kinds(evs), status.EventCreated, status.EventStarted, status.EventStepCompleted, status.EventCompleted) {
 		t.Fatalf("events %v, want each once (the answers of %d step and %d completed batches were lost)", kinds(evs), step.Hits(), done.Hits())
 	}
 	if step.Hits() != 1 || done.Hits() != 1 || runs.Load() != 1 || m.completed.Load() != 1 || st.Step != 1 || st.Attempts != 1 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -21,7 +22,7 @@ import (
 
 var errFlaky = errors.New("flaky downstream")
 
-// counts is a processor.Metrics that counts lost leases and completions.
+// counts is a processor.Observer that counts lost leases and completions.
 type counts struct{ lost, completed atomic.Int64 }
 
 func (c *counts) CommandCompleted(string)               { c.completed.Add(1) }
@@ -69,17 +70,17 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		iss := e.issuer(p.Notify)
 		for i := range 3 {
-			e.waitState(e.issue(iss, okCmd{N: i}), status.Completed, 10*time.Second)
+			e.waitState(e.issue(iss, okCmd{N: i}), status.StateCompleted, 10*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
-		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
+		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != commands.DefaultLease {
 			t.Fatalf("%d deletes lost their answer (hidden answers %v): %d leases counted lost, lease %s (want 0 and %s)",
-				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), handlers.DefaultLease)
+				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), commands.DefaultLease)
 		}
 	})
 	t.Run("retry delay", func(t *testing.T) {
@@ -97,12 +98,12 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		}, handlers.Options{Retry: fastRetry})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 15*time.Second)
-		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != handlers.DefaultLease {
+		e.waitState(id, status.StateCompleted, 15*time.Second)
+		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != commands.DefaultLease {
 			t.Fatalf("retry delay answer lost %d times: ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
 	})
@@ -124,18 +125,18 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		}, handlers.Options{Lease: lease})
 		m := &counts{}
 		cfg := e.cfg()
-		cfg.Metrics, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
+		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 15*time.Second)
+		e.waitState(id, status.StateCompleted, 15*time.Second)
 		// The message, renewed under a receipt the processor never learnt,
 		// reappears when that lease ends and is deleted without running.
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if rule.Hits() != 1 || runs.Load() != 1 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != lease {
 			t.Fatalf("renewal answer lost %d times: handler ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, status.Created, status.Started, status.CompletedEvent) {
+		if k := kinds(e.events(id)); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -184,11 +185,11 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		}
 		stop1 := start(t, p1)
 		iss := e.issuer(p1.Notify)
-		e.waitState(e.issue(iss, okCmd{}), status.Completed, 10*time.Second)
+		e.waitState(e.issue(iss, okCmd{}), status.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 1 {
 			t.Fatalf("a message of the grown type made %d UpdateVisibility calls, want 1 (taking the grown lease)", n)
 		}
-		e.waitState(e.issue(iss, stepCmd{}), status.Completed, 10*time.Second)
+		e.waitState(e.issue(iss, stepCmd{}), status.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 0 {
 			t.Fatalf("a message of another type made %d UpdateVisibility calls, want 0", n)
 		}
@@ -200,7 +201,7 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, status.Completed, 30*time.Second)
+		e.waitState(id, status.StateCompleted, 30*time.Second)
 		if waited := time.Since(stopped); waited >= grown/2 {
 			t.Fatalf("the abandoned message reappeared after %s: it was leased for the grown %s, not its type's %s", waited, grown, short)
 		}
@@ -227,7 +228,7 @@ func TestGrownLeaseShrinks(t *testing.T) {
 		iss := e.issuer(p.Notify)
 		for _, want := range []time.Duration{2 * base, base, base} {
 			for i := range 3 {
-				e.waitState(e.issue(iss, okCmd{N: i}), status.Completed, 10*time.Second)
+				e.waitState(e.issue(iss, okCmd{N: i}), status.StateCompleted, 10*time.Second)
 			}
 			eventually(t, 5*time.Second, "the lease to be "+want.String(), func() bool { return p.LeaseOf("test.ok") == want })
 		}

@@ -16,7 +16,7 @@ import (
 func lostEvents(evs []status.Event) []status.Event {
 	var out []status.Event
 	for _, e := range evs {
-		if e.Kind == status.LeaseLost {
+		if e.Kind == status.EventLeaseLost {
 			out = append(out, e)
 		}
 	}
@@ -32,9 +32,9 @@ func explains(evs []status.Event) int {
 	n := 0
 	for _, e := range evs {
 		switch e.Kind {
-		case status.Started:
+		case status.EventStarted:
 			started[e.Attempt] = true
-		case status.LeaseLost:
+		case status.EventLeaseLost:
 			n++
 		}
 	}
@@ -69,20 +69,20 @@ func TestLeaseLostRecordedForDeliveryWithoutOutcome(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitState(id, status.StateCompleted, 10*time.Second)
 		evs := e.events(id)
 		lost := lostEvents(evs)
 		if len(lost) != 1 || lost[0].Attempt != 1 || lost[0].Worker != cfg.Worker || lost[0].Note == "" {
 			t.Fatalf("lease_lost events %+v, want one for attempt 1 by %s (events %v)", lost, cfg.Worker, kinds(evs))
 		}
-		if k := kinds(evs); !equalKinds(k, status.Created, status.LeaseLost, status.Started, status.CompletedEvent) {
+		if k := kinds(evs); !equalKinds(k, status.EventCreated, status.EventLeaseLost, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 		if got := explains(evs); int(runs.Load()) > got {
 			t.Fatalf("handler ran %d times, the history explains %d (%v)", runs.Load(), got, kinds(evs))
 		}
 		st, _ := e.reader.Get(context.Background(), id)
-		if st.Status != status.Completed || st.Attempts != 2 {
+		if st.State != status.StateCompleted || st.Attempts != 2 {
 			t.Fatalf("status %+v", st)
 		}
 	})
@@ -118,14 +118,14 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 				if first == "first delivery" {
 					eventually(t, 10*time.Second, "the first delivery's completion", func() bool {
 						st, _ := e.reader.Get(context.Background(), id)
-						return st.Status == status.Completed
+						return st.State == status.StateCompleted
 					})
 				}
 				return nil
 			}, handlers.Options{Lease: lease})
 			m1 := &counts{}
 			cfg := e.cfg()
-			cfg.Metrics = m1
+			cfg.Observer = m1
 			cfg.StartedWriteDelay = 100 * time.Millisecond
 			// One message at a time: the first processor does not dequeue
 			// again while its handler runs (that would be its own delivery,
@@ -141,10 +141,10 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			p2 := newProc(t, e.store, reg, cfg2)
 			start(t, p2)
 			if first == "second delivery" {
-				e.waitState(id, status.Completed, 15*time.Second)
+				e.waitState(id, status.StateCompleted, 15*time.Second)
 				close(done2)
 			}
-			e.waitState(id, status.Completed, 15*time.Second)
+			e.waitState(id, status.StateCompleted, 15*time.Second)
 			var evs []status.Event
 			eventually(t, 10*time.Second, "a lease_lost event", func() bool {
 				evs = e.events(id)
@@ -189,9 +189,9 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(id, status.Poisoned, 10*time.Second)
+		e.waitState(id, status.StatePoisoned, 10*time.Second)
 		evs := e.events(id)
-		if k := kinds(evs); !equalKinds(k, status.Created, status.LeaseLost, status.LeaseLost, status.PoisonedEvent) {
+		if k := kinds(evs); !equalKinds(k, status.EventCreated, status.EventLeaseLost, status.EventLeaseLost, status.EventPoisoned) {
 			t.Fatalf("events %v", k)
 		}
 		if evs[1].Attempt != 1 || evs[2].Attempt != 2 || evs[3].Reason != processor.ReasonCeiling {

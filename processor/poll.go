@@ -149,8 +149,8 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.ok()
 			interval = p.cfg.MinPollInterval
 		}
-		p.cfg.Metrics.Polled(qr.name, err == nil && len(msgs) == 0)
-		p.cfg.Metrics.PollInterval(qr.name, wait)
+		p.cfg.Observer.Polled(qr.name, err == nil && len(msgs) == 0)
+		p.cfg.Observer.PollInterval(qr.name, wait)
 		if p.cfg.OnPoll != nil {
 			p.cfg.OnPoll(PollEvent{Queue: qr.name, Time: now, Received: len(msgs), Err: err, Wait: wait})
 		}

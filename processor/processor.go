@@ -23,8 +23,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -44,7 +45,7 @@ type Processor struct {
 	cfg    Config
 	store  storage.Store
 	reg    *handlers.Registry
-	names  status.Names
+	names  record.Names
 	health *health
 	probe  *StorageProbe
 
@@ -53,7 +54,8 @@ type Processor struct {
 
 	openOnce sync.Mutex
 	opened   bool
-	st       *status.Store
+	st       *record.Store
+	enq      *record.Enqueuer // the reconciler's enqueues wake this processor
 	poison   storage.Table
 
 	sem     chan struct{}
@@ -72,6 +74,11 @@ type Processor struct {
 
 	claimMu sync.Mutex
 	claimed map[string]struct{} // command IDs with a message in hand
+
+	// Live counts (Stats): the running session and the finished ones.
+	statsMu sync.Mutex
+	current *session
+	past    Stats
 
 	// The reconciler's schedule (reconcile.go).
 	active      atomic.Bool   // work since the last marker query
@@ -113,7 +120,7 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 	if len(qnames) == 0 {
 		return nil, fmt.Errorf("%w: register at least one handler with handlers.Register before creating the processor", ErrNoHandlers)
 	}
-	names := status.Names{Prefix: cfg.Prefix}
+	names := record.Names{Prefix: cfg.Prefix}
 	if err := names.Validate(qnames...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -134,11 +141,8 @@ func New(store storage.Store, reg *handlers.Registry, cfg Config) (*Processor, e
 	p.probe = NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
 		return store.Queue(ctx, first.storage) // the driver's cached handle once opened
 	}, cfg.ProbeTimeout, cfg.ProbeInterval)
-	for _, t := range reg.Types() {
-		def, ok := reg.Lookup(t)
-		if !ok {
-			continue
-		}
+	for _, def := range reg.Handlers() {
+		t := def.Type
 		// A definition's options have their defaults (handlers.Register).
 		qr := p.byName[def.Queue]
 		if qr == nil {
@@ -179,6 +183,12 @@ func (p *Processor) Notify(queue string) {
 	}
 }
 
+// Open opens (creating if needed) the processor's queues and tables, as
+// Run and RunFor do first: call it to learn of a storage or naming problem
+// before starting work in the background (cmdq.Client.Start does). It does
+// nothing once it succeeded.
+func (p *Processor) Open(ctx context.Context) error { return p.open(ctx) }
+
 // open opens the tables and queues once.
 func (p *Processor) open(ctx context.Context) error {
 	p.openOnce.Lock()
@@ -201,7 +211,8 @@ func (p *Processor) open(ctx context.Context) error {
 		}
 		qr.q = q
 	}
-	p.st = status.New(cmds, poison, status.Options{})
+	p.st = record.New(cmds, poison, record.Options{})
+	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.poison = poison
 	p.opened = true
 	return nil
@@ -227,7 +238,7 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 		v = max(v, d.Lease)
 	}
 	if v == 0 {
-		v = handlers.DefaultLease
+		v = commands.DefaultLease
 	}
 	return v
 }
@@ -241,7 +252,7 @@ func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cm
 // held the message, see keeper) and grows the type's lease past the
 // threshold.
 func (p *Processor) leaseLost(cmdType string) {
-	p.cfg.Metrics.LeaseLost(cmdType)
+	p.cfg.Observer.LeaseLost(cmdType)
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	ls := p.leases[cmdType]
@@ -287,7 +298,7 @@ func (p *Processor) leaseClean(cmdType string) {
 
 // observe records a handler duration for RunFor's margin and metrics.
 func (p *Processor) observe(cmdType string, d time.Duration) {
-	p.cfg.Metrics.HandlerDuration(cmdType, d)
+	p.cfg.Observer.HandlerDuration(cmdType, d)
 	p.overheld.Store(false)
 	p.durMu.Lock()
 	p.durSum += d
@@ -320,7 +331,7 @@ func (p *Processor) ceiling(def *handlers.Definition) int {
 	if def != nil && def.PoisonCeiling > 0 {
 		return def.PoisonCeiling
 	}
-	return handlers.DefaultPoisonCeiling
+	return commands.DefaultPoisonCeiling
 }
 
 // StopReason says why RunFor returned.
@@ -435,6 +446,8 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	defer p.health.update(func(h *health) { h.stopped = true })
 
 	s := &session{}
+	p.began(s)
+	defer p.ended(s) // also on an early return (ended is idempotent)
 	base := context.WithoutCancel(ctx)
 	var stopBefore time.Time
 	if d > 0 {
@@ -529,12 +542,9 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	s.stopOps()
 	<-pollersDone
 
-	sum := Summary{
-		Processed: int(s.counter.processed.Load() - s.counter.released.Load() - s.counter.interrupted.Load() - s.counter.duplicates.Load()), Completed: int(s.counter.completed.Load()),
-		Failed: int(s.counter.failed.Load()), Poisoned: int(s.counter.poisoned.Load()),
-		Released: int(s.counter.released.Load()), Interrupted: int(s.counter.interrupted.Load()), Duplicates: int(s.counter.duplicates.Load()),
-		Duration: time.Since(start),
-	}
+	sum := s.counts().summary()
+	sum.Duration = time.Since(start)
+	p.ended(s)
 	if r, ok := s.reason.Load().(StopReason); ok {
 		sum.StoppedBecause = r
 	} else {
@@ -559,4 +569,88 @@ func (p *Processor) unclaim(id string) {
 	p.claimMu.Lock()
 	delete(p.claimed, id)
 	p.claimMu.Unlock()
+}
+
+// Stats are a processor's running counts since New, over all its Run and
+// RunFor calls (a RunFor's Summary counts that run only). Counts mean what
+// Summary's do. A count grows just after its outcome is stored, so a reader
+// may see a command completed a moment before Stats counts it; once Run or
+// RunFor has returned, the counts are final.
+type Stats struct {
+	// Processed counts messages taken and finished (any outcome, including
+	// messages of already-final commands that were only deleted).
+	Processed int64
+	// Completed, Failed and Poisoned count handler outcomes (Failed:
+	// attempts that will be retried).
+	Completed, Failed, Poisoned int64
+	// Released counts messages dequeued but not run, made visible again.
+	Released int64
+	// Interrupted counts handlers cancelled at the end of a run.
+	Interrupted int64
+	// Duplicates counts second messages for a command this processor was
+	// already handling.
+	Duplicates int64
+	// InFlight is the number of messages dequeued and not yet finished now.
+	InFlight int
+	// Running reports whether Run or RunFor is in progress.
+	Running bool
+}
+
+// counts returns the session's counts so far.
+func (s *session) counts() Stats {
+	c := &s.counter
+	return Stats{
+		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
+		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
+		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
+	}
+}
+
+// summary returns the counts as a Summary (without Duration and reason).
+func (st Stats) summary() Summary {
+	return Summary{
+		Processed: int(st.Processed), Completed: int(st.Completed), Failed: int(st.Failed), Poisoned: int(st.Poisoned),
+		Released: int(st.Released), Interrupted: int(st.Interrupted), Duplicates: int(st.Duplicates),
+	}
+}
+
+func (st Stats) plus(o Stats) Stats {
+	st.Processed += o.Processed
+	st.Completed += o.Completed
+	st.Failed += o.Failed
+	st.Poisoned += o.Poisoned
+	st.Released += o.Released
+	st.Interrupted += o.Interrupted
+	st.Duplicates += o.Duplicates
+	return st
+}
+
+// began makes s the running session for Stats.
+func (p *Processor) began(s *session) {
+	p.statsMu.Lock()
+	p.current = s
+	p.statsMu.Unlock()
+}
+
+// ended adds s's counts to the finished sessions' (once).
+func (p *Processor) ended(s *session) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	if p.current == s {
+		p.past = p.past.plus(s.counts())
+		p.current = nil
+	}
+}
+
+// Stats returns the processor's counts since New, live while it runs.
+func (p *Processor) Stats() Stats {
+	p.statsMu.Lock()
+	st := p.past
+	if p.current != nil {
+		st = st.plus(p.current.counts())
+		st.Running = true
+	}
+	p.statsMu.Unlock()
+	st.InFlight = p.Health().InFlight
+	return st
 }

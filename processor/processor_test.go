@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -27,11 +28,11 @@ func TestSuccess(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{N: 7})
-		st := e.waitState(id, status.Completed, 10*time.Second)
+		st := e.waitState(id, status.StateCompleted, 10*time.Second)
 		if got.Load() != 7 || st.Attempts != 1 || st.Worker != "w-"+e.driver {
 			t.Fatalf("handler saw %d, status %+v", got.Load(), st)
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, status.Created, status.Started, status.CompletedEvent) {
+		if k := kinds(e.events(id)); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 		e.waitQueueEmpty("commands", 5*time.Second)
@@ -55,9 +56,9 @@ func TestFailureThenSuccess(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		st := e.waitState(id, status.Completed, 10*time.Second)
+		st := e.waitState(id, status.StateCompleted, 10*time.Second)
 		evs := e.events(id)
-		if !equalKinds(kinds(evs), status.Created, status.Started, status.Failed, status.Started, status.CompletedEvent) {
+		if !equalKinds(kinds(evs), status.EventCreated, status.EventStarted, status.EventFailed, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", kinds(evs))
 		}
 		if evs[2].Error != "flaky downstream" || evs[2].Attempt != 1 || evs[4].Attempt != 2 || st.Attempts != 2 || st.LastError != "" {
@@ -82,7 +83,7 @@ func TestPoisonAfterCeiling(t *testing.T) {
 		start(t, p)
 		before := time.Now().Add(-time.Second)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		st := e.waitState(id, status.Poisoned, 10*time.Second)
+		st := e.waitState(id, status.StatePoisoned, 10*time.Second)
 		e.waitQueueEmpty("commands", 5*time.Second)
 		if runs.Load() != 3 {
 			t.Fatalf("handler ran %d times, want exactly the ceiling 3", runs.Load())
@@ -99,7 +100,7 @@ func TestPoisonAfterCeiling(t *testing.T) {
 			t.Fatalf("poison entry %+v", pe)
 		}
 		k := kinds(e.events(id))
-		if !equalKinds(k, status.Created, status.Started, status.Failed, status.Started, status.Failed, status.Started, status.Failed, status.PoisonedEvent) {
+		if !equalKinds(k, status.EventCreated, status.EventStarted, status.EventFailed, status.EventStarted, status.EventFailed, status.EventStarted, status.EventFailed, status.EventPoisoned) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -126,7 +127,7 @@ func TestPoisonCeilingOnDequeueCount(t *testing.T) {
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(id, status.Poisoned, 10*time.Second)
+		e.waitState(id, status.StatePoisoned, 10*time.Second)
 		pe, err := e.reader.GetPoison(context.Background(), id)
 		if err != nil || pe.Reason != processor.ReasonCeiling || pe.DequeueCount != 3 {
 			t.Fatalf("poison entry %+v %v", pe, err)
@@ -149,7 +150,7 @@ func TestPermanentPoisonsAtOnce(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Poisoned, 10*time.Second)
+		e.waitState(id, status.StatePoisoned, 10*time.Second)
 		if runs.Load() != 1 {
 			t.Fatalf("handler ran %d times", runs.Load())
 		}
@@ -182,13 +183,13 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 		}
 		// Valid envelope for a command that does not exist.
 		ghost := "0b7c4f8e-2f47-4f4e-9a39-6b0b9f7c1d2e"
-		if _, err := q.Enqueue(context.Background(), status.MessageText(ghost, "test.ok"), 0, 0); err != nil {
+		if _, err := q.Enqueue(context.Background(), record.Envelope{ID: ghost, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(unknown, status.Poisoned, 10*time.Second)
-		e.waitState(res.ID, status.Poisoned, 10*time.Second)
+		e.waitState(unknown, status.StatePoisoned, 10*time.Second)
+		e.waitState(res.ID, status.StatePoisoned, 10*time.Second)
 		e.waitQueueEmpty("commands", 10*time.Second)
 		want := map[string]string{unknown: processor.ReasonUnknownType, res.ID: processor.ReasonDecode, ghost: processor.ReasonNoCommand}
 		var malformedID string
@@ -246,9 +247,9 @@ func TestPanicRecordedWithStack(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitState(id, status.StateCompleted, 10*time.Second)
 		evs := e.events(id)
-		if !equalKinds(kinds(evs), status.Created, status.Started, status.Failed, status.Started, status.CompletedEvent) {
+		if !equalKinds(kinds(evs), status.EventCreated, status.EventStarted, status.EventFailed, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", kinds(evs))
 		}
 		f := evs[2]
@@ -291,11 +292,11 @@ func TestLongHandlerRenewsLease(t *testing.T) {
 		start(t, p1)
 		start(t, p2)
 		id := e.issue(e.issuer(nil), okCmd{})
-		e.waitState(id, status.Completed, 15*time.Second)
+		e.waitState(id, status.StateCompleted, 15*time.Second)
 		if runs.Load() != 1 || maxRunning.Load() != 1 {
 			t.Fatalf("handler ran %d times, at most %d at once", runs.Load(), maxRunning.Load())
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, status.Created, status.Started, status.CompletedEvent) {
+		if k := kinds(e.events(id)); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -310,11 +311,11 @@ func TestRedeliveredCompletedNotRun(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitState(id, status.StateCompleted, 10*time.Second)
 		e.waitQueueEmpty("commands", 5*time.Second)
 		before := len(e.events(id))
 		// A duplicate message (e.g. the reconciler's, or a redelivery).
-		if _, err := e.queue("commands").Enqueue(context.Background(), status.MessageText(id, "test.ok"), 0, 0); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p.Notify("commands")
@@ -360,12 +361,12 @@ func TestMultiStepResumes(t *testing.T) {
 		}
 		stop1() // processor stopped: the handler is interrupted
 		st, _ := e.reader.Get(context.Background(), id)
-		if st.Step != 1 || st.Status != status.Running {
+		if st.Step != 1 || st.State != status.StateRunning {
 			t.Fatalf("after interruption: %+v", st)
 		}
 		p2 := newProc(t, e.store, reg, cfg)
 		start(t, p2)
-		st = e.waitState(id, status.Completed, 10*time.Second)
+		st = e.waitState(id, status.StateCompleted, 10*time.Second)
 		mu.Lock()
 		got := slices.Clone(stepsRun)
 		mu.Unlock()
@@ -399,19 +400,19 @@ func TestDuplicateMessageNeverRunsTwiceAtOnce(t *testing.T) {
 			}
 		}, handlers.Options{Lease: time.Second})
 		id := e.issue(e.issuer(nil), okCmd{N: 1})
-		if _, err := e.queue("commands").Enqueue(context.Background(), status.MessageText(id, "test.ok"), 0, 0); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		eventually(t, 10*time.Second, "the handler to start", func() bool { return running.Load() == 1 })
 		close(release)
-		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitState(id, status.StateCompleted, 10*time.Second)
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if runs.Load() != 1 || overlap.Load() != 0 {
 			t.Fatalf("handler ran %d times, %d overlapping; want once", runs.Load(), overlap.Load())
 		}
-		if n := countKind(e.events(id), status.CompletedEvent); n != 1 {
+		if n := countKind(e.events(id), status.EventCompleted); n != 1 {
 			t.Fatalf("%d completed events", n)
 		}
 	})

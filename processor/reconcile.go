@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
 )
 
 // markActive notes work (a dequeued message, a Notify) for the reconciler's
@@ -63,9 +63,9 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 		if scan {
 			lastScan = lastRun
 		}
-		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
-			Prefix: cfg.Prefix, MarkerGrace: cfg.ReconcileGrace, PendingGrace: cfg.ReconcileStaleAfter,
-			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify,
+		rep, err := p.enq.Reconcile(s.take, record.ReconcileOptions{
+			MarkerGrace: cfg.ReconcileGrace, PendingGrace: cfg.ReconcileStaleAfter,
+			ScanPending: scan, SkipMarkers: scan,
 		})
 		if err != nil {
 			if s.take.Err() == nil {

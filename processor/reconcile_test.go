@@ -12,6 +12,7 @@ import (
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -25,10 +26,10 @@ func (e *env) strand() string {
 	e.t.Helper()
 	ctx := context.Background()
 	id := uuid.NewString()
-	if err := e.reader.Store().Create(ctx, status.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
+	if err := e.reader.Store.Create(ctx, record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.reader.Store().MarkUnqueued(ctx, id, "commands"); err != nil {
+	if err := e.reader.Store.MarkUnqueued(ctx, id, "commands"); err != nil {
 		e.t.Fatal(err)
 	}
 	return id
@@ -63,8 +64,8 @@ func TestReconcileSoonWhileActive(t *testing.T) {
 		eventually(t, 10*time.Second, "the reconciler's pass at start", func() bool { return queries.Load() >= 1 })
 		stranded := e.strand()
 		// Work arrives: the processor is active.
-		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 2}), status.Completed, 10*time.Second)
-		e.waitState(stranded, status.Completed, 10*time.Second)
+		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 2}), status.StateCompleted, 10*time.Second)
+		e.waitState(stranded, status.StateCompleted, 10*time.Second)
 	})
 }
 
@@ -106,7 +107,7 @@ func TestReconcileSoonAfterStorageRecovers(t *testing.T) {
 	eventually(t, 20*time.Second, "the processor to see the outage", func() bool { return p.Health().ConsecutiveFaults > 0 })
 	stranded := e.strand() // an Issuer elsewhere stored it and could not enqueue it
 	nw.Restore(t)
-	e.waitState(stranded, status.Completed, 20*time.Second)
+	e.waitState(stranded, status.StateCompleted, 20*time.Second)
 }
 
 // TestRunForReconcilesInProportion: RunFor(d) runs the marker query with
@@ -144,8 +145,8 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := e.reader.Get(context.Background(), stranded); st.Status != status.Completed || sum.Completed != 1 {
-			t.Fatalf("a 2s run with a 1s ReconcileInterval: command %s, summary %+v", st.Status, sum)
+		if st, _ := e.reader.Get(context.Background(), stranded); st.State != status.StateCompleted || sum.Completed != 1 {
+			t.Fatalf("a 2s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -171,7 +172,7 @@ func TestNotifyWakesAtOnce(t *testing.T) {
 		start(t, p)
 		eventually(t, 5*time.Second, "the first poll", func() bool { return polls.Load() == 1 })
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, status.Completed, 5*time.Second) // far less than the minute's wait
+		e.waitState(id, status.StateCompleted, 5*time.Second) // far less than the minute's wait
 	})
 }
 
@@ -180,7 +181,7 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		fs := &faultyStore{Store: e.store}
 		fs.failEnqueue.Store(true)
-		iss, err := commands.NewIssuer(fs, commands.Options{Prefix: e.prefix, EnqueueRetry: -1})
+		iss, err := commands.NewIssuer(fs, commands.IssuerOptions{Prefix: e.prefix, EnqueueRetry: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,13 +199,13 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 		cfg.ReconcileGrace = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(res.ID, status.Completed, 10*time.Second)
-		cmds, err := e.store.Table(context.Background(), status.Names{Prefix: e.prefix}.CommandsTable())
+		e.waitState(res.ID, status.StateCompleted, 10*time.Second)
+		cmds, err := e.store.Table(context.Background(), record.Names{Prefix: e.prefix}.CommandsTable())
 		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 5*time.Second, "the unqueued marker to be removed", func() bool {
-			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: status.UnqueuedPartition})
+			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: record.UnqueuedPartition})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +221,7 @@ func TestReconcileScanSchedule(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		id := uuid.NewString()
-		if err := e.reader.Store().Create(context.Background(), status.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
+		if err := e.reader.Store.Create(context.Background(), record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 			t.Fatal(err)
 		}
 		reg := handlers.NewRegistry()
@@ -231,17 +232,17 @@ func TestReconcileScanSchedule(t *testing.T) {
 		cfg.ReconcileStaleAfter = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(id, status.Completed, 10*time.Second)
+		e.waitState(id, status.StateCompleted, 10*time.Second)
 		// With a stale-after of 1 ns a slow run may scan (and requeue) more
 		// than once before the command starts; each requeue is a harmless
 		// duplicate. What matters: found by the scan, run once, completed.
 		ks := kinds(e.events(id))
 		n := len(ks)
-		if n < 4 || ks[0] != status.Created || ks[1] != status.Requeued || ks[n-2] != status.Started || ks[n-1] != status.CompletedEvent {
+		if n < 4 || ks[0] != status.EventCreated || ks[1] != status.EventRequeued || ks[n-2] != status.EventStarted || ks[n-1] != status.EventCompleted {
 			t.Fatalf("events %v, want created, requeued…, started, completed", ks)
 		}
 		for _, k := range ks[1 : n-2] {
-			if k != status.Requeued {
+			if k != status.EventRequeued {
 				t.Fatalf("events %v: only requeued events may come between created and started", ks)
 			}
 		}
@@ -294,7 +295,7 @@ func TestTwoProcessorsEachCommandOnce(t *testing.T) {
 			evs := e.events(id)
 			completed := 0
 			for _, ev := range evs {
-				if ev.Kind == status.CompletedEvent {
+				if ev.Kind == status.EventCompleted {
 					completed++
 					workers[ev.Worker]++
 				}
@@ -330,11 +331,11 @@ func TestPoisonListNewestFirst(t *testing.T) {
 		var ids []string
 		for i := 0; i < 3; i++ {
 			id := e.issue(iss, okCmd{N: i})
-			e.waitState(id, status.Poisoned, 10*time.Second)
+			e.waitState(id, status.StatePoisoned, 10*time.Second)
 			ids = append(ids, id)
 		}
 		other := e.issue(iss, otherCmd{})
-		e.waitState(other, status.Poisoned, 10*time.Second)
+		e.waitState(other, status.StatePoisoned, 10*time.Second)
 		page, err := e.reader.ListPoison(context.Background(), status.PoisonQuery{Type: "test.ok"})
 		if err != nil {
 			t.Fatal(err)
@@ -398,11 +399,11 @@ func TestHealthFaultsAndFlywheel(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if st, _ := e.reader.Get(context.Background(), id); st.Status != status.Pending {
+		if st, _ := e.reader.Get(context.Background(), id); st.State != status.StatePending {
 			t.Fatalf("command ran while unhealthy: %+v", st)
 		}
 		p.ResetHealth()
-		e.waitState(id, status.Completed, 5*time.Second)
+		e.waitState(id, status.StateCompleted, 5*time.Second)
 		if !p.Health().Healthy() {
 			t.Fatalf("health after reset %+v", p.Health())
 		}
@@ -473,7 +474,7 @@ func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
 		eventually(t, 10*time.Second, "all 8 handlers running at once", func() bool { return running.Load() == conc })
 		close(release)
 		for _, id := range ids {
-			e.waitState(id, status.Completed, 10*time.Second)
+			e.waitState(id, status.StateCompleted, 10*time.Second)
 		}
 		if peak.Load() != conc {
 			t.Fatalf("peak concurrency %d, want %d", peak.Load(), conc)

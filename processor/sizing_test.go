@@ -33,7 +33,7 @@ func (e *env) completedBy(ids []string) map[string]int {
 	m := map[string]int{}
 	for _, id := range ids {
 		for _, ev := range e.events(id) {
-			if ev.Kind == status.CompletedEvent {
+			if ev.Kind == status.EventCompleted {
 				m[ev.Worker]++
 			}
 		}
@@ -98,7 +98,7 @@ func TestCompetingWorkersShareQueue(t *testing.T) {
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
 		for _, id := range ids {
-			e.waitState(id, status.Completed, 30*time.Second)
+			e.waitState(id, status.StateCompleted, 30*time.Second)
 		}
 		by := e.completedBy(ids)
 		if by["w-"+e.driver] < 3 || by[cfg.Worker] < 3 {
@@ -146,7 +146,7 @@ func TestWaitingMessageReleasedBeforeRenewal(t *testing.T) {
 		eventually(t, 20*time.Second, "the second processor to run the messages the first could not start", func() bool {
 			done = 0
 			for _, id := range ids {
-				if st, _ := e.reader.Get(context.Background(), id); st.Status == status.Completed {
+				if st, _ := e.reader.Get(context.Background(), id); st.State == status.StateCompleted {
 					done++
 				}
 			}

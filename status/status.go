@@ -1,24 +1,31 @@
-// Package status records the lifecycle of commands: the events each command
-// goes through, the projection derived from them (its current status), the
-// data layout in the commands and poison tables, and the operator actions on
-// poisoned commands (requeue, discard).
+// Package status is the read model of cmdq: a command's lifecycle states,
+// its events, the projection derived from them (Status, by Apply), the
+// poison table's entries and the queries on them, and the errors that
+// readers branch on.
 //
-// Data layout (see docs/lifecycle.md): one partition of the commands table per
-// command (PartitionKey = command ID) holds the row "a:cmd" (type, params,
-// issued-at, correlation ID, queue; immutable) together with its projection
-// (status, attempts, step, …; its ETag is the concurrency token for every
-// write to the command), and the events "e:0000000001", "e:0000000002", ….
-// Loading a command is one point read of "a:cmd"; every write is one atomic
-// batch (the projection is a Merge update of "a:cmd", so the parameters are
-// neither resent nor dropped).
+// It holds no storage code: the client (package cmdq) reads and writes
+// commands, and docs/lifecycle.md describes how they are stored.
 package status
 
 import (
 	"errors"
-	"fmt"
 	"time"
+)
 
-	"github.com/cmdq-dev/cmdq/storage"
+// Sentinel errors callers branch on (test with errors.Is).
+var (
+	// ErrNotFound: no command (or poison entry) with that ID. It also wraps
+	// storage.ErrNotFound.
+	ErrNotFound = errors.New("status: command not found")
+	// ErrNoCommand: Requeue on a poison entry that has no stored command (a
+	// malformed queue message, or one naming a command ID that was never
+	// stored). Nothing can be run again; Discard removes the entry.
+	ErrNoCommand = errors.New("status: poison entry has no stored command")
+	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
+	ErrNotPoisoned = errors.New("status: command is not poisoned")
+	// ErrInvalidContinuation: a PoisonQuery.Continuation that no page
+	// returned.
+	ErrInvalidContinuation = errors.New("status: invalid continuation token")
 )
 
 // State is a command's lifecycle state.
@@ -27,26 +34,26 @@ type State string
 // The lifecycle states. A command starts Pending; Completed, Poisoned and
 // Discarded are final until an operator requeues a poisoned command.
 const (
-	// Pending: issued (or requeued) and waiting for a processor.
-	Pending State = "pending"
-	// Running: a processor is running its handler.
-	Running State = "running"
-	// Retrying: an attempt failed; the message becomes visible again after
+	// StatePending: issued (or requeued) and waiting for a processor.
+	StatePending State = "pending"
+	// StateRunning: a processor is running its handler.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed; the message becomes visible again after
 	// the retry delay.
-	Retrying State = "retrying"
-	// Completed: the handler succeeded.
-	Completed State = "completed"
-	// Poisoned: over the poison ceiling, a permanent error or a malformed
+	StateRetrying State = "retrying"
+	// StateCompleted: the handler succeeded.
+	StateCompleted State = "completed"
+	// StatePoisoned: over the poison ceiling, a permanent error or a malformed
 	// message; an entry waits in the poison table for an operator.
-	Poisoned State = "poisoned"
-	// Discarded: an operator discarded the poisoned command.
-	Discarded State = "discarded"
+	StatePoisoned State = "poisoned"
+	// StateDiscarded: an operator discarded the poisoned command.
+	StateDiscarded State = "discarded"
 )
 
 // Final reports whether a message for a command in this state is deleted
 // without running the handler (Completed, Poisoned, Discarded).
 func (s State) Final() bool {
-	return s == Completed || s == Poisoned || s == Discarded
+	return s == StateCompleted || s == StatePoisoned || s == StateDiscarded
 }
 
 // EventKind names a lifecycle event.
@@ -54,34 +61,34 @@ type EventKind string
 
 // The lifecycle events, in the order they usually occur.
 const (
-	// Created: the command was issued.
-	Created EventKind = "created"
-	// Started: a processor began an attempt (Attempt = the message's dequeue count).
-	Started EventKind = "started"
-	// StepCompleted: the handler recorded step Step (with an optional Note).
-	StepCompleted EventKind = "step_completed"
-	// Failed: an attempt failed with Error (Detail holds a panic's stack); it
+	// EventCreated: the command was issued.
+	EventCreated EventKind = "created"
+	// EventStarted: a processor began an attempt (Attempt = the message's dequeue count).
+	EventStarted EventKind = "started"
+	// EventStepCompleted: the handler recorded step Step (with an optional Note).
+	EventStepCompleted EventKind = "step_completed"
+	// EventFailed: an attempt failed with Error (Detail holds a panic's stack); it
 	// will be retried.
-	Failed EventKind = "failed"
-	// CompletedEvent: the handler succeeded.
-	CompletedEvent EventKind = "completed"
-	// PoisonedEvent: the command was moved to the poison table for Reason.
-	PoisonedEvent EventKind = "poisoned"
-	// LeaseLost: the lease of delivery Attempt ended before its outcome was
+	EventFailed EventKind = "failed"
+	// EventCompleted: the handler succeeded.
+	EventCompleted EventKind = "completed"
+	// EventPoisoned: the command was moved to the poison table for Reason.
+	EventPoisoned EventKind = "poisoned"
+	// EventLeaseLost: the lease of delivery Attempt ended before its outcome was
 	// recorded (its processor lost the lease, stopped or crashed), so another
 	// delivery may run the handler again; Note says how it was found. It
 	// does not change the state.
-	LeaseLost EventKind = "lease_lost"
-	// Requeued: an operator (Worker = who) or the reconciler put the command
+	EventLeaseLost EventKind = "lease_lost"
+	// EventRequeued: an operator (Worker = who) or the reconciler put the command
 	// back on its queue.
-	Requeued EventKind = "requeued"
-	// DiscardedEvent: an operator (Worker = who) discarded the poisoned command.
-	DiscardedEvent EventKind = "discarded"
+	EventRequeued EventKind = "requeued"
+	// EventDiscarded: an operator (Worker = who) discarded the poisoned command.
+	EventDiscarded EventKind = "discarded"
 )
 
-func (k EventKind) valid() bool {
+func (k EventKind) Valid() bool {
 	switch k {
-	case Created, Started, StepCompleted, Failed, CompletedEvent, PoisonedEvent, LeaseLost, Requeued, DiscardedEvent:
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded:
 		return true
 	}
 	return false
@@ -100,9 +107,14 @@ type Event struct {
 	// started, step_completed, failed, completed, poisoned and lease_lost
 	// events.
 	Attempt int `json:"attempt,omitempty"`
-	// Worker identifies the processor (or, for requeued and discarded, the
-	// operator) that caused the event.
+	// Worker identifies the processor that caused the event (events of an
+	// attempt: started, step_completed, failed, completed, poisoned,
+	// lease_lost). Empty for the events of operators and the reconciler.
 	Worker string `json:"worker,omitempty"`
+	// By identifies who requeued or discarded the command: an operator
+	// ("api:token:…", "ui:…"), or "reconciler" for a requeue by the
+	// reconciler. Empty for the events of an attempt.
+	By string `json:"by,omitempty"`
 	// Step is the completed step for step_completed events.
 	Step int `json:"step,omitempty"`
 	// Note is free text from the handler (step_completed) or operator.
@@ -122,8 +134,8 @@ type Status struct {
 	ID string `json:"id"`
 	// Type is the command type name.
 	Type string `json:"type"`
-	// Status is the lifecycle state.
-	Status State `json:"status"`
+	// State is the lifecycle state.
+	State State `json:"status"`
 	// Attempts counts the attempts started since the command was created or
 	// last requeued.
 	Attempts int `json:"attempts"`
@@ -136,26 +148,13 @@ type Status struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// UpdatedAt is the time of the last event (UTC).
 	UpdatedAt time.Time `json:"updatedAt"`
-	// Worker is the processor (or operator) of the last event that named one.
+	// Worker is the processor of the last event that named one (operators'
+	// requeued and discarded events name theirs in Event.By).
 	Worker string `json:"worker,omitempty"`
 	// CorrelationID is the caller's correlation ID, if any.
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Queue is the logical queue the command is routed to (e.g. "commands").
 	Queue string `json:"queue"`
-}
-
-// Settle folds one event into settled, the last attempt whose outcome is
-// recorded (failed, completed, poisoned or lease_lost; created and requeued
-// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
-// have no outcome records lease_lost events for them.
-func Settle(settled int, e Event) int {
-	switch e.Kind {
-	case Created, Requeued:
-		return 0
-	case Failed, CompletedEvent, PoisonedEvent, LeaseLost:
-		return max(settled, e.Attempt)
-	}
-	return settled
 }
 
 // Apply folds one event into the projection s. The projection is derived from
@@ -164,48 +163,48 @@ func Settle(settled int, e Event) int {
 func Apply(s *Status, e Event) {
 	t := e.Time.UTC()
 	switch e.Kind {
-	case Created:
-		s.Status = Pending
+	case EventCreated:
+		s.State = StatePending
 		s.CreatedAt = t
 		s.Attempts, s.Step, s.LastError = 0, 0, ""
-	case Started:
-		s.Status = Running
+	case EventStarted:
+		s.State = StateRunning
 		if e.Attempt > 0 {
 			s.Attempts = e.Attempt
 		} else {
 			s.Attempts++
 		}
-	case StepCompleted:
+	case EventStepCompleted:
 		if e.Step > s.Step {
 			s.Step = e.Step
 		}
-		if !s.Status.Final() {
-			s.Status = Running
+		if !s.State.Final() {
+			s.State = StateRunning
 		}
-	case Failed:
-		s.Status = Retrying
+	case EventFailed:
+		s.State = StateRetrying
 		s.LastError = e.Error
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
-	case CompletedEvent:
-		s.Status = Completed
+	case EventCompleted:
+		s.State = StateCompleted
 		s.LastError = ""
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
-	case PoisonedEvent:
-		s.Status = Poisoned
+	case EventPoisoned:
+		s.State = StatePoisoned
 		if e.Error != "" {
 			s.LastError = e.Error
 		}
-	case Requeued:
-		s.Status = Pending
+	case EventRequeued:
+		s.State = StatePending
 		s.Attempts = 0
 		s.LastError = ""
-	case DiscardedEvent:
-		s.Status = Discarded
-	case LeaseLost:
+	case EventDiscarded:
+		s.State = StateDiscarded
+	case EventLeaseLost:
 		// Explains a delivery without an outcome; the state stays.
 	}
 	if e.Worker != "" {
@@ -216,65 +215,83 @@ func Apply(s *Status, e Event) {
 	}
 }
 
-// DefaultPrefix is the name prefix used when Names.Prefix is empty.
-const DefaultPrefix = "cmdq"
-
-// DefaultQueue is the logical queue commands go to unless routed elsewhere.
-const DefaultQueue = "commands"
-
-// Names derives the storage names from a prefix: queue "<prefix>-<queue>",
-// tables "<prefix>commands" and "<prefix>poison". The zero value uses
-// DefaultPrefix ("cmdq").
-type Names struct {
-	// Prefix starts every name (default "cmdq"). It must be lowercase letters
-	// and digits, starting with a letter, so that queue and table names are
-	// both valid.
-	Prefix string
+// PoisonEntry is one poisoned command in the poison table.
+type PoisonEntry struct {
+	// CommandID is the poisoned command's ID (for a malformed queue
+	// message, the message's ID).
+	CommandID string `json:"commandId"`
+	// Type is the command type.
+	Type string `json:"type"`
+	// DequeueCount is the queue message's dequeue count when it was poisoned.
+	DequeueCount int64 `json:"dequeueCount"`
+	// Reason says why it was poisoned (ceiling exceeded, permanent error,
+	// malformed message, unknown type, …).
+	Reason string `json:"reason"`
+	// LastError is the last attempt's error message.
+	LastError string `json:"lastError,omitempty"`
+	// PoisonedAt is when it was poisoned (UTC).
+	PoisonedAt time.Time `json:"poisonedAt"`
+	// Queue is the logical queue the command was on.
+	Queue string `json:"queue"`
+	// Worker is the processor that poisoned it.
+	Worker string `json:"worker,omitempty"`
 }
 
-func (n Names) prefix() string {
-	if n.Prefix == "" {
-		return DefaultPrefix
-	}
-	return n.Prefix
+// DefaultPoisonLimit is the page size of a poison listing when
+// PoisonQuery.Limit is 0 (50).
+const DefaultPoisonLimit = 50
+
+// MaxPoisonLimit is the largest PoisonQuery.Limit (1000).
+const MaxPoisonLimit = 1000
+
+// PoisonQuery selects poison entries.
+type PoisonQuery struct {
+	// Type, when set, keeps only entries of this command type.
+	Type string
+	// Limit is the most entries in one page (0 = DefaultPoisonLimit, at most
+	// MaxPoisonLimit).
+	Limit int
+	// Continuation resumes from a previous page's token. The token is an
+	// opaque offset into the newest-first listing: entries poisoned or
+	// removed between pages shift it (poison tables are small and change
+	// rarely; an entry may be seen twice or skipped across pages).
+	Continuation string
 }
 
-// Queue returns the storage queue name of logical queue name ("" means
-// DefaultQueue): "cmdq-commands", "cmdq-slow", ….
-func (n Names) Queue(name string) string {
-	if name == "" {
-		name = DefaultQueue
-	}
-	return n.prefix() + "-" + name
+// PoisonPage is one page of poison entries, newest first.
+type PoisonPage struct {
+	// Entries are the page's entries, newest first (empty, not nil, when none).
+	Entries []PoisonEntry `json:"entries"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
 }
 
-// CommandsTable returns the commands table name ("cmdqcommands").
-func (n Names) CommandsTable() string { return n.prefix() + "commands" }
+// DefaultCommandLimit is the page size of a command listing when
+// CommandQuery.Limit is 0 (100).
+const DefaultCommandLimit = 100
 
-// PoisonTable returns the poison table name ("cmdqpoison").
-func (n Names) PoisonTable() string { return n.prefix() + "poison" }
+// MaxCommandLimit is the largest CommandQuery.Limit (1000).
+const MaxCommandLimit = 1000
 
-// Validate checks the prefix, and each given logical queue name, against
-// Azure's naming rules. Errors wrap storage.ErrInvalidName.
-func (n Names) Validate(queues ...string) error {
-	p := n.prefix()
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' && i > 0) {
-			return fmt.Errorf("%w: prefix %q must be lowercase letters and digits, starting with a letter", storage.ErrInvalidName, p)
-		}
-	}
-	var errs []error
-	if err := storage.ValidateTableName(n.CommandsTable()); err != nil {
-		errs = append(errs, err)
-	}
-	if err := storage.ValidateTableName(n.PoisonTable()); err != nil {
-		errs = append(errs, err)
-	}
-	for _, q := range queues {
-		if err := storage.ValidateQueueName(n.Queue(q)); err != nil {
-			errs = append(errs, fmt.Errorf("logical queue %q: %w", q, err))
-		}
-	}
-	return errors.Join(errs...)
+// CommandQuery selects commands for a listing (cmdq.Client.ListCommands).
+// A listing reads the whole commands table (one request per 1000 rows): it
+// is for tests, tools and small stores, not for a hot path.
+type CommandQuery struct {
+	// Type, when set, keeps only commands of this type.
+	Type string
+	// State, when set, keeps only commands in this state.
+	State State
+	// Limit is the most commands in one page (0 = DefaultCommandLimit, at
+	// most MaxCommandLimit).
+	Limit int
+	// Continuation resumes from a previous page's token (opaque).
+	Continuation string
+}
+
+// CommandPage is one page of a command listing, in command ID order.
+type CommandPage struct {
+	// Commands are the page's commands (empty, not nil, when none).
+	Commands []Status `json:"commands"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
 }

@@ -52,7 +52,8 @@ var (
 
 // Store hands out queues and tables by name. Queue and Table create the
 // resource on first use; calling them again with the same name is cheap and
-// idempotent. A Store is safe for concurrent use.
+// idempotent. DeleteQueue, DeleteTable, Queues and Tables manage them by
+// name (a prefix's cleanup, retention). A Store is safe for concurrent use.
 type Store interface {
 	// Queue returns the named queue, creating it if it does not exist.
 	// Names follow Azure's queue rules (see ValidateQueueName).
@@ -60,6 +61,25 @@ type Store interface {
 	// Table returns the named table, creating it if it does not exist.
 	// Names follow Azure's table rules (see ValidateTableName).
 	Table(ctx context.Context, name string) (Table, error)
+	// DeleteQueue deletes the named queue and every message on it. A queue
+	// that does not exist gives ErrNotFound. Queue handles obtained before
+	// fail with ErrNotFound afterwards; Queue(name) creates a new, empty
+	// queue (Azure may refuse that for about 30 seconds after a delete,
+	// with an error wrapping ErrUnavailable: retry later).
+	DeleteQueue(ctx context.Context, name string) error
+	// DeleteTable deletes the named table and every entity in it. A table
+	// that does not exist gives ErrNotFound. Table handles obtained before
+	// fail with ErrNotFound afterwards; Table(name) creates a new, empty
+	// table (Azure may refuse that for about 30 seconds after a delete, with
+	// an error wrapping ErrUnavailable: retry later).
+	DeleteTable(ctx context.Context, name string) error
+	// Queues lists the names of the existing queues that start with prefix
+	// ("" lists every queue), sorted.
+	Queues(ctx context.Context, prefix string) ([]string, error)
+	// Tables lists the names of the existing tables that start with prefix
+	// ("" lists every table), sorted. Names are compared as created (table
+	// names are case-insensitive otherwise).
+	Tables(ctx context.Context, prefix string) ([]string, error)
 	// Close releases the store. Queues and tables obtained from it fail with
 	// ErrClosed afterwards.
 	Close() error
@@ -291,6 +311,14 @@ type Combiner interface {
 	// enqueued, and when the enqueue fails nothing is written. Table and
 	// queue are created on first use, as Store.Table and Store.Queue do.
 	BatchEnqueue(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, text string, visibilityDelay, ttl time.Duration) (etags []string, msg Message, err error)
+	// BatchEnqueueMany is BatchEnqueue for many items at once, all in one
+	// durable write: for each item, its ops on its partition of the named
+	// table and an enqueue of its text on the named queue, all or nothing
+	// for the item. An item whose batch fails (or that is invalid, or names
+	// a partition an earlier item named) writes and enqueues nothing and
+	// gets its error in its result; the other items are applied. results[i]
+	// is items[i]'s outcome. err fails the whole call: nothing is written.
+	BatchEnqueueMany(ctx context.Context, table, queue string, items []CombinedItem, visibilityDelay, ttl time.Duration) (results []CombinedResult, err error)
 	// BatchDelete applies ops to partitionKey of the named table (as
 	// Table.Batch) and deletes the message id with popReceipt from the named
 	// queue (as Queue.Delete) in one durable write. The batch decides: when
@@ -298,4 +326,28 @@ type Combiner interface {
 	// if the delete fails, whose error (ErrLeaseLost, ErrNotFound) is
 	// returned as deleteErr.
 	BatchDelete(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, id, popReceipt string) (etags []string, deleteErr, err error)
+}
+
+// CombinedItem is one item of Combiner.BatchEnqueueMany: a table batch on
+// one partition and the text of one message.
+type CombinedItem struct {
+	// PartitionKey is the partition every op's entity is in.
+	PartitionKey string
+	// Ops are the item's table batch (as Table.Batch).
+	Ops []BatchOp
+	// Text is the message enqueued with it (as Queue.Enqueue).
+	Text string
+}
+
+// CombinedResult is the outcome of one CombinedItem.
+type CombinedResult struct {
+	// ETags are the new ETags of the item's ops ("" for deletes), when Err
+	// is nil.
+	ETags []string
+	// Message is the enqueued message (as Queue.Enqueue returns it), when
+	// Err is nil.
+	Message Message
+	// Err is the item's own failure (a *BatchError, a validation error);
+	// nothing of the item was written.
+	Err error
 }

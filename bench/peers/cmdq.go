@@ -6,28 +6,26 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
-// cmdqSystem is cmdq on its embedded store (one file, fsync on), at its
-// defaults, with the Issuer waking the in-process processor (Notify), as
-// the README shows.
+// cmdqSystem is cmdq on its embedded store (one data directory, fsync on),
+// at its defaults, through its front door (cmdq.Client): the client that
+// processes also issues while it runs, so an issue wakes its processor at
+// once, as the README shows.
 type cmdqSystem struct {
-	dir string // parent of each run's store file
+	dir string // parent of each run's store directory
 }
 
 func (cmdqSystem) Name() string   { return "cmdq" }
-func (cmdqSystem) Config() string { return "embedded store, defaults (Issuer wakes the processor)" }
+func (cmdqSystem) Config() string { return "embedded store, defaults (an issue wakes the processor)" }
 func (cmdqSystem) Durable() string {
 	return "yes: fsync per group commit"
 }
@@ -35,15 +33,16 @@ func (cmdqSystem) Durable() string {
 // cmdqJob is the command the harness issues.
 type cmdqJob job
 
-// CommandType implements commands.Command.
+// CommandType implements cmdq.Command.
 func (cmdqJob) CommandType() string { return "peers.noop" }
 
 type cmdqInstance struct {
-	dir    string
-	st     *embedded.Store
-	issuer *commands.Issuer
-	// proc is the running processor, woken by the Issuer; nil between phases.
-	proc atomic.Pointer[processor.Processor]
+	dir  string
+	st   *embedded.Store
+	idle *cmdq.Client // issues while no phase processes
+	// active is the processing phase's client, which issues too (its
+	// issues wake its processor); nil between phases.
+	active atomic.Pointer[cmdq.Client]
 }
 
 func (s cmdqSystem) Open(ctx context.Context, run int) (instance, error) {
@@ -57,47 +56,46 @@ func (s cmdqSystem) Open(ctx context.Context, run int) (instance, error) {
 		return nil, fmt.Errorf("open embedded store: %w", err)
 	}
 	in := &cmdqInstance{dir: dir, st: st}
-	in.issuer, err = commands.NewIssuer(st, commands.Options{Notify: in.notify})
-	if err != nil {
+	if in.idle, err = cmdq.New(st, cmdq.Config{}); err != nil {
 		_ = in.Close(ctx)
-		return nil, fmt.Errorf("issuer: %w", err)
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	return in, nil
 }
 
-func (in *cmdqInstance) notify(queue string) {
-	if p := in.proc.Load(); p != nil {
-		p.Notify(queue)
-	}
-}
-
 func (in *cmdqInstance) Issue(ctx context.Context, j job) error {
-	_, err := in.issuer.Issue(ctx, cmdqJob(j))
+	c := in.active.Load()
+	if c == nil {
+		c = in.idle
+	}
+	_, err := c.Issue(ctx, cmdqJob(j))
 	return err
 }
 
 func (in *cmdqInstance) Start(ctx context.Context, workers int, onStart func(job)) (runner, error) {
-	reg := handlers.NewRegistry()
-	if err := handlers.Register(reg, func(_ context.Context, c cmdqJob, _ *handlers.Run) error {
-		onStart(job(c))
+	r := &cmdqRunner{in: in}
+	c, err := cmdq.New(in.st, cmdq.Config{Processor: processor.Config{Concurrency: workers, Observer: &r.count}})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if err := cmdq.Register(c, func(_ context.Context, cj cmdqJob, _ *cmdq.Run) error {
+		onStart(job(cj))
 		return nil
-	}, handlers.Options{}); err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("register handler: %w", err)
 	}
-	r := &cmdqRunner{in: in, done: make(chan error, 1)}
-	p, err := processor.New(in.st, reg, processor.Config{Concurrency: workers, Metrics: &r.count})
-	if err != nil {
-		return nil, fmt.Errorf("processor: %w", err)
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("start: %w", err)
 	}
-	r.p = p
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
-	in.proc.Store(p)
-	go func() { r.done <- p.Run(pctx) }()
+	r.c = c
+	in.active.Store(c)
 	return r, nil
 }
 
-func (in *cmdqInstance) Close(context.Context) error {
+func (in *cmdqInstance) Close(ctx context.Context) error {
+	if in.idle != nil {
+		_ = in.idle.Stop(ctx)
+	}
 	err := in.st.Close()
 	if rerr := os.RemoveAll(in.dir); err == nil {
 		err = rerr
@@ -106,11 +104,9 @@ func (in *cmdqInstance) Close(context.Context) error {
 }
 
 type cmdqRunner struct {
-	in     *cmdqInstance
-	p      *processor.Processor
-	count  completions
-	cancel context.CancelFunc
-	done   chan error
+	in    *cmdqInstance
+	c     *cmdq.Client
+	count completions
 }
 
 // WaitCompleted: the processor counts a completion once the final batch is
@@ -122,7 +118,7 @@ func (r *cmdqRunner) WaitCompleted(ctx context.Context, n int64) error {
 		return err
 	}
 	return waitCount(ctx, 1, func() int64 {
-		if r.p.Health().InFlight == 0 {
+		if r.c.Stats().InFlight == 0 {
 			return 1
 		}
 		return 0
@@ -130,26 +126,15 @@ func (r *cmdqRunner) WaitCompleted(ctx context.Context, n int64) error {
 }
 
 func (r *cmdqRunner) Stop(ctx context.Context) error {
-	r.in.proc.CompareAndSwap(r.p, nil)
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	r.in.active.CompareAndSwap(r.c, nil)
+	return r.c.Stop(ctx)
 }
 
-// completions counts completed commands (processor.Metrics).
-type completions struct{ completed atomic.Int64 }
+// completions counts completed commands (a processor.Observer; the no-op
+// base supplies the other methods).
+type completions struct {
+	processor.NopObserver
+	completed atomic.Int64
+}
 
-func (c *completions) CommandCompleted(string)               { c.completed.Add(1) }
-func (c *completions) CommandFailed(string)                  {}
-func (c *completions) CommandPoisoned(string)                {}
-func (c *completions) HandlerDuration(string, time.Duration) {}
-func (c *completions) LeaseLost(string)                      {}
-func (c *completions) PollInterval(string, time.Duration)    {}
-func (c *completions) Polled(string, bool)                   {}
+func (c *completions) CommandCompleted(string) { c.completed.Add(1) }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/status"
 )
 
@@ -98,7 +98,7 @@ func testAPI(t *testing.T, base string) {
 		t.Fatalf("POST body %s (%v)", r.body, err)
 	}
 	waitState(t, base, "", id, "completed", 20*time.Second)
-	if got, want := eventKinds(t, base, "", id), []status.EventKind{status.Created, status.Started, status.StepCompleted, status.CompletedEvent}; !slices.Equal(got, want) {
+	if got, want := eventKinds(t, base, "", id), []status.EventKind{status.EventCreated, status.EventStarted, status.EventStepCompleted, status.EventCompleted}; !slices.Equal(got, want) {
 		t.Errorf("events of demo.echo: %v, want %v", got, want)
 	}
 	var st status.Status
@@ -187,7 +187,7 @@ func testAPI(t *testing.T, base string) {
 	if r.code != http.StatusAccepted {
 		t.Fatalf("requeue: %d %s", r.code, r.body)
 	}
-	if kinds := eventKinds(t, base, "", fid); !slices.Contains(kinds, status.Requeued) {
+	if kinds := eventKinds(t, base, "", fid); !slices.Contains(kinds, status.EventRequeued) {
 		t.Errorf("events after requeue: %v", kinds)
 	}
 	// It runs again (attempt 1 and 2 of the new message) and is poisoned again.
@@ -200,7 +200,7 @@ func testAPI(t *testing.T, base string) {
 		t.Errorf("after DELETE the command is %s, want discarded", s)
 	}
 	kinds := eventKinds(t, base, "", fid)
-	if n := strings.Count(strings.Join(toStrings(kinds), " "), string(status.PoisonedEvent)); n != 2 || kinds[len(kinds)-1] != status.DiscardedEvent {
+	if n := strings.Count(strings.Join(toStrings(kinds), " "), string(status.EventPoisoned)); n != 2 || kinds[len(kinds)-1] != status.EventDiscarded {
 		t.Errorf("events of the requeued and discarded command: %v", kinds)
 	}
 
@@ -215,7 +215,7 @@ func testAPI(t *testing.T, base string) {
 	_ = json.Unmarshal([]byte(r.body), &er)
 	var steps []int
 	for _, e := range er.Events {
-		if e.Kind == status.StepCompleted {
+		if e.Kind == status.EventStepCompleted {
 			steps = append(steps, e.Step*10+e.Attempt) // step and the attempt that did it
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/status"
@@ -80,18 +81,12 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := status.Names{Prefix: f.store.prefix}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix})
+	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix})
 	if err != nil {
 		_ = st.Close()
-		return nil, fmt.Errorf("issuer: %w", err)
+		return nil, err
 	}
-	rd, err := status.OpenReader(ctx, st, names, status.Options{})
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("open status tables: %w", err)
-	}
-	return &storeBackend{st: st, iss: iss, rd: rd, by: operatorName()}, nil
+	return &storeBackend{st: st, c: c, by: operatorName()}, nil
 }
 
 // operatorName names the CLI user in requeued and discarded events.
@@ -168,10 +163,9 @@ func (b httpBackend) Discard(ctx context.Context, id string) error {
 func (httpBackend) Close() error { return nil }
 
 type storeBackend struct {
-	st  storage.Store
-	iss *commands.Issuer
-	rd  *status.Reader
-	by  string
+	st storage.Store
+	c  *cmdq.Client
+	by string
 }
 
 func wrapStore(err error) error {
@@ -182,7 +176,7 @@ func wrapStore(err error) error {
 }
 
 func (b *storeBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
-	res, err := b.iss.IssueRaw(ctx, r)
+	res, err := b.c.IssueRaw(ctx, r)
 	return res.ID, res.Existing, err
 }
 
@@ -190,7 +184,7 @@ func (b *storeBackend) Get(ctx context.Context, id string) (status.Status, error
 	if err := commands.ValidateID(id); err != nil {
 		return status.Status{}, err
 	}
-	s, err := b.rd.Get(ctx, id)
+	s, err := b.c.Get(ctx, id)
 	return s, wrapStore(err)
 }
 
@@ -198,28 +192,31 @@ func (b *storeBackend) Events(ctx context.Context, id string) ([]status.Event, e
 	if err := commands.ValidateID(id); err != nil {
 		return nil, err
 	}
-	e, err := b.rd.Events(ctx, id)
+	e, err := b.c.Events(ctx, id)
 	return e, wrapStore(err)
 }
 
 func (b *storeBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
-	return b.rd.ListPoison(ctx, q)
+	return b.c.ListPoison(ctx, q)
 }
 
 func (b *storeBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
-	p, err := b.rd.GetPoison(ctx, id)
+	p, err := b.c.GetPoison(ctx, id)
 	return p, wrapStore(err)
 }
 
 func (b *storeBackend) Requeue(ctx context.Context, id string) error {
-	return wrapStore(b.rd.Requeue(ctx, id, b.by))
+	return wrapStore(b.c.Requeue(ctx, id, b.by))
 }
 
 func (b *storeBackend) Discard(ctx context.Context, id string) error {
-	return wrapStore(b.rd.Discard(ctx, id, b.by))
+	return wrapStore(b.c.Discard(ctx, id, b.by))
 }
 
-func (b *storeBackend) Close() error { return b.st.Close() }
+func (b *storeBackend) Close() error {
+	_ = b.c.Stop(context.Background()) // its background enqueue retries, before the store closes
+	return b.st.Close()
+}
 
 // withBackend opens the backend, runs fn and closes it.
 func (f *remoteFlags) withBackend(ctx context.Context, fn func(b backend) error) error {
@@ -290,8 +287,8 @@ Examples:
 					return err
 				}
 				fmt.Fprintln(out, finalLine(paletteOf(out), st))
-				if st.Status != status.Completed {
-					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.Status)))
+				if st.State != status.StateCompleted {
+					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
 						msg += ": " + term(st.LastError)
 					}
@@ -314,7 +311,7 @@ Examples:
 // finalLine is the last line of `send --wait` and `status --watch`: the ID,
 // the state and the attempts (and the last step, for commands with steps).
 func finalLine(p palette, st status.Status) string {
-	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.Status), term(string(st.Status))), attemptsText(st))
+	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.State), term(string(st.State))), attemptsText(st))
 }
 
 // attemptsText is "attempts N" and, once a step is done, ", step M".
@@ -339,13 +336,13 @@ func waitFinal(ctx context.Context, b backend, id string, interval time.Duration
 		if err != nil {
 			return st, fmt.Errorf("status of %s: %w", id, err)
 		}
-		if st.Status.Final() {
+		if st.State.Final() {
 			return st, nil
 		}
 		seen(st)
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.Status, ctx.Err())
+			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.State, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -394,7 +391,7 @@ completed, poisoned or discarded.
 				}
 				t := time.NewTicker(interval)
 				defer t.Stop()
-				for !st.Status.Final() {
+				for !st.State.Final() {
 					select {
 					case <-ctx.Done():
 						return nil
@@ -440,8 +437,8 @@ func printStatus(w io.Writer, st status.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
-	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.Status), term(string(st.Status))), attemptsText(st))
-	if st.Status == status.Pending && st.Attempts == 0 {
+	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.State), term(string(st.State))), attemptsText(st))
+	if st.State == status.StatePending && st.Attempts == 0 {
 		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
 	}
 	if st.LastError != "" {
@@ -488,6 +485,9 @@ func eventDetail(e status.Event) string {
 	}
 	if e.Worker != "" {
 		parts = append(parts, "by "+term(e.Worker))
+	}
+	if e.By != "" {
+		parts = append(parts, "by "+term(e.By))
 	}
 	return strings.Join(parts, "  ")
 }
@@ -596,7 +596,7 @@ func printPoison(w io.Writer, p status.PoisonEntry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
 	fmt.Fprintf(tw, "type\t%s\n", term(p.Type))
-	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(status.Poisoned), "poisoned"), p.DequeueCount)
+	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(status.StatePoisoned), "poisoned"), p.DequeueCount)
 	fmt.Fprintf(tw, "reason\t%s\n", term(p.Reason))
 	if p.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(p.LastError))

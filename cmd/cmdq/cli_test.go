@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -77,7 +77,7 @@ func TestWorkerRunFor(t *testing.T) {
 			for _, id := range ids {
 				st := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
 				var s status.Status
-				if err := json.Unmarshal([]byte(st.stdout), &s); err != nil || s.Status != status.Completed {
+				if err := json.Unmarshal([]byte(st.stdout), &s); err != nil || s.State != status.StateCompleted {
 					t.Errorf("after the worker, %s: %s (%v)", id, st.stdout, err)
 				}
 			}
@@ -258,7 +258,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	t.Logf("serve exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 	r := mustRun(t, nil, "status", id, "--json", "--store", "embedded", "--data", srv.Data)
 	var s status.Status
-	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.Status != status.Completed || s.Attempts != 1 {
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != status.StateCompleted || s.Attempts != 1 {
 		t.Errorf("after the drain the command is %s (%v), want completed on attempt 1", r.stdout, err)
 	}
 }
@@ -335,7 +335,7 @@ func TestWorkerSharesAzureQueue(t *testing.T) {
 	for _, id := range ids {
 		r := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
 		var s status.Status
-		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.Status != status.Completed || s.Attempts != 1 {
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != status.StateCompleted || s.Attempts != 1 {
 			t.Errorf("%s: %s (%v)", id, r.stdout, err)
 		}
 	}

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/handlers"
 )
 
 // Demo handlers, registered by serve and worker unless --no-demo. Their retry
 // delay is about a second (instead of exponential from 1 s) so that a tour of
 // retries and poisoning finishes in seconds; their poison ceiling is the
-// default (handlers.DefaultPoisonCeiling, 5 attempts).
+// default (commands.DefaultPoisonCeiling, 5 attempts).
 
 // demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
 var demoRetry = handlers.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
@@ -48,13 +49,13 @@ type demoSteps struct {
 
 func (demoSteps) CommandType() string { return "demo.steps" }
 
-// registerDemo registers the demo handlers in reg. lease, when > 0, is
-// their lease (default handlers.DefaultLease); j, when not nil, journals
-// every execution (test instrumentation, see demoJournal).
-func registerDemo(reg *handlers.Registry, lease time.Duration, j *demoJournal) error {
+// registerDemo registers the demo handlers on c. lease, when > 0, is their
+// lease (default commands.DefaultLease); j, when not nil, journals every
+// execution (test instrumentation, see demoJournal).
+func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 	opts := handlers.Options{Retry: demoRetry, Lease: lease}
 	return errors.Join(
-		handlers.Register(reg, func(ctx context.Context, cmd demoEcho, run *handlers.Run) (err error) {
+		cmdq.Register(c, func(ctx context.Context, cmd demoEcho, run *handlers.Run) (err error) {
 			defer j.execution(run)(&err)
 			b, err := json.Marshal(cmd)
 			if err != nil {
@@ -65,7 +66,7 @@ func registerDemo(reg *handlers.Registry, lease time.Duration, j *demoJournal) e
 			}
 			return j.step(ctx, run, 1, "echo "+string(b))
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoSleep, run *handlers.Run) (err error) {
+		cmdq.Register(c, func(ctx context.Context, cmd demoSleep, run *handlers.Run) (err error) {
 			defer j.execution(run)(&err)
 			d := time.Duration(cmd.MS) * time.Millisecond
 			if cmd.MS < 0 || d > demoMaxSleep {
@@ -80,14 +81,14 @@ func registerDemo(reg *handlers.Registry, lease time.Duration, j *demoJournal) e
 				return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
 			}
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoFail, run *handlers.Run) (err error) {
+		cmdq.Register(c, func(ctx context.Context, cmd demoFail, run *handlers.Run) (err error) {
 			defer j.execution(run)(&err)
 			if run.Attempt() <= cmd.Times {
 				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
 			}
 			return nil
 		}, opts),
-		handlers.Register(reg, func(ctx context.Context, cmd demoSteps, run *handlers.Run) (err error) {
+		cmdq.Register(c, func(ctx context.Context, cmd demoSteps, run *handlers.Run) (err error) {
 			defer j.execution(run)(&err)
 			if cmd.Steps < 1 || cmd.Steps > 1000 {
 				return handlers.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 // TestDemoJournal runs a demo handler with --demo-journal's journal and
@@ -21,11 +23,19 @@ func TestDemoJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := handlers.NewRegistry()
-	if err := registerDemo(reg, 3*time.Second, j); err != nil {
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "data"), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	def, ok := reg.Lookup("demo.steps")
+	defer st.Close()
+	c, err := cmdq.New(st, cmdq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := registerDemo(c, 3*time.Second, j); err != nil {
+		t.Fatal(err)
+	}
+	def, ok := c.Lookup("demo.steps")
 	if !ok {
 		t.Fatal("demo.steps not registered")
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api/apitest"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 const reliabilityPath = "../../docs/reliability.md"

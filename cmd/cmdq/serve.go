@@ -12,14 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -55,43 +55,50 @@ func (f *procFlags) add(c *cobra.Command) {
 	_ = fl.MarkHidden("demo-lease")
 }
 
-// registry returns the handler registry (the demo handlers unless
-// --no-demo) and a function that closes what it opened (the demo journal).
-func (f *procFlags) registry() (*handlers.Registry, func() error, error) {
-	reg := handlers.NewRegistry()
+// client returns the Client of serve and worker on st: the processor's
+// settings from the flags, the demo handlers unless --no-demo, and a
+// function that closes what it opened (the demo journal).
+func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o processor.Observer) (*cmdq.Client, func() error, error) {
 	closer := func() error { return nil }
-	if f.noDemo {
-		return reg, closer, nil
-	}
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
 	}
-	var j *demoJournal
-	if f.demoJournal != "" {
-		var err error
-		if j, err = openDemoJournal(f.demoJournal, f.worker); err != nil {
-			return nil, nil, err
-		}
-		closer = j.Close
-	}
-	if err := registerDemo(reg, f.demoLease, j); err != nil {
-		_ = closer()
-		return nil, nil, fmt.Errorf("register demo handlers: %w", err)
-	}
-	return reg, closer, nil
-}
-
-func (f *procFlags) config(prefix string, log zerolog.Logger, m processor.Metrics) processor.Config {
-	return processor.Config{
-		Prefix:          prefix,
+	c, err := cmdq.New(st, cmdq.Config{Prefix: prefix, Processor: processor.Config{
 		Worker:          f.worker,
 		Concurrency:     f.concurrency,
 		MaxPollInterval: f.maxPollInterval,
 		DrainTimeout:    f.drainTimeout,
 		PoisonCeiling:   f.poisonCeiling,
 		Logger:          log,
-		Metrics:         m,
+		Observer:        o,
+	}})
+	if err != nil {
+		return nil, nil, err
 	}
+	if f.noDemo {
+		return c, closer, nil
+	}
+	var j *demoJournal
+	if f.demoJournal != "" {
+		if j, err = openDemoJournal(f.demoJournal, f.worker); err != nil {
+			return nil, nil, err
+		}
+		closer = j.Close
+	}
+	if err := registerDemo(c, f.demoLease, j); err != nil {
+		_ = closer()
+		return nil, nil, fmt.Errorf("register demo handlers: %w", err)
+	}
+	return c, closer, nil
+}
+
+// observer returns o as a processor.Observer, or nil for a nil o (an
+// interface holding a nil *metrics.Metrics is not nil).
+func observer(o *metrics.Metrics) processor.Observer {
+	if o == nil {
+		return nil
+	}
+	return o
 }
 
 // serveFlags are serve's own flags.
@@ -226,11 +233,6 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
 		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
-	reg, closeReg, err := f.proc.registry()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = closeReg() }()
 	raw, err := f.store.open(ctx)
 	if err != nil {
 		return err
@@ -241,65 +243,28 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		}
 	}()
 
-	prom := prometheus.NewRegistry()
-	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := api.NewMetrics(prom)
+	prom, m, err := newMetrics()
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return err
 	}
-	// Only registered types get their own label; others count as "other".
-	metrics.LabelTypes(reg.Types()...)
-	ns := &notifyStore{Store: metrics.InstrumentStore(raw)}
-	st := ns.withCombiner()
-	names := status.Names{Prefix: f.store.prefix}
-
-	var proc *processor.Processor
-	if len(reg.Types()) > 0 {
-		proc, err = processor.New(st, reg, f.proc.config(f.store.prefix, log, metrics))
-		if err != nil {
-			return fmt.Errorf("processor: %w", err)
-		}
-		ns.notify = proc.Notify
-	} else {
+	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), f.store.prefix, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeClient() }()
+	defer func() { _ = c.Stop(context.Background()) }() // before the store closes
+	if !c.Handles() {
 		log.Warn().Msg("cmdq serve: no handlers registered (--no-demo): serving the API only; commands stay pending until a processor with handlers runs")
 	}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix, QueueFor: reg.QueueFor})
-	if err != nil {
-		return fmt.Errorf("issuer: %w", err)
-	}
-	defer func() { _ = iss.Close() }() // before the store closes
-	rd, err := status.OpenReader(ctx, st, names, status.Options{})
-	if err != nil {
-		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
-	}
-	queues := reg.Queues()
-	if len(queues) == 0 {
-		queues = []string{handlers.DefaultQueue}
-	}
-	for _, qn := range queues {
-		q, err := st.Queue(ctx, names.Queue(qn))
-		if err != nil {
-			return fmt.Errorf("open queue %s: %w", names.Queue(qn), describeStoreErr(err))
-		}
-		metrics.WatchQueue(q)
+	// Only known types get their own label; others count as "other".
+	m.LabelTypes(c.Types()...)
+	if err := watchQueues(ctx, c, m); err != nil {
+		return err
 	}
 	cfg := api.Config{
-		Issuer: iss, Reader: rd, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
-		Metrics: metrics, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
+		Client: c, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
+		Metrics: m, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
 		CORSOrigins: splitList(f.corsOrigins), AllowedHosts: allowedHosts(f.addr, splitList(f.allowedHosts)),
-	}
-	if !f.proc.noDemo {
-		cfg.Registry = reg
-	}
-	if proc != nil {
-		cfg.Health = api.ProcessorHealth(proc)
-		cfg.Ready = proc.CheckStorage
-	} else {
-		// No processor: readiness still follows storage.
-		probe := processor.NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
-			return st.Queue(ctx, names.Queue(queues[0]))
-		}, 0, 0)
-		cfg.Ready = probe.Check
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
@@ -307,6 +272,13 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	h, err := api.New(cfg)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
+	}
+	// Opens the storage, and the processor when there are handlers: a
+	// storage problem ends serve here, before it listens.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	if err := c.Start(pctx); err != nil {
+		return fmt.Errorf("start: %w", describeStoreErr(err))
 	}
 
 	ln, err := net.Listen("tcp", f.addr)
@@ -319,18 +291,12 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
-	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer pcancel()
-	procErr := make(chan error, 1)
-	if proc != nil {
-		go func() { procErr <- proc.Run(pctx) }()
-	}
 	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(cfg.AllowedHosts) == 0 {
 		log.Warn().Str("addr", f.addr).Msg("cmdq serve: without --tokens only loopback Host names are answered (others get 421); add the names clients use with --allowed-hosts")
 	}
 	base := "http://" + ln.Addr().String()
-	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", names.Prefix).
-		Strs("handlers", reg.Types()).Bool("auth", len(tokens) > 0)
+	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", c.Prefix()).
+		Strs("handlers", c.Types()).Bool("auth", len(tokens) > 0)
 	if f.store.kind == "embedded" {
 		ev = ev.Str("data", f.store.data)
 	}
@@ -342,9 +308,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		log.Info().Msg("cmdq serve: signal received; draining (a second signal exits at once)")
 	case err := <-srvErr:
 		runErr = fmt.Errorf("http server: %w", err)
-	case err := <-procErr:
-		runErr = fmt.Errorf("processor stopped: %w", describeStoreErr(err))
-		procErr <- nil
+	case <-c.Stopped():
+		runErr = fmt.Errorf("processor stopped: %w", describeStoreErr(c.Stop(context.Background())))
 	}
 	// A second signal kills the process: stop catching signals.
 	if s, ok := ctx.Value(stopSignalsKey{}).(func()); ok {
@@ -356,10 +321,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		runErr = fmt.Errorf("http shutdown: %w", err)
 	}
 	pcancel()
-	if proc != nil {
-		if err := <-procErr; err != nil && runErr == nil {
-			runErr = fmt.Errorf("processor: %w", err)
-		}
+	if err := c.Stop(shctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("processor: %w", err)
 	}
 	if runErr != nil {
 		return runErr
@@ -382,71 +345,62 @@ func describeStoreErr(err error) error {
 	return err
 }
 
-// notifyStore wraps a store so that every successful enqueue wakes the
-// in-process processor at once (issued, requeued and reconciled commands).
-type notifyStore struct {
-	storage.Store
-	notify func(queue string)
-}
-
-// Queue returns the named queue, wrapped to notify on enqueue.
-func (s *notifyStore) Queue(ctx context.Context, name string) (storage.Queue, error) {
-	q, err := s.Store.Queue(ctx, name)
+// serveMetrics serves GET /metrics of prom on addr until the returned
+// function is called.
+func serveMetrics(addr string, prom *prometheus.Registry, log zerolog.Logger) (stop func(), err error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("--metrics-addr %q: %w (use host:port, e.g. 127.0.0.1:9090)", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--metrics-addr: listen on %s: %w (is another process using the port?)", addr, err)
 	}
-	return notifyQueue{Queue: q, store: s}, nil
-}
-
-// withCombiner returns s, or, when the wrapped store implements
-// storage.Combiner (the embedded store: one commit per issue and per
-// completion), a view of s that implements it too.
-func (s *notifyStore) withCombiner() storage.Store {
-	if cb, ok := s.Store.(storage.Combiner); ok {
-		return &notifyCombiner{notifyStore: s, cb: cb}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prom, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	if lo, _ := isLoopback(addr); !lo {
+		log.Warn().Str("addr", addr).Msg("cmdq worker: /metrics is served without authentication on a non-loopback address")
 	}
-	return s
+	log.Info().Str("url", "http://"+ln.Addr().String()+"/metrics").Msg("cmdq worker: serving metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
-type notifyCombiner struct {
-	*notifyStore
-	cb storage.Combiner
-}
-
-// BatchEnqueue writes and enqueues in one commit, then notifies the processor.
-func (c *notifyCombiner) BatchEnqueue(ctx context.Context, table, partitionKey string, ops []storage.BatchOp, queue, text string, visibilityDelay, ttl time.Duration) ([]string, storage.Message, error) {
-	etags, m, err := c.cb.BatchEnqueue(ctx, table, partitionKey, ops, queue, text, visibilityDelay, ttl)
-	if err == nil && c.notify != nil {
-		c.notify(queue)
+// newMetrics returns a Prometheus registry with the Go and process
+// collectors and cmdq's metrics on it.
+func newMetrics() (*prometheus.Registry, *metrics.Metrics, error) {
+	prom := prometheus.NewRegistry()
+	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(prom)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
-	return etags, m, err
+	return prom, m, nil
 }
 
-// BatchDelete writes and deletes in one commit.
-func (c *notifyCombiner) BatchDelete(ctx context.Context, table, partitionKey string, ops []storage.BatchOp, queue, id, popReceipt string) ([]string, error, error) {
-	return c.cb.BatchDelete(ctx, table, partitionKey, ops, queue, id, popReceipt)
-}
-
-type notifyQueue struct {
-	storage.Queue
-	store *notifyStore
-}
-
-// Enqueue enqueues and then notifies the processor.
-func (q notifyQueue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl time.Duration) (storage.Message, error) {
-	m, err := q.Queue.Enqueue(ctx, text, visibilityDelay, ttl)
-	if err == nil && q.store.notify != nil {
-		q.store.notify(q.Queue.Name())
+// watchQueues adds every queue c knows to the queue depth gauge.
+func watchQueues(ctx context.Context, c *cmdq.Client, m *metrics.Metrics) error {
+	for _, qn := range c.Queues() {
+		q, err := c.StorageQueue(ctx, qn)
+		if err != nil {
+			return fmt.Errorf("open queue %s: %w", qn, describeStoreErr(err))
+		}
+		m.WatchQueue(q)
 	}
-	return m, err
+	return nil
 }
 
 // workerFlags are worker's flags.
 type workerFlags struct {
-	store  storeFlags
-	log    logFlags
-	proc   procFlags
-	runFor time.Duration
+	store       storeFlags
+	log         logFlags
+	proc        procFlags
+	runFor      time.Duration
+	metricsAddr string
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -472,6 +426,7 @@ Without --run-for it runs until SIGINT or SIGTERM, then drains.`,
 	f.log.add(c)
 	f.proc.add(c)
 	c.Flags().DurationVar(&f.runFor, "run-for", 0, "process for at most this long, then exit 0 with a summary (0 = until SIGINT/SIGTERM)")
+	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the same as serve's /metrics, without authentication) on GET http://ADDR/metrics, e.g. 127.0.0.1:9090; port 0 picks a free port (the log says which). Default none")
 	return c
 }
 
@@ -483,15 +438,6 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	if f.runFor < 0 {
 		return fmt.Errorf("--run-for %s: must not be negative", f.runFor)
 	}
-	reg, closeReg, err := f.proc.registry()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = closeReg() }()
-	if len(reg.Types()) == 0 {
-		return errors.New("worker has no handlers: the binary's only handlers are the demo ones, which --no-demo turned off; " +
-			"to run your own handlers, build a program with package processor (see examples/)")
-	}
 	st, err := f.store.open(ctx)
 	if err != nil {
 		return err
@@ -501,13 +447,37 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
-	proc, err := processor.New(st, reg, f.proc.config(f.store.prefix, log, nil))
+	var prom *prometheus.Registry
+	var m *metrics.Metrics
+	if f.metricsAddr != "" {
+		if prom, m, err = newMetrics(); err != nil {
+			return err
+		}
+	}
+	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m))
 	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+		return err
+	}
+	defer func() { _ = closeClient() }()
+	defer func() { _ = c.Stop(context.Background()) }() // before the store closes
+	if !c.Handles() {
+		return errors.New("worker has no handlers: the binary's only handlers are the demo ones, which --no-demo turned off; " +
+			"to run your own handlers, build a program on package cmdq (see examples/)")
+	}
+	if m != nil {
+		m.LabelTypes(c.Types()...)
+		if err := watchQueues(ctx, c, m); err != nil {
+			return err
+		}
+		stopMetrics, err := serveMetrics(f.metricsAddr, prom, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 	}
 	if f.runFor == 0 {
-		log.Info().Str("store", f.store.kind).Strs("handlers", reg.Types()).Msg("cmdq worker: running until SIGINT/SIGTERM")
-		if err := proc.Run(ctx); err != nil {
+		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Msg("cmdq worker: running until SIGINT/SIGTERM")
+		if err := c.Run(ctx); err != nil {
 			return fmt.Errorf("processor: %w", describeStoreErr(err))
 		}
 		log.Info().Msg("cmdq worker: stopped")
@@ -520,7 +490,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	if d <= 0 {
 		return fmt.Errorf("--run-for %s is too short to start the worker", f.runFor)
 	}
-	sum, err := proc.RunFor(ctx, d)
+	sum, err := c.RunFor(ctx, d)
 	if err != nil {
 		return fmt.Errorf("processor: %w", describeStoreErr(err))
 	}

@@ -14,7 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -44,7 +45,7 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
 	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
-	fl.StringVar(&f.prefix, "prefix", status.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
+	fl.StringVar(&f.prefix, "prefix", commands.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
 	fl.StringVar(&f.azConn, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING)")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")
 	fl.StringVar(&f.azKey, "azure-key", "", "Azure Storage shared key (base64), with --azure-account")
@@ -58,7 +59,7 @@ var errStoreInUse = errors.New("embedded store in use")
 
 // open opens the store the flags name.
 func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
-	if err := (status.Names{Prefix: f.prefix}).Validate(); err != nil {
+	if err := (cmdq.Config{Prefix: f.prefix}).Validate(); err != nil {
 		return nil, fmt.Errorf("--prefix %q: %w (use lowercase letters and digits, starting with a letter)", f.prefix, err)
 	}
 	switch f.kind {

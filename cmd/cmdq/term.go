@@ -77,15 +77,15 @@ func (p palette) errorPrefix() string { return p.paint(sgrRed, "cmdq:") }
 // stateColor is the colour of a command state or event kind.
 func stateColor(s string) string {
 	switch s {
-	case string(status.Completed):
+	case string(status.StateCompleted):
 		return sgrGreen
-	case string(status.Poisoned), string(status.Failed):
+	case string(status.StatePoisoned), string(status.EventFailed):
 		return sgrRed
-	case string(status.Retrying), string(status.Requeued):
+	case string(status.StateRetrying), string(status.EventRequeued):
 		return sgrYellow
-	case string(status.Running), string(status.Started):
+	case string(status.StateRunning), string(status.EventStarted):
 		return sgrCyan
-	case string(status.Discarded):
+	case string(status.StateDiscarded):
 		return sgrDim
 	}
 	return ""
@@ -127,9 +127,9 @@ func (pr *progress) update(st status.Status) {
 	}
 	var what string
 	switch {
-	case st.Status == status.Pending && st.Attempts == 0:
+	case st.State == status.StatePending && st.Attempts == 0:
 		what = "a running handler shows after ~1 s"
-	case st.Status == status.Retrying:
+	case st.State == status.StateRetrying:
 		what = fmt.Sprintf("attempt %d failed", st.Attempts)
 	case st.Attempts > 0:
 		what = fmt.Sprintf("attempt %d", st.Attempts)
@@ -137,7 +137,7 @@ func (pr *progress) update(st status.Status) {
 	if st.Step > 0 {
 		what += fmt.Sprintf(", step %d done", st.Step)
 	}
-	line := fmt.Sprintf("waiting %.1fs: %s", time.Since(pr.start).Seconds(), pr.p.state(string(st.Status), term(string(st.Status))))
+	line := fmt.Sprintf("waiting %.1fs: %s", time.Since(pr.start).Seconds(), pr.p.state(string(st.State), term(string(st.State))))
 	if what != "" {
 		line += " " + pr.p.dim("("+strings.TrimPrefix(what, ", ")+")")
 	}

@@ -10,9 +10,9 @@
 //	go run ./examples/convertfiles -files 50 -fail-at 30 -format reverse
 //
 // It opens an embedded store in a temporary directory, creates the input files,
-// issues one ConvertBatch command, runs a processor until the command reaches a
-// final state, and prints the command's status, its event timeline and how
-// many times each file was converted.
+// starts a cmdq.Client with the handler, issues one ConvertBatch command, waits
+// until it reaches a final state, and prints the command's status, its event
+// timeline and how many times each file was converted.
 package main
 
 import (
@@ -28,10 +28,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -72,9 +70,9 @@ type Report struct {
 	// ID is the command ID.
 	ID string
 	// Status is the command's final status.
-	Status status.Status
+	Status cmdq.Status
 	// Events is the command's event timeline, oldest first.
-	Events []status.Event
+	Events []cmdq.Event
 	// Conversions counts, per input file name, how many times it was
 	// converted (written to the output directory).
 	Conversions map[string]int
@@ -123,7 +121,7 @@ func (c *converter) convert(name, format string) error {
 		outText = strings.Join(lines, "\n")
 	default:
 		// Retrying cannot fix an unknown format: poison the command at once.
-		return handlers.Permanent(fmt.Errorf("unknown format %q: use \"upper\" or \"reverse\"", format))
+		return cmdq.Permanent(fmt.Errorf("unknown format %q: use \"upper\" or \"reverse\"", format))
 	}
 	outName := filepath.Join(c.out, name+"."+format)
 	if err := os.WriteFile(outName, []byte(outText), 0o644); err != nil {
@@ -135,10 +133,17 @@ func (c *converter) convert(name, format string) error {
 	return nil
 }
 
+// retryFast is the handler's options: a lease of 10 s and retries 100 ms
+// apart at first (the default starts at 1 s).
+var retryFast = cmdq.HandlerOptions{
+	Lease: 10 * time.Second,
+	Retry: cmdq.RetryPolicy{Base: 100 * time.Millisecond, Max: time.Second},
+}
+
 // handle is the ConvertBatch handler: it starts after the last completed step
 // (0 on the first attempt) and records a step after each converted file, so a
 // retry resumes at the file that failed.
-func (c *converter) handle(ctx context.Context, cmd ConvertBatch, run *handlers.Run) error {
+func (c *converter) handle(ctx context.Context, cmd ConvertBatch, run *cmdq.Run) error {
 	for i := run.LastStep() + 1; i <= len(cmd.Files); i++ {
 		name := cmd.Files[i-1]
 		if err := c.convert(name, cmd.Format); err != nil {
@@ -204,59 +209,43 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 	}
 	defer func() { _ = st.Close() }()
 
-	// 2. Handlers: the typed handler, with a short retry delay so the
-	// example finishes in about a second (the default starts at 1 s).
-	reg := handlers.NewRegistry()
-	err = handlers.Register(reg, conv.handle, handlers.Options{
-		Lease: 10 * time.Second,
-		Retry: handlers.RetryPolicy{Base: 100 * time.Millisecond, Max: time.Second},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("convertfiles: register: %w", err)
-	}
-
-	// 3. Processor: polls fast while the example runs (the default backoff
-	// goes up to a minute, which suits production, not a demo).
-	proc, err := processor.New(st, reg, processor.Config{
+	// 2. The client: its processor polls fast while the example runs (the
+	// default backoff goes up to a minute, which suits production, not a
+	// demo).
+	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{
 		Worker:          "convertfiles",
 		MinPollInterval: 20 * time.Millisecond,
 		MaxPollInterval: 200 * time.Millisecond,
 		DrainTimeout:    5 * time.Second,
-	})
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("convertfiles: processor: %w", err)
+		return nil, fmt.Errorf("convertfiles: %w", err)
 	}
-	runCtx, stopProc := context.WithCancel(ctx)
-	procDone := make(chan error, 1)
-	go func() { procDone <- proc.Run(runCtx) }()
-	defer func() {
-		stopProc()
-		<-procDone
-	}()
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
 
-	// 4. Issue: the Issuer routes like the registry and wakes the
-	// in-process processor at once.
-	iss, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
-	if err != nil {
-		return nil, fmt.Errorf("convertfiles: issuer: %w", err)
+	// 3. The typed handler, with a short retry delay so the example
+	// finishes in about a second (the default starts at 1 s).
+	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+		return nil, fmt.Errorf("convertfiles: register: %w", err)
 	}
-	res, err := iss.Issue(ctx, ConvertBatch{Files: files, Format: opts.Format})
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("convertfiles: start: %w", err)
+	}
+
+	// 4. Issue: the in-process processor is woken at once.
+	res, err := c.Issue(ctx, ConvertBatch{Files: files, Format: opts.Format})
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: issue: %w", err)
 	}
 	rep.ID = res.ID
 	fmt.Fprintf(w, "issued %s %s (%d files, format %s)\n", ConvertBatch{}.CommandType(), res.ID, len(files), opts.Format)
 
-	// 5. Wait: poll the status, as a client of the HTTP API would.
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
+	// 5. Wait until it is completed or poisoned, then read its history.
+	rep.Status, err = c.Wait(ctx, res.ID)
 	if err != nil {
-		return nil, fmt.Errorf("convertfiles: reader: %w", err)
+		return rep, fmt.Errorf("convertfiles: %w", err)
 	}
-	rep.Status, err = waitFinal(ctx, reader, res.ID)
-	if err != nil {
-		return rep, err
-	}
-	rep.Events, err = reader.Events(ctx, res.ID)
+	rep.Events, err = c.Events(ctx, res.ID)
 	if err != nil {
 		return rep, fmt.Errorf("convertfiles: events: %w", err)
 	}
@@ -284,32 +273,10 @@ func makeInputs(dir string, n int) ([]string, error) {
 	return names, nil
 }
 
-// waitFinal polls the command's status every 20 ms until it is completed,
-// poisoned or discarded, or ctx ends.
-func waitFinal(ctx context.Context, r *status.Reader, id string) (status.Status, error) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st, err := r.Get(ctx, id)
-		if err != nil {
-			return st, fmt.Errorf("convertfiles: status: %w", err)
-		}
-		switch st.Status {
-		case status.Completed, status.Poisoned, status.Discarded:
-			return st, nil
-		}
-		select {
-		case <-ctx.Done():
-			return st, fmt.Errorf("convertfiles: command %s still %s: %w", id, st.Status, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
 // printReport writes the status, the event timeline and the conversion counts.
 func printReport(w io.Writer, rep *Report, files []string) {
 	s := rep.Status
-	fmt.Fprintf(w, "\nstatus:   %s\nattempts: %d\nstep:     %d of %d\n", s.Status, s.Attempts, s.Step, len(files))
+	fmt.Fprintf(w, "\nstatus:   %s\nattempts: %d\nstep:     %d of %d\n", s.State, s.Attempts, s.Step, len(files))
 	if s.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", s.LastError)
 	}

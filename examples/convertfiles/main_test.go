@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/cmdqtest"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 )
@@ -25,7 +27,7 @@ func TestResumesAtFailedFile(t *testing.T) {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	st := rep.Status
-	if st.Status != status.Completed || st.Attempts != 2 || st.Step != files || st.LastError != "" {
+	if st.State != status.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
 		t.Fatalf("status = %+v, want completed after 2 attempts at step %d with no last error", st, files)
 	}
 
@@ -102,7 +104,7 @@ func TestNoFailureOneAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rep.Status; st.Status != status.Completed || st.Attempts != 1 || st.Step != 5 {
+	if st := rep.Status; st.State != status.StateCompleted || st.Attempts != 1 || st.Step != 5 {
 		t.Fatalf("status = %+v, want completed in 1 attempt at step 5", st)
 	}
 	got, err := os.ReadFile(filepath.Join(rep.OutputDir, "file-002.txt.reverse"))
@@ -123,11 +125,11 @@ func TestUnknownFormatPoisoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := rep.Status
-	if st.Status != status.Poisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
+	if st.State != status.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
 		t.Fatalf("status = %+v, want poisoned after 1 attempt naming the format", st)
 	}
 	last := rep.Events[len(rep.Events)-1]
-	if last.Kind != status.PoisonedEvent || last.Reason != processor.ReasonPermanent {
+	if last.Kind != status.EventPoisoned || last.Reason != processor.ReasonPermanent {
 		t.Fatalf("last event = %+v, want poisoned with reason %q", last, processor.ReasonPermanent)
 	}
 	if len(rep.Conversions) != 0 {
@@ -142,4 +144,33 @@ func TestBadOptions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Files must be at least 1") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// TestHandlerWithTestKit tests the handler alone with the user test kit
+// (cmdqtest): a Client on a temporary store, the command issued and
+// drained, and its outcome checked.
+func TestHandlerWithTestKit(t *testing.T) {
+	t.Parallel()
+	in, out := t.TempDir(), t.TempDir()
+	files, err := makeInputs(in, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := &converter{in: in, out: out, locked: map[string]bool{files[1]: true}, counts: map[string]int{}}
+	c := cmdqtest.New(t)
+	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Issue(context.Background(), ConvertBatch{Files: files, Format: "upper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdqtest.Drain(t, c)
+	st := cmdqtest.RequireState(t, c, res.ID, cmdq.StateCompleted)
+	if st.Attempts != 2 || st.Step != 3 {
+		t.Fatalf("completed after %d attempts at step %d, want 2 attempts and step 3", st.Attempts, st.Step)
+	}
+	cmdqtest.RequireEvents(t, c, res.ID,
+		cmdq.EventCreated, cmdq.EventStarted, cmdq.EventStepCompleted, cmdq.EventFailed,
+		cmdq.EventStarted, cmdq.EventStepCompleted, cmdq.EventStepCompleted, cmdq.EventCompleted)
 }

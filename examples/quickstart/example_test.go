@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -25,63 +23,67 @@ type SendGreeting struct {
 // CommandType names the command type (a constant, called on the zero value).
 func (SendGreeting) CommandType() string { return "greetings.send" }
 
-// Example registers a handler, starts a processor, issues a command and waits
-// until it is completed, all on the embedded store (one file, no server).
-func Example() {
-	ctx := context.Background()
+// open returns a client on the embedded store in a new temporary directory
+// and a function that stops it and removes the directory.
+func open() (*cmdq.Client, func()) {
 	dir, err := os.MkdirTemp("", "cmdq-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-
-	// Storage: the embedded store in one file.
+	// Storage: the embedded store in one data directory (or azure.Open).
 	st, err := embedded.Open(filepath.Join(dir, "cmdq-data"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer st.Close()
+	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{
+		Worker:          "example",
+		MaxPollInterval: 200 * time.Millisecond, // poll often in an example
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c, func() {
+		_ = c.Stop(context.Background())
+		_ = st.Close()
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// Example registers a handler, starts processing, issues a command and waits
+// until it is completed, all on the embedded store (one directory, no
+// server).
+func Example() {
+	ctx := context.Background()
+	c, done := open()
+	defer done()
 
 	// Handlers: a typed function per command type.
-	reg := handlers.NewRegistry()
-	err = handlers.Register(reg, func(ctx context.Context, cmd SendGreeting, run *handlers.Run) error {
+	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Run) error {
 		fmt.Printf("handler: hello, %s (attempt %d)\n", cmd.Name, run.Attempt())
 		return nil
-	}, handlers.Options{})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Processing runs in the background until Stop.
+	if err := c.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	// Issue: stores the command and enqueues it, waking the processor at
+	// once. WithID makes the ID (and this output) fixed.
+	res, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.WithID("0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10"))
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	// Processor: pulls messages and runs the handlers until ctx ends.
-	proc, err := processor.New(st, reg, processor.Config{Worker: "example"})
+	// Wait and read: what GET /v1/commands/{id} and /events return.
+	s, err := c.Wait(ctx, res.ID)
 	if err != nil {
 		log.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-
-	// Issuer: stores the command and enqueues it; Notify wakes the
-	// processor at once. WithID makes the ID (and this output) fixed.
-	issuer, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
-	if err != nil {
-		log.Fatal(err)
-	}
-	res, err := issuer.Issue(ctx, SendGreeting{Name: "Ada"},
-		commands.WithID("0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10"))
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	// Reader: what GET /v1/commands/{id} and /events return.
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	s := waitFor(ctx, reader, res.ID, status.Completed)
-	fmt.Printf("%s %s: %s after %d attempt(s)\n", s.Type, s.ID, s.Status, s.Attempts)
-	printEvents(ctx, reader, res.ID)
+	fmt.Printf("%s %s: %s after %d attempt(s)\n", s.Type, s.ID, s.State, s.Attempts)
+	printEvents(ctx, c, res.ID)
 
 	// Output:
 	// handler: hello, Ada (attempt 1)
@@ -106,60 +108,36 @@ func (ChargeCard) CommandType() string { return "payments.charge-card" }
 // operator requeues it and it completes.
 func Example_poisonAndRequeue() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "cmdq-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	st, err := embedded.Open(filepath.Join(dir, "cmdq-data"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer st.Close()
+	c, done := open()
+	defer done()
 
 	var configured atomic.Bool // the payment gateway's key is missing at first
-	reg := handlers.NewRegistry()
-	err = handlers.Register(reg, func(ctx context.Context, cmd ChargeCard, run *handlers.Run) error {
+	err := cmdq.Register(c, func(ctx context.Context, cmd ChargeCard, run *cmdq.Run) error {
 		if !configured.Load() {
 			// Retrying cannot help: poison at once for an operator to look at.
-			return handlers.Permanent(errors.New("payment gateway key not configured"))
+			return cmdq.Permanent(errors.New("payment gateway key not configured"))
 		}
 		fmt.Printf("handler: charged %d cents for order %s\n", cmd.Cents, cmd.OrderID)
 		return nil
-	}, handlers.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	proc, err := processor.New(st, reg, processor.Config{
-		Worker:          "example",
-		MaxPollInterval: 200 * time.Millisecond, // poll often in an example
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-
-	issuer, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
+	if err := c.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	res, err := c.Issue(ctx, ChargeCard{OrderID: "A-1001", Cents: 4200}, cmdq.WithID("5d2c8f0e-7b1a-4e3d-8c9f-0a1b2c3d4e5f"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := issuer.Issue(ctx, ChargeCard{OrderID: "A-1001", Cents: 4200},
-		commands.WithID("5d2c8f0e-7b1a-4e3d-8c9f-0a1b2c3d4e5f"))
+	s, err := c.Wait(ctx, res.ID) // poisoned is final until an operator acts
 	if err != nil {
 		log.Fatal(err)
 	}
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	s := waitFor(ctx, reader, res.ID, status.Poisoned)
-	fmt.Printf("status: %s (%s)\n", s.Status, s.LastError)
+	fmt.Printf("status: %s (%s)\n", s.State, s.LastError)
 
 	// The operator lists the poison table (GET /v1/poison, `cmdq poison ls`).
-	page, err := reader.ListPoison(ctx, status.PoisonQuery{})
+	page, err := c.ListPoison(ctx, cmdq.PoisonQuery{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -167,15 +145,18 @@ func Example_poisonAndRequeue() {
 		fmt.Printf("poisoned: %s %s reason=%q dequeues=%d\n", p.Type, p.CommandID, p.Reason, p.DequeueCount)
 	}
 
-	// The cause is fixed; the operator requeues (POST /v1/poison/{id}/requeue).
+	// The cause is fixed; the operator requeues (POST /v1/poison/{id}/requeue),
+	// which wakes the processor at once.
 	configured.Store(true)
-	if err := reader.Requeue(ctx, res.ID, "ops@example.com"); err != nil {
+	if err := c.Requeue(ctx, res.ID, "ops@example.com"); err != nil {
 		log.Fatal(err)
 	}
-	proc.Notify("commands") // the requeue enqueued on another code path: wake the poller now
-	s = waitFor(ctx, reader, res.ID, status.Completed)
-	fmt.Printf("status: %s after %d attempt(s) since the requeue\n", s.Status, s.Attempts)
-	printEvents(ctx, reader, res.ID)
+	s, err = c.Wait(ctx, res.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("status: %s after %d attempt(s) since the requeue\n", s.State, s.Attempts)
+	printEvents(ctx, c, res.ID)
 
 	// Output:
 	// status: poisoned (permanent: payment gateway key not configured)
@@ -191,30 +172,9 @@ func Example_poisonAndRequeue() {
 	// event 7: completed (attempt 1)
 }
 
-// waitFor polls the command's status every 10 ms until it reaches want (as a
-// client of GET /v1/commands/{id} would), for at most 10 s.
-func waitFor(ctx context.Context, r *status.Reader, id string, want status.State) status.Status {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		s, err := r.Get(ctx, id)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if s.Status == want {
-			return s
-		}
-		select {
-		case <-ctx.Done():
-			log.Fatalf("command %s is %s, not %s: %v", id, s.Status, want, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // printEvents prints the command's lifecycle events, oldest first.
-func printEvents(ctx context.Context, r *status.Reader, id string) {
-	evs, err := r.Events(ctx, id)
+func printEvents(ctx context.Context, c *cmdq.Client, id string) {
+	evs, err := c.Events(ctx, id)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -223,8 +183,8 @@ func printEvents(ctx context.Context, r *status.Reader, id string) {
 		if e.Attempt > 0 {
 			line += fmt.Sprintf(" (attempt %d)", e.Attempt)
 		}
-		if e.Kind == status.Requeued || e.Kind == status.DiscardedEvent {
-			line += " by " + e.Worker
+		if e.By != "" {
+			line += " by " + e.By
 		}
 		if e.Reason != "" {
 			line += " " + e.Reason

@@ -11,7 +11,7 @@
 //     the full queue (burn-down); processed_per_s = N / time until every
 //     command is `completed` and its message deleted.
 //  3. latency: with that processor still running and the Issuer waking it
-//     (commands.Options.Notify), commands are issued at a steady Rate for
+//     (commands.IssuerOptions.Wake), commands are issued at a steady Rate for
 //     LatencyDuration; latency is from the Issue call to the handler's start.
 //  4. idle: on an empty deployment (a fresh prefix) a processor with the poll
 //     schedule scaled down by IdleScale is watched for IdleWindow once its
@@ -50,6 +50,7 @@ import (
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -538,7 +539,7 @@ func (s *started) stop() error {
 }
 
 func (e *env) startProcessor(ctx context.Context, reg *handlers.Registry, cfg processor.Config) (*started, error) {
-	cfg.Metrics = metrics{&e.completed}
+	cfg.Observer = metrics{&e.completed}
 	cfg.Worker = "bench"
 	p, err := processor.New(e.counted, reg, cfg)
 	if err != nil {
@@ -599,7 +600,7 @@ func (e *env) commits() uint64 {
 // throughput runs the issue, process and latency phases.
 func (e *env) throughput(ctx context.Context, res *Result) error {
 	cfg := e.cfg
-	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: cfg.Prefix})
+	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -734,7 +735,7 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 // its scheduled time, with the processor woken by Notify, and returns the
 // Issue → handler start latencies.
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
-	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: e.cfg.Prefix, Notify: sp.p.Notify})
+	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -870,7 +871,13 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// run per ReconcileScanInterval is the pending scan instead.
 	pass := func(pfx string, scan bool) (int64, error) {
 		before := e.counter.Total()
-		if _, err := commands.Reconcile(ctx, e.counted, commands.ReconcileOptions{Prefix: pfx, ScanPending: scan, SkipMarkers: scan}); err != nil {
+		names := record.Names{Prefix: pfx}
+		rec, err := record.Open(ctx, e.counted, names, record.Options{})
+		if err != nil {
+			return 0, fmt.Errorf("bench: reconcile pass: %w", err)
+		}
+		opts := record.ReconcileOptions{MarkerGrace: processor.DefaultReconcileGrace, PendingGrace: processor.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
+		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
 			return 0, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
 		return e.counter.Total() - before, nil
@@ -922,7 +929,7 @@ func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (
 		return 0, err
 	}
 	defer func() { _ = sp.stop() }()
-	iss, err := commands.NewIssuer(e.counted, commands.Options{Prefix: prefix, Notify: sp.p.Notify})
+	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix, Wake: sp.p.Notify})
 	if err != nil {
 		return 0, fmt.Errorf("bench: issuer: %w", err)
 	}

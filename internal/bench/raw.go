@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/v2"
 
 	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
 )
 
 // rawResult is the raw pipeline's throughput.
@@ -74,7 +75,7 @@ func rawBaseline(ctx context.Context, conn string, cfg Config) (rawResult, error
 					fail(fmt.Errorf("bench: raw baseline: insert: %w", err))
 					return
 				}
-				msg := commands.Envelope{ID: id, Type: "bench.noop"}.Marshal()
+				msg := record.Envelope{ID: id, Type: "bench.noop"}.Marshal()
 				if _, err := q.EnqueueMessage(ictx, msg, nil); err != nil {
 					fail(fmt.Errorf("bench: raw baseline: enqueue: %w", err))
 					return
@@ -102,7 +103,7 @@ func rawBaseline(ctx context.Context, conn string, cfg Config) (rawResult, error
 		errOnce.Do(func() { first = err; pcancel() })
 	}
 	handle := func(m *azqueue.DequeuedMessage) error {
-		env, err := commands.ParseEnvelope(*m.MessageText)
+		env, err := record.ParseEnvelope(*m.MessageText)
 		if err != nil {
 			return err
 		}

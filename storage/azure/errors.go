@@ -199,6 +199,9 @@ func mapQueueErr(err error, name, op string, kind queueOp) error {
 		}
 	case "QueueNotFound", "ResourceNotFound":
 		sentinel = storage.ErrNotFound
+	case "QueueBeingDeleted":
+		// Recreating a queue within about 30 s of its deletion.
+		sentinel = storage.ErrUnavailable
 	case "RequestBodyTooLarge", "MessageTooLarge":
 		sentinel = storage.ErrTooLarge
 	case "InvalidQueryParameterValue", "OutOfRangeQueryParameterValue", "InvalidXmlDocument", "InvalidInput":
@@ -235,6 +238,9 @@ func tableSentinel(code string, status int) error {
 		return storage.ErrConflict
 	case "ResourceNotFound", "TableNotFound", "EntityNotFound":
 		return storage.ErrNotFound
+	case "TableBeingDeleted":
+		// Recreating a table within about 30 s of its deletion.
+		return storage.ErrUnavailable
 	case "EntityTooLarge", "PropertyValueTooLarge", "RequestBodyTooLarge", "KeyValueTooLarge":
 		return storage.ErrTooLarge
 	case "InvalidInput", "OutOfRangeInput", "PropertyNameInvalid", "PropertyNameTooLong",

@@ -205,3 +205,59 @@ func TestBatchDelete(t *testing.T) {
 		t.Errorf("the message of the failed batch cannot be deleted with its receipt: %v", err)
 	}
 }
+
+// TestBatchEnqueueManyOneCommit: many items in one durable write; an item
+// whose batch fails, that is invalid or that repeats a partition is left
+// out with its own error, the others are applied with their messages.
+func TestBatchEnqueueManyOneCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, nil)
+	if _, _, err := s.BatchEnqueue(ctx, "many", "p000", insertOps("p000", "cmd"), "many-q", "taken", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	items := make([]storage.CombinedItem, n)
+	for i := range items {
+		pk := fmt.Sprintf("p%03d", i)
+		items[i] = storage.CombinedItem{PartitionKey: pk, Ops: insertOps(pk, "cmd", "e1"), Text: pk}
+	}
+	items[7].PartitionKey = "p006"                                                                      // repeats item 6's partition (and mismatches its ops)
+	items[8] = storage.CombinedItem{PartitionKey: "p008", Ops: insertOps("p008", "bad#key"), Text: "x"} // invalid key
+	before := s.Stats()
+	res, err := s.BatchEnqueueMany(ctx, "many", "many-q", items, 0, storage.NoExpiry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := s.Stats()
+	if c := after.Commits - before.Commits; c != 1 {
+		t.Errorf("%d commits for one BatchEnqueueMany, want 1", c)
+	}
+	var be *storage.BatchError
+	if !errors.As(res[0].Err, &be) || !errors.Is(res[0].Err, storage.ErrExists) {
+		t.Errorf("item 0 (existing partition): %v, want a BatchError wrapping ErrExists", res[0].Err)
+	}
+	if !errors.Is(res[7].Err, storage.ErrInvalidArgument) || !errors.Is(res[8].Err, storage.ErrInvalidKey) {
+		t.Errorf("item 7: %v; item 8: %v", res[7].Err, res[8].Err)
+	}
+	tbl, _ := s.Table(ctx, "many")
+	for i, r := range res {
+		if i == 0 || i == 7 || i == 8 {
+			continue
+		}
+		if r.Err != nil || len(r.ETags) != 2 || r.Message.ID == "" {
+			t.Fatalf("item %d: %+v", i, r)
+		}
+		if _, err := tbl.Get(ctx, items[i].PartitionKey, "e1"); err != nil {
+			t.Fatalf("item %d's entity: %v", i, err)
+		}
+	}
+	q, _ := s.Queue(ctx, "many-q")
+	if c, _ := q.ApproximateCount(ctx); c != 1+n-3 {
+		t.Errorf("queue holds %d messages, want %d", c, 1+n-3)
+	}
+	msgs, err := q.Dequeue(ctx, 32, time.Minute)
+	if err != nil || len(msgs) != 32 || msgs[0].Text != "taken" || msgs[1].Text != "p001" {
+		t.Fatalf("dequeue after the batch: %d messages, first %q, %q, %v", len(msgs), msgs[0].Text, msgs[1].Text, err)
+	}
+}

@@ -17,7 +17,8 @@
 //
 // Keys (one keyspace):
 //
-//	Q<queue>                            queue registry (PurgeExpired lists it)
+//	Q<queue>                            queue registry (PurgeExpired and Queues list it)
+//	T<table>                            table registry (Tables lists it); value: the name as created
 //	q<queue>\x00n                       message count, 8 bytes big-endian
 //	q<queue>\x00m<id:16>                message: 40-byte header, then the text
 //	q<queue>\x00v<visible:8><id:16>     visibility index (empty value)
@@ -93,8 +94,9 @@ type Store struct {
 	closeMu sync.Mutex
 
 	queues  sync.Map   // queue name → *queue
-	queueMu sync.Mutex // serialises the creation of queues
+	queueMu sync.Mutex // serialises the creation and deletion of queues
 	tables  sync.Map   // table name as given → *table
+	tableMu sync.Mutex // serialises the registration and deletion of tables
 
 	// parts serialises the read-modify-write of table partitions; a
 	// partition maps to one of these by hash.
@@ -197,8 +199,10 @@ func (s *Store) Queue(ctx context.Context, name string) (storage.Queue, error) {
 	return q, nil
 }
 
-// Table returns the named table, creating it on first use. Table names are
-// case-insensitive, as in Azure: "Orders" and "orders" are the same table.
+// Table returns the named table, creating it on first use (its first use
+// in a data directory records it in the table registry: one durable write).
+// Table names are case-insensitive, as in Azure: "Orders" and "orders" are
+// the same table.
 func (s *Store) Table(ctx context.Context, name string) (storage.Table, error) {
 	if err := storage.ValidateTableName(name); err != nil {
 		return nil, err
@@ -216,6 +220,9 @@ func (s *Store) Table(ctx context.Context, name string) (storage.Table, error) {
 		return nil, fmt.Errorf("embedded: create table %q: %w", name, storage.ErrClosed)
 	}
 	lower := lowerASCII(name)
+	if err := s.registerTable(lower, name); err != nil {
+		return nil, fmt.Errorf("embedded: create table %q: %w", name, err)
+	}
 	t := &table{s: s, name: name, lower: lower, prefix: []byte("t" + lower + "\x00")}
 	actual, _ := s.tables.LoadOrStore(name, t)
 	return actual.(*table), nil
@@ -233,12 +240,17 @@ func lowerASCII(s string) string {
 
 // partition returns the lock of a table partition.
 func (s *Store) partition(table, pk string) *sync.Mutex {
+	return &s.parts[s.partitionSlot(table, pk)]
+}
+
+// partitionSlot is the index in parts of a table partition's lock.
+func (s *Store) partitionSlot(table, pk string) int {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	h.WriteString(table)
 	h.WriteByte(0)
 	h.WriteString(pk)
-	return &s.parts[h.Sum64()%uint64(len(s.parts))]
+	return int(h.Sum64() % uint64(len(s.parts)))
 }
 
 // get reads key; found is false when it does not exist. The value is a copy.

@@ -34,6 +34,8 @@ type queue struct {
 	prefix []byte // "q" + name + 0x00
 
 	mu sync.Mutex
+	// deleted is set (under mu) by DeleteQueue: every call fails.
+	deleted atomic.Bool
 	// low is a lower bound of the live visibility index: every index key
 	// below it is known deleted, so scans start there instead of walking
 	// over the tombstones that dequeues and deletes leave at the head of
@@ -191,10 +193,12 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 	defer q.s.gate.RUnlock()
 	b := q.s.db.NewBatch()
 	q.mu.Lock()
-	after := e.stage(b)
-	err = q.s.apply(b)
-	if err == nil {
-		after()
+	if err = q.deletedErr(); err == nil {
+		after := e.stage(b)
+		err = q.s.apply(b)
+		if err == nil {
+			after()
+		}
 	}
 	q.mu.Unlock()
 	if err == nil {
@@ -271,6 +275,25 @@ func (e *enqueue) stage(b *pebble.Batch) (after func()) {
 		q.count.Store(n)
 		q.indexed(e.ikey)
 		q.remember(e.id, e.rec)
+	}
+}
+
+// stageMany adds the enqueues es to b (under q.mu), counting them once, and
+// returns what to do once b is applied.
+func (q *queue) stageMany(b *pebble.Batch, es []*enqueue) (after func()) {
+	n := q.count.Load()
+	for _, e := range es {
+		_ = b.Set(q.msgKey(e.id), e.rec, nil)
+		_ = b.Set(e.ikey, nil, nil)
+		n++
+	}
+	q.writeCount(b, n)
+	return func() {
+		q.count.Store(n)
+		for _, e := range es {
+			q.indexed(e.ikey)
+			q.remember(e.id, e.rec)
+		}
 	}
 }
 
@@ -402,6 +425,11 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 	out := make([]storage.Message, 0, max)
 	b := q.s.db.NewBatch()
 	q.mu.Lock()
+	if err := q.deletedErr(); err != nil {
+		q.mu.Unlock()
+		_ = b.Close()
+		return nil, fmt.Errorf("embedded: dequeue: %w", err)
+	}
 	now := q.s.now().UnixNano()
 	visible := now + int64(visibility)
 	var delta int64
@@ -493,6 +521,9 @@ func parseRef(id, popReceipt string) (key []byte, receipt uint64, err error) {
 // owned loads the message and checks the receipt (under q.mu). An expired
 // message is removed in b and reported as not found (count delta -1).
 func (q *queue) owned(b *pebble.Batch, id []byte, receipt uint64, now int64) (rec []byte, delta int64, err error) {
+	if err := q.deletedErr(); err != nil {
+		return nil, 0, err
+	}
 	rec, found, err := q.load(id)
 	if err != nil {
 		return nil, 0, err
@@ -653,6 +684,11 @@ func (q *queue) purge(ctx context.Context, limit int) (n int, more bool, err err
 	defer q.s.gate.RUnlock()
 	b := q.s.db.NewBatch()
 	q.mu.Lock()
+	if q.deleted.Load() {
+		q.mu.Unlock()
+		_ = b.Close()
+		return 0, false, nil
+	}
 	var delta int64
 	found := 0
 	now := q.s.now().UnixNano()
@@ -695,6 +731,9 @@ func (q *queue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
 		return nil, fmt.Errorf("embedded: peek on %q: %w", q.name, err)
 	}
 	defer q.s.gate.RUnlock()
+	if err := q.deletedErr(); err != nil {
+		return nil, fmt.Errorf("embedded: peek: %w", err)
+	}
 	out := []storage.Message{}
 	// A reader: it starts at the published scan start, not under mu.
 	r := &queue{s: q.s, name: q.name, prefix: q.prefix}
@@ -715,6 +754,9 @@ func (q *queue) ApproximateCount(ctx context.Context) (int, error) {
 	}
 	if q.s.closed.Load() {
 		return 0, fmt.Errorf("embedded: count on %q: %w", q.name, storage.ErrClosed)
+	}
+	if err := q.deletedErr(); err != nil {
+		return 0, fmt.Errorf("embedded: count: %w", err)
 	}
 	return int(q.count.Load()), nil
 }

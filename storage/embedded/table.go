@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
@@ -28,6 +29,9 @@ type table struct {
 	name   string
 	lower  string // name lower-cased: the stored name
 	prefix []byte // "t" + lower + 0x00
+	// deleted is set by DeleteTable (with every partition lock held):
+	// every call fails.
+	deleted atomic.Bool
 }
 
 var _ storage.Table = (*table)(nil)
@@ -200,6 +204,9 @@ func (t *table) Get(ctx context.Context, partitionKey, rowKey string) (storage.E
 		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, err)
 	}
 	defer t.s.gate.RUnlock()
+	if err := t.deletedErr(); err != nil {
+		return storage.Entity{}, fmt.Errorf("embedded: get: %w", err)
+	}
 	key := t.key(partitionKey, rowKey)
 	v, closer, err := t.s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -257,6 +264,9 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 		return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, err)
 	}
 	defer t.s.gate.RUnlock()
+	if err := t.deletedErr(); err != nil {
+		return storage.Page{}, fmt.Errorf("embedded: query: %w", err)
+	}
 	lower := append(append([]byte(nil), t.prefix...), start...)
 	upper := append(append([]byte(nil), t.prefix...), prefix...)
 	upper = prefixEnd(upper)
@@ -450,14 +460,21 @@ func (s *Store) commitBatch(tb *tableBatch, q *queue, stageQ func(b *pebble.Batc
 	// The table part reads under the partition's lock only; the queue's
 	// lock is taken for the queue part and the apply, so that combined
 	// calls on one queue serialise no table reads.
-	err := tb.stage(b)
+	err := tb.t.deletedErr()
+	if err == nil {
+		err = tb.stage(b)
+	}
 	if err == nil {
 		var after func()
 		if q != nil {
 			q.mu.Lock()
-			after = stageQ(b)
+			if err = q.deletedErr(); err == nil {
+				after = stageQ(b)
+			}
 		}
-		err = s.apply(b)
+		if err == nil {
+			err = s.apply(b)
+		}
 		if err == nil && after != nil {
 			after()
 		}

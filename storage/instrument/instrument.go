@@ -3,7 +3,8 @@
 // Prometheus counters, cmdq bench's per-kind counts and times, and the
 // operation counts and fault injection of the tests above storage.
 //
-// Queue, Table and Close are forwarded without being reported: they are not
+// Queue, Table, Close and the management calls (DeleteQueue, DeleteTable,
+// Queues, Tables) are forwarded without being reported: they are not
 // per-command transactions (drivers cache queues and tables). When the wrapped
 // store implements storage.Combiner so does the wrapper, each combined call
 // reported as the two operations it stands for.
@@ -139,6 +140,22 @@ func (w *store) Table(ctx context.Context, name string) (storage.Table, error) {
 }
 
 func (w *store) Close() error { return w.s.Close() }
+
+func (w *store) DeleteQueue(ctx context.Context, name string) error {
+	return w.s.DeleteQueue(ctx, name)
+}
+
+func (w *store) DeleteTable(ctx context.Context, name string) error {
+	return w.s.DeleteTable(ctx, name)
+}
+
+func (w *store) Queues(ctx context.Context, prefix string) ([]string, error) {
+	return w.s.Queues(ctx, prefix)
+}
+
+func (w *store) Tables(ctx context.Context, prefix string) ([]string, error) {
+	return w.s.Tables(ctx, prefix)
+}
 
 type queue struct {
 	q storage.Queue
@@ -304,6 +321,51 @@ func (c *combiner) BatchEnqueue(ctx context.Context, table, partitionKey string,
 	c.h.end(TableBatch, t0, err)
 	c.h.end(QueueEnqueue, time.Time{}, err)
 	return etags, msg, err
+}
+
+// BatchEnqueueMany is reported as a TableBatch and a QueueEnqueue per item,
+// each with the item's outcome (the call's error when it failed as a
+// whole); an item whose Before hook fails gets that error and is left out
+// of the call. The call's whole duration is carried by the first item's
+// TableBatch.
+func (c *combiner) BatchEnqueueMany(ctx context.Context, table, queue string, items []storage.CombinedItem, visibilityDelay, ttl time.Duration) ([]storage.CombinedResult, error) {
+	res := make([]storage.CombinedResult, len(items))
+	pass := make([]storage.CombinedItem, 0, len(items))
+	idx := make([]int, 0, len(items))
+	var t0 time.Time
+	for i, it := range items {
+		t, err := c.h.begin(TableBatch, QueueEnqueue)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if len(idx) == 0 {
+			t0 = t
+		}
+		pass = append(pass, it)
+		idx = append(idx, i)
+	}
+	if len(pass) == 0 {
+		return res, nil
+	}
+	got, err := c.cb.BatchEnqueueMany(ctx, table, queue, pass, visibilityDelay, ttl)
+	for k, i := range idx {
+		itemErr := err
+		if err == nil {
+			res[i] = got[k]
+			itemErr = got[k].Err
+		}
+		start := time.Time{}
+		if k == 0 {
+			start = t0
+		}
+		c.h.end(TableBatch, start, itemErr)
+		c.h.end(QueueEnqueue, time.Time{}, itemErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // BatchDelete is reported as a TableBatch and, when the batch applied, a

@@ -248,3 +248,38 @@ func TestOpString(t *testing.T) {
 		t.Errorf("Op(NumOps) = %q", s)
 	}
 }
+
+// TestCombinedManyReportedPerItem: each item of a BatchEnqueueMany is
+// reported as the batch and the enqueue it stands for, with its own outcome.
+func TestCombinedManyReportedPerItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var r recorder
+	st := openEmbedded(t)
+	cb := instrument.Wrap(st, r.hooks()).(storage.Combiner)
+	ins := func(pk string) []storage.BatchOp {
+		return []storage.BatchOp{{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: pk, RowKey: "r"}}}
+	}
+	if _, _, err := cb.BatchEnqueue(ctx, "manyt", "taken", ins("taken"), "manyq", "x", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.take()
+	items := []storage.CombinedItem{{PartitionKey: "a", Ops: ins("a"), Text: "a"}, {PartitionKey: "taken", Ops: ins("taken"), Text: "t"}, {PartitionKey: "b", Ops: ins("b"), Text: "b"}}
+	res, err := cb.BatchEnqueueMany(ctx, "manyt", "manyq", items, 0, 0)
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, storage.ErrExists) || res[2].Err != nil {
+		t.Fatalf("BatchEnqueueMany: %+v %v", res, err)
+	}
+	b, a := r.take()
+	if len(b) != 6 || len(a) != 6 {
+		t.Fatalf("Before saw %v, After saw %+v; want a batch and an enqueue per item", b, a)
+	}
+	for k, c := range a {
+		want := instrument.TableBatch
+		if k%2 == 1 {
+			want = instrument.QueueEnqueue
+		}
+		if c.Op != want || (k/2 == 1) != errors.Is(c.Err, storage.ErrExists) {
+			t.Errorf("After call %d: %+v", k, c)
+		}
+	}
+}

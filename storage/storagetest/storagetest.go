@@ -15,8 +15,8 @@
 // Every case creates its own queue or table with a unique random name (valid
 // under both Azure's queue and table rules), so open may return the same store
 // to every case; the suite never closes the store it gets. Cases run as
-// parallel subtests grouped as Queue/…, Table/…, Batch/…, Validation/… and
-// Concurrency/…. Visibility timeouts in the suite are whole seconds (1–3 s for
+// parallel subtests grouped as Queue/…, Table/…, Batch/…, Validation/…,
+// Concurrency/… and Store/… (deleting and listing queues and tables). Visibility timeouts in the suite are whole seconds (1–3 s for
 // cases that wait for expiry, 30 s for cases that must not see expiry), because
 // the Azure service counts visibility in seconds; the suite waits for
 // visibility changes by waiting for the time the driver reported and then
@@ -55,8 +55,8 @@ type testCase struct {
 }
 
 // Run runs every conformance case against the stores open returns, as
-// parallel subtests grouped Queue/…, Table/…, Batch/…, Validation/… and
-// Concurrency/…. open is called once per case and may return a shared store;
+// parallel subtests grouped Queue/…, Table/…, Batch/…, Validation/…,
+// Concurrency/… and Store/… (deleting and listing queues and tables). open is called once per case and may return a shared store;
 // Run never closes it (use t.Cleanup in open to close a per-case store).
 func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 	groups := []struct {
@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Batch", batchCases()},
 		{"Validation", validationCases()},
 		{"Concurrency", concurrencyCases()},
+		{"Store", storeCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

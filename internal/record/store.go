@@ -1,4 +1,4 @@
-package status
+package record
 
 import (
 	"context"
@@ -12,21 +12,23 @@ import (
 	"time"
 	"unicode/utf16"
 
+	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Sentinel errors callers branch on (test with errors.Is).
-var (
-	// ErrNotFound: no command (or poison entry) with that ID. It also wraps
-	// storage.ErrNotFound.
-	ErrNotFound = errors.New("status: command not found")
-	// ErrNoCommand: Requeue on a poison entry that has no stored command (a
-	// malformed queue message, or one naming a command ID that was never
-	// stored). Nothing can be run again; Discard removes the entry.
-	ErrNoCommand = errors.New("status: poison entry has no stored command")
-	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
-	ErrNotPoisoned = errors.New("status: command is not poisoned")
-)
+// Settle folds one event into settled, the last attempt whose outcome is
+// recorded (failed, completed, poisoned or lease_lost; created and requeued
+// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
+// have no outcome records lease_lost events for them.
+func Settle(settled int, e status.Event) int {
+	switch e.Kind {
+	case status.EventCreated, status.EventRequeued:
+		return 0
+	case status.EventFailed, status.EventCompleted, status.EventPoisoned, status.EventLeaseLost:
+		return max(settled, e.Attempt)
+	}
+	return settled
+}
 
 // Row keys and partitions of the data layout (contract: operators read them).
 const (
@@ -72,7 +74,7 @@ type NewCommand struct {
 	Params []byte
 	// CorrelationID is the caller's correlation ID ("" = none).
 	CorrelationID string
-	// Queue is the logical queue ("" = DefaultQueue).
+	// Queue is the logical queue (required; the issuer routes it).
 	Queue string
 	// IssuedAt is the issue time (zero = now); stored in UTC, millisecond precision.
 	IssuedAt time.Time
@@ -81,7 +83,7 @@ type NewCommand struct {
 // Record is a loaded command: its status, its parameters and the concurrency
 // token for the next write.
 type Record struct {
-	Status
+	status.Status
 	// Params is the command's JSON parameters.
 	Params []byte
 	// ParamsHash is the hex SHA-256 of Params (for idempotent re-issue).
@@ -101,27 +103,6 @@ type Record struct {
 	// issue batch or an Append): Append recognises its own write by it when
 	// a transport retry meets the write's own effect.
 	WriteID string
-}
-
-// PoisonEntry is one poisoned command in the poison table.
-type PoisonEntry struct {
-	// CommandID is the poisoned command's ID.
-	CommandID string `json:"commandId"`
-	// Type is the command type.
-	Type string `json:"type"`
-	// DequeueCount is the queue message's dequeue count when it was poisoned.
-	DequeueCount int64 `json:"dequeueCount"`
-	// Reason says why it was poisoned (ceiling exceeded, permanent error,
-	// malformed message, unknown type, …).
-	Reason string `json:"reason"`
-	// LastError is the last attempt's error message.
-	LastError string `json:"lastError,omitempty"`
-	// PoisonedAt is when it was poisoned (UTC).
-	PoisonedAt time.Time `json:"poisonedAt"`
-	// Queue is the logical queue the command was on.
-	Queue string `json:"queue"`
-	// Worker is the processor that poisoned it.
-	Worker string `json:"worker,omitempty"`
 }
 
 // Options configures a Store or Reader. The zero value works.
@@ -166,11 +147,11 @@ func OpenTables(ctx context.Context, st storage.Store, names Names) (commands, p
 	}
 	commands, err = st.Table(ctx, names.CommandsTable())
 	if err != nil {
-		return nil, nil, fmt.Errorf("status: open commands table %q: %w", names.CommandsTable(), err)
+		return nil, nil, fmt.Errorf("cmdq: open commands table %q: %w", names.CommandsTable(), err)
 	}
 	poison, err = st.Table(ctx, names.PoisonTable())
 	if err != nil {
-		return nil, nil, fmt.Errorf("status: open poison table %q: %w", names.PoisonTable(), err)
+		return nil, nil, fmt.Errorf("cmdq: open poison table %q: %w", names.PoisonTable(), err)
 	}
 	return commands, poison, nil
 }
@@ -253,15 +234,23 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	return createErr(c.ID, err)
 }
 
+// CreateOps returns the issue batch of a new command (the command row and
+// its created event), for a Combiner's BatchEnqueueMany. Errors as Create's.
+func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) { return s.createOps(c) }
+
+// CreateErr wraps the error of an issue batch of command id as Create does
+// (storage.ErrExists for an existing ID).
+func CreateErr(id string, err error) error { return createErr(id, err) }
+
 // createErr wraps the error of the issue batch.
 func createErr(id string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, storage.ErrExists):
-		return fmt.Errorf("status: command %s already exists: %w", id, err)
+		return fmt.Errorf("cmdq: command %s already exists: %w", id, err)
 	default:
-		return fmt.Errorf("status: create command %s: %w", id, err)
+		return fmt.Errorf("cmdq: create command %s: %w", id, err)
 	}
 }
 
@@ -277,11 +266,11 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	}
 	chunks, err := splitParams(string(params))
 	if err != nil {
-		return nil, fmt.Errorf("status: create command %s: %w", c.ID, err)
+		return nil, fmt.Errorf("cmdq: create command %s: %w", c.ID, err)
 	}
 	queue := c.Queue
 	if queue == "" {
-		queue = DefaultQueue
+		return nil, fmt.Errorf("%w: command %s has no queue (callers route it: commands.DefaultQueue unless declared)", storage.ErrInvalidArgument, c.ID)
 	}
 	issued := ms(c.IssuedAt)
 	if c.IssuedAt.IsZero() {
@@ -297,16 +286,16 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	for i, ch := range chunks {
 		cmd.Properties[paramsProp(i)] = ch
 	}
-	st := Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
-	ev := Event{Seq: 1, Kind: Created, Time: issued}
-	Apply(&st, ev)
+	st := status.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
+	ev := status.Event{Seq: 1, Kind: status.EventCreated, Time: issued}
+	status.Apply(&st, ev)
 	wid := newWriteID()
 	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
-			return nil, fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
+			return nil, fmt.Errorf("cmdq: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
 		}
-		return nil, fmt.Errorf("status: create command %s: %w", c.ID, err)
+		return nil, fmt.Errorf("cmdq: create command %s: %w", c.ID, err)
 	}
 	ops := []storage.BatchOp{
 		{Kind: storage.OpInsert, Entity: cmd},
@@ -325,11 +314,11 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *Status, settled int, seq int64, writeID string) map[string]any {
+func projectionProps(st *status.Status, settled int, seq int64, writeID string) map[string]any {
 	return map[string]any{
 		"WriteID":   writeID,
 		"Settled":   int32(settled),
-		"Status":    string(st.Status),
+		"Status":    string(st.State),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
 		"LastError": truncate(st.LastError, MaxTextUnits),
@@ -344,7 +333,7 @@ func projectionProps(st *Status, settled int, seq int64, writeID string) map[str
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *Status, settled int, seq int64, writeID string) storage.Entity {
+func projectionUpdate(rec *Record, st *status.Status, settled int, seq int64, writeID string) storage.Entity {
 	props := projectionProps(st, settled, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
@@ -379,19 +368,35 @@ func projectionUpdate(rec *Record, st *Status, settled int, seq int64, writeID s
 	return row
 }
 
-func eventEntity(id string, e Event, writeID string) storage.Entity {
+func eventEntity(id string, e status.Event, writeID string) storage.Entity {
 	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
 		"WriteID": writeID,
 		"Kind":    string(e.Kind),
 		"Time":    ms(e.Time),
 		"Attempt": int32(e.Attempt),
-		"Worker":  truncate(e.Worker, MaxTextUnits),
+		"Worker":  truncate(eventWho(e), MaxTextUnits),
 		"Step":    int32(e.Step),
 		"Note":    truncate(e.Note, MaxTextUnits),
 		"Error":   truncate(e.Error, MaxTextUnits),
 		"Reason":  truncate(e.Reason, MaxTextUnits),
 		"Detail":  truncate(e.Detail, MaxDetailUnits),
 	}}
+}
+
+// eventWho is what an event row's Worker property holds: the processor of
+// an attempt's event, or who requeued or discarded the command (Event.By):
+// the kind tells which (data layout unchanged since Event.By was added).
+func eventWho(e status.Event) string {
+	if operatorEvent(e.Kind) {
+		return e.By
+	}
+	return e.Worker
+}
+
+// operatorEvent reports whether kind is written by an operator or the
+// reconciler (its row's Worker property is Event.By).
+func operatorEvent(kind status.EventKind) bool {
+	return kind == status.EventRequeued || kind == status.EventDiscarded
 }
 
 const truncMark = "…[truncated]"
@@ -453,13 +458,13 @@ func timeProp(e storage.Entity, name string) time.Time {
 
 func validID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty command ID (%w)", ErrNotFound, storage.ErrInvalidKey)
+		return fmt.Errorf("%w: empty command ID (%w)", status.ErrNotFound, storage.ErrInvalidKey)
 	}
 	return storage.ValidateKey("command ID", id)
 }
 
 func notFound(id string) error {
-	return fmt.Errorf("%w: %s (%w)", ErrNotFound, id, storage.ErrNotFound)
+	return fmt.Errorf("%w: %s (%w)", status.ErrNotFound, id, storage.ErrNotFound)
 }
 
 // Load reads a command and its projection with one point read of its
@@ -482,17 +487,17 @@ func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, error) {
 		if errors.Is(err, storage.ErrNotFound) {
 			return storage.Entity{}, notFound(id)
 		}
-		return storage.Entity{}, fmt.Errorf("status: load command %s: %w", id, err)
+		return storage.Entity{}, fmt.Errorf("cmdq: load command %s: %w", id, err)
 	}
 	return e, nil
 }
 
 // decodeStatus reads the status (identity and projection) from a command row.
-func decodeStatus(e storage.Entity) Status {
-	return Status{
+func decodeStatus(e storage.Entity) status.Status {
+	return status.Status{
 		ID:            e.PartitionKey,
 		Type:          str(e, "Type"),
-		Status:        State(str(e, "Status")),
+		State:         status.State(str(e, "Status")),
 		Attempts:      int(intProp(e, "Attempts")),
 		Step:          int(intProp(e, "Step")),
 		LastError:     str(e, "LastError"),
@@ -532,7 +537,7 @@ func settledProp(e storage.Entity) int {
 		return int(intProp(e, "Settled"))
 	}
 	n := int(intProp(e, "Attempts"))
-	if State(str(e, "Status")) == Running {
+	if status.State(str(e, "Status")) == status.StateRunning {
 		n--
 	}
 	return max(n, 0)
@@ -554,7 +559,7 @@ func settledProp(e storage.Entity) int {
 // succeeds with rec updated to the reloaded command, so the events are never
 // appended twice. Otherwise the error wraps storage.ErrConflict and is a
 // *ConflictError carrying the reloaded command.
-func (s *Store) Append(ctx context.Context, rec *Record, events ...Event) error {
+func (s *Store) Append(ctx context.Context, rec *Record, events ...status.Event) error {
 	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return err
@@ -577,7 +582,7 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("status: append to command %s: %v (%v)", e.ID, storage.ErrConflict, e.Err)
+	return fmt.Sprintf("cmdq: append to command %s: %v (%v)", e.ID, storage.ErrConflict, e.Err)
 }
 
 // Unwrap returns storage.ErrConflict and the batch's error.
@@ -590,7 +595,7 @@ func (e *ConflictError) Unwrap() []error { return []error{storage.ErrConflict, e
 // decides: when it fails (err, as Append's) nothing is deleted; when it
 // succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
 // returned as deleteErr.
-func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...Event) (deleteErr, err error) {
+func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...status.Event) (deleteErr, err error) {
 	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return nil, err
@@ -601,7 +606,7 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 
 // appendResult is what an append makes of a record when it lands.
 type appendResult struct {
-	st      Status
+	st      status.Status
 	settled int
 	seq     int64
 	wid     string
@@ -610,7 +615,7 @@ type appendResult struct {
 // appendOps builds the batch of an append: the events and the Merge update
 // of the command row's projection, conditional on rec's ETag. It returns the
 // new projection, event number and the write's ID.
-func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appendResult, error) {
+func (s *Store) appendOps(rec *Record, events []status.Event) ([]storage.BatchOp, appendResult, error) {
 	if rec == nil || rec.ID == "" {
 		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
@@ -624,7 +629,7 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
 	for _, e := range events {
-		if !e.Kind.valid() {
+		if !e.Kind.Valid() {
 			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
 		}
 		seq++
@@ -638,7 +643,7 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 		if e.Time.Before(st.UpdatedAt) {
 			e.Time = st.UpdatedAt
 		}
-		Apply(&st, e)
+		status.Apply(&st, e)
 		settled = Settle(settled, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
 	}
@@ -661,7 +666,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		return nil
 	}
 	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) {
-		return fmt.Errorf("status: append to command %s: %w", rec.ID, err)
+		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
 	}
 	// The ETag moved or the event rows exist: someone wrote — maybe this
 	// very write, whose answer was lost and whose retry met its effect.
@@ -697,7 +702,7 @@ func etagOrAny(etag string) string {
 	return etag
 }
 
-func poisonEntity(p PoisonEntry) storage.Entity {
+func poisonEntity(p status.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
 		"CommandID":    p.CommandID,
 		"Type":         p.Type,
@@ -710,12 +715,12 @@ func poisonEntity(p PoisonEntry) storage.Entity {
 	}}
 }
 
-func decodePoison(e storage.Entity) PoisonEntry {
+func decodePoison(e storage.Entity) status.PoisonEntry {
 	id := str(e, "CommandID")
 	if id == "" {
 		id = e.PartitionKey
 	}
-	return PoisonEntry{
+	return status.PoisonEntry{
 		CommandID:    id,
 		Type:         str(e, "Type"),
 		DequeueCount: intProp(e, "DequeueCount"),
@@ -737,7 +742,7 @@ func decodePoison(e storage.Entity) PoisonEntry {
 // The entry is written first so that a poisoned command is never missing
 // from the poison table (operators find it); a leftover entry of a command
 // that is not poisoned is cleaned up by Requeue or Discard.
-func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, events ...Event) error {
+func (s *Store) Poison(ctx context.Context, rec *Record, entry status.PoisonEntry, events ...status.Event) error {
 	if rec == nil || rec.ID == "" {
 		return fmt.Errorf("%w: Poison needs a loaded record", storage.ErrInvalidArgument)
 	}
@@ -763,17 +768,17 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		}
 	}
 	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
-		return fmt.Errorf("status: write poison entry for command %s: %w", rec.ID, err)
+		return fmt.Errorf("cmdq: write poison entry for command %s: %w", rec.ID, err)
 	}
-	evs := make([]Event, 0, len(events)+1)
+	evs := make([]status.Event, 0, len(events)+1)
 	for _, e := range events {
 		if e.Time.IsZero() {
 			e.Time = entry.PoisonedAt
 		}
 		evs = append(evs, e)
 	}
-	evs = append(evs, Event{
-		Kind: PoisonedEvent, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
+	evs = append(evs, status.Event{
+		Kind: status.EventPoisoned, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
 		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
 	})
 	if err := s.Append(ctx, rec, evs...); err != nil {
@@ -784,7 +789,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		} else if c, lerr := s.Load(ctx, rec.ID); lerr == nil {
 			cur = c
 		}
-		if cur != nil && cur.Status.Status != Poisoned {
+		if cur != nil && cur.Status.State != status.StatePoisoned {
 			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
 		}
 		return err
@@ -804,7 +809,7 @@ func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 		"MarkedAt": s.nowUTC(),
 	}}, storage.Replace)
 	if err != nil {
-		return fmt.Errorf("status: mark command %s unqueued: %w", id, err)
+		return fmt.Errorf("cmdq: mark command %s unqueued: %w", id, err)
 	}
 	return nil
 }
@@ -816,7 +821,7 @@ func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
 		return err
 	}
 	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return fmt.Errorf("status: clear unqueued marker of command %s: %w", id, err)
+		return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
 	}
 	return nil
 }

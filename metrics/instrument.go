@@ -1,4 +1,4 @@
-package api
+package metrics
 
 import (
 	"github.com/cmdq-dev/cmdq/storage"

@@ -1,4 +1,4 @@
-// Package statustest runs tests of code above storage against every real
+// Package testenv runs tests of code above storage against every real
 // driver — the embedded store (a fresh file per test) and Azure Storage via
 // Azurite (fresh names per test) — and wraps a store to count its
 // operations or inject an Enqueue failure. It never mocks storage: every
@@ -7,7 +7,7 @@
 // A test binary that uses it needs
 //
 //	func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
-package statustest
+package testenv
 
 import (
 	"context"
@@ -83,7 +83,7 @@ func Open(t testing.TB, driver string) Env {
 }
 
 // ErrInjected is the error FailEnqueue makes Enqueue return.
-var ErrInjected = errors.New("statustest: injected enqueue failure")
+var ErrInjected = errors.New("testenv: injected enqueue failure")
 
 // opNames are the counters' names, by operation.
 var opNames = [instrument.NumOps]string{

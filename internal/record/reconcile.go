@@ -1,4 +1,4 @@
-package commands
+package record
 
 import (
 	"context"
@@ -10,32 +10,22 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Reconciler defaults.
-const (
-	// DefaultMarkerGrace: a marked command is re-enqueued once it has not
-	// been updated for this long.
-	DefaultMarkerGrace = 30 * time.Second
-	// DefaultPendingGrace: the pending scan re-enqueues pending commands not
-	// updated for this long.
-	DefaultPendingGrace = 15 * time.Minute
-)
-
 // markerClaimedAt is the marker property a reconciler sets to claim it.
 const markerClaimedAt = "ClaimedAt"
 
-// ReconcilerWorker is the Worker recorded on the requeued events the pending
-// scan writes.
-const ReconcilerWorker = "reconciler"
+// ReconcilerBy is the By recorded on the requeued events the pending scan
+// writes.
+const ReconcilerBy = "reconciler"
 
-// ReconcileOptions configures Reconcile. The zero value works.
+// ReconcileOptions configures Reconcile. The graces have no defaults here:
+// the processor passes its Config's (processor.DefaultReconcileGrace and
+// DefaultReconcileStaleAfter); zero or negative means none.
 type ReconcileOptions struct {
-	// Prefix starts every storage name (default "cmdq").
-	Prefix string
 	// MarkerGrace: re-enqueue a command with an unqueued marker once it has
-	// not been updated for this long (default 30 s; negative = 0).
+	// not been updated for this long.
 	MarkerGrace time.Duration
 	// PendingGrace: the pending scan re-enqueues commands still pending and
-	// not updated for this long (default 15 min; negative = 0).
+	// not updated for this long.
 	PendingGrace time.Duration
 	// ScanPending enables the pending scan, the fallback for a process that
 	// crashed between storing a command and enqueueing it: a whole-table
@@ -48,8 +38,6 @@ type ReconcileOptions struct {
 	// finds marked commands too once they are PendingGrace old, so a pass
 	// that scans need not also pay for the marker query). Default false.
 	SkipMarkers bool
-	// Notify, if set, is called with the logical queue after each re-enqueue.
-	Notify func(queue string)
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
 }
@@ -81,46 +69,30 @@ type ReconcileReport struct {
 // by the conditional requeued batch, so only one of them enqueues. A marker
 // is removed only once its message is on the queue: a failed enqueue is
 // retried by a later pass once the claim is MarkerGrace old.
-func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (ReconcileReport, error) {
+func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (ReconcileReport, error) {
 	var rep ReconcileReport
-	names := status.Names{Prefix: opts.Prefix}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	markerGrace, pendingGrace := opts.MarkerGrace, opts.PendingGrace
-	if markerGrace == 0 {
-		markerGrace = DefaultMarkerGrace
-	}
-	if pendingGrace == 0 {
-		pendingGrace = DefaultPendingGrace
-	}
-	s, err := status.Open(ctx, st, names, status.Options{Now: now})
-	if err != nil {
-		return rep, fmt.Errorf("commands: reconcile: %w", err)
-	}
+	markerGrace, pendingGrace := max(opts.MarkerGrace, 0), max(opts.PendingGrace, 0)
+	s := e.rec
 	tbl := s.CommandsTable()
-	open := func(ctx context.Context, logical string) (storage.Queue, error) {
-		return st.Queue(ctx, names.Queue(logical))
-	}
-	enqueue := func(rec *status.Record) error {
-		if _, err := enqueueOrMark(ctx, s, open, rec.ID, rec.Type, rec.Queue); err != nil {
-			return fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err)
+	enqueue := func(rec *Record) error {
+		if _, err := e.EnqueueOrMark(ctx, rec.ID, rec.Type, rec.Queue); err != nil {
+			return fmt.Errorf("cmdq: reconcile: enqueue %s: %w", rec.ID, err)
 		}
 		rep.Enqueued++
-		if opts.Notify != nil {
-			opts.Notify(rec.Queue)
-		}
 		return nil
 	}
 
 	var errs []error
 	seen := map[string]bool{}
-	q := storage.Query{PartitionKey: status.UnqueuedPartition, Top: 1000}
+	q := storage.Query{PartitionKey: UnqueuedPartition, Top: 1000}
 	for !opts.SkipMarkers {
 		page, err := tbl.Query(ctx, q)
 		if err != nil {
-			return rep, fmt.Errorf("commands: reconcile: list unqueued markers: %w", err)
+			return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
 		}
 		for _, m := range page.Entities {
 			rep.Markers++
@@ -137,16 +109,16 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				errs = append(errs, err)
 				continue
 			}
-			pending := err == nil && rec.Status.Status == status.Pending
+			pending := err == nil && rec.Status.State == status.StatePending
 			if pending && now().Sub(rec.UpdatedAt) < markerGrace {
 				rep.Waiting++
 				continue
 			}
 			if !pending {
-				if err := tbl.Delete(ctx, status.UnqueuedPartition, id, m.ETag); err == nil {
+				if err := tbl.Delete(ctx, UnqueuedPartition, id, m.ETag); err == nil {
 					rep.Cleared++
 				} else if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
-					errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s: %w", id, err))
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s: %w", id, err))
 				}
 				continue
 			}
@@ -154,24 +126,21 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 			// whose claim lands enqueues. The marker stays until the
 			// message is on the queue, so a failed enqueue is retried by a
 			// later pass once the claim lapses.
-			claim := storage.Entity{PartitionKey: status.UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
+			claim := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
 			etag, err := tbl.Update(ctx, claim, storage.Merge, m.ETag)
 			if err != nil {
 				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
-					errs = append(errs, fmt.Errorf("commands: reconcile: claim marker %s: %w", id, err))
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: claim marker %s: %w", id, err))
 				}
 				continue
 			}
-			if err := enqueueOnly(ctx, open, rec.ID, rec.Type, rec.Queue); err != nil {
-				errs = append(errs, fmt.Errorf("commands: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
+			if err := e.Enqueue(ctx, rec.ID, rec.Type, rec.Queue); err != nil {
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
 				continue
 			}
 			rep.Enqueued++
-			if opts.Notify != nil {
-				opts.Notify(rec.Queue)
-			}
-			if err := tbl.Delete(ctx, status.UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
-				errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s after enqueueing: %w", id, err))
+			if err := tbl.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s after enqueueing: %w", id, err))
 			}
 		}
 		if page.Continuation == "" {
@@ -181,21 +150,21 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 	}
 
 	if opts.ScanPending {
-		q := storage.Query{RowKeyPrefix: status.RowCommand, Top: 1000}
+		q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
 		for {
 			page, err := tbl.Query(ctx, q)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("commands: reconcile: scan pending commands: %w", err))
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: scan pending commands: %w", err))
 				break
 			}
 			for _, e := range page.Entities {
-				if e.RowKey != status.RowCommand {
+				if e.RowKey != RowCommand {
 					continue
 				}
 				rep.Scanned++
 				st, _ := e.Properties["Status"].(string)
 				upd, _ := e.Properties["UpdatedAt"].(time.Time)
-				if status.State(st) != status.Pending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
+				if status.State(st) != status.StatePending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
 					continue
 				}
 				rec, err := s.Load(ctx, e.PartitionKey)
@@ -203,12 +172,12 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 					errs = append(errs, err)
 					continue
 				}
-				if rec.Status.Status != status.Pending {
+				if rec.Status.State != status.StatePending {
 					continue
 				}
 				// The conditional batch claims the command (and moves UpdatedAt,
 				// so the next scan waits another grace period).
-				err = s.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: ReconcilerWorker,
+				err = s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: ReconcilerBy,
 					Note: "still pending after " + pendingGrace.String() + ": re-enqueued by the reconciler"})
 				if err != nil {
 					if !errors.Is(err, storage.ErrConflict) {

@@ -1,4 +1,4 @@
-package status_test
+package record_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/record"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 )
@@ -31,14 +33,14 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
-	names := status.Names{Prefix: "t" + uuid.NewString()[:8]}
-	r, err := status.OpenReader(ctx, st, names, status.Options{})
+	names := record.Names{Prefix: "t" + uuid.NewString()[:8]}
+	r, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := r.Store()
+	s := r.Store
 	id := uuid.NewString()
-	if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Requeue"}); err != nil {
+	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Requeue", Queue: commands.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := s.Load(ctx, id)
@@ -46,12 +48,12 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Path: status.UnqueuedPartition}, faultproxy.Refuse, -1)
+	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
 	if err := r.Requeue(ctx, id, "carol"); err == nil || !strings.Contains(err.Error(), "requeue it again") {
 		t.Fatalf("Requeue with the queue and the marker refused: %v, want an error saying to requeue again", err)
 	}
-	if got, _ := r.Get(ctx, id); got.Status != status.Pending {
-		t.Fatalf("status %s", got.Status)
+	if got, _ := r.Get(ctx, id); got.State != status.StatePending {
+		t.Fatalf("status %s", got.State)
 	}
 	if _, err := r.GetPoison(ctx, id); err != nil {
 		t.Fatalf("poison entry removed although nothing will queue the command: %v", err)
@@ -61,11 +63,11 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err != nil {
 		t.Fatalf("second requeue: %v", err)
 	}
-	q, err := st.Queue(ctx, names.Queue(""))
+	q, err := st.Queue(ctx, names.Queue(commands.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msgs, err := q.Peek(ctx, 32); err != nil || len(msgs) != 1 || msgs[0].Text != status.MessageText(id, "demo.Requeue") {
+	if msgs, err := q.Peek(ctx, 32); err != nil || len(msgs) != 1 || msgs[0].Text != (record.Envelope{ID: id, Type: "demo.Requeue"}).Marshal() {
 		t.Fatalf("queue after the second requeue: %+v %v", msgs, err)
 	}
 	if _, err := r.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
@@ -74,7 +76,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	evs, _ := r.Events(ctx, id)
 	n := 0
 	for _, e := range evs {
-		if e.Kind == status.Requeued {
+		if e.Kind == status.EventRequeued {
 			n++
 		}
 	}

@@ -1,21 +1,27 @@
-// Package apitest starts a real cmdq API server for tests: an httptest.Server
-// running api.New on an Issuer and Reader over a real store (by default a
-// fresh embedded store in the test's temporary directory). Other packages'
-// tests (client, cmd) reuse it.
+// Package apitest starts a real cmdq API server for this module's tests: an
+// httptest.Server running api.New on a cmdq.Client over a real store (by
+// default a fresh embedded store in the test's temporary directory). Other
+// packages' tests (client, cmd) reuse it. Its Log writes commands directly
+// (poison entries, events), for tests of what the API shows.
 package apitest
 
 import (
+	"cmp"
 	"context"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/metrics"
+	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -47,18 +53,24 @@ type Options struct {
 	Store storage.Store
 	// Prefix is the storage name prefix (default "cmdq").
 	Prefix string
+	// Config is the client's configuration (its Prefix is Prefix). Zero
+	// poll intervals default to 10 ms and 1 s, and the reconciler is off
+	// unless ReconcileInterval is set.
+	Config cmdq.Config
+	// Setup, when set, registers or declares command types on the client
+	// before the server starts; with handlers registered, the client's
+	// processor runs until the test ends, unless Idle.
+	Setup func(c *cmdq.Client) error
+	// Idle keeps the client's processor stopped although handlers are
+	// registered: the server knows the types (their checks, their retry
+	// policy) but nothing processes them.
+	Idle bool
 	// Tokens as in api.Config (default nil: no auth). Use Tokens() for the test set.
 	Tokens api.Tokens
-	// Registry as in api.Config (default nil).
-	Registry *handlers.Registry
-	// Health as in api.Config (default nil: healthy).
+	// Health as in api.Config (default: the client's).
 	Health api.HealthFunc
 	// MaxBodyBytes as in api.Config (default 1 MiB).
 	MaxBodyBytes int64
-	// Notify as in commands.Options (default nil).
-	Notify func(queue string)
-	// QueueFor as in commands.Options (default: everything to "commands").
-	QueueFor func(cmdType string) string
 	// CORSOrigins as in api.Config (default none).
 	CORSOrigins []string
 	// AllowedHosts as in api.Config (default none).
@@ -75,16 +87,15 @@ type Server struct {
 	URL string
 	// HTTP is the underlying test server, closed at cleanup.
 	HTTP *httptest.Server
-	// Store is the (instrumented) store the Issuer and Reader use.
+	// Store is the (instrumented) store the client uses.
 	Store storage.Store
-	// Names are the storage names.
-	Names status.Names
-	// Issuer, Reader and Registry are what the API runs on.
-	Issuer   *commands.Issuer
-	Reader   *status.Reader
-	Registry *handlers.Registry
+	// Client is what the API runs on.
+	Client *cmdq.Client
+	// Log reads and writes the client's commands directly (tests set up
+	// poison entries and events through it).
+	Log *record.Reader
 	// Metrics and Prom are the server's metrics and their private registry.
-	Metrics *api.Metrics
+	Metrics *metrics.Metrics
 	Prom    *prometheus.Registry
 }
 
@@ -101,22 +112,39 @@ func Start(t testing.TB, opts Options) *Server {
 		raw = st
 	}
 	prom := prometheus.NewRegistry()
-	m, err := api.NewMetrics(prom)
+	m, err := metrics.New(prom)
 	if err != nil {
 		t.Fatalf("apitest: metrics: %v", err)
 	}
 	st := m.InstrumentStore(raw)
-	names := status.Names{Prefix: opts.Prefix}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: opts.Prefix, Notify: opts.Notify, QueueFor: opts.QueueFor})
+	cfg := opts.Config
+	cfg.Prefix = cmp.Or(opts.Prefix, cfg.Prefix)
+	p := &cfg.Processor
+	p.MinPollInterval = cmp.Or(p.MinPollInterval, 10*time.Millisecond)
+	p.MaxPollInterval = cmp.Or(p.MaxPollInterval, time.Second)
+	p.ReconcileInterval = cmp.Or(p.ReconcileInterval, processor.NoReconcile)
+	cfg.Processor.Observer = m
+	c, err := cmdq.New(st, cfg)
 	if err != nil {
-		t.Fatalf("apitest: issuer: %v", err)
+		t.Fatalf("apitest: client: %v", err)
 	}
-	rd, err := status.OpenReader(context.Background(), st, names, status.Options{})
+	t.Cleanup(func() { _ = c.Stop(context.Background()) }) // before the store closes
+	if opts.Setup != nil {
+		if err := opts.Setup(c); err != nil {
+			t.Fatalf("apitest: setup: %v", err)
+		}
+	}
+	if c.Handles() && !opts.Idle {
+		if err := c.Start(context.Background()); err != nil {
+			t.Fatalf("apitest: start: %v", err)
+		}
+	}
+	log, err := record.OpenReader(context.Background(), st, record.Names{Prefix: c.Prefix()}, record.Options{}, nil)
 	if err != nil {
-		t.Fatalf("apitest: reader: %v", err)
+		t.Fatalf("apitest: log: %v", err)
 	}
 	h, err := api.New(api.Config{
-		Issuer: iss, Reader: rd, Registry: opts.Registry, Health: opts.Health, Tokens: opts.Tokens,
+		Client: c, Health: opts.Health, Tokens: opts.Tokens,
 		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
 		AllowedHosts: opts.AllowedHosts, AuthFailureBurst: opts.AuthFailureBurst, Logger: opts.Logger,
 	})
@@ -125,19 +153,19 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &Server{URL: hs.URL, HTTP: hs, Store: st, Names: names, Issuer: iss, Reader: rd, Registry: opts.Registry, Metrics: m, Prom: prom}
+	return &Server{URL: hs.URL, HTTP: hs, Store: st, Client: c, Log: log, Metrics: m, Prom: prom}
 }
 
 // Poison moves command id to the poison table the way a processor does
-// (status.Store.Poison: poisoned event, projection poisoned, poison entry).
+// (a poisoned event, projection poisoned, poison entry).
 func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	t.Helper()
 	ctx := context.Background()
-	rec, err := s.Reader.Store().Load(ctx, id)
+	rec, err := s.Log.Load(ctx, id)
 	if err != nil {
 		t.Fatalf("apitest: load %s: %v", id, err)
 	}
-	if err := s.Reader.Store().Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
+	if err := s.Log.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
 		t.Fatalf("apitest: poison %s: %v", id, err)
 	}
 }
@@ -146,13 +174,32 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 // name ("" = "commands").
 func (s *Server) QueueCount(t testing.TB, name string) int {
 	t.Helper()
-	q, err := s.Store.Queue(context.Background(), s.Names.Queue(name))
+	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, commands.DefaultQueue))
 	if err != nil {
-		t.Fatalf("apitest: queue: %v", err)
-	}
-	n, err := q.ApproximateCount(context.Background())
-	if err != nil {
-		t.Fatalf("apitest: count: %v", err)
+		t.Fatalf("apitest: queue depth: %v", err)
 	}
 	return n
+}
+
+// StorageOps sums cmdq_storage_operations_total for op.
+func StorageOps(t testing.TB, g prometheus.Gatherer, op string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != "cmdq_storage_operations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					v += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return v
 }

@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// Metrics receives the processor's measurements. Implementations must be safe
-// for concurrent use and fast (they run on the processing path).
-// api.Metrics implements it with Prometheus collectors.
-type Metrics interface {
+// Observer receives the processor's measurements. Implementations must be
+// safe for concurrent use and fast (they run on the processing path).
+// metrics.Metrics implements it with Prometheus collectors; embed
+// NopObserver to implement only the methods you need.
+type Observer interface {
 	// CommandCompleted counts a command whose handler succeeded.
 	CommandCompleted(cmdType string)
 	// CommandFailed counts a failed attempt that will be retried.
@@ -27,15 +28,32 @@ type Metrics interface {
 	Polled(queue string, empty bool)
 }
 
-type nopMetrics struct{}
+// NopObserver implements Observer by ignoring every call: embed it in your
+// own Observer to implement only some methods.
+type NopObserver struct{}
 
-func (nopMetrics) CommandCompleted(string)               {}
-func (nopMetrics) CommandFailed(string)                  {}
-func (nopMetrics) CommandPoisoned(string)                {}
-func (nopMetrics) HandlerDuration(string, time.Duration) {}
-func (nopMetrics) LeaseLost(string)                      {}
-func (nopMetrics) PollInterval(string, time.Duration)    {}
-func (nopMetrics) Polled(string, bool)                   {}
+var _ Observer = NopObserver{}
+
+// CommandCompleted does nothing.
+func (NopObserver) CommandCompleted(string) {}
+
+// CommandFailed does nothing.
+func (NopObserver) CommandFailed(string) {}
+
+// CommandPoisoned does nothing.
+func (NopObserver) CommandPoisoned(string) {}
+
+// HandlerDuration does nothing.
+func (NopObserver) HandlerDuration(string, time.Duration) {}
+
+// LeaseLost does nothing.
+func (NopObserver) LeaseLost(string) {}
+
+// PollInterval does nothing.
+func (NopObserver) PollInterval(string, time.Duration) {}
+
+// Polled does nothing.
+func (NopObserver) Polled(string, bool) {}
 
 // PollEvent describes one dequeue, for Config.OnPoll.
 type PollEvent struct {

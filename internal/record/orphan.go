@@ -1,9 +1,10 @@
-package status
+package record
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -12,7 +13,7 @@ import (
 // message's ID) or one naming a command ID that is not stored. Only the
 // poison table is written (1 upsert); PoisonedAt defaults to now. The key
 // must be a valid table key.
-func (s *Store) PoisonMessage(ctx context.Context, entry PoisonEntry) error {
+func (s *Store) PoisonMessage(ctx context.Context, entry status.PoisonEntry) error {
 	if err := storage.ValidateKey("PartitionKey", entry.CommandID); err != nil || entry.CommandID == "" {
 		return fmt.Errorf("%w: poison entry needs a valid key, got %q", storage.ErrInvalidArgument, entry.CommandID)
 	}
@@ -20,7 +21,7 @@ func (s *Store) PoisonMessage(ctx context.Context, entry PoisonEntry) error {
 		entry.PoisonedAt = s.nowUTC()
 	}
 	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
-		return fmt.Errorf("status: write poison entry for message %s: %w", entry.CommandID, err)
+		return fmt.Errorf("cmdq: write poison entry for message %s: %w", entry.CommandID, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package status_test
+package record_test
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 	"time"
 	"unicode/utf16"
 
+	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/status"
-	"github.com/cmdq-dev/cmdq/status/statustest"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/google/uuid"
 )
@@ -25,19 +27,19 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func open(t *testing.T, env statustest.Env) (*status.Reader, *status.Store) {
+func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
 	t.Helper()
-	r, err := status.OpenReader(ctxT(t), env.Store, status.Names{Prefix: env.Prefix}, status.Options{})
+	r, err := record.OpenReader(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader: %v", err)
 	}
-	return r, r.Store()
+	return r, r.Store
 }
 
-func create(t *testing.T, s *status.Store, typ, params string) string {
+func create(t *testing.T, s *record.Store, typ, params string) string {
 	t.Helper()
 	id := uuid.NewString()
-	if err := s.Create(ctxT(t), status.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1"}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: commands.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -57,56 +59,59 @@ func TestApply(t *testing.T) {
 		lastErr  string
 		settled  int
 	}{
-		{status.Event{Kind: status.Created, Time: at(0)}, status.Pending, 0, 0, "", 0},
-		{status.Event{Kind: status.Started, Time: at(1), Attempt: 1, Worker: "w1"}, status.Running, 1, 0, "", 0},
-		{status.Event{Kind: status.StepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.Running, 1, 1, "", 0},
-		{status.Event{Kind: status.Failed, Time: at(3), Attempt: 1, Error: "boom"}, status.Retrying, 1, 1, "boom", 1},
+		{status.Event{Kind: status.EventCreated, Time: at(0)}, status.StatePending, 0, 0, "", 0},
+		{status.Event{Kind: status.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, status.StateRunning, 1, 0, "", 0},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, status.StateRunning, 1, 1, "", 0},
+		{status.Event{Kind: status.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, status.StateRetrying, 1, 1, "boom", 1},
 		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
-		{status.Event{Kind: status.LeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, status.Retrying, 1, 1, "boom", 2},
-		{status.Event{Kind: status.Started, Time: at(4), Attempt: 3, Worker: "w2"}, status.Running, 3, 1, "boom", 2},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 3}, status.Running, 3, 3, "boom", 2},
-		{status.Event{Kind: status.StepCompleted, Time: at(5), Step: 2}, status.Running, 3, 3, "boom", 2}, // never goes back
-		{status.Event{Kind: status.Failed, Time: at(6), Attempt: 3, Error: "again"}, status.Retrying, 3, 3, "again", 3},
-		{status.Event{Kind: status.PoisonedEvent, Time: at(7), Attempt: 3, Reason: "ceiling"}, status.Poisoned, 3, 3, "again", 3},
-		{status.Event{Kind: status.Requeued, Time: at(8), Worker: "op"}, status.Pending, 0, 3, "", 0},
-		{status.Event{Kind: status.Started, Time: at(9), Attempt: 1}, status.Running, 1, 3, "", 0},
-		{status.Event{Kind: status.CompletedEvent, Time: at(10), Attempt: 1}, status.Completed, 1, 3, "", 1},
+		{status.Event{Kind: status.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, status.StateRetrying, 1, 1, "boom", 2},
+		{status.Event{Kind: status.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, status.StateRunning, 3, 1, "boom", 2},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(5), Step: 3}, status.StateRunning, 3, 3, "boom", 2},
+		{status.Event{Kind: status.EventStepCompleted, Time: at(5), Step: 2}, status.StateRunning, 3, 3, "boom", 2}, // never goes back
+		{status.Event{Kind: status.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, status.StateRetrying, 3, 3, "again", 3},
+		{status.Event{Kind: status.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, status.StatePoisoned, 3, 3, "again", 3},
+		{status.Event{Kind: status.EventRequeued, Time: at(8), By: "op"}, status.StatePending, 0, 3, "", 0},
+		{status.Event{Kind: status.EventStarted, Time: at(9), Attempt: 1}, status.StateRunning, 1, 3, "", 0},
+		{status.Event{Kind: status.EventCompleted, Time: at(10), Attempt: 1}, status.StateCompleted, 1, 3, "", 1},
 		// A delivery whose lease ended after the completion: still completed.
-		{status.Event{Kind: status.LeaseLost, Time: at(11), Attempt: 1}, status.Completed, 1, 3, "", 1},
+		{status.Event{Kind: status.EventLeaseLost, Time: at(11), Attempt: 1}, status.StateCompleted, 1, 3, "", 1},
 	}
 	for i, st := range steps {
 		status.Apply(&s, st.ev)
-		settled = status.Settle(settled, st.ev)
-		if s.Status != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
+		settled = record.Settle(settled, st.ev)
+		if s.State != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
 			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
-				i, st.ev.Kind, s.Status, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
+				i, st.ev.Kind, s.State, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
 		}
 		if !s.UpdatedAt.Equal(st.ev.Time) {
 			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
 		}
 	}
-	if !s.CreatedAt.Equal(t0) || s.Worker != "op" {
+	if !s.CreatedAt.Equal(t0) || s.Worker != "w2" { // an operator's requeue names no processor
 		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
 	}
 	var d status.Status
-	status.Apply(&d, status.Event{Kind: status.Created, Time: at(0)})
-	status.Apply(&d, status.Event{Kind: status.PoisonedEvent, Time: at(1)})
-	status.Apply(&d, status.Event{Kind: status.DiscardedEvent, Time: at(2)})
-	if d.Status != status.Discarded || !d.Status.Final() || status.Retrying.Final() {
+	status.Apply(&d, status.Event{Kind: status.EventCreated, Time: at(0)})
+	status.Apply(&d, status.Event{Kind: status.EventPoisoned, Time: at(1)})
+	status.Apply(&d, status.Event{Kind: status.EventDiscarded, Time: at(2)})
+	if d.State != status.StateDiscarded || !d.State.Final() || status.StateRetrying.Final() {
 		t.Fatalf("discard: %+v", d)
 	}
 }
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	var n status.Names
-	if n.Queue("") != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
-		t.Fatalf("default names: %s %s %s %s", n.Queue(""), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
+	n := record.Names{Prefix: commands.DefaultPrefix}
+	if n.Queue(commands.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
+		t.Fatalf("default names: %s %s %s %s", n.Queue(commands.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
+	}
+	if err := (record.Names{}).Validate(); !errors.Is(err, storage.ErrInvalidName) {
+		t.Fatalf("empty prefix: %v (the caller applies the default)", err)
 	}
 	if err := n.Validate("commands", "slow"); err != nil {
 		t.Fatal(err)
 	}
-	err := status.Names{Prefix: "Bad_Prefix"}.Validate()
+	err := record.Names{Prefix: "Bad_Prefix"}.Validate()
 	if !errors.Is(err, storage.ErrInvalidName) {
 		t.Fatalf("bad prefix: %v", err)
 	}
@@ -118,7 +123,7 @@ func TestNames(t *testing.T) {
 
 func TestCreateLoad(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		env.Store.Reset()
@@ -134,9 +139,9 @@ func TestCreateLoad(t *testing.T) {
 		if c := env.Store.Counts(); c["Get"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Load cost %s, want Get=1 (one point read)", env.Store)
 		}
-		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.Status != status.Pending ||
+		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.State != status.StatePending ||
 			rec.CorrelationID != "corr-1" || rec.Queue != "commands" || rec.EventSeq != 1 || rec.ETag == "" ||
-			rec.ParamsHash != status.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
+			rec.ParamsHash != record.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
 			t.Fatalf("loaded record: %+v", rec)
 		}
 		env.Store.Reset()
@@ -151,13 +156,13 @@ func TestCreateLoad(t *testing.T) {
 			t.Fatalf("Reader.Get %+v, Load %+v", got, rec.Status)
 		}
 		evs, err := r.Events(ctx, id)
-		if err != nil || len(evs) != 1 || evs[0].Kind != status.Created || evs[0].Seq != 1 {
+		if err != nil || len(evs) != 1 || evs[0].Kind != status.EventCreated || evs[0].Seq != 1 {
 			t.Fatalf("events %+v, %v", evs, err)
 		}
-		if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Create"}); !errors.Is(err, storage.ErrExists) {
+		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: commands.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("second Create: %v, want ErrExists", err)
 		}
-		for _, bad := range []string{uuid.NewString(), "", status.UnqueuedPartition} {
+		for _, bad := range []string{uuid.NewString(), "", record.UnqueuedPartition} {
 			if _, err := r.Get(ctx, bad); !errors.Is(err, status.ErrNotFound) {
 				t.Fatalf("Get(%q): %v, want ErrNotFound", bad, err)
 			}
@@ -178,7 +183,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 	}
 	sb.WriteString(`"}`)
 	params := sb.String()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		_, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Big", params)
@@ -189,7 +194,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		if string(rec.Params) != params {
 			t.Fatalf("params did not round-trip: %d bytes back, %d sent", len(rec.Params), len(params))
 		}
-		e, err := s.CommandsTable().Get(ctx, id, status.RowCommand)
+		e, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +202,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		for k, v := range e.Properties {
 			if strings.HasPrefix(k, "Params") && k != "ParamsHash" {
 				n++
-				if u := len(utf16.Encode([]rune(v.(string)))); u > status.ParamsChunkUnits {
+				if u := len(utf16.Encode([]rune(v.(string)))); u > record.ParamsChunkUnits {
 					t.Fatalf("%s has %d UTF-16 units", k, u)
 				}
 			}
@@ -210,14 +215,14 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 
 func TestParamsTooLarge(t *testing.T) {
 	t.Parallel()
-	params := `{"s":"` + strings.Repeat("x", status.MaxParamsChunks*status.ParamsChunkUnits) + `"}`
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	params := `{"s":"` + strings.Repeat("x", record.MaxParamsChunks*record.ParamsChunkUnits) + `"}`
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		_, s := open(t, env)
 		ctx := ctxT(t)
 		id := uuid.NewString()
 		env.Store.Reset()
-		err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params)})
-		if !errors.Is(err, status.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "524288") {
+		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: commands.DefaultQueue})
+		if !errors.Is(err, record.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "524288") {
 			t.Fatalf("Create huge: %v", err)
 		}
 		if env.Store.Total() != 0 {
@@ -231,7 +236,7 @@ func TestParamsTooLarge(t *testing.T) {
 
 func TestAppendConflict(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Append", `{}`)
@@ -241,19 +246,19 @@ func TestAppendConflict(t *testing.T) {
 		}
 		b, _ := s.Load(ctx, id)
 		env.Store.Reset()
-		if err := s.Append(ctx, a, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
-			status.Event{Kind: status.CompletedEvent, Attempt: 1, Worker: "w1"}); err != nil {
+		if err := s.Append(ctx, a, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.EventCompleted, Attempt: 1, Worker: "w1"}); err != nil {
 			t.Fatal(err)
 		}
 		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Append cost %s, want Batch=1", env.Store)
 		}
-		if a.Status.Status != status.Completed || a.EventSeq != 3 || a.Attempts != 1 {
+		if a.Status.State != status.StateCompleted || a.EventSeq != 3 || a.Attempts != 1 {
 			t.Fatalf("record after Append: %+v", a)
 		}
 		before := *b
 		env.Store.Reset()
-		err = s.Append(ctx, b, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"})
+		err = s.Append(ctx, b, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2"})
 		if !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("stale Append: %v, want ErrConflict", err)
 		}
@@ -261,7 +266,7 @@ func TestAppendConflict(t *testing.T) {
 		// from this write having landed (its answer lost) takes two point
 		// reads: the command row, and the event row this write would have
 		// started at (a later write may have followed it).
-		var ce *status.ConflictError
+		var ce *record.ConflictError
 		if !errors.As(err, &ce) || ce.Current == nil || ce.Current.ETag != a.ETag || ce.Current.WriteID != a.WriteID || a.WriteID == "" ||
 			ce.Current.Status != a.Status || ce.Current.EventSeq != 3 {
 			t.Fatalf("conflict %#v, want the current command (record %+v)", err, a)
@@ -273,7 +278,7 @@ func TestAppendConflict(t *testing.T) {
 			t.Fatalf("failed Append changed the record")
 		}
 		got, err := r.Get(ctx, id)
-		if err != nil || got.Status != status.Completed || got.Worker != "w1" {
+		if err != nil || got.State != status.StateCompleted || got.Worker != "w1" {
 			t.Fatalf("Get: %+v %v", got, err)
 		}
 		// The stored projection equals the replay of the stored events.
@@ -299,7 +304,7 @@ func TestAppendConflict(t *testing.T) {
 
 func TestEventsPaging(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Steps", `{}`)
@@ -307,13 +312,13 @@ func TestEventsPaging(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const total = 1 + 11*status.MaxEventsPerAppend // > 1000: more than one page
+		const total = 1 + 11*record.MaxEventsPerAppend // > 1000: more than one page
 		step := 0
 		for rec.EventSeq < total {
-			evs := make([]status.Event, status.MaxEventsPerAppend)
+			evs := make([]status.Event, record.MaxEventsPerAppend)
 			for i := range evs {
 				step++
-				evs[i] = status.Event{Kind: status.StepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
+				evs[i] = status.Event{Kind: status.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
 			}
 			if err := s.Append(ctx, rec, evs...); err != nil {
 				t.Fatal(err)
@@ -334,7 +339,7 @@ func TestEventsPaging(t *testing.T) {
 			if e.Seq != int64(i+1) {
 				t.Fatalf("event %d has seq %d", i, e.Seq)
 			}
-			if i > 0 && (e.Kind != status.StepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
+			if i > 0 && (e.Kind != status.EventStepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
 				t.Fatalf("event %d: %+v", i, e)
 			}
 		}
@@ -346,10 +351,10 @@ func TestEventsPaging(t *testing.T) {
 
 func TestPoisonRequeueDiscard(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
-		names := status.Names{Prefix: env.Prefix}
+		names := record.Names{Prefix: env.Prefix}
 		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
 		var ids []string
 		for i := 0; i < 5; i++ {
@@ -365,14 +370,14 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			}
 			env.Store.Reset()
 			err = s.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
-				status.Event{Kind: status.Started, Attempt: 6}, status.Event{Kind: status.Failed, Attempt: 6, Error: fmt.Sprint("err ", i)})
+				status.Event{Kind: status.EventStarted, Attempt: 6}, status.Event{Kind: status.EventFailed, Attempt: 6, Error: fmt.Sprint("err ", i)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c := env.Store.Counts(); c["Upsert"] != 1 || c["Batch"] != 1 || env.Store.Total() != 2 {
 				t.Fatalf("Poison cost %s, want Upsert=1 Batch=1", env.Store)
 			}
-			if rec.Status.Status != status.Poisoned || rec.LastError != fmt.Sprint("err ", i) {
+			if rec.Status.State != status.StatePoisoned || rec.LastError != fmt.Sprint("err ", i) {
 				t.Fatalf("poisoned record %+v", rec)
 			}
 		}
@@ -429,15 +434,15 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _ := r.Get(ctx, ids[1])
-		if st.Status != status.Pending || st.Attempts != 0 || st.LastError != "" || st.Worker != "alice" {
+		if st.State != status.StatePending || st.Attempts != 0 || st.LastError != "" || st.Worker != "w" {
 			t.Fatalf("after requeue: %+v", st)
 		}
 		evs, _ := r.Events(ctx, ids[1])
-		if last := evs[len(evs)-1]; last.Kind != status.Requeued || last.Worker != "alice" {
+		if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != "alice" || last.Worker != "" {
 			t.Fatalf("last event %+v", last)
 		}
 		msgs := env.Store.Messages(t, queueName)
-		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != status.MessageText(ids[1], "demo.B") {
+		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != (record.Envelope{ID: ids[1], Type: "demo.B"}).Marshal() {
 			t.Fatalf("messages after requeue: %+v", msgs)
 		}
 		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, status.ErrNotFound) {
@@ -451,7 +456,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := r.Discard(ctx, ids[3], "bob"); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := r.Get(ctx, ids[3]); st.Status != status.Discarded {
+		if st, _ := r.Get(ctx, ids[3]); st.State != status.StateDiscarded {
 			t.Fatalf("after discard: %+v", st)
 		}
 		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, status.ErrNotFound) {
@@ -468,7 +473,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := s.Poison(ctx, orec, status.PoisonEntry{Reason: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, orec, status.Event{Kind: status.Requeued}); err != nil {
+		if err := s.Append(ctx, orec, status.Event{Kind: status.EventRequeued}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
@@ -485,13 +490,13 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 
 func TestPoisonConflictRemovesEntry(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Race", `{}`)
 		stale, _ := s.Load(ctx, id)
 		fresh, _ := s.Load(ctx, id)
-		if err := s.Append(ctx, fresh, status.Event{Kind: status.Started, Attempt: 1}, status.Event{Kind: status.CompletedEvent, Attempt: 1}); err != nil {
+		if err := s.Append(ctx, fresh, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Poison(ctx, stale, status.PoisonEntry{Reason: "ceiling"}); !errors.Is(err, storage.ErrConflict) {
@@ -505,13 +510,13 @@ func TestPoisonConflictRemovesEntry(t *testing.T) {
 
 func TestTruncatesLongText(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Long", `{}`)
 		rec, _ := s.Load(ctx, id)
 		long := strings.Repeat("é", 100_000)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Error: long, Detail: long}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventFailed, Error: long, Detail: long}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -519,10 +524,10 @@ func TestTruncatesLongText(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := evs[1]
-		if n := len([]rune(e.Error)); n > status.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
+		if n := len([]rune(e.Error)); n > record.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
 			t.Fatalf("error kept %d runes", n)
 		}
-		if n := len([]rune(e.Detail)); n > status.MaxDetailUnits || n < status.MaxDetailUnits-20 {
+		if n := len([]rune(e.Detail)); n > record.MaxDetailUnits || n < record.MaxDetailUnits-20 {
 			t.Fatalf("detail kept %d runes", n)
 		}
 	})
@@ -530,7 +535,7 @@ func TestTruncatesLongText(t *testing.T) {
 
 func TestRequeueEnqueueFailureMarks(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Requeue", `{}`)
@@ -541,13 +546,13 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		env.Store.FailEnqueue.Store(true)
 		err := r.Requeue(ctx, id, "carol")
 		env.Store.FailEnqueue.Store(false)
-		if !errors.Is(err, statustest.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+		if !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Requeue with failing enqueue: %v", err)
 		}
-		if st, _ := r.Get(ctx, id); st.Status != status.Pending {
-			t.Fatalf("status %s, want pending", st.Status)
+		if st, _ := r.Get(ctx, id); st.State != status.StatePending {
+			t.Fatalf("status %s, want pending", st.State)
 		}
-		if m, err := s.CommandsTable().Get(ctx, status.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
+		if m, err := s.CommandsTable().Get(ctx, record.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
 			t.Fatalf("marker %+v %v", m, err)
 		}
 		if _, err := r.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
@@ -561,7 +566,7 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 // poisoned event whose time was taken before the failed event's).
 func TestEventTimesNeverGoBack(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Times", `{}`)
@@ -570,12 +575,12 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		past := rec.Status.CreatedAt.Add(-time.Hour)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Time: past},
-			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Time: past},
+			status.Event{Kind: status.EventFailed, Attempt: 1, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Poison(ctx, rec, status.PoisonEntry{Reason: "test", DequeueCount: 1, PoisonedAt: past},
-			status.Event{Kind: status.Failed, Attempt: 1, Error: "boom again"}); err != nil {
+			status.Event{Kind: status.EventFailed, Attempt: 1, Error: "boom again"}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -599,12 +604,12 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 // and clear LastError by writing "".
 func TestCommandRowLayout(t *testing.T) {
 	t.Parallel()
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
 		id := uuid.NewString()
 		env.Store.Reset()
-		if err := s.Create(ctx, status.NewCommand{ID: id, Type: "demo.Layout", Params: []byte(`{"k":"v"}`), CorrelationID: "c-9", Queue: "slow"}); err != nil {
+		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Layout", Params: []byte(`{"k":"v"}`), CorrelationID: "c-9", Queue: "slow"}); err != nil {
 			t.Fatal(err)
 		}
 		rows := func() map[string]storage.Entity {
@@ -623,8 +628,8 @@ func TestCommandRowLayout(t *testing.T) {
 		if len(m) != 2 {
 			t.Fatalf("rows after Create: %v, want a:cmd and e:0000000001", keys(m))
 		}
-		row, ok := m[status.RowCommand]
-		if !ok || m[status.EventRowKey(1)].RowKey == "" {
+		row, ok := m[record.RowCommand]
+		if !ok || m[record.EventRowKey(1)].RowKey == "" {
 			t.Fatalf("rows after Create: %v", keys(m))
 		}
 		want := map[string]any{
@@ -636,8 +641,8 @@ func TestCommandRowLayout(t *testing.T) {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
 		}
-		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[status.EventRowKey(1)].Properties["WriteID"] != w {
-			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[status.EventRowKey(1)].Properties["WriteID"])
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[record.EventRowKey(1)].Properties["WriteID"] != w {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[record.EventRowKey(1)].Properties["WriteID"])
 		}
 
 		rec, err := s.Load(ctx, id)
@@ -647,24 +652,24 @@ func TestCommandRowLayout(t *testing.T) {
 		if rec.ETag != row.ETag {
 			t.Fatalf("Load ETag %q, stored row ETag %q", rec.ETag, row.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 1, Worker: "w1"},
-			status.Event{Kind: status.Failed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w1"},
+			status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		row = rows()[status.RowCommand]
+		row = rows()[record.RowCommand]
 		if row.Properties["LastError"] != "boom" || row.Properties["Status"] != "retrying" || row.Properties["Params"] != `{"k":"v"}` ||
-			row.Properties["ParamsHash"] != status.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
+			row.Properties["ParamsHash"] != record.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"},
-			status.Event{Kind: status.CompletedEvent, Attempt: 2, Worker: "w2"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2"},
+			status.Event{Kind: status.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
 		}
 		m = rows()
 		if len(m) != 6 {
 			t.Fatalf("rows after two appends: %v, want a:cmd and 5 events", keys(m))
 		}
-		row = m[status.RowCommand]
+		row = m[record.RowCommand]
 		if v, ok := row.Properties["LastError"]; !ok || v != "" {
 			t.Fatalf("LastError after completion: %#v (present %v), want \"\"", v, ok)
 		}
@@ -673,7 +678,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
+			back.Status.State != status.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)
@@ -697,8 +702,8 @@ func keys(m map[string]storage.Entity) []string {
 func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 	t.Parallel()
 	// 15.9 chunks of parameters: about 1,042,000 bytes of the 1 MiB row.
-	params := `{"s":"` + strings.Repeat("x", 15*status.ParamsChunkUnits+29_000) + `"}`
-	statustest.Each(t, func(t *testing.T, env statustest.Env) {
+	params := `{"s":"` + strings.Repeat("x", 15*record.ParamsChunkUnits+29_000) + `"}`
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		_, s := open(t, env)
 		ctx := ctxT(t)
 		id := create(t, s, "demo.BigErr", params)
@@ -706,8 +711,8 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		long := strings.Repeat("e", 3*status.MaxTextUnits)
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Failed, Attempt: 1, Worker: strings.Repeat("w", 3*status.MaxTextUnits), Error: long}); err != nil {
+		long := strings.Repeat("e", 3*record.MaxTextUnits)
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*record.MaxTextUnits), Error: long}); err != nil {
 			t.Fatalf("append of a long error beside large params: %v", err)
 		}
 		back, err := s.Load(ctx, id)
@@ -717,10 +722,10 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if string(back.Params) != params {
 			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
 		}
-		if back.Status.Status != status.Retrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= status.MaxTextUnits {
-			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.Status, len(back.LastError), status.MaxTextUnits)
+		if back.Status.State != status.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= record.MaxTextUnits {
+			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), record.MaxTextUnits)
 		}
-		row, err := s.CommandsTable().Get(ctx, id, status.RowCommand)
+		row, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,14 @@
-package api
+// Package metrics holds cmdq's Prometheus collectors: the processor's
+// observer (completions, failures, poisonings, handler durations, lost
+// leases, polls), a store wrapper counting every storage operation, the
+// sampled queue depths, and the count of commands issued through the HTTP
+// API, with bounded type labels. `cmdq serve` and `cmdq worker
+// --metrics-addr` expose them on /metrics; in your own program:
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer)
+//	st := m.InstrumentStore(raw) // before cmdq.New
+//	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{Observer: m}})
+package metrics
 
 import (
 	"context"
@@ -16,10 +26,12 @@ import (
 // storage operation per queue.
 const DefaultQueueDepthTTL = 5 * time.Second
 
-// Metrics holds cmdq's Prometheus metrics. It implements processor.Metrics (pass it as processor.Config.Metrics), counts commands
-// issued through the API, counts storage operations through InstrumentStore,
-// and samples queue depths registered with WatchQueue. All methods are safe
-// for concurrent use; a nil *Metrics ignores every call.
+// Metrics holds cmdq's Prometheus metrics. It implements processor.Observer
+// (pass it as processor.Config.Observer, or cmdq.Config.Processor.Observer),
+// counts commands issued through the HTTP API (CommandIssued), counts
+// storage operations through InstrumentStore, and samples queue depths
+// registered with WatchQueue. All methods are safe for concurrent use; a
+// nil *Metrics ignores every call.
 //
 // Metric names (all prefixed cmdq_):
 //
@@ -62,11 +74,11 @@ const OtherType = "other"
 const DefaultMaxTypeLabels = 100
 
 // LabelTypes adds command types that get their own `type` label value
-// (normally every registered handler type: handlers.Registry.Types) and
+// (normally every type the client knows: cmdq.Client.Types) and
 // from then on counts every other type under OtherType, so the number of
 // series stays bounded by the registered types plus one. Called with no
 // types it still switches to that mode (everything counts as OtherType).
-// api.New calls it with Config.Registry's types. Before any call, the first
+// api.New calls it with its client's types when there are any. Before any call, the first
 // DefaultMaxTypeLabels type names seen get their own label. The empty type
 // (a malformed message) keeps the label "".
 func (m *Metrics) LabelTypes(types ...string) {
@@ -109,9 +121,10 @@ func (m *Metrics) typeLabel(typ string) string {
 	return typ
 }
 
-// NewMetrics creates the metrics and registers them with reg (nil =
-// prometheus.DefaultRegisterer). It fails if they are already registered there.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// New creates the metrics and registers them with reg (nil =
+// prometheus.DefaultRegisterer). It fails if they are already registered
+// there.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -281,15 +294,4 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Metrics is what the processor reports to.
-var _ processor.Metrics = (*Metrics)(nil)
-
-// ProcessorHealth adapts a processor's health to Config.Health: the state is
-// the processor's State, healthy is Health.Healthy(), and the detail is the
-// processor.Health snapshot (state, since, lastError, consecutiveFaults,
-// inFlight).
-func ProcessorHealth(p *processor.Processor) HealthFunc {
-	return func() (string, bool, any) {
-		h := p.Health()
-		return string(h.State), h.Healthy(), h
-	}
-}
+var _ processor.Observer = (*Metrics)(nil)

@@ -1,0 +1,462 @@
+package cmdq_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// store is one driver's store for a test: a fresh embedded data directory,
+// or Azurite with a prefix of the test's own.
+type store struct {
+	driver string
+	st     storage.Store
+	prefix string
+}
+
+// eachDriver runs f as parallel subtests "embedded" and "azure".
+func eachDriver(t *testing.T, f func(t *testing.T, s store)) {
+	t.Helper()
+	for _, driver := range []string{"embedded", "azure"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			f(t, openStore(t, driver))
+		})
+	}
+}
+
+func openStore(t *testing.T, driver string) store {
+	t.Helper()
+	var st storage.Store
+	switch driver {
+	case "embedded":
+		s, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	case "azure":
+		s, err := azure.Open(context.Background(), azure.Config{ConnectionString: azurite.ConnectionString(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = s
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return store{driver: driver, st: st, prefix: "t" + hex.EncodeToString(b[:])}
+}
+
+// fast is a processor configuration for tests: short polls, no reconciler.
+func fast() processor.Config {
+	return processor.Config{Worker: "w-test", MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
+		DrainTimeout: 5 * time.Second, ReconcileInterval: processor.NoReconcile}
+}
+
+func newClient(t *testing.T, s store, cfg cmdq.Config) *cmdq.Client {
+	t.Helper()
+	cfg.Prefix = s.prefix
+	c, err := cmdq.New(s.st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+// resize declares its queue and defaults.
+type resize struct {
+	URL string `json:"url"`
+}
+
+func (resize) CommandType() string { return "images.resize" }
+func (resize) CommandOptions() cmdq.CommandOptions {
+	return cmdq.CommandOptions{Queue: "images", Lease: 2 * time.Minute, PoisonCeiling: 3}
+}
+
+type greet struct {
+	Name string `json:"name"`
+}
+
+func (greet) CommandType() string { return "greet" }
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	_, err := cmdq.New(s.st, cmdq.Config{Prefix: "Bad-Prefix", Processor: processor.Config{Prefix: "other", BatchSize: 99}, MaxParamsBytes: -1})
+	if !errors.Is(err, cmdq.ErrInvalidConfig) {
+		t.Fatalf("New: %v", err)
+	}
+	for _, want := range []string{"Prefix", "Processor.Prefix", "BatchSize", "MaxParamsBytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s: %v", want, err)
+		}
+	}
+	if _, err := cmdq.New(nil, cmdq.Config{}); !errors.Is(err, cmdq.ErrInvalidConfig) {
+		t.Fatalf("New(nil): %v", err)
+	}
+}
+
+// TestIssueRegisterWait: the common path on both drivers: register, start,
+// issue with an ID (idempotent), wait, read the events, count live.
+func TestIssueRegisterWait(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		var completed atomic.Int64
+		cfg := cmdq.Config{Processor: fast(), WaitPollInterval: time.Minute, WaitMaxPollInterval: time.Minute}
+		cfg.Processor.Observer = countCompleted{n: &completed}
+		c := newClient(t, s, cfg)
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+			if cmd.Name == "" {
+				return cmdq.Permanent(errors.New("no name"))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmdq.Register(c, func(context.Context, resize, *cmdq.Run) error { return nil }); !errors.Is(err, cmdq.ErrStarted) {
+			t.Fatalf("Register after Start: %v", err)
+		}
+		id := cmdq.NewID()
+		res, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.WithID(id))
+		if err != nil || res.ID != id || res.Existing {
+			t.Fatalf("Issue: %+v %v", res, err)
+		}
+		// Wait polls once a minute here: only the in-process outcome
+		// ends it in time.
+		st, err := c.Wait(ctx, id)
+		if err != nil || st.State != cmdq.StateCompleted || st.Attempts != 1 {
+			t.Fatalf("Wait: %+v %v", st, err)
+		}
+		again, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.WithID(id))
+		if err != nil || !again.Existing {
+			t.Fatalf("re-issue: %+v %v", again, err)
+		}
+		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, commands.ErrIDConflict) {
+			t.Fatalf("other params, same ID: %v", err)
+		}
+		evs, err := c.Events(ctx, id)
+		if err != nil || !slices.Equal(kinds(evs), []cmdq.EventKind{cmdq.EventCreated, cmdq.EventStarted, cmdq.EventCompleted}) {
+			t.Fatalf("events %v %v", kinds(evs), err)
+		}
+		bad, err := c.Issue(ctx, greet{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := c.Wait(ctx, bad.ID); err != nil || st.State != cmdq.StatePoisoned {
+			t.Fatalf("permanent error: %+v %v", st, err)
+		}
+		if !c.Stats().Running {
+			t.Fatalf("stats %+v while processing", c.Stats())
+		}
+		if h := c.Health(); !h.Healthy() {
+			t.Fatalf("health %+v", h)
+		}
+		m, err := c.Statuses(ctx, id, bad.ID, cmdq.NewID())
+		if err != nil || len(m) != 2 || m[id].State != cmdq.StateCompleted || m[bad.ID].State != cmdq.StatePoisoned {
+			t.Fatalf("Statuses: %v %v", m, err)
+		}
+		page, err := c.ListCommands(ctx, cmdq.CommandQuery{State: cmdq.StatePoisoned})
+		if err != nil || len(page.Commands) != 1 || page.Commands[0].ID != bad.ID {
+			t.Fatalf("ListCommands: %+v %v", page, err)
+		}
+		if err := c.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// After Stop every count is final (live ones may trail the
+		// stored outcome by a moment).
+		if st := c.Stats(); st.Running || st.Completed != 1 || st.Poisoned != 1 || completed.Load() != 1 {
+			t.Fatalf("stats after Stop %+v, observer saw %d completions", st, completed.Load())
+		}
+	})
+}
+
+// countCompleted counts completions; NopObserver supplies the rest.
+type countCompleted struct {
+	processor.NopObserver
+	n *atomic.Int64
+}
+
+func (o countCompleted) CommandCompleted(string) { o.n.Add(1) }
+
+func kinds(evs []cmdq.Event) []cmdq.EventKind {
+	out := make([]cmdq.EventKind, len(evs))
+	for i, e := range evs {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+// TestDeclaredRouting: a type that declares its queue is routed there by an
+// issuing-only client with no handler and no wiring; a worker client
+// takes the declared options as its defaults.
+func TestDeclaredRouting(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		front := newClient(t, s, cmdq.Config{})
+		res, err := front.Issue(ctx, resize{URL: "a.png"})
+		if err != nil || res.Queue != "images" {
+			t.Fatalf("Issue: %+v %v", res, err)
+		}
+		if n, err := front.QueueDepth(ctx, "images"); err != nil || n != 1 {
+			t.Fatalf("images queue holds %d (%v), want 1", n, err)
+		}
+		if n, _ := front.QueueDepth(ctx, commands.DefaultQueue); n != 0 {
+			t.Fatalf("default queue holds %d, want 0", n)
+		}
+		// By type name: routed once declared.
+		if err := cmdq.Declare[resize](front); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := front.IssueRaw(ctx, cmdq.Raw{Type: "images.resize", Params: []byte(`{"url":"b.png"}`)})
+		if err != nil || raw.Queue != "images" {
+			t.Fatalf("IssueRaw: %+v %v", raw, err)
+		}
+
+		worker := newClient(t, s, cmdq.Config{Processor: fast()})
+		var ran atomic.Int64
+		if err := cmdq.Register(worker, func(context.Context, resize, *cmdq.Run) error { ran.Add(1); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		def, _ := worker.Lookup("images.resize")
+		if def.Queue != "images" || def.Lease != 2*time.Minute || def.PoisonCeiling != 3 {
+			t.Fatalf("registered options %+v, want the declared ones", def.Options)
+		}
+		if err := worker.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{res.ID, raw.ID} {
+			if st, err := worker.Wait(ctx, id); err != nil || st.State != cmdq.StateCompleted || st.Queue != "images" {
+				t.Fatalf("Wait %s: %+v %v", id, st, err)
+			}
+		}
+		if ran.Load() != 2 {
+			t.Fatalf("handler ran %d times, want 2", ran.Load())
+		}
+	})
+}
+
+// TestRequeueWakesProcessor: a requeued command starts at once, although
+// the processor would not poll again for an hour.
+func TestRequeueWakesProcessor(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		cfg := fast()
+		cfg.MinPollInterval, cfg.MaxPollInterval, cfg.PollJitter = time.Hour, time.Hour, -1
+		c := newClient(t, s, cmdq.Config{Processor: cfg})
+		var fixed atomic.Bool
+		started := make(chan time.Time, 4)
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+			started <- time.Now()
+			if !fixed.Load() {
+				return cmdq.Permanent(errors.New("not configured"))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctx, greet{Name: "x"}) // the issue wakes the processor
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StatePoisoned {
+			t.Fatalf("first attempt: %+v %v", st, err)
+		}
+		<-started
+		fixed.Store(true)
+		requeued := time.Now()
+		if err := c.Requeue(ctx, res.ID, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-started:
+			t.Logf("%s: requeued command started %s after the requeue", s.driver, at.Sub(requeued))
+		case <-time.After(30 * time.Second): // the next poll is an hour away
+			t.Fatal("the requeued command did not start: the requeue did not wake the processor")
+		}
+		if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("after requeue: %+v %v", st, err)
+		}
+		evs, _ := c.Events(ctx, res.ID)
+		for _, e := range evs {
+			if e.Kind == cmdq.EventRequeued && e.By != "ops" {
+				t.Fatalf("requeued by %q, want ops", e.By)
+			}
+		}
+	})
+}
+
+// TestIssueMany: a batch of commands, one with its own ID; on the embedded
+// store the batch is one commit.
+func TestIssueMany(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newClient(t, s, cmdq.Config{})
+		if _, err := c.Issue(ctx, greet{Name: "warm"}); err != nil { // creates the tables and queue
+			t.Fatal(err)
+		}
+		const n = 100
+		cmds := make([]cmdq.Command, n)
+		for i := range cmds {
+			cmds[i] = greet{Name: fmt.Sprint(i)}
+		}
+		id := cmdq.NewID()
+		cmds[7] = cmdq.With(cmds[7], cmdq.WithID(id))
+		var before uint64
+		emb, isEmbedded := s.st.(*embedded.Store)
+		if isEmbedded {
+			before = emb.Stats().Commits
+		}
+		results, err := c.IssueMany(ctx, cmds...)
+		if err != nil || len(results) != n || results[7].ID != id {
+			t.Fatalf("IssueMany: %d results, %v", len(results), err)
+		}
+		if isEmbedded {
+			if commits := emb.Stats().Commits - before; commits != 1 {
+				t.Errorf("%d commits for a batch of %d commands, want 1", commits, n)
+			}
+		}
+		ids := make([]string, n)
+		for i, r := range results {
+			ids[i] = r.ID
+		}
+		m, err := c.Statuses(ctx, ids...)
+		if err != nil || len(m) != n {
+			t.Fatalf("Statuses: %d of %d, %v", len(m), n, err)
+		}
+		if d, _ := c.QueueDepth(ctx, commands.DefaultQueue); d != n+1 {
+			t.Fatalf("queue holds %d messages, want %d", d, n+1)
+		}
+		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.With(greet{Name: "bad"}, cmdq.WithID("not-a-uuid")))
+		if !errors.Is(err, commands.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
+			t.Fatalf("IssueMany with a bad ID: %v", err)
+		}
+		// IDs issued before, and IDs repeated in the batch, are issued as
+		// Issue would: the same command again is Existing, other params
+		// under a taken ID conflict.
+		other := cmdq.NewID()
+		again, err := c.IssueMany(ctx,
+			cmdq.With(greet{Name: "7"}, cmdq.WithID(id)),     // results[7] before
+			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // new
+			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
+			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
+		)
+		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3") || strings.Contains(err.Error(), "command 2") {
+			t.Fatalf("IssueMany with repeated IDs: %v", err)
+		}
+		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
+			t.Fatalf("IssueMany with repeated IDs: %+v", again)
+		}
+	})
+}
+
+// TestRunFor: a time-boxed run through the client returns in time with what
+// it did.
+func TestRunFor(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	ctx := ctxT(t)
+	c := newClient(t, s, cmdq.Config{Processor: fast()})
+	if _, err := c.RunFor(ctx, time.Second); !errors.Is(err, processor.ErrNoHandlers) {
+		t.Fatalf("RunFor without handlers: %v", err)
+	}
+	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	sum, err := c.RunFor(ctx, 2*time.Second)
+	if err != nil || sum.Completed != 3 || time.Since(start) > 2*time.Second {
+		t.Fatalf("RunFor: %+v %v after %s", sum, err, time.Since(start))
+	}
+	if st := c.Stats(); st.Completed != 3 || st.Running {
+		t.Fatalf("stats after RunFor %+v", st)
+	}
+}
+
+// TestDeleteStorage: the prefix's queues and tables go, another prefix's
+// stay, and the client works again afterwards.
+func TestDeleteStorage(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newClient(t, s, cmdq.Config{})
+		res, err := c.Issue(ctx, resize{URL: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Issue(ctx, greet{Name: "y"}); err != nil {
+			t.Fatal(err)
+		}
+		other, err := cmdq.New(s.st, cmdq.Config{Prefix: s.prefix + "x"}) // shares the "<prefix>" start
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := other.Issue(ctx, greet{Name: "z"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeleteStorage(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if qs, err := s.st.Queues(ctx, s.prefix+"-"); err != nil || len(qs) != 0 {
+			t.Fatalf("queues left %q %v", qs, err)
+		}
+		ts, err := s.st.Tables(ctx, s.prefix)
+		if err != nil || !slices.Equal(ts, []string{s.prefix + "xcommands", s.prefix + "xpoison"}) {
+			t.Fatalf("tables left %q %v; want only the other prefix's", ts, err)
+		}
+		if _, err := other.Get(ctx, kept.ID); err != nil {
+			t.Fatalf("the other prefix's command: %v", err)
+		}
+		if s.driver == "azure" {
+			return // Azure refuses the deleted names for about 30 s
+		}
+		if _, err := c.Get(ctx, res.ID); !errors.Is(err, cmdq.ErrNotFound) {
+			t.Fatalf("Get after DeleteStorage: %v", err)
+		}
+		if _, err := c.Issue(ctx, greet{Name: "again"}); err != nil {
+			t.Fatalf("Issue after DeleteStorage: %v", err)
+		}
+	})
+}

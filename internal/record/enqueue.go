@@ -1,0 +1,232 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Enqueuer is the one enqueue path: every queue message of a stored
+// command — its issue, a re-issue, a background retry, a requeue and a
+// reconcile — is put on the command's queue by Enqueuer.Enqueue (or, for an
+// issue on a store that commits both in one write, by Create), which wakes
+// an in-process processor through the wake function as soon as the message
+// is on its queue. EnqueueOrMark marks a command whose enqueue failed for
+// the reconciler. Safe for concurrent use.
+type Enqueuer struct {
+	st    storage.Store
+	names Names
+	rec   *Store
+	wake  func(queue string)
+
+	mu     sync.Mutex
+	queues map[string]storage.Queue
+}
+
+// NewEnqueuer returns the enqueue path on st's queues named by names, with
+// rec for the commands' records and markers. wake, if not nil, is called
+// with the logical queue after every message put on it; it must not block
+// (processor.Processor.Notify).
+func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
+	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, queues: map[string]storage.Queue{}}
+}
+
+// Names returns the storage names the Enqueuer uses.
+func (e *Enqueuer) Names() Names { return e.names }
+
+// Queue returns the storage queue of a logical queue (opened once).
+func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if q, ok := e.queues[logical]; ok {
+		return q, nil
+	}
+	q, err := e.st.Queue(ctx, e.names.Queue(logical))
+	if err != nil {
+		return nil, err
+	}
+	e.queues[logical] = q
+	return q, nil
+}
+
+// sent is called once a message is on logical queue: it wakes an
+// in-process processor.
+func (e *Enqueuer) sent(queue string) {
+	if e.wake != nil {
+		e.wake(queue)
+	}
+}
+
+// Create stores a new command. On a store that can commit the issue batch
+// and the enqueue together (storage.Combiner: the embedded store) it writes
+// both in one durable write, leaves no gap for the reconciler to close and
+// reports enqueued; otherwise only the command is stored and the caller
+// enqueues it (EnqueueOrMark). Errors are Store.Create's.
+func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, err error) {
+	cb, ok := e.st.(storage.Combiner)
+	if !ok {
+		return false, e.rec.Create(ctx, nc)
+	}
+	if err := e.rec.CreateAndEnqueue(ctx, nc, cb, e.names.Queue(nc.Queue), Envelope{ID: nc.ID, Type: nc.Type}.Marshal()); err != nil {
+		return false, err
+	}
+	e.sent(nc.Queue)
+	return true, nil
+}
+
+// CreateMany stores new commands and their messages in one durable write
+// per queue on a store that can (storage.Combiner: the embedded store), and
+// wakes an in-process processor once per queue. errs[i] is ncs[i]'s error
+// (as Create's; nil: stored and enqueued). ok is false on a store that
+// cannot: nothing is written and the caller issues them one by one.
+// Commands must have distinct IDs.
+func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
+	cb, isCombiner := e.st.(storage.Combiner)
+	if !isCombiner {
+		return nil, false
+	}
+	errs = make([]error, len(ncs))
+	byQueue := map[string][]int{}
+	var queues []string
+	for i, nc := range ncs {
+		if _, seen := byQueue[nc.Queue]; !seen {
+			queues = append(queues, nc.Queue)
+		}
+		byQueue[nc.Queue] = append(byQueue[nc.Queue], i)
+	}
+	for _, queue := range queues {
+		idx := byQueue[queue]
+		items := make([]storage.CombinedItem, 0, len(idx))
+		sent := make([]int, 0, len(idx))
+		for _, i := range idx {
+			ops, err := e.rec.CreateOps(ncs[i])
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			items = append(items, storage.CombinedItem{PartitionKey: ncs[i].ID, Ops: ops, Text: Envelope{ID: ncs[i].ID, Type: ncs[i].Type}.Marshal()})
+			sent = append(sent, i)
+		}
+		if len(items) == 0 {
+			continue
+		}
+		res, err := cb.BatchEnqueueMany(ctx, e.names.CommandsTable(), e.names.Queue(queue), items, 0, storage.NoExpiry)
+		any := false
+		for k, i := range sent {
+			switch {
+			case err != nil:
+				errs[i] = CreateErr(ncs[i].ID, err)
+			case res[k].Err != nil:
+				errs[i] = CreateErr(ncs[i].ID, res[k].Err)
+			default:
+				any = true
+			}
+		}
+		if any {
+			e.sent(queue)
+		}
+	}
+	return errs, true
+}
+
+// Enqueue puts the message of the stored command id on its logical queue
+// and wakes an in-process processor.
+func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
+	q, err := e.Queue(ctx, queue)
+	if err == nil {
+		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
+	}
+	if err != nil {
+		return err
+	}
+	e.sent(queue)
+	return nil
+}
+
+// EnqueueOrMark is Enqueue; if that fails it marks the command unqueued for
+// the reconciler. It returns nil once enqueued; otherwise the enqueue error
+// (joined with the marker's) and whether the marker was written.
+func (e *Enqueuer) EnqueueOrMark(ctx context.Context, id, cmdType, queue string) (marked bool, err error) {
+	if err = e.Enqueue(ctx, id, cmdType, queue); err == nil {
+		return false, nil
+	}
+	if merr := e.rec.MarkUnqueued(ctx, id, queue); merr != nil {
+		return false, errors.Join(err, merr)
+	}
+	return true, err
+}
+
+// Depth returns the approximate number of messages on a logical queue,
+// visible or not: one storage call. It is not exact (see
+// storage.Queue.ApproximateCount).
+func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
+	q, err := e.Queue(ctx, logical)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq: queue %q: %w", logical, err)
+	}
+	n, err := q.ApproximateCount(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq: depth of queue %q: %w", logical, err)
+	}
+	return n, nil
+}
+
+// Requeue puts a poisoned command back: projection → pending with a requeued
+// event (By = by), a new message on the command's queue (which wakes an
+// in-process processor), the poison entry removed. Cost: 2 point reads + 1
+// batch + 1 enqueue + 1 delete.
+// Not poisoned → status.ErrNotPoisoned; unknown → status.ErrNotFound; an
+// entry with no stored command (a malformed message) → status.ErrNoCommand:
+// there is nothing to run, so fix the producer and Discard it. If the
+// enqueue fails the command (already pending) is marked for the reconciler,
+// its poison entry is removed, and the error says so. If the marker cannot
+// be written either, the entry stays and the error says to requeue again: a
+// Requeue of a command that is pending and never started since (with its
+// entry) enqueues it without another requeued event.
+func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
+	s := e.rec
+	rec, err := s.loadPoisoned(ctx, id, true)
+	if err != nil {
+		return err
+	}
+	if rec.Status.State == status.StatePoisoned {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
+			return err
+		}
+	}
+	marked, err := e.EnqueueOrMark(ctx, rec.ID, rec.Type, rec.Queue)
+	switch {
+	case err == nil:
+		return s.deletePoison(ctx, id)
+	case !marked:
+		// Nothing would queue it: keep the entry, so that the operator
+		// sees it and can requeue again.
+		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
+	}
+	// The command is pending and marked: its poison entry goes.
+	if derr := s.deletePoison(ctx, id); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return fmt.Errorf("cmdq: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
+}
+
+// Reader is a commands log's reads and operator actions: a Store (Get,
+// Events, ListPoison, GetPoison, Discard) and its Enqueuer (Requeue, Depth).
+type Reader struct {
+	*Store
+	*Enqueuer
+}
+
+// OpenReader opens the tables named by names on st and returns a Reader
+// whose enqueues wake wake (may be nil).
+func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options, wake func(queue string)) (*Reader, error) {
+	s, err := Open(ctx, st, names, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{Store: s, Enqueuer: NewEnqueuer(st, names, s, wake)}, nil
+}

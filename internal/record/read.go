@@ -1,0 +1,237 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Get returns a command's status (one point read of its command row; the
+// parameters are not decoded). Unknown ID → error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (status.Status, error) {
+	e, err := s.getRow(ctx, id)
+	if err != nil {
+		return status.Status{}, err
+	}
+	return decodeStatus(e), nil
+}
+
+// Events returns a command's events, oldest first, reading every page (one
+// query per 1000 events). Unknown ID → error wrapping ErrNotFound.
+func (s *Store) Events(ctx context.Context, id string) ([]status.Event, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	var out []status.Event
+	q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
+	for {
+		page, err := s.commands.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
+		}
+		for _, e := range page.Entities {
+			out = append(out, decodeEvent(e))
+		}
+		if page.Continuation == "" {
+			break
+		}
+		q.Continuation = page.Continuation
+	}
+	if len(out) == 0 {
+		return nil, notFound(id)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out, nil
+}
+
+func decodeEvent(e storage.Entity) status.Event {
+	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
+	ev := status.Event{
+		Seq:     seq,
+		Kind:    status.EventKind(str(e, "Kind")),
+		Time:    timeProp(e, "Time"),
+		Attempt: int(intProp(e, "Attempt")),
+		Worker:  str(e, "Worker"),
+		Step:    int(intProp(e, "Step")),
+		Note:    str(e, "Note"),
+		Error:   str(e, "Error"),
+		Reason:  str(e, "Reason"),
+		Detail:  str(e, "Detail"),
+	}
+	if operatorEvent(ev.Kind) {
+		ev.By, ev.Worker = ev.Worker, ""
+	}
+	return ev
+}
+
+// ListPoison lists poison entries newest first (by PoisonedAt, then command
+// ID), filtered by type, one page at a time. It reads the whole poison table
+// (one query per 1000 entries) and sorts in memory: poison tables are small.
+func (s *Store) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = status.DefaultPoisonLimit
+	}
+	if limit < 0 || limit > status.MaxPoisonLimit {
+		return status.PoisonPage{}, fmt.Errorf("%w: poison limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, status.MaxPoisonLimit)
+	}
+	offset := 0
+	if q.Continuation != "" {
+		n, err := strconv.Atoi(q.Continuation)
+		if err != nil || n < 0 {
+			return status.PoisonPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+		}
+		offset = n
+	}
+	var all []status.PoisonEntry
+	sq := storage.Query{Top: 1000}
+	for {
+		page, err := s.poison.Query(ctx, sq)
+		if err != nil {
+			return status.PoisonPage{}, fmt.Errorf("cmdq: list poison: %w", err)
+		}
+		for _, e := range page.Entities {
+			p := decodePoison(e)
+			if q.Type == "" || p.Type == q.Type {
+				all = append(all, p)
+			}
+		}
+		if page.Continuation == "" {
+			break
+		}
+		sq.Continuation = page.Continuation
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].PoisonedAt.Equal(all[j].PoisonedAt) {
+			return all[i].PoisonedAt.After(all[j].PoisonedAt)
+		}
+		return all[i].CommandID < all[j].CommandID
+	})
+	out := status.PoisonPage{Entries: []status.PoisonEntry{}}
+	if offset >= len(all) {
+		return out, nil
+	}
+	end := min(offset+limit, len(all))
+	out.Entries = all[offset:end]
+	if end < len(all) {
+		out.Continuation = strconv.Itoa(end)
+	}
+	return out, nil
+}
+
+// GetPoison returns one poison entry (one point read). Unknown → error
+// wrapping ErrNotFound.
+func (s *Store) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+	if err := validID(id); err != nil {
+		return status.PoisonEntry{}, err
+	}
+	e, err := s.poison.Get(ctx, id, "")
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return status.PoisonEntry{}, fmt.Errorf("%w: no poison entry for %s (%w)", status.ErrNotFound, id, err)
+		}
+		return status.PoisonEntry{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
+	}
+	return decodePoison(e), nil
+}
+
+// loadPoisoned checks that id has a poison entry and a poisoned projection.
+// A stale entry (command not poisoned) is removed and ErrNotPoisoned
+// returned, except, with resume, for a command that is pending and never
+// started: a requeue whose enqueue failed kept its entry for a retry.
+func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, error) {
+	entry, err := s.GetPoison(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.Load(ctx, id)
+	if err != nil {
+		if errors.Is(err, status.ErrNotFound) {
+			return nil, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", status.ErrNoCommand, id, entry.Reason, err)
+		}
+		return nil, err
+	}
+	if resume && rec.Status.State == status.StatePending && rec.Attempts == 0 {
+		return rec, nil
+	}
+	if rec.Status.State != status.StatePoisoned {
+		_ = s.deletePoison(ctx, id)
+		return nil, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", status.ErrNotPoisoned, id, rec.Status.State)
+	}
+	return rec, nil
+}
+
+func (s *Store) deletePoison(ctx context.Context, id string) error {
+	err := s.poison.Delete(ctx, id, "", storage.IfMatchAny)
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("cmdq: remove poison entry %s: %w", id, err)
+	}
+	return nil
+}
+
+// Discard gives up on a poisoned command: a discarded event (Worker = by),
+// the poison entry removed. Cost: 2 point reads + 1 batch + 1 delete.
+// Not poisoned → ErrNotPoisoned; unknown → ErrNotFound. An entry with no
+// stored command (a malformed message, or one naming a command that was never
+// stored) is simply removed.
+func (s *Store) Discard(ctx context.Context, id, by string) error {
+	rec, err := s.loadPoisoned(ctx, id, false)
+	if errors.Is(err, status.ErrNoCommand) {
+		// A malformed message or one naming no stored command: there is no
+		// command to record the discard on, only the entry to remove.
+		return s.deletePoison(ctx, id)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.Append(ctx, rec, status.Event{Kind: status.EventDiscarded, By: by, Reason: "discarded by operator"}); err != nil {
+		return err
+	}
+	return s.deletePoison(ctx, id)
+}
+
+// ListCommands lists commands in ID order, filtered by type and state, one
+// page at a time: a query of the command rows of the whole table (one
+// request per 1000 rows read, matching or not).
+func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = status.DefaultCommandLimit
+	}
+	if limit < 0 || limit > status.MaxCommandLimit {
+		return status.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, status.MaxCommandLimit)
+	}
+	out := status.CommandPage{Commands: []status.Status{}}
+	sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: q.Continuation}
+	for {
+		// A page never holds more rows than are still wanted, so the
+		// storage continuation is where the next page starts.
+		sq.Top = limit - len(out.Commands)
+		page, err := s.commands.Query(ctx, sq)
+		if err != nil {
+			if q.Continuation != "" && errors.Is(err, storage.ErrInvalidArgument) {
+				return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+			}
+			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+		}
+		for _, e := range page.Entities {
+			if e.RowKey != RowCommand {
+				continue
+			}
+			st := decodeStatus(e)
+			if (q.Type == "" || st.Type == q.Type) && (q.State == "" || st.State == q.State) {
+				out.Commands = append(out.Commands, st)
+			}
+		}
+		out.Continuation = page.Continuation
+		if page.Continuation == "" || len(out.Commands) >= limit {
+			return out, nil
+		}
+		sq.Continuation = page.Continuation
+	}
+}

@@ -1,0 +1,243 @@
+package cmdq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// issuer returns the current Issuer.
+func (c *Client) issuer() *commands.Issuer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.iss
+}
+
+// Issue stores cmd (its JSON encoding is the parameters) and puts it on its
+// queue: the queue its type was registered or declared with on c, else the
+// one the type declares (CommandWithOptions), else "commands". An
+// in-process processor is woken at once. With WithID the call is
+// idempotent: the same ID and parameters again return the existing command
+// (Result.Existing) instead of a second one. Cost: one table batch and one
+// enqueue (one combined write on the embedded store).
+//
+// Errors (test with errors.Is): commands.ErrInvalidType, ErrInvalidID,
+// ErrInvalidParams, ErrParamsTooLarge, ErrIDConflict (the ID is taken by
+// another command); commands.ErrEnqueueFailed means the command is stored
+// and will be enqueued by the reconciler (it is accepted, Result.ID is
+// valid); commands.ErrNotAccepted means it is stored but not queued: issue
+// it again with the same ID. A storage error leaves it unknown whether the
+// command was stored: issue it again with the same ID.
+func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
+	return c.issuer().Issue(ctx, cmd, opts...)
+}
+
+// IssueRaw issues a command given as type name and JSON parameters (the
+// HTTP API's form), routed by the types c knows (Register, Declare), else
+// to "commands". Errors as Issue.
+func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
+	return c.issuer().IssueRaw(ctx, raw)
+}
+
+// IssueMany issues cmds at once (wrap one with With to give it an ID or a
+// correlation ID): on the embedded store the whole batch is stored and
+// queued in one commit (per queue), on Azure 32 issues run at a time. Each
+// command is issued as Issue would; a repeated ID is issued after the
+// earlier one, so it is found Existing (or conflicting). results[i] is
+// cmds[i]'s Result; err joins every failure, each naming its command's
+// index and type and wrapping its error (errors.Is works on err).
+func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
+	return c.issuer().IssueMany(ctx, cmds...)
+}
+
+// Get returns a command's status: one point read. Unknown ID → an error
+// wrapping ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (Status, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Get(ctx, id)
+}
+
+// GetParams returns a command's status and its JSON parameters: the same
+// one point read as Get. Unknown ID → an error wrapping ErrNotFound.
+func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMessage, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	rec, err := r.Load(ctx, id)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	return rec.Status, json.RawMessage(rec.Params), nil
+}
+
+// Events returns a command's lifecycle events, oldest first (one query per
+// 1000 events). Unknown ID → an error wrapping ErrNotFound.
+func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Events(ctx, id)
+}
+
+// Wait returns a command's status once it is final (completed, poisoned or
+// discarded), or ctx's error with the last status read. An outcome
+// recorded by this Client's processor, or a requeue or discard through
+// it, ends the wait at once; otherwise (a processor elsewhere) it reads the
+// command every Config.WaitPollInterval, doubling up to
+// WaitMaxPollInterval (50 ms to 2 s by default). A poisoned command is
+// final until an operator requeues it.
+func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+	interval := c.cfg.WaitPollInterval
+	for {
+		changed := c.changes() // before the read: an outcome after it wakes us
+		st, err := c.Get(ctx, id)
+		if err != nil {
+			return st, err
+		}
+		if st.State.Final() {
+			return st, nil
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-changed:
+		case <-t.C:
+			interval = min(2*interval, c.cfg.WaitMaxPollInterval)
+		case <-ctx.Done():
+			t.Stop()
+			return st, fmt.Errorf("cmdq: wait for %s (still %s): %w", id, st.State, ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// Statuses returns the status of each command in ids, read at once (16
+// point reads at a time): the "are these done?" query. A command that does
+// not exist is missing from the map; any other failure fails the call.
+func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Status, len(ids))
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			st, err := r.Get(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out[id] = st
+			case !errors.Is(err, status.ErrNotFound):
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListCommands lists commands in ID order, filtered by type and state, a
+// page at a time. It reads the whole commands table (one request per 1000
+// rows): for tests, tools and small stores, not for a hot path.
+func (c *Client) ListCommands(ctx context.Context, q CommandQuery) (CommandPage, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return CommandPage{}, err
+	}
+	return r.ListCommands(ctx, q)
+}
+
+// ListPoison lists poison entries, newest first, a page at a time (it
+// reads the whole poison table: poison tables are small).
+func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (PoisonPage, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return PoisonPage{}, err
+	}
+	return r.ListPoison(ctx, q)
+}
+
+// GetPoison returns one poison entry: one point read. Unknown → an error
+// wrapping ErrNotFound.
+func (c *Client) GetPoison(ctx context.Context, id string) (PoisonEntry, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return PoisonEntry{}, err
+	}
+	return r.GetPoison(ctx, id)
+}
+
+// Requeue puts a poisoned command back on its queue as pending (a requeued
+// event with By = by, attempts from 1 again) and removes its poison entry;
+// an in-process processor is woken at once. Not poisoned →
+// ErrNotPoisoned; unknown → ErrNotFound; an entry with no stored command
+// (a malformed message) → ErrNoCommand (Discard it). If the enqueue fails
+// the command is pending and marked for the reconciler, and the error says
+// so.
+func (c *Client) Requeue(ctx context.Context, id, by string) error {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.outcome()
+	return r.Requeue(ctx, id, by)
+}
+
+// Discard gives up on a poisoned command: a discarded event (By = by), its
+// poison entry removed; the command is final. Not poisoned →
+// ErrNotPoisoned; unknown → ErrNotFound. An entry with no stored command is
+// just removed.
+func (c *Client) Discard(ctx context.Context, id, by string) error {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.outcome()
+	return r.Discard(ctx, id, by)
+}
+
+// QueueDepth returns the approximate number of messages on a logical queue
+// ("commands", or a type's queue), visible or not: one storage call.
+func (c *Client) QueueDepth(ctx context.Context, queue string) (int, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.Depth(ctx, queue)
+}
+
+// StorageQueue returns the storage queue of a logical queue ("<prefix>-<queue>",
+// opened and created if needed), for tools and metrics
+// (metrics.Metrics.WatchQueue). Messages taken from it directly are not
+// processed by cmdq.
+func (c *Client) StorageQueue(ctx context.Context, queue string) (storage.Queue, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Queue(ctx, queue)
+}

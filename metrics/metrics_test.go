@@ -1,0 +1,101 @@
+package metrics_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/metrics"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+func TestProcessorMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.New(reg); err == nil {
+		t.Fatal("registering twice succeeded")
+	}
+	m.CommandCompleted("A")
+	m.CommandCompleted("A")
+	m.CommandFailed("A")
+	m.CommandPoisoned("")
+	m.HandlerDuration("A", 30*time.Millisecond)
+	m.LeaseLost("A")
+	m.PollInterval("commands", 1500*time.Millisecond)
+	m.Polled("commands", true)
+	m.Polled("commands", false)
+	m.Polled("commands", true)
+	want := `
+# HELP cmdq_commands_completed_total Commands completed, by type.
+# TYPE cmdq_commands_completed_total counter
+cmdq_commands_completed_total{type="A"} 2
+# HELP cmdq_commands_failed_total Failed handler attempts (each retry counts), by type.
+# TYPE cmdq_commands_failed_total counter
+cmdq_commands_failed_total{type="A"} 1
+# HELP cmdq_commands_poisoned_total Commands moved to the poison table, by type.
+# TYPE cmdq_commands_poisoned_total counter
+cmdq_commands_poisoned_total{type=""} 1
+# HELP cmdq_lease_lost_total Messages whose lease was lost while their handler ran, by type.
+# TYPE cmdq_lease_lost_total counter
+cmdq_lease_lost_total{type="A"} 1
+# HELP cmdq_poll_interval_seconds The poller's current wait between dequeues of an empty queue, in seconds.
+# TYPE cmdq_poll_interval_seconds gauge
+cmdq_poll_interval_seconds{queue="commands"} 1.5
+# HELP cmdq_polls_total Dequeues by the processor, by queue and result (empty, messages).
+# TYPE cmdq_polls_total counter
+cmdq_polls_total{queue="commands",result="empty"} 2
+cmdq_polls_total{queue="commands",result="messages"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"cmdq_commands_completed_total", "cmdq_commands_failed_total", "cmdq_commands_poisoned_total",
+		"cmdq_lease_lost_total", "cmdq_poll_interval_seconds", "cmdq_polls_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "cmdq_handler_duration_seconds"); n != 1 {
+		t.Fatalf("handler duration series: %d", n)
+	}
+	// A nil *Metrics ignores every call.
+	var nilM *metrics.Metrics
+	nilM.CommandCompleted("A")
+	nilM.StorageOp("x", nil)
+	nilM.WatchQueue(nil)
+}
+
+// TestInstrumentStoreKeepsCombiner: instrumenting the embedded store keeps
+// its one-commit fast path (storage.Combiner) and counts a combined call as
+// the two operations it stands for.
+func TestInstrumentStoreKeepsCombiner(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, ok := m.InstrumentStore(st).(storage.Combiner)
+	if !ok {
+		t.Fatal("InstrumentStore hid the embedded store's storage.Combiner")
+	}
+	ops := []storage.BatchOp{{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: "p", RowKey: "r"}}}
+	if _, _, err := cb.BatchEnqueue(context.Background(), "cmdqcommands", "p", ops, "cmdq-commands", "hello", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, e := apitest.StorageOps(t, reg, "table_batch"), apitest.StorageOps(t, reg, "queue_enqueue"); b != 1 || e != 1 {
+		t.Fatalf("counted %v batches and %v enqueues, want 1 and 1", b, e)
+	}
+}

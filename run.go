@@ -1,0 +1,335 @@
+package cmdq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Start opens the tables and the queue of every known command type
+// (creating them if needed) and, when handlers are registered, starts
+// processing in the background: a storage or configuration problem is
+// returned here, before any work starts. Processing runs until Stop is
+// called or ctx ends (then it drains as Stop does). Start while processing
+// runs gives ErrStarted. A Client without handlers only opens its storage
+// (issue, read and operate need no Start, which opens lazily, but Start
+// finds problems early).
+func (c *Client) Start(ctx context.Context) error {
+	p, err := c.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
+	}
+	if p == nil {
+		return nil
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done, ended := make(chan error, 1), make(chan struct{})
+	c.running, c.stop, c.done, c.ended = true, stop, done, ended
+	go func() {
+		err := p.Run(runCtx)
+		c.mu.Lock()
+		if c.done == done {
+			c.running = false
+		}
+		c.mu.Unlock()
+		done <- err
+		close(ended)
+	}()
+	return nil
+}
+
+// Stopped returns a channel that is closed when the processing of the last
+// Start ends (Stop, its context, or a processor that could not go on: Stop
+// then returns its error), or nil (which blocks forever) before Start and
+// without handlers.
+func (c *Client) Stopped() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// prepare opens the storage and, when handlers are registered, creates and
+// opens the processor (once). It returns the processor, or nil without
+// handlers.
+func (c *Client) prepare(ctx context.Context) (*processor.Processor, error) {
+	if err := c.checkQueues(); err != nil {
+		return nil, err
+	}
+	if _, err := c.reader(ctx); err != nil {
+		return nil, fmt.Errorf("cmdq: open tables: %w", err)
+	}
+	r, _ := c.reader(ctx)
+	for _, q := range c.Queues() {
+		if _, err := r.Queue(ctx, q); err != nil {
+			return nil, fmt.Errorf("cmdq: open queue %s: %w", c.names.Queue(q), err)
+		}
+	}
+	if !c.Handles() {
+		return nil, nil
+	}
+	p, err := c.processor()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Open(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// processor returns the Client's processor, creating it on first use.
+func (c *Client) processor() (*processor.Processor, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		return c.proc, nil
+	}
+	cfg := c.cfg.Processor
+	cfg.Prefix = c.cfg.Prefix
+	cfg.Observer = outcomes{next: cfg.Observer, c: c}
+	p, err := processor.New(c.st, c.reg, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.proc = p
+	c.procLive.Store(p)
+	return p, nil
+}
+
+// Stop stops taking work, lets running handlers finish (within
+// Config.Processor.DrainTimeout, 30 s by default, or until ctx ends) and
+// returns once processing has stopped; it also stops the background
+// retries of failed enqueues (issuing keeps working). The error is the
+// processor's (nil after a clean stop), or ctx's when it ended first.
+// Stop without Start does nothing.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	stop, done := c.stop, c.done
+	iss := c.iss
+	c.mu.Unlock()
+	defer func() { _ = iss.Close() }()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case err := <-done:
+		done <- err // a concurrent Stop gets it too
+		c.mu.Lock()
+		if c.done == done {
+			c.stop, c.done, c.running = nil, nil, false
+		}
+		c.mu.Unlock()
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("cmdq: stop: %w", ctx.Err())
+	}
+}
+
+// Run is Start, then it blocks until ctx ends and stops as Stop does
+// (within Config.Processor.DrainTimeout). It returns nil after a clean
+// stop, or the error that kept it from starting. Without handlers it fails
+// with processor.ErrNoHandlers.
+func (c *Client) Run(ctx context.Context) error {
+	if !c.Handles() {
+		return fmt.Errorf("%w: register a handler (cmdq.Register) before Run", processor.ErrNoHandlers)
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return c.Stop(context.WithoutCancel(ctx))
+}
+
+// RunFor processes for at most d and returns before d has passed, with what
+// it did (see processor.Processor.RunFor: it stops taking work when the
+// next handler might not finish in time, and leaves no message leased).
+// For a scheduler that starts a job every minute, use 55 s. Without
+// handlers it fails with processor.ErrNoHandlers; while Start's processing
+// runs, with ErrStarted.
+func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
+	if !c.Handles() {
+		return Summary{}, fmt.Errorf("%w: register a handler (cmdq.Register) before RunFor", processor.ErrNoHandlers)
+	}
+	start := time.Now()
+	p, err := c.prepare(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return Summary{}, fmt.Errorf("%w: RunFor while Start's processing runs", ErrStarted)
+	}
+	c.running = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+	left := d - time.Since(start)
+	if left <= 0 {
+		return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
+	}
+	return p.RunFor(ctx, left)
+}
+
+// Health returns the processor's health (state, last fault, in-flight
+// count). A Client without handlers has no processor: its state is
+// processor.Stopped and it is healthy.
+func (c *Client) Health() Health {
+	if p := c.procLive.Load(); p != nil {
+		return p.Health()
+	}
+	return Health{State: processor.Stopped}
+}
+
+// ResetHealth clears an unhealthy processor's fault count: with
+// Config.Processor.Flywheel it is how an operator lets it pull work again.
+func (c *Client) ResetHealth() {
+	if p := c.procLive.Load(); p != nil {
+		p.ResetHealth()
+	}
+}
+
+// Stats returns the processor's counts since the Client was created, live
+// while it runs (zero without handlers).
+func (c *Client) Stats() Stats {
+	if p := c.procLive.Load(); p != nil {
+		return p.Stats()
+	}
+	return Stats{}
+}
+
+// CheckStorage tells within about 2 s whether storage answers: the
+// readiness probe (processor.Processor.CheckStorage; without a processor, a
+// probe of the default queue). It makes no storage call when one succeeded
+// within the last 5 s. The error wraps processor.ErrStorageUnavailable.
+func (c *Client) CheckStorage(ctx context.Context) error {
+	if p := c.procLive.Load(); p != nil {
+		return p.CheckStorage(ctx)
+	}
+	c.mu.Lock()
+	if c.probe == nil {
+		c.probe = processor.NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
+			r, err := c.reader(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return r.Queue(ctx, commands.DefaultQueue)
+		}, c.cfg.Processor.ProbeTimeout, c.cfg.Processor.ProbeInterval)
+	}
+	probe := c.probe
+	c.mu.Unlock()
+	return probe.Check(ctx)
+}
+
+// DeleteStorage deletes the queues and tables of the Client's prefix (the
+// queues "<prefix>-*", the tables "<prefix>commands" and "<prefix>poison"),
+// with every command, event, message and poison entry in them. Queues and
+// tables that do not exist are skipped. It fails with ErrStarted while
+// processing runs. The Client can be used again afterwards: its storage is
+// created anew on first use (Azure refuses the same names for about 30 s
+// after a delete, with errors wrapping storage.ErrUnavailable).
+func (c *Client) DeleteStorage(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		return fmt.Errorf("%w: stop processing before DeleteStorage", ErrStarted)
+	}
+	var errs []error
+	queues, err := c.st.Queues(ctx, c.cfg.Prefix+"-")
+	if err != nil {
+		return fmt.Errorf("cmdq: delete storage: %w", err)
+	}
+	for _, q := range queues {
+		if err := c.st.DeleteQueue(ctx, q); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	tables, err := c.st.Tables(ctx, c.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("cmdq: delete storage: %w", err)
+	}
+	for _, t := range tables {
+		if t != c.names.CommandsTable() && t != c.names.PoisonTable() {
+			continue // another prefix's ("cmdqx…" is not "cmdq"'s)
+		}
+		if err := c.st.DeleteTable(ctx, t); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	// Handles of the deleted queues and tables are stale: open anew.
+	c.log = nil
+	_ = c.iss.Close()
+	c.iss = c.newIssuer()
+	c.proc = nil
+	c.procLive.Store(nil)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cmdq: delete storage: %w", err)
+	}
+	return nil
+}
+
+// outcomes is the Client's processor Observer: it passes every call on to
+// the configured Observer and wakes Wait on each outcome.
+type outcomes struct {
+	next processor.Observer
+	c    *Client
+}
+
+func (o outcomes) CommandCompleted(t string) {
+	if o.next != nil {
+		o.next.CommandCompleted(t)
+	}
+	o.c.outcome()
+}
+
+func (o outcomes) CommandFailed(t string) {
+	if o.next != nil {
+		o.next.CommandFailed(t)
+	}
+	o.c.outcome()
+}
+
+func (o outcomes) CommandPoisoned(t string) {
+	if o.next != nil {
+		o.next.CommandPoisoned(t)
+	}
+	o.c.outcome()
+}
+
+func (o outcomes) HandlerDuration(t string, d time.Duration) {
+	if o.next != nil {
+		o.next.HandlerDuration(t, d)
+	}
+}
+
+func (o outcomes) LeaseLost(t string) {
+	if o.next != nil {
+		o.next.LeaseLost(t)
+	}
+}
+
+func (o outcomes) PollInterval(q string, d time.Duration) {
+	if o.next != nil {
+		o.next.PollInterval(q, d)
+	}
+}
+
+func (o outcomes) Polled(q string, empty bool) {
+	if o.next != nil {
+		o.next.Polled(q, empty)
+	}
+}
