@@ -79,6 +79,9 @@ type Options struct {
 	AuthFailureBurst int
 	// Logger as in api.Config (default: discard).
 	Logger zerolog.Logger
+	// API, when set, adjusts the api.Config before the handler is built
+	// (request deadlines, long-poll and stream settings, …).
+	API func(*api.Config)
 }
 
 // Server is a running test API server.
@@ -143,11 +146,15 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: log: %v", err)
 	}
-	h, err := api.New(api.Config{
+	acfg := api.Config{
 		Client: c, Health: opts.Health, Tokens: opts.Tokens,
 		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
 		AllowedHosts: opts.AllowedHosts, AuthFailureBurst: opts.AuthFailureBurst, Logger: opts.Logger,
-	})
+	}
+	if opts.API != nil {
+		opts.API(&acfg)
+	}
+	h, err := api.New(acfg)
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)
 	}
