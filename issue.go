@@ -161,9 +161,13 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 	return out, nil
 }
 
-// ListCommands lists commands in ID order, filtered by type and state, a
-// page at a time. It reads the whole commands table (one request per 1000
-// rows): for tests, tools and small stores, not for a hot path.
+// ListCommands lists commands in ID order (or newest first: q.Newest),
+// filtered by type, state and last change (q.Since), a page at a time,
+// with a summary when q.Summary asks (counts per state, outcomes per
+// minute). It reads the whole commands table (one request per 1000 rows;
+// with a summary every row, events included; q.ScanLimit bounds it): for
+// tests, tools, the operator page and small stores, not for a hot path.
+// Nothing it does adds a call to issuing or processing.
 func (c *Client) ListCommands(ctx context.Context, q CommandQuery) (CommandPage, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
