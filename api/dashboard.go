@@ -83,7 +83,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "confirm", "login", "error"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -159,7 +159,9 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET /ui/{$}", h(d.overview))
 	mux.HandleFunc("GET /ui/poison", h(d.poison))
+	mux.HandleFunc("GET /ui/commands", h(d.commands))
 	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
+	mux.HandleFunc("GET /ui/commands/{id}/live", h(d.live))
 	mux.HandleFunc("GET /ui/search", h(d.search))
 	mux.HandleFunc("GET /ui/static/{name}", h(d.static))
 	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(d.src.Requeue, "requeued")))
