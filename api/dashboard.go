@@ -61,6 +61,8 @@ var templateFS embed.FS
 
 var dashboardFuncs = template.FuncMap{
 	"fmtTime": fmtTime,
+	// hourMinute is a time of day in UTC to the minute ("14:05 UTC").
+	"hourMinute": func(t time.Time) string { return t.UTC().Format("15:04") + " UTC" },
 	"truncate": func(s string, n int) string {
 		if utf8.RuneCountInString(s) <= n {
 			return s

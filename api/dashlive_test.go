@@ -99,7 +99,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 	for _, fc := range elements(p.doc, "figcaption", nil) {
 		captions = append(captions, strings.Join(strings.Fields(text(fc)), " "))
 	}
-	if want := []string{"Completed: 1 in the hour, at most 1 a minute", "Failed attempts: 2 in the hour, at most 2 a minute", "Poisoned: 1 in the hour, at most 1 a minute"}; !slices.Equal(captions, want) {
+	if want := []string{"Completed: 1 · peak 1/min", "Failed attempts: 2 · peak 2/min", "Poisoned: 1 · peak 1/min"}; !slices.Equal(captions, want) {
 		t.Fatalf("chart captions %q, want %q", captions, want)
 	}
 	for _, svg := range elements(p.doc, "svg", nil) {
