@@ -223,7 +223,7 @@ func TestLongPoll(t *testing.T) {
 	log, opts := other(t)
 	opts.API = func(c *api.Config) {
 		c.RequestTimeout = 300 * time.Millisecond // a long-poll is exempt
-		c.MaxWait = 3 * time.Second
+		c.MaxWait = 8 * time.Second // more than WaitMaxPollInterval (5 s): a change elsewhere is found within a wait
 	}
 	srv := apitest.Start(t, opts)
 	id := issue(t, srv, "Alpha")
@@ -270,7 +270,7 @@ func TestLongPoll(t *testing.T) {
 			if cond {
 				h = []string{"If-None-Match", tag}
 			}
-			c, hd, s := getStatus(t, hc, url+"?wait=3s", h...)
+			c, hd, s := getStatus(t, hc, url+"?wait=8s", h...)
 			got <- answer{c, hd, s}
 		}()
 		appendEvent(t, log, id, status.Event{Kind: status.EventStepCompleted, Attempt: 1, Step: 1})
@@ -286,13 +286,13 @@ func TestLongPoll(t *testing.T) {
 		t.Fatalf("Prefer: wait=1: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
 	appendEvent(t, log, id, status.Event{Kind: status.EventCompleted, Attempt: 1})
-	if r := request(t, http.MethodGet, url, "", "", "If-None-Match", tag, "Prefer", "wait=600"); r.code != http.StatusOK || r.header.Get("Preference-Applied") != "wait=3" {
+	if r := request(t, http.MethodGet, url, "", "", "If-None-Match", tag, "Prefer", "wait=600"); r.code != http.StatusOK || r.header.Get("Preference-Applied") != "wait=8" {
 		t.Fatalf("Prefer: wait=600: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
 	// Bad waits.
-	for _, w := range []string{"4s", "-1s", "soon", "1h"} {
+	for _, w := range []string{"9s", "-1s", "soon", "1h"} {
 		p := problem(t, request(t, http.MethodGet, url+"?wait="+w, "", ""), http.StatusBadRequest, api.ProblemInvalidRequest)
-		if len(p.Errors) != 1 || p.Errors[0].Pointer != "query:wait" || !strings.Contains(p.Detail, "3s") {
+		if len(p.Errors) != 1 || p.Errors[0].Pointer != "query:wait" || !strings.Contains(p.Detail, "8s") {
 			t.Errorf("wait=%s: %+v", w, p)
 		}
 	}
@@ -402,9 +402,9 @@ func TestEventStream(t *testing.T) {
 			c.StreamHeartbeat = 100 * time.Millisecond
 			c.RequestTimeout = 300 * time.Millisecond
 		},
+		// Short read and write timeouts: the stream outlives them.
+		HTTP: func(s *http.Server) { s.ReadTimeout, s.WriteTimeout = time.Second, time.Second },
 	})
-	// A server with short read and write timeouts: the stream outlives them.
-	srv.HTTP.Config.ReadTimeout, srv.HTTP.Config.WriteTimeout = time.Second, time.Second
 	id := issue(t, srv, "Alpha")
 	url := srv.URL + "/v1/commands/" + id + "/events"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

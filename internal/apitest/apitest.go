@@ -8,6 +8,7 @@ package apitest
 import (
 	"cmp"
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -82,6 +83,9 @@ type Options struct {
 	// API, when set, adjusts the api.Config before the handler is built
 	// (request deadlines, long-poll and stream settings, …).
 	API func(*api.Config)
+	// HTTP, when set, adjusts the http.Server before it starts (its read
+	// and write timeouts, …).
+	HTTP func(*http.Server)
 }
 
 // Server is a running test API server.
@@ -158,7 +162,11 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)
 	}
-	hs := httptest.NewServer(h)
+	hs := httptest.NewUnstartedServer(h)
+	if opts.HTTP != nil {
+		opts.HTTP(hs.Config)
+	}
+	hs.Start()
 	t.Cleanup(hs.Close)
 	return &Server{URL: hs.URL, HTTP: hs, Store: st, Client: c, Log: log, Metrics: m, Prom: prom}
 }
