@@ -223,7 +223,7 @@ func TestLongPoll(t *testing.T) {
 	log, opts := other(t)
 	opts.API = func(c *api.Config) {
 		c.RequestTimeout = 300 * time.Millisecond // a long-poll is exempt
-		c.MaxWait = 8 * time.Second // more than WaitMaxPollInterval (5 s): a change elsewhere is found within a wait
+		c.MaxWait = 8 * time.Second               // more than WaitMaxPollInterval (5 s): a change elsewhere is found within a wait
 	}
 	srv := apitest.Start(t, opts)
 	id := issue(t, srv, "Alpha")
