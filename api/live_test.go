@@ -300,6 +300,89 @@ func TestLongPoll(t *testing.T) {
 	problem(t, request(t, http.MethodGet, srv.URL+"/v1/commands/"+cmdq.NewID()+"?wait=1s", "", ""), http.StatusNotFound, api.ProblemNotFound)
 }
 
+// TestStreamsShareReads: 100 event streams of 10 commands that another
+// process changes cost at most one storage read per command per second,
+// and one events query per command per change, for all the streams of
+// the command together; every stream gets every event once.
+func TestStreamsShareReads(t *testing.T) {
+	t.Parallel()
+	log, opts := other(t)
+	srv := apitest.Start(t, opts)
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = issue(t, srv, "Alpha")
+	}
+	ops := func() (int, int) {
+		return int(apitest.StorageOps(t, srv.Prom, "table_get")), int(apitest.StorageOps(t, srv.Prom, "table_query"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	gets0, queries0 := ops()
+	type result struct {
+		kinds []status.EventKind
+		err   error
+	}
+	results := make(chan result, 100)
+	var opened sync.WaitGroup
+	for i := range 100 {
+		id := ids[i%len(ids)]
+		opened.Add(1)
+		go func() {
+			isOpen := sync.OnceFunc(opened.Done)
+			defer isOpen() // also when the stream fails before its status
+			r, ms := sseStream(t, ctx, srv.URL+"/v1/commands/"+id+"/events", "")
+			var kinds []status.EventKind
+			for m := range ms {
+				if m.event == "status" {
+					isOpen()
+				}
+				if m.id != "" {
+					var e status.Event
+					if err := json.Unmarshal([]byte(m.data), &e); err != nil {
+						results <- result{err: err}
+						return
+					}
+					kinds = append(kinds, e.Kind)
+				}
+			}
+			if r.StatusCode != http.StatusOK {
+				results <- result{err: fmt.Errorf("stream: %d", r.StatusCode)}
+				return
+			}
+			results <- result{kinds: kinds}
+		}()
+	}
+	opened.Wait() // every stream has sent its events and status
+	for _, ev := range []status.Event{
+		{Kind: status.EventStarted, Attempt: 1, Worker: "elsewhere"},
+		{Kind: status.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1},
+		{Kind: status.EventCompleted, Attempt: 1, Worker: "elsewhere"},
+	} {
+		for _, id := range ids {
+			appendEvent(t, log, id, ev)
+		}
+	}
+	for range 100 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if got := fmt.Sprint(r.kinds); got != "[created started step_completed completed]" {
+			t.Fatalf("a stream got %s", got)
+		}
+	}
+	elapsed := time.Since(start)
+	gets, queries := ops()
+	gets, queries = gets-gets0, queries-queries0
+	getLimit := len(ids) * (1 + int(elapsed/time.Second))
+	queryLimit := len(ids) * (1 + 3) // the first read, then at most one per change
+	t.Logf("100 streams of %d commands for %s: %d point reads (limit %d), %d events queries (limit %d)", len(ids), elapsed.Round(time.Millisecond), gets, getLimit, queries, queryLimit)
+	if gets > getLimit || queries > queryLimit {
+		t.Fatalf("%d point reads (limit %d) and %d queries (limit %d) for 100 streams of %d commands", gets, getLimit, queries, queryLimit, len(ids))
+	}
+}
+
 // sseMessage is one message of an event stream.
 type sseMessage struct {
 	id, event, data string
