@@ -390,7 +390,8 @@ type sseMessage struct {
 }
 
 // sseStream reads an event stream's messages into a channel (closed at
-// its end).
+// its end). A failed request is reported with t.Errorf and gives an empty
+// response and a closed channel.
 func sseStream(t *testing.T, ctx context.Context, url, lastID string, headers ...string) (*http.Response, <-chan sseMessage) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -404,11 +405,14 @@ func sseStream(t *testing.T, ctx context.Context, url, lastID string, headers ..
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
+	out := make(chan sseMessage, 100)
 	r, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		// Errorf, not Fatal: streams are read from other goroutines too.
+		t.Errorf("GET %s: %v", url, err)
+		close(out)
+		return &http.Response{}, out
 	}
-	out := make(chan sseMessage, 100)
 	go func() {
 		defer close(out)
 		defer r.Body.Close()
