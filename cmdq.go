@@ -79,26 +79,40 @@ type Config struct {
 	// Defaults to 1 s (commands.DefaultEnqueueRetry).
 	EnqueueRetry time.Duration
 
-	// WaitPollInterval is Wait's first wait between two reads of a command
-	// that is not final yet; it doubles up to WaitMaxPollInterval. An
-	// outcome recorded by this Client's own processor (or a requeue or
-	// discard through it) ends the wait at once.
+	// WaitPollInterval is how often, at most, storage is read for a
+	// command that someone watches (Wait, Watch, and through them the
+	// HTTP API's long-polls and event streams), once for all its watchers
+	// together: it doubles while nothing changes, up to
+	// WaitMaxPollInterval, and is back to WaitPollInterval after a change.
+	// These reads only find changes made by other processes: a change
+	// this Client stores (its processor's outcomes, a requeue or discard
+	// through it) reaches the watchers at once.
 	//
-	// Defaults to 50 ms (DefaultWaitPollInterval).
+	// Defaults to 1 s (DefaultWaitPollInterval): a watched command costs
+	// at most one storage read a second, however many wait on it.
 	WaitPollInterval time.Duration
 
-	// WaitMaxPollInterval caps Wait's wait between reads.
+	// WaitMaxPollInterval caps the interval between two reads of a watched
+	// command that does not change.
 	//
-	// Defaults to 2 s (DefaultWaitMaxPollInterval).
+	// Defaults to 5 s (DefaultWaitMaxPollInterval).
 	WaitMaxPollInterval time.Duration
+
+	// FinalCache is how many completed or discarded statuses the Client
+	// keeps in memory (they never change), so that reading or watching
+	// such a command again costs no storage call; the least recently used
+	// go first. Negative keeps none.
+	//
+	// Defaults to 10,000 (DefaultFinalCache).
+	FinalCache int
 }
 
 // Defaults of Config.
 const (
-	// DefaultWaitPollInterval is Config.WaitPollInterval's default (50 ms).
-	DefaultWaitPollInterval = 50 * time.Millisecond
-	// DefaultWaitMaxPollInterval is Config.WaitMaxPollInterval's default (2 s).
-	DefaultWaitMaxPollInterval = 2 * time.Second
+	// DefaultWaitPollInterval is Config.WaitPollInterval's default (1 s).
+	DefaultWaitPollInterval = time.Second
+	// DefaultWaitMaxPollInterval is Config.WaitMaxPollInterval's default (5 s).
+	DefaultWaitMaxPollInterval = 5 * time.Second
 )
 
 // Sentinel errors of the Client (test with errors.Is). Errors from the
@@ -157,8 +171,7 @@ type Client struct {
 
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 
-	changeMu sync.Mutex
-	changed  chan struct{} // closed (and replaced) on every outcome
+	hub *hub // watched commands and final statuses (watch.go)
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -174,7 +187,9 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, commands.DefaultPrefix)
 	cfg.WaitPollInterval = cmp.Or(cfg.WaitPollInterval, DefaultWaitPollInterval)
 	cfg.WaitMaxPollInterval = max(cmp.Or(cfg.WaitMaxPollInterval, DefaultWaitMaxPollInterval), cfg.WaitPollInterval)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry(), changed: make(chan struct{})}
+	cfg.FinalCache = cmp.Or(cfg.FinalCache, DefaultFinalCache)
+	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
+	c.hub = newHub(c, cfg.FinalCache)
 	c.iss = c.newIssuer()
 	return c, nil
 }
@@ -201,21 +216,6 @@ func (c *Client) wake(queue string) {
 	}
 }
 
-// outcome wakes the Wait calls in progress: a command may have changed.
-func (c *Client) outcome() {
-	c.changeMu.Lock()
-	close(c.changed)
-	c.changed = make(chan struct{})
-	c.changeMu.Unlock()
-}
-
-// changes returns a channel closed at the next outcome.
-func (c *Client) changes() <-chan struct{} {
-	c.changeMu.Lock()
-	defer c.changeMu.Unlock()
-	return c.changed
-}
-
 // reader returns the commands log, opening its tables on first use.
 func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	c.mu.Lock()
@@ -223,7 +223,8 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	if c.log != nil {
 		return c.log, nil
 	}
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{}, c.wake)
+	// Its requeues and discards are pushed to the watchers (watch.go).
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push}, c.wake)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/status"
@@ -57,14 +56,14 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 	return c.issuer().IssueMany(ctx, cmds...)
 }
 
-// Get returns a command's status: one point read. Unknown ID → an error
-// wrapping ErrNotFound.
+// Get returns a command's status: one point read, or none for a
+// completed or discarded command read before (see Config.FinalCache).
+// Unknown ID → an error wrapping ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (Status, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return Status{}, err
+	if st, ok := c.cachedFinal(id); ok {
+		return st, nil
 	}
-	return r.Get(ctx, id)
+	return c.readStatus(ctx, id)
 }
 
 // GetParams returns a command's status and its JSON parameters: the same
@@ -92,42 +91,40 @@ func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
 }
 
 // Wait returns a command's status once it is final (completed, poisoned or
-// discarded), or ctx's error with the last status read. An outcome
-// recorded by this Client's processor, or a requeue or discard through
-// it, ends the wait at once; otherwise (a processor elsewhere) it reads the
-// command every Config.WaitPollInterval, doubling up to
-// WaitMaxPollInterval (50 ms to 2 s by default). A poisoned command is
-// final until an operator requeues it.
+// discarded), or ctx's error with the last status known. It watches the
+// command (see Watch): an outcome recorded by this Client's processor, or
+// a requeue or discard through it, ends the wait at once; a change made by
+// another process is found by a storage read shared with every other
+// watcher of the command, at most once per Config.WaitPollInterval (1 s),
+// backing off to WaitMaxPollInterval (5 s) while nothing changes. A
+// poisoned command is final until an operator requeues it.
 func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
-	interval := c.cfg.WaitPollInterval
+	w := c.Watch(id)
+	defer w.Close()
 	for {
-		changed := c.changes() // before the read: an outcome after it wakes us
-		st, err := c.Get(ctx, id)
-		if err != nil {
+		st, _, changed, err := w.Current(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return st, fmt.Errorf("cmdq: wait for %s: %w", id, ctx.Err())
+		case err != nil:
 			return st, err
-		}
-		if st.State.Final() {
+		case st.State.Final():
 			return st, nil
 		}
-		t := time.NewTimer(interval)
 		select {
 		case <-changed:
-		case <-t.C:
-			interval = min(2*interval, c.cfg.WaitMaxPollInterval)
 		case <-ctx.Done():
-			t.Stop()
 			return st, fmt.Errorf("cmdq: wait for %s (still %s): %w", id, st.State, ctx.Err())
 		}
-		t.Stop()
 	}
 }
 
 // Statuses returns the status of each command in ids, read at once (16
-// point reads at a time): the "are these done?" query. A command that does
+// point reads at a time; none for a completed or discarded command read
+// before): the "are these done?" query. A command that does
 // not exist is missing from the map; any other failure fails the call.
 func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
+	if _, err := c.reader(ctx); err != nil {
 		return nil, err
 	}
 	out := make(map[string]Status, len(ids))
@@ -138,11 +135,15 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 	)
 	sem := make(chan struct{}, 16)
 	for _, id := range ids {
+		if st, ok := c.cachedFinal(id); ok {
+			out[id] = st
+			continue
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, err := r.Get(ctx, id)
+			st, err := c.readStatus(ctx, id)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -160,9 +161,13 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 	return out, nil
 }
 
-// ListCommands lists commands in ID order, filtered by type and state, a
-// page at a time. It reads the whole commands table (one request per 1000
-// rows): for tests, tools and small stores, not for a hot path.
+// ListCommands lists commands in ID order (or newest first: q.Newest),
+// filtered by type, state and last change (q.Since), a page at a time,
+// with a summary when q.Summary asks (counts per state, outcomes per
+// minute). It reads the whole commands table (one request per 1000 rows;
+// with a summary every row, events included; q.ScanLimit bounds it): for
+// tests, tools, the operator page and small stores, not for a hot path.
+// Nothing it does adds a call to issuing or processing.
 func (c *Client) ListCommands(ctx context.Context, q CommandQuery) (CommandPage, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
@@ -203,7 +208,6 @@ func (c *Client) Requeue(ctx context.Context, id, by string) error {
 	if err != nil {
 		return err
 	}
-	defer c.outcome()
 	return r.Requeue(ctx, id, by)
 }
 
@@ -216,7 +220,6 @@ func (c *Client) Discard(ctx context.Context, id, by string) error {
 	if err != nil {
 		return err
 	}
-	defer c.outcome()
 	return r.Discard(ctx, id, by)
 }
 

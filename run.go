@@ -270,7 +270,11 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// Handles of the deleted queues and tables are stale: open anew.
+	// Handles of the deleted queues and tables are stale: open anew. The
+	// final statuses kept are of deleted commands.
+	c.hub.mu.Lock()
+	c.hub.final.clear()
+	c.hub.mu.Unlock()
 	c.log = nil
 	_ = c.iss.Close()
 	c.iss = c.newIssuer()
@@ -283,31 +287,31 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 }
 
 // outcomes is the Client's processor Observer: it passes every call on to
-// the configured Observer and wakes Wait on each outcome.
+// the configured Observer and pushes the processor's changes to the
+// Client's watchers (processor.ChangeObserver).
 type outcomes struct {
 	next processor.Observer
 	c    *Client
 }
 
+var _ processor.ChangeObserver = outcomes{}
+
 func (o outcomes) CommandCompleted(t string) {
 	if o.next != nil {
 		o.next.CommandCompleted(t)
 	}
-	o.c.outcome()
 }
 
 func (o outcomes) CommandFailed(t string) {
 	if o.next != nil {
 		o.next.CommandFailed(t)
 	}
-	o.c.outcome()
 }
 
 func (o outcomes) CommandPoisoned(t string) {
 	if o.next != nil {
 		o.next.CommandPoisoned(t)
 	}
-	o.c.outcome()
 }
 
 func (o outcomes) HandlerDuration(t string, d time.Duration) {
@@ -331,5 +335,22 @@ func (o outcomes) PollInterval(q string, d time.Duration) {
 func (o outcomes) Polled(q string, empty bool) {
 	if o.next != nil {
 		o.next.Polled(q, empty)
+	}
+}
+
+// CommandChanged pushes a stored change to the watchers, then tells the
+// configured Observer when it wants changes too.
+func (o outcomes) CommandChanged(st Status, events []Event) {
+	o.c.hub.push(st, events)
+	if co, ok := o.next.(processor.ChangeObserver); ok {
+		co.CommandChanged(st, events)
+	}
+}
+
+// InFlightChanged wakes the command's watchers (Client.InFlight changed).
+func (o outcomes) InFlightChanged(id string) {
+	o.c.hub.inFlightChanged(id)
+	if co, ok := o.next.(processor.ChangeObserver); ok {
+		co.InFlightChanged(id)
 	}
 }

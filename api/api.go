@@ -10,6 +10,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -107,6 +108,21 @@ type Config struct {
 	// (default DefaultStorageMaxRetries, 2; negative: no retries). The
 	// processor keeps the store's own, longer settings.
 	StorageMaxRetries int
+	// MaxWait is the longest wait a status long-poll may ask for
+	// (GET /v1/commands/{id}?wait=, or Prefer: wait=); a longer ?wait= is
+	// 400, a longer Prefer is cut to it. Keep it well under the
+	// http.Server's ReadTimeout and WriteTimeout unless the server lets
+	// handlers extend them (net/http's does). Default DefaultMaxWait (30 s).
+	MaxWait time.Duration
+	// StreamHeartbeat is how often an event stream
+	// (GET /v1/commands/{id}/events with Accept: text/event-stream) sends
+	// a comment line while nothing happens, so that proxies keep it open
+	// and clients notice a dead one. Default DefaultStreamHeartbeat (15 s).
+	StreamHeartbeat time.Duration
+	// MaxStream is the longest an event stream stays open; then it ends
+	// and its client reconnects with Last-Event-ID (EventSource does so
+	// by itself). Default DefaultMaxStream (30 min).
+	MaxStream time.Duration
 	// Logger receives request logs (debug), operator actions (info), storage
 	// outages and failed authentication (warn) and server faults (error).
 	// The zero Logger discards them.
@@ -138,6 +154,10 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: RequestTimeout is %s; use 0 for the default (%s) or a positive duration", ErrInvalidConfig, c.RequestTimeout, DefaultRequestTimeout))
+	}
+	if c.MaxWait < 0 || c.StreamHeartbeat < 0 || c.MaxStream < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxWait %s, StreamHeartbeat %s and MaxStream %s must not be negative (0 = the defaults %s, %s and %s)", ErrInvalidConfig,
+			c.MaxWait, c.StreamHeartbeat, c.MaxStream, DefaultMaxWait, DefaultStreamHeartbeat, DefaultMaxStream))
 	}
 	if c.StorageTryTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: StorageTryTimeout is %s; use 0 for the default (RequestTimeout/4) or a positive duration", ErrInvalidConfig, c.StorageTryTimeout))
@@ -192,6 +212,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.StorageTryTimeout == 0 {
 		cfg.StorageTryTimeout = cfg.RequestTimeout / 4
 	}
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
+	cfg.StreamHeartbeat = cmp.Or(cfg.StreamHeartbeat, DefaultStreamHeartbeat)
+	cfg.MaxStream = cmp.Or(cfg.MaxStream, DefaultMaxStream)
 	switch {
 	case cfg.StorageMaxRetries == 0:
 		cfg.StorageMaxRetries = DefaultStorageMaxRetries
@@ -291,12 +314,17 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // middleware recovers panics as 500 problems, logs every request at debug
-// and gives every request its deadline and storage call budget.
+// and gives every request its deadline and storage call budget. Long-polls
+// and event streams (longLived) get the budget but no deadline: they
+// bound each storage call themselves (live.go).
 func (s *server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if !longLived(r) {
+			ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		}
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
 		defer func() {
@@ -492,49 +520,6 @@ func decodeDetail(err error) string {
 // trimPrefix drops a leading "commands: " from an error message shown to API users.
 func trimPrefix(err error) string {
 	return strings.TrimPrefix(err.Error(), "commands: ")
-}
-
-func (s *server) get(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authorize(w, r, RoleReader); !ok {
-		return
-	}
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	st, err := s.cfg.Client.Get(r.Context(), id)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-// EventsResponse is the body of GET /v1/commands/{id}/events.
-type EventsResponse struct {
-	// ID is the command ID.
-	ID string `json:"id"`
-	// Events are the command's lifecycle events, oldest first.
-	Events []status.Event `json:"events"`
-}
-
-func (s *server) events(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authorize(w, r, RoleReader); !ok {
-		return
-	}
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	evs, err := s.cfg.Client.Events(r.Context(), id)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if evs == nil {
-		evs = []status.Event{}
-	}
-	writeJSON(w, http.StatusOK, EventsResponse{ID: id, Events: evs})
 }
 
 func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {

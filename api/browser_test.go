@@ -121,7 +121,7 @@ func TestCORSAllowList(t *testing.T) {
 	want := map[string]string{
 		"Access-Control-Allow-Origin":  app,
 		"Access-Control-Allow-Methods": "GET, POST, DELETE",
-		"Access-Control-Allow-Headers": "Authorization, Content-Type",
+		"Access-Control-Allow-Headers": "Authorization, Content-Type, If-None-Match, Prefer, Last-Event-ID",
 		"Access-Control-Max-Age":       "600",
 	}
 	for k, v := range want {
@@ -141,7 +141,7 @@ func TestCORSAllowList(t *testing.T) {
 
 	r := request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", app, "Sec-Fetch-Site", "cross-site")
 	decode[api.IssueResponse](t, r, http.StatusAccepted)
-	if r.header.Get("Access-Control-Allow-Origin") != app || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "Location") ||
+	if r.header.Get("Access-Control-Allow-Origin") != app || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "Location") || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "ETag") ||
 		r.header.Get("Access-Control-Allow-Credentials") != "" {
 		t.Fatalf("allowed origin's POST: headers %v", r.header)
 	}

@@ -61,6 +61,8 @@ var templateFS embed.FS
 
 var dashboardFuncs = template.FuncMap{
 	"fmtTime": fmtTime,
+	// hourMinute is a time of day in UTC to the minute ("14:05 UTC").
+	"hourMinute": func(t time.Time) string { return t.UTC().Format("15:04") + " UTC" },
 	"truncate": func(s string, n int) string {
 		if utf8.RuneCountInString(s) <= n {
 			return s
@@ -83,7 +85,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "confirm", "login", "error"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -159,7 +161,9 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET /ui/{$}", h(d.overview))
 	mux.HandleFunc("GET /ui/poison", h(d.poison))
+	mux.HandleFunc("GET /ui/commands", h(d.commands))
 	mux.HandleFunc("GET /ui/commands/{id}", h(d.command))
+	mux.HandleFunc("GET /ui/commands/{id}/live", h(d.live))
 	mux.HandleFunc("GET /ui/search", h(d.search))
 	mux.HandleFunc("GET /ui/static/{name}", h(d.static))
 	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(d.src.Requeue, "requeued")))

@@ -437,6 +437,8 @@ func TestDashboardPageCosts(t *testing.T) {
 		{"bulk confirmation", func() page {
 			return op.post("/ui/poison/bulk", url.Values{"do": {"discard"}, "id": {poisoned}, "csrf": {tok}})
 		}, map[string]int{"table_query": 1}},
+		{"recent commands", func() page { return op.get("/ui/commands") }, map[string]int{"table_query": 1}},
+		{"recent commands, filtered, page 2", func() page { return op.get("/ui/commands?type=Alpha&state=completed&continuation=1") }, map[string]int{"table_query": 1}},
 		{"login page, stylesheet, script", func() page {
 			op.get("/ui/static/cmdq.css")
 			op.get("/ui/static/live.js")
@@ -454,6 +456,56 @@ func TestDashboardPageCosts(t *testing.T) {
 		}
 		if !maps.Equal(got, c.want) {
 			t.Errorf("%s costs %v, docs/dashboard.md says %v", c.name, got, c.want)
+		}
+	}
+
+	// The live feed of a command's page: one point read when it opens,
+	// none for a second feed of the same command, none for a final
+	// command read before.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pending, completed := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
+	rec, err := srv.Log.Store.Load(ctx, completed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	feed := func(id string) (int, map[string]int) {
+		before := storageCalls(t, srv)
+		r, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
+		if r.StatusCode == http.StatusOK {
+			if m := next(t, ms); m.event != "alive" {
+				t.Fatalf("live feed: %+v", m)
+			}
+		}
+		after := storageCalls(t, srv)
+		got := map[string]int{}
+		for k, v := range after {
+			if d := v - before[k]; d != 0 {
+				got[k] = d
+			}
+		}
+		return r.StatusCode, got
+	}
+	for _, c := range []struct {
+		name string
+		id   string
+		code int
+		want map[string]int
+	}{
+		{"live feed", pending, http.StatusOK, map[string]int{"table_get": 1}},
+		{"live feed of a command watched already", pending, http.StatusOK, map[string]int{}},
+		{"live feed of a completed command read before", completed, http.StatusNoContent, map[string]int{}},
+	} {
+		if c.id == completed {
+			if _, err := srv.Client.Get(ctx, completed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code, got := feed(c.id); code != c.code || !maps.Equal(got, c.want) {
+			t.Errorf("%s: %d, costs %v; docs/dashboard.md says %d and %v", c.name, code, got, c.code, c.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -190,7 +191,15 @@ type commandBody struct {
 	RetryFrom, RetryTo time.Time
 	RetryDue           bool // RetryTo has passed
 	RetryOpen          bool // RetryFrom has passed
-	Refresh            int
+	// Running is set when this server's processor runs the command's
+	// handler now while the stored state is still pending or retrying
+	// (its started event is not written yet); RunningNote says so.
+	Running     *cmdq.InFlight
+	RunningNote string
+	Refresh     int
+	// Stream is the live feed's URL ("" for a final command): live.js
+	// refreshes the page when it says something changed.
+	Stream string
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -234,6 +243,14 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		b.Refresh = refreshPoisoned
 	default:
 		b.Refresh = refreshCommand
+	}
+	if b.Refresh > 0 {
+		b.Stream = d.base + "/commands/" + id + "/live"
+	}
+	if st.State == status.StatePending || st.State == status.StateRetrying {
+		if f, ok := d.src.InFlight(id); ok {
+			b.Running, b.RunningNote, b.Waiting = &f, runningNote(f, d.now()), false
+		}
 	}
 	if st.State == status.StateRetrying {
 		if p, ok := d.src.RetryPolicy(st.Type); ok {

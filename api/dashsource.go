@@ -40,6 +40,19 @@ type dashSource interface {
 	// server's client runs the type's handler (cmdq.Register); no storage
 	// call.
 	RetryPolicy(cmdType string) (handlers.RetryPolicy, bool)
+	// Commands lists commands (newest first, with a summary): one query
+	// of the whole commands table (one request per 1000 rows; with a
+	// summary every row, events included).
+	Commands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error)
+	// InFlight reports whether this server's processor runs a handler of
+	// id now (before its started event is written): no storage call.
+	InFlight(id string) (cmdq.InFlight, bool)
+	// Watch follows a command for the live feed: one point read when it
+	// opens (none when the command is watched already or final and read
+	// before), then one per second at most while it is watched, shared
+	// with every other watcher, for changes made by other processes;
+	// none for this server's processor's.
+	Watch(id string) *cmdq.Watch
 }
 
 // newDashSource returns the dashboard's data access for cfg: its client.
@@ -78,6 +91,14 @@ func (s clientSource) Discard(ctx context.Context, id, by string) error {
 }
 
 func (s clientSource) Queues() []string { return s.c.Queues() }
+
+func (s clientSource) Commands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error) {
+	return s.c.ListCommands(ctx, q)
+}
+
+func (s clientSource) InFlight(id string) (cmdq.InFlight, bool) { return s.c.InFlight(id) }
+
+func (s clientSource) Watch(id string) *cmdq.Watch { return s.c.Watch(id) }
 
 func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error) {
 	return s.c.QueueDepth(ctx, queue)

@@ -75,8 +75,8 @@ const CORSMaxAge = 10 * time.Minute
 // allowed: browser front ends send bearer tokens.
 const (
 	corsAllowMethods  = "GET, POST, DELETE"
-	corsAllowHeaders  = "Authorization, Content-Type"
-	corsExposeHeaders = "Location, Retry-After, WWW-Authenticate"
+	corsAllowHeaders  = "Authorization, Content-Type, If-None-Match, Prefer, Last-Event-ID"
+	corsExposeHeaders = "Location, Retry-After, WWW-Authenticate, ETag, Preference-Applied"
 )
 
 // normalizeOrigin checks an allow-list entry and returns it in the form

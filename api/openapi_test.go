@@ -101,8 +101,13 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands", "", body, bearer(apitest.IssuerToken)...)
 	c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
 
-	// Read.
-	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
+	// Read: the status with its ETag, 304 for it, a long-poll that
+	// answers at once (the client has another status).
+	got := c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusNotModified, http.MethodGet, "/v1/commands/"+id, "", "", append(bearer(apitest.ReaderToken), "If-None-Match", got.header.Get("ETag"))...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"?wait=5s", "", "", append(bearer(apitest.ReaderToken), "If-None-Match", `"older"`)...)
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", append(bearer(apitest.ReaderToken), "If-None-Match", `"older"`, "Prefer", "wait=5")...)
+	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/commands/"+id+"?wait=forever", "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
 	unknown := commands.NewID()
 	for _, p := range []string{"/v1/commands/" + unknown, "/v1/commands/" + unknown + "/events", "/v1/poison/" + unknown} {
@@ -142,6 +147,14 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusNotFound, http.MethodDelete, "/v1/poison/"+unknown, "", "", bearer(apitest.OperatorToken)...)
 	srv.Poison(t, id, "again", "boom")
 	c.expect(http.StatusNoContent, http.MethodDelete, "/v1/poison/"+id, "", "", bearer(apitest.OperatorToken)...)
+	// The event stream of the (now final) command: every event and the
+	// status, then the end; resumed after its last event: 204.
+	stream := c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", append(bearer(apitest.ReaderToken), "Accept", "text/event-stream")...)
+	if !strings.Contains(string(stream.body), "event: status\ndata: {") || !strings.Contains(string(stream.body), `"kind":"discarded"`) {
+		t.Fatalf("stream of a discarded command:\n%s", stream.body)
+	}
+	last := regexp.MustCompile(`id: (\d+)\n`).FindAllStringSubmatch(string(stream.body), -1)
+	c.expect(http.StatusNoContent, http.MethodGet, "/v1/commands/"+id+"/events", "", "", append(bearer(apitest.ReaderToken), "Accept", "text/event-stream", "Last-Event-ID", last[len(last)-1][1])...)
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/poison/nope/requeue", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusBadRequest, http.MethodDelete, "/v1/poison/nope", "", "", bearer(apitest.OperatorToken)...)
 

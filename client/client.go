@@ -8,7 +8,9 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,36 +216,241 @@ func (c *Client) Events(ctx context.Context, id string) ([]status.Event, error) 
 	return res.Events, err
 }
 
-// DefaultWaitInterval is Wait's poll interval when it is given 0 (500 ms).
-const DefaultWaitInterval = 500 * time.Millisecond
+// DefaultLongPoll is how long one request of Wait and WaitChange asks the
+// server to wait for a change (20 s; the server cuts it to its maximum,
+// 30 s by default). With an http.Client whose Timeout is shorter, they
+// ask for 5 s less than that Timeout.
+const DefaultLongPoll = 20 * time.Second
 
-// Wait polls Get every pollInterval (0 = DefaultWaitInterval) until the
-// command is completed, poisoned or discarded, and returns that status. It
-// returns ctx's error, with the last status seen (zero if none), when ctx
-// ends first; other errors (not found, unauthorized, …) end it at once.
-func (c *Client) Wait(ctx context.Context, id string, pollInterval time.Duration) (status.Status, error) {
-	if pollInterval <= 0 {
-		pollInterval = DefaultWaitInterval
+// fallbackPoll is how often Wait reads a server that does not long-poll
+// (it answered at once without Preference-Applied).
+const fallbackPoll = 500 * time.Millisecond
+
+// longPoll is the wait one long-poll request asks for.
+func (c *Client) longPoll() time.Duration {
+	if t := c.hc.Timeout; t > 0 && t-5*time.Second < DefaultLongPoll {
+		return max(t-5*time.Second, time.Second)
 	}
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
+	return DefaultLongPoll
+}
+
+// WaitChange long-polls a command (GET /v1/commands/{id} with
+// If-None-Match: etag and Prefer: wait): it returns the status and its
+// ETag as soon as the ETag is not etag ("" answers at once), or, when the
+// server's wait (up to DefaultLongPoll) ends first, the zero Status, etag
+// and changed=false: ask again. The server watches the command for all
+// its waiters, so waiting costs it at most one storage read per second.
+func (c *Client) WaitChange(ctx context.Context, id, etag string) (st status.Status, tag string, changed bool, err error) {
+	st, tag, changed, _, err = c.waitChange(ctx, id, etag)
+	return st, tag, changed, err
+}
+
+// waitChange is WaitChange; waited reports whether the server waited
+// (Preference-Applied), so a loop does not spin on a server that does not.
+func (c *Client) waitChange(ctx context.Context, id, etag string) (st status.Status, tag string, changed, waited bool, err error) {
+	h := http.Header{}
+	if etag != "" {
+		h.Set("If-None-Match", etag)
+		h.Set("Prefer", "wait="+strconv.Itoa(int(c.longPoll()/time.Second)))
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, h, &st)
+	if err != nil {
+		return status.Status{}, etag, false, false, err
+	}
+	waited = resp.Header.Get("Preference-Applied") != ""
+	if resp.StatusCode == http.StatusNotModified {
+		return status.Status{}, etag, false, waited, nil
+	}
+	return st, resp.Header.Get("ETag"), true, waited, nil
+}
+
+// Wait long-polls the command (see WaitChange) until it is completed,
+// poisoned or discarded, and returns that status. It returns ctx's error,
+// with the last status seen (zero if none), when ctx ends first; other
+// errors (not found, unauthorized, …) end it at once. Against a server
+// that does not long-poll it reads the status every 500 ms.
+func (c *Client) Wait(ctx context.Context, id string) (status.Status, error) {
+	return c.WaitSeen(ctx, id, nil)
+}
+
+// WaitSeen is Wait, calling seen (when not nil) with every status it gets
+// that is not final yet (the first, then each change).
+func (c *Client) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
 	var last status.Status
+	tag := ""
 	for {
-		st, err := c.Get(ctx, id)
+		st, next, changed, waited, err := c.waitChange(ctx, id, tag)
 		if err != nil {
 			if ctx.Err() != nil {
 				return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.State, ctx.Err())
 			}
 			return last, err
 		}
-		last = st
-		if st.State.Final() {
-			return st, nil
+		if changed {
+			last, tag = st, next
+			if st.State.Final() {
+				return st, nil
+			}
+			if seen != nil {
+				seen(st)
+			}
+			if tag != "" {
+				continue
+			}
 		}
+		if !waited || tag == "" {
+			// An old server answered at once: poll it.
+			t := time.NewTimer(fallbackPoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.State, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// Follow streams a command's history (GET /v1/commands/{id}/events with
+// Accept: text/event-stream): it calls onEvent (when not nil) with every
+// event numbered above after, oldest first, and onStatus (when not nil)
+// with the status after each change, until the command is completed,
+// poisoned or discarded, and returns that status. When the stream ends
+// early (the server's stream limit, a restart, a storage failure) it
+// reconnects after the server's retry delay, resuming after the last
+// event (Last-Event-ID). It returns ctx's error when ctx ends, and other
+// errors (not found, unauthorized, …) at once.
+func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event), onStatus func(status.Status)) (status.Status, error) {
+	hc := *c.hc
+	hc.Timeout = 0 // a stream lasts; ctx ends it
+	var last status.Status
+	retry := 2 * time.Second
+	for {
+		h := http.Header{"Accept": {"text/event-stream"}}
+		if after > 0 {
+			h.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+		}
+		req, u, err := c.request(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id)+"/events", nil, nil, h)
+		if err != nil {
+			return last, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return last, fmt.Errorf("cmdq client: following command %s: %w", id, ctx.Err())
+			}
+			return last, fmt.Errorf("cmdq client: GET %s: %w", u, err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusNoContent:
+			// Final, and everything was sent before.
+			resp.Body.Close()
+			st, err := c.Get(ctx, id)
+			if err == nil && onStatus != nil {
+				onStatus(st)
+			}
+			return st, err
+		case resp.StatusCode < 200 || resp.StatusCode > 299:
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+			resp.Body.Close()
+			return last, problemError(http.MethodGet, u, resp, data)
+		}
+		final, err := readStream(resp.Body, func(field, id, data string) error {
+			switch field {
+			case "retry":
+				if ms, err := strconv.Atoi(data); err == nil && ms > 0 {
+					retry = time.Duration(ms) * time.Millisecond
+				}
+			case "status":
+				var st status.Status
+				if err := json.Unmarshal([]byte(data), &st); err != nil {
+					return fmt.Errorf("cmdq client: status in the stream of %s: %w", id, err)
+				}
+				last = st
+				if onStatus != nil {
+					onStatus(st)
+				}
+			case "message":
+				var e status.Event
+				if err := json.Unmarshal([]byte(data), &e); err != nil {
+					return fmt.Errorf("cmdq client: event in the stream of %s: %w", id, err)
+				}
+				after = max(after, e.Seq)
+				if onEvent != nil {
+					onEvent(e)
+				}
+			}
+			return nil
+		}, func() bool { return last.State.Final() })
+		resp.Body.Close()
+		switch {
+		case final:
+			return last, nil
+		case ctx.Err() != nil:
+			return last, fmt.Errorf("cmdq client: following command %s: %w", id, ctx.Err())
+		case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+			var perr *protocolError
+			if errors.As(err, &perr) {
+				return last, err
+			}
+		}
+		// Ended early: reconnect after the server's retry delay.
+		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("cmdq client: waiting for command %s (last status %q): %w", id, last.State, ctx.Err())
+			t.Stop()
+			return last, fmt.Errorf("cmdq client: following command %s: %w", id, ctx.Err())
 		case <-t.C:
+		}
+	}
+}
+
+// protocolError is a stream the client cannot read.
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
+
+// readStream reads server-sent events from r, calling fn with "retry" and
+// its value, or with the event name ("message" by default), the id and
+// the data of each message. It stops when done reports true after a
+// message, when r ends (final false), or at fn's error.
+func readStream(r io.Reader, fn func(field, id, data string) error, done func() bool) (final bool, err error) {
+	br := bufio.NewReader(r)
+	var event, id string
+	var data []string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return false, err
+		}
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if line == "" {
+			if len(data) > 0 {
+				if err := fn(cmp.Or(event, "message"), id, strings.Join(data, "\n")); err != nil {
+					return false, &protocolError{err}
+				}
+				if done() {
+					return true, nil
+				}
+			}
+			event, data = "", nil
+			continue
+		}
+		if strings.HasPrefix(line, ":") {
+			continue // a comment (heartbeat)
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "event":
+			event = value
+		case "data":
+			data = append(data, value)
+		case "id":
+			id = value
+		case "retry":
+			_ = fn("retry", "", value)
 		}
 	}
 }
@@ -303,13 +510,26 @@ const maxResponseBytes = 16 << 20
 
 // do sends one request and decodes a 2xx JSON body into out (if non-nil).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, out any) (int, error) {
+	resp, err := c.send(ctx, method, path, query, body, nil, out)
+	if err != nil {
+		if resp != nil {
+			return resp.StatusCode, err
+		}
+		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+// request builds a request to path with query, body and extra headers; u
+// is its URL without credentials, for messages.
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header) (*http.Request, string, error) {
 	full := c.base.String() + path
 	if len(query) > 0 {
 		full += "?" + query.Encode()
 	}
 	u, err := url.Parse(full)
 	if err != nil {
-		return 0, fmt.Errorf("cmdq client: %w", err)
+		return nil, "", fmt.Errorf("cmdq client: %w", err)
 	}
 	var rd io.Reader
 	if body != nil {
@@ -317,33 +537,50 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return 0, fmt.Errorf("cmdq client: %w", err)
+		return nil, "", fmt.Errorf("cmdq client: %w", err)
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	return req, u.Redacted(), nil
+}
+
+// send sends one request (with extra headers h) and decodes a 2xx JSON
+// body into out (if non-nil). The response's body is read and closed; a
+// non-2xx answer is returned with its *Error.
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header, out any) (*http.Response, error) {
+	req, u, err := c.request(ctx, method, path, query, body, h)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("cmdq client: %s %s: %w", method, u.Redacted(), err)
+		return nil, fmt.Errorf("cmdq client: %s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("cmdq client: %s %s: reading response: %w", method, u.Redacted(), err)
+		return resp, fmt.Errorf("cmdq client: %s %s: reading response: %w", method, u, err)
+	}
+	if resp.StatusCode == http.StatusNotModified {
+		return resp, nil
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, problemError(method, u.Redacted(), resp, data)
+		return resp, problemError(method, u, resp, data)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("cmdq client: %s %s: decoding %d response: %w", method, u.Redacted(), resp.StatusCode, err)
+			return resp, fmt.Errorf("cmdq client: %s %s: decoding %d response: %w", method, u, resp.StatusCode, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp, nil
 }
 
 func problemError(method, u string, resp *http.Response, data []byte) *Error {

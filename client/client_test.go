@@ -155,7 +155,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
-	if st, err := c.Wait(ctx, ids[1], 10*time.Millisecond); err != nil || st.State != status.StateDiscarded {
+	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != status.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
 	if err := c.Discard(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
@@ -178,11 +178,11 @@ func TestWaitEndsWithContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	st, err := c.Wait(ctx, res.ID, 10*time.Millisecond)
+	st, err := c.Wait(ctx, res.ID)
 	if !errors.Is(err, context.DeadlineExceeded) || st.State != status.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	if _, err := c.Wait(context.Background(), commands.NewID(), 0); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Wait(context.Background(), commands.NewID()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("wait on unknown: %v", err)
 	}
 }
@@ -238,7 +238,7 @@ func TestWithProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	final, err := c.Wait(wctx, res.ID, 20*time.Millisecond)
+	final, err := c.Wait(wctx, res.ID)
 	if err != nil || final.State != status.StateCompleted || final.Step != 1 || final.Attempts != 1 {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
@@ -266,7 +266,7 @@ func TestWithProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	final, err = c.Wait(wctx, res.ID, 20*time.Millisecond)
+	final, err = c.Wait(wctx, res.ID)
 	if err != nil || final.State != status.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
 		t.Fatalf("wait: %+v %v", final, err)
 	}

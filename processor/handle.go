@@ -458,6 +458,7 @@ func (a *attempt) run() {
 	a.running = true
 	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
 	a.mu.Unlock()
+	defer p.handlerStarted(InFlight{ID: id, Type: typ, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	a.k.mu.Lock()
 	a.k.onLost = cancel
 	a.k.onRenew = a.writeStarted

@@ -72,8 +72,9 @@ type Processor struct {
 	durSum time.Duration
 	durN   int64
 
-	claimMu sync.Mutex
-	claimed map[string]struct{} // command IDs with a message in hand
+	claimMu  sync.Mutex
+	claimed  map[string]struct{} // command IDs with a message in hand
+	handling map[string]InFlight // command IDs whose handler runs now (inflight.go)
 
 	// Live counts (Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -211,7 +212,7 @@ func (p *Processor) open(ctx context.Context) error {
 		}
 		qr.q = q
 	}
-	p.st = record.New(cmds, poison, record.Options{})
+	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.poison = poison
 	p.opened = true

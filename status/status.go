@@ -275,7 +275,8 @@ const MaxCommandLimit = 1000
 
 // CommandQuery selects commands for a listing (cmdq.Client.ListCommands).
 // A listing reads the whole commands table (one request per 1000 rows): it
-// is for tests, tools and small stores, not for a hot path.
+// is for tests, tools, the operator page and small stores, not for a hot
+// path.
 type CommandQuery struct {
 	// Type, when set, keeps only commands of this type.
 	Type string
@@ -284,14 +285,64 @@ type CommandQuery struct {
 	// Limit is the most commands in one page (0 = DefaultCommandLimit, at
 	// most MaxCommandLimit).
 	Limit int
-	// Continuation resumes from a previous page's token (opaque).
+	// Continuation resumes from a previous page's token (opaque; a token of
+	// one order is not valid for the other).
 	Continuation string
+	// Since, when set, keeps only commands whose last change (UpdatedAt)
+	// is at or after it.
+	Since time.Time
+	// Newest lists by last change, newest first (then by ID), instead of
+	// by ID. The whole selection is read and sorted for every page, and the
+	// continuation is an offset into it: commands that change between two
+	// pages move.
+	Newest bool
+	// Summary fills CommandPage.Summary: the selection counted per state
+	// (whatever State says) and the outcomes per minute, read from the
+	// commands' events. The listing then reads every row of the table,
+	// events included (one request per 1000 rows).
+	Summary bool
+	// ScanLimit, when above 0, stops reading after about this many table
+	// rows; the page then holds what was found in them and
+	// Summary.Partial (when asked for) says so. Default 0: no limit.
+	ScanLimit int
 }
 
-// CommandPage is one page of a command listing, in command ID order.
+// CommandPage is one page of a command listing, in command ID order (or
+// newest first, with CommandQuery.Newest).
 type CommandPage struct {
 	// Commands are the page's commands (empty, not nil, when none).
 	Commands []Status `json:"commands"`
 	// Continuation is "" on the last page.
 	Continuation string `json:"continuation,omitempty"`
+	// Summary is the selection's summary, when CommandQuery.Summary asked
+	// for it.
+	Summary *CommandSummary `json:"summary,omitempty"`
+}
+
+// CommandSummary summarises the commands a CommandQuery selects (its Type
+// and Since; any State).
+type CommandSummary struct {
+	// Counts are how many of them are in each state now.
+	Counts map[State]int `json:"counts"`
+	// Minutes are the outcomes recorded in each minute from Since
+	// (truncated to the minute; the last hour when Since is zero) to now,
+	// oldest first: completed, failed (attempts that failed, retried or
+	// not) and poisoned events of the commands of Type.
+	Minutes []MinuteCounts `json:"minutes"`
+	// Rows is how many table rows were read.
+	Rows int `json:"rows"`
+	// Partial says the read stopped at CommandQuery.ScanLimit: the counts
+	// and the commands are of the rows read only.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// MinuteCounts are the outcomes of one minute.
+type MinuteCounts struct {
+	// Start is the minute's start (UTC).
+	Start time.Time `json:"start"`
+	// Completed, Failed and Poisoned count the completed, failed and
+	// poisoned events of that minute.
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Poisoned  int `json:"poisoned"`
 }

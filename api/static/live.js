@@ -1,11 +1,15 @@
 // live.js keeps a cmdq dashboard page current without reloading it. The
-// page marks the part that changes with data-refresh="SECONDS"; every that
-// many seconds (while the tab is visible) this script fetches the same URL
-// again with the header X-Cmdq-Refresh: 1, and swaps in the new version of
-// that part, keeping ticked checkboxes, open <details> and focus. A line
-// "Updated N s ago" says how fresh the page is. The page works without it:
-// every change is a normal link or form. No inline script, nothing from
-// elsewhere (the page's Content-Security-Policy allows only this origin).
+// page marks the part that changes with data-refresh="SECONDS"; this
+// script fetches the same URL again with the header X-Cmdq-Refresh: 1 and
+// swaps in the new version of that part, keeping ticked checkboxes, open
+// <details> and focus. When the part also has data-stream="URL" (a
+// command's page), it listens to that event stream and refreshes when it
+// says "change" ("alive" says the page is current); otherwise, or while
+// the stream is down, it refreshes every SECONDS. Nothing runs while the
+// tab is hidden. A line "Updated N s ago" says how fresh the page is. The
+// page works without it: every change is a normal link or form. No inline
+// script, nothing from elsewhere (the page's Content-Security-Policy
+// allows only this origin, EventSource included).
 (function () {
   "use strict";
 
@@ -36,11 +40,15 @@
     return;
   }
   var every = Number(live.getAttribute("data-refresh")) * 1000;
+  var streamURL = live.getAttribute("data-stream");
   var at = Date.parse(stamp.getAttribute("datetime"));
   var problem = "";
   var busy = false;
+  var again = false;
   var stopped = !(every > 0);
   var timer = 0;
+  var es = null;
+  var streaming = false;
 
   function ago(ms) {
     var s = Math.max(0, Math.round(ms / 1000));
@@ -55,6 +63,8 @@
     var text = "Updated " + ago(Date.now() - at);
     if (problem) {
       text += " · " + problem;
+    } else if (streaming) {
+      text += " · live";
     } else if (!stopped) {
       text += " · refreshes every " + every / 1000 + " s";
     }
@@ -114,22 +124,64 @@
     wireSelectAll(live);
   }
 
+  // The timer refreshes only while no stream says when to.
   function schedule() {
     clearTimeout(timer);
-    if (!stopped) {
+    if (!stopped && !streaming && !document.hidden) {
       timer = setTimeout(refresh, every);
     }
   }
 
+  function closeStream() {
+    if (es) {
+      es.close();
+      es = null;
+    }
+    streaming = false;
+  }
+
+  function openStream() {
+    if (!streamURL || stopped || es || document.hidden || !window.EventSource) {
+      return;
+    }
+    es = new EventSource(streamURL);
+    es.addEventListener("alive", function (ev) {
+      streaming = true;
+      problem = "";
+      var t = Date.parse(ev.data);
+      if (t > at) {
+        at = t; // nothing changed up to then
+      }
+      clearTimeout(timer);
+      show();
+    });
+    es.addEventListener("change", function () {
+      refresh();
+    });
+    es.onerror = function () {
+      // Down (the browser retries by itself): poll meanwhile.
+      streaming = false;
+      if (es && es.readyState === EventSource.CLOSED) {
+        es = null;
+      }
+      show();
+      schedule();
+    };
+  }
+
   function refresh() {
-    if (busy || stopped) {
+    if (stopped) {
+      return;
+    }
+    if (busy) {
+      again = true; // a change came while a refresh ran: refresh once more
       return;
     }
     if (document.hidden) {
-      schedule();
-      return;
+      return; // refreshed when shown again
     }
     busy = true;
+    again = false;
     fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Cmdq-Refresh": "1" } })
       .then(function (r) {
         if (r.redirected) {
@@ -162,6 +214,7 @@
           swap(fresh);
         }
         every = Number(fresh.getAttribute("data-refresh")) * 1000;
+        streamURL = fresh.getAttribute("data-stream");
         if (!(every > 0)) {
           stopped = true; // nothing more will change (a final state)
         }
@@ -171,17 +224,30 @@
       })
       .then(function () {
         busy = false;
+        if (stopped || !streamURL) {
+          closeStream();
+        } else {
+          openStream();
+        }
         show();
         schedule();
+        if (again) {
+          refresh();
+        }
       });
   }
 
   document.addEventListener("visibilitychange", function () {
-    if (!document.hidden) {
+    if (document.hidden) {
+      closeStream(); // nothing runs for a hidden tab
+      clearTimeout(timer);
+      show();
+    } else {
       refresh();
     }
   });
   setInterval(show, 1000);
   show();
+  openStream();
   schedule();
 })();

@@ -238,6 +238,18 @@ const layoutCheckJS = `(vw) => {
     if (r.width > 0 && r.height > 0) tops.add(Math.round(r.top / 8));
   }
   if (tops.size > 2) problems.push("the header wraps into " + tops.size + " rows");
+  // A card's labels (td::before) must fit their column, uncut.
+  const probe = document.createElement("span");
+  probe.style.cssText = "position:absolute;visibility:hidden;white-space:nowrap";
+  document.body.append(probe);
+  for (const td of document.querySelectorAll("td[data-label]")) {
+    const b = getComputedStyle(td, "::before");
+    if (!td.getClientRects().length || b.position !== "absolute") continue;
+    probe.style.font = b.font;
+    probe.textContent = td.getAttribute("data-label");
+    if (probe.getBoundingClientRect().width > parseFloat(b.width) + 0.5) problems.push("card label " + JSON.stringify(probe.textContent) + " is cut");
+  }
+  probe.remove();
   const rgb = s => (s.match(/[\d.]+/g) || []).map(Number);
   const lum = c => { const [r, g, b] = c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
   const bg = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor); if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c; } return [255, 255, 255]; };
@@ -300,17 +312,20 @@ func (tb *tab) shoot(dir, name string) {
 }
 
 // TestBrowserOperatorPage walks through a poison incident in Chromium: a
-// failing command appears in the poison list without a reload; its page
-// shows it; a requeue appears live on another tab of that page; a bulk
-// discard asks first; forged posts (without the CSRF token, from another
-// site) are refused; a reader sees no controls. Every page is checked for
+// command's page goes pending → running → completed live; a failing
+// command appears in the poison list without a reload; its page shows it;
+// a requeue appears live on another tab of that page; a bulk discard asks
+// first; the recent commands page counts and charts the hour; forged
+// posts (without the CSRF token, from another site) are refused; a reader
+// sees no controls. Every page is checked for
 // console errors, sideways scrolling at 390 px, a header of at most two
 // rows and contrast, in light and dark mode, and photographed.
 func TestBrowserOperatorPage(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	dir := artifactsDir(t)
-	srv := startServe(t, serveOpts{args: []string{"--poison-ceiling", "1"}, env: []string{"CMDQ_TOKENS=" + testTokens}})
+	// One handler at a time, so that a command can be seen waiting.
+	srv := startServe(t, serveOpts{args: []string{"--poison-ceiling", "1", "--concurrency", "1"}, env: []string{"CMDQ_TOKENS=" + testTokens}})
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
@@ -387,6 +402,45 @@ func TestBrowserOperatorPage(t *testing.T) {
 	if txt := op.text(); !strings.Contains(txt, "Processor") || !strings.Contains(txt, "0 poisoned commands") {
 		t.Fatalf("overview after login:\n%s", txt)
 	}
+
+	// ---- a command's page goes pending → running → completed live ----
+	issueSleep := func(ms int) string {
+		t.Helper()
+		id := newUUID()
+		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken, fmt.Sprintf(`{"id":"%s","type":"demo.sleep","params":{"ms":%d}}`, id, ms))
+		if r.code != http.StatusAccepted {
+			t.Fatalf("issue: %d %s", r.code, r.body)
+		}
+		return id
+	}
+	blocker := issueSleep(6000) // takes the only handler slot
+	waitState(t, srv.URL, apitest.ReaderToken, blocker, "running", 30*time.Second)
+	watched := issueSleep(2500)
+	op.run(chromedp.Navigate(srv.URL+"/ui/commands/"+watched), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+	op.mark()
+	// Record every state the page shows, as it shows it.
+	op.eval(`window.cmdqStates = [document.getElementById("status").textContent.trim()];
+new MutationObserver(() => { const s = document.getElementById("status"); if (s && s.textContent.trim() !== window.cmdqStates.at(-1)) window.cmdqStates.push(s.textContent.trim()); })
+  .observe(document.getElementById("live"), {childList: true, subtree: true, characterData: true}); true`, nil)
+	op.waitJS("the page follows its live feed", `/^Updated \d+ s ago · live$/.test(document.getElementById("updated").textContent)`, 20*time.Second)
+	op.waitJS("the command completes on the page", `window.cmdqStates.at(-1) === "completed"`, 60*time.Second)
+	var states []string
+	op.eval(`window.cmdqStates`, &states)
+	if op.reloaded() {
+		t.Fatal("the command page was reloaded to follow the command")
+	}
+	// pending, then running (at once from the processor's in-flight set:
+	// "running (stored: pending)"; after ~1 s from the started event),
+	// then completed.
+	if len(states) < 3 || states[0] != "pending" || !strings.HasPrefix(states[1], "running") || states[len(states)-1] != "completed" {
+		t.Fatalf("the page showed %q, want pending, running…, completed", states)
+	}
+	for _, st := range states[1 : len(states)-1] {
+		if !strings.HasPrefix(st, "running") {
+			t.Fatalf("the page showed %q, want pending, running…, completed", states)
+		}
+	}
+	t.Logf("the command page showed %q live", states)
 
 	// ---- a failing command appears in the poison list without a reload ----
 	op.run(chromedp.Navigate(srv.URL+"/ui/poison"), chromedp.WaitVisible(`#live`, chromedp.ByQuery))
@@ -512,6 +566,27 @@ func TestBrowserOperatorPage(t *testing.T) {
 		}
 	}
 	op.shoot(dir, "poison-after-bulk")
+
+	// ---- the recent commands: counts per state, outcomes per minute ----
+	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
+	var tabs []string
+	op.eval(`[...document.querySelectorAll("nav.tabs a")].map(a => a.textContent.replace(/\s+/g, " ").trim())`, &tabs)
+	if len(tabs) != 7 || tabs[0] != "all 5" || tabs[4] != "completed 2" || tabs[6] != "discarded 3" {
+		t.Errorf("state counts of the last hour: %q, want all 5, completed 2, discarded 3", tabs)
+	}
+	var charts []string
+	op.eval(`[...document.querySelectorAll("figure.chart")].map(f => f.querySelector("figcaption").textContent.trim() + " / " + f.querySelectorAll("rect").length)`, &charts)
+	if len(charts) != 3 || !strings.HasPrefix(charts[0], "Completed: 2") || !strings.HasPrefix(charts[2], "Poisoned: 4") || strings.HasSuffix(charts[0], "/ 0") {
+		t.Errorf("charts: %q", charts)
+	}
+	op.run(chromedp.Click(`nav.tabs a[href$="state=discarded"]`, chromedp.ByQuery), chromedp.WaitVisible(`tr.command`, chromedp.ByQuery))
+	var rows int
+	op.eval(`document.querySelectorAll("tr.command").length`, &rows)
+	if rows != 3 {
+		t.Errorf("the discarded filter lists %d commands, want 3", rows)
+	}
+	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
+	op.shoot(dir, "commands")
 
 	// ---- an error page ----
 	op.expect("/ui/commands/00000000-0000-4000-8000-000000000000")

@@ -33,6 +33,13 @@ type backend interface {
 	Issue(ctx context.Context, r commands.Raw) (id string, existing bool, err error)
 	Get(ctx context.Context, id string) (status.Status, error)
 	Events(ctx context.Context, id string) ([]status.Event, error)
+	// WaitSeen waits until the command is final, calling seen with each
+	// status before (a long-poll on a server, a watch of the store).
+	WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error)
+	// Follow calls onEvent with the command's events after seq after as
+	// they happen, until it is final, and returns the final status (an
+	// event stream on a server, a watch of the store).
+	Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error)
 	ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error)
 	GetPoison(ctx context.Context, id string) (status.PoisonEntry, error)
 	Requeue(ctx context.Context, id string) error
@@ -142,6 +149,16 @@ func (b httpBackend) Events(ctx context.Context, id string) ([]status.Event, err
 	return e, b.wrap(err)
 }
 
+func (b httpBackend) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
+	st, err := b.c.WaitSeen(ctx, id, seen)
+	return st, b.wrap(err)
+}
+
+func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error) {
+	st, err := b.c.Follow(ctx, id, after, onEvent, nil)
+	return st, b.wrap(err)
+}
+
 func (b httpBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
 	p, err := b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
 	return p, b.wrap(err)
@@ -196,6 +213,63 @@ func (b *storeBackend) Events(ctx context.Context, id string) ([]status.Event, e
 	return e, wrapStore(err)
 }
 
+func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
+	if err := commands.ValidateID(id); err != nil {
+		return status.Status{}, err
+	}
+	w := b.c.Watch(id)
+	defer w.Close()
+	for {
+		st, _, changed, err := w.Current(ctx)
+		switch {
+		case err != nil:
+			return st, wrapStore(err)
+		case st.State.Final():
+			return st, nil
+		}
+		seen(st)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
+func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error) {
+	if err := commands.ValidateID(id); err != nil {
+		return status.Status{}, err
+	}
+	w := b.c.Watch(id)
+	defer w.Close()
+	tag := ""
+	for {
+		st, next, changed, err := w.Current(ctx)
+		if err != nil {
+			return st, wrapStore(err)
+		}
+		if next != tag {
+			evs, err := w.Events(ctx, after)
+			if err != nil {
+				return st, wrapStore(err)
+			}
+			for _, e := range evs {
+				onEvent(e)
+				after = e.Seq
+			}
+			tag = next
+		}
+		if st.State.Final() {
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
 func (b *storeBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
 	return b.c.ListPoison(ctx, q)
 }
@@ -236,13 +310,12 @@ while ` + "`cmdq serve`" + ` holds it, use --server.`
 
 func newSendCmd() *cobra.Command {
 	var (
-		f        remoteFlags
-		params   string
-		id       string
-		corr     string
-		wait     bool
-		interval time.Duration
-		timeout  time.Duration
+		f       remoteFlags
+		params  string
+		id      string
+		corr    string
+		wait    bool
+		timeout time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "send TYPE",
@@ -281,8 +354,13 @@ Examples:
 					return nil
 				}
 				pr := newProgress(cmd.ErrOrStderr())
-				st, err := waitFinal(ctx, b, gotID, interval, pr.update)
+				st, err := b.WaitSeen(ctx, gotID, pr.update)
 				pr.clear()
+				if err != nil && ctx.Err() != nil {
+					err = fmt.Errorf("waiting for %s (still %s): %w", gotID, st.State, ctx.Err())
+				} else if err != nil {
+					err = fmt.Errorf("status of %s: %w", gotID, err)
+				}
 				if err != nil {
 					return err
 				}
@@ -302,8 +380,7 @@ Examples:
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
 	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
-	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded")
-	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --wait and --watch")
+	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
 	return c
 }
@@ -323,37 +400,11 @@ func attemptsText(st status.Status) string {
 	return s
 }
 
-// waitFinal polls until the command's state is final or ctx ends, calling
-// seen with every status read.
-func waitFinal(ctx context.Context, b backend, id string, interval time.Duration, seen func(status.Status)) (status.Status, error) {
-	if interval <= 0 {
-		interval = 500 * time.Millisecond
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		st, err := b.Get(ctx, id)
-		if err != nil {
-			return st, fmt.Errorf("status of %s: %w", id, err)
-		}
-		if st.State.Final() {
-			return st, nil
-		}
-		seen(st)
-		select {
-		case <-ctx.Done():
-			return st, fmt.Errorf("waiting for %s (still %s): %w", id, st.State, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
 func newStatusCmd() *cobra.Command {
 	var (
-		f        remoteFlags
-		watch    bool
-		asJSON   bool
-		interval time.Duration
+		f      remoteFlags
+		watch  bool
+		asJSON bool
 	)
 	c := &cobra.Command{
 		Use:   "status ID",
@@ -389,21 +440,14 @@ completed, poisoned or discarded.
 				if !watch {
 					return nil
 				}
-				t := time.NewTicker(interval)
-				defer t.Stop()
-				for !st.State.Final() {
-					select {
-					case <-ctx.Done():
+				if !st.State.Final() {
+					st, err = b.Follow(ctx, id, last, func(e status.Event) { last = printEvents(out, []status.Event{e}, last) })
+					if ctx.Err() != nil {
 						return nil
-					case <-t.C:
 					}
-					if st, err = b.Get(ctx, id); err != nil {
-						return fmt.Errorf("status of %s: %w", id, err)
+					if err != nil {
+						return fmt.Errorf("follow %s: %w", id, err)
 					}
-					if evs, err = b.Events(ctx, id); err != nil {
-						return fmt.Errorf("events of %s: %w", id, err)
-					}
-					last = printEvents(out, evs, last)
 				}
 				fmt.Fprintf(out, "\n%s\n", finalLine(paletteOf(out), st))
 				return nil
@@ -411,9 +455,8 @@ completed, poisoned or discarded.
 		},
 	}
 	f.add(c)
-	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events until the command is completed, poisoned or discarded")
+	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events as they happen (an event stream from the server) until the command is completed, poisoned or discarded")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the status and events as JSON")
-	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "poll interval of --watch")
 	return c
 }
 

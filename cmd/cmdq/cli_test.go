@@ -96,7 +96,7 @@ func TestCLIAgainstServer(t *testing.T) {
 	}
 
 	// send --wait: the ID, then the final status.
-	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait", "--interval", "50ms")
+	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 2 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" {
 		t.Fatalf("send --wait output %q", r.stdout)
@@ -139,7 +139,7 @@ func TestCLIAgainstServer(t *testing.T) {
 
 	// status --watch follows demo.steps through its failure to the end.
 	sid := sendID(t, env, "demo.steps", "--params", `{"steps":3,"failAt":2}`)
-	r = mustRun(t, env, "status", sid, "--watch", "--interval", "50ms")
+	r = mustRun(t, env, "status", sid, "--watch")
 	for _, want := range []string{"step_completed  attempt 1  step 1", "failed          attempt 1", "planned failure at step 2",
 		"step_completed  attempt 2  step 2", "step_completed  attempt 2  step 3", sid + " completed (attempts 2, step 3)"} {
 		if !strings.Contains(r.stdout, want) {
@@ -151,7 +151,7 @@ func TestCLIAgainstServer(t *testing.T) {
 	}
 
 	// poison: send --wait on a command that keeps failing exits 1.
-	r = runCmdq(t, 30*time.Second, env, "send", "demo.fail", "--params", `{"times":9}`, "--wait", "--interval", "50ms")
+	r = runCmdq(t, 30*time.Second, env, "send", "demo.fail", "--params", `{"times":9}`, "--wait")
 	fid := strings.SplitN(r.stdout, "\n", 2)[0]
 	if r.code != 1 || !uuidLine.MatchString(fid) || !strings.Contains(r.stderr, "ended poisoned") || !strings.Contains(r.stderr, "cmdq status "+fid) {
 		t.Fatalf("send --wait of a poisoned command: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)

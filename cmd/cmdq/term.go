@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -101,13 +102,22 @@ func (p palette) state(raw, s string) string {
 }
 
 // progress is the line `send --wait` redraws on a terminal: how long it has
-// waited and the command's state. nil (not a terminal) draws nothing.
+// waited and the command's state, redrawn at every change and every
+// progressTick in between (the elapsed time moves while the long-poll
+// waits). nil (not a terminal) draws nothing.
 type progress struct {
 	w     io.Writer // the raw terminal
 	p     palette
 	start time.Time
+
+	mu    sync.Mutex
+	last  *status.Status
 	drawn bool
+	stop  chan struct{}
 }
+
+// progressTick is how often the progress line is redrawn between changes.
+const progressTick = 200 * time.Millisecond
 
 // newProgress returns a progress line on w when w is a terminal, else nil.
 func newProgress(w io.Writer) *progress {
@@ -115,16 +125,41 @@ func newProgress(w io.Writer) *progress {
 	if !ok || !sw.tty {
 		return nil
 	}
-	return &progress{w: sw.w, p: palette{on: sw.color}, start: time.Now()}
+	pr := &progress{w: sw.w, p: palette{on: sw.color}, start: time.Now(), stop: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(progressTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				pr.mu.Lock()
+				if pr.last != nil {
+					pr.draw(*pr.last)
+				}
+				pr.mu.Unlock()
+			case <-pr.stop:
+				return
+			}
+		}
+	}()
+	return pr
 }
 
-// update redraws the line for st. The line stays under 80 columns (a
-// longer one would wrap, and only its last row could be redrawn); the ID
-// is on the line above it.
+// update redraws the line for st (and keeps it for the redraws).
 func (pr *progress) update(st status.Status) {
 	if pr == nil {
 		return
 	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.last = &st
+	pr.draw(st)
+}
+
+// draw draws the line for st. It stays under 80 columns (a longer one
+// would wrap, and only its last row could be redrawn); the ID is on the
+// line above it. Caller holds pr.mu.
+func (pr *progress) draw(st status.Status) {
 	var what string
 	switch {
 	case st.State == status.StatePending && st.Attempts == 0:
@@ -145,11 +180,22 @@ func (pr *progress) update(st status.Status) {
 	pr.drawn = true
 }
 
-// clear erases the line, so what follows starts on a clean one.
+// clear stops the redraws and erases the line, so what follows starts on
+// a clean one.
 func (pr *progress) clear() {
-	if pr == nil || !pr.drawn {
+	if pr == nil {
 		return
 	}
-	fmt.Fprint(pr.w, eraseLine)
-	pr.drawn = false
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	select {
+	case <-pr.stop:
+	default:
+		close(pr.stop)
+	}
+	pr.last = nil
+	if pr.drawn {
+		fmt.Fprint(pr.w, eraseLine)
+		pr.drawn = false
+	}
 }

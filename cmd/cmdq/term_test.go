@@ -34,7 +34,7 @@ func TestCLIOnTerminal(t *testing.T) {
 	var out, errb bytes.Buffer
 	stdout := safeWriter{w: &out, tty: true, color: true}
 	stderr := safeWriter{w: &errb, tty: true, color: true}
-	if err := runInProcess(t, stdout, stderr, "send", "demo.sleep", "--params", `{"ms":2500}`, "--wait", "--interval", "100ms", "--server", srv.URL); err != nil {
+	if err := runInProcess(t, stdout, stderr, "send", "demo.sleep", "--params", `{"ms":2500}`, "--wait", "--server", srv.URL); err != nil {
 		t.Fatalf("send --wait: %v\n%s", err, errb.String())
 	}
 	progress := errb.String()
@@ -136,7 +136,7 @@ func TestCLIPlainWhenPiped(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, serveOpts{})
 	env := []string{"CMDQ_SERVER=" + srv.URL, "TZ=America/New_York"}
-	r := mustRun(t, env, "send", "demo.sleep", "--params", `{"ms":600}`, "--wait", "--interval", "50ms")
+	r := mustRun(t, env, "send", "demo.sleep", "--params", `{"ms":600}`, "--wait")
 	if r.stderr != "" || strings.ContainsAny(r.stdout, "\x1b\r") {
 		t.Fatalf("piped send --wait: stdout %q stderr %q", r.stdout, r.stderr)
 	}

@@ -152,7 +152,7 @@ func parseTour(t *testing.T, readme string) []tourStep {
 			for j := 1; j < len(words); j++ {
 				w := words[j]
 				switch {
-				case w == "-s" || w == "-i" || w == "-si":
+				case w == "-s" || w == "-i" || w == "-si" || w == "-N":
 				case (w == "-X" || w == "-H" || w == "-d") && j+1 < len(words):
 					j++
 					switch w {
@@ -173,7 +173,7 @@ func parseTour(t *testing.T, readme string) []tourStep {
 				case strings.HasPrefix(w, tourBase):
 					step.url = w
 				default:
-					t.Fatalf("README.md:%d: the tour test does not understand curl argument %q; keep the tour to -s, -X, -H, -d and %s URLs", ln, w, tourBase)
+					t.Fatalf("README.md:%d: the tour test does not understand curl argument %q; keep the tour to -s, -i, -N, -X, -H, -d and %s URLs", ln, w, tourBase)
 				}
 			}
 			if step.url == "" {
@@ -224,7 +224,7 @@ func TestReadmeTour(t *testing.T) {
 		all.WriteString(s.text + "\n")
 	}
 	for _, want := range []string{`"type":"demo.echo"`, `"type":"demo.fail","params":{"times":10}`, `"type":"demo.steps"`,
-		"/v1/poison", "/requeue", "/events", "-X DELETE", goRunCmdq + "send", goRunCmdq + "status", goRunCmdq + "poison ls"} {
+		"/v1/poison", "/requeue", "/events", "Accept: text/event-stream", "-X DELETE", goRunCmdq + "send", goRunCmdq + "status", goRunCmdq + "poison ls"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("README tour no longer contains %q", want)
 		}

@@ -8,6 +8,7 @@ package apitest
 import (
 	"cmp"
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -79,6 +80,12 @@ type Options struct {
 	AuthFailureBurst int
 	// Logger as in api.Config (default: discard).
 	Logger zerolog.Logger
+	// API, when set, adjusts the api.Config before the handler is built
+	// (request deadlines, long-poll and stream settings, …).
+	API func(*api.Config)
+	// HTTP, when set, adjusts the http.Server before it starts (its read
+	// and write timeouts, …).
+	HTTP func(*http.Server)
 }
 
 // Server is a running test API server.
@@ -143,15 +150,23 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: log: %v", err)
 	}
-	h, err := api.New(api.Config{
+	acfg := api.Config{
 		Client: c, Health: opts.Health, Tokens: opts.Tokens,
 		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
 		AllowedHosts: opts.AllowedHosts, AuthFailureBurst: opts.AuthFailureBurst, Logger: opts.Logger,
-	})
+	}
+	if opts.API != nil {
+		opts.API(&acfg)
+	}
+	h, err := api.New(acfg)
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)
 	}
-	hs := httptest.NewServer(h)
+	hs := httptest.NewUnstartedServer(h)
+	if opts.HTTP != nil {
+		opts.HTTP(hs.Config)
+	}
+	hs.Start()
 	t.Cleanup(hs.Close)
 	return &Server{URL: hs.URL, HTTP: hs, Store: st, Client: c, Log: log, Metrics: m, Prom: prom}
 }

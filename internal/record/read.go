@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -195,9 +197,10 @@ func (s *Store) Discard(ctx context.Context, id, by string) error {
 	return s.deletePoison(ctx, id)
 }
 
-// ListCommands lists commands in ID order, filtered by type and state, one
-// page at a time: a query of the command rows of the whole table (one
-// request per 1000 rows read, matching or not).
+// ListCommands lists commands in ID order (or newest first), filtered by
+// type, state and last change, one page at a time: a query of the command
+// rows of the whole table (one request per 1000 rows read, matching or
+// not), or of every row, events included, for a summary.
 func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -206,8 +209,12 @@ func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status
 	if limit < 0 || limit > status.MaxCommandLimit {
 		return status.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, status.MaxCommandLimit)
 	}
+	if q.Newest || q.Summary {
+		return s.listAll(ctx, q, limit)
+	}
 	out := status.CommandPage{Commands: []status.Status{}}
 	sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: q.Continuation}
+	rows := 0
 	for {
 		// A page never holds more rows than are still wanted, so the
 		// storage continuation is where the next page starts.
@@ -219,19 +226,130 @@ func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status
 			}
 			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
+		rows += len(page.Entities)
 		for _, e := range page.Entities {
 			if e.RowKey != RowCommand {
 				continue
 			}
 			st := decodeStatus(e)
-			if (q.Type == "" || st.Type == q.Type) && (q.State == "" || st.State == q.State) {
+			if selected(q, st) {
 				out.Commands = append(out.Commands, st)
 			}
 		}
 		out.Continuation = page.Continuation
-		if page.Continuation == "" || len(out.Commands) >= limit {
+		if page.Continuation == "" || len(out.Commands) >= limit || q.ScanLimit > 0 && rows >= q.ScanLimit {
 			return out, nil
 		}
 		sq.Continuation = page.Continuation
 	}
+}
+
+// selected reports whether st matches q's type, state and since.
+func selected(q status.CommandQuery, st status.Status) bool {
+	return (q.Type == "" || st.Type == q.Type) && (q.State == "" || st.State == q.State) && !st.UpdatedAt.Before(q.Since)
+}
+
+// listAll reads the whole selection (and, for a summary, every event row)
+// and returns one page of it, newest first or by ID.
+func (s *Store) listAll(ctx context.Context, q status.CommandQuery, limit int) (status.CommandPage, error) {
+	offset := 0
+	if q.Continuation != "" {
+		n, err := strconv.Atoi(q.Continuation)
+		if err != nil || n < 0 {
+			return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+		}
+		offset = n
+	}
+	now := s.nowUTC()
+	var sum *status.CommandSummary
+	var first time.Time
+	if q.Summary {
+		first = q.Since
+		if first.IsZero() {
+			first = now.Add(-time.Hour)
+		}
+		first = first.UTC().Truncate(time.Minute)
+		sum = &status.CommandSummary{Counts: map[status.State]int{}}
+		for m := first; !m.After(now); m = m.Add(time.Minute) {
+			sum.Minutes = append(sum.Minutes, status.MinuteCounts{Start: m})
+		}
+	}
+	sq := storage.Query{Top: 1000}
+	if q.ScanLimit > 0 {
+		sq.Top = min(sq.Top, q.ScanLimit)
+	}
+	if !q.Summary {
+		sq.RowKeyPrefix = RowCommand
+	}
+	var all []status.Status
+	rows, partial := 0, false
+	typeOf := map[string]string{} // partition → command type (its row comes first)
+	for {
+		page, err := s.commands.Query(ctx, sq)
+		if err != nil {
+			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+		}
+		for _, e := range page.Entities {
+			switch {
+			case e.RowKey == RowCommand:
+				st := decodeStatus(e)
+				typeOf[e.PartitionKey] = st.Type
+				if (q.Type == "" || st.Type == q.Type) && !st.UpdatedAt.Before(q.Since) {
+					if sum != nil {
+						sum.Counts[st.State]++
+					}
+					if q.State == "" || st.State == q.State {
+						all = append(all, st)
+					}
+				}
+			case sum != nil && strings.HasPrefix(e.RowKey, EventRowPrefix):
+				if q.Type != "" && typeOf[e.PartitionKey] != q.Type {
+					continue
+				}
+				at := timeProp(e, "Time")
+				i := int(at.Sub(first) / time.Minute)
+				if at.Before(first) || i >= len(sum.Minutes) {
+					continue
+				}
+				switch status.EventKind(str(e, "Kind")) {
+				case status.EventCompleted:
+					sum.Minutes[i].Completed++
+				case status.EventFailed:
+					sum.Minutes[i].Failed++
+				case status.EventPoisoned:
+					sum.Minutes[i].Poisoned++
+				}
+			}
+		}
+		rows += len(page.Entities)
+		if page.Continuation == "" {
+			break
+		}
+		if q.ScanLimit > 0 && rows >= q.ScanLimit {
+			partial = true
+			break
+		}
+		sq.Continuation = page.Continuation
+	}
+	if sum != nil {
+		sum.Rows, sum.Partial = rows, partial
+	}
+	if q.Newest {
+		sort.Slice(all, func(i, j int) bool {
+			if !all[i].UpdatedAt.Equal(all[j].UpdatedAt) {
+				return all[i].UpdatedAt.After(all[j].UpdatedAt)
+			}
+			return all[i].ID < all[j].ID
+		})
+	}
+	out := status.CommandPage{Commands: []status.Status{}, Summary: sum}
+	if offset >= len(all) {
+		return out, nil
+	}
+	end := min(offset+limit, len(all))
+	out.Commands = all[offset:end]
+	if end < len(all) {
+		out.Continuation = strconv.Itoa(end)
+	}
+	return out, nil
 }

@@ -734,3 +734,139 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		}
 	})
 }
+
+// TestListCommandsNewestAndSummary: a listing newest first, since a time,
+// with the counts per state and the outcomes per minute read from the
+// events, on both drivers.
+func TestListCommandsNewestAndSummary(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		base := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+		var now time.Time
+		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		at := func(min int) { now = base.Add(time.Duration(min)*time.Minute + 5*time.Second) }
+		mk := func(typ string, min int, evs ...status.Event) string {
+			t.Helper()
+			at(min)
+			id := create(t, s, typ, `{}`)
+			rec, err := s.Load(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if err := s.Append(ctx, rec, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return id
+		}
+		old := mk("A", -90, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}) // before the hour
+		done := mk("A", 1, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1})
+		retrying := mk("A", 2, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"})
+		// Fails in minute 3, completes in minute 4 (the events say so; the
+		// command is counted once, completed).
+		rec := mk("B", 3, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"})
+		r, err := s.Load(ctx, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at(4)
+		if err := s.Append(ctx, r, status.Event{Kind: status.EventStarted, Attempt: 2}, status.Event{Kind: status.EventCompleted, Attempt: 2}); err != nil {
+			t.Fatal(err)
+		}
+		pending := mk("A", 5)
+		at(6)
+		since := base // 30 minutes ago, whole minutes
+		env.Store.Reset()
+		page, err := s.ListCommands(ctx, status.CommandQuery{Since: since, Newest: true, Summary: true, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := []string{page.Commands[0].ID, page.Commands[1].ID}; got[0] != pending || got[1] != rec || page.Continuation != "2" {
+			t.Fatalf("newest first: %v (continuation %q), want %s %s", got, page.Continuation, pending, rec)
+		}
+		sum := page.Summary
+		if sum == nil || sum.Counts[status.StateCompleted] != 2 || sum.Counts[status.StateRetrying] != 1 || sum.Counts[status.StatePending] != 1 || sum.Partial {
+			t.Fatalf("summary counts %+v (old %s must not count)", sum, old)
+		}
+		if sum.Rows < 5+12 || env.Store.Counts()["Query"] != 1 {
+			t.Fatalf("%d rows read in %s: want every row of the table, in one query", sum.Rows, env.Store)
+		}
+		if len(sum.Minutes) != 7 || !sum.Minutes[0].Start.Equal(base) {
+			t.Fatalf("minutes from %s to now: %+v", base, sum.Minutes)
+		}
+		want := map[int][3]int{1: {1, 0, 0}, 2: {0, 1, 0}, 3: {0, 1, 0}, 4: {1, 0, 0}}
+		for i, m := range sum.Minutes {
+			if got := [3]int{m.Completed, m.Failed, m.Poisoned}; got != want[i] {
+				t.Errorf("minute %d: %v, want %v", i, got, want[i])
+			}
+		}
+		next, err := s.ListCommands(ctx, status.CommandQuery{Since: since, Newest: true, Limit: 2, Continuation: page.Continuation})
+		if err != nil || len(next.Commands) != 2 || next.Commands[0].ID != retrying || next.Commands[1].ID != done || next.Continuation != "" {
+			t.Fatalf("second page: %+v %v", next, err)
+		}
+		// A type and a state filter: the counts keep every state of the type.
+		b, err := s.ListCommands(ctx, status.CommandQuery{Since: since, Newest: true, Summary: true, Type: "B", State: status.StatePending})
+		if err != nil || len(b.Commands) != 0 || b.Summary.Counts[status.StateCompleted] != 1 || len(b.Summary.Counts) != 1 {
+			t.Fatalf("type B, pending: %+v %v", b, err)
+		}
+		if b.Summary.Minutes[3].Failed != 1 || b.Summary.Minutes[1].Completed != 0 {
+			t.Fatalf("type B minutes: %+v", b.Summary.Minutes)
+		}
+		// A scan limit stops early and says so.
+		p, err := s.ListCommands(ctx, status.CommandQuery{Summary: true, ScanLimit: 1})
+		if err != nil || !p.Summary.Partial || p.Summary.Rows != 1 {
+			t.Fatalf("scan limit: %+v %v", p.Summary, err)
+		}
+		if _, err := s.ListCommands(ctx, status.CommandQuery{Newest: true, Continuation: "x"}); !errors.Is(err, status.ErrInvalidContinuation) {
+			t.Fatalf("bad continuation: %v", err)
+		}
+	})
+}
+
+// TestChangedHook: every landed append is passed to Options.Changed with
+// the status after it and the events written.
+func TestChangedHook(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		type change struct {
+			st  status.Status
+			evs []status.Event
+		}
+		var got []change
+		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Changed: func(st status.Status, evs []status.Event) {
+			got = append(got, change{st, evs})
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := create(t, s, "A", `{}`)
+		rec, err := s.Load(ctxT(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctxT(t), rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Poison(ctxT(t), rec, status.PoisonEntry{Reason: "r", DequeueCount: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0].st.State != status.StateRunning || len(got[0].evs) != 2 || got[0].evs[0].Seq != 2 || got[0].evs[1].Seq != 3 ||
+			got[1].st.State != status.StatePoisoned || len(got[1].evs) != 1 || got[1].evs[0].Kind != status.EventPoisoned || got[1].evs[0].Seq != 4 {
+			t.Fatalf("changes: %+v", got)
+		}
+		// A failed append reports nothing.
+		stale := *rec
+		stale.ETag = "W/\"stale\""
+		if err := s.Append(ctxT(t), &stale, status.Event{Kind: status.EventStarted, Attempt: 2}); err == nil {
+			t.Fatal("an append on a stale ETag landed")
+		}
+		if len(got) != 2 {
+			t.Fatalf("a failed append was reported: %+v", got[2:])
+		}
+	})
+}

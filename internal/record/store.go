@@ -110,6 +110,15 @@ type Options struct {
 	// Now returns the current time (default time.Now). Times are stored in
 	// UTC with millisecond precision.
 	Now func() time.Time
+	// Changed, when set, is called after every write of this Store that
+	// changed a command (Append, AppendAndDelete, and so Poison, Discard
+	// and Requeue), with the command's status after the write and the
+	// events it wrote, numbered, oldest first (nil when the write was
+	// recognised as landed after a conflict: the events are then not
+	// known). It is the in-process change feed (cmdq.Client wakes its
+	// watchers with it); it runs on the writer's goroutine and must not
+	// block. Default nil.
+	Changed func(st status.Status, events []status.Event)
 }
 
 // Store writes command records: Create (issue), Load, Append (lifecycle
@@ -117,6 +126,7 @@ type Options struct {
 type Store struct {
 	commands, poison storage.Table
 	now              func() time.Time
+	changed          func(status.Status, []status.Event)
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -126,7 +136,7 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{commands: commands, poison: poison, now: now}
+	return &Store{commands: commands, poison: poison, now: now, changed: opts.Changed}
 }
 
 // Open opens (creating if needed) the tables named by names on st and returns
@@ -610,6 +620,7 @@ type appendResult struct {
 	settled int
 	seq     int64
 	wid     string
+	events  []status.Event // as written: numbered and timed
 }
 
 // appendOps builds the batch of an append: the events and the Merge update
@@ -627,6 +638,7 @@ func (s *Store) appendOps(rec *Record, events []status.Event) ([]storage.BatchOp
 	settled := rec.Settled
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
+	written := make([]status.Event, 0, len(events))
 	now := s.nowUTC()
 	for _, e := range events {
 		if !e.Kind.Valid() {
@@ -646,11 +658,12 @@ func (s *Store) appendOps(rec *Record, events []status.Event) ([]storage.BatchOp
 		status.Apply(&st, e)
 		settled = Settle(settled, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
+		written = append(written, e)
 	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
 	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, appendResult{st, settled, seq, wid}, nil
+	return ops, appendResult{st, settled, seq, wid, written}, nil
 }
 
 // appended finishes an append (res): on success it updates rec in
@@ -663,6 +676,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		rec.EventSeq = res.seq
 		rec.ETag = etags[len(etags)-1]
 		rec.WriteID = wid
+		s.notify(rec.Status, res.events)
 		return nil
 	}
 	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) {
@@ -676,6 +690,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 	}
 	if s.landed(ctx, cur, wid, rec.EventSeq+1) {
 		*rec = *cur
+		s.notify(rec.Status, nil)
 		return nil
 	}
 	return &ConflictError{ID: rec.ID, Current: cur, Err: err}
@@ -693,6 +708,13 @@ func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64
 	}
 	e, err := s.commands.Get(ctx, cur.ID, EventRowKey(first))
 	return err == nil && str(e, "WriteID") == wid
+}
+
+// notify passes a landed write to Options.Changed.
+func (s *Store) notify(st status.Status, events []status.Event) {
+	if s.changed != nil {
+		s.changed(st, events)
+	}
 }
 
 func etagOrAny(etag string) string {

@@ -1,0 +1,236 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/status"
+)
+
+// commandRows returns the cells of the recent commands table.
+func commandRows(p page) [][]string {
+	var out [][]string
+	for _, tr := range elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "command") }) {
+		out = append(out, cells(tr))
+	}
+	return out
+}
+
+// tabs returns the state links of the recent commands page: "state count".
+func tabs(p page) []string {
+	var out []string
+	for _, nav := range elements(p.doc, "nav", func(n *html.Node) bool { return hasClass(n, "tabs") }) {
+		for _, a := range elements(nav, "a", nil) {
+			out = append(out, strings.Join(strings.Fields(text(a)), " "))
+		}
+	}
+	return out
+}
+
+// TestDashboardCommandsPage: the recent commands page counts the last
+// hour's commands per state, charts the outcomes per minute, lists them
+// newest first, filters by state and type, and pages.
+func TestDashboardCommandsPage(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	ctx := context.Background()
+	appendTo := func(id string, evs ...status.Event) {
+		t.Helper()
+		rec, err := srv.Log.Store.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Log.Store.Append(ctx, rec, evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := issue(t, srv, "Alpha")
+	appendTo(done, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1})
+	retrying := issue(t, srv, "Alpha")
+	appendTo(retrying, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "<b>boom</b>"})
+	poisoned := issue(t, srv, "Beta")
+	poisonAt(t, srv, poisoned, time.Now(), "x", status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"})
+	for range 51 {
+		issue(t, srv, "Gamma")
+	}
+
+	reader := newBrowser(t, srv.URL)
+	reader.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
+	p := reader.get("/ui/commands").want(t, http.StatusOK)
+	if got, want := tabs(p), []string{"all 54", "pending 51", "running 0", "retrying 1", "completed 1", "poisoned 1", "discarded 0"}; !slices.Equal(got, want) {
+		t.Fatalf("state counts %q, want %q", got, want)
+	}
+	rows := commandRows(p)
+	if len(rows) != 50 || nextLink(p) == "" {
+		t.Fatalf("%d rows, next %q: want 50 and a next page", len(rows), nextLink(p))
+	}
+	second := reader.get(nextLink(p)).want(t, http.StatusOK)
+	var listed []string
+	for _, r := range append(rows, commandRows(second)...) {
+		listed = append(listed, r[0])
+	}
+	// Every command once, newest change first.
+	if len(listed) != 54 {
+		t.Fatalf("%d commands listed on two pages, want 54", len(listed))
+	}
+	sts, err := srv.Client.Statuses(ctx, listed...)
+	if err != nil || len(sts) != 54 {
+		t.Fatalf("statuses: %d %v (a command listed twice?)", len(sts), err)
+	}
+	for i := 1; i < len(listed); i++ {
+		if sts[listed[i]].UpdatedAt.After(sts[listed[i-1]].UpdatedAt) {
+			t.Fatalf("listed %s (updated %s) after %s (updated %s): not newest first", listed[i], sts[listed[i]].UpdatedAt, listed[i-1], sts[listed[i-1]].UpdatedAt)
+		}
+	}
+	// Charts: completed, failed attempts, poisoned, each with its total
+	// and one bar for the minute that had them.
+	var captions []string
+	for _, fc := range elements(p.doc, "figcaption", nil) {
+		captions = append(captions, strings.Join(strings.Fields(text(fc)), " "))
+	}
+	if want := []string{"Completed: 1 · peak 1/min", "Failed attempts: 2 · peak 2/min", "Poisoned: 1 · peak 1/min"}; !slices.Equal(captions, want) {
+		t.Fatalf("chart captions %q, want %q", captions, want)
+	}
+	for _, svg := range elements(p.doc, "svg", nil) {
+		bars := elements(svg, "rect", nil)
+		var title string
+		if len(bars) == 1 && bars[0].FirstChild != nil && bars[0].FirstChild.FirstChild != nil {
+			title = bars[0].FirstChild.FirstChild.Data // <rect><title>text
+		}
+		if len(bars) != 1 || !regexp.MustCompile(`^\d\d:\d\d UTC: [12] (completed|failed attempts|poisoned)$`).MatchString(title) {
+			t.Fatalf("a chart has %d bars (title %q), want 1 with a title", len(bars), title)
+		}
+	}
+	// Filters: a state, a type; the counts keep every state of the type.
+	f := reader.get("/ui/commands?state=retrying").want(t, http.StatusOK)
+	if r := commandRows(f); len(r) != 1 || r[0][0] != retrying || r[0][2] != "retrying" || !strings.Contains(r[0][5], "<b>boom</b>") {
+		t.Fatalf("retrying rows %q", r)
+	}
+	f = reader.get("/ui/commands?type=Alpha").want(t, http.StatusOK)
+	if got := tabs(f); got[0] != "all 2" || got[3] != "retrying 1" || got[4] != "completed 1" || len(commandRows(f)) != 2 {
+		t.Fatalf("type Alpha: tabs %q, rows %q", got, commandRows(f))
+	}
+	contains(t, reader.get("/ui/commands?state=exploded").want(t, http.StatusBadRequest), "not a command state")
+	contains(t, reader.get("/ui/commands?type=%3Cscript%3E").want(t, http.StatusBadRequest), "not a command type name")
+	// The page refreshes itself, and the overview links to it.
+	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); len(live) != 1 || attr(live[0], "data-refresh") != "10" {
+		t.Fatal("the commands page has no live part refreshing every 10 s")
+	}
+	contains(t, reader.get("/ui/").want(t, http.StatusOK), "Commands of the last hour")
+}
+
+// TestDashboardRunningFromInFlight: a command whose handler runs on this
+// server's processor shows as running on its page and in the listing
+// although its stored state is still pending (the started event is
+// written lazily); the page's live feed says when to refresh, as the
+// handler starts and as it ends.
+func TestDashboardRunningFromInFlight(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := apitest.Start(t, apitest.Options{
+		// No storage read finds a change within the test: only pushes do.
+		Config: cmdq.Config{WaitPollInterval: time.Hour, Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Setup: func(c *cmdq.Client) error {
+			return cmdq.Register(c, func(ctx context.Context, _ alpha, _ *cmdq.Run) error {
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		},
+	})
+	b := newBrowser(t, srv.URL)
+	id := issue(t, srv, "Alpha")
+	waitFor(t, 30*time.Second, "the handler runs", func() bool { _, ok := srv.Client.InFlight(id); return ok })
+	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != status.StatePending {
+		t.Fatalf("stored state %s %v, want pending (started not written)", st.State, err)
+	}
+	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
+	contains(t, p, "Status running (stored: pending)", "attempt 1 has been running on this server's processor")
+	if strings.Contains(text(p.doc), "Waiting for a processor") {
+		t.Fatal("a running command is explained as waiting")
+	}
+	if r := commandRows(b.get("/ui/commands").want(t, http.StatusOK)); len(r) != 1 || r[0][2] != "running" {
+		t.Fatalf("listing: %q", r)
+	}
+	live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" })
+	if len(live) != 1 || attr(live[0], "data-stream") != "/ui/commands/"+id+"/live" {
+		t.Fatal("the page of a running command has no live feed")
+	}
+	// The feed: alive at once, change when the handler ends (the outcome
+	// is pushed by the server's processor).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "")
+	if r.StatusCode != http.StatusOK || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("live feed: %d %q", r.StatusCode, r.Header.Get("Content-Type"))
+	}
+	if m := next(t, ms); m.event != "alive" {
+		t.Fatalf("first message %+v, want alive", m)
+	}
+	close(release)
+	if m := next(t, ms); m.event != "change" || !strings.HasPrefix(m.data, `"`) {
+		t.Fatalf("after the outcome %+v, want change", m)
+	}
+	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
+	contains(t, p, "Status completed")
+	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); attr(live[0], "data-stream") != "" || attr(live[0], "data-refresh") != "0" {
+		t.Fatal("a completed command's page still refreshes")
+	}
+	// A completed command's feed says there is nothing to follow.
+	if r, _ := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", ""); r.StatusCode != http.StatusNoContent {
+		t.Fatalf("live feed of a completed command: %d, want 204", r.StatusCode)
+	}
+}
+
+// TestDashboardLiveFeedNeedsReader: the live feed asks for a login like
+// the page, and a change made by another process reaches it.
+func TestDashboardLiveFeedNeedsReader(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	id := issue(t, srv, "Alpha")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/ui/commands/"+id+"/live", nil)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/login") {
+		t.Fatalf("live feed without a session: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if r, _ := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.IssuerToken); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("live feed for an issuer: %d", r.StatusCode)
+	}
+	_, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
+	if m := next(t, ms); m.event != "alive" {
+		t.Fatalf("first message %+v", m)
+	}
+	// Another process (srv.Log: nothing pushed) poisons it: the feed's
+	// storage read finds it (1 s later at most).
+	poisonAt(t, srv, id, time.Now(), "x")
+	for {
+		m := next(t, ms)
+		if m.event == "change" {
+			break
+		}
+		if m.event != "alive" {
+			t.Fatalf("unexpected %+v", m)
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package cmdq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/instrument"
+)
+
+// counting wraps s's store: the returned counter counts its point reads
+// (table gets) and table queries.
+type counts struct{ gets, queries atomic.Int64 }
+
+func counting(st storage.Store) (storage.Store, *counts) {
+	n := &counts{}
+	return instrument.Wrap(st, instrument.Hooks{After: func(c instrument.Call) {
+		switch c.Op {
+		case instrument.TableGet:
+			n.gets.Add(1)
+		case instrument.TableQuery:
+			n.queries.Add(1)
+		}
+	}}), n
+}
+
+// waitUntil polls cond every 10 ms until it holds, failing after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blocking registers a greet handler on c that blocks until release is
+// closed.
+func blocking(t *testing.T, c *cmdq.Client, release <-chan struct{}) {
+	t.Helper()
+	if err := cmdq.Register(c, func(ctx context.Context, _ greet, _ *cmdq.Run) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchSharesReads: 1,000 watchers of 100 commands that run in another
+// process (another Client on the same store: nothing is pushed between
+// them) cost at most one storage read per command per second, for all
+// its watchers together; every watcher sees its command run and complete,
+// and reading the completed commands again costs no storage call.
+func TestWatchSharesReads(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	release := make(chan struct{})
+	cfg := fast()
+	cfg.Concurrency = 100
+	cfg.StartedWriteDelay = 10 * time.Millisecond
+	worker := newClient(t, s, cmdq.Config{Processor: cfg})
+	blocking(t, worker, release)
+	if err := worker.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]cmdq.Command, 100)
+	for i := range cmds {
+		cmds[i] = greet{Name: fmt.Sprint(i)}
+	}
+	res, err := worker.IssueMany(ctxT(t), cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+
+	counted, n := counting(s.st)
+	watcher, err := cmdq.New(counted, cmdq.Config{Prefix: s.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var (
+		wg              sync.WaitGroup
+		sawRunning      atomic.Int64
+		sawCompleted    atomic.Int64
+		renewed         atomic.Int64
+		failed          atomic.Value
+		ctx, cancelAll  = context.WithTimeout(context.Background(), 2*time.Minute)
+		watchersPerCmd  = 10
+		watchersInTotal = watchersPerCmd * len(ids)
+	)
+	defer cancelAll()
+	for i := range watchersInTotal {
+		id := ids[i%len(ids)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag, running := "", false
+			for ctx.Err() == nil {
+				// As a long-poll client does: a new request after every
+				// answer or timeout, with the ETag it has.
+				w := watcher.Watch(id)
+				pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				st, next, err := w.Next(pctx, tag)
+				cancel()
+				w.Close()
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					renewed.Add(1)
+					continue
+				case err != nil:
+					failed.Store(err)
+					return
+				}
+				tag = next
+				if st.State == cmdq.StateRunning && !running {
+					running = true
+					sawRunning.Add(1)
+				}
+				if st.State == cmdq.StateCompleted {
+					sawCompleted.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	waitUntil(t, time.Minute, "every watcher saw its command running", func() bool { return sawRunning.Load() == int64(watchersInTotal) || failed.Load() != nil })
+	// Let the long-polls renew a few times each while nothing changes.
+	waitUntil(t, time.Minute, "the watchers renewed their waits", func() bool { return renewed.Load() >= int64(3*watchersInTotal) || failed.Load() != nil })
+	close(release)
+	waitUntil(t, time.Minute, "every watcher saw its command completed", func() bool { return sawCompleted.Load() == int64(watchersInTotal) || failed.Load() != nil })
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatalf("a watcher failed: %v", err)
+	}
+	elapsed := time.Since(start)
+	reads := n.gets.Load()
+	// One first read per command, then at most one per second each.
+	limit := int64(len(ids)) * (1 + int64(elapsed/time.Second))
+	t.Logf("%d watchers of %d commands for %s: %d storage reads (limit %d); %d renewed waits", watchersInTotal, len(ids), elapsed.Round(time.Millisecond), reads, limit, renewed.Load())
+	if reads > limit {
+		t.Fatalf("%d storage reads in %s for %d watched commands: more than one per command per second (%d)", reads, elapsed, len(ids), limit)
+	}
+
+	// Completed: read again by every watcher, and watched, at no cost.
+	before := n.gets.Load()
+	for range watchersPerCmd {
+		for _, id := range ids {
+			if st, err := watcher.Get(ctxT(t), id); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("Get %s: %v %v", id, st.State, err)
+			}
+			if st, err := watcher.Wait(ctxT(t), id); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("Wait %s: %v %v", id, st.State, err)
+			}
+		}
+	}
+	if got := n.gets.Load() - before; got != 0 {
+		t.Fatalf("reading %d completed commands again cost %d storage reads, want 0", len(ids), got)
+	}
+}
+
+// TestFinalStatusReadOnce: a finished command read 1,000 times (Get, Wait,
+// Watch, Statuses) costs one storage read; an unfinished one is read
+// every time.
+func TestFinalStatusReadOnce(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	worker := newClient(t, s, cmdq.Config{Processor: fast()})
+	if err := cmdq.Register(worker, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	done, err := worker.Issue(ctxT(t), greet{Name: "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Wait(ctxT(t), done.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := worker.Issue(ctxT(t), greet{Name: "pending"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	counted, n := counting(s.st)
+	reader, err := cmdq.New(counted, cmdq.Config{Prefix: s.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		var st cmdq.Status
+		var err error
+		switch i % 4 {
+		case 0:
+			st, err = reader.Get(ctxT(t), done.ID)
+		case 1:
+			st, err = reader.Wait(ctxT(t), done.ID)
+		case 2:
+			w := reader.Watch(done.ID)
+			st, _, err = w.Next(ctxT(t), "")
+			w.Close()
+		case 3:
+			var m map[string]cmdq.Status
+			m, err = reader.Statuses(ctxT(t), done.ID)
+			st = m[done.ID]
+		}
+		if err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("read %d: %v %v", i, st.State, err)
+		}
+	}
+	if got := n.gets.Load(); got != 1 {
+		t.Fatalf("a completed command read 1000 times cost %d storage reads, want 1", got)
+	}
+	for range 3 {
+		if _, err := reader.Get(ctxT(t), pending.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.gets.Load(); got != 4 {
+		t.Fatalf("3 Gets of a pending command cost %d storage reads, want 3", got-1)
+	}
+}
+
+// TestWaitPushedInProcess: a command processed by the Client's own
+// processor ends Wait without another storage read (the change is pushed;
+// the poll interval is an hour), and InFlight reports the handler while
+// the stored status still says pending (the started event is written
+// lazily).
+func TestWaitPushedInProcess(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		release := make(chan struct{})
+		cfg := fast()
+		cfg.StartedWriteDelay = time.Hour
+		counted, n := counting(s.st)
+		c, err := cmdq.New(counted, cmdq.Config{Prefix: s.prefix, Processor: cfg, WaitPollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		blocking(t, c, release)
+		if err := c.Start(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctxT(t), greet{Name: "ada"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 30*time.Second, "the handler runs", func() bool { _, ok := c.InFlight(res.ID); return ok })
+		f, _ := c.InFlight(res.ID)
+		if f.ID != res.ID || f.Type != "greet" || f.Attempt != 1 || f.Worker != "w-test" || f.Started.IsZero() {
+			t.Fatalf("InFlight: %+v", f)
+		}
+		if st, err := c.Get(ctxT(t), res.ID); err != nil || st.State != cmdq.StatePending {
+			t.Fatalf("stored status while running (started not written yet): %v %v", st.State, err)
+		}
+		w := c.Watch(res.ID)
+		defer w.Close()
+		_, tag, changed, err := w.Current(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			st  cmdq.Status
+			err error
+		}
+		waited := make(chan result, 1)
+		go func() {
+			st, err := c.Wait(ctxT(t), res.ID)
+			waited <- result{st, err}
+		}()
+		// The events so far: one query.
+		q := n.queries.Load()
+		if evs, err := w.Events(ctxT(t), 0); err != nil || len(evs) != 1 || evs[0].Kind != cmdq.EventCreated {
+			t.Fatalf("Events before the outcome: %v %+v", err, evs)
+		}
+		readsBefore := n.gets.Load()
+		close(release)
+		r := <-waited
+		if r.err != nil || r.st.State != cmdq.StateCompleted {
+			t.Fatalf("Wait: %v %v", r.st.State, r.err)
+		}
+		// Wait's own first read may have come after readsBefore; a poll
+		// would be more.
+		if got := n.gets.Load() - readsBefore; got > 1 {
+			t.Fatalf("Wait cost %d storage reads after the release, want at most its first", got)
+		}
+		<-changed // the watch was told too
+		st, next, err := w.Next(ctxT(t), tag)
+		if err != nil || st.State != cmdq.StateCompleted || next == tag {
+			t.Fatalf("Next: %v %q %v", st.State, next, err)
+		}
+		waitUntil(t, 30*time.Second, "the handler is no longer in flight", func() bool { _, ok := c.InFlight(res.ID); return !ok })
+		// The events of the outcome were pushed along with it: no query.
+		evs, err := w.Events(ctxT(t), 1)
+		if err != nil || len(evs) != 2 || evs[0].Kind != cmdq.EventStarted || evs[1].Kind != cmdq.EventCompleted {
+			t.Fatalf("Events after the outcome: %v %+v", err, evs)
+		}
+		if got := n.queries.Load() - q; got != 1 {
+			t.Fatalf("Events before and after the outcome cost %d queries, want 1 (the outcome's events are pushed)", got)
+		}
+	})
+}
+
+// TestWatchNotFound: watching an unknown command says so.
+func TestWatchNotFound(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	c := newClient(t, s, cmdq.Config{})
+	w := c.Watch(cmdq.NewID())
+	defer w.Close()
+	if _, _, _, err := w.Current(ctxT(t)); !errors.Is(err, cmdq.ErrNotFound) {
+		t.Fatalf("Current of an unknown command: %v", err)
+	}
+	if _, err := c.Wait(ctxT(t), cmdq.NewID()); !errors.Is(err, cmdq.ErrNotFound) {
+		t.Fatalf("Wait of an unknown command: %v", err)
+	}
+}
