@@ -15,8 +15,17 @@ import (
 )
 
 // errFinal: the command became final (completed, poisoned, discarded)
-// elsewhere while this attempt ran.
-var errFinal = errors.New("processor: command already finished elsewhere")
+// elsewhere while this attempt ran. It wraps handlers.ErrSuperseded.
+var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", handlers.ErrSuperseded)
+
+// errTakenOver: another delivery of the command started it, or recorded
+// this attempt's lease as lost, while this attempt ran. It wraps
+// handlers.ErrSuperseded.
+var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", handlers.ErrSuperseded)
+
+// superseded reports whether err says the attempt is over (errFinal,
+// errTakenOver).
+func superseded(err error) bool { return errors.Is(err, handlers.ErrSuperseded) }
 
 // errTimeout is the cancellation cause when a handler exceeds its Timeout.
 var errTimeout = errors.New("processor: handler timed out")
@@ -77,7 +86,8 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount)}
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount),
+		loadedState: rec.Status.Status, loadedAttempts: rec.Attempts}
 	switch {
 	case rec.Type != env.Type:
 		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
@@ -226,12 +236,20 @@ type attempt struct {
 	msg storage.Message
 	n   int // attempt number (dequeue count)
 
-	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished
+	// loadedState and loadedAttempts are the command's status and attempts
+	// when this delivery loaded it (see supersededBy).
+	loadedState    status.State
+	loadedAttempts int
+	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
 	rec            *status.Record
 	startedAt      time.Time
 	running        bool
 	startedWritten bool
 	finished       bool
+	// over is set (errFinal, errTakenOver) once the attempt learned that it
+	// is superseded: every later write returns it without touching storage.
+	over   error
+	cancel context.CancelCauseFunc // the handler's context
 }
 
 func (a *attempt) worker() string { return a.p.cfg.Worker }
@@ -285,43 +303,55 @@ func (a *attempt) leaseLostEvent(note string) status.Event {
 }
 
 // recordLost writes this delivery's lease_lost event (with what withStarted
-// adds). While the attempt has no outcome it is skipped once one is recorded
-// (another delivery found the gap, or the command became final). After its
-// outcome (afterOutcome: the lease ended before the message was deleted,
-// so a delivery that loaded the command before that outcome may run the
-// handler again) it is written even on a final command. Caller holds a.mu.
-// Cost: one batch.
-func (a *attempt) recordLost(ctx context.Context, note string, afterOutcome bool) {
+// adds), unless one is recorded already (another delivery found the gap) or
+// the attempt is superseded. Caller holds a.mu. Cost: one batch.
+func (a *attempt) recordLost(ctx context.Context, note string) {
 	err := a.retryConflict(ctx, func() error {
-		evs := []status.Event{a.leaseLostEvent(note)}
-		if !afterOutcome {
-			if a.rec.Settled >= a.n {
-				return nil
-			}
-			evs = a.withStarted(evs...)
+		if a.rec.Settled >= a.n {
+			return nil
 		}
-		if err := a.p.st.Append(ctx, a.rec, evs...); err != nil {
+		if err := a.p.st.Append(ctx, a.rec, a.withStarted(a.leaseLostEvent(note))...); err != nil {
 			return err
 		}
-		if !afterOutcome {
-			a.written()
-		}
+		a.written()
 		return nil
 	})
-	if errors.Is(err, errFinal) && afterOutcome {
+	if err != nil && !superseded(err) && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// recordLostAfterCompletion writes this delivery's lease_lost event after
+// its own completed event (the lease ended before the message was deleted,
+// so a delivery that loaded the command before the completion may run the
+// handler again). It is the one event status.Store writes on a final
+// command for an attempt: the completing attempt's own. Caller holds a.mu.
+// Cost: one batch.
+func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
+	err := a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	var ce *status.ConflictError
+	if errors.As(err, &ce) && ce.Current != nil {
+		// Written by someone else since (nothing but an attempt of ours
+		// may write on a completed command): try once on the fresh record.
+		a.rec = ce.Current
 		err = a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
 	}
-	if err != nil && !errors.Is(err, errFinal) && !expected(err) {
+	if err != nil && !expected(err) {
 		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
 	}
 }
 
 // retryConflict runs try, a conditional write on a.rec. On a conflict (a
 // write by someone else: status.Append already recognised its own landed
-// writes) it takes the command as reloaded: if it became final elsewhere it
-// returns errFinal, otherwise it tries again with the fresh record (at most 3
-// tries in all). Caller holds a.mu.
+// writes) it takes the command as reloaded: if that shows the attempt
+// superseded (supersededBy) it ends the attempt (supersede) and returns
+// errFinal or errTakenOver; otherwise it tries again with the fresh record
+// (at most 3 tries in all). Once the attempt is superseded it returns that
+// at once, without touching storage. Caller holds a.mu.
 func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
+	if a.over != nil {
+		return a.over
+	}
 	for i := 0; ; i++ {
 		err := try()
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
@@ -338,10 +368,44 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 			}
 		}
 		a.rec = rec
-		if rec.Status.Status.Final() {
-			return errFinal
+		if over := a.supersededBy(rec); over != nil {
+			a.supersede(over)
+			return over
 		}
 	}
+}
+
+// supersededBy says whether the command as reloaded after a conflict (cur)
+// ends this attempt: it is final (errFinal); or another delivery recorded
+// an outcome for this attempt or a later one (its lease_lost for this
+// one: errTakenOver); or, while this attempt's started is not written,
+// another delivery started the command since this one loaded it (a second
+// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+func (a *attempt) supersededBy(cur *status.Record) error {
+	switch {
+	case cur.Status.Status.Final():
+		return errFinal
+	case cur.Settled >= a.n:
+		return errTakenOver
+	case !a.startedWritten && cur.Status.Status == status.Running &&
+		(a.loadedState != status.Running || cur.Attempts != a.loadedAttempts):
+		return errTakenOver
+	}
+	return nil
+}
+
+// supersede ends the attempt: every later write returns over without
+// touching storage, and the handler's context is cancelled with it.
+// Caller holds a.mu.
+func (a *attempt) supersede(over error) {
+	if a.over != nil {
+		return
+	}
+	a.over = over
+	if a.cancel != nil {
+		a.cancel(over)
+	}
+	a.p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.Status)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
 }
 
 // written notes a successful write of withStarted's events. Caller holds a.mu.
@@ -373,7 +437,7 @@ func (a *attempt) writeStarted() {
 	if a.finished || a.startedWritten || !a.running {
 		return
 	}
-	if err := a.writeLocked(a.s.ops); err != nil && !errors.Is(err, errFinal) && !expected(err) {
+	if err := a.writeLocked(a.s.ops); err != nil && !superseded(err) && !expected(err) {
 		a.p.fault(a.s.ops, "write started", a.qr.name, a.rec.ID, err)
 	}
 }
@@ -386,8 +450,8 @@ func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
 	}
 	err := a.writeLocked(ctx, status.Event{Kind: status.StepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
-	if errors.Is(err, errFinal) {
-		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.Status, err)
+	if superseded(err) {
+		return fmt.Errorf("command %s is %s: %w", a.rec.ID, a.rec.Status.Status, err)
 	}
 	if err != nil && !expected(err) && ctx.Err() == nil {
 		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
@@ -419,7 +483,7 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 		p.cfg.Metrics.CommandPoisoned(a.rec.Type)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		p.giveUp(s, a.k, "poison", err)
@@ -438,7 +502,7 @@ func (a *attempt) run() {
 	a.mu.Lock()
 	a.startedAt = time.Now()
 	a.running = true
-	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
+	a.cancel = cancel
 	a.mu.Unlock()
 	a.k.mu.Lock()
 	a.k.onLost = cancel
@@ -449,6 +513,9 @@ func (a *attempt) run() {
 		a.k.stop()
 		return
 	}
+	a.mu.Lock()
+	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
+	a.mu.Unlock()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
 	run := handlers.NewRun(handlers.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
 
@@ -457,7 +524,16 @@ func (a *attempt) run() {
 	startedTimer.Stop()
 	cause := context.Cause(hctx)
 
+	a.mu.Lock()
+	over := a.over
+	a.mu.Unlock()
 	switch {
+	case over != nil:
+		// The command finished elsewhere, or another delivery took it
+		// over: whatever the handler returned, nothing more is written.
+		p.observe(def.Type, dur)
+		_ = a.finish(func() error { return nil })
+		p.deleteMsg(s, a.k, a.rec.Type)
 	case herr == nil:
 		p.observe(def.Type, dur)
 		a.complete()
@@ -466,7 +542,7 @@ func (a *attempt) run() {
 		// lease ended without an outcome.
 		a.k.stop()
 		_ = a.finish(func() error {
-			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it", false)
+			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it")
 			return nil
 		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
@@ -506,17 +582,25 @@ func (a *attempt) complete() {
 			return
 		}
 	}
+	var answered time.Time
 	err := a.finish(func() error {
-		return a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
+		err := a.writeLocked(s.ops, status.Event{Kind: status.CompletedEvent, Attempt: a.n, Worker: a.worker()})
+		answered = time.Now()
+		return err
 	})
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Metrics.CommandCompleted(a.rec.Type)
-		if p.deleteMsg(s, a.k, a.rec.Type) {
+		// The lease may have ended before the completion landed: when the
+		// delete finds the message taken, or when the lease could not be
+		// kept (lost, or a renewal's receipt unknown) and the completion
+		// was answered after its end, a delivery that loaded the command
+		// before the completion may run the handler again.
+		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
 			a.lostAfterCompletion()
 		}
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears and the handler runs again (at least once).
@@ -530,7 +614,7 @@ func (a *attempt) complete() {
 func (a *attempt) lostAfterCompletion() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.recordLost(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again", true)
+	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 
 // completeCombined writes the final batch and deletes the message in one
@@ -566,7 +650,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
 			a.lostAfterCompletion()
 		}
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears when its lease ends and the handler runs
@@ -595,7 +679,7 @@ func (a *attempt) fail(herr error, stack string) {
 	}
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
 	switch {
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 		return
 	case err != nil:

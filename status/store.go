@@ -26,6 +26,14 @@ var (
 	ErrNoCommand = errors.New("status: poison entry has no stored command")
 	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
 	ErrNotPoisoned = errors.New("status: command is not poisoned")
+	// ErrFinal: Append or Poison refused to write an attempt's event
+	// (started, step_completed, failed, completed, poisoned, lease_lost)
+	// to a command whose loaded projection is final (completed, poisoned,
+	// discarded): the attempt is over and must write nothing more. Two
+	// events stay allowed: an operator's requeued or discarded on a
+	// poisoned command, and the lease_lost of the attempt that completed
+	// the command (its lease ended before its message was deleted).
+	ErrFinal = errors.New("status: command is final")
 )
 
 // Row keys and partitions of the data layout (contract: operators read them).
@@ -543,7 +551,9 @@ func settledProp(e storage.Entity) int {
 // and, if their Time is zero, the current time. On success rec is updated in
 // place (status, ETag, EventSeq); on failure it is unchanged. If the command
 // was written since rec was loaded, the error wraps storage.ErrConflict (a
-// *ConflictError whose Current is the command now): decide from that.
+// *ConflictError whose Current is the command now): decide from that. An
+// attempt's event on a command whose loaded projection is final is refused
+// with an error wrapping ErrFinal, and nothing is written.
 //
 // Append is idempotent for its own write: each carries a write ID (stored in
 // the command row and its events). When the batch fails with a conflict (the
@@ -617,6 +627,14 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 	if len(events) == 0 || len(events) > MaxEventsPerAppend {
 		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
 	}
+	for _, e := range events {
+		if !e.Kind.valid() {
+			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+		}
+	}
+	if err := checkFinal(rec, events); err != nil {
+		return nil, appendResult{}, err
+	}
 	wid := newWriteID()
 	st := rec.Status
 	settled := rec.Settled
@@ -624,9 +642,6 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
 	for _, e := range events {
-		if !e.Kind.valid() {
-			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
-		}
 		seq++
 		e.Seq = seq
 		if e.Time.IsZero() {
@@ -646,6 +661,34 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 	// nor dropped; every projection property is written.
 	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
 	return ops, appendResult{st, settled, seq, wid}, nil
+}
+
+// checkFinal refuses events that would be written on top of a final
+// command (see ErrFinal). Each event is checked against the projection as
+// the events before it in the same append leave it.
+func checkFinal(rec *Record, events []Event) error {
+	st := rec.Status
+	for _, e := range events {
+		if st.Status.Final() && !allowedOnFinal(&st, e) {
+			return fmt.Errorf("%w: command %s is %s; a %s event (attempt %d, worker %q) is not written on top of it: the attempt that wants to write it is over (a processor deletes its message; an operator reloads the command)",
+				ErrFinal, rec.ID, st.Status, e.Kind, e.Attempt, e.Worker)
+		}
+		Apply(&st, e)
+	}
+	return nil
+}
+
+// allowedOnFinal reports whether e may follow the final projection st: an
+// operator's requeued or discarded on a poisoned command, or the lease_lost
+// of the attempt that completed it (written by its own worker).
+func allowedOnFinal(st *Status, e Event) bool {
+	switch e.Kind {
+	case Requeued, DiscardedEvent:
+		return st.Status == Poisoned
+	case LeaseLost:
+		return st.Status == Completed && e.Attempt == st.Attempts && e.Worker == st.Worker
+	}
+	return false
 }
 
 // appended finishes an append (res): on success it updates rec in
@@ -734,7 +777,8 @@ func decodePoison(e storage.Entity) PoisonEntry {
 // clock. If the batch fails, the entry is removed again unless the command
 // was poisoned by someone else meanwhile. Cost: 1 upsert + 1 batch.
 //
-// The entry is written first so that a poisoned command is never missing
+// A record whose projection is final is refused (ErrFinal) before anything
+// is written. The entry is written first so that a poisoned command is never missing
 // from the poison table (operators find it); a leftover entry of a command
 // that is not poisoned is cleaned up by Requeue or Discard.
 func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, events ...Event) error {
@@ -752,6 +796,9 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry PoisonEntry, even
 		entry.PoisonedAt = s.nowUTC()
 	}
 	entry.PoisonedAt = ms(entry.PoisonedAt)
+	if err := checkFinal(rec, append(append([]Event(nil), events...), Event{Kind: PoisonedEvent, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
+		return err // before the entry is written: a final command gets none
+	}
 	if entry.LastError == "" {
 		for _, e := range events {
 			if e.Error != "" {
