@@ -48,6 +48,18 @@ type Options struct {
 	// mark for the reconciler is marked as soon as storage answers. Default
 	// 1 s; negative disables the retries.
 	EnqueueRetry time.Duration
+	// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+	// command type (a re-issue of a pending, never-started command, a
+	// background retry): at least the type's lease and the processors'
+	// StartedWriteDelay, so that a first message that may exist after all
+	// (an enqueue whose answer was lost) has been started — its `started`
+	// written — or finished before the second becomes visible (see
+	// docs/lifecycle.md, "Duplicate messages"). nil, or a result ≤ 0:
+	// status.DefaultRecoveryDelay (30 s, the default lease). Pass
+	// (*processor.Processor).RecoveryDelay when the processor runs in the
+	// same process; an API-only server with types whose lease is longer
+	// than 30 s should pass their leases.
+	RecoveryDelay func(cmdType string) time.Duration
 	// NewID makes the ID of a command issued without one. Default: on a
 	// store that commits locally (storage.Combiner: the embedded store)
 	// NewOrderedID, so a new command's rows sort after the previous ones and
@@ -150,6 +162,24 @@ func NewIssuer(st storage.Store, opts Options) (*Issuer, error) {
 	return i, nil
 }
 
+// IssuerWorker is the Worker recorded on the requeued events of the
+// Issuer's recovery enqueues (re-issues and background retries).
+const IssuerWorker = "issuer"
+
+// recoveryDelay returns the visibility delay of a recovery enqueue of cmdType.
+func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
+	return recoveryDelay(i.opts.RecoveryDelay, cmdType)
+}
+
+func recoveryDelay(f func(string) time.Duration, cmdType string) time.Duration {
+	if f != nil {
+		if d := f(cmdType); d > 0 {
+			return d
+		}
+	}
+	return status.DefaultRecoveryDelay
+}
+
 // PendingEnqueues returns the number of stored commands whose enqueue
 // failed and that the Issuer is still retrying in the background.
 func (i *Issuer) PendingEnqueues() int { return i.retry.pending() }
@@ -192,8 +222,10 @@ func (i *Issuer) queue(ctx context.Context, logical string) (storage.Queue, erro
 }
 
 // Issue stores cmd (JSON-encoded) and enqueues it. Cost: one table batch and
-// one enqueue; re-issuing an existing ID costs one failed batch and one point
-// read, plus one enqueue while the command is pending and never started.
+// one enqueue (sent once, with no transport retries); re-issuing an existing
+// ID costs one failed batch and one point read, plus, while the command is
+// pending and never started, a recovery: one batch (a requeued event) and
+// one enqueue delayed by Options.RecoveryDelay.
 // Errors as IssueRaw.
 func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
 	if cmd == nil {
@@ -279,11 +311,12 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message
-			// exists. If one does, the duplicate is harmless: a processor
-			// never runs a command twice at once, and deletes a message
-			// whose command is already final without running it.
+			// exists, as a recovery (a requeued event, then a message
+			// delayed by the recovery delay). If the first message exists
+			// after all, the second is harmless (docs/lifecycle.md,
+			// "Duplicate messages").
 			i.retry.forget(res.ID)
-			return res, i.enqueue(ctx, st, res.ID, rec.Type, rec.Queue)
+			return res, i.recover(ctx, st, rec, "re-issued while pending and never started: enqueued again")
 		}
 		return res, nil
 	case errors.Is(err, status.ErrParamsTooLarge):
@@ -300,46 +333,94 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	return res, i.enqueue(ctx, st, id, raw.Type, queue)
 }
 
-// enqueue puts the message of a stored command on its queue. If that fails
-// it marks the command for the reconciler and returns ErrEnqueueFailed (the
-// command is accepted); if the marker cannot be written either it returns
+// enqueue puts the first message of a stored command on its queue, with
+// no transport retries (enqueueOnly). If that fails it marks the command
+// for the reconciler and returns ErrEnqueueFailed (the command is
+// accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.
 func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, queue string) error {
-	marked, err := enqueueOrMark(ctx, st, i.queue, id, cmdType, queue)
-	switch {
-	case err == nil:
+	err := enqueueOnly(ctx, i.queue, id, cmdType, queue, 0)
+	if err == nil {
 		if i.opts.Notify != nil {
 			i.opts.Notify(queue)
 		}
 		return nil
-	case marked:
-		i.retry.add(id, cmdType, queue, true)
-		return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
-	default:
-		i.retry.add(id, cmdType, queue, false)
-		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, err)
 	}
+	return i.failed(ctx, st, id, cmdType, queue, err)
 }
 
-// enqueueOrMark puts the message of the stored command id on the logical
-// queue (opened with open); if that fails it marks the command unqueued for
-// the reconciler. It returns nil once enqueued; otherwise the enqueue error
-// (joined with the marker's) and whether the marker was written.
-func enqueueOrMark(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) (marked bool, err error) {
-	if err = enqueueOnly(ctx, open, id, cmdType, queue); err == nil {
-		return false, nil
+// recover re-enqueues the stored command rec (pending, never started) as a
+// recovery (see requeue). If that fails it marks the command, as enqueue.
+func (i *Issuer) recover(ctx context.Context, st *status.Store, rec *status.Record, note string) error {
+	_, _, err := requeue(ctx, st, i.queue, rec, IssuerWorker, note, i.recoveryDelay(rec.Type))
+	if err == nil {
+		if i.opts.Notify != nil {
+			i.opts.Notify(rec.Queue)
+		}
+		return nil
 	}
+	return i.failed(ctx, st, rec.ID, rec.Type, rec.Queue, err)
+}
+
+// failed handles a failed enqueue of a stored command: mark it for the
+// reconciler (ErrEnqueueFailed) or, when the marker fails too,
+// ErrNotAccepted; the background retrier keeps trying either way.
+func (i *Issuer) failed(ctx context.Context, st *status.Store, id, cmdType, queue string, err error) error {
 	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
-		return false, errors.Join(err, merr)
+		i.retry.add(id, cmdType, queue, false)
+		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, errors.Join(err, merr))
 	}
-	return true, err
+	i.retry.add(id, cmdType, queue, true)
+	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
 }
 
-// enqueueOnly puts the message of the stored command id on the logical queue.
-func enqueueOnly(ctx context.Context, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string) error {
+// enqueueOnly puts the message of the stored command id on the logical
+// queue, visible after delay. It is sent with no transport retries
+// (storage.WithCallBudget with 0 retries; a per-try timeout in ctx is
+// kept): a try whose answer was lost after the message landed is a failed
+// enqueue, which the caller recovers from (marker, background retry,
+// reconciler), never a silent second message.
+func enqueueOnly(ctx context.Context, open func(context.Context, string) (storage.Queue, error), id, cmdType, queue string, delay time.Duration) error {
 	q, err := open(ctx, queue)
 	if err == nil {
-		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
+		b, _ := storage.CallBudgetFrom(ctx)
+		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), Envelope{ID: id, Type: cmdType}.Marshal(), delay, storage.NoExpiry)
 	}
 	return err
+}
+
+// requeue is a recovery enqueue of the stored command rec, which is
+// pending and has never started: a message may exist for it after all (an
+// enqueue whose answer was lost, another recovery). It appends a requeued
+// event by `by` (conditional on rec's ETag; on a conflict it reloads, and
+// a command no longer pending is left alone: nothing done, no error), then
+// enqueues its message with a visibility delay of delay and no transport
+// retries. The requeued event makes the processor claim the command with
+// its started event before running it (a conditional write), so that of
+// two messages only one runs it; the delay lets a first message that is
+// being handled write its started first, so that the second is deleted
+// unrun. See docs/lifecycle.md, "Duplicate messages". Cost: 1 batch + 1
+// enqueue (+ 1 point read on a conflict).
+func requeue(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), rec *status.Record, by, note string, delay time.Duration) (requeued, enqueued bool, err error) {
+	for try := 0; ; try++ {
+		err = st.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: by, Note: note})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, storage.ErrConflict) || try > 0 {
+			return false, false, fmt.Errorf("commands: record the requeue of %s: %w", rec.ID, err)
+		}
+		var ce *status.ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil {
+			return false, false, fmt.Errorf("commands: record the requeue of %s: %w", rec.ID, err)
+		}
+		if cur := ce.Current; cur.Status.Status != status.Pending || cur.Attempts != 0 {
+			return false, false, nil // started (or finished) meanwhile: it has a message
+		}
+		rec = ce.Current
+	}
+	if err := enqueueOnly(ctx, open, rec.ID, rec.Type, rec.Queue, delay); err != nil {
+		return true, false, err
+	}
+	return true, true, nil
 }

@@ -50,6 +50,12 @@ type ReconcileOptions struct {
 	SkipMarkers bool
 	// Notify, if set, is called with the logical queue after each re-enqueue.
 	Notify func(queue string)
+	// RecoveryDelay returns the visibility delay of a re-enqueue of a
+	// command type: at least its lease and the processors'
+	// StartedWriteDelay (see commands.Options.RecoveryDelay). nil, or a
+	// result ≤ 0: status.DefaultRecoveryDelay. The processor passes its
+	// own (*processor.Processor).RecoveryDelay.
+	RecoveryDelay func(cmdType string) time.Duration
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
 }
@@ -71,12 +77,14 @@ type ReconcileReport struct {
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
 // a marker in partition "~unqueued" (cost: 1 query when there is none; per
-// marker 1 point read + 1 claim (a conditional update) + 1 enqueue + 1
-// delete; a marker of a command that is no longer pending costs 1 point read
-// + 1 delete) and, with ScanPending, those still pending after PendingGrace
-// (per command found: 1 point read + 1 batch with a requeued event + 1
-// enqueue). Duplicate messages are harmless: the processor deletes a message
-// whose command is already final. Several processors may reconcile at once:
+// marker 1 point read + 1 claim (a conditional update) + 1 batch with a
+// requeued event + 1 enqueue + 1 delete; a marker of a command that is no
+// longer pending costs 1 point read + 1 delete) and, with ScanPending,
+// those still pending after PendingGrace (per command found: 1 point read +
+// 1 batch with a requeued event + 1 enqueue). Each is a recovery: its
+// message is delayed by RecoveryDelay and its command is claimed by its
+// first delivery, so a message that existed after all does not run the
+// handler a second time (docs/lifecycle.md, "Duplicate messages"). Several processors may reconcile at once:
 // a marker is claimed by a conditional update (its ETag), a pending command
 // by the conditional requeued batch, so only one of them enqueues. A marker
 // is removed only once its message is on the queue: a failed enqueue is
@@ -103,15 +111,11 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 	open := func(ctx context.Context, logical string) (storage.Queue, error) {
 		return st.Queue(ctx, names.Queue(logical))
 	}
-	enqueue := func(rec *status.Record) error {
-		if _, err := enqueueOrMark(ctx, s, open, rec.ID, rec.Type, rec.Queue); err != nil {
-			return fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err)
-		}
+	enqueued := func(rec *status.Record) {
 		rep.Enqueued++
 		if opts.Notify != nil {
 			opts.Notify(rec.Queue)
 		}
-		return nil
 	}
 
 	var errs []error
@@ -162,13 +166,15 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				}
 				continue
 			}
-			if err := enqueueOnly(ctx, open, rec.ID, rec.Type, rec.Queue); err != nil {
+			// A recovery: the command's first enqueue may have landed
+			// after all (its answer lost), so it may have a message.
+			_, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type))
+			if err != nil {
 				errs = append(errs, fmt.Errorf("commands: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
 				continue
 			}
-			rep.Enqueued++
-			if opts.Notify != nil {
-				opts.Notify(rec.Queue)
+			if ok {
+				enqueued(rec)
 			}
 			if err := tbl.Delete(ctx, status.UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("commands: reconcile: delete marker %s after enqueueing: %w", id, err))
@@ -206,18 +212,21 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				if rec.Status.Status != status.Pending {
 					continue
 				}
-				// The conditional batch claims the command (and moves UpdatedAt,
-				// so the next scan waits another grace period).
-				err = s.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: ReconcilerWorker,
-					Note: "still pending after " + pendingGrace.String() + ": re-enqueued by the reconciler"})
-				if err != nil {
-					if !errors.Is(err, storage.ErrConflict) {
-						errs = append(errs, err)
+				// The conditional requeued batch claims the command (and moves
+				// UpdatedAt, so the next scan waits another grace period); a
+				// failed enqueue marks it.
+				requeued, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type))
+				switch {
+				case err != nil && requeued:
+					// Requeued, not enqueued: mark it for the marker query.
+					if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+						err = errors.Join(err, merr)
 					}
-					continue
-				}
-				if err := enqueue(rec); err != nil {
+					errs = append(errs, fmt.Errorf("commands: reconcile: enqueue %s: %w", rec.ID, err))
+				case err != nil:
 					errs = append(errs, err)
+				case ok:
+					enqueued(rec)
 				}
 			}
 			if page.Continuation == "" {

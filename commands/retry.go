@@ -2,8 +2,11 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/status"
 )
 
 // Background retries of failed enqueues (see Options.EnqueueRetry).
@@ -154,8 +157,26 @@ func (r *retrier) try(it retryItem) {
 	ctx, cancel := context.WithTimeout(r.ctx, enqueueRetryTimeout)
 	defer cancel()
 	st, err := r.i.statusStore(ctx)
+	var rec *status.Record
 	if err == nil {
-		err = enqueueOnly(ctx, r.i.queue, it.id, it.cmdType, it.queue)
+		rec, err = st.Load(ctx, it.id)
+	}
+	if err == nil && (rec.Status.Status != status.Pending || rec.Attempts != 0) {
+		// Started or finished: a message exists (or existed) for it after
+		// all (the failed enqueue had landed), so there is nothing to do.
+		r.forget(it.id)
+		if it.marked {
+			_ = st.ClearUnqueued(ctx, it.id)
+		}
+		return
+	}
+	if err == nil {
+		// A recovery: the first enqueue may have landed after all.
+		_, _, err = requeue(ctx, st, r.i.queue, rec, IssuerWorker, "enqueue failed at issue: enqueued again by the issuer's background retry", r.i.recoveryDelay(it.cmdType))
+	}
+	if errors.Is(err, status.ErrNotFound) {
+		r.forget(it.id) // never stored (or removed): nothing to enqueue
+		return
 	}
 	if err == nil {
 		r.forget(it.id)

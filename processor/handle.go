@@ -86,8 +86,25 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
+	if m.DequeueCount == 1 && (rec.Status.Status == status.Running || rec.Status.Status == status.Retrying) {
+		// A message never delivered before, for a command another message
+		// has started: a second message (a recovery enqueue, sent with a
+		// delay of at least the lease so that the first one has been
+		// started by now). The other message owns the command and is
+		// never deleted before it is final: delete this one without
+		// running it, recording nothing. See docs/lifecycle.md,
+		// "Duplicate messages".
+		s.counter.duplicates.Add(1)
+		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.Status)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
 	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount),
-		loadedState: rec.Status.Status, loadedAttempts: rec.Attempts}
+		loadedState: rec.Status.Status, loadedAttempts: rec.Attempts,
+		// A requeued command (by an operator, the reconciler or the
+		// Issuer's recovery) may have more than one message: its first
+		// delivery claims it with the started event before running.
+		claim: rec.Status.Status == status.Pending && rec.EventSeq > 1}
 	switch {
 	case rec.Type != env.Type:
 		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
@@ -240,6 +257,10 @@ type attempt struct {
 	// when this delivery loaded it (see supersededBy).
 	loadedState    status.State
 	loadedAttempts int
+	// claim: write started before running the handler (a requeued
+	// command, which may have more than one message).
+	claim bool
+
 	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
 	rec            *status.Record
 	startedAt      time.Time
@@ -512,6 +533,25 @@ func (a *attempt) run() {
 	if lost {
 		a.k.stop()
 		return
+	}
+	if a.claim {
+		// A requeued command may have another message: claim it with the
+		// started event (a conditional write) before running, so that
+		// only one delivery runs it. Cost: one batch, requeued commands
+		// only.
+		a.mu.Lock()
+		err := a.writeLocked(s.ops)
+		a.mu.Unlock()
+		switch {
+		case superseded(err):
+			_ = a.finish(func() error { return nil })
+			p.deleteMsg(s, a.k, a.rec.Type)
+			return
+		case err != nil:
+			_ = a.finish(func() error { return nil })
+			p.giveUp(s, a.k, "write started", err)
+			return
+		}
 	}
 	a.mu.Lock()
 	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params

@@ -232,6 +232,23 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 	return v
 }
 
+// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+// command type (a message sent for a command that may have one already):
+// the type's current lease plus StartedWriteDelay, so that a first message
+// being handled has its started written — or its handler ended — before
+// the second becomes visible; status.DefaultRecoveryDelay for a type this
+// processor does not handle. The processor's reconciler uses it; pass it as
+// commands.Options.RecoveryDelay and status.Options.RecoveryDelay to an
+// Issuer and a Reader in the same process. See docs/lifecycle.md,
+// "Duplicate messages".
+func (p *Processor) RecoveryDelay(cmdType string) time.Duration {
+	l := p.leaseFor(cmdType)
+	if l == 0 {
+		return status.DefaultRecoveryDelay
+	}
+	return l + p.cfg.StartedWriteDelay
+}
+
 // LeaseOf returns the lease the processor currently uses for a command type
 // (the definition's lease, grown after repeated lost leases), or 0 for an
 // unknown type.
@@ -349,8 +366,10 @@ type Summary struct {
 	// Interrupted counts handlers cancelled at the end (their messages were
 	// released for RunFor, left to their lease for Run).
 	Interrupted int
-	// Duplicates counts second messages for a command this processor was
-	// already handling; they were left invisible until their lease ends.
+	// Duplicates counts second messages for a command: those this processor
+	// was already handling (left invisible until their lease ends), and
+	// those never delivered before whose command another message runs
+	// (deleted unrun).
 	Duplicates int
 	// Duration is how long the run took.
 	Duration time.Duration

@@ -65,7 +65,7 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 		}
 		rep, err := commands.Reconcile(s.take, p.store, commands.ReconcileOptions{
 			Prefix: cfg.Prefix, MarkerGrace: cfg.ReconcileGrace, PendingGrace: cfg.ReconcileStaleAfter,
-			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify,
+			ScanPending: scan, SkipMarkers: scan, Notify: p.Notify, RecoveryDelay: p.RecoveryDelay,
 		})
 		if err != nil {
 			if s.take.Err() == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -48,6 +49,7 @@ type Reader struct {
 	st    storage.Store
 	names Names
 	store *Store
+	delay func(cmdType string) time.Duration // Options.RecoveryDelay
 }
 
 // OpenReader opens the tables named by names on st and returns a Reader.
@@ -57,7 +59,7 @@ func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{st: st, names: names, store: s}, nil
+	return &Reader{st: st, names: names, store: s, delay: opts.RecoveryDelay}, nil
 }
 
 // Store returns the writer the Reader uses.
@@ -242,20 +244,30 @@ func MessageText(id, cmdType string) string {
 // entry is removed, and the error says so. If the marker cannot be written
 // either, the entry stays and the error says to requeue again: a Requeue of
 // a command that is pending and never started since (with its entry)
-// enqueues it without another requeued event.
+// enqueues it without another requeued event, its message delayed by
+// Options.RecoveryDelay (the first enqueue may have landed after all; see
+// docs/lifecycle.md, "Duplicate messages").
 func (r *Reader) Requeue(ctx context.Context, id, by string) error {
 	rec, err := r.loadPoisoned(ctx, id, true)
 	if err != nil {
 		return err
 	}
+	var delay time.Duration
 	if rec.Status.Status == Poisoned {
 		if err := r.store.Append(ctx, rec, Event{Kind: Requeued, Worker: by, Note: "requeued from the poison table"}); err != nil {
 			return err
 		}
+	} else {
+		delay = DefaultRecoveryDelay
+		if r.delay != nil {
+			if d := r.delay(rec.Type); d > 0 {
+				delay = d
+			}
+		}
 	}
 	q, err := r.st.Queue(ctx, r.names.Queue(rec.Queue))
 	if err == nil {
-		_, err = q.Enqueue(ctx, MessageText(rec.ID, rec.Type), 0, storage.NoExpiry)
+		_, err = q.Enqueue(ctx, MessageText(rec.ID, rec.Type), delay, storage.NoExpiry)
 	}
 	if err != nil {
 		if merr := r.store.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {

@@ -132,11 +132,23 @@ type PoisonEntry struct {
 	Worker string `json:"worker,omitempty"`
 }
 
+// DefaultRecoveryDelay is the visibility delay of a recovery enqueue (a
+// message sent for a command that may have one already: a re-issue, a
+// retried or reconciled enqueue, a repeated requeue) when the sender does
+// not know the command type's lease: 30 s, the default lease. See
+// docs/lifecycle.md, "Duplicate messages".
+const DefaultRecoveryDelay = 30 * time.Second
+
 // Options configures a Store or Reader. The zero value works.
 type Options struct {
 	// Now returns the current time (default time.Now). Times are stored in
 	// UTC with millisecond precision.
 	Now func() time.Time
+	// RecoveryDelay returns the visibility delay of a Reader.Requeue that
+	// enqueues again a command requeued before (its first enqueue may
+	// have landed): at least the type's lease and the processors'
+	// StartedWriteDelay. nil, or a result ≤ 0: DefaultRecoveryDelay.
+	RecoveryDelay func(cmdType string) time.Duration
 }
 
 // Store writes command records: Create (issue), Load, Append (lifecycle

@@ -104,6 +104,7 @@ type serveFlags struct {
 	insecure     bool
 	maxBodyBytes int64
 	reqTimeout   time.Duration
+	recovery     time.Duration
 	corsOrigins  string
 	allowedHosts string
 }
@@ -152,6 +153,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
 	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
+	c.Flags().DurationVar(&f.recovery, "recovery-delay", status.DefaultRecoveryDelay, "visibility delay of a recovery enqueue (a re-issue of a pending command, a retried enqueue, a repeated requeue) of a command type this server has no handler for: at least that type's lease (types with a handler here use their lease + 1s)")
 	return c
 }
 
@@ -226,6 +228,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
 		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
+	if f.recovery <= 0 || f.recovery > storage.MaxVisibility {
+		return fmt.Errorf("--recovery-delay %s: must be above 0 and at most %s (give at least the lease of the command types this server has no handler for)", f.recovery, storage.MaxVisibility)
+	}
 	reg, closeReg, err := f.proc.registry()
 	if err != nil {
 		return err
@@ -263,12 +268,21 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	} else {
 		log.Warn().Msg("cmdq serve: no handlers registered (--no-demo): serving the API only; commands stay pending until a processor with handlers runs")
 	}
-	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix, QueueFor: reg.QueueFor})
+	// Recovery enqueues are delayed by the lease of the command's type
+	// (docs/lifecycle.md, "Duplicate messages"); types without a handler
+	// here by --recovery-delay.
+	recoveryDelay := func(cmdType string) time.Duration {
+		if _, ok := reg.Lookup(cmdType); ok && proc != nil {
+			return proc.RecoveryDelay(cmdType)
+		}
+		return f.recovery
+	}
+	iss, err := commands.NewIssuer(st, commands.Options{Prefix: f.store.prefix, QueueFor: reg.QueueFor, RecoveryDelay: recoveryDelay})
 	if err != nil {
 		return fmt.Errorf("issuer: %w", err)
 	}
 	defer func() { _ = iss.Close() }() // before the store closes
-	rd, err := status.OpenReader(ctx, st, names, status.Options{})
+	rd, err := status.OpenReader(ctx, st, names, status.Options{RecoveryDelay: recoveryDelay})
 	if err != nil {
 		return fmt.Errorf("open status tables: %w", describeStoreErr(err))
 	}

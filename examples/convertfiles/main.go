@@ -236,7 +236,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 
 	// 4. Issue: the Issuer routes like the registry and wakes the
 	// in-process processor at once.
-	iss, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor})
+	iss, err := commands.NewIssuer(st, commands.Options{Notify: proc.Notify, QueueFor: reg.QueueFor, RecoveryDelay: proc.RecoveryDelay})
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: issuer: %w", err)
 	}
@@ -248,7 +248,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 	fmt.Fprintf(w, "issued %s %s (%d files, format %s)\n", ConvertBatch{}.CommandType(), res.ID, len(files), opts.Format)
 
 	// 5. Wait: poll the status, as a client of the HTTP API would.
-	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{})
+	reader, err := status.OpenReader(ctx, st, status.Names{}, status.Options{RecoveryDelay: proc.RecoveryDelay})
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: reader: %w", err)
 	}

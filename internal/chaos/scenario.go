@@ -102,6 +102,8 @@ type Scenario struct {
 	// ServeNoDemo runs serve with --no-demo: the API only, no processor
 	// (for cases that control which worker runs a command).
 	ServeNoDemo bool
+	// ServeArgs are more flags for serve (e.g. --recovery-delay).
+	ServeArgs []string
 }
 
 func (sc *Scenario) defaults() {
@@ -389,6 +391,7 @@ func (w *world) args(role string) ([]string, error) {
 		if w.sc.ServeNoDemo {
 			args = append(args, "--no-demo")
 		}
+		args = append(args, w.sc.ServeArgs...)
 	} else {
 		args = []string{"worker"}
 	}

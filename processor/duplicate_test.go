@@ -1,0 +1,162 @@
+package processor_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/instrument"
+)
+
+// oneAtATime makes a processor take one message at a time.
+func oneAtATime(cfg processor.Config) processor.Config {
+	cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, processor.NoThreshold
+	return cfg
+}
+
+// TestSecondMessageOfRunningCommandNotRun: a second message for a command
+// another processor is running (its started written) — what a recovery
+// enqueue leaves when the first message was there after all — is deleted
+// unrun by the processor that takes it, which records nothing. Before,
+// the second processor ran the handler at the same time as the first.
+func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := handlers.NewRegistry()
+		var runs atomic.Int64
+		release := make(chan struct{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			runs.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, handlers.Options{Lease: 5 * time.Second})
+		cfg := oneAtATime(e.cfg())
+		cfg.StartedWriteDelay = 20 * time.Millisecond
+		p1 := newProc(t, e.store, reg, cfg)
+		start(t, p1)
+		id := e.issue(e.issuer(p1.Notify), okCmd{})
+		e.waitState(id, status.Running, 10*time.Second)
+
+		// The second message, never delivered before.
+		q := e.queue("commands")
+		if _, err := q.Enqueue(context.Background(), commands.Envelope{ID: id, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+			t.Fatal(err)
+		}
+		var got atomic.Int64
+		cfg2 := oneAtATime(e.cfg())
+		cfg2.Worker += "-2"
+		cfg2.OnPoll = func(ev processor.PollEvent) { got.Add(int64(ev.Received)) }
+		p2 := newProc(t, e.open(), reg, cfg2)
+		start(t, p2)
+		eventually(t, 10*time.Second, "the second processor to take the second message", func() bool { return got.Load() == 1 })
+		eventually(t, 10*time.Second, "the second message to be deleted", func() bool {
+			n, err := q.ApproximateCount(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n == 1 // the first message, held by the first processor
+		})
+		close(release)
+		e.waitState(id, status.Completed, 10*time.Second)
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times, want once", n)
+		}
+		if k := kinds(e.events(id)); !equalKinds(k, status.Created, status.Started, status.CompletedEvent) {
+			t.Fatalf("events %v: the second message must record nothing", k)
+		}
+	})
+}
+
+// TestRequeuedCommandRunsOnce: a requeued command with two messages, each taken by its own
+// processor, both loading the command while it is still pending (the
+// first processor's first write waits until the second has loaded it).
+// The first delivery of a requeued command claims it with its started
+// event before running, so only one of them runs the handler; the other
+// finds it started and deletes its message. Before, both ran it.
+func TestRequeuedCommandRunsOnce(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := handlers.NewRegistry()
+		var runs atomic.Int64
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			runs.Add(1)
+			return nil
+		}, quickRecovery)
+		// The command, waiting in its queue, and its requeue (what the
+		// reconciler's pending scan does to a backlogged command, or a
+		// recovery enqueue to one whose first enqueue landed after all):
+		// a requeued event and a second message.
+		res, err := e.issuer(nil).Issue(context.Background(), okCmd{N: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.reader.Store().Load(context.Background(), res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.reader.Store().Append(context.Background(), rec, status.Event{Kind: status.Requeued, Worker: commands.ReconcilerWorker}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.queue("commands").Enqueue(context.Background(), commands.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+			t.Fatal(err)
+		}
+		q := e.queue("commands")
+		eventually(t, 10*time.Second, "both messages to be visible", func() bool {
+			msgs, err := q.Peek(context.Background(), 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(msgs) == 2
+		})
+
+		// p1's first table batch waits until p2 has loaded the command.
+		p2loaded := make(chan struct{})
+		var once sync.Once
+		var gated atomic.Bool
+		st1 := instrument.Wrap(e.store, instrument.Hooks{Before: func(op instrument.Op) error {
+			if op == instrument.TableBatch && gated.CompareAndSwap(false, true) {
+				select {
+				case <-p2loaded:
+				case <-time.After(20 * time.Second): // a bound; the test fails below if p2 never loads
+				}
+			}
+			return nil
+		}})
+		st2 := instrument.Wrap(e.open(), instrument.Hooks{After: func(c instrument.Call) {
+			if c.Op == instrument.TableGet && c.Err == nil {
+				once.Do(func() { close(p2loaded) })
+			}
+		}})
+		cfg := oneAtATime(e.cfg())
+		cfg.StartedWriteDelay = time.Minute
+		var took1 atomic.Int64
+		cfg.OnPoll = func(ev processor.PollEvent) { took1.Add(int64(ev.Received)) }
+		p1 := newProc(t, st1, reg, cfg)
+		start(t, p1)
+		eventually(t, 10*time.Second, "the first processor to take a message", func() bool { return took1.Load() == 1 })
+		cfg2 := oneAtATime(e.cfg())
+		cfg2.Worker += "-2"
+		cfg2.StartedWriteDelay = time.Minute
+		p2 := newProc(t, st2, reg, cfg2)
+		start(t, p2)
+		e.waitState(res.ID, status.Completed, 15*time.Second)
+		e.waitQueueEmpty("commands", 15*time.Second)
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times for two messages of a requeued command, want once", n)
+		}
+		ks := kinds(e.events(res.ID))
+		if !equalKinds(ks, status.Created, status.Requeued, status.Started, status.CompletedEvent) {
+			t.Fatalf("events %v", ks)
+		}
+	})
+}
