@@ -577,12 +577,21 @@ func (a *attempt) run() {
 	case herr == nil:
 		p.observe(def.Type, dur)
 		a.complete()
-	case errors.Is(cause, errLeaseLost):
-		// Someone else may be running it: record only that this delivery's
-		// lease ended without an outcome.
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
+		// Someone else may be running it (lost), or will once the lease
+		// ends (renewals kept failing, or the last one's receipt is
+		// unknown, so the handler was cancelled before the lease ended):
+		// record only that this delivery's lease ended without an outcome.
+		// A failed event would be wrong: the handler did not fail, and
+		// the retry delay cannot be set on a message the processor no
+		// longer reaches.
 		a.k.stop()
+		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
+		if errors.Is(cause, errLeaseExpiring) {
+			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
+		}
 		_ = a.finish(func() error {
-			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it")
+			a.recordLost(s.ops, note)
 			return nil
 		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
