@@ -275,10 +275,12 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 		add(InvSingleCompletion, c.ID, "%d completed events", n)
 	}
 
-	// No event written twice by one attempt.
+	// No event written twice by one attempt. (A requeued event belongs to
+	// no attempt: each recovery enqueue writes one, so a client that
+	// re-issues a pending command twice legitimately leaves two.)
 	seen := map[string]string{}
 	for _, e := range h.Events {
-		if e.Kind == "created" {
+		if e.Kind == "created" || e.Kind == "requeued" {
 			continue
 		}
 		k := fmt.Sprintf("%s/%s/%d/%d", e.Kind, e.Worker, e.Attempt, e.Step)

@@ -82,6 +82,21 @@ func TestCheckCleanHistoryHolds(t *testing.T) {
 	}
 }
 
+// TestCheckRequeuedMayRepeat: each recovery enqueue (here two re-issues of
+// a pending command by its client) writes a requeued event; they belong to
+// no attempt and are not "an event written twice".
+func TestCheckRequeuedMayRepeat(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.echo", `{}`, false)
+	h := &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+		ev("1", "created", "", 0, 0), ev("2", "requeued", "issuer", 0, 0), ev("3", "requeued", "issuer", 0, 0),
+		ev("4", "started", "w1.1", 1, 0), ev("5", "completed", "w1.1", 1, 0)}}
+	r := runCheck(t, c, h, []*execution{run("w1.1", 1, 1, 1, 2, "")}, fakeProcs{}, nil)
+	if len(r.Violations) != 0 {
+		t.Fatalf("two requeued events: violations %v, want none", r.Violations)
+	}
+}
+
 func TestCheckFindsEachViolation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
