@@ -72,6 +72,33 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	k.start(lease, env.Type)
 
+	// Wait for a handler slot; stop taking work releases the message, and
+	// so does a wait that reaches the time its lease would need renewing:
+	// a message is not hoarded by a processor that cannot start it. The
+	// command is loaded once the slot is taken, so what the delivery
+	// decides from (and runs on) is as fresh as it can be.
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
+		select {
+		case p.sem <- struct{}{}:
+			hoard.Stop()
+		case <-s.take.Done():
+			hoard.Stop()
+			p.release(s, k)
+			return
+		case <-hoard.C:
+			p.overheld.Store(true)
+			p.release(s, k)
+			return
+		}
+	}
+	defer func() { <-p.sem }()
+	if !s.mayTake(p) {
+		p.release(s, k)
+		return
+	}
 	rec, err := p.st.Load(s.ops, env.ID)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
@@ -86,14 +113,16 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	if m.DequeueCount == 1 && (rec.Status.Status == status.Running || rec.Status.Status == status.Retrying) {
-		// A message never delivered before, for a command another message
-		// has started: a second message (a recovery enqueue, sent with a
-		// delay of at least the lease so that the first one has been
-		// started by now). The other message owns the command and is
-		// never deleted before it is final: delete this one without
-		// running it, recording nothing. See docs/lifecycle.md,
-		// "Duplicate messages".
+	if started := rec.Status.Status == status.Running || rec.Status.Status == status.Retrying; started &&
+		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && m.DequeueCount == 1) {
+		// A command another message has started (its started event names
+		// that message; without one, a message never delivered before
+		// cannot be the one): this is a second message (a recovery
+		// enqueue, sent with a delay of at least the lease so that the
+		// first one has been started by now). The other message owns the
+		// command and is never deleted before it is final: delete this
+		// one without running it, recording nothing. See
+		// docs/lifecycle.md, "Duplicate messages".
 		s.counter.duplicates.Add(1)
 		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.Status)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
 		p.deleteMsg(s, k, rec.Type)
@@ -118,31 +147,6 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 
-	// Wait for a handler slot; stop taking work releases the message, and
-	// so does a wait that reaches the time its lease would need renewing:
-	// a message is not hoarded by a processor that cannot start it.
-	select {
-	case p.sem <- struct{}{}:
-	default:
-		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
-		select {
-		case p.sem <- struct{}{}:
-			hoard.Stop()
-		case <-s.take.Done():
-			hoard.Stop()
-			p.release(s, k)
-			return
-		case <-hoard.C:
-			p.overheld.Store(true)
-			p.release(s, k)
-			return
-		}
-	}
-	defer func() { <-p.sem }()
-	if !s.mayTake(p) {
-		p.release(s, k)
-		return
-	}
 	a.run()
 }
 
@@ -276,7 +280,7 @@ type attempt struct {
 func (a *attempt) worker() string { return a.p.cfg.Worker }
 
 func (a *attempt) startedEvent() status.Event {
-	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
+	return status.Event{Kind: status.Started, Time: a.startedAt, Attempt: a.n, Worker: a.worker(), MessageID: a.msg.ID}
 }
 
 // maxLostEvents bounds the lease_lost events one delivery records for the

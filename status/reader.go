@@ -106,16 +106,17 @@ func (r *Reader) Events(ctx context.Context, id string) ([]Event, error) {
 func decodeEvent(e storage.Entity) Event {
 	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
 	return Event{
-		Seq:     seq,
-		Kind:    EventKind(str(e, "Kind")),
-		Time:    timeProp(e, "Time"),
-		Attempt: int(intProp(e, "Attempt")),
-		Worker:  str(e, "Worker"),
-		Step:    int(intProp(e, "Step")),
-		Note:    str(e, "Note"),
-		Error:   str(e, "Error"),
-		Reason:  str(e, "Reason"),
-		Detail:  str(e, "Detail"),
+		Seq:       seq,
+		Kind:      EventKind(str(e, "Kind")),
+		Time:      timeProp(e, "Time"),
+		Attempt:   int(intProp(e, "Attempt")),
+		Worker:    str(e, "Worker"),
+		Step:      int(intProp(e, "Step")),
+		Note:      str(e, "Note"),
+		Error:     str(e, "Error"),
+		Reason:    str(e, "Reason"),
+		Detail:    str(e, "Detail"),
+		MessageID: str(e, "MessageID"),
 	}
 }
 

@@ -113,6 +113,10 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// Detail holds extra detail, such as a panic's stack trace.
 	Detail string `json:"detail,omitempty"`
+	// MessageID is, on a started event, the ID of the queue message whose
+	// delivery started the attempt: the message that owns the command
+	// until its outcome (see Record.Owner).
+	MessageID string `json:"messageId,omitempty"`
 }
 
 // Status is a command's current status: the projection of its events plus
@@ -156,6 +160,19 @@ func Settle(settled int, e Event) int {
 		return max(settled, e.Attempt)
 	}
 	return settled
+}
+
+// Own folds one event into owner, the queue message that owns the command
+// (Record.Owner): a started event's MessageID; none after created and
+// requeued.
+func Own(owner string, e Event) string {
+	switch e.Kind {
+	case Created, Requeued:
+		return ""
+	case Started:
+		return e.MessageID
+	}
+	return owner
 }
 
 // Apply folds one event into the projection s. The projection is derived from

@@ -656,8 +656,15 @@ func TestCommandRowLayout(t *testing.T) {
 			row.Properties["ParamsHash"] != status.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2"},
-			status.Event{Kind: status.CompletedEvent, Attempt: 2, Worker: "w2"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.Started, Attempt: 2, Worker: "w2", MessageID: "msg-2"}); err != nil {
+			t.Fatal(err)
+		}
+		// The started event names its queue message, which owns the
+		// command (a:cmd Owner) until its outcome.
+		if m = rows(); m[status.RowCommand].Properties["Owner"] != "msg-2" || m[status.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
+			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[status.RowCommand].Properties["Owner"], m[status.EventRowKey(4)].Properties["MessageID"], rec.Owner)
+		}
+		if err := s.Append(ctx, rec, status.Event{Kind: status.CompletedEvent, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
 		}
 		m = rows()
@@ -673,7 +680,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
+			back.Status.Status != status.Completed || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 || back.Owner != "msg-2" {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)

@@ -109,6 +109,12 @@ type Record struct {
 	// issue batch or an Append): Append recognises its own write by it when
 	// a transport retry meets the write's own effect.
 	WriteID string
+	// Owner is the ID of the queue message whose delivery started the
+	// command's current attempt (the last started event's MessageID; ""
+	// when pending, or when that event carried none). That message is
+	// deleted only once the command is final, so a delivery of another
+	// message for a started command is a duplicate (see Own).
+	Owner string
 }
 
 // PoisonEntry is one poisoned command in the poison table.
@@ -321,7 +327,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	ev := Event{Seq: 1, Kind: Created, Time: issued}
 	Apply(&st, ev)
 	wid := newWriteID()
-	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
+	maps.Copy(cmd.Properties, projectionProps(&st, 0, "", 1, wid))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("status: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -345,10 +351,11 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *Status, settled int, seq int64, writeID string) map[string]any {
+func projectionProps(st *Status, settled int, owner string, seq int64, writeID string) map[string]any {
 	return map[string]any{
 		"WriteID":   writeID,
 		"Settled":   int32(settled),
+		"Owner":     owner,
 		"Status":    string(st.Status),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
@@ -364,8 +371,8 @@ func projectionProps(st *Status, settled int, seq int64, writeID string) map[str
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *Status, settled int, seq int64, writeID string) storage.Entity {
-	props := projectionProps(st, settled, seq, writeID)
+func projectionUpdate(rec *Record, st *Status, settled int, owner string, seq int64, writeID string) storage.Entity {
+	props := projectionProps(st, settled, owner, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
@@ -411,6 +418,9 @@ func eventEntity(id string, e Event, writeID string) storage.Entity {
 		"Error":   truncate(e.Error, MaxTextUnits),
 		"Reason":  truncate(e.Reason, MaxTextUnits),
 		"Detail":  truncate(e.Detail, MaxDetailUnits),
+		// A queue message ID is at most a few hundred characters (Azure:
+		// a GUID; the embedded store: a UUID).
+		"MessageID": truncate(e.MessageID, MaxTextUnits),
 	}}
 }
 
@@ -541,6 +551,7 @@ func decodeRecord(e storage.Entity) *Record {
 		ETag:       e.ETag,
 		EventSeq:   intProp(e, "EventSeq"),
 		Settled:    settledProp(e),
+		Owner:      str(e, "Owner"),
 		WriteID:    str(e, "WriteID"),
 	}
 }
@@ -625,6 +636,7 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 type appendResult struct {
 	st      Status
 	settled int
+	owner   string
 	seq     int64
 	wid     string
 }
@@ -649,7 +661,7 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 	}
 	wid := newWriteID()
 	st := rec.Status
-	settled := rec.Settled
+	settled, owner := rec.Settled, rec.Owner
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	now := s.nowUTC()
@@ -667,12 +679,13 @@ func (s *Store) appendOps(rec *Record, events []Event) ([]storage.BatchOp, appen
 		}
 		Apply(&st, e)
 		settled = Settle(settled, e)
+		owner = Own(owner, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
 	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, appendResult{st, settled, seq, wid}, nil
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, owner, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	return ops, appendResult{st, settled, owner, seq, wid}, nil
 }
 
 // checkFinal refuses events that would be written on top of a final
@@ -710,6 +723,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 	if err == nil {
 		rec.Status = res.st
 		rec.Settled = res.settled
+		rec.Owner = res.owner
 		rec.EventSeq = res.seq
 		rec.ETag = etags[len(etags)-1]
 		rec.WriteID = wid
