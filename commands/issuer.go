@@ -44,7 +44,10 @@ type Options struct {
 	// enqueues that failed after the command was stored (ErrEnqueueFailed,
 	// ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
 	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
-	// as long as the process lives (Close stops it). A command it could not
+	// as long as the process lives (Close stops it). Each retry loads the
+	// command first and stops once it started (the failed enqueue had
+	// landed after all); otherwise it is a recovery enqueue (a requeued
+	// event, a message delayed by RecoveryDelay). A command it could not
 	// mark for the reconciler is marked as soon as storage answers. Default
 	// 1 s; negative disables the retries.
 	EnqueueRetry time.Duration
