@@ -355,7 +355,9 @@ func (i *Issuer) enqueue(ctx context.Context, st *status.Store, id, cmdType, que
 // recover re-enqueues the stored command rec (pending, never started) as a
 // recovery (see requeue). If that fails it marks the command, as enqueue.
 func (i *Issuer) recover(ctx context.Context, st *status.Store, rec *status.Record, note string) error {
-	_, _, err := requeue(ctx, st, i.queue, rec, IssuerWorker, note, i.recoveryDelay(rec.Type))
+	// Again on a conflict with another recovery: the client was told it
+	// is accepted only once a message is on its way.
+	_, _, err := requeue(ctx, st, i.queue, rec, IssuerWorker, note, i.recoveryDelay(rec.Type), true)
 	if err == nil {
 		if i.opts.Notify != nil {
 			i.opts.Notify(rec.Queue)
@@ -395,8 +397,10 @@ func enqueueOnly(ctx context.Context, open func(context.Context, string) (storag
 // requeue is a recovery enqueue of the stored command rec, which is
 // pending and has never started: a message may exist for it after all (an
 // enqueue whose answer was lost, another recovery). It appends a requeued
-// event by `by` (conditional on rec's ETag; on a conflict it reloads, and
-// a command no longer pending is left alone: nothing done, no error), then
+// event by `by` (conditional on rec's ETag; on a conflict, someone else
+// wrote the command: one that started is left alone, nothing done, no
+// error; one still pending — another recovery's requeued — is requeued
+// once more with again, or left alone without), then
 // enqueues its message with a visibility delay of delay and no transport
 // retries. The requeued event makes the processor claim the command with
 // its started event before running it (a conditional write), so that of
@@ -404,7 +408,7 @@ func enqueueOnly(ctx context.Context, open func(context.Context, string) (storag
 // being handled write its started first, so that the second is deleted
 // unrun. See docs/lifecycle.md, "Duplicate messages". Cost: 1 batch + 1
 // enqueue (+ 1 point read on a conflict).
-func requeue(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), rec *status.Record, by, note string, delay time.Duration) (requeued, enqueued bool, err error) {
+func requeue(ctx context.Context, st *status.Store, open func(context.Context, string) (storage.Queue, error), rec *status.Record, by, note string, delay time.Duration, again bool) (requeued, enqueued bool, err error) {
 	for try := 0; ; try++ {
 		err = st.Append(ctx, rec, status.Event{Kind: status.Requeued, Worker: by, Note: note})
 		if err == nil {
@@ -417,8 +421,8 @@ func requeue(ctx context.Context, st *status.Store, open func(context.Context, s
 		if !errors.As(err, &ce) || ce.Current == nil {
 			return false, false, fmt.Errorf("commands: record the requeue of %s: %w", rec.ID, err)
 		}
-		if cur := ce.Current; cur.Status.Status != status.Pending || cur.Attempts != 0 {
-			return false, false, nil // started (or finished) meanwhile: it has a message
+		if cur := ce.Current; cur.Status.Status != status.Pending || cur.Attempts != 0 || !again {
+			return false, false, nil // started (or finished) meanwhile: it has a message; or another recovery's
 		}
 		rec = ce.Current
 	}

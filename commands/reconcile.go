@@ -168,7 +168,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 			}
 			// A recovery: the command's first enqueue may have landed
 			// after all (its answer lost), so it may have a message.
-			_, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type))
+			_, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type), false)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("commands: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
 				continue
@@ -215,7 +215,7 @@ func Reconcile(ctx context.Context, st storage.Store, opts ReconcileOptions) (Re
 				// The conditional requeued batch claims the command (and moves
 				// UpdatedAt, so the next scan waits another grace period); a
 				// failed enqueue marks it.
-				requeued, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type))
+				requeued, ok, err := requeue(ctx, s, open, rec, ReconcilerWorker, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", recoveryDelay(opts.RecoveryDelay, rec.Type), false)
 				switch {
 				case err != nil && requeued:
 					// Requeued, not enqueued: mark it for the marker query.

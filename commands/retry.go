@@ -172,7 +172,7 @@ func (r *retrier) try(it retryItem) {
 	}
 	if err == nil {
 		// A recovery: the first enqueue may have landed after all.
-		_, _, err = requeue(ctx, st, r.i.queue, rec, IssuerWorker, "enqueue failed at issue: enqueued again by the issuer's background retry", r.i.recoveryDelay(it.cmdType))
+		_, _, err = requeue(ctx, st, r.i.queue, rec, IssuerWorker, "enqueue failed at issue: enqueued again by the issuer's background retry", r.i.recoveryDelay(it.cmdType), true)
 	}
 	if errors.Is(err, status.ErrNotFound) {
 		r.forget(it.id) // never stored (or removed): nothing to enqueue
