@@ -377,7 +377,7 @@ func TestIssueMany(t *testing.T) {
 			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
 			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
 		)
-		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3") || strings.Contains(err.Error(), "command 2") {
+		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
 			t.Fatalf("IssueMany with repeated IDs: %v", err)
 		}
 		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
