@@ -483,7 +483,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 }
 
 // enqueue puts the first message of a stored command on its queue, with
-// no transport retries (enqueueOnly). If that fails it marks the command
+// no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
 // for the reconciler and returns ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.

@@ -380,8 +380,7 @@ type Summary struct {
 	Interrupted int
 	// Duplicates counts second messages for a command: those this processor
 	// was already handling (left invisible until their lease ends), and
-	// those never delivered before whose command another message runs
-	// (deleted unrun).
+	// those whose command another message started (deleted unrun).
 	Duplicates int
 	// Duration is how long the run took.
 	Duration time.Duration
@@ -607,8 +606,8 @@ type Stats struct {
 	Released int64
 	// Interrupted counts handlers cancelled at the end of a run.
 	Interrupted int64
-	// Duplicates counts second messages for a command this processor was
-	// already handling.
+	// Duplicates counts second messages for a command, as
+	// Summary.Duplicates.
 	Duplicates int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int

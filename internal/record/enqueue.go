@@ -13,11 +13,13 @@ import (
 
 // Enqueuer is the one enqueue path: every queue message of a stored
 // command — its issue, a re-issue, a background retry, a requeue and a
-// reconcile — is put on the command's queue by Enqueuer.Enqueue (or, for an
-// issue on a store that commits both in one write, by Create), which wakes
+// reconcile — is put on the command's queue by the Enqueuer (Enqueue,
+// Recover, Requeue, Reconcile; for an issue on a store that commits both in
+// one write, Create), sent with no transport retries, which wakes
 // an in-process processor through the wake function as soon as the message
-// is on its queue. EnqueueOrMark marks a command whose enqueue failed for
-// the reconciler. Safe for concurrent use.
+// is on its queue. Recover is the recovery enqueue of a command that may
+// have a message already (see docs/lifecycle.md, "Duplicate messages").
+// Safe for concurrent use.
 type Enqueuer struct {
 	st    storage.Store
 	names Names
@@ -66,7 +68,7 @@ func (e *Enqueuer) sent(queue string) {
 // and the enqueue together (storage.Combiner: the embedded store) it writes
 // both in one durable write, leaves no gap for the reconciler to close and
 // reports enqueued; otherwise only the command is stored and the caller
-// enqueues it (EnqueueOrMark). Errors are Store.Create's.
+// enqueues it (Enqueue). Errors are Store.Create's.
 func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, err error) {
 	cb, ok := e.st.(storage.Combiner)
 	if !ok {
@@ -197,19 +199,6 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		return true, false, err
 	}
 	return true, true, nil
-}
-
-// EnqueueOrMark is Enqueue; if that fails it marks the command unqueued for
-// the reconciler. It returns nil once enqueued; otherwise the enqueue error
-// (joined with the marker's) and whether the marker was written.
-func (e *Enqueuer) EnqueueOrMark(ctx context.Context, id, cmdType, queue string) (marked bool, err error) {
-	if err = e.Enqueue(ctx, id, cmdType, queue); err == nil {
-		return false, nil
-	}
-	if merr := e.rec.MarkUnqueued(ctx, id, queue); merr != nil {
-		return false, errors.Join(err, merr)
-	}
-	return true, err
 }
 
 // Depth returns the approximate number of messages on a logical queue,
