@@ -86,7 +86,8 @@ bench-peers:
 chaos: azurite
 	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -v -timeout 20m ./internal/chaos
 
-# chaos-long runs the long form (CMDQ_CHAOS=long): about 20 minutes, over
-# 20,000 commands and hundreds of kills and storage faults.
+# chaos-long runs the long form (CMDQ_CHAOS=long): about 35 minutes on 2
+# cores (Azurite slows down as its tables grow), over 20,000 commands and
+# hundreds of kills and storage faults.
 chaos-long: azurite
 	CMDQ_REQUIRE_AZURITE=1 CMDQ_CHAOS=long $(GO) test -count=1 -v -timeout 90m -run '^TestChaos$$' ./internal/chaos

@@ -17,6 +17,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -377,7 +378,7 @@ func TestIssueMany(t *testing.T) {
 			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
 			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
 		)
-		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3") || strings.Contains(err.Error(), "command 2") {
+		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
 			t.Fatalf("IssueMany with repeated IDs: %v", err)
 		}
 		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
@@ -459,4 +460,72 @@ func TestDeleteStorage(t *testing.T) {
 			t.Fatalf("Issue after DeleteStorage: %v", err)
 		}
 	})
+}
+
+// TestRecoveryDelay: a re-issue of a pending, never-started command is a
+// recovery enqueue whose message is delayed (docs/lifecycle.md, "Duplicate
+// messages"): by the type's lease plus Processor.StartedWriteDelay for a
+// type the client knows, by Config.RecoveryDelay for one it does not. The
+// store is the embedded one without its combined issue-and-enqueue
+// (testenv.Counting), so a re-issue enqueues again as on Azure.
+func TestRecoveryDelay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		register bool
+		recovery time.Duration // Config.RecoveryDelay
+		min, max time.Duration // when the second message may become visible
+	}{
+		// 2 s lease + 100 ms, well below the 1 min RecoveryDelay.
+		{"registered type: its lease", true, time.Minute, 2100 * time.Millisecond, 20 * time.Second},
+		// 3 s, well below the default 30 s.
+		{"unknown type: Config.RecoveryDelay", false, 3 * time.Second, 3 * time.Second, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			s := openStore(t, "embedded")
+			s.st = testenv.NewCounting(s.st)
+			c := newClient(t, s, cmdq.Config{RecoveryDelay: tc.recovery, Processor: processor.Config{StartedWriteDelay: 100 * time.Millisecond}})
+			typ := "other.thing"
+			if tc.register {
+				typ = greet{}.CommandType()
+				if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }, cmdq.HandlerOptions{Lease: 2 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raw := cmdq.Raw{ID: cmdq.NewID(), Type: typ, Params: []byte(`{"name":"a"}`)}
+			if _, err := c.IssueRaw(ctx, raw); err != nil {
+				t.Fatal(err)
+			}
+			q, err := s.st.Queue(ctx, s.prefix+"-"+commands.DefaultQueue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msgs, err := q.Dequeue(ctx, 32, time.Minute); err != nil || len(msgs) != 1 {
+				t.Fatalf("after the issue: %d messages, %v; want the issue's", len(msgs), err)
+			}
+			before := time.Now()
+			if res, err := c.IssueRaw(ctx, raw); err != nil || !res.Existing {
+				t.Fatalf("re-issue: %+v, %v", res, err)
+			}
+			deadline := time.Now().Add(tc.max + 10*time.Second)
+			for {
+				msgs, err := q.Dequeue(ctx, 32, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(msgs) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the re-issue's message is not visible %s after it", time.Since(before))
+				}
+				time.Sleep(20 * time.Millisecond) // poll interval of the condition
+			}
+			if d := time.Since(before); d < tc.min || d > tc.max {
+				t.Fatalf("the re-issue's message became visible %s after it, want between %s and %s", d, tc.min, tc.max)
+			}
+		})
+	}
 }

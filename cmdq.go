@@ -105,6 +105,20 @@ type Config struct {
 	//
 	// Defaults to 10,000 (DefaultFinalCache).
 	FinalCache int
+
+	// RecoveryDelay is the visibility delay of a recovery enqueue — a
+	// message sent for a command that may have one already (a re-issue of
+	// a pending, never-started command, a retried or reconciled enqueue, a
+	// repeated requeue) — of a command type the Client neither registers
+	// nor declares. It must be at least that type's lease, so that a first
+	// message that exists after all has been started or finished before
+	// the second becomes visible (docs/lifecycle.md, "Duplicate
+	// messages"). Types the Client knows use their own lease plus
+	// Processor.StartedWriteDelay (the lease the running processor uses,
+	// grown after lost leases).
+	//
+	// Defaults to 30 s (DefaultRecoveryDelay, the default lease).
+	RecoveryDelay time.Duration
 }
 
 // Defaults of Config.
@@ -113,6 +127,9 @@ const (
 	DefaultWaitPollInterval = time.Second
 	// DefaultWaitMaxPollInterval is Config.WaitMaxPollInterval's default (5 s).
 	DefaultWaitMaxPollInterval = 5 * time.Second
+	// DefaultRecoveryDelay is Config.RecoveryDelay's default (30 s, the
+	// default lease).
+	DefaultRecoveryDelay = record.DefaultRecoveryDelay
 )
 
 // Sentinel errors of the Client (test with errors.Is). Errors from the
@@ -143,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if err := (commands.IssuerOptions{MaxParamsBytes: c.MaxParamsBytes}).Validate(); err != nil {
 		bad(err)
+	}
+	if c.RecoveryDelay < 0 || c.RecoveryDelay > storage.MaxVisibility {
+		bad(fmt.Errorf("RecoveryDelay %s is outside 0..%s (0 = the default, %s; give at least the lease of the command types this Client does not know)", c.RecoveryDelay, storage.MaxVisibility, DefaultRecoveryDelay))
 	}
 	if c.WaitPollInterval < 0 || c.WaitMaxPollInterval < 0 {
 		bad(fmt.Errorf("WaitPollInterval %s and WaitMaxPollInterval %s must not be negative (0 = the defaults, %s and %s)", c.WaitPollInterval, c.WaitMaxPollInterval, DefaultWaitPollInterval, DefaultWaitMaxPollInterval))
@@ -188,6 +208,7 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 	cfg.WaitPollInterval = cmp.Or(cfg.WaitPollInterval, DefaultWaitPollInterval)
 	cfg.WaitMaxPollInterval = max(cmp.Or(cfg.WaitMaxPollInterval, DefaultWaitMaxPollInterval), cfg.WaitPollInterval)
 	cfg.FinalCache = cmp.Or(cfg.FinalCache, DefaultFinalCache)
+	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
 	c.hub = newHub(c, cfg.FinalCache)
 	c.iss = c.newIssuer()
@@ -198,6 +219,7 @@ func (c *Client) newIssuer() *commands.Issuer {
 	iss, err := commands.NewIssuer(c.st, commands.IssuerOptions{
 		Prefix: c.cfg.Prefix, Wake: c.wake, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
+		RecoveryDelay: c.recoveryDelay,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -216,6 +238,21 @@ func (c *Client) wake(queue string) {
 	}
 }
 
+// recoveryDelay is the visibility delay of a recovery enqueue of cmdType
+// (Config.RecoveryDelay): the running processor's lease of the type plus
+// its StartedWriteDelay; else the registered or declared lease plus the
+// configured StartedWriteDelay; else Config.RecoveryDelay.
+func (c *Client) recoveryDelay(cmdType string) time.Duration {
+	if p := c.procLive.Load(); p != nil && p.LeaseOf(cmdType) > 0 {
+		return p.RecoveryDelay(cmdType)
+	}
+	if def, ok := c.reg.Lookup(cmdType); ok {
+		lease := cmp.Or(def.Lease, commands.DefaultLease)
+		return lease + cmp.Or(c.cfg.Processor.StartedWriteDelay, processor.DefaultStartedWriteDelay)
+	}
+	return c.cfg.RecoveryDelay
+}
+
 // reader returns the commands log, opening its tables on first use.
 func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	c.mu.Lock()
@@ -224,7 +261,7 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push}, c.wake)
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay}, c.wake)
 	if err != nil {
 		return nil, err
 	}

@@ -56,7 +56,9 @@ func TestOnAzurite(t *testing.T) {
 	}
 	// The repeat found the command pending and never started, so it made
 	// sure a message exists: on Azure (batch, then enqueue) the first issue
-	// may have stopped in between. A duplicate is harmless.
+	// may have stopped in between. The second message is a recovery,
+	// delayed and claimed (docs/lifecycle.md, "Duplicate messages"); the
+	// count includes delayed messages.
 	if n := s.QueueCount(t, ""); n != 2 {
 		t.Fatalf("queue has %d messages, want 2 (the first issue's and the repeat's)", n)
 	}

@@ -54,10 +54,23 @@ type IssuerOptions struct {
 	// enqueues that failed after the command was stored (ErrEnqueueFailed,
 	// ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
 	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
-	// as long as the process lives (Close stops it). A command it could not
+	// as long as the process lives (Close stops it). Each retry loads the
+	// command first and stops once it started (the failed enqueue had
+	// landed after all); otherwise it is a recovery enqueue (a requeued
+	// event, a message delayed by RecoveryDelay). A command it could not
 	// mark for the reconciler is marked as soon as storage answers.
 	// Defaults to DefaultEnqueueRetry (1 s); negative disables the retries.
 	EnqueueRetry time.Duration
+	// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+	// command type (a re-issue of a pending, never-started command, a
+	// background retry): at least the type's lease and the processors'
+	// StartedWriteDelay, so that a first message that may exist after all
+	// (an enqueue whose answer was lost) has been started — its `started`
+	// written — or finished before the second becomes visible (see
+	// docs/lifecycle.md, "Duplicate messages"). Defaults to nil: 30 s for
+	// every type (the default lease); a result of 0 or less takes that
+	// default too. cmdq.Client passes the leases of the types it knows.
+	RecoveryDelay func(cmdType string) time.Duration
 	// NewID makes the ID of a command issued without one. Defaults to, on a
 	// store that commits locally (storage.Combiner: the embedded store),
 	// NewOrderedID, so a new command's rows sort after the previous ones and
@@ -218,7 +231,7 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 	if i.rec != nil {
 		return i.rec, i.enq, nil
 	}
-	s, err := record.Open(ctx, i.st, i.names, record.Options{Now: i.opts.Now})
+	s, err := record.Open(ctx, i.st, i.names, record.Options{Now: i.opts.Now, RecoveryDelay: i.opts.RecoveryDelay})
 	if err != nil {
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
@@ -229,9 +242,11 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 // Issue stores cmd (JSON-encoded) and enqueues it on its queue: the one
 // IssuerOptions.Routes gives its type, else the one its Go type declares
 // (CommandWithOptions), else DefaultQueue. Cost: one table batch and one
-// enqueue (one combined write on the embedded store); re-issuing an
-// existing ID costs one failed batch and one point read, plus one enqueue
-// while the command is pending and never started. Errors as IssueRaw.
+// enqueue (sent once, with no transport retries; one combined write on the
+// embedded store); re-issuing an existing ID costs one failed batch and one
+// point read, plus, while the command is pending and never started, a
+// recovery: one batch (a requeued event) and one enqueue delayed by
+// IssuerOptions.RecoveryDelay. Errors as IssueRaw.
 func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
 	raw, queue, err := encode(cmd, opts)
 	if err != nil {
@@ -449,11 +464,12 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message
-			// exists. If one does, the duplicate is harmless: a processor
-			// never runs a command twice at once, and deletes a message
-			// whose command is already final without running it.
+			// exists, as a recovery (a requeued event, then a message
+			// delayed by the recovery delay). If the first message exists
+			// after all, the second is harmless (docs/lifecycle.md,
+			// "Duplicate messages").
 			i.retry.forget(res.ID)
-			return res, i.enqueue(ctx, enq, res.ID, rec.Type, rec.Queue)
+			return res, i.recover(ctx, st, enq, rec, "re-issued while pending and never started: enqueued again")
 		}
 		return res, nil
 	case errors.Is(err, record.ErrParamsTooLarge):
@@ -463,23 +479,43 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	case enqueued:
 		return res, nil
 	}
-	return res, i.enqueue(ctx, enq, id, nc.Type, nc.Queue)
+	return res, i.enqueue(ctx, st, enq, id, nc.Type, nc.Queue)
 }
 
-// enqueue puts the message of a stored command on its queue. If that fails
-// it marks the command for the reconciler and returns ErrEnqueueFailed (the
-// command is accepted); if the marker cannot be written either it returns
+// enqueue puts the first message of a stored command on its queue, with
+// no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
+// for the reconciler and returns ErrEnqueueFailed (the command is
+// accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, enq *record.Enqueuer, id, cmdType, queue string) error {
-	marked, err := enq.EnqueueOrMark(ctx, id, cmdType, queue)
-	switch {
-	case err == nil:
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, id, cmdType, queue string) error {
+	err := enq.Enqueue(ctx, id, cmdType, queue)
+	if err == nil {
 		return nil
-	case marked:
-		i.retry.add(id, cmdType, queue, true)
-		return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
-	default:
-		i.retry.add(id, cmdType, queue, false)
-		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, err)
 	}
+	return i.failed(ctx, st, id, cmdType, queue, err)
+}
+
+// recover re-enqueues the stored command rec (pending, never started) as a
+// recovery (record.Enqueuer.Recover). If that fails it marks the command,
+// as enqueue.
+func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *record.Enqueuer, rec *record.Record, note string) error {
+	// Again on a conflict with another recovery: the client was told it
+	// is accepted only once a message is on its way.
+	_, _, err := enq.Recover(ctx, rec, record.IssuerBy, note, true)
+	if err == nil {
+		return nil
+	}
+	return i.failed(ctx, st, rec.ID, rec.Type, rec.Queue, err)
+}
+
+// failed handles a failed enqueue of a stored command: mark it for the
+// reconciler (ErrEnqueueFailed) or, when the marker fails too,
+// ErrNotAccepted; the background retrier keeps trying either way.
+func (i *Issuer) failed(ctx context.Context, st *record.Store, id, cmdType, queue string, err error) error {
+	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
+		i.retry.add(id, cmdType, queue, false)
+		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, errors.Join(err, merr))
+	}
+	i.retry.add(id, cmdType, queue, true)
+	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
 }

@@ -2,8 +2,12 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/status"
 )
 
 // Background retries of failed enqueues (see IssuerOptions.EnqueueRetry).
@@ -154,8 +158,26 @@ func (r *retrier) try(it retryItem) {
 	ctx, cancel := context.WithTimeout(r.ctx, enqueueRetryTimeout)
 	defer cancel()
 	st, enq, err := r.i.log(ctx)
+	var rec *record.Record
 	if err == nil {
-		err = enq.Enqueue(ctx, it.id, it.cmdType, it.queue)
+		rec, err = st.Load(ctx, it.id)
+	}
+	if err == nil && (rec.State != status.StatePending || rec.Attempts != 0) {
+		// Started or finished: a message exists (or existed) for it after
+		// all (the failed enqueue had landed), so there is nothing to do.
+		r.forget(it.id)
+		if it.marked {
+			_ = st.ClearUnqueued(ctx, it.id)
+		}
+		return
+	}
+	if err == nil {
+		// A recovery: the first enqueue may have landed after all.
+		_, _, err = enq.Recover(ctx, rec, record.IssuerBy, "enqueue failed at issue: enqueued again by the issuer's background retry", true)
+	}
+	if errors.Is(err, status.ErrNotFound) {
+		r.forget(it.id) // never stored (or removed): nothing to enqueue
+		return
 	}
 	if err == nil {
 		r.forget(it.id)

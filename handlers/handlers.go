@@ -31,6 +31,13 @@ var (
 	ErrInvalidOptions = errors.New("handlers: invalid options")
 	// ErrInvalidStep: CompleteStep got a step number below 1.
 	ErrInvalidStep = errors.New("handlers: invalid step")
+	// ErrSuperseded: the attempt is over while its handler still runs: the
+	// command finished (completed, poisoned or discarded) elsewhere, or
+	// another delivery of it took it over. CompleteStep returns an error
+	// wrapping it (the step is not recorded) and the handler's context is
+	// cancelled: return. The processor records nothing more for the
+	// attempt, whatever the handler returns.
+	ErrSuperseded = errors.New("handlers: attempt superseded: the command finished elsewhere or another delivery took it over")
 )
 
 // Options configures one command type's handling. Zero fields take the

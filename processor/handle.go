@@ -16,8 +16,17 @@ import (
 )
 
 // errFinal: the command became final (completed, poisoned, discarded)
-// elsewhere while this attempt ran.
-var errFinal = errors.New("processor: command already finished elsewhere")
+// elsewhere while this attempt ran. It wraps handlers.ErrSuperseded.
+var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", handlers.ErrSuperseded)
+
+// errTakenOver: another delivery of the command started it, or recorded
+// this attempt's lease as lost, while this attempt ran. It wraps
+// handlers.ErrSuperseded.
+var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", handlers.ErrSuperseded)
+
+// superseded reports whether err says the attempt is over (errFinal,
+// errTakenOver).
+func superseded(err error) bool { return errors.Is(err, handlers.ErrSuperseded) }
 
 // errTimeout is the cancellation cause when a handler exceeds its Timeout.
 var errTimeout = errors.New("processor: handler timed out")
@@ -65,37 +74,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	k.start(lease, env.Type)
 
-	rec, err := p.st.Load(s.ops, env.ID)
-	if err != nil {
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
-			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
-			return
-		}
-		p.giveUp(s, k, "load", err)
-		return
-	}
-	if rec.Status.State.Final() {
-		// Redelivered (a duplicate, or a lease lost after the final write).
-		p.deleteMsg(s, k, rec.Type)
-		return
-	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount)}
-	switch {
-	case rec.Type != env.Type:
-		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
-		return
-	case !known:
-		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", handlers.ErrUnknownType, env.Type, qr.name))
-		return
-	}
-	if ceiling := p.ceiling(def); m.DequeueCount > int64(ceiling) {
-		a.poison(ReasonCeiling, fmt.Errorf("dequeued %d times, over the poison ceiling of %d; last error: %s", m.DequeueCount, ceiling, rec.LastError))
-		return
-	}
-
 	// Wait for a handler slot; stop taking work releases the message, and
 	// so does a wait that reaches the time its lease would need renewing:
-	// a message is not hoarded by a processor that cannot start it.
+	// a message is not hoarded by a processor that cannot start it. The
+	// command is loaded once the slot is taken, so what the delivery
+	// decides from (and runs on) is as fresh as it can be.
 	select {
 	case p.sem <- struct{}{}:
 	default:
@@ -118,6 +101,54 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.release(s, k)
 		return
 	}
+	rec, err := p.st.Load(s.ops, env.ID)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
+			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
+			return
+		}
+		p.giveUp(s, k, "load", err)
+		return
+	}
+	if rec.Status.State.Final() {
+		// Redelivered (a duplicate, or a lease lost after the final write).
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
+	if started := rec.Status.State == status.StateRunning || rec.Status.State == status.StateRetrying; started &&
+		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && m.DequeueCount == 1) {
+		// A command another message has started (its started event names
+		// that message; without one, a message never delivered before
+		// cannot be the one): this is a second message (a recovery
+		// enqueue, sent with a delay of at least the lease so that the
+		// first one has been started by now). The other message owns the
+		// command and is never deleted before it is final: delete this
+		// one without running it, recording nothing. See
+		// docs/lifecycle.md, "Duplicate messages".
+		s.counter.duplicates.Add(1)
+		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount),
+		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
+		// A requeued command (by an operator, the reconciler or the
+		// Issuer's recovery) may have more than one message: its first
+		// delivery claims it with the started event before running.
+		claim: rec.Status.State == status.StatePending && rec.EventSeq > 1}
+	switch {
+	case rec.Type != env.Type:
+		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
+		return
+	case !known:
+		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", handlers.ErrUnknownType, env.Type, qr.name))
+		return
+	}
+	if ceiling := p.ceiling(def); m.DequeueCount > int64(ceiling) {
+		a.poison(ReasonCeiling, fmt.Errorf("dequeued %d times, over the poison ceiling of %d; last error: %s", m.DequeueCount, ceiling, rec.LastError))
+		return
+	}
+
 	a.run()
 }
 
@@ -244,18 +275,30 @@ type attempt struct {
 	msg storage.Message
 	n   int // attempt number (dequeue count)
 
-	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished
+	// loadedState and loadedAttempts are the command's status and attempts
+	// when this delivery loaded it (see supersededBy).
+	loadedState    status.State
+	loadedAttempts int
+	// claim: write started before running the handler (a requeued
+	// command, which may have more than one message).
+	claim bool
+
+	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
 	rec            *record.Record
 	startedAt      time.Time
 	running        bool
 	startedWritten bool
 	finished       bool
+	// over is set (errFinal, errTakenOver) once the attempt learned that it
+	// is superseded: every later write returns it without touching storage.
+	over   error
+	cancel context.CancelCauseFunc // the handler's context
 }
 
 func (a *attempt) worker() string { return a.p.cfg.Worker }
 
 func (a *attempt) startedEvent() status.Event {
-	return status.Event{Kind: status.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker()}
+	return status.Event{Kind: status.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker(), MessageID: a.msg.ID}
 }
 
 // maxLostEvents bounds the lease_lost events one delivery records for the
@@ -303,43 +346,55 @@ func (a *attempt) leaseLostEvent(note string) status.Event {
 }
 
 // recordLost writes this delivery's lease_lost event (with what withStarted
-// adds). While the attempt has no outcome it is skipped once one is recorded
-// (another delivery found the gap, or the command became final). After its
-// outcome (afterOutcome: the lease ended before the message was deleted,
-// so a delivery that loaded the command before that outcome may run the
-// handler again) it is written even on a final command. Caller holds a.mu.
-// Cost: one batch.
-func (a *attempt) recordLost(ctx context.Context, note string, afterOutcome bool) {
+// adds), unless one is recorded already (another delivery found the gap) or
+// the attempt is superseded. Caller holds a.mu. Cost: one batch.
+func (a *attempt) recordLost(ctx context.Context, note string) {
 	err := a.retryConflict(ctx, func() error {
-		evs := []status.Event{a.leaseLostEvent(note)}
-		if !afterOutcome {
-			if a.rec.Settled >= a.n {
-				return nil
-			}
-			evs = a.withStarted(evs...)
+		if a.rec.Settled >= a.n {
+			return nil
 		}
-		if err := a.p.st.Append(ctx, a.rec, evs...); err != nil {
+		if err := a.p.st.Append(ctx, a.rec, a.withStarted(a.leaseLostEvent(note))...); err != nil {
 			return err
 		}
-		if !afterOutcome {
-			a.written()
-		}
+		a.written()
 		return nil
 	})
-	if errors.Is(err, errFinal) && afterOutcome {
+	if err != nil && !superseded(err) && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// recordLostAfterCompletion writes this delivery's lease_lost event after
+// its own completed event (the lease ended before the message was deleted,
+// so a delivery that loaded the command before the completion may run the
+// handler again). It is the one event status.Store writes on a final
+// command for an attempt: the completing attempt's own. Caller holds a.mu.
+// Cost: one batch.
+func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
+	err := a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	var ce *record.ConflictError
+	if errors.As(err, &ce) && ce.Current != nil {
+		// Written by someone else since (nothing but an attempt of ours
+		// may write on a completed command): try once on the fresh record.
+		a.rec = ce.Current
 		err = a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
 	}
-	if err != nil && !errors.Is(err, errFinal) && !expected(err) {
+	if err != nil && !expected(err) {
 		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
 	}
 }
 
 // retryConflict runs try, a conditional write on a.rec. On a conflict (a
 // write by someone else: status.Append already recognised its own landed
-// writes) it takes the command as reloaded: if it became final elsewhere it
-// returns errFinal, otherwise it tries again with the fresh record (at most 3
-// tries in all). Caller holds a.mu.
+// writes) it takes the command as reloaded: if that shows the attempt
+// superseded (supersededBy) it ends the attempt (supersede) and returns
+// errFinal or errTakenOver; otherwise it tries again with the fresh record
+// (at most 3 tries in all). Once the attempt is superseded it returns that
+// at once, without touching storage. Caller holds a.mu.
 func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
+	if a.over != nil {
+		return a.over
+	}
 	for i := 0; ; i++ {
 		err := try()
 		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
@@ -356,10 +411,44 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 			}
 		}
 		a.rec = rec
-		if rec.Status.State.Final() {
-			return errFinal
+		if over := a.supersededBy(rec); over != nil {
+			a.supersede(over)
+			return over
 		}
 	}
+}
+
+// supersededBy says whether the command as reloaded after a conflict (cur)
+// ends this attempt: it is final (errFinal); or another delivery recorded
+// an outcome for this attempt or a later one (its lease_lost for this
+// one: errTakenOver); or, while this attempt's started is not written,
+// another delivery started the command since this one loaded it (a second
+// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+func (a *attempt) supersededBy(cur *record.Record) error {
+	switch {
+	case cur.Status.State.Final():
+		return errFinal
+	case cur.Settled >= a.n:
+		return errTakenOver
+	case !a.startedWritten && cur.Status.State == status.StateRunning &&
+		(a.loadedState != status.StateRunning || cur.Attempts != a.loadedAttempts):
+		return errTakenOver
+	}
+	return nil
+}
+
+// supersede ends the attempt: every later write returns over without
+// touching storage, and the handler's context is cancelled with it.
+// Caller holds a.mu.
+func (a *attempt) supersede(over error) {
+	if a.over != nil {
+		return
+	}
+	a.over = over
+	if a.cancel != nil {
+		a.cancel(over)
+	}
+	a.p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
 }
 
 // written notes a successful write of withStarted's events. Caller holds a.mu.
@@ -391,7 +480,7 @@ func (a *attempt) writeStarted() {
 	if a.finished || a.startedWritten || !a.running {
 		return
 	}
-	if err := a.writeLocked(a.s.ops); err != nil && !errors.Is(err, errFinal) && !expected(err) {
+	if err := a.writeLocked(a.s.ops); err != nil && !superseded(err) && !expected(err) {
 		a.p.fault(a.s.ops, "write started", a.qr.name, a.rec.ID, err)
 	}
 }
@@ -404,8 +493,8 @@ func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
 	}
 	err := a.writeLocked(ctx, status.Event{Kind: status.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
-	if errors.Is(err, errFinal) {
-		return fmt.Errorf("command %s is already %s: %w", a.rec.ID, a.rec.Status.State, err)
+	if superseded(err) {
+		return fmt.Errorf("command %s is %s: %w", a.rec.ID, a.rec.Status.State, err)
 	}
 	if err != nil && !expected(err) && ctx.Err() == nil {
 		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
@@ -437,7 +526,7 @@ func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 		p.cfg.Observer.CommandPoisoned(a.rec.Type)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		p.giveUp(s, a.k, "poison", err)
@@ -456,9 +545,8 @@ func (a *attempt) run() {
 	a.mu.Lock()
 	a.startedAt = time.Now()
 	a.running = true
-	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
+	a.cancel = cancel
 	a.mu.Unlock()
-	defer p.handlerStarted(InFlight{ID: id, Type: typ, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	a.k.mu.Lock()
 	a.k.onLost = cancel
 	a.k.onRenew = a.writeStarted
@@ -468,6 +556,29 @@ func (a *attempt) run() {
 		a.k.stop()
 		return
 	}
+	if a.claim {
+		// A requeued command may have another message: claim it with the
+		// started event (a conditional write) before running, so that
+		// only one delivery runs it. Cost: one batch, requeued commands
+		// only.
+		a.mu.Lock()
+		err := a.writeLocked(s.ops)
+		a.mu.Unlock()
+		switch {
+		case superseded(err):
+			_ = a.finish(func() error { return nil })
+			p.deleteMsg(s, a.k, a.rec.Type)
+			return
+		case err != nil:
+			_ = a.finish(func() error { return nil })
+			p.giveUp(s, a.k, "write started", err)
+			return
+		}
+	}
+	a.mu.Lock()
+	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
+	a.mu.Unlock()
+	defer p.handlerStarted(InFlight{ID: id, Type: typ, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
 	run := handlers.NewRun(handlers.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
 
@@ -476,16 +587,34 @@ func (a *attempt) run() {
 	startedTimer.Stop()
 	cause := context.Cause(hctx)
 
+	a.mu.Lock()
+	over := a.over
+	a.mu.Unlock()
 	switch {
+	case over != nil:
+		// The command finished elsewhere, or another delivery took it
+		// over: whatever the handler returned, nothing more is written.
+		p.observe(def.Type, dur)
+		_ = a.finish(func() error { return nil })
+		p.deleteMsg(s, a.k, a.rec.Type)
 	case herr == nil:
 		p.observe(def.Type, dur)
 		a.complete()
-	case errors.Is(cause, errLeaseLost):
-		// Someone else may be running it: record only that this delivery's
-		// lease ended without an outcome.
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
+		// Someone else may be running it (lost), or will once the lease
+		// ends (renewals kept failing, or the last one's receipt is
+		// unknown, so the handler was cancelled before the lease ended):
+		// record only that this delivery's lease ended without an outcome.
+		// A failed event would be wrong: the handler did not fail, and
+		// the retry delay cannot be set on a message the processor no
+		// longer reaches.
 		a.k.stop()
+		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
+		if errors.Is(cause, errLeaseExpiring) {
+			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
+		}
 		_ = a.finish(func() error {
-			a.recordLost(s.ops, "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it", false)
+			a.recordLost(s.ops, note)
 			return nil
 		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
@@ -525,17 +654,25 @@ func (a *attempt) complete() {
 			return
 		}
 	}
+	var answered time.Time
 	err := a.finish(func() error {
-		return a.writeLocked(s.ops, status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()})
+		err := a.writeLocked(s.ops, status.Event{Kind: status.EventCompleted, Attempt: a.n, Worker: a.worker()})
+		answered = time.Now()
+		return err
 	})
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
 		p.cfg.Observer.CommandCompleted(a.rec.Type)
-		if p.deleteMsg(s, a.k, a.rec.Type) {
+		// The lease may have ended before the completion landed: when the
+		// delete finds the message taken, or when the lease could not be
+		// kept (lost, or a renewal's receipt unknown) and the completion
+		// was answered after its end, a delivery that loaded the command
+		// before the completion may run the handler again.
+		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
 			a.lostAfterCompletion()
 		}
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears and the handler runs again (at least once).
@@ -549,7 +686,7 @@ func (a *attempt) complete() {
 func (a *attempt) lostAfterCompletion() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.recordLost(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again", true)
+	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 
 // completeCombined writes the final batch and deletes the message in one
@@ -585,7 +722,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
 			a.lostAfterCompletion()
 		}
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
 		// The message reappears when its lease ends and the handler runs
@@ -614,7 +751,7 @@ func (a *attempt) fail(herr error, stack string) {
 	}
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
 	switch {
-	case errors.Is(err, errFinal):
+	case superseded(err):
 		p.deleteMsg(s, a.k, a.rec.Type)
 		return
 	case err != nil:

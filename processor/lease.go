@@ -52,7 +52,7 @@ type keeper struct {
 	orphaned bool // our own renewal landed unanswered: the lease is ours until expires, its receipt unknown
 	stopped  bool
 	onLost   func(cause error) // cancels the handler
-	onRenew  func()            // first renewal: write the started event
+	onRenew  func()            // each renewal: write the started event if it is not written yet
 	cmdType  string
 	stopCh   chan struct{}
 	doneCh   chan struct{}
@@ -66,6 +66,15 @@ func newKeeper(p *Processor, ctx context.Context, qr *queueRunner, m storage.Mes
 	k := &keeper{p: p, q: qr.q, queue: qr.name, id: m.ID, ctx: ctx, receipt: m.PopReceipt,
 		expires: sent.Add(vis), lease: vis, stopCh: make(chan struct{}), doneCh: make(chan struct{})}
 	return k
+}
+
+// endedBefore reports whether the lease could not be kept (lost, or a
+// renewal's receipt unknown) and may have ended before t: someone else may
+// have dequeued the message by then.
+func (k *keeper) endedBefore(t time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return (k.lost || k.orphaned) && !t.Before(k.expires)
 }
 
 // ours reports whether the lease still holds at t (see keeper).
@@ -131,11 +140,13 @@ func (k *keeper) renew() (again bool) {
 	case err == nil:
 		k.receipt, k.expires = nr, sent.Add(lease)
 		k.renewals++
-		first := k.renewals == 1
 		onRenew := k.onRenew
 		k.mu.Unlock()
 		k.p.ok()
-		if first && onRenew != nil {
+		if onRenew != nil {
+			// The first renewal writes started (a handler that runs that
+			// long); later ones retry it if it failed, so a running
+			// command does not look pending for longer than a lease.
 			go onRenew()
 		}
 		return true

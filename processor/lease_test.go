@@ -22,11 +22,12 @@ import (
 
 var errFlaky = errors.New("flaky downstream")
 
-// counts is a processor.Observer that counts lost leases and completions.
-type counts struct{ lost, completed atomic.Int64 }
+// counts is a processor.Observer that counts lost leases, completions and
+// failures.
+type counts struct{ lost, completed, failed atomic.Int64 }
 
 func (c *counts) CommandCompleted(string)               { c.completed.Add(1) }
-func (c *counts) CommandFailed(string)                  {}
+func (c *counts) CommandFailed(string)                  { c.failed.Add(1) }
 func (c *counts) CommandPoisoned(string)                {}
 func (c *counts) HandlerDuration(string, time.Duration) {}
 func (c *counts) LeaseLost(string)                      { c.lost.Add(1) }

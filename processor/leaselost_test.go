@@ -199,3 +199,54 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 		}
 	})
 }
+
+// TestRenewalsFailingRecordLeaseLost: the queue refuses every renewal, so
+// the processor cancels the handler shortly before its lease would end.
+// The handler did not fail: the attempt records lease_lost (the message
+// reappears when the lease ends and another delivery runs the command),
+// not failed, whose retry delay could not be set on a message the processor
+// no longer reaches. Before, it recorded failed ("context canceled").
+func TestRenewalsFailingRecordLeaseLost(t *testing.T) {
+	t.Parallel()
+	e, through, px := azureBehind(t)
+	const lease = 2 * time.Second
+	rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/"}, faultproxy.Refuse, -1)
+	reg := handlers.NewRegistry()
+	var runs atomic.Int64
+	type cancel struct {
+		cause error
+		after time.Duration // since the handler began (after its dequeue: the lease began before)
+	}
+	cancelled := make(chan cancel, 1)
+	register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+		if runs.Add(1) == 1 {
+			began := time.Now()
+			<-ctx.Done()
+			cancelled <- cancel{context.Cause(ctx), time.Since(began)}
+			return ctx.Err()
+		}
+		return nil
+	}, handlers.Options{Lease: lease, Retry: fastRetry})
+	cfg := oneAtATime(e.cfg())
+	cfg.StartedWriteDelay = 100 * time.Millisecond
+	p := newProc(t, through, reg, cfg)
+	start(t, p)
+	id := e.issue(e.issuer(p.Notify), okCmd{})
+	select {
+	case c := <-cancelled:
+		if c.after >= lease {
+			t.Fatalf("the handler was cancelled %s after it began (%v), not before its %s lease ended", c.after, c.cause, lease)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler was not cancelled while its renewals failed")
+	}
+	px.Remove(rule)
+	e.waitState(id, status.StateCompleted, 20*time.Second)
+	evs := e.events(id)
+	if k := kinds(evs); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventLeaseLost, status.EventStarted, status.EventCompleted) {
+		t.Fatalf("events %v, want created, started, lease_lost, started, completed", k)
+	}
+	if evs[2].Attempt != 1 || evs[4].Attempt != 2 || runs.Load() != 2 {
+		t.Fatalf("events %+v, %d runs", evs, runs.Load())
+	}
+}

@@ -36,9 +36,15 @@ func TestCheckStorageCost(t *testing.T) {
 		cfg.MaxPollInterval = time.Minute // idle: one poll a minute
 		cfg.MinPollInterval = time.Minute
 		cfg.ProbeInterval = 300 * time.Millisecond
+		var polled atomic.Bool // a poll answered (counting its call when it starts is too early)
+		cfg.OnPoll = func(ev processor.PollEvent) {
+			if ev.Err == nil {
+				polled.Store(true)
+			}
+		}
 		p := newProc(t, countCalls(e.store, &calls), reg, cfg)
 		start(t, p)
-		eventually(t, 10*time.Second, "the first poll", func() bool { return calls.Load() > 0 })
+		eventually(t, 10*time.Second, "the first poll", polled.Load)
 		ctx := context.Background()
 		before := calls.Load()
 		if err := p.CheckStorage(ctx); err != nil || calls.Load() != before || p.ProbeCalls() != 0 {

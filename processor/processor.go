@@ -212,7 +212,7 @@ func (p *Processor) open(ctx context.Context) error {
 		}
 		qr.q = q
 	}
-	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged})
+	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.poison = poison
 	p.opened = true
@@ -242,6 +242,23 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 		v = commands.DefaultLease
 	}
 	return v
+}
+
+// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+// command type (a message sent for a command that may have one already):
+// the type's current lease plus StartedWriteDelay, so that a first message
+// being handled has its started written — or its handler ended — before
+// the second becomes visible; 30 s (the default lease) for a type this
+// processor does not know. The processor's reconciler uses it; cmdq.Client
+// passes it to its Issuer and its requeues while the processor runs (pass
+// it as commands.IssuerOptions.RecoveryDelay to an Issuer of your own in
+// the same process). See docs/lifecycle.md, "Duplicate messages".
+func (p *Processor) RecoveryDelay(cmdType string) time.Duration {
+	l := p.leaseFor(cmdType)
+	if l == 0 {
+		return record.DefaultRecoveryDelay
+	}
+	return l + p.cfg.StartedWriteDelay
 }
 
 // LeaseOf returns the lease the processor currently uses for a command type
@@ -361,8 +378,9 @@ type Summary struct {
 	// Interrupted counts handlers cancelled at the end (their messages were
 	// released for RunFor, left to their lease for Run).
 	Interrupted int
-	// Duplicates counts second messages for a command this processor was
-	// already handling; they were left invisible until their lease ends.
+	// Duplicates counts second messages for a command: those this processor
+	// was already handling (left invisible until their lease ends), and
+	// those whose command another message started (deleted unrun).
 	Duplicates int
 	// Duration is how long the run took.
 	Duration time.Duration
@@ -588,8 +606,8 @@ type Stats struct {
 	Released int64
 	// Interrupted counts handlers cancelled at the end of a run.
 	Interrupted int64
-	// Duplicates counts second messages for a command this processor was
-	// already handling.
+	// Duplicates counts second messages for a command, as
+	// Summary.Duplicates.
 	Duplicates int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int

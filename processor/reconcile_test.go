@@ -20,6 +20,13 @@ import (
 	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
 
+// quickRecovery and quickStarted make a re-enqueued command's message
+// visible soon: a recovery enqueue is delayed by the type's lease plus
+// StartedWriteDelay (docs/lifecycle.md, "Duplicate messages").
+var quickRecovery = handlers.Options{Lease: time.Second}
+
+const quickStarted = 100 * time.Millisecond
+
 // strand stores a command the way an Issuer whose enqueue failed leaves it:
 // pending, no message, an ~unqueued marker.
 func (e *env) strand() string {
@@ -53,9 +60,10 @@ func TestReconcileSoonWhileActive(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := handlers.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, quickRecovery)
 		var queries atomic.Int64
 		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = time.Hour
 		cfg.ReconcileActiveInterval = 300 * time.Millisecond
 		cfg.ReconcileGrace = time.Nanosecond
@@ -92,9 +100,10 @@ func TestReconcileSoonAfterStorageRecovers(t *testing.T) {
 	e := newEnv(t, "azure", direct, func() storage.Store { return direct })
 
 	reg := handlers.NewRegistry()
-	register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+	register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, quickRecovery)
 	var queries atomic.Int64
 	cfg := e.cfg()
+	cfg.StartedWriteDelay = quickStarted
 	cfg.MaxPollInterval = 200 * time.Millisecond
 	cfg.ReconcileInterval = time.Hour
 	cfg.ReconcileActiveInterval = time.Hour
@@ -118,9 +127,10 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := handlers.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, quickRecovery)
 		var queries atomic.Int64
 		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = 30 * time.Second
 		cfg.ReconcileActiveInterval = 30 * time.Second
 		cfg.ReconcileScanInterval = processor.NoReconcile
@@ -141,12 +151,14 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		stranded := e.strand()
 		cfg.ReconcileInterval, cfg.ReconcileActiveInterval = time.Second, time.Second
 		p = newProc(t, e.store, reg, cfg)
-		sum, err := p.RunFor(context.Background(), 2*time.Second)
+		// The re-enqueued message is delayed by the recovery delay (1.1 s,
+		// 2 s on Azure, which counts whole seconds).
+		sum, err := p.RunFor(context.Background(), 4*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st, _ := e.reader.Get(context.Background(), stranded); st.State != status.StateCompleted || sum.Completed != 1 {
-			t.Fatalf("a 2s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
+			t.Fatalf("a 4s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
 		}
 	})
 }

@@ -193,8 +193,9 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 			t.Fatalf("queue has %d messages", n)
 		}
 		reg := handlers.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, quickRecovery)
 		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = time.Hour // runs once at start
 		cfg.ReconcileGrace = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
@@ -225,8 +226,9 @@ func TestReconcileScanSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := handlers.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, quickRecovery)
 		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = 50 * time.Millisecond
 		cfg.ReconcileScanInterval = 200 * time.Millisecond
 		cfg.ReconcileStaleAfter = time.Nanosecond

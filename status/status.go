@@ -79,8 +79,8 @@ const (
 	// delivery may run the handler again; Note says how it was found. It
 	// does not change the state.
 	EventLeaseLost EventKind = "lease_lost"
-	// EventRequeued: an operator (Worker = who) or the reconciler put the command
-	// back on its queue.
+	// EventRequeued: an operator (By = who), the reconciler or the Issuer
+	// (a recovery enqueue) put the command back on its queue.
 	EventRequeued EventKind = "requeued"
 	// EventDiscarded: an operator (Worker = who) discarded the poisoned command.
 	EventDiscarded EventKind = "discarded"
@@ -112,8 +112,9 @@ type Event struct {
 	// lease_lost). Empty for the events of operators and the reconciler.
 	Worker string `json:"worker,omitempty"`
 	// By identifies who requeued or discarded the command: an operator
-	// ("api:token:…", "ui:…"), or "reconciler" for a requeue by the
-	// reconciler. Empty for the events of an attempt.
+	// ("api:token:…", "ui:…"), "reconciler" for a requeue by the
+	// reconciler, or "issuer" for the Issuer's recovery enqueue of a
+	// pending command. Empty for the events of an attempt.
 	By string `json:"by,omitempty"`
 	// Step is the completed step for step_completed events.
 	Step int `json:"step,omitempty"`
@@ -125,6 +126,10 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// Detail holds extra detail, such as a panic's stack trace.
 	Detail string `json:"detail,omitempty"`
+	// MessageID is, on a started event, the ID of the queue message whose
+	// delivery started the attempt: the message that owns the command
+	// until its outcome (the a:cmd row's Owner; docs/lifecycle.md).
+	MessageID string `json:"messageId,omitempty"`
 }
 
 // Status is a command's current status: the projection of its events plus

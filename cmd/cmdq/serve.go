@@ -58,7 +58,8 @@ func (f *procFlags) add(c *cobra.Command) {
 // client returns the Client of serve and worker on st: the processor's
 // settings from the flags, the demo handlers unless --no-demo, and a
 // function that closes what it opened (the demo journal).
-func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o processor.Observer) (*cmdq.Client, func() error, error) {
+// recovery is the Client's RecoveryDelay (0: the default).
+func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o processor.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
 	closer := func() error { return nil }
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
@@ -71,7 +72,7 @@ func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, 
 		PoisonCeiling:   f.poisonCeiling,
 		Logger:          log,
 		Observer:        o,
-	}})
+	}, RecoveryDelay: recovery})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,6 +112,7 @@ type serveFlags struct {
 	insecure     bool
 	maxBodyBytes int64
 	reqTimeout   time.Duration
+	recovery     time.Duration
 	corsOrigins  string
 	allowedHosts string
 }
@@ -159,6 +161,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
 	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
+	c.Flags().DurationVar(&f.recovery, "recovery-delay", cmdq.DefaultRecoveryDelay, "visibility delay of a recovery enqueue (a re-issue of a pending command, a retried enqueue, a repeated requeue) of a command type this server neither handles nor declares: at least that type's lease (types known here use their lease + 1s)")
 	return c
 }
 
@@ -233,6 +236,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
 		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
+	if f.recovery <= 0 || f.recovery > storage.MaxVisibility {
+		return fmt.Errorf("--recovery-delay %s: must be above 0 and at most %s (give at least the lease of the command types this server has no handler for)", f.recovery, storage.MaxVisibility)
+	}
 	raw, err := f.store.open(ctx)
 	if err != nil {
 		return err
@@ -247,7 +253,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), f.store.prefix, log, m)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), f.store.prefix, log, m, f.recovery)
 	if err != nil {
 		return err
 	}
@@ -454,7 +460,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			return err
 		}
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m))
+	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m), 0)
 	if err != nil {
 		return err
 	}

@@ -245,14 +245,14 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 	switch {
 	case h.Status == "poisoned" && !c.WantPoison:
 		failed := h.count("failed")
-		if len(xs) < demoCeiling && poisonReason(h) == "poison ceiling exceeded" {
-			// Deliveries were lost to kills or faults: each dequeue counts
-			// against the ceiling (documented), so fewer executions than
-			// the ceiling happened.
+		if lost, ok := lostDeliveries(h); ok && failed < demoCeiling && poisonReason(h) == "poison ceiling exceeded" {
+			// Deliveries were lost to kills or faults (each recorded as
+			// lease_lost): each dequeue counts against the ceiling
+			// (documented), so fewer attempts than the ceiling failed.
 			r.PoisonedByLostDeliveries++
-			r.Notes = append(r.Notes, fmt.Sprintf("%s %s %s poisoned over the ceiling after %d executions (%d failed attempts recorded): deliveries lost to kills/faults", c.ID, c.Type, c.Params, len(xs), failed))
+			r.Notes = append(r.Notes, fmt.Sprintf("%s %s %s poisoned over the ceiling after %d executions (%d failed attempts recorded, %d deliveries lost): deliveries lost to kills/faults", c.ID, c.Type, c.Params, len(xs), failed, lost))
 		} else {
-			add(InvDesignedOutcome, c.ID, "%s %s is poisoned (reason %q) but was designed to complete; %d executions, %d failed attempts recorded", c.Type, c.Params, poisonReason(h), len(xs), failed)
+			add(InvDesignedOutcome, c.ID, "%s %s is poisoned (reason %q) but was designed to complete; %d executions, %d failed attempts recorded, every delivery before the poisoning explained by a failed or lease_lost event: %v", c.Type, c.Params, poisonReason(h), len(xs), failed, ok)
 		}
 	case h.Status == "completed" && c.WantPoison:
 		add(InvDesignedOutcome, c.ID, "%s %s completed but was designed to end poisoned", c.Type, c.Params)
@@ -275,10 +275,12 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 		add(InvSingleCompletion, c.ID, "%d completed events", n)
 	}
 
-	// No event written twice by one attempt.
+	// No event written twice by one attempt. (A requeued event belongs to
+	// no attempt: each recovery enqueue writes one, so a client that
+	// re-issues a pending command twice legitimately leaves two.)
 	seen := map[string]string{}
 	for _, e := range h.Events {
-		if e.Kind == "created" {
+		if e.Kind == "created" || e.Kind == "requeued" {
 			continue
 		}
 		k := fmt.Sprintf("%s/%s/%d/%d", e.Kind, e.Worker, e.Attempt, e.Step)
@@ -383,6 +385,44 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 			add(InvStepOnce, c.ID, "step_completed %d recorded by %s attempt %d (%s) and again by %s attempt %d (%s)", s, a.Worker, a.Attempt, a.Seq, b.Worker, b.Attempt, b.Seq)
 		}
 	}
+}
+
+// lostDeliveries counts the deliveries before the one that poisoned the
+// command (its attempt number is the message's dequeue count) recorded as
+// lease_lost, since the last requeue; ok says every one of them is recorded
+// (failed or lease_lost), so none was lost unnoticed.
+func lostDeliveries(h *history) (lost int, ok bool) {
+	from, poisonedAt := 0, 0
+	for i, e := range h.Events {
+		switch e.Kind {
+		case "requeued":
+			from = i + 1
+		case "poisoned":
+			poisonedAt = e.Attempt
+		}
+	}
+	for a := 1; a < poisonedAt; a++ {
+		found := false
+		for _, e := range h.Events[from:] {
+			if e.Attempt != a {
+				continue
+			}
+			switch e.Kind {
+			case "lease_lost":
+				lost++
+				found = true
+			case "failed":
+				found = true
+			}
+			if found {
+				break
+			}
+		}
+		if !found {
+			return lost, false
+		}
+	}
+	return lost, poisonedAt > 0
 }
 
 func describeKind(e event) string {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,47 @@ func TestCheckCleanHistoryHolds(t *testing.T) {
 	}
 }
 
+// TestCheckRequeuedMayRepeat: each recovery enqueue (here two re-issues of
+// a pending command by its client) writes a requeued event; they belong to
+// no attempt and are not "an event written twice".
+func TestCheckRequeuedMayRepeat(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.echo", `{}`, false)
+	h := &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+		ev("1", "created", "", 0, 0), ev("2", "requeued", "issuer", 0, 0), ev("3", "requeued", "issuer", 0, 0),
+		ev("4", "started", "w1.1", 1, 0), ev("5", "completed", "w1.1", 1, 0)}}
+	r := runCheck(t, c, h, []*execution{run("w1.1", 1, 1, 1, 2, "")}, fakeProcs{}, nil)
+	if len(r.Violations) != 0 {
+		t.Fatalf("two requeued events: violations %v, want none", r.Violations)
+	}
+}
+
+// TestCheckPoisonedByLostDeliveries: a command designed to complete whose
+// every delivery was cut off (killed while its handler ran, each recorded
+// as lease_lost by a later delivery), so it reached the poison ceiling by
+// dequeue count — here with as many executions as the ceiling — is the
+// documented outcome, counted apart, not a violation.
+func TestCheckPoisonedByLostDeliveries(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.sleep", `{"ms":1466}`, false)
+	h := &history{ID: "c1", Found: true, Status: "poisoned", Events: []event{ev("1", "created", "", 0, 0),
+		ev("2", "lease_lost", "s.3", 1, 0), ev("3", "lease_lost", "s.3", 2, 0), ev("4", "started", "s.3", 3, 0),
+		ev("5", "lease_lost", "s.6", 3, 0), ev("6", "lease_lost", "s.6", 4, 0), ev("7", "lease_lost", "s.6", 5, 0),
+		{Seq: "e:8", Kind: "poisoned", Worker: "s.6", Attempt: 6, Reason: "poison ceiling exceeded"}}}
+	var xs []*execution
+	ps := fakeProcs{procs: map[string]*proc{}}
+	for i := 1; i <= 5; i++ {
+		w := fmt.Sprintf("s.%d", i)
+		xs = append(xs, run(w, i, i, 2*i, -1, ""))
+		p := &proc{worker: w, killedAt: at(2*i*100 + 50)}
+		ps.procs[w] = p
+	}
+	r := runCheck(t, c, h, xs, ps, map[string]poisonEntry{"c1": {CommandID: "c1", Reason: "poison ceiling exceeded"}})
+	if len(r.Violations) != 0 || r.PoisonedByLostDeliveries != 1 {
+		t.Fatalf("violations %v, poisoned by lost deliveries %d; want none and 1", r.Violations, r.PoisonedByLostDeliveries)
+	}
+}
+
 func TestCheckFindsEachViolation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -139,6 +181,16 @@ func TestCheckFindsEachViolation(t *testing.T) {
 				ev("2", "started", "w1.1", 1, 0), {Seq: "e:3", Kind: "poisoned", Worker: "w1.1", Attempt: 1, Reason: "permanent error"}}},
 			xs:   []*execution{run("w1.1", 1, 1, 1, 2, "x")},
 			want: []string{InvDesignedOutcome, InvPoisonTable},
+		},
+		{
+			name: "poisoned over the ceiling with a delivery lost unrecorded",
+			c:    acceptedCmd("c1", "demo.sleep", `{"ms":10}`, false),
+			h: &history{ID: "c1", Found: true, Status: "poisoned", Events: []event{ev("1", "created", "", 0, 0),
+				ev("2", "lease_lost", "w1.2", 1, 0), ev("3", "lease_lost", "w1.2", 2, 0), ev("4", "lease_lost", "w1.2", 3, 0),
+				ev("5", "lease_lost", "w1.2", 4, 0), {Seq: "e:6", Kind: "poisoned", Worker: "w1.2", Attempt: 6, Reason: "poison ceiling exceeded"}}},
+			xs:   []*execution{run("w1.1", 1, 1, 1, -1, "")},
+			pois: map[string]poisonEntry{"c1": {CommandID: "c1", Reason: "poison ceiling exceeded"}},
+			want: []string{InvDesignedOutcome},
 		},
 		{
 			name: "a poison entry for a completed command",

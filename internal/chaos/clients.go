@@ -32,6 +32,7 @@ type command struct {
 	acceptedAt time.Time
 	code       int    // the first 2xx status
 	tries      int    // POSTs sent
+	codes      []int  // each POST's answer (0: no answer)
 	refused    string // a 4xx answer to a retry of the same body
 	lastErr    string
 }
@@ -143,6 +144,7 @@ func (cl *clients) issue(ctx context.Context, c *command, giveUp time.Time, rng 
 		code, err := cl.post(ctx, c)
 		c.mu.Lock()
 		c.tries++
+		c.codes = append(c.codes, code)
 		if c.tries > 1 {
 			cl.retries.Add(1)
 		}

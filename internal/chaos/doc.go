@@ -1,9 +1,10 @@
 // Package chaos is cmdq's reliability suite: it drives real `cmdq serve` and
 // `cmdq worker` processes on real storage (the embedded store, Azurite),
 // breaks them while commands of every demo kind flow — SIGKILL at random
-// moments, storage faults through an in-process fault proxy (toxiproxy for
-// latency, resets, stalls, black holes and refused connections; a small
-// HTTP proxy for bursts of 503), Azurite stopped and restarted, three
+// moments, storage faults through the project's in-process fault proxy
+// (internal/faultproxy: toxiproxy for latency, resets, stalls, black holes
+// and refused connections; its HTTP rule proxy for bursts of 503 and
+// answers lost after a write landed), Azurite stopped and restarted, three
 // workers competing on one queue, a worker whose lease renewals are blocked
 // — and then checks, from the outside (the HTTP API, the storage through the
 // project's drivers, and a journal the demo handlers append to), that no

@@ -46,7 +46,7 @@ func oneCommand(rng *rand.Rand, typ, params string) *command {
 // handler still runs. Worker w2 then takes the message and runs the
 // command again. When w1 is reconnected, the command must have completed
 // exactly once, and the second execution must be explained by a lease_lost
-// event in the command's history; the first handler's context should have
+// event for w1's attempt in the command's history; the first handler's context should have
 // ended before its lease did (docs: "the handler's context ends before the
 // lease would"), so the two executions do not overlap.
 //
@@ -113,6 +113,12 @@ func TestLeaseRenewalBlocked(t *testing.T) {
 			rep := w.finish(ctx, cl, []*command{c})
 			t.Log("\n" + rep.Figures())
 			reportViolations(t, rep)
+			// w2's execution is explained by a lease_lost event for w1's
+			// attempt (not by a failed event: w1's handler did not fail, its
+			// lease could not be renewed).
+			if rep.Extra != 1 || rep.ExplainedLeaseLost != 1 {
+				t.Errorf("w2's execution: %d extra executions, %d explained by lease_lost; want 1 and 1", rep.Extra, rep.ExplainedLeaseLost)
+			}
 			first, second := xs[0], xs[1]
 			if first.End > second.Begin {
 				t.Errorf("w1's handler outlived its lease: it ended at %s (journal line %d), after w2 began the command at %s (line %d); "+

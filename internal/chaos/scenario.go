@@ -102,6 +102,8 @@ type Scenario struct {
 	// ServeNoDemo runs serve with --no-demo: the API only, no processor
 	// (for cases that control which worker runs a command).
 	ServeNoDemo bool
+	// ServeArgs are more flags for serve (e.g. --recovery-delay).
+	ServeArgs []string
 }
 
 func (sc *Scenario) defaults() {
@@ -321,11 +323,8 @@ func (w *world) setUp() error {
 		if err := w.az.start(); err != nil {
 			return err
 		}
-		q, t, err := w.az.endpoints()
-		if err != nil {
-			return err
-		}
-		if w.net, err = newFaultNet(q, t, w.sc.Seed); err != nil {
+		var err error
+		if w.net, err = newFaultNet(w.az.connString(), w.sc.Seed); err != nil {
 			return err
 		}
 	default:
@@ -389,6 +388,7 @@ func (w *world) args(role string) ([]string, error) {
 		if w.sc.ServeNoDemo {
 			args = append(args, "--no-demo")
 		}
+		args = append(args, w.sc.ServeArgs...)
 	} else {
 		args = []string{"worker"}
 	}
@@ -822,14 +822,4 @@ func (a *azuriteCtl) connString() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.conn
-}
-
-// endpoints returns Azurite's queue and table host:port.
-func (a *azuriteCtl) endpoints() (queue, table string, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.inst == nil {
-		return "", "", errors.New("azurite is not running")
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[1])), net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[2])), nil
 }

@@ -1,38 +1,66 @@
 // Package faultproxy breaks the network between a test's code and a real
-// Azure Storage endpoint (Azurite) in the ways production networks break:
+// Azure Storage endpoint (Azurite) in the ways production networks and
+// services break. It is the one fault proxy of the project's tests: the
+// unit tests of the packages above storage and the reliability suite
+// (internal/chaos) both use it.
 //
 //   - Net puts an in-process toxiproxy (github.com/Shopify/toxiproxy/v2) in
-//     front of the queue and table endpoints: Refuse stops listening
-//     (connections refused), BlackHole accepts connections and never answers,
-//     Restore undoes both.
+//     front of the queue and table endpoints: any toxic (latency, resets,
+//     stalls, a black hole), connections refused (Stop, Start), open
+//     connections dropped; Refuse, BlackHole and Restore are the common
+//     cases for a test.
 //   - HTTP is a reverse proxy that applies rules to chosen requests: Refuse
 //     resets the connection before the request reaches the service (the
 //     request is lost), LoseAnswer forwards the request, lets the service
-//     apply it, and resets the connection instead of answering (the client's
-//     transport retry then meets the effect of its own first try).
+//     apply it, and resets the connection instead of answering (the
+//     client's transport retry then meets the effect of its own first try),
+//     Busy answers 503 Server Busy before the request reaches the service,
+//     BusyAfter answers it after the service applied the request (the
+//     answer is lost, the write landed). SetBurst answers 503 to a random
+//     share of all requests, before or after applying them, as Azure does
+//     when it throttles. A request it cannot forward (the service is down)
+//     gets its connection reset.
 //
 // Both rewrite a connection string so that a real driver (storage/azure)
-// talks through them. Nothing is mocked: every request that gets through
-// reaches the real service, and every fault is a real TCP reset, refusal or
-// silence the client's real transport sees.
+// talks through them, and can be chained (processes → Net per process →
+// one HTTP → Azurite). Nothing is mocked: every request that gets through
+// reaches the real service, and every fault is a real TCP reset, refusal,
+// silence or HTTP answer the client's real transport sees.
 package faultproxy
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 )
+
+// The Azure Storage services a proxy stands in front of.
+const (
+	// Queue is the queue service (QueueEndpoint).
+	Queue = "queue"
+	// Table is the table service (TableEndpoint).
+	Table = "table"
+)
+
+// Services lists both services.
+var Services = []string{Queue, Table}
 
 // endpoints returns the queue and table endpoint URLs of an account
 // connection string with explicit endpoints (as Azurite's).
@@ -84,68 +112,219 @@ func rewrite(conn, queueHost, tableHost string) string {
 }
 
 // Net is a pair of toxiproxy proxies in front of an account's queue and
-// table endpoints.
+// table endpoints. Its methods are safe for concurrent use, and faults of
+// different kinds may overlap: toxics stack, and a service refused twice
+// (Stop) opens again only once both are undone (Start).
 type Net struct {
 	// ConnectionString reaches the account through the proxies.
 	ConnectionString string
 
-	queue, table *toxiproxy.Proxy
-	mu           sync.Mutex
-	state        string // "", "refused", "blackhole"
+	server  *toxiproxy.ApiServer
+	proxies map[string]*toxiproxy.Proxy // by service
+
+	mu      sync.Mutex
+	refused map[string]int // Stop calls not undone, by service
+	toxicN  int
+	state   string // Refuse/BlackHole/Restore: "", "refused", "blackhole"
+	hole    []func()
 }
 
-// NewNet starts proxies in front of the endpoints of conn (a connection
-// string with QueueEndpoint and TableEndpoint, as Azurite's). They stop when
-// the test ends.
+// StartNet starts proxies in front of the endpoints of conn (a connection
+// string with QueueEndpoint and TableEndpoint, as Azurite's). Close stops
+// them.
+func StartNet(conn string) (*Net, error) {
+	q, tb, err := endpoints(conn)
+	if err != nil {
+		return nil, err
+	}
+	n := &Net{server: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
+		proxies: map[string]*toxiproxy.Proxy{}, refused: map[string]int{}}
+	for svc, host := range map[string]string{Queue: q.Host, Table: tb.Host} {
+		p := toxiproxy.NewProxy(n.server, svc, "127.0.0.1:0", host)
+		if err := p.Start(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("faultproxy: start toxiproxy for the %s service: %w", svc, err)
+		}
+		n.proxies[svc] = p
+	}
+	n.ConnectionString = rewrite(conn, n.proxies[Queue].Listen, n.proxies[Table].Listen)
+	return n, nil
+}
+
+// NewNet is StartNet for a test: it fails t on error and closes the
+// proxies when the test ends.
 func NewNet(t testing.TB, conn string) *Net {
 	t.Helper()
-	q, tb, err := endpoints(conn)
+	n, err := StartNet(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	n := &Net{}
-	n.queue = toxiproxy.NewProxy(srv, "queue", "127.0.0.1:0", q.Host)
-	n.table = toxiproxy.NewProxy(srv, "table", "127.0.0.1:0", tb.Host)
-	for _, p := range []*toxiproxy.Proxy{n.queue, n.table} {
-		if err := p.Start(); err != nil {
-			t.Fatalf("faultproxy: start toxiproxy: %v", err)
-		}
-		t.Cleanup(p.Stop)
-	}
-	n.ConnectionString = rewrite(conn, n.queue.Listen, n.table.Listen)
+	t.Cleanup(n.Close)
 	return n
 }
 
-// Refuse closes the proxies' listeners and every open connection: new
-// connections are refused, as when the storage service is down.
+// Close stops the proxies.
+func (n *Net) Close() {
+	for _, p := range n.proxies {
+		p.Stop()
+	}
+}
+
+func (n *Net) selected(svcs []string) []*toxiproxy.Proxy {
+	var out []*toxiproxy.Proxy
+	for _, svc := range Services {
+		if slices.Contains(svcs, svc) {
+			out = append(out, n.proxies[svc])
+		}
+	}
+	return out
+}
+
+// Toxic is one toxiproxy toxic (see toxiproxy's documentation for the types
+// and their attributes).
+type Toxic struct {
+	// Type is the toxic's type: latency, reset_peer, timeout, bandwidth, …
+	Type string `json:"type"`
+	// Stream is "upstream" (towards the service) or "downstream" (""
+	// counts as downstream).
+	Stream string `json:"stream"`
+	// Toxicity is the share of connections it applies to (0 counts as 1).
+	Toxicity float32 `json:"toxicity"`
+	// Attrs are the type's attributes, e.g. {"latency": 300, "jitter": 100}
+	// (milliseconds) or {"timeout": 0} (never).
+	Attrs map[string]any `json:"attributes"`
+}
+
+// AddToxic adds t to the proxies of the given services and returns the
+// function that removes it again.
+func (n *Net) AddToxic(svcs []string, t Toxic) (remove func(), err error) {
+	if t.Toxicity == 0 {
+		t.Toxicity = 1
+	}
+	if t.Stream == "" {
+		t.Stream = "downstream"
+	}
+	n.mu.Lock()
+	n.toxicN++
+	name := fmt.Sprintf("%s-%d", t.Type, n.toxicN)
+	n.mu.Unlock()
+	body, err := json.Marshal(struct {
+		Name string `json:"name"`
+		Toxic
+	}{name, t})
+	if err != nil {
+		return nil, err
+	}
+	var added []*toxiproxy.Proxy
+	remove = func() {
+		for _, p := range added {
+			_ = p.Toxics.RemoveToxic(context.Background(), name)
+		}
+	}
+	for _, p := range n.selected(svcs) {
+		if _, err := p.Toxics.AddToxicJson(bytes.NewReader(body)); err != nil {
+			remove()
+			return nil, fmt.Errorf("faultproxy: toxic %s on %s: %w", t.Type, p.Name, err)
+		}
+		added = append(added, p)
+	}
+	return remove, nil
+}
+
+// Stop closes the listeners of the given services' proxies and their open
+// connections: new connections are refused, as when the service is down.
+// Each Stop is undone by one Start.
+func (n *Net) Stop(svcs ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.selected(svcs) {
+		n.refused[p.Name]++
+		p.Stop()
+	}
+}
+
+// Start undoes one Stop of the given services: a proxy listens again once
+// every Stop of it is undone.
+func (n *Net) Start(svcs ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, p := range n.selected(svcs) {
+		if n.refused[p.Name] > 0 {
+			n.refused[p.Name]--
+		}
+		if n.refused[p.Name] == 0 {
+			errs = append(errs, start(p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func start(p *toxiproxy.Proxy) error {
+	if err := p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
+		return fmt.Errorf("faultproxy: restart toxiproxy on %s: %w", p.Listen, err)
+	}
+	return nil
+}
+
+// DropConnections closes the given services' open connections (requests in
+// flight fail at once) and keeps accepting new ones; a refused service
+// stays refused.
+func (n *Net) DropConnections(svcs ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, p := range n.selected(svcs) {
+		if n.refused[p.Name] > 0 {
+			continue // closed already
+		}
+		p.Stop()
+		errs = append(errs, start(p))
+	}
+	return errors.Join(errs...)
+}
+
+// Heal removes every toxic, undoes every Stop and listens again.
+func (n *Net) Heal() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, p := range n.proxies {
+		p.Toxics.ResetToxics(context.Background())
+		n.refused[p.Name] = 0
+		errs = append(errs, start(p))
+	}
+	n.state, n.hole = "", nil
+	return errors.Join(errs...)
+}
+
+// Refuse refuses connections to both services (see Stop) until Restore.
 func (n *Net) Refuse(t testing.TB) {
 	t.Helper()
 	n.Restore(t)
+	n.Stop(Services...)
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.queue.Stop()
-	n.table.Stop()
 	n.state = "refused"
+	n.mu.Unlock()
 }
 
-// BlackHole makes the proxies accept connections and forward nothing in
-// either direction (a hung endpoint, a black-holed network): calls hang
-// until their own timeouts.
+// BlackHole makes both services accept connections and forward nothing in
+// either direction (a hung endpoint, a black-holed network) until Restore:
+// calls hang until their own timeouts.
 func (n *Net) BlackHole(t testing.TB) {
 	t.Helper()
 	n.Restore(t)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, p := range []*toxiproxy.Proxy{n.queue, n.table} {
-		for _, dir := range []string{"upstream", "downstream"} {
-			js := fmt.Sprintf(`{"name":"blackhole_%s","type":"timeout","stream":%q,"attributes":{"timeout":0}}`, dir, dir)
-			if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-				t.Fatalf("faultproxy: add black hole: %v", err)
-			}
+	var rms []func()
+	for _, dir := range []string{"upstream", "downstream"} {
+		rm, err := n.AddToxic(Services, Toxic{Type: "timeout", Stream: dir, Attrs: map[string]any{"timeout": 0}})
+		if err != nil {
+			t.Fatal(err)
 		}
+		rms = append(rms, rm)
 	}
-	n.state = "blackhole"
+	n.mu.Lock()
+	n.state, n.hole = "blackhole", rms
+	n.mu.Unlock()
 }
 
 // Restore ends Refuse or BlackHole: the proxies forward again (connections
@@ -153,24 +332,19 @@ func (n *Net) BlackHole(t testing.TB) {
 func (n *Net) Restore(t testing.TB) {
 	t.Helper()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch n.state {
+	state, hole := n.state, n.hole
+	n.state, n.hole = "", nil
+	n.mu.Unlock()
+	switch state {
 	case "refused":
-		for _, p := range []*toxiproxy.Proxy{n.queue, n.table} {
-			if err := p.Start(); err != nil {
-				t.Fatalf("faultproxy: restart toxiproxy on %s: %v", p.Listen, err)
-			}
+		if err := n.Start(Services...); err != nil {
+			t.Fatal(err)
 		}
 	case "blackhole":
-		for _, p := range []*toxiproxy.Proxy{n.queue, n.table} {
-			for _, dir := range []string{"upstream", "downstream"} {
-				if err := p.Toxics.RemoveToxic(context.Background(), "blackhole_"+dir); err != nil {
-					t.Fatalf("faultproxy: remove black hole: %v", err)
-				}
-			}
+		for _, rm := range hole {
+			rm() // toxiproxy closes the connections a timeout toxic held
 		}
 	}
-	n.state = ""
 }
 
 // Action is what an HTTP rule does to a matching request.
@@ -184,10 +358,18 @@ const (
 	// the request took effect), then resets the client's connection instead
 	// of answering.
 	LoseAnswer
+	// Busy answers 503 Server Busy (in the service's error format) without
+	// forwarding the request.
+	Busy
+	// BusyAfter forwards the request, waits for the service's answer (so
+	// the request took effect), then answers 503 Server Busy instead.
+	BusyAfter
 )
 
 // Match selects requests. Empty fields match anything.
 type Match struct {
+	// Service is Queue or Table.
+	Service string
 	// Method is the HTTP method ("DELETE", "PUT", "POST", …).
 	Method string
 	// Path must occur in the unescaped URL path.
@@ -196,13 +378,17 @@ type Match struct {
 	Body string
 	// Query must occur in the raw query string.
 	Query string
+	// Func, if set, must also return true.
+	Func func(r *http.Request, body []byte) bool
 }
 
-func (m Match) matches(r *http.Request, body []byte) bool {
-	return (m.Method == "" || r.Method == m.Method) &&
+func (m Match) matches(svc string, r *http.Request, body []byte) bool {
+	return (m.Service == "" || m.Service == svc) &&
+		(m.Method == "" || r.Method == m.Method) &&
 		(m.Path == "" || strings.Contains(r.URL.Path, m.Path)) &&
 		(m.Query == "" || strings.Contains(r.URL.RawQuery, m.Query)) &&
-		(m.Body == "" || bytes.Contains(body, []byte(m.Body)))
+		(m.Body == "" || bytes.Contains(body, []byte(m.Body))) &&
+		(m.Func == nil || m.Func(r, body))
 }
 
 // Rule is an installed HTTP rule.
@@ -223,7 +409,7 @@ func (r *Rule) Hits() int {
 }
 
 // Answers returns the status codes of the service's answers that
-// LoseAnswer withheld, in order.
+// LoseAnswer and BusyAfter withheld, in order.
 func (r *Rule) Answers() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -231,8 +417,8 @@ func (r *Rule) Answers() []int {
 }
 
 // take reports whether the rule applies to one more request.
-func (r *Rule) take(req *http.Request, body []byte) bool {
-	if !r.match.matches(req, body) {
+func (r *Rule) take(svc string, req *http.Request, body []byte) bool {
+	if !r.match.matches(svc, req, body) {
 		return false
 	}
 	r.mu.Lock()
@@ -248,42 +434,92 @@ func (r *Rule) take(req *http.Request, body []byte) bool {
 }
 
 // HTTP is a reverse proxy in front of an account's queue and table
-// endpoints that applies rules to matching requests.
+// endpoints that applies rules to matching requests and answers bursts of
+// 503. Its methods are safe for concurrent use.
 type HTTP struct {
 	// ConnectionString reaches the account through the proxy.
 	ConnectionString string
 
 	mu        sync.Mutex
 	rules     []*Rule
+	rng       *rand.Rand
 	transport *http.Transport
+	servers   []*http.Server
+
+	before, after atomic.Uint64 // SetBurst's shares, as math.Float64bits
+	busy          atomic.Int64
 }
 
-// NewHTTP starts a proxy in front of the endpoints of conn; it stops when the
-// test ends.
+// HTTPOptions configures StartHTTP. The zero value works.
+type HTTPOptions struct {
+	// Seed seeds the draws of SetBurst (0: a random seed), so that a
+	// schedule can be replayed.
+	Seed uint64
+}
+
+// StartHTTP starts a proxy in front of the endpoints of conn. Close stops
+// it.
+func StartHTTP(conn string, opts HTTPOptions) (*HTTP, error) {
+	q, tb, err := endpoints(conn)
+	if err != nil {
+		return nil, err
+	}
+	seed := opts.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	h := &HTTP{rng: rand.New(rand.NewPCG(seed, 0x503)), transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+	listen := func(svc, upstream string) (string, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("faultproxy: listen: %w", err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, svc, upstream) }), ReadHeaderTimeout: time.Minute}
+		h.mu.Lock()
+		h.servers = append(h.servers, srv)
+		h.mu.Unlock()
+		go func() { _ = srv.Serve(ln) }()
+		return ln.Addr().String(), nil
+	}
+	qa, err := listen(Queue, q.Host)
+	if err != nil {
+		return nil, err
+	}
+	ta, err := listen(Table, tb.Host)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	h.ConnectionString = rewrite(conn, qa, ta)
+	return h, nil
+}
+
+// NewHTTP is StartHTTP for a test: it fails t on error and stops the proxy
+// when the test ends.
 func NewHTTP(t testing.TB, conn string) *HTTP {
 	t.Helper()
-	q, tb, err := endpoints(conn)
+	h, err := StartHTTP(conn, HTTPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &HTTP{transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
-	t.Cleanup(h.transport.CloseIdleConnections)
-	listen := func(upstream string) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("faultproxy: listen: %v", err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, upstream) })}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		return ln.Addr().String()
-	}
-	h.ConnectionString = rewrite(conn, listen(q.Host), listen(tb.Host))
+	t.Cleanup(h.Close)
 	return h
 }
 
+// Close stops the proxy.
+func (h *HTTP) Close() {
+	h.mu.Lock()
+	srvs := h.servers
+	h.mu.Unlock()
+	for _, s := range srvs {
+		_ = s.Close()
+	}
+	h.transport.CloseIdleConnections()
+}
+
 // Add installs a rule that applies action to the next times requests
-// matching m (times < 0: every one).
+// matching m (times < 0: every one). Rules are tried in the order they were
+// added; the first that applies wins.
 func (h *HTTP) Add(m Match, action Action, times int) *Rule {
 	r := &Rule{match: m, action: action, left: times}
 	h.mu.Lock()
@@ -304,22 +540,51 @@ func (h *HTTP) Remove(r *Rule) {
 	}
 }
 
-func (h *HTTP) rule(r *http.Request, body []byte) *Rule {
+// SetBurst makes the proxy answer 503 Server Busy to a share before of the
+// requests no rule applies to without forwarding them, and to a share after
+// of them after the service applied them (the write landed, its answer is
+// lost); SetBurst(0, 0) ends it.
+func (h *HTTP) SetBurst(before, after float64) {
+	h.before.Store(floatBits(before))
+	h.after.Store(floatBits(after))
+}
+
+func floatBits(f float64) uint64 { return math.Float64bits(f) }
+func floatFrom(b uint64) float64 { return math.Float64frombits(b) }
+
+// Busy503 returns how many 503 answers the proxy made (rules and bursts).
+func (h *HTTP) Busy503() int64 { return h.busy.Load() }
+
+func (h *HTTP) rule(svc string, r *http.Request, body []byte) *Rule {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, x := range h.rules {
-		if x.take(r, body) {
+		if x.take(svc, r, body) {
 			return x
 		}
 	}
 	return nil
 }
 
+// draw returns the burst's decision for one request: refuse before, apply
+// then answer 503, or neither.
+func (h *HTTP) draw() (before, after bool) {
+	b, a := floatFrom(h.before.Load()), floatFrom(h.after.Load())
+	if b == 0 && a == 0 {
+		return false, false
+	}
+	h.mu.Lock()
+	u := h.rng.Float64()
+	h.mu.Unlock()
+	return u < b, u >= b && u < b+a
+}
+
 // reset closes the client's connection with a TCP reset.
 func reset(w http.ResponseWriter) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		panic("faultproxy: response writer cannot be hijacked")
+		w.WriteHeader(http.StatusBadGateway)
+		return
 	}
 	c, _, err := hj.Hijack()
 	if err != nil {
@@ -331,15 +596,43 @@ func reset(w http.ResponseWriter) {
 	_ = c.Close()
 }
 
-func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, upstream string) {
+// writeBusy answers 503 ServerBusy in the service's error format.
+func (h *HTTP) writeBusy(w http.ResponseWriter, svc string) {
+	h.busy.Add(1)
+	w.Header().Set("x-ms-error-code", "ServerBusy")
+	const msg = "The server is busy. (injected by internal/faultproxy)"
+	if svc == Table {
+		w.Header().Set("Content-Type", "application/json;odata=minimalmetadata")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, `{"odata.error":{"code":"ServerBusy","message":{"lang":"en-US","value":%q}}}`, msg)
+		return
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = fmt.Fprintf(w, `<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code><Message>%s</Message></Error>`, msg)
+}
+
+func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, svc, upstream string) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		reset(w)
 		return
 	}
-	rule := h.rule(r, body)
-	if rule != nil && rule.action == Refuse {
+	action := Action(-1)
+	rule := h.rule(svc, r, body)
+	if rule != nil {
+		action = rule.action
+	} else if before, after := h.draw(); before {
+		action = Busy
+	} else if after {
+		action = BusyAfter
+	}
+	switch action {
+	case Refuse:
 		reset(w)
+		return
+	case Busy:
+		h.writeBusy(w, svc)
 		return
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+upstream+r.URL.RequestURI(), bytes.NewReader(body))
@@ -352,18 +645,22 @@ func (h *HTTP) serve(w http.ResponseWriter, r *http.Request, upstream string) {
 	out.ContentLength = int64(len(body))
 	resp, err := h.transport.RoundTrip(out)
 	if err != nil {
-		reset(w)
+		reset(w) // the service is down or gone: no answer, as a dead service gives
 		return
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
-	if err != nil || rule != nil {
-		if rule != nil {
-			rule.mu.Lock()
-			rule.status = append(rule.status, resp.StatusCode)
-			rule.mu.Unlock()
-		}
+	if rule != nil && (action == LoseAnswer || action == BusyAfter) {
+		rule.mu.Lock()
+		rule.status = append(rule.status, resp.StatusCode)
+		rule.mu.Unlock()
+	}
+	switch {
+	case err != nil || action == LoseAnswer:
 		reset(w)
+		return
+	case action == BusyAfter:
+		h.writeBusy(w, svc)
 		return
 	}
 	for k, vs := range resp.Header {

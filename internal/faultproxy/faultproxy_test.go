@@ -3,7 +3,9 @@ package faultproxy_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,15 +40,36 @@ func queue(t *testing.T, st storage.Store, name string) storage.Queue {
 	return q
 }
 
+// behindHTTP returns an HTTP fault proxy in front of Azurite (its bursts
+// seeded with seed) and a new queue reached through it and directly.
+func behindHTTP(t *testing.T, seed uint64) (px *faultproxy.HTTP, through, direct storage.Queue) {
+	t.Helper()
+	conn := azurite.ConnectionString(t)
+	px, err := faultproxy.StartHTTP(conn, faultproxy.HTTPOptions{Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	name := "fp" + uuid.NewString()[:8]
+	return px, queue(t, open(t, px.ConnectionString), name), queue(t, open(t, conn), name)
+}
+
+// counter returns a call that asks q for its count within d.
+func counter(q storage.Queue) func(d time.Duration) error {
+	return func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := q.ApproximateCount(ctx)
+		return err
+	}
+}
+
 // TestHTTPRules: Refuse loses the request (nothing lands); LoseAnswer lets
 // it land and loses the answer, so the driver's transport retry lands a
 // second copy of a non-idempotent request.
 func TestHTTPRules(t *testing.T) {
 	t.Parallel()
-	conn := azurite.ConnectionString(t)
-	px := faultproxy.NewHTTP(t, conn)
-	name := "fp" + uuid.NewString()[:8]
-	through, direct := queue(t, open(t, px.ConnectionString), name), queue(t, open(t, conn), name)
+	px, through, direct := behindHTTP(t, 0)
 	ctx := context.Background()
 
 	r := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
@@ -72,13 +95,7 @@ func TestHTTPRules(t *testing.T) {
 func TestNet(t *testing.T) {
 	t.Parallel()
 	nw := faultproxy.NewNet(t, azurite.ConnectionString(t))
-	q := queue(t, open(t, nw.ConnectionString), "fp"+uuid.NewString()[:8])
-	count := func(d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		_, err := q.ApproximateCount(ctx)
-		return err
-	}
+	count := counter(queue(t, open(t, nw.ConnectionString), "fp"+uuid.NewString()[:8]))
 	if err := count(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -97,5 +114,118 @@ func TestNet(t *testing.T) {
 	nw.Restore(t)
 	if err := count(5 * time.Second); err != nil {
 		t.Fatalf("after BlackHole and Restore: %v", err)
+	}
+}
+
+// TestHTTPBusy: Busy answers 503 ServerBusy without forwarding (nothing
+// lands; the driver sees the service's own error code), BusyAfter after the
+// service applied the request (it landed); rules match by service and by
+// function; Busy503 counts the answers.
+func TestHTTPBusy(t *testing.T) {
+	t.Parallel()
+	px, through, direct := behindHTTP(t, 0)
+	ctx := context.Background()
+
+	// A table rule does not touch queue requests.
+	px.Add(faultproxy.Match{Service: faultproxy.Table, Method: "POST"}, faultproxy.Busy, -1)
+	b := px.Add(faultproxy.Match{Service: faultproxy.Queue, Func: func(r *http.Request, body []byte) bool {
+		return r.Method == http.MethodPost && strings.Contains(string(body), "busy")
+	}}, faultproxy.Busy, 3)
+	if _, err := through.Enqueue(ctx, "busy", 0, 0); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("enqueue answered 503 on every try: %v, want storage.ErrUnavailable", err)
+	}
+	if n, _ := direct.ApproximateCount(ctx); n != 0 || b.Hits() != 3 || px.Busy503() != 3 {
+		t.Fatalf("busy: %d messages landed, rule hit %d times, %d 503s; want 0, 3 tries, 3", n, b.Hits(), px.Busy503())
+	}
+	if _, err := through.Enqueue(ctx, "other", 0, 0); err != nil {
+		t.Fatalf("a request no rule matches: %v", err)
+	}
+	a := px.Add(faultproxy.Match{Service: faultproxy.Queue, Method: "POST", Path: "/messages"}, faultproxy.BusyAfter, 1)
+	if _, err := through.Enqueue(ctx, "twice", 0, 0); err != nil {
+		t.Fatalf("enqueue whose first answer was 503 after landing: %v (the retry should succeed)", err)
+	}
+	if n, _ := direct.ApproximateCount(ctx); n != 3 || a.Hits() != 1 || len(a.Answers()) != 1 || a.Answers()[0] != 201 || px.Busy503() != 4 {
+		t.Fatalf("busy after: %d messages (want 3: other, and twice twice), hits %d, hidden answers %v, %d 503s", n, a.Hits(), a.Answers(), px.Busy503())
+	}
+}
+
+// TestHTTPBurst: SetBurst answers 503 to the chosen shares of requests,
+// before or after applying them, and SetBurst(0, 0) ends it.
+func TestHTTPBurst(t *testing.T) {
+	t.Parallel()
+	px, through, direct := behindHTTP(t, 42)
+	ctx := context.Background()
+	count := func() int {
+		n, err := direct.ApproximateCount(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	px.SetBurst(1, 0)
+	if _, err := through.Enqueue(ctx, "refused", 0, 0); err == nil || count() != 0 {
+		t.Fatalf("burst before: %v, %d messages; want an error and none", err, count())
+	}
+	px.SetBurst(0, 1)
+	if _, err := through.Enqueue(ctx, "applied", 0, 0); err == nil || count() != 3 {
+		t.Fatalf("burst after: %v, %d messages; want an error and every try landed (3)", err, count())
+	}
+	px.SetBurst(0, 0)
+	if _, err := through.Enqueue(ctx, "ok", 0, 0); err != nil || count() != 4 || px.Busy503() != 6 {
+		t.Fatalf("after the burst: %v, %d messages, %d 503s", err, count(), px.Busy503())
+	}
+}
+
+// TestNetOverlap: faults of a Net overlap the way the reliability suite
+// schedules them: a service stopped twice opens again only when both are
+// undone, dropping connections does not reopen a refused service, Heal
+// undoes everything, and a toxic applies until removed.
+func TestNetOverlap(t *testing.T) {
+	t.Parallel()
+	nw := faultproxy.NewNet(t, azurite.ConnectionString(t))
+	count := counter(queue(t, open(t, nw.ConnectionString), "fp"+uuid.NewString()[:8]))
+	refused := func(what string) {
+		t.Helper()
+		if err := count(5 * time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: %v, want connections refused", what, err)
+		}
+	}
+	nw.Stop(faultproxy.Queue)
+	nw.Stop(faultproxy.Queue, faultproxy.Table)
+	refused("stopped twice")
+	if err := nw.Start(faultproxy.Queue); err != nil {
+		t.Fatal(err)
+	}
+	refused("one of two stops undone")
+	if err := nw.DropConnections(faultproxy.Queue); err != nil {
+		t.Fatal(err)
+	}
+	refused("connections dropped while stopped")
+	if err := nw.Start(faultproxy.Queue, faultproxy.Table); err != nil {
+		t.Fatal(err)
+	}
+	if err := count(5 * time.Second); err != nil {
+		t.Fatalf("both stops undone: %v", err)
+	}
+	rm, err := nw.AddToxic([]string{faultproxy.Queue}, faultproxy.Toxic{Type: "timeout", Stream: "upstream", Attrs: map[string]any{"timeout": 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := count(500 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timeout toxic: %v, want the deadline to pass", err)
+	}
+	rm()
+	if err := count(5 * time.Second); err != nil {
+		t.Fatalf("toxic removed: %v", err)
+	}
+	nw.Stop(faultproxy.Queue)
+	if _, err := nw.AddToxic([]string{faultproxy.Queue}, faultproxy.Toxic{Type: "latency", Stream: "downstream", Attrs: map[string]any{"latency": 10000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := count(5 * time.Second); err != nil {
+		t.Fatalf("after Heal: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -12,11 +13,13 @@ import (
 
 // Enqueuer is the one enqueue path: every queue message of a stored
 // command — its issue, a re-issue, a background retry, a requeue and a
-// reconcile — is put on the command's queue by Enqueuer.Enqueue (or, for an
-// issue on a store that commits both in one write, by Create), which wakes
+// reconcile — is put on the command's queue by the Enqueuer (Enqueue,
+// Recover, Requeue, Reconcile; for an issue on a store that commits both in
+// one write, Create), sent with no transport retries, which wakes
 // an in-process processor through the wake function as soon as the message
-// is on its queue. EnqueueOrMark marks a command whose enqueue failed for
-// the reconciler. Safe for concurrent use.
+// is on its queue. Recover is the recovery enqueue of a command that may
+// have a message already (see docs/lifecycle.md, "Duplicate messages").
+// Safe for concurrent use.
 type Enqueuer struct {
 	st    storage.Store
 	names Names
@@ -65,7 +68,7 @@ func (e *Enqueuer) sent(queue string) {
 // and the enqueue together (storage.Combiner: the embedded store) it writes
 // both in one durable write, leaves no gap for the reconciler to close and
 // reports enqueued; otherwise only the command is stored and the caller
-// enqueues it (EnqueueOrMark). Errors are Store.Create's.
+// enqueues it (Enqueue). Errors are Store.Create's.
 func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, err error) {
 	cb, ok := e.st.(storage.Combiner)
 	if !ok {
@@ -134,11 +137,22 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 }
 
 // Enqueue puts the message of the stored command id on its logical queue
-// and wakes an in-process processor.
+// and wakes an in-process processor. The message is sent once, with no
+// transport retries (storage.WithCallBudget with 0 retries; a per-try
+// timeout in ctx is kept): a try whose answer was lost after the message
+// landed is a failed enqueue, which the caller recovers from (a marker, a
+// background retry, the reconciler: each a recovery enqueue, see Recover),
+// never a silent second message.
 func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
+	return e.enqueue(ctx, id, cmdType, queue, 0)
+}
+
+// enqueue is Enqueue with the message visible after delay.
+func (e *Enqueuer) enqueue(ctx context.Context, id, cmdType, queue string, delay time.Duration) error {
 	q, err := e.Queue(ctx, queue)
 	if err == nil {
-		_, err = q.Enqueue(ctx, Envelope{ID: id, Type: cmdType}.Marshal(), 0, storage.NoExpiry)
+		b, _ := storage.CallBudgetFrom(ctx)
+		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), Envelope{ID: id, Type: cmdType}.Marshal(), delay, storage.NoExpiry)
 	}
 	if err != nil {
 		return err
@@ -147,17 +161,44 @@ func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error
 	return nil
 }
 
-// EnqueueOrMark is Enqueue; if that fails it marks the command unqueued for
-// the reconciler. It returns nil once enqueued; otherwise the enqueue error
-// (joined with the marker's) and whether the marker was written.
-func (e *Enqueuer) EnqueueOrMark(ctx context.Context, id, cmdType, queue string) (marked bool, err error) {
-	if err = e.Enqueue(ctx, id, cmdType, queue); err == nil {
-		return false, nil
+// Recover is a recovery enqueue of the stored command rec, which is
+// pending and has never started: a message may exist for it after all (an
+// enqueue whose answer was lost, another recovery). It appends a requeued
+// event by `by` (conditional on rec's ETag; on a conflict, someone else
+// wrote the command: one that started is left alone, nothing done, no
+// error; one still pending — another recovery's requeued — is requeued
+// once more with again, or left alone without), then enqueues its message
+// with a visibility delay of Store.RecoveryDelay (at least the type's
+// lease) and no transport retries. The requeued event makes the processor
+// claim the command with its started event before running it (a
+// conditional write), so that of two messages only one runs it; the delay
+// lets a first message that is being handled write its started first, so
+// that the second is deleted unrun. See docs/lifecycle.md, "Duplicate
+// messages". requeued reports the requeued event written, enqueued the
+// message sent. Cost: 1 batch + 1 enqueue (+ 1 point read on a conflict).
+func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, again bool) (requeued, enqueued bool, err error) {
+	s := e.rec
+	for try := 0; ; try++ {
+		err = s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: by, Note: note})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, storage.ErrConflict) || try > 0 {
+			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
+		}
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil {
+			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
+		}
+		if cur := ce.Current; cur.Status.State != status.StatePending || cur.Attempts != 0 || !again {
+			return false, false, nil // started (or finished) meanwhile: it has a message; or another recovery's
+		}
+		rec = ce.Current
 	}
-	if merr := e.rec.MarkUnqueued(ctx, id, queue); merr != nil {
-		return false, errors.Join(err, merr)
+	if err := e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
+		return true, false, err
 	}
-	return true, err
+	return true, true, nil
 }
 
 // Depth returns the approximate number of messages on a logical queue,
@@ -186,19 +227,34 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // its poison entry is removed, and the error says so. If the marker cannot
 // be written either, the entry stays and the error says to requeue again: a
 // Requeue of a command that is pending and never started since (with its
-// entry) enqueues it without another requeued event.
+// entry) enqueues it without another requeued event, its message delayed by
+// Store.RecoveryDelay (the first enqueue may have landed after all; see
+// docs/lifecycle.md, "Duplicate messages").
 func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	s := e.rec
 	rec, err := s.loadPoisoned(ctx, id, true)
 	if err != nil {
 		return err
 	}
+	var delay time.Duration
 	if rec.Status.State == status.StatePoisoned {
 		if err := s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
 			return err
 		}
+	} else {
+		// Requeued before, and its enqueue may have landed after all: a
+		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
+		delay = s.RecoveryDelay(rec.Type)
 	}
-	marked, err := e.EnqueueOrMark(ctx, rec.ID, rec.Type, rec.Queue)
+	err = e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, delay)
+	marked := false
+	if err != nil {
+		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+			err = errors.Join(err, merr)
+		} else {
+			marked = true
+		}
+	}
 	switch {
 	case err == nil:
 		return s.deletePoison(ctx, id)

@@ -64,6 +64,8 @@ func decodeEvent(e storage.Entity) status.Event {
 		Error:   str(e, "Error"),
 		Reason:  str(e, "Reason"),
 		Detail:  str(e, "Detail"),
+		// MessageID names the message that owns the command (started).
+		MessageID: str(e, "MessageID"),
 	}
 	if operatorEvent(ev.Kind) {
 		ev.By, ev.Worker = ev.Worker, ""

@@ -13,9 +13,13 @@ import (
 // markerClaimedAt is the marker property a reconciler sets to claim it.
 const markerClaimedAt = "ClaimedAt"
 
-// ReconcilerBy is the By recorded on the requeued events the pending scan
-// writes.
+// ReconcilerBy is the By recorded on the requeued events of the
+// reconciler's recovery enqueues (markers and the pending scan).
 const ReconcilerBy = "reconciler"
+
+// IssuerBy is the By recorded on the requeued events of the Issuer's
+// recovery enqueues (re-issues of a pending command, background retries).
+const IssuerBy = "issuer"
 
 // ReconcileOptions configures Reconcile. The graces have no defaults here:
 // the processor passes its Config's (processor.DefaultReconcileGrace and
@@ -59,13 +63,16 @@ type ReconcileReport struct {
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
 // a marker in partition "~unqueued" (cost: 1 query when there is none; per
-// marker 1 point read + 1 claim (a conditional update) + 1 enqueue + 1
-// delete; a marker of a command that is no longer pending costs 1 point read
-// + 1 delete) and, with ScanPending, those still pending after PendingGrace
-// (per command found: 1 point read + 1 batch with a requeued event + 1
-// enqueue). Duplicate messages are harmless: the processor deletes a message
-// whose command is already final. Several processors may reconcile at once:
-// a marker is claimed by a conditional update (its ETag), a pending command
+// marker 1 point read + 1 claim (a conditional update) + 1 batch with a
+// requeued event + 1 enqueue + 1 delete; a marker of a command that is no
+// longer pending costs 1 point read + 1 delete) and, with ScanPending,
+// those still pending after PendingGrace (per command found: 1 point read +
+// 1 batch with a requeued event + 1 enqueue). Each is a recovery: its
+// message is delayed by Store.RecoveryDelay (at least the type's lease)
+// and its command is claimed by its
+// first delivery, so a message that existed after all does not run the
+// handler a second time (docs/lifecycle.md, "Duplicate messages").
+// Several processors may reconcile at once: a marker is claimed by a conditional update (its ETag), a pending command
 // by the conditional requeued batch, so only one of them enqueues. A marker
 // is removed only once its message is on the queue: a failed enqueue is
 // retried by a later pass once the claim is MarkerGrace old.
@@ -78,13 +85,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 	markerGrace, pendingGrace := max(opts.MarkerGrace, 0), max(opts.PendingGrace, 0)
 	s := e.rec
 	tbl := s.CommandsTable()
-	enqueue := func(rec *Record) error {
-		if _, err := e.EnqueueOrMark(ctx, rec.ID, rec.Type, rec.Queue); err != nil {
-			return fmt.Errorf("cmdq: reconcile: enqueue %s: %w", rec.ID, err)
-		}
-		rep.Enqueued++
-		return nil
-	}
+	enqueued := func() { rep.Enqueued++ }
 
 	var errs []error
 	seen := map[string]bool{}
@@ -134,11 +135,16 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				}
 				continue
 			}
-			if err := e.Enqueue(ctx, rec.ID, rec.Type, rec.Queue); err != nil {
+			// A recovery: the command's first enqueue may have landed
+			// after all (its answer lost), so it may have a message.
+			_, ok, err := e.Recover(ctx, rec, ReconcilerBy, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", false)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
 				continue
 			}
-			rep.Enqueued++
+			if ok {
+				enqueued()
+			}
 			if err := tbl.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s after enqueueing: %w", id, err))
 			}
@@ -157,17 +163,17 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: scan pending commands: %w", err))
 				break
 			}
-			for _, e := range page.Entities {
-				if e.RowKey != RowCommand {
+			for _, row := range page.Entities {
+				if row.RowKey != RowCommand {
 					continue
 				}
 				rep.Scanned++
-				st, _ := e.Properties["Status"].(string)
-				upd, _ := e.Properties["UpdatedAt"].(time.Time)
-				if status.State(st) != status.StatePending || now().Sub(upd) < pendingGrace || seen[e.PartitionKey] {
+				st, _ := row.Properties["Status"].(string)
+				upd, _ := row.Properties["UpdatedAt"].(time.Time)
+				if status.State(st) != status.StatePending || now().Sub(upd) < pendingGrace || seen[row.PartitionKey] {
 					continue
 				}
-				rec, err := s.Load(ctx, e.PartitionKey)
+				rec, err := s.Load(ctx, row.PartitionKey)
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -175,18 +181,21 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				if rec.Status.State != status.StatePending {
 					continue
 				}
-				// The conditional batch claims the command (and moves UpdatedAt,
-				// so the next scan waits another grace period).
-				err = s.Append(ctx, rec, status.Event{Kind: status.EventRequeued, By: ReconcilerBy,
-					Note: "still pending after " + pendingGrace.String() + ": re-enqueued by the reconciler"})
-				if err != nil {
-					if !errors.Is(err, storage.ErrConflict) {
-						errs = append(errs, err)
+				// The conditional requeued batch claims the command (and moves
+				// UpdatedAt, so the next scan waits another grace period); a
+				// failed enqueue marks it.
+				requeued, ok, err := e.Recover(ctx, rec, ReconcilerBy, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", false)
+				switch {
+				case err != nil && requeued:
+					// Requeued, not enqueued: mark it for the marker query.
+					if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+						err = errors.Join(err, merr)
 					}
-					continue
-				}
-				if err := enqueue(rec); err != nil {
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s: %w", rec.ID, err))
+				case err != nil:
 					errs = append(errs, err)
+				case ok:
+					enqueued()
 				}
 			}
 			if page.Continuation == "" {

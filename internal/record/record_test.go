@@ -661,8 +661,15 @@ func TestCommandRowLayout(t *testing.T) {
 			row.Properties["ParamsHash"] != record.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
 		}
-		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2"},
-			status.Event{Kind: status.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 2, Worker: "w2", MessageID: "msg-2"}); err != nil {
+			t.Fatal(err)
+		}
+		// The started event names its queue message, which owns the
+		// command (a:cmd Owner) until its outcome.
+		if m = rows(); m[record.RowCommand].Properties["Owner"] != "msg-2" || m[record.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
+			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[record.RowCommand].Properties["Owner"], m[record.EventRowKey(4)].Properties["MessageID"], rec.Owner)
+		}
+		if err := s.Append(ctx, rec, status.Event{Kind: status.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
 		}
 		m = rows()
@@ -678,7 +685,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.State != status.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 {
+			back.Status.State != status.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 || back.Owner != "msg-2" {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)

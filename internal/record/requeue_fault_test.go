@@ -67,14 +67,19 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msgs, err := q.Peek(ctx, 32); err != nil || len(msgs) != 1 || msgs[0].Text != (record.Envelope{ID: id, Type: "demo.Requeue"}).Marshal() {
-		t.Fatalf("queue after the second requeue: %+v %v", msgs, err)
+	// The first requeue's enqueue may have landed after all: the second
+	// one's message is delayed by the recovery delay (see
+	// docs/lifecycle.md, "Duplicate messages").
+	msgs, err := q.Peek(ctx, 32)
+	n, cerr := q.ApproximateCount(ctx)
+	if err != nil || cerr != nil || len(msgs) != 0 || n != 1 {
+		t.Fatalf("queue after the second requeue: %d messages, visible %+v (%v %v); want one, delayed", n, msgs, err, cerr)
 	}
 	if _, err := r.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
 		t.Fatalf("entry after the second requeue: %v", err)
 	}
 	evs, _ := r.Events(ctx, id)
-	n := 0
+	n = 0
 	for _, e := range evs {
 		if e.Kind == status.EventRequeued {
 			n++

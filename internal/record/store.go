@@ -30,6 +30,28 @@ func Settle(settled int, e status.Event) int {
 	return settled
 }
 
+// ErrFinal: Append or Poison refused to write an attempt's event (started,
+// step_completed, failed, completed, poisoned, lease_lost) to a command
+// whose loaded projection is final (completed, poisoned, discarded): the
+// attempt is over and must write nothing more. Two events stay allowed: an
+// operator's requeued or discarded on a poisoned command, and the
+// lease_lost of the attempt that completed the command (its lease ended
+// before its message was deleted).
+var ErrFinal = errors.New("cmdq: command is final")
+
+// Own folds one event into owner, the queue message that owns the command
+// (Record.Owner): a started event's MessageID; none after created and
+// requeued.
+func Own(owner string, e status.Event) string {
+	switch e.Kind {
+	case status.EventCreated, status.EventRequeued:
+		return ""
+	case status.EventStarted:
+		return e.MessageID
+	}
+	return owner
+}
+
 // Row keys and partitions of the data layout (contract: operators read them).
 const (
 	// RowCommand is the command's row: the immutable command (type, params,
@@ -103,7 +125,20 @@ type Record struct {
 	// issue batch or an Append): Append recognises its own write by it when
 	// a transport retry meets the write's own effect.
 	WriteID string
+	// Owner is the ID of the queue message whose delivery started the
+	// command's current attempt (the last started event's MessageID; ""
+	// when pending, or when that event carried none). That message is
+	// deleted only once the command is final, so a delivery of another
+	// message for a started command is a duplicate (see Own).
+	Owner string
 }
+
+// DefaultRecoveryDelay is the visibility delay of a recovery enqueue (a
+// message sent for a command that may have one already: a re-issue, a
+// retried or reconciled enqueue, a repeated requeue) when the sender does
+// not know the command type's lease: 30 s, the default lease. See
+// docs/lifecycle.md, "Duplicate messages".
+const DefaultRecoveryDelay = 30 * time.Second
 
 // Options configures a Store or Reader. The zero value works.
 type Options struct {
@@ -119,6 +154,11 @@ type Options struct {
 	// watchers with it); it runs on the writer's goroutine and must not
 	// block. Default nil.
 	Changed func(st status.Status, events []status.Event)
+	// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+	// command type (Enqueuer's re-issues, retries, reconciles and repeated
+	// requeues): at least the type's lease and the processors'
+	// StartedWriteDelay. nil, or a result <= 0: DefaultRecoveryDelay.
+	RecoveryDelay func(cmdType string) time.Duration
 }
 
 // Store writes command records: Create (issue), Load, Append (lifecycle
@@ -127,6 +167,7 @@ type Store struct {
 	commands, poison storage.Table
 	now              func() time.Time
 	changed          func(status.Status, []status.Event)
+	recovery         func(cmdType string) time.Duration
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -136,7 +177,19 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{commands: commands, poison: poison, now: now, changed: opts.Changed}
+	return &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay}
+}
+
+// RecoveryDelay returns the visibility delay of a recovery enqueue of
+// cmdType: Options.RecoveryDelay's, or DefaultRecoveryDelay when it is nil
+// or gives 0 or less.
+func (s *Store) RecoveryDelay(cmdType string) time.Duration {
+	if s.recovery != nil {
+		if d := s.recovery(cmdType); d > 0 {
+			return d
+		}
+	}
+	return DefaultRecoveryDelay
 }
 
 // Open opens (creating if needed) the tables named by names on st and returns
@@ -300,7 +353,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	ev := status.Event{Seq: 1, Kind: status.EventCreated, Time: issued}
 	status.Apply(&st, ev)
 	wid := newWriteID()
-	maps.Copy(cmd.Properties, projectionProps(&st, 0, 1, wid))
+	maps.Copy(cmd.Properties, projectionProps(&st, 0, "", 1, wid))
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("cmdq: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -324,10 +377,11 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *status.Status, settled int, seq int64, writeID string) map[string]any {
+func projectionProps(st *status.Status, settled int, owner string, seq int64, writeID string) map[string]any {
 	return map[string]any{
 		"WriteID":   writeID,
 		"Settled":   int32(settled),
+		"Owner":     owner,
 		"Status":    string(st.State),
 		"Attempts":  int32(st.Attempts),
 		"Step":      int32(st.Step),
@@ -343,8 +397,8 @@ func projectionProps(st *status.Status, settled int, seq int64, writeID string) 
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *status.Status, settled int, seq int64, writeID string) storage.Entity {
-	props := projectionProps(st, settled, seq, writeID)
+func projectionUpdate(rec *Record, st *status.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
+	props := projectionProps(st, settled, owner, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
@@ -390,6 +444,9 @@ func eventEntity(id string, e status.Event, writeID string) storage.Entity {
 		"Error":   truncate(e.Error, MaxTextUnits),
 		"Reason":  truncate(e.Reason, MaxTextUnits),
 		"Detail":  truncate(e.Detail, MaxDetailUnits),
+		// A queue message ID is at most a few hundred characters (Azure:
+		// a GUID; the embedded store: a UUID).
+		"MessageID": truncate(e.MessageID, MaxTextUnits),
 	}}
 }
 
@@ -536,6 +593,7 @@ func decodeRecord(e storage.Entity) *Record {
 		ETag:       e.ETag,
 		EventSeq:   intProp(e, "EventSeq"),
 		Settled:    settledProp(e),
+		Owner:      str(e, "Owner"),
 		WriteID:    str(e, "WriteID"),
 	}
 }
@@ -558,7 +616,9 @@ func settledProp(e storage.Entity) int {
 // and, if their Time is zero, the current time. On success rec is updated in
 // place (status, ETag, EventSeq); on failure it is unchanged. If the command
 // was written since rec was loaded, the error wraps storage.ErrConflict (a
-// *ConflictError whose Current is the command now): decide from that.
+// *ConflictError whose Current is the command now): decide from that. An
+// attempt's event on a command whose loaded projection is final is refused
+// with an error wrapping ErrFinal, and nothing is written.
 //
 // Append is idempotent for its own write: each carries a write ID (stored in
 // the command row and its events). When the batch fails with a conflict (the
@@ -618,6 +678,7 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 type appendResult struct {
 	st      status.Status
 	settled int
+	owner   string
 	seq     int64
 	wid     string
 	events  []status.Event // as written: numbered and timed
@@ -633,17 +694,22 @@ func (s *Store) appendOps(rec *Record, events []status.Event) ([]storage.BatchOp
 	if len(events) == 0 || len(events) > MaxEventsPerAppend {
 		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
 	}
+	for _, e := range events {
+		if !e.Kind.Valid() {
+			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+		}
+	}
+	if err := checkFinal(rec, events); err != nil {
+		return nil, appendResult{}, err
+	}
 	wid := newWriteID()
 	st := rec.Status
-	settled := rec.Settled
+	settled, owner := rec.Settled, rec.Owner
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	written := make([]status.Event, 0, len(events))
 	now := s.nowUTC()
 	for _, e := range events {
-		if !e.Kind.Valid() {
-			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
-		}
 		seq++
 		e.Seq = seq
 		if e.Time.IsZero() {
@@ -657,13 +723,42 @@ func (s *Store) appendOps(rec *Record, events []status.Event) ([]storage.BatchOp
 		}
 		status.Apply(&st, e)
 		settled = Settle(settled, e)
+		owner = Own(owner, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
 		written = append(written, e)
 	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, appendResult{st, settled, seq, wid, written}, nil
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, owner, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	return ops, appendResult{st, settled, owner, seq, wid, written}, nil
+}
+
+// checkFinal refuses events that would be written on top of a final
+// command (see ErrFinal). Each event is checked against the projection as
+// the events before it in the same append leave it.
+func checkFinal(rec *Record, events []status.Event) error {
+	st := rec.Status
+	for _, e := range events {
+		if st.State.Final() && !allowedOnFinal(&st, e) {
+			return fmt.Errorf("%w: command %s is %s; a %s event (attempt %d, worker %q) is not written on top of it: the attempt that wants to write it is over (a processor deletes its message; an operator reloads the command)",
+				ErrFinal, rec.ID, st.State, e.Kind, e.Attempt, e.Worker)
+		}
+		status.Apply(&st, e)
+	}
+	return nil
+}
+
+// allowedOnFinal reports whether e may follow the final projection st: an
+// operator's requeued or discarded on a poisoned command, or the lease_lost
+// of the attempt that completed it (written by its own worker).
+func allowedOnFinal(st *status.Status, e status.Event) bool {
+	switch e.Kind {
+	case status.EventRequeued, status.EventDiscarded:
+		return st.State == status.StatePoisoned
+	case status.EventLeaseLost:
+		return st.State == status.StateCompleted && e.Attempt == st.Attempts && e.Worker == st.Worker
+	}
+	return false
 }
 
 // appended finishes an append (res): on success it updates rec in
@@ -673,6 +768,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 	if err == nil {
 		rec.Status = res.st
 		rec.Settled = res.settled
+		rec.Owner = res.owner
 		rec.EventSeq = res.seq
 		rec.ETag = etags[len(etags)-1]
 		rec.WriteID = wid
@@ -761,7 +857,8 @@ func decodePoison(e storage.Entity) status.PoisonEntry {
 // clock. If the batch fails, the entry is removed again unless the command
 // was poisoned by someone else meanwhile. Cost: 1 upsert + 1 batch.
 //
-// The entry is written first so that a poisoned command is never missing
+// A record whose projection is final is refused (ErrFinal) before anything
+// is written. The entry is written first so that a poisoned command is never missing
 // from the poison table (operators find it); a leftover entry of a command
 // that is not poisoned is cleaned up by Requeue or Discard.
 func (s *Store) Poison(ctx context.Context, rec *Record, entry status.PoisonEntry, events ...status.Event) error {
@@ -779,6 +876,9 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry status.PoisonEntr
 		entry.PoisonedAt = s.nowUTC()
 	}
 	entry.PoisonedAt = ms(entry.PoisonedAt)
+	if err := checkFinal(rec, append(append([]status.Event(nil), events...), status.Event{Kind: status.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
+		return err // before the entry is written: a final command gets none
+	}
 	if entry.LastError == "" {
 		for _, e := range events {
 			if e.Error != "" {

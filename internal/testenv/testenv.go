@@ -187,3 +187,18 @@ func (c *Counting) Messages(t testing.TB, queue string) []storage.Message {
 	}
 	return msgs
 }
+
+// Queued returns how many messages queue holds, visible or not (those
+// enqueued with a visibility delay included), read past the counter.
+func (c *Counting) Queued(t testing.TB, queue string) int {
+	t.Helper()
+	q, err := c.Store.Queue(context.Background(), queue)
+	if err != nil {
+		t.Fatalf("open queue %s: %v", queue, err)
+	}
+	n, err := q.ApproximateCount(context.Background())
+	if err != nil {
+		t.Fatalf("count %s: %v", queue, err)
+	}
+	return n
+}
