@@ -103,7 +103,10 @@ func (p *Processor) done(qr *queueRunner) {
 
 // poll is one queue's poller: it dequeues as many messages as the processor
 // can start (see reserve), backs off while the queue is empty and dispatches
-// each message.
+// each message. It dequeues again at once after a full batch, or when a
+// wake-up (Notify) came while the last dequeue was out; wake-ups are
+// coalesced (qr.wake holds one), so a stream of them costs at most one
+// dequeue each, fewer when they arrive during a dequeue.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
 	for {
