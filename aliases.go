@@ -90,6 +90,9 @@ const (
 var (
 	// ErrNotFound: no command (or poison entry) with that ID.
 	ErrNotFound = status.ErrNotFound
+	// ErrExpired: the command was removed after its retention (returned
+	// together with ErrNotFound; the HTTP API answers 410 Gone).
+	ErrExpired = status.ErrExpired
 	// ErrNotPoisoned: Requeue or Discard of a command that is not poisoned.
 	ErrNotPoisoned = status.ErrNotPoisoned
 	// ErrNoCommand: Requeue of a poison entry without a stored command.

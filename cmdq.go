@@ -224,7 +224,8 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push}, c.wake)
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push,
+		Retention: record.RetentionPolicy{Completed: c.cfg.Processor.Retention.Completed, Discarded: c.cfg.Processor.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 // schedule; the first work after a marker query wakes the reconciler so
 // that it waits ReconcileActiveInterval instead of ReconcileInterval.
 func (p *Processor) markActive() {
+	p.retain.work.Store(true)
 	if !p.active.Load() && p.active.CompareAndSwap(false, true) {
 		p.kickReconciler()
 	}
@@ -72,6 +73,9 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 				p.fault(s.take, "reconcile", "", "", err)
 			}
 			return
+		}
+		if scan {
+			p.sweep(s.take) // retention (sweep.go): daily, with the pending scan
 		}
 		p.ok()
 		if rep.Enqueued > 0 || rep.Markers > 0 {

@@ -149,15 +149,22 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 		q.Continuation = page.Continuation
 	}
 
-	if opts.ScanPending {
+	var days []string // day tables registered in the base table
+	scan := func(tbl storage.Table) {
 		q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
 		for {
 			page, err := tbl.Query(ctx, q)
+			if errors.Is(err, storage.ErrNotFound) && tbl != s.CommandsTable() {
+				break // a day table dropped meanwhile
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: scan pending commands: %w", err))
 				break
 			}
 			for _, e := range page.Entities {
+				if d := dayTableOf(e); d != "" {
+					days = append(days, d)
+				}
 				if e.RowKey != RowCommand {
 					continue
 				}
@@ -193,6 +200,16 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				break
 			}
 			q.Continuation = page.Continuation
+		}
+	}
+	if opts.ScanPending {
+		// The base table, then the day tables registered in it: the scan
+		// is bounded by the retained window, not by all history.
+		scan(tbl)
+		for _, d := range days {
+			if dt := s.openDay(ctx, d, &errs); dt != nil {
+				scan(dt)
+			}
 		}
 	}
 	return rep, errors.Join(errs...)
