@@ -418,6 +418,7 @@ func (s *Store) move(ctx context.Context, tb storage.Table, cmd storage.Entity, 
 		}
 		switch {
 		case str(old, "WriteID") == str(*cur, "WriteID"):
+			err = nil // the same version: copied already
 		case intProp(old, "EventSeq") > intProp(*cur, "EventSeq"):
 			return nil // moved and written since: the original is gone
 		default:
