@@ -190,6 +190,13 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 	cfg.FinalCache = cmp.Or(cfg.FinalCache, DefaultFinalCache)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
 	c.hub = newHub(c, cfg.FinalCache)
+	// Cached final statuses are served only while retention cannot have
+	// removed them (the shortest of the global retentions).
+	r := cfg.Processor.Retention
+	c.hub.final.maxAge = min(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	if c.hub.final.maxAge < 0 {
+		c.hub.final.maxAge = max(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	}
 	c.iss = c.newIssuer()
 	return c, nil
 }

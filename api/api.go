@@ -487,6 +487,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
+	case errors.Is(err, commands.ErrIDOutsideWindow):
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
+			commands.IssueWindowPastDays, commands.IssueWindowFutureDays),
+			FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
+		return
 	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
@@ -706,17 +711,15 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // expiredText is the detail of a 410: the record layer's sentence from
-// "command …" on (it names the issue day and the retention), without the
+// "(issued …" on (it names the issue day and the retention), without the
 // wrapped sentinels' texts.
 func expiredText(err error) string {
 	msg := err.Error()
-	if j := strings.Index(msg, " was issued on "); j >= 0 {
-		if i := strings.LastIndex(msg[:j], "command "); i >= 0 {
-			msg = msg[i:]
-		}
+	if i := strings.Index(msg, "(issued "); i >= 0 {
+		msg = "the command " + msg[i:]
 	}
 	if i := strings.LastIndex(msg, " ("); i >= 0 && strings.HasSuffix(msg, ")") {
 		msg = msg[:i]
 	}
-	return msg + "; it cannot be read any more"
+	return msg
 }

@@ -281,6 +281,11 @@ func NewID() string { return uuid.NewString() }
 // retention (docs/lifecycle.md, "Retention").
 func NewDayID(now time.Time) string { return record.NewDayID(now) }
 
+// ErrIDOutsideWindow: an ID that carries a time (a UUIDv7, or a UUIDv8
+// from NewDayID) whose day is outside the issue window (below). The
+// Issuer's error wraps it and ErrInvalidID.
+var ErrIDOutsideWindow = record.ErrOutsideWindow
+
 // Issue window: a command ID that carries a time (a UUIDv7, or a UUIDv8
 // from NewDayID) is accepted by the Issuer only when its day is at most
 // IssueWindowPastDays (2) before today (UTC) and at most

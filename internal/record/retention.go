@@ -114,7 +114,7 @@ func (p RetentionPolicy) describe() string {
 		}
 		return d.String()
 	}
-	return fmt.Sprintf("completed commands are kept %s, discarded ones %s (unless their type sets its own retention), poisoned ones until discarded", f(p.Completed), f(p.Discarded))
+	return fmt.Sprintf("completed %s, discarded %s", f(p.Completed), f(p.Discarded))
 }
 
 // goneErr is the error of a read of command id (which carries a day) that
@@ -126,7 +126,7 @@ func (s *Store) goneErr(id string) error {
 	if !ok || h < 0 || day+h >= DayOf(s.now()) {
 		return notFound(id)
 	}
-	return fmt.Errorf("%w: command %s was issued on %s and removed after its retention (%s) (%w; %w)",
+	return fmt.Errorf("%w: command %s (issued %s) was removed after its retention (%s) (%w; %w)",
 		status.ErrExpired, id, DayTime(day).Format(time.DateOnly), s.retention.describe(), status.ErrNotFound, storage.ErrNotFound)
 }
 

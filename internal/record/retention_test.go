@@ -182,7 +182,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 		}
 		for _, id := range ids {
 			_, err := r.Get(ctx, id)
-			if !errors.Is(err, status.ErrExpired) || !errors.Is(err, status.ErrNotFound) || !strings.Contains(err.Error(), "2026-03-02") || !strings.Contains(err.Error(), "7 days") {
+			if !errors.Is(err, status.ErrExpired) || !errors.Is(err, status.ErrNotFound) || !strings.Contains(err.Error(), "2026-03-02") || !strings.Contains(err.Error(), "completed 7 days") {
 				t.Fatalf("Get of an expired command: %v, want ErrExpired naming the day and the retention", err)
 			}
 			if _, err := r.Events(ctx, id); !errors.Is(err, status.ErrExpired) {
