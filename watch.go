@@ -438,8 +438,8 @@ type finalCache struct {
 	// removed by retention, so it is not served from the cache (0: no
 	// limit).
 	maxAge time.Duration
-	order *list.List // of Status, most recent first
-	byID  map[string]*list.Element
+	order  *list.List // of Status, most recent first
+	byID   map[string]*list.Element
 }
 
 func newFinalCache(size int) *finalCache {
