@@ -11,7 +11,6 @@ import (
 // schedule; the first work after a marker query wakes the reconciler so
 // that it waits ReconcileActiveInterval instead of ReconcileInterval.
 func (p *Processor) markActive() {
-	p.retain.work.Store(true)
 	if !p.active.Load() && p.active.CompareAndSwap(false, true) {
 		p.kickReconciler()
 	}
@@ -74,8 +73,10 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 			}
 			return
 		}
-		if scan {
-			p.sweep(s.take) // retention (sweep.go): daily, with the pending scan
+		if scan && (rep.Scanned > 0 || rep.DayTables > 0) {
+			// Retention (sweep.go): daily, with the pending scan, when it
+			// found anything to sweep (an empty deployment pays nothing).
+			p.sweep(s.take)
 		}
 		p.ok()
 		if rep.Enqueued > 0 || rep.Markers > 0 {

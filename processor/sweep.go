@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/record"
@@ -37,9 +36,6 @@ type RetentionStatus struct {
 type retention struct {
 	mu     sync.Mutex
 	status RetentionStatus
-	swept  bool        // a sweep has run in this process
-	empty  bool        // the last sweep found no day table and no base command
-	work   atomic.Bool // commands were handled since the last sweep
 }
 
 // retentionPolicy returns the record layer's policy: Config.Retention, with
@@ -68,23 +64,13 @@ func (p *Processor) retentionPolicy() record.RetentionPolicy {
 	return pol
 }
 
-// sweep runs the retention sweep (record.Store.Sweep) as part of a pending
-// scan pass. An idle deployment pays for it once per process: after a
-// sweep that found no day table and no command in the base table, the
-// next sweeps are skipped until the processor has handled a command.
+// sweep runs the retention sweep (record.Store.Sweep) after a pending scan
+// that found commands or day tables (an empty deployment's daily pass stays
+// the one query of the scan).
 func (p *Processor) sweep(ctx context.Context) {
 	r := &p.retain
-	r.mu.Lock()
-	skip := r.swept && r.empty && !r.work.Load()
-	r.mu.Unlock()
-	if skip {
-		return
-	}
-	r.work.Store(false)
 	rep, err := p.st.Sweep(ctx, record.SweepOptions{})
 	r.mu.Lock()
-	r.swept = true
-	r.empty = err == nil && rep.Listed == 0 && rep.Scanned == 0
 	st := &r.status
 	st.LastSweep = time.Now()
 	st.Dropped += len(rep.Dropped)

@@ -55,6 +55,9 @@ type ReconcileReport struct {
 	Waiting int
 	// Scanned is the number of projections the pending scan looked at.
 	Scanned int
+	// DayTables is the number of day tables registered in the base table
+	// that the pending scan read.
+	DayTables int
 }
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
@@ -206,6 +209,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 		// The base table, then the day tables registered in it: the scan
 		// is bounded by the retained window, not by all history.
 		scan(tbl)
+		rep.DayTables = len(days)
 		for _, d := range days {
 			if dt := s.openDay(ctx, d, &errs); dt != nil {
 				scan(dt)
