@@ -543,3 +543,27 @@ func TestRetentionCost(t *testing.T) {
 		}
 	})
 }
+
+// TestCreateRecreatesMissingDayTable: a day table deleted under a process
+// that has it open (by hand, or by another process) is created again by the
+// next insert, which is retried once.
+func TestCreateRecreatesMissingDayTable(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := ctxT(t)
+		c := newClock(time.Now())
+		r := openAt(t, env, c)
+		first := issueAt(t, r.Store, c, "demo.Done")
+		table := (record.Names{Prefix: env.Prefix}).TableOf(first)
+		if err := env.Store.DeleteTable(ctx, table); err != nil {
+			t.Fatal(err)
+		}
+		second := issueAt(t, r.Store, c, "demo.Done")
+		if st, err := r.Get(ctx, second); err != nil || st.State != status.StatePending {
+			t.Fatalf("command issued after its day table was deleted: %+v %v", st, err)
+		}
+		if got := dayTables(t, env); !slices.Equal(got, []string{table}) {
+			t.Fatalf("day tables %q, want [%s] again", got, table)
+		}
+	})
+}
