@@ -567,3 +567,59 @@ func TestCreateRecreatesMissingDayTable(t *testing.T) {
 		}
 	})
 }
+
+// TestListCommandsAcrossTables: ListCommands pages through the day tables
+// and the base table; every command is listed once.
+func TestListCommandsAcrossTables(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := ctxT(t)
+		c := newClock(day0)
+		r := openAt(t, env, c)
+		want := map[string]bool{}
+		for i := 0; i < 3; i++ {
+			want[issueAt(t, r.Store, c, "demo.A")] = true
+		}
+		c.add(day)
+		for i := 0; i < 2; i++ {
+			want[issueAt(t, r.Store, c, "demo.A")] = true
+		}
+		for i := 0; i < 2; i++ {
+			id := uuid.NewString()
+			if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.A", Queue: commands.DefaultQueue}); err != nil {
+				t.Fatal(err)
+			}
+			want[id] = true
+		}
+		got := map[string]int{}
+		q := status.CommandQuery{Limit: 2}
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatalf("more than 10 pages of 2 for %d commands", len(want))
+			}
+			page, err := r.ListCommands(ctx, q)
+			if err != nil {
+				t.Fatalf("ListCommands %+v: %v", q, err)
+			}
+			for _, st := range page.Commands {
+				got[st.ID]++
+			}
+			if page.Continuation == "" {
+				break
+			}
+			q.Continuation = page.Continuation
+		}
+		for id := range want {
+			if got[id] != 1 {
+				t.Fatalf("command %s listed %d times (all: %v)", id, got[id], got)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("listed %d commands, want %d", len(got), len(want))
+		}
+		all, err := r.ListCommands(ctx, status.CommandQuery{Newest: true, Limit: 100})
+		if err != nil || len(all.Commands) != len(want) {
+			t.Fatalf("newest first: %d commands %v, want %d", len(all.Commands), err, len(want))
+		}
+	})
+}
