@@ -91,6 +91,19 @@ func TestProcessorSweeps(t *testing.T) {
 		if st, err := e.reader.Get(ctx, stuck); err != nil || st.State != status.StateRunning {
 			t.Fatalf("command in the pinned table: %+v %v", st, err)
 		}
+		// A late duplicate message of the expired command is deleted
+		// without running and without a poison entry.
+		before := p.Stats().Processed
+		if err := e.reader.Enqueue(ctx, done, "test.ok", "commands"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "the expired command's message handled", func() bool { return p.Stats().Processed > before })
+		if _, err := e.reader.GetPoison(ctx, done); !errors.Is(err, status.ErrNotFound) {
+			t.Fatalf("poison entry for the expired command's message: %v, want none", err)
+		}
+		if s := p.Stats(); s.Completed != 0 || s.Poisoned != 0 {
+			t.Fatalf("stats %+v: the expired command's message ran or was poisoned", s)
+		}
 	})
 }
 
