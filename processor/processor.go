@@ -85,6 +85,7 @@ type Processor struct {
 	active      atomic.Bool   // work since the last marker query
 	recoveredAt atomic.Int64  // UnixNano of the last fault → success transition
 	reconKick   chan struct{} // wakes the reconciler to recompute its schedule
+	retain      retention     // the retention sweep's state (sweep.go)
 }
 
 type queueRunner struct {
@@ -214,7 +215,7 @@ func (p *Processor) open(ctx context.Context) error {
 		}
 		qr.q = q
 	}
-	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay})
+	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.poison = poison
 	p.opened = true
