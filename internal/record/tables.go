@@ -24,6 +24,10 @@ type tables struct {
 	base  storage.Table
 	now   func() time.Time
 
+	// creating serialises the first use of a day table, so that issuers
+	// arriving together register and create it once, not once each.
+	creating sync.Mutex
+
 	mu   sync.Mutex
 	open map[string]storage.Table // day tables created or found, by name
 	list []string                 // the last listing (see all)
@@ -81,6 +85,14 @@ func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error)
 	t.mu.Unlock()
 	if ok {
 		return tb, nil
+	}
+	t.creating.Lock()
+	defer t.creating.Unlock()
+	t.mu.Lock()
+	tb, ok = t.open[name]
+	t.mu.Unlock()
+	if ok {
+		return tb, nil // another issuer created it while this one waited
 	}
 	// Registered first: a crash in between leaves a registration of a
 	// table that does not exist (skipped, and removed by the sweep), never
