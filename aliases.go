@@ -1,6 +1,8 @@
 package cmdq
 
 import (
+	"time"
+
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/processor"
@@ -90,6 +92,9 @@ const (
 var (
 	// ErrNotFound: no command (or poison entry) with that ID.
 	ErrNotFound = status.ErrNotFound
+	// ErrExpired: the command was removed after its retention (returned
+	// together with ErrNotFound; the HTTP API answers 410 Gone).
+	ErrExpired = status.ErrExpired
 	// ErrNotPoisoned: Requeue or Discard of a command that is not poisoned.
 	ErrNotPoisoned = status.ErrNotPoisoned
 	// ErrNoCommand: Requeue of a poison entry without a stored command.
@@ -112,5 +117,11 @@ func With(cmd Command, opts ...IssueOption) Command { return commands.With(cmd, 
 // at once instead of retried. Permanent(nil) is nil.
 func Permanent(err error) error { return handlers.Permanent(err) }
 
-// NewID returns a new random command ID (for WithID).
-func NewID() string { return commands.NewID() }
+// NewID returns a new command ID (for WithID) that carries today's date
+// (UTC): random but for the day (commands.NewDayID), so the command is
+// stored in its day's table and removed with it at no cost per command
+// (docs/lifecycle.md, "Retention"). Issue it within
+// commands.IssueWindowPastDays (2) days: an older one is refused. For an
+// ID kept longer before it is issued, use a random UUIDv4
+// (uuid.NewString(): stored in the base table, removed one by one).
+func NewID() string { return commands.NewDayID(time.Now()) }

@@ -444,7 +444,8 @@ func TestDeleteStorage(t *testing.T) {
 			t.Fatalf("queues left %q %v", qs, err)
 		}
 		ts, err := s.st.Tables(ctx, s.prefix)
-		if err != nil || !slices.Equal(ts, []string{s.prefix + "xcommands", s.prefix + "xpoison"}) {
+		dayTable := s.prefix + "xcommands" + time.Now().UTC().Format("20060102") // the other prefix's day table
+		if err != nil || !slices.Equal(ts, []string{s.prefix + "xcommands", dayTable, s.prefix + "xpoison"}) {
 			t.Fatalf("tables left %q %v; want only the other prefix's", ts, err)
 		}
 		if _, err := other.Get(ctx, kept.ID); err != nil {

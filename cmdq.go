@@ -211,6 +211,13 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
 	c.hub = newHub(c, cfg.FinalCache)
+	// Cached final statuses are served only while retention cannot have
+	// removed them (the shortest of the global retentions).
+	r := cfg.Processor.Retention
+	c.hub.final.maxAge = min(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	if c.hub.final.maxAge < 0 {
+		c.hub.final.maxAge = max(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	}
 	c.iss = c.newIssuer()
 	return c, nil
 }
@@ -261,7 +268,8 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay}, c.wake)
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay,
+		Retention: record.RetentionPolicy{Completed: c.cfg.Processor.Retention.Completed, Discarded: c.cfg.Processor.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
 	}

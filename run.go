@@ -263,7 +263,7 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 		return fmt.Errorf("cmdq: delete storage: %w", err)
 	}
 	for _, t := range tables {
-		if t != c.names.CommandsTable() && t != c.names.PoisonTable() {
+		if _, day := c.names.ParseDayTable(t); !day && t != c.names.CommandsTable() && t != c.names.PoisonTable() {
 			continue // another prefix's ("cmdqx…" is not "cmdq"'s)
 		}
 		if err := c.st.DeleteTable(ctx, t); err != nil && !errors.Is(err, storage.ErrNotFound) {

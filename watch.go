@@ -433,9 +433,13 @@ func (w *Watch) Close() {
 // finalCache keeps the statuses of completed and discarded commands, the
 // least recently used dropped first.
 type finalCache struct {
-	size  int
-	order *list.List // of Status, most recent first
-	byID  map[string]*list.Element
+	size int
+	// maxAge: a status last changed longer ago than this may have been
+	// removed by retention, so it is not served from the cache (0: no
+	// limit).
+	maxAge time.Duration
+	order  *list.List // of Status, most recent first
+	byID   map[string]*list.Element
 }
 
 func newFinalCache(size int) *finalCache {
@@ -447,8 +451,14 @@ func (f *finalCache) get(id string) (Status, bool) {
 	if !ok {
 		return Status{}, false
 	}
+	st := el.Value.(Status)
+	if f.maxAge > 0 && time.Since(st.UpdatedAt) > f.maxAge {
+		delete(f.byID, id)
+		f.order.Remove(el)
+		return Status{}, false
+	}
 	f.order.MoveToFront(el)
-	return el.Value.(Status), true
+	return st, true
 }
 
 func (f *finalCache) put(st Status) {

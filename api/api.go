@@ -411,8 +411,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, status.ErrNoCommand):
 		writeProblem(w, r, newProblem(ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
+	case errors.Is(err, status.ErrExpired):
+		writeProblem(w, r, newProblem(ProblemGone, clipText(expiredText(err))))
 	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
-		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here)"))
+		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
 	case errors.Is(err, status.ErrNotPoisoned):
 		writeProblem(w, r, newProblem(ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
@@ -484,6 +486,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
 		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
+		return
+	case errors.Is(err, commands.ErrIDOutsideWindow):
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
+			commands.IssueWindowPastDays, commands.IssueWindowFutureDays),
+			FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
 		return
 	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
@@ -701,4 +708,18 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.healthFor(r, h))
+}
+
+// expiredText is the detail of a 410: the record layer's sentence from
+// "(issued …" on (it names the issue day and the retention), without the
+// wrapped sentinels' texts.
+func expiredText(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "(issued "); i >= 0 {
+		msg = "the command " + msg[i:]
+	}
+	if i := strings.LastIndex(msg, " ("); i >= 0 && strings.HasSuffix(msg, ")") {
+		msg = msg[:i]
+	}
+	return msg
 }

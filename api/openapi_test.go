@@ -115,6 +115,11 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		c.expect(http.StatusBadRequest, http.MethodGet, strings.Replace(p, unknown, "not-a-uuid", 1), "", "", bearer(apitest.OperatorToken)...)
 	}
 
+	// 410: a command removed after its retention.
+	expired := expiredCommand(t, srv)
+	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired, "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired+"/events", "", "", bearer(apitest.ReaderToken)...)
+
 	// Poison: a poisoned command with a step, an error and a stack.
 	rec, err := srv.Log.Store.Load(t.Context(), id)
 	if err != nil {

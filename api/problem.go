@@ -43,6 +43,9 @@ const (
 	ProblemTooManyRequests = problemBase + "too-many-requests"
 	// ProblemNotFound: no such command, poison entry or route (404).
 	ProblemNotFound = problemBase + "not-found"
+	// ProblemGone: the command was removed after its retention (410); the
+	// detail names the retention.
+	ProblemGone = problemBase + "gone"
 	// ProblemMethodNotAllowed: the route exists but not for this method (405);
 	// the Allow header lists the methods it accepts.
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed"
@@ -107,6 +110,7 @@ var problemTitles = map[string]string{
 	ProblemMisdirected:          "Misdirected request",
 	ProblemTooManyRequests:      "Too many requests",
 	ProblemNotFound:             "Not found",
+	ProblemGone:                 "Gone",
 	ProblemMethodNotAllowed:     "Method not allowed",
 	ProblemConflict:             "Conflict",
 	ProblemUnavailable:          "Service unavailable",
@@ -124,6 +128,7 @@ var problemStatus = map[string]int{
 	ProblemMisdirected:          http.StatusMisdirectedRequest,
 	ProblemTooManyRequests:      http.StatusTooManyRequests,
 	ProblemNotFound:             http.StatusNotFound,
+	ProblemGone:                 http.StatusGone,
 	ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	ProblemConflict:             http.StatusConflict,
 	ProblemUnavailable:          http.StatusServiceUnavailable,

@@ -28,8 +28,12 @@ import (
 
 // Sentinel errors a *Error matches with errors.Is, by HTTP status.
 var (
-	// ErrNotFound: 404 — no such command or poison entry.
+	// ErrNotFound: 404 — no such command or poison entry; also matches a
+	// 410 (ErrGone).
 	ErrNotFound = errors.New("cmdq client: not found")
+	// ErrGone: 410 — the command was removed after its retention
+	// (Error.Detail names it).
+	ErrGone = errors.New("cmdq client: gone (removed after its retention)")
 	// ErrConflict: 409 — the ID is used with different params, or the command
 	// is not in a state the operation accepts (e.g. requeue of a command that
 	// is not poisoned).
@@ -93,7 +97,9 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrNotFound:
-		return e.StatusCode == http.StatusNotFound
+		return e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusGone
+	case ErrGone:
+		return e.StatusCode == http.StatusGone
 	case ErrConflict:
 		return e.StatusCode == http.StatusConflict
 	case ErrUnauthorized:

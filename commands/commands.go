@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/internal/record"
 )
 
 // Command is a command's parameters. CommandType names the command type; it
@@ -72,6 +74,49 @@ type CommandOptions struct {
 	// Timeout bounds one attempt: the handler's context ends after it.
 	// Defaults to DefaultTimeoutLeases × Lease.
 	Timeout time.Duration
+	// Retention is how long the type's final commands are kept; its zero
+	// fields take the processor's (processor.Config.Retention, by default
+	// 7 days for completed and 30 days for discarded commands).
+	Retention Retention
+}
+
+// Retention says how long final commands are kept before they are removed
+// (docs/lifecycle.md, "Retention"). Poisoned commands are always kept until
+// an operator requeues or discards them. Removal is done by the processors'
+// daily sweep, so a command may outlive its retention by up to a day or
+// two (the sweep's schedule, the issue window).
+type Retention struct {
+	// Completed is how long a completed command is kept after it
+	// completed. 0 = the default (DefaultCompletedRetention, 7 days);
+	// KeepForever = never removed.
+	Completed time.Duration
+	// Discarded is how long a discarded command is kept after it was
+	// discarded. 0 = the default (DefaultDiscardedRetention, 30 days);
+	// KeepForever = never removed.
+	Discarded time.Duration
+}
+
+// Retention defaults.
+const (
+	// DefaultCompletedRetention is Retention.Completed's default: 7 days.
+	DefaultCompletedRetention = record.DefaultCompletedRetention
+	// DefaultDiscardedRetention is Retention.Discarded's default: 30 days.
+	DefaultDiscardedRetention = record.DefaultDiscardedRetention
+	// KeepForever as a Retention field keeps those commands forever.
+	KeepForever = record.KeepForever
+)
+
+// Validate reports a negative retention other than KeepForever; the error
+// wraps ErrInvalidOptions.
+func (r Retention) Validate() error {
+	var errs []error
+	if r.Completed < 0 && r.Completed != KeepForever {
+		errs = append(errs, fmt.Errorf("%w: Retention.Completed is %v; use a positive duration, 0 for the default or KeepForever", ErrInvalidOptions, r.Completed))
+	}
+	if r.Discarded < 0 && r.Discarded != KeepForever {
+		errs = append(errs, fmt.Errorf("%w: Retention.Discarded is %v; use a positive duration, 0 for the default or KeepForever", ErrInvalidOptions, r.Discarded))
+	}
+	return errors.Join(errs...)
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -106,6 +151,12 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.Timeout == 0 {
 		o.Timeout = base.Timeout
 	}
+	if o.Retention.Completed == 0 {
+		o.Retention.Completed = base.Retention.Completed
+	}
+	if o.Retention.Discarded == 0 {
+		o.Retention.Discarded = base.Retention.Discarded
+	}
 	return o
 }
 
@@ -129,6 +180,9 @@ func (o CommandOptions) Validate() error {
 	}
 	if o.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("option Timeout %s: must not be negative (0 = default %d × Lease)", o.Timeout, DefaultTimeoutLeases))
+	}
+	if err := o.Retention.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("option Retention: %w", err))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -218,6 +272,30 @@ func ValidateID(id string) error {
 
 // NewID returns a new random command ID (UUID version 4).
 func NewID() string { return uuid.NewString() }
+
+// NewDayID returns a new command ID that carries its issue day (the UTC
+// day of now): a UUID version 8 whose first 16 bits are random, the next
+// 16 the day (days since 1970-01-01) and the rest random (106 random bits
+// in all). A command with such an ID (or a UUIDv7) is stored in its day's
+// table, which retention drops whole once every command in it is past its
+// retention (docs/lifecycle.md, "Retention").
+func NewDayID(now time.Time) string { return record.NewDayID(now) }
+
+// ErrIDOutsideWindow: an ID that carries a time (a UUIDv7, or a UUIDv8
+// from NewDayID) whose day is outside the issue window (below). The
+// Issuer's error wraps it and ErrInvalidID.
+var ErrIDOutsideWindow = record.ErrOutsideWindow
+
+// Issue window: a command ID that carries a time (a UUIDv7, or a UUIDv8
+// from NewDayID) is accepted by the Issuer only when its day is at most
+// IssueWindowPastDays (2) before today (UTC) and at most
+// IssueWindowFutureDays (1) after it; other IDs are refused with an error
+// wrapping ErrInvalidID. Within the window, issuing the same ID again is
+// always recognised as a re-issue (Result.Existing).
+const (
+	IssueWindowPastDays   = record.IssueWindowPastDays
+	IssueWindowFutureDays = record.IssueWindowFutureDays
+)
 
 // NewOrderedID returns a new time-ordered command ID (UUID version 7: IDs
 // made later sort after earlier ones). It falls back to NewID if the

@@ -74,9 +74,13 @@ type IssuerOptions struct {
 	// NewID makes the ID of a command issued without one. Defaults to, on a
 	// store that commits locally (storage.Combiner: the embedded store),
 	// NewOrderedID, so a new command's rows sort after the previous ones and
-	// a commit touches few pages of the file; elsewhere (Azure) NewID,
-	// random UUIDs that spread commands over the table's partition servers
-	// (sequential partition keys would send every write to one).
+	// a commit touches few pages of the file; elsewhere (Azure) NewDayID
+	// with Now, IDs random but for their issue day, that spread commands
+	// over the table's partition servers (sequential partition keys would
+	// send every write to one). Both carry the issue day, so the command
+	// is stored in that day's table, which retention drops whole
+	// (docs/lifecycle.md, "Retention"); an ID without a time (NewID) is
+	// kept in the base table and costs a delete per command to expire.
 	NewID func() string
 	// ManyConcurrency is how many commands of one IssueMany call are issued
 	// at once. Defaults to DefaultManyConcurrency (32).
@@ -197,7 +201,8 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 		opts.Now = time.Now
 	}
 	if opts.NewID == nil {
-		opts.NewID = NewID
+		now := opts.Now
+		opts.NewID = func() string { return NewDayID(now()) }
 		if _, local := st.(storage.Combiner); local {
 			opts.NewID = NewOrderedID
 		}
@@ -421,6 +426,9 @@ func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
 		id = i.opts.NewID()
 	} else if err := ValidateID(id); err != nil {
 		return record.NewCommand{}, err
+	}
+	if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
+		return record.NewCommand{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if len(raw.CorrelationID) > MaxCorrelationIDLength {
 		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)

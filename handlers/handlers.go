@@ -62,17 +62,21 @@ type Options struct {
 	// Retry sets the delay before a failed attempt is retried. Defaults to
 	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
 	Retry RetryPolicy
+	// Retention is how long the type's final commands are kept. Zero
+	// fields take the declared retention, else the processor's
+	// (processor.Config.Retention: 7 days completed, 30 days discarded).
+	Retention commands.Retention
 }
 
 // CommandOptions returns the fields o shares with commands.CommandOptions.
 func (o Options) CommandOptions() commands.CommandOptions {
-	return commands.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout}
+	return commands.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention}
 }
 
 // over returns o with its zero command fields taken from declared.
 func (o Options) over(declared commands.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
-	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout
+	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
 	return o
 }
 

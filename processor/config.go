@@ -190,6 +190,13 @@ type Config struct {
 	// be before the reconciler's whole-table scan re-enqueues it (a process
 	// that crashed between the issue batch and the enqueue). Default 15 min.
 	ReconcileStaleAfter time.Duration
+	// Retention is how long final commands are kept before the daily
+	// sweep (run with the pending scan, every ReconcileScanInterval)
+	// removes them; a command type's own handlers.Options.Retention
+	// (or declared commands.CommandOptions.Retention) overrides it.
+	// Defaults: completed 7 days, discarded 30 days; poisoned commands are
+	// kept until discarded. See docs/lifecycle.md, "Retention".
+	Retention commands.Retention
 	// UnhealthyAfter is the number of consecutive infrastructure faults that
 	// make the processor unhealthy. Default 5.
 	UnhealthyAfter int
@@ -246,6 +253,9 @@ func (c Config) Validate() error {
 		if err := validPrefix(c.Prefix); err != nil {
 			bad("%v", err)
 		}
+	}
+	if err := c.Retention.Validate(); err != nil {
+		bad("Retention: %v", err)
 	}
 	if c.BatchSize < 0 || c.BatchSize > 32 {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)

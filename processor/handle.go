@@ -103,6 +103,12 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	rec, err := p.st.Load(s.ops, env.ID)
 	if err != nil {
+		if errors.Is(err, status.ErrExpired) {
+			// A late duplicate of a command removed after its retention:
+			// it was final, so there is nothing to run.
+			p.deleteMsg(s, k, env.Type)
+			return
+		}
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
 			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
 			return

@@ -45,6 +45,10 @@ type Health struct {
 	ConsecutiveFaults int `json:"consecutiveFaults"`
 	// InFlight is the number of messages dequeued and not yet finished.
 	InFlight int `json:"inFlight"`
+	// Retention is the last retention sweep's outcome when it needs a
+	// look: day tables pinned by commands that are not final, or an error
+	// (nil otherwise; Processor.Retention always has it).
+	Retention *RetentionStatus `json:"retention,omitempty"`
 }
 
 // Healthy reports whether h's state is anything but Unhealthy.
@@ -161,7 +165,13 @@ func (p *Processor) pulling() (bool, <-chan struct{}) {
 }
 
 // Health returns the processor's current state, last fault and since when.
-func (p *Processor) Health() Health { return p.health.snapshot() }
+func (p *Processor) Health() Health {
+	h := p.health.snapshot()
+	if r := p.Retention(); len(r.Pinned) > 0 || r.LastError != "" {
+		h.Retention = &r
+	}
+	return h
+}
 
 // ResetHealth clears the unhealthy state and the fault count. With
 // Config.Flywheel this is how an operator lets the processor pull work again.

@@ -85,6 +85,7 @@ type Processor struct {
 	active      atomic.Bool   // work since the last marker query
 	recoveredAt atomic.Int64  // UnixNano of the last fault → success transition
 	reconKick   chan struct{} // wakes the reconciler to recompute its schedule
+	retain      retention     // the retention sweep's state (sweep.go)
 }
 
 type queueRunner struct {
@@ -169,8 +170,10 @@ func (p *Processor) Queues() []string {
 }
 
 // Notify wakes the poller of queue (a logical name like "commands" or the
-// storage name like "cmdq-commands") at once and resets its backoff. It
-// never blocks; unknown queues are ignored. Pass it as commands.Options.Notify
+// storage name like "cmdq-commands") at once and resets its backoff.
+// Wake-ups are coalesced: those that arrive while a dequeue is out, however
+// many, cause one follow-up dequeue. It never blocks; unknown queues are
+// ignored. Pass it as commands.Options.Notify
 // to an Issuer in the same process.
 func (p *Processor) Notify(queue string) {
 	qr := p.byName[queue]
@@ -212,7 +215,7 @@ func (p *Processor) open(ctx context.Context) error {
 		}
 		qr.q = q
 	}
-	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay})
+	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.poison = poison
 	p.opened = true

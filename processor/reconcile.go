@@ -73,6 +73,11 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 			}
 			return
 		}
+		if scan && (rep.Scanned > 0 || rep.DayTables > 0) {
+			// Retention (sweep.go): daily, with the pending scan, when it
+			// found anything to sweep (an empty deployment pays nothing).
+			p.sweep(s.take)
+		}
 		p.ok()
 		if rep.Enqueued > 0 || rep.Markers > 0 {
 			cfg.Logger.Info().Int("markers", rep.Markers).Int("enqueued", rep.Enqueued).Int("waiting", rep.Waiting).Int("scanned", rep.Scanned).Msg("cmdq processor: reconciled")

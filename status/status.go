@@ -26,6 +26,11 @@ var (
 	// ErrInvalidContinuation: a PoisonQuery.Continuation that no page
 	// returned.
 	ErrInvalidContinuation = errors.New("status: invalid continuation token")
+	// ErrExpired: the command was removed after its retention (see
+	// docs/lifecycle.md, "Retention"). It is returned wrapped together with
+	// ErrNotFound, so callers that only test ErrNotFound keep working; the
+	// HTTP API answers 410 Gone for it.
+	ErrExpired = errors.New("status: command expired (removed after its retention)")
 )
 
 // State is a command's lifecycle state.

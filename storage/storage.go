@@ -14,6 +14,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -83,6 +84,19 @@ type Store interface {
 	// Close releases the store. Queues and tables obtained from it fail with
 	// ErrClosed afterwards.
 	Close() error
+}
+
+// TableOpener is an optional interface of a Store that can hand out a
+// table without creating it (both drivers implement it; callers fall back
+// to Store.Tables to check existence). cmdq reads commands of old days
+// through it, so that a read never recreates a day table that retention
+// dropped.
+type TableOpener interface {
+	// OpenTable returns the named table if it may exist, without creating
+	// it. A driver that knows the table does not exist returns an error
+	// wrapping ErrNotFound; otherwise calls on the handle give ErrNotFound
+	// while the table does not exist. Names as in Store.Table.
+	OpenTable(ctx context.Context, name string) (Table, error)
 }
 
 // Limits shared by every driver: Azure Storage's service limits.
@@ -350,4 +364,24 @@ type CombinedResult struct {
 	// Err is the item's own failure (a *BatchError, a validation error);
 	// nothing of the item was written.
 	Err error
+}
+
+// OpenExisting returns the named table without creating it: through
+// TableOpener when s implements it, else by listing s's tables (one call)
+// and opening the table only when it is there. A table that does not exist
+// gives an error wrapping ErrNotFound.
+func OpenExisting(ctx context.Context, s Store, name string) (Table, error) {
+	if o, ok := s.(TableOpener); ok {
+		return o.OpenTable(ctx, name)
+	}
+	names, err := s.Tables(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if equalFoldASCII(n, name) {
+			return s.Table(ctx, name)
+		}
+	}
+	return nil, fmt.Errorf("%w: table %q does not exist", ErrNotFound, name)
 }

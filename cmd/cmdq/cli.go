@@ -51,6 +51,10 @@ type backend interface {
 // missing command or poison entry in the same words over HTTP and on a store.
 var errNotFound = errors.New("not found")
 
+// errExpired prefixes both backends' errors for a command removed after its
+// retention (HTTP 410).
+var errExpired = errors.New("expired")
+
 // remoteFlags choose and reach the backend.
 type remoteFlags struct {
 	server string
@@ -117,6 +121,9 @@ type httpBackend struct {
 func (b httpBackend) wrap(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, client.ErrGone) {
+		return fmt.Errorf("%w: %w", errExpired, err)
 	}
 	if errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errNotFound, err)
@@ -186,6 +193,9 @@ type storeBackend struct {
 }
 
 func wrapStore(err error) error {
+	if errors.Is(err, status.ErrExpired) {
+		return fmt.Errorf("%w: %w", errExpired, err)
+	}
 	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errNotFound, err)
 	}

@@ -93,16 +93,25 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		return nil, false
 	}
 	errs = make([]error, len(ncs))
-	byQueue := map[string][]int{}
-	var queues []string
+	// One write per queue and table (commands of different days go to
+	// different day tables).
+	type group struct{ queue, table string }
+	byGroup := map[group][]int{}
+	var groups []group
 	for i, nc := range ncs {
-		if _, seen := byQueue[nc.Queue]; !seen {
-			queues = append(queues, nc.Queue)
+		tb, err := e.rec.tables.forWrite(ctx, nc.ID)
+		if err != nil {
+			errs[i] = CreateErr(nc.ID, err)
+			continue
 		}
-		byQueue[nc.Queue] = append(byQueue[nc.Queue], i)
+		g := group{nc.Queue, tb.Name()}
+		if _, seen := byGroup[g]; !seen {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
 	}
-	for _, queue := range queues {
-		idx := byQueue[queue]
+	for _, g := range groups {
+		queue, idx := g.queue, byGroup[g]
 		items := make([]storage.CombinedItem, 0, len(idx))
 		sent := make([]int, 0, len(idx))
 		for _, i := range idx {
@@ -117,7 +126,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		if len(items) == 0 {
 			continue
 		}
-		res, err := cb.BatchEnqueueMany(ctx, e.names.CommandsTable(), e.names.Queue(queue), items, 0, storage.NoExpiry)
+		res, err := cb.BatchEnqueueMany(ctx, g.table, e.names.Queue(queue), items, 0, storage.NoExpiry)
 		any := false
 		for k, i := range sent {
 			switch {

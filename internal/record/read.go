@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // Get returns a command's status (one point read of its command row; the
 // parameters are not decoded). Unknown ID → error wrapping ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (status.Status, error) {
-	e, err := s.getRow(ctx, id)
+	e, _, err := s.getRow(ctx, id)
 	if err != nil {
 		return status.Status{}, err
 	}
@@ -24,27 +25,56 @@ func (s *Store) Get(ctx context.Context, id string) (status.Status, error) {
 }
 
 // Events returns a command's events, oldest first, reading every page (one
-// query per 1000 events). Unknown ID → error wrapping ErrNotFound.
+// query per 1000 events) of the ID's table, and of the base table when the
+// command is not there (moved by retention). Unknown ID → error wrapping
+// ErrNotFound (and status.ErrExpired past retention).
 func (s *Store) Events(ctx context.Context, id string) ([]status.Event, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
+	day, hasDay, err := s.tables.forRead(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
+	}
+	read := func(tb storage.Table) ([]status.Event, error) {
+		var out []status.Event
+		q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
+		for {
+			page, err := tb.Query(ctx, q)
+			if err != nil {
+				return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
+			}
+			for _, e := range page.Entities {
+				out = append(out, decodeEvent(e))
+			}
+			if page.Continuation == "" {
+				return out, nil
+			}
+			q.Continuation = page.Continuation
+		}
+	}
 	var out []status.Event
-	q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
-	for {
-		page, err := s.commands.Query(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
+	if day != nil {
+		if out, err = read(day); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return nil, err
 		}
-		for _, e := range page.Entities {
-			out = append(out, decodeEvent(e))
+		if len(out) > 0 && s.sweepable(id) {
+			// Moved commands leave their events behind until the day table
+			// is dropped: the command row says where the command is.
+			if _, gerr := day.Get(ctx, id, RowCommand); errors.Is(gerr, storage.ErrNotFound) {
+				out = nil
+			}
 		}
-		if page.Continuation == "" {
-			break
-		}
-		q.Continuation = page.Continuation
 	}
 	if len(out) == 0 {
+		if out, err = read(s.commands); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		if hasDay {
+			return nil, s.goneErr(id)
+		}
 		return nil, notFound(id)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
@@ -215,35 +245,87 @@ func (s *Store) ListCommands(ctx context.Context, q status.CommandQuery) (status
 		return s.listAll(ctx, q, limit)
 	}
 	out := status.CommandPage{Commands: []status.Status{}}
-	sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: q.Continuation}
-	rows := 0
-	for {
-		// A page never holds more rows than are still wanted, so the
-		// storage continuation is where the next page starts.
-		sq.Top = limit - len(out.Commands)
-		page, err := s.commands.Query(ctx, sq)
-		if err != nil {
-			if q.Continuation != "" && errors.Is(err, storage.ErrInvalidArgument) {
-				return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+	// The tables are read one after the other (the day tables, oldest
+	// first, then the base table); with day tables the continuation names
+	// the table it continues ("<table>|<storage continuation>").
+	names, err := s.tables.all(ctx)
+	if err != nil {
+		return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+	}
+	routed := s.tables.routed()
+	ti, cont := 0, q.Continuation
+	if routed && q.Continuation != "" {
+		name, c, ok := strings.Cut(q.Continuation, "|")
+		if !ok {
+			return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+		}
+		ti = sort.SearchStrings(names[:len(names)-1], name)
+		if name == s.commands.Name() {
+			ti = len(names) - 1
+		}
+		if ti < len(names) && names[ti] != name {
+			c = "" // that table is gone: go on with the next one
+		}
+		cont = c
+	}
+	token := func(i int, c string) string {
+		if !routed {
+			return c
+		}
+		if c == "" {
+			if i+1 >= len(names) {
+				return ""
 			}
+			return names[i+1] + "|"
+		}
+		return names[i] + "|" + c
+	}
+	rows := 0
+	for ; ti < len(names); ti, cont = ti+1, "" {
+		tb, err := s.tables.table(ctx, names[ti])
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
 			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
-		rows += len(page.Entities)
-		for _, e := range page.Entities {
-			if e.RowKey != RowCommand {
-				continue
+		sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: cont}
+		for {
+			// A page never holds more rows than are still wanted, so the
+			// storage continuation is where the next page starts.
+			sq.Top = limit - len(out.Commands)
+			page, err := tb.Query(ctx, sq)
+			if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
+				break // dropped meanwhile
 			}
-			st := decodeStatus(e)
-			if selected(q, st) {
-				out.Commands = append(out.Commands, st)
+			if err != nil {
+				if q.Continuation != "" && errors.Is(err, storage.ErrInvalidArgument) {
+					return status.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", status.ErrInvalidContinuation, q.Continuation)
+				}
+				return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 			}
+			rows += len(page.Entities)
+			for _, e := range page.Entities {
+				if e.RowKey != RowCommand {
+					continue
+				}
+				st := decodeStatus(e)
+				if selected(q, st) {
+					out.Commands = append(out.Commands, st)
+				}
+			}
+			out.Continuation = token(ti, page.Continuation)
+			if len(out.Commands) >= limit || q.ScanLimit > 0 && rows >= q.ScanLimit {
+				return out, nil
+			}
+			if page.Continuation == "" {
+				break
+			}
+			sq.Continuation = page.Continuation
 		}
-		out.Continuation = page.Continuation
-		if page.Continuation == "" || len(out.Commands) >= limit || q.ScanLimit > 0 && rows >= q.ScanLimit {
-			return out, nil
-		}
-		sq.Continuation = page.Continuation
 	}
+	out.Continuation = ""
+	return out, nil
 }
 
 // selected reports whether st matches q's type, state and since.
@@ -286,8 +368,32 @@ func (s *Store) listAll(ctx context.Context, q status.CommandQuery, limit int) (
 	var all []status.Status
 	rows, partial := 0, false
 	typeOf := map[string]string{} // partition → command type (its row comes first)
+	names, err := s.tables.all(ctx)
+	if err != nil {
+		return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+	}
+	// Newest first: read the newest day tables first, so that a ScanLimit
+	// keeps the recent commands.
+	slices.Reverse(names[:len(names)-1])
+	ti := 0
+	tb := s.commands
+	next := func() bool {
+		for ; ti < len(names); ti++ {
+			t, err := s.tables.table(ctx, names[ti])
+			if err == nil {
+				tb = t
+				ti++
+				return true
+			}
+		}
+		return false
+	}
+	next()
 	for {
-		page, err := s.commands.Query(ctx, sq)
+		page, err := tb.Query(ctx, sq)
+		if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
+			page, err = storage.Page{}, nil // dropped meanwhile
+		}
 		if err != nil {
 			return status.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
@@ -325,7 +431,9 @@ func (s *Store) listAll(ctx context.Context, q status.CommandQuery, limit int) (
 		}
 		rows += len(page.Entities)
 		if page.Continuation == "" {
-			break
+			if ti >= len(names) || !next() {
+				break
+			}
 		}
 		if q.ScanLimit > 0 && rows >= q.ScanLimit {
 			partial = true

@@ -59,6 +59,9 @@ type ReconcileReport struct {
 	Waiting int
 	// Scanned is the number of projections the pending scan looked at.
 	Scanned int
+	// DayTables is the number of day tables registered in the base table
+	// that the pending scan read.
+	DayTables int
 }
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
@@ -155,15 +158,22 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 		q.Continuation = page.Continuation
 	}
 
-	if opts.ScanPending {
+	var days []string // day tables registered in the base table
+	scan := func(tbl storage.Table) {
 		q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
 		for {
 			page, err := tbl.Query(ctx, q)
+			if errors.Is(err, storage.ErrNotFound) && tbl != s.CommandsTable() {
+				break // a day table dropped meanwhile
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: scan pending commands: %w", err))
 				break
 			}
 			for _, row := range page.Entities {
+				if d := dayTableOf(row); d != "" {
+					days = append(days, d)
+				}
 				if row.RowKey != RowCommand {
 					continue
 				}
@@ -202,6 +212,17 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				break
 			}
 			q.Continuation = page.Continuation
+		}
+	}
+	if opts.ScanPending {
+		// The base table, then the day tables registered in it: the scan
+		// is bounded by the retained window, not by all history.
+		scan(tbl)
+		rep.DayTables = len(days)
+		for _, d := range days {
+			if dt := s.openDay(ctx, d, &errs); dt != nil {
+				scan(dt)
+			}
 		}
 	}
 	return rep, errors.Join(errs...)

@@ -131,6 +131,10 @@ type Record struct {
 	// deleted only once the command is final, so a delivery of another
 	// message for a started command is a duplicate (see Own).
 	Owner string
+
+	// table is the table the command was loaded from (nil: the table
+	// of its ID, see Names.TableOf).
+	table storage.Table
 }
 
 // DefaultRecoveryDelay is the visibility delay of a recovery enqueue (a
@@ -159,6 +163,17 @@ type Options struct {
 	// requeues): at least the type's lease and the processors'
 	// StartedWriteDelay. nil, or a result <= 0: DefaultRecoveryDelay.
 	RecoveryDelay func(cmdType string) time.Duration
+	// Store and Names, when Store is set, route each command to the table
+	// of its ID (its day table, or the base commands table: see
+	// Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
+	// a Store made by New without them keeps every command in the base
+	// table.
+	Store storage.Store
+	Names Names
+	// Retention is how long final commands are kept (for the error of a
+	// read of an expired command, and the sweeper's defaults). The zero
+	// value is the defaults (DefaultRetention).
+	Retention RetentionPolicy
 }
 
 // Store writes command records: Create (issue), Load, Append (lifecycle
@@ -168,6 +183,8 @@ type Store struct {
 	now              func() time.Time
 	changed          func(status.Status, []status.Event)
 	recovery         func(cmdType string) time.Duration
+	tables           *tables
+	retention        RetentionPolicy
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -177,7 +194,9 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay}
+	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults()}
+	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
+	return s
 }
 
 // RecoveryDelay returns the visibility delay of a recovery enqueue of
@@ -199,6 +218,7 @@ func Open(ctx context.Context, st storage.Store, names Names, opts Options) (*St
 	if err != nil {
 		return nil, err
 	}
+	opts.Store, opts.Names = st, names
 	return New(c, p, opts), nil
 }
 
@@ -279,7 +299,18 @@ func (s *Store) Create(ctx context.Context, c NewCommand) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.commands.Batch(ctx, c.ID, ops)
+	tb, err := s.tables.forWrite(ctx, c.ID)
+	if err != nil {
+		return createErr(c.ID, err)
+	}
+	_, err = tb.Batch(ctx, c.ID, ops)
+	if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
+		// The day table is gone (dropped by hand, or this handle is
+		// older than a delete): create it again, once.
+		if tb, err = s.tables.recreate(ctx, c.ID); err == nil {
+			_, err = tb.Batch(ctx, c.ID, ops)
+		}
+	}
 	return createErr(c.ID, err)
 }
 
@@ -293,7 +324,11 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	if err != nil {
 		return err
 	}
-	_, _, err = cb.BatchEnqueue(ctx, s.commands.Name(), c.ID, ops, queue, text, 0, storage.NoExpiry)
+	tb, err := s.tables.forWrite(ctx, c.ID)
+	if err != nil {
+		return createErr(c.ID, err)
+	}
+	_, _, err = cb.BatchEnqueue(ctx, tb.Name(), c.ID, ops, queue, text, 0, storage.NoExpiry)
 	return createErr(c.ID, err)
 }
 
@@ -537,26 +572,65 @@ func notFound(id string) error {
 // Load reads a command and its projection with one point read of its
 // command row. A missing command gives an error wrapping ErrNotFound.
 func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
-	e, err := s.getRow(ctx, id)
+	e, tb, err := s.getRow(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return decodeRecord(e), nil
+	rec := decodeRecord(e)
+	rec.table = tb
+	return rec, nil
 }
 
-// getRow reads the command row of id (one point read).
-func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, error) {
+// getRow reads the command row of id and returns it with the table it is
+// in: one point read of the ID's table (its day table, see Names.TableOf);
+// when the row is not there (the command was moved, or its day table
+// dropped), one more of the base table. A command that is in neither and
+// whose day is past retention gives an error wrapping status.ErrExpired
+// (and ErrNotFound).
+func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.Table, error) {
 	if err := validID(id); err != nil {
-		return storage.Entity{}, err
+		return storage.Entity{}, nil, err
+	}
+	day, hasDay, err := s.tables.forRead(ctx, id)
+	if err != nil {
+		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
+	}
+	if day != nil {
+		e, err := day.Get(ctx, id, RowCommand)
+		if err == nil {
+			return e, day, nil
+		}
+		if !errors.Is(err, storage.ErrNotFound) {
+			return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
+		}
 	}
 	e, err := s.commands.Get(ctx, id, RowCommand)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
-			return storage.Entity{}, notFound(id)
+			if hasDay {
+				return storage.Entity{}, nil, s.goneErr(id)
+			}
+			return storage.Entity{}, nil, notFound(id)
 		}
-		return storage.Entity{}, fmt.Errorf("cmdq: load command %s: %w", id, err)
+		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
 	}
-	return e, nil
+	return e, s.commands, nil
+}
+
+// tableOf returns the table rec lives in: the one it was loaded from, else
+// its ID's table.
+func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error) {
+	if rec.table != nil {
+		return rec.table, nil
+	}
+	tb, _, err := s.tables.forRead(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if tb == nil {
+		return s.commands, nil
+	}
+	return tb, nil
 }
 
 // decodeStatus reads the status (identity and projection) from a command row.
@@ -634,7 +708,11 @@ func (s *Store) Append(ctx context.Context, rec *Record, events ...status.Event)
 	if err != nil {
 		return err
 	}
-	etags, err := s.commands.Batch(ctx, rec.ID, ops)
+	tb, err := s.tableOf(ctx, rec)
+	if err != nil {
+		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
+	}
+	etags, err := tb.Batch(ctx, rec.ID, ops)
 	return s.appended(ctx, rec, res, etags, err)
 }
 
@@ -670,7 +748,11 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 	if err != nil {
 		return nil, err
 	}
-	etags, deleteErr, err := cb.BatchDelete(ctx, s.commands.Name(), rec.ID, ops, queue, id, popReceipt)
+	tb, err := s.tableOf(ctx, rec)
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
+	}
+	etags, deleteErr, err := cb.BatchDelete(ctx, tb.Name(), rec.ID, ops, queue, id, popReceipt)
 	return deleteErr, s.appended(ctx, rec, res, etags, err)
 }
 
@@ -775,9 +857,12 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		s.notify(rec.Status, res.events)
 		return nil
 	}
-	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) {
+	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) &&
+		!(errors.Is(err, storage.ErrNotFound) && s.tables.routed()) {
 		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
 	}
+	// (With day tables, a command row gone from its table was moved to the
+	// base table by retention: the reload finds it there.)
 	// The ETag moved or the event rows exist: someone wrote — maybe this
 	// very write, whose answer was lost and whose retry met its effect.
 	cur, lerr := s.Load(ctx, rec.ID)
@@ -802,7 +887,11 @@ func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64
 	if cur.EventSeq < first {
 		return false
 	}
-	e, err := s.commands.Get(ctx, cur.ID, EventRowKey(first))
+	tb, err := s.tableOf(ctx, cur)
+	if err != nil {
+		return false
+	}
+	e, err := tb.Get(ctx, cur.ID, EventRowKey(first))
 	return err == nil && str(e, "WriteID") == wid
 }
 

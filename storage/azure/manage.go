@@ -113,3 +113,22 @@ func (s *Store) Tables(ctx context.Context, prefix string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// OpenTable returns a handle on the named table without creating it
+// (storage.TableOpener): no request. Calls on it give storage.ErrNotFound
+// while the table does not exist.
+func (s *Store) OpenTable(ctx context.Context, name string) (storage.Table, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := storage.ValidateTableName(name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	t, ok := s.tables[name]
+	s.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	return &table{store: s, name: name, client: s.tsvc.NewClient(name)}, nil
+}

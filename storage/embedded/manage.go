@@ -221,3 +221,27 @@ func (s *Store) Tables(ctx context.Context, prefix string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// OpenTable returns the named table if it exists, without creating it
+// (storage.TableOpener); a table that does not exist gives an error
+// wrapping storage.ErrNotFound.
+func (s *Store) OpenTable(ctx context.Context, name string) (storage.Table, error) {
+	if err := storage.ValidateTableName(name); err != nil {
+		return nil, err
+	}
+	if t, ok := s.tables.Load(name); ok && !s.closed.Load() {
+		return t.(*table), nil
+	}
+	if err := s.enter(); err != nil {
+		return nil, fmt.Errorf("embedded: open table %q: %w", name, err)
+	}
+	_, found, err := s.get([]byte("T" + lowerASCII(name)))
+	s.gate.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open table %q: %w", name, err)
+	}
+	if !found {
+		return nil, fmt.Errorf("embedded: open table %q: %w: no such table", name, storage.ErrNotFound)
+	}
+	return s.Table(ctx, name)
+}

@@ -141,6 +141,23 @@ func (w *store) Table(ctx context.Context, name string) (storage.Table, error) {
 
 func (w *store) Close() error { return w.s.Close() }
 
+// OpenTable opens the named table without creating it (storage.TableOpener)
+// when the wrapped store can; otherwise it checks with Tables and returns
+// the table (an error wrapping storage.ErrNotFound when it does not exist).
+func (w *store) OpenTable(ctx context.Context, name string) (storage.Table, error) {
+	var t storage.Table
+	var err error
+	if o, ok := w.s.(storage.TableOpener); ok {
+		t, err = o.OpenTable(ctx, name)
+	} else {
+		t, err = storage.OpenExisting(ctx, w.s, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &table{t: t, h: w.h}, nil
+}
+
 func (w *store) DeleteQueue(ctx context.Context, name string) error {
 	return w.s.DeleteQueue(ctx, name)
 }

@@ -13,6 +13,7 @@ func storeCases() []testCase {
 		{"DeleteTable", testStoreDeleteTable},
 		{"ListQueuesByPrefix", testStoreListQueues},
 		{"ListTablesByPrefix", testStoreListTables},
+		{"OpenExistingTable", testStoreOpenExisting},
 	}
 }
 
@@ -119,5 +120,51 @@ func testStoreListTables(t *testing.T, s storage.Store) {
 		if !slices.Contains(all, n) {
 			t.Fatalf("Tables(\"\") does not list %q", n)
 		}
+	}
+}
+
+// testStoreOpenExisting: storage.OpenExisting (TableOpener where the driver
+// has it) never creates a table: a missing one gives ErrNotFound (at once,
+// or from its calls), and stays missing; an existing one reads as usual,
+// also after DeleteTable and a new Table.
+func testStoreOpenExisting(t *testing.T, s storage.Store) {
+	ctx := caseCtx(t)
+	name := uniqueName(t)
+	if tb, err := storage.OpenExisting(ctx, s, name); err == nil {
+		_, err = tb.Get(ctx, "p", "r")
+		wantErr(t, "Get through OpenExisting of a missing table", err, storage.ErrNotFound)
+		_, err = tb.Query(ctx, storage.Query{})
+		wantErr(t, "Query through OpenExisting of a missing table", err, storage.ErrNotFound)
+	} else {
+		wantErr(t, "OpenExisting of a missing table", err, storage.ErrNotFound)
+	}
+	names, err := s.Tables(ctx, name)
+	must(t, "Tables", err)
+	if len(names) != 0 {
+		t.Fatalf("OpenExisting created table %q: Tables = %q", name, names)
+	}
+	tb, err := s.Table(ctx, name)
+	must(t, "Table", err)
+	t.Cleanup(func() { _ = s.DeleteTable(caseCtx(t), name) })
+	_, err = tb.Insert(ctx, storage.Entity{PartitionKey: "p", RowKey: "r", Properties: map[string]any{"V": "x"}})
+	must(t, "Insert", err)
+	ot, err := storage.OpenExisting(ctx, s, name)
+	must(t, "OpenExisting of an existing table", err)
+	e, err := ot.Get(ctx, "p", "r")
+	must(t, "Get through OpenExisting", err)
+	if e.Properties["V"] != "x" {
+		t.Fatalf("Get through OpenExisting = %v, want V=x", e.Properties)
+	}
+	must(t, "DeleteTable", s.DeleteTable(ctx, name))
+	if ot, err := storage.OpenExisting(ctx, s, name); err == nil {
+		_, err = ot.Get(ctx, "p", "r")
+		wantErr(t, "Get through OpenExisting of a deleted table", err, storage.ErrNotFound)
+	} else {
+		wantErr(t, "OpenExisting of a deleted table", err, storage.ErrNotFound)
+	}
+	names, err = s.Tables(ctx, name)
+	must(t, "Tables after DeleteTable", err)
+	if len(names) != 0 {
+		t.Fatalf("OpenExisting recreated deleted table %q: Tables = %q", name, names)
 	}
 }

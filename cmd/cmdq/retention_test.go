@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+// TestStatusOfExpiredCommand: `cmdq status` of a command removed after its
+// retention says it expired, with its issue day and the retention.
+func TestStatusOfExpiredCommand(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	st, err := embedded.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	issued := time.Now().Add(-20 * 24 * time.Hour)
+	old, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{Now: func() time.Time { return issued }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := record.NewDayID(issued)
+	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.echo", Queue: commands.DefaultQueue}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := old.Store.Load(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	now, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := now.Store.Sweep(ctx, record.SweepOptions{}); err != nil || len(rep.Dropped) != 1 {
+		t.Fatalf("sweep: %+v %v", rep, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := runCmdq(t, 20*time.Second, nil, "status", id, "--store", "embedded", "--data", dir)
+	day := issued.UTC().Format(time.DateOnly)
+	if r.code != 1 || !strings.Contains(r.stderr, "expired") || !strings.Contains(r.stderr, day) || !strings.Contains(r.stderr, "retention") {
+		t.Fatalf("status of an expired command: exit %d, stderr %q; want 1, \"expired\", the issue day %s and the retention", r.code, r.stderr, day)
+	}
+}

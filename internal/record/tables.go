@@ -1,0 +1,237 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// tables finds the table of a command ID (docs/lifecycle.md, "Retention"):
+// its day table when the ID carries a day, else the base table. Day tables
+// are created on first write (one Table call per process and day table:
+// Azure's Create Table, cached), never on a read: a read of an old day
+// opens the table without creating it, so it cannot bring back a table
+// that retention dropped.
+type tables struct {
+	st    storage.Store // nil: every command is in the base table
+	names Names
+	base  storage.Table
+	now   func() time.Time
+
+	// creating serialises the first use of a day table, so that issuers
+	// arriving together register and create it once, not once each.
+	creating sync.Mutex
+
+	mu   sync.Mutex
+	open map[string]storage.Table // day tables created or found, by name
+	list []string                 // the last listing (see all)
+	at   time.Time                // when list was read
+}
+
+// DaysPartition is the base table's partition that registers the day
+// tables (docs/lifecycle.md, "Retention"): one row per day table, RowKey
+// DayRowPrefix + the table's name, property Table. Its row keys start
+// with RowCommand, so the pending scan's query of the base table's command
+// rows returns them in the same request: an idle deployment learns that
+// there is no day table to scan without listing the account's tables.
+const DaysPartition = "~days"
+
+// DayRowPrefix starts the row key of a day table's registration.
+const DayRowPrefix = RowCommand + "~"
+
+// dayTableOf returns the day table a registration row names ("" if e is
+// not one).
+func dayTableOf(e storage.Entity) string {
+	if e.PartitionKey != DaysPartition || !strings.HasPrefix(e.RowKey, DayRowPrefix) {
+		return ""
+	}
+	return e.RowKey[len(DayRowPrefix):]
+}
+
+// register upserts the registration of day table name into the base table.
+func (t *tables) register(ctx context.Context, name string) error {
+	_, err := t.base.Upsert(ctx, storage.Entity{PartitionKey: DaysPartition, RowKey: DayRowPrefix + name,
+		Properties: map[string]any{"Table": name}}, storage.Replace)
+	if err != nil {
+		return fmt.Errorf("cmdq: register day table %q: %w", name, err)
+	}
+	return nil
+}
+
+// listTTL is how long a listing of the day tables is reused by ListCommands
+// and the reconciler's scan (tables this process creates are added at once).
+const listTTL = time.Minute
+
+func (t *tables) routed() bool { return t.st != nil }
+
+// forWrite returns the table to create command id in (creating its day
+// table on first use).
+func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error) {
+	if !t.routed() {
+		return t.base, nil
+	}
+	name := t.names.TableOf(id)
+	if name == t.base.Name() {
+		return t.base, nil
+	}
+	t.mu.Lock()
+	tb, ok := t.open[name]
+	t.mu.Unlock()
+	if ok {
+		return tb, nil
+	}
+	t.creating.Lock()
+	defer t.creating.Unlock()
+	t.mu.Lock()
+	tb, ok = t.open[name]
+	t.mu.Unlock()
+	if ok {
+		return tb, nil // another issuer created it while this one waited
+	}
+	// Registered first: a crash in between leaves a registration of a
+	// table that does not exist (skipped, and removed by the sweep), never
+	// a table nobody scans. Both calls are made once per process and day.
+	if err := t.register(ctx, name); err != nil {
+		return nil, err
+	}
+	tb, err := t.st.Table(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: open day table %q: %w", name, err)
+	}
+	t.mu.Lock()
+	t.open[name] = tb
+	if !t.at.IsZero() {
+		if i := sort.SearchStrings(t.list, name); i == len(t.list) || t.list[i] != name {
+			t.list = append(t.list, name)
+			sort.Strings(t.list)
+		}
+	}
+	t.mu.Unlock()
+	return tb, nil
+}
+
+// recreate forgets the cached handle of id's day table and creates the
+// table again (a write found it missing: dropped by hand, or an old handle).
+func (t *tables) recreate(ctx context.Context, id string) (storage.Table, error) {
+	t.forget(t.names.TableOf(id))
+	return t.forWrite(ctx, id)
+}
+
+// forget drops the cached handle of a table (after DeleteTable).
+func (t *tables) forget(name string) {
+	t.mu.Lock()
+	delete(t.open, name)
+	for i, n := range t.list {
+		if n == name {
+			t.list = append(t.list[:i:i], t.list[i+1:]...)
+			break
+		}
+	}
+	t.mu.Unlock()
+}
+
+// forRead returns id's day table and true when the ID carries a day; the
+// table may not exist (its calls then give storage.ErrNotFound), or
+// (nil, true, nil) when the driver knows it does not exist. It returns
+// (nil, false, nil) for an ID without a day: read the base table.
+func (t *tables) forRead(ctx context.Context, id string) (storage.Table, bool, error) {
+	if !t.routed() {
+		return nil, false, nil
+	}
+	name := t.names.TableOf(id)
+	if name == t.base.Name() {
+		return nil, false, nil
+	}
+	t.mu.Lock()
+	tb, ok := t.open[name]
+	t.mu.Unlock()
+	if ok {
+		return tb, true, nil
+	}
+	tb, err := storage.OpenExisting(ctx, t.st, name)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("cmdq: open day table %q: %w", name, err)
+	}
+	return tb, true, nil
+}
+
+// dayTables lists the existing day tables of the prefix, oldest first (one
+// Tables call, reused for listTTL unless fresh).
+func (t *tables) dayTables(ctx context.Context, fresh bool) ([]string, error) {
+	if !t.routed() {
+		return nil, nil
+	}
+	t.mu.Lock()
+	if !fresh && !t.at.IsZero() && t.now().Sub(t.at) < listTTL {
+		out := append([]string(nil), t.list...)
+		t.mu.Unlock()
+		return out, nil
+	}
+	t.mu.Unlock()
+	names, err := t.st.Tables(ctx, t.names.CommandsTable())
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: list day tables: %w", err)
+	}
+	var days []string
+	for _, n := range names {
+		if _, ok := t.names.ParseDayTable(n); ok {
+			days = append(days, n)
+		}
+	}
+	sort.Strings(days) // yyyymmdd: oldest first
+	t.mu.Lock()
+	t.list, t.at = days, t.now()
+	t.mu.Unlock()
+	return append([]string(nil), days...), nil
+}
+
+// table returns a handle on an existing table by name (the base table,
+// a cached day table, or one opened without creating it).
+func (t *tables) table(ctx context.Context, name string) (storage.Table, error) {
+	if name == t.base.Name() || !t.routed() {
+		return t.base, nil
+	}
+	t.mu.Lock()
+	tb, ok := t.open[name]
+	t.mu.Unlock()
+	if ok {
+		return tb, nil
+	}
+	return storage.OpenExisting(ctx, t.st, name)
+}
+
+// all returns the commands tables to read in a whole-store listing: the
+// day tables, oldest first, then the base table.
+func (t *tables) all(ctx context.Context) ([]string, error) {
+	days, err := t.dayTables(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return append(days, t.base.Name()), nil
+}
+
+// openDay opens day table name for the pending scan (nil when it does not
+// exist).
+func (s *Store) openDay(ctx context.Context, name string, errs *[]error) storage.Table {
+	if _, ok := s.tables.names.ParseDayTable(name); !ok {
+		return nil
+	}
+	tb, err := s.tables.table(ctx, name)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("cmdq: reconcile: open %s: %w", name, err))
+		return nil
+	}
+	return tb
+}
