@@ -103,7 +103,10 @@ func (p *Processor) done(qr *queueRunner) {
 
 // poll is one queue's poller: it dequeues as many messages as the processor
 // can start (see reserve), backs off while the queue is empty and dispatches
-// each message.
+// each message. It dequeues again at once after a full batch, or when a
+// wake-up (Notify) came while the last dequeue was out; wake-ups are
+// coalesced (qr.wake holds one), so a stream of them costs at most one
+// dequeue each, fewer when they arrive during a dequeue.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
 	for {
@@ -126,6 +129,10 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.unreserve(n)
 			return
 		}
+		// This dequeue sees every message whose wake-up came before it is
+		// sent: those wake-ups are spent. Wake-ups arriving from here on,
+		// however many, leave one token: one follow-up dequeue (coalesced).
+		qr.spendWake()
 		p.health.update(func(h *health) { h.polling++ })
 		vis, sent := p.visibility(qr), time.Now()
 		msgs, err := qr.q.Dequeue(s.ops, n, vis)
@@ -145,9 +152,19 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.ok()
 			wait = p.jitter(interval)
 			interval = min(2*interval, p.cfg.MaxPollInterval)
-		default:
+		case len(msgs) == n || qr.woken():
+			// As many as asked: more are likely waiting (a burst); or a
+			// wake-up came while the dequeue was out: look again at once.
 			p.ok()
 			interval = p.cfg.MinPollInterval
+		default:
+			// Fewer than asked and no wake-up since: the queue was empty
+			// when the dequeue read it. Wait as after an empty poll rather
+			// than paying for a second dequeue that would find nothing
+			// (a wake-up, or the timer, brings the next one).
+			p.ok()
+			wait = p.jitter(p.cfg.MinPollInterval)
+			interval = min(2*p.cfg.MinPollInterval, p.cfg.MaxPollInterval)
 		}
 		p.cfg.Observer.Polled(qr.name, err == nil && len(msgs) == 0)
 		p.cfg.Observer.PollInterval(qr.name, wait)
@@ -189,6 +206,20 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		}
 		t.Stop()
 	}
+}
+
+// spendWake drops a pending wake-up of qr: the dequeue about to be sent
+// covers it.
+func (qr *queueRunner) spendWake() {
+	select {
+	case <-qr.wake:
+	default:
+	}
+}
+
+// woken reports whether a wake-up of qr is pending (it stays pending).
+func (qr *queueRunner) woken() bool {
+	return len(qr.wake) > 0
 }
 
 // dispatch starts handling one dequeued message (dequeued with visibility

@@ -169,8 +169,10 @@ func (p *Processor) Queues() []string {
 }
 
 // Notify wakes the poller of queue (a logical name like "commands" or the
-// storage name like "cmdq-commands") at once and resets its backoff. It
-// never blocks; unknown queues are ignored. Pass it as commands.Options.Notify
+// storage name like "cmdq-commands") at once and resets its backoff.
+// Wake-ups are coalesced: those that arrive while a dequeue is out, however
+// many, cause one follow-up dequeue. It never blocks; unknown queues are
+// ignored. Pass it as commands.Options.Notify
 // to an Issuer in the same process.
 func (p *Processor) Notify(queue string) {
 	qr := p.byName[queue]

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 
 	"github.com/spf13/cobra"
 
@@ -17,15 +16,17 @@ func init() { extraCommands = append(extraCommands, newBenchCmd) }
 func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var asJSON bool
-	var maxOps float64
+	var maxOps, maxTrickleOps float64
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput, latency, storage operations per command, idle cost and memory",
 		Long: `bench issues commands to a no-op handler (or one of --handler-duration),
 processes them with the real processor and reports: commands issued and
 processed per second, Issue → handler start latency at a steady rate, storage
-operations per completed command, idle storage operations per hour at
---max-poll-interval, and peak RSS. See docs/performance.md for the method.
+operations per completed command by kind of call (burn-down, steady
+in-process issue, and 8 HTTP clients issuing through a real HTTP server at a
+steady rate), idle storage operations per hour at --max-poll-interval, and
+peak RSS. See docs/performance.md for the method.
 
   cmdq bench                                  embedded store in a temporary file
   cmdq bench --store azure --baseline raw     Azurite (started from tools/azurite unless
@@ -53,6 +54,14 @@ bench<random> and raw<random> (and deletes them at the end).`,
 			if maxOps > 0 && res.StorageOpsPerCommand > maxOps {
 				return &exitError{code: 3, err: fmt.Errorf("bench: %.3f storage operations per completed command, over --max-ops-per-command %g", res.StorageOpsPerCommand, maxOps)}
 			}
+			if maxTrickleOps > 0 {
+				if res.HTTPTrickle == nil {
+					return &exitError{code: 3, err: fmt.Errorf("bench: --max-trickle-ops-per-command %g needs the HTTP trickle phase (--trickle-n must not be negative)", maxTrickleOps)}
+				}
+				if t := res.HTTPTrickle.CallsPerCommand.Total; t > maxTrickleOps {
+					return &exitError{code: 3, err: fmt.Errorf("bench: %.3f storage operations per completed command in the HTTP trickle, over --max-trickle-ops-per-command %g", t, maxTrickleOps)}
+				}
+			}
 			return nil
 		},
 	}
@@ -68,13 +77,17 @@ bench<random> and raw<random> (and deletes them at the end).`,
 	fl.DurationVar(&cfg.HandlerDuration, "handler-duration", 0, "how long each handler takes (0 = no-op)")
 	fl.IntVar(&cfg.Rate, "rate", 0, "latency phase: commands issued per second (default 500 embedded, 50 azure)")
 	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "latency phase length (negative skips it)")
+	fl.IntVar(&cfg.TrickleN, "trickle-n", 0, "HTTP trickle phase: commands issued through the HTTP API (default 2000 embedded, 320 azure; negative skips the phase)")
+	fl.IntVar(&cfg.TrickleClients, "trickle-clients", bench.DefaultTrickleClients, "HTTP trickle phase: concurrent HTTP clients")
+	fl.IntVar(&cfg.TrickleRate, "trickle-rate", 0, "HTTP trickle phase: commands per second over all clients (default 500 embedded, 50 azure; negative: unpaced, each client issues as soon as answered)")
 	fl.DurationVar(&cfg.MaxPollInterval, "max-poll-interval", 0, "the processor's MaxPollInterval, which the idle figure is for (default 1m)")
 	fl.DurationVar(&cfg.IdleWindow, "idle-window", bench.DefaultIdleWindow, "idle phase: how long the scaled idle poller is watched (negative skips the phase)")
 	fl.Float64Var(&cfg.IdleScale, "idle-scale", bench.DefaultIdleScale, "idle phase: poll intervals are divided by this")
 	fl.StringVar(&cfg.Baseline, "baseline", "", `"raw": also run the minimal pipeline written against the Azure SDK (needs --store azure) and report the ratio`)
 	fl.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the issue and process phases here (issue.pprof, process.pprof)")
 	fl.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "limit of each phase")
-	fl.Float64Var(&maxOps, "max-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command exceed this (0 = no check; CI uses 5.1)")
+	fl.Float64Var(&maxOps, "max-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the burn-down exceed this (0 = no check; CI uses 5.1)")
+	fl.Float64Var(&maxTrickleOps, "max-trickle-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the HTTP trickle exceed this (0 = no check)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return c
 }
@@ -95,21 +108,37 @@ func printBench(w io.Writer, r bench.Result) {
 	}
 	fmt.Fprintf(w, "  storage ops      %.3f per completed command (issue %.3f + process %.3f)\n",
 		r.StorageOpsPerCommand, r.IssueOpsPerCommand, r.ProcessOpsPerCommand)
-	kinds := make([]string, 0, len(r.OpsPerCommandByKind))
-	for k := range r.OpsPerCommandByKind {
-		kinds = append(kinds, k)
+	printCalls(w, "burn-down", r.BurnDown)
+	if r.SteadyCalls != nil {
+		printCalls(w, fmt.Sprintf("in-process %d/s", r.LatencyRate), *r.SteadyCalls)
 	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		fmt.Fprintf(w, "    %-18s %.3f\n", k, r.OpsPerCommandByKind[k])
+	if t := r.HTTPTrickle; t != nil {
+		rate := "unpaced"
+		if t.RatePerS > 0 {
+			rate = fmt.Sprintf("%d/s", t.RatePerS)
+		}
+		printCalls(w, fmt.Sprintf("HTTP %d clients %s", t.Clients, rate), t.CallsPerCommand)
+		fmt.Fprintf(w, "    (%d commands, %.0f issued/s, %.1f commands per dequeue; HTTP request → handler start p50 %.2f ms, p99 %.2f ms)\n",
+			t.Completed, t.IssuedPerS, t.CommandsPerDequeue, t.LatencyP50MS, t.LatencyP99MS)
 	}
+	fmt.Fprintf(w, "    first delivery: fast path vs fallback   not measured (no fast path yet)\n")
+	fmt.Fprintf(w, "    retention cost per command              not measured (no retention yet)\n")
 	if r.CommitsPerCommand > 0 {
 		fmt.Fprintf(w, "  embedded log syncs %.3f per command (each one fdatasync for a group of writes)\n", r.CommitsPerCommand)
 	}
 	if r.IdleOpsPerHour > 0 {
 		fmt.Fprintf(w, "  idle             %.1f ops/hour per queue at max poll interval %gs (polls %.1f + reconciler %.1f); woken in %.2f ms\n",
 			r.IdleOpsPerHour, r.MaxPollIntervalS, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour, r.IdleWakeLatencyMS)
+		if r.IdlePerHour != nil {
+			printCalls(w, "idle, per hour", *r.IdlePerHour)
+		}
 		fmt.Fprintf(w, "  reconciler pass  %d ops on the bench's loaded tables\n", r.ReconcileOpsPerPassLoaded)
 	}
 	fmt.Fprintf(w, "  max RSS          %.1f MiB (run); while draining: peak %.1f MiB, of which anonymous %.1f MiB\n", r.MaxRSSMB, r.ProcessRSSPeakMB, r.ProcessRSSAnonPeakMB)
+}
+
+// printCalls writes one breakdown line of calls per command (or per hour).
+func printCalls(w io.Writer, what string, c bench.Calls) {
+	fmt.Fprintf(w, "    %-24s %6.3f = queue: enqueue %.3f, dequeue %.3f, delete %.3f, update %.3f, other %.3f; table: batch %.3f, point read %.3f, query %.3f, other %.3f\n",
+		what, c.Total, c.QueueEnqueue, c.QueueDequeue, c.QueueDelete, c.QueueUpdate, c.QueueOther, c.TableBatch, c.TablePointRead, c.TableQuery, c.TableOther)
 }

@@ -13,7 +13,11 @@
 //  3. latency: with that processor still running and the Issuer waking it
 //     (commands.IssuerOptions.Wake), commands are issued at a steady Rate for
 //     LatencyDuration; latency is from the Issue call to the handler's start.
-//  4. idle: on an empty deployment (a fresh prefix) a processor with the poll
+//  4. http trickle: TrickleClients HTTP clients issue TrickleN commands at a
+//     steady TrickleRate through a real HTTP server (package api, in
+//     process, on a fresh prefix) whose cmdq.Client runs the processor;
+//     every storage call is counted until each command is completed.
+//  5. idle: on an empty deployment (a fresh prefix) a processor with the poll
 //     schedule scaled down by IdleScale is watched for IdleWindow once its
 //     backoff has reached the cap; its storage calls are counted and scaled to
 //     an hour at MaxPollInterval, and the reconciler's calls are counted and
@@ -21,7 +25,7 @@
 //     pending scan instead of one of them). Then a processor
 //     whose poll interval is MaxPollInterval from the start is left idle and a
 //     command issued in process must reach its handler at once (Notify).
-//  5. baseline (Baseline "raw", Azure only): the minimal pipeline written
+//  6. baseline (Baseline "raw", Azure only): the minimal pipeline written
 //     directly against the Azure SDK processes N commands at the same
 //     concurrency; ratio = processed_per_s / baseline_processed_per_s. When
 //     the run started Azurite itself, the baseline gets a fresh emulator, as
@@ -87,6 +91,21 @@ const (
 	// DefaultIdleScale divides the idle processor's poll intervals (600): a
 	// 3 s window at a 100 ms cap stands for 30 minutes at 1 minute.
 	DefaultIdleScale = 600
+	// DefaultTrickleNEmbedded is the HTTP trickle's command count on the
+	// embedded store (2,000).
+	DefaultTrickleNEmbedded = 2000
+	// DefaultTrickleNAzure is the HTTP trickle's command count on Azure
+	// Storage (320, as issue 10 measured).
+	DefaultTrickleNAzure = 320
+	// DefaultTrickleClients is the number of concurrent HTTP clients in the
+	// trickle phase (8).
+	DefaultTrickleClients = 8
+	// DefaultTrickleRateEmbedded is the HTTP trickle's total issue rate on
+	// the embedded store (500 commands/s).
+	DefaultTrickleRateEmbedded = 500
+	// DefaultTrickleRateAzure is the HTTP trickle's total issue rate on
+	// Azure Storage (50 commands/s).
+	DefaultTrickleRateAzure = 50
 	// DefaultWakeSamples is the number of idle wake-ups timed (3).
 	DefaultWakeSamples = 3
 	// DefaultTimeout bounds each phase (5 minutes).
@@ -128,6 +147,18 @@ type Config struct {
 	// LatencyDuration is the latency phase's length. Default 3 s; negative
 	// skips the phase.
 	LatencyDuration time.Duration
+	// TrickleN is the number of commands of the HTTP trickle phase.
+	// Default DefaultTrickleNEmbedded (2,000) or DefaultTrickleNAzure
+	// (320); negative skips the phase.
+	TrickleN int
+	// TrickleClients is the number of concurrent HTTP clients of the
+	// trickle phase. Default 8.
+	TrickleClients int
+	// TrickleRate is the trickle phase's total issue rate, commands per
+	// second over all clients. Default 500 (embedded) or 50 (azure);
+	// negative: unpaced, each client issues as soon as its last command
+	// was answered.
+	TrickleRate int
 	// MaxPollInterval is the processor's MaxPollInterval, the idle poll
 	// interval the idle figure is for. Default 1 minute (the processor's).
 	MaxPollInterval time.Duration
@@ -179,6 +210,23 @@ type Result struct {
 	// LatencyP50MS and LatencyP99MS are Issue call → handler start, milliseconds.
 	LatencyP50MS float64 `json:"latency_p50_ms"`
 	LatencyP99MS float64 `json:"latency_p99_ms"`
+	// BurnDown is StorageOpsPerCommand by kind of call (issue and process
+	// phases; issue calls per issued command, process calls per completed
+	// command).
+	BurnDown Calls `json:"burn_down"`
+	// SteadyCalls is the latency phase's storage calls per command, by
+	// kind: in-process Issuer waking the processor (Notify) at LatencyRate.
+	SteadyCalls *Calls `json:"steady_in_process,omitempty"`
+	// HTTPTrickle is the HTTP trickle phase (nil when skipped).
+	HTTPTrickle *TrickleResult `json:"http_trickle,omitempty"`
+	// FirstDelivery compares the first delivery's fast path with the
+	// fallback. Null: the fast path is not built yet (issue 10).
+	FirstDelivery *FirstDeliveryResult `json:"first_delivery"`
+	// Retention is the cost of removing final commands after their
+	// retention. Null: retention is not built yet (issue 10).
+	Retention *RetentionResult `json:"retention"`
+	// IdlePerHour is IdleOpsPerHour by kind of call.
+	IdlePerHour *Calls `json:"idle_per_hour,omitempty"`
 	// StorageOpsPerCommand is every queue and table call of the issue and
 	// process phases divided by Completed.
 	StorageOpsPerCommand float64 `json:"storage_ops_per_command"`
@@ -264,6 +312,24 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = processor.DefaultBatchSize
+	}
+	if c.TrickleN == 0 {
+		c.TrickleN = DefaultTrickleNEmbedded
+		if az {
+			c.TrickleN = DefaultTrickleNAzure
+		}
+	}
+	if c.TrickleClients == 0 {
+		c.TrickleClients = DefaultTrickleClients
+	}
+	if c.TrickleClients < 0 {
+		bad("trickle clients %d: must be positive", c.TrickleClients)
+	}
+	if c.TrickleRate == 0 {
+		c.TrickleRate = DefaultTrickleRateEmbedded
+		if az {
+			c.TrickleRate = DefaultTrickleRateAzure
+		}
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRateEmbedded
@@ -396,6 +462,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := e.throughput(ctx, &res); err != nil {
 		return res, err
 	}
+	if cfg.TrickleN > 0 {
+		tr, err := e.trickle(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.HTTPTrickle = tr
+	}
 	if cfg.IdleWindow > 0 {
 		if err := e.idle(ctx, &res); err != nil {
 			return res, err
@@ -404,7 +477,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if e.conn != "" {
 		// cmdq's tables and queues go before the baseline runs, so both
 		// pipelines meet an emulator holding the same data.
-		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i")
+		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i", cfg.Prefix+"h")
 	}
 	if cfg.Baseline == BaselineRaw {
 		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
@@ -674,6 +747,11 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	}
 	// The warm-up command was issued before counting: count its issue as
 	// the others' (the process phase completes N+1 commands).
+	var burn [numOps]float64
+	for i := range burn {
+		burn[i] = float64(ops1[i]-ops0[i])/float64(cfg.N) + float64(ops2[i]-ops1[i])/float64(res.Completed)
+	}
+	res.BurnDown = callsOfFloat(burn)
 	res.IssueOpsPerCommand = float64(issueOps) / float64(cfg.N)
 	res.ProcessOpsPerCommand = float64(procOps) / float64(res.Completed)
 	res.StorageOpsPerCommand = res.IssueOpsPerCommand + res.ProcessOpsPerCommand
@@ -683,11 +761,14 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 
 	if cfg.LatencyDuration > 0 {
 		e.logf("latency: %d commands/s for %s, Issue → handler start", cfg.Rate, cfg.LatencyDuration)
+		before := e.counter.Snapshot()
 		lat, err := e.steady(ctx, sp, cfg.Rate, cfg.LatencyDuration)
 		if err != nil {
 			_ = sp.stop()
 			return err
 		}
+		steady := callsPer(diff(before, e.counter.Snapshot()), float64(len(lat)))
+		res.SteadyCalls = &steady
 		res.LatencySamples = len(lat)
 		res.LatencyP50MS, res.LatencyP99MS = ms(quantile(lat, 0.50)), ms(quantile(lat, 0.99))
 	}
@@ -779,7 +860,7 @@ func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration
 	default:
 	}
 	if err := waitFor(ctx, e.cfg.Timeout, "complete the latency phase's commands", func() bool {
-		return e.completed.Load() >= base+int64(total)
+		return e.completed.Load() >= base+int64(total) && sp.p.Health().InFlight == 0
 	}); err != nil {
 		return nil, err
 	}
@@ -807,14 +888,14 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	type mark struct {
 		at  time.Time
-		ops int64
+		ops [numOps]int64
 	}
 	marks := make(chan mark, 1)
 	var polls, capPolls, capWait atomic.Int64
 	onPoll := func(ev processor.PollEvent) {
 		n := polls.Add(1) - 1
 		if n == int64(capAt) {
-			marks <- mark{ev.Time, e.counter.Total()}
+			marks <- mark{ev.Time, e.counter.Snapshot()}
 		}
 		if n >= int64(capAt) {
 			capPolls.Add(1)
@@ -847,7 +928,11 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		_ = sp.stop()
 		return ctx.Err()
 	}
-	ops := e.counter.Total() - m0.ops
+	pollOps := diff(m0.ops, e.counter.Snapshot())
+	var ops int64
+	for _, n := range pollOps {
+		ops += n
+	}
 	window := time.Since(m0.at)
 	// Polls from the first at the cap to now; the ops counted since the
 	// first one are those of the polls after it.
@@ -858,29 +943,37 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// The schedule is the waits the poller chose (scale-free); the time a
 	// dequeue itself takes is ignored, which over-counts polls slightly
 	// (an upper bound): ops per poll × polls an hour at the real waits.
+	var pollsPerHourOp float64 // polls' ops per hour = ops × this
 	if nPolls > 1 && sumWait > 0 {
 		meanWait := float64(sumWait) / float64(nPolls) * cfg.IdleScale
-		res.IdlePollOpsPerHour = float64(ops) / float64(nPolls-1) * float64(time.Hour) / meanWait
+		pollsPerHourOp = float64(time.Hour) / meanWait / float64(nPolls-1)
 	} else {
 		// window at scale s stands for window×s at the real intervals.
-		res.IdlePollOpsPerHour = float64(ops) * float64(time.Hour) / (float64(window) * cfg.IdleScale)
+		pollsPerHourOp = float64(time.Hour) / (float64(window) * cfg.IdleScale)
 	}
+	res.IdlePollOpsPerHour = float64(ops) * pollsPerHourOp
 
 	// The reconciler on the empty deployment, as the processor schedules it:
 	// one run per ReconcileInterval, each the marker query, except that one
 	// run per ReconcileScanInterval is the pending scan instead.
-	pass := func(pfx string, scan bool) (int64, error) {
-		before := e.counter.Total()
+	pass := func(pfx string, scan bool) ([numOps]int64, error) {
+		before := e.counter.Snapshot()
 		names := record.Names{Prefix: pfx}
 		rec, err := record.Open(ctx, e.counted, names, record.Options{})
 		if err != nil {
-			return 0, fmt.Errorf("bench: reconcile pass: %w", err)
+			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
 		opts := record.ReconcileOptions{MarkerGrace: processor.DefaultReconcileGrace, PendingGrace: processor.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
 		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
-			return 0, fmt.Errorf("bench: reconcile pass: %w", err)
+			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
-		return e.counter.Total() - before, nil
+		return diff(before, e.counter.Snapshot()), nil
+	}
+	sum := func(a [numOps]int64) (n int64) {
+		for _, v := range a {
+			n += v
+		}
+		return n
 	}
 	markerOps, err := pass(prefix, false)
 	if err != nil {
@@ -892,12 +985,21 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	runsPerHour := float64(time.Hour) / float64(processor.DefaultReconcileInterval)
 	scanShare := float64(processor.DefaultReconcileInterval) / float64(processor.DefaultReconcileScanInterval)
-	res.IdleReconcileOpsPerHour = runsPerHour * ((1-scanShare)*float64(markerOps) + scanShare*float64(scanOps))
+	res.IdleReconcileOpsPerHour = runsPerHour * ((1-scanShare)*float64(sum(markerOps)) + scanShare*float64(sum(scanOps)))
 	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
+	// By kind: the same weights applied to each kind's count.
+	var perHour [numOps]float64
+	for i := range perHour {
+		perHour[i] = float64(pollOps[i])*pollsPerHourOp + runsPerHour*((1-scanShare)*float64(markerOps[i])+scanShare*float64(scanOps[i]))
+	}
+	idle := callsOfFloat(perHour)
+	res.IdlePerHour = &idle
 	// The pending scan on the loaded bench tables.
-	if res.ReconcileOpsPerPassLoaded, err = pass(cfg.Prefix, true); err != nil {
+	loaded, err := pass(cfg.Prefix, true)
+	if err != nil {
 		return err
 	}
+	res.ReconcileOpsPerPassLoaded = sum(loaded)
 
 	wake, err := e.wake(ctx, reg, prefix)
 	if err != nil {

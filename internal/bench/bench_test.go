@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,6 +48,42 @@ func checkRun(t *testing.T, r Result, n int) {
 	if r.MaxRSSMB <= 0 {
 		t.Errorf("max RSS %v MiB, want > 0", r.MaxRSSMB)
 	}
+	b := r.BurnDown
+	if b.TableBatch != 2 || b.QueueEnqueue != 1 || b.TablePointRead != 1 || b.QueueDelete != 1 || b.QueueDequeue != r.OpsPerCommandByKind["dequeue"] ||
+		math.Abs(b.Total-r.StorageOpsPerCommand) > 1e-9 {
+		t.Errorf("burn-down breakdown %+v, want batch 2, enqueue 1, point read 1, delete 1, dequeue %.3f, total %.3f", b, r.OpsPerCommandByKind["dequeue"], r.StorageOpsPerCommand)
+	}
+	if r.FirstDelivery != nil || r.Retention != nil {
+		t.Errorf("first delivery %+v, retention %+v: want null until built", r.FirstDelivery, r.Retention)
+	}
+}
+
+// checkSteady asserts the per-command calls of a steady stream of commands
+// woken in process (or through the HTTP API): the fixed five, and at most
+// one dequeue per command with coalesced wake-ups (plus one per full batch
+// and the first poll).
+func checkSteady(t *testing.T, what string, c Calls, n int) {
+	t.Helper()
+	maxDequeue := 1 + 1.0/32 + 1/float64(n)
+	if c.TableBatch != 2 || c.QueueEnqueue != 1 || c.TablePointRead != 1 || c.QueueDelete != 1 ||
+		c.QueueDequeue <= 0 || c.QueueDequeue > maxDequeue || c.QueueUpdate != 0 || c.QueueOther != 0 || c.TableQuery != 0 || c.TableOther != 0 ||
+		math.Abs(c.Total-(5+c.QueueDequeue)) > 1e-9 {
+		t.Errorf("%s: %+v, want batch 2, enqueue 1, point read 1, delete 1, 0 < dequeue <= %.3f, nothing else", what, c, maxDequeue)
+	}
+}
+
+func checkTrickle(t *testing.T, tr *TrickleResult, n int) {
+	t.Helper()
+	if tr == nil {
+		t.Fatal("no HTTP trickle result")
+	}
+	if tr.N != n || tr.Completed != int64(n) || tr.Clients != DefaultTrickleClients || tr.IssuedPerS <= 0 {
+		t.Errorf("trickle %+v: want %d commands completed by %d clients", tr, n, DefaultTrickleClients)
+	}
+	checkSteady(t, "HTTP trickle", tr.CallsPerCommand, n)
+	if math.Abs(tr.CommandsPerDequeue*tr.CallsPerCommand.QueueDequeue-1) > 1e-9 {
+		t.Errorf("commands per dequeue %v, want 1 / %v", tr.CommandsPerDequeue, tr.CallsPerCommand.QueueDequeue)
+	}
 }
 
 func TestRunEmbedded(t *testing.T) {
@@ -55,6 +92,7 @@ func TestRunEmbedded(t *testing.T) {
 	r, err := Run(context.Background(), Config{
 		Store: StoreEmbedded, Path: filepath.Join(t.TempDir(), "cmdq-data"), N: n,
 		Rate: 200, LatencyDuration: 500 * time.Millisecond, IdleWindow: time.Second, Timeout: time.Minute,
+		TrickleN: 300,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +100,14 @@ func TestRunEmbedded(t *testing.T) {
 	checkRun(t, r, n)
 	if r.LatencySamples != 100 || r.LatencyP50MS <= 0 || r.LatencyP99MS < r.LatencyP50MS {
 		t.Errorf("latency: %d samples, p50 %v ms, p99 %v ms; want 100 samples, 0 < p50 <= p99", r.LatencySamples, r.LatencyP50MS, r.LatencyP99MS)
+	}
+	if r.SteadyCalls == nil {
+		t.Fatal("no steady in-process breakdown")
+	}
+	checkSteady(t, "steady in-process", *r.SteadyCalls, r.LatencySamples)
+	checkTrickle(t, r.HTTPTrickle, 300)
+	if r.HTTPTrickle.RatePerS != DefaultTrickleRateEmbedded {
+		t.Errorf("trickle rate %d, want the default %d", r.HTTPTrickle.RatePerS, DefaultTrickleRateEmbedded)
 	}
 	if r.CommitsPerCommand <= 0 || r.CommitsPerCommand > 3.1 {
 		t.Errorf("commits per command %v, want 0 < x <= 3.1 (issue 1, final batch 1, delete 1, dequeue 1/32)", r.CommitsPerCommand)
@@ -80,6 +126,9 @@ func TestRunEmbedded(t *testing.T) {
 	}
 	if r.IdleOpsPerHour != r.IdlePollOpsPerHour+r.IdleReconcileOpsPerHour {
 		t.Errorf("idle total %v != polls %v + reconciler %v", r.IdleOpsPerHour, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour)
+	}
+	if i := r.IdlePerHour; i == nil || math.Abs(i.QueueDequeue-r.IdlePollOpsPerHour) > 1e-9 || i.TableQuery != 1 || math.Abs(i.Total-r.IdleOpsPerHour) > 1e-9 {
+		t.Errorf("idle per hour by kind %+v: want dequeue %.1f (the polls), query 1 (the reconciler), total %.1f", i, r.IdlePollOpsPerHour, r.IdleOpsPerHour)
 	}
 	// Woken by Notify, not by the scheduled poll 48..60 s later (the run
 	// fails if the handler does not start within 30 s).
@@ -100,6 +149,7 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	r, err := Run(context.Background(), Config{
 		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw,
 		Rate: 50, LatencyDuration: 400 * time.Millisecond, IdleWindow: -1, Timeout: 2 * time.Minute,
+		TrickleN: 100, TrickleRate: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +160,10 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	}
 	if r.LatencySamples != 20 {
 		t.Errorf("latency samples %d, want 20", r.LatencySamples)
+	}
+	checkTrickle(t, r.HTTPTrickle, 100)
+	if r.HTTPTrickle.RatePerS != 0 {
+		t.Errorf("trickle rate %d, want 0 (unpaced)", r.HTTPTrickle.RatePerS)
 	}
 	if r.BaselineProcessedPerS <= 0 || r.BaselineIssuedPerS <= 0 || r.Ratio != r.ProcessedPerS/r.BaselineProcessedPerS {
 		t.Errorf("baseline issued %v/s processed %v/s ratio %v: want > 0 and ratio = processed / baseline", r.BaselineIssuedPerS, r.BaselineProcessedPerS, r.Ratio)
@@ -125,6 +179,7 @@ func TestConfigErrors(t *testing.T) {
 		"batch":                {BatchSize: 33},
 		"n":                    {N: -1},
 		"poll":                 {MaxPollInterval: time.Millisecond},
+		"trickle clients":      {TrickleClients: -2},
 	} {
 		if _, err := Run(context.Background(), c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
@@ -203,5 +258,29 @@ func TestQuantile(t *testing.T) {
 	}
 	if q := quantile(nil, 0.5); q != 0 {
 		t.Errorf("p50 of nothing = %v, want 0", q)
+	}
+}
+
+func TestCallsPerGroupsKinds(t *testing.T) {
+	t.Parallel()
+	var d [numOps]int64
+	for i := range d {
+		d[i] = int64(i + 1) // every kind distinct
+	}
+	c := callsPer(d, 2)
+	h := func(ops ...Op) (n float64) {
+		for _, o := range ops {
+			n += float64(d[o]) / 2
+		}
+		return n
+	}
+	want := Calls{
+		QueueEnqueue: h(OpEnqueue), QueueDequeue: h(OpDequeue), QueueDelete: h(OpDeleteMessage), QueueUpdate: h(OpUpdateVisibility),
+		QueueOther: h(OpPeek, OpCount), TableBatch: h(OpBatch), TablePointRead: h(OpGet), TableQuery: h(OpQuery),
+		TableOther: h(OpInsert, OpUpdate, OpUpsert, OpDeleteEntity),
+	}
+	want.Total = float64(numOps*(numOps+1)/2) / 2
+	if c != want {
+		t.Errorf("callsPer = %+v, want %+v", c, want)
 	}
 }
