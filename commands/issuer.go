@@ -360,7 +360,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 					fail(n, err)
 					continue
 				}
-				res, ierr := i.created(ctx, st, enq, ncs[k], cerrs[k] == nil, cerrs[k])
+				res, ierr := i.created(ctx, st, enq, ncs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
 				results[n] = res
 				if ierr != nil {
 					fail(n, ierr)
@@ -406,8 +406,8 @@ func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	enqueued, err := enq.Create(ctx, nc)
-	return i.created(ctx, st, enq, nc, enqueued, err)
+	env, enqueued, err := enq.Create(ctx, nc)
+	return i.created(ctx, st, enq, nc, env, enqueued, err)
 }
 
 // prepare validates a command and returns what to store: its ID (a new one
@@ -447,7 +447,7 @@ func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, enqueued bool, err error) (Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (Result, error) {
 	id := nc.ID
 	res := Result{ID: id, Queue: nc.Queue}
 	switch {
@@ -479,7 +479,10 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	case enqueued:
 		return res, nil
 	}
-	return res, i.enqueue(ctx, st, enq, id, nc.Type, nc.Queue)
+	if env.ID == "" {
+		env = record.Envelope{ID: id, Type: nc.Type}
+	}
+	return res, i.enqueue(ctx, st, enq, env, nc.Queue)
 }
 
 // enqueue puts the first message of a stored command on its queue, with
@@ -487,12 +490,12 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 // for the reconciler and returns ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, id, cmdType, queue string) error {
-	err := enq.Enqueue(ctx, id, cmdType, queue)
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
+	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
 		return nil
 	}
-	return i.failed(ctx, st, id, cmdType, queue, err)
+	return i.failed(ctx, st, env.ID, env.Type, queue, err)
 }
 
 // recover re-enqueues the stored command rec (pending, never started) as a

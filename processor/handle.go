@@ -101,8 +101,10 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.release(s, k)
 		return
 	}
-	rec, err := p.st.Load(s.ops, env.ID)
-	if err != nil {
+	rec := p.firstRecord(env, m, sent, vis, def, known)
+	if rec != nil {
+		s.counter.fast.Add(1)
+	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
 			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
 			return
@@ -150,6 +152,44 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 
 	a.run()
+}
+
+// firstRecord returns the command as its issue left it, built from the
+// issue's own message (record.FirstRecord), when this delivery may run it
+// without loading (the fast path): the message carries it (Envelope.First),
+// this is its first delivery (DequeueCount 1), its type has a handler here,
+// and the handler starts soon after the issue — within fastPathAge of the
+// type's lease since the message was enqueued (by the queue service's
+// clock, plus the time since the dequeue by ours). Otherwise nil: load.
+//
+// Why the age: any other message of the command (a recovery enqueue) is
+// sent after a requeued event and stays invisible for at least the type's
+// lease plus StartedWriteDelay, so a handler started within half a lease of
+// the issue writes its started event (conditional on the issue's ETag, as
+// is every write of the attempt) before another delivery can load the
+// command: another message then finds it started and is deleted unrun,
+// exactly as for a delivery that loaded the command before the requeued
+// event (docs/lifecycle.md, "Duplicate messages"). A command written by
+// anyone since the issue makes the attempt's first write conflict; the
+// attempt then goes on from the command as reloaded, by the usual rules.
+func (p *Processor) firstRecord(env record.Envelope, m storage.Message, sent time.Time, vis time.Duration, def *handlers.Definition, known bool) *record.Record {
+	if p.cfg.NoFastPath || !known || m.DequeueCount != 1 || !env.First.Usable() ||
+		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
+		return nil
+	}
+	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
+	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
+		return nil
+	}
+	return record.FirstRecord(env)
+}
+
+// fastPathAge is the oldest a first delivery may start its handler (since
+// its message was enqueued) and still take the fast path: half the type's
+// lease, and at least 2 s less than the lease (queue times have whole
+// seconds on Azure). 0 for leases of 2 s and less: never.
+func fastPathAge(lease time.Duration) time.Duration {
+	return max(min(lease/2, lease-2*time.Second), 0)
 }
 
 // parseMessage parses and checks a queue message: an Envelope with a valid

@@ -406,6 +406,8 @@ type session struct {
 	reason  atomic.Value // StopReason
 	counter struct {
 		processed, completed, failed, poisoned, released, interrupted, duplicates atomic.Int64
+		// fast counts deliveries that ran without loading their command.
+		fast atomic.Int64
 	}
 }
 
@@ -611,6 +613,10 @@ type Stats struct {
 	// Duplicates counts second messages for a command, as
 	// Summary.Duplicates.
 	Duplicates int64
+	// FastPath counts first deliveries that ran their handler without
+	// loading the command (the fast path; docs/lifecycle.md, "First
+	// delivery"). Every other delivery made one point read first.
+	FastPath int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int
 	// Running reports whether Run or RunFor is in progress.
@@ -624,6 +630,7 @@ func (s *session) counts() Stats {
 		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
+		FastPath: c.fast.Load(),
 	}
 }
 
@@ -643,6 +650,7 @@ func (st Stats) plus(o Stats) Stats {
 	st.Released += o.Released
 	st.Interrupted += o.Interrupted
 	st.Duplicates += o.Duplicates
+	st.FastPath += o.FastPath
 	return st
 }
 

@@ -68,25 +68,32 @@ func (e *Enqueuer) sent(queue string) {
 // and the enqueue together (storage.Combiner: the embedded store) it writes
 // both in one durable write, leaves no gap for the reconciler to close and
 // reports enqueued; otherwise only the command is stored and the caller
-// enqueues it (Enqueue). Errors are Store.Create's.
-func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, err error) {
-	cb, ok := e.st.(storage.Combiner)
-	if !ok {
-		return false, e.rec.Create(ctx, nc)
+// enqueues env, the issue's own message (EnqueueEnvelope). env carries what
+// the first delivery needs to run without loading the command
+// (FirstEnvelope). Errors are Store.Create's.
+func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enqueued bool, err error) {
+	nc = e.rec.StampIssued(nc)
+	if _, ok := e.st.(storage.Combiner); !ok {
+		etag, err := e.rec.CreateETag(ctx, nc)
+		if err != nil {
+			return Envelope{}, false, err
+		}
+		return FirstEnvelope(nc, etag), false, nil
 	}
-	if err := e.rec.CreateAndEnqueue(ctx, nc, cb, e.names.Queue(nc.Queue), Envelope{ID: nc.ID, Type: nc.Type}.Marshal()); err != nil {
-		return false, err
+	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
+	if errs[0] != nil {
+		return Envelope{}, false, errs[0]
 	}
-	e.sent(nc.Queue)
-	return true, nil
+	return Envelope{ID: nc.ID, Type: nc.Type}, true, nil
 }
 
 // CreateMany stores new commands and their messages in one durable write
 // per queue on a store that can (storage.Combiner: the embedded store), and
-// wakes an in-process processor once per queue. errs[i] is ncs[i]'s error
-// (as Create's; nil: stored and enqueued). ok is false on a store that
-// cannot: nothing is written and the caller issues them one by one.
-// Commands must have distinct IDs.
+// wakes an in-process processor once per queue. Each message is the
+// issue's own (FirstEnvelope, with the ETag of the row the same write
+// stores). errs[i] is ncs[i]'s error (as Create's; nil: stored and
+// enqueued). ok is false on a store that cannot: nothing is written and
+// the caller issues them one by one. Commands must have distinct IDs.
 func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
 	cb, isCombiner := e.st.(storage.Combiner)
 	if !isCombiner {
@@ -106,12 +113,15 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		items := make([]storage.CombinedItem, 0, len(idx))
 		sent := make([]int, 0, len(idx))
 		for _, i := range idx {
-			ops, err := e.rec.CreateOps(ncs[i])
+			nc := e.rec.StampIssued(ncs[i])
+			ops, err := e.rec.CreateOps(nc)
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			items = append(items, storage.CombinedItem{PartitionKey: ncs[i].ID, Ops: ops, Text: Envelope{ID: ncs[i].ID, Type: ncs[i].Type}.Marshal()})
+			items = append(items, storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+				return FirstEnvelope(nc, etags[0]).Marshal()
+			}})
 			sent = append(sent, i)
 		}
 		if len(items) == 0 {
@@ -144,15 +154,21 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 // background retry, the reconciler: each a recovery enqueue, see Recover),
 // never a silent second message.
 func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
-	return e.enqueue(ctx, id, cmdType, queue, 0)
+	return e.enqueue(ctx, Envelope{ID: id, Type: cmdType}, queue, 0)
+}
+
+// EnqueueEnvelope is Enqueue of the message env (the issue's own message,
+// from Create, carries First).
+func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+	return e.enqueue(ctx, env, queue, 0)
 }
 
 // enqueue is Enqueue with the message visible after delay.
-func (e *Enqueuer) enqueue(ctx context.Context, id, cmdType, queue string, delay time.Duration) error {
+func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
 	q, err := e.Queue(ctx, queue)
 	if err == nil {
 		b, _ := storage.CallBudgetFrom(ctx)
-		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), Envelope{ID: id, Type: cmdType}.Marshal(), delay, storage.NoExpiry)
+		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), env.Marshal(), delay, storage.NoExpiry)
 	}
 	if err != nil {
 		return err
@@ -195,7 +211,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		}
 		rec = ce.Current
 	}
-	if err := e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
+	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
 		return true, false, err
 	}
 	return true, true, nil
@@ -246,7 +262,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
 		delay = s.RecoveryDelay(rec.Type)
 	}
-	err = e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, delay)
+	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
 	marked := false
 	if err != nil {
 		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
