@@ -72,8 +72,6 @@ func (f routeFunc) QueueOf(cmdType string) (string, bool) {
 	return q, q != ""
 }
 
-// messageText is a command's queue message.
-func messageText(id, cmdType string) string { return record.Envelope{ID: id, Type: cmdType}.Marshal() }
 
 // reconcile runs one reconciler pass on st for prefix, with the processor's
 // default graces where opts leaves them zero, waking wake (may be nil).
