@@ -41,6 +41,15 @@ type IssuerOptions struct {
 	// wake an in-process processor at once). It must not block. Default
 	// nil.
 	Wake func(queue string)
+	// HandOff, if set, is the in-process hand-off: asked before the
+	// issue's own message is enqueued, it returns a reserved handler slot
+	// of a processor in this process that polls queue and handles cmdType
+	// ((*processor.Processor).HandOff), or nil. With a slot the message is
+	// enqueued invisible for the slot's lease and handed to that
+	// processor, which runs it without a dequeue; Wake is not called.
+	// Default nil: every message is enqueued visible (docs/lifecycle.md,
+	// "In-process hand-off").
+	HandOff func(queue, cmdType string) HandOffSlot
 	// Routes, if set, routes every type it knows (QueueOf); other types go
 	// to the queue their Go type declares (CommandWithOptions, typed Issue
 	// only) or to DefaultQueue. Default nil.
@@ -181,6 +190,20 @@ type Issuer struct {
 	retry retrier // background retries of failed enqueues
 }
 
+// HandOffSlot is a processor's handler slot reserved for an issue's own
+// message (IssuerOptions.HandOff): the message is enqueued invisible for
+// Visibility and handed over with Take, or the slot given back with Cancel
+// when the enqueue failed; exactly one of the two is called.
+type HandOffSlot interface {
+	// Visibility is the enqueue's visibility delay (the type's lease).
+	Visibility() time.Duration
+	// Take hands over the enqueued message m with text text, enqueued by
+	// a call sent at sent.
+	Take(m storage.Message, text string, sent time.Time)
+	// Cancel gives the slot back.
+	Cancel()
+}
+
 // NewIssuer returns an Issuer on st. Tables and queues are opened on first
 // use. Invalid options give an error listing every problem.
 func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
@@ -236,6 +259,14 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
 	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	if h := i.opts.HandOff; h != nil {
+		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
+			if slot := h(queue, cmdType); slot != nil {
+				return slot
+			}
+			return nil
+		})
+	}
 	return i.rec, i.enq, nil
 }
 

@@ -44,7 +44,10 @@ const (
 )
 
 // handle processes one dequeued message from start to finish.
-func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
+//
+// direct: the message was handed off by an Issuer in this process right
+// after its enqueue (never dequeued: dequeue count 0).
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration, direct bool) {
 	s.counter.processed.Add(1)
 	k := newKeeper(p, s.ops, qr, m, sent, vis)
 	env, err := parseMessage(m.Text)
@@ -52,6 +55,12 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
 		return
+	}
+	// The attempt number: the dequeue count, + 1 for a handed-off message
+	// (its hand-off was attempt 1, without a dequeue).
+	n := env.Attempt(m.DequeueCount)
+	if direct {
+		n = 1
 	}
 	k.cmdID = env.ID
 	if !p.claim(env.ID) {
@@ -101,7 +110,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.release(s, k)
 		return
 	}
-	rec := p.firstRecord(env, m, sent, vis, def, known)
+	rec := p.firstRecord(env, m, n, direct, sent, vis, def, known)
 	if rec != nil {
 		s.counter.fast.Add(1)
 	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
@@ -118,7 +127,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	if started := rec.Status.State == status.StateRunning || rec.Status.State == status.StateRetrying; started &&
-		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && m.DequeueCount == 1) {
+		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
 		// A command another message has started (its started event names
 		// that message; without one, a message never delivered before
 		// cannot be the one): this is a second message (a recovery
@@ -132,7 +141,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount),
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
@@ -146,8 +155,8 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", handlers.ErrUnknownType, env.Type, qr.name))
 		return
 	}
-	if ceiling := p.ceiling(def); m.DequeueCount > int64(ceiling) {
-		a.poison(ReasonCeiling, fmt.Errorf("dequeued %d times, over the poison ceiling of %d; last error: %s", m.DequeueCount, ceiling, rec.LastError))
+	if ceiling := p.ceiling(def); n > int64(ceiling) {
+		a.poison(ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
 		return
 	}
 
@@ -172,8 +181,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 // event (docs/lifecycle.md, "Duplicate messages"). A command written by
 // anyone since the issue makes the attempt's first write conflict; the
 // attempt then goes on from the command as reloaded, by the usual rules.
-func (p *Processor) firstRecord(env record.Envelope, m storage.Message, sent time.Time, vis time.Duration, def *handlers.Definition, known bool) *record.Record {
-	if p.cfg.NoFastPath || !known || m.DequeueCount != 1 || !env.First.Usable() ||
+func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64, direct bool, sent time.Time, vis time.Duration, def *handlers.Definition, known bool) *record.Record {
+	// The first run of the message: its first dequeue, or its hand-off
+	// (a handed-off message dequeued later is attempt 2 or more).
+	first := direct || (m.DequeueCount == 1 && !env.HandedOff)
+	if p.cfg.NoFastPath || !known || !first || n != 1 || !env.First.Usable() ||
 		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
 		return nil
 	}
@@ -553,7 +565,7 @@ func (a *attempt) finish(f func() error) error {
 // poison moves the command to the poison table and deletes the message.
 func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 	p, s := a.p, a.s
-	entry := status.PoisonEntry{DequeueCount: a.msg.DequeueCount, Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
+	entry := status.PoisonEntry{DequeueCount: int64(a.n), Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
 	err := a.finish(func() error {
 		return a.retryConflict(s.ops, func() error {
 			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)

@@ -88,7 +88,7 @@ bench<random> and raw<random> (and deletes them at the end).`,
 	fl.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the issue and process phases here (issue.pprof, process.pprof)")
 	fl.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "limit of each phase")
 	fl.Float64Var(&maxOps, "max-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the burn-down exceed this (0 = no check; CI uses 4.1)")
-	fl.Float64Var(&maxTrickleOps, "max-trickle-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the HTTP trickle exceed this (0 = no check; CI uses 5.2)")
+	fl.Float64Var(&maxTrickleOps, "max-trickle-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the HTTP trickle exceed this (0 = no check; CI uses 4.2)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return c
 }

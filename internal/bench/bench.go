@@ -899,7 +899,9 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 // its scheduled time, with the processor woken by Notify, and returns the
 // Issue → handler start latencies.
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify})
+	// As cmdq.Client wires it: the hand-off when a slot is free, else a
+	// visible enqueue and a wake-up.
+	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}

@@ -72,16 +72,17 @@ func checkRun(t *testing.T, r Result, n int) {
 }
 
 // checkSteady asserts the per-command calls of a steady stream of commands
-// woken in process (or through the HTTP API): the fixed four (no point read: the fast path), and at most
-// one dequeue per command with coalesced wake-ups (plus one per full batch
-// and the first poll).
+// issued in process (or through the HTTP API): the fixed four (no point
+// read: the fast path), and, at most, one dequeue per command (coalesced
+// wake-ups; plus one per full batch and the first poll) — in fact hardly
+// any, the in-process hand-off running each from its enqueue's answer.
 func checkSteady(t *testing.T, what string, c Calls, n int) {
 	t.Helper()
 	maxDequeue := 1 + 1.0/32 + 1/float64(n)
 	if c.TableBatch != 2 || c.QueueEnqueue != 1 || c.TablePointRead != 0 || c.QueueDelete != 1 ||
-		c.QueueDequeue <= 0 || c.QueueDequeue > maxDequeue || c.QueueUpdate != 0 || c.QueueOther != 0 || c.TableQuery != 0 || c.TableOther != 0 ||
+		c.QueueDequeue < 0 || c.QueueDequeue > maxDequeue || c.Total > 4.2 || c.QueueUpdate != 0 || c.QueueOther != 0 || c.TableQuery != 0 || c.TableOther != 0 ||
 		math.Abs(c.Total-(4+c.QueueDequeue)) > 1e-9 {
-		t.Errorf("%s: %+v, want batch 2, enqueue 1, point read 0 (the fast path), delete 1, 0 < dequeue <= %.3f, nothing else", what, c, maxDequeue)
+		t.Errorf("%s: %+v, want batch 2, enqueue 1, point read 0 (the fast path), delete 1, 0 <= dequeue <= %.3f, nothing else, total <= 4.2 (the hand-off: hardly a dequeue)", what, c, maxDequeue)
 	}
 }
 

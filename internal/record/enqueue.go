@@ -21,10 +21,11 @@ import (
 // have a message already (see docs/lifecycle.md, "Duplicate messages").
 // Safe for concurrent use.
 type Enqueuer struct {
-	st    storage.Store
-	names Names
-	rec   *Store
-	wake  func(queue string)
+	st      storage.Store
+	names   Names
+	rec     *Store
+	wake    func(queue string)
+	handOff func(queue, cmdType string) Slot
 
 	mu     sync.Mutex
 	queues map[string]storage.Queue
@@ -36,6 +37,39 @@ type Enqueuer struct {
 // (processor.Processor.Notify).
 func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
 	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, queues: map[string]storage.Queue{}}
+}
+
+// Slot is a handler slot of a processor in this process, reserved for the
+// issue's own message of a command about to be enqueued (the in-process
+// hand-off): the message is enqueued invisible for Visibility (the type's
+// lease) and handed over with Take — the processor runs it like a
+// dequeued message, without a dequeue — or the slot is given back with
+// Cancel when the enqueue failed. Exactly one of Take and Cancel is called.
+type Slot interface {
+	// Visibility is the enqueue's visibility delay: the lease the
+	// processor holds the message with.
+	Visibility() time.Duration
+	// Take hands over the enqueued message m (as Enqueue returned it:
+	// ID, pop receipt, next-visible time), whose text is text, enqueued by
+	// a call sent at sent.
+	Take(m storage.Message, text string, sent time.Time)
+	// Cancel gives the slot back.
+	Cancel()
+}
+
+// SetHandOff sets the in-process hand-off: handOff returns a reserved
+// Slot for a message of cmdType on logical queue, or nil when no processor
+// here can take it now (then the message is enqueued visible and the wake
+// function called). Call it before the Enqueuer is used. Default nil: no
+// hand-off.
+func (e *Enqueuer) SetHandOff(handOff func(queue, cmdType string) Slot) { e.handOff = handOff }
+
+// slot reserves a hand-off slot, or returns nil.
+func (e *Enqueuer) slot(queue, cmdType string) Slot {
+	if e.handOff == nil {
+		return nil
+	}
+	return e.handOff(queue, cmdType)
 }
 
 // Names returns the storage names the Enqueuer uses.
@@ -80,11 +114,45 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enq
 		}
 		return FirstEnvelope(nc, etag), false, nil
 	}
+	if slot := e.slot(nc.Queue, nc.Type); slot != nil {
+		return e.createHandOff(ctx, nc, slot)
+	}
 	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
 	if errs[0] != nil {
 		return Envelope{}, false, errs[0]
 	}
 	return Envelope{ID: nc.ID, Type: nc.Type}, true, nil
+}
+
+// createHandOff is Create on a Combiner with a reserved hand-off slot: the
+// command and its message, invisible for the slot's visibility and marked
+// handed off, in one durable write; the message is then handed to the
+// slot (no wake-up: nothing to dequeue).
+func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (Envelope, bool, error) {
+	cb := e.st.(storage.Combiner)
+	ops, err := e.rec.CreateOps(nc)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, err
+	}
+	var text string
+	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+		env := FirstEnvelope(nc, etags[0])
+		env.HandedOff = true
+		text = env.Marshal()
+		return text
+	}}
+	sent := time.Now()
+	res, err := cb.BatchEnqueueMany(ctx, e.names.CommandsTable(), e.names.Queue(nc.Queue), []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
+	slot.Take(res[0].Message, text, sent)
+	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
 }
 
 // CreateMany stores new commands and their messages in one durable write
@@ -159,7 +227,31 @@ func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error
 
 // EnqueueEnvelope is Enqueue of the message env (the issue's own message,
 // from Create, carries First).
+//
+// An issue's own message (with First) is handed off when a processor here
+// has a free slot (SetHandOff): enqueued invisible for the slot's
+// visibility, marked HandedOff, and given to that processor, without a
+// wake-up.
 func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+	if env.First != nil && !env.HandedOff {
+		if slot := e.slot(queue, env.Type); slot != nil {
+			env.HandedOff = true
+			q, err := e.Queue(ctx, queue)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			b, _ := storage.CallBudgetFrom(ctx)
+			text, sent := env.Marshal(), time.Now()
+			m, err := q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), text, slot.Visibility(), storage.NoExpiry)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			slot.Take(m, text, sent)
+			return nil
+		}
+	}
 	return e.enqueue(ctx, env, queue, 0)
 }
 

@@ -34,6 +34,21 @@ type Envelope struct {
 	// "First delivery"). nil on every other message, and when the
 	// parameters exceed MaxFirstParamsBytes.
 	First *First `json:"first,omitempty"`
+	// HandedOff marks an issue's own message that was enqueued invisible
+	// and handed straight to a processor in the issuing process (no
+	// dequeue): that first run is attempt 1 with dequeue count 0, so every
+	// delivery of the message is attempt dequeue count + 1, and none takes
+	// the fast path (docs/lifecycle.md, "In-process hand-off").
+	HandedOff bool `json:"handedOff,omitempty"`
+}
+
+// Attempt returns the attempt number of a delivery of this message with
+// dequeue count dc: dc, or dc + 1 for a handed-off message.
+func (e Envelope) Attempt(dc int64) int64 {
+	if e.HandedOff {
+		return dc + 1
+	}
+	return dc
 }
 
 // First is what the issue's own message carries about the command as
