@@ -72,7 +72,6 @@ func (f routeFunc) QueueOf(cmdType string) (string, bool) {
 	return q, q != ""
 }
 
-
 // reconcile runs one reconciler pass on st for prefix, with the processor's
 // default graces where opts leaves them zero, waking wake (may be nil).
 func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
