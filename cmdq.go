@@ -224,7 +224,7 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 
 func (c *Client) newIssuer() *commands.Issuer {
 	iss, err := commands.NewIssuer(c.st, commands.IssuerOptions{
-		Prefix: c.cfg.Prefix, Wake: c.wake, Routes: c.reg,
+		Prefix: c.cfg.Prefix, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
 		RecoveryDelay: c.recoveryDelay,
 	})
@@ -243,6 +243,17 @@ func (c *Client) wake(queue string) {
 	if p := c.procLive.Load(); p != nil {
 		p.Notify(queue)
 	}
+}
+
+// handOff reserves a handler slot of the in-process processor for an
+// issue's own message (processor.Processor.HandOff), or returns nil.
+func (c *Client) handOff(queue, cmdType string) commands.HandOffSlot {
+	if p := c.procLive.Load(); p != nil {
+		if slot := p.HandOff(queue, cmdType); slot != nil {
+			return slot
+		}
+	}
+	return nil
 }
 
 // recoveryDelay is the visibility delay of a recovery enqueue of cmdType

@@ -41,6 +41,15 @@ type IssuerOptions struct {
 	// wake an in-process processor at once). It must not block. Default
 	// nil.
 	Wake func(queue string)
+	// HandOff, if set, is the in-process hand-off: asked before the
+	// issue's own message is enqueued, it returns a reserved handler slot
+	// of a processor in this process that polls queue and handles cmdType
+	// ((*processor.Processor).HandOff), or nil. With a slot the message is
+	// enqueued invisible for the slot's lease and handed to that
+	// processor, which runs it without a dequeue; Wake is not called.
+	// Default nil: every message is enqueued visible (docs/lifecycle.md,
+	// "In-process hand-off").
+	HandOff func(queue, cmdType string) HandOffSlot
 	// Routes, if set, routes every type it knows (QueueOf); other types go
 	// to the queue their Go type declares (CommandWithOptions, typed Issue
 	// only) or to DefaultQueue. Default nil.
@@ -185,6 +194,20 @@ type Issuer struct {
 	retry retrier // background retries of failed enqueues
 }
 
+// HandOffSlot is a processor's handler slot reserved for an issue's own
+// message (IssuerOptions.HandOff): the message is enqueued invisible for
+// Visibility and handed over with Take, or the slot given back with Cancel
+// when the enqueue failed; exactly one of the two is called.
+type HandOffSlot interface {
+	// Visibility is the enqueue's visibility delay (the type's lease).
+	Visibility() time.Duration
+	// Take hands over the enqueued message m with text text, enqueued by
+	// a call sent at sent.
+	Take(m storage.Message, text string, sent time.Time)
+	// Cancel gives the slot back.
+	Cancel()
+}
+
 // NewIssuer returns an Issuer on st. Tables and queues are opened on first
 // use. Invalid options give an error listing every problem.
 func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
@@ -241,6 +264,14 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
 	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	if h := i.opts.HandOff; h != nil {
+		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
+			if slot := h(queue, cmdType); slot != nil {
+				return slot
+			}
+			return nil
+		})
+	}
 	return i.rec, i.enq, nil
 }
 
@@ -365,7 +396,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 					fail(n, err)
 					continue
 				}
-				res, ierr := i.created(ctx, st, enq, ncs[k], cerrs[k] == nil, cerrs[k])
+				res, ierr := i.created(ctx, st, enq, ncs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
 				results[n] = res
 				if ierr != nil {
 					fail(n, ierr)
@@ -411,8 +442,8 @@ func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	enqueued, err := enq.Create(ctx, nc)
-	return i.created(ctx, st, enq, nc, enqueued, err)
+	env, enqueued, err := enq.Create(ctx, nc)
+	return i.created(ctx, st, enq, nc, env, enqueued, err)
 }
 
 // prepare validates a command and returns what to store: its ID (a new one
@@ -455,7 +486,7 @@ func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, enqueued bool, err error) (Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (Result, error) {
 	id := nc.ID
 	res := Result{ID: id, Queue: nc.Queue}
 	switch {
@@ -487,7 +518,10 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	case enqueued:
 		return res, nil
 	}
-	return res, i.enqueue(ctx, st, enq, id, nc.Type, nc.Queue)
+	if env.ID == "" {
+		env = record.Envelope{ID: id, Type: nc.Type}
+	}
+	return res, i.enqueue(ctx, st, enq, env, nc.Queue)
 }
 
 // enqueue puts the first message of a stored command on its queue, with
@@ -495,12 +529,12 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 // for the reconciler and returns ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, id, cmdType, queue string) error {
-	err := enq.Enqueue(ctx, id, cmdType, queue)
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
+	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
 		return nil
 	}
-	return i.failed(ctx, st, id, cmdType, queue, err)
+	return i.failed(ctx, st, env.ID, env.Type, queue, err)
 }
 
 // recover re-enqueues the stored command rec (pending, never started) as a

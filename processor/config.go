@@ -209,6 +209,18 @@ type Config struct {
 	// storage is failing the processor probes every ProbeInterval on its
 	// own to notice its return (then wakes its pollers). Default 5 s.
 	ProbeInterval time.Duration
+	// NoFastPath turns the first delivery's fast path off: every delivery
+	// loads its command (one point read) before running the handler.
+	// Default false: the first delivery of an issue's own message, soon
+	// after the issue, runs from what the message carries without the read
+	// (docs/lifecycle.md, "First delivery").
+	NoFastPath bool
+	// NoHandOff turns the in-process hand-off off (HandOff returns nil):
+	// an Issuer in this process enqueues every message visible and wakes
+	// the poller. Default false: an issue's own message is handed to this
+	// processor when it has a free handler slot, without a dequeue
+	// (docs/lifecycle.md, "In-process hand-off").
+	NoHandOff bool
 	// Flywheel, when true, makes an unhealthy processor stop pulling work
 	// until ResetHealth is called. When false (default) it keeps pulling and
 	// becomes healthy again after the next successful storage operation.

@@ -131,6 +131,11 @@ func TestLoadedWhenStarted(t *testing.T) {
 		cfg.Concurrency, cfg.BatchSize = 1, 1
 		cfg.HandlerDurationEstimate = 10 * time.Millisecond // holds more than its one slot starts
 		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		// The slow path (load when the slot is free) is what this tests:
+		// the "elsewhere" below writes the command directly, which no
+		// delivery can do to a command whose issue message is fresh (see
+		// TestFastPathConflict for what the fast path does then).
+		cfg.NoFastPath = true
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		iss := e.issuer(p.Notify)

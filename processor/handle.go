@@ -44,7 +44,10 @@ const (
 )
 
 // handle processes one dequeued message from start to finish.
-func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
+//
+// direct: the message was handed off by an Issuer in this process right
+// after its enqueue (never dequeued: dequeue count 0).
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration, direct bool) {
 	s.counter.processed.Add(1)
 	k := newKeeper(p, s.ops, qr, m, sent, vis)
 	env, err := parseMessage(m.Text)
@@ -52,6 +55,12 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		k.start(vis, "")
 		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
 		return
+	}
+	// The attempt number: the dequeue count, + 1 for a handed-off message
+	// (its hand-off was attempt 1, without a dequeue).
+	n := env.Attempt(m.DequeueCount)
+	if direct {
+		n = 1
 	}
 	k.cmdID = env.ID
 	if !p.claim(env.ID) {
@@ -101,8 +110,10 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.release(s, k)
 		return
 	}
-	rec, err := p.st.Load(s.ops, env.ID)
-	if err != nil {
+	rec := p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	if rec != nil {
+		s.counter.fast.Add(1)
+	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
 		if errors.Is(err, status.ErrExpired) {
 			// A late duplicate of a command removed after its retention:
 			// it was final, so there is nothing to run.
@@ -110,7 +121,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			return
 		}
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, status.ErrNotFound) {
-			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.CommandsTable(), err), env.ID)
+			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
 			return
 		}
 		p.giveUp(s, k, "load", err)
@@ -122,7 +133,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	if started := rec.Status.State == status.StateRunning || rec.Status.State == status.StateRetrying; started &&
-		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && m.DequeueCount == 1) {
+		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
 		// A command another message has started (its started event names
 		// that message; without one, a message never delivered before
 		// cannot be the one): this is a second message (a recovery
@@ -136,7 +147,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(m.DequeueCount),
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
@@ -150,12 +161,53 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", handlers.ErrUnknownType, env.Type, qr.name))
 		return
 	}
-	if ceiling := p.ceiling(def); m.DequeueCount > int64(ceiling) {
-		a.poison(ReasonCeiling, fmt.Errorf("dequeued %d times, over the poison ceiling of %d; last error: %s", m.DequeueCount, ceiling, rec.LastError))
+	if ceiling := p.ceiling(def); n > int64(ceiling) {
+		a.poison(ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
 		return
 	}
 
 	a.run()
+}
+
+// firstRecord returns the command as its issue left it, built from the
+// issue's own message (record.FirstRecord), when this delivery may run it
+// without loading (the fast path): the message carries it (Envelope.First),
+// this is its first delivery (DequeueCount 1), its type has a handler here,
+// and the handler starts soon after the issue — within fastPathAge of the
+// type's lease since the message was enqueued (by the queue service's
+// clock, plus the time since the dequeue by ours). Otherwise nil: load.
+//
+// Why the age: any other message of the command (a recovery enqueue) is
+// sent after a requeued event and stays invisible for at least the type's
+// lease plus StartedWriteDelay, so a handler started within half a lease of
+// the issue writes its started event (conditional on the issue's ETag, as
+// is every write of the attempt) before another delivery can load the
+// command: another message then finds it started and is deleted unrun,
+// exactly as for a delivery that loaded the command before the requeued
+// event (docs/lifecycle.md, "Duplicate messages"). A command written by
+// anyone since the issue makes the attempt's first write conflict; the
+// attempt then goes on from the command as reloaded, by the usual rules.
+func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64, direct bool, sent time.Time, vis time.Duration, def *handlers.Definition, known bool) *record.Record {
+	// The first run of the message: its first dequeue, or its hand-off
+	// (a handed-off message dequeued later is attempt 2 or more).
+	first := direct || (m.DequeueCount == 1 && !env.HandedOff)
+	if p.cfg.NoFastPath || !known || !first || n != 1 || !env.First.Usable() ||
+		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
+		return nil
+	}
+	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
+	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
+		return nil
+	}
+	return record.FirstRecord(env)
+}
+
+// fastPathAge is the oldest a first delivery may start its handler (since
+// its message was enqueued) and still take the fast path: half the type's
+// lease, and at least 2 s less than the lease (queue times have whole
+// seconds on Azure). 0 for leases of 2 s and less: never.
+func fastPathAge(lease time.Duration) time.Duration {
+	return max(min(lease/2, lease-2*time.Second), 0)
 }
 
 // parseMessage parses and checks a queue message: an Envelope with a valid
@@ -519,7 +571,7 @@ func (a *attempt) finish(f func() error) error {
 // poison moves the command to the poison table and deletes the message.
 func (a *attempt) poison(reason string, cause error, extra ...status.Event) {
 	p, s := a.p, a.s
-	entry := status.PoisonEntry{DequeueCount: a.msg.DequeueCount, Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
+	entry := status.PoisonEntry{DequeueCount: int64(a.n), Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
 	err := a.finish(func() error {
 		return a.retryConflict(s.ops, func() error {
 			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)

@@ -97,6 +97,9 @@ func (p *Processor) done(qr *queueRunner) {
 	qr.mu.Lock()
 	qr.inflight--
 	qr.mu.Unlock()
+	p.holdMu.Lock()
+	p.busy--
+	p.holdMu.Unlock()
 	p.health.update(func(h *health) { h.inFlight-- })
 	p.unreserve(1)
 }
@@ -226,6 +229,9 @@ func (qr *queueRunner) woken() bool {
 // vis by a call sent at sent; its place is already reserved).
 func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
 	p.markActive()
+	p.holdMu.Lock()
+	p.busy++
+	p.holdMu.Unlock()
 	qr.mu.Lock()
 	qr.inflight++
 	qr.mu.Unlock()
@@ -234,6 +240,6 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sen
 	go func() {
 		defer s.wg.Done()
 		defer p.done(qr)
-		p.handle(s, qr, m, sent, vis)
+		p.handle(s, qr, m, sent, vis, false)
 	}()
 }

@@ -63,6 +63,7 @@ type Processor struct {
 
 	holdMu   sync.Mutex
 	held     int         // messages dequeued (or reserved for a dequeue) and not finished, all queues
+	busy     int         // messages dispatched or handed off and not finished, all queues (guarded by holdMu)
 	overheld atomic.Bool // a waiting message was released: no prefetch until a handler finishes
 
 	leaseMu sync.Mutex
@@ -403,10 +404,18 @@ type session struct {
 	timed    bool
 	release  bool // release interrupted messages (RunFor)
 
-	wg      sync.WaitGroup
-	reason  atomic.Value // StopReason
-	counter struct {
+	wg     sync.WaitGroup
+	reason atomic.Value // StopReason
+	// hoMu guards hoClosed: no hand-off (HandOff) is reserved once Run
+	// waits for the session's handlers.
+	hoMu     sync.Mutex
+	hoClosed bool
+	counter  struct {
 		processed, completed, failed, poisoned, released, interrupted, duplicates atomic.Int64
+		// fast counts deliveries that ran without loading their command.
+		fast atomic.Int64
+		// handedOff counts messages handed off by an in-process Issuer.
+		handedOff atomic.Int64
 	}
 }
 
@@ -530,6 +539,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		}
 	}
 	p.health.update(func(h *health) { h.draining = true })
+	s.closeHandOff()
 
 	inflight := make(chan struct{})
 	go func() { s.wg.Wait(); close(inflight) }()
@@ -612,6 +622,13 @@ type Stats struct {
 	// Duplicates counts second messages for a command, as
 	// Summary.Duplicates.
 	Duplicates int64
+	// FastPath counts first deliveries that ran their handler without
+	// loading the command (the fast path; docs/lifecycle.md, "First
+	// delivery"). Every other delivery made one point read first.
+	FastPath int64
+	// HandedOff counts messages an Issuer in this process handed to this
+	// processor right after enqueueing them (no dequeue; HandOff).
+	HandedOff int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int
 	// Running reports whether Run or RunFor is in progress.
@@ -625,6 +642,7 @@ func (s *session) counts() Stats {
 		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
+		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(),
 	}
 }
 
@@ -644,6 +662,8 @@ func (st Stats) plus(o Stats) Stats {
 	st.Released += o.Released
 	st.Interrupted += o.Interrupted
 	st.Duplicates += o.Duplicates
+	st.FastPath += o.FastPath
+	st.HandedOff += o.HandedOff
 	return st
 }
 

@@ -351,6 +351,11 @@ type CombinedItem struct {
 	Ops []BatchOp
 	// Text is the message enqueued with it (as Queue.Enqueue).
 	Text string
+	// TextFunc, when set, makes the message text from the ETags the item's
+	// ops will have (as CombinedResult.ETags), in place of Text: the
+	// Issuer's message carries its command row's ETag. It is called once,
+	// before anything is written, and must not block. Default nil (Text).
+	TextFunc func(etags []string) string
 }
 
 // CombinedResult is the outcome of one CombinedItem.

@@ -159,6 +159,10 @@ type Config struct {
 	// negative: unpaced, each client issues as soon as its last command
 	// was answered.
 	TrickleRate int
+	// FirstDeliveryN is the number of commands of each first-delivery
+	// phase (fast path, then fallback with processor.Config.NoFastPath).
+	// Default 256; negative skips it.
+	FirstDeliveryN int
 	// MaxPollInterval is the processor's MaxPollInterval, the idle poll
 	// interval the idle figure is for. Default 1 minute (the processor's).
 	MaxPollInterval time.Duration
@@ -220,8 +224,11 @@ type Result struct {
 	// HTTPTrickle is the HTTP trickle phase (nil when skipped).
 	HTTPTrickle *TrickleResult `json:"http_trickle,omitempty"`
 	// FirstDelivery compares the first delivery's fast path with the
-	// fallback. Null: the fast path is not built yet (issue 10).
+	// fallback (null when skipped: FirstDeliveryN < 0).
 	FirstDelivery *FirstDeliveryResult `json:"first_delivery"`
+	// BurnDownFastPath is the share of the burn-down's deliveries that took
+	// the first delivery's fast path (no point read).
+	BurnDownFastPath float64 `json:"burn_down_fast_path_share"`
 	// Retention is the cost of removing final commands after their
 	// retention. Null: retention is not built yet (issue 10).
 	Retention *RetentionResult `json:"retention"`
@@ -318,6 +325,9 @@ func (c Config) withDefaults() (Config, error) {
 		if az {
 			c.TrickleN = DefaultTrickleNAzure
 		}
+	}
+	if c.FirstDeliveryN == 0 {
+		c.FirstDeliveryN = DefaultFirstDeliveryN
 	}
 	if c.TrickleClients == 0 {
 		c.TrickleClients = DefaultTrickleClients
@@ -462,6 +472,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := e.throughput(ctx, &res); err != nil {
 		return res, err
 	}
+	if cfg.FirstDeliveryN > 0 {
+		fd, err := e.firstDelivery(ctx, res.BurnDownFastPath)
+		if err != nil {
+			return res, err
+		}
+		res.FirstDelivery = fd
+	}
 	if cfg.TrickleN > 0 {
 		tr, err := e.trickle(ctx)
 		if err != nil {
@@ -477,7 +494,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if e.conn != "" {
 		// cmdq's tables and queues go before the baseline runs, so both
 		// pipelines meet an emulator holding the same data.
-		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i", cfg.Prefix+"h")
+		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i", cfg.Prefix+"h", cfg.Prefix+"f", cfg.Prefix+"s")
 	}
 	if cfg.Baseline == BaselineRaw {
 		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
@@ -733,6 +750,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	}
 	ops2, commits2, dur2 := e.counter.Snapshot(), e.commits(), e.counter.Durations()
 	res.Completed = e.completed.Load()
+	res.BurnDownFastPath = float64(sp.p.Stats().FastPath) / float64(n)
 	res.ProcessedPerS = float64(n) / elapsed.Seconds()
 	var issueOps, procOps int64
 	res.OpsPerCommandByKind = map[string]float64{}
@@ -778,6 +796,71 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	return nil
 }
 
+// DefaultFirstDeliveryN is Config.FirstDeliveryN's default.
+const DefaultFirstDeliveryN = 256
+
+// firstDelivery runs the first-delivery phases: FirstDeliveryN commands
+// issued and then burnt down with the fast path, and as many with
+// NoFastPath (every delivery loads), each on a fresh prefix; calls per
+// completed command, issue included.
+func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliveryResult, error) {
+	cfg := e.cfg
+	res := &FirstDeliveryResult{BurnDownShare: burnShare}
+	for _, slow := range []bool{false, true} {
+		prefix := cfg.Prefix + "f"
+		if slow {
+			prefix = cfg.Prefix + "s"
+		}
+		iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix})
+		if err != nil {
+			return nil, fmt.Errorf("bench: issuer: %w", err)
+		}
+		reg, err := e.registry()
+		if err != nil {
+			return nil, err
+		}
+		sp, err := e.startProcessor(ctx, reg, processor.Config{
+			Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
+			MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile, NoFastPath: slow,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// Let the processor open its queue and go idle before counting.
+		if err := waitFor(ctx, cfg.Timeout, "first-delivery processor to poll", func() bool { return sp.p.Health().State != processor.Starting }); err != nil {
+			_ = sp.stop()
+			return nil, err
+		}
+		n := cfg.FirstDeliveryN
+		e.logf("first delivery (no fast path: %v): %d commands", slow, n)
+		before := e.counter.Snapshot()
+		if _, err := issueAll(ctx, iss, n, cfg.Issuers, cfg.Timeout); err != nil {
+			_ = sp.stop()
+			return nil, err
+		}
+		sp.p.Notify(commands.DefaultQueue)
+		err = waitFor(ctx, cfg.Timeout, "first-delivery commands", func() bool {
+			return sp.p.Stats().Completed >= int64(n) && sp.p.Health().InFlight == 0
+		})
+		after := e.counter.Snapshot()
+		st := sp.p.Stats()
+		if serr := sp.stop(); err == nil && serr != nil {
+			err = fmt.Errorf("bench: processor: %w", serr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		calls := callsPer(diff(before, after), float64(st.Completed))
+		if slow {
+			res.Fallback = calls
+		} else {
+			res.FastPath = calls
+			res.FastPathShare = float64(st.FastPath) / float64(st.Completed)
+		}
+	}
+	return res, nil
+}
+
 // issueAll issues n commands from workers goroutines and returns the time taken.
 func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("bench: issuing %d commands took over %s", n, timeout))
@@ -816,7 +899,9 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 // its scheduled time, with the processor woken by Notify, and returns the
 // Issue → handler start latencies.
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify})
+	// As cmdq.Client wires it: the hand-off when a slot is free, else a
+	// visible enqueue and a wake-up.
+	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}

@@ -50,14 +50,20 @@ type TrickleResult struct {
 	LatencyP99MS float64 `json:"latency_p99_ms"`
 }
 
-// FirstDeliveryResult will compare the first delivery of a freshly issued
-// command with and without the point read (issue 10's fast path). Not
-// built yet: Result.FirstDelivery is null until it is.
+// FirstDeliveryResult compares the first delivery of freshly issued
+// commands with the fast path (no point read: docs/lifecycle.md, "First
+// delivery") and without it (processor.Config.NoFastPath): per completed
+// command, issue included, in a burn-down of Config.FirstDeliveryN
+// commands each.
 type FirstDeliveryResult struct {
-	// FastPathShare is the share of first deliveries that ran without the
-	// point read.
+	// FastPathShare is the share of the fast-path phase's deliveries that
+	// ran without the point read.
 	FastPathShare float64 `json:"fast_path_share"`
-	// FastPath and Fallback are the calls per command of each path.
+	// BurnDownShare is the same share in the main burn-down (its messages
+	// wait longer: a first delivery more than half a lease after the
+	// issue loads the command).
+	BurnDownShare float64 `json:"burn_down_share"`
+	// FastPath and Fallback are the calls per command of each phase.
 	FastPath Calls `json:"fast_path"`
 	Fallback Calls `json:"fallback"`
 }

@@ -89,12 +89,15 @@ func TestAcceptedNeverStranded(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	c := oneCommand(rng, "demo.echo", `{"case":"stranded"}`)
-	// The issue's enqueue is sent once (no transport retries; a recovery
-	// enqueue is delayed, so it does not match); the marker upsert is
+	// The issue's enqueue is sent once (no transport retries), and it is
+	// the first enqueue of the run: only it is answered 503 (the retry's
+	// recovery enqueue comes after that answer). It is visible, or, handed
+	// off to serve's own processor, invisible for the demo lease: its
+	// visibility does not tell it from a recovery's. The marker upsert is
 	// tried as often as an API request's storage calls are.
 	const enqueueTries, markerTries = 1, 1 + api.DefaultStorageMaxRetries
-	w.net.failNext(svcQueue, 10, false, func(r *http.Request) bool {
-		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages") && r.URL.Query().Get("visibilitytimeout") == "0"
+	w.net.failNext(svcQueue, enqueueTries, false, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages")
 	})
 	w.net.failNext(svcTable, markerTries, false, func(r *http.Request) bool {
 		return r.Method != http.MethodGet && strings.Contains(r.URL.Path, "~unqueued")

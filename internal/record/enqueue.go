@@ -21,10 +21,11 @@ import (
 // have a message already (see docs/lifecycle.md, "Duplicate messages").
 // Safe for concurrent use.
 type Enqueuer struct {
-	st    storage.Store
-	names Names
-	rec   *Store
-	wake  func(queue string)
+	st      storage.Store
+	names   Names
+	rec     *Store
+	wake    func(queue string)
+	handOff func(queue, cmdType string) Slot
 
 	mu     sync.Mutex
 	queues map[string]storage.Queue
@@ -36,6 +37,39 @@ type Enqueuer struct {
 // (processor.Processor.Notify).
 func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
 	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, queues: map[string]storage.Queue{}}
+}
+
+// Slot is a handler slot of a processor in this process, reserved for the
+// issue's own message of a command about to be enqueued (the in-process
+// hand-off): the message is enqueued invisible for Visibility (the type's
+// lease) and handed over with Take — the processor runs it like a
+// dequeued message, without a dequeue — or the slot is given back with
+// Cancel when the enqueue failed. Exactly one of Take and Cancel is called.
+type Slot interface {
+	// Visibility is the enqueue's visibility delay: the lease the
+	// processor holds the message with.
+	Visibility() time.Duration
+	// Take hands over the enqueued message m (as Enqueue returned it:
+	// ID, pop receipt, next-visible time), whose text is text, enqueued by
+	// a call sent at sent.
+	Take(m storage.Message, text string, sent time.Time)
+	// Cancel gives the slot back.
+	Cancel()
+}
+
+// SetHandOff sets the in-process hand-off: handOff returns a reserved
+// Slot for a message of cmdType on logical queue, or nil when no processor
+// here can take it now (then the message is enqueued visible and the wake
+// function called). Call it before the Enqueuer is used. Default nil: no
+// hand-off.
+func (e *Enqueuer) SetHandOff(handOff func(queue, cmdType string) Slot) { e.handOff = handOff }
+
+// slot reserves a hand-off slot, or returns nil.
+func (e *Enqueuer) slot(queue, cmdType string) Slot {
+	if e.handOff == nil {
+		return nil
+	}
+	return e.handOff(queue, cmdType)
 }
 
 // Names returns the storage names the Enqueuer uses.
@@ -68,25 +102,71 @@ func (e *Enqueuer) sent(queue string) {
 // and the enqueue together (storage.Combiner: the embedded store) it writes
 // both in one durable write, leaves no gap for the reconciler to close and
 // reports enqueued; otherwise only the command is stored and the caller
-// enqueues it (Enqueue). Errors are Store.Create's.
-func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (enqueued bool, err error) {
-	cb, ok := e.st.(storage.Combiner)
-	if !ok {
-		return false, e.rec.Create(ctx, nc)
+// enqueues env, the issue's own message (EnqueueEnvelope). env carries what
+// the first delivery needs to run without loading the command
+// (FirstEnvelope). Errors are Store.Create's.
+func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enqueued bool, err error) {
+	nc = e.rec.StampIssued(nc)
+	if _, ok := e.st.(storage.Combiner); !ok {
+		etag, err := e.rec.CreateETag(ctx, nc)
+		if err != nil {
+			return Envelope{}, false, err
+		}
+		return FirstEnvelope(nc, etag), false, nil
 	}
-	if err := e.rec.CreateAndEnqueue(ctx, nc, cb, e.names.Queue(nc.Queue), Envelope{ID: nc.ID, Type: nc.Type}.Marshal()); err != nil {
-		return false, err
+	if slot := e.slot(nc.Queue, nc.Type); slot != nil {
+		return e.createHandOff(ctx, nc, slot)
 	}
-	e.sent(nc.Queue)
-	return true, nil
+	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
+	if errs[0] != nil {
+		return Envelope{}, false, errs[0]
+	}
+	return Envelope{ID: nc.ID, Type: nc.Type}, true, nil
+}
+
+// createHandOff is Create on a Combiner with a reserved hand-off slot: the
+// command and its message, invisible for the slot's visibility and marked
+// handed off, in one durable write; the message is then handed to the
+// slot (no wake-up: nothing to dequeue).
+func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (Envelope, bool, error) {
+	cb := e.st.(storage.Combiner)
+	ops, err := e.rec.CreateOps(nc)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, err
+	}
+	tb, err := e.rec.tables.forWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
+	var text string
+	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+		env := FirstEnvelope(nc, etags[0])
+		env.HandedOff = true
+		text = env.Marshal()
+		return text
+	}}
+	sent := time.Now()
+	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), e.names.Queue(nc.Queue), []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
+	slot.Take(res[0].Message, text, sent)
+	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
 }
 
 // CreateMany stores new commands and their messages in one durable write
 // per queue on a store that can (storage.Combiner: the embedded store), and
-// wakes an in-process processor once per queue. errs[i] is ncs[i]'s error
-// (as Create's; nil: stored and enqueued). ok is false on a store that
-// cannot: nothing is written and the caller issues them one by one.
-// Commands must have distinct IDs.
+// wakes an in-process processor once per queue. Each message is the
+// issue's own (FirstEnvelope, with the ETag of the row the same write
+// stores). errs[i] is ncs[i]'s error (as Create's; nil: stored and
+// enqueued). ok is false on a store that cannot: nothing is written and
+// the caller issues them one by one. Commands must have distinct IDs.
 func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
 	cb, isCombiner := e.st.(storage.Combiner)
 	if !isCombiner {
@@ -115,12 +195,15 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		items := make([]storage.CombinedItem, 0, len(idx))
 		sent := make([]int, 0, len(idx))
 		for _, i := range idx {
-			ops, err := e.rec.CreateOps(ncs[i])
+			nc := e.rec.StampIssued(ncs[i])
+			ops, err := e.rec.CreateOps(nc)
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			items = append(items, storage.CombinedItem{PartitionKey: ncs[i].ID, Ops: ops, Text: Envelope{ID: ncs[i].ID, Type: ncs[i].Type}.Marshal()})
+			items = append(items, storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+				return FirstEnvelope(nc, etags[0]).Marshal()
+			}})
 			sent = append(sent, i)
 		}
 		if len(items) == 0 {
@@ -153,15 +236,45 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 // background retry, the reconciler: each a recovery enqueue, see Recover),
 // never a silent second message.
 func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
-	return e.enqueue(ctx, id, cmdType, queue, 0)
+	return e.enqueue(ctx, Envelope{ID: id, Type: cmdType}, queue, 0)
+}
+
+// EnqueueEnvelope is Enqueue of the message env (the issue's own message,
+// from Create, carries First).
+//
+// An issue's own message (with First) is handed off when a processor here
+// has a free slot (SetHandOff): enqueued invisible for the slot's
+// visibility, marked HandedOff, and given to that processor, without a
+// wake-up.
+func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+	if env.First != nil && !env.HandedOff {
+		if slot := e.slot(queue, env.Type); slot != nil {
+			env.HandedOff = true
+			q, err := e.Queue(ctx, queue)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			b, _ := storage.CallBudgetFrom(ctx)
+			text, sent := env.Marshal(), time.Now()
+			m, err := q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), text, slot.Visibility(), storage.NoExpiry)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			slot.Take(m, text, sent)
+			return nil
+		}
+	}
+	return e.enqueue(ctx, env, queue, 0)
 }
 
 // enqueue is Enqueue with the message visible after delay.
-func (e *Enqueuer) enqueue(ctx context.Context, id, cmdType, queue string, delay time.Duration) error {
+func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
 	q, err := e.Queue(ctx, queue)
 	if err == nil {
 		b, _ := storage.CallBudgetFrom(ctx)
-		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), Envelope{ID: id, Type: cmdType}.Marshal(), delay, storage.NoExpiry)
+		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), env.Marshal(), delay, storage.NoExpiry)
 	}
 	if err != nil {
 		return err
@@ -204,7 +317,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		}
 		rec = ce.Current
 	}
-	if err := e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
+	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
 		return true, false, err
 	}
 	return true, true, nil
@@ -255,7 +368,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
 		delay = s.RecoveryDelay(rec.Type)
 	}
-	err = e.enqueue(ctx, rec.ID, rec.Type, rec.Queue, delay)
+	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
 	marked := false
 	if err != nil {
 		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {

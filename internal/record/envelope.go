@@ -1,34 +1,128 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/status"
 )
 
 // ErrMalformedMessage: a queue message is not an Envelope.
 var ErrMalformedMessage = errors.New("cmdq: malformed queue message")
 
-// Envelope is the queue message: {"id":"…","type":"…"} (the data layout:
-// the parameters stay in the commands table).
+// MaxFirstParamsBytes is the largest compact JSON parameters an issue's own
+// message carries (16 KiB; the queue's limit is 64 KiB). A command with
+// larger parameters gets a plain envelope and its first delivery loads it.
+const MaxFirstParamsBytes = 16 * 1024
+
+// Envelope is the queue message: {"id":"…","type":"…"}, plus, for the
+// issue's own message, "first" (see First). The parameters always stay in
+// the commands table too.
 type Envelope struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Type is the command type name.
 	Type string `json:"type"`
+	// First, only on the message the issue itself enqueued (never on a
+	// re-issue's, requeue's, reconciler's or recovery's), carries what the
+	// first delivery would otherwise read from the commands table, so that
+	// it can run the handler without the point read (docs/lifecycle.md,
+	// "First delivery"). nil on every other message, and when the
+	// parameters exceed MaxFirstParamsBytes.
+	First *First `json:"first,omitempty"`
+	// HandedOff marks an issue's own message that was enqueued invisible
+	// and handed straight to a processor in the issuing process (no
+	// dequeue): that first run is attempt 1 with dequeue count 0, so every
+	// delivery of the message is attempt dequeue count + 1, and none takes
+	// the fast path (docs/lifecycle.md, "In-process hand-off").
+	HandedOff bool `json:"handedOff,omitempty"`
 }
 
-// Marshal returns the message text.
+// Attempt returns the attempt number of a delivery of this message with
+// dequeue count dc: dc, or dc + 1 for a handed-off message.
+func (e Envelope) Attempt(dc int64) int64 {
+	if e.HandedOff {
+		return dc + 1
+	}
+	return dc
+}
+
+// First is what the issue's own message carries about the command as
+// issued: the row's ETag after the issue batch (every write of a fast-path
+// attempt is conditional on it), the issue time, the logical queue, the
+// correlation ID and the compact parameters. Event sequence 1 (created) is
+// implied.
+type First struct {
+	// ETag is the ETag of the a:cmd row returned by the issue batch.
+	ETag string `json:"etag"`
+	// IssuedAt is the issue time (UTC, millisecond precision): the created
+	// event's time.
+	IssuedAt time.Time `json:"issuedAt"`
+	// Queue is the command's logical queue.
+	Queue string `json:"queue"`
+	// CorrelationID is the caller's correlation ID ("" = none).
+	CorrelationID string `json:"correlationId,omitempty"`
+	// Params is the compact JSON parameters (at most MaxFirstParamsBytes).
+	Params json.RawMessage `json:"params"`
+}
+
+// Marshal returns the message text. Parameters are written as they are
+// (no HTML escaping), so the first delivery hands the handler the bytes
+// that were stored.
 func (e Envelope) Marshal() string {
-	b, _ := json.Marshal(e) // two strings: cannot fail
-	return string(b)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(e) // strings, a time and valid JSON: cannot fail
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// ParseEnvelope parses message text: a JSON object with exactly "id" and
-// "type", both non-empty strings. It does not check their form (the
-// processor does, with commands.ValidateID and ValidateType). Errors wrap
-// ErrMalformedMessage.
+// FirstEnvelope returns the issue's own message of command nc, issued with
+// the a:cmd ETag etag: with First when its parameters fit
+// (MaxFirstParamsBytes), a plain envelope otherwise. nc.IssuedAt must be the
+// issue time that was stored.
+func FirstEnvelope(nc NewCommand, etag string) Envelope {
+	env := Envelope{ID: nc.ID, Type: nc.Type}
+	params := nc.Params
+	if len(params) == 0 {
+		params = []byte("{}")
+	}
+	if etag == "" || len(params) > MaxFirstParamsBytes || !json.Valid(params) {
+		return env
+	}
+	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID, Params: json.RawMessage(params)}
+	return env
+}
+
+// Usable reports whether f is complete enough for the first delivery's
+// fast path: an ETag, a queue, an issue time and parameters.
+func (f *First) Usable() bool {
+	return f != nil && f.ETag != "" && f.Queue != "" && !f.IssuedAt.IsZero() && len(f.Params) > 0
+}
+
+// FirstRecord builds the record of a command as its issue left it (pending,
+// attempts 0, step 0, event sequence 1, the issue's ETag) from the issue's
+// own message env (env.First.Usable()): what Load would return before
+// anyone else wrote the command. Every write on it is conditional on that
+// ETag, so a command written since makes the write conflict and the writer
+// decide from the command as it is.
+func FirstRecord(env Envelope) *Record {
+	f := env.First
+	issued := ms(f.IssuedAt)
+	st := status.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue}
+	status.Apply(&st, status.Event{Seq: 1, Kind: status.EventCreated, Time: issued})
+	params := append([]byte(nil), f.Params...)
+	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1}
+}
+
+// ParseEnvelope parses message text: a JSON object with "id" and "type",
+// both non-empty strings, and optionally "first" (the issue's own message;
+// see First). It does not check their form (the processor does, with
+// commands.ValidateID and ValidateType). Errors wrap ErrMalformedMessage.
 func ParseEnvelope(text string) (Envelope, error) {
 	var e Envelope
 	dec := json.NewDecoder(strings.NewReader(text))

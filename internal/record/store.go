@@ -295,23 +295,33 @@ func paramsProp(i int) string {
 // storage.ErrExists. Params that do not fit in one entity give an error
 // wrapping ErrParamsTooLarge (and storage.ErrTooLarge); nothing is written.
 func (s *Store) Create(ctx context.Context, c NewCommand) error {
+	_, err := s.CreateETag(ctx, c)
+	return err
+}
+
+// CreateETag is Create returning the ETag of the new command row (what the
+// issue's own message carries: FirstEnvelope).
+func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err error) {
 	ops, err := s.createOps(c)
 	if err != nil {
-		return err
+		return "", err
 	}
 	tb, err := s.tables.forWrite(ctx, c.ID)
 	if err != nil {
-		return createErr(c.ID, err)
+		return "", createErr(c.ID, err)
 	}
-	_, err = tb.Batch(ctx, c.ID, ops)
+	etags, err := tb.Batch(ctx, c.ID, ops)
 	if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
 		// The day table is gone (dropped by hand, or this handle is
 		// older than a delete): create it again, once.
 		if tb, err = s.tables.recreate(ctx, c.ID); err == nil {
-			_, err = tb.Batch(ctx, c.ID, ops)
+			etags, err = tb.Batch(ctx, c.ID, ops)
 		}
 	}
-	return createErr(c.ID, err)
+	if err != nil {
+		return "", createErr(c.ID, err)
+	}
+	return etags[0], nil
 }
 
 // CreateAndEnqueue is Create plus an enqueue of text on the storage queue
@@ -330,6 +340,17 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	}
 	_, _, err = cb.BatchEnqueue(ctx, tb.Name(), c.ID, ops, queue, text, 0, storage.NoExpiry)
 	return createErr(c.ID, err)
+}
+
+// StampIssued returns c with IssuedAt set to the issue time as it will be
+// stored (now, when zero; UTC, millisecond precision), so that the issue's
+// own message can carry it.
+func (s *Store) StampIssued(c NewCommand) NewCommand {
+	if c.IssuedAt.IsZero() {
+		c.IssuedAt = s.nowUTC()
+	}
+	c.IssuedAt = ms(c.IssuedAt)
+	return c
 }
 
 // CreateOps returns the issue batch of a new command (the command row and

@@ -87,7 +87,11 @@ func (s *Store) BatchEnqueueMany(ctx context.Context, tableName, queueName strin
 			res[i].Err = err
 			continue
 		}
-		e, err := q.prepareEnqueue(ctx, it.Text, visibilityDelay, ttl)
+		text := it.Text
+		if it.TextFunc != nil {
+			text = it.TextFunc(slices.Clone(tb.etags)) // known once prepared
+		}
+		e, err := q.prepareEnqueue(ctx, text, visibilityDelay, ttl)
 		if err != nil {
 			res[i].Err = err
 			continue

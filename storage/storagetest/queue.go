@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ func queueCases() []testCase {
 		{"UpdateVisibilityZero", testQueueUpdateVisibilityZero},
 		{"UpdateVisibilityPreservesText", testQueueUpdateVisibilityPreservesText},
 		{"EnqueueVisibilityDelay", testQueueEnqueueVisibilityDelay},
+		{"EnqueueReceiptHoldsTheMessage", testQueueEnqueueReceiptHoldsTheMessage},
 		{"TTLExpiry", testQueueTTLExpiry},
 		{"NoExpiry", testQueueNoExpiry},
 		{"BatchSizes", testQueueBatchSizes},
@@ -258,6 +260,48 @@ func testQueueEnqueueVisibilityDelay(t *testing.T, s storage.Store) {
 	d := dequeueOneEventually(ctx, t, q, leaseLong, m.NextVisibleAt.Add(5*time.Second), "the delayed message")
 	if d.ID != m.ID || d.DequeueCount != 1 || d.Text != "delayed" {
 		t.Fatalf("got ID %q count %d text %q; want ID %q count 1 text %q", d.ID, d.DequeueCount, d.Text, m.ID, "delayed")
+	}
+}
+
+// testQueueEnqueueReceiptHoldsTheMessage: the pop receipt Enqueue returns
+// lets its caller hold a message enqueued invisible (renew it with
+// UpdateVisibility, delete it) without dequeuing it — the processor's
+// in-process hand-off — and the message's dequeue count stays 0 until it
+// is dequeued.
+func testQueueEnqueueReceiptHoldsTheMessage(t *testing.T, s storage.Store) {
+	ctx := caseCtx(t)
+	q := newQueue(t, s)
+	m, err := q.Enqueue(ctx, "held", leaseLong, 0)
+	must(t, "Enqueue invisible", err)
+	if m.ID == "" || m.PopReceipt == "" || m.NextVisibleAt.IsZero() || m.InsertedAt.IsZero() {
+		t.Fatalf("Enqueue returned %+v: want ID, pop receipt, inserted and next-visible times", m)
+	}
+	near(t, "NextVisibleAt of the held message", m.NextVisibleAt, m.InsertedAt.Add(leaseLong), 1500*time.Millisecond)
+	r, next, err := q.UpdateVisibility(ctx, m.ID, m.PopReceipt, leaseLong)
+	must(t, "UpdateVisibility with the enqueue's receipt", err)
+	near(t, "renewed nextVisibleAt", next, time.Now().Add(leaseLong), clockTolerance+time.Second)
+	if _, _, err := q.UpdateVisibility(ctx, m.ID, m.PopReceipt, leaseLong); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("UpdateVisibility with the enqueue's receipt after a renewal: %v, want ErrLeaseLost", err)
+	}
+	// Released at once: dequeued for the first time (count 1).
+	r, _, err = q.UpdateVisibility(ctx, m.ID, r, 0)
+	must(t, "UpdateVisibility(0)", err)
+	d := dequeueOneEventually(ctx, t, q, leaseLong, time.Now().Add(5*time.Second), "the released message")
+	if d.ID != m.ID || d.DequeueCount != 1 || d.Text != "held" {
+		t.Fatalf("got ID %q count %d text %q; want ID %q count 1 text held", d.ID, d.DequeueCount, d.Text, m.ID)
+	}
+	if err := q.Delete(ctx, m.ID, r); !errors.Is(err, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Delete with a receipt from before the dequeue: %v, want ErrLeaseLost", err)
+	}
+	must(t, "Delete", q.Delete(ctx, d.ID, d.PopReceipt))
+	// Deleted with the enqueue's own receipt, never dequeued.
+	m2, err := q.Enqueue(ctx, "held2", leaseLong, 0)
+	must(t, "Enqueue invisible", err)
+	must(t, "Delete with the enqueue's receipt", q.Delete(ctx, m2.ID, m2.PopReceipt))
+	n, err := q.ApproximateCount(ctx)
+	must(t, "ApproximateCount", err)
+	if n != 0 {
+		t.Fatalf("ApproximateCount after deleting both = %d, want 0", n)
 	}
 }
 

@@ -1,0 +1,199 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// handOffIssuer is an Issuer that hands its messages to p.
+func (e *env) handOffIssuer(p *processor.Processor) *commands.Issuer {
+	i, err := commands.NewIssuer(e.store, commands.IssuerOptions{Prefix: e.prefix, Wake: p.Notify, HandOff: p.HandOff})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return i
+}
+
+// TestHandOff: commands issued in the process of a processor with free
+// slots are handed to it: run from the enqueue's answer, never dequeued
+// (no dequeue returns a message), on the fast path, attempt 1.
+func TestHandOff(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := handlers.NewRegistry()
+		var runs runCounter
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			runs.add(run.ID())
+			if run.Attempt() != 1 {
+				t.Errorf("attempt %d, want 1", run.Attempt())
+			}
+			return nil
+		}, handlers.Options{})
+		var received atomic.Int64
+		cfg := e.cfg()
+		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		p := newProc(t, e.store, reg, cfg)
+		start(t, p)
+		eventually(t, 10*time.Second, "the processor to run", func() bool { return p.Stats().Running })
+		iss := e.handOffIssuer(p)
+		const n = 10
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = e.issue(iss, okCmd{N: i})
+		}
+		for _, id := range ids {
+			e.waitState(id, status.StateCompleted, 20*time.Second)
+		}
+		e.waitQueueEmpty("commands", 10*time.Second)
+		for _, id := range ids {
+			if r := runs.get(id); r != 1 {
+				t.Fatalf("command %s ran %d times", id, r)
+			}
+			evs := e.events(id)
+			if k := kinds(evs); !equalKinds(k, status.EventCreated, status.EventStarted, status.EventCompleted) || evs[1].Attempt != 1 {
+				t.Fatalf("events %v (started attempt %d)", k, evs[1].Attempt)
+			}
+		}
+		// A handed-off command is stored where every reader and the
+		// retention sweep look: its ID's day table, not the base table.
+		names := record.Names{Prefix: e.prefix}
+		base, err := e.store.Table(context.Background(), names.CommandsTable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			day := names.TableOf(id)
+			if day == names.CommandsTable() {
+				t.Fatalf("command %s: its ID carries no day (table %s)", id, day)
+			}
+			dt, err := e.store.Table(context.Background(), day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dt.Get(context.Background(), id, record.RowCommand); err != nil {
+				t.Fatalf("command %s is not in its day table %s: %v", id, day, err)
+			}
+			if _, err := base.Get(context.Background(), id, record.RowCommand); !errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("command %s in the base table too (or %v)", id, err)
+			}
+		}
+		st := p.Stats()
+		if st.HandedOff != n || st.FastPath != n || received.Load() != 0 {
+			t.Fatalf("handed off %d, fast path %d, dequeued %d; want %d, %d, 0", st.HandedOff, st.FastPath, received.Load(), n, n)
+		}
+	})
+}
+
+// TestHandOffNoFreeSlot: with every handler slot busy the message is
+// enqueued visible and the poller woken, as without the hand-off.
+func TestHandOffNoFreeSlot(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := handlers.NewRegistry()
+		release := make(chan struct{})
+		var started atomic.Int64
+		register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error {
+			if started.Add(1) == 1 {
+				<-release
+			}
+			return nil
+		}, handlers.Options{})
+		var received atomic.Int64
+		cfg := e.cfg()
+		cfg.Concurrency, cfg.BatchSize = 1, 1
+		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		p := newProc(t, e.store, reg, cfg)
+		start(t, p)
+		eventually(t, 10*time.Second, "the processor to run", func() bool { return p.Stats().Running })
+		iss := e.handOffIssuer(p)
+		first := e.issue(iss, okCmd{})
+		eventually(t, 10*time.Second, "the first handler to run", func() bool { return started.Load() == 1 })
+		second := e.issue(iss, okCmd{})
+		close(release)
+		e.waitState(first, status.StateCompleted, 20*time.Second)
+		e.waitState(second, status.StateCompleted, 20*time.Second)
+		if st := p.Stats(); st.HandedOff != 1 || received.Load() != 1 {
+			t.Fatalf("handed off %d, dequeued %d; want 1 each", st.HandedOff, received.Load())
+		}
+	})
+}
+
+// TestHandOffStoppedProcessorRedelivers: a processor stopped after a
+// hand-off (its handler interrupted after recording step 1) leaves the
+// message invisible until the lease ends; then another processor dequeues
+// it (dequeue count 1 = attempt 2), takes the slow path, records the
+// hand-off attempt's lease_lost and resumes after step 1. It completes
+// once; step 1 runs once.
+func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		var step1, attempts atomic.Int64
+		blocked := make(chan struct{})
+		var once sync.Once
+		newReg := func() *handlers.Registry {
+			reg := handlers.NewRegistry()
+			register(t, reg, func(ctx context.Context, c stepCmd, run *handlers.Run) error {
+				attempts.Add(1)
+				if run.LastStep() < 1 {
+					step1.Add(1)
+					if err := run.CompleteStep(ctx, 1, ""); err != nil {
+						return err
+					}
+				}
+				if run.Attempt() == 1 {
+					once.Do(func() { close(blocked) })
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return run.CompleteStep(ctx, 2, "")
+			}, handlers.Options{Lease: 3 * time.Second})
+			return reg
+		}
+		cfg := e.cfg()
+		cfg.DrainTimeout = 50 * time.Millisecond
+		p1 := newProc(t, e.store, newReg(), cfg)
+		stop1 := start(t, p1)
+		eventually(t, 10*time.Second, "the processor to run", func() bool { return p1.Stats().Running })
+		id := e.issue(e.handOffIssuer(p1), stepCmd{})
+		select {
+		case <-blocked:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the handed-off attempt did not run")
+		}
+		stop1()
+		if st := p1.Stats(); st.HandedOff != 1 {
+			t.Fatalf("first processor: handed off %d, want 1", st.HandedOff)
+		}
+		cfg.Worker = "w2-" + e.driver
+		p2 := newProc(t, e.open(), newReg(), cfg)
+		start(t, p2)
+		e.waitState(id, status.StateCompleted, 30*time.Second)
+		e.waitQueueEmpty("commands", 10*time.Second)
+		if st := p2.Stats(); st.FastPath != 0 || st.HandedOff != 0 {
+			t.Fatalf("redelivery: fast path %d, handed off %d; want 0", st.FastPath, st.HandedOff)
+		}
+		if step1.Load() != 1 || attempts.Load() != 2 {
+			t.Fatalf("step 1 ran %d times in %d attempts; want once in 2", step1.Load(), attempts.Load())
+		}
+		want := []status.EventKind{status.EventCreated, status.EventStarted, status.EventStepCompleted,
+			status.EventLeaseLost, status.EventStarted, status.EventStepCompleted, status.EventCompleted}
+		evs := e.events(id)
+		if k := kinds(evs); !equalKinds(k, want...) {
+			t.Fatalf("events %v, want %v", k, want)
+		}
+		if evs[1].Attempt != 1 || evs[3].Attempt != 1 || evs[4].Attempt != 2 || evs[6].Attempt != 2 {
+			t.Fatalf("attempts: started %d, lease_lost %d, started %d, completed %d; want 1, 1, 2, 2", evs[1].Attempt, evs[3].Attempt, evs[4].Attempt, evs[6].Attempt)
+		}
+	})
+}
