@@ -44,7 +44,7 @@ func (p *Processor) HandOff(queue, cmdType string) commands.HandOffSlot {
 	}
 	s.hoMu.Lock()
 	defer s.hoMu.Unlock()
-	if s.hoClosed || !s.mayTake(p) {
+	if !s.hoOpen || s.hoClosed || !s.mayTake(p) {
 		return nil
 	}
 	// A free handler slot: fewer messages being handled (dispatched, or

@@ -3,6 +3,8 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 // handOffIssuer is an Issuer that hands its messages to p.
@@ -196,4 +199,39 @@ func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 			t.Fatalf("attempts: started %d, lease_lost %d, started %d, completed %d; want 1, 1, 2, 2", evs[1].Attempt, evs[3].Attempt, evs[4].Attempt, evs[6].Attempt)
 		}
 	})
+}
+
+// TestHandOffWhileStarting: an Issuer may ask for a hand-off at any moment,
+// also while Run is still setting its session up (it was visible to
+// HandOff before its contexts were set: a nil-pointer panic in
+// examples/convertfiles). HandOff gives nil until the session is ready,
+// and a slot only once it is.
+func TestHandOffWhileStarting(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnv(t, "embedded", st, func() storage.Store { return st })
+	reg := handlers.NewRegistry()
+	register(t, reg, func(ctx context.Context, c okCmd, run *handlers.Run) error { return nil }, handlers.Options{})
+	for i := range 30 {
+		p := newProc(t, e.store, reg, e.cfg())
+		var got atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for !got.Load() {
+				if slot := p.HandOff("commands", okCmd{}.CommandType()); slot != nil {
+					slot.Cancel()
+					got.Store(true)
+				}
+			}
+		}()
+		stop := start(t, p)
+		eventually(t, 10*time.Second, fmt.Sprintf("a hand-off slot (round %d)", i), got.Load)
+		<-done
+		stop()
+	}
 }

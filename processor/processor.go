@@ -410,7 +410,11 @@ type session struct {
 	// waits for the session's handlers.
 	hoMu     sync.Mutex
 	hoClosed bool
-	counter  struct {
+	// hoOpen is set (under hoMu) once the session is ready: its contexts
+	// set and its queues open. The session is visible to Stats (p.current)
+	// before that, so HandOff checks it.
+	hoOpen  bool
+	counter struct {
 		processed, completed, failed, poisoned, released, interrupted, duplicates atomic.Int64
 		// fast counts deliveries that ran without loading their command.
 		fast atomic.Int64
@@ -507,6 +511,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(StopDeadline); s.stopHard() })
 		defer t.Stop()
 	}
+
+	s.hoMu.Lock()
+	s.hoOpen = true // hand-offs may start (see HandOff)
+	s.hoMu.Unlock()
 
 	var pollers, background sync.WaitGroup
 	for _, qr := range p.queues {
