@@ -130,6 +130,7 @@ func printBench(w io.Writer, r bench.Result) {
 	}
 	if rt := r.Retention; rt != nil {
 		printCalls(w, "retention, per command", rt.CallsPerCommand)
+		printCalls(w, "retention, whole sweep", rt.Calls)
 		gone := "gone"
 		if !rt.DayTableGone {
 			gone = "NOT gone"
