@@ -504,7 +504,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if e.conn != "" {
 		// cmdq's tables and queues go before the baseline runs, so both
 		// pipelines meet an emulator holding the same data.
-		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i", cfg.Prefix+"h", cfg.Prefix+"f", cfg.Prefix+"s")
+		prefixes := []string{cfg.Prefix, cfg.Prefix + "i", cfg.Prefix + "h", cfg.Prefix + "f", cfg.Prefix + "s"}
+		e.dropDayTables(ctx, prefixes...)
+		dropAzure(ctx, e.conn, prefixes...)
 	}
 	if cfg.Baseline == BaselineRaw {
 		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
@@ -586,6 +588,20 @@ func (e *env) open(ctx context.Context) (func(), error) {
 	e.counter = NewCounter(e.st)
 	e.counted = e.counter.Counted()
 	return cleanup, nil
+}
+
+// dropDayTables deletes the day tables of the prefixes (best effort: the
+// run's cleanup; dropAzure deletes the base tables and queues).
+func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
+	for _, p := range prefixes {
+		names := record.Names{Prefix: p}
+		tables, _ := e.st.Tables(ctx, names.CommandsTable())
+		for _, t := range tables {
+			if _, ok := names.ParseDayTable(t); ok {
+				_ = e.st.DeleteTable(ctx, t)
+			}
+		}
+	}
 }
 
 // registry registers the bench handler: it records the latency of commands

@@ -6,11 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -210,8 +212,9 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	t.Parallel()
 	conn := azurite.ConnectionString(t)
 	const n = 300
+	prefix := "benchleft" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	r, err := Run(context.Background(), Config{
-		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw,
+		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw, Prefix: prefix,
 		Rate: 50, LatencyDuration: 400 * time.Millisecond, IdleWindow: -1, Timeout: 2 * time.Minute,
 		TrickleN: 100, TrickleRate: -1,
 	})
@@ -231,6 +234,21 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	}
 	if r.BaselineProcessedPerS <= 0 || r.BaselineIssuedPerS <= 0 || r.Ratio != r.ProcessedPerS/r.BaselineProcessedPerS {
 		t.Errorf("baseline issued %v/s processed %v/s ratio %v: want > 0 and ratio = processed / baseline", r.BaselineIssuedPerS, r.BaselineProcessedPerS, r.Ratio)
+	}
+	// The run removes what it created: no table or queue of its prefix
+	// is left (day tables of every phase included).
+	st, err := azure.Open(context.Background(), azure.Config{ConnectionString: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tables, err := st.Tables(context.Background(), prefix)
+	if err != nil || len(tables) != 0 {
+		t.Errorf("tables left by the run: %q (%v), want none", tables, err)
+	}
+	queues, err := st.Queues(context.Background(), prefix)
+	if err != nil || len(queues) != 0 {
+		t.Errorf("queues left by the run: %q (%v), want none", queues, err)
 	}
 }
 
