@@ -24,9 +24,10 @@ func newBenchCmd() *cobra.Command {
 processes them with the real processor and reports: commands issued and
 processed per second, Issue → handler start latency at a steady rate, storage
 operations per completed command by kind of call (burn-down, steady
-in-process issue, and 8 HTTP clients issuing through a real HTTP server at a
-steady rate), idle storage operations per hour at --max-poll-interval, and
-peak RSS. See docs/performance.md for the method.
+in-process issue, 8 HTTP clients issuing through a real HTTP server at a
+steady rate, first delivery with and without the fast path, and the
+retention sweep that removes the run's commands once past retention),
+idle storage operations per hour at --max-poll-interval, and peak RSS. See docs/performance.md for the method.
 
   cmdq bench                                  embedded store in a temporary file
   cmdq bench --store azure --baseline raw     Azurite (started from tools/azurite unless
@@ -127,7 +128,16 @@ func printBench(w io.Writer, r bench.Result) {
 		printCalls(w, "first delivery, fallback", fd.Fallback)
 		fmt.Fprintf(w, "    (burn-down deliveries on the fast path: %.0f%%)\n", 100*r.BurnDownFastPath)
 	}
-	fmt.Fprintf(w, "    retention cost per command              not measured (no retention yet)\n")
+	if rt := r.Retention; rt != nil {
+		printCalls(w, "retention, per command", rt.CallsPerCommand)
+		printCalls(w, "retention, whole sweep", rt.Calls)
+		gone := "gone"
+		if !rt.DayTableGone {
+			gone = "NOT gone"
+		}
+		fmt.Fprintf(w, "    (one sweep, clock %gh ahead: %.0f calls for %d commands in %d day table(s), %d dropped; day table %s)\n",
+			rt.ClockAheadH, rt.Calls.Total, rt.Commands, rt.DayTables, rt.Dropped, gone)
+	}
 	if r.CommitsPerCommand > 0 {
 		fmt.Fprintf(w, "  embedded log syncs %.3f per command (each one fdatasync for a group of writes)\n", r.CommitsPerCommand)
 	}
@@ -144,6 +154,6 @@ func printBench(w io.Writer, r bench.Result) {
 
 // printCalls writes one breakdown line of calls per command (or per hour).
 func printCalls(w io.Writer, what string, c bench.Calls) {
-	fmt.Fprintf(w, "    %-24s %6.3f = queue: enqueue %.3f, dequeue %.3f, delete %.3f, update %.3f, other %.3f; table: batch %.3f, point read %.3f, query %.3f, other %.3f\n",
-		what, c.Total, c.QueueEnqueue, c.QueueDequeue, c.QueueDelete, c.QueueUpdate, c.QueueOther, c.TableBatch, c.TablePointRead, c.TableQuery, c.TableOther)
+	fmt.Fprintf(w, "    %-24s %6.3f = queue: enqueue %.3f, dequeue %.3f, delete %.3f, update %.3f, other %.3f; table: batch %.3f, point read %.3f, query %.3f, other %.3f, list %.3f, drop %.3f\n",
+		what, c.Total, c.QueueEnqueue, c.QueueDequeue, c.QueueDelete, c.QueueUpdate, c.QueueOther, c.TableBatch, c.TablePointRead, c.TableQuery, c.TableOther, c.TableList, c.TableDrop)
 }

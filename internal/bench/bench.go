@@ -25,7 +25,12 @@
 //     pending scan instead of one of them). Then a processor
 //     whose poll interval is MaxPollInterval from the start is left idle and a
 //     command issued in process must reach its handler at once (Notify).
-//  6. baseline (Baseline "raw", Azure only): the minimal pipeline written
+//  6. retention: the retention sweep (record.Store.Sweep) runs once on the
+//     bench's prefix with its clock RetentionAhead (10 days) ahead, as it
+//     would once every command of the run is past its retention; its
+//     calls are counted, divided by the commands it read, and the day
+//     table must be gone afterwards (Store.Tables).
+//  7. baseline (Baseline "raw", Azure only): the minimal pipeline written
 //     directly against the Azure SDK processes N commands at the same
 //     concurrency; ratio = processed_per_s / baseline_processed_per_s. When
 //     the run started Azurite itself, the baseline gets a fresh emulator, as
@@ -229,8 +234,8 @@ type Result struct {
 	// BurnDownFastPath is the share of the burn-down's deliveries that took
 	// the first delivery's fast path (no point read).
 	BurnDownFastPath float64 `json:"burn_down_fast_path_share"`
-	// Retention is the cost of removing final commands after their
-	// retention. Null: retention is not built yet (issue 10).
+	// Retention is the cost of removing the run's commands once their
+	// retention has passed (the retention sweep on the bench's tables).
 	Retention *RetentionResult `json:"retention"`
 	// IdlePerHour is IdleOpsPerHour by kind of call.
 	IdlePerHour *Calls `json:"idle_per_hour,omitempty"`
@@ -491,10 +496,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return res, err
 		}
 	}
+	ret, err := e.retention(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Retention = ret
 	if e.conn != "" {
 		// cmdq's tables and queues go before the baseline runs, so both
 		// pipelines meet an emulator holding the same data.
-		dropAzure(ctx, e.conn, cfg.Prefix, cfg.Prefix+"i", cfg.Prefix+"h", cfg.Prefix+"f", cfg.Prefix+"s")
+		prefixes := []string{cfg.Prefix, cfg.Prefix + "i", cfg.Prefix + "h", cfg.Prefix + "f", cfg.Prefix + "s"}
+		e.dropDayTables(ctx, prefixes...)
+		dropAzure(ctx, e.conn, prefixes...)
 	}
 	if cfg.Baseline == BaselineRaw {
 		e.logf("baseline: raw Azure SDK pipeline, %d commands, concurrency %d", cfg.N, cfg.Concurrency)
@@ -576,6 +588,20 @@ func (e *env) open(ctx context.Context) (func(), error) {
 	e.counter = NewCounter(e.st)
 	e.counted = e.counter.Counted()
 	return cleanup, nil
+}
+
+// dropDayTables deletes the day tables of the prefixes (best effort: the
+// run's cleanup; dropAzure deletes the base tables and queues).
+func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
+	for _, p := range prefixes {
+		names := record.Names{Prefix: p}
+		tables, _ := e.st.Tables(ctx, names.CommandsTable())
+		for _, t := range tables {
+			if _, ok := names.ParseDayTable(t); ok {
+				_ = e.st.DeleteTable(ctx, t)
+			}
+		}
+	}
 }
 
 // registry registers the bench handler: it records the latency of commands

@@ -6,11 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -66,8 +68,53 @@ func checkRun(t *testing.T, r Result, n int) {
 		math.Abs(fd.Fallback.Total-fd.FastPath.Total-1) > 0.05 || fd.FastPath.Total > 4.1 {
 		t.Errorf("first delivery %+v: want every delivery on the fast path, no point read there, one per command without it", fd)
 	}
-	if r.Retention != nil {
-		t.Errorf("retention %+v: want null until built", r.Retention)
+	checkRetention(t, r, n)
+}
+
+// sumCalls adds the fields of c but Total.
+func sumCalls(c Calls) float64 {
+	return c.QueueEnqueue + c.QueueDequeue + c.QueueDelete + c.QueueUpdate + c.QueueOther +
+		c.TableBatch + c.TablePointRead + c.TableQuery + c.TableOther + c.TableList + c.TableDrop
+}
+
+// checkRetention asserts the retention phase: the sweep, its clock past
+// every command's retention, read the run's commands (the burn-down's, its
+// warm-up and the latency phase's), dropped their day table (gone from
+// the store's listing) and cost at most 0.05 calls per command: the base
+// table's query, the listing, a query per 1000 rows (Azurite may add an
+// empty last page), the drop and the registration's delete, nothing else.
+func checkRetention(t *testing.T, r Result, n int) {
+	t.Helper()
+	rt := r.Retention
+	if rt == nil {
+		t.Fatal("no retention result")
+	}
+	if want := n + 1 + r.LatencySamples; rt.Commands != want {
+		t.Errorf("retention read %d commands, want %d (burn-down %d + warm-up + latency %d)", rt.Commands, want, n, r.LatencySamples)
+	}
+	if rt.DayTables < 1 || rt.Dropped != rt.DayTables || !rt.DayTableGone {
+		t.Errorf("retention %+v: want every day table (at least 1) dropped and gone from the listing", rt)
+	}
+	if rt.ClockAheadH != 240 {
+		t.Errorf("sweep clock %v h ahead, want 240 (7 days retention + 2 days issue window + 1 day)", rt.ClockAheadH)
+	}
+	c, per := rt.Calls, rt.CallsPerCommand
+	if c.Total != float64(rt.SweepCalls) {
+		t.Errorf("counted %v sweep calls, the sweep counted %d (%+v)", c.Total, rt.SweepCalls, c)
+	}
+	for what, k := range map[string]Calls{"calls": c, "calls per command": per} {
+		if math.Abs(sumCalls(k)-k.Total) > 1e-9 {
+			t.Errorf("retention %s %+v: fields sum to %v, total %v", what, k, sumCalls(k), k.Total)
+		}
+	}
+	days := float64(rt.DayTables)
+	minQ := 1 + math.Ceil(float64(rt.Commands)/1000)
+	if c.TableList != 1 || c.TableDrop != days || c.TableOther != days || c.TableQuery < minQ || c.TableQuery > minQ+2*days ||
+		c.QueueEnqueue+c.QueueDequeue+c.QueueDelete+c.QueueUpdate+c.QueueOther+c.TableBatch+c.TablePointRead != 0 {
+		t.Errorf("retention calls %+v: want 1 listing, %v drop(s) and registration delete(s), %v..%v queries, nothing else", c, days, minQ, minQ+2*days)
+	}
+	if per.Total <= 0 || per.Total > 0.05 || math.Abs(per.Total*float64(rt.Commands)-c.Total) > 1e-6 {
+		t.Errorf("retention %v calls per command (%v calls / %d commands), want 0 < x <= 0.05", per.Total, c.Total, rt.Commands)
 	}
 }
 
@@ -165,8 +212,9 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	t.Parallel()
 	conn := azurite.ConnectionString(t)
 	const n = 300
+	prefix := "benchleft" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	r, err := Run(context.Background(), Config{
-		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw,
+		Store: StoreAzure, ConnectionString: conn, N: n, Baseline: BaselineRaw, Prefix: prefix,
 		Rate: 50, LatencyDuration: 400 * time.Millisecond, IdleWindow: -1, Timeout: 2 * time.Minute,
 		TrickleN: 100, TrickleRate: -1,
 	})
@@ -186,6 +234,21 @@ func TestRunAzureWithBaseline(t *testing.T) {
 	}
 	if r.BaselineProcessedPerS <= 0 || r.BaselineIssuedPerS <= 0 || r.Ratio != r.ProcessedPerS/r.BaselineProcessedPerS {
 		t.Errorf("baseline issued %v/s processed %v/s ratio %v: want > 0 and ratio = processed / baseline", r.BaselineIssuedPerS, r.BaselineProcessedPerS, r.Ratio)
+	}
+	// The run removes what it created: no table or queue of its prefix
+	// is left (day tables of every phase included).
+	st, err := azure.Open(context.Background(), azure.Config{ConnectionString: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tables, err := st.Tables(context.Background(), prefix)
+	if err != nil || len(tables) != 0 {
+		t.Errorf("tables left by the run: %q (%v), want none", tables, err)
+	}
+	queues, err := st.Queues(context.Background(), prefix)
+	if err != nil || len(queues) != 0 {
+		t.Errorf("queues left by the run: %q (%v), want none", queues, err)
 	}
 }
 
@@ -248,7 +311,16 @@ func TestCounterCountsEveryCall(t *testing.T) {
 	_, _ = tb.Query(ctx, storage.Query{PartitionKey: "p"})
 	_, _ = tb.Batch(ctx, "p", []storage.BatchOp{{Kind: storage.OpUpsert, Entity: e}})
 	_ = tb.Delete(ctx, "p", "r", "")
+	if _, ok := counted.(storage.TableOpener); !ok {
+		t.Error("the counted store does not implement storage.TableOpener (reads of day tables would list the tables)")
+	}
 	if _, _, err := cb.BatchEnqueue(ctx, "bencht", "p", []storage.BatchOp{{Kind: storage.OpInsert, Entity: e}}, "benchq", "y", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := counted.Tables(ctx, "bench"); err != nil || len(names) != 1 {
+		t.Fatalf("Tables: %v, %v", names, err)
+	}
+	if err := counted.DeleteTable(ctx, "bencht"); err != nil {
 		t.Fatal(err)
 	}
 	snap := c.Snapshot()
@@ -261,8 +333,8 @@ func TestCounterCountsEveryCall(t *testing.T) {
 			t.Errorf("%s counted %d, want %d", Op(i), n, want)
 		}
 	}
-	if c.Total() != 15 {
-		t.Errorf("total %d, want 15", c.Total())
+	if c.Total() != 17 {
+		t.Errorf("total %d, want 17", c.Total())
 	}
 }
 
@@ -296,7 +368,7 @@ func TestCallsPerGroupsKinds(t *testing.T) {
 	want := Calls{
 		QueueEnqueue: h(OpEnqueue), QueueDequeue: h(OpDequeue), QueueDelete: h(OpDeleteMessage), QueueUpdate: h(OpUpdateVisibility),
 		QueueOther: h(OpPeek, OpCount), TableBatch: h(OpBatch), TablePointRead: h(OpGet), TableQuery: h(OpQuery),
-		TableOther: h(OpInsert, OpUpdate, OpUpsert, OpDeleteEntity),
+		TableOther: h(OpInsert, OpUpdate, OpUpsert, OpDeleteEntity), TableList: h(OpListTables), TableDrop: h(OpDeleteTable),
 	}
 	want.Total = float64(numOps*(numOps+1)/2) / 2
 	if c != want {

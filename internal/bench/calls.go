@@ -1,7 +1,8 @@
 package bench
 
 // Calls is a per-kind breakdown of storage calls: per completed command
-// (burn-down, steady in-process, HTTP trickle) or per queue per hour (idle).
+// (burn-down, steady in-process, HTTP trickle, retention) or per queue per
+// hour (idle).
 // Every field is a billed transaction on Azure Storage; Total is their sum.
 // A combined embedded write counts as the calls Azure would bill (an issue:
 // one batch and one enqueue; a completion: one batch and one message delete).
@@ -25,6 +26,11 @@ type Calls struct {
 	TableQuery float64 `json:"table_query"`
 	// TableOther is single-entity insert, update, upsert and delete calls.
 	TableOther float64 `json:"table_other"`
+	// TableList is listings of tables (Store.Tables; retention's sweep).
+	TableList float64 `json:"table_list"`
+	// TableDrop is tables dropped whole (Store.DeleteTable; retention's
+	// sweep drops a day table once everything in it is past retention).
+	TableDrop float64 `json:"table_drop"`
 	// Total is the sum of the fields above.
 	Total float64 `json:"total"`
 }
@@ -52,6 +58,7 @@ func callsOfFloat(v [numOps]float64) Calls {
 		QueueUpdate: f(OpUpdateVisibility), QueueOther: f(OpPeek, OpCount),
 		TableBatch: f(OpBatch), TablePointRead: f(OpGet), TableQuery: f(OpQuery),
 		TableOther: f(OpInsert, OpUpdate, OpUpsert, OpDeleteEntity),
+		TableList:  f(OpListTables), TableDrop: f(OpDeleteTable),
 	}
 	for _, n := range v {
 		c.Total += n

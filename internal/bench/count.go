@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 type Op int
 
 // The storage calls a Counter counts: every queue and table call that is a
-// billed transaction on Azure Storage.
+// billed transaction on Azure Storage, and the two table management calls
+// retention makes (OpListTables, OpDeleteTable; package instrument does not
+// report them).
 const (
 	OpEnqueue          = Op(instrument.QueueEnqueue)
 	OpDequeue          = Op(instrument.QueueDequeue)
@@ -27,13 +30,18 @@ const (
 	OpDeleteEntity     = Op(instrument.TableDelete)
 	OpQuery            = Op(instrument.TableQuery)
 	OpBatch            = Op(instrument.TableBatch)
-	numOps             = instrument.NumOps
+	// OpListTables is Store.Tables: a listing of tables (List Tables on Azure).
+	OpListTables = Op(instrument.NumOps)
+	// OpDeleteTable is Store.DeleteTable: a table dropped whole.
+	OpDeleteTable = Op(instrument.NumOps + 1)
+	numOps        = instrument.NumOps + 2
 )
 
 var opNames = [numOps]string{
 	OpEnqueue: "enqueue", OpDequeue: "dequeue", OpUpdateVisibility: "update_visibility", OpDeleteMessage: "delete_message",
 	OpPeek: "peek", OpCount: "approximate_count", OpInsert: "insert", OpGet: "get", OpUpdate: "update",
 	OpUpsert: "upsert", OpDeleteEntity: "delete_entity", OpQuery: "query", OpBatch: "batch",
+	OpListTables: "list_tables", OpDeleteTable: "delete_table",
 }
 
 // String returns the operation's snake_case name (as in Result.OpsByKind).
@@ -45,8 +53,10 @@ func (o Op) String() string {
 }
 
 // Counter counts every queue and table call made through the store Counted
-// returns (not Queue/Table/Close themselves, which are not per-command
-// transactions), and the time spent in each kind. Safe for concurrent use.
+// returns, and Tables and DeleteTable (retention's listing and table drop),
+// and the time spent in each kind. Not counted: Queue, Table and OpenTable
+// (drivers cache them; Azure's Create Table is made once per table and
+// process), DeleteQueue, Queues and Close. Safe for concurrent use.
 type Counter struct {
 	counted storage.Store
 	n       [numOps]atomic.Int64
@@ -56,12 +66,54 @@ type Counter struct {
 // NewCounter returns a Counter around st.
 func NewCounter(st storage.Store) *Counter {
 	c := &Counter{}
-	c.counted = instrument.Wrap(st, instrument.Hooks{
+	w := instrument.Wrap(st, instrument.Hooks{
 		// Counted when made, timed when done.
 		Before: func(o instrument.Op) error { c.n[o].Add(1); return nil },
 		After:  func(call instrument.Call) { c.ns[call.Op].Add(int64(call.Duration)) },
 	})
+	m := &manageCounted{Store: w, opener: w.(storage.TableOpener), c: c}
+	if cb, ok := w.(storage.Combiner); ok {
+		c.counted = &manageCombiner{manageCounted: m, Combiner: cb}
+	} else {
+		c.counted = m
+	}
 	return c
+}
+
+// manageCounted adds the counts of Tables and DeleteTable to the
+// instrumented store, keeping its storage.TableOpener (without it, reads
+// of a day table would list the tables first).
+type manageCounted struct {
+	storage.Store
+	opener storage.TableOpener
+	c      *Counter
+}
+
+// manageCombiner is manageCounted of a storage.Combiner.
+type manageCombiner struct {
+	*manageCounted
+	storage.Combiner
+}
+
+func (m *manageCounted) timed(o Op, call func() error) error {
+	m.c.n[o].Add(1)
+	t0 := time.Now()
+	err := call()
+	m.c.ns[o].Add(int64(time.Since(t0)))
+	return err
+}
+
+func (m *manageCounted) Tables(ctx context.Context, prefix string) (names []string, err error) {
+	err = m.timed(OpListTables, func() error { names, err = m.Store.Tables(ctx, prefix); return err })
+	return names, err
+}
+
+func (m *manageCounted) DeleteTable(ctx context.Context, name string) error {
+	return m.timed(OpDeleteTable, func() error { return m.Store.DeleteTable(ctx, name) })
+}
+
+func (m *manageCounted) OpenTable(ctx context.Context, name string) (storage.Table, error) {
+	return m.opener.OpenTable(ctx, name)
 }
 
 // Counted returns the store to use: st counted. When st implements

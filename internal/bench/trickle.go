@@ -68,14 +68,6 @@ type FirstDeliveryResult struct {
 	Fallback Calls `json:"fallback"`
 }
 
-// RetentionResult will give what removing final commands after their
-// retention costs (issue 10's retention). Not built yet: Result.Retention
-// is null until it is.
-type RetentionResult struct {
-	// CallsPerCommand is the amortised storage calls per retained command.
-	CallsPerCommand Calls `json:"calls_per_command"`
-}
-
 // trickle runs the HTTP trickle phase on a fresh prefix.
 func (e *env) trickle(ctx context.Context) (*TrickleResult, error) {
 	cfg := e.cfg
