@@ -112,17 +112,27 @@ func TestBatchEnqueueConcurrentGroupCommit(t *testing.T) {
 	}
 	before := s.Stats()
 	const n = 200
-	var wg sync.WaitGroup
+	var wg, ready sync.WaitGroup
 	errs := make(chan error, n)
+	// Every writer is started and waiting before any writes: they then
+	// arrive together even on a loaded machine that would otherwise run
+	// the goroutines one after another (one commit each).
+	gate := make(chan struct{})
 	for i := range n {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
 			pk := fmt.Sprintf("p%03d", i)
-			_, _, err := s.BatchEnqueue(ctx, "combined", pk, insertOps(pk, "cmd", "status", "e1"), "combined-q", pk, 0, 0)
+			ops := insertOps(pk, "cmd", "status", "e1")
+			ready.Done()
+			<-gate
+			_, _, err := s.BatchEnqueue(ctx, "combined", pk, ops, "combined-q", pk, 0, 0)
 			errs <- err
 		}()
 	}
+	ready.Wait()
+	close(gate)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
