@@ -301,28 +301,9 @@ func TestFastPathTwoProcessors(t *testing.T) {
 func TestFastPathRedeliveryAfterLeaseExpired(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
-		var step1, attempts atomic.Int64
-		blocked := make(chan struct{})
-		var once sync.Once
-		newReg := func() *handlers.Registry {
-			reg := handlers.NewRegistry()
-			register(t, reg, func(ctx context.Context, c stepCmd, run *handlers.Run) error {
-				attempts.Add(1)
-				if run.LastStep() < 1 {
-					step1.Add(1)
-					if err := run.CompleteStep(ctx, 1, ""); err != nil {
-						return err
-					}
-				}
-				if run.Attempt() == 1 {
-					once.Do(func() { close(blocked) })
-					<-ctx.Done()
-					return ctx.Err()
-				}
-				return run.CompleteStep(ctx, 2, "")
-			}, handlers.Options{Lease: 6 * time.Second})
-			return reg
-		}
+		h := newStepsInterrupted(6 * time.Second)
+		step1, attempts, blocked := &h.step1, &h.attempts, h.blocked
+		newReg := func() *handlers.Registry { return h.newReg(t) }
 		cfg := e.cfg()
 		cfg.DrainTimeout = 50 * time.Millisecond
 		p1 := newProc(t, e.store, newReg(), cfg)
@@ -357,4 +338,41 @@ func TestFastPathRedeliveryAfterLeaseExpired(t *testing.T) {
 			t.Fatalf("lease_lost for attempt %d, second started attempt %d", evs[3].Attempt, evs[4].Attempt)
 		}
 	})
+}
+
+// stepsInterrupted is a two-step stepCmd handler whose first attempt
+// records step 1 and then blocks until its context ends (its processor
+// stops without an outcome); later attempts resume after step 1. newReg
+// returns a registry with it (one per processor); step1 counts runs of
+// step 1's work, attempts every handler run; blocked closes once the first
+// attempt has recorded step 1.
+type stepsInterrupted struct {
+	step1, attempts atomic.Int64
+	blocked         chan struct{}
+	once            sync.Once
+	lease           time.Duration
+}
+
+func newStepsInterrupted(lease time.Duration) *stepsInterrupted {
+	return &stepsInterrupted{blocked: make(chan struct{}), lease: lease}
+}
+
+func (h *stepsInterrupted) newReg(t *testing.T) *handlers.Registry {
+	reg := handlers.NewRegistry()
+	register(t, reg, func(ctx context.Context, c stepCmd, run *handlers.Run) error {
+		h.attempts.Add(1)
+		if run.LastStep() < 1 {
+			h.step1.Add(1)
+			if err := run.CompleteStep(ctx, 1, ""); err != nil {
+				return err
+			}
+		}
+		if run.Attempt() == 1 {
+			h.once.Do(func() { close(h.blocked) })
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return run.CompleteStep(ctx, 2, "")
+	}, handlers.Options{Lease: h.lease})
+	return reg
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,28 +140,9 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
-		var step1, attempts atomic.Int64
-		blocked := make(chan struct{})
-		var once sync.Once
-		newReg := func() *handlers.Registry {
-			reg := handlers.NewRegistry()
-			register(t, reg, func(ctx context.Context, c stepCmd, run *handlers.Run) error {
-				attempts.Add(1)
-				if run.LastStep() < 1 {
-					step1.Add(1)
-					if err := run.CompleteStep(ctx, 1, ""); err != nil {
-						return err
-					}
-				}
-				if run.Attempt() == 1 {
-					once.Do(func() { close(blocked) })
-					<-ctx.Done()
-					return ctx.Err()
-				}
-				return run.CompleteStep(ctx, 2, "")
-			}, handlers.Options{Lease: 3 * time.Second})
-			return reg
-		}
+		h := newStepsInterrupted(3 * time.Second)
+		step1, attempts, blocked := &h.step1, &h.attempts, h.blocked
+		newReg := func() *handlers.Registry { return h.newReg(t) }
 		cfg := e.cfg()
 		cfg.DrainTimeout = 50 * time.Millisecond
 		p1 := newProc(t, e.store, newReg(), cfg)
