@@ -74,6 +74,97 @@ type First struct {
 // (no HTML escaping), so the first delivery hands the handler the bytes
 // that were stored.
 func (e Envelope) Marshal() string {
+	if b, ok := e.appendFast(make([]byte, 0, e.sizeHint())); ok {
+		return string(b)
+	}
+	return e.marshalSlow()
+}
+
+// sizeHint is the length of the message text when nothing needs escaping.
+func (e Envelope) sizeHint() int {
+	n := 32 + len(e.ID) + len(e.Type)
+	if f := e.First; f != nil {
+		n += 96 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+	}
+	return n
+}
+
+// appendFast appends the text Marshal returns, the same bytes
+// encoding/json writes (fields in order, omitempty, the parameters
+// compacted, RFC 3339 time), without reflection. It declines (ok false)
+// when a string needs escaping or the parameters are not valid JSON: the
+// encoder's rules for those (escapes, U+2028, invalid UTF-8) are left to
+// the encoder itself.
+func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
+	var good bool
+	b = append(b, `{"id":`...)
+	if b, good = appendPlainString(b, e.ID); !good {
+		return nil, false
+	}
+	b = append(b, `,"type":`...)
+	if b, good = appendPlainString(b, e.Type); !good {
+		return nil, false
+	}
+	if f := e.First; f != nil {
+		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 {
+			return nil, false
+		}
+		b = append(b, `,"first":{"etag":`...)
+		if b, good = appendPlainString(b, f.ETag); !good {
+			return nil, false
+		}
+		b = append(b, `,"issuedAt":"`...)
+		b = f.IssuedAt.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `","queue":`...)
+		if b, good = appendPlainString(b, f.Queue); !good {
+			return nil, false
+		}
+		if f.CorrelationID != "" {
+			b = append(b, `,"correlationId":`...)
+			if b, good = appendPlainString(b, f.CorrelationID); !good {
+				return nil, false
+			}
+		}
+		b = append(b, `,"params":`...)
+		if f.Params == nil {
+			b = append(b, "null"...)
+		} else {
+			buf := bytes.NewBuffer(b)
+			if err := json.Compact(buf, f.Params); err != nil {
+				return nil, false
+			}
+			b = buf.Bytes()
+		}
+		b = append(b, '}')
+	}
+	if e.HandedOff {
+		b = append(b, `,"handedOff":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// appendPlainString appends s as a JSON string when it is printable ASCII
+// (a quote or a backslash escaped with a backslash, as encoding/json
+// does); anything else is left to the encoder (ok false).
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f:
+			return b, false
+		case c == '"' || c == '\\':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', c)
+			start = i + 1
+		}
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"'), true
+}
+
+// marshalSlow is Marshal through encoding/json.
+func (e Envelope) marshalSlow() string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

@@ -362,8 +362,8 @@ type countingFS struct {
 // issuers, a steady rate) never hold a sync: a hold rests on a timer,
 // which adds about a millisecond at a low rate.
 const (
-	crowdedWrites = 32
-	groupHold     = 150 * time.Microsecond
+	crowdedWrites = 8
+	groupHold     = 100 * time.Microsecond
 )
 
 // holdNext is the engine's WALMinSyncInterval: called after every log
