@@ -84,7 +84,18 @@ const (
 )
 
 // EventRowKey returns the row key of event seq: "e:" + 10 zero-padded digits.
-func EventRowKey(seq int64) string { return fmt.Sprintf("%s%010d", EventRowPrefix, seq) }
+func EventRowKey(seq int64) string {
+	if seq < 0 || seq > 9_999_999_999 {
+		return fmt.Sprintf("%s%010d", EventRowPrefix, seq)
+	}
+	var b [len(EventRowPrefix) + 10]byte
+	n := copy(b[:], EventRowPrefix)
+	for i := len(b) - 1; i >= n; i-- {
+		b[i] = byte('0' + seq%10)
+		seq /= 10
+	}
+	return string(b[:])
+}
 
 // NewCommand is what Store.Create writes.
 type NewCommand struct {
