@@ -31,6 +31,15 @@ func superseded(err error) bool { return errors.Is(err, handlers.ErrSuperseded) 
 // errTimeout is the cancellation cause when a handler exceeds its Timeout.
 var errTimeout = errors.New("processor: handler timed out")
 
+// timeoutCause is the cause of a handler's timeout: errTimeout after the
+// handler's Timeout (its text is made only when read; every attempt
+// carries one).
+type timeoutCause time.Duration
+
+func (c timeoutCause) Error() string { return fmt.Sprintf("%v after %s", errTimeout, time.Duration(c)) }
+
+func (c timeoutCause) Unwrap() error { return errTimeout }
+
 // Reasons recorded in poison entries and poisoned events.
 const (
 	ReasonMalformed     = "malformed message"
@@ -597,7 +606,7 @@ func (a *attempt) run() {
 	timeout := def.Timeout // defaulted by handlers.Register (10 × Lease)
 	hctx, cancel := context.WithCancelCause(s.hard)
 	defer cancel(nil)
-	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, fmt.Errorf("%w after %s", errTimeout, timeout))
+	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, timeoutCause(timeout))
 	defer cancelT()
 
 	a.mu.Lock()

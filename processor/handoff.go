@@ -85,11 +85,11 @@ func (h *handOff) Take(m storage.Message, text string, sent time.Time) {
 		qr.inflight++
 		qr.mu.Unlock()
 		p.health.update(func(hl *health) { hl.inFlight++ })
-		go func() {
+		s.spawn(func() {
 			defer s.wg.Done()
 			defer p.done(qr)
 			p.handle(s, qr, m, sent, h.lease, true)
-		}()
+		})
 	})
 }
 

@@ -406,6 +406,9 @@ type session struct {
 
 	wg     sync.WaitGroup
 	reason atomic.Value // StopReason
+	// jobs hands work to an idle handler goroutine (spawn); unbuffered: a
+	// send succeeds only when one is waiting.
+	jobs chan func()
 	// hoMu guards hoClosed: no hand-off (HandOff) is reserved once Run
 	// waits for the session's handlers.
 	hoMu     sync.Mutex
@@ -480,7 +483,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = Starting })
 	defer p.health.update(func(h *health) { h.stopped = true })
 
-	s := &session{}
+	s := &session{jobs: make(chan func())}
 	p.began(s)
 	defer p.ended(s) // also on an early return (ended is idempotent)
 	base := context.WithoutCancel(ctx)

@@ -157,43 +157,62 @@ func utf16Len(s string) int {
 // Table's rules before any I/O. Errors wrap ErrInvalidKey, ErrTooLarge or
 // ErrInvalidArgument and name the limit.
 func ValidateEntity(e Entity) error {
+	_, err := checkEntity(e)
+	return err
+}
+
+// checkEntity is ValidateEntity, also returning the entity's size (as
+// EntitySize counts it).
+func checkEntity(e Entity) (int, error) {
 	if err := ValidateKey("PartitionKey", e.PartitionKey); err != nil {
-		return err
+		return 0, err
 	}
 	if err := ValidateKey("RowKey", e.RowKey); err != nil {
-		return err
+		return 0, err
 	}
 	if len(e.Properties) > MaxProperties {
-		return fmt.Errorf("%w: entity (%q, %q) has %d properties; the limit is %d", ErrTooLarge, e.PartitionKey, e.RowKey, len(e.Properties), MaxProperties)
+		return 0, fmt.Errorf("%w: entity (%q, %q) has %d properties; the limit is %d", ErrTooLarge, e.PartitionKey, e.RowKey, len(e.Properties), MaxProperties)
 	}
+	// One pass: each name and value is checked and sized once (the size
+	// as EntitySize counts it).
+	size := 4 + 2*utf16Len(e.PartitionKey) + 2*utf16Len(e.RowKey)
 	for name, v := range e.Properties {
 		if name == "" || len(name) > MaxPropertyNameBytes {
-			return fmt.Errorf("%w: property name %q must be 1-%d characters", ErrInvalidArgument, name, MaxPropertyNameBytes)
+			return 0, fmt.Errorf("%w: property name %q must be 1-%d characters", ErrInvalidArgument, name, MaxPropertyNameBytes)
 		}
 		if reservedProps[name] {
-			return fmt.Errorf("%w: property name %q is reserved", ErrInvalidArgument, name)
+			return 0, fmt.Errorf("%w: property name %q is reserved", ErrInvalidArgument, name)
 		}
 		if !validPropertyName(name) {
-			return fmt.Errorf("%w: property name %q must start with a letter or underscore and contain only letters, digits and underscores", ErrInvalidArgument, name)
+			return 0, fmt.Errorf("%w: property name %q must start with a letter or underscore and contain only letters, digits and underscores", ErrInvalidArgument, name)
 		}
+		size += 8 + 2*len(name) // a valid name is ASCII
 		switch x := v.(type) {
 		case string:
-			if sz := 2 * utf16Len(x); sz > MaxPropertyBytes {
-				return fmt.Errorf("%w: string property %q is %d bytes in UTF-16; the limit is %d bytes (64 KiB, 32768 UTF-16 code units)", ErrTooLarge, name, sz, MaxPropertyBytes)
+			sz := 2 * utf16Len(x)
+			if sz > MaxPropertyBytes {
+				return 0, fmt.Errorf("%w: string property %q is %d bytes in UTF-16; the limit is %d bytes (64 KiB, 32768 UTF-16 code units)", ErrTooLarge, name, sz, MaxPropertyBytes)
 			}
+			size += 4 + sz
 		case []byte:
 			if len(x) > MaxPropertyBytes {
-				return fmt.Errorf("%w: binary property %q is %d bytes; the limit is %d bytes (64 KiB)", ErrTooLarge, name, len(x), MaxPropertyBytes)
+				return 0, fmt.Errorf("%w: binary property %q is %d bytes; the limit is %d bytes (64 KiB)", ErrTooLarge, name, len(x), MaxPropertyBytes)
 			}
-		case bool, int32, int64, float64, time.Time:
+			size += 4 + len(x)
+		case bool:
+			size++
+		case int32:
+			size += 4
+		case int64, float64, time.Time:
+			size += 8
 		default:
-			return fmt.Errorf("%w: property %q has type %T; use string, []byte, bool, int32, int64, float64 or time.Time", ErrInvalidArgument, name, v)
+			return 0, fmt.Errorf("%w: property %q has type %T; use string, []byte, bool, int32, int64, float64 or time.Time", ErrInvalidArgument, name, v)
 		}
 	}
-	if sz := EntitySize(e); sz > MaxEntityBytes {
-		return fmt.Errorf("%w: entity (%q, %q) is %d bytes; the limit is %d bytes (1 MiB)", ErrTooLarge, e.PartitionKey, e.RowKey, sz, MaxEntityBytes)
+	if size > MaxEntityBytes {
+		return 0, fmt.Errorf("%w: entity (%q, %q) is %d bytes; the limit is %d bytes (1 MiB)", ErrTooLarge, e.PartitionKey, e.RowKey, size, MaxEntityBytes)
 	}
-	return nil
+	return size, nil
 }
 
 func validPropertyName(name string) bool {
@@ -216,31 +235,44 @@ func ValidateBatch(partitionKey string, ops []BatchOp) error {
 	if len(ops) == 0 || len(ops) > MaxBatchOps {
 		return fmt.Errorf("%w: a batch has 1-%d operations, got %d", ErrInvalidArgument, MaxBatchOps, len(ops))
 	}
-	seen := make(map[string]struct{}, len(ops))
+	var seen map[string]struct{} // only for large batches: small ones compare
+	if len(ops) > 8 {
+		seen = make(map[string]struct{}, len(ops))
+	}
 	total := 0
 	for i, op := range ops {
 		if op.Entity.PartitionKey != partitionKey {
 			return &BatchError{Index: i, Err: fmt.Errorf("%w: operation's PartitionKey %q differs from the batch's %q; a batch covers one partition", ErrInvalidArgument, op.Entity.PartitionKey, partitionKey)}
 		}
-		if _, dup := seen[op.Entity.RowKey]; dup {
+		dup := false
+		if seen != nil {
+			_, dup = seen[op.Entity.RowKey]
+			seen[op.Entity.RowKey] = struct{}{}
+		} else {
+			for _, prev := range ops[:i] {
+				dup = dup || prev.Entity.RowKey == op.Entity.RowKey
+			}
+		}
+		if dup {
 			return &BatchError{Index: i, Err: fmt.Errorf("%w: RowKey %q appears twice in one batch", ErrInvalidArgument, op.Entity.RowKey)}
 		}
-		seen[op.Entity.RowKey] = struct{}{}
 		if op.Kind < OpInsert || op.Kind > OpDelete {
 			return &BatchError{Index: i, Err: fmt.Errorf("%w: unknown batch operation kind %d", ErrInvalidArgument, op.Kind)}
 		}
 		var err error
+		size := 0
 		if op.Kind == OpDelete {
 			if err = ValidateKey("PartitionKey", op.Entity.PartitionKey); err == nil {
 				err = ValidateKey("RowKey", op.Entity.RowKey)
 			}
+			size = EntitySize(op.Entity)
 		} else {
-			err = ValidateEntity(op.Entity)
+			size, err = checkEntity(op.Entity)
 		}
 		if err != nil {
 			return &BatchError{Index: i, Err: err}
 		}
-		total += EntitySize(op.Entity)
+		total += size
 	}
 	if total > MaxBatchBytes {
 		return fmt.Errorf("%w: batch payload is about %d bytes; the limit is %d bytes (4 MiB)", ErrTooLarge, total, MaxBatchBytes)

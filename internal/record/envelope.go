@@ -74,6 +74,97 @@ type First struct {
 // (no HTML escaping), so the first delivery hands the handler the bytes
 // that were stored.
 func (e Envelope) Marshal() string {
+	if b, ok := e.appendFast(make([]byte, 0, e.sizeHint())); ok {
+		return string(b)
+	}
+	return e.marshalSlow()
+}
+
+// sizeHint is the length of the message text when nothing needs escaping.
+func (e Envelope) sizeHint() int {
+	n := 32 + len(e.ID) + len(e.Type)
+	if f := e.First; f != nil {
+		n += 96 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+	}
+	return n
+}
+
+// appendFast appends the text Marshal returns, the same bytes
+// encoding/json writes (fields in order, omitempty, the parameters
+// compacted, RFC 3339 time), without reflection. It declines (ok false)
+// when a string needs escaping or the parameters are not valid JSON: the
+// encoder's rules for those (escapes, U+2028, invalid UTF-8) are left to
+// the encoder itself.
+func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
+	var good bool
+	b = append(b, `{"id":`...)
+	if b, good = appendPlainString(b, e.ID); !good {
+		return nil, false
+	}
+	b = append(b, `,"type":`...)
+	if b, good = appendPlainString(b, e.Type); !good {
+		return nil, false
+	}
+	if f := e.First; f != nil {
+		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 {
+			return nil, false
+		}
+		b = append(b, `,"first":{"etag":`...)
+		if b, good = appendPlainString(b, f.ETag); !good {
+			return nil, false
+		}
+		b = append(b, `,"issuedAt":"`...)
+		b = f.IssuedAt.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `","queue":`...)
+		if b, good = appendPlainString(b, f.Queue); !good {
+			return nil, false
+		}
+		if f.CorrelationID != "" {
+			b = append(b, `,"correlationId":`...)
+			if b, good = appendPlainString(b, f.CorrelationID); !good {
+				return nil, false
+			}
+		}
+		b = append(b, `,"params":`...)
+		if f.Params == nil {
+			b = append(b, "null"...)
+		} else {
+			buf := bytes.NewBuffer(b)
+			if err := json.Compact(buf, f.Params); err != nil {
+				return nil, false
+			}
+			b = buf.Bytes()
+		}
+		b = append(b, '}')
+	}
+	if e.HandedOff {
+		b = append(b, `,"handedOff":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// appendPlainString appends s as a JSON string when it is printable ASCII
+// (a quote or a backslash escaped with a backslash, as encoding/json
+// does); anything else is left to the encoder (ok false).
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f:
+			return b, false
+		case c == '"' || c == '\\':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', c)
+			start = i + 1
+		}
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"'), true
+}
+
+// marshalSlow is Marshal through encoding/json.
+func (e Envelope) marshalSlow() string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -124,6 +215,14 @@ func FirstRecord(env Envelope) *Record {
 // see First). It does not check their form (the processor does, with
 // commands.ValidateID and ValidateType). Errors wrap ErrMalformedMessage.
 func ParseEnvelope(text string) (Envelope, error) {
+	if e, ok := parseFast(text); ok {
+		return e, nil
+	}
+	return parseStrict(text)
+}
+
+// parseStrict is ParseEnvelope through encoding/json.
+func parseStrict(text string) (Envelope, error) {
 	var e Envelope
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
@@ -137,4 +236,141 @@ func ParseEnvelope(text string) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: id and type are required (got %.100q)", ErrMalformedMessage, text)
 	}
 	return e, nil
+}
+
+// parseFast parses the messages Marshal writes without reflection: the
+// fields in Marshal's order, strings without escapes but \" and \\,
+// parameters that are valid JSON. Anything else (other order, unknown
+// fields, other escapes, whitespace) is declined (ok false) and left to
+// the strict decoder, which accepts or rejects it as before.
+func parseFast(text string) (e Envelope, ok bool) {
+	p := fastParser{s: text}
+	if !p.lit(`{"id":`) || !p.str(&e.ID) || !p.lit(`,"type":`) || !p.str(&e.Type) {
+		return Envelope{}, false
+	}
+	if p.lit(`,"first":{"etag":`) {
+		f := &First{}
+		var at string
+		if !p.str(&f.ETag) || !p.lit(`,"issuedAt":`) || !p.str(&at) || !p.lit(`,"queue":`) || !p.str(&f.Queue) {
+			return Envelope{}, false
+		}
+		if err := f.IssuedAt.UnmarshalJSON([]byte(`"` + at + `"`)); err != nil {
+			return Envelope{}, false
+		}
+		if p.lit(`,"correlationId":`) && !p.str(&f.CorrelationID) {
+			return Envelope{}, false
+		}
+		if !p.lit(`,"params":`) {
+			return Envelope{}, false
+		}
+		raw, good := p.value()
+		if !good || !p.lit("}") {
+			return Envelope{}, false
+		}
+		f.Params = json.RawMessage(raw) // null too, as the decoder does
+		e.First = f
+	}
+	if p.lit(`,"handedOff":`) {
+		switch {
+		case p.lit("true"):
+			e.HandedOff = true
+		case p.lit("false"):
+		default:
+			return Envelope{}, false
+		}
+	}
+	if !p.lit("}") || p.s != "" || e.ID == "" || e.Type == "" {
+		return Envelope{}, false
+	}
+	return e, true
+}
+
+// fastParser consumes s from the front.
+type fastParser struct{ s string }
+
+// lit consumes prefix if s starts with it.
+func (p *fastParser) lit(prefix string) bool {
+	if !strings.HasPrefix(p.s, prefix) {
+		return false
+	}
+	p.s = p.s[len(prefix):]
+	return true
+}
+
+// str consumes a JSON string of printable ASCII whose only escapes are \"
+// and \\ (what appendPlainString writes) into *dst.
+func (p *fastParser) str(dst *string) bool {
+	if !p.lit(`"`) {
+		return false
+	}
+	escaped := false
+	for i := 0; i < len(p.s); i++ {
+		switch c := p.s[i]; {
+		case c < 0x20 || c >= 0x7f:
+			return false
+		case c == '\\':
+			if i+1 >= len(p.s) || (p.s[i+1] != '"' && p.s[i+1] != '\\') {
+				return false
+			}
+			escaped = true
+			i++
+		case c == '"':
+			v := p.s[:i]
+			if escaped {
+				v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v)
+			}
+			*dst = v
+			p.s = p.s[i+1:]
+			return true
+		}
+	}
+	return false
+}
+
+// value consumes one JSON value (an object, array, string or literal, as
+// compact JSON) and returns its text when it is valid JSON.
+func (p *fastParser) value() (string, bool) {
+	depth, inStr := 0, false
+	for i := 0; i < len(p.s); i++ {
+		c := p.s[i]
+		switch {
+		case inStr:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inStr = false
+				if depth == 0 {
+					return p.take(i + 1)
+				}
+			}
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return p.take(i) // the end of the enclosing object
+			}
+			depth--
+			if depth == 0 {
+				return p.take(i + 1)
+			}
+		case c == ',' && depth == 0:
+			return p.take(i)
+		}
+	}
+	return "", false
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// take consumes s[:n] as a value when it is valid JSON with no white
+// space around it (the decoder trims that).
+func (p *fastParser) take(n int) (string, bool) {
+	v := p.s[:n]
+	if v == "" || isSpace(v[0]) || isSpace(v[len(v)-1]) || !json.Valid([]byte(v)) {
+		return "", false
+	}
+	p.s = p.s[n:]
+	return v, true
 }

@@ -84,7 +84,18 @@ const (
 )
 
 // EventRowKey returns the row key of event seq: "e:" + 10 zero-padded digits.
-func EventRowKey(seq int64) string { return fmt.Sprintf("%s%010d", EventRowPrefix, seq) }
+func EventRowKey(seq int64) string {
+	if seq < 0 || seq > 9_999_999_999 {
+		return fmt.Sprintf("%s%010d", EventRowPrefix, seq)
+	}
+	var b [len(EventRowPrefix) + 10]byte
+	n := copy(b[:], EventRowPrefix)
+	for i := len(b) - 1; i >= n; i-- {
+		b[i] = byte('0' + seq%10)
+		seq /= 10
+	}
+	return string(b[:])
+}
 
 // NewCommand is what Store.Create writes.
 type NewCommand struct {
@@ -395,21 +406,22 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if c.IssuedAt.IsZero() {
 		issued = s.nowUTC()
 	}
-	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: map[string]any{
-		"Type":          c.Type,
-		"ParamsHash":    HashParams(params),
-		"IssuedAt":      issued,
-		"CorrelationID": c.CorrelationID,
-		"Queue":         queue,
-	}}
+	// One map, sized for the command's properties and the projection's.
+	props := make(map[string]any, 5+len(chunks)+projectionPropCount)
+	props["Type"] = c.Type
+	props["ParamsHash"] = HashParams(params)
+	props["IssuedAt"] = issued
+	props["CorrelationID"] = c.CorrelationID
+	props["Queue"] = queue
 	for i, ch := range chunks {
-		cmd.Properties[paramsProp(i)] = ch
+		props[paramsProp(i)] = ch
 	}
+	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
 	st := status.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
 	ev := status.Event{Seq: 1, Kind: status.EventCreated, Time: issued}
 	status.Apply(&st, ev)
 	wid := newWriteID()
-	maps.Copy(cmd.Properties, projectionProps(&st, 0, "", 1, wid))
+	putProjection(props, &st, 0, "", 1, wid)
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("cmdq: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -434,19 +446,27 @@ func newWriteID() string {
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
 func projectionProps(st *status.Status, settled int, owner string, seq int64, writeID string) map[string]any {
-	return map[string]any{
-		"WriteID":   writeID,
-		"Settled":   int32(settled),
-		"Owner":     owner,
-		"Status":    string(st.State),
-		"Attempts":  int32(st.Attempts),
-		"Step":      int32(st.Step),
-		"LastError": truncate(st.LastError, MaxTextUnits),
-		"CreatedAt": ms(st.CreatedAt),
-		"UpdatedAt": ms(st.UpdatedAt),
-		"Worker":    truncate(st.Worker, MaxTextUnits),
-		"EventSeq":  seq,
-	}
+	props := make(map[string]any, projectionPropCount)
+	putProjection(props, st, settled, owner, seq, writeID)
+	return props
+}
+
+// projectionPropCount is the number of properties putProjection writes.
+const projectionPropCount = 11
+
+// putProjection writes the projection's properties into props.
+func putProjection(props map[string]any, st *status.Status, settled int, owner string, seq int64, writeID string) {
+	props["WriteID"] = writeID
+	props["Settled"] = int32(settled)
+	props["Owner"] = owner
+	props["Status"] = string(st.State)
+	props["Attempts"] = int32(st.Attempts)
+	props["Step"] = int32(st.Step)
+	props["LastError"] = truncate(st.LastError, MaxTextUnits)
+	props["CreatedAt"] = ms(st.CreatedAt)
+	props["UpdatedAt"] = ms(st.UpdatedAt)
+	props["Worker"] = truncate(st.Worker, MaxTextUnits)
+	props["EventSeq"] = seq
 }
 
 // projectionUpdate returns the Merge update of rec's command row to

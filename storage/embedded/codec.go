@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -48,7 +48,7 @@ func encodeEntity(ts time.Time, props map[string]any) []byte {
 			size += len(x)
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	b := make([]byte, 8, size)
 	putI64(b, ts.UnixNano())
 	b = binary.AppendUvarint(b, uint64(len(names)))

@@ -397,10 +397,17 @@ func (tb *tableBatch) stage(b *pebble.Batch) error {
 	return nil
 }
 
+// maxPointReads is the largest batch whose entities read loads with point
+// reads: a point read skips, by its bloom filter, every data file that
+// does not hold the key, and the rows a small batch creates (an issue's,
+// an attempt's events) are in none; an iterator must open every file
+// that overlaps the partition.
+const maxPointReads = 4
+
 // read loads the stored record of each operation's entity (nil when
-// absent): one point read for a single operation, else one iterator over
-// the partition, sought in row key order (one pass through the engine's
-// levels instead of one per operation).
+// absent): a point read each for a small batch (maxPointReads), else one
+// iterator over the partition, sought in row key order (one pass through
+// the engine's levels instead of one per operation).
 func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	t := tb.t
 	curs = make([][]byte, len(tb.ops))
@@ -408,15 +415,17 @@ func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	for i, op := range tb.ops {
 		keys[i] = t.key(op.Entity.PartitionKey, op.Entity.RowKey)
 	}
-	if len(tb.ops) == 1 {
-		v, found, err := t.s.get(keys[0])
-		if err != nil {
-			return nil, nil, err
+	if len(tb.ops) <= maxPointReads {
+		for i, key := range keys {
+			v, found, err := t.s.get(key)
+			if err != nil {
+				return nil, nil, err
+			}
+			if found && v == nil {
+				v = []byte{}
+			}
+			curs[i] = v
 		}
-		if found && v == nil {
-			v = []byte{}
-		}
-		curs[0] = v
 		return curs, keys, nil
 	}
 	order := make([]int, len(tb.ops))
