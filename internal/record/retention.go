@@ -208,7 +208,14 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 	}
 	h := pol.horizonDays()
 	var errs []error
-	baseRows, registered, err := commandRows(ctx, s.commands, &rep)
+	// Only the base table's expired commands are kept (to delete them).
+	var expired []storage.Entity
+	sweptAt := now()
+	registered, err := eachCommandRow(ctx, s.commands, &rep, func(e storage.Entity) {
+		if at, _, ok := expiry(pol, e); ok && !at.After(sweptAt) {
+			expired = append(expired, storage.Entity{PartitionKey: e.PartitionKey, RowKey: e.RowKey, ETag: e.ETag})
+		}
+	})
 	if err != nil {
 		return rep, fmt.Errorf("cmdq: sweep %s: %w", s.commands.Name(), err)
 	}
@@ -246,7 +253,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 			}
 		}
 	}
-	if err := s.sweepBase(ctx, baseRows, pol, now(), &rep); err != nil {
+	if err := s.sweepBase(ctx, expired, &rep); err != nil {
 		errs = append(errs, err)
 	}
 	return rep, errors.Join(errs...)
@@ -261,28 +268,30 @@ func (s *Store) unregister(ctx context.Context, name string, rep *SweepReport) {
 
 func (s *Store) names() Names { return s.tables.names }
 
-// commandRows reads every command row of tb (1 call per 1000), and the
-// day tables registered in it (the base table's DaysPartition).
-func commandRows(ctx context.Context, tb storage.Table, rep *SweepReport) ([]storage.Entity, map[string]bool, error) {
-	var out []storage.Entity
+// eachCommandRow calls visit with every command row of tb, a page (1
+// call, up to 1000 rows) at a time, and returns the day tables registered
+// in it (the base table's DaysPartition). Rows are not kept: a sweep holds
+// only what it acts on, whatever the size of the day.
+func eachCommandRow(ctx context.Context, tb storage.Table, rep *SweepReport, visit func(storage.Entity)) (map[string]bool, error) {
 	days := map[string]bool{}
 	q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
 	for {
 		page, err := tb.Query(ctx, q)
 		rep.Calls++
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for _, e := range page.Entities {
 			if d := dayTableOf(e); d != "" {
 				days[d] = true
 			}
 			if e.RowKey == RowCommand && e.PartitionKey != UnqueuedPartition {
-				out = append(out, e)
+				rep.Scanned++
+				visit(e)
 			}
 		}
 		if page.Continuation == "" {
-			return out, days, nil
+			return days, nil
 		}
 		q.Continuation = page.Continuation
 	}
@@ -309,17 +318,10 @@ func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, 
 	if err != nil {
 		return fmt.Errorf("cmdq: sweep %s: %w", name, err)
 	}
-	rows, _, err := commandRows(ctx, tb, rep)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cmdq: sweep %s: %w", name, err)
-	}
-	rep.Scanned += len(rows)
+	// Only the commands that outlive the table are kept (to move them).
 	var keep []storage.Entity
 	pinned, waiting := 0, false
-	for _, e := range rows {
+	_, err = eachCommandRow(ctx, tb, rep, func(e storage.Entity) {
 		at, final, ok := expiry(pol, e)
 		switch {
 		case !final:
@@ -329,6 +331,12 @@ func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, 
 		case at.After(now):
 			waiting = true
 		}
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cmdq: sweep %s: %w", name, err)
 	}
 	if pinned > 0 {
 		rep.Pinned[name] = pinned
@@ -467,14 +475,9 @@ func partitionRows(ctx context.Context, tb storage.Table, id string, rep *SweepR
 // sweepBase deletes the expired commands of the base table: per command a
 // query of its rows and a batch deleting them (the command row on its
 // ETag, so a command written since stays).
-func (s *Store) sweepBase(ctx context.Context, rows []storage.Entity, pol RetentionPolicy, now time.Time, rep *SweepReport) error {
-	rep.Scanned += len(rows)
+func (s *Store) sweepBase(ctx context.Context, expired []storage.Entity, rep *SweepReport) error {
 	var errs []error
-	for _, e := range rows {
-		at, _, ok := expiry(pol, e)
-		if !ok || at.After(now) {
-			continue
-		}
+	for _, e := range expired {
 		if err := s.deleteCommand(ctx, e, rep); err != nil {
 			errs = append(errs, err)
 		}
