@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // for minutes past the server's write timeout (a dropped connection). When
 // storage answers again, so does the API.
 func TestServeAnswers503WhenStorageHangs(t *testing.T) {
+	t.Parallel()
 	nw := faultproxy.NewNet(t, azurite.ConnectionString(t))
 	const deadline = 3 * time.Second
 	p := startServe(t, serveOpts{
@@ -42,7 +44,7 @@ func TestServeAnswers503WhenStorageHangs(t *testing.T) {
 	// Without the deadline the first answer came after about 4 minutes (4
 	// tries of 60 s), after the 60 s write timeout: the client got nothing.
 	hc := &http.Client{Timeout: 45 * time.Second}
-	for _, c := range []struct{ method, path, body string }{
+	routes := []struct{ method, path, body string }{
 		{http.MethodPost, "/v1/commands", `{"type":"demo.echo"}`},
 		{http.MethodGet, "/v1/commands/" + id, ""},
 		{http.MethodGet, "/v1/commands/" + id + "/events", ""},
@@ -50,48 +52,63 @@ func TestServeAnswers503WhenStorageHangs(t *testing.T) {
 		{http.MethodGet, "/v1/poison/" + id, ""},
 		{http.MethodPost, "/v1/poison/" + id + "/requeue", ""},
 		{http.MethodDelete, "/v1/poison/" + id, ""},
-	} {
-		var rd io.Reader
-		if c.body != "" {
-			rd = strings.NewReader(c.body)
-		}
-		req, err := http.NewRequest(c.method, p.URL+c.path, rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		start := time.Now()
-		resp, err := hc.Do(req)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("%s %s during the outage: no answer after %s: %v", c.method, c.path, took.Round(time.Millisecond), err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" {
-			t.Fatalf("%s %s during the outage: %d %s %s, want 503 problem+json", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
-		}
-		if ra := resp.Header.Get("Retry-After"); ra == "" {
-			t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
-		}
-		// The answer is the one the OpenAPI description documents.
-		if err := spec.Check(c.method, c.path, resp.StatusCode, resp.Header, b); err != nil {
-			t.Error(err)
-		}
-		var prob struct {
-			Type, Detail string
-		}
-		if err := json.Unmarshal(b, &prob); err != nil || !strings.HasSuffix(prob.Type, "#unavailable") || !strings.Contains(prob.Detail, "retry") {
-			t.Errorf("%s %s: problem %s (%v), want type …#unavailable and a detail that says to retry", c.method, c.path, b, err)
-		}
-		// The deadline plus a little: generous for a loaded machine, far
-		// below the minutes it took before.
-		if took > deadline+5*time.Second {
-			t.Errorf("%s %s answered after %s; the request deadline is %s", c.method, c.path, took.Round(time.Millisecond), deadline)
-		}
-		t.Logf("%s %s: 503 after %s", c.method, c.path, took.Round(time.Millisecond))
+	}
+	// Every route is asked at once, each on its own connection: each
+	// waits out its own deadline (one after another they took 7 × 3 s).
+	var wg sync.WaitGroup
+	for _, c := range routes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rd io.Reader
+			if c.body != "" {
+				rd = strings.NewReader(c.body)
+			}
+			req, err := http.NewRequest(c.method, p.URL+c.path, rd)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if c.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			start := time.Now()
+			resp, err := hc.Do(req)
+			took := time.Since(start)
+			if err != nil {
+				t.Errorf("%s %s during the outage: no answer after %s: %v", c.method, c.path, took.Round(time.Millisecond), err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s during the outage: %d %s %s, want 503 problem+json", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+				return
+			}
+			if ra := resp.Header.Get("Retry-After"); ra == "" {
+				t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
+			}
+			// The answer is the one the OpenAPI description documents.
+			if err := spec.Check(c.method, c.path, resp.StatusCode, resp.Header, b); err != nil {
+				t.Error(err)
+			}
+			var prob struct {
+				Type, Detail string
+			}
+			if err := json.Unmarshal(b, &prob); err != nil || !strings.HasSuffix(prob.Type, "#unavailable") || !strings.Contains(prob.Detail, "retry") {
+				t.Errorf("%s %s: problem %s (%v), want type …#unavailable and a detail that says to retry", c.method, c.path, b, err)
+			}
+			// The deadline plus a little: generous for a loaded machine, far
+			// below the minutes it took before.
+			if took > deadline+5*time.Second {
+				t.Errorf("%s %s answered after %s; the request deadline is %s", c.method, c.path, took.Round(time.Millisecond), deadline)
+			}
+			t.Logf("%s %s: 503 after %s", c.method, c.path, took.Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	nw.Restore(t)
