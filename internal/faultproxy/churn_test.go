@@ -2,7 +2,6 @@ package faultproxy_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -251,5 +250,3 @@ func roundTrip(t *testing.T, addr string, msg []byte) {
 		t.Fatalf("echo through %s: %q, %v; want %q", addr, got, err, msg)
 	}
 }
-
-var _ = errors.Is
