@@ -80,15 +80,16 @@ PEERS_FLAGS ?=
 bench-peers:
 	bench/peers/install-deps.sh
 	cd bench/peers && $(GO) run . $(PEERS_FLAGS)
-# chaos runs the short form of the reliability suite (internal/chaos, about 4
+# chaos runs the short form of the reliability suite (internal/chaos, about 2
 # minutes on 2 cores): real `cmdq serve` and `cmdq worker` processes on the
 # embedded store and on Azurite, SIGKILLs, storage faults through a fault
 # proxy, Azurite restarts, competing workers, a worker whose lease renewals
-# are blocked. It prints each run's figures and, on a broken invariant, the
+# are blocked. Its runs mostly wait, each in its own world, so up to 4 run
+# at once (-parallel 4): it takes about as long as the Azure run. It prints each run's figures and, on a broken invariant, the
 # histories, journal and logs involved. Replay a run with
 # CMDQ_CHAOS_SEED=<the seed it printed>; see docs/reliability.md.
 chaos: azurite
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -v -timeout 20m ./internal/chaos
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -v -parallel 4 -timeout 20m ./internal/chaos
 
 # chaos-long runs the long form (CMDQ_CHAOS=long): about 35 minutes on 2
 # cores (Azurite slows down as its tables grow), over 20,000 commands and

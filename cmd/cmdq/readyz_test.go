@@ -11,7 +11,7 @@ import (
 
 // TestReadyzFollowsStorage: a real `cmdq serve --store azure`, idle (its
 // pollers back off to a minute), reaches Azurite through an in-process
-// toxiproxy. When storage refuses connections, and when it accepts them and
+// fault proxy (faultproxy.Net). When storage refuses connections, and when it accepts them and
 // never answers (a black hole), /readyz turns 503 within seconds; when
 // storage is back it turns 200 again. The delays are logged; the targets
 // (503 within 10 s, 200 within 5 s) are argued in docs/operations.md.

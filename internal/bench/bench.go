@@ -1129,8 +1129,14 @@ func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
 		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
+		// Every poll that leaves the poller waiting (MinPollInterval is
+		// MaxPollInterval here: at least 48 s at the defaults) starts a
+		// sample: the first empty poll, and the poll that fetched the last
+		// sample's command (fewer than asked: the poller waits as after an
+		// empty poll). Waiting for an empty poll instead cost a whole
+		// scheduled interval per sample (two minutes a run).
 		OnPoll: func(ev processor.PollEvent) {
-			if ev.Received == 0 && ev.Wait > 0 {
+			if ev.Err == nil && ev.Wait > 0 {
 				select {
 				case empty <- struct{}{}:
 				default:
@@ -1149,7 +1155,7 @@ func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (
 	e.lat.take()
 	var worst time.Duration
 	for i := range DefaultWakeSamples {
-		// The poller has just found the queue empty and waits MaxPollInterval.
+		// The poller has just polled and waits MaxPollInterval.
 		select {
 		case <-empty:
 		case <-time.After(cfg.Timeout):

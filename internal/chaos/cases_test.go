@@ -49,6 +49,7 @@ func isBatch(r *http.Request) bool {
 // lost (503 after the write landed); the driver retries it. The history
 // must hold each event once (invariant event-once).
 func TestRetriedWriteAfterLostAnswer(t *testing.T) {
+	t.Parallel() // its own world (see TestChaos)
 	w := startWorld(t, Scenario{Name: "retried-write", Store: StoreAzure, Seed: 1, Workers: 1, ServeNoDemo: true, Settle: time.Minute})
 	defer w.close()
 	ctx := context.Background()
@@ -84,6 +85,7 @@ func TestRetriedWriteAfterLostAnswer(t *testing.T) {
 // before ff43ff2 (202 without a marker) the first answer is 202 and the
 // command is stranded.
 func TestAcceptedNeverStranded(t *testing.T) {
+	t.Parallel() // its own world (see TestChaos)
 	w := startWorld(t, Scenario{Name: "stranded", Store: StoreAzure, Seed: 1, Settle: time.Minute})
 	defer w.close()
 	ctx := context.Background()
@@ -126,6 +128,7 @@ func TestAcceptedNeverStranded(t *testing.T) {
 // no lease was lost, so the demo lease must not grow (it grows after 3 lost
 // leases of one type).
 func TestDeleteRetryIsNotALostLease(t *testing.T) {
+	t.Parallel() // its own world (see TestChaos)
 	w := startWorld(t, Scenario{Name: "delete-retry", Store: StoreAzure, Seed: 1, Settle: time.Minute})
 	defer w.close()
 	ctx := context.Background()
@@ -203,6 +206,7 @@ func waitQueueEmpty(t *testing.T, w *world, d time.Duration) {
 // executions with the same attempt, nothing in the history explaining
 // them).
 func TestDuplicateMessagesRunOnce(t *testing.T) {
+	t.Parallel() // its own world (see TestChaos)
 	w := startWorld(t, Scenario{Name: "duplicates", Store: StoreAzure, Seed: 1, Workers: 2, Concurrency: 1, ServeNoDemo: true,
 		ServeArgs: []string{"--recovery-delay", "6s"}, Settle: time.Minute}, "w1", "w2")
 	defer w.close()

@@ -102,14 +102,30 @@ func (e *formError) Error() string {
 // `cmdq serve` and three competing `cmdq worker` processes and every kind of
 // storage fault. It prints the figures of each run and fails on any broken
 // invariant, with the histories, journal and logs of the commands involved.
+//
+// The short and smoke forms run their scenarios side by side and beside the
+// package's other tests, which are parallel too: each run has its own
+// Azurite, processes, fault proxies and directory, and the suite mostly
+// waits (on leases, kills, fault windows), so the short form's runs
+// together use about a quarter of 2 cores and `make chaos` (which lets 4
+// run at once) takes about as long as its longest run, not the sum. The
+// medium and long forms run one scenario at a time, as the figures of
+// docs/reliability.md were taken.
 func TestChaos(t *testing.T) {
 	form := os.Getenv(EnvForm)
+	together := form == "" || form == "short" || form == "smoke"
+	if together {
+		t.Parallel()
+	}
 	scs, err := scenarios(form, seed(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, sc := range scs {
 		t.Run(sc.Name, func(t *testing.T) {
+			if together {
+				t.Parallel()
+			}
 			if sc.Store == StoreAzure {
 				requireAzurite(t)
 			}

@@ -2,8 +2,8 @@
 // `cmdq worker` processes on real storage (the embedded store, Azurite),
 // breaks them while commands of every demo kind flow — SIGKILL at random
 // moments, storage faults through the project's in-process fault proxy
-// (internal/faultproxy: toxiproxy for latency, resets, stalls, black holes
-// and refused connections; its HTTP rule proxy for bursts of 503 and
+// (internal/faultproxy: its TCP proxy for latency, resets, stalls, black
+// holes and refused connections; its HTTP rule proxy for bursts of 503 and
 // answers lost after a write landed), Azurite stopped and restarted, three
 // workers competing on one queue, a worker whose lease renewals are blocked
 // — and then checks, from the outside (the HTTP API, the storage through the

@@ -16,14 +16,14 @@ const (
 	svcTable = faultproxy.Table
 )
 
-// toxic is a toxiproxy toxic (see faultproxy.Toxic).
+// toxic is a fault on the TCP streams (see faultproxy.Toxic).
 type toxic = faultproxy.Toxic
 
 // faultNet sits between the cmdq processes and Azurite, built from the
 // project's fault proxies (internal/faultproxy). Each process role (serve,
-// w1, …) gets its own toxiproxy pair (a faultproxy.Net), so faults can hit
-// every process or one; behind them one HTTP fault proxy answers 503s
-// (toxiproxy works on TCP streams and cannot make an HTTP status):
+// w1, …) gets its own pair of TCP proxies (a faultproxy.Net), so faults can
+// hit every process or one; behind them one HTTP fault proxy answers 503s
+// (a TCP proxy works on byte streams and cannot make an HTTP status):
 //
 //	cmdq process → faultproxy.Net (role) → faultproxy.HTTP → Azurite
 //

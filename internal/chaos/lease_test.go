@@ -54,6 +54,7 @@ func oneCommand(rng *rand.Rand, typ, params string) *command {
 // writes go through); queue-and-table-cut blocks both, so w1's own
 // `started` write hangs too and lands only after w2 completed the command.
 func TestLeaseRenewalBlocked(t *testing.T) {
+	t.Parallel() // its own world (see TestChaos)
 	requireAzurite(t)
 	for _, tc := range []struct {
 		name string
@@ -63,6 +64,7 @@ func TestLeaseRenewalBlocked(t *testing.T) {
 		{"queue-and-table-cut", []string{svcQueue, svcTable}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			w := newWorld(t, Scenario{Name: "lease-" + tc.name, Store: StoreAzure, Seed: 1, Workers: 2, Lease: 2 * time.Second,
 				ServeNoDemo: true, Settle: time.Minute})
 			defer w.close()

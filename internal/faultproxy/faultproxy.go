@@ -4,11 +4,19 @@
 // unit tests of the packages above storage and the reliability suite
 // (internal/chaos) both use it.
 //
-//   - Net puts an in-process toxiproxy (github.com/Shopify/toxiproxy/v2) in
-//     front of the queue and table endpoints: any toxic (latency, resets,
-//     stalls, a black hole), connections refused (Stop, Start), open
-//     connections dropped; Refuse, BlackHole and Restore are the common
-//     cases for a test.
+//   - Net puts a TCP proxy of its own in front of the queue and table
+//     endpoints and breaks the byte streams: latency with jitter, resets
+//     (RST), stalls and a black hole (bytes swallowed, connections held
+//     open), in either direction and on a share of the connections
+//     (AddToxic, with toxiproxy's names for the faults), connections
+//     refused (Stop, Start: the listener is closed), open connections
+//     dropped; Refuse, BlackHole and Restore are the common cases for a
+//     test. A change of faults never waits for traffic: each connection's
+//     pumps read the faults as one value that a change replaces, and a
+//     connection is ended by closing its sockets. (The project used
+//     toxiproxy here until its RemoveToxic deadlock, Shopify/toxiproxy#558,
+//     hung a long reliability run; TestNetChurnNeverBlocks has that
+//     deadlock's shape.)
 //   - HTTP is a reverse proxy that applies rules to chosen requests: Refuse
 //     resets the connection before the request reaches the service (the
 //     request is lost), LoseAnswer forwards the request, lets the service
@@ -30,9 +38,6 @@ package faultproxy
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -40,15 +45,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
 )
 
 // The Azure Storage services a proxy stands in front of.
@@ -109,242 +110,6 @@ func rewrite(conn, queueHost, tableHost string) string {
 		parts[i] = k + "=" + u.String()
 	}
 	return strings.Join(parts, ";")
-}
-
-// Net is a pair of toxiproxy proxies in front of an account's queue and
-// table endpoints. Its methods are safe for concurrent use, and faults of
-// different kinds may overlap: toxics stack, and a service refused twice
-// (Stop) opens again only once both are undone (Start).
-type Net struct {
-	// ConnectionString reaches the account through the proxies.
-	ConnectionString string
-
-	server  *toxiproxy.ApiServer
-	proxies map[string]*toxiproxy.Proxy // by service
-
-	mu      sync.Mutex
-	refused map[string]int // Stop calls not undone, by service
-	toxicN  int
-	state   string // Refuse/BlackHole/Restore: "", "refused", "blackhole"
-	hole    []func()
-}
-
-// StartNet starts proxies in front of the endpoints of conn (a connection
-// string with QueueEndpoint and TableEndpoint, as Azurite's). Close stops
-// them.
-func StartNet(conn string) (*Net, error) {
-	q, tb, err := endpoints(conn)
-	if err != nil {
-		return nil, err
-	}
-	n := &Net{server: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
-		proxies: map[string]*toxiproxy.Proxy{}, refused: map[string]int{}}
-	for svc, host := range map[string]string{Queue: q.Host, Table: tb.Host} {
-		p := toxiproxy.NewProxy(n.server, svc, "127.0.0.1:0", host)
-		if err := p.Start(); err != nil {
-			n.Close()
-			return nil, fmt.Errorf("faultproxy: start toxiproxy for the %s service: %w", svc, err)
-		}
-		n.proxies[svc] = p
-	}
-	n.ConnectionString = rewrite(conn, n.proxies[Queue].Listen, n.proxies[Table].Listen)
-	return n, nil
-}
-
-// NewNet is StartNet for a test: it fails t on error and closes the
-// proxies when the test ends.
-func NewNet(t testing.TB, conn string) *Net {
-	t.Helper()
-	n, err := StartNet(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	return n
-}
-
-// Close stops the proxies.
-func (n *Net) Close() {
-	for _, p := range n.proxies {
-		p.Stop()
-	}
-}
-
-func (n *Net) selected(svcs []string) []*toxiproxy.Proxy {
-	var out []*toxiproxy.Proxy
-	for _, svc := range Services {
-		if slices.Contains(svcs, svc) {
-			out = append(out, n.proxies[svc])
-		}
-	}
-	return out
-}
-
-// Toxic is one toxiproxy toxic (see toxiproxy's documentation for the types
-// and their attributes).
-type Toxic struct {
-	// Type is the toxic's type: latency, reset_peer, timeout, bandwidth, …
-	Type string `json:"type"`
-	// Stream is "upstream" (towards the service) or "downstream" (""
-	// counts as downstream).
-	Stream string `json:"stream"`
-	// Toxicity is the share of connections it applies to (0 counts as 1).
-	Toxicity float32 `json:"toxicity"`
-	// Attrs are the type's attributes, e.g. {"latency": 300, "jitter": 100}
-	// (milliseconds) or {"timeout": 0} (never).
-	Attrs map[string]any `json:"attributes"`
-}
-
-// AddToxic adds t to the proxies of the given services and returns the
-// function that removes it again.
-func (n *Net) AddToxic(svcs []string, t Toxic) (remove func(), err error) {
-	if t.Toxicity == 0 {
-		t.Toxicity = 1
-	}
-	if t.Stream == "" {
-		t.Stream = "downstream"
-	}
-	n.mu.Lock()
-	n.toxicN++
-	name := fmt.Sprintf("%s-%d", t.Type, n.toxicN)
-	n.mu.Unlock()
-	body, err := json.Marshal(struct {
-		Name string `json:"name"`
-		Toxic
-	}{name, t})
-	if err != nil {
-		return nil, err
-	}
-	var added []*toxiproxy.Proxy
-	remove = func() {
-		for _, p := range added {
-			_ = p.Toxics.RemoveToxic(context.Background(), name)
-		}
-	}
-	for _, p := range n.selected(svcs) {
-		if _, err := p.Toxics.AddToxicJson(bytes.NewReader(body)); err != nil {
-			remove()
-			return nil, fmt.Errorf("faultproxy: toxic %s on %s: %w", t.Type, p.Name, err)
-		}
-		added = append(added, p)
-	}
-	return remove, nil
-}
-
-// Stop closes the listeners of the given services' proxies and their open
-// connections: new connections are refused, as when the service is down.
-// Each Stop is undone by one Start.
-func (n *Net) Stop(svcs ...string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, p := range n.selected(svcs) {
-		n.refused[p.Name]++
-		p.Stop()
-	}
-}
-
-// Start undoes one Stop of the given services: a proxy listens again once
-// every Stop of it is undone.
-func (n *Net) Start(svcs ...string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var errs []error
-	for _, p := range n.selected(svcs) {
-		if n.refused[p.Name] > 0 {
-			n.refused[p.Name]--
-		}
-		if n.refused[p.Name] == 0 {
-			errs = append(errs, start(p))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func start(p *toxiproxy.Proxy) error {
-	if err := p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
-		return fmt.Errorf("faultproxy: restart toxiproxy on %s: %w", p.Listen, err)
-	}
-	return nil
-}
-
-// DropConnections closes the given services' open connections (requests in
-// flight fail at once) and keeps accepting new ones; a refused service
-// stays refused.
-func (n *Net) DropConnections(svcs ...string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var errs []error
-	for _, p := range n.selected(svcs) {
-		if n.refused[p.Name] > 0 {
-			continue // closed already
-		}
-		p.Stop()
-		errs = append(errs, start(p))
-	}
-	return errors.Join(errs...)
-}
-
-// Heal removes every toxic, undoes every Stop and listens again.
-func (n *Net) Heal() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var errs []error
-	for _, p := range n.proxies {
-		p.Toxics.ResetToxics(context.Background())
-		n.refused[p.Name] = 0
-		errs = append(errs, start(p))
-	}
-	n.state, n.hole = "", nil
-	return errors.Join(errs...)
-}
-
-// Refuse refuses connections to both services (see Stop) until Restore.
-func (n *Net) Refuse(t testing.TB) {
-	t.Helper()
-	n.Restore(t)
-	n.Stop(Services...)
-	n.mu.Lock()
-	n.state = "refused"
-	n.mu.Unlock()
-}
-
-// BlackHole makes both services accept connections and forward nothing in
-// either direction (a hung endpoint, a black-holed network) until Restore:
-// calls hang until their own timeouts.
-func (n *Net) BlackHole(t testing.TB) {
-	t.Helper()
-	n.Restore(t)
-	var rms []func()
-	for _, dir := range []string{"upstream", "downstream"} {
-		rm, err := n.AddToxic(Services, Toxic{Type: "timeout", Stream: dir, Attrs: map[string]any{"timeout": 0}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rms = append(rms, rm)
-	}
-	n.mu.Lock()
-	n.state, n.hole = "blackhole", rms
-	n.mu.Unlock()
-}
-
-// Restore ends Refuse or BlackHole: the proxies forward again (connections
-// held by a black hole are closed).
-func (n *Net) Restore(t testing.TB) {
-	t.Helper()
-	n.mu.Lock()
-	state, hole := n.state, n.hole
-	n.state, n.hole = "", nil
-	n.mu.Unlock()
-	switch state {
-	case "refused":
-		if err := n.Start(Services...); err != nil {
-			t.Fatal(err)
-		}
-	case "blackhole":
-		for _, rm := range hole {
-			rm() // toxiproxy closes the connections a timeout toxic held
-		}
-	}
 }
 
 // Action is what an HTTP rule does to a matching request.
