@@ -209,7 +209,10 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 func TestRenewalsFailingRecordLeaseLost(t *testing.T) {
 	t.Parallel()
 	e, through, px := azureBehind(t)
-	const lease = 2 * time.Second
+	// 4 s: the handler is cancelled lease/10 (400 ms) before the lease
+	// ends; with 2 s (200 ms) a loaded machine running the race detector
+	// once let the failing renewals overrun it by 47 ms.
+	const lease = 4 * time.Second
 	rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/"}, faultproxy.Refuse, -1)
 	reg := handlers.NewRegistry()
 	var runs atomic.Int64
