@@ -47,7 +47,7 @@ func TestHandOff(t *testing.T) {
 		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		eventually(t, 10*time.Second, "the processor to run", func() bool { return p.Stats().Running })
+		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
 		iss := e.handOffIssuer(p)
 		const n = 10
 		ids := make([]string, n)
@@ -117,7 +117,7 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		eventually(t, 10*time.Second, "the processor to run", func() bool { return p.Stats().Running })
+		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
 		iss := e.handOffIssuer(p)
 		first := e.issue(iss, okCmd{})
 		eventually(t, 10*time.Second, "the first handler to run", func() bool { return started.Load() == 1 })
@@ -147,7 +147,7 @@ func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 		cfg.DrainTimeout = 50 * time.Millisecond
 		p1 := newProc(t, e.store, newReg(), cfg)
 		stop1 := start(t, p1)
-		eventually(t, 10*time.Second, "the processor to run", func() bool { return p1.Stats().Running })
+		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p1) })
 		id := e.issue(e.handOffIssuer(p1), stepCmd{})
 		select {
 		case <-blocked:
@@ -214,4 +214,12 @@ func TestHandOffWhileStarting(t *testing.T) {
 		<-done
 		stop()
 	}
+}
+
+// takesHandOffs reports whether p's session is ready for hand-offs: Stats
+// says Running as soon as Run has begun, before its queues are open and
+// hand-offs allowed; the health leaves Starting with the first poll, which
+// comes after that (a first issue in between is dequeued instead).
+func takesHandOffs(p *processor.Processor) bool {
+	return p.Stats().Running && p.Health().State != processor.Starting
 }
