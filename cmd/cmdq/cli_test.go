@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -338,5 +343,32 @@ func TestWorkerSharesAzureQueue(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != status.StateCompleted || s.Attempts != 1 {
 			t.Errorf("%s: %s (%v)", id, r.stdout, err)
 		}
+	}
+}
+
+// TestWorkerRecoveryDelayFlag: worker takes --recovery-delay like serve
+// (a worker recovers commands of types it does not know with it) and
+// refuses a value out of range with a message that names the limits,
+// before it opens the store.
+func TestWorkerRecoveryDelayFlag(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"0s", "-1s", "200h"} {
+		var out, errb bytes.Buffer
+		data := filepath.Join(t.TempDir(), "never")
+		err := runInProcess(t, safeWriter{w: &out}, safeWriter{w: &errb}, "worker", "--recovery-delay", bad, "--data", data)
+		if err == nil || !strings.Contains(err.Error(), "--recovery-delay "+bad) || !strings.Contains(err.Error(), "at most") {
+			t.Errorf("worker --recovery-delay %s: got %v, want the flag's range error", bad, err)
+		}
+		if _, err := os.Stat(data); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("worker --recovery-delay %s opened the store (%s: %v)", bad, data, err)
+		}
+	}
+	c, _, err := newRootCmd().Find([]string{"worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Flags().Lookup("recovery-delay")
+	if f == nil || f.DefValue != "30s" {
+		t.Fatalf("worker --recovery-delay: %+v, want a flag defaulting to 30s", f)
 	}
 }

@@ -55,6 +55,19 @@ func (f *procFlags) add(c *cobra.Command) {
 	_ = fl.MarkHidden("demo-lease")
 }
 
+// addRecoveryFlag adds --recovery-delay (serve and worker) to c.
+func addRecoveryFlag(c *cobra.Command, d *time.Duration) {
+	c.Flags().DurationVar(d, "recovery-delay", cmdq.DefaultRecoveryDelay, "visibility delay of a recovery enqueue (a re-issue of a pending command, a retried enqueue, a repeated requeue, the reconciler's re-enqueue) of a command type this process neither handles nor declares: at least that type's lease (types known here use their lease + 1s)")
+}
+
+// checkRecovery validates --recovery-delay.
+func checkRecovery(d time.Duration) error {
+	if d <= 0 || d > storage.MaxVisibility {
+		return fmt.Errorf("--recovery-delay %s: must be above 0 and at most %s (give at least the lease of the command types this process has no handler for)", d, storage.MaxVisibility)
+	}
+	return nil
+}
+
 // client returns the Client of serve and worker on st: the processor's
 // settings from the flags, the demo handlers unless --no-demo, and a
 // function that closes what it opened (the demo journal).
@@ -161,7 +174,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
 	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
-	c.Flags().DurationVar(&f.recovery, "recovery-delay", cmdq.DefaultRecoveryDelay, "visibility delay of a recovery enqueue (a re-issue of a pending command, a retried enqueue, a repeated requeue) of a command type this server neither handles nor declares: at least that type's lease (types known here use their lease + 1s)")
+	addRecoveryFlag(c, &f.recovery)
 	return c
 }
 
@@ -236,8 +249,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.reqTimeout <= 0 || f.reqTimeout > maxRequestTimeout {
 		return fmt.Errorf("--request-timeout %s: must be above 0 and at most %s (the server's write timeout is %s)", f.reqTimeout, maxRequestTimeout, serverWriteTimeout)
 	}
-	if f.recovery <= 0 || f.recovery > storage.MaxVisibility {
-		return fmt.Errorf("--recovery-delay %s: must be above 0 and at most %s (give at least the lease of the command types this server has no handler for)", f.recovery, storage.MaxVisibility)
+	if err := checkRecovery(f.recovery); err != nil {
+		return err
 	}
 	raw, err := f.store.open(ctx)
 	if err != nil {
@@ -407,6 +420,7 @@ type workerFlags struct {
 	proc        procFlags
 	runFor      time.Duration
 	metricsAddr string
+	recovery    time.Duration
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -432,6 +446,7 @@ Without --run-for it runs until SIGINT or SIGTERM, then drains.`,
 	f.log.add(c)
 	f.proc.add(c)
 	c.Flags().DurationVar(&f.runFor, "run-for", 0, "process for at most this long, then exit 0 with a summary (0 = until SIGINT/SIGTERM)")
+	addRecoveryFlag(c, &f.recovery)
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the same as serve's /metrics, without authentication) on GET http://ADDR/metrics, e.g. 127.0.0.1:9090; port 0 picks a free port (the log says which). Default none")
 	return c
 }
@@ -443,6 +458,9 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	}
 	if f.runFor < 0 {
 		return fmt.Errorf("--run-for %s: must not be negative", f.runFor)
+	}
+	if err := checkRecovery(f.recovery); err != nil {
+		return err
 	}
 	st, err := f.store.open(ctx)
 	if err != nil {
@@ -460,7 +478,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			return err
 		}
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m), 0)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m), f.recovery)
 	if err != nil {
 		return err
 	}
