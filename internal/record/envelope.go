@@ -285,6 +285,9 @@ func parseFast(text string) (e Envelope, ok bool) {
 	return e, true
 }
 
+// unescapePlain undoes appendPlainString's escapes.
+var unescapePlain = strings.NewReplacer(`\"`, `"`, `\\`, `\`)
+
 // fastParser consumes s from the front.
 type fastParser struct{ s string }
 
@@ -317,7 +320,7 @@ func (p *fastParser) str(dst *string) bool {
 		case c == '"':
 			v := p.s[:i]
 			if escaped {
-				v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v)
+				v = unescapePlain.Replace(v)
 			}
 			*dst = v
 			p.s = p.s[i+1:]

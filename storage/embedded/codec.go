@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 	"unicode/utf16"
@@ -37,15 +38,23 @@ var errCorrupt = errors.New("embedded: corrupt entity record")
 
 func encodeEntity(ts time.Time, props map[string]any) []byte {
 	names := make([]string, 0, len(props))
-	size := 8 + binary.MaxVarintLen64
+	size := 8 + uvarintLen(len(props)) // the exact size: one allocation
 	for name, v := range props {
 		names = append(names, name)
-		size += binary.MaxVarintLen64 + len(name) + 1 + binary.MaxVarintLen64 + 12
+		size += uvarintLen(len(name)) + len(name) + 1
 		switch x := v.(type) {
 		case string:
-			size += len(x)
+			size += uvarintLen(len(x)) + len(x)
 		case []byte:
-			size += len(x)
+			size += uvarintLen(len(x)) + len(x)
+		case bool:
+			size++
+		case int32:
+			size += 4
+		case int64, float64:
+			size += 8
+		case time.Time:
+			size += 12
 		}
 	}
 	slices.Sort(names)
@@ -86,6 +95,11 @@ func encodeEntity(ts time.Time, props map[string]any) []byte {
 		}
 	}
 	return b
+}
+
+// uvarintLen is the length of n as binary.AppendUvarint writes it.
+func uvarintLen(n int) int {
+	return (bits.Len64(uint64(n)|1) + 6) / 7
 }
 
 // recordTimestamp reads the write time of an encoded entity.

@@ -118,3 +118,24 @@ func TestETagFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeEntityExactSize checks that encodeEntity sizes its buffer
+// exactly (one allocation, nothing unused), long values included.
+func TestEncodeEntityExactSize(t *testing.T) {
+	props := map[string]any{
+		"S": "short", "Long": strings.Repeat("x", 70_000), "Empty": "", "B": []byte{1, 2, 3},
+		"T": true, "F": false, "I": int32(-7), "L": int64(1 << 40), "D": 2.5, "At": time.Unix(1_700_000_000, 5),
+		strings.Repeat("N", 200): "a long name",
+	}
+	b := encodeEntity(time.Unix(0, 42), props)
+	if len(b) != cap(b) {
+		t.Fatalf("encoded %d bytes into a buffer of %d", len(b), cap(b))
+	}
+	_, got, err := decodeEntity(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(props) || got["Long"] != props["Long"] || got["S"] != "short" {
+		t.Fatalf("round trip: got %d properties", len(got))
+	}
+}
