@@ -12,7 +12,7 @@ import (
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // TestExpiredIs410: a command removed after its retention answers 410 Gone
@@ -24,7 +24,7 @@ func TestExpiredIs410(t *testing.T) {
 	// A command issued and completed 20 days ago, then swept (the clock of
 	// the writer is injected: no sleeping).
 	issued := time.Now().Add(-20 * 24 * time.Hour)
-	id := oldCompleted(t, s, issued)
+	id := testenv.CompletedAt(t, s.Store, s.Client.Prefix(), issued, "demo.Old")
 	if got := send(t, http.MethodGet, s.URL+"/v1/commands/"+id, "", "", ""); got.code != http.StatusOK {
 		t.Fatalf("before the sweep: %d %s", got.code, got.body)
 	}
@@ -73,34 +73,11 @@ func TestIssueWindowThroughAPI(t *testing.T) {
 	}
 }
 
-// oldCompleted stores a command issued and completed at issued (the
-// writer's clock is injected) and returns its ID.
-func oldCompleted(t *testing.T, s *apitest.Server, issued time.Time) string {
-	t.Helper()
-	ctx := context.Background()
-	old, err := record.OpenReader(ctx, s.Store, record.Names{Prefix: s.Client.Prefix()}, record.Options{Now: func() time.Time { return issued }}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := record.NewDayID(issued)
-	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Old", Queue: commands.DefaultQueue}); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := old.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // expiredCommand stores a command completed 20 days ago and sweeps it
 // away; it returns its ID.
 func expiredCommand(t *testing.T, s *apitest.Server) string {
 	t.Helper()
-	id := oldCompleted(t, s, time.Now().Add(-20*24*time.Hour))
+	id := testenv.CompletedAt(t, s.Store, s.Client.Prefix(), time.Now().Add(-20*24*time.Hour), "demo.Old")
 	if rep, err := s.Log.Store.Sweep(context.Background(), record.SweepOptions{}); err != nil || len(rep.Dropped) == 0 {
 		t.Fatalf("sweep: %+v %v", rep, err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -24,21 +24,7 @@ func TestStatusOfExpiredCommand(t *testing.T) {
 	}
 	ctx := context.Background()
 	issued := time.Now().Add(-20 * 24 * time.Hour)
-	old, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{Now: func() time.Time { return issued }}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := record.NewDayID(issued)
-	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.echo", Queue: commands.DefaultQueue}); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := old.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
-		t.Fatal(err)
-	}
+	id := testenv.CompletedAt(t, st, commands.DefaultPrefix, issued, "demo.echo")
 	now, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)

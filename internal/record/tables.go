@@ -80,18 +80,12 @@ func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error)
 	if name == t.base.Name() {
 		return t.base, nil
 	}
-	t.mu.Lock()
-	tb, ok := t.open[name]
-	t.mu.Unlock()
-	if ok {
+	if tb, ok := t.cached(name); ok {
 		return tb, nil
 	}
 	t.creating.Lock()
 	defer t.creating.Unlock()
-	t.mu.Lock()
-	tb, ok = t.open[name]
-	t.mu.Unlock()
-	if ok {
+	if tb, ok := t.cached(name); ok {
 		return tb, nil // another issuer created it while this one waited
 	}
 	// Registered first: a crash in between leaves a registration of a
@@ -200,13 +194,18 @@ func (t *tables) table(ctx context.Context, name string) (storage.Table, error) 
 	if name == t.base.Name() || !t.routed() {
 		return t.base, nil
 	}
-	t.mu.Lock()
-	tb, ok := t.open[name]
-	t.mu.Unlock()
-	if ok {
+	if tb, ok := t.cached(name); ok {
 		return tb, nil
 	}
 	return storage.OpenExisting(ctx, t.st, name)
+}
+
+// cached returns the handle of table name this process opened, if any.
+func (t *tables) cached(name string) (storage.Table, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tb, ok := t.open[name]
+	return tb, ok
 }
 
 // all returns the commands tables to read in a whole-store listing: the

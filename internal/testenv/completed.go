@@ -1,0 +1,37 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// CompletedAt stores, under prefix on st, a command of type typ issued and
+// completed at issued (the writer's clock is set to then; its ID carries
+// that day, so it lands in that day's table) and returns its ID: a command
+// for retention tests to find old.
+func CompletedAt(t testing.TB, st storage.Store, prefix string, issued time.Time, typ string) string {
+	t.Helper()
+	ctx := context.Background()
+	old, err := record.OpenReader(ctx, st, record.Names{Prefix: prefix}, record.Options{Now: func() time.Time { return issued }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := record.NewDayID(issued)
+	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: commands.DefaultQueue}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := old.Store.Load(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
