@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -163,7 +163,7 @@ func TestIssueRegisterWait(t *testing.T) {
 		if err != nil || !again.Existing {
 			t.Fatalf("re-issue: %+v %v", again, err)
 		}
-		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, commands.ErrIDConflict) {
+		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, issuer.ErrIDConflict) {
 			t.Fatalf("other params, same ID: %v", err)
 		}
 		evs, err := c.Events(ctx, id)
@@ -233,7 +233,7 @@ func TestDeclaredRouting(t *testing.T) {
 		if n, err := front.QueueDepth(ctx, "images"); err != nil || n != 1 {
 			t.Fatalf("images queue holds %d (%v), want 1", n, err)
 		}
-		if n, _ := front.QueueDepth(ctx, commands.DefaultQueue); n != 0 {
+		if n, _ := front.QueueDepth(ctx, issuer.DefaultQueue); n != 0 {
 			t.Fatalf("default queue holds %d, want 0", n)
 		}
 		// By type name: routed once declared.
@@ -361,11 +361,11 @@ func TestIssueMany(t *testing.T) {
 		if err != nil || len(m) != n {
 			t.Fatalf("Statuses: %d of %d, %v", len(m), n, err)
 		}
-		if d, _ := c.QueueDepth(ctx, commands.DefaultQueue); d != n+1 {
+		if d, _ := c.QueueDepth(ctx, issuer.DefaultQueue); d != n+1 {
 			t.Fatalf("queue holds %d messages, want %d", d, n+1)
 		}
 		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.With(greet{Name: "bad"}, cmdq.WithID("not-a-uuid")))
-		if !errors.Is(err, commands.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
+		if !errors.Is(err, issuer.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
 			t.Fatalf("IssueMany with a bad ID: %v", err)
 		}
 		// IDs issued before, and IDs repeated in the batch, are issued as
@@ -378,7 +378,7 @@ func TestIssueMany(t *testing.T) {
 			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
 			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
 		)
-		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
+		if !errors.Is(err, issuer.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
 			t.Fatalf("IssueMany with repeated IDs: %v", err)
 		}
 		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
@@ -499,7 +499,7 @@ func TestRecoveryDelay(t *testing.T) {
 			if _, err := c.IssueRaw(ctx, raw); err != nil {
 				t.Fatal(err)
 			}
-			q, err := s.st.Queue(ctx, s.prefix+"-"+commands.DefaultQueue)
+			q, err := s.st.Queue(ctx, s.prefix+"-"+issuer.DefaultQueue)
 			if err != nil {
 				t.Fatal(err)
 			}

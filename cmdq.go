@@ -38,10 +38,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -149,7 +149,7 @@ var (
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err)) }
-	if err := (record.Names{Prefix: cmp.Or(c.Prefix, commands.DefaultPrefix)}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(c.Prefix, issuer.DefaultPrefix)}).Validate(); err != nil {
 		bad(fmt.Errorf("Prefix: %w", err))
 	}
 	if c.Processor.Prefix != "" {
@@ -158,7 +158,7 @@ func (c Config) Validate() error {
 	if err := c.Processor.Validate(); err != nil {
 		bad(err)
 	}
-	if err := (commands.IssuerOptions{MaxParamsBytes: c.MaxParamsBytes}).Validate(); err != nil {
+	if err := (issuer.IssuerOptions{MaxParamsBytes: c.MaxParamsBytes}).Validate(); err != nil {
 		bad(err)
 	}
 	if c.RecoveryDelay < 0 || c.RecoveryDelay > storage.MaxVisibility {
@@ -177,10 +177,10 @@ type Client struct {
 	st    storage.Store
 	cfg   Config
 	names record.Names
-	reg   *handlers.Registry
+	reg   *registry.Registry
 
 	mu      sync.Mutex
-	iss     *commands.Issuer
+	iss     *issuer.Issuer
 	log     *record.Reader // opened on first use
 	proc    *processor.Processor
 	probe   *processor.StorageProbe // readiness without a processor
@@ -204,26 +204,26 @@ func New(st storage.Store, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Prefix = cmp.Or(cfg.Prefix, commands.DefaultPrefix)
+	cfg.Prefix = cmp.Or(cfg.Prefix, issuer.DefaultPrefix)
 	cfg.WaitPollInterval = cmp.Or(cfg.WaitPollInterval, DefaultWaitPollInterval)
 	cfg.WaitMaxPollInterval = max(cmp.Or(cfg.WaitMaxPollInterval, DefaultWaitMaxPollInterval), cfg.WaitPollInterval)
 	cfg.FinalCache = cmp.Or(cfg.FinalCache, DefaultFinalCache)
 	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
+	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: registry.NewRegistry()}
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
 	r := cfg.Processor.Retention
-	c.hub.final.maxAge = min(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	c.hub.final.maxAge = min(cmp.Or(r.Completed, issuer.DefaultCompletedRetention), cmp.Or(r.Discarded, issuer.DefaultDiscardedRetention))
 	if c.hub.final.maxAge < 0 {
-		c.hub.final.maxAge = max(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+		c.hub.final.maxAge = max(cmp.Or(r.Completed, issuer.DefaultCompletedRetention), cmp.Or(r.Discarded, issuer.DefaultDiscardedRetention))
 	}
 	c.iss = c.newIssuer()
 	return c, nil
 }
 
-func (c *Client) newIssuer() *commands.Issuer {
-	iss, err := commands.NewIssuer(c.st, commands.IssuerOptions{
+func (c *Client) newIssuer() *issuer.Issuer {
+	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
 		RecoveryDelay: c.recoveryDelay,
@@ -247,7 +247,7 @@ func (c *Client) wake(queue string) {
 
 // handOff reserves a handler slot of the in-process processor for an
 // issue's own message (processor.Processor.HandOff), or returns nil.
-func (c *Client) handOff(queue, cmdType string) commands.HandOffSlot {
+func (c *Client) handOff(queue, cmdType string) issuer.HandOffSlot {
 	if p := c.procLive.Load(); p != nil {
 		if slot := p.HandOff(queue, cmdType); slot != nil {
 			return slot
@@ -265,7 +265,7 @@ func (c *Client) recoveryDelay(cmdType string) time.Duration {
 		return p.RecoveryDelay(cmdType)
 	}
 	if def, ok := c.reg.Lookup(cmdType); ok {
-		lease := cmp.Or(def.Lease, commands.DefaultLease)
+		lease := cmp.Or(def.Lease, issuer.DefaultLease)
 		return lease + cmp.Or(c.cfg.Processor.StartedWriteDelay, processor.DefaultStartedWriteDelay)
 	}
 	return c.cfg.RecoveryDelay
@@ -293,12 +293,12 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 func (c *Client) Types() []string { return c.reg.Types() }
 
 // Lookup returns the definition of a registered or declared command type.
-func (c *Client) Lookup(cmdType string) (*handlers.Definition, bool) { return c.reg.Lookup(cmdType) }
+func (c *Client) Lookup(cmdType string) (*registry.Definition, bool) { return c.reg.Lookup(cmdType) }
 
 // Queues returns the logical queues the Client knows: DefaultQueue and the
 // queues of every registered or declared type, sorted.
 func (c *Client) Queues() []string {
-	set := map[string]bool{commands.DefaultQueue: true}
+	set := map[string]bool{issuer.DefaultQueue: true}
 	for _, t := range c.reg.Types() {
 		if q, ok := c.reg.QueueOf(t); ok {
 			set[q] = true
@@ -327,7 +327,7 @@ func Register[T Command](c *Client, fn Handler[T], opts ...HandlerOptions) error
 	if err := c.editable(); err != nil {
 		return err
 	}
-	return handlers.Register(c.reg, fn, opts...)
+	return registry.Register(c.reg, fn, opts...)
 }
 
 // Declare records T's routing and options on c without a handler, for a
@@ -340,7 +340,7 @@ func Declare[T Command](c *Client, opts ...CommandOptions) error {
 	if err := c.editable(); err != nil {
 		return err
 	}
-	return handlers.Declare[T](c.reg, opts...)
+	return registry.Declare[T](c.reg, opts...)
 }
 
 // editable fails while processing runs (its registry is fixed).

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -99,7 +99,7 @@ func ExampleClient_Issue() {
 	_, err = c.Issue(ctx, SendGreeting{Name: "Bob"}, cmdq.WithID(id))
 	fmt.Println(first.ID, first.Existing)
 	fmt.Println(again.ID, again.Existing)
-	fmt.Println(errors.Is(err, commands.ErrIDConflict))
+	fmt.Println(errors.Is(err, issuer.ErrIDConflict))
 	// Output:
 	// 0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10 false
 	// 0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10 true

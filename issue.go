@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // issuer returns the current Issuer.
-func (c *Client) issuer() *commands.Issuer {
+func (c *Client) issuer() *issuer.Issuer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.iss
@@ -149,7 +149,7 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 			switch {
 			case err == nil:
 				out[id] = st
-			case !errors.Is(err, status.ErrNotFound):
+			case !errors.Is(err, cmdqtype.ErrNotFound):
 				errs = append(errs, err)
 			}
 		}()

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -227,7 +227,7 @@ func (c *Client) CheckStorage(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return r.Queue(ctx, commands.DefaultQueue)
+			return r.Queue(ctx, issuer.DefaultQueue)
 		}, c.cfg.Processor.ProbeTimeout, c.cfg.Processor.ProbeInterval)
 	}
 	probe := c.probe

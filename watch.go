@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -222,7 +222,7 @@ func (h *hub) read(e *entry) {
 		default:
 			backoff()
 		}
-	case errors.Is(err, status.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound):
 		e.err, e.known = err, false
 		e.ver++
 		e.signal()

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/metrics"
 )
 
@@ -48,7 +48,7 @@ func TestQueueDepthSampled(t *testing.T) {
 	for range 3 {
 		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
 	}
-	q, err := s.Client.StorageQueue(context.Background(), commands.DefaultQueue)
+	q, err := s.Client.StorageQueue(context.Background(), issuer.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}

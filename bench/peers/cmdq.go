@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -44,7 +44,7 @@ func TestDemoJournal(t *testing.T) {
 	}
 	id := "5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d"
 	var recorded []int
-	run := handlers.NewRun(handlers.RunInfo{ID: id, Type: "demo.steps", Attempt: 1, Record: func(_ context.Context, step int, _ string) error {
+	run := registry.NewRun(registry.RunInfo{ID: id, Type: "demo.steps", Attempt: 1, Record: func(_ context.Context, step int, _ string) error {
 		recorded = append(recorded, step)
 		return nil
 	}})

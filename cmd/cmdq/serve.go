@@ -18,8 +18,8 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/metrics"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 

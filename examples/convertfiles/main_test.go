@@ -11,8 +11,8 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtest"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 )
 
 // TestResumesAtFailedFile runs the example: the first attempt converts files
@@ -27,7 +27,7 @@ func TestResumesAtFailedFile(t *testing.T) {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	st := rep.Status
-	if st.State != status.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
+	if st.State != cmdqtype.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
 		t.Fatalf("status = %+v, want completed after 2 attempts at step %d with no last error", st, files)
 	}
 
@@ -104,7 +104,7 @@ func TestNoFailureOneAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rep.Status; st.State != status.StateCompleted || st.Attempts != 1 || st.Step != 5 {
+	if st := rep.Status; st.State != cmdqtype.StateCompleted || st.Attempts != 1 || st.Step != 5 {
 		t.Fatalf("status = %+v, want completed in 1 attempt at step 5", st)
 	}
 	got, err := os.ReadFile(filepath.Join(rep.OutputDir, "file-002.txt.reverse"))
@@ -125,11 +125,11 @@ func TestUnknownFormatPoisoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := rep.Status
-	if st.State != status.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
+	if st.State != cmdqtype.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
 		t.Fatalf("status = %+v, want poisoned after 1 attempt naming the format", st)
 	}
 	last := rep.Events[len(rep.Events)-1]
-	if last.Kind != status.EventPoisoned || last.Reason != processor.ReasonPermanent {
+	if last.Kind != cmdqtype.EventPoisoned || last.Reason != processor.ReasonPermanent {
 		t.Fatalf("last event = %+v, want poisoned with reason %q", last, processor.ReasonPermanent)
 	}
 	if len(rep.Conversions) != 0 {

@@ -19,11 +19,11 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/metrics"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -180,7 +180,7 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	if err != nil {
 		t.Fatalf("apitest: load %s: %v", id, err)
 	}
-	if err := s.Log.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
+	if err := s.Log.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
 		t.Fatalf("apitest: poison %s: %v", id, err)
 	}
 }
@@ -189,7 +189,7 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 // name ("" = "commands").
 func (s *Server) QueueCount(t testing.TB, name string) int {
 	t.Helper()
-	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, commands.DefaultQueue))
+	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, issuer.DefaultQueue))
 	if err != nil {
 		t.Fatalf("apitest: queue depth: %v", err)
 	}

@@ -56,11 +56,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -606,10 +606,10 @@ func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
 
 // registry registers the bench handler: it records the latency of commands
 // that carry Sent and waits HandlerDuration.
-func (e *env) registry() (*handlers.Registry, error) {
-	reg := handlers.NewRegistry()
+func (e *env) registry() (*registry.Registry, error) {
+	reg := registry.NewRegistry()
 	d := e.cfg.HandlerDuration
-	err := handlers.Register(reg, func(ctx context.Context, c benchCmd, _ *handlers.Run) error {
+	err := registry.Register(reg, func(ctx context.Context, c benchCmd, _ *registry.Run) error {
 		if c.Sent != 0 {
 			e.lat.add(time.Since(time.Unix(0, c.Sent)))
 		}
@@ -624,7 +624,7 @@ func (e *env) registry() (*handlers.Registry, error) {
 			}
 		}
 		return nil
-	}, handlers.Options{})
+	}, registry.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: register handler: %w", err)
 	}
@@ -654,7 +654,7 @@ func (s *started) stop() error {
 	return <-s.done
 }
 
-func (e *env) startProcessor(ctx context.Context, reg *handlers.Registry, cfg processor.Config) (*started, error) {
+func (e *env) startProcessor(ctx context.Context, reg *registry.Registry, cfg processor.Config) (*started, error) {
 	cfg.Observer = metrics{&e.completed}
 	cfg.Worker = "bench"
 	p, err := processor.New(e.counted, reg, cfg)
@@ -716,7 +716,7 @@ func (e *env) commits() uint64 {
 // throughput runs the issue, process and latency phases.
 func (e *env) throughput(ctx context.Context, res *Result) error {
 	cfg := e.cfg
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: cfg.Prefix})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -837,7 +837,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 		if slow {
 			prefix = cfg.Prefix + "s"
 		}
-		iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix})
+		iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: prefix})
 		if err != nil {
 			return nil, fmt.Errorf("bench: issuer: %w", err)
 		}
@@ -864,7 +864,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 			_ = sp.stop()
 			return nil, err
 		}
-		sp.p.Notify(commands.DefaultQueue)
+		sp.p.Notify(issuer.DefaultQueue)
 		err = waitFor(ctx, cfg.Timeout, "first-delivery commands", func() bool {
 			return sp.p.Stats().Completed >= int64(n) && sp.p.Health().InFlight == 0
 		})
@@ -888,7 +888,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 }
 
 // issueAll issues n commands from workers goroutines and returns the time taken.
-func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
+func issueAll(ctx context.Context, iss *issuer.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("bench: issuing %d commands took over %s", n, timeout))
 	defer cancel()
 	var next atomic.Int64
@@ -927,7 +927,7 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
 	// As cmdq.Client wires it: the hand-off when a slot is free, else a
 	// visible enqueue and a wake-up.
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -1123,7 +1123,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 // wake starts a processor whose poll interval is MaxPollInterval from the
 // first empty poll on, and times DefaultWakeSamples commands issued in
 // process (Notify) while it waits; it returns the slowest.
-func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (time.Duration, error) {
+func (e *env) wake(ctx context.Context, reg *registry.Registry, prefix string) (time.Duration, error) {
 	cfg := e.cfg
 	empty := make(chan struct{}, 16)
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
@@ -1148,7 +1148,7 @@ func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (
 		return 0, err
 	}
 	defer func() { _ = sp.stop() }()
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix, Wake: sp.p.Notify})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: prefix, Wake: sp.p.Notify})
 	if err != nil {
 		return 0, fmt.Errorf("bench: issuer: %w", err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
 // TrickleResult is the HTTP trickle phase: Clients concurrent HTTP clients
@@ -81,7 +81,7 @@ func (e *env) trickle(ctx context.Context) (*TrickleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: trickle client: %w", err)
 	}
-	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *handlers.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *registry.Run) error {
 		if b.Sent != 0 {
 			lat.add(time.Since(time.Unix(0, b.Sent)))
 		}
