@@ -35,7 +35,7 @@ func (c *Client) issuer() *issuer.Issuer {
 // it again with the same ID. A storage error leaves it unknown whether the
 // command was stored: issue it again with the same ID.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
-	return c.issuer().Issue(ctx, cmd, opts...)
+	return c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
 }
 
 // IssueRaw issues a command given as type name and JSON parameters (the
@@ -53,7 +53,11 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // cmds[i]'s Result; err joins every failure, each naming its command's
 // index and type and wrapping its error (errors.Is works on err).
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
-	return c.issuer().IssueMany(ctx, cmds...)
+	ecmds := make([]issuer.Command, len(cmds))
+	for i, cmd := range cmds {
+		ecmds[i] = cmd
+	}
+	return c.issuer().IssueMany(ctx, ecmds...)
 }
 
 // Get returns a command's status: one point read, or none for a

@@ -28,8 +28,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -50,7 +48,7 @@ type Config struct {
 	// handle).
 	Client *cmdq.Client
 	// Health reports health for /healthz and /readyz. Default: the
-	// client's processor (state, healthy, its processor.Health as detail)
+	// client's processor (state, healthy, its cmdqtype.Health as detail)
 	// when it has handlers, else always healthy with state "ok".
 	Health HealthFunc
 	// Ready, when set, is asked by GET /readyz (after Health): an error
@@ -398,7 +396,7 @@ func writeTooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
 		return "", false
 	}
@@ -453,46 +451,46 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if types := s.cfg.Client.Types(); len(types) > 0 {
-		def, ok := s.cfg.Client.Lookup(req.Type)
-		if !ok {
+		if _, ok := s.cfg.Client.Lookup(req.Type); !ok {
 			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
 				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
-			return
-		}
-		if _, err := def.Decode(req.Params); err != nil {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %s: %s", quoteClip(req.Type), decodeDetail(err)),
-				FieldError{Pointer: "#/params", Detail: decodeDetail(err)}))
 			return
 		}
 	}
 	res, err := s.cfg.Client.IssueRaw(r.Context(), cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
 	switch {
 	case err == nil:
-	case errors.Is(err, issuer.ErrNotAccepted):
+	case errors.Is(err, cmdqtype.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
 		// nothing guarantees it runs, so it is not accepted. The client's
 		// retry with the same id enqueues it.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
 		return
-	case errors.Is(err, issuer.ErrEnqueueFailed) && res.ID != "":
+	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
-	case errors.Is(err, issuer.ErrIDConflict):
+	case errors.Is(err, cmdqtype.ErrIDConflict):
 		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
 			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
-	case errors.Is(err, issuer.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
+	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
 		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
-	case errors.Is(err, issuer.ErrIDOutsideWindow):
+	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
-			issuer.IssueWindowPastDays, issuer.IssueWindowFutureDays),
+			cmdqtype.IssueWindowPastDays, cmdqtype.IssueWindowFutureDays),
 			FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
 		return
-	case errors.Is(err, issuer.ErrInvalidType), errors.Is(err, issuer.ErrInvalidID), errors.Is(err, issuer.ErrInvalidParams):
+	case errors.Is(err, cmdqtype.ErrInvalidParams):
+		// The params do not decode into the type's Go type (the Issuer
+		// checks it for every type this process registers or declares).
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err)),
+			FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
+		return
+	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
@@ -514,19 +512,20 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.State)})
 }
 
-// decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
-// can quote the params: a short prefix only).
-func decodeDetail(err error) string {
-	var de *registry.DecodeError
-	if errors.As(err, &de) && de.Err != nil {
-		return clipText(strings.TrimPrefix(de.Err.Error(), "json: "))
-	}
-	return clipText(err.Error())
+// trimPrefix drops a leading "cmdq: " from an error message shown to API
+// users.
+func trimPrefix(err error) string {
+	return strings.TrimPrefix(err.Error(), "cmdq: ")
 }
 
-// trimPrefix drops a leading "commands: " from an error message shown to API users.
-func trimPrefix(err error) string {
-	return strings.TrimPrefix(err.Error(), "commands: ")
+// paramsDetail is the part of an ErrInvalidParams error after its
+// sentinel's text: what is wrong with the params.
+func paramsDetail(err error) string {
+	msg := trimPrefix(err)
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
 }
 
 func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
@@ -542,7 +541,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 	}
 	pq := cmdqtype.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
-		if err := issuer.ValidateType(pq.Type); err != nil {
+		if err := cmdqtype.ValidateType(pq.Type); err != nil {
 			errs = append(errs, FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}

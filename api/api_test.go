@@ -13,7 +13,7 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/google/uuid"
 )
 
 type resp struct {
@@ -96,7 +96,7 @@ func TestIssueGetEvents(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	r := post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"},"correlationId":"req-1"}`)
 	got := decode[api.IssueResponse](t, r, http.StatusAccepted)
-	if err := issuer.ValidateID(got.ID); err != nil || got.Status != "pending" {
+	if err := cmdqtype.ValidateID(got.ID); err != nil || got.Status != "pending" {
 		t.Fatalf("response %+v: id %v", got, err)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/commands/"+got.ID {
@@ -131,7 +131,7 @@ func TestIssueGetEvents(t *testing.T) {
 func TestIssueIdempotent(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	id := issuer.NewID()
+	id := uuid.NewString()
 	body := fmt.Sprintf(`{"type":"SendEmail","id":%q,"params":{"to":"a@example.com","n":1}}`, id)
 	first := decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusAccepted)
 	if first.ID != id {
@@ -228,7 +228,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
-	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", issuer.MaxParamsBytes) + `"}}`
+	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes) + `"}}`
 	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)
@@ -274,18 +274,18 @@ func TestGetErrors(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	for _, path := range []string{"/v1/commands/%s", "/v1/commands/%s/events", "/v1/poison/%s"} {
 		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, "not-a-uuid"), "", "", ""), 400, api.ProblemInvalidID)
-		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, issuer.NewID()), "", "", ""), 404, api.ProblemNotFound)
+		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, uuid.NewString()), "", "", ""), 404, api.ProblemNotFound)
 	}
 	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/bad/requeue", "", "", ""), 400, api.ProblemInvalidID)
-	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+issuer.NewID()+"/requeue", "", "", ""), 404, api.ProblemNotFound)
-	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+issuer.NewID(), "", "", ""), 404, api.ProblemNotFound)
+	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+uuid.NewString()+"/requeue", "", "", ""), 404, api.ProblemNotFound)
+	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+uuid.NewString(), "", "", ""), 404, api.ProblemNotFound)
 	problem(t, send(t, http.MethodGet, s.URL+"/v2/whatever", "", "", ""), 404, api.ProblemNotFound)
 }
 
 func TestMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	id := issuer.NewID()
+	id := uuid.NewString()
 	cases := []struct{ method, path, allow string }{
 		{http.MethodGet, "/v1/commands", "POST"},
 		{http.MethodDelete, "/v1/commands", "POST"},
@@ -453,7 +453,7 @@ func TestInternalErrorIsProblem(t *testing.T) {
 	if err := s.Store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+issuer.NewID(), "", "", ""), 500, api.ProblemInternal)
+	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), 500, api.ProblemInternal)
 	if !strings.Contains(p.Detail, "Reference") {
 		t.Fatalf("detail %q", p.Detail)
 	}

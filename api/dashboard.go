@@ -22,7 +22,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -73,7 +72,7 @@ var dashboardFuncs = template.FuncMap{
 	"pathEscape": url.PathEscape,
 	// isCommandID: poison entries of malformed messages are keyed by the
 	// queue message ID and have no command page.
-	"isCommandID": func(id string) bool { return issuer.ValidateID(id) == nil },
+	"isCommandID": func(id string) bool { return cmdqtype.ValidateID(id) == nil },
 	"badge":       badge,
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,

@@ -124,7 +124,7 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 func TestDashboardCommandExplains(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(context.Context, resize, *cmdq.Run) error { return nil },
+		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Run) error { return nil },
 			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
 	}})
 	ctx := context.Background()

@@ -19,7 +19,7 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/google/uuid"
 )
 
 // ---- a small browser: no redirects followed, one session cookie ----
@@ -256,7 +256,7 @@ func contains(t *testing.T, p page, want ...string) {
 
 func issue(t *testing.T, srv *apitest.Server, typ string) string {
 	t.Helper()
-	res, err := srv.Client.IssueRaw(context.Background(), issuer.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(`{"n":1}`)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}
@@ -496,7 +496,7 @@ func TestDashboardCommandPage(t *testing.T) {
 	}
 	contains(t, b.get("/ui/search?id=nope").want(t, http.StatusBadRequest), "\"nope\" is not a command ID")
 	contains(t, b.get("/ui/commands/not-a-uuid").want(t, http.StatusBadRequest), "lowercase canonical UUIDs")
-	contains(t, b.get("/ui/commands/"+issuer.NewID()).want(t, http.StatusNotFound), "There is no command with this ID")
+	contains(t, b.get("/ui/commands/"+uuid.NewString()).want(t, http.StatusNotFound), "There is no command with this ID")
 	b.get("/ui/nowhere").want(t, http.StatusNotFound)
 }
 
@@ -592,7 +592,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("orphan entry after discard: %v", err)
 	}
-	contains(t, b.post("/ui/poison/"+issuer.NewID()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
+	contains(t, b.post("/ui/poison/"+uuid.NewString()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
 }
 
 func TestDashboardLogin(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -135,7 +134,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 			"Use the state links of the page (pending, running, retrying, completed, poisoned, discarded).")
 		return
 	}
-	if typ != "" && issuer.ValidateType(typ) != nil {
+	if typ != "" && cmdqtype.ValidateType(typ) != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command type", fmt.Sprintf("%s is not a command type name.", quoteClip(typ)),
 			"Type names start with a letter, then letters, digits, '.', '_' or '-'.")
 		return
@@ -240,7 +239,7 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		http.Error(w, "not a command ID", http.StatusBadRequest)
 		return
 	}

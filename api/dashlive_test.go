@@ -15,7 +15,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 )
 
 // commandRows returns the cells of the recent commands table.
@@ -140,7 +139,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	release := make(chan struct{})
 	srv := apitest.Start(t, apitest.Options{
 		// No storage read finds a change within the test: only pushes do.
-		Config: cmdq.Config{WaitPollInterval: time.Hour, Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ alpha, _ *cmdq.Run) error {
 				select {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -208,7 +207,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
@@ -284,7 +283,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return

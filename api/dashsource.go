@@ -7,7 +7,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
 // Every read and change the dashboard makes goes through dashSource, and
@@ -39,7 +38,7 @@ type dashSource interface {
 	// RetryPolicy returns the retry policy of a command type when this
 	// server's client runs the type's handler (cmdq.Register); no storage
 	// call.
-	RetryPolicy(cmdType string) (registry.RetryPolicy, bool)
+	RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool)
 	// Commands lists commands (newest first, with a summary): one query
 	// of the whole commands table (one request per 1000 rows; with a
 	// summary every row, events included).
@@ -104,18 +103,18 @@ func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error)
 	return s.c.QueueDepth(ctx, queue)
 }
 
-func (s clientSource) RetryPolicy(cmdType string) (registry.RetryPolicy, bool) {
+func (s clientSource) RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool) {
 	def, ok := s.c.Lookup(cmdType)
-	if !ok || !def.Handled() { // a declared type's handler (and policy) is elsewhere
-		return registry.RetryPolicy{}, false
+	if !ok || !def.Handled { // a declared type's handler (and policy) is elsewhere
+		return cmdqtype.RetryPolicy{}, false
 	}
-	return def.Retry, true
+	return def.Options.Retry, true
 }
 
 // retryWindow returns the earliest and latest time the attempt after failed
 // attempt n (failed at at) becomes visible again under p: the policy's delay
 // with its jitter at both ends.
-func retryWindow(p registry.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
+func retryWindow(p cmdqtype.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
 	lo, hi := p, p
 	lo.Rand = func() float64 { return 0 }
 	hi.Rand = func() float64 { return 1 }

@@ -20,7 +20,6 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -469,7 +468,7 @@ func TestEventStream(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{
 		// Only pushes can reach the stream in time; the started event is
 		// written with the first step.
-		Config: cmdq.Config{WaitPollInterval: time.Hour, Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ alpha, run *cmdq.Run) error {
 				for i := 1; i <= 2; i++ {

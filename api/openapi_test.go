@@ -15,8 +15,8 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/openapitest"
+	"github.com/google/uuid"
 )
 
 // notExercised are the documented responses this test cannot provoke
@@ -88,7 +88,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	}
 
 	// Issue.
-	id := issuer.NewID()
+	id := uuid.NewString()
 	body := `{"id":"` + id + `","type":"demo.echo","params":{"a":1},"correlationId":"c-1"}`
 	r := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, body, bearer(apitest.IssuerToken)...)
 	if r.header.Get("Location") != "/v1/commands/"+id {
@@ -109,7 +109,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", append(bearer(apitest.ReaderToken), "If-None-Match", `"older"`, "Prefer", "wait=5")...)
 	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/commands/"+id+"?wait=forever", "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
-	unknown := issuer.NewID()
+	unknown := uuid.NewString()
 	for _, p := range []string{"/v1/commands/" + unknown, "/v1/commands/" + unknown + "/events", "/v1/poison/" + unknown} {
 		c.expect(http.StatusNotFound, http.MethodGet, p, "", "", bearer(apitest.OperatorToken)...)
 		c.expect(http.StatusBadRequest, http.MethodGet, strings.Replace(p, unknown, "not-a-uuid", 1), "", "", bearer(apitest.OperatorToken)...)

@@ -14,7 +14,7 @@ import (
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/google/uuid"
 )
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -45,7 +45,7 @@ func TestIssueGetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if issuer.ValidateID(res.ID) != nil || res.Status != cmdqtype.StatePending || res.Existing {
+	if cmdqtype.ValidateID(res.ID) != nil || res.Status != cmdqtype.StatePending || res.Existing {
 		t.Fatalf("issue %+v", res)
 	}
 	st, err := c.Get(ctx, res.ID)
@@ -58,7 +58,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	// Raw params, an explicit ID, and the idempotent repeat.
-	id := issuer.NewID()
+	id := uuid.NewString()
 	for i, p := range []any{json.RawMessage(`{"n":1}`), []byte(`{"n":1}`), map[string]int{"n": 1}} {
 		res, err := c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: p})
 		if err != nil || res.ID != id || res.Existing != (i > 0) {
@@ -77,7 +77,7 @@ func TestIssueGetEvents(t *testing.T) {
 	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: func() {}}); err == nil {
 		t.Fatal("unencodable params accepted")
 	}
-	if _, err := c.Get(ctx, issuer.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, client.ErrNotFound) {
@@ -158,7 +158,7 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
-	if err := c.Discard(ctx, issuer.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown discard: %v", err)
 	}
 	// Operator actions are recorded with who did them.
@@ -182,7 +182,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdqtype.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	if _, err := c.Wait(context.Background(), issuer.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("wait on unknown: %v", err)
 	}
 }
@@ -195,7 +195,7 @@ func TestNonProblemError(t *testing.T) {
 		_, _ = w.Write([]byte("<html>bad gateway</html>"))
 	}))
 	defer hs.Close()
-	_, err := newClient(t, hs.URL).Get(context.Background(), issuer.NewID())
+	_, err := newClient(t, hs.URL).Get(context.Background(), uuid.NewString())
 	var ce *client.Error
 	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != 502 || ce.Title != "Bad Gateway" || !strings.Contains(ce.Detail, "bad gateway") {
 		t.Fatalf("err %v", err)

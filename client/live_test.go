@@ -13,8 +13,7 @@ import (
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/google/uuid"
 )
 
 // recorder is an http.RoundTripper that keeps what each request asked and
@@ -60,7 +59,7 @@ func TestWaitLongPolls(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	s := apitest.Start(t, apitest.Options{
-		Config: cmdq.Config{Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ stepper, _ *cmdq.Run) error {
 				select {
@@ -138,7 +137,7 @@ func TestFollow(t *testing.T) {
 	t.Parallel()
 	steps := make(chan struct{})
 	s := apitest.Start(t, apitest.Options{
-		Config: cmdq.Config{Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ stepper, run *cmdq.Run) error {
 				for i := 1; i <= 2; i++ {
@@ -225,7 +224,7 @@ func TestFollow(t *testing.T) {
 		t.Fatalf("events %v, statuses %v", seqs, states)
 	}
 	// A command that does not exist is an error at once.
-	if _, err := c.Follow(ctx, issuer.NewID(), 0, nil, nil); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Follow of an unknown command: %v", err)
 	}
 }

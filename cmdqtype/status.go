@@ -1,37 +1,11 @@
-// Package status is the read model of cmdq: a command's lifecycle states,
-// its events, the projection derived from them (Status, by Apply), the
-// poison table's entries and the queries on them, and the errors that
-// readers branch on.
-//
-// It holds no storage code: the client (package cmdq) reads and writes
-// commands, and docs/lifecycle.md describes how they are stored.
 package cmdqtype
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
-// Sentinel errors callers branch on (test with errors.Is).
-var (
-	// ErrNotFound: no command (or poison entry) with that ID. It also wraps
-	// storage.ErrNotFound.
-	ErrNotFound = errors.New("status: command not found")
-	// ErrNoCommand: Requeue on a poison entry that has no stored command (a
-	// malformed queue message, or one naming a command ID that was never
-	// stored). Nothing can be run again; Discard removes the entry.
-	ErrNoCommand = errors.New("status: poison entry has no stored command")
-	// ErrNotPoisoned: Requeue or Discard on a command that is not poisoned.
-	ErrNotPoisoned = errors.New("status: command is not poisoned")
-	// ErrInvalidContinuation: a PoisonQuery.Continuation that no page
-	// returned.
-	ErrInvalidContinuation = errors.New("status: invalid continuation token")
-	// ErrExpired: the command was removed after its retention (see
-	// docs/lifecycle.md, "Retention"). It is returned wrapped together with
-	// ErrNotFound, so callers that only test ErrNotFound keep working; the
-	// HTTP API answers 410 Gone for it.
-	ErrExpired = errors.New("status: command expired (removed after its retention)")
-)
+// The read model: a command's lifecycle states and events, its status
+// (the projection of its events), the poison table's entries and the
+// queries and pages of the listings. docs/lifecycle.md describes how they
+// are stored.
 
 // State is a command's lifecycle state.
 type State string
@@ -165,64 +139,6 @@ type Status struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Queue is the logical queue the command is routed to (e.g. "commands").
 	Queue string `json:"queue"`
-}
-
-// Apply folds one event into the projection s. The projection is derived from
-// the events only: replaying a command's events from a zero Status (with ID,
-// Type, CorrelationID and Queue set) yields its stored status.
-func Apply(s *Status, e Event) {
-	t := e.Time.UTC()
-	switch e.Kind {
-	case EventCreated:
-		s.State = StatePending
-		s.CreatedAt = t
-		s.Attempts, s.Step, s.LastError = 0, 0, ""
-	case EventStarted:
-		s.State = StateRunning
-		if e.Attempt > 0 {
-			s.Attempts = e.Attempt
-		} else {
-			s.Attempts++
-		}
-	case EventStepCompleted:
-		if e.Step > s.Step {
-			s.Step = e.Step
-		}
-		if !s.State.Final() {
-			s.State = StateRunning
-		}
-	case EventFailed:
-		s.State = StateRetrying
-		s.LastError = e.Error
-		if e.Attempt > s.Attempts {
-			s.Attempts = e.Attempt
-		}
-	case EventCompleted:
-		s.State = StateCompleted
-		s.LastError = ""
-		if e.Attempt > s.Attempts {
-			s.Attempts = e.Attempt
-		}
-	case EventPoisoned:
-		s.State = StatePoisoned
-		if e.Error != "" {
-			s.LastError = e.Error
-		}
-	case EventRequeued:
-		s.State = StatePending
-		s.Attempts = 0
-		s.LastError = ""
-	case EventDiscarded:
-		s.State = StateDiscarded
-	case EventLeaseLost:
-		// Explains a delivery without an outcome; the state stays.
-	}
-	if e.Worker != "" {
-		s.Worker = e.Worker
-	}
-	if !t.IsZero() {
-		s.UpdatedAt = t
-	}
 }
 
 // PoisonEntry is one poisoned command in the poison table.

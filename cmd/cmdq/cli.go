@@ -19,7 +19,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -30,7 +29,7 @@ const defaultServer = "http://127.0.0.1:8080"
 // backend is what the operator commands need: a cmdq server (HTTP) or a
 // store opened directly.
 type backend interface {
-	Issue(ctx context.Context, r issuer.Raw) (id string, existing bool, err error)
+	Issue(ctx context.Context, r cmdqtype.Raw) (id string, existing bool, err error)
 	Get(ctx context.Context, id string) (cmdqtype.Status, error)
 	Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 	// WaitSeen waits until the command is final, calling seen with each
@@ -141,7 +140,7 @@ func (b httpBackend) wrap(err error) error {
 // errConnRefused ends the message of a refused connection.
 var errConnRefused = errors.New("connection refused")
 
-func (b httpBackend) Issue(ctx context.Context, r issuer.Raw) (string, bool, error) {
+func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
 	return res.ID, res.Existing, b.wrap(err)
 }
@@ -202,13 +201,13 @@ func wrapStore(err error) error {
 	return err
 }
 
-func (b *storeBackend) Issue(ctx context.Context, r issuer.Raw) (string, bool, error) {
+func (b *storeBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	res, err := b.c.IssueRaw(ctx, r)
 	return res.ID, res.Existing, err
 }
 
 func (b *storeBackend) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		return cmdqtype.Status{}, err
 	}
 	s, err := b.c.Get(ctx, id)
@@ -216,7 +215,7 @@ func (b *storeBackend) Get(ctx context.Context, id string) (cmdqtype.Status, err
 }
 
 func (b *storeBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		return nil, err
 	}
 	e, err := b.c.Events(ctx, id)
@@ -224,7 +223,7 @@ func (b *storeBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event,
 }
 
 func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		return cmdqtype.Status{}, err
 	}
 	w := b.c.Watch(id)
@@ -247,7 +246,7 @@ func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqty
 }
 
 func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error) {
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		return cmdqtype.Status{}, err
 	}
 	w := b.c.Watch(id)
@@ -352,7 +351,7 @@ Examples:
 			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				gotID, existing, err := b.Issue(ctx, issuer.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}

@@ -158,7 +158,7 @@ func TestHandlerWithTestKit(t *testing.T) {
 	}
 	conv := &converter{in: in, out: out, locked: map[string]bool{files[1]: true}, counts: map[string]int{}}
 	c := cmdqtest.New(t)
-	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+	if err := cmdq.RegisterWith(c, conv.handle, retryFast); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Issue(context.Background(), ConvertBatch{Files: files, Format: "upper"})

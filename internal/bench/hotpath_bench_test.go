@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -84,8 +85,8 @@ func BenchmarkProcess(b *testing.B) {
 	b.ResetTimer()
 	began := time.Now()
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: processor.NoReconcile,
-	})
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+	}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,8 +116,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: processor.NoReconcile,
-	})
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+	}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -23,7 +22,7 @@ func CompletedAt(t testing.TB, st storage.Store, prefix string, issued time.Time
 		t.Fatal(err)
 	}
 	id := record.NewDayID(issued)
-	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: issuer.DefaultQueue}); err != nil {
+	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: cmdqtype.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := old.Store.Load(ctx, id)

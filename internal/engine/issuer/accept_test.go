@@ -99,7 +99,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	ctx := context.Background()
 	rq, rm := px.Add(enqueueReq, faultproxy.Refuse, -1), px.Add(markerReq, faultproxy.Refuse, -1)
 	res, err := is.Issue(ctx, chargeCard{"c1", 100})
-	if !errors.Is(err, issuer.ErrNotAccepted) || errors.Is(err, issuer.ErrEnqueueFailed) || res.ID == "" {
+	if !errors.Is(err, cmdqtype.ErrNotAccepted) || errors.Is(err, cmdqtype.ErrEnqueueFailed) || res.ID == "" {
 		t.Fatalf("Issue with enqueue and marker refused: %v (result %+v), want ErrNotAccepted and not ErrEnqueueFailed", err, res)
 	}
 	if rq.Hits() != 1 || rm.Hits() == 0 {
@@ -146,12 +146,12 @@ func TestEnqueueRetriedInBackground(t *testing.T) {
 	ctx := context.Background()
 	rq, rm := px.Add(enqueueReq, faultproxy.Refuse, -1), px.Add(markerReq, faultproxy.Refuse, -1)
 	unmarked, err := is.Issue(ctx, chargeCard{"c1", 1})
-	if !errors.Is(err, issuer.ErrNotAccepted) {
+	if !errors.Is(err, cmdqtype.ErrNotAccepted) {
 		t.Fatalf("issue 1: %v", err)
 	}
 	px.Remove(rm) // the table answers again, the queue does not
 	marked, err := is.Issue(ctx, chargeCard{"c2", 2})
-	if !errors.Is(err, issuer.ErrEnqueueFailed) || errors.Is(err, issuer.ErrNotAccepted) {
+	if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || errors.Is(err, cmdqtype.ErrNotAccepted) {
 		t.Fatalf("issue 2: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the background retry to mark command 1", func() bool { return hasMarker(t, direct, prefix, unmarked.ID) })

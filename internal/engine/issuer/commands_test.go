@@ -14,7 +14,6 @@ import (
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -72,6 +71,9 @@ func (f routeFunc) QueueOf(cmdType string) (string, bool) {
 	return q, q != ""
 }
 
+// CheckParams accepts every params (a router without Go types).
+func (f routeFunc) CheckParams(string, []byte) error { return nil }
+
 // reconcile runs one reconciler pass on st for prefix, with the processor's
 // default graces where opts leaves them zero, waking wake (may be nil).
 func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
@@ -82,10 +84,10 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 		return record.ReconcileReport{}, err
 	}
 	if opts.MarkerGrace == 0 {
-		opts.MarkerGrace = processor.DefaultReconcileGrace
+		opts.MarkerGrace = cmdqtype.DefaultReconcileGrace
 	}
 	if opts.PendingGrace == 0 {
-		opts.PendingGrace = processor.DefaultReconcileStaleAfter
+		opts.PendingGrace = cmdqtype.DefaultReconcileStaleAfter
 	}
 	return record.NewEnqueuer(st, names, rec, wake).Reconcile(ctx, opts)
 }
@@ -102,32 +104,32 @@ func reader(t *testing.T, env testenv.Env) *record.Reader {
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"a", "billing.ChargeCard", "A-b_c.9", "x" + strings.Repeat("y", 127)} {
-		if err := issuer.ValidateType(ok); err != nil {
+		if err := cmdqtype.ValidateType(ok); err != nil {
 			t.Errorf("ValidateType(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "9a", ".a", "a b", "a/b", "é", "x" + strings.Repeat("y", 128)} {
-		if err := issuer.ValidateType(bad); !errors.Is(err, issuer.ErrInvalidType) {
+		if err := cmdqtype.ValidateType(bad); !errors.Is(err, cmdqtype.ErrInvalidType) {
 			t.Errorf("ValidateType(%q): %v", bad, err)
 		}
 	}
 	id := uuid.NewString()
-	if err := issuer.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		t.Error(err)
 	}
 	for _, bad := range []string{"", strings.ToUpper(id), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", ""), "~unqueued", "x"} {
-		if err := issuer.ValidateID(bad); !errors.Is(err, issuer.ErrInvalidID) {
+		if err := cmdqtype.ValidateID(bad); !errors.Is(err, cmdqtype.ErrInvalidID) {
 			t.Errorf("ValidateID(%q): %v", bad, err)
 		}
 	}
-	if err := issuer.ValidateID(issuer.NewID()); err != nil {
+	if err := cmdqtype.ValidateID(uuid.NewString()); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
-	err := issuer.IssuerOptions{Prefix: "Bad-", MaxParamsBytes: issuer.MaxParamsBytes + 1}.Validate()
+	err := issuer.IssuerOptions{Prefix: "Bad-", MaxParamsBytes: cmdqtype.MaxParamsBytes + 1}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "MaxParamsBytes") {
 		t.Fatalf("want both problems reported: %v", err)
 	}
@@ -151,7 +153,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 		if c := env.Store.Counts(); c["Batch"] != 1 || c["Enqueue"] != 1 || c["Upsert"] != 1 || env.Store.Total() != 3 {
 			t.Fatalf("first Issue cost %s, want Batch=1 Enqueue=1 Upsert=1", env.Store)
 		}
-		if issuer.ValidateID(res.ID) != nil || res.Existing || res.Queue != "commands" {
+		if cmdqtype.ValidateID(res.ID) != nil || res.Existing || res.Queue != "commands" {
 			t.Fatalf("result %+v", res)
 		}
 		if got := n.get(); len(got) != 1 || got[0] != "commands" {
@@ -203,7 +205,7 @@ func TestIdempotentIssue(t *testing.T) {
 			t.Fatalf("first issue %+v %v", first, err)
 		}
 		env.Store.Reset()
-		again, err := is.IssueRaw(ctx, issuer.Raw{ID: id, Type: "billing.ChargeCard", Params: json.RawMessage(" {\n \"customer\": \"c1\", \"cents\": 1 }")})
+		again, err := is.IssueRaw(ctx, cmdqtype.Raw{ID: id, Type: "billing.ChargeCard", Params: json.RawMessage(" {\n \"customer\": \"c1\", \"cents\": 1 }")})
 		if err != nil || again.ID != id || !again.Existing {
 			t.Fatalf("re-issue %+v %v", again, err)
 		}
@@ -240,10 +242,10 @@ func TestIdempotentIssue(t *testing.T) {
 		if c := env.Store.Counts(); c["Enqueue"] != 0 {
 			t.Fatalf("re-issue of a running command enqueued: %s", env.Store)
 		}
-		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, issuer.WithID(id)); !errors.Is(err, issuer.ErrIDConflict) {
+		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, issuer.WithID(id)); !errors.Is(err, cmdqtype.ErrIDConflict) {
 			t.Fatalf("different params: %v", err)
 		}
-		if _, err := is.IssueRaw(ctx, issuer.Raw{ID: id, Type: "billing.Other", Params: json.RawMessage(`{"customer":"c1","cents":1}`)}); !errors.Is(err, issuer.ErrIDConflict) {
+		if _, err := is.IssueRaw(ctx, cmdqtype.Raw{ID: id, Type: "billing.Other", Params: json.RawMessage(`{"customer":"c1","cents":1}`)}); !errors.Is(err, cmdqtype.ErrIDConflict) {
 			t.Fatalf("different type: %v", err)
 		}
 	})
@@ -256,15 +258,15 @@ func TestIssueRejectsBadInput(t *testing.T) {
 		is, _ := newIssuer(t, env, func(o *issuer.IssuerOptions) { o.MaxParamsBytes = 1000 })
 		env.Store.Reset()
 		cases := []struct {
-			raw  issuer.Raw
+			raw  cmdqtype.Raw
 			want error
 			text string
 		}{
-			{issuer.Raw{Type: "bad type"}, issuer.ErrInvalidType, "letter"},
-			{issuer.Raw{Type: "ok", ID: "NOT-A-UUID"}, issuer.ErrInvalidID, "UUID"},
-			{issuer.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, issuer.ErrInvalidParams, "JSON"},
-			{issuer.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, issuer.ErrInvalidParams, "256"},
-			{issuer.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, issuer.ErrParamsTooLarge, "limit is 1000 bytes"},
+			{cmdqtype.Raw{Type: "bad type"}, cmdqtype.ErrInvalidType, "letter"},
+			{cmdqtype.Raw{Type: "ok", ID: "NOT-A-UUID"}, cmdqtype.ErrInvalidID, "UUID"},
+			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, cmdqtype.ErrInvalidParams, "JSON"},
+			{cmdqtype.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, cmdqtype.ErrInvalidParams, "256"},
+			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, cmdqtype.ErrParamsTooLarge, "limit is 1000 bytes"},
 		}
 		for _, c := range cases {
 			_, err := is.IssueRaw(ctx, c.raw)
@@ -272,14 +274,14 @@ func TestIssueRejectsBadInput(t *testing.T) {
 				t.Errorf("IssueRaw(%+v): %v, want %v mentioning %q", c.raw.Type, err, c.want, c.text)
 			}
 		}
-		if _, err := is.Issue(ctx, nil); !errors.Is(err, issuer.ErrInvalidType) {
+		if _, err := is.Issue(ctx, nil); !errors.Is(err, cmdqtype.ErrInvalidType) {
 			t.Errorf("Issue(nil): %v", err)
 		}
 		if env.Store.Total() != 0 {
 			t.Fatalf("bad input reached storage: %s", env.Store)
 		}
 		routed, _ := newIssuer(t, env, func(o *issuer.IssuerOptions) { o.Routes = routeFunc(func(string) string { return "Bad_Queue" }) })
-		if _, err := routed.IssueRaw(ctx, issuer.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
+		if _, err := routed.IssueRaw(ctx, cmdqtype.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
 			t.Errorf("bad route: %v", err)
 		}
 	})
@@ -289,14 +291,14 @@ func TestLargeParamsFit(t *testing.T) {
 	t.Parallel()
 	// The default limit must really fit in one entity on every driver, for
 	// ASCII (1 UTF-16 unit per byte) and for 2-byte UTF-8 characters.
-	ascii := `{"s":"` + strings.Repeat("x", issuer.MaxParamsBytes-8) + `"}`
-	accented := `{"s":"` + strings.Repeat("é", (issuer.MaxParamsBytes-8)/2) + `"}`
+	ascii := `{"s":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes-8) + `"}`
+	accented := `{"s":"` + strings.Repeat("é", (cmdqtype.MaxParamsBytes-8)/2) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, _ := newIssuer(t, env, nil)
 		r := reader(t, env)
 		for _, p := range []string{ascii, accented} {
-			res, err := is.IssueRaw(ctx, issuer.Raw{Type: "demo.Big", Params: json.RawMessage(p)})
+			res, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "demo.Big", Params: json.RawMessage(p)})
 			if err != nil {
 				t.Fatalf("issue %d bytes: %v", len(p), err)
 			}
@@ -305,8 +307,8 @@ func TestLargeParamsFit(t *testing.T) {
 				t.Fatalf("round trip of %d bytes failed: %v", len(p), err)
 			}
 		}
-		_, err := is.IssueRaw(ctx, issuer.Raw{Type: "demo.Big", Params: json.RawMessage(ascii[:len(ascii)-2] + `xx"}`)})
-		if !errors.Is(err, issuer.ErrParamsTooLarge) || !strings.Contains(err.Error(), "512000") {
+		_, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "demo.Big", Params: json.RawMessage(ascii[:len(ascii)-2] + `xx"}`)})
+		if !errors.Is(err, cmdqtype.ErrParamsTooLarge) || !strings.Contains(err.Error(), "512000") {
 			t.Fatalf("just over the limit: %v", err)
 		}
 	})
@@ -324,7 +326,7 @@ func TestRouting(t *testing.T) {
 				return ""
 			})
 		})
-		res, err := is.IssueRaw(ctx, issuer.Raw{Type: "slow.Report"})
+		res, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "slow.Report"})
 		if err != nil || res.Queue != "slow" {
 			t.Fatalf("%+v %v", res, err)
 		}
@@ -350,10 +352,10 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		env.Store.FailEnqueue.Store(true)
 		res, err := is.Issue(ctx, chargeCard{"c9", 9})
 		env.Store.FailEnqueue.Store(false)
-		if !errors.Is(err, issuer.ErrEnqueueFailed) || !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+		if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Issue with failing enqueue: %v", err)
 		}
-		if issuer.ValidateID(res.ID) != nil {
+		if cmdqtype.ValidateID(res.ID) != nil {
 			t.Fatalf("result ID %q", res.ID)
 		}
 		if len(n.get()) != 0 {
@@ -375,7 +377,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
 		}
 		// Past the grace period: enqueued, marker gone, Notify called.
-		later := func() time.Time { return time.Now().Add(processor.DefaultReconcileGrace + time.Second) }
+		later := func() time.Time { return time.Now().Add(cmdqtype.DefaultReconcileGrace + time.Second) }
 		rn := &notes{}
 		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, rn.notify)
 		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
@@ -461,7 +463,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
 			t.Fatalf("scan inside grace: %+v %v", rep, err)
 		}
-		later := time.Now().Add(processor.DefaultReconcileStaleAfter + time.Minute)
+		later := time.Now().Add(cmdqtype.DefaultReconcileStaleAfter + time.Minute)
 		opts := record.ReconcileOptions{ScanPending: true, Now: func() time.Time { return later }}
 		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {

@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
+	"github.com/google/uuid"
 )
 
 // TestReissueComparesCorrelationID: the same id with the same type and
@@ -25,8 +27,8 @@ func TestReissueComparesCorrelationID(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	id := issuer.NewID()
-	raw := issuer.Raw{ID: id, Type: "billing.ChargeCard", CorrelationID: "order-1"}
+	id := uuid.NewString()
+	raw := cmdqtype.Raw{ID: id, Type: "billing.ChargeCard", CorrelationID: "order-1"}
 	if _, err := is.IssueRaw(ctx, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestReissueComparesCorrelationID(t *testing.T) {
 	for _, corr := range []string{"order-2", ""} {
 		other := raw
 		other.CorrelationID = corr
-		if _, err := is.IssueRaw(ctx, other); !errors.Is(err, issuer.ErrIDConflict) {
+		if _, err := is.IssueRaw(ctx, other); !errors.Is(err, cmdqtype.ErrIDConflict) {
 			t.Errorf("correlation ID %q under an id issued with %q: %v, want ErrIDConflict", corr, raw.CorrelationID, err)
 		}
 	}

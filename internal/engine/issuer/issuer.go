@@ -15,26 +15,20 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// MaxParamsBytes is the largest (and default) IssuerOptions.MaxParamsBytes:
-// 500 KiB of compact JSON. Parameters are stored as UTF-16 strings in one
-// table entity (1 MiB, split into 64 KiB properties), so about 512 Ki UTF-16
-// code units is what one entity holds; a UTF-8 byte never takes more than one
-// UTF-16 unit, so 500 KiB of JSON always fits.
-const MaxParamsBytes = 500 * 1024
-
-// MaxCorrelationIDLength is the longest correlation ID, in bytes.
-const MaxCorrelationIDLength = 256
-
 // Router routes command types to logical queues: QueueOf returns the queue
 // of a type it knows. *handlers.Registry implements it (registered and
 // declared types).
 type Router interface {
 	QueueOf(cmdType string) (queue string, ok bool)
+	// CheckParams returns an error wrapping cmdqtype.ErrInvalidParams
+	// when params do not decode into a known type's Go type; nil for an
+	// unknown type. Called for commands issued by type name (IssueRaw).
+	CheckParams(cmdType string, params []byte) error
 }
 
 // IssuerOptions configures an Issuer. The zero value works.
 type IssuerOptions struct {
-	// Prefix starts every storage name. Defaults to DefaultPrefix ("cmdq").
+	// Prefix starts every storage name. Defaults to cmdqtype.DefaultPrefix ("cmdq").
 	Prefix string
 	// Wake, if set, is called with the logical queue after each message the
 	// Issuer puts on a queue (for example (*processor.Processor).Notify, to
@@ -52,16 +46,16 @@ type IssuerOptions struct {
 	HandOff func(queue, cmdType string) HandOffSlot
 	// Routes, if set, routes every type it knows (QueueOf); other types go
 	// to the queue their Go type declares (CommandWithOptions, typed Issue
-	// only) or to DefaultQueue. Default nil.
+	// only) or to cmdqtype.DefaultQueue. Default nil.
 	Routes Router
 	// MaxParamsBytes limits the compact JSON parameters, in bytes. Defaults
-	// to MaxParamsBytes (500 KiB), which is also the largest allowed value.
+	// to cmdqtype.MaxParamsBytes (500 KiB), which is also the largest allowed value.
 	MaxParamsBytes int
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// EnqueueRetry is the first delay of the Issuer's background retries of
-	// enqueues that failed after the command was stored (ErrEnqueueFailed,
-	// ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
+	// enqueues that failed after the command was stored (cmdqtype.ErrEnqueueFailed,
+	// cmdqtype.ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
 	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
 	// as long as the process lives (Close stops it). Each retry loads the
 	// command first and stops once it started (the failed enqueue had
@@ -104,11 +98,11 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, DefaultPrefix)}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > MaxParamsBytes {
-		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, MaxParamsBytes, MaxParamsBytes))
+	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > cmdqtype.MaxParamsBytes {
+		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, cmdqtype.MaxParamsBytes, cmdqtype.MaxParamsBytes))
 	}
 	if o.ManyConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("ManyConcurrency %d is negative (0 = the default, %d)", o.ManyConcurrency, DefaultManyConcurrency))
@@ -119,41 +113,15 @@ func (o IssuerOptions) Validate() error {
 	return nil
 }
 
-// Result is the outcome of issuing a command.
-type Result struct {
-	// ID is the command ID.
-	ID string `json:"id"`
-	// Existing is true when a command with this ID and the same type,
-	// parameters and correlation ID already existed; nothing was written (a message is enqueued again only
-	// if the command is still pending and never started).
-	Existing bool `json:"existing,omitempty"`
-	// Queue is the logical queue the command is on.
-	Queue string `json:"queue"`
-}
-
-// Raw is a command given as type name and JSON parameters (the HTTP API's
-// form).
-type Raw struct {
-	// ID is the command ID ("" = a new random UUID).
-	ID string
-	// Type is the command type name.
-	Type string
-	// Params is the JSON parameters (nil or empty = {}). Whitespace is
-	// removed (json.Compact) before storing and comparing.
-	Params json.RawMessage
-	// CorrelationID is an optional caller-chosen ID (at most 256 bytes).
-	CorrelationID string
-}
-
 // IssueOption adjusts one Issue call.
-type IssueOption func(*Raw)
+type IssueOption func(*cmdqtype.Raw)
 
 // WithID sets the command ID (idempotency key): issuing again with the same
 // ID and parameters returns the existing command.
-func WithID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
+func WithID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.ID = id } }
 
 // WithCorrelationID sets the correlation ID.
-func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
+func WithCorrelationID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.CorrelationID = id } }
 
 // With returns cmd with issue options attached, for IssueMany (and Issue
 // alike): IssueMany(ctx, a, With(b, WithID(id))). The result is a Command
@@ -217,8 +185,8 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
-	opts.MaxParamsBytes = cmp.Or(opts.MaxParamsBytes, MaxParamsBytes)
+	opts.Prefix = cmp.Or(opts.Prefix, cmdqtype.DefaultPrefix)
+	opts.MaxParamsBytes = cmp.Or(opts.MaxParamsBytes, cmdqtype.MaxParamsBytes)
 	opts.ManyConcurrency = cmp.Or(opts.ManyConcurrency, DefaultManyConcurrency)
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -277,32 +245,32 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 
 // Issue stores cmd (JSON-encoded) and enqueues it on its queue: the one
 // IssuerOptions.Routes gives its type, else the one its Go type declares
-// (CommandWithOptions), else DefaultQueue. Cost: one table batch and one
+// (CommandWithOptions), else cmdqtype.DefaultQueue. Cost: one table batch and one
 // enqueue (sent once, with no transport retries; one combined write on the
 // embedded store); re-issuing an existing ID costs one failed batch and one
 // point read, plus, while the command is pending and never started, a
 // recovery: one batch (a requeued event) and one enqueue delayed by
 // IssuerOptions.RecoveryDelay. Errors as IssueRaw.
-func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
+func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (cmdqtype.Result, error) {
 	raw, queue, err := encode(cmd, opts)
 	if err != nil {
-		return Result{}, err
+		return cmdqtype.Result{}, err
 	}
-	return i.issue(ctx, raw, queue)
+	return i.issue(ctx, raw, queue, true)
 }
 
-// encode turns a typed command (possibly wrapped by With) into its Raw form
+// encode turns a typed command (possibly wrapped by With) into its cmdqtype.Raw form
 // and the queue its Go type declares ("" if none).
-func encode(cmd Command, opts []IssueOption) (Raw, string, error) {
+func encode(cmd Command, opts []IssueOption) (cmdqtype.Raw, string, error) {
 	cmd, wopts := unwrap(cmd)
 	if cmd == nil {
-		return Raw{}, "", fmt.Errorf("%w: nil command", ErrInvalidType)
+		return cmdqtype.Raw{}, "", fmt.Errorf("%w: nil command", cmdqtype.ErrInvalidType)
 	}
 	params, err := json.Marshal(cmd)
 	if err != nil {
-		return Raw{}, "", fmt.Errorf("%w: encode %T: %w", ErrInvalidParams, cmd, err)
+		return cmdqtype.Raw{}, "", fmt.Errorf("%w: encode %T: %w", cmdqtype.ErrInvalidParams, cmd, err)
 	}
-	raw := Raw{Type: cmd.CommandType(), Params: params}
+	raw := cmdqtype.Raw{Type: cmd.CommandType(), Params: params}
 	for _, o := range wopts {
 		o(&raw)
 	}
@@ -313,15 +281,15 @@ func encode(cmd Command, opts []IssueOption) (Raw, string, error) {
 }
 
 // IssueRaw stores and enqueues a command given as type and JSON parameters,
-// routed by IssuerOptions.Routes (else DefaultQueue).
-// Errors: ErrInvalidType, ErrInvalidID, ErrInvalidParams, ErrParamsTooLarge,
-// ErrIDConflict, ErrEnqueueFailed (the command is stored, durably marked and
-// accepted; Result.ID is valid and the reconciler enqueues it),
-// ErrNotAccepted (stored, but neither enqueued nor marked: issue it again
-// with Result.ID), and storage errors (nothing is stored, or it is unknown
+// routed by IssuerOptions.Routes (else cmdqtype.DefaultQueue).
+// Errors: cmdqtype.ErrInvalidType, cmdqtype.ErrInvalidID, cmdqtype.ErrInvalidParams, cmdqtype.ErrParamsTooLarge,
+// cmdqtype.ErrIDConflict, cmdqtype.ErrEnqueueFailed (the command is stored, durably marked and
+// accepted; cmdqtype.Result.ID is valid and the reconciler enqueues it),
+// cmdqtype.ErrNotAccepted (stored, but neither enqueued nor marked: issue it again
+// with cmdqtype.Result.ID), and storage errors (nothing is stored, or it is unknown
 // whether it was: issue it again with the same ID).
-func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
-	return i.issue(ctx, raw, "")
+func (i *Issuer) IssueRaw(ctx context.Context, raw cmdqtype.Raw) (cmdqtype.Result, error) {
+	return i.issue(ctx, raw, "", false)
 }
 
 // IssueMany issues cmds (each possibly wrapped by With for its ID or
@@ -331,12 +299,12 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // elsewhere (Azure) up to IssuerOptions.ManyConcurrency Issue calls run at
 // once, their requests overlapping. Each command is issued as Issue would
 // (an existing ID is compared and answered Existing). results[i] is
-// cmds[i]'s Result; a command that failed has an empty ID unless it was
-// stored (ErrEnqueueFailed, ErrNotAccepted). err joins every failure, each
+// cmds[i]'s cmdqtype.Result; a command that failed has an empty ID unless it was
+// stored (cmdqtype.ErrEnqueueFailed, cmdqtype.ErrNotAccepted). err joins every failure, each
 // saying which command (index and type) and wrapping its error (errors.Is
 // works on the joined error).
-func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
-	results := make([]Result, len(cmds))
+func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Result, error) {
+	results := make([]cmdqtype.Result, len(cmds))
 	errs := make([]error, len(cmds))
 	fail := func(n int, err error) {
 		typ := "<nil>"
@@ -349,7 +317,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 	// in order, so it finds the earlier one (Existing, or a conflict).
 	type item struct {
 		n        int
-		raw      Raw
+		raw      cmdqtype.Raw
 		declared string
 	}
 	var firsts, repeats []item
@@ -367,7 +335,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		}
 	}
 	issue := func(it item) {
-		res, err := i.issue(ctx, it.raw, it.declared)
+		res, err := i.issue(ctx, it.raw, it.declared, true)
 		results[it.n] = res
 		if err != nil {
 			fail(it.n, err)
@@ -378,7 +346,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		var ncs []record.NewCommand
 		var idx []int
 		for _, it := range firsts {
-			nc, err := i.prepare(it.raw, it.declared)
+			nc, err := i.prepare(it.raw, it.declared, true)
 			if err != nil {
 				fail(it.n, err)
 				continue
@@ -423,24 +391,24 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 }
 
 // route returns the logical queue of a command type: Routes, else the
-// queue its Go type declares, else DefaultQueue.
+// queue its Go type declares, else cmdqtype.DefaultQueue.
 func (i *Issuer) route(cmdType, declared string) string {
 	if i.opts.Routes != nil {
 		if q, ok := i.opts.Routes.QueueOf(cmdType); ok && q != "" {
 			return q
 		}
 	}
-	return cmp.Or(declared, DefaultQueue)
+	return cmp.Or(declared, cmdqtype.DefaultQueue)
 }
 
-func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, error) {
-	nc, err := i.prepare(raw, declared)
+func (i *Issuer) issue(ctx context.Context, raw cmdqtype.Raw, declared string, typed bool) (cmdqtype.Result, error) {
+	nc, err := i.prepare(raw, declared, typed)
 	if err != nil {
-		return Result{}, err
+		return cmdqtype.Result{}, err
 	}
 	st, enq, err := i.log(ctx)
 	if err != nil {
-		return Result{}, err
+		return cmdqtype.Result{}, err
 	}
 	env, enqueued, err := enq.Create(ctx, nc)
 	return i.created(ctx, st, enq, nc, env, enqueued, err)
@@ -448,32 +416,40 @@ func (i *Issuer) issue(ctx context.Context, raw Raw, declared string) (Result, e
 
 // prepare validates a command and returns what to store: its ID (a new one
 // when raw has none), compact parameters and queue.
-func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
-	if err := ValidateType(raw.Type); err != nil {
+func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.NewCommand, error) {
+	if err := cmdqtype.ValidateType(raw.Type); err != nil {
 		return record.NewCommand{}, err
 	}
 	id := raw.ID
 	if id == "" {
 		id = i.opts.NewID()
-	} else if err := ValidateID(id); err != nil {
+	} else if err := cmdqtype.ValidateID(id); err != nil {
 		return record.NewCommand{}, err
 	}
 	if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
-		return record.NewCommand{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
+		return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
 	}
-	if len(raw.CorrelationID) > MaxCorrelationIDLength {
-		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", ErrInvalidParams, len(raw.CorrelationID), MaxCorrelationIDLength)
+	if len(raw.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
+		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", cmdqtype.ErrInvalidParams, len(raw.CorrelationID), cmdqtype.MaxCorrelationIDLength)
 	}
 	params := []byte("{}")
 	if len(bytes.TrimSpace(raw.Params)) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw.Params); err != nil {
-			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", ErrInvalidParams, err)
+			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", cmdqtype.ErrInvalidParams, err)
 		}
 		params = buf.Bytes()
 	}
 	if len(params) > i.opts.MaxParamsBytes {
-		return record.NewCommand{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+		return record.NewCommand{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", cmdqtype.ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+	}
+	if !typed && i.opts.Routes != nil {
+		// Issued by type name: the params must decode into the type's Go
+		// type when this process knows it (Register, Declare). A typed
+		// issue's params are the type's own JSON encoding.
+		if err := i.opts.Routes.CheckParams(raw.Type, params); err != nil {
+			return record.NewCommand{}, err
+		}
 	}
 	queue := i.route(raw.Type, declared)
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
@@ -486,17 +462,17 @@ func (i *Issuer) prepare(raw Raw, declared string) (record.NewCommand, error) {
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (cmdqtype.Result, error) {
 	id := nc.ID
-	res := Result{ID: id, Queue: nc.Queue}
+	res := cmdqtype.Result{ID: id, Queue: nc.Queue}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
 		if lerr != nil {
-			return Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
+			return cmdqtype.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
 		if rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID {
-			return Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", ErrIDConflict, id, rec.Type)
+			return cmdqtype.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", cmdqtype.ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue = true, rec.Queue
 		if _, combined := i.st.(storage.Combiner); !combined && rec.State == cmdqtype.StatePending && rec.Attempts == 0 {
@@ -512,9 +488,9 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		}
 		return res, nil
 	case errors.Is(err, record.ErrParamsTooLarge):
-		return Result{}, fmt.Errorf("%w: %w", ErrParamsTooLarge, err)
+		return cmdqtype.Result{}, fmt.Errorf("%w: %w", cmdqtype.ErrParamsTooLarge, err)
 	case err != nil:
-		return Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
+		return cmdqtype.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
 	case enqueued:
 		return res, nil
 	}
@@ -526,9 +502,9 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 
 // enqueue puts the first message of a stored command on its queue, with
 // no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
-// for the reconciler and returns ErrEnqueueFailed (the command is
+// for the reconciler and returns cmdqtype.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
-// ErrNotAccepted. Either way the background retrier keeps trying.
+// cmdqtype.ErrNotAccepted. Either way the background retrier keeps trying.
 func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
 	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
@@ -551,13 +527,13 @@ func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *record.Enqu
 }
 
 // failed handles a failed enqueue of a stored command: mark it for the
-// reconciler (ErrEnqueueFailed) or, when the marker fails too,
-// ErrNotAccepted; the background retrier keeps trying either way.
+// reconciler (cmdqtype.ErrEnqueueFailed) or, when the marker fails too,
+// cmdqtype.ErrNotAccepted; the background retrier keeps trying either way.
 func (i *Issuer) failed(ctx context.Context, st *record.Store, id, cmdType, queue string, err error) error {
 	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
 		i.retry.add(id, cmdType, queue, false)
-		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", ErrNotAccepted, id, errors.Join(err, merr))
+		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", cmdqtype.ErrNotAccepted, id, errors.Join(err, merr))
 	}
 	i.retry.add(id, cmdType, queue, true)
-	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", ErrEnqueueFailed, id, err)
+	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", cmdqtype.ErrEnqueueFailed, id, err)
 }

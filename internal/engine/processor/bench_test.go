@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
@@ -43,7 +44,7 @@ func benchProcess(b *testing.B, st storage.Store) {
 	}, registry.Options{}); err != nil {
 		b.Fatal(err)
 	}
-	p, err := processor.New(cs, reg, processor.Config{Prefix: prefix, ReconcileInterval: processor.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond})
+	p, err := processor.New(cs, reg, processor.Config{Prefix: prefix, ReconcileInterval: cmdqtype.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -54,14 +55,14 @@ func TestTrickleDequeuesCoalesced(t *testing.T) {
 	}, registry.Options{})
 	polled := make(chan struct{}, 1)
 	p, err := processor.New(counted, reg, processor.Config{
-		Prefix: prefix, ReconcileInterval: processor.NoReconcile,
+		Prefix: prefix, ReconcileInterval: cmdqtype.NoReconcile,
 		MinPollInterval: time.Hour, MaxPollInterval: time.Hour,
-		OnPoll: func(processor.PollEvent) {
+		Observer: onPoll(func(cmdqtype.Observation) {
 			select {
 			case polled <- struct{}{}:
 			default:
 			}
-		},
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,75 +1,14 @@
 package processor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/rs/zerolog"
-)
-
-// Defaults used when the corresponding Config field is zero.
-const (
-	// DefaultBatchSize is the number of messages one dequeue asks for (32, the service maximum).
-	DefaultBatchSize = 32
-	// DefaultConcurrency is the number of handlers one processor runs at once (32).
-	DefaultConcurrency = 32
-	// DefaultMinPollInterval is the first wait after an empty poll (100 ms).
-	DefaultMinPollInterval = 100 * time.Millisecond
-	// DefaultMaxPollInterval caps the empty-poll backoff (1 minute).
-	DefaultMaxPollInterval = time.Minute
-	// DefaultPollJitter is the fraction of each poll wait that is randomized (0.2).
-	DefaultPollJitter = 0.2
-	// DefaultDrainTimeout is how long running handlers may finish after Run's context ends (30 s).
-	DefaultDrainTimeout = 30 * time.Second
-	// DefaultStartedWriteDelay is how long a handler runs before its `started`
-	// event is written on its own (1 s); faster handlers get it in their final batch.
-	DefaultStartedWriteDelay = time.Second
-	// DefaultHandlerDurationEstimate is RunFor's handler-duration guess before
-	// it has observed one (1 s).
-	DefaultHandlerDurationEstimate = time.Second
-	// DefaultTolerance multiplies the handler duration to get RunFor's margin (1.5).
-	DefaultTolerance = 1.5
-	// DefaultReconcileInterval is how often the reconciler's marker query
-	// runs on an idle processor (1 hour).
-	DefaultReconcileInterval = time.Hour
-	// DefaultReconcileActiveInterval is how often the marker query runs
-	// while the processor has work (5 minutes).
-	DefaultReconcileActiveInterval = 5 * time.Minute
-	// DefaultReconcileGrace is how old an `~unqueued` marker must be before it
-	// is re-enqueued (30 s).
-	DefaultReconcileGrace = 30 * time.Second
-	// DefaultReconcileStaleAfter is how old a `pending` command with no marker
-	// must be before the whole-table scan re-enqueues it (15 minutes).
-	DefaultReconcileStaleAfter = 15 * time.Minute
-	// DefaultReconcileScanInterval is how often a reconciler run is the
-	// pending scan (24 hours).
-	DefaultReconcileScanInterval = 24 * time.Hour
-	// DefaultUnhealthyAfter is the number of consecutive infrastructure faults
-	// that make the processor unhealthy (5).
-	DefaultUnhealthyAfter = 5
-	// DefaultLostLeaseThreshold is the number of lost leases of one command
-	// type after which that type's lease grows (3).
-	DefaultLostLeaseThreshold = 3
-	// DefaultLeaseGrowthFactor multiplies a type's lease each time it grows (2).
-	DefaultLeaseGrowthFactor = 2.0
-	// DefaultMaxLeaseFactor bounds lease growth to this multiple of the
-	// definition's lease (10), and never past MaxLease.
-	DefaultMaxLeaseFactor = 10.0
-	// DefaultLeaseShrinkAfter is the number of clean finishes in a row after
-	// which a grown lease shrinks one step (10).
-	DefaultLeaseShrinkAfter = 10
-	// DefaultLeaseQuietPeriod is how long after the last lost lease (or
-	// change) a grown lease shrinks one step at the next clean finish
-	// (10 minutes).
-	DefaultLeaseQuietPeriod = 10 * time.Minute
-	// MaxLease is the longest lease growth may reach (1 hour).
-	MaxLease = time.Hour
 )
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -88,7 +27,7 @@ type LeaseGrowth struct {
 	// shrink (default 2; must be > 1).
 	Factor float64
 	// MaxFactor bounds the grown lease to MaxFactor × the definition's lease
-	// (default 10), and never past MaxLease (1 hour).
+	// (default 10), and never past cmdqtype.MaxLease (1 hour).
 	MaxFactor float64
 	// ShrinkAfter: a grown lease shrinks one step (÷ Factor, never below the
 	// definition's lease) after this many clean finishes of its type in a
@@ -123,7 +62,7 @@ type Config struct {
 	// handlers holds one message at a time, and competing workers share the
 	// queue). A dequeue asks for min(BatchSize, Concurrency + prefetch −
 	// held) and is made when a full batch fits or a handler slot would stay
-	// idle. Default BatchSize (32). At most 10,000. Set NoThreshold (-1)
+	// idle. Default BatchSize (32). At most 10,000. Set cmdqtype.NoThreshold (-1)
 	// for no prefetch.
 	NewBatchThreshold int
 	// Concurrency is the most handlers this processor runs at once across all
@@ -165,7 +104,7 @@ type Config struct {
 	// re-enqueues commands whose enqueue failed) runs while the processor is
 	// idle; Run also runs it once at start, and RunFor(d) runs it with
 	// probability d/ReconcileInterval, so scheduled runs cost what one
-	// long-lived processor does. Default 1 hour; NoReconcile (-1) disables
+	// long-lived processor does. Default 1 hour; cmdqtype.NoReconcile (-1) disables
 	// the reconciler.
 	ReconcileInterval time.Duration
 	// ReconcileActiveInterval is how often the marker query runs while the
@@ -180,7 +119,7 @@ type Config struct {
 	// commands still `pending` after ReconcileStaleAfter (left by a process
 	// that crashed between the issue batch and the enqueue). It costs one
 	// request per 1000 commands, so it runs rarely. Default 24 hours;
-	// NoReconcile (-1) disables the scan. An idle processor thus costs one
+	// cmdqtype.NoReconcile (-1) disables the scan. An idle processor thus costs one
 	// reconciler query an hour.
 	ReconcileScanInterval time.Duration
 	// ReconcileGrace is how old an enqueue-failure marker must be before the
@@ -196,7 +135,7 @@ type Config struct {
 	// (or declared commands.CommandOptions.Retention) overrides it.
 	// Defaults: completed 7 days, discarded 30 days; poisoned commands are
 	// kept until discarded. See docs/lifecycle.md, "Retention".
-	Retention issuer.Retention
+	Retention cmdqtype.Retention
 	// UnhealthyAfter is the number of consecutive infrastructure faults that
 	// make the processor unhealthy. Default 5.
 	UnhealthyAfter int
@@ -227,29 +166,13 @@ type Config struct {
 	Flywheel bool
 	// Logger receives the processor's logs. The zero Logger discards them.
 	Logger zerolog.Logger
-	// Observer receives counters and gauges (metrics.Metrics for
-	// Prometheus). Default nil (none).
-	Observer Observer
-	// AlertHook, if set, is called for every infrastructure fault. It runs on
-	// the processor's goroutines: return quickly.
-	AlertHook func(ctx context.Context, a Alert)
-	// OnPoll, if set, is called after every dequeue with what it returned and
-	// the wait chosen before the next one (for tests and diagnostics). It runs
-	// on the poller's goroutine: return quickly.
-	OnPoll func(PollEvent)
+	// Observer receives every processing event (cmdqtype.Observation):
+	// metrics, logs, tracing. Default nil (none).
+	Observer cmdqtype.Observer
+	// Changes, if set, receives every change this processor stores and
+	// every handler start and end (the Client's watchers). Default nil.
+	Changes ChangeObserver
 }
-
-// Special values for Config fields whose zero value means "default".
-const (
-	// MaxNewBatchThreshold is the largest NewBatchThreshold (10,000).
-	MaxNewBatchThreshold = 10000
-	// NoThreshold set as NewBatchThreshold means 0: no prefetch (hold at
-	// most Concurrency messages).
-	NoThreshold = -1
-	// NoReconcile set as ReconcileInterval disables the reconciler; set as
-	// ReconcileScanInterval it disables only the pending scan.
-	NoReconcile time.Duration = -1
-)
 
 // ErrInvalidConfig is wrapped by every Config validation error.
 var ErrInvalidConfig = errors.New("processor: invalid config")
@@ -261,19 +184,14 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	if c.Prefix != "" {
-		if err := validPrefix(c.Prefix); err != nil {
-			bad("%v", err)
-		}
-	}
 	if err := c.Retention.Validate(); err != nil {
 		bad("Retention: %v", err)
 	}
 	if c.BatchSize < 0 || c.BatchSize > 32 {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
 	}
-	if c.NewBatchThreshold < NoThreshold || c.NewBatchThreshold > MaxNewBatchThreshold {
-		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, MaxNewBatchThreshold)
+	if c.NewBatchThreshold < cmdqtype.NoThreshold || c.NewBatchThreshold > cmdqtype.MaxNewBatchThreshold {
+		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, cmdqtype.MaxNewBatchThreshold)
 	}
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
@@ -284,11 +202,11 @@ func (c Config) Validate() error {
 	if c.MaxPollInterval < 0 {
 		bad("MaxPollInterval %s is negative (0 = default 1m)", c.MaxPollInterval)
 	}
-	minP, maxP := orDur(c.MinPollInterval, DefaultMinPollInterval), orDur(c.MaxPollInterval, DefaultMaxPollInterval)
+	minP, maxP := orDur(c.MinPollInterval, cmdqtype.DefaultMinPollInterval), orDur(c.MaxPollInterval, cmdqtype.DefaultMaxPollInterval)
 	if minP > maxP {
 		bad("MinPollInterval %s exceeds MaxPollInterval %s", minP, maxP)
 	}
-	if c.PollJitter != registry.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
+	if c.PollJitter != cmdqtype.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
 		bad("PollJitter %g is outside 0..1 (0 = default 0.2, -1 = none)", c.PollJitter)
 	}
 	if c.PoisonCeiling < 0 {
@@ -323,10 +241,10 @@ func (c Config) Validate() error {
 			bad("%s %s is negative (0 = default)", d.name, d.v)
 		}
 	}
-	if c.ReconcileInterval < 0 && c.ReconcileInterval != NoReconcile {
+	if c.ReconcileInterval < 0 && c.ReconcileInterval != cmdqtype.NoReconcile {
 		bad("ReconcileInterval %s is negative (0 = default 1h, -1 = disabled)", c.ReconcileInterval)
 	}
-	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != NoReconcile {
+	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != cmdqtype.NoReconcile {
 		bad("ReconcileScanInterval %s is negative (0 = default 24h, -1 = disabled)", c.ReconcileScanInterval)
 	}
 	if c.Tolerance != 0 && c.Tolerance < 1 {
@@ -336,22 +254,6 @@ func (c Config) Validate() error {
 		bad("UnhealthyAfter %d is negative (0 = default 5)", c.UnhealthyAfter)
 	}
 	return errors.Join(errs...)
-}
-
-func validPrefix(p string) error {
-	if len(p) > 40 {
-		return fmt.Errorf("prefix %q is longer than 40 characters", p)
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		switch {
-		case c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return fmt.Errorf("prefix %q must be lowercase letters and digits starting with a letter (it names queues and tables)", p)
-		}
-	}
-	return nil
 }
 
 func orDur(v, def time.Duration) time.Duration {
@@ -364,7 +266,7 @@ func orDur(v, def time.Duration) time.Duration {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
-		c.Prefix = issuer.DefaultPrefix
+		c.Prefix = cmdqtype.DefaultPrefix
 	}
 	if c.Worker == "" {
 		h, err := os.Hostname()
@@ -374,59 +276,56 @@ func (c Config) withDefaults() Config {
 		c.Worker = h + "-" + strconv.Itoa(os.Getpid())
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
+		c.BatchSize = cmdqtype.DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
+		c.Concurrency = cmdqtype.DefaultConcurrency
 	}
 	switch c.NewBatchThreshold {
 	case 0:
 		c.NewBatchThreshold = c.BatchSize
-	case NoThreshold:
+	case cmdqtype.NoThreshold:
 		c.NewBatchThreshold = 0
 	}
-	c.MinPollInterval = orDur(c.MinPollInterval, DefaultMinPollInterval)
-	c.MaxPollInterval = orDur(c.MaxPollInterval, DefaultMaxPollInterval)
+	c.MinPollInterval = orDur(c.MinPollInterval, cmdqtype.DefaultMinPollInterval)
+	c.MaxPollInterval = orDur(c.MaxPollInterval, cmdqtype.DefaultMaxPollInterval)
 	switch c.PollJitter {
 	case 0:
-		c.PollJitter = DefaultPollJitter
-	case registry.NoJitter:
+		c.PollJitter = cmdqtype.DefaultPollJitter
+	case cmdqtype.NoJitter:
 		c.PollJitter = 0
 	}
 	if c.LeaseGrowth.Threshold == 0 {
-		c.LeaseGrowth.Threshold = DefaultLostLeaseThreshold
+		c.LeaseGrowth.Threshold = cmdqtype.DefaultLostLeaseThreshold
 	}
 	if c.LeaseGrowth.Factor == 0 {
-		c.LeaseGrowth.Factor = DefaultLeaseGrowthFactor
+		c.LeaseGrowth.Factor = cmdqtype.DefaultLeaseGrowthFactor
 	}
 	if c.LeaseGrowth.MaxFactor == 0 {
-		c.LeaseGrowth.MaxFactor = DefaultMaxLeaseFactor
+		c.LeaseGrowth.MaxFactor = cmdqtype.DefaultMaxLeaseFactor
 	}
 	if c.LeaseGrowth.ShrinkAfter == 0 {
-		c.LeaseGrowth.ShrinkAfter = DefaultLeaseShrinkAfter
+		c.LeaseGrowth.ShrinkAfter = cmdqtype.DefaultLeaseShrinkAfter
 	}
-	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, DefaultLeaseQuietPeriod)
-	c.DrainTimeout = orDur(c.DrainTimeout, DefaultDrainTimeout)
-	c.StartedWriteDelay = orDur(c.StartedWriteDelay, DefaultStartedWriteDelay)
-	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, DefaultHandlerDurationEstimate)
+	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, cmdqtype.DefaultLeaseQuietPeriod)
+	c.DrainTimeout = orDur(c.DrainTimeout, cmdqtype.DefaultDrainTimeout)
+	c.StartedWriteDelay = orDur(c.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
+	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, cmdqtype.DefaultHandlerDurationEstimate)
 	if c.Tolerance == 0 {
-		c.Tolerance = DefaultTolerance
+		c.Tolerance = cmdqtype.DefaultTolerance
 	}
-	c.ReconcileInterval = orDur(c.ReconcileInterval, DefaultReconcileInterval)
-	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, DefaultReconcileActiveInterval)
+	c.ReconcileInterval = orDur(c.ReconcileInterval, cmdqtype.DefaultReconcileInterval)
+	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, cmdqtype.DefaultReconcileActiveInterval)
 	if c.ReconcileInterval > 0 {
 		c.ReconcileActiveInterval = min(c.ReconcileActiveInterval, c.ReconcileInterval)
 	}
-	c.ReconcileGrace = orDur(c.ReconcileGrace, DefaultReconcileGrace)
-	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, DefaultReconcileStaleAfter)
-	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, DefaultReconcileScanInterval)
+	c.ReconcileGrace = orDur(c.ReconcileGrace, cmdqtype.DefaultReconcileGrace)
+	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, cmdqtype.DefaultReconcileStaleAfter)
+	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, cmdqtype.DefaultReconcileScanInterval)
 	if c.UnhealthyAfter == 0 {
-		c.UnhealthyAfter = DefaultUnhealthyAfter
+		c.UnhealthyAfter = cmdqtype.DefaultUnhealthyAfter
 	}
-	c.ProbeTimeout = orDur(c.ProbeTimeout, DefaultProbeTimeout)
-	c.ProbeInterval = orDur(c.ProbeInterval, DefaultProbeInterval)
-	if c.Observer == nil {
-		c.Observer = NopObserver{}
-	}
+	c.ProbeTimeout = orDur(c.ProbeTimeout, cmdqtype.DefaultProbeTimeout)
+	c.ProbeInterval = orDur(c.ProbeInterval, cmdqtype.DefaultProbeInterval)
 	return c
 }

@@ -17,7 +17,7 @@ import (
 
 // oneAtATime makes a processor take one message at a time.
 func oneAtATime(cfg processor.Config) processor.Config {
-	cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, processor.NoThreshold
+	cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, cmdqtype.NoThreshold
 	return cfg
 }
 
@@ -79,7 +79,7 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 				var got atomic.Int64
 				cfg2 := oneAtATime(e.cfg())
 				cfg2.Worker += "-2"
-				cfg2.OnPoll = func(ev processor.PollEvent) { got.Add(int64(ev.Received)) }
+				cfg2.Observer = onPoll(func(ev cmdqtype.Observation) { got.Add(int64(ev.Received)) })
 				p2 := newProc(t, e.open(), reg, cfg2)
 				start(t, p2)
 				eventually(t, 10*time.Second, "the second processor to take the second message", func() bool { return got.Load() == 1 })
@@ -130,7 +130,7 @@ func TestLoadedWhenStarted(t *testing.T) {
 		cfg := e.cfg()
 		cfg.Concurrency, cfg.BatchSize = 1, 1
 		cfg.HandlerDurationEstimate = 10 * time.Millisecond // holds more than its one slot starts
-		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
 		// The slow path (load when the slot is free) is what this tests:
 		// the "elsewhere" below writes the command directly, which no
 		// delivery can do to a command whose issue message is fresh (see
@@ -224,7 +224,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		cfg := oneAtATime(e.cfg())
 		cfg.StartedWriteDelay = time.Minute
 		var took1 atomic.Int64
-		cfg.OnPoll = func(ev processor.PollEvent) { took1.Add(int64(ev.Received)) }
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { took1.Add(int64(ev.Received)) })
 		p1 := newProc(t, st1, reg, cfg)
 		start(t, p1)
 		eventually(t, 10*time.Second, "the first processor to take a message", func() bool { return took1.Load() == 1 })

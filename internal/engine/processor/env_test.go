@@ -89,7 +89,7 @@ func (e *env) cfg() processor.Config {
 		MinPollInterval:   10 * time.Millisecond,
 		MaxPollInterval:   50 * time.Millisecond,
 		DrainTimeout:      2 * time.Second,
-		ReconcileInterval: processor.NoReconcile,
+		ReconcileInterval: cmdqtype.NoReconcile,
 	}
 }
 
@@ -246,7 +246,7 @@ func register[T issuer.Command](t *testing.T, reg *registry.Registry, fn registr
 }
 
 // fastRetry retries after 20ms, without jitter.
-var fastRetry = registry.RetryPolicy{Base: 20 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: registry.NoJitter}
+var fastRetry = cmdqtype.RetryPolicy{Base: 20 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: cmdqtype.NoJitter}
 
 // faultyStore wraps a real store and fails chosen queue operations.
 type faultyStore struct {
@@ -284,4 +284,14 @@ func (q *faultyQueue) Dequeue(ctx context.Context, max int, vis time.Duration) (
 		return nil, errInjected
 	}
 	return q.Queue.Dequeue(ctx, max, vis)
+}
+
+// onPoll returns an observer that calls f for every dequeue (an
+// ObservedPolled observation).
+func onPoll(f func(cmdqtype.Observation)) cmdqtype.Observer {
+	return cmdqtype.ObserverFunc(func(o cmdqtype.Observation) {
+		if o.Kind == cmdqtype.ObservedPolled {
+			f(o)
+		}
+	})
 }

@@ -4,7 +4,7 @@ package processor
 // (for tests of what a grown lease does).
 func (p *Processor) CountLostLeases(cmdType string, n int) {
 	for range n {
-		p.leaseLost(cmdType)
+		p.leaseLost(&keeper{cmdType: cmdType})
 	}
 }
 

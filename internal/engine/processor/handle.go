@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -17,16 +16,16 @@ import (
 
 // errFinal: the command became final (completed, poisoned, discarded)
 // elsewhere while this attempt ran. It wraps handlers.ErrSuperseded.
-var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", registry.ErrSuperseded)
+var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // errTakenOver: another delivery of the command started it, or recorded
 // this attempt's lease as lost, while this attempt ran. It wraps
 // handlers.ErrSuperseded.
-var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", registry.ErrSuperseded)
+var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // superseded reports whether err says the attempt is over (errFinal,
 // errTakenOver).
-func superseded(err error) bool { return errors.Is(err, registry.ErrSuperseded) }
+func superseded(err error) bool { return errors.Is(err, cmdqtype.ErrSuperseded) }
 
 // errTimeout is the cancellation cause when a handler exceeds its Timeout.
 var errTimeout = errors.New("processor: handler timed out")
@@ -226,10 +225,10 @@ func parseMessage(text string) (record.Envelope, error) {
 	if err != nil {
 		return record.Envelope{}, err
 	}
-	if err := issuer.ValidateID(env.ID); err != nil {
+	if err := cmdqtype.ValidateID(env.ID); err != nil {
 		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
 	}
-	if err := issuer.ValidateType(env.Type); err != nil {
+	if err := cmdqtype.ValidateType(env.Type); err != nil {
 		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
 	}
 	return env, nil
@@ -328,7 +327,8 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
 	s.counter.poisoned.Add(1)
-	p.cfg.Observer.CommandPoisoned(entry.Type)
+	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPoisoned, CommandID: entry.CommandID, Type: entry.Type, Queue: qr.name,
+		Attempt: int(m.DequeueCount), Reason: reason, Err: cause})
 	p.deleteMsg(s, k, entry.Type)
 }
 
@@ -353,6 +353,7 @@ type attempt struct {
 	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
 	rec            *record.Record
 	startedAt      time.Time
+	dur            time.Duration // the handler's run time, once it returned
 	running        bool
 	startedWritten bool
 	finished       bool
@@ -590,7 +591,7 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 	case err == nil:
 		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
-		p.cfg.Observer.CommandPoisoned(a.rec.Type)
+		a.emit(cmdqtype.ObservedPoisoned, reason, cause)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case superseded(err):
@@ -645,12 +646,13 @@ func (a *attempt) run() {
 	a.mu.Lock()
 	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
 	a.mu.Unlock()
-	defer p.handlerStarted(InFlight{ID: id, Type: typ, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
+	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
 	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
 
 	stack, herr := invoke(hctx, def, params, run)
 	dur := time.Since(a.startedAt)
+	a.dur = dur
 	startedTimer.Stop()
 	cause := context.Cause(hctx)
 
@@ -661,11 +663,11 @@ func (a *attempt) run() {
 	case over != nil:
 		// The command finished elsewhere, or another delivery took it
 		// over: whatever the handler returned, nothing more is written.
-		p.observe(def.Type, dur)
+		p.observe(dur)
 		_ = a.finish(func() error { return nil })
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case herr == nil:
-		p.observe(def.Type, dur)
+		p.observe(dur)
 		a.complete()
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
 		// Someone else may be running it (lost), or will once the lease
@@ -694,7 +696,7 @@ func (a *attempt) run() {
 			a.k.stop()
 		}
 	default:
-		p.observe(def.Type, dur)
+		p.observe(dur)
 		if errors.Is(cause, errTimeout) && hctx.Err() != nil && !errors.Is(herr, errTimeout) {
 			herr = fmt.Errorf("%w (%w)", herr, cause)
 		}
@@ -730,7 +732,7 @@ func (a *attempt) complete() {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Observer.CommandCompleted(a.rec.Type)
+		a.emit(cmdqtype.ObservedCompleted, "", nil)
 		// The lease may have ended before the completion landed: when the
 		// delete finds the message taken, or when the lease could not be
 		// kept (lost, or a renewal's receipt unknown) and the completion
@@ -785,7 +787,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		p.cfg.Observer.CommandCompleted(a.rec.Type)
+		a.emit(cmdqtype.ObservedCompleted, "", nil)
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
 			a.lostAfterCompletion()
 		}
@@ -826,7 +828,7 @@ func (a *attempt) fail(herr error, stack string) {
 		return
 	}
 	s.counter.failed.Add(1)
-	p.cfg.Observer.CommandFailed(a.rec.Type)
+	a.emit(cmdqtype.ObservedFailed, "", herr)
 	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	delay := def.Retry.Delay(a.n)
 	delay = min(max(delay, 0), storage.MaxVisibility)

@@ -44,7 +44,7 @@ func TestHandOff(t *testing.T) {
 		}, registry.Options{})
 		var received atomic.Int64
 		cfg := e.cfg()
-		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
@@ -114,7 +114,7 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 		var received atomic.Int64
 		cfg := e.cfg()
 		cfg.Concurrency, cfg.BatchSize = 1, 1
-		cfg.OnPoll = func(ev processor.PollEvent) { received.Add(int64(ev.Received)) }
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
@@ -216,10 +216,10 @@ func TestHandOffWhileStarting(t *testing.T) {
 	}
 }
 
-// takesHandOffs reports whether p's session is ready for hand-offs: Stats
+// takesHandOffs reports whether p's session is ready for hand-offs: cmdqtype.Stats
 // says Running as soon as Run has begun, before its queues are open and
-// hand-offs allowed; the health leaves Starting with the first poll, which
+// hand-offs allowed; the health leaves cmdqtype.ProcessorStarting with the first poll, which
 // comes after that (a first issue in between is dequeued instead).
 func takesHandOffs(p *processor.Processor) bool {
-	return p.Stats().Running && p.Health().State != processor.Starting
+	return p.Stats().Running && p.Health().State != cmdqtype.ProcessorStarting
 }

@@ -6,57 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// State is the processor's health state, reported by Health.
-type State string
-
-// Processor states.
-const (
-	// Starting: created, not yet polled.
-	Starting State = "starting"
-	// Polling: a dequeue is in progress and no handler is running.
-	Polling State = "polling"
-	// Working: at least one message is in flight.
-	Working State = "working"
-	// Idle: nothing in flight; waiting for the next poll.
-	Idle State = "idle"
-	// Draining: stopping; running handlers are finishing.
-	Draining State = "draining"
-	// Stopped: Run or RunFor has returned.
-	Stopped State = "stopped"
-	// Unhealthy: UnhealthyAfter consecutive infrastructure faults. With
-	// Config.Flywheel the processor pulls no work until ResetHealth.
-	Unhealthy State = "unhealthy"
-)
-
-// Health is a snapshot of the processor's state.
-type Health struct {
-	// State is the current state.
-	State State `json:"state"`
-	// Since is when the state was entered.
-	Since time.Time `json:"since"`
-	// LastError is the last infrastructure fault ("" if none yet).
-	LastError string `json:"lastError,omitempty"`
-	// LastErrorAt is when it happened.
-	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
-	// ConsecutiveFaults counts faults since the last successful storage operation.
-	ConsecutiveFaults int `json:"consecutiveFaults"`
-	// InFlight is the number of messages dequeued and not yet finished.
-	InFlight int `json:"inFlight"`
-	// Retention is the last retention sweep's outcome when it needs a
-	// look: day tables pinned by commands that are not final, or an error
-	// (nil otherwise; Processor.Retention always has it).
-	Retention *RetentionStatus `json:"retention,omitempty"`
-}
-
-// Healthy reports whether h's state is anything but Unhealthy.
-func (h Health) Healthy() bool { return h.State != Unhealthy }
-
 type health struct {
 	mu          sync.Mutex
-	state       State // activity state (not unhealthy)
+	state       cmdqtype.ProcessorState // activity state (not unhealthy)
 	since       time.Time
 	unhealthy   bool
 	unSince     time.Time
@@ -71,38 +27,38 @@ type health struct {
 }
 
 func newHealth() *health {
-	return &health{state: Starting, since: time.Now(), reset: make(chan struct{})}
+	return &health{state: cmdqtype.ProcessorStarting, since: time.Now(), reset: make(chan struct{})}
 }
 
 // setLocked recomputes the activity state.
 func (h *health) recompute() {
-	var s State
+	var s cmdqtype.ProcessorState
 	switch {
 	case h.stopped:
-		s = Stopped
+		s = cmdqtype.ProcessorStopped
 	case h.draining:
-		s = Draining
+		s = cmdqtype.ProcessorDraining
 	case h.inFlight > 0:
-		s = Working
+		s = cmdqtype.ProcessorWorking
 	case h.polling > 0:
-		s = Polling
-	case h.state == Starting:
-		s = Starting
+		s = cmdqtype.ProcessorPolling
+	case h.state == cmdqtype.ProcessorStarting:
+		s = cmdqtype.ProcessorStarting
 	default:
-		s = Idle
+		s = cmdqtype.ProcessorIdle
 	}
 	if s != h.state {
 		h.state, h.since = s, time.Now()
 	}
 }
 
-func (h *health) snapshot() Health {
+func (h *health) snapshot() cmdqtype.Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := Health{State: h.state, Since: h.since, LastError: h.lastErr, LastErrorAt: h.lastErrAt,
+	out := cmdqtype.Health{State: h.state, Since: h.since, LastError: h.lastErr, LastErrorAt: h.lastErrAt,
 		ConsecutiveFaults: h.consecutive, InFlight: h.inFlight}
 	if h.unhealthy && !h.stopped {
-		out.State, out.Since = Unhealthy, h.unSince
+		out.State, out.Since = cmdqtype.ProcessorUnhealthy, h.unSince
 	}
 	return out
 }
@@ -119,7 +75,7 @@ func expected(err error) bool {
 func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) {
 	now := time.Now()
 	p.cfg.Logger.Error().Err(err).Str("op", op).Str("queue", queue).Str("command", id).Msg("cmdq processor: storage fault")
-	p.alert(ctx, Alert{Kind: AlertFault, Op: op, Queue: queue, CommandID: id, Err: err, Time: now})
+	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Time: now, Op: op, Queue: queue, CommandID: id, Err: err})
 	p.probe.Failed()
 	h := p.health
 	h.mu.Lock()
@@ -132,7 +88,7 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 	h.mu.Unlock()
 	if becameUnhealthy {
 		p.cfg.Logger.Error().Int("faults", p.cfg.UnhealthyAfter).Bool("flywheel", p.cfg.Flywheel).Msg("cmdq processor: unhealthy")
-		p.alert(ctx, Alert{Kind: AlertUnhealthy, Op: op, Queue: queue, CommandID: id, Err: err, Time: now})
+		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Time: now, Op: op, Queue: queue, CommandID: id, Err: err, Health: p.Health()})
 	}
 }
 
@@ -143,10 +99,14 @@ func (p *Processor) ok() {
 	h.mu.Lock()
 	recovered := h.consecutive > 0
 	h.consecutive = 0
-	if h.unhealthy && !p.cfg.Flywheel {
+	healed := h.unhealthy && !p.cfg.Flywheel
+	if healed {
 		h.unhealthy = false
 	}
 	h.mu.Unlock()
+	if healed {
+		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Health: p.Health()})
+	}
 	if recovered {
 		p.storageRecovered()
 	}
@@ -165,7 +125,7 @@ func (p *Processor) pulling() (bool, <-chan struct{}) {
 }
 
 // Health returns the processor's current state, last fault and since when.
-func (p *Processor) Health() Health {
+func (p *Processor) Health() cmdqtype.Health {
 	h := p.health.snapshot()
 	if r := p.Retention(); len(r.Pinned) > 0 || r.LastError != "" {
 		h.Retention = &r
@@ -178,12 +138,16 @@ func (p *Processor) Health() Health {
 func (p *Processor) ResetHealth() {
 	h := p.health
 	h.mu.Lock()
+	was := h.unhealthy
 	h.unhealthy = false
 	h.consecutive = 0
 	close(h.reset)
 	h.reset = make(chan struct{})
 	h.mu.Unlock()
 	p.cfg.Logger.Info().Msg("cmdq processor: health reset")
+	if was {
+		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Health: p.Health()})
+	}
 }
 
 func (h *health) update(f func(h *health)) {

@@ -165,7 +165,7 @@ func (k *keeper) renew() (again bool) {
 		k.lost = true
 		onLost := k.onLost
 		k.mu.Unlock()
-		k.p.leaseLost(k.cmdType)
+		k.p.leaseLost(k)
 		k.p.cfg.Logger.Warn().Str("command", k.cmdID).Str("type", k.cmdType).Msg("cmdq processor: lease lost while running")
 		if onLost != nil {
 			onLost(errLeaseLost)
@@ -276,6 +276,6 @@ func (k *keeper) settle(err error, answered time.Time) (lost bool) {
 	k.mu.Lock()
 	k.lost = true
 	k.mu.Unlock()
-	k.p.leaseLost(k.cmdType)
+	k.p.leaseLost(k)
 	return true
 }

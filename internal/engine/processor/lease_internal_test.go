@@ -34,7 +34,7 @@ func TestLeaseGrowsAfterLostLeasesBounded(t *testing.T) {
 		if got := p.LeaseOf("test.lease"); got != w*time.Second {
 			t.Fatalf("after %d lost leases: lease %s, want %s", i, got, w*time.Second)
 		}
-		p.leaseLost("test.lease")
+		p.leaseLost(&keeper{cmdType: "test.lease"})
 	}
 	if v := p.visibility(p.byName["commands"]); v != 2*time.Second {
 		t.Fatalf("queue visibility %s, want the definition's lease 2s (a grown lease is taken per message)", v)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -22,17 +21,19 @@ import (
 
 var errFlaky = errors.New("flaky downstream")
 
-// counts is a processor.Observer that counts lost leases, completions and
-// failures.
+// counts is an observer that counts lost leases, completions and failures.
 type counts struct{ lost, completed, failed atomic.Int64 }
 
-func (c *counts) CommandCompleted(string)               { c.completed.Add(1) }
-func (c *counts) CommandFailed(string)                  { c.failed.Add(1) }
-func (c *counts) CommandPoisoned(string)                {}
-func (c *counts) HandlerDuration(string, time.Duration) {}
-func (c *counts) LeaseLost(string)                      { c.lost.Add(1) }
-func (c *counts) PollInterval(string, time.Duration)    {}
-func (c *counts) Polled(string, bool)                   {}
+func (c *counts) Observe(o cmdqtype.Observation) {
+	switch o.Kind {
+	case cmdqtype.ObservedCompleted:
+		c.completed.Add(1)
+	case cmdqtype.ObservedFailed:
+		c.failed.Add(1)
+	case cmdqtype.ObservedLeaseLost:
+		c.lost.Add(1)
+	}
+}
 
 // azureBehind returns an env on Azurite and a store that reaches the same
 // account through an HTTP fault proxy (quick transport retries), for the
@@ -79,9 +80,9 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 			e.waitState(e.issue(iss, okCmd{N: i}), cmdqtype.StateCompleted, 10*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
-		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != issuer.DefaultLease {
+		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != cmdqtype.DefaultLease {
 			t.Fatalf("%d deletes lost their answer (hidden answers %v): %d leases counted lost, lease %s (want 0 and %s)",
-				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), issuer.DefaultLease)
+				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), cmdqtype.DefaultLease)
 		}
 	})
 	t.Run("retry delay", func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
 		e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
-		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != issuer.DefaultLease {
+		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != cmdqtype.DefaultLease {
 			t.Fatalf("retry delay answer lost %d times: ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
 	})

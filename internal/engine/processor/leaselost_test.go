@@ -130,7 +130,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			// One message at a time: the first processor does not dequeue
 			// again while its handler runs (that would be its own delivery,
 			// which it leaves untouched, and an extra lease_lost event).
-			cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, processor.NoThreshold
+			cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, cmdqtype.NoThreshold
 			p1 := newProc(t, through, reg, cfg)
 			start(t, p1)
 			id = e.issue(e.issuer(p1.Notify), okCmd{})

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -169,11 +170,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			wait = p.jitter(p.cfg.MinPollInterval)
 			interval = min(2*p.cfg.MinPollInterval, p.cfg.MaxPollInterval)
 		}
-		p.cfg.Observer.Polled(qr.name, err == nil && len(msgs) == 0)
-		p.cfg.Observer.PollInterval(qr.name, wait)
-		if p.cfg.OnPoll != nil {
-			p.cfg.OnPoll(PollEvent{Queue: qr.name, Time: now, Received: len(msgs), Err: err, Wait: wait})
-		}
+		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Time: now, Queue: qr.name, Received: len(msgs), Err: err, Wait: wait})
 		for _, m := range msgs {
 			p.dispatch(s, qr, m, sent, vis)
 		}

@@ -2,30 +2,16 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Readiness probe defaults.
-const (
-	// DefaultProbeTimeout bounds one readiness probe call (2 s), whatever
-	// the driver's own retries and per-try timeouts.
-	DefaultProbeTimeout = 2 * time.Second
-	// DefaultProbeInterval (5 s): a storage call that succeeded this
-	// recently makes a probe unnecessary; while storage is failing the
-	// processor probes on its own this often, to notice its return.
-	DefaultProbeInterval = 5 * time.Second
-	// probeFailureTTL is how long a failed probe's answer is reused (1 s).
-	probeFailureTTL = time.Second
-)
-
-// ErrStorageUnavailable is wrapped by StorageProbe.Check (and
-// Processor.CheckStorage) when storage did not answer the probe in time.
-var ErrStorageUnavailable = errors.New("processor: storage is not answering")
+// probeFailureTTL is how long a failed probe's answer is reused (1 s).
+const probeFailureTTL = time.Second
 
 // StorageProbe tells, within a bounded time and at a bounded cost, whether
 // storage answers: the readiness check of a server, independent of the
@@ -50,9 +36,9 @@ type StorageProbe struct {
 }
 
 // NewStorageProbe returns a probe of the queue that open opens (once). A
-// zero timeout or interval takes DefaultProbeTimeout or DefaultProbeInterval.
+// zero timeout or interval takes cmdqtype.DefaultProbeTimeout or cmdqtype.DefaultProbeInterval.
 func NewStorageProbe(open func(ctx context.Context) (storage.Queue, error), timeout, interval time.Duration) *StorageProbe {
-	return &StorageProbe{open: open, timeout: orDur(timeout, DefaultProbeTimeout), interval: orDur(interval, DefaultProbeInterval)}
+	return &StorageProbe{open: open, timeout: orDur(timeout, cmdqtype.DefaultProbeTimeout), interval: orDur(interval, cmdqtype.DefaultProbeInterval)}
 }
 
 // Succeeded records a storage call that succeeded at t.
@@ -80,7 +66,7 @@ func (sp *StorageProbe) Calls() int64 {
 }
 
 // Check reports whether storage answers: nil, or an error wrapping
-// ErrStorageUnavailable. It returns within the probe timeout (or when ctx
+// cmdqtype.ErrStorageUnavailable. It returns within the probe timeout (or when ctx
 // ends).
 func (sp *StorageProbe) Check(ctx context.Context) error {
 	for {
@@ -101,7 +87,7 @@ func (sp *StorageProbe) Check(ctx context.Context) error {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("%w: %w", ErrStorageUnavailable, ctx.Err())
+				return fmt.Errorf("%w: %w", cmdqtype.ErrStorageUnavailable, ctx.Err())
 			}
 		}
 		done := make(chan struct{})
@@ -132,14 +118,14 @@ func (sp *StorageProbe) probe(ctx context.Context) error {
 	if q == nil {
 		var err error
 		if q, err = sp.open(ctx); err != nil {
-			return fmt.Errorf("%w: open queue: %w", ErrStorageUnavailable, err)
+			return fmt.Errorf("%w: open queue: %w", cmdqtype.ErrStorageUnavailable, err)
 		}
 		sp.mu.Lock()
 		sp.q = q
 		sp.mu.Unlock()
 	}
 	if _, err := q.ApproximateCount(ctx); err != nil {
-		return fmt.Errorf("%w (no answer to a queue length query within %s): %w", ErrStorageUnavailable, sp.timeout, err)
+		return fmt.Errorf("%w (no answer to a queue length query within %s): %w", cmdqtype.ErrStorageUnavailable, sp.timeout, err)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -37,11 +37,11 @@ func TestCheckStorageCost(t *testing.T) {
 		cfg.MinPollInterval = time.Minute
 		cfg.ProbeInterval = 300 * time.Millisecond
 		var polled atomic.Bool // a poll answered (counting its call when it starts is too early)
-		cfg.OnPoll = func(ev processor.PollEvent) {
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) {
 			if ev.Err == nil {
 				polled.Store(true)
 			}
-		}
+		})
 		p := newProc(t, countCalls(e.store, &calls), reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "the first poll", polled.Load)
@@ -68,7 +68,7 @@ func TestCheckStorageCost(t *testing.T) {
 }
 
 // TestCheckStorageBounded: with storage black-holed (connections accepted,
-// nothing answered) the check answers ErrStorageUnavailable within its
+// nothing answered) the check answers cmdqtype.ErrStorageUnavailable within its
 // timeout, not after the driver's long retries; and nil once storage is
 // back.
 func TestCheckStorageBounded(t *testing.T) {
@@ -95,8 +95,8 @@ func TestCheckStorageBounded(t *testing.T) {
 		err2 = p.CheckStorage(context.Background())
 		return err2 != nil
 	})
-	if !errors.Is(err2, processor.ErrStorageUnavailable) {
-		t.Fatalf("check: %v, want ErrStorageUnavailable", err2)
+	if !errors.Is(err2, cmdqtype.ErrStorageUnavailable) {
+		t.Fatalf("check: %v, want cmdqtype.ErrStorageUnavailable", err2)
 	}
 	nw.Restore(t)
 	eventually(t, 10*time.Second, "a healthy check after the black hole", func() bool { return p.CheckStorage(context.Background()) == nil })

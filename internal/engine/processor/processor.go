@@ -23,7 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -33,12 +33,10 @@ import (
 var (
 	// ErrRunning: Run or RunFor was called while the processor was already running.
 	ErrRunning = errors.New("processor: already running")
-	// ErrNoHandlers: the registry has no registered command type.
-	ErrNoHandlers = errors.New("processor: registry has no handlers")
 )
 
 // Processor pulls command messages and runs their handlers. Create it with
-// New; it is safe for concurrent use (Notify, Health, ResetHealth may be
+// New; it is safe for concurrent use (Notify, cmdqtype.Health, ResetHealth may be
 // called from any goroutine while Run or RunFor runs). Run and RunFor may be
 // called again after they return, but not concurrently.
 type Processor struct {
@@ -74,13 +72,13 @@ type Processor struct {
 	durN   int64
 
 	claimMu  sync.Mutex
-	claimed  map[string]struct{} // command IDs with a message in hand
-	handling map[string]InFlight // command IDs whose handler runs now (inflight.go)
+	claimed  map[string]struct{}          // command IDs with a message in hand
+	handling map[string]cmdqtype.InFlight // command IDs whose handler runs now (inflight.go)
 
-	// Live counts (Stats): the running session and the finished ones.
+	// Live counts (cmdqtype.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
 	current *session
-	past    Stats
+	past    cmdqtype.Stats
 
 	// The reconciler's schedule (reconcile.go).
 	active      atomic.Bool   // work since the last marker query
@@ -121,7 +119,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	cfg = cfg.withDefaults()
 	qnames := reg.Queues()
 	if len(qnames) == 0 {
-		return nil, fmt.Errorf("%w: register at least one handler with handlers.Register before creating the processor", ErrNoHandlers)
+		return nil, fmt.Errorf("%w: register at least one handler with handlers.Register before creating the processor", cmdqtype.ErrNoHandlers)
 	}
 	names := record.Names{Prefix: cfg.Prefix}
 	if err := names.Validate(qnames...); err != nil {
@@ -243,7 +241,7 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 		v = max(v, d.Lease)
 	}
 	if v == 0 {
-		v = issuer.DefaultLease
+		v = cmdqtype.DefaultLease
 	}
 	return v
 }
@@ -273,8 +271,9 @@ func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cm
 // leaseLost counts a lost lease (one that really ended while this processor
 // held the message, see keeper) and grows the type's lease past the
 // threshold.
-func (p *Processor) leaseLost(cmdType string) {
-	p.cfg.Observer.LeaseLost(cmdType)
+func (p *Processor) leaseLost(k *keeper) {
+	cmdType := k.cmdType
+	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedLeaseLost, CommandID: k.cmdID, Type: cmdType, Queue: k.queue})
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	ls := p.leases[cmdType]
@@ -289,7 +288,7 @@ func (p *Processor) leaseLost(cmdType string) {
 	}
 	ls.lost = 0
 	limit := time.Duration(float64(ls.base) * p.cfg.LeaseGrowth.MaxFactor)
-	limit = min(limit, MaxLease)
+	limit = min(limit, cmdqtype.MaxLease)
 	grown := min(time.Duration(float64(ls.current)*p.cfg.LeaseGrowth.Factor), limit)
 	if grown > ls.current {
 		p.cfg.Logger.Warn().Str("type", cmdType).Dur("from", ls.current).Dur("to", grown).Msg("cmdq processor: leases keep being lost; growing the lease")
@@ -318,9 +317,8 @@ func (p *Processor) leaseClean(cmdType string) {
 	ls.current, ls.clean, ls.lost, ls.changed = shrunk, 0, 0, time.Now()
 }
 
-// observe records a handler duration for RunFor's margin and metrics.
-func (p *Processor) observe(cmdType string, d time.Duration) {
-	p.cfg.Observer.HandlerDuration(cmdType, d)
+// observe records a handler duration for RunFor's margin.
+func (p *Processor) observe(d time.Duration) {
 	p.overheld.Store(false)
 	p.durMu.Lock()
 	p.durSum += d
@@ -353,43 +351,7 @@ func (p *Processor) ceiling(def *registry.Definition) int {
 	if def != nil && def.PoisonCeiling > 0 {
 		return def.PoisonCeiling
 	}
-	return issuer.DefaultPoisonCeiling
-}
-
-// StopReason says why RunFor returned.
-type StopReason string
-
-// Stop reasons.
-const (
-	// StopDeadline: the next handler might not have finished before the end.
-	StopDeadline StopReason = "deadline"
-	// StopIdle: the queues were empty and waiting longer would not fit.
-	StopIdle StopReason = "idle"
-	// StopCancelled: the context ended.
-	StopCancelled StopReason = "cancelled"
-)
-
-// Summary reports what a RunFor (or Run) did.
-type Summary struct {
-	// Processed counts messages taken and finished (any outcome, including
-	// messages of already-final commands that were only deleted).
-	Processed int
-	// Completed, Failed and Poisoned count handler outcomes (Failed: attempts
-	// that will be retried).
-	Completed, Failed, Poisoned int
-	// Released counts messages dequeued but not run, made visible again at once.
-	Released int
-	// Interrupted counts handlers cancelled at the end (their messages were
-	// released for RunFor, left to their lease for Run).
-	Interrupted int
-	// Duplicates counts second messages for a command: those this processor
-	// was already handling (left invisible until their lease ends), and
-	// those whose command another message started (deleted unrun).
-	Duplicates int
-	// Duration is how long the run took.
-	Duration time.Duration
-	// StoppedBecause says why it stopped.
-	StoppedBecause StopReason
+	return cmdqtype.DefaultPoisonCeiling
 }
 
 // session is the state of one Run or RunFor.
@@ -405,7 +367,7 @@ type session struct {
 	release  bool // release interrupted messages (RunFor)
 
 	wg     sync.WaitGroup
-	reason atomic.Value // StopReason
+	reason atomic.Value // cmdqtype.StopReason
 	// jobs hands work to an idle handler goroutine (spawn); unbuffered: a
 	// send succeeds only when one is waiting.
 	jobs chan func()
@@ -414,7 +376,7 @@ type session struct {
 	hoMu     sync.Mutex
 	hoClosed bool
 	// hoOpen is set (under hoMu) once the session is ready: its contexts
-	// set and its queues open. The session is visible to Stats (p.current)
+	// set and its queues open. The session is visible to cmdqtype.Stats (p.current)
 	// before that, so HandOff checks it.
 	hoOpen  bool
 	counter struct {
@@ -426,7 +388,7 @@ type session struct {
 	}
 }
 
-func (s *session) stop(r StopReason) {
+func (s *session) stop(r cmdqtype.StopReason) {
 	s.reason.CompareAndSwap(nil, r)
 	s.stopTake()
 }
@@ -437,7 +399,7 @@ func (s *session) mayTake(p *Processor) bool {
 		return false
 	}
 	if s.timed && !time.Now().Add(p.margin()).Before(s.finishBy) {
-		s.stop(StopDeadline)
+		s.stop(cmdqtype.StopDeadline)
 		return false
 	}
 	return true
@@ -462,9 +424,9 @@ func (p *Processor) Run(ctx context.Context) error {
 // message is left leased: messages not started, and those whose handler was
 // cancelled, are made visible again at once. It also stops early when ctx
 // ends (draining as Run does, within the time left).
-func (p *Processor) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
+func (p *Processor) RunFor(ctx context.Context, d time.Duration) (cmdqtype.Summary, error) {
 	if d <= 0 {
-		return Summary{}, fmt.Errorf("%w: RunFor duration %s must be positive", ErrInvalidConfig, d)
+		return cmdqtype.Summary{}, fmt.Errorf("%w: RunFor duration %s must be positive", ErrInvalidConfig, d)
 	}
 	return p.run(ctx, d)
 }
@@ -474,13 +436,13 @@ func reserveFor(d time.Duration) time.Duration {
 	return min(d/10, time.Second)
 }
 
-func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
+func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary, error) {
 	if !p.running.CompareAndSwap(false, true) {
-		return Summary{}, ErrRunning
+		return cmdqtype.Summary{}, ErrRunning
 	}
 	defer p.running.Store(false)
 	start := time.Now()
-	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = Starting })
+	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = cmdqtype.ProcessorStarting })
 	defer p.health.update(func(h *health) { h.stopped = true })
 
 	s := &session{jobs: make(chan func())}
@@ -508,10 +470,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	openCtx := ctx
 	if err := p.open(openCtx); err != nil {
 		p.fault(ctx, "open", "", "", err)
-		return Summary{Duration: time.Since(start)}, err
+		return cmdqtype.Summary{Duration: time.Since(start)}, err
 	}
 	if s.timed {
-		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(StopDeadline); s.stopHard() })
+		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(cmdqtype.StopDeadline); s.stopHard() })
 		defer t.Stop()
 	}
 
@@ -535,7 +497,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 		pollers.Wait()
 		if s.take.Err() == nil {
 			// Every poller stopped on its own: idling no longer fits.
-			s.stop(StopIdle)
+			s.stop(cmdqtype.StopIdle)
 		}
 		background.Wait()
 		close(pollersDone)
@@ -544,9 +506,9 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	<-s.take.Done()
 	if ctx.Err() != nil && s.reason.Load() == nil {
 		if s.timed && !time.Now().Before(stopBefore) {
-			s.reason.CompareAndSwap(nil, StopDeadline)
+			s.reason.CompareAndSwap(nil, cmdqtype.StopDeadline)
 		} else {
-			s.reason.CompareAndSwap(nil, StopCancelled)
+			s.reason.CompareAndSwap(nil, cmdqtype.StopCancelled)
 		}
 	}
 	p.health.update(func(h *health) { h.draining = true })
@@ -585,13 +547,13 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (Summary, error) {
 	s.stopOps()
 	<-pollersDone
 
-	sum := s.counts().summary()
+	sum := summaryOf(s.counts())
 	sum.Duration = time.Since(start)
 	p.ended(s)
-	if r, ok := s.reason.Load().(StopReason); ok {
+	if r, ok := s.reason.Load().(cmdqtype.StopReason); ok {
 		sum.StoppedBecause = r
 	} else {
-		sum.StoppedBecause = StopCancelled
+		sum.StoppedBecause = cmdqtype.StopCancelled
 	}
 	return sum, nil
 }
@@ -614,42 +576,10 @@ func (p *Processor) unclaim(id string) {
 	p.claimMu.Unlock()
 }
 
-// Stats are a processor's running counts since New, over all its Run and
-// RunFor calls (a RunFor's Summary counts that run only). Counts mean what
-// Summary's do. A count grows just after its outcome is stored, so a reader
-// may see a command completed a moment before Stats counts it; once Run or
-// RunFor has returned, the counts are final.
-type Stats struct {
-	// Processed counts messages taken and finished (any outcome, including
-	// messages of already-final commands that were only deleted).
-	Processed int64
-	// Completed, Failed and Poisoned count handler outcomes (Failed:
-	// attempts that will be retried).
-	Completed, Failed, Poisoned int64
-	// Released counts messages dequeued but not run, made visible again.
-	Released int64
-	// Interrupted counts handlers cancelled at the end of a run.
-	Interrupted int64
-	// Duplicates counts second messages for a command, as
-	// Summary.Duplicates.
-	Duplicates int64
-	// FastPath counts first deliveries that ran their handler without
-	// loading the command (the fast path; docs/lifecycle.md, "First
-	// delivery"). Every other delivery made one point read first.
-	FastPath int64
-	// HandedOff counts messages an Issuer in this process handed to this
-	// processor right after enqueueing them (no dequeue; HandOff).
-	HandedOff int64
-	// InFlight is the number of messages dequeued and not yet finished now.
-	InFlight int
-	// Running reports whether Run or RunFor is in progress.
-	Running bool
-}
-
 // counts returns the session's counts so far.
-func (s *session) counts() Stats {
+func (s *session) counts() cmdqtype.Stats {
 	c := &s.counter
-	return Stats{
+	return cmdqtype.Stats{
 		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
@@ -657,15 +587,15 @@ func (s *session) counts() Stats {
 	}
 }
 
-// summary returns the counts as a Summary (without Duration and reason).
-func (st Stats) summary() Summary {
-	return Summary{
+// summaryOf returns the counts as a cmdqtype.Summary (without Duration and reason).
+func summaryOf(st cmdqtype.Stats) cmdqtype.Summary {
+	return cmdqtype.Summary{
 		Processed: int(st.Processed), Completed: int(st.Completed), Failed: int(st.Failed), Poisoned: int(st.Poisoned),
 		Released: int(st.Released), Interrupted: int(st.Interrupted), Duplicates: int(st.Duplicates),
 	}
 }
 
-func (st Stats) plus(o Stats) Stats {
+func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
 	st.Processed += o.Processed
 	st.Completed += o.Completed
 	st.Failed += o.Failed
@@ -678,7 +608,7 @@ func (st Stats) plus(o Stats) Stats {
 	return st
 }
 
-// began makes s the running session for Stats.
+// began makes s the running session for cmdqtype.Stats.
 func (p *Processor) began(s *session) {
 	p.statsMu.Lock()
 	p.current = s
@@ -690,17 +620,17 @@ func (p *Processor) ended(s *session) {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
 	if p.current == s {
-		p.past = p.past.plus(s.counts())
+		p.past = plus(p.past, s.counts())
 		p.current = nil
 	}
 }
 
 // Stats returns the processor's counts since New, live while it runs.
-func (p *Processor) Stats() Stats {
+func (p *Processor) Stats() cmdqtype.Stats {
 	p.statsMu.Lock()
 	st := p.past
 	if p.current != nil {
-		st = st.plus(p.current.counts())
+		st = plus(st, p.current.counts())
 		st.Running = true
 	}
 	p.statsMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -100,7 +101,7 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 	if s.timed {
 		p.active.Store(false)
 		share := func(interval time.Duration) float64 { return float64(d) / float64(interval) }
-		if cfg.ReconcileScanInterval != NoReconcile && rand.Float64() < share(cfg.ReconcileScanInterval) {
+		if cfg.ReconcileScanInterval != cmdqtype.NoReconcile && rand.Float64() < share(cfg.ReconcileScanInterval) {
 			pass(true)
 		}
 		u := rand.Float64()
@@ -154,7 +155,7 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 		if time.Now().Before(due) {
 			continue
 		}
-		scan := !s.timed && cfg.ReconcileScanInterval != NoReconcile && time.Since(lastScan) >= cfg.ReconcileScanInterval
+		scan := !s.timed && cfg.ReconcileScanInterval != cmdqtype.NoReconcile && time.Since(lastScan) >= cfg.ReconcileScanInterval
 		pass(scan)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -133,7 +132,7 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = 30 * time.Second
 		cfg.ReconcileActiveInterval = 30 * time.Second
-		cfg.ReconcileScanInterval = processor.NoReconcile
+		cfg.ReconcileScanInterval = cmdqtype.NoReconcile
 		cfg.ReconcileGrace = time.Nanosecond
 		cfg.HandlerDurationEstimate = 10 * time.Millisecond
 		p := newProc(t, countQueries(e.store, &queries), reg, cfg)

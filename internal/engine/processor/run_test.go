@@ -22,8 +22,8 @@ import (
 	"github.com/google/uuid"
 )
 
-func rawCmd(typ, params string) issuer.Raw {
-	return issuer.Raw{Type: typ, Params: json.RawMessage(params)}
+func rawCmd(typ, params string) cmdqtype.Raw {
+	return cmdqtype.Raw{Type: typ, Params: json.RawMessage(params)}
 }
 
 func TestRunForReturnsInTimeAndReleases(t *testing.T) {
@@ -55,7 +55,7 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 		if took >= 3*time.Second || sum.Duration >= 3*time.Second {
 			t.Fatalf("RunFor(3s) took %s", took)
 		}
-		if sum.Completed < 2 || sum.Completed > 4 || sum.StoppedBecause != processor.StopDeadline || sum.Failed != 0 || sum.Interrupted != 0 {
+		if sum.Completed < 2 || sum.Completed > 4 || sum.StoppedBecause != cmdqtype.StopDeadline || sum.Failed != 0 || sum.Interrupted != 0 {
 			t.Fatalf("summary %+v", sum)
 		}
 		// Nothing is left leased: every unfinished message is visible now.
@@ -71,7 +71,7 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 		if len(peek) != n-sum.Completed || count != n-sum.Completed {
 			t.Fatalf("after RunFor: %d visible, %d in queue, want %d (summary %+v)", len(peek), count, n-sum.Completed, sum)
 		}
-		if h := p.Health(); h.State != processor.Stopped || h.InFlight != 0 {
+		if h := p.Health(); h.State != cmdqtype.ProcessorStopped || h.InFlight != 0 {
 			t.Fatalf("health %+v", h)
 		}
 	})
@@ -87,7 +87,7 @@ func TestRunForIdleReturnsEarly(t *testing.T) {
 		cfg.HandlerDurationEstimate = 100 * time.Millisecond
 		p := newProc(t, e.store, reg, cfg)
 		sum, err := p.RunFor(context.Background(), 2*time.Second)
-		if err != nil || sum.StoppedBecause != processor.StopIdle || sum.Duration >= 2*time.Second || sum.Processed != 0 {
+		if err != nil || sum.StoppedBecause != cmdqtype.StopIdle || sum.Duration >= 2*time.Second || sum.Processed != 0 {
 			t.Fatalf("summary %+v err %v", sum, err)
 		}
 	})
@@ -99,14 +99,14 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		reg := registry.NewRegistry()
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
 		var mu sync.Mutex
-		var polls []processor.PollEvent
+		var polls []cmdqtype.Observation
 		cfg := e.cfg()
 		cfg.MinPollInterval, cfg.MaxPollInterval = 20*time.Millisecond, 320*time.Millisecond
-		cfg.OnPoll = func(ev processor.PollEvent) { mu.Lock(); polls = append(polls, ev); mu.Unlock() }
-		snapshot := func() []processor.PollEvent {
+		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { mu.Lock(); polls = append(polls, ev); mu.Unlock() })
+		snapshot := func() []cmdqtype.Observation {
 			mu.Lock()
 			defer mu.Unlock()
-			return append([]processor.PollEvent(nil), polls...)
+			return append([]cmdqtype.Observation(nil), polls...)
 		}
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
@@ -118,7 +118,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 			if ev.Received != 0 || ev.Err != nil {
 				t.Fatalf("poll %d: %+v", i, ev)
 			}
-			hi := min(time.Duration(float64(base)*(1+processor.DefaultPollJitter)), 320*time.Millisecond)
+			hi := min(time.Duration(float64(base)*(1+cmdqtype.DefaultPollJitter)), 320*time.Millisecond)
 			if ev.Wait < base || ev.Wait > hi {
 				t.Fatalf("poll %d waits %s, want %s..%s (all %v)", i, ev.Wait, base, hi, waits(ps))
 			}
@@ -154,7 +154,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 	})
 }
 
-func waits(ps []processor.PollEvent) []time.Duration {
+func waits(ps []cmdqtype.Observation) []time.Duration {
 	out := make([]time.Duration, len(ps))
 	for i, p := range ps {
 		out[i] = p.Wait
@@ -170,7 +170,7 @@ func TestNotifyWakesAtOnce(t *testing.T) {
 		var polls atomic.Int64
 		cfg := e.cfg()
 		cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
-		cfg.OnPoll = func(processor.PollEvent) { polls.Add(1) }
+		cfg.Observer = onPoll(func(cmdqtype.Observation) { polls.Add(1) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 5*time.Second, "the first poll", func() bool { return polls.Load() == 1 })
@@ -189,7 +189,7 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := iss.Issue(context.Background(), okCmd{N: 1})
-		if !errors.Is(err, issuer.ErrEnqueueFailed) || res.ID == "" {
+		if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || res.ID == "" {
 			t.Fatalf("issue: %v %+v", err, res)
 		}
 		if n, _ := e.queue("commands").ApproximateCount(context.Background()); n != 0 {
@@ -375,26 +375,28 @@ func TestHealthFaultsAndFlywheel(t *testing.T) {
 		var unhealthyAlert atomic.Bool
 		cfg := e.cfg()
 		cfg.UnhealthyAfter, cfg.Flywheel = 3, true
-		cfg.AlertHook = func(ctx context.Context, a processor.Alert) {
-			alerts.Add(1)
-			if a.Kind == processor.AlertUnhealthy {
+		cfg.Observer = cmdqtype.ObserverFunc(func(o cmdqtype.Observation) {
+			switch {
+			case o.Kind == cmdqtype.ObservedAlert:
+				alerts.Add(1)
+			case o.Kind == cmdqtype.ObservedHealth && o.Health.State == cmdqtype.ProcessorUnhealthy:
 				unhealthyAlert.Store(true)
 			}
-		}
+		})
 		p := newProc(t, fs, reg, cfg)
-		if h := p.Health(); h.State != processor.Starting {
+		if h := p.Health(); h.State != cmdqtype.ProcessorStarting {
 			t.Fatalf("health before start %+v", h)
 		}
 		fs.failDequeue.Store(true)
 		start(t, p)
-		eventually(t, 5*time.Second, "unhealthy", func() bool { return p.Health().State == processor.Unhealthy })
+		eventually(t, 5*time.Second, "unhealthy", func() bool { return p.Health().State == cmdqtype.ProcessorUnhealthy })
 		h := p.Health()
 		if !unhealthyAlert.Load() || alerts.Load() < 3 || h.ConsecutiveFaults < 3 || h.LastError == "" {
 			t.Fatalf("health %+v alerts %d", h, alerts.Load())
 		}
 		// Flywheel: no more pulling while unhealthy, even once storage is back.
 		fs.failDequeue.Store(false)
-		eventually(t, 2*time.Second, "the in-progress poll to end", func() bool { return p.Health().State == processor.Unhealthy })
+		eventually(t, 2*time.Second, "the in-progress poll to end", func() bool { return p.Health().State == cmdqtype.ProcessorUnhealthy })
 		id := e.issue(e.issuer(p.Notify), okCmd{})
 		polls := fs.dequeues.Load()
 		deadline := time.Now().Add(300 * time.Millisecond)
@@ -436,7 +438,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := processor.New(st, reg, processor.Config{}); !errors.Is(err, processor.ErrNoHandlers) {
+	if _, err := processor.New(st, reg, processor.Config{}); !errors.Is(err, cmdqtype.ErrNoHandlers) {
 		t.Fatalf("empty registry: %v", err)
 	}
 }

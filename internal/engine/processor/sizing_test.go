@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -63,7 +62,7 @@ func TestRunForWorksThroughWhatItHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("RunFor(3s), 13 × 600 ms at concurrency 1: %+v", sum)
-		if sum.StoppedBecause != processor.StopDeadline || sum.Completed < 3 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
+		if sum.StoppedBecause != cmdqtype.StopDeadline || sum.Completed < 3 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
 			t.Fatalf("summary %+v: want stopped by the deadline after at least 3 completions, nothing hoarded and released", sum)
 		}
 		q := e.queue("commands")

@@ -32,7 +32,7 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 		{"handler returns its error", func(ctx context.Context, run *registry.Run) error { return ctx.Err() }},
 		{"handler records a step", func(ctx context.Context, run *registry.Run) error {
 			err := run.CompleteStep(context.WithoutCancel(ctx), 1, "after the end")
-			if !errors.Is(err, registry.ErrSuperseded) {
+			if !errors.Is(err, cmdqtype.ErrSuperseded) {
 				return registry.Permanent(fmt.Errorf("CompleteStep after the command completed elsewhere: %v, want ErrSuperseded", err))
 			}
 			return nil
@@ -86,7 +86,7 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 				if got.State != cmdqtype.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
 					t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
 				}
-				if c, _ := cause.Load().(error); !errors.Is(c, registry.ErrSuperseded) {
+				if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
 					t.Fatalf("the handler's context ended with %v, want a cause wrapping handlers.ErrSuperseded", c)
 				}
 			})

@@ -6,36 +6,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
-
-// RetentionStatus is what the processor's last retention sweep did (see
-// docs/lifecycle.md, "Retention"). The sweep runs with the reconciler's
-// pending scan, every ReconcileScanInterval (default 24 h).
-type RetentionStatus struct {
-	// LastSweep is when the last sweep ended (zero: none yet).
-	LastSweep time.Time `json:"lastSweep,omitzero"`
-	// Dropped, Moved and Deleted count, over the processor's life, the day
-	// tables dropped, the commands moved to the base table (poisoned ones,
-	// ones kept longer than their table) and the expired commands deleted
-	// from the base table.
-	Dropped int `json:"dropped"`
-	Moved   int `json:"moved"`
-	Deleted int `json:"deleted"`
-	// Pinned maps each day table that the last sweep had to keep because
-	// some of its commands are not final (pending, running, retrying long
-	// after their day) to the number of those commands. Such a table is
-	// looked at again by the next sweep; a command stuck there for days
-	// needs an operator's look.
-	Pinned map[string]int `json:"pinned,omitempty"`
-	// LastError is the last sweep's error ("" if it succeeded).
-	LastError string `json:"lastError,omitempty"`
-}
 
 // retention holds the sweep's state.
 type retention struct {
 	mu     sync.Mutex
-	status RetentionStatus
+	status cmdqtype.RetentionStatus
 }
 
 // retentionPolicy returns the record layer's policy: Config.Retention, with
@@ -97,7 +75,7 @@ func (p *Processor) sweep(ctx context.Context) {
 }
 
 // Retention returns what the retention sweeps of this processor did.
-func (p *Processor) Retention() RetentionStatus {
+func (p *Processor) Retention() cmdqtype.RetentionStatus {
 	p.retain.mu.Lock()
 	defer p.retain.mu.Unlock()
 	st := p.retain.status

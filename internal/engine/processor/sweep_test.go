@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -47,7 +46,7 @@ func (e *env) oldCommand(r *record.Reader, at time.Time, events ...cmdqtype.Even
 // TestProcessorSweeps: the processor's daily pass (the pending scan) runs
 // the retention sweep: a day table past retention is dropped, its poisoned
 // command moved to the base table (still readable), and a table pinned by
-// a command still running shows in Health and Retention.
+// a command still running shows in cmdqtype.Health and Retention.
 func TestProcessorSweeps(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
@@ -171,4 +170,4 @@ func TestIdleCostWithRetention(t *testing.T) {
 	})
 }
 
-var _ = processor.NoReconcile
+var _ = cmdqtype.NoReconcile

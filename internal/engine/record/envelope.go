@@ -205,7 +205,7 @@ func FirstRecord(env Envelope) *Record {
 	f := env.First
 	issued := ms(f.IssuedAt)
 	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue}
-	cmdqtype.Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued})
+	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued})
 	params := append([]byte(nil), f.Params...)
 	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1}
 }

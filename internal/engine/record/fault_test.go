@@ -13,7 +13,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -41,7 +40,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	}
 	s := r.Store
 	id := uuid.NewString()
-	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Requeue", Queue: issuer.DefaultQueue}); err != nil {
+	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Requeue", Queue: cmdqtype.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := s.Load(ctx, id)
@@ -64,7 +63,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err != nil {
 		t.Fatalf("second requeue: %v", err)
 	}
-	q, err := st.Queue(ctx, names.Queue(issuer.DefaultQueue))
+	q, err := st.Queue(ctx, names.Queue(cmdqtype.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +120,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	var id string
 	for range 3 {
 		id = record.NewDayID(issued)
-		if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Done", Queue: issuer.DefaultQueue}); err != nil {
+		if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Done", Queue: cmdqtype.DefaultQueue}); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := r.Store.Load(ctx, id)

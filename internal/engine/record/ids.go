@@ -4,11 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Command IDs that carry their issue day (docs/lifecycle.md, "Retention").
@@ -31,23 +32,9 @@ const (
 	// LastDay is the latest plausible day (2200-01-01). A UUIDv8's 16-bit
 	// day ends at 65535 (2149-06-06) anyway.
 	LastDay = 84006
-	// IssueWindowPastDays is how many days before today an ID's day may be
-	// when the command is issued (or re-issued): 2. Together with
-	// IssueWindowFutureDays it is the idempotency window: a re-issue with
-	// the same time-carrying ID within it always finds the first command,
-	// because day tables are dropped only once the window has passed
-	// (plus one day for clock skew between machines).
-	IssueWindowPastDays = 2
-	// IssueWindowFutureDays is how many days after today an ID's day may
-	// be when the command is issued: 1 (clock skew between machines).
-	IssueWindowFutureDays = 1
 )
 
 const msPerDay = 24 * 60 * 60 * 1000
-
-// ErrOutsideWindow: a time-carrying ID (a UUIDv7, or a UUIDv8 in cmdq's
-// layout) whose day is outside the issue window. Issuing refuses it.
-var ErrOutsideWindow = errors.New("command ID's time is outside the issue window")
 
 // DayOf returns the day number (days since 1970-01-01 UTC) of t.
 func DayOf(t time.Time) int { return int(t.UnixMilli() / msPerDay) }
@@ -118,9 +105,9 @@ func IDDay(id string) (int, bool) {
 	return day, true
 }
 
-// CheckIssueWindow returns an error wrapping ErrOutsideWindow when id
-// carries a day more than IssueWindowPastDays before now's day or more
-// than IssueWindowFutureDays after it; nil otherwise (IDs that carry no
+// CheckIssueWindow returns an error wrapping cmdqtype.ErrIDOutsideWindow when id
+// carries a day more than cmdqtype.IssueWindowPastDays before now's day or more
+// than cmdqtype.IssueWindowFutureDays after it; nil otherwise (IDs that carry no
 // time are always accepted).
 func CheckIssueWindow(id string, now time.Time) error {
 	day, ok := IDDay(id)
@@ -128,10 +115,10 @@ func CheckIssueWindow(id string, now time.Time) error {
 		return nil
 	}
 	today := DayOf(now)
-	if day < today-IssueWindowPastDays || day > today+IssueWindowFutureDays {
+	if day < today-cmdqtype.IssueWindowPastDays || day > today+cmdqtype.IssueWindowFutureDays {
 		return fmt.Errorf("%w: ID %s carries the day %s, but IDs that carry a time (UUIDv7, or cmdq's UUIDv8) are accepted only from %d days before today (%s, UTC) to %d day after it, "+
 			"so that a re-issue with the same ID is always recognised; make a new UUIDv7 now, leave the ID empty to get one from cmdq, or use a UUIDv4 (kept in the base table)",
-			ErrOutsideWindow, id, DayTime(day).Format(time.DateOnly), IssueWindowPastDays, DayTime(today).Format(time.DateOnly), IssueWindowFutureDays)
+			cmdqtype.ErrIDOutsideWindow, id, DayTime(day).Format(time.DateOnly), cmdqtype.IssueWindowPastDays, DayTime(today).Format(time.DateOnly), cmdqtype.IssueWindowFutureDays)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ const ReconcilerBy = "reconciler"
 const IssuerBy = "issuer"
 
 // ReconcileOptions configures Reconcile. The graces have no defaults here:
-// the processor passes its Config's (processor.DefaultReconcileGrace and
+// the processor passes its Config's (cmdqtype.DefaultReconcileGrace and
 // DefaultReconcileStaleAfter); zero or negative means none.
 type ReconcileOptions struct {
 	// MarkerGrace: re-enqueue a command with an unqueued marker once it has

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -39,7 +38,7 @@ func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
 func create(t *testing.T, s *record.Store, typ, params string) string {
 	t.Helper()
 	id := uuid.NewString()
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: issuer.DefaultQueue}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: cmdqtype.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -77,7 +76,7 @@ func TestApply(t *testing.T) {
 		{cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Time: at(11), Attempt: 1}, cmdqtype.StateCompleted, 1, 3, "", 1},
 	}
 	for i, st := range steps {
-		cmdqtype.Apply(&s, st.ev)
+		record.Apply(&s, st.ev)
 		settled = record.Settle(settled, st.ev)
 		if s.State != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
 			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
@@ -91,9 +90,9 @@ func TestApply(t *testing.T) {
 		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
 	}
 	var d cmdqtype.Status
-	cmdqtype.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventCreated, Time: at(0)})
-	cmdqtype.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Time: at(1)})
-	cmdqtype.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventDiscarded, Time: at(2)})
+	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventCreated, Time: at(0)})
+	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Time: at(1)})
+	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventDiscarded, Time: at(2)})
 	if d.State != cmdqtype.StateDiscarded || !d.State.Final() || cmdqtype.StateRetrying.Final() {
 		t.Fatalf("discard: %+v", d)
 	}
@@ -101,9 +100,9 @@ func TestApply(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	n := record.Names{Prefix: issuer.DefaultPrefix}
-	if n.Queue(issuer.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
-		t.Fatalf("default names: %s %s %s %s", n.Queue(issuer.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
+	n := record.Names{Prefix: cmdqtype.DefaultPrefix}
+	if n.Queue(cmdqtype.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
+		t.Fatalf("default names: %s %s %s %s", n.Queue(cmdqtype.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
 	}
 	if err := (record.Names{}).Validate(); !errors.Is(err, storage.ErrInvalidName) {
 		t.Fatalf("empty prefix: %v (the caller applies the default)", err)
@@ -159,7 +158,7 @@ func TestCreateLoad(t *testing.T) {
 		if err != nil || len(evs) != 1 || evs[0].Kind != cmdqtype.EventCreated || evs[0].Seq != 1 {
 			t.Fatalf("events %+v, %v", evs, err)
 		}
-		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: issuer.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
+		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: cmdqtype.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("second Create: %v, want ErrExists", err)
 		}
 		for _, bad := range []string{uuid.NewString(), "", record.UnqueuedPartition} {
@@ -221,7 +220,7 @@ func TestParamsTooLarge(t *testing.T) {
 		ctx := ctxT(t)
 		id := uuid.NewString()
 		env.Store.Reset()
-		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: issuer.DefaultQueue})
+		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: cmdqtype.DefaultQueue})
 		if !errors.Is(err, record.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "524288") {
 			t.Fatalf("Create huge: %v", err)
 		}
@@ -288,7 +287,7 @@ func TestAppendConflict(t *testing.T) {
 		}
 		replay := cmdqtype.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
 		for _, e := range evs {
-			cmdqtype.Apply(&replay, e)
+			record.Apply(&replay, e)
 		}
 		if replay != got {
 			t.Fatalf("replay %+v != stored %+v", replay, got)

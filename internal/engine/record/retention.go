@@ -12,17 +12,10 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Retention defaults (docs/lifecycle.md, "Retention"; the public ones are
-// commands.DefaultCompletedRetention and DefaultDiscardedRetention).
+// Retention (docs/lifecycle.md, "Retention"): the defaults are
+// cmdqtype.DefaultCompletedRetention and cmdqtype.DefaultDiscardedRetention, and
+// cmdqtype.KeepForever keeps commands forever.
 const (
-	// DefaultCompletedRetention: a completed command is kept 7 days after
-	// it completed.
-	DefaultCompletedRetention = 7 * 24 * time.Hour
-	// DefaultDiscardedRetention: a discarded command is kept 30 days after
-	// it was discarded.
-	DefaultDiscardedRetention = 30 * 24 * time.Hour
-	// KeepForever as a retention keeps the commands it applies to.
-	KeepForever time.Duration = -1
 	// waitSlack: a day table whose final commands all expire within this
 	// time of now waits for them (a later sweep drops it) instead of moving
 	// them to the base table.
@@ -30,7 +23,7 @@ const (
 )
 
 // RetentionPolicy is how long final commands are kept: Completed after
-// completing, Discarded after being discarded (0 = the default, KeepForever
+// completing, Discarded after being discarded (0 = the default, cmdqtype.KeepForever
 // = always). Poisoned commands are kept until an operator requeues or
 // discards them. Of, when set, gives a command type's own retention (its
 // zero fields fall back to Completed and Discarded).
@@ -45,16 +38,16 @@ type RetentionPolicy struct {
 
 func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	if p.Completed == 0 {
-		p.Completed = DefaultCompletedRetention
+		p.Completed = cmdqtype.DefaultCompletedRetention
 	}
 	if p.Discarded == 0 {
-		p.Discarded = DefaultDiscardedRetention
+		p.Discarded = cmdqtype.DefaultDiscardedRetention
 	}
 	return p
 }
 
 // keep returns how long a command of type t in state st is kept after its
-// last change (KeepForever: always; 0: st is not final).
+// last change (cmdqtype.KeepForever: always; 0: st is not final).
 func (p RetentionPolicy) keep(t string, st cmdqtype.State) time.Duration {
 	c, d := p.Completed, p.Discarded
 	if p.Of != nil {
@@ -72,7 +65,7 @@ func (p RetentionPolicy) keep(t string, st cmdqtype.State) time.Duration {
 	case cmdqtype.StateDiscarded:
 		return d
 	case cmdqtype.StatePoisoned:
-		return KeepForever
+		return cmdqtype.KeepForever
 	}
 	return 0
 }
@@ -91,10 +84,10 @@ func (p RetentionPolicy) shortest() time.Duration {
 
 // horizonDays returns how many days after its day a day table is first
 // considered by the sweeper: the shortest retention in whole days, at
-// least the issue window (IssueWindowPastDays) plus a day for clock skew,
+// least the issue window (cmdqtype.IssueWindowPastDays) plus a day for clock skew,
 // so that no re-issue within the window can find its table gone.
 func (p RetentionPolicy) horizonDays() int {
-	n := IssueWindowPastDays + 1
+	n := cmdqtype.IssueWindowPastDays + 1
 	if m := p.shortest(); m > 0 {
 		n = max(n, int((m+24*time.Hour-1)/(24*time.Hour)))
 	} else if m < 0 {
@@ -135,7 +128,7 @@ func (s *Store) goneErr(id string) error {
 // commands out of it: it is past the issue window and a day of skew.
 func (s *Store) sweepable(id string) bool {
 	day, ok := IDDay(id)
-	return ok && day+IssueWindowPastDays+1 < DayOf(s.now())
+	return ok && day+cmdqtype.IssueWindowPastDays+1 < DayOf(s.now())
 }
 
 // SweepOptions configures Sweep.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -48,7 +47,7 @@ func openAt(t *testing.T, env testenv.Env, c *clock) *record.Reader {
 func issueAt(t *testing.T, s *record.Store, c *clock, typ string) string {
 	t.Helper()
 	id := record.NewDayID(c.now())
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(`{"n":1}`), Queue: issuer.DefaultQueue}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(`{"n":1}`), Queue: cmdqtype.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -97,7 +96,7 @@ func TestDayIDs(t *testing.T) {
 	n := record.Names{Prefix: "cmdq"}
 	id := record.NewDayID(day0)
 	u := uuid.MustParse(id)
-	if u.Version() != 8 || u.Variant() != uuid.RFC4122 || issuer.ValidateID(id) != nil {
+	if u.Version() != 8 || u.Variant() != uuid.RFC4122 || cmdqtype.ValidateID(id) != nil {
 		t.Fatalf("NewDayID = %s: version %d variant %v", id, u.Version(), u.Variant())
 	}
 	if d, ok := record.IDDay(id); !ok || d != record.DayOf(day0) || n.TableOf(id) != "cmdqcommands20260302" {
@@ -131,7 +130,7 @@ func TestDayIDs(t *testing.T) {
 	}
 	for _, off := range []time.Duration{-3 * day, 2 * day} {
 		err := record.CheckIssueWindow(record.NewDayID(day0.Add(off)), day0)
-		if !errors.Is(err, record.ErrOutsideWindow) || !strings.Contains(err.Error(), "leave the ID empty") {
+		if !errors.Is(err, cmdqtype.ErrIDOutsideWindow) || !strings.Contains(err.Error(), "leave the ID empty") {
 			t.Fatalf("offset %v: %v, want ErrOutsideWindow saying what to do", off, err)
 		}
 	}
@@ -157,7 +156,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 			ids = append(ids, id)
 		}
 		v4 := uuid.NewString()
-		if err := r.Store.Create(ctx, record.NewCommand{ID: v4, Type: "demo.Done", Queue: issuer.DefaultQueue}); err != nil {
+		if err := r.Store.Create(ctx, record.NewCommand{ID: v4, Type: "demo.Done", Queue: cmdqtype.DefaultQueue}); err != nil {
 			t.Fatal(err)
 		}
 		complete(t, r.Store, v4)
@@ -277,7 +276,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 			t.Fatalf("completed command: %v, want expired", err)
 		}
 		// Requeue works on the moved command: pending, a message enqueued.
-		queue := env.Prefix + "-" + issuer.DefaultQueue
+		queue := env.Prefix + "-" + cmdqtype.DefaultQueue
 		msgs := len(env.Store.Messages(t, queue))
 		if err := r.Requeue(ctx, bad, "op"); err != nil {
 			t.Fatalf("Requeue of a moved command: %v", err)
@@ -586,7 +585,7 @@ func TestListCommandsAcrossTables(t *testing.T) {
 		}
 		for i := 0; i < 2; i++ {
 			id := uuid.NewString()
-			if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.A", Queue: issuer.DefaultQueue}); err != nil {
+			if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.A", Queue: cmdqtype.DefaultQueue}); err != nil {
 				t.Fatal(err)
 			}
 			want[id] = true

@@ -419,7 +419,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
 	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
 	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued}
-	cmdqtype.Apply(&st, ev)
+	Apply(&st, ev)
 	wid := newWriteID()
 	putProjection(props, &st, 0, "", 1, wid)
 	if err := storage.ValidateEntity(cmd); err != nil {
@@ -844,7 +844,7 @@ func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.Batch
 		if e.Time.Before(st.UpdatedAt) {
 			e.Time = st.UpdatedAt
 		}
-		cmdqtype.Apply(&st, e)
+		Apply(&st, e)
 		settled = Settle(settled, e)
 		owner = Own(owner, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
@@ -866,7 +866,7 @@ func checkFinal(rec *Record, events []cmdqtype.Event) error {
 			return fmt.Errorf("%w: command %s is %s; a %s event (attempt %d, worker %q) is not written on top of it: the attempt that wants to write it is over (a processor deletes its message; an operator reloads the command)",
 				ErrFinal, rec.ID, st.State, e.Kind, e.Attempt, e.Worker)
 		}
-		cmdqtype.Apply(&st, e)
+		Apply(&st, e)
 	}
 	return nil
 }

@@ -17,28 +17,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 )
 
-// Sentinel errors.
-var (
-	// ErrUnknownType: no handler is registered for the command type.
-	ErrUnknownType = errors.New("handlers: no handler registered for command type")
-	// ErrDuplicateType: a handler is already registered for the type.
-	ErrDuplicateType = errors.New("handlers: command type already registered")
-	// ErrInvalidOptions: Options.Validate found problems. The error also
-	// wraps commands.ErrInvalidOptions for the command options' problems.
-	ErrInvalidOptions = errors.New("handlers: invalid options")
-	// ErrInvalidStep: CompleteStep got a step number below 1.
-	ErrInvalidStep = errors.New("handlers: invalid step")
-	// ErrSuperseded: the attempt is over while its handler still runs: the
-	// command finished (completed, poisoned or discarded) elsewhere, or
-	// another delivery of it took it over. CompleteStep returns an error
-	// wrapping it (the step is not recorded) and the handler's context is
-	// cancelled: return. The processor records nothing more for the
-	// attempt, whatever the handler returns.
-	ErrSuperseded = errors.New("handlers: attempt superseded: the command finished elsewhere or another delivery took it over")
-)
+// ErrUnknownType: no handler is registered for the command type (a
+// message of it is poisoned with this reason).
+var ErrUnknownType = errors.New("no handler registered for command type")
 
 // Options configures one command type's handling. Zero fields take the
 // type's declared options (commands.CommandWithOptions), then the defaults.
@@ -61,20 +46,20 @@ type Options struct {
 	Timeout time.Duration
 	// Retry sets the delay before a failed attempt is retried. Defaults to
 	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
-	Retry RetryPolicy
+	Retry cmdqtype.RetryPolicy
 	// Retention is how long the type's final commands are kept. Zero
 	// fields take the declared retention, else the processor's
 	// (processor.Config.Retention: 7 days completed, 30 days discarded).
-	Retention issuer.Retention
+	Retention cmdqtype.Retention
 }
 
 // CommandOptions returns the fields o shares with commands.CommandOptions.
-func (o Options) CommandOptions() issuer.CommandOptions {
-	return issuer.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention}
+func (o Options) CommandOptions() cmdqtype.CommandOptions {
+	return cmdqtype.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention}
 }
 
 // over returns o with its zero command fields taken from declared.
-func (o Options) over(declared issuer.CommandOptions) Options {
+func (o Options) over(declared cmdqtype.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
 	return o

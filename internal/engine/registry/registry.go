@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 )
 
@@ -18,15 +20,15 @@ import (
 // (commands.CommandWithOptions), then the defaults. Parameters are decoded
 // into T with unknown fields rejected; a decode failure is a *DecodeError
 // (permanent). It fails for a nil registry or handler, an invalid type name,
-// a type registered twice (ErrDuplicateType; a Declare of the type before
-// is replaced), or invalid options (ErrInvalidOptions, every problem
+// a type registered twice (cmdqtype.ErrDuplicateType; a Declare of the type before
+// is replaced), or invalid options (cmdqtype.ErrInvalidOptions, every problem
 // listed).
 func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) error {
 	if reg == nil || fn == nil {
 		return errors.New("handlers: Register needs a registry (NewRegistry) and a handler function")
 	}
 	if len(opts) > 1 {
-		return fmt.Errorf("%w: Register takes at most one Options, got %d", ErrInvalidOptions, len(opts))
+		return fmt.Errorf("%w: Register takes at most one Options, got %d", cmdqtype.ErrInvalidOptions, len(opts))
 	}
 	var o Options
 	if len(opts) == 1 {
@@ -46,7 +48,7 @@ func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) e
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	if prev, dup := reg.defs[def.Type]; dup && prev.Handled() {
-		return fmt.Errorf("%w: %s", ErrDuplicateType, def.Type)
+		return fmt.Errorf("%w: %s", cmdqtype.ErrDuplicateType, def.Type)
 	}
 	reg.defs[def.Type] = def
 	return nil
@@ -57,13 +59,13 @@ func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) e
 // the HTTP API does) but does not run it. opts (at most one) override T's
 // declared options, as in Register. Params issued by type name are checked
 // to decode into T. A type already registered or declared gives
-// ErrDuplicateType.
-func Declare[T issuer.Command](reg *Registry, opts ...issuer.CommandOptions) error {
+// cmdqtype.ErrDuplicateType.
+func Declare[T issuer.Command](reg *Registry, opts ...cmdqtype.CommandOptions) error {
 	if reg == nil {
 		return errors.New("handlers: Declare needs a registry (NewRegistry)")
 	}
 	if len(opts) > 1 {
-		return fmt.Errorf("%w: Declare takes at most one CommandOptions, got %d", ErrInvalidOptions, len(opts))
+		return fmt.Errorf("%w: Declare takes at most one CommandOptions, got %d", cmdqtype.ErrInvalidOptions, len(opts))
 	}
 	var o Options
 	if len(opts) == 1 {
@@ -77,7 +79,7 @@ func Declare[T issuer.Command](reg *Registry, opts ...issuer.CommandOptions) err
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	if _, dup := reg.defs[def.Type]; dup {
-		return fmt.Errorf("%w: %s", ErrDuplicateType, def.Type)
+		return fmt.Errorf("%w: %s", cmdqtype.ErrDuplicateType, def.Type)
 	}
 	reg.defs[def.Type] = def
 	return nil
@@ -88,7 +90,7 @@ func Declare[T issuer.Command](reg *Registry, opts ...issuer.CommandOptions) err
 func define[T issuer.Command](o Options) (*Definition, error) {
 	zero := zeroCommand[T]()
 	typeName := zero.CommandType()
-	if err := issuer.ValidateType(typeName); err != nil {
+	if err := cmdqtype.ValidateType(typeName); err != nil {
 		return nil, fmt.Errorf("handlers: register %T: %w", *new(T), err)
 	}
 	o = o.over(issuer.Declared(zero)).WithDefaults()
@@ -191,6 +193,26 @@ func (r *Registry) QueueOf(cmdType string) (string, bool) {
 	return "", false
 }
 
+// CheckParams returns an error wrapping cmdqtype.ErrInvalidParams when
+// params do not decode into the Go type of cmdType (registered or
+// declared), naming the problem; nil for an unknown type or params that
+// decode. It makes the registry an issuer.Router.
+func (r *Registry) CheckParams(cmdType string, params []byte) error {
+	d, ok := r.Lookup(cmdType)
+	if !ok {
+		return nil
+	}
+	if _, err := d.decode(params); err != nil {
+		detail := err.Error()
+		var de *DecodeError
+		if errors.As(err, &de) && de.Err != nil {
+			detail = strings.TrimPrefix(de.Err.Error(), "json: ")
+		}
+		return fmt.Errorf("%w: params do not match command type %s: %s", cmdqtype.ErrInvalidParams, cmdType, detail)
+	}
+	return nil
+}
+
 // Decode decodes params into the handler's command type (a T as registered).
 // Failure: *DecodeError.
 func (d *Definition) Decode(params []byte) (any, error) { return d.decode(params) }
@@ -221,7 +243,7 @@ func (o Options) WithDefaults() Options {
 }
 
 // Validate reports every problem with o (after defaults) at once; the error
-// wraps ErrInvalidOptions. The queue is checked as a logical name (its
+// wraps cmdqtype.ErrInvalidOptions. The queue is checked as a logical name (its
 // storage name "<prefix>-<queue>" is checked by the processor and the
 // client, which know the prefix).
 func (o Options) Validate() error {
@@ -236,5 +258,5 @@ func (o Options) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", cmdqtype.ErrInvalidOptions, errors.Join(errs...))
 }

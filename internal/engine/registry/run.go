@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // RunInfo is what the processor tells a Run.
@@ -55,7 +57,7 @@ func (r *Run) LastStep() int {
 // goes down. A Record failure is returned and the step is not counted.
 func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
 	if n < 1 {
-		return fmt.Errorf("%w: step %d; steps are numbered from 1", ErrInvalidStep, n)
+		return fmt.Errorf("%w: step %d; steps are numbered from 1", cmdqtype.ErrInvalidStep, n)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
