@@ -422,12 +422,12 @@ func TestConfigValidate(t *testing.T) {
 	if err := (processor.Config{}).Validate(); err != nil {
 		t.Fatalf("zero config: %v", err)
 	}
-	bad := processor.Config{Prefix: "Bad-Prefix", BatchSize: 40, MinPollInterval: time.Minute, MaxPollInterval: time.Second, Tolerance: 0.5, PollJitter: 2}
+	bad := processor.Config{BatchSize: 40, MinPollInterval: time.Minute, MaxPollInterval: time.Second, Tolerance: 0.5, PollJitter: 2}
 	err := bad.Validate()
 	if !errors.Is(err, processor.ErrInvalidConfig) {
 		t.Fatalf("err %v", err)
 	}
-	for _, want := range []string{"prefix", "BatchSize", "MinPollInterval", "Tolerance", "PollJitter"} {
+	for _, want := range []string{"BatchSize", "MinPollInterval", "Tolerance", "PollJitter"} { // the prefix is checked by cmdq.Config
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}
