@@ -15,12 +15,12 @@ import (
 )
 
 // errFinal: the command became final (completed, poisoned, discarded)
-// elsewhere while this attempt ran. It wraps handlers.ErrSuperseded.
+// elsewhere while this attempt ran. It wraps registry.ErrSuperseded.
 var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // errTakenOver: another delivery of the command started it, or recorded
 // this attempt's lease as lost, while this attempt ran. It wraps
-// handlers.ErrSuperseded.
+// registry.ErrSuperseded.
 var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // superseded reports whether err says the attempt is over (errFinal,
@@ -435,7 +435,7 @@ func (a *attempt) recordLost(ctx context.Context, note string) {
 // recordLostAfterCompletion writes this delivery's lease_lost event after
 // its own completed event (the lease ended before the message was deleted,
 // so a delivery that loaded the command before the completion may run the
-// handler again). It is the one event status.Store writes on a final
+// handler again). It is the one event record.Store writes on a final
 // command for an attempt: the completing attempt's own. Caller holds a.mu.
 // Cost: one batch.
 func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
@@ -453,7 +453,7 @@ func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
 }
 
 // retryConflict runs try, a conditional write on a.rec. On a conflict (a
-// write by someone else: status.Append already recognised its own landed
+// write by someone else: record.Append already recognised its own landed
 // writes) it takes the command as reloaded: if that shows the attempt
 // superseded (supersededBy) it ends the attempt (supersede) and returns
 // errFinal or errTakenOver; otherwise it tries again with the fresh record
@@ -553,7 +553,7 @@ func (a *attempt) writeStarted() {
 	}
 }
 
-// recordStep is handlers.RunInfo.Record: a step_completed event.
+// recordStep is registry.RunInfo.Record: a step_completed event.
 func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -604,7 +604,7 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 // run invokes the handler and records the outcome.
 func (a *attempt) run() {
 	p, s, def := a.p, a.s, a.def
-	timeout := def.Timeout // defaulted by handlers.Register (10 × Lease)
+	timeout := def.Timeout // defaulted by registry.Register (10 × Lease)
 	hctx, cancel := context.WithCancelCause(s.hard)
 	defer cancel(nil)
 	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, timeoutCause(timeout))
