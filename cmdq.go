@@ -209,7 +209,7 @@ type Config struct {
 	// WaitMaxPollInterval caps the interval between two reads of a
 	// watched command that does not change. Defaults to 5 s.
 	WaitMaxPollInterval time.Duration
-	// FinalCache is how many completed or discarded statuses the Client
+	// FinalCache is how many completed, discarded or cancelled statuses the Client
 	// keeps in memory (they never change), so that reading or watching
 	// such a command again costs no storage call. Negative keeps none.
 	// Defaults to 10,000.
@@ -478,7 +478,7 @@ func (c *Client) Lookup(cmdType string) (TypeInfo, bool) {
 	}
 	o := def.Options
 	return TypeInfo{Type: def.Type, Handled: def.Handled(), Options: HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling,
-		Lease: o.Lease, Timeout: o.Timeout, Retry: o.Retry, Retention: o.Retention}}, true
+		Lease: o.Lease, Timeout: o.Timeout, Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency}}, true
 }
 
 // Queues returns the logical queues the Client knows: DefaultQueue and the

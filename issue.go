@@ -61,7 +61,7 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 }
 
 // Get returns a command's status: one point read, or none for a
-// completed or discarded command read before (see Config.FinalCache).
+// completed, discarded or cancelled command read before (see Config.FinalCache).
 // Unknown ID → an error wrapping ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (Status, error) {
 	if st, ok := c.cachedFinal(id); ok {
@@ -94,10 +94,11 @@ func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
 	return r.Events(ctx, id)
 }
 
-// Wait returns a command's status once it is final (completed, poisoned or
-// discarded), or ctx's error with the last status known. It watches the
-// command (see Watch): an outcome recorded by this Client's processor, or
-// a requeue or discard through it, ends the wait at once; a change made by
+// Wait returns a command's status once it is final (completed, poisoned,
+// discarded or cancelled), or ctx's error with the last status known. It
+// watches the command (see Watch): an outcome recorded by this Client's
+// processor, or a requeue, discard or cancel through it, ends the wait at
+// once; a change made by
 // another process is found by a storage read shared with every other
 // watcher of the command, at most once per Config.WaitPollInterval (1 s),
 // backing off to WaitMaxPollInterval (5 s) while nothing changes. A
@@ -124,7 +125,7 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 }
 
 // Statuses returns the status of each command in ids, read at once (16
-// point reads at a time; none for a completed or discarded command read
+// point reads at a time; none for a completed, discarded or cancelled command read
 // before): the "are these done?" query. A command that does
 // not exist is missing from the map; any other failure fails the call.
 func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status, error) {

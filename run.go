@@ -96,6 +96,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	}
 	cfg := c.cfg.processor()
 	cfg.NoFastPath, cfg.NoHandOff = c.tune.NoFastPath, c.tune.NoHandOff
+	cfg.ControlInterval = c.tune.ControlInterval
 	cfg.Changes = changes{c}
 	switch len(c.cfg.Observers) {
 	case 0:

@@ -57,12 +57,21 @@ type HandlerOptions struct {
 	// fields take the declared retention, else Config.Retention (7 days
 	// completed, 30 days discarded).
 	Retention Retention
+	// MaxConcurrency, when above 0, is the most handlers of the type this
+	// Client's processor runs at once (within Config.Concurrency), so a
+	// slow type cannot take every handler slot: a message of the type that
+	// waits for one of its slots holds no handler slot, and is released
+	// (made visible again) when its lease would need renewing. It caps one
+	// process; to cap the type across processes, give it its own Queue and
+	// run a known number of processes on it (docs/processor.md). Defaults
+	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.
+	MaxConcurrency int
 }
 
 // engine returns o as the registry's options.
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retry: o.Retry, Retention: o.Retention}
+		Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency}
 }
 
 // Handler handles one command of type T: cmd is its decoded parameters,
@@ -196,6 +205,11 @@ type (
 	RetentionStatus = cmdqtype.RetentionStatus
 	// InFlight is a command whose handler this Client's processor runs now.
 	InFlight = cmdqtype.InFlight
+	// CancelResult is the outcome of Cancel.
+	CancelResult = cmdqtype.CancelResult
+	// QueueInfo is one logical queue: its depth and pause state
+	// (ListQueues).
+	QueueInfo = cmdqtype.QueueInfo
 	// Observer receives every processing event (Config.Observers).
 	Observer = cmdqtype.Observer
 	// ObserverFunc adapts a function to Observer.
@@ -214,6 +228,7 @@ const (
 	StateCompleted = cmdqtype.StateCompleted
 	StatePoisoned  = cmdqtype.StatePoisoned
 	StateDiscarded = cmdqtype.StateDiscarded
+	StateCancelled = cmdqtype.StateCancelled
 )
 
 // The lifecycle events.
@@ -227,6 +242,7 @@ const (
 	EventPoisoned      = cmdqtype.EventPoisoned
 	EventRequeued      = cmdqtype.EventRequeued
 	EventDiscarded     = cmdqtype.EventDiscarded
+	EventCancelled     = cmdqtype.EventCancelled
 )
 
 // The processor states (Health.State).
@@ -269,6 +285,8 @@ const (
 	ObservedPolled    = cmdqtype.ObservedPolled
 	ObservedAlert     = cmdqtype.ObservedAlert
 	ObservedHealth    = cmdqtype.ObservedHealth
+	ObservedPaused    = cmdqtype.ObservedPaused
+	ObservedResumed   = cmdqtype.ObservedResumed
 )
 
 // Defaults and limits (cmdqtype documents each one).
@@ -286,6 +304,7 @@ const (
 	MaxCorrelationIDLength    = cmdqtype.MaxCorrelationIDLength
 	IssueWindowPastDays       = cmdqtype.IssueWindowPastDays
 	IssueWindowFutureDays     = cmdqtype.IssueWindowFutureDays
+	ControlInterval           = cmdqtype.ControlInterval
 )
 
 // Errors to test with errors.Is (cmdqtype documents each one).
@@ -336,4 +355,13 @@ var (
 	// ErrStorageUnavailable: storage did not answer the readiness probe
 	// in time (CheckStorage).
 	ErrStorageUnavailable = cmdqtype.ErrStorageUnavailable
+	// ErrNotCancellable: Cancel of a command that already ended
+	// (completed, poisoned or discarded).
+	ErrNotCancellable = cmdqtype.ErrNotCancellable
+	// ErrCancelled: the cause (context.Cause) of a handler's context when
+	// its command was cancelled while it ran (with ErrSuperseded).
+	ErrCancelled = cmdqtype.ErrCancelled
+	// ErrUnknownQueue: PauseQueue or ResumeQueue of a queue neither the
+	// Client nor the store knows.
+	ErrUnknownQueue = cmdqtype.ErrUnknownQueue
 )

@@ -40,8 +40,10 @@ const DefaultFinalCache = 10000
 const watchReadTimeout = 10 * time.Second
 
 // immutable reports whether a command in state s never changes again:
-// completed and discarded (a poisoned one waits for an operator).
-func immutable(s State) bool { return s == StateCompleted || s == StateDiscarded }
+// completed, discarded and cancelled (a poisoned one waits for an operator).
+func immutable(s State) bool {
+	return s == StateCompleted || s == StateDiscarded || s == StateCancelled
+}
 
 // ETag returns the entity tag of a status, as HTTP writes it (a quoted
 // string): it changes whenever anything in the status changes, and two
@@ -295,7 +297,7 @@ type Watch struct {
 // watch at once; a change made by another process is found by reading
 // storage, once per Config.WaitPollInterval (1 s) at most for all the
 // watches of the command together, less often while nothing changes (up
-// to WaitMaxPollInterval, 5 s). A completed or discarded command costs no
+// to WaitMaxPollInterval, 5 s). A completed, discarded or cancelled command costs no
 // further storage call. Watch does no I/O itself; Close the Watch when
 // done.
 func (c *Client) Watch(id string) *Watch { return c.hub.watch(id) }
@@ -429,7 +431,7 @@ func (w *Watch) Close() {
 	})
 }
 
-// finalCache keeps the statuses of completed and discarded commands, the
+// finalCache keeps the statuses of completed, discarded and cancelled commands, the
 // least recently used dropped first.
 type finalCache struct {
 	size int
@@ -482,7 +484,7 @@ func (f *finalCache) clear() {
 	clear(f.byID)
 }
 
-// cachedFinal returns a completed or discarded status kept in memory.
+// cachedFinal returns a completed, discarded or cancelled status kept in memory.
 func (c *Client) cachedFinal(id string) (Status, bool) {
 	c.hub.mu.Lock()
 	defer c.hub.mu.Unlock()

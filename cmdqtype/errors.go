@@ -23,6 +23,14 @@ var (
 	// ErrNotFound, so callers that only test ErrNotFound keep working; the
 	// HTTP API answers 410 Gone for it.
 	ErrExpired = errors.New("cmdq: command expired (removed after its retention)")
+	// ErrNotCancellable: Cancel of a command that already ended
+	// (completed, poisoned or discarded). A poisoned command is discarded
+	// instead (Discard). The HTTP API answers 409.
+	ErrNotCancellable = errors.New("cmdq: command already ended and cannot be cancelled")
+	// ErrUnknownQueue: PauseQueue or ResumeQueue of a logical queue that
+	// neither the Client (its registered and declared types) nor the store
+	// knows. The HTTP API answers 404.
+	ErrUnknownQueue = errors.New("cmdq: unknown queue")
 )
 
 // Sentinel errors of issuing (test with errors.Is).
@@ -80,6 +88,11 @@ var (
 	// context is cancelled: return. Nothing more is recorded for the
 	// attempt, whatever the handler returns.
 	ErrSuperseded = errors.New("cmdq: attempt superseded: the command finished elsewhere or another delivery took it over")
+	// ErrCancelled: the command was cancelled while its handler ran
+	// (cmdq.Client.Cancel). The handler's context is cancelled with a
+	// cause wrapping it and ErrSuperseded (context.Cause): return. Nothing
+	// more is recorded for the attempt, whatever the handler returns.
+	ErrCancelled = errors.New("cmdq: command cancelled")
 	// ErrNoHandlers: Run or RunFor of a Client without a registered
 	// handler.
 	ErrNoHandlers = errors.New("cmdq: no handlers registered")

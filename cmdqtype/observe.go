@@ -41,8 +41,9 @@ const (
 	ObservedLeaseLost ObservationKind = "lease_lost"
 	// ObservedPolled: one dequeue of Queue returned (Received messages, Err
 	// when it failed, Wait: the wait chosen before the next dequeue unless
-	// woken, 0 when it fetches again as soon as it has room). CommandID and
-	// Type are empty.
+	// woken, 0 when it fetches again as soon as it has room), or, with
+	// Paused, one read of a paused queue's control row in its place.
+	// CommandID and Type are empty.
 	ObservedPolled ObservationKind = "polled"
 	// ObservedAlert: an unexpected infrastructure fault (Op names the
 	// operation, Err the error; Queue and CommandID when known).
@@ -51,6 +52,14 @@ const (
 	// ProcessorUnhealthy, after Config.UnhealthyAfter faults in a row) or
 	// healthy again (a storage call succeeded, or ResetHealth).
 	ObservedHealth ObservationKind = "health"
+	// ObservedPaused: the processor learnt that Queue is paused (By names
+	// who paused it): it starts none of its commands and stops dequeuing
+	// it. CommandID and Type are empty.
+	ObservedPaused ObservationKind = "paused"
+	// ObservedResumed: the processor learnt that Queue, which it knew as
+	// paused, is resumed (By names who resumed it). CommandID and Type are
+	// empty.
+	ObservedResumed ObservationKind = "resumed"
 )
 
 // Observation is one processing event (see ObservationKind for which
@@ -75,6 +84,11 @@ type Observation struct {
 	Reason string
 	// Received is how many messages a dequeue returned.
 	Received int
+	// Paused, on ObservedPolled, says the queue was paused: the poll read
+	// the queues' control rows instead of dequeuing (Received is 0).
+	Paused bool
+	// By is who paused or resumed Queue (ObservedPaused, ObservedResumed).
+	By string
 	// Wait is the poller's wait after a dequeue.
 	Wait time.Duration
 	// Op names the failed operation of an alert ("dequeue", "append",

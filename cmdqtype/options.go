@@ -52,6 +52,15 @@ type CommandOptions struct {
 	// fields take cmdq.Config.Retention (by default
 	// 7 days for completed and 30 days for discarded commands).
 	Retention Retention
+	// MaxConcurrency, when above 0, is the most handlers of the type one
+	// processor runs at once (within cmdq.Config.Concurrency): the other
+	// types keep the rest of the handler slots. A message of the type
+	// that waits for one of its slots holds no handler slot and is
+	// released (made visible again) when its lease would need renewing.
+	// It caps one process; to cap the type across processes, route it to
+	// its own queue and run a known number of processes on it
+	// (docs/processor.md, "Per-type concurrency"). Defaults to 0: no cap.
+	MaxConcurrency int
 }
 
 // Retention says how long final commands are kept before they are removed
@@ -64,8 +73,9 @@ type Retention struct {
 	// completed. 0 = the default (DefaultCompletedRetention, 7 days);
 	// KeepForever = never removed.
 	Completed time.Duration
-	// Discarded is how long a discarded command is kept after it was
-	// discarded. 0 = the default (DefaultDiscardedRetention, 30 days);
+	// Discarded is how long a discarded or cancelled command is kept after
+	// it was discarded or cancelled. 0 = the default
+	// (DefaultDiscardedRetention, 30 days);
 	// KeepForever = never removed.
 	Discarded time.Duration
 }
@@ -131,6 +141,9 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.Retention.Discarded == 0 {
 		o.Retention.Discarded = base.Retention.Discarded
 	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = base.MaxConcurrency
+	}
 	return o
 }
 
@@ -157,6 +170,9 @@ func (o CommandOptions) Validate() error {
 	}
 	if err := o.Retention.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("option Retention: %w", err))
+	}
+	if o.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("option MaxConcurrency %d: must not be negative (0 = no cap)", o.MaxConcurrency))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -10,8 +10,9 @@ import "time"
 // State is a command's lifecycle state.
 type State string
 
-// The lifecycle states. A command starts Pending; Completed, Poisoned and
-// Discarded are final until an operator requeues a poisoned command.
+// The lifecycle states. A command starts Pending; Completed, Poisoned,
+// Discarded and Cancelled are final (a poisoned command until an operator
+// requeues it).
 const (
 	// StatePending: issued (or requeued) and waiting for a processor.
 	StatePending State = "pending"
@@ -27,12 +28,16 @@ const (
 	StatePoisoned State = "poisoned"
 	// StateDiscarded: an operator discarded the poisoned command.
 	StateDiscarded State = "discarded"
+	// StateCancelled: someone cancelled the command before it ended
+	// (cmdq.Client.Cancel): it never runs again, and a handler still
+	// running has its context cancelled.
+	StateCancelled State = "cancelled"
 )
 
 // Final reports whether a message for a command in this state is deleted
-// without running the handler (Completed, Poisoned, Discarded).
+// without running the handler (Completed, Poisoned, Discarded, Cancelled).
 func (s State) Final() bool {
-	return s == StateCompleted || s == StatePoisoned || s == StateDiscarded
+	return s == StateCompleted || s == StatePoisoned || s == StateDiscarded || s == StateCancelled
 }
 
 // EventKind names a lifecycle event.
@@ -63,11 +68,15 @@ const (
 	EventRequeued EventKind = "requeued"
 	// EventDiscarded: an operator (Worker = who) discarded the poisoned command.
 	EventDiscarded EventKind = "discarded"
+	// EventCancelled: someone (By = who) cancelled the command (Reason
+	// says in which state: pending, running or retrying); it is final.
+	EventCancelled EventKind = "cancelled"
 )
 
+// Valid reports whether k is one of the lifecycle events.
 func (k EventKind) Valid() bool {
 	switch k {
-	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded:
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded, EventCancelled:
 		return true
 	}
 	return false
@@ -90,8 +99,9 @@ type Event struct {
 	// attempt: started, step_completed, failed, completed, poisoned,
 	// lease_lost). Empty for the events of operators and the reconciler.
 	Worker string `json:"worker,omitempty"`
-	// By identifies who requeued or discarded the command: an operator
-	// ("api:token:…", "ui:…"), "reconciler" for a requeue by the
+	// By identifies who requeued, discarded or cancelled the command: an
+	// operator or a program ("api:token:…", "ui:…", "cli:…", or what
+	// cmdq.Client.Cancel was given), "reconciler" for a requeue by the
 	// reconciler, or "issuer" for the Issuer's recovery enqueue of a
 	// pending command. Empty for the events of an attempt.
 	By string `json:"by,omitempty"`

@@ -99,6 +99,24 @@ type TableOpener interface {
 	OpenTable(ctx context.Context, name string) (Table, error)
 }
 
+// Exclusive is an optional interface of a Store that no other process can
+// use while this one has it open (the embedded driver: its data directory
+// is locked). cmdq skips what only matters when processors of other
+// processes share the store, such as a cancel's wait for them (see
+// IsExclusive). Wrappers of a store should implement it and answer for
+// the store they wrap.
+type Exclusive interface {
+	// Exclusive reports whether only this process uses the store.
+	Exclusive() bool
+}
+
+// IsExclusive reports whether st implements Exclusive and says that only
+// this process uses it; false for every other store.
+func IsExclusive(st Store) bool {
+	e, ok := st.(Exclusive)
+	return ok && e.Exclusive()
+}
+
 // Limits shared by every driver: Azure Storage's service limits.
 const (
 	// MaxMessageBytes is the largest queue message text, in bytes (64 KiB).

@@ -129,6 +129,10 @@ func (s *Store) Stats() Stats {
 	return Stats{Commits: s.fs.syncs.Load(), Writes: s.writes.Load(), Busy: time.Duration(s.fs.busy.Load())}
 }
 
+// Exclusive reports true: the data directory is locked, so no other
+// process uses the store while it is open (storage.Exclusive).
+func (s *Store) Exclusive() bool { return true }
+
 // Dir returns the data directory the store was opened on.
 func (s *Store) Dir() string { return s.dir }
 

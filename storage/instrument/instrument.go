@@ -123,6 +123,9 @@ type store struct {
 	h *Hooks
 }
 
+// Exclusive answers for the wrapped store (storage.Exclusive).
+func (w *store) Exclusive() bool { return storage.IsExclusive(w.s) }
+
 func (w *store) Queue(ctx context.Context, name string) (storage.Queue, error) {
 	q, err := w.s.Queue(ctx, name)
 	if err != nil {

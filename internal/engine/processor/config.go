@@ -160,6 +160,11 @@ type Config struct {
 	// processor when it has a free handler slot, without a dequeue
 	// (docs/lifecycle.md, "In-process hand-off").
 	NoHandOff bool
+	// ControlInterval is how stale the processor's knowledge of its queues'
+	// control rows (pause state, recent cancels) may be when it starts a
+	// command: an older one is read again first (one query for every
+	// queue). Default cmdqtype.ControlInterval (9 s); tests shorten it.
+	ControlInterval time.Duration
 	// Flywheel, when true, makes an unhealthy processor stop pulling work
 	// until ResetHealth is called. When false (default) it keeps pulling and
 	// becomes healthy again after the next successful storage operation.
@@ -234,7 +239,7 @@ func (c Config) Validate() error {
 		{"DrainTimeout", c.DrainTimeout}, {"StartedWriteDelay", c.StartedWriteDelay},
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
 		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
-		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval},
+		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval}, {"ControlInterval", c.ControlInterval},
 		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
 	} {
 		if d.v < 0 {
@@ -327,5 +332,6 @@ func (c Config) withDefaults() Config {
 	}
 	c.ProbeTimeout = orDur(c.ProbeTimeout, cmdqtype.DefaultProbeTimeout)
 	c.ProbeInterval = orDur(c.ProbeInterval, cmdqtype.DefaultProbeInterval)
+	c.ControlInterval = orDur(c.ControlInterval, cmdqtype.ControlInterval)
 	return c
 }

@@ -84,29 +84,22 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	// a message is not hoarded by a processor that cannot start it. The
 	// command is loaded once the slot is taken, so what the delivery
 	// decides from (and runs on) is as fresh as it can be.
-	select {
-	case p.sem <- struct{}{}:
-	default:
-		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
-		select {
-		case p.sem <- struct{}{}:
-			hoard.Stop()
-		case <-s.take.Done():
-			hoard.Stop()
-			p.release(s, k)
-			return
-		case <-hoard.C:
-			p.overheld.Store(true)
-			p.release(s, k)
-			return
-		}
+	free, ok := p.takeSlot(s, k, env.Type, sent, vis)
+	if !ok {
+		return
 	}
-	defer func() { <-p.sem }()
+	defer free()
 	if !s.mayTake(p) {
 		p.release(s, k)
 		return
 	}
-	rec := p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
+		return
+	}
+	var rec *record.Record
+	if !known || p.fastPathClear(env, qr.name, def.Lease) {
+		rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	}
 	if rec != nil {
 		s.counter.fast.Add(1)
 	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
@@ -482,6 +475,8 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 // message: errTakenOver). nil: write again on cur. Caller holds a.mu.
 func (a *attempt) supersededBy(cur *record.Record) error {
 	switch {
+	case cur.Status.State == cmdqtype.StateCancelled:
+		return errCancelled
 	case cur.Status.State.Final():
 		return errFinal
 	case cur.Settled >= a.n:
@@ -603,9 +598,10 @@ func (a *attempt) run() {
 	a.running = true
 	a.cancel = cancel
 	a.mu.Unlock()
+	defer p.track(a)() // an in-process cancel reaches it (control.go)
 	a.k.mu.Lock()
 	a.k.onLost = cancel
-	a.k.onRenew = a.writeStarted
+	a.k.onRenew = a.renewed
 	lost := a.k.lost
 	a.k.mu.Unlock()
 	if lost {

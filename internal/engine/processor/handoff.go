@@ -36,6 +36,9 @@ func (p *Processor) HandOff(queue, cmdType string) issuer.HandOffSlot {
 	if ok, _ := p.pulling(); !ok {
 		return nil
 	}
+	if p.queuePaused(qr.name) || !p.typeSlotFree(cmdType) {
+		return nil // paused, or the type runs as many handlers as it may
+	}
 	p.statsMu.Lock()
 	s := p.current
 	p.statsMu.Unlock()

@@ -113,6 +113,7 @@ func (p *Processor) done(qr *queueRunner) {
 // dequeue each, fewer when they arrive during a dequeue.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
+	busy := false // the last dequeue brought messages
 	for {
 		for {
 			ok, reset := p.pulling()
@@ -133,6 +134,15 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.unreserve(n)
 			return
 		}
+		if !p.mayDequeue(s, qr, busy) {
+			// Paused: no dequeue until it is resumed (control.go).
+			p.unreserve(n)
+			if !p.whilePaused(s, qr) {
+				return
+			}
+			busy = false
+			continue
+		}
 		// This dequeue sees every message whose wake-up came before it is
 		// sent: those wake-ups are spent. Wake-ups arriving from here on,
 		// however many, leave one token: one follow-up dequeue (coalesced).
@@ -142,6 +152,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		msgs, err := qr.q.Dequeue(s.ops, n, vis)
 		p.health.update(func(h *health) { h.polling-- })
 		p.unreserve(n - len(msgs))
+		busy = len(msgs) > 0
 		now := time.Now()
 		var wait time.Duration
 		switch {

@@ -60,9 +60,10 @@ type Processor struct {
 	running atomic.Bool
 
 	holdMu   sync.Mutex
-	held     int         // messages dequeued (or reserved for a dequeue) and not finished, all queues
-	busy     int         // messages dispatched or handed off and not finished, all queues (guarded by holdMu)
-	overheld atomic.Bool // a waiting message was released: no prefetch until a handler finishes
+	held     int            // messages dequeued (or reserved for a dequeue) and not finished, all queues
+	busy     int            // messages dispatched or handed off and not finished, all queues (guarded by holdMu)
+	parked   map[string]int // messages waiting for a slot of their type, by type (slots.go; guarded by holdMu)
+	overheld atomic.Bool    // a waiting message was released: no prefetch until a handler finishes
 
 	leaseMu sync.Mutex
 	leases  map[string]*leaseState // by command type
@@ -74,6 +75,10 @@ type Processor struct {
 	claimMu  sync.Mutex
 	claimed  map[string]struct{}          // command IDs with a message in hand
 	handling map[string]cmdqtype.InFlight // command IDs whose handler runs now (inflight.go)
+	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
+
+	ctl       control                  // the queues' control rows, in-process cancels (control.go)
+	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 
 	// Live counts (cmdqtype.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -93,6 +98,7 @@ type queueRunner struct {
 	q       storage.Queue
 	defs    []*registry.Definition
 	wake    chan struct{}
+	ctlWake chan struct{} // its paused state changed (control.go)
 
 	mu       sync.Mutex
 	inflight int
@@ -130,9 +136,12 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
 		reconKick: make(chan struct{}, 1),
+		ctl: control{rows: map[string]record.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
+			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
+		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}
 	for _, qn := range qnames {
-		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1)}
+		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
 		p.queues = append(p.queues, qr)
 		p.byName[qn] = qr
 		p.byName[qr.storage] = qr
@@ -151,6 +160,9 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		}
 		qr.defs = append(qr.defs, def)
 		p.leases[t] = &leaseState{base: def.Lease, current: def.Lease}
+		if def.MaxConcurrency > 0 {
+			p.typeSlots[t] = make(chan struct{}, def.MaxConcurrency)
+		}
 	}
 	return p, nil
 }
@@ -477,6 +489,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 		defer t.Stop()
 	}
 
+	defer p.register()() // in-process cancels and pauses reach it (control.go)
 	s.hoMu.Lock()
 	s.hoOpen = true // hand-offs may start (see HandOff)
 	s.hoMu.Unlock()

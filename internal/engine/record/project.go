@@ -49,6 +49,8 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 		s.LastError = ""
 	case cmdqtype.EventDiscarded:
 		s.State = cmdqtype.StateDiscarded
+	case cmdqtype.EventCancelled:
+		s.State = cmdqtype.StateCancelled
 	case cmdqtype.EventLeaseLost:
 		// Explains a delivery without an outcome; the state stays.
 	}

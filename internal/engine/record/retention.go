@@ -23,8 +23,8 @@ const (
 )
 
 // RetentionPolicy is how long final commands are kept: Completed after
-// completing, Discarded after being discarded (0 = the default, cmdqtype.KeepForever
-// = always). Poisoned commands are kept until an operator requeues or
+// completing, Discarded after being discarded or cancelled (0 = the
+// default, cmdqtype.KeepForever = always). Poisoned commands are kept until an operator requeues or
 // discards them. Of, when set, gives a command type's own retention (its
 // zero fields fall back to Completed and Discarded).
 type RetentionPolicy struct {
@@ -62,7 +62,7 @@ func (p RetentionPolicy) keep(t string, st cmdqtype.State) time.Duration {
 	switch st {
 	case cmdqtype.StateCompleted:
 		return c
-	case cmdqtype.StateDiscarded:
+	case cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
 		return d
 	case cmdqtype.StatePoisoned:
 		return cmdqtype.KeepForever

@@ -536,10 +536,11 @@ func eventWho(e cmdqtype.Event) string {
 	return e.Worker
 }
 
-// operatorEvent reports whether kind is written by an operator or the
-// reconciler (its row's Worker property is Event.By).
+// operatorEvent reports whether kind is written by an operator, a
+// program that cancels, or the reconciler (its row's Worker property is
+// Event.By).
 func operatorEvent(kind cmdqtype.EventKind) bool {
-	return kind == cmdqtype.EventRequeued || kind == cmdqtype.EventDiscarded
+	return kind == cmdqtype.EventRequeued || kind == cmdqtype.EventDiscarded || kind == cmdqtype.EventCancelled
 }
 
 const truncMark = "…[truncated]"

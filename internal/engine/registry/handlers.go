@@ -51,17 +51,22 @@ type Options struct {
 	// fields take the declared retention, else the processor's
 	// (cmdq.Config.Retention: 7 days completed, 30 days discarded).
 	Retention cmdqtype.Retention
+	// MaxConcurrency, when above 0, is the most handlers of the type one
+	// processor runs at once. Defaults to the declared cap, else 0: none.
+	MaxConcurrency int
 }
 
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() cmdqtype.CommandOptions {
-	return cmdqtype.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention}
+	return cmdqtype.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
+		MaxConcurrency: o.MaxConcurrency}
 }
 
 // over returns o with its zero command fields taken from declared.
 func (o Options) over(declared cmdqtype.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
+	o.MaxConcurrency = c.MaxConcurrency
 	return o
 }
 

@@ -70,7 +70,7 @@ func Declare[T issuer.Command](reg *Registry, opts ...cmdqtype.CommandOptions) e
 	var o Options
 	if len(opts) == 1 {
 		c := opts[0]
-		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout}
+		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency}
 	}
 	def, err := define[T](o)
 	if err != nil {

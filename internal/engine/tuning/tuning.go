@@ -3,7 +3,11 @@
 // not part of cmdq's public surface: cmdq.Config has no such switches.
 package tuning
 
-import "github.com/cmdq-dev/cmdq/storage"
+import (
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
 
 // Switches turn engine features off. The zero value is what cmdq.New uses.
 type Switches struct {
@@ -14,6 +18,16 @@ type Switches struct {
 	// to the Client's processor; every message is enqueued visible
 	// (docs/lifecycle.md, "In-process hand-off").
 	NoHandOff bool
+	// ControlInterval, when above 0, replaces cmdqtype.ControlInterval:
+	// how stale the processor's knowledge of its queues' control rows
+	// (pause state, recent cancels) may be when it starts a command, and
+	// how long a cancel of a young pending command waits for other
+	// processes' processors (tests shorten it).
+	ControlInterval time.Duration
+	// BeforeCancelWrite, when set, is called by Client.Cancel after it
+	// loaded the command and before it writes the cancelled event (tests
+	// let another write land in between).
+	BeforeCancelWrite func(id string)
 }
 
 // NewClient is cmdq.New with switches: it returns a *cmdq.Client (set by

@@ -1,0 +1,145 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// ControlPartition holds the queues' control rows in the base commands
+// table (data layout, docs/lifecycle.md "Paused queues"): one row per
+// logical queue that was ever paused, resumed or had a young command
+// cancelled, RowKey = the logical queue name; properties Paused (bool),
+// Since and By (the last pause or resume), CancelledAt (the last cancel of
+// a command that a delivery could still start from its issue's message
+// without reading it; see Store.MarkCancelling). A query of this one
+// partition reads every queue's row: what a processor's control read is.
+const ControlPartition = "~queues"
+
+// QueueControl is one logical queue's control row.
+type QueueControl struct {
+	// Queue is the logical queue name.
+	Queue string
+	// Paused is true while the queue is paused.
+	Paused bool
+	// Since is when the queue was last paused or resumed (zero: never).
+	Since time.Time
+	// By is who last paused or resumed it.
+	By string
+	// CancelledAt is when a command of the queue that was still young
+	// enough to be started from its issue's own message without a read
+	// (the first delivery's fast path) was last being cancelled (zero:
+	// never). A processor that knows it loads such commands instead.
+	CancelledAt time.Time
+	// ETag is the row's ETag ("" when there is no row).
+	ETag string
+}
+
+func decodeControl(e storage.Entity) QueueControl {
+	paused, _ := e.Properties["Paused"].(bool)
+	return QueueControl{Queue: e.RowKey, Paused: paused, Since: timeProp(e, "Since"), By: str(e, "By"),
+		CancelledAt: timeProp(e, "CancelledAt"), ETag: e.ETag}
+}
+
+// ReadControl reads every queue's control row: one query of
+// ControlPartition (one request per 1000 queues). Queues without a row are
+// missing from the map (not paused, nothing cancelled).
+func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error) {
+	out := map[string]QueueControl{}
+	q := storage.Query{PartitionKey: ControlPartition, Top: 1000}
+	for {
+		page, err := s.commands.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: read the queues' control rows: %w", err)
+		}
+		for _, e := range page.Entities {
+			c := decodeControl(e)
+			out[c.Queue] = c
+		}
+		if page.Continuation == "" {
+			return out, nil
+		}
+		q.Continuation = page.Continuation
+	}
+}
+
+// SetPaused pauses (paused true) or resumes a logical queue: one merge
+// upsert of its control row (Paused, Since = now, By = by; CancelledAt is
+// kept). It returns the row as written (CancelledAt unknown: zero). The
+// queue name is not checked here (callers check it is known).
+func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by string) (QueueControl, error) {
+	if err := cmdqtype.ValidateQueue(queue); err != nil {
+		return QueueControl{}, err
+	}
+	now := s.nowUTC()
+	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{
+		"Paused": paused, "Since": now, "By": truncate(by, MaxTextUnits),
+	}}
+	etag, err := s.commands.Upsert(ctx, e, storage.Merge)
+	if err != nil {
+		verb := "pause"
+		if !paused {
+			verb = "resume"
+		}
+		return QueueControl{}, fmt.Errorf("cmdq: %s queue %s: %w", verb, queue, err)
+	}
+	return QueueControl{Queue: queue, Paused: paused, Since: now, By: truncate(by, MaxTextUnits), ETag: etag}, nil
+}
+
+// MarkCancelling records, in the control row of a logical queue, that a
+// command of it that a delivery could still start from its issue's own
+// message without reading it is being cancelled: one merge upsert
+// (CancelledAt = now). A processor that reads the row afterwards loads
+// every command of the queue issued before then instead of starting it
+// from its message. It returns the time written.
+func (s *Store) MarkCancelling(ctx context.Context, queue string) (time.Time, error) {
+	now := s.nowUTC()
+	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{"CancelledAt": now}}
+	if _, err := s.commands.Upsert(ctx, e, storage.Merge); err != nil {
+		return time.Time{}, fmt.Errorf("cmdq: mark a cancel in queue %s's control row: %w", queue, err)
+	}
+	return now, nil
+}
+
+// Cancel cancels command id for by: it loads the command (one point read)
+// and appends a cancelled event (By = by; one batch, conditional on the
+// ETag), which makes it final. On a conflict (the command was written
+// since it was loaded) it decides again on the command as reloaded: a
+// command that ended meanwhile is not cancelled. prepare, when set, is
+// called with the loaded command before each write (the caller's
+// in-process notices and waits, see cmdq.Client.Cancel); its error ends
+// Cancel with nothing written. already is true when the command was
+// cancelled before (nothing written). A command that ended otherwise
+// (completed, poisoned, discarded) gives an error wrapping
+// cmdqtype.ErrNotCancellable; an unknown ID, ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *Record) error) (rec *Record, already bool, err error) {
+	if rec, err = s.Load(ctx, id); err != nil {
+		return nil, false, err
+	}
+	for try := 0; ; try++ {
+		switch st := rec.Status.State; {
+		case st == cmdqtype.StateCancelled:
+			return rec, true, nil
+		case st.Final():
+			return rec, false, fmt.Errorf("%w: command %s is %s", cmdqtype.ErrNotCancellable, id, st)
+		}
+		if prepare != nil {
+			if err := prepare(ctx, rec); err != nil {
+				return nil, false, err
+			}
+		}
+		err = s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventCancelled, By: by})
+		if err == nil {
+			return rec, false, nil
+		}
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil || try >= 4 {
+			return nil, false, fmt.Errorf("cmdq: cancel command %s: %w", id, err)
+		}
+		rec = ce.Current
+	}
+}

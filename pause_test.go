@@ -1,0 +1,277 @@
+package cmdq_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+// TestPauseQueueDurable: a pause is stored (it survives the Client: a new
+// one on the same storage, after a restart of the embedded store, lists
+// the queue as paused, since when and by whom); a resume clears it. A
+// queue nobody knows is refused (ErrUnknownQueue), a bad name too
+// (ErrInvalidOptions); a queue only the store knows can be paused.
+func TestPauseQueueDurable(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newClient(t, s, fast())
+		before := time.Now().Add(-time.Second)
+		got, err := c.PauseQueue(ctx, cmdq.DefaultQueue, "test:alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Paused || got.By != "test:alice" || got.Since.Before(before) {
+			t.Fatalf("PauseQueue returned %+v", got)
+		}
+		if _, err := c.PauseQueue(ctx, "nobody-knows", "test"); !errors.Is(err, cmdq.ErrUnknownQueue) {
+			t.Fatalf("pause of an unknown queue: %v, want ErrUnknownQueue", err)
+		}
+		if _, err := c.ResumeQueue(ctx, "Bad_Name", "test"); !errors.Is(err, cmdq.ErrInvalidOptions) {
+			t.Fatalf("resume of a bad queue name: %v, want ErrInvalidOptions", err)
+		}
+		// A queue the store holds (another process's type routes to it).
+		if _, err := c.StorageQueue(ctx, "elsewhere"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PauseQueue(ctx, "elsewhere", "test:bob"); err != nil {
+			t.Fatalf("pause of a queue the store holds: %v", err)
+		}
+
+		st := s.st
+		if s.driver == "embedded" {
+			// A restart: the store closed and opened again.
+			dir := st.(*embedded.Store).Dir()
+			if err := c.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st, err = embedded.Open(filepath.Clean(dir), nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+		}
+		again := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
+		qs, err := again.ListQueues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]cmdq.QueueInfo{}
+		for _, q := range qs {
+			byName[q.Name] = q
+		}
+		if q := byName[cmdq.DefaultQueue]; !q.Paused || q.By != "test:alice" || !q.Since.Equal(got.Since) || q.Depth != 0 {
+			t.Fatalf("after a restart %s is %+v, want paused by test:alice since %s, depth 0", cmdq.DefaultQueue, q, got.Since)
+		}
+		if q := byName["elsewhere"]; !q.Paused || q.By != "test:bob" {
+			t.Fatalf("after a restart elsewhere is %+v, want paused by test:bob", q)
+		}
+		res, err := again.ResumeQueue(ctx, cmdq.DefaultQueue, "test:carol")
+		if err != nil || res.Paused {
+			t.Fatalf("resume: %+v %v", res, err)
+		}
+		qs, err = again.ListQueues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Name == cmdq.DefaultQueue && (q.Paused || q.By != "test:carol") {
+				t.Fatalf("after the resume %+v", q)
+			}
+		}
+	})
+}
+
+// observed collects one Client's observations of one kind set.
+type observed struct {
+	mu     sync.Mutex
+	events []cmdq.Observation
+	notify chan struct{}
+}
+
+func newObserved() *observed { return &observed{notify: make(chan struct{}, 1)} }
+
+func (o *observed) Observe(ob cmdq.Observation) {
+	o.mu.Lock()
+	o.events = append(o.events, ob)
+	o.mu.Unlock()
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
+// count returns how many observations since index from match f.
+func (o *observed) count(from int, f func(cmdq.Observation) bool) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, ob := range o.events[min(from, len(o.events)):] {
+		if f(ob) {
+			n++
+		}
+	}
+	return n
+}
+
+func (o *observed) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.events)
+}
+
+// await waits (at most a minute) until cond holds.
+func (o *observed) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for !cond() {
+		select {
+		case <-o.notify:
+		case <-deadline:
+			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// TestPauseTwoProcessors: two processors on one queue, in two "processes"
+// (two Clients on their own store handles: two Azure clients on one
+// Azurite account). A pause through one reaches it at once and the other
+// at its next read of the control rows (driven here by the commands that
+// arrive: each delivery reads stale rows before it starts). Once both
+// have seen it (their Observers say so), commands issued through both
+// Clients are accepted and neither processor starts any of them while
+// both keep reading the paused queue's control rows instead of dequeuing
+// it; the resume, through the other Client, lets both drain them.
+func TestPauseTwoProcessors(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		var mu sync.Mutex
+		started := map[string]int{} // command ID → handler starts
+		stores := []storage.Store{s.st, otherProcess(t, s)}
+		clients := make([]*cmdq.Client, 2)
+		obs := []*observed{newObserved(), newObserved()}
+		for i := range clients {
+			cfg := fast()
+			cfg.Worker = []string{"a", "b"}[i]
+			cfg.Observers = []cmdq.Observer{obs[i]}
+			c := newTuned(t, stores[i], s.prefix, cfg, tuning.Switches{})
+			if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+				mu.Lock()
+				started[run.ID()]++
+				mu.Unlock()
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clients[i] = c
+		}
+		a, b := clients[0], clients[1]
+		isPaused := func(o cmdq.Observation) bool {
+			return o.Kind == cmdq.ObservedPaused && o.Queue == cmdq.DefaultQueue
+		}
+
+		// Both work before the pause.
+		if _, err := a.Issue(ctx, greet{Name: "warm-up"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.PauseQueue(ctx, cmdq.DefaultQueue, "test:pauser"); err != nil {
+			t.Fatal(err)
+		}
+		obs[0].await(t, "a learns of the pause", func() bool { return obs[0].count(0, isPaused) > 0 })
+		// b learns of it when it has something to start: probes, issued
+		// through both (b's own is handed to its processor, a's it
+		// dequeues), until b says it saw the pause.
+		for obs[1].count(0, isPaused) == 0 {
+			for _, c := range clients {
+				if _, err := c.Issue(ctx, greet{Name: "probe"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			obs[1].await(t, "b learns of the pause", func() bool { return obs[1].count(0, isPaused) > 0 })
+		}
+
+		// Commands issued now: accepted, and started by neither while both
+		// keep reading the control rows of the paused queue.
+		marks := []int{obs[0].len(), obs[1].len()}
+		var ids []string
+		for i := range 10 {
+			res, err := clients[i%2].Issue(ctx, greet{Name: "paused"})
+			if err != nil {
+				t.Fatalf("issue into a paused queue: %v", err)
+			}
+			ids = append(ids, res.ID)
+		}
+		for i, o := range obs {
+			o.await(t, "each processor polls the paused queue's control rows 3 times", func() bool {
+				return o.count(marks[i], func(ob cmdq.Observation) bool {
+					return ob.Kind == cmdq.ObservedPolled && ob.Paused && ob.Queue == cmdq.DefaultQueue
+				}) >= 3
+			})
+		}
+		for i, o := range obs {
+			// Once a poller reads the control rows in place of a dequeue,
+			// it dequeues no more until the resume.
+			o.mu.Lock()
+			paused := false
+			for _, ob := range o.events[marks[i]:] {
+				if ob.Kind != cmdq.ObservedPolled || ob.Queue != cmdq.DefaultQueue {
+					continue
+				}
+				if ob.Paused {
+					paused = true
+				} else if paused {
+					t.Errorf("processor %d dequeued the paused queue after it read its control rows instead", i)
+				}
+			}
+			o.mu.Unlock()
+		}
+		mu.Lock()
+		for _, id := range ids {
+			if started[id] > 0 {
+				t.Errorf("command %s, issued while the queue was paused, started", id)
+			}
+		}
+		mu.Unlock()
+		for _, id := range ids {
+			if st, err := a.Get(ctx, id); err != nil || st.State != cmdq.StatePending {
+				t.Fatalf("a command issued while paused is %+v %v, want pending", st, err)
+			}
+		}
+
+		// The resume (through b) lets both drain the queue.
+		if _, err := b.ResumeQueue(ctx, cmdq.DefaultQueue, "test:resumer"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if st, err := a.Wait(ctx, id); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("after the resume %s is %+v %v, want completed", id, st, err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if started[id] != 1 {
+				t.Errorf("command %s started %d times, want once", id, started[id])
+			}
+		}
+		for i, o := range obs {
+			if o.count(0, func(ob cmdq.Observation) bool {
+				return ob.Kind == cmdq.ObservedResumed && ob.By == "test:resumer"
+			}) == 0 {
+				t.Errorf("processor %d did not observe the resume", i)
+			}
+		}
+	})
+}
