@@ -268,6 +268,10 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/poison", map[string]http.HandlerFunc{http.MethodGet: s.listPoison})
 	route("/v1/poison/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getPoison, http.MethodDelete: s.discard})
 	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
+	route("/v1/commands/{id}/cancel", map[string]http.HandlerFunc{http.MethodPost: s.cancel})
+	route("/v1/queues", map[string]http.HandlerFunc{http.MethodGet: s.listQueues})
+	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
+	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})
 	doc, err := openAPIFor(cfg.BasePath)
 	if err != nil {
 		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)
@@ -283,7 +287,7 @@ func New(cfg Config) (http.Handler, error) {
 	}})
 	s.mountDashboard(mux) // the operator web pages under /ui/ (dashboard.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands and /v1/poison (see docs/api.md)", quoteClip(r.URL.Path))))
+		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md)", quoteClip(r.URL.Path))))
 	})
 	return s.middleware(mux), nil
 }
@@ -321,7 +325,7 @@ func (s *server) middleware(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if !longLived(r) {
-			ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout+extraTime(r))
 		}
 		defer cancel()
 		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))

@@ -14,16 +14,20 @@ import (
 // Role is what a bearer token may do.
 type Role string
 
-// The roles. A route needs exactly one of them; RoleOperator also grants
-// everything RoleReader grants. RoleIssuer grants only POST /v1/commands.
+// The roles. A route needs one of them (cancel: RoleIssuer or
+// RoleOperator); RoleOperator also grants everything RoleReader grants. RoleIssuer grants only POST /v1/commands
+// and POST /v1/commands/{id}/cancel (which RoleOperator grants too).
 const (
-	// RoleIssuer may issue commands (POST /v1/commands).
+	// RoleIssuer may issue and cancel commands (POST /v1/commands,
+	// POST /v1/commands/{id}/cancel).
 	RoleIssuer Role = "issuer"
 	// RoleReader may read command status and events (GET /v1/commands/{id},
-	// GET /v1/commands/{id}/events) and scrape GET /metrics.
+	// GET /v1/commands/{id}/events), list the queues (GET /v1/queues) and
+	// scrape GET /metrics.
 	RoleReader Role = "reader"
 	// RoleOperator may do everything RoleReader may, and list, inspect, requeue
-	// and discard poisoned commands (/v1/poison...).
+	// and discard poisoned commands (/v1/poison...), cancel commands and
+	// pause and resume queues (/v1/queues/{name}/pause, /resume).
 	RoleOperator Role = "operator"
 )
 
@@ -162,7 +166,8 @@ func newAuthenticator(t Tokens) *authenticator {
 // hasRole reports whether roles grant need.
 func hasRole(roles []Role, need Role) bool {
 	for _, r := range roles {
-		if r == need || (need == RoleReader && r == RoleOperator) {
+		if r == need || (need == RoleReader && r == RoleOperator) ||
+			(need == roleIssuerOrOperator && (r == RoleIssuer || r == RoleOperator)) {
 			return true
 		}
 	}

@@ -163,6 +163,40 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/poison/nope/requeue", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusBadRequest, http.MethodDelete, "/v1/poison/nope", "", "", bearer(apitest.OperatorToken)...)
 
+	// Cancel: a pending command (nothing processes on this server), again,
+	// an ended one (the discarded command above), unknown, expired, a bad
+	// ID, a body that is not JSON.
+	pending := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
+	var issued api.IssueResponse
+	if err := json.Unmarshal(pending.body, &issued); err != nil {
+		t.Fatal(err)
+	}
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands/"+issued.ID+"/cancel", "", "", bearer(apitest.IssuerToken)...)
+	if r.header.Get("Location") != "/v1/commands/"+issued.ID || !strings.Contains(string(r.body), `"status":"cancelled"`) {
+		t.Fatalf("cancel: Location %q, body %s", r.header.Get("Location"), r.body)
+	}
+	c.expect(http.StatusOK, http.MethodPost, "/v1/commands/"+issued.ID+"/cancel", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusConflict, http.MethodPost, "/v1/commands/"+id+"/cancel", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/commands/"+unknown+"/cancel", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusGone, http.MethodPost, "/v1/commands/"+expired+"/cancel", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands/nope/cancel", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands/"+issued.ID+"/cancel", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
+	// Queues: listed, paused, resumed; an unknown one, a bad name, a body
+	// that is not JSON.
+	c.expect(http.StatusOK, http.MethodGet, "/v1/queues", "", "", bearer(apitest.ReaderToken)...)
+	r = c.expect(http.StatusOK, http.MethodPost, "/v1/queues/commands/pause", "", "", bearer(apitest.OperatorToken)...)
+	if !strings.Contains(string(r.body), `"paused":true`) {
+		t.Fatalf("pause: %s", r.body)
+	}
+	c.expect(http.StatusOK, http.MethodPost, "/v1/queues/commands/resume", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/queues/nobody-knows/pause", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/queues/nobody-knows/resume", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/queues/Bad_Name/pause", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/queues/Bad_Name/resume", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/pause", "text/plain", "x", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/resume", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
 	// Health and metrics.
 	c.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")
 	c.expect(http.StatusOK, http.MethodGet, "/readyz", "", "", bearer(apitest.ReaderToken)...)
@@ -172,9 +206,10 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	// that lacks the role, 403 for a cross-site state change.
 	concrete := func(op string) (method, path string) {
 		method, path, _ = strings.Cut(op, " ")
-		return method, strings.ReplaceAll(path, "{id}", unknown)
+		return method, strings.ReplaceAll(strings.ReplaceAll(path, "{id}", unknown), "{name}", "commands")
 	}
-	lacking := map[string]string{"issuer": apitest.ReaderToken, "reader": apitest.IssuerToken, "operator": apitest.ReaderToken}
+	lacking := map[string]string{"issuer": apitest.ReaderToken, "reader": apitest.IssuerToken, "operator": apitest.ReaderToken,
+		"issuer or operator": apitest.ReaderToken}
 	for _, op := range ops {
 		method, path := concrete(op)
 		ct, b := "", ""

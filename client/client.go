@@ -1,6 +1,7 @@
 // Package client is a Go client for cmdq's HTTP API (package api): issue
-// commands, read their status and events, wait for them to finish, and
-// inspect, requeue or discard poisoned commands.
+// commands, read their status and events, wait for them to finish, cancel
+// them, inspect, requeue or discard poisoned commands, and list, pause and
+// resume queues.
 //
 // Every method returns a *Error for an HTTP error response; test it with
 // errors.Is against ErrNotFound, ErrConflict, ErrUnauthorized, ErrForbidden
@@ -36,7 +37,7 @@ var (
 	ErrGone = errors.New("cmdq client: gone (removed after its retention)")
 	// ErrConflict: 409 — the ID is used with different params, or the command
 	// is not in a state the operation accepts (e.g. requeue of a command that
-	// is not poisoned).
+	// is not poisoned, cancel of one that ended).
 	ErrConflict = errors.New("cmdq client: conflict")
 	// ErrUnauthorized: 401 — missing or unknown bearer token.
 	ErrUnauthorized = errors.New("cmdq client: unauthorized")

@@ -42,7 +42,8 @@ const DefaultQueueDepthTTL = 5 * time.Second
 //	commands_failed_total{type}          failed attempts (each retry counts)
 //	commands_poisoned_total{type}        commands moved to the poison table
 //	handler_duration_seconds{type}       handler run time (success or failure)
-//	polls_total{queue,result}            dequeues by the processor; result empty|messages
+//	polls_total{queue,result}            dequeues by the processor; result empty|messages, or paused (a read of a paused queue's control row in place of a dequeue)
+//	queue_paused{queue}                  1 while the processor knows the queue as paused, else 0
 //	lease_lost_total{type}               messages whose lease was lost mid-run
 //	queue_depth{queue}                   approximate messages in the queue (sampled, cached DefaultQueueDepthTTL)
 //	poll_interval_seconds{queue}         the poller's current wait between empty dequeues
@@ -56,6 +57,7 @@ type Metrics struct {
 	polls     *prometheus.CounterVec
 	leaseLost *prometheus.CounterVec
 	poll      *prometheus.GaugeVec
+	paused    *prometheus.GaugeVec
 	ops       *prometheus.CounterVec
 	depth     *depthCollector
 
@@ -141,11 +143,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Handler run time in seconds (success or failure), by type.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, []string{"type"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "polls_total",
-			Help: "Dequeues by the processor, by queue and result (empty, messages)."}, []string{"queue", "result"}),
+			Help: "Dequeues by the processor, by queue and result (empty, messages; paused: a read of a paused queue's control row instead)."}, []string{"queue", "result"}),
 		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "lease_lost_total",
 			Help: "Messages whose lease was lost while their handler ran, by type."}, []string{"type"}),
 		poll: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cmdq", Name: "poll_interval_seconds",
 			Help: "The poller's current wait between dequeues of an empty queue, in seconds."}, []string{"queue"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cmdq", Name: "queue_paused",
+			Help: "1 while the processor knows the queue as paused (it starts none of its commands), else 0."}, []string{"queue"}),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "storage_operations_total",
 			Help: "Storage operations (each is one billable transaction on Azure), by operation and result (ok, error)."}, []string{"op", "result"}),
 		labels: map[string]bool{},
@@ -154,7 +158,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			ttl:  DefaultQueueDepthTTL,
 		},
 	}
-	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.ops, m.depth} {
+	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.paused, m.ops, m.depth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -171,8 +175,8 @@ func (m *Metrics) CommandIssued(typ string) {
 
 // Observe records one processing event (cmdq.Observer): completions,
 // failed attempts, poisonings and handler durations by type, lost leases,
-// dequeues by queue and result, and the poller's wait. Other kinds are
-// ignored.
+// dequeues by queue and result, the poller's wait, and paused queues.
+// Other kinds are ignored.
 func (m *Metrics) Observe(o cmdqtype.Observation) {
 	if m == nil {
 		return
@@ -196,11 +200,18 @@ func (m *Metrics) Observe(o cmdqtype.Observation) {
 		m.leaseLost.WithLabelValues(m.typeLabel(o.Type)).Inc()
 	case cmdqtype.ObservedPolled:
 		result := "messages"
-		if o.Err == nil && o.Received == 0 {
+		switch {
+		case o.Paused:
+			result = "paused"
+		case o.Err == nil && o.Received == 0:
 			result = "empty"
 		}
 		m.polls.WithLabelValues(o.Queue, result).Inc()
 		m.poll.WithLabelValues(o.Queue).Set(o.Wait.Seconds())
+	case cmdqtype.ObservedPaused:
+		m.paused.WithLabelValues(o.Queue).Set(1)
+	case cmdqtype.ObservedResumed:
+		m.paused.WithLabelValues(o.Queue).Set(0)
 	}
 }
 

@@ -37,6 +37,10 @@ func TestProcessorMetrics(t *testing.T) {
 	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Received: 3})
 	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Wait: 1500 * time.Millisecond})
 	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Op: "dequeue"}) // not a metric
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPaused, Queue: "commands"})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Paused: true, Wait: 1500 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPaused, Queue: "slow"})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedResumed, Queue: "slow"})
 	want := `
 # HELP cmdq_commands_completed_total Commands completed, by type.
 # TYPE cmdq_commands_completed_total counter
@@ -53,14 +57,19 @@ cmdq_lease_lost_total{type="A"} 1
 # HELP cmdq_poll_interval_seconds The poller's current wait between dequeues of an empty queue, in seconds.
 # TYPE cmdq_poll_interval_seconds gauge
 cmdq_poll_interval_seconds{queue="commands"} 1.5
-# HELP cmdq_polls_total Dequeues by the processor, by queue and result (empty, messages).
+# HELP cmdq_polls_total Dequeues by the processor, by queue and result (empty, messages; paused: a read of a paused queue's control row instead).
 # TYPE cmdq_polls_total counter
 cmdq_polls_total{queue="commands",result="empty"} 2
 cmdq_polls_total{queue="commands",result="messages"} 1
+cmdq_polls_total{queue="commands",result="paused"} 1
+# HELP cmdq_queue_paused 1 while the processor knows the queue as paused (it starts none of its commands), else 0.
+# TYPE cmdq_queue_paused gauge
+cmdq_queue_paused{queue="commands"} 1
+cmdq_queue_paused{queue="slow"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"cmdq_commands_completed_total", "cmdq_commands_failed_total", "cmdq_commands_poisoned_total",
-		"cmdq_lease_lost_total", "cmdq_poll_interval_seconds", "cmdq_polls_total"); err != nil {
+		"cmdq_lease_lost_total", "cmdq_poll_interval_seconds", "cmdq_polls_total", "cmdq_queue_paused"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(reg, "cmdq_handler_duration_seconds"); n != 1 {

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Cancelling commands and pausing queues (docs/api.md).
+
+// roleIssuerOrOperator is what POST /v1/commands/{id}/cancel needs: the
+// issuer role (who issues may cancel) or the operator role.
+const roleIssuerOrOperator Role = "issuer or operator"
+
+// QueuesResponse is the body of GET /v1/queues.
+type QueuesResponse struct {
+	// Queues are the logical queues the server knows, by name.
+	Queues []cmdqtype.QueueInfo `json:"queues"`
+}
+
+// cancel is POST /v1/commands/{id}/cancel: 202 with the status once the
+// cancel is stored, 200 with it when the command was cancelled before,
+// 409 when it already ended otherwise.
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	who, ok := s.authorize(w, r, roleIssuerOrOperator)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if hasBody(r) {
+		// The route takes no body; one that is not JSON is what a
+		// cross-site form would send.
+		if p := checkContentType(r); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	res, err := s.cfg.Client.Cancel(r.Context(), id, "api:"+who)
+	switch {
+	case err == nil:
+	case errors.Is(err, cmdqtype.ErrNotCancellable):
+		state := "ended"
+		if st, gerr := s.cfg.Client.Get(r.Context(), id); gerr == nil {
+			state = string(st.State)
+		}
+		writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s: only a command that has not ended (pending, scheduled, retrying or running) can be cancelled; a poisoned one is discarded instead (DELETE /v1/poison/{id})", state)))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
+	if res.Already {
+		writeJSON(w, http.StatusOK, res.Status)
+		return
+	}
+	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: command cancelled")
+	writeJSON(w, http.StatusAccepted, res.Status)
+}
+
+// listQueues is GET /v1/queues.
+func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	qs, err := s.cfg.Client.ListQueues(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if qs == nil {
+		qs = []cmdqtype.QueueInfo{}
+	}
+	writeJSON(w, http.StatusOK, QueuesResponse{Queues: qs})
+}
+
+// pauseQueue is POST /v1/queues/{name}/pause.
+func (s *server) pauseQueue(w http.ResponseWriter, r *http.Request) {
+	s.queueAction(w, r, s.cfg.Client.PauseQueue, "paused")
+}
+
+// resumeQueue is POST /v1/queues/{name}/resume.
+func (s *server) resumeQueue(w http.ResponseWriter, r *http.Request) {
+	s.queueAction(w, r, s.cfg.Client.ResumeQueue, "resumed")
+}
+
+// queueAction pauses or resumes (act, logged as done) the queue {name} for
+// the operator and answers 200 with the queue.
+func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, name, by string) (cmdq.QueueInfo, error), done string) {
+	who, ok := s.authorize(w, r, RoleOperator)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	if err := cmdqtype.ValidateQueue(name); err != nil {
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("%s is not a queue name; queue names are lowercase letters, digits and single hyphens (such as \"commands\"); GET /v1/queues lists them", quoteClip(name)),
+			FieldError{Pointer: "path:name", Detail: "not a queue name"}))
+		return
+	}
+	if hasBody(r) {
+		if p := checkContentType(r); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	info, err := act(r.Context(), name, "api:"+who)
+	switch {
+	case err == nil:
+	case errors.Is(err, cmdqtype.ErrUnknownQueue):
+		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no queue %s is known here; GET /v1/queues lists the queues", quoteClip(name))))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	if n, err := s.cfg.Client.QueueDepth(r.Context(), name); err == nil {
+		info.Depth = n
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		s.log.Debug().Err(err).Str("queue", name).Msg("cmdq api: queue depth")
+	}
+	s.log.Info().Str("queue", name).Str("by", who).Msg("cmdq api: queue " + done)
+	writeJSON(w, http.StatusOK, info)
+}
+
+// extraTime is the time a request gets beyond Config.RequestTimeout: a
+// cancel may wait up to cmdq.ControlInterval for the processors of other
+// processes (cmdq.Client.Cancel) before it stores the cancel.
+func extraTime(r *http.Request) time.Duration {
+	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/commands/") && strings.HasSuffix(r.URL.Path, "/cancel") {
+		return cmdq.ControlInterval
+	}
+	return 0
+}

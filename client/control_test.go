@@ -1,0 +1,67 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
+)
+
+// TestCancelAndQueues: Cancel cancels a pending command (then Already),
+// refuses an ended one (ErrConflict) and an unknown one (ErrNotFound);
+// PauseQueue and ResumeQueue change what Queues lists, and an unknown
+// queue is ErrNotFound.
+func TestCancelAndQueues(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	issuer := newClient(t, s.URL, client.WithToken(apitest.IssuerToken))
+	operator := newClient(t, s.URL, client.WithToken(apitest.OperatorToken))
+	ctx := context.Background()
+
+	res, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := issuer.Cancel(ctx, res.ID)
+	if err != nil || got.Already || got.Status.State != cmdqtype.StateCancelled || got.Status.ID != res.ID {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	if got, err = operator.Cancel(ctx, res.ID); err != nil || !got.Already {
+		t.Fatalf("cancel again: %+v %v", got, err)
+	}
+	ended, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Poison(t, ended.ID, "test", "boom")
+	if _, err := issuer.Cancel(ctx, ended.ID); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("cancel of a poisoned command: %v, want ErrConflict", err)
+	}
+	if _, err := issuer.Cancel(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("cancel of an unknown command: %v, want ErrNotFound", err)
+	}
+
+	q, err := operator.PauseQueue(ctx, cmdqtype.DefaultQueue)
+	if err != nil || !q.Paused || q.Name != cmdqtype.DefaultQueue || q.By == "" || q.Depth != 2 {
+		t.Fatalf("pause: %+v %v (want paused, by someone, depth 2)", q, err)
+	}
+	qs, err := operator.Queues(ctx)
+	if err != nil || len(qs) != 1 || !qs[0].Paused {
+		t.Fatalf("queues: %+v %v", qs, err)
+	}
+	if q, err = operator.ResumeQueue(ctx, cmdqtype.DefaultQueue); err != nil || q.Paused {
+		t.Fatalf("resume: %+v %v", q, err)
+	}
+	if _, err := operator.PauseQueue(ctx, "nobody-knows"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("pause of an unknown queue: %v, want ErrNotFound", err)
+	}
+	if _, err := operator.PauseQueue(ctx, "Bad_Name"); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("pause of a bad name: %v, want ErrInvalid", err)
+	}
+	if _, err := issuer.PauseQueue(ctx, cmdqtype.DefaultQueue); !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("pause by an issuer: %v, want ErrForbidden", err)
+	}
+}
