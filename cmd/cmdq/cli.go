@@ -43,6 +43,11 @@ type backend interface {
 	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
 	Requeue(ctx context.Context, id string) error
 	Discard(ctx context.Context, id string) error
+	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
+	Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error)
+	Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
+	PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
+	ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
 	Close() error
 }
 

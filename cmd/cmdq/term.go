@@ -86,7 +86,7 @@ func stateColor(s string) string {
 		return sgrYellow
 	case string(cmdqtype.StateRunning), string(cmdqtype.EventStarted):
 		return sgrCyan
-	case string(cmdqtype.StateDiscarded):
+	case string(cmdqtype.StateDiscarded), string(cmdqtype.StateCancelled):
 		return sgrDim
 	}
 	return ""
