@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -75,9 +74,9 @@ func openStore(t *testing.T, driver string) store {
 }
 
 // fast is a processor configuration for tests: short polls, no reconciler.
-func fast() processor.Config {
-	return processor.Config{Worker: "w-test", MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
-		DrainTimeout: 5 * time.Second, ReconcileInterval: processor.NoReconcile}
+func fast() cmdq.Config {
+	return cmdq.Config{Worker: "w-test", MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
+		DrainTimeout: 5 * time.Second, ReconcileInterval: cmdq.NoReconcile}
 }
 
 func newClient(t *testing.T, s store, cfg cmdq.Config) *cmdq.Client {
@@ -110,14 +109,19 @@ func (greet) CommandType() string { return "greet" }
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "embedded")
-	_, err := cmdq.New(s.st, cmdq.Config{Prefix: "Bad-Prefix", Processor: processor.Config{Prefix: "other", BatchSize: 99}, MaxParamsBytes: -1})
+	_, err := cmdq.New(s.st, cmdq.Config{Prefix: "Bad-Prefix", BatchSize: 99, MaxParamsBytes: -1, Observers: []cmdq.Observer{nil}})
 	if !errors.Is(err, cmdq.ErrInvalidConfig) {
 		t.Fatalf("New: %v", err)
 	}
-	for _, want := range []string{"Prefix", "Processor.Prefix", "BatchSize", "MaxParamsBytes"} {
+	for _, want := range []string{"Prefix", "BatchSize", "MaxParamsBytes", "Observers[0]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}
+	}
+	// The prefix is validated in one place: one problem, not one per
+	// component that uses it.
+	if n := strings.Count(err.Error(), "Bad-Prefix"); n != 1 {
+		t.Errorf("the prefix is reported %d times: %v", n, err)
 	}
 	if _, err := cmdq.New(nil, cmdq.Config{}); !errors.Is(err, cmdq.ErrInvalidConfig) {
 		t.Fatalf("New(nil): %v", err)
@@ -131,8 +135,9 @@ func TestIssueRegisterWait(t *testing.T) {
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		var completed atomic.Int64
-		cfg := cmdq.Config{Processor: fast(), WaitPollInterval: time.Minute, WaitMaxPollInterval: time.Minute}
-		cfg.Processor.Observer = countCompleted{n: &completed}
+		cfg := fast()
+		cfg.WaitPollInterval, cfg.WaitMaxPollInterval = time.Minute, time.Minute
+		cfg.Observers = []cmdq.Observer{countCompleted{n: &completed}}
 		c := newClient(t, s, cfg)
 		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
 			if cmd.Name == "" {
@@ -163,7 +168,7 @@ func TestIssueRegisterWait(t *testing.T) {
 		if err != nil || !again.Existing {
 			t.Fatalf("re-issue: %+v %v", again, err)
 		}
-		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, commands.ErrIDConflict) {
+		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, cmdqtype.ErrIDConflict) {
 			t.Fatalf("other params, same ID: %v", err)
 		}
 		evs, err := c.Events(ctx, id)
@@ -202,13 +207,14 @@ func TestIssueRegisterWait(t *testing.T) {
 	})
 }
 
-// countCompleted counts completions; NopObserver supplies the rest.
-type countCompleted struct {
-	processor.NopObserver
-	n *atomic.Int64
-}
+// countCompleted counts completions.
+type countCompleted struct{ n *atomic.Int64 }
 
-func (o countCompleted) CommandCompleted(string) { o.n.Add(1) }
+func (o countCompleted) Observe(ob cmdq.Observation) {
+	if ob.Kind == cmdq.ObservedCompleted {
+		o.n.Add(1)
+	}
+}
 
 func kinds(evs []cmdq.Event) []cmdq.EventKind {
 	out := make([]cmdq.EventKind, len(evs))
@@ -233,7 +239,7 @@ func TestDeclaredRouting(t *testing.T) {
 		if n, err := front.QueueDepth(ctx, "images"); err != nil || n != 1 {
 			t.Fatalf("images queue holds %d (%v), want 1", n, err)
 		}
-		if n, _ := front.QueueDepth(ctx, commands.DefaultQueue); n != 0 {
+		if n, _ := front.QueueDepth(ctx, cmdqtype.DefaultQueue); n != 0 {
 			t.Fatalf("default queue holds %d, want 0", n)
 		}
 		// By type name: routed once declared.
@@ -245,13 +251,13 @@ func TestDeclaredRouting(t *testing.T) {
 			t.Fatalf("IssueRaw: %+v %v", raw, err)
 		}
 
-		worker := newClient(t, s, cmdq.Config{Processor: fast()})
+		worker := newClient(t, s, fast())
 		var ran atomic.Int64
 		if err := cmdq.Register(worker, func(context.Context, resize, *cmdq.Run) error { ran.Add(1); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		def, _ := worker.Lookup("images.resize")
-		if def.Queue != "images" || def.Lease != 2*time.Minute || def.PoisonCeiling != 3 {
+		if o := def.Options; o.Queue != "images" || o.Lease != 2*time.Minute || o.PoisonCeiling != 3 {
 			t.Fatalf("registered options %+v, want the declared ones", def.Options)
 		}
 		if err := worker.Start(ctx); err != nil {
@@ -276,7 +282,7 @@ func TestRequeueWakesProcessor(t *testing.T) {
 		ctx := ctxT(t)
 		cfg := fast()
 		cfg.MinPollInterval, cfg.MaxPollInterval, cfg.PollJitter = time.Hour, time.Hour, -1
-		c := newClient(t, s, cmdq.Config{Processor: cfg})
+		c := newClient(t, s, cfg)
 		var fixed atomic.Bool
 		started := make(chan time.Time, 4)
 		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
@@ -361,11 +367,11 @@ func TestIssueMany(t *testing.T) {
 		if err != nil || len(m) != n {
 			t.Fatalf("Statuses: %d of %d, %v", len(m), n, err)
 		}
-		if d, _ := c.QueueDepth(ctx, commands.DefaultQueue); d != n+1 {
+		if d, _ := c.QueueDepth(ctx, cmdqtype.DefaultQueue); d != n+1 {
 			t.Fatalf("queue holds %d messages, want %d", d, n+1)
 		}
 		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.With(greet{Name: "bad"}, cmdq.WithID("not-a-uuid")))
-		if !errors.Is(err, commands.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
+		if !errors.Is(err, cmdqtype.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
 			t.Fatalf("IssueMany with a bad ID: %v", err)
 		}
 		// IDs issued before, and IDs repeated in the batch, are issued as
@@ -378,7 +384,7 @@ func TestIssueMany(t *testing.T) {
 			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
 			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
 		)
-		if !errors.Is(err, commands.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
+		if !errors.Is(err, cmdqtype.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
 			t.Fatalf("IssueMany with repeated IDs: %v", err)
 		}
 		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
@@ -393,8 +399,8 @@ func TestRunFor(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "embedded")
 	ctx := ctxT(t)
-	c := newClient(t, s, cmdq.Config{Processor: fast()})
-	if _, err := c.RunFor(ctx, time.Second); !errors.Is(err, processor.ErrNoHandlers) {
+	c := newClient(t, s, fast())
+	if _, err := c.RunFor(ctx, time.Second); !errors.Is(err, cmdqtype.ErrNoHandlers) {
 		t.Fatalf("RunFor without handlers: %v", err)
 	}
 	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
@@ -487,11 +493,11 @@ func TestRecoveryDelay(t *testing.T) {
 			ctx := ctxT(t)
 			s := openStore(t, "embedded")
 			s.st = testenv.NewCounting(s.st)
-			c := newClient(t, s, cmdq.Config{RecoveryDelay: tc.recovery, Processor: processor.Config{StartedWriteDelay: 100 * time.Millisecond}})
+			c := newClient(t, s, cmdq.Config{RecoveryDelay: tc.recovery, StartedWriteDelay: 100 * time.Millisecond})
 			typ := "other.thing"
 			if tc.register {
 				typ = greet{}.CommandType()
-				if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }, cmdq.HandlerOptions{Lease: 2 * time.Second}); err != nil {
+				if err := cmdq.RegisterWith(c, func(context.Context, greet, *cmdq.Run) error { return nil }, cmdq.HandlerOptions{Lease: 2 * time.Second}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -499,7 +505,7 @@ func TestRecoveryDelay(t *testing.T) {
 			if _, err := c.IssueRaw(ctx, raw); err != nil {
 				t.Fatal(err)
 			}
-			q, err := s.st.Queue(ctx, s.prefix+"-"+commands.DefaultQueue)
+			q, err := s.st.Queue(ctx, s.prefix+"-"+cmdqtype.DefaultQueue)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -529,4 +535,41 @@ func TestRecoveryDelay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeclaredParamsChecked: params issued by type name (IssueRaw, as the
+// HTTP API and the CLI do) must decode into the Go type the Client
+// registered or declared; bad ones fail with ErrInvalidParams, naming the
+// field, and nothing is stored. Types the Client does not know are not
+// checked; typed Issue needs no check.
+func TestDeclaredParamsChecked(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		front := newClient(t, s, fast())
+		if err := cmdq.Declare[resize](front); err != nil {
+			t.Fatal(err)
+		}
+		id := cmdq.NewID()
+		_, err := front.IssueRaw(ctx, cmdq.Raw{ID: id, Type: "images.resize", Params: []byte(`{"url":42}`)})
+		if !errors.Is(err, cmdq.ErrInvalidParams) || !strings.Contains(err.Error(), "url") {
+			t.Fatalf("IssueRaw with a number for url: %v, want ErrInvalidParams naming url", err)
+		}
+		if _, err := front.Get(ctx, id); !errors.Is(err, cmdq.ErrNotFound) {
+			t.Fatalf("the refused command was stored: %v", err)
+		}
+		_, err = front.IssueRaw(ctx, cmdq.Raw{Type: "images.resize", Params: []byte(`{"url":"a.png","width":1}`)})
+		if !errors.Is(err, cmdq.ErrInvalidParams) || !strings.Contains(err.Error(), "width") {
+			t.Fatalf("IssueRaw with an unknown field: %v, want ErrInvalidParams naming width", err)
+		}
+		if _, err := front.IssueRaw(ctx, cmdq.Raw{Type: "images.resize", Params: []byte(`{"url":"a.png"}`)}); err != nil {
+			t.Fatalf("IssueRaw with good params: %v", err)
+		}
+		if _, err := front.IssueRaw(ctx, cmdq.Raw{Type: "other.type", Params: []byte(`{"anything":1}`)}); err != nil {
+			t.Fatalf("IssueRaw of a type the Client does not know: %v", err)
+		}
+		if _, err := front.Issue(ctx, resize{URL: "b.png"}); err != nil {
+			t.Fatalf("typed Issue: %v", err)
+		}
+	})
 }

@@ -1,31 +1,41 @@
-// Package cmdq is the front door of cmdq, a command-processing framework
-// (the command side of CQRS) on Azure Storage queues and tables or an
-// embedded single-directory store.
+// Package cmdq is a command-processing framework for Go: the command side
+// of CQRS on Azure Storage queues and tables, or on an embedded store (one
+// local data directory, no server).
 //
-// One Client does everything a Go program needs, on one store and one
-// prefix:
+// A command is a Go type with a CommandType method; its JSON encoding is
+// its parameters. One Client does everything a program needs, on one
+// store and one prefix: it registers handlers and runs them, issues
+// commands, reads their status and events, waits for them, lists them,
+// and handles the poisoned ones.
 //
 //	st, err := embedded.Open("./cmdq-data", nil) // or azure.Open(ctx, azure.Config{…})
-//	c, err := cmdq.New(st, cmdq.Config{})
+//	c, err := cmdq.New(st, cmdq.Config{})        // every zero field takes its default
 //	err = cmdq.Register(c, func(ctx context.Context, cmd ResizeImage, run *cmdq.Run) error { … })
-//	err = c.Start(ctx) // opens queues and tables, then processes in the background
-//	res, err := c.Issue(ctx, ResizeImage{URL: u}, cmdq.WithID(id))
-//	s, err := c.Wait(ctx, res.ID) // s.State: completed, poisoned, …
+//	err = c.Start(ctx)                           // opens queues and tables, then processes in the background
+//	res, err := c.Issue(ctx, ResizeImage{URL: u}, cmdq.WithID(cmdq.NewID()))
+//	s, err := c.Wait(ctx, res.ID)                // s.State: completed, poisoned, …
 //
-// A command is a Go type with a CommandType method; its fields are the
-// JSON parameters. A type may declare its queue and handling defaults with
-// a CommandOptions method (see CommandWithOptions): issuing routes by it
-// in any process, and Register takes it as the defaults.
+// Issuing stores the parameters in a table and puts a small message on a
+// queue (one table batch and one enqueue: one combined write on the
+// embedded store). Processors on any number of machines pull messages in
+// batches, run the handler, record every step of the command's life as
+// events, retry failures after a delay, and move commands that keep
+// failing to a poison table, where operators requeue or discard them.
 //
-// Handlers run in Start (until Stop or the context ends), Run (blocking) or
-// RunFor (time-boxed, for a scheduler that starts a job every minute). A
-// process that only issues commands needs no handler; Declare records the
-// routing of a type issued by name (IssueRaw, the HTTP API) without one.
+// A type may declare its queue and handling defaults with a
+// CommandOptions method (CommandWithOptions): issuing routes by it in any
+// process, and Register takes it as the defaults. A process that only
+// issues needs no handler; Declare records the routing of a type issued by
+// name (IssueRaw, the HTTP API) and makes such parameters be checked
+// against the Go type.
 //
-// The packages below stay for advanced use: commands (the Issuer),
-// handlers (the registry), processor (the pull-mode processor), status (the
-// read model), storage and its drivers, api (the HTTP API), metrics
-// (Prometheus) and cmdqtest (a test kit for your own tests).
+// Handlers run in Start (until Stop or the context ends), Run (blocking)
+// or RunFor (time-boxed, for a scheduler that starts a job every minute).
+// Every processing event reaches Config.Observers (metrics, logs,
+// tracing). Package cmdqtest is a test kit for your own tests; package api
+// serves the HTTP API on a Client and package console the operator page;
+// package client is a Go client of the HTTP API; storage/embedded and
+// storage/azure are the store drivers.
 package cmdq
 
 import (
@@ -38,74 +48,40 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/rs/zerolog"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Config configures a Client. The zero Config is valid: every zero field
-// takes the default its comment states.
+// takes the default its comment states. Validate reports every problem at
+// once.
 type Config struct {
+	// --- Storage names ---
+
 	// Prefix starts every storage name: the queues "<prefix>-<queue>" and
 	// the tables "<prefix>commands" and "<prefix>poison". Lowercase letters
 	// and digits, starting with a letter, at most 40 characters. Clients
 	// (and cmdq processes) that share a store and a prefix share their
-	// commands.
-	//
-	// Defaults to "cmdq" (commands.DefaultPrefix).
+	// commands. Defaults to DefaultPrefix ("cmdq").
 	Prefix string
 
-	// Processor tunes the processor that runs the registered handlers
-	// (Start, Run, RunFor): concurrency, polling, leases, reconciler,
-	// logging, health, observer. Its Prefix must be empty: Config.Prefix
-	// names everything.
-	//
-	// Defaults: those of processor.Config.
-	Processor processor.Config
+	// --- Issuing ---
 
 	// MaxParamsBytes limits a command's compact JSON parameters, in bytes.
-	//
-	// Defaults to 500 KiB (commands.MaxParamsBytes), also the largest
-	// allowed value.
+	// Defaults to MaxParamsBytes (500 KiB), also the largest allowed value.
 	MaxParamsBytes int
-
 	// EnqueueRetry is the first delay of the background retries of
 	// enqueues that failed after a command was stored (doubling up to 1
 	// minute, while the Client lives). Negative disables them (the
-	// reconciler still enqueues marked commands).
-	//
-	// Defaults to 1 s (commands.DefaultEnqueueRetry).
+	// reconciler still enqueues marked commands). Defaults to 1 s.
 	EnqueueRetry time.Duration
-
-	// WaitPollInterval is how often, at most, storage is read for a
-	// command that someone watches (Wait, Watch, and through them the
-	// HTTP API's long-polls and event streams), once for all its watchers
-	// together: it doubles while nothing changes, up to
-	// WaitMaxPollInterval, and is back to WaitPollInterval after a change.
-	// These reads only find changes made by other processes: a change
-	// this Client stores (its processor's outcomes, a requeue or discard
-	// through it) reaches the watchers at once.
-	//
-	// Defaults to 1 s (DefaultWaitPollInterval): a watched command costs
-	// at most one storage read a second, however many wait on it.
-	WaitPollInterval time.Duration
-
-	// WaitMaxPollInterval caps the interval between two reads of a watched
-	// command that does not change.
-	//
-	// Defaults to 5 s (DefaultWaitMaxPollInterval).
-	WaitMaxPollInterval time.Duration
-
-	// FinalCache is how many completed or discarded statuses the Client
-	// keeps in memory (they never change), so that reading or watching
-	// such a command again costs no storage call; the least recently used
-	// go first. Negative keeps none.
-	//
-	// Defaults to 10,000 (DefaultFinalCache).
-	FinalCache int
-
 	// RecoveryDelay is the visibility delay of a recovery enqueue — a
 	// message sent for a command that may have one already (a re-issue of
 	// a pending, never-started command, a retried or reconciled enqueue, a
@@ -114,14 +90,173 @@ type Config struct {
 	// message that exists after all has been started or finished before
 	// the second becomes visible (docs/lifecycle.md, "Duplicate
 	// messages"). Types the Client knows use their own lease plus
-	// Processor.StartedWriteDelay (the lease the running processor uses,
-	// grown after lost leases).
-	//
-	// Defaults to 30 s (DefaultRecoveryDelay, the default lease).
+	// StartedWriteDelay. At most 7 days. Defaults to 30 s (the default
+	// lease).
 	RecoveryDelay time.Duration
+
+	// --- Processing (Start, Run, RunFor) ---
+
+	// Worker names this process's processor in events and logs. Defaults
+	// to "<hostname>-<pid>".
+	Worker string
+	// Concurrency is the most handlers run at once across all queues.
+	// Defaults to 32.
+	Concurrency int
+	// BatchSize is how many messages one dequeue asks for, 1..32. Defaults
+	// to 32.
+	BatchSize int
+	// NewBatchThreshold bounds the prefetch: the messages held beyond
+	// Concurrency (dequeued, waiting for a handler slot), so that the next
+	// batch is in hand when slots free up. The prefetch used is what
+	// Concurrency slots start within 500 ms at the average handler
+	// duration, at most NewBatchThreshold: fast handlers get full batches
+	// fetched ahead, slow ones none. At most 10,000; NoThreshold (-1) for
+	// no prefetch. Defaults to BatchSize.
+	NewBatchThreshold int
+	// MinPollInterval is the wait after the first empty poll of a queue;
+	// it doubles after each empty poll up to MaxPollInterval and is back
+	// to MinPollInterval after a message. Defaults to 100 ms.
+	MinPollInterval time.Duration
+	// MaxPollInterval caps the empty-poll backoff: an idle queue costs
+	// about one dequeue per MaxPollInterval (60 an hour by default). An
+	// Issuer in the same process wakes the processor at once. Defaults to
+	// 1 minute.
+	MaxPollInterval time.Duration
+	// PollJitter is the fraction (0..1) of each poll wait that is
+	// randomized upwards (capped at MaxPollInterval). NoJitter (-1)
+	// disables it. Defaults to 0.2.
+	PollJitter float64
+	// PoisonCeiling, when above 0, overrides every type's poison ceiling:
+	// a message dequeued more than this many times is poisoned without
+	// running. Defaults to 0: each type's own (HandlerOptions.PoisonCeiling).
+	PoisonCeiling int
+	// LeaseGrowth bounds how a type's lease grows when its leases keep
+	// being lost, and how it shrinks back.
+	LeaseGrowth LeaseGrowth
+	// DrainTimeout is how long Stop (and the end of Run's context) lets
+	// running handlers finish before cancelling their contexts. Defaults
+	// to 30 s.
+	DrainTimeout time.Duration
+	// StartedWriteDelay: a handler still running after this long gets its
+	// `started` event written on its own; faster handlers get it in their
+	// final batch, saving one write. Defaults to 1 s.
+	StartedWriteDelay time.Duration
+	// HandlerDurationEstimate is RunFor's guess of a handler's duration
+	// until it has observed one. Defaults to 1 s.
+	HandlerDurationEstimate time.Duration
+	// Tolerance multiplies the average handler duration to get RunFor's
+	// safety margin; at least 1. Defaults to 1.5.
+	Tolerance float64
+
+	// --- Reconciler (commands stored but not enqueued) ---
+
+	// ReconcileInterval is how often the reconciler's marker query (which
+	// enqueues commands whose enqueue failed) runs while the processor is
+	// idle; RunFor(d) runs it with probability d/ReconcileInterval.
+	// NoReconcile (-1) disables the reconciler. Defaults to 1 hour.
+	ReconcileInterval time.Duration
+	// ReconcileActiveInterval is how often the marker query runs while the
+	// processor has work; at most ReconcileInterval. Defaults to 5
+	// minutes.
+	ReconcileActiveInterval time.Duration
+	// ReconcileScanInterval is how often one reconciler run is the pending
+	// scan (a whole-table query for commands still pending after
+	// ReconcileStaleAfter) and the retention sweep. NoReconcile (-1)
+	// disables both. Defaults to 24 hours.
+	ReconcileScanInterval time.Duration
+	// ReconcileGrace is how old an enqueue-failure marker must be before
+	// the reconciler acts on it. Defaults to 30 s.
+	ReconcileGrace time.Duration
+	// ReconcileStaleAfter is how old a pending command without a marker
+	// must be before the pending scan enqueues it. Defaults to 15 minutes.
+	ReconcileStaleAfter time.Duration
+
+	// --- Retention ---
+
+	// Retention is how long final commands are kept before the daily
+	// sweep removes them; a type's own (HandlerOptions.Retention,
+	// CommandOptions.Retention) overrides it. Defaults: completed 7 days,
+	// discarded 30 days; poisoned commands are kept until discarded
+	// (docs/lifecycle.md, "Retention").
+	Retention Retention
+
+	// --- Health ---
+
+	// UnhealthyAfter is the number of consecutive infrastructure faults
+	// that make the processor unhealthy. Defaults to 5.
+	UnhealthyAfter int
+	// Flywheel, when true, makes an unhealthy processor stop pulling work
+	// until ResetHealth is called. Defaults to false: it keeps pulling and
+	// is healthy again after the next successful storage call.
+	Flywheel bool
+	// ProbeTimeout bounds the readiness probe (CheckStorage). Defaults to
+	// 2 s.
+	ProbeTimeout time.Duration
+	// ProbeInterval: CheckStorage makes no call when a storage call
+	// succeeded within this long and none failed since; while storage is
+	// failing the processor probes this often to notice its return.
+	// Defaults to 5 s.
+	ProbeInterval time.Duration
+
+	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
+
+	// WaitPollInterval is how often, at most, storage is read for a
+	// command that someone watches, once for all its watchers together:
+	// it doubles while nothing changes, up to WaitMaxPollInterval. These
+	// reads only find changes made by other processes: a change this
+	// Client stores reaches the watchers at once. Defaults to 1 s.
+	WaitPollInterval time.Duration
+	// WaitMaxPollInterval caps the interval between two reads of a
+	// watched command that does not change. Defaults to 5 s.
+	WaitMaxPollInterval time.Duration
+	// FinalCache is how many completed or discarded statuses the Client
+	// keeps in memory (they never change), so that reading or watching
+	// such a command again costs no storage call. Negative keeps none.
+	// Defaults to 10,000.
+	FinalCache int
+
+	// --- Observability ---
+
+	// Logger receives the processor's logs (zerolog). Defaults to the
+	// zero Logger, which discards them.
+	Logger zerolog.Logger
+	// Observers receive every processing event (started, completed,
+	// failed, poisoned, lease lost, polled, alert, health change), in
+	// order: metrics.Metrics is one. Defaults to none.
+	Observers []Observer
 }
 
-// Defaults of Config.
+// LeaseGrowth says how a command type's lease grows when its leases keep
+// being lost (a handler that outlives its lease, renewals that fail), and
+// how it shrinks back. A grown lease applies to its own type only.
+type LeaseGrowth struct {
+	// Threshold is the number of lost leases of one type that triggers
+	// growth. Defaults to 3.
+	Threshold int
+	// Factor multiplies the lease at each growth and divides it at each
+	// shrink; above 1. Defaults to 2.
+	Factor float64
+	// MaxFactor bounds the grown lease to MaxFactor × the type's lease,
+	// and never past 1 hour. Defaults to 10.
+	MaxFactor float64
+	// ShrinkAfter: a grown lease shrinks one step after this many clean
+	// finishes of its type in a row. Defaults to 10.
+	ShrinkAfter int
+	// QuietPeriod: a grown lease also shrinks one step at the first clean
+	// finish this long after the last lost lease. Defaults to 10 minutes.
+	QuietPeriod time.Duration
+}
+
+// Special values of Config fields whose zero value means the default.
+const (
+	// NoThreshold as Config.NewBatchThreshold: no prefetch.
+	NoThreshold = cmdqtype.NoThreshold
+	// NoReconcile as Config.ReconcileInterval disables the reconciler; as
+	// Config.ReconcileScanInterval only the pending scan and the sweep.
+	NoReconcile = cmdqtype.NoReconcile
+)
+
+// Defaults of the Client's own settings.
 const (
 	// DefaultWaitPollInterval is Config.WaitPollInterval's default (1 s).
 	DefaultWaitPollInterval = time.Second
@@ -132,10 +267,7 @@ const (
 	DefaultRecoveryDelay = record.DefaultRecoveryDelay
 )
 
-// Sentinel errors of the Client (test with errors.Is). Errors from the
-// packages below are returned wrapped as they are: ErrNotFound and the
-// other status errors, the commands errors of issuing (ErrIDConflict, …)
-// and the storage errors.
+// Sentinel errors of the Client (test with errors.Is).
 var (
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("cmdq: invalid config")
@@ -144,28 +276,50 @@ var (
 	ErrStarted = errors.New("cmdq: client is processing")
 )
 
+// processor returns the processor's configuration (everything but the
+// hooks the Client sets itself).
+func (c Config) processor() processor.Config {
+	g := c.LeaseGrowth
+	return processor.Config{
+		Prefix: c.Prefix, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
+		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
+		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling,
+		LeaseGrowth: processor.LeaseGrowth{Threshold: g.Threshold, Factor: g.Factor, MaxFactor: g.MaxFactor,
+			ShrinkAfter: g.ShrinkAfter, QuietPeriod: g.QuietPeriod},
+		DrainTimeout: c.DrainTimeout, StartedWriteDelay: c.StartedWriteDelay,
+		HandlerDurationEstimate: c.HandlerDurationEstimate, Tolerance: c.Tolerance,
+		ReconcileInterval: c.ReconcileInterval, ReconcileActiveInterval: c.ReconcileActiveInterval,
+		ReconcileScanInterval: c.ReconcileScanInterval, ReconcileGrace: c.ReconcileGrace,
+		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: c.Retention,
+		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
+		Flywheel: c.Flywheel, Logger: c.Logger,
+	}
+}
+
 // Validate reports every problem with c at once (errors.Join); each wraps
 // ErrInvalidConfig.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err)) }
-	if err := (record.Names{Prefix: cmp.Or(c.Prefix, commands.DefaultPrefix)}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
 		bad(fmt.Errorf("Prefix: %w", err))
 	}
-	if c.Processor.Prefix != "" {
-		bad(fmt.Errorf("Processor.Prefix %q is set: leave it empty and set Config.Prefix (one prefix names everything)", c.Processor.Prefix))
-	}
-	if err := c.Processor.Validate(); err != nil {
+	if err := c.processor().Validate(); err != nil {
 		bad(err)
 	}
-	if err := (commands.IssuerOptions{MaxParamsBytes: c.MaxParamsBytes}).Validate(); err != nil {
-		bad(err)
+	if c.MaxParamsBytes < 0 || c.MaxParamsBytes > cmdqtype.MaxParamsBytes {
+		bad(fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", c.MaxParamsBytes, cmdqtype.MaxParamsBytes, cmdqtype.MaxParamsBytes))
 	}
 	if c.RecoveryDelay < 0 || c.RecoveryDelay > storage.MaxVisibility {
 		bad(fmt.Errorf("RecoveryDelay %s is outside 0..%s (0 = the default, %s; give at least the lease of the command types this Client does not know)", c.RecoveryDelay, storage.MaxVisibility, DefaultRecoveryDelay))
 	}
 	if c.WaitPollInterval < 0 || c.WaitMaxPollInterval < 0 {
 		bad(fmt.Errorf("WaitPollInterval %s and WaitMaxPollInterval %s must not be negative (0 = the defaults, %s and %s)", c.WaitPollInterval, c.WaitMaxPollInterval, DefaultWaitPollInterval, DefaultWaitMaxPollInterval))
+	}
+	for i, o := range c.Observers {
+		if o == nil {
+			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -177,10 +331,11 @@ type Client struct {
 	st    storage.Store
 	cfg   Config
 	names record.Names
-	reg   *handlers.Registry
+	reg   *registry.Registry
+	tune  tuning.Switches
 
 	mu      sync.Mutex
-	iss     *commands.Issuer
+	iss     *issuer.Issuer
 	log     *record.Reader // opened on first use
 	proc    *processor.Processor
 	probe   *processor.StorageProbe // readiness without a processor
@@ -198,32 +353,44 @@ type Client struct {
 // tables are created on first use (Start opens them up front). st stays
 // yours to close, after Stop.
 func New(st storage.Store, cfg Config) (*Client, error) {
+	return newClient(st, cfg, tuning.Switches{})
+}
+
+func init() {
+	tuning.NewClient = func(st storage.Store, cfg any, sw tuning.Switches) (any, error) {
+		return newClient(st, cfg.(Config), sw)
+	}
+}
+
+func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: New needs a store (embedded.Open or azure.Open)", ErrInvalidConfig)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Prefix = cmp.Or(cfg.Prefix, commands.DefaultPrefix)
+	cfg.Prefix = cmp.Or(cfg.Prefix, cmdqtype.DefaultPrefix)
 	cfg.WaitPollInterval = cmp.Or(cfg.WaitPollInterval, DefaultWaitPollInterval)
 	cfg.WaitMaxPollInterval = max(cmp.Or(cfg.WaitMaxPollInterval, DefaultWaitMaxPollInterval), cfg.WaitPollInterval)
 	cfg.FinalCache = cmp.Or(cfg.FinalCache, DefaultFinalCache)
 	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: handlers.NewRegistry()}
+	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
+	cfg.Observers = append([]Observer(nil), cfg.Observers...)
+	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: registry.NewRegistry(), tune: tune}
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
-	r := cfg.Processor.Retention
-	c.hub.final.maxAge = min(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+	r := cfg.Retention
+	c.hub.final.maxAge = min(cmp.Or(r.Completed, cmdqtype.DefaultCompletedRetention), cmp.Or(r.Discarded, cmdqtype.DefaultDiscardedRetention))
 	if c.hub.final.maxAge < 0 {
-		c.hub.final.maxAge = max(cmp.Or(r.Completed, commands.DefaultCompletedRetention), cmp.Or(r.Discarded, commands.DefaultDiscardedRetention))
+		c.hub.final.maxAge = max(cmp.Or(r.Completed, cmdqtype.DefaultCompletedRetention), cmp.Or(r.Discarded, cmdqtype.DefaultDiscardedRetention))
 	}
 	c.iss = c.newIssuer()
 	return c, nil
 }
 
-func (c *Client) newIssuer() *commands.Issuer {
-	iss, err := commands.NewIssuer(c.st, commands.IssuerOptions{
+func (c *Client) newIssuer() *issuer.Issuer {
+	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
 		RecoveryDelay: c.recoveryDelay,
@@ -246,8 +413,8 @@ func (c *Client) wake(queue string) {
 }
 
 // handOff reserves a handler slot of the in-process processor for an
-// issue's own message (processor.Processor.HandOff), or returns nil.
-func (c *Client) handOff(queue, cmdType string) commands.HandOffSlot {
+// issue's own message, or returns nil.
+func (c *Client) handOff(queue, cmdType string) issuer.HandOffSlot {
 	if p := c.procLive.Load(); p != nil {
 		if slot := p.HandOff(queue, cmdType); slot != nil {
 			return slot
@@ -258,15 +425,14 @@ func (c *Client) handOff(queue, cmdType string) commands.HandOffSlot {
 
 // recoveryDelay is the visibility delay of a recovery enqueue of cmdType
 // (Config.RecoveryDelay): the running processor's lease of the type plus
-// its StartedWriteDelay; else the registered or declared lease plus the
-// configured StartedWriteDelay; else Config.RecoveryDelay.
+// its StartedWriteDelay; else the registered or declared lease plus
+// StartedWriteDelay; else Config.RecoveryDelay.
 func (c *Client) recoveryDelay(cmdType string) time.Duration {
 	if p := c.procLive.Load(); p != nil && p.LeaseOf(cmdType) > 0 {
 		return p.RecoveryDelay(cmdType)
 	}
 	if def, ok := c.reg.Lookup(cmdType); ok {
-		lease := cmp.Or(def.Lease, commands.DefaultLease)
-		return lease + cmp.Or(c.cfg.Processor.StartedWriteDelay, processor.DefaultStartedWriteDelay)
+		return cmp.Or(def.Lease, cmdqtype.DefaultLease) + c.cfg.StartedWriteDelay
 	}
 	return c.cfg.RecoveryDelay
 }
@@ -280,7 +446,7 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
 	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay,
-		Retention: record.RetentionPolicy{Completed: c.cfg.Processor.Retention.Completed, Discarded: c.cfg.Processor.Retention.Discarded}}, c.wake)
+		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
 	}
@@ -292,13 +458,33 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 // declared), sorted.
 func (c *Client) Types() []string { return c.reg.Types() }
 
-// Lookup returns the definition of a registered or declared command type.
-func (c *Client) Lookup(cmdType string) (*handlers.Definition, bool) { return c.reg.Lookup(cmdType) }
+// TypeInfo describes a command type the Client knows (Lookup).
+type TypeInfo struct {
+	// Type is the command type name.
+	Type string
+	// Handled is true for a registered type (a handler runs here), false
+	// for a declared one.
+	Handled bool
+	// Options are the type's options with every default applied.
+	Options HandlerOptions
+}
+
+// Lookup returns what the Client knows of a registered or declared command
+// type.
+func (c *Client) Lookup(cmdType string) (TypeInfo, bool) {
+	def, ok := c.reg.Lookup(cmdType)
+	if !ok {
+		return TypeInfo{}, false
+	}
+	o := def.Options
+	return TypeInfo{Type: def.Type, Handled: def.Handled(), Options: HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling,
+		Lease: o.Lease, Timeout: o.Timeout, Retry: o.Retry, Retention: o.Retention}}, true
+}
 
 // Queues returns the logical queues the Client knows: DefaultQueue and the
 // queues of every registered or declared type, sorted.
 func (c *Client) Queues() []string {
-	set := map[string]bool{commands.DefaultQueue: true}
+	set := map[string]bool{cmdqtype.DefaultQueue: true}
 	for _, t := range c.reg.Types() {
 		if q, ok := c.reg.QueueOf(t); ok {
 			set[q] = true
@@ -317,30 +503,45 @@ func (c *Client) Queues() []string {
 func (c *Client) Handles() bool { return len(c.reg.Handlers()) > 0 }
 
 // Register binds fn to T's command type on c: Start, Run and RunFor run it
-// for every command of the type. opts (at most one) are the type's
-// options; their zero fields take T's declared options (CommandWithOptions),
-// then the defaults (queue "commands", 5 attempts, 30 s lease, retries from
-// 1 s doubling to 5 min). Register every handler before Start; it fails
-// with ErrStarted after. Other errors as handlers.Register (a duplicate
-// type, an invalid type name or options).
-func Register[T Command](c *Client, fn Handler[T], opts ...HandlerOptions) error {
+// for every command of the type, with T's declared options
+// (CommandWithOptions) over the defaults (queue "commands", 5 attempts,
+// 30 s lease, retries from 1 s doubling to 5 min). Register every handler
+// before Start; it fails with ErrStarted after. Other errors:
+// ErrDuplicateType, ErrInvalidType (T's type name), ErrInvalidOptions.
+func Register[T Command](c *Client, fn Handler[T]) error {
+	return RegisterWith(c, fn, HandlerOptions{})
+}
+
+// RegisterWith is Register with options: their zero fields take T's
+// declared options, then the defaults.
+func RegisterWith[T Command](c *Client, fn Handler[T], opts HandlerOptions) error {
 	if err := c.editable(); err != nil {
 		return err
 	}
-	return handlers.Register(c.reg, fn, opts...)
+	if fn == nil {
+		return fmt.Errorf("%w: Register needs a handler function", ErrInvalidOptions)
+	}
+	return registry.Register(c.reg, func(ctx context.Context, cmd T, r *registry.Run) error {
+		return fn(ctx, cmd, &Run{r: r})
+	}, opts.engine())
 }
 
 // Declare records T's routing and options on c without a handler, for a
-// process that issues T by type name (IssueRaw, the HTTP API) but does not
-// run it: such commands go to T's queue, and their parameters are checked
-// to decode into T. Typed Issue needs no Declare (it reads T's
-// CommandOptions itself). opts (at most one) override T's declared
-// options. It fails with ErrStarted after Start.
-func Declare[T Command](c *Client, opts ...CommandOptions) error {
+// process that issues T by type name (IssueRaw, the HTTP API, the CLI) but
+// does not run it: such commands go to T's declared queue, and their
+// parameters must decode into T (else ErrInvalidParams, before anything is
+// stored). Typed Issue needs no Declare (it reads T's CommandOptions
+// itself). It fails with ErrStarted after Start.
+func Declare[T Command](c *Client) error {
+	return DeclareWith[T](c, CommandOptions{})
+}
+
+// DeclareWith is Declare with options over T's declared ones.
+func DeclareWith[T Command](c *Client, opts CommandOptions) error {
 	if err := c.editable(); err != nil {
 		return err
 	}
-	return handlers.Declare[T](c.reg, opts...)
+	return registry.Declare[T](c.reg, opts)
 }
 
 // editable fails while processing runs (its registry is fixed).

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // issuer returns the current Issuer.
-func (c *Client) issuer() *commands.Issuer {
+func (c *Client) issuer() *issuer.Issuer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.iss
@@ -27,15 +27,15 @@ func (c *Client) issuer() *commands.Issuer {
 // (Result.Existing) instead of a second one. Cost: one table batch and one
 // enqueue (one combined write on the embedded store).
 //
-// Errors (test with errors.Is): commands.ErrInvalidType, ErrInvalidID,
+// Errors (test with errors.Is): cmdq.ErrInvalidType, ErrInvalidID,
 // ErrInvalidParams, ErrParamsTooLarge, ErrIDConflict (the ID is taken by
-// another command); commands.ErrEnqueueFailed means the command is stored
+// another command); cmdq.ErrEnqueueFailed means the command is stored
 // and will be enqueued by the reconciler (it is accepted, Result.ID is
-// valid); commands.ErrNotAccepted means it is stored but not queued: issue
+// valid); cmdq.ErrNotAccepted means it is stored but not queued: issue
 // it again with the same ID. A storage error leaves it unknown whether the
 // command was stored: issue it again with the same ID.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
-	return c.issuer().Issue(ctx, cmd, opts...)
+	return c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
 }
 
 // IssueRaw issues a command given as type name and JSON parameters (the
@@ -53,7 +53,11 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // cmds[i]'s Result; err joins every failure, each naming its command's
 // index and type and wrapping its error (errors.Is works on err).
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
-	return c.issuer().IssueMany(ctx, cmds...)
+	ecmds := make([]issuer.Command, len(cmds))
+	for i, cmd := range cmds {
+		ecmds[i] = cmd
+	}
+	return c.issuer().IssueMany(ctx, ecmds...)
 }
 
 // Get returns a command's status: one point read, or none for a
@@ -149,7 +153,7 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 			switch {
 			case err == nil:
 				out[id] = st
-			case !errors.Is(err, status.ErrNotFound):
+			case !errors.Is(err, cmdqtype.ErrNotFound):
 				errs = append(errs, err)
 			}
 		}()

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -94,9 +94,16 @@ func (c *Client) processor() (*processor.Processor, error) {
 	if c.proc != nil {
 		return c.proc, nil
 	}
-	cfg := c.cfg.Processor
-	cfg.Prefix = c.cfg.Prefix
-	cfg.Observer = outcomes{next: cfg.Observer, c: c}
+	cfg := c.cfg.processor()
+	cfg.NoFastPath, cfg.NoHandOff = c.tune.NoFastPath, c.tune.NoHandOff
+	cfg.Changes = changes{c}
+	switch len(c.cfg.Observers) {
+	case 0:
+	case 1:
+		cfg.Observer = c.cfg.Observers[0]
+	default:
+		cfg.Observer = observers(c.cfg.Observers)
+	}
 	p, err := processor.New(c.st, c.reg, cfg)
 	if err != nil {
 		return nil, err
@@ -107,7 +114,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 }
 
 // Stop stops taking work, lets running handlers finish (within
-// Config.Processor.DrainTimeout, 30 s by default, or until ctx ends) and
+// Config.DrainTimeout, 30 s by default, or until ctx ends) and
 // returns once processing has stopped; it also stops the background
 // retries of failed enqueues (issuing keeps working). The error is the
 // processor's (nil after a clean stop), or ctx's when it ended first.
@@ -137,12 +144,12 @@ func (c *Client) Stop(ctx context.Context) error {
 }
 
 // Run is Start, then it blocks until ctx ends and stops as Stop does
-// (within Config.Processor.DrainTimeout). It returns nil after a clean
+// (within Config.DrainTimeout). It returns nil after a clean
 // stop, or the error that kept it from starting. Without handlers it fails
-// with processor.ErrNoHandlers.
+// with cmdqtype.ErrNoHandlers.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.Handles() {
-		return fmt.Errorf("%w: register a handler (cmdq.Register) before Run", processor.ErrNoHandlers)
+		return fmt.Errorf("%w: register a handler (cmdq.Register) before Run", cmdqtype.ErrNoHandlers)
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -152,14 +159,14 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 // RunFor processes for at most d and returns before d has passed, with what
-// it did (see processor.Processor.RunFor: it stops taking work when the
+// it did (see processor.RunFor: it stops taking work when the
 // next handler might not finish in time, and leaves no message leased).
 // For a scheduler that starts a job every minute, use 55 s. Without
-// handlers it fails with processor.ErrNoHandlers; while Start's processing
+// handlers it fails with cmdqtype.ErrNoHandlers; while Start's processing
 // runs, with ErrStarted.
 func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 	if !c.Handles() {
-		return Summary{}, fmt.Errorf("%w: register a handler (cmdq.Register) before RunFor", processor.ErrNoHandlers)
+		return Summary{}, fmt.Errorf("%w: register a handler (cmdq.Register) before RunFor", cmdqtype.ErrNoHandlers)
 	}
 	start := time.Now()
 	p, err := c.prepare(ctx)
@@ -187,16 +194,16 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 
 // Health returns the processor's health (state, last fault, in-flight
 // count). A Client without handlers has no processor: its state is
-// processor.Stopped and it is healthy.
+// cmdqtype.ProcessorStopped and it is healthy.
 func (c *Client) Health() Health {
 	if p := c.procLive.Load(); p != nil {
 		return p.Health()
 	}
-	return Health{State: processor.Stopped}
+	return Health{State: cmdqtype.ProcessorStopped}
 }
 
 // ResetHealth clears an unhealthy processor's fault count: with
-// Config.Processor.Flywheel it is how an operator lets it pull work again.
+// Config.Flywheel it is how an operator lets it pull work again.
 func (c *Client) ResetHealth() {
 	if p := c.procLive.Load(); p != nil {
 		p.ResetHealth()
@@ -213,9 +220,9 @@ func (c *Client) Stats() Stats {
 }
 
 // CheckStorage tells within about 2 s whether storage answers: the
-// readiness probe (processor.Processor.CheckStorage; without a processor, a
+// readiness probe (processor.CheckStorage; without a processor, a
 // probe of the default queue). It makes no storage call when one succeeded
-// within the last 5 s. The error wraps processor.ErrStorageUnavailable.
+// within the last 5 s. The error wraps cmdqtype.ErrStorageUnavailable.
 func (c *Client) CheckStorage(ctx context.Context) error {
 	if p := c.procLive.Load(); p != nil {
 		return p.CheckStorage(ctx)
@@ -227,8 +234,8 @@ func (c *Client) CheckStorage(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return r.Queue(ctx, commands.DefaultQueue)
-		}, c.cfg.Processor.ProbeTimeout, c.cfg.Processor.ProbeInterval)
+			return r.Queue(ctx, cmdqtype.DefaultQueue)
+		}, c.cfg.ProbeTimeout, c.cfg.ProbeInterval)
 	}
 	probe := c.probe
 	c.mu.Unlock()
@@ -286,71 +293,27 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 	return nil
 }
 
-// outcomes is the Client's processor Observer: it passes every call on to
-// the configured Observer and pushes the processor's changes to the
-// Client's watchers (processor.ChangeObserver).
-type outcomes struct {
-	next processor.Observer
-	c    *Client
-}
+// observers passes each observation to every observer, in order; a panic
+// in one is recovered and dropped without keeping it from the others.
+type observers []Observer
 
-var _ processor.ChangeObserver = outcomes{}
-
-func (o outcomes) CommandCompleted(t string) {
-	if o.next != nil {
-		o.next.CommandCompleted(t)
+func (os observers) Observe(o Observation) {
+	for _, x := range os {
+		observeOne(x, o)
 	}
 }
 
-func (o outcomes) CommandFailed(t string) {
-	if o.next != nil {
-		o.next.CommandFailed(t)
-	}
+func observeOne(x Observer, o Observation) {
+	defer func() { _ = recover() }()
+	x.Observe(o)
 }
 
-func (o outcomes) CommandPoisoned(t string) {
-	if o.next != nil {
-		o.next.CommandPoisoned(t)
-	}
-}
+// changes is the processor's change hook: it pushes the processor's
+// stored changes and handler starts and ends to the Client's watchers.
+type changes struct{ c *Client }
 
-func (o outcomes) HandlerDuration(t string, d time.Duration) {
-	if o.next != nil {
-		o.next.HandlerDuration(t, d)
-	}
-}
-
-func (o outcomes) LeaseLost(t string) {
-	if o.next != nil {
-		o.next.LeaseLost(t)
-	}
-}
-
-func (o outcomes) PollInterval(q string, d time.Duration) {
-	if o.next != nil {
-		o.next.PollInterval(q, d)
-	}
-}
-
-func (o outcomes) Polled(q string, empty bool) {
-	if o.next != nil {
-		o.next.Polled(q, empty)
-	}
-}
-
-// CommandChanged pushes a stored change to the watchers, then tells the
-// configured Observer when it wants changes too.
-func (o outcomes) CommandChanged(st Status, events []Event) {
-	o.c.hub.push(st, events)
-	if co, ok := o.next.(processor.ChangeObserver); ok {
-		co.CommandChanged(st, events)
-	}
-}
+// CommandChanged pushes a stored change to the watchers.
+func (ch changes) CommandChanged(st Status, events []Event) { ch.c.hub.push(st, events) }
 
 // InFlightChanged wakes the command's watchers (Client.InFlight changed).
-func (o outcomes) InFlightChanged(id string) {
-	o.c.hub.inFlightChanged(id)
-	if co, ok := o.next.(processor.ChangeObserver); ok {
-		co.InFlightChanged(id)
-	}
-}
+func (ch changes) InFlightChanged(id string) { ch.c.hub.inFlightChanged(id) }

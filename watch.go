@@ -11,8 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -22,7 +21,7 @@ import (
 //   - Changes this Client stores (its processor's outcomes, steps and
 //     starts; requeues and discards through it) are pushed to the watchers
 //     of the command as they land (record.Options.Changed and
-//     processor.ChangeObserver): no storage call, no delay.
+//     Config.Changes): no storage call, no delay.
 //   - Changes made by other processes are found by reading storage: once per
 //     interval per watched command, for all its watchers together
 //     (Config.WaitPollInterval, 1 s, doubling while nothing changes up to
@@ -222,7 +221,7 @@ func (h *hub) read(e *entry) {
 		default:
 			backoff()
 		}
-	case errors.Is(err, status.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound):
 		e.err, e.known = err, false
 		e.ver++
 		e.signal()
@@ -505,10 +504,6 @@ func (c *Client) readStatus(ctx context.Context, id string) (Status, error) {
 	}
 	return st, err
 }
-
-// InFlight is a command whose handler a processor runs now
-// (processor.InFlight).
-type InFlight = processor.InFlight
 
 // InFlight reports whether this Client's processor runs a handler of
 // command id now: the command is running, although its started event may

@@ -70,7 +70,7 @@ func TestWatchSharesReads(t *testing.T) {
 	cfg := fast()
 	cfg.Concurrency = 100
 	cfg.StartedWriteDelay = 10 * time.Millisecond
-	worker := newClient(t, s, cmdq.Config{Processor: cfg})
+	worker := newClient(t, s, cfg)
 	blocking(t, worker, release)
 	if err := worker.Start(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestWatchSharesReads(t *testing.T) {
 func TestFinalStatusReadOnce(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "embedded")
-	worker := newClient(t, s, cmdq.Config{Processor: fast()})
+	worker := newClient(t, s, fast())
 	if err := cmdq.Register(worker, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,8 @@ func TestWaitPushedInProcess(t *testing.T) {
 		cfg := fast()
 		cfg.StartedWriteDelay = time.Hour
 		counted, n := counting(s.st)
-		c, err := cmdq.New(counted, cmdq.Config{Prefix: s.prefix, Processor: cfg, WaitPollInterval: time.Hour})
+		cfg.Prefix, cfg.WaitPollInterval = s.prefix, time.Hour
+		c, err := cmdq.New(counted, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

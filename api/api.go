@@ -27,10 +27,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/metrics"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -50,7 +48,7 @@ type Config struct {
 	// handle).
 	Client *cmdq.Client
 	// Health reports health for /healthz and /readyz. Default: the
-	// client's processor (state, healthy, its processor.Health as detail)
+	// client's processor (state, healthy, its cmdqtype.Health as detail)
 	// when it has handlers, else always healthy with state "ok".
 	Health HealthFunc
 	// Ready, when set, is asked by GET /readyz (after Health): an error
@@ -398,7 +396,7 @@ func writeTooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if err := commands.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
 		return "", false
 	}
@@ -409,13 +407,13 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // Unexpected errors are logged with a reference and reported as 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, status.ErrNoCommand):
+	case errors.Is(err, cmdqtype.ErrNoCommand):
 		writeProblem(w, r, newProblem(ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
-	case errors.Is(err, status.ErrExpired):
+	case errors.Is(err, cmdqtype.ErrExpired):
 		writeProblem(w, r, newProblem(ProblemGone, clipText(expiredText(err))))
-	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
-	case errors.Is(err, status.ErrNotPoisoned):
+	case errors.Is(err, cmdqtype.ErrNotPoisoned):
 		writeProblem(w, r, newProblem(ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
@@ -453,46 +451,46 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if types := s.cfg.Client.Types(); len(types) > 0 {
-		def, ok := s.cfg.Client.Lookup(req.Type)
-		if !ok {
+		if _, ok := s.cfg.Client.Lookup(req.Type); !ok {
 			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
 				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
-			return
-		}
-		if _, err := def.Decode(req.Params); err != nil {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("params do not match command type %s: %s", quoteClip(req.Type), decodeDetail(err)),
-				FieldError{Pointer: "#/params", Detail: decodeDetail(err)}))
 			return
 		}
 	}
 	res, err := s.cfg.Client.IssueRaw(r.Context(), cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
 	switch {
 	case err == nil:
-	case errors.Is(err, commands.ErrNotAccepted):
+	case errors.Is(err, cmdqtype.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
 		// nothing guarantees it runs, so it is not accepted. The client's
 		// retry with the same id enqueues it.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
 		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
 		return
-	case errors.Is(err, commands.ErrEnqueueFailed) && res.ID != "":
+	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
-	case errors.Is(err, commands.ErrIDConflict):
+	case errors.Is(err, cmdqtype.ErrIDConflict):
 		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
 			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
-	case errors.Is(err, commands.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
+	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
 		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
 			FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
-	case errors.Is(err, commands.ErrIDOutsideWindow):
+	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
-			commands.IssueWindowPastDays, commands.IssueWindowFutureDays),
+			cmdqtype.IssueWindowPastDays, cmdqtype.IssueWindowFutureDays),
 			FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
 		return
-	case errors.Is(err, commands.ErrInvalidType), errors.Is(err, commands.ErrInvalidID), errors.Is(err, commands.ErrInvalidParams):
+	case errors.Is(err, cmdqtype.ErrInvalidParams):
+		// The params do not decode into the type's Go type (the Issuer
+		// checks it for every type this process registers or declares).
+		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err)),
+			FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
+		return
+	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
 		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
@@ -503,7 +501,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(status.StatePending)})
+		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(cmdqtype.StatePending)})
 		return
 	}
 	st, err := s.cfg.Client.Get(r.Context(), res.ID)
@@ -514,19 +512,20 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.State)})
 }
 
-// decodeDetail shortens a *handlers.DecodeError to its JSON cause (which
-// can quote the params: a short prefix only).
-func decodeDetail(err error) string {
-	var de *handlers.DecodeError
-	if errors.As(err, &de) && de.Err != nil {
-		return clipText(strings.TrimPrefix(de.Err.Error(), "json: "))
-	}
-	return clipText(err.Error())
+// trimPrefix drops a leading "cmdq: " from an error message shown to API
+// users.
+func trimPrefix(err error) string {
+	return strings.TrimPrefix(err.Error(), "cmdq: ")
 }
 
-// trimPrefix drops a leading "commands: " from an error message shown to API users.
-func trimPrefix(err error) string {
-	return strings.TrimPrefix(err.Error(), "commands: ")
+// paramsDetail is the part of an ErrInvalidParams error after its
+// sentinel's text: what is wrong with the params.
+func paramsDetail(err error) string {
+	msg := trimPrefix(err)
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
 }
 
 func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
@@ -540,16 +539,16 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 			errs = append(errs, FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
 		}
 	}
-	pq := status.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
+	pq := cmdqtype.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
-		if err := commands.ValidateType(pq.Type); err != nil {
+		if err := cmdqtype.ValidateType(pq.Type); err != nil {
 			errs = append(errs, FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > status.MaxPoisonLimit {
-			errs = append(errs, FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", status.MaxPoisonLimit, status.DefaultPoisonLimit)})
+		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
+			errs = append(errs, FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", cmdqtype.MaxPoisonLimit, cmdqtype.DefaultPoisonLimit)})
 		} else {
 			pq.Limit = n
 		}
@@ -560,7 +559,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.cfg.Client.ListPoison(r.Context(), pq)
 	if err != nil {
-		if errors.Is(err, status.ErrInvalidContinuation) {
+		if errors.Is(err, cmdqtype.ErrInvalidContinuation) {
 			writeProblem(w, r, newProblem(ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
 				FieldError{Pointer: "query:continuation", Detail: "invalid token"}))
 			return
@@ -569,7 +568,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if page.Entries == nil {
-		page.Entries = []status.PoisonEntry{}
+		page.Entries = []cmdqtype.PoisonEntry{}
 	}
 	writeJSON(w, http.StatusOK, page)
 }
@@ -584,7 +583,7 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := s.cfg.Client.GetPoison(r.Context(), id)
 	if err != nil {
-		if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 			writeProblem(w, r, newProblem(ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
 			return
 		}
@@ -600,7 +599,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
-	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(status.StatePending)})
+	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(cmdqtype.StatePending)})
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
@@ -639,13 +638,13 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 // failPoisonAction reports a failed requeue or discard. A command that
 // exists but has no poison entry is a 409 naming its state, not a 404.
 func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id string, err error) {
-	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		st, gerr := s.cfg.Client.Get(r.Context(), id)
 		if gerr == nil {
 			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
 			return
 		}
-		if !errors.Is(gerr, status.ErrNotFound) {
+		if !errors.Is(gerr, cmdqtype.ErrNotFound) {
 			err = gerr
 		}
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/google/uuid"
 )
 
 type resp struct {
@@ -96,7 +96,7 @@ func TestIssueGetEvents(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	r := post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"},"correlationId":"req-1"}`)
 	got := decode[api.IssueResponse](t, r, http.StatusAccepted)
-	if err := commands.ValidateID(got.ID); err != nil || got.Status != "pending" {
+	if err := cmdqtype.ValidateID(got.ID); err != nil || got.Status != "pending" {
 		t.Fatalf("response %+v: id %v", got, err)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/commands/"+got.ID {
@@ -106,8 +106,8 @@ func TestIssueGetEvents(t *testing.T) {
 		t.Fatalf("queue has %d messages, want 1", n)
 	}
 
-	st := decode[status.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
-	if st.ID != got.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.Attempts != 0 || st.Step != 0 ||
+	st := decode[cmdqtype.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
+	if st.ID != got.ID || st.Type != "SendEmail" || st.State != cmdqtype.StatePending || st.Attempts != 0 || st.Step != 0 ||
 		st.CorrelationID != "req-1" || st.CreatedAt.IsZero() || st.UpdatedAt.IsZero() {
 		t.Fatalf("status %+v", st)
 	}
@@ -123,7 +123,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
-	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != status.EventCreated || ev.Events[0].Seq != 1 {
+	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != cmdqtype.EventCreated || ev.Events[0].Seq != 1 {
 		t.Fatalf("events %+v", ev)
 	}
 }
@@ -131,7 +131,7 @@ func TestIssueGetEvents(t *testing.T) {
 func TestIssueIdempotent(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	id := commands.NewID()
+	id := uuid.NewString()
 	body := fmt.Sprintf(`{"type":"SendEmail","id":%q,"params":{"to":"a@example.com","n":1}}`, id)
 	first := decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusAccepted)
 	if first.ID != id {
@@ -228,7 +228,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
-	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", commands.MaxParamsBytes) + `"}}`
+	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes) + `"}}`
 	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)
@@ -274,18 +274,18 @@ func TestGetErrors(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	for _, path := range []string{"/v1/commands/%s", "/v1/commands/%s/events", "/v1/poison/%s"} {
 		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, "not-a-uuid"), "", "", ""), 400, api.ProblemInvalidID)
-		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, commands.NewID()), "", "", ""), 404, api.ProblemNotFound)
+		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, uuid.NewString()), "", "", ""), 404, api.ProblemNotFound)
 	}
 	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/bad/requeue", "", "", ""), 400, api.ProblemInvalidID)
-	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+commands.NewID()+"/requeue", "", "", ""), 404, api.ProblemNotFound)
-	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+commands.NewID(), "", "", ""), 404, api.ProblemNotFound)
+	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+uuid.NewString()+"/requeue", "", "", ""), 404, api.ProblemNotFound)
+	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+uuid.NewString(), "", "", ""), 404, api.ProblemNotFound)
 	problem(t, send(t, http.MethodGet, s.URL+"/v2/whatever", "", "", ""), 404, api.ProblemNotFound)
 }
 
 func TestMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	id := commands.NewID()
+	id := uuid.NewString()
 	cases := []struct{ method, path, allow string }{
 		{http.MethodGet, "/v1/commands", "POST"},
 		{http.MethodDelete, "/v1/commands", "POST"},
@@ -318,7 +318,7 @@ func TestPoisonRoutes(t *testing.T) {
 	s.Poison(t, b, "permanent error", "boom b")
 	s.Poison(t, c, "ceiling exceeded", "boom c")
 
-	all := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
+	all := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
 	if len(all.Entries) != 3 || all.Continuation != "" {
 		t.Fatalf("list %+v", all)
 	}
@@ -327,15 +327,15 @@ func TestPoisonRoutes(t *testing.T) {
 			t.Fatalf("not newest first: %+v", all.Entries)
 		}
 	}
-	onlyA := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?type=A", "", "", ""), http.StatusOK)
+	onlyA := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?type=A", "", "", ""), http.StatusOK)
 	if len(onlyA.Entries) != 2 || onlyA.Entries[0].Type != "A" || onlyA.Entries[1].Type != "A" {
 		t.Fatalf("type filter %+v", onlyA)
 	}
-	p1 := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2", "", "", ""), http.StatusOK)
+	p1 := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2", "", "", ""), http.StatusOK)
 	if len(p1.Entries) != 2 || p1.Continuation == "" {
 		t.Fatalf("page 1 %+v", p1)
 	}
-	p2 := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2&continuation="+p1.Continuation, "", "", ""), http.StatusOK)
+	p2 := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2&continuation="+p1.Continuation, "", "", ""), http.StatusOK)
 	if len(p2.Entries) != 1 || p2.Continuation != "" || p2.Entries[0].CommandID != all.Entries[2].CommandID {
 		t.Fatalf("page 2 %+v", p2)
 	}
@@ -343,7 +343,7 @@ func TestPoisonRoutes(t *testing.T) {
 		problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), 400, api.ProblemInvalidRequest)
 	}
 
-	e := decode[status.PoisonEntry](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), http.StatusOK)
+	e := decode[cmdqtype.PoisonEntry](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), http.StatusOK)
 	if e.CommandID != a || e.Type != "A" || e.Reason != "ceiling exceeded" || e.LastError != "boom a" || e.DequeueCount != 5 || e.PoisonedAt.IsZero() {
 		t.Fatalf("entry %+v", e)
 	}
@@ -356,7 +356,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if s.QueueCount(t, "") != before+1 {
 		t.Fatalf("requeue did not enqueue a message")
 	}
-	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != status.StatePending {
+	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != cmdqtype.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, api.ProblemNotFound)
@@ -367,16 +367,16 @@ func TestPoisonRoutes(t *testing.T) {
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("discard: %d %s", r.code, r.body)
 	}
-	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != status.StateDiscarded {
+	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, api.ProblemConflict)
 	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
 	last := ev.Events[len(ev.Events)-1]
-	if last.Kind != status.EventDiscarded || last.By != "api:anonymous" {
+	if last.Kind != cmdqtype.EventDiscarded || last.By != "api:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
-	left := decode[status.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
+	left := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
 	if len(left.Entries) != 1 || left.Entries[0].CommandID != c {
 		t.Fatalf("left %+v", left)
 	}
@@ -453,7 +453,7 @@ func TestInternalErrorIsProblem(t *testing.T) {
 	if err := s.Store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+commands.NewID(), "", "", ""), 500, api.ProblemInternal)
+	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), 500, api.ProblemInternal)
 	if !strings.Contains(p.Detail, "Reference") {
 		t.Fatalf("detail %q", p.Detail)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/google/uuid"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -74,7 +74,7 @@ func TestConfigValidate(t *testing.T) {
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), AuthFailureBurst: -1})
-	id := commands.NewID()
+	id := uuid.NewString()
 	routes := []struct {
 		method, path, body string
 		need               api.Role // "" = no auth

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/status"
 )
 
 // request sends method url with body (content type ct unless "") and
@@ -101,7 +101,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 	if r := request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "", "", "Origin", s.URL, "Sec-Fetch-Site", "same-origin"); r.code != http.StatusAccepted {
 		t.Fatalf("same-origin requeue: %d %s", r.code, r.body)
 	}
-	if _, err := s.Client.GetPoison(t.Context(), id); !errors.Is(err, status.ErrNotFound) {
+	if _, err := s.Client.GetPoison(t.Context(), id); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 }

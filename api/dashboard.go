@@ -21,8 +21,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -51,7 +50,7 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; c
 const lastErrorWidth = 120
 
 // maxCountedPoison is the most poison entries the overview counts.
-const maxCountedPoison = status.MaxPoisonLimit
+const maxCountedPoison = cmdqtype.MaxPoisonLimit
 
 // dashboardClock tells the time for session expiry; tests replace it.
 var dashboardClock = time.Now
@@ -73,7 +72,7 @@ var dashboardFuncs = template.FuncMap{
 	"pathEscape": url.PathEscape,
 	// isCommandID: poison entries of malformed messages are keyed by the
 	// queue message ID and have no command page.
-	"isCommandID": func(id string) bool { return commands.ValidateID(id) == nil },
+	"isCommandID": func(id string) bool { return cmdqtype.ValidateID(id) == nil },
 	"badge":       badge,
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,
@@ -132,7 +131,7 @@ type pageData struct {
 	Flash   *flash
 	// FlashState is the current state of the command a flash says was
 	// requeued, when this page read it ("" otherwise).
-	FlashState status.State
+	FlashState cmdqtype.State
 	Now        time.Time // when the page was made
 	Body       any
 }
@@ -429,7 +428,7 @@ func (d *dashboard) errorPage(w http.ResponseWriter, r *http.Request, v viewer, 
 // fail renders an error from the status package as a page saying what to do.
 func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err error) {
 	switch {
-	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
 			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
 	case storageUnavailable(err):
@@ -439,7 +438,7 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 		d.errorPage(w, r, v, http.StatusServiceUnavailable, "Storage unavailable",
 			"Storage did not answer in time or could not be reached. Reference "+ref+" is in the server's log.",
 			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", RetryAfterSeconds))
-	case errors.Is(err, status.ErrInvalidContinuation):
+	case errors.Is(err, cmdqtype.ErrInvalidContinuation):
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
 	default:
 		ref := newRef()

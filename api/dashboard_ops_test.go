@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/status"
 )
 
 // flashText returns the page's flash message ("" when there is none).
@@ -101,8 +101,8 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "again"}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "again"}); err != nil {
 		t.Fatal(err)
 	}
 	p = b.get(loc).want(t, http.StatusOK)
@@ -124,13 +124,13 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 func TestDashboardCommandExplains(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(context.Context, resize, *cmdq.Run) error { return nil },
+		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Run) error { return nil },
 			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
 	}})
 	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 
-	id := issue(t, srv, "images.resize")
+	id := issueParams(t, srv, "images.resize", `{}`) // resize has no field n
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
 	contains(t, p, "Status pending", "Waiting for a processor, or just taken by one: no attempt is recorded since it was issued.",
 		"shows up here as running after about 1 s")
@@ -146,8 +146,8 @@ func TestDashboardCommandExplains(t *testing.T) {
 		t.Fatal(err)
 	}
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
-	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt}); err != nil {
 		t.Fatal(err)
 	}
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
@@ -169,7 +169,7 @@ func TestDashboardCommandExplains(t *testing.T) {
 	plain := apitest.Start(t, apitest.Options{})
 	id2 := issue(t, plain, "images.resize")
 	rec2, _ := plain.Log.Store.Load(ctx, id2)
-	if err := plain.Log.Store.Append(ctx, rec2, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"}); err != nil {
+	if err := plain.Log.Store.Append(ctx, rec2, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(text(newBrowser(t, plain.URL).get("/ui/commands/"+id2).want(t, http.StatusOK).doc), "Next attempt") {
@@ -250,7 +250,7 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range alpha[:2] {
-		if st, _ := srv.Client.Get(ctx, id); st.State != status.StatePending {
+		if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
 			t.Fatalf("%s after bulk requeue: %s", id, st.State)
 		}
 	}
@@ -267,7 +267,7 @@ func TestDashboardBulk(t *testing.T) {
 	if !strings.HasPrefix(f, "Discarded 1 of 2 at ") || !strings.Contains(f, "Not discarded: "+alpha[0]+" (") {
 		t.Fatalf("flash %q", f)
 	}
-	if st, _ := srv.Client.Get(ctx, alpha[2]); st.State != status.StateDiscarded {
+	if st, _ := srv.Client.Get(ctx, alpha[2]); st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("%s after bulk discard: %s", alpha[2], st.State)
 	}
 
@@ -283,7 +283,7 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range beta {
-		if _, err := srv.Client.GetPoison(ctx, id); !errors.Is(err, status.ErrNotFound) {
+		if _, err := srv.Client.GetPoison(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
 			t.Fatalf("Beta entry %s after discard-all: %v", id, err)
 		}
 	}
@@ -470,7 +470,7 @@ func TestDashboardPageCosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	feed := func(id string) (int, map[string]int) {

@@ -17,9 +17,9 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/google/uuid"
 )
 
 // ---- a small browser: no redirects followed, one session cookie ----
@@ -254,9 +254,16 @@ func contains(t *testing.T, p page, want ...string) {
 
 // ---- storage set-up through the real store ----
 
+// issue issues a command of typ with params {"n":1}.
 func issue(t *testing.T, srv *apitest.Server, typ string) string {
 	t.Helper()
-	res, err := srv.Client.IssueRaw(context.Background(), commands.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	return issueParams(t, srv, typ, `{"n":1}`)
+}
+
+// issueParams issues a command of typ with params.
+func issueParams(t *testing.T, srv *apitest.Server, typ, params string) string {
+	t.Helper()
+	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(params)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}
@@ -264,14 +271,14 @@ func issue(t *testing.T, srv *apitest.Server, typ string) string {
 }
 
 // poisonAt poisons id as a processor does, with a given PoisonedAt and events.
-func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...status.Event) {
+func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...cmdqtype.Event) {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := srv.Log.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Log.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
+	if err := srv.Log.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -418,9 +425,9 @@ func TestDashboardCommandPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := srv.Log.Store.Append(ctx, rec,
-		status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "host-a"},
-		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
-		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
+		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "host-a"},
+		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +503,7 @@ func TestDashboardCommandPage(t *testing.T) {
 	}
 	contains(t, b.get("/ui/search?id=nope").want(t, http.StatusBadRequest), "\"nope\" is not a command ID")
 	contains(t, b.get("/ui/commands/not-a-uuid").want(t, http.StatusBadRequest), "lowercase canonical UUIDs")
-	contains(t, b.get("/ui/commands/"+commands.NewID()).want(t, http.StatusNotFound), "There is no command with this ID")
+	contains(t, b.get("/ui/commands/"+uuid.NewString()).want(t, http.StatusNotFound), "There is no command with this ID")
 	b.get("/ui/nowhere").want(t, http.StatusNotFound)
 }
 
@@ -535,17 +542,17 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 		t.Fatalf("the flash message came back on reload:\n%s", got)
 	}
 	st, err := srv.Client.Get(ctx, a)
-	if err != nil || st.State != status.StatePending {
+	if err != nil || st.State != cmdqtype.StatePending {
 		t.Fatalf("after requeue: %v %v, want pending", st.State, err)
 	}
 	if n := srv.QueueCount(t, ""); n != before+1 {
 		t.Fatalf("queue has %d messages, want %d", n, before+1)
 	}
-	if _, err := srv.Client.GetPoison(ctx, a); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, a); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 	evs, _ := srv.Client.Events(ctx, a)
-	if last := evs[len(evs)-1]; last.Kind != status.EventRequeued || last.By != "ui:anonymous" {
+	if last := evs[len(evs)-1]; last.Kind != cmdqtype.EventRequeued || last.By != "ui:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	// Again: a readable 409 saying it is not poisoned.
@@ -566,15 +573,15 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	// Discard: status discarded, entry gone.
 	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {csrf(t, p)}, "type": {"Alpha"}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
 		"Poison entry "+d+" was discarded")
-	if st, _ := srv.Client.Get(ctx, d); st.State != status.StateDiscarded {
+	if st, _ := srv.Client.Get(ctx, d); st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("after discard: %s", st.State)
 	}
-	if _, err := srv.Client.GetPoison(ctx, d); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, d); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("poison entry after discard: %v", err)
 	}
 
 	// An orphan entry (malformed message): requeue explains, offers discard.
-	if err := srv.Log.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
+	if err := srv.Log.Store.PoisonMessage(ctx, cmdqtype.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
 		t.Fatal(err)
 	}
 	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
@@ -589,10 +596,10 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	p = b.get("/ui/poison/msg-0042/discard").want(t, http.StatusOK)
 	contains(t, p, "msg-0042 (no stored command)")
 	b.post("/ui/poison/msg-0042/discard", url.Values{"csrf": {csrf(t, p)}}).location(t, http.StatusSeeOther)
-	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, status.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("orphan entry after discard: %v", err)
 	}
-	contains(t, b.post("/ui/poison/"+commands.NewID()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
+	contains(t, b.post("/ui/poison/"+uuid.NewString()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
 }
 
 func TestDashboardLogin(t *testing.T) {
@@ -655,7 +662,7 @@ func TestDashboardLogin(t *testing.T) {
 		t.Fatalf("a refused POST changed storage: %v", err)
 	}
 	op.post("/ui/poison/"+id+"/requeue", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
-	if st, _ := srv.Client.Get(ctx, id); st.State != status.StatePending {
+	if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
 		t.Fatalf("after operator requeue: %s", st.State)
 	}
 	evs, _ := srv.Client.Events(ctx, id)
@@ -739,12 +746,12 @@ func TestDashboardEscaping(t *testing.T) {
 	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 	const evil = `<script>alert("x")</script>`
-	if err := srv.Log.Store.PoisonMessage(ctx, status.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
+	if err := srv.Log.Store.PoisonMessage(ctx, cmdqtype.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
 		t.Fatal(err)
 	}
 	id := issue(t, srv, "Alpha")
 	rec, _ := srv.Log.Store.Load(ctx, id)
-	if err := srv.Log.Store.Append(ctx, rec, status.Event{Kind: status.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
+	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {

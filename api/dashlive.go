@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -41,11 +40,11 @@ const (
 )
 
 // stateOrder is the order of the states on the page.
-var stateOrder = []status.State{status.StatePending, status.StateRunning, status.StateRetrying, status.StateCompleted, status.StatePoisoned, status.StateDiscarded}
+var stateOrder = []cmdqtype.State{cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded}
 
 // stateTab is one state filter with its count.
 type stateTab struct {
-	State status.State // "" for all
+	State cmdqtype.State // "" for all
 	Count int
 	URL   string
 	On    bool
@@ -54,7 +53,7 @@ type stateTab struct {
 // commandRow is one command of a listing, with what this server's
 // processor knows of it.
 type commandRow struct {
-	status.Status
+	cmdqtype.Status
 	// Running: this server's processor runs its handler now, although the
 	// stored state is still pending or retrying (the started event is
 	// written lazily).
@@ -85,7 +84,7 @@ const (
 
 type commandsBody struct {
 	Type     string
-	State    status.State
+	State    cmdqtype.State
 	Tabs     []stateTab
 	Total    int
 	Charts   []chart
@@ -102,7 +101,7 @@ type commandsBody struct {
 
 // commandsURL is the recent commands page's URL for a type, a state and a
 // continuation.
-func (d *dashboard) commandsURL(typ string, state status.State, cont string) string {
+func (d *dashboard) commandsURL(typ string, state cmdqtype.State, cont string) string {
 	q := url.Values{}
 	if typ != "" {
 		q.Set("type", typ)
@@ -129,20 +128,20 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	typ := strings.TrimSpace(q.Get("type"))
-	state := status.State(q.Get("state"))
+	state := cmdqtype.State(q.Get("state"))
 	if state != "" && !validState(state) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid state", fmt.Sprintf("%s is not a command state.", quoteClip(string(state))),
 			"Use the state links of the page (pending, running, retrying, completed, poisoned, discarded).")
 		return
 	}
-	if typ != "" && commands.ValidateType(typ) != nil {
+	if typ != "" && cmdqtype.ValidateType(typ) != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command type", fmt.Sprintf("%s is not a command type name.", quoteClip(typ)),
 			"Type names start with a letter, then letters, digits, '.', '_' or '-'.")
 		return
 	}
 	now := d.now().UTC()
 	from := now.Add(-recentWindow).Truncate(time.Minute)
-	page, err := d.src.Commands(r.Context(), status.CommandQuery{Type: typ, State: state, Since: from, Newest: true, Summary: true,
+	page, err := d.src.Commands(r.Context(), cmdqtype.CommandQuery{Type: typ, State: state, Since: from, Newest: true, Summary: true,
 		Limit: recentPageSize, Continuation: q.Get("continuation"), ScanLimit: maxScannedRows})
 	if err != nil {
 		d.fail(w, r, v, err)
@@ -166,7 +165,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range page.Commands {
 		row := commandRow{Status: st}
-		if st.State == status.StatePending || st.State == status.StateRetrying {
+		if st.State == cmdqtype.StatePending || st.State == cmdqtype.StateRetrying {
 			_, row.Running = d.src.InFlight(st.ID)
 		}
 		b.Rows = append(b.Rows, row)
@@ -177,7 +176,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 }
 
 // validState reports whether s names a lifecycle state.
-func validState(s status.State) bool {
+func validState(s cmdqtype.State) bool {
 	for _, x := range stateOrder {
 		if s == x {
 			return true
@@ -187,14 +186,14 @@ func validState(s status.State) bool {
 }
 
 // charts draws the completed, failed and poisoned events per minute.
-func charts(minutes []status.MinuteCounts) []chart {
+func charts(minutes []cmdqtype.MinuteCounts) []chart {
 	series := []struct {
 		name, class string
-		of          func(status.MinuteCounts) int
+		of          func(cmdqtype.MinuteCounts) int
 	}{
-		{"Completed", "c-completed", func(m status.MinuteCounts) int { return m.Completed }},
-		{"Failed attempts", "c-failed", func(m status.MinuteCounts) int { return m.Failed }},
-		{"Poisoned", "c-poisoned", func(m status.MinuteCounts) int { return m.Poisoned }},
+		{"Completed", "c-completed", func(m cmdqtype.MinuteCounts) int { return m.Completed }},
+		{"Failed attempts", "c-failed", func(m cmdqtype.MinuteCounts) int { return m.Failed }},
+		{"Poisoned", "c-poisoned", func(m cmdqtype.MinuteCounts) int { return m.Poisoned }},
 	}
 	out := make([]chart, 0, len(series))
 	n := len(minutes)
@@ -240,7 +239,7 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := commands.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		http.Error(w, "not a command ID", http.StatusBadRequest)
 		return
 	}
@@ -308,12 +307,12 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 
 // isNotFound reports whether err says the command does not exist.
 func isNotFound(err error) bool {
-	return errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound)
+	return errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound)
 }
 
 // immutableState reports whether a command in state s never changes.
-func immutableState(s status.State) bool {
-	return s == status.StateCompleted || s == status.StateDiscarded
+func immutableState(s cmdqtype.State) bool {
+	return s == cmdqtype.StateCompleted || s == cmdqtype.StateDiscarded
 }
 
 // runningNote is what the command page and the listing say of a command

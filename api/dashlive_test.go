@@ -13,9 +13,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 )
 
 // commandRows returns the cells of the recent commands table.
@@ -45,7 +44,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
 	ctx := context.Background()
-	appendTo := func(id string, evs ...status.Event) {
+	appendTo := func(id string, evs ...cmdqtype.Event) {
 		t.Helper()
 		rec, err := srv.Log.Store.Load(ctx, id)
 		if err != nil {
@@ -56,11 +55,11 @@ func TestDashboardCommandsPage(t *testing.T) {
 		}
 	}
 	done := issue(t, srv, "Alpha")
-	appendTo(done, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventCompleted, Attempt: 1})
+	appendTo(done, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
 	retrying := issue(t, srv, "Alpha")
-	appendTo(retrying, status.Event{Kind: status.EventStarted, Attempt: 1}, status.Event{Kind: status.EventFailed, Attempt: 1, Error: "<b>boom</b>"})
+	appendTo(retrying, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "<b>boom</b>"})
 	poisoned := issue(t, srv, "Beta")
-	poisonAt(t, srv, poisoned, time.Now(), "x", status.Event{Kind: status.EventFailed, Attempt: 1, Error: "x"})
+	poisonAt(t, srv, poisoned, time.Now(), "x", cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
 	for range 51 {
 		issue(t, srv, "Gamma")
 	}
@@ -140,7 +139,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	release := make(chan struct{})
 	srv := apitest.Start(t, apitest.Options{
 		// No storage read finds a change within the test: only pushes do.
-		Config: cmdq.Config{WaitPollInterval: time.Hour, Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ alpha, _ *cmdq.Run) error {
 				select {
@@ -155,7 +154,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Alpha")
 	waitFor(t, 30*time.Second, "the handler runs", func() bool { _, ok := srv.Client.InFlight(id); return ok })
-	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != status.StatePending {
+	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != cmdqtype.StatePending {
 		t.Fatalf("stored state %s %v, want pending (started not written)", st.State, err)
 	}
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)

@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -33,7 +32,7 @@ const (
 )
 
 // maxBulk is the most poison entries one bulk action handles.
-const maxBulk = status.MaxPoisonLimit
+const maxBulk = cmdqtype.MaxPoisonLimit
 
 // bulkWorkers is how many requeues or discards a bulk action runs at once.
 const bulkWorkers = 4
@@ -75,7 +74,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	b.HealthRows = healthRows(b.Health.Detail)
 	queues := d.src.Queues()
 	if v.can(RoleOperator) {
-		page, err := d.src.ListPoison(ctx, status.PoisonQuery{Limit: maxCountedPoison})
+		page, err := d.src.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
 			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
 			d.s.log.Error().Err(err).Msg("cmdq api: dashboard: list poison")
@@ -114,7 +113,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 type poisonBody struct {
 	Type     string
 	Limit    int
-	Entries  []status.PoisonEntry
+	Entries  []cmdqtype.PoisonEntry
 	NextURL  string
 	FirstURL string
 	Paged    bool // this is not the first page
@@ -136,12 +135,12 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	pq := status.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: status.DefaultPoisonLimit}
+	pq := cmdqtype.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: cmdqtype.DefaultPoisonLimit}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > status.MaxPoisonLimit {
+		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), status.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", status.DefaultPoisonLimit))
+				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), cmdqtype.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", cmdqtype.DefaultPoisonLimit))
 			return
 		}
 		pq.Limit = n
@@ -156,7 +155,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		if pq.Type != "" {
 			u.Set("type", pq.Type)
 		}
-		if pq.Limit != status.DefaultPoisonLimit {
+		if pq.Limit != cmdqtype.DefaultPoisonLimit {
 			u.Set("limit", strconv.Itoa(pq.Limit))
 		}
 		if cont != "" {
@@ -177,12 +176,12 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 }
 
 type commandBody struct {
-	Status      status.Status
+	Status      cmdqtype.Status
 	Params      string // indented JSON
 	ParamsBytes int
 	ParamsCut   bool // Params holds only the first maxParamsShown bytes
-	Events      []status.Event
-	Poison      *status.PoisonEntry
+	Events      []cmdqtype.Event
+	Poison      *cmdqtype.PoisonEntry
 	// Waiting: pending and never started (since creation or the last
 	// requeue); the page explains the lazy started event.
 	Waiting bool
@@ -208,7 +207,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := commands.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
@@ -224,7 +223,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == status.StatePending && st.Attempts == 0}
+	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0}
 	if len(params) > 0 {
 		var buf bytes.Buffer
 		if json.Indent(&buf, params, "", "  ") != nil {
@@ -237,9 +236,9 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch st.State {
-	case status.StateCompleted, status.StateDiscarded:
+	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded:
 		b.Refresh = 0 // final: nothing changes any more
-	case status.StatePoisoned:
+	case cmdqtype.StatePoisoned:
 		b.Refresh = refreshPoisoned
 	default:
 		b.Refresh = refreshCommand
@@ -247,15 +246,15 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if b.Refresh > 0 {
 		b.Stream = d.base + "/commands/" + id + "/live"
 	}
-	if st.State == status.StatePending || st.State == status.StateRetrying {
+	if st.State == cmdqtype.StatePending || st.State == cmdqtype.StateRetrying {
 		if f, ok := d.src.InFlight(id); ok {
 			b.Running, b.RunningNote, b.Waiting = &f, runningNote(f, d.now()), false
 		}
 	}
-	if st.State == status.StateRetrying {
+	if st.State == cmdqtype.StateRetrying {
 		if p, ok := d.src.RetryPolicy(st.Type); ok {
 			for i := len(evs) - 1; i >= 0; i-- {
-				if evs[i].Kind == status.EventFailed {
+				if evs[i].Kind == cmdqtype.EventFailed {
 					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt, evs[i].Time)
 					b.RetryDue, b.RetryOpen = d.now().After(b.RetryTo), d.now().After(b.RetryFrom)
 					break
@@ -263,7 +262,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if st.State == status.StatePoisoned && v.can(RoleOperator) {
+	if st.State == cmdqtype.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.src.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
 		}
@@ -284,7 +283,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
-	if err := commands.ValidateID(id); err != nil {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
@@ -347,15 +346,15 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 		d.render(w, r, code, "error", d.data(v, title, "poison", b))
 	}
 	switch {
-	case errors.Is(err, status.ErrNoCommand):
+	case errors.Is(err, cmdqtype.ErrNoCommand):
 		page(http.StatusConflict, "Nothing to requeue",
 			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", clipText(id)),
 			"Fix the producer that sent it, then discard the entry.", true)
-	case errors.Is(err, status.ErrNotPoisoned):
+	case errors.Is(err, cmdqtype.ErrNotPoisoned):
 		page(http.StatusConflict, "Not poisoned",
 			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
 			"Open the command to see its state.", false)
-	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, _, gerr := d.src.Command(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
 				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
@@ -374,7 +373,7 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 type confirmBody struct {
 	Do        string // "requeue" or "discard"
 	Action    string // where the confirming form posts
-	Entries   []status.PoisonEntry
+	Entries   []cmdqtype.PoisonEntry
 	Missing   []string // selected IDs no longer in the poison table
 	More      bool     // the type has more entries than one action handles
 	Type      string   // the list's type filter, to go back to
@@ -396,7 +395,7 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := d.src.GetPoison(r.Context(), id)
-	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry %s (it may have been requeued or discarded already).", clipText(id)), "Reload the poison list.")
 		return
 	}
@@ -405,7 +404,7 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	typ := strings.TrimSpace(r.URL.Query().Get("type"))
-	b := confirmBody{Do: "discard", Action: d.base + "/poison/" + url.PathEscape(id) + "/discard", Entries: []status.PoisonEntry{e},
+	b := confirmBody{Do: "discard", Action: d.base + "/poison/" + url.PathEscape(id) + "/discard", Entries: []cmdqtype.PoisonEntry{e},
 		Type: typ, Button: "Discard for good", CancelURL: d.poisonURL(typ)}
 	d.render(w, r, http.StatusOK, "confirm", d.data(v, "Discard this poison entry?", "poison", b))
 }
@@ -463,7 +462,7 @@ func (d *dashboard) bulkReview(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Nothing selected", "No poison entry was selected.", "Tick the entries to "+do+" in the first column of the poison list, then press the button again.")
 		return
 	}
-	page, err := d.src.ListPoison(r.Context(), status.PoisonQuery{Type: typ, Limit: maxBulk})
+	page, err := d.src.ListPoison(r.Context(), cmdqtype.PoisonQuery{Type: typ, Limit: maxBulk})
 	if err != nil {
 		d.fail(w, r, v, err)
 		return
@@ -472,7 +471,7 @@ func (d *dashboard) bulkReview(w http.ResponseWriter, r *http.Request) {
 	if all {
 		b.Entries, b.More = page.Entries, page.Continuation != ""
 	} else {
-		byID := map[string]status.PoisonEntry{}
+		byID := map[string]cmdqtype.PoisonEntry{}
 		for _, e := range page.Entries {
 			byID[e.CommandID] = e
 		}
@@ -600,11 +599,11 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 // bulkWhy says in a few words why one entry of a bulk action failed.
 func (d *dashboard) bulkWhy(r *http.Request, err error) string {
 	switch {
-	case errors.Is(err, status.ErrNoCommand):
+	case errors.Is(err, cmdqtype.ErrNoCommand):
 		return "no stored command: nothing to requeue; discard it"
-	case errors.Is(err, status.ErrNotPoisoned):
+	case errors.Is(err, cmdqtype.ErrNotPoisoned):
 		return "not poisoned any more"
-	case errors.Is(err, status.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		return "no longer in the poison table"
 	case storageUnavailable(err):
 		return "storage did not answer in time"

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Every read and change the dashboard makes goes through dashSource, and
@@ -19,15 +18,15 @@ import (
 type dashSource interface {
 	// Command returns a command's status and its JSON parameters: one
 	// point read.
-	Command(ctx context.Context, id string) (status.Status, json.RawMessage, error)
+	Command(ctx context.Context, id string) (cmdqtype.Status, json.RawMessage, error)
 	// Events returns a command's events, oldest first: one query (one
 	// request per 1000 events).
-	Events(ctx context.Context, id string) ([]status.Event, error)
+	Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 	// ListPoison reads one page of the poison table: one query of the
 	// whole table (one request per 1000 entries).
-	ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error)
+	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
 	// GetPoison reads one poison entry: one point read.
-	GetPoison(ctx context.Context, id string) (status.PoisonEntry, error)
+	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
 	// Requeue and Discard act on a poisoned command for operator by.
 	Requeue(ctx context.Context, id, by string) error
 	Discard(ctx context.Context, id, by string) error
@@ -39,11 +38,11 @@ type dashSource interface {
 	// RetryPolicy returns the retry policy of a command type when this
 	// server's client runs the type's handler (cmdq.Register); no storage
 	// call.
-	RetryPolicy(cmdType string) (handlers.RetryPolicy, bool)
+	RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool)
 	// Commands lists commands (newest first, with a summary): one query
 	// of the whole commands table (one request per 1000 rows; with a
 	// summary every row, events included).
-	Commands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error)
+	Commands(ctx context.Context, q cmdqtype.CommandQuery) (cmdqtype.CommandPage, error)
 	// InFlight reports whether this server's processor runs a handler of
 	// id now (before its started event is written): no storage call.
 	InFlight(id string) (cmdq.InFlight, bool)
@@ -66,19 +65,19 @@ type clientSource struct {
 	c *cmdq.Client
 }
 
-func (s clientSource) Command(ctx context.Context, id string) (status.Status, json.RawMessage, error) {
+func (s clientSource) Command(ctx context.Context, id string) (cmdqtype.Status, json.RawMessage, error) {
 	return s.c.GetParams(ctx, id)
 }
 
-func (s clientSource) Events(ctx context.Context, id string) ([]status.Event, error) {
+func (s clientSource) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
 	return s.c.Events(ctx, id)
 }
 
-func (s clientSource) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+func (s clientSource) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
 	return s.c.ListPoison(ctx, q)
 }
 
-func (s clientSource) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+func (s clientSource) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
 	return s.c.GetPoison(ctx, id)
 }
 
@@ -92,7 +91,7 @@ func (s clientSource) Discard(ctx context.Context, id, by string) error {
 
 func (s clientSource) Queues() []string { return s.c.Queues() }
 
-func (s clientSource) Commands(ctx context.Context, q status.CommandQuery) (status.CommandPage, error) {
+func (s clientSource) Commands(ctx context.Context, q cmdqtype.CommandQuery) (cmdqtype.CommandPage, error) {
 	return s.c.ListCommands(ctx, q)
 }
 
@@ -104,18 +103,18 @@ func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error)
 	return s.c.QueueDepth(ctx, queue)
 }
 
-func (s clientSource) RetryPolicy(cmdType string) (handlers.RetryPolicy, bool) {
+func (s clientSource) RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool) {
 	def, ok := s.c.Lookup(cmdType)
-	if !ok || !def.Handled() { // a declared type's handler (and policy) is elsewhere
-		return handlers.RetryPolicy{}, false
+	if !ok || !def.Handled { // a declared type's handler (and policy) is elsewhere
+		return cmdqtype.RetryPolicy{}, false
 	}
-	return def.Retry, true
+	return def.Options.Retry, true
 }
 
 // retryWindow returns the earliest and latest time the attempt after failed
 // attempt n (failed at at) becomes visible again under p: the policy's delay
 // with its jitter at both ends.
-func retryWindow(p handlers.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
+func retryWindow(p cmdqtype.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
 	lo, hi := p, p
 	lo.Rand = func() float64 { return 0 }
 	hi.Rand = func() float64 { return 1 }

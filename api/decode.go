@@ -14,7 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // DefaultMaxBodyBytes is the default limit on a request body (1 MiB).
@@ -99,7 +99,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	case req.Type == "":
 		errs = append(errs, FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
-		if err := commands.ValidateType(req.Type); err != nil {
+		if err := cmdqtype.ValidateType(req.Type); err != nil {
 			errs = append(errs, FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
 		}
 	}
@@ -120,12 +120,12 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 		}
 	}
 	if req.ID != "" {
-		if err := commands.ValidateID(req.ID); err != nil {
+		if err := cmdqtype.ValidateID(req.ID); err != nil {
 			errs = append(errs, FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
-	if len(req.CorrelationID) > commands.MaxCorrelationIDLength {
-		errs = append(errs, FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), commands.MaxCorrelationIDLength)})
+	if len(req.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
+		errs = append(errs, FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
 	}
 	if len(errs) > 0 {
 		detail := errs[0].Detail
@@ -139,7 +139,7 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 
 // typeDetail says why typ is not a type name, quoting a short prefix of it.
 func typeDetail(typ string) string {
-	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), commands.MaxTypeLength)
+	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), cmdqtype.MaxTypeLength)
 }
 
 // jsonProblem turns an encoding/json error into a 400 Problem naming the

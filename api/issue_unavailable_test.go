@@ -10,11 +10,11 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/google/uuid"
 )
@@ -57,7 +57,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	px.Remove(rq)
 	px.Remove(rm)
 	again := decode[api.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
-	if again.ID != id || again.Status != string(status.StatePending) || srv.QueueCount(t, "") != 1 {
+	if again.ID != id || again.Status != string(cmdqtype.StatePending) || srv.QueueCount(t, "") != 1 {
 		t.Fatalf("retry: %+v, queue holds %d (want the command queued once)", again, srv.QueueCount(t, ""))
 	}
 }

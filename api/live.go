@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Long-polls and event streams: GET /v1/commands/{id}?wait=… answers when
@@ -148,7 +148,7 @@ func matches(tags []string, tag string) bool {
 
 // writeStatus answers with a command's status and its ETag, or 304 when
 // the request's If-None-Match names that ETag.
-func writeStatus(w http.ResponseWriter, r *http.Request, st status.Status, tag string) {
+func writeStatus(w http.ResponseWriter, r *http.Request, st cmdqtype.Status, tag string) {
 	h := w.Header()
 	h.Set("ETag", tag)
 	h.Set("Cache-Control", "private, no-cache")
@@ -233,7 +233,7 @@ type EventsResponse struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Events are the command's lifecycle events, oldest first.
-	Events []status.Event `json:"events"`
+	Events []cmdqtype.Event `json:"events"`
 }
 
 // events answers GET /v1/commands/{id}/events: the events as JSON, or,
@@ -256,7 +256,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if evs == nil {
-		evs = []status.Event{}
+		evs = []cmdqtype.Event{}
 	}
 	writeJSON(w, http.StatusOK, EventsResponse{ID: id, Events: evs})
 }
@@ -285,7 +285,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	defer watch.Close()
 	sctx, cancel := s.storageCtx(r)
 	st, tag, changed, err := watch.Current(sctx)
-	var evs []status.Event
+	var evs []cmdqtype.Event
 	if err == nil {
 		evs, err = watch.Events(sctx, after)
 	}
@@ -311,7 +311,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	_ = sw.rc.SetReadDeadline(time.Time{}) // the request is read; its client may stay long
 	sw.printf("retry: %d\n\n", StreamRetryMillis)
 	sent := after
-	send := func(evs []status.Event, st status.Status) bool {
+	send := func(evs []cmdqtype.Event, st cmdqtype.Status) bool {
 		for _, e := range evs {
 			sw.message(strconv.FormatInt(e.Seq, 10), "", e)
 			sent = max(sent, e.Seq)

@@ -18,10 +18,9 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -42,7 +41,7 @@ func other(t *testing.T) (*record.Reader, apitest.Options) {
 }
 
 // appendEvent records ev on command id through log (one point read, one batch).
-func appendEvent(t *testing.T, log *record.Reader, id string, ev status.Event) {
+func appendEvent(t *testing.T, log *record.Reader, id string, ev cmdqtype.Event) {
 	t.Helper()
 	rec, err := log.Load(context.Background(), id)
 	if err != nil {
@@ -54,11 +53,11 @@ func appendEvent(t *testing.T, log *record.Reader, id string, ev status.Event) {
 }
 
 // getStatus is one GET of a command's status with extra headers and query.
-func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (int, http.Header, status.Status) {
+func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (int, http.Header, cmdqtype.Status) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Error(err)
-		return 0, nil, status.Status{}
+		return 0, nil, cmdqtype.Status{}
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -66,11 +65,11 @@ func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (in
 	r, err := hc.Do(req)
 	if err != nil {
 		t.Error(err)
-		return 0, nil, status.Status{}
+		return 0, nil, cmdqtype.Status{}
 	}
 	defer r.Body.Close()
 	b, _ := io.ReadAll(r.Body)
-	var st status.Status
+	var st cmdqtype.Status
 	if r.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(b, &st); err != nil {
 			t.Errorf("status body %s: %v", b, err)
@@ -91,7 +90,7 @@ func TestLongPollSharesReads(t *testing.T) {
 	ids := make([]string, 100)
 	for i := range ids {
 		ids[i] = issue(t, srv, "Alpha")
-		appendEvent(t, log, ids[i], status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "elsewhere"})
+		appendEvent(t, log, ids[i], cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "elsewhere"})
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1100}}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -143,7 +142,7 @@ func TestLongPollSharesReads(t *testing.T) {
 					step = true
 					sawStep.Add(1)
 				}
-				if st.State == status.StateCompleted {
+				if st.State == cmdqtype.StateCompleted {
 					end.Add(1)
 					return
 				}
@@ -154,11 +153,11 @@ func TestLongPollSharesReads(t *testing.T) {
 	clients := int64(perCmd * len(ids))
 	waitFor(t, time.Minute, "every client renewed its long-poll 3 times", func() bool { return notModified.Load() >= 3*clients })
 	for _, id := range ids {
-		appendEvent(t, log, id, status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1})
+		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1})
 	}
 	waitFor(t, time.Minute, "every client saw step 1", func() bool { return sawStep.Load() == clients })
 	for _, id := range ids {
-		appendEvent(t, log, id, status.Event{Kind: status.EventCompleted, Attempt: 1, Worker: "elsewhere"})
+		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "elsewhere"})
 	}
 	waitFor(t, time.Minute, "every client saw its command completed", func() bool { return end.Load() == clients })
 	wg.Wait()
@@ -203,11 +202,11 @@ func TestFinishedCommandReadOnce(t *testing.T) {
 	log, opts := other(t)
 	srv := apitest.Start(t, opts)
 	id := issue(t, srv, "Alpha")
-	appendEvent(t, log, id, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"})
-	appendEvent(t, log, id, status.Event{Kind: status.EventCompleted, Attempt: 1, Worker: "w"})
+	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"})
+	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w"})
 	before := apitest.StorageOps(t, srv.Prom, "table_get")
 	for i := range 1000 {
-		if code, _, st := getStatus(t, http.DefaultClient, srv.URL+"/v1/commands/"+id); code != http.StatusOK || st.State != status.StateCompleted {
+		if code, _, st := getStatus(t, http.DefaultClient, srv.URL+"/v1/commands/"+id); code != http.StatusOK || st.State != cmdqtype.StateCompleted {
 			t.Fatalf("read %d: %d %s", i, code, st.State)
 		}
 	}
@@ -232,7 +231,7 @@ func TestLongPoll(t *testing.T) {
 
 	code, hdr, st := getStatus(t, hc, url)
 	tag := hdr.Get("ETag")
-	if code != http.StatusOK || st.State != status.StatePending || !strings.HasPrefix(tag, `"`) || hdr.Get("Cache-Control") != "private, no-cache" {
+	if code != http.StatusOK || st.State != cmdqtype.StatePending || !strings.HasPrefix(tag, `"`) || hdr.Get("Cache-Control") != "private, no-cache" {
 		t.Fatalf("GET: %d %s ETag %q Cache-Control %q", code, st.State, tag, hdr.Get("Cache-Control"))
 	}
 	if tag != cmdq.ETag(st) {
@@ -262,7 +261,7 @@ func TestLongPoll(t *testing.T) {
 		type answer struct {
 			code int
 			hdr  http.Header
-			st   status.Status
+			st   cmdqtype.Status
 		}
 		got := make(chan answer, 1)
 		go func() {
@@ -273,7 +272,7 @@ func TestLongPoll(t *testing.T) {
 			c, hd, s := getStatus(t, hc, url+"?wait=8s", h...)
 			got <- answer{c, hd, s}
 		}()
-		appendEvent(t, log, id, status.Event{Kind: status.EventStepCompleted, Attempt: 1, Step: 1})
+		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Step: 1})
 		a := <-got
 		if a.code != http.StatusOK || a.hdr.Get("ETag") == tag || a.st.Step == 0 {
 			t.Fatalf("long-poll (condition %v) after a change: %d ETag %q step %d", cond, a.code, a.hdr.Get("ETag"), a.st.Step)
@@ -285,7 +284,7 @@ func TestLongPoll(t *testing.T) {
 	if r.code != http.StatusNotModified || r.header.Get("Preference-Applied") != "wait=1" {
 		t.Fatalf("Prefer: wait=1: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
-	appendEvent(t, log, id, status.Event{Kind: status.EventCompleted, Attempt: 1})
+	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
 	if r := request(t, http.MethodGet, url, "", "", "If-None-Match", tag, "Prefer", "wait=600"); r.code != http.StatusOK || r.header.Get("Preference-Applied") != "wait=8" {
 		t.Fatalf("Prefer: wait=600: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
@@ -320,7 +319,7 @@ func TestStreamsShareReads(t *testing.T) {
 	start := time.Now()
 	gets0, queries0 := ops()
 	type result struct {
-		kinds []status.EventKind
+		kinds []cmdqtype.EventKind
 		err   error
 	}
 	results := make(chan result, 100)
@@ -332,13 +331,13 @@ func TestStreamsShareReads(t *testing.T) {
 			isOpen := sync.OnceFunc(opened.Done)
 			defer isOpen() // also when the stream fails before its status
 			r, ms := sseStream(t, ctx, srv.URL+"/v1/commands/"+id+"/events", "")
-			var kinds []status.EventKind
+			var kinds []cmdqtype.EventKind
 			for m := range ms {
 				if m.event == "status" {
 					isOpen()
 				}
 				if m.id != "" {
-					var e status.Event
+					var e cmdqtype.Event
 					if err := json.Unmarshal([]byte(m.data), &e); err != nil {
 						results <- result{err: err}
 						return
@@ -354,10 +353,10 @@ func TestStreamsShareReads(t *testing.T) {
 		}()
 	}
 	opened.Wait() // every stream has sent its events and status
-	for _, ev := range []status.Event{
-		{Kind: status.EventStarted, Attempt: 1, Worker: "elsewhere"},
-		{Kind: status.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1},
-		{Kind: status.EventCompleted, Attempt: 1, Worker: "elsewhere"},
+	for _, ev := range []cmdqtype.Event{
+		{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "elsewhere"},
+		{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1},
+		{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "elsewhere"},
 	} {
 		for _, id := range ids {
 			appendEvent(t, log, id, ev)
@@ -469,7 +468,7 @@ func TestEventStream(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{
 		// Only pushes can reach the stream in time; the started event is
 		// written with the first step.
-		Config: cmdq.Config{WaitPollInterval: time.Hour, Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ alpha, run *cmdq.Run) error {
 				for i := 1; i <= 2; i++ {
@@ -500,26 +499,26 @@ func TestEventStream(t *testing.T) {
 	if r.StatusCode != http.StatusOK || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("stream: %d %q %q", r.StatusCode, r.Header.Get("Content-Type"), r.Header.Get("Cache-Control"))
 	}
-	event := func(want status.EventKind) status.Event {
+	event := func(want cmdqtype.EventKind) cmdqtype.Event {
 		t.Helper()
 		m := next(t, ms)
-		var e status.Event
+		var e cmdqtype.Event
 		if m.event != "" || json.Unmarshal([]byte(m.data), &e) != nil || e.Kind != want || m.id != fmt.Sprint(e.Seq) {
 			t.Fatalf("want a %s event, got %+v", want, m)
 		}
 		return e
 	}
-	state := func(want status.State) {
+	state := func(want cmdqtype.State) {
 		t.Helper()
 		m := next(t, ms)
-		var st status.Status
+		var st cmdqtype.Status
 		if m.event != "status" || json.Unmarshal([]byte(m.data), &st) != nil || st.State != want {
 			t.Fatalf("want status %s, got %+v", want, m)
 		}
 	}
-	var done status.Event
-	event(status.EventCreated)
-	state(status.StatePending)
+	var done cmdqtype.Event
+	event(cmdqtype.EventCreated)
+	state(cmdqtype.StatePending)
 	// Outlive the server's 1 s timeouts: heartbeats for more than 2 s.
 	beats := 0
 	since := time.Now()
@@ -535,9 +534,9 @@ func TestEventStream(t *testing.T) {
 		}
 	}
 	steps <- struct{}{}
-	event(status.EventStarted)
-	step := event(status.EventStepCompleted)
-	state(status.StateRunning)
+	event(cmdqtype.EventStarted)
+	step := event(cmdqtype.EventStepCompleted)
+	state(cmdqtype.StateRunning)
 	// Resume from the step in a second stream: only what follows.
 	r2, ms2 := sseStream(t, ctx, url, fmt.Sprint(step.Seq))
 	if r2.StatusCode != http.StatusOK {
@@ -549,13 +548,13 @@ func TestEventStream(t *testing.T) {
 	steps <- struct{}{}
 	// The second step and the completion may reach a stream as one change
 	// or two: each ends with the status.
-	rest := func(ms <-chan sseMessage) (kinds []status.EventKind, last status.Event, states []status.State) {
+	rest := func(ms <-chan sseMessage) (kinds []cmdqtype.EventKind, last cmdqtype.Event, states []cmdqtype.State) {
 		t.Helper()
 		for m := range ms {
 			switch {
 			case m.comment:
 			case m.event == "status":
-				var st status.Status
+				var st cmdqtype.Status
 				if err := json.Unmarshal([]byte(m.data), &st); err != nil {
 					t.Fatalf("status %q: %v", m.data, err)
 				}
@@ -571,8 +570,8 @@ func TestEventStream(t *testing.T) {
 	}
 	for i, s := range []<-chan sseMessage{ms, ms2} {
 		kinds, last, states := rest(s)
-		if fmt.Sprint(kinds) != "[step_completed completed]" || len(states) == 0 || states[len(states)-1] != status.StateCompleted ||
-			len(states) > 2 || len(states) == 2 && states[0] != status.StateRunning {
+		if fmt.Sprint(kinds) != "[step_completed completed]" || len(states) == 0 || states[len(states)-1] != cmdqtype.StateCompleted ||
+			len(states) > 2 || len(states) == 2 && states[0] != cmdqtype.StateRunning {
 			t.Fatalf("stream %d after step 1: events %v, statuses %v", i+1, kinds, states)
 		}
 		done = last

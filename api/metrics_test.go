@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/metrics"
 )
@@ -48,7 +49,7 @@ func TestQueueDepthSampled(t *testing.T) {
 	for range 3 {
 		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
 	}
-	q, err := s.Client.StorageQueue(context.Background(), commands.DefaultQueue)
+	q, err := s.Client.StorageQueue(context.Background(), cmdqtype.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +105,10 @@ func TestTypeLabelsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 * metrics.DefaultMaxTypeLabels {
-		m.CommandCompleted(fmt.Sprintf("t%d", i))
-		m.CommandPoisoned(fmt.Sprintf("t%d", i))
+		m.Observe(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: fmt.Sprintf("t%d", i)})
+		m.Observe(cmdq.Observation{Kind: cmdq.ObservedPoisoned, Type: fmt.Sprintf("t%d", i)})
 	}
-	m.CommandPoisoned("")
+	m.Observe(cmdq.Observation{Kind: cmdq.ObservedPoisoned})
 	if n := testutil.CollectAndCount(reg, "cmdq_commands_completed_total"); n != metrics.DefaultMaxTypeLabels+1 {
 		t.Fatalf("completed has %d series, want %d", n, metrics.DefaultMaxTypeLabels+1)
 	}

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/openapitest"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/google/uuid"
 )
 
 // notExercised are the documented responses this test cannot provoke
@@ -88,7 +88,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	}
 
 	// Issue.
-	id := commands.NewID()
+	id := uuid.NewString()
 	body := `{"id":"` + id + `","type":"demo.echo","params":{"a":1},"correlationId":"c-1"}`
 	r := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, body, bearer(apitest.IssuerToken)...)
 	if r.header.Get("Location") != "/v1/commands/"+id {
@@ -109,7 +109,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", append(bearer(apitest.ReaderToken), "If-None-Match", `"older"`, "Prefer", "wait=5")...)
 	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/commands/"+id+"?wait=forever", "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
-	unknown := commands.NewID()
+	unknown := uuid.NewString()
 	for _, p := range []string{"/v1/commands/" + unknown, "/v1/commands/" + unknown + "/events", "/v1/poison/" + unknown} {
 		c.expect(http.StatusNotFound, http.MethodGet, p, "", "", bearer(apitest.OperatorToken)...)
 		c.expect(http.StatusBadRequest, http.MethodGet, strings.Replace(p, unknown, "not-a-uuid", 1), "", "", bearer(apitest.OperatorToken)...)
@@ -125,9 +125,9 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Log.Store.Append(t.Context(), rec, status.Event{Kind: status.EventStarted, Attempt: 1, Worker: "w"},
-		status.Event{Kind: status.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
-		status.Event{Kind: status.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
+	if err := srv.Log.Store.Append(t.Context(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Poison(t, id, "attempts exhausted", "boom")
@@ -135,7 +135,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
 	page := c.expect(http.StatusOK, http.MethodGet, "/v1/poison?limit=1", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/poison?type=demo.echo", "", "", bearer(apitest.OperatorToken)...)
-	var pp status.PoisonPage
+	var pp cmdqtype.PoisonPage
 	if err := json.Unmarshal(page.body, &pp); err != nil || len(pp.Entries) != 1 {
 		t.Fatalf("poison page %s: %v", page.body, err)
 	}

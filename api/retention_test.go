@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
+	"github.com/google/uuid"
 )
 
 // TestExpiredIs410: a command removed after its retention answers 410 Gone
@@ -40,7 +40,7 @@ func TestExpiredIs410(t *testing.T) {
 		}
 	}
 	// A UUIDv4 nobody issued: 404, whose detail mentions retention too.
-	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+commands.NewID(), "", "", ""), http.StatusNotFound, api.ProblemNotFound)
+	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), http.StatusNotFound, api.ProblemNotFound)
 	if !strings.Contains(p.Detail, "retention") {
 		t.Fatalf("404 detail %q does not mention retention", p.Detail)
 	}
@@ -62,7 +62,7 @@ func TestIssueWindowThroughAPI(t *testing.T) {
 	}
 	// Two days old (the window's edge), and UUIDv4: accepted, and
 	// recognised when sent again.
-	for _, id := range []string{record.NewDayID(time.Now().Add(-2 * 24 * time.Hour)), commands.NewID()} {
+	for _, id := range []string{record.NewDayID(time.Now().Add(-2 * 24 * time.Hour)), uuid.NewString()} {
 		body := `{"type":"A","params":{"n":1},"id":"` + id + `"}`
 		if got := post(t, s.URL+"/v1/commands", body); got.code != http.StatusAccepted {
 			t.Fatalf("issue %s: %d %s", id, got.code, got.body)

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Sentinel errors a *Error matches with errors.Is, by HTTP status.
@@ -181,7 +181,7 @@ type IssueResult struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Status is the command's state ("pending" for a new command).
-	Status status.State `json:"status"`
+	Status cmdqtype.State `json:"status"`
 	// Existing is true when the ID already named this command (HTTP 200);
 	// nothing new was issued.
 	Existing bool `json:"-"`
@@ -206,17 +206,17 @@ func (c *Client) Issue(ctx context.Context, req IssueRequest) (IssueResult, erro
 }
 
 // Get returns a command's status (GET /v1/commands/{id}).
-func (c *Client) Get(ctx context.Context, id string) (status.Status, error) {
-	var st status.Status
+func (c *Client) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
+	var st cmdqtype.Status
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, &st)
 	return st, err
 }
 
 // Events returns a command's lifecycle events, oldest first
 // (GET /v1/commands/{id}/events).
-func (c *Client) Events(ctx context.Context, id string) ([]status.Event, error) {
+func (c *Client) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
 	var res struct {
-		Events []status.Event `json:"events"`
+		Events []cmdqtype.Event `json:"events"`
 	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id)+"/events", nil, nil, &res)
 	return res.Events, err
@@ -246,14 +246,14 @@ func (c *Client) longPoll() time.Duration {
 // server's wait (up to DefaultLongPoll) ends first, the zero Status, etag
 // and changed=false: ask again. The server watches the command for all
 // its waiters, so waiting costs it at most one storage read per second.
-func (c *Client) WaitChange(ctx context.Context, id, etag string) (st status.Status, tag string, changed bool, err error) {
+func (c *Client) WaitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed bool, err error) {
 	st, tag, changed, _, err = c.waitChange(ctx, id, etag)
 	return st, tag, changed, err
 }
 
 // waitChange is WaitChange; waited reports whether the server waited
 // (Preference-Applied), so a loop does not spin on a server that does not.
-func (c *Client) waitChange(ctx context.Context, id, etag string) (st status.Status, tag string, changed, waited bool, err error) {
+func (c *Client) waitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed, waited bool, err error) {
 	h := http.Header{}
 	if etag != "" {
 		h.Set("If-None-Match", etag)
@@ -261,11 +261,11 @@ func (c *Client) waitChange(ctx context.Context, id, etag string) (st status.Sta
 	}
 	resp, err := c.send(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, h, &st)
 	if err != nil {
-		return status.Status{}, etag, false, false, err
+		return cmdqtype.Status{}, etag, false, false, err
 	}
 	waited = resp.Header.Get("Preference-Applied") != ""
 	if resp.StatusCode == http.StatusNotModified {
-		return status.Status{}, etag, false, waited, nil
+		return cmdqtype.Status{}, etag, false, waited, nil
 	}
 	return st, resp.Header.Get("ETag"), true, waited, nil
 }
@@ -275,14 +275,14 @@ func (c *Client) waitChange(ctx context.Context, id, etag string) (st status.Sta
 // with the last status seen (zero if none), when ctx ends first; other
 // errors (not found, unauthorized, …) end it at once. Against a server
 // that does not long-poll it reads the status every 500 ms.
-func (c *Client) Wait(ctx context.Context, id string) (status.Status, error) {
+func (c *Client) Wait(ctx context.Context, id string) (cmdqtype.Status, error) {
 	return c.WaitSeen(ctx, id, nil)
 }
 
 // WaitSeen is Wait, calling seen (when not nil) with every status it gets
 // that is not final yet (the first, then each change).
-func (c *Client) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
-	var last status.Status
+func (c *Client) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
+	var last cmdqtype.Status
 	tag := ""
 	for {
 		st, next, changed, waited, err := c.waitChange(ctx, id, tag)
@@ -326,10 +326,10 @@ func (c *Client) WaitSeen(ctx context.Context, id string, seen func(status.Statu
 // reconnects after the server's retry delay, resuming after the last
 // event (Last-Event-ID). It returns ctx's error when ctx ends, and other
 // errors (not found, unauthorized, …) at once.
-func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event), onStatus func(status.Status)) (status.Status, error) {
+func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event), onStatus func(cmdqtype.Status)) (cmdqtype.Status, error) {
 	hc := *c.hc
 	hc.Timeout = 0 // a stream lasts; ctx ends it
-	var last status.Status
+	var last cmdqtype.Status
 	retry := 2 * time.Second
 	for {
 		h := http.Header{"Accept": {"text/event-stream"}}
@@ -368,7 +368,7 @@ func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent fun
 					retry = time.Duration(ms) * time.Millisecond
 				}
 			case "status":
-				var st status.Status
+				var st cmdqtype.Status
 				if err := json.Unmarshal([]byte(data), &st); err != nil {
 					return fmt.Errorf("cmdq client: status in the stream of %s: %w", id, err)
 				}
@@ -377,7 +377,7 @@ func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent fun
 					onStatus(st)
 				}
 			case "message":
-				var e status.Event
+				var e cmdqtype.Event
 				if err := json.Unmarshal([]byte(data), &e); err != nil {
 					return fmt.Errorf("cmdq client: event in the stream of %s: %w", id, err)
 				}
@@ -473,7 +473,7 @@ type PoisonQuery struct {
 
 // ListPoison lists poisoned commands newest first, one page at a time
 // (GET /v1/poison).
-func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (status.PoisonPage, error) {
+func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (cmdqtype.PoisonPage, error) {
 	v := url.Values{}
 	if q.Type != "" {
 		v.Set("type", q.Type)
@@ -484,14 +484,14 @@ func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (status.PoisonPa
 	if q.Continuation != "" {
 		v.Set("continuation", q.Continuation)
 	}
-	var page status.PoisonPage
+	var page cmdqtype.PoisonPage
 	_, err := c.do(ctx, http.MethodGet, "/v1/poison", v, nil, &page)
 	return page, err
 }
 
 // GetPoison returns one poison entry (GET /v1/poison/{id}).
-func (c *Client) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
-	var e status.PoisonEntry
+func (c *Client) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+	var e cmdqtype.PoisonEntry
 	_, err := c.do(ctx, http.MethodGet, "/v1/poison/"+url.PathEscape(id), nil, nil, &e)
 	return e, err
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/google/uuid"
 )
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
@@ -45,20 +45,20 @@ func TestIssueGetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commands.ValidateID(res.ID) != nil || res.Status != status.StatePending || res.Existing {
+	if cmdqtype.ValidateID(res.ID) != nil || res.Status != cmdqtype.StatePending || res.Existing {
 		t.Fatalf("issue %+v", res)
 	}
 	st, err := c.Get(ctx, res.ID)
-	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != status.StatePending || st.CorrelationID != "corr" {
+	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != cmdqtype.StatePending || st.CorrelationID != "corr" {
 		t.Fatalf("get %+v %v", st, err)
 	}
 	evs, err := c.Events(ctx, res.ID)
-	if err != nil || len(evs) != 1 || evs[0].Kind != status.EventCreated {
+	if err != nil || len(evs) != 1 || evs[0].Kind != cmdqtype.EventCreated {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 
 	// Raw params, an explicit ID, and the idempotent repeat.
-	id := commands.NewID()
+	id := uuid.NewString()
 	for i, p := range []any{json.RawMessage(`{"n":1}`), []byte(`{"n":1}`), map[string]int{"n": 1}} {
 		res, err := c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: p})
 		if err != nil || res.ID != id || res.Existing != (i > 0) {
@@ -77,7 +77,7 @@ func TestIssueGetEvents(t *testing.T) {
 	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: func() {}}); err == nil {
 		t.Fatal("unencodable params accepted")
 	}
-	if _, err := c.Get(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, client.ErrNotFound) {
@@ -155,15 +155,15 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
-	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != status.StateDiscarded {
+	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
-	if err := c.Discard(ctx, commands.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown discard: %v", err)
 	}
 	// Operator actions are recorded with who did them.
 	evs, err := c.Events(ctx, ids[0])
-	if err != nil || evs[len(evs)-1].Kind != status.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
+	if err != nil || evs[len(evs)-1].Kind != cmdqtype.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 }
@@ -179,10 +179,10 @@ func TestWaitEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	st, err := c.Wait(ctx, res.ID)
-	if !errors.Is(err, context.DeadlineExceeded) || st.State != status.StatePending {
+	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdqtype.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	if _, err := c.Wait(context.Background(), commands.NewID()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("wait on unknown: %v", err)
 	}
 }
@@ -195,7 +195,7 @@ func TestNonProblemError(t *testing.T) {
 		_, _ = w.Write([]byte("<html>bad gateway</html>"))
 	}))
 	defer hs.Close()
-	_, err := newClient(t, hs.URL).Get(context.Background(), commands.NewID())
+	_, err := newClient(t, hs.URL).Get(context.Background(), uuid.NewString())
 	var ce *client.Error
 	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != 502 || ce.Title != "Bad Gateway" || !strings.Contains(ce.Detail, "bad gateway") {
 		t.Fatalf("err %v", err)
@@ -239,7 +239,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err := c.Wait(wctx, res.ID)
-	if err != nil || final.State != status.StateCompleted || final.Step != 1 || final.Attempts != 1 {
+	if err != nil || final.State != cmdqtype.StateCompleted || final.Step != 1 || final.Attempts != 1 {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	if got := <-greeted; got != "Ada" {
@@ -267,7 +267,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err = c.Wait(wctx, res.ID)
-	if err != nil || final.State != status.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
+	if err != nil || final.State != cmdqtype.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	e, err := c.GetPoison(wctx, res.ID)

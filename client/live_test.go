@@ -11,10 +11,9 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/google/uuid"
 )
 
 // recorder is an http.RoundTripper that keeps what each request asked and
@@ -60,7 +59,7 @@ func TestWaitLongPolls(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	s := apitest.Start(t, apitest.Options{
-		Config: cmdq.Config{Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ stepper, _ *cmdq.Run) error {
 				select {
@@ -82,7 +81,7 @@ func TestWaitLongPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		st  status.Status
+		st  cmdqtype.Status
 		err error
 	}
 	done := make(chan result, 1)
@@ -115,7 +114,7 @@ func TestWaitLongPolls(t *testing.T) {
 	}
 	close(release)
 	r := <-done
-	if r.err != nil || r.st.State != status.StateCompleted {
+	if r.err != nil || r.st.State != cmdqtype.StateCompleted {
 		t.Fatalf("Wait: %+v %v", r.st, r.err)
 	}
 	// The issue, Wait's first read (no condition), then long-polls only;
@@ -138,7 +137,7 @@ func TestFollow(t *testing.T) {
 	t.Parallel()
 	steps := make(chan struct{})
 	s := apitest.Start(t, apitest.Options{
-		Config: cmdq.Config{Processor: processor.Config{StartedWriteDelay: time.Hour}},
+		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
 			return cmdq.Register(c, func(ctx context.Context, _ stepper, run *cmdq.Run) error {
 				for i := 1; i <= 2; i++ {
@@ -167,19 +166,19 @@ func TestFollow(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		seqs   []int64
-		states []status.State
+		states []cmdqtype.State
 	)
 	type result struct {
-		st  status.Status
+		st  cmdqtype.Status
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := c.Follow(ctx, res.ID, 0, func(e status.Event) {
+		st, err := c.Follow(ctx, res.ID, 0, func(e cmdqtype.Event) {
 			mu.Lock()
 			seqs = append(seqs, e.Seq)
 			mu.Unlock()
-		}, func(st status.Status) {
+		}, func(st cmdqtype.Status) {
 			mu.Lock()
 			states = append(states, st.State)
 			mu.Unlock()
@@ -211,7 +210,7 @@ func TestFollow(t *testing.T) {
 	waitReconnects(3)
 	steps <- struct{}{}
 	r := <-done
-	if r.err != nil || r.st.State != status.StateCompleted {
+	if r.err != nil || r.st.State != cmdqtype.StateCompleted {
 		t.Fatalf("Follow: %+v %v", r.st, r.err)
 	}
 	mu.Lock()
@@ -221,11 +220,11 @@ func TestFollow(t *testing.T) {
 			t.Fatalf("events seen %v: want 1..5 once each, in order", seqs)
 		}
 	}
-	if len(seqs) != 5 || states[len(states)-1] != status.StateCompleted {
+	if len(seqs) != 5 || states[len(states)-1] != cmdqtype.StateCompleted {
 		t.Fatalf("events %v, statuses %v", seqs, states)
 	}
 	// A command that does not exist is an error at once.
-	if _, err := c.Follow(ctx, commands.NewID(), 0, nil, nil); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("Follow of an unknown command: %v", err)
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -47,26 +46,25 @@ const (
 	MaxPollInterval = 100 * time.Millisecond
 )
 
-// New returns a Client on a fresh embedded store in t.TempDir(). cfg (at
-// most one) configures it; where its Processor leaves them zero, polls are
-// fast (MinPollInterval to MaxPollInterval), the reconciler is off and
-// the worker is named "cmdqtest". Register handlers on it, then Drain (or
+// New returns a Client on a fresh embedded store in t.TempDir(), with
+// fast polls (MinPollInterval to MaxPollInterval), the reconciler off and
+// the worker named "cmdqtest". Register handlers on it, then Drain (or
 // Start it yourself). When the test ends it is stopped and its store
 // closed.
-func New(t testing.TB, cfg ...cmdq.Config) *cmdq.Client {
+func New(t testing.TB) *cmdq.Client {
 	t.Helper()
-	if len(cfg) > 1 {
-		t.Fatalf("cmdqtest.New takes at most one cmdq.Config, got %d", len(cfg))
-	}
-	var c cmdq.Config
-	if len(cfg) == 1 {
-		c = cfg[0]
-	}
-	p := &c.Processor
-	p.MinPollInterval = cmp.Or(p.MinPollInterval, MinPollInterval)
-	p.MaxPollInterval = cmp.Or(p.MaxPollInterval, max(MaxPollInterval, p.MinPollInterval))
-	p.ReconcileInterval = cmp.Or(p.ReconcileInterval, processor.NoReconcile)
-	p.Worker = cmp.Or(p.Worker, "cmdqtest")
+	return NewWith(t, cmdq.Config{})
+}
+
+// NewWith is New with a configuration: where cfg leaves them zero, polls
+// are fast, the reconciler is off and the worker is named "cmdqtest".
+func NewWith(t testing.TB, cfg cmdq.Config) *cmdq.Client {
+	t.Helper()
+	c := cfg
+	c.MinPollInterval = cmp.Or(c.MinPollInterval, MinPollInterval)
+	c.MaxPollInterval = cmp.Or(c.MaxPollInterval, max(MaxPollInterval, c.MinPollInterval))
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, cmdq.NoReconcile)
+	c.Worker = cmp.Or(c.Worker, "cmdqtest")
 	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatalf("cmdqtest: open a store: %v", err)

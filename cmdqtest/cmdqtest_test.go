@@ -47,7 +47,7 @@ func TestDrainRunsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast := cmdq.RetryPolicy{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 1}
-	if err := cmdq.Register(c, func(ctx context.Context, _ flaky, run *cmdq.Run) error {
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ flaky, run *cmdq.Run) error {
 		if run.Attempt() < 3 {
 			return fmt.Errorf("attempt %d fails", run.Attempt())
 		}

@@ -7,7 +7,7 @@
 //
 //	m, err := metrics.New(prometheus.DefaultRegisterer)
 //	st := m.InstrumentStore(raw) // before cmdq.New
-//	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{Observer: m}})
+//	c, err := cmdq.New(st, cmdq.Config{Observers: []cmdq.Observer{m}})
 package metrics
 
 import (
@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -26,8 +26,8 @@ import (
 // storage operation per queue.
 const DefaultQueueDepthTTL = 5 * time.Second
 
-// Metrics holds cmdq's Prometheus metrics. It implements processor.Observer
-// (pass it as processor.Config.Observer, or cmdq.Config.Processor.Observer),
+// Metrics holds cmdq's Prometheus metrics. It is a cmdq.Observer (pass it
+// in cmdq.Config.Observers),
 // counts commands issued through the HTTP API (CommandIssued), counts
 // storage operations through InstrumentStore, and samples queue depths
 // registered with WatchQueue. All methods are safe for concurrent use; a
@@ -169,58 +169,38 @@ func (m *Metrics) CommandIssued(typ string) {
 	}
 }
 
-// CommandCompleted counts one command whose handler succeeded.
-func (m *Metrics) CommandCompleted(typ string) {
-	if m != nil {
-		m.completed.WithLabelValues(m.typeLabel(typ)).Inc()
-	}
-}
-
-// CommandFailed counts one failed attempt that will be retried.
-func (m *Metrics) CommandFailed(typ string) {
-	if m != nil {
-		m.failed.WithLabelValues(m.typeLabel(typ)).Inc()
-	}
-}
-
-// CommandPoisoned counts one command moved to the poison table (typ is ""
-// for a malformed message).
-func (m *Metrics) CommandPoisoned(typ string) {
-	if m != nil {
-		m.poisoned.WithLabelValues(m.typeLabel(typ)).Inc()
-	}
-}
-
-// HandlerDuration observes one handler run of d (success or failure).
-func (m *Metrics) HandlerDuration(typ string, d time.Duration) {
-	if m != nil {
-		m.duration.WithLabelValues(m.typeLabel(typ)).Observe(d.Seconds())
-	}
-}
-
-// Polled counts one dequeue of queue; empty says whether it returned nothing.
-func (m *Metrics) Polled(queue string, empty bool) {
+// Observe records one processing event (cmdq.Observer): completions,
+// failed attempts, poisonings and handler durations by type, lost leases,
+// dequeues by queue and result, and the poller's wait. Other kinds are
+// ignored.
+func (m *Metrics) Observe(o cmdqtype.Observation) {
 	if m == nil {
 		return
 	}
-	result := "messages"
-	if empty {
-		result = "empty"
-	}
-	m.polls.WithLabelValues(queue, result).Inc()
-}
-
-// LeaseLost counts one lost lease for a command of type typ.
-func (m *Metrics) LeaseLost(typ string) {
-	if m != nil {
-		m.leaseLost.WithLabelValues(m.typeLabel(typ)).Inc()
-	}
-}
-
-// PollInterval records the poller's current wait for queue.
-func (m *Metrics) PollInterval(queue string, d time.Duration) {
-	if m != nil {
-		m.poll.WithLabelValues(queue).Set(d.Seconds())
+	switch o.Kind {
+	case cmdqtype.ObservedCompleted:
+		typ := m.typeLabel(o.Type)
+		m.completed.WithLabelValues(typ).Inc()
+		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
+	case cmdqtype.ObservedFailed:
+		typ := m.typeLabel(o.Type)
+		m.failed.WithLabelValues(typ).Inc()
+		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
+	case cmdqtype.ObservedPoisoned:
+		typ := m.typeLabel(o.Type)
+		m.poisoned.WithLabelValues(typ).Inc()
+		if o.Duration > 0 {
+			m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
+		}
+	case cmdqtype.ObservedLeaseLost:
+		m.leaseLost.WithLabelValues(m.typeLabel(o.Type)).Inc()
+	case cmdqtype.ObservedPolled:
+		result := "messages"
+		if o.Err == nil && o.Received == 0 {
+			result = "empty"
+		}
+		m.polls.WithLabelValues(o.Queue, result).Inc()
+		m.poll.WithLabelValues(o.Queue).Set(o.Wait.Seconds())
 	}
 }
 
@@ -293,5 +273,5 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Metrics is what the processor reports to.
-var _ processor.Observer = (*Metrics)(nil)
+// Metrics is an observer of the processor (cmdq.Config.Observers).
+var _ cmdqtype.Observer = (*Metrics)(nil)

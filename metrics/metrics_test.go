@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -26,16 +27,16 @@ func TestProcessorMetrics(t *testing.T) {
 	if _, err := metrics.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
-	m.CommandCompleted("A")
-	m.CommandCompleted("A")
-	m.CommandFailed("A")
-	m.CommandPoisoned("")
-	m.HandlerDuration("A", 30*time.Millisecond)
-	m.LeaseLost("A")
-	m.PollInterval("commands", 1500*time.Millisecond)
-	m.Polled("commands", true)
-	m.Polled("commands", false)
-	m.Polled("commands", true)
+	obs := func(o cmdqtype.Observation) { m.Observe(o) }
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A", Duration: 30 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A", Duration: 10 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedFailed, Type: "A", Duration: 20 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPoisoned, Type: ""})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedLeaseLost, Type: "A"})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Wait: 750 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Received: 3})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Wait: 1500 * time.Millisecond})
+	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Op: "dequeue"}) // not a metric
 	want := `
 # HELP cmdq_commands_completed_total Commands completed, by type.
 # TYPE cmdq_commands_completed_total counter
@@ -65,9 +66,14 @@ cmdq_polls_total{queue="commands",result="messages"} 1
 	if n := testutil.CollectAndCount(reg, "cmdq_handler_duration_seconds"); n != 1 {
 		t.Fatalf("handler duration series: %d", n)
 	}
+	// Three handler runs of A (two completed, one failed) are in its
+	// histogram; the poisoning without a handler run is not.
+	if got := histCount(t, reg, "cmdq_handler_duration_seconds"); got != 3 {
+		t.Fatalf("handler durations observed: %d, want 3", got)
+	}
 	// A nil *Metrics ignores every call.
 	var nilM *metrics.Metrics
-	nilM.CommandCompleted("A")
+	nilM.Observe(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A"})
 	nilM.StorageOp("x", nil)
 	nilM.WatchQueue(nil)
 }
@@ -98,4 +104,20 @@ func TestInstrumentStoreKeepsCombiner(t *testing.T) {
 	if b, e := apitest.StorageOps(t, reg, "table_batch"), apitest.StorageOps(t, reg, "queue_enqueue"); b != 1 || e != 1 {
 		t.Fatalf("counted %v batches and %v enqueues, want 1 and 1", b, e)
 	}
+}
+
+// histCount returns the sample count of the one series of histogram name.
+func histCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no single series of %s", name)
+	return 0
 }

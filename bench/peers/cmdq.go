@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -74,7 +73,7 @@ func (in *cmdqInstance) Issue(ctx context.Context, j job) error {
 
 func (in *cmdqInstance) Start(ctx context.Context, workers int, onStart func(job)) (runner, error) {
 	r := &cmdqRunner{in: in}
-	c, err := cmdq.New(in.st, cmdq.Config{Processor: processor.Config{Concurrency: workers, Observer: &r.count}})
+	c, err := cmdq.New(in.st, cmdq.Config{Concurrency: workers, Observers: []cmdq.Observer{&r.count}})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -130,11 +129,14 @@ func (r *cmdqRunner) Stop(ctx context.Context) error {
 	return r.c.Stop(ctx)
 }
 
-// completions counts completed commands (a processor.Observer; the no-op
-// base supplies the other methods).
+// completions counts completed commands (a cmdq.Observer).
 type completions struct {
-	processor.NopObserver
 	completed atomic.Int64
 }
 
-func (c *completions) CommandCompleted(string) { c.completed.Add(1) }
+// Observe counts completions.
+func (c *completions) Observe(o cmdq.Observation) {
+	if o.Kind == cmdq.ObservedCompleted {
+		c.completed.Add(1)
+	}
+}

@@ -18,8 +18,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -30,18 +29,18 @@ const defaultServer = "http://127.0.0.1:8080"
 // backend is what the operator commands need: a cmdq server (HTTP) or a
 // store opened directly.
 type backend interface {
-	Issue(ctx context.Context, r commands.Raw) (id string, existing bool, err error)
-	Get(ctx context.Context, id string) (status.Status, error)
-	Events(ctx context.Context, id string) ([]status.Event, error)
+	Issue(ctx context.Context, r cmdqtype.Raw) (id string, existing bool, err error)
+	Get(ctx context.Context, id string) (cmdqtype.Status, error)
+	Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 	// WaitSeen waits until the command is final, calling seen with each
 	// status before (a long-poll on a server, a watch of the store).
-	WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error)
+	WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error)
 	// Follow calls onEvent with the command's events after seq after as
 	// they happen, until it is final, and returns the final status (an
 	// event stream on a server, a watch of the store).
-	Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error)
-	ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error)
-	GetPoison(ctx context.Context, id string) (status.PoisonEntry, error)
+	Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error)
+	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
+	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
 	Requeue(ctx context.Context, id string) error
 	Discard(ctx context.Context, id string) error
 	Close() error
@@ -141,37 +140,37 @@ func (b httpBackend) wrap(err error) error {
 // errConnRefused ends the message of a refused connection.
 var errConnRefused = errors.New("connection refused")
 
-func (b httpBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
+func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
 	return res.ID, res.Existing, b.wrap(err)
 }
 
-func (b httpBackend) Get(ctx context.Context, id string) (status.Status, error) {
+func (b httpBackend) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 	s, err := b.c.Get(ctx, id)
 	return s, b.wrap(err)
 }
 
-func (b httpBackend) Events(ctx context.Context, id string) ([]status.Event, error) {
+func (b httpBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
 	e, err := b.c.Events(ctx, id)
 	return e, b.wrap(err)
 }
 
-func (b httpBackend) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
+func (b httpBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
 	st, err := b.c.WaitSeen(ctx, id, seen)
 	return st, b.wrap(err)
 }
 
-func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error) {
+func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error) {
 	st, err := b.c.Follow(ctx, id, after, onEvent, nil)
 	return st, b.wrap(err)
 }
 
-func (b httpBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+func (b httpBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
 	p, err := b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
 	return p, b.wrap(err)
 }
 
-func (b httpBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
 	p, err := b.c.GetPoison(ctx, id)
 	return p, b.wrap(err)
 }
@@ -193,39 +192,39 @@ type storeBackend struct {
 }
 
 func wrapStore(err error) error {
-	if errors.Is(err, status.ErrExpired) {
+	if errors.Is(err, cmdqtype.ErrExpired) {
 		return fmt.Errorf("%w: %w", errExpired, err)
 	}
-	if errors.Is(err, status.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errNotFound, err)
 	}
 	return err
 }
 
-func (b *storeBackend) Issue(ctx context.Context, r commands.Raw) (string, bool, error) {
+func (b *storeBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	res, err := b.c.IssueRaw(ctx, r)
 	return res.ID, res.Existing, err
 }
 
-func (b *storeBackend) Get(ctx context.Context, id string) (status.Status, error) {
-	if err := commands.ValidateID(id); err != nil {
-		return status.Status{}, err
+func (b *storeBackend) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
+	if err := cmdqtype.ValidateID(id); err != nil {
+		return cmdqtype.Status{}, err
 	}
 	s, err := b.c.Get(ctx, id)
 	return s, wrapStore(err)
 }
 
-func (b *storeBackend) Events(ctx context.Context, id string) ([]status.Event, error) {
-	if err := commands.ValidateID(id); err != nil {
+func (b *storeBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+	if err := cmdqtype.ValidateID(id); err != nil {
 		return nil, err
 	}
 	e, err := b.c.Events(ctx, id)
 	return e, wrapStore(err)
 }
 
-func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(status.Status)) (status.Status, error) {
-	if err := commands.ValidateID(id); err != nil {
-		return status.Status{}, err
+func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
+	if err := cmdqtype.ValidateID(id); err != nil {
+		return cmdqtype.Status{}, err
 	}
 	w := b.c.Watch(id)
 	defer w.Close()
@@ -246,9 +245,9 @@ func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(status
 	}
 }
 
-func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(status.Event)) (status.Status, error) {
-	if err := commands.ValidateID(id); err != nil {
-		return status.Status{}, err
+func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error) {
+	if err := cmdqtype.ValidateID(id); err != nil {
+		return cmdqtype.Status{}, err
 	}
 	w := b.c.Watch(id)
 	defer w.Close()
@@ -280,11 +279,11 @@ func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEve
 	}
 }
 
-func (b *storeBackend) ListPoison(ctx context.Context, q status.PoisonQuery) (status.PoisonPage, error) {
+func (b *storeBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
 	return b.c.ListPoison(ctx, q)
 }
 
-func (b *storeBackend) GetPoison(ctx context.Context, id string) (status.PoisonEntry, error) {
+func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
 	p, err := b.c.GetPoison(ctx, id)
 	return p, wrapStore(err)
 }
@@ -352,7 +351,7 @@ Examples:
 			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				gotID, existing, err := b.Issue(ctx, commands.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
@@ -375,7 +374,7 @@ Examples:
 					return err
 				}
 				fmt.Fprintln(out, finalLine(paletteOf(out), st))
-				if st.State != status.StateCompleted {
+				if st.State != cmdqtype.StateCompleted {
 					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
 						msg += ": " + term(st.LastError)
@@ -397,12 +396,12 @@ Examples:
 
 // finalLine is the last line of `send --wait` and `status --watch`: the ID,
 // the state and the attempts (and the last step, for commands with steps).
-func finalLine(p palette, st status.Status) string {
+func finalLine(p palette, st cmdqtype.Status) string {
 	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.State), term(string(st.State))), attemptsText(st))
 }
 
 // attemptsText is "attempts N" and, once a step is done, ", step M".
-func attemptsText(st status.Status) string {
+func attemptsText(st cmdqtype.Status) string {
 	s := fmt.Sprintf("attempts %d", st.Attempts)
 	if st.Step > 0 {
 		s += fmt.Sprintf(", step %d", st.Step)
@@ -439,8 +438,8 @@ completed, poisoned or discarded.
 				}
 				if asJSON {
 					return writeJSON(out, struct {
-						status.Status
-						Events []status.Event `json:"events"`
+						cmdqtype.Status
+						Events []cmdqtype.Event `json:"events"`
 					}{st, evs})
 				}
 				printStatus(out, st)
@@ -451,7 +450,7 @@ completed, poisoned or discarded.
 					return nil
 				}
 				if !st.State.Final() {
-					st, err = b.Follow(ctx, id, last, func(e status.Event) { last = printEvents(out, []status.Event{e}, last) })
+					st, err = b.Follow(ctx, id, last, func(e cmdqtype.Event) { last = printEvents(out, []cmdqtype.Event{e}, last) })
 					if ctx.Err() != nil {
 						return nil
 					}
@@ -485,13 +484,13 @@ func fmtTime(t time.Time) string {
 // started event is written lazily).
 const waitingNote = "waiting for a processor; a handler that is already running shows as running after about 1 s (the started event is written lazily)"
 
-func printStatus(w io.Writer, st status.Status) {
+func printStatus(w io.Writer, st cmdqtype.Status) {
 	p := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
 	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.State), term(string(st.State))), attemptsText(st))
-	if st.State == status.StatePending && st.Attempts == 0 {
+	if st.State == cmdqtype.StatePending && st.Attempts == 0 {
 		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
 	}
 	if st.LastError != "" {
@@ -506,7 +505,7 @@ func printStatus(w io.Writer, st status.Status) {
 }
 
 // printEvents prints the events with Seq > after and returns the last Seq printed.
-func printEvents(w io.Writer, evs []status.Event, after int64) int64 {
+func printEvents(w io.Writer, evs []cmdqtype.Event, after int64) int64 {
 	for _, e := range evs {
 		if e.Seq <= after {
 			continue
@@ -519,7 +518,7 @@ func printEvents(w io.Writer, evs []status.Event, after int64) int64 {
 }
 
 // eventDetail is the readable rest of a timeline line.
-func eventDetail(e status.Event) string {
+func eventDetail(e cmdqtype.Event) string {
 	var parts []string
 	if e.Attempt > 0 {
 		parts = append(parts, fmt.Sprintf("attempt %d", e.Attempt))
@@ -561,7 +560,7 @@ decoded). Entries stay until an operator requeues or removes them.
 func newPoisonLsCmd() *cobra.Command {
 	var (
 		f      remoteFlags
-		q      status.PoisonQuery
+		q      cmdqtype.PoisonQuery
 		asJSON bool
 	)
 	c := &cobra.Command{
@@ -599,7 +598,7 @@ func newPoisonLsCmd() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().StringVar(&q.Type, "type", "", "only entries of this command type (default all)")
-	c.Flags().IntVar(&q.Limit, "limit", status.DefaultPoisonLimit, "most entries to list (at most 1000)")
+	c.Flags().IntVar(&q.Limit, "limit", cmdqtype.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
 	return c
@@ -644,12 +643,12 @@ func newPoisonShowCmd() *cobra.Command {
 }
 
 // printPoison prints one poison entry as labelled lines, with what to do next.
-func printPoison(w io.Writer, p status.PoisonEntry) {
+func printPoison(w io.Writer, p cmdqtype.PoisonEntry) {
 	pal := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
 	fmt.Fprintf(tw, "type\t%s\n", term(p.Type))
-	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(status.StatePoisoned), "poisoned"), p.DequeueCount)
+	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(cmdqtype.StatePoisoned), "poisoned"), p.DequeueCount)
 	fmt.Fprintf(tw, "reason\t%s\n", term(p.Reason))
 	if p.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(p.LastError))

@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Demo handlers, registered by serve and worker unless --no-demo. Their retry
 // delay is about a second (instead of exponential from 1 s) so that a tour of
 // retries and poisoning finishes in seconds; their poison ceiling is the
-// default (commands.DefaultPoisonCeiling, 5 attempts).
+// default (cmdq.DefaultPoisonCeiling, 5 attempts).
 
 // demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
-var demoRetry = handlers.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
+var demoRetry = cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
 
 // demoMaxSleep bounds demo.sleep's ms (10 minutes).
 const demoMaxSleep = 10 * time.Minute
@@ -50,27 +50,27 @@ type demoSteps struct {
 func (demoSteps) CommandType() string { return "demo.steps" }
 
 // registerDemo registers the demo handlers on c. lease, when > 0, is their
-// lease (default commands.DefaultLease); j, when not nil, journals every
+// lease (default cmdq.DefaultLease); j, when not nil, journals every
 // execution (test instrumentation, see demoJournal).
 func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
-	opts := handlers.Options{Retry: demoRetry, Lease: lease}
+	opts := cmdq.HandlerOptions{Retry: demoRetry, Lease: lease}
 	return errors.Join(
-		cmdq.Register(c, func(ctx context.Context, cmd demoEcho, run *handlers.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoEcho, run *cmdq.Run) (err error) {
 			defer j.execution(run)(&err)
 			b, err := json.Marshal(cmd)
 			if err != nil {
-				return handlers.Permanent(err)
+				return cmdq.Permanent(err)
 			}
 			if cmd == nil {
 				b = []byte("{}")
 			}
 			return j.step(ctx, run, 1, "echo "+string(b))
 		}, opts),
-		cmdq.Register(c, func(ctx context.Context, cmd demoSleep, run *handlers.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, run *cmdq.Run) (err error) {
 			defer j.execution(run)(&err)
 			d := time.Duration(cmd.MS) * time.Millisecond
 			if cmd.MS < 0 || d > demoMaxSleep {
-				return handlers.Permanent(fmt.Errorf("demo.sleep: ms %d is out of range 0..%d", cmd.MS, demoMaxSleep.Milliseconds()))
+				return cmdq.Permanent(fmt.Errorf("demo.sleep: ms %d is out of range 0..%d", cmd.MS, demoMaxSleep.Milliseconds()))
 			}
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -81,17 +81,17 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 				return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
 			}
 		}, opts),
-		cmdq.Register(c, func(ctx context.Context, cmd demoFail, run *handlers.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoFail, run *cmdq.Run) (err error) {
 			defer j.execution(run)(&err)
 			if run.Attempt() <= cmd.Times {
 				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
 			}
 			return nil
 		}, opts),
-		cmdq.Register(c, func(ctx context.Context, cmd demoSteps, run *handlers.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSteps, run *cmdq.Run) (err error) {
 			defer j.execution(run)(&err)
 			if cmd.Steps < 1 || cmd.Steps > 1000 {
-				return handlers.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))
+				return cmdq.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))
 			}
 			for s := run.LastStep() + 1; s <= cmd.Steps; s++ {
 				if s == cmd.FailAt && run.Attempt() == 1 {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // demoJournal is test instrumentation for the reliability suite
@@ -59,7 +59,7 @@ type journalLine struct {
 	Err     string    `json:"err,omitempty"`
 }
 
-func (j *demoJournal) write(run *handlers.Run, l journalLine) {
+func (j *demoJournal) write(run *cmdq.Run, l journalLine) {
 	if j == nil {
 		return
 	}
@@ -79,7 +79,7 @@ func (j *demoJournal) write(run *handlers.Run, l journalLine) {
 
 // execution journals the start of a handler execution and returns the
 // function that journals its end; use as `defer j.execution(run)(&err)`.
-func (j *demoJournal) execution(run *handlers.Run) func(*error) {
+func (j *demoJournal) execution(run *cmdq.Run) func(*error) {
 	if j == nil {
 		return func(*error) {}
 	}
@@ -97,7 +97,7 @@ func (j *demoJournal) execution(run *handlers.Run) func(*error) {
 }
 
 // step runs run.CompleteStep(ctx, n, note), journalling before and after.
-func (j *demoJournal) step(ctx context.Context, run *handlers.Run, n int, note string) error {
+func (j *demoJournal) step(ctx context.Context, run *cmdq.Run, n int, note string) error {
 	j.write(run, journalLine{Ev: "step", Step: n})
 	if err := run.CompleteStep(ctx, n, note); err != nil {
 		return err

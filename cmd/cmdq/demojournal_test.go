@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,11 +11,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/storage/embedded"
+	"github.com/cmdq-dev/cmdq/cmdqtest"
 )
 
-// TestDemoJournal runs a demo handler with --demo-journal's journal and
+// TestDemoJournal runs a demo command with --demo-journal's journal and
 // reads back one line per execution start, step, recorded step and end.
 func TestDemoJournal(t *testing.T) {
 	t.Parallel()
@@ -23,15 +23,7 @@ func TestDemoJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "data"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	c, err := cmdq.New(st, cmdq.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cmdqtest.New(t)
 	if err := registerDemo(c, 3*time.Second, j); err != nil {
 		t.Fatal(err)
 	}
@@ -39,18 +31,23 @@ func TestDemoJournal(t *testing.T) {
 	if !ok {
 		t.Fatal("demo.steps not registered")
 	}
-	if def.Lease != 3*time.Second {
-		t.Errorf("demo.steps lease %s, want the 3s passed to registerDemo", def.Lease)
+	if def.Options.Lease != 3*time.Second {
+		t.Errorf("demo.steps lease %s, want the 3s passed to registerDemo", def.Options.Lease)
 	}
 	id := "5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d"
+	if _, err := c.IssueRaw(context.Background(), cmdq.Raw{ID: id, Type: "demo.steps", Params: []byte(`{"steps":3,"failAt":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	cmdqtest.Drain(t, c)
+	evs, err := c.Events(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var recorded []int
-	run := handlers.NewRun(handlers.RunInfo{ID: id, Type: "demo.steps", Attempt: 1, Record: func(_ context.Context, step int, _ string) error {
-		recorded = append(recorded, step)
-		return nil
-	}})
-	err = def.Invoke(context.Background(), []byte(`{"steps":3,"failAt":2}`), run)
-	if err == nil || !strings.Contains(err.Error(), "planned failure at step 2") {
-		t.Fatalf("demo.steps attempt 1 returned %v, want its planned failure at step 2", err)
+	for _, e := range evs {
+		if e.Kind == cmdq.EventStepCompleted {
+			recorded = append(recorded, e.Step)
+		}
 	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
@@ -65,8 +62,8 @@ func TestDemoJournal(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &jl); err != nil {
 			t.Fatalf("journal line %q: %v", l, err)
 		}
-		if jl.ID != id || jl.Type != "demo.steps" || jl.Attempt != 1 || jl.Worker != "w-test" || jl.PID != os.Getpid() || jl.T.IsZero() {
-			t.Errorf("journal line %q: want id, type, attempt 1, worker w-test, this pid and a time", l)
+		if jl.ID != id || jl.Type != "demo.steps" || jl.Attempt < 1 || jl.Worker != "w-test" || jl.PID != os.Getpid() || jl.T.IsZero() {
+			t.Errorf("journal line %q: want id, type, an attempt, worker w-test, this pid and a time", l)
 		}
 		s := jl.Ev
 		if jl.Step != 0 {
@@ -75,14 +72,15 @@ func TestDemoJournal(t *testing.T) {
 		if jl.Err != "" {
 			s += " error"
 		}
-		got = append(got, s)
+		got = append(got, fmt.Sprintf("%d:%s", jl.Attempt, s))
 	}
-	want := "begin,step 1,stepped 1,end error"
+	// Attempt 1 fails at step 2; attempt 2 resumes there.
+	want := "1:begin,1:step 1,1:stepped 1,1:end error,2:begin,2:step 2,2:stepped 2,2:step 3,2:stepped 3,2:end"
 	if strings.Join(got, ",") != want {
 		t.Fatalf("journal %v, want %s", got, want)
 	}
-	if len(recorded) != 1 || recorded[0] != 1 {
-		t.Fatalf("recorded steps %v, want [1]", recorded)
+	if fmt.Sprint(recorded) != "[1 2 3]" {
+		t.Fatalf("recorded steps %v, want [1 2 3]", recorded)
 	}
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -24,8 +24,8 @@ func TestStatusOfExpiredCommand(t *testing.T) {
 	}
 	ctx := context.Background()
 	issued := time.Now().Add(-20 * 24 * time.Hour)
-	id := testenv.CompletedAt(t, st, commands.DefaultPrefix, issued, "demo.echo")
-	now, err := record.OpenReader(ctx, st, record.Names{Prefix: commands.DefaultPrefix}, record.Options{}, nil)
+	id := testenv.CompletedAt(t, st, cmdqtype.DefaultPrefix, issued, "demo.echo")
+	now, err := record.OpenReader(ctx, st, record.Names{Prefix: cmdqtype.DefaultPrefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/metrics"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -44,9 +44,9 @@ type procFlags struct {
 func (f *procFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.BoolVar(&f.noDemo, "no-demo", false, "do not register the demo handlers (demo.echo, demo.sleep, demo.fail, demo.steps)")
-	fl.IntVar(&f.concurrency, "concurrency", processor.DefaultConcurrency, "most handlers run at once")
-	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", processor.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from 100ms)")
-	fl.DurationVar(&f.drainTimeout, "drain-timeout", processor.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
+	fl.IntVar(&f.concurrency, "concurrency", cmdqtype.DefaultConcurrency, "most handlers run at once")
+	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdqtype.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from 100ms)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdqtype.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
@@ -72,20 +72,25 @@ func checkRecovery(d time.Duration) error {
 // settings from the flags, the demo handlers unless --no-demo, and a
 // function that closes what it opened (the demo journal).
 // recovery is the Client's RecoveryDelay (0: the default).
-func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o processor.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
+func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o cmdq.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
 	closer := func() error { return nil }
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
 	}
-	c, err := cmdq.New(st, cmdq.Config{Prefix: prefix, Processor: processor.Config{
+	cfg := cmdq.Config{
+		Prefix:          prefix,
 		Worker:          f.worker,
 		Concurrency:     f.concurrency,
 		MaxPollInterval: f.maxPollInterval,
 		DrainTimeout:    f.drainTimeout,
 		PoisonCeiling:   f.poisonCeiling,
 		Logger:          log,
-		Observer:        o,
-	}, RecoveryDelay: recovery})
+		RecoveryDelay:   recovery,
+	}
+	if o != nil {
+		cfg.Observers = []cmdq.Observer{o}
+	}
+	c, err := cmdq.New(st, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,9 +111,9 @@ func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, 
 	return c, closer, nil
 }
 
-// observer returns o as a processor.Observer, or nil for a nil o (an
+// observer returns o as a cmdq.Observer, or nil for a nil o (an
 // interface holding a nil *metrics.Metrics is not nil).
-func observer(o *metrics.Metrics) processor.Observer {
+func observer(o *metrics.Metrics) cmdq.Observer {
 	if o == nil {
 		return nil
 	}

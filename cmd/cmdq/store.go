@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/commands"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -45,7 +45,7 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
 	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
-	fl.StringVar(&f.prefix, "prefix", commands.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
+	fl.StringVar(&f.prefix, "prefix", cmdqtype.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
 	fl.StringVar(&f.azConn, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING)")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")
 	fl.StringVar(&f.azKey, "azure-key", "", "Azure Storage shared key (base64), with --azure-account")

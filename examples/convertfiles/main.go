@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -212,12 +211,12 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 	// 2. The client: its processor polls fast while the example runs (the
 	// default backoff goes up to a minute, which suits production, not a
 	// demo).
-	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{
+	c, err := cmdq.New(st, cmdq.Config{
 		Worker:          "convertfiles",
 		MinPollInterval: 20 * time.Millisecond,
 		MaxPollInterval: 200 * time.Millisecond,
 		DrainTimeout:    5 * time.Second,
-	}})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("convertfiles: %w", err)
 	}
@@ -225,7 +224,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (*Report, error) {
 
 	// 3. The typed handler, with a short retry delay so the example
 	// finishes in about a second (the default starts at 1 s).
-	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+	if err := cmdq.RegisterWith(c, conv.handle, retryFast); err != nil {
 		return nil, fmt.Errorf("convertfiles: register: %w", err)
 	}
 	if err := c.Start(ctx); err != nil {

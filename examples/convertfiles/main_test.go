@@ -11,8 +11,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtest"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // TestResumesAtFailedFile runs the example: the first attempt converts files
@@ -27,7 +26,7 @@ func TestResumesAtFailedFile(t *testing.T) {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	st := rep.Status
-	if st.State != status.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
+	if st.State != cmdqtype.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
 		t.Fatalf("status = %+v, want completed after 2 attempts at step %d with no last error", st, files)
 	}
 
@@ -104,7 +103,7 @@ func TestNoFailureOneAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rep.Status; st.State != status.StateCompleted || st.Attempts != 1 || st.Step != 5 {
+	if st := rep.Status; st.State != cmdqtype.StateCompleted || st.Attempts != 1 || st.Step != 5 {
 		t.Fatalf("status = %+v, want completed in 1 attempt at step 5", st)
 	}
 	got, err := os.ReadFile(filepath.Join(rep.OutputDir, "file-002.txt.reverse"))
@@ -125,12 +124,12 @@ func TestUnknownFormatPoisoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := rep.Status
-	if st.State != status.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
+	if st.State != cmdqtype.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
 		t.Fatalf("status = %+v, want poisoned after 1 attempt naming the format", st)
 	}
 	last := rep.Events[len(rep.Events)-1]
-	if last.Kind != status.EventPoisoned || last.Reason != processor.ReasonPermanent {
-		t.Fatalf("last event = %+v, want poisoned with reason %q", last, processor.ReasonPermanent)
+	if last.Kind != cmdq.EventPoisoned || last.Reason != cmdq.ReasonPermanent {
+		t.Fatalf("last event = %+v, want poisoned with reason %q", last, cmdq.ReasonPermanent)
 	}
 	if len(rep.Conversions) != 0 {
 		t.Fatalf("conversions = %v, want none", rep.Conversions)
@@ -158,7 +157,7 @@ func TestHandlerWithTestKit(t *testing.T) {
 	}
 	conv := &converter{in: in, out: out, locked: map[string]bool{files[1]: true}, counts: map[string]int{}}
 	c := cmdqtest.New(t)
-	if err := cmdq.Register(c, conv.handle, retryFast); err != nil {
+	if err := cmdq.RegisterWith(c, conv.handle, retryFast); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Issue(context.Background(), ConvertBatch{Files: files, Format: "upper"})

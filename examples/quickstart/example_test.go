@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -35,10 +34,10 @@ func open() (*cmdq.Client, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := cmdq.New(st, cmdq.Config{Processor: processor.Config{
+	c, err := cmdq.New(st, cmdq.Config{
 		Worker:          "example",
 		MaxPollInterval: 200 * time.Millisecond, // poll often in an example
-	}})
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

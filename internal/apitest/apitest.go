@@ -19,11 +19,9 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/metrics"
-	"github.com/cmdq-dev/cmdq/processor"
-	"github.com/cmdq-dev/cmdq/status"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -126,11 +124,10 @@ func Start(t testing.TB, opts Options) *Server {
 	st := m.InstrumentStore(raw)
 	cfg := opts.Config
 	cfg.Prefix = cmp.Or(opts.Prefix, cfg.Prefix)
-	p := &cfg.Processor
-	p.MinPollInterval = cmp.Or(p.MinPollInterval, 10*time.Millisecond)
-	p.MaxPollInterval = cmp.Or(p.MaxPollInterval, time.Second)
-	p.ReconcileInterval = cmp.Or(p.ReconcileInterval, processor.NoReconcile)
-	cfg.Processor.Observer = m
+	cfg.MinPollInterval = cmp.Or(cfg.MinPollInterval, 10*time.Millisecond)
+	cfg.MaxPollInterval = cmp.Or(cfg.MaxPollInterval, time.Second)
+	cfg.ReconcileInterval = cmp.Or(cfg.ReconcileInterval, cmdq.NoReconcile)
+	cfg.Observers = append(cfg.Observers, m)
 	c, err := cmdq.New(st, cfg)
 	if err != nil {
 		t.Fatalf("apitest: client: %v", err)
@@ -180,7 +177,7 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	if err != nil {
 		t.Fatalf("apitest: load %s: %v", id, err)
 	}
-	if err := s.Log.Store.Poison(ctx, rec, status.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
+	if err := s.Log.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
 		t.Fatalf("apitest: poison %s: %v", id, err)
 	}
 }
@@ -189,7 +186,7 @@ func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 // name ("" = "commands").
 func (s *Server) QueueCount(t testing.TB, name string) int {
 	t.Helper()
-	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, commands.DefaultQueue))
+	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, cmdqtype.DefaultQueue))
 	if err != nil {
 		t.Fatalf("apitest: queue depth: %v", err)
 	}

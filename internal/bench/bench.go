@@ -11,7 +11,7 @@
 //     the full queue (burn-down); processed_per_s = N / time until every
 //     command is `completed` and its message deleted.
 //  3. latency: with that processor still running and the Issuer waking it
-//     (commands.IssuerOptions.Wake), commands are issued at a steady Rate for
+//     (issuer.IssuerOptions.Wake), commands are issued at a steady Rate for
 //     LatencyDuration; latency is from the Issue call to the handler's start.
 //  4. http trickle: TrickleClients HTTP clients issue TrickleN commands at a
 //     steady TrickleRate through a real HTTP server (package api, in
@@ -56,11 +56,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/handlers"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
-	"github.com/cmdq-dev/cmdq/internal/record"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -141,7 +142,7 @@ type Config struct {
 	BatchSize int
 	// NewBatchThreshold is the processor's NewBatchThreshold, the most
 	// messages held beyond Concurrency (0 = its default, BatchSize;
-	// processor.NoThreshold for none).
+	// cmdqtype.NoThreshold for none).
 	NewBatchThreshold int
 	// HandlerDuration is how long each handler takes (it waits, without
 	// using CPU). Default 0: a no-op handler.
@@ -165,7 +166,7 @@ type Config struct {
 	// was answered.
 	TrickleRate int
 	// FirstDeliveryN is the number of commands of each first-delivery
-	// phase (fast path, then fallback with processor.Config.NoFastPath).
+	// phase (fast path, then fallback with cmdq.Config.NoFastPath).
 	// Default 256; negative skips it.
 	FirstDeliveryN int
 	// MaxPollInterval is the processor's MaxPollInterval, the idle poll
@@ -323,7 +324,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Issuers = DefaultIssuers
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = processor.DefaultBatchSize
+		c.BatchSize = cmdqtype.DefaultBatchSize
 	}
 	if c.TrickleN == 0 {
 		c.TrickleN = DefaultTrickleNEmbedded
@@ -356,7 +357,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LatencyDuration = DefaultLatencyDuration
 	}
 	if c.MaxPollInterval == 0 {
-		c.MaxPollInterval = processor.DefaultMaxPollInterval
+		c.MaxPollInterval = cmdqtype.DefaultMaxPollInterval
 	}
 	if c.IdleWindow == 0 {
 		c.IdleWindow = DefaultIdleWindow
@@ -390,8 +391,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Rate < 1 {
 		bad("rate %d: issue at least 1 command per second", c.Rate)
 	}
-	if c.MaxPollInterval < processor.DefaultMinPollInterval {
-		bad("max poll interval %s: use at least %s", c.MaxPollInterval, processor.DefaultMinPollInterval)
+	if c.MaxPollInterval < cmdqtype.DefaultMinPollInterval {
+		bad("max poll interval %s: use at least %s", c.MaxPollInterval, cmdqtype.DefaultMinPollInterval)
 	}
 	if c.IdleScale < 1 {
 		bad("idle scale %g: use at least 1", c.IdleScale)
@@ -415,7 +416,7 @@ type benchCmd struct {
 	Sent int64 `json:"sent,omitempty"`
 }
 
-// CommandType implements commands.Command.
+// CommandType implements cmdq.Command.
 func (benchCmd) CommandType() string { return "bench.noop" }
 
 // env is what every phase of a run shares.
@@ -606,10 +607,10 @@ func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
 
 // registry registers the bench handler: it records the latency of commands
 // that carry Sent and waits HandlerDuration.
-func (e *env) registry() (*handlers.Registry, error) {
-	reg := handlers.NewRegistry()
+func (e *env) registry() (*registry.Registry, error) {
+	reg := registry.NewRegistry()
 	d := e.cfg.HandlerDuration
-	err := handlers.Register(reg, func(ctx context.Context, c benchCmd, _ *handlers.Run) error {
+	err := registry.Register(reg, func(ctx context.Context, c benchCmd, _ *registry.Run) error {
 		if c.Sent != 0 {
 			e.lat.add(time.Since(time.Unix(0, c.Sent)))
 		}
@@ -624,7 +625,7 @@ func (e *env) registry() (*handlers.Registry, error) {
 			}
 		}
 		return nil
-	}, handlers.Options{})
+	}, registry.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: register handler: %w", err)
 	}
@@ -632,15 +633,20 @@ func (e *env) registry() (*handlers.Registry, error) {
 }
 
 // metrics counts completed commands for the bench.
-type metrics struct{ completed *atomic.Int64 }
+type metrics struct {
+	completed *atomic.Int64
+	onPoll    func(cmdqtype.Observation)
+}
 
-func (m metrics) CommandCompleted(string)               { m.completed.Add(1) }
-func (m metrics) CommandFailed(string)                  {}
-func (m metrics) CommandPoisoned(string)                {}
-func (m metrics) HandlerDuration(string, time.Duration) {}
-func (m metrics) LeaseLost(string)                      {}
-func (m metrics) PollInterval(string, time.Duration)    {}
-func (m metrics) Polled(string, bool)                   {}
+// Observe counts completions, and passes dequeues to onPoll when set.
+func (m metrics) Observe(o cmdqtype.Observation) {
+	switch {
+	case o.Kind == cmdqtype.ObservedCompleted:
+		m.completed.Add(1)
+	case o.Kind == cmdqtype.ObservedPolled && m.onPoll != nil:
+		m.onPoll(o)
+	}
+}
 
 // started is a running processor.
 type started struct {
@@ -654,8 +660,8 @@ func (s *started) stop() error {
 	return <-s.done
 }
 
-func (e *env) startProcessor(ctx context.Context, reg *handlers.Registry, cfg processor.Config) (*started, error) {
-	cfg.Observer = metrics{&e.completed}
+func (e *env) startProcessor(ctx context.Context, reg *registry.Registry, cfg processor.Config, onPoll func(cmdqtype.Observation)) (*started, error) {
+	cfg.Observer = metrics{&e.completed, onPoll}
 	cfg.Worker = "bench"
 	p, err := processor.New(e.counted, reg, cfg)
 	if err != nil {
@@ -716,7 +722,7 @@ func (e *env) commits() uint64 {
 // throughput runs the issue, process and latency phases.
 func (e *env) throughput(ctx context.Context, res *Result) error {
 	cfg := e.cfg
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: cfg.Prefix})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -752,8 +758,8 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	began := time.Now()
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
-		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
-	})
+		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile,
+	}, nil)
 	if err != nil {
 		stopProf()
 		return err
@@ -837,7 +843,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 		if slow {
 			prefix = cfg.Prefix + "s"
 		}
-		iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix})
+		iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: prefix})
 		if err != nil {
 			return nil, fmt.Errorf("bench: issuer: %w", err)
 		}
@@ -847,13 +853,13 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 		}
 		sp, err := e.startProcessor(ctx, reg, processor.Config{
 			Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
-			MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile, NoFastPath: slow,
-		})
+			MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile, NoFastPath: slow,
+		}, nil)
 		if err != nil {
 			return nil, err
 		}
 		// Let the processor open its queue and go idle before counting.
-		if err := waitFor(ctx, cfg.Timeout, "first-delivery processor to poll", func() bool { return sp.p.Health().State != processor.Starting }); err != nil {
+		if err := waitFor(ctx, cfg.Timeout, "first-delivery processor to poll", func() bool { return sp.p.Health().State != cmdqtype.ProcessorStarting }); err != nil {
 			_ = sp.stop()
 			return nil, err
 		}
@@ -864,7 +870,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 			_ = sp.stop()
 			return nil, err
 		}
-		sp.p.Notify(commands.DefaultQueue)
+		sp.p.Notify(cmdqtype.DefaultQueue)
 		err = waitFor(ctx, cfg.Timeout, "first-delivery commands", func() bool {
 			return sp.p.Stats().Completed >= int64(n) && sp.p.Health().InFlight == 0
 		})
@@ -888,7 +894,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 }
 
 // issueAll issues n commands from workers goroutines and returns the time taken.
-func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
+func issueAll(ctx context.Context, iss *issuer.Issuer, n, workers int, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("bench: issuing %d commands took over %s", n, timeout))
 	defer cancel()
 	var next atomic.Int64
@@ -927,7 +933,7 @@ func issueAll(ctx context.Context, iss *commands.Issuer, n, workers int, timeout
 func (e *env) steady(ctx context.Context, sp *started, rate int, d time.Duration) ([]time.Duration, error) {
 	// As cmdq.Client wires it: the hand-off when a slot is free, else a
 	// visible enqueue and a wake-up.
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify, HandOff: sp.p.HandOff})
 	if err != nil {
 		return nil, fmt.Errorf("bench: issuer: %w", err)
 	}
@@ -987,7 +993,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	// A fresh prefix: an empty deployment, as an idle one is.
 	prefix := cfg.Prefix + "i"
-	minP := time.Duration(float64(processor.DefaultMinPollInterval) / cfg.IdleScale)
+	minP := time.Duration(float64(cmdqtype.DefaultMinPollInterval) / cfg.IdleScale)
 	maxP := time.Duration(float64(cfg.MaxPollInterval) / cfg.IdleScale)
 	if minP <= 0 {
 		minP = 1
@@ -1003,7 +1009,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	marks := make(chan mark, 1)
 	var polls, capPolls, capWait atomic.Int64
-	onPoll := func(ev processor.PollEvent) {
+	onPoll := func(ev cmdqtype.Observation) {
 		n := polls.Add(1) - 1
 		if n == int64(capAt) {
 			marks <- mark{ev.Time, e.counter.Snapshot()}
@@ -1016,8 +1022,8 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	e.logf("idle: poll schedule scaled 1/%g (cap %s stands for %s), watched %s", cfg.IdleScale, maxP, cfg.MaxPollInterval, cfg.IdleWindow)
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
-		MinPollInterval: minP, MaxPollInterval: maxP, ReconcileInterval: processor.NoReconcile, OnPoll: onPoll,
-	})
+		MinPollInterval: minP, MaxPollInterval: maxP, ReconcileInterval: cmdqtype.NoReconcile,
+	}, onPoll)
 	if err != nil {
 		return err
 	}
@@ -1074,7 +1080,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		if err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
-		opts := record.ReconcileOptions{MarkerGrace: processor.DefaultReconcileGrace, PendingGrace: processor.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
+		opts := record.ReconcileOptions{MarkerGrace: cmdqtype.DefaultReconcileGrace, PendingGrace: cmdqtype.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
 		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
@@ -1094,8 +1100,8 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	runsPerHour := float64(time.Hour) / float64(processor.DefaultReconcileInterval)
-	scanShare := float64(processor.DefaultReconcileInterval) / float64(processor.DefaultReconcileScanInterval)
+	runsPerHour := float64(time.Hour) / float64(cmdqtype.DefaultReconcileInterval)
+	scanShare := float64(cmdqtype.DefaultReconcileInterval) / float64(cmdqtype.DefaultReconcileScanInterval)
 	res.IdleReconcileOpsPerHour = runsPerHour * ((1-scanShare)*float64(sum(markerOps)) + scanShare*float64(sum(scanOps)))
 	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
 	// By kind: the same weights applied to each kind's count.
@@ -1123,32 +1129,31 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 // wake starts a processor whose poll interval is MaxPollInterval from the
 // first empty poll on, and times DefaultWakeSamples commands issued in
 // process (Notify) while it waits; it returns the slowest.
-func (e *env) wake(ctx context.Context, reg *handlers.Registry, prefix string) (time.Duration, error) {
+func (e *env) wake(ctx context.Context, reg *registry.Registry, prefix string) (time.Duration, error) {
 	cfg := e.cfg
 	empty := make(chan struct{}, 16)
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
-		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile,
+		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile,
 		// Every poll that leaves the poller waiting (MinPollInterval is
 		// MaxPollInterval here: at least 48 s at the defaults) starts a
 		// sample: the first empty poll, and the poll that fetched the last
 		// sample's command (fewer than asked: the poller waits as after an
 		// empty poll). Waiting for an empty poll instead cost a whole
 		// scheduled interval per sample (two minutes a run).
-		OnPoll: func(ev processor.PollEvent) {
-			if ev.Err == nil && ev.Wait > 0 {
-				select {
-				case empty <- struct{}{}:
-				default:
-				}
+	}, func(ev cmdqtype.Observation) {
+		if ev.Err == nil && ev.Wait > 0 {
+			select {
+			case empty <- struct{}{}:
+			default:
 			}
-		},
+		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = sp.stop() }()
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: prefix, Wake: sp.p.Notify})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: prefix, Wake: sp.p.Notify})
 	if err != nil {
 		return 0, fmt.Errorf("bench: issuer: %w", err)
 	}

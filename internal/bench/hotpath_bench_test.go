@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/processor"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -33,7 +34,7 @@ func benchEnv(b *testing.B) *env {
 // (one write per command; concurrent writes share a log sync).
 func BenchmarkIssue(b *testing.B) {
 	e := benchEnv(b)
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: e.cfg.Prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duratio
 // handlers and batch size 32 on the embedded store (burn-down).
 func BenchmarkProcess(b *testing.B) {
 	e := benchEnv(b)
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: e.cfg.Prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,8 +85,8 @@ func BenchmarkProcess(b *testing.B) {
 	b.ResetTimer()
 	began := time.Now()
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: processor.NoReconcile,
-	})
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+	}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,13 +116,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: processor.NoReconcile,
-	})
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+	}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = sp.stop() }()
-	iss, err := commands.NewIssuer(e.counted, commands.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify})
+	iss, err := issuer.NewIssuer(e.counted, issuer.IssuerOptions{Prefix: e.cfg.Prefix, Wake: sp.p.Notify})
 	if err != nil {
 		b.Fatal(err)
 	}

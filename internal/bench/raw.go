@@ -11,9 +11,9 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/v2"
+	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/commands"
-	"github.com/cmdq-dev/cmdq/internal/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // rawResult is the raw pipeline's throughput.
@@ -67,7 +67,7 @@ func rawBaseline(ctx context.Context, conn string, cfg Config) (rawResult, error
 		go func() {
 			defer wg.Done()
 			for int(next.Add(1)) <= cfg.N && ictx.Err() == nil {
-				id := commands.NewID()
+				id := uuid.NewString()
 				ent, _ := json.Marshal(map[string]any{
 					"PartitionKey": id, "RowKey": "cmd", "Type": "bench.noop", "Params": string(params),
 				})

@@ -16,8 +16,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/handlers"
-	"github.com/cmdq-dev/cmdq/processor"
 )
 
 // TrickleResult is the HTTP trickle phase: Clients concurrent HTTP clients
@@ -74,14 +72,14 @@ func (e *env) trickle(ctx context.Context) (*TrickleResult, error) {
 	res := &TrickleResult{N: cfg.TrickleN, Clients: cfg.TrickleClients, RatePerS: max(cfg.TrickleRate, 0)}
 	var completed atomic.Int64
 	var lat latencies
-	c, err := cmdq.New(e.counted, cmdq.Config{Prefix: cfg.Prefix + "h", Processor: processor.Config{
+	c, err := cmdq.New(e.counted, cmdq.Config{Prefix: cfg.Prefix + "h",
 		Worker: "bench", Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, NewBatchThreshold: cfg.NewBatchThreshold,
-		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: processor.NoReconcile, Observer: metrics{&completed},
-	}})
+		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdq.NoReconcile, Observers: []cmdq.Observer{metrics{completed: &completed}},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: trickle client: %w", err)
 	}
-	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *handlers.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *cmdq.Run) error {
 		if b.Sent != 0 {
 			lat.add(time.Since(time.Unix(0, b.Sent)))
 		}

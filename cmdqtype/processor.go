@@ -1,0 +1,158 @@
+package cmdqtype
+
+import "time"
+
+// The processor's reports: its health, its counts, what a RunFor did.
+
+// ProcessorState is what the processor is doing, reported by Health (a
+// command's lifecycle state is a State).
+type ProcessorState string
+
+// The processor states.
+const (
+	// ProcessorStarting: created, not yet polled.
+	ProcessorStarting ProcessorState = "starting"
+	// ProcessorPolling: a dequeue is in progress and no handler is running.
+	ProcessorPolling ProcessorState = "polling"
+	// ProcessorWorking: at least one message is in flight.
+	ProcessorWorking ProcessorState = "working"
+	// ProcessorIdle: nothing in flight; waiting for the next poll.
+	ProcessorIdle ProcessorState = "idle"
+	// ProcessorDraining: stopping; running handlers are finishing.
+	ProcessorDraining ProcessorState = "draining"
+	// ProcessorStopped: processing has ended (or never started: a Client
+	// without handlers reports it).
+	ProcessorStopped ProcessorState = "stopped"
+	// ProcessorUnhealthy: Config.UnhealthyAfter consecutive infrastructure
+	// faults. With Config.Flywheel the processor pulls no work until
+	// ResetHealth.
+	ProcessorUnhealthy ProcessorState = "unhealthy"
+)
+
+// Health is a snapshot of the processor's state.
+type Health struct {
+	// State is the current state.
+	State ProcessorState `json:"state"`
+	// Since is when the state was entered.
+	Since time.Time `json:"since"`
+	// LastError is the last infrastructure fault ("" if none yet).
+	LastError string `json:"lastError,omitempty"`
+	// LastErrorAt is when it happened.
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// ConsecutiveFaults counts faults since the last successful storage operation.
+	ConsecutiveFaults int `json:"consecutiveFaults"`
+	// InFlight is the number of messages dequeued and not yet finished.
+	InFlight int `json:"inFlight"`
+	// Retention is the last retention sweep's outcome when it needs a
+	// look: day tables pinned by commands that are not final, or an error
+	// (nil otherwise).
+	Retention *RetentionStatus `json:"retention,omitempty"`
+}
+
+// Healthy reports whether h's state is anything but ProcessorUnhealthy.
+func (h Health) Healthy() bool { return h.State != ProcessorUnhealthy }
+
+// StopReason says why RunFor returned.
+type StopReason string
+
+// Stop reasons.
+const (
+	// StopDeadline: the next handler might not have finished before the end.
+	StopDeadline StopReason = "deadline"
+	// StopIdle: the queues were empty and waiting longer would not fit.
+	StopIdle StopReason = "idle"
+	// StopCancelled: the context ended.
+	StopCancelled StopReason = "cancelled"
+)
+
+// Summary reports what a RunFor (or Run) did.
+type Summary struct {
+	// Processed counts messages taken and finished (any outcome, including
+	// messages of already-final commands that were only deleted).
+	Processed int
+	// Completed, Failed and Poisoned count handler outcomes (Failed: attempts
+	// that will be retried).
+	Completed, Failed, Poisoned int
+	// Released counts messages dequeued but not run, made visible again at once.
+	Released int
+	// Interrupted counts handlers cancelled at the end (their messages were
+	// released for RunFor, left to their lease for Run).
+	Interrupted int
+	// Duplicates counts second messages for a command: those this processor
+	// was already handling (left invisible until their lease ends), and
+	// those whose command another message started (deleted unrun).
+	Duplicates int
+	// Duration is how long the run took.
+	Duration time.Duration
+	// StoppedBecause says why it stopped.
+	StoppedBecause StopReason
+}
+
+// Stats are a processor's running counts since New, over all its Run and
+// RunFor calls (a RunFor's Summary counts that run only). Counts mean what
+// Summary's do. A count grows just after its outcome is stored, so a reader
+// may see a command completed a moment before Stats counts it; once Run or
+// RunFor has returned, the counts are final.
+type Stats struct {
+	// Processed counts messages taken and finished (any outcome, including
+	// messages of already-final commands that were only deleted).
+	Processed int64
+	// Completed, Failed and Poisoned count handler outcomes (Failed:
+	// attempts that will be retried).
+	Completed, Failed, Poisoned int64
+	// Released counts messages dequeued but not run, made visible again.
+	Released int64
+	// Interrupted counts handlers cancelled at the end of a run.
+	Interrupted int64
+	// Duplicates counts second messages for a command, as
+	// Summary.Duplicates.
+	Duplicates int64
+	// FastPath counts first deliveries that ran their handler without
+	// loading the command (the fast path; docs/lifecycle.md, "First
+	// delivery"). Every other delivery made one point read first.
+	FastPath int64
+	// HandedOff counts messages an Issuer in this process handed to this
+	// processor right after enqueueing them (no dequeue; HandOff).
+	HandedOff int64
+	// InFlight is the number of messages dequeued and not yet finished now.
+	InFlight int
+	// Running reports whether Run or RunFor is in progress.
+	Running bool
+}
+
+// RetentionStatus is what the processor's last retention sweep did (see
+// docs/lifecycle.md, "Retention"). The sweep runs with the reconciler's
+// pending scan, every ReconcileScanInterval (default 24 h).
+type RetentionStatus struct {
+	// LastSweep is when the last sweep ended (zero: none yet).
+	LastSweep time.Time `json:"lastSweep,omitzero"`
+	// Dropped, Moved and Deleted count, over the processor's life, the day
+	// tables dropped, the commands moved to the base table (poisoned ones,
+	// ones kept longer than their table) and the expired commands deleted
+	// from the base table.
+	Dropped int `json:"dropped"`
+	Moved   int `json:"moved"`
+	Deleted int `json:"deleted"`
+	// Pinned maps each day table that the last sweep had to keep because
+	// some of its commands are not final (pending, running, retrying long
+	// after their day) to the number of those commands. Such a table is
+	// looked at again by the next sweep; a command stuck there for days
+	// needs an operator's look.
+	Pinned map[string]int `json:"pinned,omitempty"`
+	// LastError is the last sweep's error ("" if it succeeded).
+	LastError string `json:"lastError,omitempty"`
+}
+
+// InFlight is a command whose handler this processor runs now.
+type InFlight struct {
+	// ID and Type are the command's.
+	ID, Type string
+	// Queue is the command's logical queue.
+	Queue string
+	// Attempt is the attempt's number (the message's dequeue count).
+	Attempt int
+	// Started is when the handler started.
+	Started time.Time
+	// Worker names this processor (Config.Worker).
+	Worker string
+}

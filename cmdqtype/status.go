@@ -1,0 +1,300 @@
+package cmdqtype
+
+import "time"
+
+// The read model: a command's lifecycle states and events, its status
+// (the projection of its events), the poison table's entries and the
+// queries and pages of the listings. docs/lifecycle.md describes how they
+// are stored.
+
+// State is a command's lifecycle state.
+type State string
+
+// The lifecycle states. A command starts Pending; Completed, Poisoned and
+// Discarded are final until an operator requeues a poisoned command.
+const (
+	// StatePending: issued (or requeued) and waiting for a processor.
+	StatePending State = "pending"
+	// StateRunning: a processor is running its handler.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed; the message becomes visible again after
+	// the retry delay.
+	StateRetrying State = "retrying"
+	// StateCompleted: the handler succeeded.
+	StateCompleted State = "completed"
+	// StatePoisoned: over the poison ceiling, a permanent error or a malformed
+	// message; an entry waits in the poison table for an operator.
+	StatePoisoned State = "poisoned"
+	// StateDiscarded: an operator discarded the poisoned command.
+	StateDiscarded State = "discarded"
+)
+
+// Final reports whether a message for a command in this state is deleted
+// without running the handler (Completed, Poisoned, Discarded).
+func (s State) Final() bool {
+	return s == StateCompleted || s == StatePoisoned || s == StateDiscarded
+}
+
+// EventKind names a lifecycle event.
+type EventKind string
+
+// The lifecycle events, in the order they usually occur.
+const (
+	// EventCreated: the command was issued.
+	EventCreated EventKind = "created"
+	// EventStarted: a processor began an attempt (Attempt = the message's dequeue count).
+	EventStarted EventKind = "started"
+	// EventStepCompleted: the handler recorded step Step (with an optional Note).
+	EventStepCompleted EventKind = "step_completed"
+	// EventFailed: an attempt failed with Error (Detail holds a panic's stack); it
+	// will be retried.
+	EventFailed EventKind = "failed"
+	// EventCompleted: the handler succeeded.
+	EventCompleted EventKind = "completed"
+	// EventPoisoned: the command was moved to the poison table for Reason.
+	EventPoisoned EventKind = "poisoned"
+	// EventLeaseLost: the lease of delivery Attempt ended before its outcome was
+	// recorded (its processor lost the lease, stopped or crashed), so another
+	// delivery may run the handler again; Note says how it was found. It
+	// does not change the state.
+	EventLeaseLost EventKind = "lease_lost"
+	// EventRequeued: an operator (By = who), the reconciler or the Issuer
+	// (a recovery enqueue) put the command back on its queue.
+	EventRequeued EventKind = "requeued"
+	// EventDiscarded: an operator (Worker = who) discarded the poisoned command.
+	EventDiscarded EventKind = "discarded"
+)
+
+func (k EventKind) Valid() bool {
+	switch k {
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded:
+		return true
+	}
+	return false
+}
+
+// Event is one entry of a command's lifecycle history.
+type Event struct {
+	// Seq numbers the command's events from 1; set by Store.Append.
+	Seq int64 `json:"seq"`
+	// Kind says what happened.
+	Kind EventKind `json:"kind"`
+	// Time is when it happened (UTC); Store.Append sets the current time
+	// when it is zero.
+	Time time.Time `json:"time"`
+	// Attempt is the attempt number (the queue message's dequeue count) for
+	// started, step_completed, failed, completed, poisoned and lease_lost
+	// events.
+	Attempt int `json:"attempt,omitempty"`
+	// Worker identifies the processor that caused the event (events of an
+	// attempt: started, step_completed, failed, completed, poisoned,
+	// lease_lost). Empty for the events of operators and the reconciler.
+	Worker string `json:"worker,omitempty"`
+	// By identifies who requeued or discarded the command: an operator
+	// ("api:token:…", "ui:…"), "reconciler" for a requeue by the
+	// reconciler, or "issuer" for the Issuer's recovery enqueue of a
+	// pending command. Empty for the events of an attempt.
+	By string `json:"by,omitempty"`
+	// Step is the completed step for step_completed events.
+	Step int `json:"step,omitempty"`
+	// Note is free text from the handler (step_completed) or operator.
+	Note string `json:"note,omitempty"`
+	// Error is the error message of a failed or poisoned event.
+	Error string `json:"error,omitempty"`
+	// Reason says why a command was poisoned or discarded.
+	Reason string `json:"reason,omitempty"`
+	// Detail holds extra detail, such as a panic's stack trace.
+	Detail string `json:"detail,omitempty"`
+	// MessageID is, on a started event, the ID of the queue message whose
+	// delivery started the attempt: the message that owns the command
+	// until its outcome (the a:cmd row's Owner; docs/lifecycle.md).
+	MessageID string `json:"messageId,omitempty"`
+}
+
+// Status is a command's current status: the projection of its events plus
+// its immutable identity. It is the body of GET /v1/commands/{id}.
+type Status struct {
+	// ID is the command ID (a lowercase canonical UUID).
+	ID string `json:"id"`
+	// Type is the command type name.
+	Type string `json:"type"`
+	// State is the lifecycle state.
+	State State `json:"status"`
+	// Attempts counts the attempts started since the command was created or
+	// last requeued.
+	Attempts int `json:"attempts"`
+	// Step is the last completed step (0 = none).
+	Step int `json:"step"`
+	// LastError is the error of the last failed attempt ("" after success or
+	// requeue).
+	LastError string `json:"lastError,omitempty"`
+	// CreatedAt is when the command was issued (UTC).
+	CreatedAt time.Time `json:"createdAt"`
+	// UpdatedAt is the time of the last event (UTC).
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Worker is the processor of the last event that named one (operators'
+	// requeued and discarded events name theirs in Event.By).
+	Worker string `json:"worker,omitempty"`
+	// CorrelationID is the caller's correlation ID, if any.
+	CorrelationID string `json:"correlationId,omitempty"`
+	// Queue is the logical queue the command is routed to (e.g. "commands").
+	Queue string `json:"queue"`
+}
+
+// PoisonEntry is one poisoned command in the poison table.
+type PoisonEntry struct {
+	// CommandID is the poisoned command's ID (for a malformed queue
+	// message, the message's ID).
+	CommandID string `json:"commandId"`
+	// Type is the command type.
+	Type string `json:"type"`
+	// DequeueCount is the queue message's dequeue count when it was poisoned.
+	DequeueCount int64 `json:"dequeueCount"`
+	// Reason says why it was poisoned (ceiling exceeded, permanent error,
+	// malformed message, unknown type, …).
+	Reason string `json:"reason"`
+	// LastError is the last attempt's error message.
+	LastError string `json:"lastError,omitempty"`
+	// PoisonedAt is when it was poisoned (UTC).
+	PoisonedAt time.Time `json:"poisonedAt"`
+	// Queue is the logical queue the command was on.
+	Queue string `json:"queue"`
+	// Worker is the processor that poisoned it.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Why a command was poisoned: PoisonEntry.Reason and the poisoned event's
+// Reason (part of the data layout: tools read them).
+const (
+	// ReasonAttemptsSpent: the last attempt the poison ceiling allows failed.
+	ReasonAttemptsSpent = "attempts exhausted"
+	// ReasonCeiling: the message was dequeued more times than the ceiling
+	// allows (attempts whose outcome was never recorded: crashes, lost
+	// leases); the handler did not run again.
+	ReasonCeiling = "poison ceiling exceeded"
+	// ReasonPermanent: the handler returned an error marked Permanent.
+	ReasonPermanent = "permanent error"
+	// ReasonDecode: the stored params do not decode into the handler's Go
+	// type.
+	ReasonDecode = "params do not decode"
+	// ReasonMalformed: the queue message is not a cmdq message (kept under
+	// the message's ID).
+	ReasonMalformed = "malformed message"
+	// ReasonNoCommand: the message names a command that is not stored.
+	ReasonNoCommand = "command not found"
+	// ReasonUnknownType: no processor polling the queue has a handler for
+	// the command's type.
+	ReasonUnknownType = "unknown command type"
+	// ReasonTypeMismatch: the message's type is not the stored command's.
+	ReasonTypeMismatch = "message type does not match the stored command"
+)
+
+// DefaultPoisonLimit is the page size of a poison listing when
+// PoisonQuery.Limit is 0 (50).
+const DefaultPoisonLimit = 50
+
+// MaxPoisonLimit is the largest PoisonQuery.Limit (1000).
+const MaxPoisonLimit = 1000
+
+// PoisonQuery selects poison entries.
+type PoisonQuery struct {
+	// Type, when set, keeps only entries of this command type.
+	Type string
+	// Limit is the most entries in one page (0 = DefaultPoisonLimit, at most
+	// MaxPoisonLimit).
+	Limit int
+	// Continuation resumes from a previous page's token. The token is an
+	// opaque offset into the newest-first listing: entries poisoned or
+	// removed between pages shift it (poison tables are small and change
+	// rarely; an entry may be seen twice or skipped across pages).
+	Continuation string
+}
+
+// PoisonPage is one page of poison entries, newest first.
+type PoisonPage struct {
+	// Entries are the page's entries, newest first (empty, not nil, when none).
+	Entries []PoisonEntry `json:"entries"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
+}
+
+// DefaultCommandLimit is the page size of a command listing when
+// CommandQuery.Limit is 0 (100).
+const DefaultCommandLimit = 100
+
+// MaxCommandLimit is the largest CommandQuery.Limit (1000).
+const MaxCommandLimit = 1000
+
+// CommandQuery selects commands for a listing (cmdq.Client.ListCommands).
+// A listing reads the whole commands table (one request per 1000 rows): it
+// is for tests, tools, the operator page and small stores, not for a hot
+// path.
+type CommandQuery struct {
+	// Type, when set, keeps only commands of this type.
+	Type string
+	// State, when set, keeps only commands in this state.
+	State State
+	// Limit is the most commands in one page (0 = DefaultCommandLimit, at
+	// most MaxCommandLimit).
+	Limit int
+	// Continuation resumes from a previous page's token (opaque; a token of
+	// one order is not valid for the other).
+	Continuation string
+	// Since, when set, keeps only commands whose last change (UpdatedAt)
+	// is at or after it.
+	Since time.Time
+	// Newest lists by last change, newest first (then by ID), instead of
+	// by ID. The whole selection is read and sorted for every page, and the
+	// continuation is an offset into it: commands that change between two
+	// pages move.
+	Newest bool
+	// Summary fills CommandPage.Summary: the selection counted per state
+	// (whatever State says) and the outcomes per minute, read from the
+	// commands' events. The listing then reads every row of the table,
+	// events included (one request per 1000 rows).
+	Summary bool
+	// ScanLimit, when above 0, stops reading after about this many table
+	// rows; the page then holds what was found in them and
+	// Summary.Partial (when asked for) says so. Default 0: no limit.
+	ScanLimit int
+}
+
+// CommandPage is one page of a command listing, in command ID order (or
+// newest first, with CommandQuery.Newest).
+type CommandPage struct {
+	// Commands are the page's commands (empty, not nil, when none).
+	Commands []Status `json:"commands"`
+	// Continuation is "" on the last page.
+	Continuation string `json:"continuation,omitempty"`
+	// Summary is the selection's summary, when CommandQuery.Summary asked
+	// for it.
+	Summary *CommandSummary `json:"summary,omitempty"`
+}
+
+// CommandSummary summarises the commands a CommandQuery selects (its Type
+// and Since; any State).
+type CommandSummary struct {
+	// Counts are how many of them are in each state now.
+	Counts map[State]int `json:"counts"`
+	// Minutes are the outcomes recorded in each minute from Since
+	// (truncated to the minute; the last hour when Since is zero) to now,
+	// oldest first: completed, failed (attempts that failed, retried or
+	// not) and poisoned events of the commands of Type.
+	Minutes []MinuteCounts `json:"minutes"`
+	// Rows is how many table rows were read.
+	Rows int `json:"rows"`
+	// Partial says the read stopped at CommandQuery.ScanLimit: the counts
+	// and the commands are of the rows read only.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// MinuteCounts are the outcomes of one minute.
+type MinuteCounts struct {
+	// Start is the minute's start (UTC).
+	Start time.Time `json:"start"`
+	// Completed, Failed and Poisoned count the completed, failed and
+	// poisoned events of that minute.
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Poisoned  int `json:"poisoned"`
+}

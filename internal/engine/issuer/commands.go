@@ -1,0 +1,52 @@
+// Package issuer is the command side of cmdq's engine: the Issuer that
+// validates a command, stores it and enqueues it (through the record
+// layer's one enqueue path), and retries failed enqueues in the
+// background. Programs issue through package cmdq's Client.
+package issuer
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+)
+
+// Command is a command's parameters (cmdq.Command). CommandType names the
+// command type; it must be a constant for the type (it is called on the
+// zero value). The value itself is JSON-encoded as the parameters.
+type Command interface {
+	CommandType() string
+}
+
+// CommandWithOptions is a Command whose type declares its routing and
+// defaults (cmdq.CommandWithOptions).
+type CommandWithOptions interface {
+	Command
+	CommandOptions() cmdqtype.CommandOptions
+}
+
+// Declared returns the options cmd's type declares (CommandWithOptions),
+// or the zero cmdqtype.CommandOptions when it declares none.
+func Declared(cmd Command) cmdqtype.CommandOptions {
+	if w, ok := cmd.(CommandWithOptions); ok {
+		return w.CommandOptions()
+	}
+	return cmdqtype.CommandOptions{}
+}
+
+// NewDayID returns a new command ID that carries its issue day
+// (record.NewDayID).
+func NewDayID(now time.Time) string { return record.NewDayID(now) }
+
+// NewOrderedID returns a new time-ordered command ID (UUID version 7: IDs
+// made later sort after earlier ones). It falls back to a random UUIDv4 if
+// the system's random source fails.
+func NewOrderedID() string {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return u.String()
+}

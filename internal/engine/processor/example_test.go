@@ -1,0 +1,59 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+type ping struct{}
+
+func (ping) CommandType() string { return "example.ping" }
+
+// The pieces the cmdq.Client assembles, by hand: a registry, a processor
+// and an Issuer that routes by the registry and wakes the processor. Most
+// programs use cmdq.New instead.
+func ExampleProcessor_RunFor() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "cmdq-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(dir, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+
+	reg := registry.NewRegistry()
+	if err := registry.Register(reg, func(context.Context, ping, *registry.Run) error { return nil }); err != nil {
+		log.Fatal(err)
+	}
+	p, err := processor.New(st, reg, processor.Config{MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	iss, err := issuer.NewIssuer(st, issuer.IssuerOptions{Wake: p.Notify, Routes: reg})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer iss.Close()
+	if _, err := iss.IssueMany(ctx, ping{}, ping{}); err != nil {
+		log.Fatal(err)
+	}
+	sum, err := p.RunFor(ctx, 2*time.Second) // 55 s under a one-minute scheduler
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("processed", sum.Processed, "completed", sum.Completed, "stopped:", sum.StoppedBecause)
+	// Output:
+	// processed 2 completed 2 stopped: idle
+}

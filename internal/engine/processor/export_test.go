@@ -1,0 +1,12 @@
+package processor
+
+// CountLostLeases counts n lost leases of cmdType, as if they had been lost
+// (for tests of what a grown lease does).
+func (p *Processor) CountLostLeases(cmdType string, n int) {
+	for range n {
+		p.leaseLost(&keeper{cmdType: cmdType})
+	}
+}
+
+// ParseMessage parses and checks a queue message as the processor does.
+var ParseMessage = parseMessage

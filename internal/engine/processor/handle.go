@@ -1,0 +1,840 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// errFinal: the command became final (completed, poisoned, discarded)
+// elsewhere while this attempt ran. It wraps registry.ErrSuperseded.
+var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", cmdqtype.ErrSuperseded)
+
+// errTakenOver: another delivery of the command started it, or recorded
+// this attempt's lease as lost, while this attempt ran. It wraps
+// registry.ErrSuperseded.
+var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", cmdqtype.ErrSuperseded)
+
+// superseded reports whether err says the attempt is over (errFinal,
+// errTakenOver).
+func superseded(err error) bool { return errors.Is(err, cmdqtype.ErrSuperseded) }
+
+// errTimeout is the cancellation cause when a handler exceeds its Timeout.
+var errTimeout = errors.New("processor: handler timed out")
+
+// timeoutCause is the cause of a handler's timeout: errTimeout after the
+// handler's Timeout (its text is made only when read; every attempt
+// carries one).
+type timeoutCause time.Duration
+
+func (c timeoutCause) Error() string { return fmt.Sprintf("%v after %s", errTimeout, time.Duration(c)) }
+
+func (c timeoutCause) Unwrap() error { return errTimeout }
+
+// handle processes one dequeued message from start to finish.
+//
+// direct: the message was handed off by an Issuer in this process right
+// after its enqueue (never dequeued: dequeue count 0).
+func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration, direct bool) {
+	s.counter.processed.Add(1)
+	k := newKeeper(p, s.ops, qr, m, sent, vis)
+	env, err := parseMessage(m.Text)
+	if err != nil {
+		k.start(vis, "")
+		p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonMalformed, err, msgKey(m.ID))
+		return
+	}
+	// The attempt number: the dequeue count, + 1 for a handed-off message
+	// (its hand-off was attempt 1, without a dequeue).
+	n := env.Attempt(m.DequeueCount)
+	if direct {
+		n = 1
+	}
+	k.cmdID = env.ID
+	if !p.claim(env.ID) {
+		// A second message for a command this processor is handling (from
+		// a re-issue or the reconciler). Leave it invisible until its
+		// dequeue visibility ends: by then the command is usually final and
+		// the message is deleted without running, so the handler never runs
+		// twice at once here. Costs nothing.
+		s.counter.duplicates.Add(1)
+		return
+	}
+	defer p.unclaim(env.ID)
+	def, known := p.reg.Lookup(env.Type)
+	known = known && def.Handled() // a declared type has no handler here
+	lease := vis
+	if known {
+		// The type's current lease; a grown one is taken now with one
+		// UpdateVisibility (only grown types pay it).
+		lease = p.leaseFor(def.Type)
+	}
+	k.start(lease, env.Type)
+
+	// Wait for a handler slot; stop taking work releases the message, and
+	// so does a wait that reaches the time its lease would need renewing:
+	// a message is not hoarded by a processor that cannot start it. The
+	// command is loaded once the slot is taken, so what the delivery
+	// decides from (and runs on) is as fresh as it can be.
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		hoard := time.NewTimer(time.Until(sent.Add(vis / 2)))
+		select {
+		case p.sem <- struct{}{}:
+			hoard.Stop()
+		case <-s.take.Done():
+			hoard.Stop()
+			p.release(s, k)
+			return
+		case <-hoard.C:
+			p.overheld.Store(true)
+			p.release(s, k)
+			return
+		}
+	}
+	defer func() { <-p.sem }()
+	if !s.mayTake(p) {
+		p.release(s, k)
+		return
+	}
+	rec := p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	if rec != nil {
+		s.counter.fast.Add(1)
+	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
+		if errors.Is(err, cmdqtype.ErrExpired) {
+			// A late duplicate of a command removed after its retention:
+			// it was final, so there is nothing to run.
+			p.deleteMsg(s, k, env.Type)
+			return
+		}
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
+			p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
+			return
+		}
+		p.giveUp(s, k, "load", err)
+		return
+	}
+	if rec.Status.State.Final() {
+		// Redelivered (a duplicate, or a lease lost after the final write).
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
+	if started := rec.Status.State == cmdqtype.StateRunning || rec.Status.State == cmdqtype.StateRetrying; started &&
+		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
+		// A command another message has started (its started event names
+		// that message; without one, a message never delivered before
+		// cannot be the one): this is a second message (a recovery
+		// enqueue, sent with a delay of at least the lease so that the
+		// first one has been started by now). The other message owns the
+		// command and is never deleted before it is final: delete this
+		// one without running it, recording nothing. See
+		// docs/lifecycle.md, "Duplicate messages".
+		s.counter.duplicates.Add(1)
+		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
+		p.deleteMsg(s, k, rec.Type)
+		return
+	}
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n),
+		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
+		// A requeued command (by an operator, the reconciler or the
+		// Issuer's recovery) may have more than one message: its first
+		// delivery claims it with the started event before running.
+		claim: rec.Status.State == cmdqtype.StatePending && rec.EventSeq > 1}
+	switch {
+	case rec.Type != env.Type:
+		a.poison(cmdqtype.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
+		return
+	case !known:
+		a.poison(cmdqtype.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
+		return
+	}
+	if ceiling := p.ceiling(def); n > int64(ceiling) {
+		a.poison(cmdqtype.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
+		return
+	}
+
+	a.run()
+}
+
+// firstRecord returns the command as its issue left it, built from the
+// issue's own message (record.FirstRecord), when this delivery may run it
+// without loading (the fast path): the message carries it (Envelope.First),
+// this is its first delivery (DequeueCount 1), its type has a handler here,
+// and the handler starts soon after the issue — within fastPathAge of the
+// type's lease since the message was enqueued (by the queue service's
+// clock, plus the time since the dequeue by ours). Otherwise nil: load.
+//
+// Why the age: any other message of the command (a recovery enqueue) is
+// sent after a requeued event and stays invisible for at least the type's
+// lease plus StartedWriteDelay, so a handler started within half a lease of
+// the issue writes its started event (conditional on the issue's ETag, as
+// is every write of the attempt) before another delivery can load the
+// command: another message then finds it started and is deleted unrun,
+// exactly as for a delivery that loaded the command before the requeued
+// event (docs/lifecycle.md, "Duplicate messages"). A command written by
+// anyone since the issue makes the attempt's first write conflict; the
+// attempt then goes on from the command as reloaded, by the usual rules.
+func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64, direct bool, sent time.Time, vis time.Duration, def *registry.Definition, known bool) *record.Record {
+	// The first run of the message: its first dequeue, or its hand-off
+	// (a handed-off message dequeued later is attempt 2 or more).
+	first := direct || (m.DequeueCount == 1 && !env.HandedOff)
+	if p.cfg.NoFastPath || !known || !first || n != 1 || !env.First.Usable() ||
+		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
+		return nil
+	}
+	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
+	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
+		return nil
+	}
+	return record.FirstRecord(env)
+}
+
+// fastPathAge is the oldest a first delivery may start its handler (since
+// its message was enqueued) and still take the fast path: half the type's
+// lease, and at least 2 s less than the lease (queue times have whole
+// seconds on Azure). 0 for leases of 2 s and less: never.
+func fastPathAge(lease time.Duration) time.Duration {
+	return max(min(lease/2, lease-2*time.Second), 0)
+}
+
+// parseMessage parses and checks a queue message: an Envelope with a valid
+// command ID and type. Errors wrap record.ErrMalformedMessage.
+func parseMessage(text string) (record.Envelope, error) {
+	env, err := record.ParseEnvelope(text)
+	if err != nil {
+		return record.Envelope{}, err
+	}
+	if err := cmdqtype.ValidateID(env.ID); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	if err := cmdqtype.ValidateType(env.Type); err != nil {
+		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+	}
+	return env, nil
+}
+
+// msgKey makes a poison-table key from a queue message ID.
+func msgKey(id string) string {
+	if storage.ValidateKey("PartitionKey", id) == nil && id != "" {
+		return id
+	}
+	b := []byte(id)
+	for i, c := range b {
+		if c == '/' || c == '\\' || c == '#' || c == '?' || c < 0x20 || c == 0x7f {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "message-without-id"
+	}
+	return string(b)
+}
+
+// giveUp handles an infrastructure fault in the middle of a message: the
+// message is left to reappear when its lease ends.
+func (p *Processor) giveUp(s *session, k *keeper, op string, err error) {
+	k.stop()
+	if s.ops.Err() != nil {
+		return
+	}
+	p.fault(s.ops, op, k.queue, k.cmdID, err)
+}
+
+// release makes a message visible again at once (not started, or
+// interrupted in a time-boxed run).
+func (p *Processor) release(s *session, k *keeper) {
+	receipt, held := k.stop()
+	s.counter.released.Add(1)
+	if !held {
+		return
+	}
+	if _, _, err := k.q.UpdateVisibility(s.ops, k.id, receipt, 0); err != nil && !expected(err) {
+		p.fault(s.ops, "release", k.queue, k.cmdID, err)
+	}
+}
+
+// deleteMsg deletes a finished message. It reports whether the lease
+// turned out lost (see deleted).
+func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) (lost bool) {
+	receipt, held := k.stop()
+	if !held {
+		return false
+	}
+	err := k.q.Delete(s.ops, k.id, receipt)
+	return p.deleted(s, k, cmdType, err, time.Now())
+}
+
+// deleted records the outcome of deleting a finished message (answered at
+// answered). It reports whether the lease had ended before the delete (a
+// lost lease: someone else may hold the message).
+func (p *Processor) deleted(s *session, k *keeper, cmdType string, err error, answered time.Time) (lost bool) {
+	switch {
+	case err == nil:
+		p.ok()
+		p.leaseClean(cmdType)
+	case staleReceipt(err):
+		if k.settle(err, answered) {
+			// The lease ended before the delete: someone else may hold the
+			// message now; they will find the command final.
+			return true
+		}
+		// Answered while the lease was still ours: the first try of this
+		// delete landed (404), or one of our renewals did unanswered and
+		// the message reappears when that lease ends (400). Not a loss.
+		p.ok()
+		p.leaseClean(cmdType)
+	default:
+		p.fault(s.ops, "delete", k.queue, k.cmdID, err)
+	}
+	return false
+}
+
+// poisonOrphan poisons a message that has no command record.
+func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m storage.Message, reason string, cause error, key string) {
+	text := m.Text
+	if len(text) > 1024 {
+		text = text[:1024] + "…"
+	}
+	entry := cmdqtype.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
+		LastError: fmt.Sprintf("%v; message %s text: %s", cause, m.ID, text), Queue: qr.name, Worker: p.cfg.Worker}
+	if env, err := parseMessage(m.Text); err == nil {
+		entry.Type = env.Type
+	}
+	if err := p.st.PoisonMessage(s.ops, entry); err != nil {
+		p.giveUp(s, k, "poison", err)
+		return
+	}
+	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
+	s.counter.poisoned.Add(1)
+	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPoisoned, CommandID: entry.CommandID, Type: entry.Type, Queue: qr.name,
+		Attempt: int(m.DequeueCount), Reason: reason, Err: cause})
+	p.deleteMsg(s, k, entry.Type)
+}
+
+// attempt is one run of one command.
+type attempt struct {
+	p   *Processor
+	s   *session
+	qr  *queueRunner
+	k   *keeper
+	def *registry.Definition
+	msg storage.Message
+	n   int // attempt number (dequeue count)
+
+	// loadedState and loadedAttempts are the command's status and attempts
+	// when this delivery loaded it (see supersededBy).
+	loadedState    cmdqtype.State
+	loadedAttempts int
+	// claim: write started before running the handler (a requeued
+	// command, which may have more than one message).
+	claim bool
+
+	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
+	rec            *record.Record
+	startedAt      time.Time
+	dur            time.Duration // the handler's run time, once it returned
+	running        bool
+	startedWritten bool
+	finished       bool
+	// over is set (errFinal, errTakenOver) once the attempt learned that it
+	// is superseded: every later write returns it without touching storage.
+	over   error
+	cancel context.CancelCauseFunc // the handler's context
+}
+
+func (a *attempt) worker() string { return a.p.cfg.Worker }
+
+func (a *attempt) startedEvent() cmdqtype.Event {
+	return cmdqtype.Event{Kind: cmdqtype.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker(), MessageID: a.msg.ID}
+}
+
+// maxLostEvents bounds the lease_lost events one delivery records for the
+// deliveries before it (10).
+const maxLostEvents = 10
+
+// lostBefore returns lease_lost events for the deliveries before this one
+// that left no outcome: attempts rec.Settled+1 … n-1 (at most the last
+// maxLostEvents of them). Their handlers may have run, so every extra run
+// is explained in the history. Caller holds a.mu.
+func (a *attempt) lostBefore() []cmdqtype.Event {
+	first := a.rec.Settled + 1
+	if first >= a.n {
+		return nil
+	}
+	from := max(first, a.n-maxLostEvents)
+	evs := make([]cmdqtype.Event, 0, a.n-from)
+	for at := from; at < a.n; at++ {
+		note := fmt.Sprintf("delivery %d left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery %d", at, a.n)
+		if at == from && from > first {
+			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
+		}
+		evs = append(evs, cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
+	}
+	return evs
+}
+
+// withStarted returns evs preceded by the lease_lost events of earlier
+// deliveries without an outcome and by the started event if the handler is
+// running and that event is not written yet. Caller holds a.mu.
+func (a *attempt) withStarted(evs ...cmdqtype.Event) []cmdqtype.Event {
+	pre := a.lostBefore()
+	if a.running && !a.startedWritten {
+		pre = append(pre, a.startedEvent())
+	}
+	if len(pre) == 0 {
+		return evs
+	}
+	return append(pre, evs...)
+}
+
+// leaseLostEvent is this delivery's own lease_lost event.
+func (a *attempt) leaseLostEvent(note string) cmdqtype.Event {
+	return cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+}
+
+// recordLost writes this delivery's lease_lost event (with what withStarted
+// adds), unless one is recorded already (another delivery found the gap) or
+// the attempt is superseded. Caller holds a.mu. Cost: one batch.
+func (a *attempt) recordLost(ctx context.Context, note string) {
+	err := a.retryConflict(ctx, func() error {
+		if a.rec.Settled >= a.n {
+			return nil
+		}
+		if err := a.p.st.Append(ctx, a.rec, a.withStarted(a.leaseLostEvent(note))...); err != nil {
+			return err
+		}
+		a.written()
+		return nil
+	})
+	if err != nil && !superseded(err) && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// recordLostAfterCompletion writes this delivery's lease_lost event after
+// its own completed event (the lease ended before the message was deleted,
+// so a delivery that loaded the command before the completion may run the
+// handler again). It is the one event record.Store writes on a final
+// command for an attempt: the completing attempt's own. Caller holds a.mu.
+// Cost: one batch.
+func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
+	err := a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	var ce *record.ConflictError
+	if errors.As(err, &ce) && ce.Current != nil {
+		// Written by someone else since (nothing but an attempt of ours
+		// may write on a completed command): try once on the fresh record.
+		a.rec = ce.Current
+		err = a.p.st.Append(ctx, a.rec, a.leaseLostEvent(note))
+	}
+	if err != nil && !expected(err) {
+		a.p.fault(ctx, "write lease_lost", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// retryConflict runs try, a conditional write on a.rec. On a conflict (a
+// write by someone else: record.Append already recognised its own landed
+// writes) it takes the command as reloaded: if that shows the attempt
+// superseded (supersededBy) it ends the attempt (supersede) and returns
+// errFinal or errTakenOver; otherwise it tries again with the fresh record
+// (at most 3 tries in all). Once the attempt is superseded it returns that
+// at once, without touching storage. Caller holds a.mu.
+func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
+	if a.over != nil {
+		return a.over
+	}
+	for i := 0; ; i++ {
+		err := try()
+		if err == nil || !errors.Is(err, storage.ErrConflict) || i >= 2 {
+			return err
+		}
+		var rec *record.Record
+		var ce *record.ConflictError
+		if errors.As(err, &ce) && ce.Current != nil {
+			rec = ce.Current
+		} else {
+			var lerr error
+			if rec, lerr = a.p.st.Load(ctx, a.rec.ID); lerr != nil {
+				return lerr
+			}
+		}
+		a.rec = rec
+		if over := a.supersededBy(rec); over != nil {
+			a.supersede(over)
+			return over
+		}
+	}
+}
+
+// supersededBy says whether the command as reloaded after a conflict (cur)
+// ends this attempt: it is final (errFinal); or another delivery recorded
+// an outcome for this attempt or a later one (its lease_lost for this
+// one: errTakenOver); or, while this attempt's started is not written,
+// another delivery started the command since this one loaded it (a second
+// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+func (a *attempt) supersededBy(cur *record.Record) error {
+	switch {
+	case cur.Status.State.Final():
+		return errFinal
+	case cur.Settled >= a.n:
+		return errTakenOver
+	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning &&
+		(a.loadedState != cmdqtype.StateRunning || cur.Attempts != a.loadedAttempts):
+		return errTakenOver
+	}
+	return nil
+}
+
+// supersede ends the attempt: every later write returns over without
+// touching storage, and the handler's context is cancelled with it.
+// Caller holds a.mu.
+func (a *attempt) supersede(over error) {
+	if a.over != nil {
+		return
+	}
+	a.over = over
+	if a.cancel != nil {
+		a.cancel(over)
+	}
+	a.p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
+}
+
+// written notes a successful write of withStarted's events. Caller holds a.mu.
+func (a *attempt) written() {
+	if a.running {
+		a.startedWritten = true
+	}
+	a.p.ok()
+}
+
+// writeLocked appends events, preceded by the started event if it is not
+// written yet, conditionally on the record's ETag, retrying on a conflict
+// (see retryConflict). Caller holds a.mu.
+func (a *attempt) writeLocked(ctx context.Context, evs ...cmdqtype.Event) error {
+	return a.retryConflict(ctx, func() error {
+		if err := a.p.st.Append(ctx, a.rec, a.withStarted(evs...)...); err != nil {
+			return err
+		}
+		a.written()
+		return nil
+	})
+}
+
+// writeStarted writes the started event on its own (a handler that runs
+// longer than StartedWriteDelay, or whose lease was renewed).
+func (a *attempt) writeStarted() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished || a.startedWritten || !a.running {
+		return
+	}
+	if err := a.writeLocked(a.s.ops); err != nil && !superseded(err) && !expected(err) {
+		a.p.fault(a.s.ops, "write started", a.qr.name, a.rec.ID, err)
+	}
+}
+
+// recordStep is registry.RunInfo.Record: a step_completed event.
+func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished {
+		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
+	}
+	err := a.writeLocked(ctx, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
+	if superseded(err) {
+		return fmt.Errorf("command %s is %s: %w", a.rec.ID, a.rec.Status.State, err)
+	}
+	if err != nil && !expected(err) && ctx.Err() == nil {
+		a.p.fault(a.s.ops, "record step", a.qr.name, a.rec.ID, err)
+	}
+	return err
+}
+
+// finish marks the attempt finished and runs f with the lock held.
+func (a *attempt) finish(f func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.finished = true
+	return f()
+}
+
+// poison moves the command to the poison table and deletes the message.
+func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
+	p, s := a.p, a.s
+	entry := cmdqtype.PoisonEntry{DequeueCount: int64(a.n), Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
+	err := a.finish(func() error {
+		return a.retryConflict(s.ops, func() error {
+			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)
+		})
+	})
+	switch {
+	case err == nil:
+		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
+		s.counter.poisoned.Add(1)
+		a.emit(cmdqtype.ObservedPoisoned, reason, cause)
+		p.ok()
+		p.deleteMsg(s, a.k, a.rec.Type)
+	case superseded(err):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		p.giveUp(s, a.k, "poison", err)
+	}
+}
+
+// run invokes the handler and records the outcome.
+func (a *attempt) run() {
+	p, s, def := a.p, a.s, a.def
+	timeout := def.Timeout // defaulted by registry.Register (10 × Lease)
+	hctx, cancel := context.WithCancelCause(s.hard)
+	defer cancel(nil)
+	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, timeoutCause(timeout))
+	defer cancelT()
+
+	a.mu.Lock()
+	a.startedAt = time.Now()
+	a.running = true
+	a.cancel = cancel
+	a.mu.Unlock()
+	a.k.mu.Lock()
+	a.k.onLost = cancel
+	a.k.onRenew = a.writeStarted
+	lost := a.k.lost
+	a.k.mu.Unlock()
+	if lost {
+		a.k.stop()
+		return
+	}
+	if a.claim {
+		// A requeued command may have another message: claim it with the
+		// started event (a conditional write) before running, so that
+		// only one delivery runs it. Cost: one batch, requeued commands
+		// only.
+		a.mu.Lock()
+		err := a.writeLocked(s.ops)
+		a.mu.Unlock()
+		switch {
+		case superseded(err):
+			_ = a.finish(func() error { return nil })
+			p.deleteMsg(s, a.k, a.rec.Type)
+			return
+		case err != nil:
+			_ = a.finish(func() error { return nil })
+			p.giveUp(s, a.k, "write started", err)
+			return
+		}
+	}
+	a.mu.Lock()
+	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
+	a.mu.Unlock()
+	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
+	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
+	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
+
+	stack, herr := invoke(hctx, def, params, run)
+	dur := time.Since(a.startedAt)
+	a.dur = dur
+	startedTimer.Stop()
+	cause := context.Cause(hctx)
+
+	a.mu.Lock()
+	over := a.over
+	a.mu.Unlock()
+	switch {
+	case over != nil:
+		// The command finished elsewhere, or another delivery took it
+		// over: whatever the handler returned, nothing more is written.
+		p.observe(dur)
+		_ = a.finish(func() error { return nil })
+		p.deleteMsg(s, a.k, a.rec.Type)
+	case herr == nil:
+		p.observe(dur)
+		a.complete()
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
+		// Someone else may be running it (lost), or will once the lease
+		// ends (renewals kept failing, or the last one's receipt is
+		// unknown, so the handler was cancelled before the lease ended):
+		// record only that this delivery's lease ended without an outcome.
+		// A failed event would be wrong: the handler did not fail, and
+		// the retry delay cannot be set on a message the processor no
+		// longer reaches.
+		a.k.stop()
+		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
+		if errors.Is(cause, errLeaseExpiring) {
+			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
+		}
+		_ = a.finish(func() error {
+			a.recordLost(s.ops, note)
+			return nil
+		})
+	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
+		// Interrupted by shutdown (drain timeout or RunFor's end).
+		a.finish(func() error { return nil })
+		s.counter.interrupted.Add(1)
+		if s.release {
+			p.release(s, a.k)
+		} else {
+			a.k.stop()
+		}
+	default:
+		p.observe(dur)
+		if errors.Is(cause, errTimeout) && hctx.Err() != nil && !errors.Is(herr, errTimeout) {
+			herr = fmt.Errorf("%w (%w)", herr, cause)
+		}
+		a.fail(herr, stack)
+	}
+}
+
+// invoke runs the handler, turning a panic into an error and its stack.
+func invoke(ctx context.Context, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack = string(debug.Stack())
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return "", def.Invoke(ctx, params, run)
+}
+
+// complete writes the final batch (started + completed) and deletes the message.
+func (a *attempt) complete() {
+	p, s := a.p, a.s
+	if cb, ok := p.store.(storage.Combiner); ok {
+		if a.completeCombined(cb) {
+			return
+		}
+	}
+	var answered time.Time
+	err := a.finish(func() error {
+		err := a.writeLocked(s.ops, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()})
+		answered = time.Now()
+		return err
+	})
+	switch {
+	case err == nil:
+		s.counter.completed.Add(1)
+		a.emit(cmdqtype.ObservedCompleted, "", nil)
+		// The lease may have ended before the completion landed: when the
+		// delete finds the message taken, or when the lease could not be
+		// kept (lost, or a renewal's receipt unknown) and the completion
+		// was answered after its end, a delivery that loaded the command
+		// before the completion may run the handler again.
+		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
+			a.lostAfterCompletion()
+		}
+	case superseded(err):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		// The message reappears and the handler runs again (at least once).
+		p.giveUp(s, a.k, "write completed", err)
+	}
+}
+
+// lostAfterCompletion records that the lease of this delivery ended before
+// its message was deleted: a delivery that loaded the command before the
+// completion may run the handler once more.
+func (a *attempt) lostAfterCompletion() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
+}
+
+// completeCombined writes the final batch and deletes the message in one
+// durable write (storage.Combiner: one commit on the embedded store instead
+// of two). It stops the lease keeper first, so the receipt cannot change
+// under the write. It returns false, having done nothing, when the lease is
+// already lost: complete then records the outcome without deleting.
+func (a *attempt) completeCombined(cb storage.Combiner) bool {
+	p, s := a.p, a.s
+	receipt, held := a.k.stop()
+	if !held {
+		return false
+	}
+	var deleteErr error
+	var answered time.Time
+	err := a.finish(func() error {
+		ev := cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+		return a.retryConflict(s.ops, func() error {
+			var err error
+			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
+			answered = time.Now()
+			if err != nil {
+				return err
+			}
+			a.written()
+			return nil
+		})
+	})
+	switch {
+	case err == nil:
+		s.counter.completed.Add(1)
+		a.emit(cmdqtype.ObservedCompleted, "", nil)
+		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
+			a.lostAfterCompletion()
+		}
+	case superseded(err):
+		p.deleteMsg(s, a.k, a.rec.Type)
+	default:
+		// The message reappears when its lease ends and the handler runs
+		// again (at least once).
+		p.giveUp(s, a.k, "write completed", err)
+	}
+	return true
+}
+
+// fail records a failed attempt: poisoned if permanent or the attempts are
+// spent, otherwise a failed event and the retry delay on the message.
+func (a *attempt) fail(herr error, stack string) {
+	p, s, def := a.p, a.s, a.def
+	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	var de *registry.DecodeError
+	switch ceiling := p.ceiling(def); {
+	case errors.As(herr, &de):
+		a.poison(cmdqtype.ReasonDecode, herr, failed)
+		return
+	case registry.IsPermanent(herr):
+		a.poison(cmdqtype.ReasonPermanent, herr, failed)
+		return
+	case a.n >= ceiling:
+		a.poison(cmdqtype.ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
+		return
+	}
+	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
+	switch {
+	case superseded(err):
+		p.deleteMsg(s, a.k, a.rec.Type)
+		return
+	case err != nil:
+		p.giveUp(s, a.k, "write failed", err)
+		return
+	}
+	s.counter.failed.Add(1)
+	a.emit(cmdqtype.ObservedFailed, "", herr)
+	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
+	delay := def.Retry.Delay(a.n)
+	delay = min(max(delay, 0), storage.MaxVisibility)
+	receipt, held := a.k.stop()
+	if !held {
+		return
+	}
+	_, _, err = a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	switch {
+	case err == nil:
+		p.leaseClean(a.rec.Type)
+	case staleReceipt(err):
+		// Answered while the lease was ours: this call's first try landed
+		// (the delay is set). Later: the lease had ended (a loss).
+		if !a.k.settle(err, time.Now()) {
+			p.leaseClean(a.rec.Type)
+		}
+	default:
+		p.fault(s.ops, "retry delay", a.qr.name, a.rec.ID, err)
+	}
+}

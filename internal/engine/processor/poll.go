@@ -1,0 +1,267 @@
+package processor
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// prefetchHorizon: the processor holds, beyond its Concurrency, only the
+// messages its handler slots start within this time at the average handler
+// duration (500 ms), so what it holds it starts at once, and competing
+// processors share a queue fairly.
+const prefetchHorizon = 500 * time.Millisecond
+
+// jitter spreads w upwards by up to PollJitter × w, never past
+// MaxPollInterval: processors that started together drift apart while they
+// back off, and an idle queue is polled exactly once per MaxPollInterval
+// (60 dequeues an hour at the default of one minute).
+func (p *Processor) jitter(w time.Duration) time.Duration {
+	if p.cfg.PollJitter <= 0 || w <= 0 {
+		return w
+	}
+	return min(w+time.Duration(rand.Float64()*p.cfg.PollJitter*float64(w)), p.cfg.MaxPollInterval)
+}
+
+// prefetch is how many messages the processor may hold beyond Concurrency:
+// those its Concurrency slots start within prefetchHorizon at the average
+// handler duration (HandlerDurationEstimate before the first), at most
+// NewBatchThreshold; none after a waiting message had to be released, until
+// a handler finishes.
+func (p *Processor) prefetch() int {
+	if p.overheld.Load() {
+		// Messages waited so long for a slot that they were released:
+		// the handlers are slower than the average says. No prefetch until
+		// one finishes.
+		return 0
+	}
+	avg := p.avgDuration()
+	n := p.cfg.NewBatchThreshold
+	if avg > 0 {
+		n = min(n, int(float64(p.cfg.Concurrency)*float64(prefetchHorizon)/float64(avg)))
+	}
+	return max(n, 0)
+}
+
+// reserve waits until the processor may hold more messages and reserves up
+// to BatchSize of them for one dequeue of qr: it holds at most Concurrency
+// + prefetch messages (dequeued and not finished), and fetches when a full
+// batch fits or a handler slot would otherwise stay idle. It returns 0 when
+// the session stops taking work.
+func (p *Processor) reserve(s *session, qr *queueRunner) int {
+	for {
+		p.holdMu.Lock()
+		limit := p.cfg.Concurrency + p.prefetch()
+		room := limit - p.held
+		if room >= min(p.cfg.BatchSize, limit) || (p.held < p.cfg.Concurrency && room > 0) {
+			n := min(p.cfg.BatchSize, room)
+			p.held += n
+			p.holdMu.Unlock()
+			return n
+		}
+		p.holdMu.Unlock()
+		select {
+		case <-qr.capacity:
+		case <-s.take.Done():
+			return 0
+		}
+	}
+}
+
+// unreserve gives back n reserved (or held) message places.
+func (p *Processor) unreserve(n int) {
+	if n <= 0 {
+		return
+	}
+	p.holdMu.Lock()
+	p.held -= n
+	p.holdMu.Unlock()
+	for _, qr := range p.queues {
+		select {
+		case qr.capacity <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// holding reports whether qr has messages dequeued and not finished.
+func (qr *queueRunner) holding() bool {
+	qr.mu.Lock()
+	defer qr.mu.Unlock()
+	return qr.inflight > 0
+}
+
+// done marks one message of qr finished.
+func (p *Processor) done(qr *queueRunner) {
+	qr.mu.Lock()
+	qr.inflight--
+	qr.mu.Unlock()
+	p.holdMu.Lock()
+	p.busy--
+	p.holdMu.Unlock()
+	p.health.update(func(h *health) { h.inFlight-- })
+	p.unreserve(1)
+}
+
+// poll is one queue's poller: it dequeues as many messages as the processor
+// can start (see reserve), backs off while the queue is empty and dispatches
+// each message. It dequeues again at once after a full batch, or when a
+// wake-up (Notify) came while the last dequeue was out; wake-ups are
+// coalesced (qr.wake holds one), so a stream of them costs at most one
+// dequeue each, fewer when they arrive during a dequeue.
+func (p *Processor) poll(s *session, qr *queueRunner) {
+	interval := p.cfg.MinPollInterval
+	for {
+		for {
+			ok, reset := p.pulling()
+			if ok {
+				break
+			}
+			select {
+			case <-reset:
+			case <-s.take.Done():
+				return
+			}
+		}
+		n := p.reserve(s, qr)
+		if n == 0 {
+			return
+		}
+		if !s.mayTake(p) {
+			p.unreserve(n)
+			return
+		}
+		// This dequeue sees every message whose wake-up came before it is
+		// sent: those wake-ups are spent. Wake-ups arriving from here on,
+		// however many, leave one token: one follow-up dequeue (coalesced).
+		qr.spendWake()
+		p.health.update(func(h *health) { h.polling++ })
+		vis, sent := p.visibility(qr), time.Now()
+		msgs, err := qr.q.Dequeue(s.ops, n, vis)
+		p.health.update(func(h *health) { h.polling-- })
+		p.unreserve(n - len(msgs))
+		now := time.Now()
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if s.ops.Err() != nil {
+				return
+			}
+			p.fault(s.ops, "dequeue", qr.name, "", err)
+			wait = p.jitter(interval)
+			interval = min(2*interval, p.cfg.MaxPollInterval)
+		case len(msgs) == 0:
+			p.ok()
+			wait = p.jitter(interval)
+			interval = min(2*interval, p.cfg.MaxPollInterval)
+		case len(msgs) == n || qr.woken():
+			// As many as asked: more are likely waiting (a burst); or a
+			// wake-up came while the dequeue was out: look again at once.
+			p.ok()
+			interval = p.cfg.MinPollInterval
+		default:
+			// Fewer than asked and no wake-up since: the queue was empty
+			// when the dequeue read it. Wait as after an empty poll rather
+			// than paying for a second dequeue that would find nothing
+			// (a wake-up, or the timer, brings the next one).
+			p.ok()
+			wait = p.jitter(p.cfg.MinPollInterval)
+			interval = min(2*p.cfg.MinPollInterval, p.cfg.MaxPollInterval)
+		}
+		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Time: now, Queue: qr.name, Received: len(msgs), Err: err, Wait: wait})
+		for _, m := range msgs {
+			p.dispatch(s, qr, m, sent, vis)
+		}
+		if wait <= 0 {
+			continue
+		}
+		if s.timed && !time.Now().Add(wait+p.margin()).Before(s.finishBy) {
+			if !qr.holding() {
+				return // idle time does not fit; run stops once every poller has
+			}
+			// Messages in hand: work through them, then look again (the
+			// deadline check stops the run when the margin no longer fits).
+		held:
+			for qr.holding() {
+				select {
+				case <-qr.capacity:
+				case <-qr.wake:
+					break held
+				case <-s.take.Done():
+					return
+				}
+			}
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-qr.wake:
+			interval = p.cfg.MinPollInterval
+		case <-s.take.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// spendWake drops a pending wake-up of qr: the dequeue about to be sent
+// covers it.
+func (qr *queueRunner) spendWake() {
+	select {
+	case <-qr.wake:
+	default:
+	}
+}
+
+// woken reports whether a wake-up of qr is pending (it stays pending).
+func (qr *queueRunner) woken() bool {
+	return len(qr.wake) > 0
+}
+
+// dispatch starts handling one dequeued message (dequeued with visibility
+// vis by a call sent at sent; its place is already reserved).
+func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
+	p.markActive()
+	p.holdMu.Lock()
+	p.busy++
+	p.holdMu.Unlock()
+	qr.mu.Lock()
+	qr.inflight++
+	qr.mu.Unlock()
+	p.health.update(func(h *health) { h.inFlight++ })
+	s.wg.Add(1)
+	s.spawn(func() {
+		defer s.wg.Done()
+		defer p.done(qr)
+		p.handle(s, qr, m, sent, vis, false)
+	})
+}
+
+// spawn runs f on an idle handler goroutine of s, or on a new one. A
+// handler goroutine waits for the next f once it has run one, until the
+// session's handlers are cancelled (s.hard): a dispatch then reuses its
+// grown stack instead of growing a new one (a delivery's storage reads
+// and parameter decoding need tens of KiB, and growing a stack copies it,
+// about 12 µs per command at 15,000 commands/s).
+func (s *session) spawn(f func()) {
+	select {
+	case s.jobs <- f:
+	default:
+		go s.worker(f)
+	}
+}
+
+func (s *session) worker(f func()) {
+	for {
+		f()
+		select {
+		case f = <-s.jobs:
+		case <-s.hard.Done():
+			return
+		}
+	}
+}

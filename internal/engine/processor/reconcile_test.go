@@ -1,0 +1,163 @@
+package processor_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
+	"github.com/cmdq-dev/cmdq/storage/instrument"
+)
+
+// quickRecovery and quickStarted make a re-enqueued command's message
+// visible soon: a recovery enqueue is delayed by the type's lease plus
+// StartedWriteDelay (docs/lifecycle.md, "Duplicate messages").
+var quickRecovery = registry.Options{Lease: time.Second}
+
+const quickStarted = 100 * time.Millisecond
+
+// strand stores a command the way an Issuer whose enqueue failed leaves it:
+// pending, no message, an ~unqueued marker.
+func (e *env) strand() string {
+	e.t.Helper()
+	ctx := context.Background()
+	id := uuid.NewString()
+	if err := e.reader.Store.Create(ctx, record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.reader.Store.MarkUnqueued(ctx, id, "commands"); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+// countQueries wraps st and counts its table queries (the reconciler's
+// marker query and scan: the processor makes no other).
+func countQueries(st storage.Store, n *atomic.Int64) storage.Store {
+	return instrument.Wrap(st, instrument.Hooks{Before: func(op instrument.Op) error {
+		if op == instrument.TableQuery {
+			n.Add(1)
+		}
+		return nil
+	}})
+}
+
+// TestReconcileSoonWhileActive: a marked command left by a failed enqueue
+// is queued within ReconcileActiveInterval when the processor has work, not
+// at the next idle ReconcileInterval (an hour).
+func TestReconcileSoonWhileActive(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		var queries atomic.Int64
+		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
+		cfg.ReconcileInterval = time.Hour
+		cfg.ReconcileActiveInterval = 300 * time.Millisecond
+		cfg.ReconcileGrace = time.Nanosecond
+		p := newProc(t, countQueries(e.store, &queries), reg, cfg)
+		start(t, p)
+		eventually(t, 10*time.Second, "the reconciler's pass at start", func() bool { return queries.Load() >= 1 })
+		stranded := e.strand()
+		// Work arrives: the processor is active.
+		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 2}), cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(stranded, cmdqtype.StateCompleted, 10*time.Second)
+	})
+}
+
+// TestReconcileSoonAfterStorageRecovers: storage refuses connections (the
+// processor's calls fail), then comes back: the reconciler queues the
+// commands whose enqueue failed meanwhile within seconds of recovery,
+// although the processor is idle and its ReconcileInterval is an hour.
+// Azure only: the embedded store cannot be taken away from its process.
+func TestReconcileSoonAfterStorageRecovers(t *testing.T) {
+	t.Parallel()
+	conn := azurite.ConnectionString(t)
+	nw := faultproxy.NewNet(t, conn)
+	st, err := azure.Open(context.Background(), azure.Config{ConnectionString: nw.ConnectionString,
+		Retry: policy.RetryOptions{MaxRetries: 1, RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond, TryTimeout: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	direct, err := azure.Open(context.Background(), azure.Config{ConnectionString: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	e := newEnv(t, "azure", direct, func() storage.Store { return direct })
+
+	reg := registry.NewRegistry()
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+	var queries atomic.Int64
+	cfg := e.cfg()
+	cfg.StartedWriteDelay = quickStarted
+	cfg.MaxPollInterval = 200 * time.Millisecond
+	cfg.ReconcileInterval = time.Hour
+	cfg.ReconcileActiveInterval = time.Hour
+	cfg.ReconcileGrace = time.Nanosecond
+	p := newProc(t, countQueries(st, &queries), reg, cfg)
+	start(t, p)
+	eventually(t, 10*time.Second, "the reconciler's pass at start", func() bool { return queries.Load() >= 1 })
+
+	nw.Refuse(t)
+	eventually(t, 20*time.Second, "the processor to see the outage", func() bool { return p.Health().ConsecutiveFaults > 0 })
+	stranded := e.strand() // an Issuer elsewhere stored it and could not enqueue it
+	nw.Restore(t)
+	e.waitState(stranded, cmdqtype.StateCompleted, 20*time.Second)
+}
+
+// TestRunForReconcilesInProportion: RunFor(d) runs the marker query with
+// probability d/ReconcileInterval, so a scheduler's fleet of short runs
+// costs what one long-lived processor does (not one query per run), and a
+// run as long as the interval always runs it.
+func TestRunForReconcilesInProportion(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		var queries atomic.Int64
+		cfg := e.cfg()
+		cfg.StartedWriteDelay = quickStarted
+		cfg.ReconcileInterval = 30 * time.Second
+		cfg.ReconcileActiveInterval = 30 * time.Second
+		cfg.ReconcileScanInterval = cmdqtype.NoReconcile
+		cfg.ReconcileGrace = time.Nanosecond
+		cfg.HandlerDurationEstimate = 10 * time.Millisecond
+		p := newProc(t, countQueries(e.store, &queries), reg, cfg)
+		const runs = 30
+		for range runs {
+			if _, err := p.RunFor(context.Background(), 100*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Each run has a 1-in-300 chance: P(more than 4 of 30) < 1e-7.
+		if n := queries.Load(); n > 4 {
+			t.Fatalf("%d runs of 100ms made %d marker queries; want about %.1f (d/ReconcileInterval each)", runs, n, runs*0.1/30)
+		}
+
+		stranded := e.strand()
+		cfg.ReconcileInterval, cfg.ReconcileActiveInterval = time.Second, time.Second
+		p = newProc(t, e.store, reg, cfg)
+		// The re-enqueued message is delayed by the recovery delay (1.1 s,
+		// 2 s on Azure, which counts whole seconds).
+		sum, err := p.RunFor(context.Background(), 4*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := e.reader.Get(context.Background(), stranded); st.State != cmdqtype.StateCompleted || sum.Completed != 1 {
+			t.Fatalf("a 4s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
+		}
+	})
+}

@@ -1,0 +1,155 @@
+package processor_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+)
+
+// sleepCmd runs for MS milliseconds (or until cancelled).
+type sleepCmd struct {
+	MS int `json:"ms"`
+}
+
+func (sleepCmd) CommandType() string { return "test.sleep" }
+
+func sleeper(ctx context.Context, c sleepCmd, run *registry.Run) error {
+	select {
+	case <-time.After(time.Duration(c.MS) * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// completedBy counts the completed events of ids per worker.
+func (e *env) completedBy(ids []string) map[string]int {
+	e.t.Helper()
+	m := map[string]int{}
+	for _, id := range ids {
+		for _, ev := range e.events(id) {
+			if ev.Kind == cmdqtype.EventCompleted {
+				m[ev.Worker]++
+			}
+		}
+	}
+	return m
+}
+
+// TestRunForWorksThroughWhatItHolds: a 3 s RunFor at concurrency 1 over 13
+// queued 600 ms commands holds one message at a time, keeps working while
+// its margin fits, and stops because of the deadline, not as "idle" after
+// a second with eleven messages released.
+func TestRunForWorksThroughWhatItHolds(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		register(t, reg, sleeper, registry.Options{})
+		iss := e.issuer(nil)
+		const n = 13
+		for range n {
+			e.issue(iss, sleepCmd{MS: 600})
+		}
+		cfg := e.cfg()
+		cfg.Concurrency = 1
+		p := newProc(t, e.store, reg, cfg)
+		sum, err := p.RunFor(context.Background(), 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("RunFor(3s), 13 × 600 ms at concurrency 1: %+v", sum)
+		if sum.StoppedBecause != cmdqtype.StopDeadline || sum.Completed < 3 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
+			t.Fatalf("summary %+v: want stopped by the deadline after at least 3 completions, nothing hoarded and released", sum)
+		}
+		q := e.queue("commands")
+		peek, err := q.Peek(context.Background(), 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(peek) != n-sum.Completed {
+			t.Fatalf("%d messages visible after the run, want %d (nothing left leased)", len(peek), n-sum.Completed)
+		}
+	})
+}
+
+// TestCompetingWorkersShareQueue: two processors with one handler slot each
+// share a queue: each holds only what it can start, so both run commands.
+func TestCompetingWorkersShareQueue(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		register(t, reg, sleeper, registry.Options{})
+		iss := e.issuer(nil)
+		ids := make([]string, 12)
+		for i := range ids {
+			ids[i] = e.issue(iss, sleepCmd{MS: 300})
+		}
+		cfg := e.cfg()
+		cfg.Concurrency = 1
+		p1 := newProc(t, e.store, reg, cfg)
+		start(t, p1)
+		eventually(t, 10*time.Second, "the first processor to start a command", func() bool { return p1.Health().InFlight > 0 })
+		cfg.Worker += "-2"
+		p2 := newProc(t, e.open(), reg, cfg)
+		start(t, p2)
+		for _, id := range ids {
+			e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+		}
+		by := e.completedBy(ids)
+		if by["w-"+e.driver] < 3 || by[cfg.Worker] < 3 {
+			t.Fatalf("completed per worker %v: the first processor hoarded the queue", by)
+		}
+	})
+}
+
+// TestWaitingMessageReleasedBeforeRenewal: a processor that dequeued more
+// than it can start (its handlers turned out slower than it expected) does
+// not keep the waiting messages by renewing their leases: it releases each
+// when its lease would need renewing, and another processor runs them
+// while the first handler is still busy.
+func TestWaitingMessageReleasedBeforeRenewal(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		release := make(chan struct{})
+		var first atomic.Bool
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+			if first.CompareAndSwap(false, true) {
+				select { // far longer than the others' leases
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}, registry.Options{Lease: 2 * time.Second})
+		iss := e.issuer(nil)
+		ids := make([]string, 5)
+		for i := range ids {
+			ids[i] = e.issue(iss, okCmd{N: i})
+		}
+		cfg := e.cfg()
+		cfg.Concurrency = 1
+		cfg.HandlerDurationEstimate = time.Millisecond // expects fast handlers: prefetches
+		p1 := newProc(t, e.store, reg, cfg)
+		start(t, p1)
+		eventually(t, 10*time.Second, "the first processor to hold several messages", func() bool { return p1.Health().InFlight > 1 })
+		cfg.Worker += "-2"
+		p2 := newProc(t, e.open(), reg, cfg)
+		start(t, p2)
+		defer close(release)
+		done := 0
+		eventually(t, 20*time.Second, "the second processor to run the messages the first could not start", func() bool {
+			done = 0
+			for _, id := range ids {
+				if st, _ := e.reader.Get(context.Background(), id); st.State == cmdqtype.StateCompleted {
+					done++
+				}
+			}
+			return done == len(ids)-1
+		})
+	})
+}

@@ -1,0 +1,95 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+)
+
+// TestSupersededAttemptWritesNothing: while a handler runs (its `started`
+// not written yet: the lazy write), another delivery completes the command.
+// The attempt learns it at its next write — here the lazy `started` write
+// at the first lease renewal, which conflicts and finds the command final —
+// and from then on it is over: the handler's context is cancelled with a
+// cause wrapping registry.ErrSuperseded, CompleteStep returns an error
+// wrapping it, nothing more is written whatever the handler returns (no
+// second completed, no failed turning the command back to retrying), and
+// the message is deleted. Before the fix the lazy write swallowed the news
+// and the attempt's outcome was appended on top of the final record.
+func TestSupersededAttemptWritesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		then func(ctx context.Context, run *registry.Run) error
+	}{
+		{"handler returns nil", func(ctx context.Context, run *registry.Run) error { return nil }},
+		{"handler returns its error", func(ctx context.Context, run *registry.Run) error { return ctx.Err() }},
+		{"handler records a step", func(ctx context.Context, run *registry.Run) error {
+			err := run.CompleteStep(context.WithoutCancel(ctx), 1, "after the end")
+			if !errors.Is(err, cmdqtype.ErrSuperseded) {
+				return registry.Permanent(fmt.Errorf("CompleteStep after the command completed elsewhere: %v, want ErrSuperseded", err))
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eachDriver(t, func(t *testing.T, e *env) {
+				reg := registry.NewRegistry()
+				running, elsewhere := make(chan struct{}), make(chan struct{})
+				var cause atomic.Value
+				register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+					close(running)
+					<-elsewhere
+					select {
+					case <-ctx.Done():
+						cause.Store(context.Cause(ctx))
+					case <-time.After(20 * time.Second): // a bound, not a wait for an event
+						cause.Store(errors.New("the handler's context was not cancelled within 20s"))
+					}
+					return tc.then(ctx, run)
+				}, registry.Options{Lease: 4 * time.Second, Retry: fastRetry})
+				m := &counts{}
+				cfg := e.cfg()
+				cfg.Observer = m
+				cfg.StartedWriteDelay = time.Minute // started is written at the first renewal (2 s)
+				p := newProc(t, e.store, reg, cfg)
+				start(t, p)
+				id := e.issue(e.issuer(p.Notify), stepCmd{})
+				<-running
+				// Another delivery completes the command meanwhile.
+				st := e.reader.Store
+				rec, err := st.Load(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Status.State != cmdqtype.StatePending {
+					t.Fatalf("the attempt's started was written before the first renewal: %+v", rec.Status)
+				}
+				if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
+					cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
+					t.Fatal(err)
+				}
+				close(elsewhere)
+				e.waitQueueEmpty("commands", 30*time.Second)
+				evs := e.events(id)
+				if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
+					t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
+				}
+				got, _ := e.reader.Get(context.Background(), id)
+				if got.State != cmdqtype.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
+					t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
+				}
+				if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
+					t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,410 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Enqueuer is the one enqueue path: every queue message of a stored
+// command — its issue, a re-issue, a background retry, a requeue and a
+// reconcile — is put on the command's queue by the Enqueuer (Enqueue,
+// Recover, Requeue, Reconcile; for an issue on a store that commits both in
+// one write, Create), sent with no transport retries, which wakes
+// an in-process processor through the wake function as soon as the message
+// is on its queue. Recover is the recovery enqueue of a command that may
+// have a message already (see docs/lifecycle.md, "Duplicate messages").
+// Safe for concurrent use.
+type Enqueuer struct {
+	st      storage.Store
+	names   Names
+	rec     *Store
+	wake    func(queue string)
+	handOff func(queue, cmdType string) Slot
+
+	mu     sync.Mutex
+	queues map[string]storage.Queue
+}
+
+// NewEnqueuer returns the enqueue path on st's queues named by names, with
+// rec for the commands' records and markers. wake, if not nil, is called
+// with the logical queue after every message put on it; it must not block
+// (processor.Processor.Notify).
+func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
+	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, queues: map[string]storage.Queue{}}
+}
+
+// Slot is a handler slot of a processor in this process, reserved for the
+// issue's own message of a command about to be enqueued (the in-process
+// hand-off): the message is enqueued invisible for Visibility (the type's
+// lease) and handed over with Take — the processor runs it like a
+// dequeued message, without a dequeue — or the slot is given back with
+// Cancel when the enqueue failed. Exactly one of Take and Cancel is called.
+type Slot interface {
+	// Visibility is the enqueue's visibility delay: the lease the
+	// processor holds the message with.
+	Visibility() time.Duration
+	// Take hands over the enqueued message m (as Enqueue returned it:
+	// ID, pop receipt, next-visible time), whose text is text, enqueued by
+	// a call sent at sent.
+	Take(m storage.Message, text string, sent time.Time)
+	// Cancel gives the slot back.
+	Cancel()
+}
+
+// SetHandOff sets the in-process hand-off: handOff returns a reserved
+// Slot for a message of cmdType on logical queue, or nil when no processor
+// here can take it now (then the message is enqueued visible and the wake
+// function called). Call it before the Enqueuer is used. Default nil: no
+// hand-off.
+func (e *Enqueuer) SetHandOff(handOff func(queue, cmdType string) Slot) { e.handOff = handOff }
+
+// slot reserves a hand-off slot, or returns nil.
+func (e *Enqueuer) slot(queue, cmdType string) Slot {
+	if e.handOff == nil {
+		return nil
+	}
+	return e.handOff(queue, cmdType)
+}
+
+// Names returns the storage names the Enqueuer uses.
+func (e *Enqueuer) Names() Names { return e.names }
+
+// Queue returns the storage queue of a logical queue (opened once).
+func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if q, ok := e.queues[logical]; ok {
+		return q, nil
+	}
+	q, err := e.st.Queue(ctx, e.names.Queue(logical))
+	if err != nil {
+		return nil, err
+	}
+	e.queues[logical] = q
+	return q, nil
+}
+
+// sent is called once a message is on logical queue: it wakes an
+// in-process processor.
+func (e *Enqueuer) sent(queue string) {
+	if e.wake != nil {
+		e.wake(queue)
+	}
+}
+
+// Create stores a new command. On a store that can commit the issue batch
+// and the enqueue together (storage.Combiner: the embedded store) it writes
+// both in one durable write, leaves no gap for the reconciler to close and
+// reports enqueued; otherwise only the command is stored and the caller
+// enqueues env, the issue's own message (EnqueueEnvelope). env carries what
+// the first delivery needs to run without loading the command
+// (FirstEnvelope). Errors are Store.Create's.
+func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enqueued bool, err error) {
+	nc = e.rec.StampIssued(nc)
+	if _, ok := e.st.(storage.Combiner); !ok {
+		etag, err := e.rec.CreateETag(ctx, nc)
+		if err != nil {
+			return Envelope{}, false, err
+		}
+		return FirstEnvelope(nc, etag), false, nil
+	}
+	if slot := e.slot(nc.Queue, nc.Type); slot != nil {
+		return e.createHandOff(ctx, nc, slot)
+	}
+	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
+	if errs[0] != nil {
+		return Envelope{}, false, errs[0]
+	}
+	return Envelope{ID: nc.ID, Type: nc.Type}, true, nil
+}
+
+// createHandOff is Create on a Combiner with a reserved hand-off slot: the
+// command and its message, invisible for the slot's visibility and marked
+// handed off, in one durable write; the message is then handed to the
+// slot (no wake-up: nothing to dequeue).
+func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (Envelope, bool, error) {
+	cb := e.st.(storage.Combiner)
+	ops, err := e.rec.CreateOps(nc)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, err
+	}
+	tb, err := e.rec.tables.forWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
+	var text string
+	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+		env := FirstEnvelope(nc, etags[0])
+		env.HandedOff = true
+		text = env.Marshal()
+		return text
+	}}
+	sent := time.Now()
+	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), e.names.Queue(nc.Queue), []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
+	slot.Take(res[0].Message, text, sent)
+	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
+}
+
+// CreateMany stores new commands and their messages in one durable write
+// per queue on a store that can (storage.Combiner: the embedded store), and
+// wakes an in-process processor once per queue. Each message is the
+// issue's own (FirstEnvelope, with the ETag of the row the same write
+// stores). errs[i] is ncs[i]'s error (as Create's; nil: stored and
+// enqueued). ok is false on a store that cannot: nothing is written and
+// the caller issues them one by one. Commands must have distinct IDs.
+func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
+	cb, isCombiner := e.st.(storage.Combiner)
+	if !isCombiner {
+		return nil, false
+	}
+	errs = make([]error, len(ncs))
+	// One write per queue and table (commands of different days go to
+	// different day tables).
+	type group struct{ queue, table string }
+	byGroup := map[group][]int{}
+	var groups []group
+	for i, nc := range ncs {
+		tb, err := e.rec.tables.forWrite(ctx, nc.ID)
+		if err != nil {
+			errs[i] = CreateErr(nc.ID, err)
+			continue
+		}
+		g := group{nc.Queue, tb.Name()}
+		if _, seen := byGroup[g]; !seen {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
+	}
+	for _, g := range groups {
+		queue, idx := g.queue, byGroup[g]
+		items := make([]storage.CombinedItem, 0, len(idx))
+		sent := make([]int, 0, len(idx))
+		for _, i := range idx {
+			nc := e.rec.StampIssued(ncs[i])
+			ops, err := e.rec.CreateOps(nc)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			items = append(items, storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
+				return FirstEnvelope(nc, etags[0]).Marshal()
+			}})
+			sent = append(sent, i)
+		}
+		if len(items) == 0 {
+			continue
+		}
+		res, err := cb.BatchEnqueueMany(ctx, g.table, e.names.Queue(queue), items, 0, storage.NoExpiry)
+		any := false
+		for k, i := range sent {
+			switch {
+			case err != nil:
+				errs[i] = CreateErr(ncs[i].ID, err)
+			case res[k].Err != nil:
+				errs[i] = CreateErr(ncs[i].ID, res[k].Err)
+			default:
+				any = true
+			}
+		}
+		if any {
+			e.sent(queue)
+		}
+	}
+	return errs, true
+}
+
+// Enqueue puts the message of the stored command id on its logical queue
+// and wakes an in-process processor. The message is sent once, with no
+// transport retries (storage.WithCallBudget with 0 retries; a per-try
+// timeout in ctx is kept): a try whose answer was lost after the message
+// landed is a failed enqueue, which the caller recovers from (a marker, a
+// background retry, the reconciler: each a recovery enqueue, see Recover),
+// never a silent second message.
+func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
+	return e.enqueue(ctx, Envelope{ID: id, Type: cmdType}, queue, 0)
+}
+
+// EnqueueEnvelope is Enqueue of the message env (the issue's own message,
+// from Create, carries First).
+//
+// An issue's own message (with First) is handed off when a processor here
+// has a free slot (SetHandOff): enqueued invisible for the slot's
+// visibility, marked HandedOff, and given to that processor, without a
+// wake-up.
+func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+	if env.First != nil && !env.HandedOff {
+		if slot := e.slot(queue, env.Type); slot != nil {
+			env.HandedOff = true
+			q, err := e.Queue(ctx, queue)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			b, _ := storage.CallBudgetFrom(ctx)
+			text, sent := env.Marshal(), time.Now()
+			m, err := q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), text, slot.Visibility(), storage.NoExpiry)
+			if err != nil {
+				slot.Cancel()
+				return err
+			}
+			slot.Take(m, text, sent)
+			return nil
+		}
+	}
+	return e.enqueue(ctx, env, queue, 0)
+}
+
+// enqueue is Enqueue with the message visible after delay.
+func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
+	q, err := e.Queue(ctx, queue)
+	if err == nil {
+		b, _ := storage.CallBudgetFrom(ctx)
+		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), env.Marshal(), delay, storage.NoExpiry)
+	}
+	if err != nil {
+		return err
+	}
+	e.sent(queue)
+	return nil
+}
+
+// Recover is a recovery enqueue of the stored command rec, which is
+// pending and has never started: a message may exist for it after all (an
+// enqueue whose answer was lost, another recovery). It appends a requeued
+// event by `by` (conditional on rec's ETag; on a conflict, someone else
+// wrote the command: one that started is left alone, nothing done, no
+// error; one still pending — another recovery's requeued — is requeued
+// once more with again, or left alone without), then enqueues its message
+// with a visibility delay of Store.RecoveryDelay (at least the type's
+// lease) and no transport retries. The requeued event makes the processor
+// claim the command with its started event before running it (a
+// conditional write), so that of two messages only one runs it; the delay
+// lets a first message that is being handled write its started first, so
+// that the second is deleted unrun. See docs/lifecycle.md, "Duplicate
+// messages". requeued reports the requeued event written, enqueued the
+// message sent. Cost: 1 batch + 1 enqueue (+ 1 point read on a conflict).
+func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, again bool) (requeued, enqueued bool, err error) {
+	s := e.rec
+	for try := 0; ; try++ {
+		err = s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, Note: note})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, storage.ErrConflict) || try > 0 {
+			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
+		}
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Current == nil {
+			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
+		}
+		if cur := ce.Current; cur.Status.State != cmdqtype.StatePending || cur.Attempts != 0 || !again {
+			return false, false, nil // started (or finished) meanwhile: it has a message; or another recovery's
+		}
+		rec = ce.Current
+	}
+	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
+		return true, false, err
+	}
+	return true, true, nil
+}
+
+// Depth returns the approximate number of messages on a logical queue,
+// visible or not: one storage call. It is not exact (see
+// storage.Queue.ApproximateCount).
+func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
+	q, err := e.Queue(ctx, logical)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq: queue %q: %w", logical, err)
+	}
+	n, err := q.ApproximateCount(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cmdq: depth of queue %q: %w", logical, err)
+	}
+	return n, nil
+}
+
+// Requeue puts a poisoned command back: projection → pending with a requeued
+// event (By = by), a new message on the command's queue (which wakes an
+// in-process processor), the poison entry removed. Cost: 2 point reads + 1
+// batch + 1 enqueue + 1 delete.
+// Not poisoned → cmdqtype.ErrNotPoisoned; unknown → cmdqtype.ErrNotFound; an
+// entry with no stored command (a malformed message) → cmdqtype.ErrNoCommand:
+// there is nothing to run, so fix the producer and Discard it. If the
+// enqueue fails the command (already pending) is marked for the reconciler,
+// its poison entry is removed, and the error says so. If the marker cannot
+// be written either, the entry stays and the error says to requeue again: a
+// Requeue of a command that is pending and never started since (with its
+// entry) enqueues it without another requeued event, its message delayed by
+// Store.RecoveryDelay (the first enqueue may have landed after all; see
+// docs/lifecycle.md, "Duplicate messages").
+func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
+	s := e.rec
+	rec, err := s.loadPoisoned(ctx, id, true)
+	if err != nil {
+		return err
+	}
+	var delay time.Duration
+	if rec.Status.State == cmdqtype.StatePoisoned {
+		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
+			return err
+		}
+	} else {
+		// Requeued before, and its enqueue may have landed after all: a
+		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
+		delay = s.RecoveryDelay(rec.Type)
+	}
+	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
+	marked := false
+	if err != nil {
+		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+			err = errors.Join(err, merr)
+		} else {
+			marked = true
+		}
+	}
+	switch {
+	case err == nil:
+		return s.deletePoison(ctx, id)
+	case !marked:
+		// Nothing would queue it: keep the entry, so that the operator
+		// sees it and can requeue again.
+		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
+	}
+	// The command is pending and marked: its poison entry goes.
+	if derr := s.deletePoison(ctx, id); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return fmt.Errorf("cmdq: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
+}
+
+// Reader is a commands log's reads and operator actions: a Store (Get,
+// Events, ListPoison, GetPoison, Discard) and its Enqueuer (Requeue, Depth).
+type Reader struct {
+	*Store
+	*Enqueuer
+}
+
+// OpenReader opens the tables named by names on st and returns a Reader
+// whose enqueues wake wake (may be nil).
+func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options, wake func(queue string)) (*Reader, error) {
+	s, err := Open(ctx, st, names, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{Store: s, Enqueuer: NewEnqueuer(st, names, s, wake)}, nil
+}

@@ -1,0 +1,229 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// markerClaimedAt is the marker property a reconciler sets to claim it.
+const markerClaimedAt = "ClaimedAt"
+
+// ReconcilerBy is the By recorded on the requeued events of the
+// reconciler's recovery enqueues (markers and the pending scan).
+const ReconcilerBy = "reconciler"
+
+// IssuerBy is the By recorded on the requeued events of the Issuer's
+// recovery enqueues (re-issues of a pending command, background retries).
+const IssuerBy = "issuer"
+
+// ReconcileOptions configures Reconcile. The graces have no defaults here:
+// the processor passes its Config's (cmdqtype.DefaultReconcileGrace and
+// DefaultReconcileStaleAfter); zero or negative means none.
+type ReconcileOptions struct {
+	// MarkerGrace: re-enqueue a command with an unqueued marker once it has
+	// not been updated for this long.
+	MarkerGrace time.Duration
+	// PendingGrace: the pending scan re-enqueues commands still pending and
+	// not updated for this long.
+	PendingGrace time.Duration
+	// ScanPending enables the pending scan, the fallback for a process that
+	// crashed between storing a command and enqueueing it: a whole-table
+	// query of the commands table for the "a:cmd" rows, filtered in
+	// memory (one request per 1000 rows returned; on Azure the service reads
+	// every row of the table). Default false; the processor makes one run
+	// per processor.Config.ReconcileScanInterval (default 24 h) a scan.
+	ScanPending bool
+	// SkipMarkers skips the marker query (use with ScanPending: the scan
+	// finds marked commands too once they are PendingGrace old, so a pass
+	// that scans need not also pay for the marker query). Default false.
+	SkipMarkers bool
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+}
+
+// ReconcileReport says what Reconcile did.
+type ReconcileReport struct {
+	// Markers is the number of unqueued markers found.
+	Markers int
+	// Enqueued is the number of messages enqueued (markers and scan).
+	Enqueued int
+	// Cleared is the number of markers removed without enqueueing (the
+	// command is no longer pending, or does not exist).
+	Cleared int
+	// Waiting is the number of markers left for a later run (inside the grace).
+	Waiting int
+	// Scanned is the number of projections the pending scan looked at.
+	Scanned int
+	// DayTables is the number of day tables registered in the base table
+	// that the pending scan read.
+	DayTables int
+}
+
+// Reconcile enqueues commands that were stored but never enqueued: those with
+// a marker in partition "~unqueued" (cost: 1 query when there is none; per
+// marker 1 point read + 1 claim (a conditional update) + 1 batch with a
+// requeued event + 1 enqueue + 1 delete; a marker of a command that is no
+// longer pending costs 1 point read + 1 delete) and, with ScanPending,
+// those still pending after PendingGrace (per command found: 1 point read +
+// 1 batch with a requeued event + 1 enqueue). Each is a recovery: its
+// message is delayed by Store.RecoveryDelay (at least the type's lease)
+// and its command is claimed by its
+// first delivery, so a message that existed after all does not run the
+// handler a second time (docs/lifecycle.md, "Duplicate messages").
+// Several processors may reconcile at once: a marker is claimed by a conditional update (its ETag), a pending command
+// by the conditional requeued batch, so only one of them enqueues. A marker
+// is removed only once its message is on the queue: a failed enqueue is
+// retried by a later pass once the claim is MarkerGrace old.
+func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (ReconcileReport, error) {
+	var rep ReconcileReport
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	markerGrace, pendingGrace := max(opts.MarkerGrace, 0), max(opts.PendingGrace, 0)
+	s := e.rec
+	tbl := s.CommandsTable()
+	enqueued := func() { rep.Enqueued++ }
+
+	var errs []error
+	seen := map[string]bool{}
+	q := storage.Query{PartitionKey: UnqueuedPartition, Top: 1000}
+	for !opts.SkipMarkers {
+		page, err := tbl.Query(ctx, q)
+		if err != nil {
+			return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
+		}
+		for _, m := range page.Entities {
+			rep.Markers++
+			id := m.RowKey
+			seen[id] = true
+			if claimed, _ := m.Properties[markerClaimedAt].(time.Time); !claimed.IsZero() && now().Sub(claimed) < markerGrace {
+				// Another reconciler is enqueueing it (or died doing so:
+				// the claim lapses after the grace).
+				rep.Waiting++
+				continue
+			}
+			rec, err := s.Load(ctx, id)
+			if err != nil && !errors.Is(err, cmdqtype.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			pending := err == nil && rec.Status.State == cmdqtype.StatePending
+			if pending && now().Sub(rec.UpdatedAt) < markerGrace {
+				rep.Waiting++
+				continue
+			}
+			if !pending {
+				if err := tbl.Delete(ctx, UnqueuedPartition, id, m.ETag); err == nil {
+					rep.Cleared++
+				} else if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s: %w", id, err))
+				}
+				continue
+			}
+			// Claim the marker (a conditional update): only the reconciler
+			// whose claim lands enqueues. The marker stays until the
+			// message is on the queue, so a failed enqueue is retried by a
+			// later pass once the claim lapses.
+			claim := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
+			etag, err := tbl.Update(ctx, claim, storage.Merge, m.ETag)
+			if err != nil {
+				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: claim marker %s: %w", id, err))
+				}
+				continue
+			}
+			// A recovery: the command's first enqueue may have landed
+			// after all (its answer lost), so it may have a message.
+			_, ok, err := e.Recover(ctx, rec, ReconcilerBy, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", false)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
+				continue
+			}
+			if ok {
+				enqueued()
+			}
+			if err := tbl.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s after enqueueing: %w", id, err))
+			}
+		}
+		if page.Continuation == "" {
+			break
+		}
+		q.Continuation = page.Continuation
+	}
+
+	var days []string // day tables registered in the base table
+	scan := func(tbl storage.Table) {
+		q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
+		for {
+			page, err := tbl.Query(ctx, q)
+			if errors.Is(err, storage.ErrNotFound) && tbl != s.CommandsTable() {
+				break // a day table dropped meanwhile
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cmdq: reconcile: scan pending commands: %w", err))
+				break
+			}
+			for _, row := range page.Entities {
+				if d := dayTableOf(row); d != "" {
+					days = append(days, d)
+				}
+				if row.RowKey != RowCommand {
+					continue
+				}
+				rep.Scanned++
+				st, _ := row.Properties["Status"].(string)
+				upd, _ := row.Properties["UpdatedAt"].(time.Time)
+				if cmdqtype.State(st) != cmdqtype.StatePending || now().Sub(upd) < pendingGrace || seen[row.PartitionKey] {
+					continue
+				}
+				rec, err := s.Load(ctx, row.PartitionKey)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if rec.Status.State != cmdqtype.StatePending {
+					continue
+				}
+				// The conditional requeued batch claims the command (and moves
+				// UpdatedAt, so the next scan waits another grace period); a
+				// failed enqueue marks it.
+				requeued, ok, err := e.Recover(ctx, rec, ReconcilerBy, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", false)
+				switch {
+				case err != nil && requeued:
+					// Requeued, not enqueued: mark it for the marker query.
+					if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
+						err = errors.Join(err, merr)
+					}
+					errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s: %w", rec.ID, err))
+				case err != nil:
+					errs = append(errs, err)
+				case ok:
+					enqueued()
+				}
+			}
+			if page.Continuation == "" {
+				break
+			}
+			q.Continuation = page.Continuation
+		}
+	}
+	if opts.ScanPending {
+		// The base table, then the day tables registered in it: the scan
+		// is bounded by the retained window, not by all history.
+		scan(tbl)
+		rep.DayTables = len(days)
+		for _, d := range days {
+			if dt := s.openDay(ctx, d, &errs); dt != nil {
+				scan(dt)
+			}
+		}
+	}
+	return rep, errors.Join(errs...)
+}

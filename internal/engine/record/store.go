@@ -1,0 +1,1079 @@
+package record
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+	"unicode/utf16"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Settle folds one event into settled, the last attempt whose outcome is
+// recorded (failed, completed, poisoned or lease_lost; created and requeued
+// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
+// have no outcome records lease_lost events for them.
+func Settle(settled int, e cmdqtype.Event) int {
+	switch e.Kind {
+	case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+		return 0
+	case cmdqtype.EventFailed, cmdqtype.EventCompleted, cmdqtype.EventPoisoned, cmdqtype.EventLeaseLost:
+		return max(settled, e.Attempt)
+	}
+	return settled
+}
+
+// ErrFinal: Append or Poison refused to write an attempt's event (started,
+// step_completed, failed, completed, poisoned, lease_lost) to a command
+// whose loaded projection is final (completed, poisoned, discarded): the
+// attempt is over and must write nothing more. Two events stay allowed: an
+// operator's requeued or discarded on a poisoned command, and the
+// lease_lost of the attempt that completed the command (its lease ended
+// before its message was deleted).
+var ErrFinal = errors.New("cmdq: command is final")
+
+// Own folds one event into owner, the queue message that owns the command
+// (Record.Owner): a started event's MessageID; none after created and
+// requeued.
+func Own(owner string, e cmdqtype.Event) string {
+	switch e.Kind {
+	case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+		return ""
+	case cmdqtype.EventStarted:
+		return e.MessageID
+	}
+	return owner
+}
+
+// Row keys and partitions of the data layout (contract: operators read them).
+const (
+	// RowCommand is the command's row: the immutable command (type, params,
+	// issued-at, correlation ID, queue) and its projection (status, attempts,
+	// …) in one entity. Its ETag guards every write to the command.
+	RowCommand = "a:cmd"
+	// EventRowPrefix starts every event row key: "e:" + 10-digit sequence.
+	EventRowPrefix = "e:"
+	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
+	// for commands whose enqueue failed after they were stored.
+	UnqueuedPartition = "~unqueued"
+)
+
+// Size limits of stored values.
+const (
+	// ParamsChunkUnits is the most UTF-16 code units per Params property
+	// (32768 units = the 64 KiB string limit).
+	ParamsChunkUnits = storage.MaxPropertyBytes / 2
+	// MaxParamsChunks is the most Params properties (Params, Params1 …
+	// Params15): 16 × 32768 units, about what one 1 MiB entity holds.
+	MaxParamsChunks = 16
+	// MaxTextUnits bounds error, note and reason texts (8192 UTF-16 units);
+	// longer ones are truncated with a marker.
+	MaxTextUnits = 8192
+	// MaxDetailUnits bounds Event.Detail (stack traces), 16384 UTF-16 units.
+	MaxDetailUnits = 16384
+	// MaxEventsPerAppend is the most events one Append writes (one batch
+	// holds 100 operations; one is the update of the command row).
+	MaxEventsPerAppend = storage.MaxBatchOps - 1
+)
+
+// EventRowKey returns the row key of event seq: "e:" + 10 zero-padded digits.
+func EventRowKey(seq int64) string {
+	if seq < 0 || seq > 9_999_999_999 {
+		return fmt.Sprintf("%s%010d", EventRowPrefix, seq)
+	}
+	var b [len(EventRowPrefix) + 10]byte
+	n := copy(b[:], EventRowPrefix)
+	for i := len(b) - 1; i >= n; i-- {
+		b[i] = byte('0' + seq%10)
+		seq /= 10
+	}
+	return string(b[:])
+}
+
+// NewCommand is what Store.Create writes.
+type NewCommand struct {
+	// ID is the command ID (lowercase canonical UUID; validated by the caller).
+	ID string
+	// Type is the command type name.
+	Type string
+	// Params is the JSON parameters (compact). nil is stored as "{}".
+	Params []byte
+	// CorrelationID is the caller's correlation ID ("" = none).
+	CorrelationID string
+	// Queue is the logical queue (required; the issuer routes it).
+	Queue string
+	// IssuedAt is the issue time (zero = now); stored in UTC, millisecond precision.
+	IssuedAt time.Time
+}
+
+// Record is a loaded command: its status, its parameters and the concurrency
+// token for the next write.
+type Record struct {
+	cmdqtype.Status
+	// Params is the command's JSON parameters.
+	Params []byte
+	// ParamsHash is the hex SHA-256 of Params (for idempotent re-issue).
+	ParamsHash string
+	// IssuedAt is the issue time (UTC).
+	IssuedAt time.Time
+	// ETag is the ETag of the command row (RowCommand); Append and Poison
+	// write only if it still matches.
+	ETag string
+	// EventSeq is the sequence number of the last event.
+	EventSeq int64
+	// Settled is the last attempt whose outcome (failed, completed,
+	// poisoned or lease_lost) is recorded (see Settle); 0 after created and
+	// requeued.
+	Settled int
+	// WriteID identifies the last write that landed on the command (the
+	// issue batch or an Append): Append recognises its own write by it when
+	// a transport retry meets the write's own effect.
+	WriteID string
+	// Owner is the ID of the queue message whose delivery started the
+	// command's current attempt (the last started event's MessageID; ""
+	// when pending, or when that event carried none). That message is
+	// deleted only once the command is final, so a delivery of another
+	// message for a started command is a duplicate (see Own).
+	Owner string
+
+	// table is the table the command was loaded from (nil: the table
+	// of its ID, see Names.TableOf).
+	table storage.Table
+}
+
+// DefaultRecoveryDelay is the visibility delay of a recovery enqueue (a
+// message sent for a command that may have one already: a re-issue, a
+// retried or reconciled enqueue, a repeated requeue) when the sender does
+// not know the command type's lease: 30 s, the default lease. See
+// docs/lifecycle.md, "Duplicate messages".
+const DefaultRecoveryDelay = 30 * time.Second
+
+// Options configures a Store or Reader. The zero value works.
+type Options struct {
+	// Now returns the current time (default time.Now). Times are stored in
+	// UTC with millisecond precision.
+	Now func() time.Time
+	// Changed, when set, is called after every write of this Store that
+	// changed a command (Append, AppendAndDelete, and so Poison, Discard
+	// and Requeue), with the command's status after the write and the
+	// events it wrote, numbered, oldest first (nil when the write was
+	// recognised as landed after a conflict: the events are then not
+	// known). It is the in-process change feed (cmdq.Client wakes its
+	// watchers with it); it runs on the writer's goroutine and must not
+	// block. Default nil.
+	Changed func(st cmdqtype.Status, events []cmdqtype.Event)
+	// RecoveryDelay returns the visibility delay of a recovery enqueue of a
+	// command type (Enqueuer's re-issues, retries, reconciles and repeated
+	// requeues): at least the type's lease and the processors'
+	// StartedWriteDelay. nil, or a result <= 0: DefaultRecoveryDelay.
+	RecoveryDelay func(cmdType string) time.Duration
+	// Store and Names, when Store is set, route each command to the table
+	// of its ID (its day table, or the base commands table: see
+	// Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
+	// a Store made by New without them keeps every command in the base
+	// table.
+	Store storage.Store
+	Names Names
+	// Retention is how long final commands are kept (for the error of a
+	// read of an expired command, and the sweeper's defaults). The zero
+	// value is the defaults (DefaultRetention).
+	Retention RetentionPolicy
+}
+
+// Store writes command records: Create (issue), Load, Append (lifecycle
+// events) and Poison. It is safe for concurrent use.
+type Store struct {
+	commands, poison storage.Table
+	now              func() time.Time
+	changed          func(cmdqtype.Status, []cmdqtype.Event)
+	recovery         func(cmdType string) time.Duration
+	tables           *tables
+	retention        RetentionPolicy
+}
+
+// New returns a Store on the commands and poison tables (see Names and
+// OpenTables).
+func New(commands, poison storage.Table, opts Options) *Store {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults()}
+	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
+	return s
+}
+
+// RecoveryDelay returns the visibility delay of a recovery enqueue of
+// cmdType: Options.RecoveryDelay's, or DefaultRecoveryDelay when it is nil
+// or gives 0 or less.
+func (s *Store) RecoveryDelay(cmdType string) time.Duration {
+	if s.recovery != nil {
+		if d := s.recovery(cmdType); d > 0 {
+			return d
+		}
+	}
+	return DefaultRecoveryDelay
+}
+
+// Open opens (creating if needed) the tables named by names on st and returns
+// a Store on them.
+func Open(ctx context.Context, st storage.Store, names Names, opts Options) (*Store, error) {
+	c, p, err := OpenTables(ctx, st, names)
+	if err != nil {
+		return nil, err
+	}
+	opts.Store, opts.Names = st, names
+	return New(c, p, opts), nil
+}
+
+// OpenTables opens (creating if needed) the commands and poison tables named
+// by names.
+func OpenTables(ctx context.Context, st storage.Store, names Names) (commands, poison storage.Table, err error) {
+	if err := names.Validate(); err != nil {
+		return nil, nil, err
+	}
+	commands, err = st.Table(ctx, names.CommandsTable())
+	if err != nil {
+		return nil, nil, fmt.Errorf("cmdq: open commands table %q: %w", names.CommandsTable(), err)
+	}
+	poison, err = st.Table(ctx, names.PoisonTable())
+	if err != nil {
+		return nil, nil, fmt.Errorf("cmdq: open poison table %q: %w", names.PoisonTable(), err)
+	}
+	return commands, poison, nil
+}
+
+// CommandsTable returns the commands table.
+func (s *Store) CommandsTable() storage.Table { return s.commands }
+
+// PoisonTable returns the poison table.
+func (s *Store) PoisonTable() storage.Table { return s.poison }
+
+func (s *Store) nowUTC() time.Time { return ms(s.now()) }
+
+func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// HashParams returns the hex SHA-256 of params, as stored in ParamsHash.
+func HashParams(params []byte) string {
+	h := sha256.Sum256(params)
+	return hex.EncodeToString(h[:])
+}
+
+// ErrParamsTooLarge: the parameters do not fit in one entity (more than
+// MaxParamsChunks × ParamsChunkUnits UTF-16 units). It wraps storage.ErrTooLarge.
+var ErrParamsTooLarge = fmt.Errorf("%w: params exceed %d UTF-16 code units (%d properties of %d units: what one entity holds)",
+	storage.ErrTooLarge, MaxParamsChunks*ParamsChunkUnits, MaxParamsChunks, ParamsChunkUnits)
+
+// splitParams splits s into chunks of at most ParamsChunkUnits UTF-16 units,
+// at rune boundaries.
+func splitParams(s string) ([]string, error) {
+	var chunks []string
+	start, units := 0, 0
+	for i, r := range s {
+		n := utf16.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		if units+n > ParamsChunkUnits {
+			chunks = append(chunks, s[start:i])
+			start, units = i, 0
+		}
+		units += n
+	}
+	chunks = append(chunks, s[start:])
+	if len(chunks) > MaxParamsChunks {
+		return nil, ErrParamsTooLarge
+	}
+	return chunks, nil
+}
+
+func paramsProp(i int) string {
+	if i == 0 {
+		return "Params"
+	}
+	return "Params" + strconv.Itoa(i)
+}
+
+// Create writes a new command in one batch: the command row (the command
+// and its pending projection) and the created event. If the ID exists, the error wraps
+// storage.ErrExists. Params that do not fit in one entity give an error
+// wrapping ErrParamsTooLarge (and storage.ErrTooLarge); nothing is written.
+func (s *Store) Create(ctx context.Context, c NewCommand) error {
+	_, err := s.CreateETag(ctx, c)
+	return err
+}
+
+// CreateETag is Create returning the ETag of the new command row (what the
+// issue's own message carries: FirstEnvelope).
+func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err error) {
+	ops, err := s.createOps(c)
+	if err != nil {
+		return "", err
+	}
+	tb, err := s.tables.forWrite(ctx, c.ID)
+	if err != nil {
+		return "", createErr(c.ID, err)
+	}
+	etags, err := tb.Batch(ctx, c.ID, ops)
+	if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
+		// The day table is gone (dropped by hand, or this handle is
+		// older than a delete): create it again, once.
+		if tb, err = s.tables.recreate(ctx, c.ID); err == nil {
+			etags, err = tb.Batch(ctx, c.ID, ops)
+		}
+	}
+	if err != nil {
+		return "", createErr(c.ID, err)
+	}
+	return etags[0], nil
+}
+
+// CreateAndEnqueue is Create plus an enqueue of text on the storage queue
+// named queue (e.g. "cmdq-commands"), both in one atomic write through cb
+// (see storage.Combiner; the embedded store implements it): both happen or
+// neither does. Errors are Create's; a failed enqueue wraps its own error.
+// It costs one commit on the embedded store instead of two.
+func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.Combiner, queue, text string) error {
+	ops, err := s.createOps(c)
+	if err != nil {
+		return err
+	}
+	tb, err := s.tables.forWrite(ctx, c.ID)
+	if err != nil {
+		return createErr(c.ID, err)
+	}
+	_, _, err = cb.BatchEnqueue(ctx, tb.Name(), c.ID, ops, queue, text, 0, storage.NoExpiry)
+	return createErr(c.ID, err)
+}
+
+// StampIssued returns c with IssuedAt set to the issue time as it will be
+// stored (now, when zero; UTC, millisecond precision), so that the issue's
+// own message can carry it.
+func (s *Store) StampIssued(c NewCommand) NewCommand {
+	if c.IssuedAt.IsZero() {
+		c.IssuedAt = s.nowUTC()
+	}
+	c.IssuedAt = ms(c.IssuedAt)
+	return c
+}
+
+// CreateOps returns the issue batch of a new command (the command row and
+// its created event), for a Combiner's BatchEnqueueMany. Errors as Create's.
+func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) { return s.createOps(c) }
+
+// CreateErr wraps the error of an issue batch of command id as Create does
+// (storage.ErrExists for an existing ID).
+func CreateErr(id string, err error) error { return createErr(id, err) }
+
+// createErr wraps the error of the issue batch.
+func createErr(id string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, storage.ErrExists):
+		return fmt.Errorf("cmdq: command %s already exists: %w", id, err)
+	default:
+		return fmt.Errorf("cmdq: create command %s: %w", id, err)
+	}
+}
+
+// createOps builds the issue batch: a:cmd (command + pending projection) and
+// the created event.
+func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
+	if c.ID == "" {
+		return nil, fmt.Errorf("%w: empty command ID", storage.ErrInvalidKey)
+	}
+	params := c.Params
+	if len(params) == 0 {
+		params = []byte("{}")
+	}
+	chunks, err := splitParams(string(params))
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: create command %s: %w", c.ID, err)
+	}
+	queue := c.Queue
+	if queue == "" {
+		return nil, fmt.Errorf("%w: command %s has no queue (callers route it: cmdq.DefaultQueue unless declared)", storage.ErrInvalidArgument, c.ID)
+	}
+	issued := ms(c.IssuedAt)
+	if c.IssuedAt.IsZero() {
+		issued = s.nowUTC()
+	}
+	// One map, sized for the command's properties and the projection's.
+	props := make(map[string]any, 5+len(chunks)+projectionPropCount)
+	props["Type"] = c.Type
+	props["ParamsHash"] = HashParams(params)
+	props["IssuedAt"] = issued
+	props["CorrelationID"] = c.CorrelationID
+	props["Queue"] = queue
+	for i, ch := range chunks {
+		props[paramsProp(i)] = ch
+	}
+	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
+	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
+	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued}
+	Apply(&st, ev)
+	wid := newWriteID()
+	putProjection(props, &st, 0, "", 1, wid)
+	if err := storage.ValidateEntity(cmd); err != nil {
+		if errors.Is(err, storage.ErrTooLarge) {
+			return nil, fmt.Errorf("cmdq: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
+		}
+		return nil, fmt.Errorf("cmdq: create command %s: %w", c.ID, err)
+	}
+	ops := []storage.BatchOp{
+		{Kind: storage.OpInsert, Entity: cmd},
+		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev, wid)},
+	}
+	return ops, nil
+}
+
+// newWriteID returns a random write ID (16 hex digits).
+func newWriteID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// projectionProps returns the projection's properties of the command row.
+// Every one is always written (LastError "" clears it), so a Merge update
+// replaces the whole projection and leaves the command's properties alone.
+func projectionProps(st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) map[string]any {
+	props := make(map[string]any, projectionPropCount)
+	putProjection(props, st, settled, owner, seq, writeID)
+	return props
+}
+
+// projectionPropCount is the number of properties putProjection writes.
+const projectionPropCount = 11
+
+// putProjection writes the projection's properties into props.
+func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) {
+	props["WriteID"] = writeID
+	props["Settled"] = int32(settled)
+	props["Owner"] = owner
+	props["Status"] = string(st.State)
+	props["Attempts"] = int32(st.Attempts)
+	props["Step"] = int32(st.Step)
+	props["LastError"] = truncate(st.LastError, MaxTextUnits)
+	props["CreatedAt"] = ms(st.CreatedAt)
+	props["UpdatedAt"] = ms(st.UpdatedAt)
+	props["Worker"] = truncate(st.Worker, MaxTextUnits)
+	props["EventSeq"] = seq
+}
+
+// projectionUpdate returns the Merge update of rec's command row to
+// projection st. Long LastError and Worker texts are cut further when the
+// merged row would exceed storage.MaxEntityBytes (parameters near the limit
+// leave less room than MaxTextUnits).
+func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
+	props := projectionProps(st, settled, owner, seq, writeID)
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
+	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
+	// units, and the projection's texts are at most 2 × MaxTextUnits).
+	const slack = 64 * 1024
+	if 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack {
+		return row
+	}
+	full := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+		"Type":          rec.Type,
+		"ParamsHash":    rec.ParamsHash,
+		"IssuedAt":      rec.IssuedAt,
+		"CorrelationID": rec.CorrelationID,
+		"Queue":         rec.Queue,
+	}}
+	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
+	for i, ch := range chunks {
+		full.Properties[paramsProp(i)] = ch
+	}
+	maps.Copy(full.Properties, props)
+	over := storage.EntitySize(full) - storage.MaxEntityBytes
+	for _, name := range []string{"LastError", "Worker"} {
+		if over <= 0 {
+			break
+		}
+		s := props[name].(string)
+		units := utf16Units(s)
+		keep := max(units-(over+1)/2, utf16Units(truncMark))
+		props[name] = truncate(s, keep)
+		over -= 2 * (units - utf16Units(props[name].(string)))
+	}
+	return row
+}
+
+func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
+	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+		"WriteID": writeID,
+		"Kind":    string(e.Kind),
+		"Time":    ms(e.Time),
+		"Attempt": int32(e.Attempt),
+		"Worker":  truncate(eventWho(e), MaxTextUnits),
+		"Step":    int32(e.Step),
+		"Note":    truncate(e.Note, MaxTextUnits),
+		"Error":   truncate(e.Error, MaxTextUnits),
+		"Reason":  truncate(e.Reason, MaxTextUnits),
+		"Detail":  truncate(e.Detail, MaxDetailUnits),
+		// A queue message ID is at most a few hundred characters (Azure:
+		// a GUID; the embedded store: a UUID).
+		"MessageID": truncate(e.MessageID, MaxTextUnits),
+	}}
+}
+
+// eventWho is what an event row's Worker property holds: the processor of
+// an attempt's event, or who requeued or discarded the command (Event.By):
+// the kind tells which (data layout unchanged since Event.By was added).
+func eventWho(e cmdqtype.Event) string {
+	if operatorEvent(e.Kind) {
+		return e.By
+	}
+	return e.Worker
+}
+
+// operatorEvent reports whether kind is written by an operator or the
+// reconciler (its row's Worker property is Event.By).
+func operatorEvent(kind cmdqtype.EventKind) bool {
+	return kind == cmdqtype.EventRequeued || kind == cmdqtype.EventDiscarded
+}
+
+const truncMark = "…[truncated]"
+
+// truncate cuts s to at most max UTF-16 units (at a rune boundary), ending
+// in a marker when cut.
+func truncate(s string, max int) string {
+	if len(s) <= max || utf16Units(s) <= max { // UTF-8 bytes ≥ UTF-16 units
+		return s
+	}
+	limit := max - utf16Units(truncMark)
+	units := 0
+	for i, r := range s {
+		n := utf16.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		if units+n > limit {
+			return s[:i] + truncMark
+		}
+		units += n
+	}
+	return s
+}
+
+func utf16Units(s string) int {
+	n := 0
+	for _, r := range s {
+		if k := utf16.RuneLen(r); k > 0 {
+			n += k
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+func str(e storage.Entity, name string) string {
+	s, _ := e.Properties[name].(string)
+	return s
+}
+
+func intProp(e storage.Entity, name string) int64 {
+	switch v := e.Properties[name].(type) {
+	case int32:
+		return int64(v)
+	case int64:
+		return v
+	case float64:
+		return int64(v)
+	}
+	return 0
+}
+
+func timeProp(e storage.Entity, name string) time.Time {
+	t, _ := e.Properties[name].(time.Time)
+	return t.UTC()
+}
+
+func validID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty command ID (%w)", cmdqtype.ErrNotFound, storage.ErrInvalidKey)
+	}
+	return storage.ValidateKey("command ID", id)
+}
+
+func notFound(id string) error {
+	return fmt.Errorf("%w: %s (%w)", cmdqtype.ErrNotFound, id, storage.ErrNotFound)
+}
+
+// Load reads a command and its projection with one point read of its
+// command row. A missing command gives an error wrapping ErrNotFound.
+func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
+	e, tb, err := s.getRow(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rec := decodeRecord(e)
+	rec.table = tb
+	return rec, nil
+}
+
+// getRow reads the command row of id and returns it with the table it is
+// in: one point read of the ID's table (its day table, see Names.TableOf);
+// when the row is not there (the command was moved, or its day table
+// dropped), one more of the base table. A command that is in neither and
+// whose day is past retention gives an error wrapping cmdqtype.ErrExpired
+// (and ErrNotFound).
+func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.Table, error) {
+	if err := validID(id); err != nil {
+		return storage.Entity{}, nil, err
+	}
+	day, hasDay, err := s.tables.forRead(ctx, id)
+	if err != nil {
+		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
+	}
+	if day != nil {
+		e, err := day.Get(ctx, id, RowCommand)
+		if err == nil {
+			return e, day, nil
+		}
+		if !errors.Is(err, storage.ErrNotFound) {
+			return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
+		}
+	}
+	e, err := s.commands.Get(ctx, id, RowCommand)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			if hasDay {
+				return storage.Entity{}, nil, s.goneErr(id)
+			}
+			return storage.Entity{}, nil, notFound(id)
+		}
+		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
+	}
+	return e, s.commands, nil
+}
+
+// tableOf returns the table rec lives in: the one it was loaded from, else
+// its ID's table.
+func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error) {
+	if rec.table != nil {
+		return rec.table, nil
+	}
+	tb, _, err := s.tables.forRead(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if tb == nil {
+		return s.commands, nil
+	}
+	return tb, nil
+}
+
+// decodeStatus reads the status (identity and projection) from a command row.
+func decodeStatus(e storage.Entity) cmdqtype.Status {
+	return cmdqtype.Status{
+		ID:            e.PartitionKey,
+		Type:          str(e, "Type"),
+		State:         cmdqtype.State(str(e, "Status")),
+		Attempts:      int(intProp(e, "Attempts")),
+		Step:          int(intProp(e, "Step")),
+		LastError:     str(e, "LastError"),
+		CreatedAt:     timeProp(e, "CreatedAt"),
+		UpdatedAt:     timeProp(e, "UpdatedAt"),
+		Worker:        str(e, "Worker"),
+		CorrelationID: str(e, "CorrelationID"),
+		Queue:         str(e, "Queue"),
+	}
+}
+
+func decodeRecord(e storage.Entity) *Record {
+	var params []byte
+	for i := 0; i < MaxParamsChunks; i++ {
+		v, ok := e.Properties[paramsProp(i)].(string)
+		if !ok {
+			break
+		}
+		params = append(params, v...)
+	}
+	return &Record{
+		Status:     decodeStatus(e),
+		Params:     params,
+		ParamsHash: str(e, "ParamsHash"),
+		IssuedAt:   timeProp(e, "IssuedAt"),
+		ETag:       e.ETag,
+		EventSeq:   intProp(e, "EventSeq"),
+		Settled:    settledProp(e),
+		Owner:      str(e, "Owner"),
+		WriteID:    str(e, "WriteID"),
+	}
+}
+
+// settledProp reads Settled; rows written before it existed derive it from
+// the projection (a running attempt has no outcome yet).
+func settledProp(e storage.Entity) int {
+	if _, ok := e.Properties["Settled"]; ok {
+		return int(intProp(e, "Settled"))
+	}
+	n := int(intProp(e, "Attempts"))
+	if cmdqtype.State(str(e, "Status")) == cmdqtype.StateRunning {
+		n--
+	}
+	return max(n, 0)
+}
+
+// Append writes events (1..MaxEventsPerAppend) and the updated projection in
+// one batch, conditional on rec.ETag. Events get consecutive sequence numbers
+// and, if their Time is zero, the current time. On success rec is updated in
+// place (status, ETag, EventSeq); on failure it is unchanged. If the command
+// was written since rec was loaded, the error wraps storage.ErrConflict (a
+// *ConflictError whose Current is the command now): decide from that. An
+// attempt's event on a command whose loaded projection is final is refused
+// with an error wrapping ErrFinal, and nothing is written.
+//
+// Append is idempotent for its own write: each carries a write ID (stored in
+// the command row and its events). When the batch fails with a conflict (the
+// ETag moved, or the event rows exist) Append reloads the command (only in
+// that case: one point read, and a second of the event row this write would
+// have started at when later events exist); if its own write is what moved it — a transport
+// retry of a batch whose first try landed and whose answer was lost — it
+// succeeds with rec updated to the reloaded command, so the events are never
+// appended twice. Otherwise the error wraps storage.ErrConflict and is a
+// *ConflictError carrying the reloaded command.
+func (s *Store) Append(ctx context.Context, rec *Record, events ...cmdqtype.Event) error {
+	ops, res, err := s.appendOps(rec, events)
+	if err != nil {
+		return err
+	}
+	tb, err := s.tableOf(ctx, rec)
+	if err != nil {
+		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
+	}
+	etags, err := tb.Batch(ctx, rec.ID, ops)
+	return s.appended(ctx, rec, res, etags, err)
+}
+
+// ConflictError is the error of an Append (or Poison, AppendAndDelete) that
+// lost a race: the command was written by someone else since it was loaded.
+// It wraps storage.ErrConflict. Current is the command as reloaded to find
+// out (nil if that reload failed): decide from it without loading again.
+type ConflictError struct {
+	// ID is the command ID.
+	ID string
+	// Current is the command as it is now, or nil.
+	Current *Record
+	// Err is the batch's error.
+	Err error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("cmdq: append to command %s: %v (%v)", e.ID, storage.ErrConflict, e.Err)
+}
+
+// Unwrap returns storage.ErrConflict and the batch's error.
+func (e *ConflictError) Unwrap() []error { return []error{storage.ErrConflict, e.Err} }
+
+// AppendAndDelete is Append plus the deletion of the queue message id with
+// popReceipt from the storage queue named queue, in one durable write
+// through cb (see storage.Combiner): the processor's final batch and message
+// delete at the cost of one commit on the embedded store. The append
+// decides: when it fails (err, as Append's) nothing is deleted; when it
+// succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
+// returned as deleteErr.
+func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...cmdqtype.Event) (deleteErr, err error) {
+	ops, res, err := s.appendOps(rec, events)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := s.tableOf(ctx, rec)
+	if err != nil {
+		return nil, fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
+	}
+	etags, deleteErr, err := cb.BatchDelete(ctx, tb.Name(), rec.ID, ops, queue, id, popReceipt)
+	return deleteErr, s.appended(ctx, rec, res, etags, err)
+}
+
+// appendResult is what an append makes of a record when it lands.
+type appendResult struct {
+	st      cmdqtype.Status
+	settled int
+	owner   string
+	seq     int64
+	wid     string
+	events  []cmdqtype.Event // as written: numbered and timed
+}
+
+// appendOps builds the batch of an append: the events and the Merge update
+// of the command row's projection, conditional on rec's ETag. It returns the
+// new projection, event number and the write's ID.
+func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.BatchOp, appendResult, error) {
+	if rec == nil || rec.ID == "" {
+		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
+	}
+	if len(events) == 0 || len(events) > MaxEventsPerAppend {
+		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+	}
+	for _, e := range events {
+		if !e.Kind.Valid() {
+			return nil, appendResult{}, fmt.Errorf("%w: unknown event kind %q", storage.ErrInvalidArgument, e.Kind)
+		}
+	}
+	if err := checkFinal(rec, events); err != nil {
+		return nil, appendResult{}, err
+	}
+	wid := newWriteID()
+	st := rec.Status
+	settled, owner := rec.Settled, rec.Owner
+	seq := rec.EventSeq
+	ops := make([]storage.BatchOp, 0, len(events)+1)
+	written := make([]cmdqtype.Event, 0, len(events))
+	now := s.nowUTC()
+	for _, e := range events {
+		seq++
+		e.Seq = seq
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		e.Time = ms(e.Time)
+		// The history reads in order: no event is older than the one
+		// before it (clocks of different workers may disagree).
+		if e.Time.Before(st.UpdatedAt) {
+			e.Time = st.UpdatedAt
+		}
+		Apply(&st, e)
+		settled = Settle(settled, e)
+		owner = Own(owner, e)
+		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
+		written = append(written, e)
+	}
+	// Merge: the command's own properties (params, …) are neither resent
+	// nor dropped; every projection property is written.
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, owner, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	return ops, appendResult{st, settled, owner, seq, wid, written}, nil
+}
+
+// checkFinal refuses events that would be written on top of a final
+// command (see ErrFinal). Each event is checked against the projection as
+// the events before it in the same append leave it.
+func checkFinal(rec *Record, events []cmdqtype.Event) error {
+	st := rec.Status
+	for _, e := range events {
+		if st.State.Final() && !allowedOnFinal(&st, e) {
+			return fmt.Errorf("%w: command %s is %s; a %s event (attempt %d, worker %q) is not written on top of it: the attempt that wants to write it is over (a processor deletes its message; an operator reloads the command)",
+				ErrFinal, rec.ID, st.State, e.Kind, e.Attempt, e.Worker)
+		}
+		Apply(&st, e)
+	}
+	return nil
+}
+
+// allowedOnFinal reports whether e may follow the final projection st: an
+// operator's requeued or discarded on a poisoned command, or the lease_lost
+// of the attempt that completed it (written by its own worker).
+func allowedOnFinal(st *cmdqtype.Status, e cmdqtype.Event) bool {
+	switch e.Kind {
+	case cmdqtype.EventRequeued, cmdqtype.EventDiscarded:
+		return st.State == cmdqtype.StatePoisoned
+	case cmdqtype.EventLeaseLost:
+		return st.State == cmdqtype.StateCompleted && e.Attempt == st.Attempts && e.Worker == st.Worker
+	}
+	return false
+}
+
+// appended finishes an append (res): on success it updates rec in
+// place. On a conflict it finds out whether the write landed after all.
+func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, etags []string, err error) error {
+	wid := res.wid
+	if err == nil {
+		rec.Status = res.st
+		rec.Settled = res.settled
+		rec.Owner = res.owner
+		rec.EventSeq = res.seq
+		rec.ETag = etags[len(etags)-1]
+		rec.WriteID = wid
+		s.notify(rec.Status, res.events)
+		return nil
+	}
+	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) &&
+		!(errors.Is(err, storage.ErrNotFound) && s.tables.routed()) {
+		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
+	}
+	// (With day tables, a command row gone from its table was moved to the
+	// base table by retention: the reload finds it there.)
+	// The ETag moved or the event rows exist: someone wrote — maybe this
+	// very write, whose answer was lost and whose retry met its effect.
+	cur, lerr := s.Load(ctx, rec.ID)
+	if lerr != nil {
+		return &ConflictError{ID: rec.ID, Err: err}
+	}
+	if s.landed(ctx, cur, wid, rec.EventSeq+1) {
+		*rec = *cur
+		s.notify(rec.Status, nil)
+		return nil
+	}
+	return &ConflictError{ID: rec.ID, Current: cur, Err: err}
+}
+
+// landed reports whether write wid, whose first event is number first, is in
+// the command cur: it is the last write (cur's WriteID), or a later write
+// followed it (one point read of event first).
+func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64) bool {
+	if cur.WriteID == wid {
+		return true
+	}
+	if cur.EventSeq < first {
+		return false
+	}
+	tb, err := s.tableOf(ctx, cur)
+	if err != nil {
+		return false
+	}
+	e, err := tb.Get(ctx, cur.ID, EventRowKey(first))
+	return err == nil && str(e, "WriteID") == wid
+}
+
+// notify passes a landed write to Options.Changed.
+func (s *Store) notify(st cmdqtype.Status, events []cmdqtype.Event) {
+	if s.changed != nil {
+		s.changed(st, events)
+	}
+}
+
+func etagOrAny(etag string) string {
+	if etag == "" {
+		return storage.IfMatchAny
+	}
+	return etag
+}
+
+func poisonEntity(p cmdqtype.PoisonEntry) storage.Entity {
+	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
+		"CommandID":    p.CommandID,
+		"Type":         p.Type,
+		"DequeueCount": p.DequeueCount,
+		"Reason":       truncate(p.Reason, MaxTextUnits),
+		"LastError":    truncate(p.LastError, MaxTextUnits),
+		"PoisonedAt":   ms(p.PoisonedAt),
+		"Queue":        p.Queue,
+		"Worker":       truncate(p.Worker, MaxTextUnits),
+	}}
+}
+
+func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
+	id := str(e, "CommandID")
+	if id == "" {
+		id = e.PartitionKey
+	}
+	return cmdqtype.PoisonEntry{
+		CommandID:    id,
+		Type:         str(e, "Type"),
+		DequeueCount: intProp(e, "DequeueCount"),
+		Reason:       str(e, "Reason"),
+		LastError:    str(e, "LastError"),
+		PoisonedAt:   timeProp(e, "PoisonedAt"),
+		Queue:        str(e, "Queue"),
+		Worker:       str(e, "Worker"),
+	}
+}
+
+// Poison records a poisoned command: it upserts the poison-table entry, then
+// appends events (e.g. a pending started and a failed event) followed by the
+// poisoned event (built from entry) in one conditional batch. Missing entry
+// fields (CommandID, Type, Queue, PoisonedAt) are filled from rec and the
+// clock. If the batch fails, the entry is removed again unless the command
+// was poisoned by someone else meanwhile. Cost: 1 upsert + 1 batch.
+//
+// A record whose projection is final is refused (ErrFinal) before anything
+// is written. The entry is written first so that a poisoned command is never missing
+// from the poison table (operators find it); a leftover entry of a command
+// that is not poisoned is cleaned up by Requeue or Discard.
+func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEntry, events ...cmdqtype.Event) error {
+	if rec == nil || rec.ID == "" {
+		return fmt.Errorf("%w: Poison needs a loaded record", storage.ErrInvalidArgument)
+	}
+	entry.CommandID = rec.ID
+	if entry.Type == "" {
+		entry.Type = rec.Type
+	}
+	if entry.Queue == "" {
+		entry.Queue = rec.Queue
+	}
+	if entry.PoisonedAt.IsZero() {
+		entry.PoisonedAt = s.nowUTC()
+	}
+	entry.PoisonedAt = ms(entry.PoisonedAt)
+	if err := checkFinal(rec, append(append([]cmdqtype.Event(nil), events...), cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
+		return err // before the entry is written: a final command gets none
+	}
+	if entry.LastError == "" {
+		for _, e := range events {
+			if e.Error != "" {
+				entry.LastError = e.Error
+			}
+		}
+		if entry.LastError == "" {
+			entry.LastError = rec.LastError
+		}
+	}
+	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
+		return fmt.Errorf("cmdq: write poison entry for command %s: %w", rec.ID, err)
+	}
+	evs := make([]cmdqtype.Event, 0, len(events)+1)
+	for _, e := range events {
+		if e.Time.IsZero() {
+			e.Time = entry.PoisonedAt
+		}
+		evs = append(evs, e)
+	}
+	evs = append(evs, cmdqtype.Event{
+		Kind: cmdqtype.EventPoisoned, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
+		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
+	})
+	if err := s.Append(ctx, rec, evs...); err != nil {
+		var ce *ConflictError
+		cur := (*Record)(nil)
+		if errors.As(err, &ce) && ce.Current != nil {
+			cur = ce.Current
+		} else if c, lerr := s.Load(ctx, rec.ID); lerr == nil {
+			cur = c
+		}
+		if cur != nil && cur.Status.State != cmdqtype.StatePoisoned {
+			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
+		}
+		return err
+	}
+	return nil
+}
+
+// MarkUnqueued records that the command id was stored but its enqueue failed
+// (an upsert into partition UnqueuedPartition, property Queue); the
+// reconciler re-enqueues it.
+func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	_, err := s.commands.Upsert(ctx, storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{
+		"Queue":    queue,
+		"MarkedAt": s.nowUTC(),
+	}}, storage.Replace)
+	if err != nil {
+		return fmt.Errorf("cmdq: mark command %s unqueued: %w", id, err)
+	}
+	return nil
+}
+
+// ClearUnqueued removes the reconciler marker of command id (one delete; a
+// missing marker is not an error): its message was enqueued after all.
+func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,21 @@
+// Package tuning lets cmdq's own tests and benchmarks turn engine features
+// off on a cmdq.Client (to measure or test the paths they replace). It is
+// not part of cmdq's public surface: cmdq.Config has no such switches.
+package tuning
+
+import "github.com/cmdq-dev/cmdq/storage"
+
+// Switches turn engine features off. The zero value is what cmdq.New uses.
+type Switches struct {
+	// NoFastPath: every delivery loads its command (one point read) before
+	// running the handler (docs/lifecycle.md, "First delivery").
+	NoFastPath bool
+	// NoHandOff: an issue in the Client's process never hands its message
+	// to the Client's processor; every message is enqueued visible
+	// (docs/lifecycle.md, "In-process hand-off").
+	NoHandOff bool
+}
+
+// NewClient is cmdq.New with switches: it returns a *cmdq.Client (set by
+// package cmdq when it is loaded; cfg is a cmdq.Config).
+var NewClient func(st storage.Store, cfg any, sw Switches) (any, error)
