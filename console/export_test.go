@@ -1,8 +1,12 @@
-package api
+package console
 
-import "time"
+import (
+	"time"
 
-// SetDashboardClock replaces the clock the dashboard checks session expiry
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
+)
+
+// SetDashboardClock replaces the clock the console checks session expiry
 // with, for every handler, and returns a function restoring it. Tests that
 // use it must not run in parallel.
 func SetDashboardClock(now func() time.Time) (restore func()) {
@@ -12,10 +16,6 @@ func SetDashboardClock(now func() time.Time) (restore func()) {
 }
 
 // SetAuthClock replaces the clock of the failed-authentication limiter, for
-// every handler, and returns a function restoring it. Tests that use it
-// must not run in parallel.
-func SetAuthClock(now func() time.Time) (restore func()) {
-	old := authClock
-	authClock = now
-	return func() { authClock = old }
-}
+// every handler (the API's too), and returns a function restoring it.
+// Tests that use it must not run in parallel.
+func SetAuthClock(now func() time.Time) (restore func()) { return httpserve.SetAuthClock(now) }

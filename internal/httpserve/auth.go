@@ -1,4 +1,4 @@
-package api
+package httpserve
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/cmdq-dev/cmdq/client"
 )
 
 // Role is what a bearer token may do.
@@ -20,16 +22,18 @@ const (
 	// RoleIssuer may issue commands (POST /v1/commands).
 	RoleIssuer Role = "issuer"
 	// RoleReader may read command status and events (GET /v1/commands/{id},
-	// GET /v1/commands/{id}/events) and scrape GET /metrics.
+	// GET /v1/commands/{id}/events), scrape GET /metrics and view the
+	// operator console.
 	RoleReader Role = "reader"
 	// RoleOperator may do everything RoleReader may, and list, inspect, requeue
-	// and discard poisoned commands (/v1/poison...).
+	// and discard poisoned commands (/v1/poison..., and the console's poison
+	// pages and buttons).
 	RoleOperator Role = "operator"
 )
 
-// ErrInvalidTokens is wrapped by ParseTokens' and Config.Validate's errors
-// about the token list.
-var ErrInvalidTokens = errors.New("api: invalid token list")
+// ErrInvalidTokens is wrapped by ParseTokens' and Tokens.Validate's errors
+// (api.Config.Validate's and console.Config.Validate's about the tokens).
+var ErrInvalidTokens = errors.New("cmdq: invalid token list")
 
 // MinTokenLength is the shortest accepted bearer token, in bytes (16).
 const MinTokenLength = 16
@@ -39,6 +43,7 @@ const MinTokenLength = 16
 // only in that case).
 type Tokens map[string][]Role
 
+// validRole reports whether r is one of the roles.
 func validRole(r Role) bool {
 	return r == RoleIssuer || r == RoleReader || r == RoleOperator
 }
@@ -118,8 +123,8 @@ func ParseTokens(s string) (Tokens, error) {
 	return toks, nil
 }
 
-// validate checks every token and role.
-func (t Tokens) validate() error {
+// Validate checks every token and role; its errors wrap ErrInvalidTokens.
+func (t Tokens) Validate() error {
 	var errs []error
 	i := 0
 	for tok, roles := range t {
@@ -139,28 +144,37 @@ func (t Tokens) validate() error {
 	return errors.Join(errs...)
 }
 
-// authenticator checks bearer tokens in constant time.
-type authenticator struct {
-	entries []tokenEntry // empty: authentication disabled
+// Authenticator checks bearer tokens in constant time.
+type Authenticator struct {
+	entries []TokenEntry // empty: authentication disabled
 }
 
-type tokenEntry struct {
-	hash  [sha256.Size]byte
-	roles []Role
-	who   string // "token:<first 8 hex of sha256>", safe to log
+// TokenEntry is one configured token, as the Authenticator keeps it.
+type TokenEntry struct {
+	hash [sha256.Size]byte
+	// Roles are the token's roles.
+	Roles []Role
+	// Who names the token safely for logs and audit events:
+	// "token:<first 8 hex digits of its SHA-256>".
+	Who string
 }
 
-func newAuthenticator(t Tokens) *authenticator {
-	a := &authenticator{}
+// NewAuthenticator returns an Authenticator of the tokens t (nil or empty:
+// authentication disabled).
+func NewAuthenticator(t Tokens) *Authenticator {
+	a := &Authenticator{}
 	for tok, roles := range t {
 		h := sha256.Sum256([]byte(tok))
-		a.entries = append(a.entries, tokenEntry{hash: h, roles: roles, who: "token:" + hex.EncodeToString(h[:4])})
+		a.entries = append(a.entries, TokenEntry{hash: h, Roles: roles, Who: "token:" + hex.EncodeToString(h[:4])})
 	}
 	return a
 }
 
-// hasRole reports whether roles grant need.
-func hasRole(roles []Role, need Role) bool {
+// On reports whether tokens are configured (authentication is on).
+func (a *Authenticator) On() bool { return len(a.entries) > 0 }
+
+// HasRole reports whether roles grant need (RoleOperator grants RoleReader).
+func HasRole(roles []Role, need Role) bool {
 	for _, r := range roles {
 		if r == need || (need == RoleReader && r == RoleOperator) {
 			return true
@@ -169,35 +183,36 @@ func hasRole(roles []Role, need Role) bool {
 	return false
 }
 
-// check authorises r for need. It returns who made the request (for logs and
-// audit events) or the problem to send back. The token is looked up in
-// constant time (see lookup).
-func (a *authenticator) check(r *http.Request, need Role) (string, *Problem) {
+// Check authorises r for need by its Authorization header. It returns who
+// made the request (for logs and audit events) or the problem to send back
+// (401 or 403). Without tokens everyone is "anonymous" with every role. The
+// token is looked up in constant time (see Lookup).
+func (a *Authenticator) Check(r *http.Request, need Role) (string, *client.Problem) {
 	if len(a.entries) == 0 {
 		return "anonymous", nil
 	}
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if h == "" {
-		return "", newProblem(ProblemUnauthorized, "send the header 'Authorization: Bearer <token>' with a configured token")
+		return "", NewProblem(client.ProblemUnauthorized, "send the header 'Authorization: Bearer <token>' with a configured token")
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return "", newProblem(ProblemUnauthorized, "the Authorization header must be 'Bearer <token>'")
+		return "", NewProblem(client.ProblemUnauthorized, "the Authorization header must be 'Bearer <token>'")
 	}
-	e, found := a.lookup(strings.TrimSpace(tok))
+	e, found := a.Lookup(strings.TrimSpace(tok))
 	if !found {
-		return "", newProblem(ProblemUnauthorized, "the bearer token is not configured on this server; check the token")
+		return "", NewProblem(client.ProblemUnauthorized, "the bearer token is not configured on this server; check the token")
 	}
-	if !hasRole(e.roles, need) {
-		return e.who, newProblem(ProblemForbidden, fmt.Sprintf("this route needs the %q role; the token has %s", need, rolesString(e.roles)))
+	if !HasRole(e.Roles, need) {
+		return e.Who, NewProblem(client.ProblemForbidden, fmt.Sprintf("this route needs the %q role; the token has %s", need, RolesString(e.Roles)))
 	}
-	return e.who, nil
+	return e.Who, nil
 }
 
-// lookup finds the configured token tok. Every entry is compared, in
+// Lookup finds the configured token tok. Every entry is compared, in
 // constant time over SHA-256 digests, so neither the match position nor the
 // token length leaks through timing.
-func (a *authenticator) lookup(tok string) (tokenEntry, bool) {
+func (a *Authenticator) Lookup(tok string) (TokenEntry, bool) {
 	got := sha256.Sum256([]byte(tok))
 	match := -1
 	for i := range a.entries {
@@ -206,12 +221,13 @@ func (a *authenticator) lookup(tok string) (tokenEntry, bool) {
 		}
 	}
 	if match < 0 {
-		return tokenEntry{}, false
+		return TokenEntry{}, false
 	}
 	return a.entries[match], true
 }
 
-func rolesString(rs []Role) string {
+// RolesString lists roles joined by '+' ("reader+issuer").
+func RolesString(rs []Role) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = string(r)
