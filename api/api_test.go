@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -267,6 +268,48 @@ func TestIssueKnownTypes(t *testing.T) {
 	}
 	if n := s.QueueCount(t, ""); n != 1 {
 		t.Fatalf("queue has %d messages, want only the valid command", n)
+	}
+}
+
+// resizeImage is a command type the server's Client only declares: its
+// handler runs in another process.
+type resizeImage struct {
+	URL   string `json:"url"`
+	Width int    `json:"width"`
+}
+
+func (resizeImage) CommandType() string { return "images.resize" }
+
+// TestIssueDeclaredTypeChecksParams: a server whose Client only declares a
+// type (cmdq.Declare, no handler) refuses params that do not decode into
+// the type's Go type (a string where it has an int): the Issuer checks
+// them before anything is stored, and the API answers 400 naming #/params.
+// Nothing is stored (the ID stays unknown: 404) or queued, and the same ID
+// with params that decode is then accepted.
+func TestIssueDeclaredTypeChecksParams(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[resizeImage](c) }})
+	if s.Client.Handles() {
+		t.Fatal("the client runs handlers; this test needs one that only declares")
+	}
+	id := uuid.NewString()
+	p := problem(t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"images.resize","params":{"url":"a.png","width":"wide"}}`),
+		http.StatusBadRequest, client.ProblemInvalidRequest)
+	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" || !strings.Contains(p.Errors[0].Detail, "width") {
+		t.Fatalf("problem %+v: want one field error at #/params naming width", p)
+	}
+	for _, path := range []string{"/v1/commands/" + id, "/v1/commands/" + id + "/events"} {
+		problem(t, send(t, http.MethodGet, s.URL+path, "", "", ""), http.StatusNotFound, client.ProblemNotFound)
+	}
+	if _, err := s.Client.Get(t.Context(), id); !errors.Is(err, cmdq.ErrNotFound) {
+		t.Fatalf("the refused command was stored: Get = %v", err)
+	}
+	if n := s.QueueCount(t, ""); n != 0 {
+		t.Fatalf("a refused command put %d messages on the queue", n)
+	}
+	ok := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"images.resize","params":{"url":"a.png","width":640}}`), http.StatusAccepted)
+	if ok.ID != id || ok.Status != cmdq.StatePending {
+		t.Fatalf("the same ID with params that decode: %+v", ok)
 	}
 }
 
