@@ -65,7 +65,7 @@ bench-smoke: azurite
 # race runs the concurrent core (drivers, client, pipeline, API) again under the race
 # detector.
 race:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m . ./storage/... ./status ./internal/record ./commands ./handlers ./processor ./metrics ./api ./client ./cmdqtest
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m . ./storage/... ./internal/engine/... ./metrics ./api ./client ./cmdqtest
 
 # bench-peers runs one no-op workload on cmdq (embedded store), River
 # (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,

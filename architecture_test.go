@@ -97,3 +97,45 @@ func TestArchitectureTable(t *testing.T) {
 		t.Fatalf("go list listed %d packages; expected the whole module", seen)
 	}
 }
+
+// publicPackages are the packages a user imports: the front door, the leaf
+// of plain types, storage and its drivers, the HTTP API, the console, the
+// Go client, the metrics and the test kit. Everything else is under
+// internal/, cmd/, examples/ or bench/.
+var publicPackages = []string{
+	"api", "client", "cmdq", "cmdqtest", "cmdqtype", "metrics",
+	"storage", "storage/azure", "storage/embedded", "storage/instrument", "storage/storagetest",
+}
+
+// TestPublicPackages: the module's packages outside internal/, cmd/,
+// examples/ and bench/ are exactly publicPackages (issue 17: the engine is
+// not importable by users), and none of them imports internal/engine but
+// the front door.
+func TestPublicPackages(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var public []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		name := short(fields[0])
+		if strings.HasPrefix(name, "internal/") || strings.HasPrefix(name, "cmd/") || strings.HasPrefix(name, "examples/") || strings.HasPrefix(name, "bench/") {
+			continue
+		}
+		public = append(public, name)
+		if name == "cmdq" {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, module+"/internal/engine") {
+				t.Errorf("public package %s imports the engine (%s); stand on the front door (package cmdq)", name, short(imp))
+			}
+		}
+	}
+	slices.Sort(public)
+	if !slices.Equal(public, publicPackages) {
+		t.Errorf("public packages %v, want %v", public, publicPackages)
+	}
+}

@@ -536,3 +536,40 @@ func TestRecoveryDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestDeclaredParamsChecked: params issued by type name (IssueRaw, as the
+// HTTP API and the CLI do) must decode into the Go type the Client
+// registered or declared; bad ones fail with ErrInvalidParams, naming the
+// field, and nothing is stored. Types the Client does not know are not
+// checked; typed Issue needs no check.
+func TestDeclaredParamsChecked(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		front := newClient(t, s, fast())
+		if err := cmdq.Declare[resize](front); err != nil {
+			t.Fatal(err)
+		}
+		id := cmdq.NewID()
+		_, err := front.IssueRaw(ctx, cmdq.Raw{ID: id, Type: "images.resize", Params: []byte(`{"url":42}`)})
+		if !errors.Is(err, cmdq.ErrInvalidParams) || !strings.Contains(err.Error(), "url") {
+			t.Fatalf("IssueRaw with a number for url: %v, want ErrInvalidParams naming url", err)
+		}
+		if _, err := front.Get(ctx, id); !errors.Is(err, cmdq.ErrNotFound) {
+			t.Fatalf("the refused command was stored: %v", err)
+		}
+		_, err = front.IssueRaw(ctx, cmdq.Raw{Type: "images.resize", Params: []byte(`{"url":"a.png","width":1}`)})
+		if !errors.Is(err, cmdq.ErrInvalidParams) || !strings.Contains(err.Error(), "width") {
+			t.Fatalf("IssueRaw with an unknown field: %v, want ErrInvalidParams naming width", err)
+		}
+		if _, err := front.IssueRaw(ctx, cmdq.Raw{Type: "images.resize", Params: []byte(`{"url":"a.png"}`)}); err != nil {
+			t.Fatalf("IssueRaw with good params: %v", err)
+		}
+		if _, err := front.IssueRaw(ctx, cmdq.Raw{Type: "other.type", Params: []byte(`{"anything":1}`)}); err != nil {
+			t.Fatalf("IssueRaw of a type the Client does not know: %v", err)
+		}
+		if _, err := front.Issue(ctx, resize{URL: "b.png"}); err != nil {
+			t.Fatalf("typed Issue: %v", err)
+		}
+	})
+}

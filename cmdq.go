@@ -318,7 +318,7 @@ func (c Config) Validate() error {
 	}
 	for i, o := range c.Observers {
 		if o == nil {
-			bad(fmt.Errorf("Observers[%d] is nil; leave it out", i))
+			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
 		}
 	}
 	return errors.Join(errs...)

@@ -148,3 +148,34 @@ func TestNoToolDirective(t *testing.T) {
 	}
 	requireNoTools(t, "go list -deps of package cmdq", goCmd(t, ".", nil, "list", "-deps", ".", "./storage/embedded", "./storage/azure", "./cmdqtest"), toolModules...)
 }
+
+// TestNoCompiledBinaries: no file git tracks is a compiled program (ELF,
+// Mach-O or a Windows PE): build outputs stay out of the repository
+// (.gitignore covers the examples' and the peer harness's).
+func TestNoCompiledBinaries(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("git", "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v (the test needs the git checkout)", err)
+	}
+	magics := map[string][]byte{
+		"ELF":     {0x7f, 'E', 'L', 'F'},
+		"Mach-O":  {0xcf, 0xfa, 0xed, 0xfe},
+		"Mach-O ": {0xfe, 0xed, 0xfa, 0xcf},
+		"PE":      {'M', 'Z'},
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(name)
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		_ = f.Close()
+		for kind, m := range magics {
+			if n >= len(m) && string(head[:len(m)]) == string(m) {
+				t.Errorf("%s is a compiled %s binary: git rm it and ignore its build output", name, strings.TrimSpace(kind))
+			}
+		}
+	}
+}

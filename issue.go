@@ -27,11 +27,11 @@ func (c *Client) issuer() *issuer.Issuer {
 // (Result.Existing) instead of a second one. Cost: one table batch and one
 // enqueue (one combined write on the embedded store).
 //
-// Errors (test with errors.Is): commands.ErrInvalidType, ErrInvalidID,
+// Errors (test with errors.Is): cmdq.ErrInvalidType, ErrInvalidID,
 // ErrInvalidParams, ErrParamsTooLarge, ErrIDConflict (the ID is taken by
-// another command); commands.ErrEnqueueFailed means the command is stored
+// another command); cmdq.ErrEnqueueFailed means the command is stored
 // and will be enqueued by the reconciler (it is accepted, Result.ID is
-// valid); commands.ErrNotAccepted means it is stored but not queued: issue
+// valid); cmdq.ErrNotAccepted means it is stored but not queued: issue
 // it again with the same ID. A storage error leaves it unknown whether the
 // command was stored: issue it again with the same ID.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {

@@ -293,13 +293,19 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 	return nil
 }
 
-// observers passes each observation to every observer, in order.
+// observers passes each observation to every observer, in order; a panic
+// in one is recovered and dropped without keeping it from the others.
 type observers []Observer
 
 func (os observers) Observe(o Observation) {
 	for _, x := range os {
-		x.Observe(o)
+		observeOne(x, o)
 	}
+}
+
+func observeOne(x Observer, o Observation) {
+	defer func() { _ = recover() }()
+	x.Observe(o)
 }
 
 // changes is the processor's change hook: it pushes the processor's

@@ -247,6 +247,18 @@ const (
 	StopCancelled = cmdqtype.StopCancelled
 )
 
+// Why a command was poisoned (PoisonEntry.Reason, Event.Reason).
+const (
+	ReasonAttemptsSpent = cmdqtype.ReasonAttemptsSpent
+	ReasonCeiling       = cmdqtype.ReasonCeiling
+	ReasonPermanent     = cmdqtype.ReasonPermanent
+	ReasonDecode        = cmdqtype.ReasonDecode
+	ReasonMalformed     = cmdqtype.ReasonMalformed
+	ReasonNoCommand     = cmdqtype.ReasonNoCommand
+	ReasonUnknownType   = cmdqtype.ReasonUnknownType
+	ReasonTypeMismatch  = cmdqtype.ReasonTypeMismatch
+)
+
 // The observation kinds (Observation.Kind).
 const (
 	ObservedStarted   = cmdqtype.ObservedStarted

@@ -49,7 +49,7 @@ type CommandOptions struct {
 	// Defaults to DefaultTimeoutLeases × Lease.
 	Timeout time.Duration
 	// Retention is how long the type's final commands are kept; its zero
-	// fields take the processor's (processor.Config.Retention, by default
+	// fields take cmdq.Config.Retention (by default
 	// 7 days for completed and 30 days for discarded commands).
 	Retention Retention
 }

@@ -163,6 +163,32 @@ type PoisonEntry struct {
 	Worker string `json:"worker,omitempty"`
 }
 
+// Why a command was poisoned: PoisonEntry.Reason and the poisoned event's
+// Reason (part of the data layout: tools read them).
+const (
+	// ReasonAttemptsSpent: the last attempt the poison ceiling allows failed.
+	ReasonAttemptsSpent = "attempts exhausted"
+	// ReasonCeiling: the message was dequeued more times than the ceiling
+	// allows (attempts whose outcome was never recorded: crashes, lost
+	// leases); the handler did not run again.
+	ReasonCeiling = "poison ceiling exceeded"
+	// ReasonPermanent: the handler returned an error marked Permanent.
+	ReasonPermanent = "permanent error"
+	// ReasonDecode: the stored params do not decode into the handler's Go
+	// type.
+	ReasonDecode = "params do not decode"
+	// ReasonMalformed: the queue message is not a cmdq message (kept under
+	// the message's ID).
+	ReasonMalformed = "malformed message"
+	// ReasonNoCommand: the message names a command that is not stored.
+	ReasonNoCommand = "command not found"
+	// ReasonUnknownType: no processor polling the queue has a handler for
+	// the command's type.
+	ReasonUnknownType = "unknown command type"
+	// ReasonTypeMismatch: the message's type is not the stored command's.
+	ReasonTypeMismatch = "message type does not match the stored command"
+)
+
 // DefaultPoisonLimit is the page size of a poison listing when
 // PoisonQuery.Limit is 0 (50).
 const DefaultPoisonLimit = 50

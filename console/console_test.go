@@ -255,9 +255,16 @@ func contains(t *testing.T, p page, want ...string) {
 
 // ---- storage set-up through the real store ----
 
+// issue issues a command of typ with params {"n":1}.
 func issue(t *testing.T, srv *apitest.Server, typ string) string {
 	t.Helper()
-	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	return issueParams(t, srv, typ, `{"n":1}`)
+}
+
+// issueParams issues a command of typ with params.
+func issueParams(t *testing.T, srv *apitest.Server, typ, params string) string {
+	t.Helper()
+	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(params)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}

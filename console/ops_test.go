@@ -122,7 +122,7 @@ func TestDashboardCommandExplains(t *testing.T) {
 	}})
 	b := newBrowser(t, srv.URL)
 
-	id := issue(t, srv, "images.resize")
+	id := issueParams(t, srv, "images.resize", `{}`) // resize has no field n
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
 	contains(t, p, "Status pending", "Waiting for a processor, or just taken by one: no attempt is recorded since it was issued.",
 		"shows up here as running after about 1 s")

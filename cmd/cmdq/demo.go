@@ -14,7 +14,7 @@ import (
 // Demo handlers, registered by serve and worker unless --no-demo. Their retry
 // delay is about a second (instead of exponential from 1 s) so that a tour of
 // retries and poisoning finishes in seconds; their poison ceiling is the
-// default (commands.DefaultPoisonCeiling, 5 attempts).
+// default (cmdq.DefaultPoisonCeiling, 5 attempts).
 
 // demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
 var demoRetry = cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
@@ -50,7 +50,7 @@ type demoSteps struct {
 func (demoSteps) CommandType() string { return "demo.steps" }
 
 // registerDemo registers the demo handlers on c. lease, when > 0, is their
-// lease (default commands.DefaultLease); j, when not nil, journals every
+// lease (default cmdq.DefaultLease); j, when not nil, journals every
 // execution (test instrumentation, see demoJournal).
 func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 	opts := cmdq.HandlerOptions{Retry: demoRetry, Lease: lease}

@@ -12,7 +12,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtest"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 )
 
 // TestResumesAtFailedFile runs the example: the first attempt converts files
@@ -129,8 +128,8 @@ func TestUnknownFormatPoisoned(t *testing.T) {
 		t.Fatalf("status = %+v, want poisoned after 1 attempt naming the format", st)
 	}
 	last := rep.Events[len(rep.Events)-1]
-	if last.Kind != cmdqtype.EventPoisoned || last.Reason != processor.ReasonPermanent {
-		t.Fatalf("last event = %+v, want poisoned with reason %q", last, processor.ReasonPermanent)
+	if last.Kind != cmdq.EventPoisoned || last.Reason != cmdq.ReasonPermanent {
+		t.Fatalf("last event = %+v, want poisoned with reason %q", last, cmdq.ReasonPermanent)
 	}
 	if len(rep.Conversions) != 0 {
 		t.Fatalf("conversions = %v, want none", rep.Conversions)

@@ -11,7 +11,7 @@
 //     the full queue (burn-down); processed_per_s = N / time until every
 //     command is `completed` and its message deleted.
 //  3. latency: with that processor still running and the Issuer waking it
-//     (commands.IssuerOptions.Wake), commands are issued at a steady Rate for
+//     (issuer.IssuerOptions.Wake), commands are issued at a steady Rate for
 //     LatencyDuration; latency is from the Issue call to the handler's start.
 //  4. http trickle: TrickleClients HTTP clients issue TrickleN commands at a
 //     steady TrickleRate through a real HTTP server (package api, in
@@ -166,7 +166,7 @@ type Config struct {
 	// was answered.
 	TrickleRate int
 	// FirstDeliveryN is the number of commands of each first-delivery
-	// phase (fast path, then fallback with processor.Config.NoFastPath).
+	// phase (fast path, then fallback with cmdq.Config.NoFastPath).
 	// Default 256; negative skips it.
 	FirstDeliveryN int
 	// MaxPollInterval is the processor's MaxPollInterval, the idle poll
@@ -416,7 +416,7 @@ type benchCmd struct {
 	Sent int64 `json:"sent,omitempty"`
 }
 
-// CommandType implements commands.Command.
+// CommandType implements cmdq.Command.
 func (benchCmd) CommandType() string { return "bench.noop" }
 
 // env is what every phase of a run shares.

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// demoCeiling is the demo handlers' poison ceiling (commands.DefaultPoisonCeiling).
+// demoCeiling is the demo handlers' poison ceiling (cmdq.DefaultPoisonCeiling).
 const demoCeiling = 5
 
 // command is one command a client issues, and what became of the issue.

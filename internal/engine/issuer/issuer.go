@@ -16,7 +16,7 @@ import (
 )
 
 // Router routes command types to logical queues: QueueOf returns the queue
-// of a type it knows. *handlers.Registry implements it (registered and
+// of a type it knows. *registry.Registry implements it (registered and
 // declared types).
 type Router interface {
 	QueueOf(cmdType string) (queue string, ok bool)

@@ -43,7 +43,7 @@ type LeaseGrowth struct {
 // takes the default named in its comment.
 type Config struct {
 	// Prefix names the queues (<prefix>-<queue>) and tables (<prefix>commands,
-	// <prefix>poison). Default commands.DefaultPrefix ("cmdq"). Lowercase
+	// <prefix>poison). Default cmdq.DefaultPrefix ("cmdq"). Lowercase
 	// letters and digits, starting with a letter, at most 40 characters.
 	// (cmdq.Config.Prefix sets it for a client's processor.)
 	Prefix string
@@ -79,7 +79,7 @@ type Config struct {
 	// upwards: a wait w becomes a uniform value in [w, w×(1+PollJitter)],
 	// capped at MaxPollInterval (so an idle queue costs exactly one dequeue
 	// per MaxPollInterval).
-	// Default 0.2; handlers.NoJitter (-1) disables randomization.
+	// Default 0.2; registry.NoJitter (-1) disables randomization.
 	PollJitter float64
 	// PoisonCeiling, when > 0, overrides every definition's poison ceiling: a
 	// message dequeued more than this many times is poisoned without running.
@@ -131,8 +131,8 @@ type Config struct {
 	ReconcileStaleAfter time.Duration
 	// Retention is how long final commands are kept before the daily
 	// sweep (run with the pending scan, every ReconcileScanInterval)
-	// removes them; a command type's own handlers.Options.Retention
-	// (or declared commands.CommandOptions.Retention) overrides it.
+	// removes them; a command type's own registry.Options.Retention
+	// (or declared cmdq.CommandOptions.Retention) overrides it.
 	// Defaults: completed 7 days, discarded 30 days; poisoned commands are
 	// kept until discarded. See docs/lifecycle.md, "Retention".
 	Retention cmdqtype.Retention

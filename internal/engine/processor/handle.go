@@ -15,12 +15,12 @@ import (
 )
 
 // errFinal: the command became final (completed, poisoned, discarded)
-// elsewhere while this attempt ran. It wraps handlers.ErrSuperseded.
+// elsewhere while this attempt ran. It wraps registry.ErrSuperseded.
 var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // errTakenOver: another delivery of the command started it, or recorded
 // this attempt's lease as lost, while this attempt ran. It wraps
-// handlers.ErrSuperseded.
+// registry.ErrSuperseded.
 var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", cmdqtype.ErrSuperseded)
 
 // superseded reports whether err says the attempt is over (errFinal,
@@ -39,18 +39,6 @@ func (c timeoutCause) Error() string { return fmt.Sprintf("%v after %s", errTime
 
 func (c timeoutCause) Unwrap() error { return errTimeout }
 
-// Reasons recorded in poison entries and poisoned events.
-const (
-	ReasonMalformed     = "malformed message"
-	ReasonNoCommand     = "command not found"
-	ReasonUnknownType   = "unknown command type"
-	ReasonTypeMismatch  = "message type does not match the stored command"
-	ReasonCeiling       = "poison ceiling exceeded"
-	ReasonPermanent     = "permanent error"
-	ReasonDecode        = "params do not decode"
-	ReasonAttemptsSpent = "attempts exhausted"
-)
-
 // handle processes one dequeued message from start to finish.
 //
 // direct: the message was handed off by an Issuer in this process right
@@ -61,7 +49,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	env, err := parseMessage(m.Text)
 	if err != nil {
 		k.start(vis, "")
-		p.poisonOrphan(s, qr, k, m, ReasonMalformed, err, msgKey(m.ID))
+		p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonMalformed, err, msgKey(m.ID))
 		return
 	}
 	// The attempt number: the dequeue count, + 1 for a handed-off message
@@ -129,7 +117,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			return
 		}
 		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
-			p.poisonOrphan(s, qr, k, m, ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
+			p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
 			return
 		}
 		p.giveUp(s, k, "load", err)
@@ -163,14 +151,14 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		claim: rec.Status.State == cmdqtype.StatePending && rec.EventSeq > 1}
 	switch {
 	case rec.Type != env.Type:
-		a.poison(ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
+		a.poison(cmdqtype.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
 		return
 	case !known:
-		a.poison(ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
+		a.poison(cmdqtype.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
 		return
 	}
 	if ceiling := p.ceiling(def); n > int64(ceiling) {
-		a.poison(ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
+		a.poison(cmdqtype.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
 		return
 	}
 
@@ -435,7 +423,7 @@ func (a *attempt) recordLost(ctx context.Context, note string) {
 // recordLostAfterCompletion writes this delivery's lease_lost event after
 // its own completed event (the lease ended before the message was deleted,
 // so a delivery that loaded the command before the completion may run the
-// handler again). It is the one event status.Store writes on a final
+// handler again). It is the one event record.Store writes on a final
 // command for an attempt: the completing attempt's own. Caller holds a.mu.
 // Cost: one batch.
 func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
@@ -453,7 +441,7 @@ func (a *attempt) recordLostAfterCompletion(ctx context.Context, note string) {
 }
 
 // retryConflict runs try, a conditional write on a.rec. On a conflict (a
-// write by someone else: status.Append already recognised its own landed
+// write by someone else: record.Append already recognised its own landed
 // writes) it takes the command as reloaded: if that shows the attempt
 // superseded (supersededBy) it ends the attempt (supersede) and returns
 // errFinal or errTakenOver; otherwise it tries again with the fresh record
@@ -553,7 +541,7 @@ func (a *attempt) writeStarted() {
 	}
 }
 
-// recordStep is handlers.RunInfo.Record: a step_completed event.
+// recordStep is registry.RunInfo.Record: a step_completed event.
 func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -604,7 +592,7 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 // run invokes the handler and records the outcome.
 func (a *attempt) run() {
 	p, s, def := a.p, a.s, a.def
-	timeout := def.Timeout // defaulted by handlers.Register (10 × Lease)
+	timeout := def.Timeout // defaulted by registry.Register (10 × Lease)
 	hctx, cancel := context.WithCancelCause(s.hard)
 	defer cancel(nil)
 	hctx, cancelT := context.WithTimeoutCause(hctx, timeout, timeoutCause(timeout))
@@ -809,13 +797,13 @@ func (a *attempt) fail(herr error, stack string) {
 	var de *registry.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):
-		a.poison(ReasonDecode, herr, failed)
+		a.poison(cmdqtype.ReasonDecode, herr, failed)
 		return
 	case registry.IsPermanent(herr):
-		a.poison(ReasonPermanent, herr, failed)
+		a.poison(cmdqtype.ReasonPermanent, herr, failed)
 		return
 	case a.n >= ceiling:
-		a.poison(ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
+		a.poison(cmdqtype.ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
 		return
 	}
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })

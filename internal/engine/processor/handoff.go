@@ -10,7 +10,7 @@ import (
 
 // HandOff reserves a handler slot for the issue's own message of a command
 // of cmdType about to be enqueued on queue (logical or storage name) by an
-// Issuer in this process (commands.IssuerOptions.HandOff; cmdq.Client
+// Issuer in this process (issuer.IssuerOptions.HandOff; cmdq.Client
 // wires it): nil unless this processor is running and taking work, polls
 // that queue, handles the type, is not holding back (Flywheel), and has a
 // free handler slot (fewer than Concurrency messages held). The Issuer

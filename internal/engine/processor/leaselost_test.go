@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 )
@@ -194,7 +193,7 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 		if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventLeaseLost, cmdqtype.EventLeaseLost, cmdqtype.EventPoisoned) {
 			t.Fatalf("events %v", k)
 		}
-		if evs[1].Attempt != 1 || evs[2].Attempt != 2 || evs[3].Reason != processor.ReasonCeiling {
+		if evs[1].Attempt != 1 || evs[2].Attempt != 2 || evs[3].Reason != cmdqtype.ReasonCeiling {
 			t.Fatalf("events %+v", evs)
 		}
 	})

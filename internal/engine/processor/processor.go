@@ -119,7 +119,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	cfg = cfg.withDefaults()
 	qnames := reg.Queues()
 	if len(qnames) == 0 {
-		return nil, fmt.Errorf("%w: register at least one handler with handlers.Register before creating the processor", cmdqtype.ErrNoHandlers)
+		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", cmdqtype.ErrNoHandlers)
 	}
 	names := record.Names{Prefix: cfg.Prefix}
 	if err := names.Validate(qnames...); err != nil {
@@ -144,7 +144,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	}, cfg.ProbeTimeout, cfg.ProbeInterval)
 	for _, def := range reg.Handlers() {
 		t := def.Type
-		// A definition's options have their defaults (handlers.Register).
+		// A definition's options have their defaults (registry.Register).
 		qr := p.byName[def.Queue]
 		if qr == nil {
 			continue
@@ -172,7 +172,7 @@ func (p *Processor) Queues() []string {
 // storage name like "cmdq-commands") at once and resets its backoff.
 // Wake-ups are coalesced: those that arrive while a dequeue is out, however
 // many, cause one follow-up dequeue. It never blocks; unknown queues are
-// ignored. Pass it as commands.Options.Notify
+// ignored. Pass it as issuer.Options.Notify
 // to an Issuer in the same process.
 func (p *Processor) Notify(queue string) {
 	qr := p.byName[queue]
@@ -253,7 +253,7 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 // the second becomes visible; 30 s (the default lease) for a type this
 // processor does not know. The processor's reconciler uses it; cmdq.Client
 // passes it to its Issuer and its requeues while the processor runs (pass
-// it as commands.IssuerOptions.RecoveryDelay to an Issuer of your own in
+// it as issuer.IssuerOptions.RecoveryDelay to an Issuer of your own in
 // the same process). See docs/lifecycle.md, "Duplicate messages".
 func (p *Processor) RecoveryDelay(cmdType string) time.Duration {
 	l := p.leaseFor(cmdType)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
@@ -95,7 +94,7 @@ func TestPoisonAfterCeiling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pe.CommandID != id || pe.Type != "test.ok" || pe.DequeueCount != 3 || pe.Reason != processor.ReasonAttemptsSpent ||
+		if pe.CommandID != id || pe.Type != "test.ok" || pe.DequeueCount != 3 || pe.Reason != cmdqtype.ReasonAttemptsSpent ||
 			!strings.Contains(pe.LastError, "always broken") || pe.Queue != "commands" || pe.PoisonedAt.Before(before) || pe.Worker != "w-"+e.driver {
 			t.Fatalf("poison entry %+v", pe)
 		}
@@ -129,7 +128,7 @@ func TestPoisonCeilingOnDequeueCount(t *testing.T) {
 		start(t, p)
 		e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
 		pe, err := e.reader.GetPoison(context.Background(), id)
-		if err != nil || pe.Reason != processor.ReasonCeiling || pe.DequeueCount != 3 {
+		if err != nil || pe.Reason != cmdqtype.ReasonCeiling || pe.DequeueCount != 3 {
 			t.Fatalf("poison entry %+v %v", pe, err)
 		}
 		if runs.Load() != 0 {
@@ -155,7 +154,7 @@ func TestPermanentPoisonsAtOnce(t *testing.T) {
 			t.Fatalf("handler ran %d times", runs.Load())
 		}
 		pe, err := e.reader.GetPoison(context.Background(), id)
-		if err != nil || pe.Reason != processor.ReasonPermanent || !strings.Contains(pe.LastError, "card declined") || pe.DequeueCount != 1 {
+		if err != nil || pe.Reason != cmdqtype.ReasonPermanent || !strings.Contains(pe.LastError, "card declined") || pe.DequeueCount != 1 {
 			t.Fatalf("poison entry %+v %v", pe, err)
 		}
 		e.waitQueueEmpty("commands", 5*time.Second)
@@ -191,7 +190,7 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 		e.waitState(unknown, cmdqtype.StatePoisoned, 10*time.Second)
 		e.waitState(res.ID, cmdqtype.StatePoisoned, 10*time.Second)
 		e.waitQueueEmpty("commands", 10*time.Second)
-		want := map[string]string{unknown: processor.ReasonUnknownType, res.ID: processor.ReasonDecode, ghost: processor.ReasonNoCommand}
+		want := map[string]string{unknown: cmdqtype.ReasonUnknownType, res.ID: cmdqtype.ReasonDecode, ghost: cmdqtype.ReasonNoCommand}
 		var malformedID string
 		eventually(t, 5*time.Second, "the malformed message's poison entry", func() bool {
 			page, err := e.reader.ListPoison(context.Background(), cmdqtype.PoisonQuery{})
@@ -199,7 +198,7 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, pe := range page.Entries {
-				if pe.Reason == processor.ReasonMalformed {
+				if pe.Reason == cmdqtype.ReasonMalformed {
 					malformedID = pe.CommandID
 					if !strings.Contains(pe.LastError, "this is not an envelope") {
 						t.Fatalf("malformed entry does not show the text: %+v", pe)

@@ -350,7 +350,7 @@ func TestPoisonListNewestFirst(t *testing.T) {
 		}
 		for i, pe := range page.Entries {
 			want := ids[2-i]
-			if pe.CommandID != want || pe.Type != "test.ok" || pe.Reason != processor.ReasonPermanent ||
+			if pe.CommandID != want || pe.Type != "test.ok" || pe.Reason != cmdqtype.ReasonPermanent ||
 				pe.LastError != fmt.Sprintf("permanent: bad %d", 2-i) || pe.DequeueCount != 1 || pe.Queue != "commands" || pe.PoisonedAt.IsZero() {
 				t.Fatalf("entry %d: %+v, want command %s", i, pe, want)
 			}

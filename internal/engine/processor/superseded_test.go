@@ -17,7 +17,7 @@ import (
 // The attempt learns it at its next write — here the lazy `started` write
 // at the first lease renewal, which conflicts and finds the command final —
 // and from then on it is over: the handler's context is cancelled with a
-// cause wrapping handlers.ErrSuperseded, CompleteStep returns an error
+// cause wrapping registry.ErrSuperseded, CompleteStep returns an error
 // wrapping it, nothing more is written whatever the handler returns (no
 // second completed, no failed turning the command back to retrying), and
 // the message is deleted. Before the fix the lazy write swallowed the news
@@ -87,7 +87,7 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 					t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
 				}
 				if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
-					t.Fatalf("the handler's context ended with %v, want a cause wrapping handlers.ErrSuperseded", c)
+					t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
 				}
 			})
 		})

@@ -342,8 +342,8 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // event (By = by), a new message on the command's queue (which wakes an
 // in-process processor), the poison entry removed. Cost: 2 point reads + 1
 // batch + 1 enqueue + 1 delete.
-// Not poisoned → status.ErrNotPoisoned; unknown → status.ErrNotFound; an
-// entry with no stored command (a malformed message) → status.ErrNoCommand:
+// Not poisoned → cmdqtype.ErrNotPoisoned; unknown → cmdqtype.ErrNotFound; an
+// entry with no stored command (a malformed message) → cmdqtype.ErrNoCommand:
 // there is nothing to run, so fix the producer and Discard it. If the
 // enqueue fails the command (already pending) is marked for the reconciler,
 // its poison entry is removed, and the error says so. If the marker cannot

@@ -213,7 +213,7 @@ func FirstRecord(env Envelope) *Record {
 // ParseEnvelope parses message text: a JSON object with "id" and "type",
 // both non-empty strings, and optionally "first" (the issue's own message;
 // see First). It does not check their form (the processor does, with
-// commands.ValidateID and ValidateType). Errors wrap ErrMalformedMessage.
+// cmdq.ValidateID and ValidateType). Errors wrap ErrMalformedMessage.
 func ParseEnvelope(text string) (Envelope, error) {
 	if e, ok := parseFast(text); ok {
 		return e, nil

@@ -10,7 +10,7 @@ import (
 // Names derives the storage names from a prefix: queue "<prefix>-<queue>",
 // tables "<prefix>commands" and "<prefix>poison" (the data layout,
 // docs/lifecycle.md). The prefix has no default here: callers apply
-// commands.DefaultPrefix.
+// cmdq.DefaultPrefix.
 type Names struct {
 	// Prefix starts every name. It must be lowercase letters and digits,
 	// starting with a letter, so that queue and table names are both valid.

@@ -27,7 +27,7 @@ func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 events) of the ID's table, and of the base table when the
 // command is not there (moved by retention). Unknown ID → error wrapping
-// ErrNotFound (and status.ErrExpired past retention).
+// ErrNotFound (and cmdqtype.ErrExpired past retention).
 func (s *Store) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
 	if err := validID(id); err != nil {
 		return nil, err

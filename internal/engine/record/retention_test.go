@@ -141,7 +141,7 @@ func TestDayIDs(t *testing.T) {
 
 // TestSweepDropsExpiredDayTable: a day table whose commands are all
 // completed and past retention is dropped whole; its IDs then read as
-// expired (status.ErrExpired, also ErrNotFound). A completed command with
+// expired (cmdqtype.ErrExpired, also ErrNotFound). A completed command with
 // a UUIDv4 (base table) is deleted on its own; it then reads as not found.
 func TestSweepDropsExpiredDayTable(t *testing.T) {
 	t.Parallel()

@@ -400,7 +400,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	}
 	queue := c.Queue
 	if queue == "" {
-		return nil, fmt.Errorf("%w: command %s has no queue (callers route it: commands.DefaultQueue unless declared)", storage.ErrInvalidArgument, c.ID)
+		return nil, fmt.Errorf("%w: command %s has no queue (callers route it: cmdq.DefaultQueue unless declared)", storage.ErrInvalidArgument, c.ID)
 	}
 	issued := ms(c.IssuedAt)
 	if c.IssuedAt.IsZero() {
@@ -626,7 +626,7 @@ func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
 // in: one point read of the ID's table (its day table, see Names.TableOf);
 // when the row is not there (the command was moved, or its day table
 // dropped), one more of the base table. A command that is in neither and
-// whose day is past retention gives an error wrapping status.ErrExpired
+// whose day is past retention gives an error wrapping cmdqtype.ErrExpired
 // (and ErrNotFound).
 func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.Table, error) {
 	if err := validID(id); err != nil {

@@ -26,34 +26,34 @@ import (
 var ErrUnknownType = errors.New("no handler registered for command type")
 
 // Options configures one command type's handling. Zero fields take the
-// type's declared options (commands.CommandWithOptions), then the defaults.
+// type's declared options (cmdq.CommandWithOptions), then the defaults.
 type Options struct {
 	// Queue is the logical queue the type is routed to. Defaults to the
-	// type's declared queue, else commands.DefaultQueue ("commands"). Give
+	// type's declared queue, else cmdq.DefaultQueue ("commands"). Give
 	// slow commands their own queue so they do not share a lease.
 	Queue string
 	// PoisonCeiling is the most attempts (dequeues) before the command is
 	// poisoned without running. Defaults to the declared ceiling, else
-	// commands.DefaultPoisonCeiling (5).
+	// cmdq.DefaultPoisonCeiling (5).
 	PoisonCeiling int
 	// Lease is the visibility timeout taken on dequeue and renewed at half
 	// while the handler runs, at least 1 s. Defaults to the declared lease,
-	// else commands.DefaultLease (30 s).
+	// else cmdq.DefaultLease (30 s).
 	Lease time.Duration
 	// Timeout bounds one attempt: the handler's context ends after it.
 	// Defaults to the declared timeout, else
-	// commands.DefaultTimeoutLeases × Lease.
+	// cmdq.DefaultTimeoutLeases × Lease.
 	Timeout time.Duration
 	// Retry sets the delay before a failed attempt is retried. Defaults to
 	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
 	Retry cmdqtype.RetryPolicy
 	// Retention is how long the type's final commands are kept. Zero
 	// fields take the declared retention, else the processor's
-	// (processor.Config.Retention: 7 days completed, 30 days discarded).
+	// (cmdq.Config.Retention: 7 days completed, 30 days discarded).
 	Retention cmdqtype.Retention
 }
 
-// CommandOptions returns the fields o shares with commands.CommandOptions.
+// CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() cmdqtype.CommandOptions {
 	return cmdqtype.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention}
 }

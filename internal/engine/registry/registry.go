@@ -17,7 +17,7 @@ import (
 // Register binds fn to T's command type (T's CommandType() on the zero
 // value; for a pointer T, on a new zero element). opts (at most one) are
 // the type's options; their zero fields take T's declared options
-// (commands.CommandWithOptions), then the defaults. Parameters are decoded
+// (cmdq.CommandWithOptions), then the defaults. Parameters are decoded
 // into T with unknown fields rejected; a decode failure is a *DecodeError
 // (permanent). It fails for a nil registry or handler, an invalid type name,
 // a type registered twice (cmdqtype.ErrDuplicateType; a Declare of the type before
@@ -185,7 +185,7 @@ func (r *Registry) Queues() []string {
 
 // QueueOf returns the logical queue of a known type (registered or
 // declared) and true, or "" and false. It makes the registry a
-// commands.Router.
+// issuer.Router.
 func (r *Registry) QueueOf(cmdType string) (string, bool) {
 	if d, ok := r.Lookup(cmdType); ok {
 		return d.Queue, true
@@ -233,8 +233,8 @@ func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error 
 }
 
 // WithDefaults returns o with zero fields set to their defaults (Queue
-// commands.DefaultQueue, PoisonCeiling commands.DefaultPoisonCeiling, Lease
-// commands.DefaultLease, Timeout commands.DefaultTimeoutLeases × Lease,
+// cmdq.DefaultQueue, PoisonCeiling cmdq.DefaultPoisonCeiling, Lease
+// cmdq.DefaultLease, Timeout cmdq.DefaultTimeoutLeases × Lease,
 // Retry's defaults).
 func (o Options) WithDefaults() Options {
 	o = o.over(o.CommandOptions().WithDefaults())
