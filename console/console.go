@@ -17,12 +17,10 @@
 //	limiter := api.NewAuthLimiter(0, logger) // failures at either count together
 //	apiH, err := api.New(api.Config{Client: c, Tokens: tokens, AuthLimiter: limiter})
 //	ui, err := console.New(console.Config{Client: c, Tokens: tokens, AuthLimiter: limiter})
-//	mux := http.NewServeMux()
-//	mux.Handle("/", apiH)
-//	mux.Handle("/ui/", ui)
-//	mux.Handle("/ui", ui) // redirects to /ui/
+//	srv := &http.Server{Addr: addr, Handler: console.Beside(apiH, ui)}
 //
-// `cmdq serve` mounts both so. Mounted under a prefix with
+// (`cmdq serve` mounts both so; with an http.ServeMux, mount ui at "/ui/"
+// and "/ui" and the API at "/"). Mounted under a prefix with
 // http.StripPrefix, set Config.BasePath (links, cookies and redirects
 // carry it).
 //
@@ -193,6 +191,21 @@ func New(cfg Config) (http.Handler, error) {
 	mux := http.NewServeMux()
 	d.mount(mux)
 	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq console", Settings: set, Guard: d.guard, LongLived: liveFeed, Log: cfg.Logger}), nil
+}
+
+// Beside returns a handler that serves the console handler ui (New's) on
+// /ui and /ui/… and the API handler api (api.New's) on every other path:
+// how `cmdq serve` mounts them. Unlike an http.ServeMux it routes by the
+// raw path and nothing else: each handler answers its own paths — cleaning
+// them, redirecting, 404 — after its Host check.
+func Beside(api, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == "/ui" || strings.HasPrefix(p, "/ui/") {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // liveFeed reports whether r asks for a command page's live feed (GET

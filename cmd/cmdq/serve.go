@@ -20,7 +20,6 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/console"
-	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -375,7 +374,7 @@ func serveHandler(c *cmdq.Client, tokens api.Tokens, f *serveFlags, m *metrics.M
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	return httpserve.Beside(apiH, ui), nil
+	return console.Beside(apiH, ui), nil
 }
 
 // stopSignalsKey carries the function that restores default signal handling.

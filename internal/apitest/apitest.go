@@ -24,7 +24,6 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/console"
-	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -179,7 +178,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: console.New: %v", err)
 	}
-	hs := httptest.NewUnstartedServer(httpserve.Beside(h, ui))
+	hs := httptest.NewUnstartedServer(console.Beside(h, ui))
 	if opts.HTTP != nil {
 		opts.HTTP(hs.Config)
 	}

@@ -219,17 +219,3 @@ func ClientHealth(c *cmdq.Client) func() (state string, healthy bool, detail any
 		return string(h.State), h.Healthy(), h
 	}
 }
-
-// Beside serves the console handler ui on /ui and /ui/… and the API
-// handler api on every other path, as `cmdq serve` mounts them. Unlike an
-// http.ServeMux it routes by the raw path, before either handler's checks:
-// each handler cleans its own paths (and redirects) after its Host check.
-func Beside(api, ui http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p == "/ui" || strings.HasPrefix(p, "/ui/") {
-			ui.ServeHTTP(w, r)
-			return
-		}
-		api.ServeHTTP(w, r)
-	})
-}
