@@ -62,10 +62,10 @@ bench-smoke: azurite
 	$(GO) run ./cmd/cmdq bench --store embedded -n 3000 --latency-duration 500ms --trickle-n 1000 --idle-window 1s --max-ops-per-command 4.1 --max-trickle-ops-per-command 4.2 --json
 	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --trickle-n 320 --idle-window -1s --baseline raw --max-ops-per-command 4.1 --max-trickle-ops-per-command 4.2 --json
 
-# race runs the concurrent core (drivers, client, pipeline, API) again under the race
-# detector.
+# race runs the concurrent core (drivers, client, pipeline, API, console) again under
+# the race detector (the console's browser scenario runs once, in unit).
 race:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m . ./storage/... ./internal/engine/... ./metrics ./api ./client ./cmdqtest
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m -skip '^TestBrowserConsole$$' . ./storage/... ./internal/engine/... ./metrics ./api ./console ./client ./cmdqtest
 
 # bench-peers runs one no-op workload on cmdq (embedded store), River
 # (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,

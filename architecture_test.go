@@ -103,7 +103,7 @@ func TestArchitectureTable(t *testing.T) {
 // Go client, the metrics and the test kit. Everything else is under
 // internal/, cmd/, examples/ or bench/.
 var publicPackages = []string{
-	"api", "client", "cmdq", "cmdqtest", "cmdqtype", "metrics",
+	"api", "client", "cmdq", "cmdqtest", "cmdqtype", "console", "metrics",
 	"storage", "storage/azure", "storage/embedded", "storage/instrument", "storage/storagetest",
 }
 

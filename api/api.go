@@ -1,7 +1,18 @@
-// Package api is cmdq's HTTP API as a net/http handler: issue commands, read
-// their status and events, inspect, requeue and discard poisoned commands,
-// health and readiness probes, and Prometheus metrics. Mount the handler
-// returned by New in your own server, or run `cmdq serve`.
+// Package api is cmdq's JSON HTTP API as a net/http handler on a
+// cmdq.Client: issue commands (POST /v1/commands), read their status and
+// events (with long-polls and event streams), list, inspect, requeue and
+// discard poisoned commands (/v1/poison), the OpenAPI description
+// (/v1/openapi.json), health and readiness probes (/healthz, /readyz) and
+// Prometheus metrics (/metrics). Mount the handler New returns in your own
+// server, or run `cmdq serve`:
+//
+//	h, err := api.New(api.Config{Client: c, Tokens: tokens})
+//	mux.Handle("/", h)
+//
+// The operator web console is package console, mounted beside it at /ui/
+// with the same tokens; package client is the Go client of this API and
+// defines its request and response bodies (client.IssueRequest,
+// client.Problem, …), which this package reads and writes.
 //
 // Every error is an RFC 9457 problem (application/problem+json) whose detail
 // says what to change. Bearer tokens carry roles (issuer, reader, operator);
@@ -12,12 +23,9 @@ package api
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +35,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -86,13 +96,19 @@ type Config struct {
 	// name that resolves to this server. Ignored with Tokens. Default none.
 	AllowedHosts []string
 	// AuthFailureBurst is how many failed authentications (an unknown or
-	// malformed bearer token, a wrong dashboard login) a client address may
-	// make in a row; after that it gets 429 with Retry-After for 1 s,
-	// doubling with each further failure up to 5 minutes. One failure is
-	// forgotten per minute. Default DefaultAuthFailureBurst (10); negative:
-	// never refused. Failures are logged at warn, at most once a minute per
-	// address. Behind a reverse proxy every client has the proxy's address.
+	// malformed bearer token) a client address may make in a row; after
+	// that it gets 429 with Retry-After for 1 s, doubling with each further
+	// failure up to 5 minutes. One failure is forgotten per minute. Default
+	// DefaultAuthFailureBurst (10); negative: never refused. Failures are
+	// logged at warn, at most once a minute per address. Behind a reverse
+	// proxy every client has the proxy's address. Ignored with AuthLimiter.
 	AuthFailureBurst int
+	// AuthLimiter, when set, counts the failed authentications instead of
+	// a limiter of the handler's own (made from AuthFailureBurst and
+	// Logger): give the console mounted beside the API
+	// (console.Config.AuthLimiter) the same one, so that failures at either
+	// count together. Default nil.
+	AuthLimiter *AuthLimiter
 	// RequestTimeout is every request's deadline (default
 	// DefaultRequestTimeout, 10 s). Storage calls still running when it
 	// passes are abandoned and the client gets 503 with Retry-After. Keep
@@ -128,14 +144,14 @@ type Config struct {
 }
 
 // DefaultRequestTimeout is Config.RequestTimeout's default (10 s).
-const DefaultRequestTimeout = 10 * time.Second
+const DefaultRequestTimeout = httpserve.DefaultRequestTimeout
 
 // DefaultStorageMaxRetries is Config.StorageMaxRetries' default (2).
-const DefaultStorageMaxRetries = 2
+const DefaultStorageMaxRetries = httpserve.DefaultStorageMaxRetries
 
 // RetryAfterSeconds is the Retry-After header (in seconds) of every 503
 // answer: when a client may try again (5).
-const RetryAfterSeconds = 5
+const RetryAfterSeconds = httpserve.RetryAfterSeconds
 
 // ErrInvalidConfig is wrapped by every error Config.Validate reports.
 var ErrInvalidConfig = errors.New("api: invalid config")
@@ -150,43 +166,34 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxBodyBytes is %d; use 0 for the default (1 MiB) or a positive byte count", ErrInvalidConfig, c.MaxBodyBytes))
 	}
-	if c.RequestTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: RequestTimeout is %s; use 0 for the default (%s) or a positive duration", ErrInvalidConfig, c.RequestTimeout, DefaultRequestTimeout))
+	if c.MaxWait < 0 || c.StreamHeartbeat < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxWait %s and StreamHeartbeat %s must not be negative (0 = the defaults %s and %s)", ErrInvalidConfig,
+			c.MaxWait, c.StreamHeartbeat, DefaultMaxWait, DefaultStreamHeartbeat))
 	}
-	if c.MaxWait < 0 || c.StreamHeartbeat < 0 || c.MaxStream < 0 {
-		errs = append(errs, fmt.Errorf("%w: MaxWait %s, StreamHeartbeat %s and MaxStream %s must not be negative (0 = the defaults %s, %s and %s)", ErrInvalidConfig,
-			c.MaxWait, c.StreamHeartbeat, c.MaxStream, DefaultMaxWait, DefaultStreamHeartbeat, DefaultMaxStream))
-	}
-	if c.StorageTryTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: StorageTryTimeout is %s; use 0 for the default (RequestTimeout/4) or a positive duration", ErrInvalidConfig, c.StorageTryTimeout))
-	}
-	if c.BasePath != "" && (!strings.HasPrefix(c.BasePath, "/") || strings.HasSuffix(c.BasePath, "/")) {
-		errs = append(errs, fmt.Errorf("%w: BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", ErrInvalidConfig, c.BasePath))
-	}
-	for _, h := range c.AllowedHosts {
-		if err := validateAllowedHost(h); err != nil {
-			errs = append(errs, fmt.Errorf("%w: AllowedHosts: %w", ErrInvalidConfig, err))
-		}
+	for _, err := range c.settings().Problems() {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	for _, o := range c.CORSOrigins {
 		if _, err := normalizeOrigin(o); err != nil {
 			errs = append(errs, fmt.Errorf("%w: CORSOrigins: %w", ErrInvalidConfig, err))
 		}
 	}
-	if err := c.Tokens.validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
 	return errors.Join(errs...)
 }
 
+// settings returns the request settings c shares with the console.
+func (c Config) settings() httpserve.Settings {
+	return httpserve.Settings{Tokens: c.Tokens, AllowedHosts: c.AllowedHosts, RequestTimeout: c.RequestTimeout,
+		StorageTryTimeout: c.StorageTryTimeout, StorageMaxRetries: c.StorageMaxRetries, BasePath: c.BasePath, MaxStream: c.MaxStream}
+}
+
 type server struct {
-	cfg          Config
-	auth         *authenticator
-	limiter      *authLimiter
-	log          zerolog.Logger
-	corsOrigins  map[string]bool // normalized CORSOrigins
-	allowedHosts map[string]bool // normalized AllowedHosts
-	cop          *http.CrossOriginProtection
+	cfg         Config
+	set         httpserve.Settings // the shared request settings, defaults set
+	guard       *httpserve.Guard   // tokens, limiter, Host check
+	log         zerolog.Logger
+	corsOrigins map[string]bool // normalized CORSOrigins
+	cop         *http.CrossOriginProtection
 }
 
 // New returns the API handler. It fails with the problems Config.Validate
@@ -201,42 +208,24 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.AuthFailureBurst == 0 {
-		cfg.AuthFailureBurst = DefaultAuthFailureBurst
-	}
-	if cfg.StorageTryTimeout == 0 {
-		cfg.StorageTryTimeout = cfg.RequestTimeout / 4
-	}
+	set := cfg.settings().WithDefaults()
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
 	cfg.StreamHeartbeat = cmp.Or(cfg.StreamHeartbeat, DefaultStreamHeartbeat)
-	cfg.MaxStream = cmp.Or(cfg.MaxStream, DefaultMaxStream)
-	switch {
-	case cfg.StorageMaxRetries == 0:
-		cfg.StorageMaxRetries = DefaultStorageMaxRetries
-	case cfg.StorageMaxRetries < 0:
-		cfg.StorageMaxRetries = 0
+	limiter := cfg.AuthLimiter
+	if limiter == nil {
+		limiter = NewAuthLimiter(cfg.AuthFailureBurst, cfg.Logger)
 	}
 	if types := cfg.Client.Types(); len(types) > 0 {
 		cfg.Metrics.LabelTypes(types...)
 	}
 	if cfg.Health == nil {
-		cfg.Health = clientHealth(cfg.Client)
+		cfg.Health = httpserve.ClientHealth(cfg.Client)
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = cfg.Client.CheckStorage
 	}
-	s := &server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), log: cfg.Logger, limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.Logger),
-		corsOrigins: map[string]bool{}, allowedHosts: map[string]bool{}, cop: http.NewCrossOriginProtection()}
-	for _, h := range cfg.AllowedHosts {
-		if h == "*" {
-			s.allowedHosts["*"] = true
-		} else {
-			s.allowedHosts[normalizeHost(h)] = true
-		}
-	}
+	s := &server{cfg: cfg, set: set, guard: httpserve.NewGuard(cfg.Tokens, cfg.AllowedHosts, limiter, "cmdq serve --allowed-hosts, api.Config.AllowedHosts"),
+		log: cfg.Logger, corsOrigins: map[string]bool{}, cop: http.NewCrossOriginProtection()}
 	for _, o := range cfg.CORSOrigins {
 		n, _ := normalizeOrigin(o) // Validate checked it
 		s.corsOrigins[n] = true
@@ -259,7 +248,7 @@ func New(cfg Config) (http.Handler, error) {
 		allowed := strings.Join(allow, ", ")
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allowed)
-			writeProblem(w, r, newProblem(ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", path, quoteClip(r.Method), allowed)))
+			writeProblem(w, r, newProblem(client.ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", path, quoteClip(r.Method), allowed)))
 		})
 	}
 	route("/v1/commands", map[string]http.HandlerFunc{http.MethodPost: s.issue})
@@ -285,123 +274,23 @@ func New(cfg Config) (http.Handler, error) {
 			metrics.ServeHTTP(w, r)
 		}
 	}})
-	s.mountDashboard(mux) // the operator web pages under /ui/ (dashboard.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md)", quoteClip(r.URL.Path))))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
-	return s.middleware(mux), nil
-}
-
-// statusRecorder remembers the response status for the request log.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// middleware recovers panics as 500 problems, logs every request at debug
-// and gives every request its deadline and storage call budget. Long-polls
-// and event streams (longLived) get the budget but no deadline: they
-// bound each storage call themselves (live.go).
-func (s *server) middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		ctx, cancel := r.Context(), context.CancelFunc(func() {})
-		if !longLived(r) {
-			ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout+extraTime(r))
-		}
-		defer cancel()
-		r = r.WithContext(storage.WithCallBudget(ctx, s.cfg.StorageTryTimeout, s.cfg.StorageMaxRetries))
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				ref := newRef()
-				s.log.Error().Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).
-					Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg("cmdq api: handler panic")
-				if rec.status == 0 {
-					writeProblem(rec, r, newProblem(ProblemInternal, "the server failed unexpectedly; reference "+ref+" is in its log"))
-				}
-			}
-			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
-				Dur("duration", time.Since(start)).Msg("cmdq api: request")
-		}()
-		// Checks that come before any route: Host (without tokens), CORS and
-		// cross-site refusal, unambiguous query strings (guard.go).
-		if !s.checkHost(rec, r) || !s.browserChecks(rec, r) || !checkQuery(rec, r) {
-			return
-		}
-		next.ServeHTTP(rec, r)
-	})
-}
-
-func newRef() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger}), nil
 }
 
 // authorize checks the bearer token for need; on failure it writes the
-// problem (with WWW-Authenticate on 401) and returns ok=false. A client
-// address refused after repeated failures gets 429 without its token being
-// looked at.
+// problem (httpserve.Guard.Authorize).
 func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (who string, ok bool) {
-	if !s.authOn() {
-		return "anonymous", true
-	}
-	key := clientKey(r)
-	if wait, blocked := s.limiter.blocked(key); blocked {
-		writeTooMany(w, r, wait)
-		return "", false
-	}
-	who, p := s.auth.check(r, need)
-	if p != nil {
-		if p.Status == http.StatusUnauthorized {
-			if r.Header.Get("Authorization") != "" {
-				s.limiter.failed(key, p.Detail, r)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cmdq"`)
-		}
-		writeProblem(w, r, p)
-		return "", false
-	}
-	return who, true
-}
-
-// authOn reports whether tokens are configured.
-func (s *server) authOn() bool { return len(s.auth.entries) > 0 }
-
-// writeTooMany answers 429 to a client refused for wait after repeated
-// failed authentication.
-func writeTooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
-	secs := int((wait + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	writeProblem(w, r, newProblem(ProblemTooManyRequests, fmt.Sprintf("too many failed authentications from your address; retry in %d s with a configured token", secs)))
+	return s.guard.Authorize(w, r, need)
 }
 
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if err := cmdqtype.ValidateID(id); err != nil {
-		writeProblem(w, r, newProblem(ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
+		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
 		return "", false
 	}
 	return id, true
@@ -412,32 +301,25 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, cmdqtype.ErrNoCommand):
-		writeProblem(w, r, newProblem(ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
+		writeProblem(w, r, newProblem(client.ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
 	case errors.Is(err, cmdqtype.ErrExpired):
-		writeProblem(w, r, newProblem(ProblemGone, clipText(expiredText(err))))
+		writeProblem(w, r, newProblem(client.ProblemGone, clipText(expiredText(err))))
 	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
-		writeProblem(w, r, newProblem(ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
 	case errors.Is(err, cmdqtype.ErrNotPoisoned):
-		writeProblem(w, r, newProblem(ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
+		writeProblem(w, r, newProblem(client.ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
-		writeProblem(w, r, newProblem(ProblemUnavailable, "the request was canceled"))
-	case storageUnavailable(err):
-		ref := newRef()
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, "the request was canceled"))
+	case httpserve.StorageUnavailable(err):
+		ref := httpserve.NewRef()
 		s.log.Warn().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: storage unavailable")
-		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage did not answer in time or could not be reached; retry in %d seconds (a POST /v1/commands with the same id is safe to repeat). Reference %s is in the server's log", RetryAfterSeconds, ref)))
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("storage did not answer in time or could not be reached; retry in %d seconds (a POST /v1/commands with the same id is safe to repeat). Reference %s is in the server's log", RetryAfterSeconds, ref)))
 	default:
-		ref := newRef()
+		ref := httpserve.NewRef()
 		s.log.Error().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: request failed")
-		writeProblem(w, r, newProblem(ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
+		writeProblem(w, r, newProblem(client.ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
 	}
-}
-
-// storageUnavailable reports whether err means storage did not answer: the
-// driver says so (storage.ErrUnavailable), or the request's deadline or a
-// storage try's timeout passed.
-func storageUnavailable(err error) bool {
-	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *server) issue(w http.ResponseWriter, r *http.Request) {
@@ -456,8 +338,8 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	}
 	if types := s.cfg.Client.Types(); len(types) > 0 {
 		if _, ok := s.cfg.Client.Lookup(req.Type); !ok {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
-				FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
+			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
+				client.FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
 			return
 		}
 	}
@@ -469,33 +351,33 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		// nothing guarantees it runs, so it is not accepted. The client's
 		// retry with the same id enqueues it.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
-		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
 		return
 	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
 		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
 	case errors.Is(err, cmdqtype.ErrIDConflict):
-		writeProblem(w, r, newProblem(ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
-			FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
+		writeProblem(w, r, newProblem(client.ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
+			client.FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
-			FieldError{Pointer: "#/params", Detail: "too large"}))
+		writeProblem(w, r, newProblem(client.ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
+			client.FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
 			cmdqtype.IssueWindowPastDays, cmdqtype.IssueWindowFutureDays),
-			FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
+			client.FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
 		return
 	case errors.Is(err, cmdqtype.ErrInvalidParams):
 		// The params do not decode into the type's Go type (the Issuer
 		// checks it for every type this process registers or declares).
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err)),
-			FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
 		return
 	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, clipText(trimPrefix(err))))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
 		s.fail(w, r, err)
@@ -505,7 +387,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, IssueResponse{ID: res.ID, Status: string(cmdqtype.StatePending)})
+		writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending})
 		return
 	}
 	st, err := s.cfg.Client.Get(r.Context(), res.ID)
@@ -513,7 +395,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, IssueResponse{ID: res.ID, Status: string(st.State)})
+	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State})
 }
 
 // trimPrefix drops a leading "cmdq: " from an error message shown to API
@@ -537,35 +419,35 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	var errs []FieldError
+	var errs []client.FieldError
 	for name := range q {
 		if name != "type" && name != "limit" && name != "continuation" {
-			errs = append(errs, FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
+			errs = append(errs, client.FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
 		}
 	}
 	pq := cmdqtype.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
 		if err := cmdqtype.ValidateType(pq.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
+			errs = append(errs, client.FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
-			errs = append(errs, FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", cmdqtype.MaxPoisonLimit, cmdqtype.DefaultPoisonLimit)})
+			errs = append(errs, client.FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", cmdqtype.MaxPoisonLimit, cmdqtype.DefaultPoisonLimit)})
 		} else {
 			pq.Limit = n
 		}
 	}
 	if len(errs) > 0 {
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, errs[0].Detail, errs...))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, errs[0].Detail, errs...))
 		return
 	}
 	page, err := s.cfg.Client.ListPoison(r.Context(), pq)
 	if err != nil {
 		if errors.Is(err, cmdqtype.ErrInvalidContinuation) {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
-				FieldError{Pointer: "query:continuation", Detail: "invalid token"}))
+			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
+				client.FieldError{Pointer: "query:continuation", Detail: "invalid token"}))
 			return
 		}
 		s.fail(w, r, err)
@@ -588,7 +470,7 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 	e, err := s.cfg.Client.GetPoison(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
-			writeProblem(w, r, newProblem(ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
+			writeProblem(w, r, newProblem(client.ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
 			return
 		}
 		s.fail(w, r, err)
@@ -603,7 +485,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
-	writeJSON(w, http.StatusAccepted, IssueResponse{ID: id, Status: string(cmdqtype.StatePending)})
+	writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: id, Status: cmdqtype.StatePending})
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
@@ -623,7 +505,7 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 	if id, ok = pathID(w, r); !ok {
 		return "", false
 	}
-	if hasBody(r) {
+	if httpserve.HasBody(r) {
 		// The route takes no body; one that is not JSON is what a
 		// cross-site form would send.
 		if p := checkContentType(r); p != nil {
@@ -645,7 +527,7 @@ func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id str
 	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		st, gerr := s.cfg.Client.Get(r.Context(), id)
 		if gerr == nil {
-			writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
+			writeProblem(w, r, newProblem(client.ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
 			return
 		}
 		if !errors.Is(gerr, cmdqtype.ErrNotFound) {
@@ -655,41 +537,17 @@ func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id str
 	s.fail(w, r, err)
 }
 
-// HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
-type HealthResponse struct {
-	// State is the reported state ("ok" for a client without handlers).
-	State string `json:"state"`
-	// Healthy is false while the service is unhealthy.
-	Healthy bool `json:"healthy"`
-	// Detail is the HealthFunc's detail (for a processor, its Health
-	// snapshot). Only requests with the reader role (any request without
-	// configured tokens) see it.
-	Detail any `json:"detail,omitempty"`
-}
-
-// clientHealth is Config.Health's default: the client's processor, or "ok"
-// without one.
-func clientHealth(c *cmdq.Client) HealthFunc {
-	return func() (string, bool, any) {
-		if !c.Handles() {
-			return "ok", true, nil
-		}
-		h := c.Health()
-		return string(h.State), h.Healthy(), h
-	}
-}
-
-func (s *server) health() HealthResponse {
+func (s *server) health() client.HealthResponse {
 	state, ok, detail := s.cfg.Health()
-	return HealthResponse{State: state, Healthy: ok, Detail: detail}
+	return client.HealthResponse{State: state, Healthy: ok, Detail: detail}
 }
 
 // healthFor returns h as r may see it: the detail (for a processor, its
 // last error, which can name the storage endpoint and account) only for a
 // request with the reader role; without it, the state and healthy flag.
 // /healthz and /readyz answer through it.
-func (s *server) healthFor(r *http.Request, h HealthResponse) HealthResponse {
-	if _, p := s.auth.check(r, RoleReader); p != nil {
+func (s *server) healthFor(r *http.Request, h client.HealthResponse) client.HealthResponse {
+	if _, p := s.guard.Auth.Check(r, RoleReader); p != nil {
 		h.Detail = nil
 	}
 	return h
@@ -702,12 +560,12 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	h := s.health()
 	if !h.Healthy {
-		writeProblem(w, r, newProblem(ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
 	}
 	if err := s.cfg.Ready(r.Context()); err != nil {
 		s.log.Debug().Err(err).Msg("cmdq api: not ready")
-		writeProblem(w, r, newProblem(ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
 		return
 	}
 	writeJSON(w, http.StatusOK, s.healthFor(r, h))

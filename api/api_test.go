@@ -3,17 +3,19 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/google/uuid"
 )
 
 type resp struct {
@@ -56,15 +58,15 @@ func post(t *testing.T, url, body string) resp {
 }
 
 // problem decodes a problem response and checks its shape.
-func problem(t *testing.T, r resp, wantStatus int, wantType string) api.Problem {
+func problem(t *testing.T, r resp, wantStatus int, wantType string) client.Problem {
 	t.Helper()
 	if r.code != wantStatus {
 		t.Fatalf("status %d, want %d; body %s", r.code, wantStatus, r.body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != api.ProblemContentType {
-		t.Fatalf("Content-Type %q, want %q; body %s", ct, api.ProblemContentType, r.body)
+	if ct := r.header.Get("Content-Type"); ct != client.ProblemContentType {
+		t.Fatalf("Content-Type %q, want %q; body %s", ct, client.ProblemContentType, r.body)
 	}
-	var p api.Problem
+	var p client.Problem
 	dec := json.NewDecoder(strings.NewReader(string(r.body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -95,7 +97,7 @@ func TestIssueGetEvents(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	r := post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"},"correlationId":"req-1"}`)
-	got := decode[api.IssueResponse](t, r, http.StatusAccepted)
+	got := decode[client.IssueResponse](t, r, http.StatusAccepted)
 	if err := cmdqtype.ValidateID(got.ID); err != nil || got.Status != "pending" {
 		t.Fatalf("response %+v: id %v", got, err)
 	}
@@ -122,7 +124,7 @@ func TestIssueGetEvents(t *testing.T) {
 		}
 	}
 
-	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
+	ev := decode[client.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
 	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != cmdqtype.EventCreated || ev.Events[0].Seq != 1 {
 		t.Fatalf("events %+v", ev)
 	}
@@ -133,13 +135,13 @@ func TestIssueIdempotent(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	id := uuid.NewString()
 	body := fmt.Sprintf(`{"type":"SendEmail","id":%q,"params":{"to":"a@example.com","n":1}}`, id)
-	first := decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusAccepted)
+	first := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusAccepted)
 	if first.ID != id {
 		t.Fatalf("id %q, want %q", first.ID, id)
 	}
 	// Same body: the same command, 200, not issued twice.
 	again := post(t, s.URL+"/v1/commands", body)
-	if got := decode[api.IssueResponse](t, again, http.StatusOK); got.ID != id || got.Status != "pending" {
+	if got := decode[client.IssueResponse](t, again, http.StatusOK); got.ID != id || got.Status != "pending" {
 		t.Fatalf("repeat %+v", got)
 	}
 	if loc := again.header.Get("Location"); loc != "/v1/commands/"+id {
@@ -147,19 +149,19 @@ func TestIssueIdempotent(t *testing.T) {
 	}
 	// Different spacing of the same params is the same request.
 	spaced := fmt.Sprintf("{\"type\":\"SendEmail\",\"id\":%q,\"params\":{ \"to\" : \"a@example.com\",\n \"n\": 1 }}", id)
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", spaced), http.StatusOK)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", spaced), http.StatusOK)
 	if n := s.QueueCount(t, ""); n != 1 {
 		t.Fatalf("queue has %d messages, want 1 (no re-enqueue for a repeat)", n)
 	}
 	// Different params or type: 409.
-	p := problem(t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"SendEmail","id":%q,"params":{"to":"b@example.com"}}`, id)), http.StatusConflict, api.ProblemConflict)
+	p := problem(t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"SendEmail","id":%q,"params":{"to":"b@example.com"}}`, id)), http.StatusConflict, client.ProblemConflict)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/id" {
 		t.Fatalf("conflict errors %+v", p.Errors)
 	}
-	problem(t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"Other","id":%q,"params":{"to":"a@example.com","n":1}}`, id)), http.StatusConflict, api.ProblemConflict)
+	problem(t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"Other","id":%q,"params":{"to":"a@example.com","n":1}}`, id)), http.StatusConflict, client.ProblemConflict)
 	// The repeat reports the current state.
 	s.Poison(t, id, "test", "boom")
-	if got := decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusOK); got.Status != "poisoned" {
+	if got := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", body), http.StatusOK); got.Status != "poisoned" {
 		t.Fatalf("repeat after poisoning: %+v", got)
 	}
 }
@@ -172,24 +174,24 @@ func TestIssueInvalid(t *testing.T) {
 		status         int
 		typ, pointer   string
 	}{
-		{"empty body", "application/json", "", 400, api.ProblemInvalidRequest, ""},
-		{"malformed JSON", "application/json", `{"type":`, 400, api.ProblemInvalidRequest, ""},
-		{"syntax error", "application/json", `{"type" "x"}`, 400, api.ProblemInvalidRequest, ""},
-		{"not an object", "application/json", `["SendEmail"]`, 400, api.ProblemInvalidRequest, ""},
-		{"trailing data", "application/json", `{"type":"A"} {}`, 400, api.ProblemInvalidRequest, ""},
-		{"unknown field", "application/json", `{"type":"A","prams":{}}`, 400, api.ProblemInvalidRequest, "#/prams"},
-		{"missing type", "application/json", `{"params":{}}`, 400, api.ProblemInvalidRequest, "#/type"},
-		{"bad type", "application/json", `{"type":"1bad type"}`, 400, api.ProblemInvalidRequest, "#/type"},
-		{"type not string", "application/json", `{"type":42}`, 400, api.ProblemInvalidRequest, "#/type"},
-		{"params array", "application/json", `{"type":"A","params":[1]}`, 400, api.ProblemInvalidRequest, "#/params"},
-		{"params string", "application/json", `{"type":"A","params":"x"}`, 400, api.ProblemInvalidRequest, "#/params"},
-		{"id not uuid", "application/json", `{"type":"A","id":"42"}`, 400, api.ProblemInvalidRequest, "#/id"},
-		{"id uppercase", "application/json", `{"type":"A","id":"0B9F7A4E-3C1D-4E2A-9F61-2D8C5B7E4A10"}`, 400, api.ProblemInvalidRequest, "#/id"},
-		{"correlation too long", "application/json", `{"type":"A","correlationId":"` + strings.Repeat("x", 257) + `"}`, 400, api.ProblemInvalidRequest, "#/correlationId"},
-		{"over limit", "application/json", `{"type":"A","params":{"x":"` + strings.Repeat("x", 5000) + `"}}`, 413, api.ProblemTooLarge, ""},
-		{"text/plain", "text/plain", `{"type":"A"}`, 415, api.ProblemUnsupportedMediaType, ""},
-		{"no content type", "", `{"type":"A"}`, 415, api.ProblemUnsupportedMediaType, ""},
-		{"form", "application/x-www-form-urlencoded", `type=A`, 415, api.ProblemUnsupportedMediaType, ""},
+		{"empty body", "application/json", "", 400, client.ProblemInvalidRequest, ""},
+		{"malformed JSON", "application/json", `{"type":`, 400, client.ProblemInvalidRequest, ""},
+		{"syntax error", "application/json", `{"type" "x"}`, 400, client.ProblemInvalidRequest, ""},
+		{"not an object", "application/json", `["SendEmail"]`, 400, client.ProblemInvalidRequest, ""},
+		{"trailing data", "application/json", `{"type":"A"} {}`, 400, client.ProblemInvalidRequest, ""},
+		{"unknown field", "application/json", `{"type":"A","prams":{}}`, 400, client.ProblemInvalidRequest, "#/prams"},
+		{"missing type", "application/json", `{"params":{}}`, 400, client.ProblemInvalidRequest, "#/type"},
+		{"bad type", "application/json", `{"type":"1bad type"}`, 400, client.ProblemInvalidRequest, "#/type"},
+		{"type not string", "application/json", `{"type":42}`, 400, client.ProblemInvalidRequest, "#/type"},
+		{"params array", "application/json", `{"type":"A","params":[1]}`, 400, client.ProblemInvalidRequest, "#/params"},
+		{"params string", "application/json", `{"type":"A","params":"x"}`, 400, client.ProblemInvalidRequest, "#/params"},
+		{"id not uuid", "application/json", `{"type":"A","id":"42"}`, 400, client.ProblemInvalidRequest, "#/id"},
+		{"id uppercase", "application/json", `{"type":"A","id":"0B9F7A4E-3C1D-4E2A-9F61-2D8C5B7E4A10"}`, 400, client.ProblemInvalidRequest, "#/id"},
+		{"correlation too long", "application/json", `{"type":"A","correlationId":"` + strings.Repeat("x", 257) + `"}`, 400, client.ProblemInvalidRequest, "#/correlationId"},
+		{"over limit", "application/json", `{"type":"A","params":{"x":"` + strings.Repeat("x", 5000) + `"}}`, 413, client.ProblemTooLarge, ""},
+		{"text/plain", "text/plain", `{"type":"A"}`, 415, client.ProblemUnsupportedMediaType, ""},
+		{"no content type", "", `{"type":"A"}`, 415, client.ProblemUnsupportedMediaType, ""},
+		{"form", "application/x-www-form-urlencoded", `type=A`, 415, client.ProblemUnsupportedMediaType, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -205,7 +207,7 @@ func TestIssueInvalid(t *testing.T) {
 	}
 	t.Run("several fields", func(t *testing.T) {
 		t.Parallel()
-		p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"","params":[],"id":"x"}`), 400, api.ProblemInvalidRequest)
+		p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"","params":[],"id":"x"}`), 400, client.ProblemInvalidRequest)
 		if len(p.Errors) != 3 {
 			t.Fatalf("errors %+v, want type, params and id", p.Errors)
 		}
@@ -220,7 +222,7 @@ func TestIssueInvalid(t *testing.T) {
 	})
 	// A JSON media type with parameters, or a +json type, is accepted.
 	for _, ct := range []string{"application/json; charset=utf-8", "application/vnd.cmdq+json"} {
-		decode[api.IssueResponse](t, send(t, http.MethodPost, s.URL+"/v1/commands", "", ct, `{"type":"A"}`), http.StatusAccepted)
+		decode[client.IssueResponse](t, send(t, http.MethodPost, s.URL+"/v1/commands", "", ct, `{"type":"A"}`), http.StatusAccepted)
 	}
 }
 
@@ -229,7 +231,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
 	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes) + `"}}`
-	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
+	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, client.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)
 	}
@@ -251,16 +253,16 @@ func (sendEmail) CommandType() string { return "SendEmail" }
 func TestIssueKnownTypes(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[sendEmail](c) }})
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"}}`), http.StatusAccepted)
-	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendMail","params":{}}`), 400, api.ProblemInvalidRequest)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"}}`), http.StatusAccepted)
+	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendMail","params":{}}`), 400, client.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/type" || !strings.Contains(p.Detail, "SendEmail") {
 		t.Fatalf("unknown type problem %+v should name the registered types", p)
 	}
-	p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com","cc":"b"}}`), 400, api.ProblemInvalidRequest)
+	p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com","cc":"b"}}`), 400, client.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/params" || !strings.Contains(p.Detail, "cc") {
 		t.Fatalf("unknown param problem %+v", p)
 	}
-	p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":5}}`), 400, api.ProblemInvalidRequest)
+	p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":5}}`), 400, client.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("wrong param type problem %+v", p)
 	}
@@ -269,17 +271,59 @@ func TestIssueKnownTypes(t *testing.T) {
 	}
 }
 
+// resizeImage is a command type the server's Client only declares: its
+// handler runs in another process.
+type resizeImage struct {
+	URL   string `json:"url"`
+	Width int    `json:"width"`
+}
+
+func (resizeImage) CommandType() string { return "images.resize" }
+
+// TestIssueDeclaredTypeChecksParams: a server whose Client only declares a
+// type (cmdq.Declare, no handler) refuses params that do not decode into
+// the type's Go type (a string where it has an int): the Issuer checks
+// them before anything is stored, and the API answers 400 naming #/params.
+// Nothing is stored (the ID stays unknown: 404) or queued, and the same ID
+// with params that decode is then accepted.
+func TestIssueDeclaredTypeChecksParams(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error { return cmdq.Declare[resizeImage](c) }})
+	if s.Client.Handles() {
+		t.Fatal("the client runs handlers; this test needs one that only declares")
+	}
+	id := uuid.NewString()
+	p := problem(t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"images.resize","params":{"url":"a.png","width":"wide"}}`),
+		http.StatusBadRequest, client.ProblemInvalidRequest)
+	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" || !strings.Contains(p.Errors[0].Detail, "width") {
+		t.Fatalf("problem %+v: want one field error at #/params naming width", p)
+	}
+	for _, path := range []string{"/v1/commands/" + id, "/v1/commands/" + id + "/events"} {
+		problem(t, send(t, http.MethodGet, s.URL+path, "", "", ""), http.StatusNotFound, client.ProblemNotFound)
+	}
+	if _, err := s.Client.Get(t.Context(), id); !errors.Is(err, cmdq.ErrNotFound) {
+		t.Fatalf("the refused command was stored: Get = %v", err)
+	}
+	if n := s.QueueCount(t, ""); n != 0 {
+		t.Fatalf("a refused command put %d messages on the queue", n)
+	}
+	ok := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"images.resize","params":{"url":"a.png","width":640}}`), http.StatusAccepted)
+	if ok.ID != id || ok.Status != cmdq.StatePending {
+		t.Fatalf("the same ID with params that decode: %+v", ok)
+	}
+}
+
 func TestGetErrors(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	for _, path := range []string{"/v1/commands/%s", "/v1/commands/%s/events", "/v1/poison/%s"} {
-		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, "not-a-uuid"), "", "", ""), 400, api.ProblemInvalidID)
-		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, uuid.NewString()), "", "", ""), 404, api.ProblemNotFound)
+		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, "not-a-uuid"), "", "", ""), 400, client.ProblemInvalidID)
+		problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, uuid.NewString()), "", "", ""), 404, client.ProblemNotFound)
 	}
-	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/bad/requeue", "", "", ""), 400, api.ProblemInvalidID)
-	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+uuid.NewString()+"/requeue", "", "", ""), 404, api.ProblemNotFound)
-	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+uuid.NewString(), "", "", ""), 404, api.ProblemNotFound)
-	problem(t, send(t, http.MethodGet, s.URL+"/v2/whatever", "", "", ""), 404, api.ProblemNotFound)
+	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/bad/requeue", "", "", ""), 400, client.ProblemInvalidID)
+	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+uuid.NewString()+"/requeue", "", "", ""), 404, client.ProblemNotFound)
+	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+uuid.NewString(), "", "", ""), 404, client.ProblemNotFound)
+	problem(t, send(t, http.MethodGet, s.URL+"/v2/whatever", "", "", ""), 404, client.ProblemNotFound)
 }
 
 func TestMethodNotAllowed(t *testing.T) {
@@ -300,7 +344,7 @@ func TestMethodNotAllowed(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := send(t, c.method, s.URL+c.path, "", "", "")
-		problem(t, r, http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed)
+		problem(t, r, http.StatusMethodNotAllowed, client.ProblemMethodNotAllowed)
 		if got := r.header.Get("Allow"); got != c.allow {
 			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
 		}
@@ -311,7 +355,7 @@ func TestPoisonRoutes(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	issue := func(typ string) string {
-		return decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"`+typ+`"}`), http.StatusAccepted).ID
+		return decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"`+typ+`"}`), http.StatusAccepted).ID
 	}
 	a, b, c := issue("A"), issue("B"), issue("A")
 	s.Poison(t, a, "ceiling exceeded", "boom a")
@@ -340,7 +384,7 @@ func TestPoisonRoutes(t *testing.T) {
 		t.Fatalf("page 2 %+v", p2)
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "type=1bad", "continuation=zz", "sort=asc"} {
-		problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), 400, api.ProblemInvalidRequest)
+		problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), 400, client.ProblemInvalidRequest)
 	}
 
 	e := decode[cmdqtype.PoisonEntry](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), http.StatusOK)
@@ -350,7 +394,7 @@ func TestPoisonRoutes(t *testing.T) {
 
 	before := s.QueueCount(t, "")
 	r := send(t, http.MethodPost, s.URL+"/v1/poison/"+a+"/requeue", "", "", "")
-	if got := decode[api.IssueResponse](t, r, http.StatusAccepted); got.ID != a || got.Status != "pending" {
+	if got := decode[client.IssueResponse](t, r, http.StatusAccepted); got.ID != a || got.Status != "pending" {
 		t.Fatalf("requeue %+v", got)
 	}
 	if s.QueueCount(t, "") != before+1 {
@@ -359,9 +403,9 @@ func TestPoisonRoutes(t *testing.T) {
 	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != cmdqtype.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
-	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, api.ProblemNotFound)
-	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+a+"/requeue", "", "", ""), 409, api.ProblemConflict)
-	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+a, "", "", ""), 409, api.ProblemConflict)
+	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, client.ProblemNotFound)
+	problem(t, send(t, http.MethodPost, s.URL+"/v1/poison/"+a+"/requeue", "", "", ""), 409, client.ProblemConflict)
+	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+a, "", "", ""), 409, client.ProblemConflict)
 
 	r = send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", "")
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
@@ -370,8 +414,8 @@ func TestPoisonRoutes(t *testing.T) {
 	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
-	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, api.ProblemConflict)
-	ev := decode[api.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
+	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, client.ProblemConflict)
+	ev := decode[client.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
 	last := ev.Events[len(ev.Events)-1]
 	if last.Kind != cmdqtype.EventDiscarded || last.By != "api:anonymous" {
 		t.Fatalf("last event %+v", last)
@@ -385,11 +429,11 @@ func TestPoisonRoutes(t *testing.T) {
 func TestHealth(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
-	h := decode[api.HealthResponse](t, send(t, http.MethodGet, s.URL+"/healthz", "", "", ""), http.StatusOK)
+	h := decode[client.HealthResponse](t, send(t, http.MethodGet, s.URL+"/healthz", "", "", ""), http.StatusOK)
 	if h.State != "ok" || !h.Healthy {
 		t.Fatalf("healthz %+v", h)
 	}
-	decode[api.HealthResponse](t, send(t, http.MethodGet, s.URL+"/readyz", "", "", ""), http.StatusOK)
+	decode[client.HealthResponse](t, send(t, http.MethodGet, s.URL+"/readyz", "", "", ""), http.StatusOK)
 
 	healthy := make(chan bool, 1)
 	healthy <- true
@@ -401,14 +445,14 @@ func TestHealth(t *testing.T) {
 		}
 		return "unhealthy", false, map[string]string{"lastError": "dequeue: connection refused"}
 	}})
-	decode[api.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), http.StatusOK)
+	decode[client.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), http.StatusOK)
 	<-healthy
 	healthy <- false
-	h = decode[api.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/healthz", apitest.ReaderToken, "", ""), http.StatusOK)
+	h = decode[client.HealthResponse](t, send(t, http.MethodGet, s2.URL+"/healthz", apitest.ReaderToken, "", ""), http.StatusOK)
 	if h.State != "unhealthy" || h.Healthy || h.Detail.(map[string]any)["lastError"] != "dequeue: connection refused" {
 		t.Fatalf("healthz %+v", h)
 	}
-	p := problem(t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), 503, api.ProblemUnavailable)
+	p := problem(t, send(t, http.MethodGet, s2.URL+"/readyz", "", "", ""), 503, client.ProblemUnavailable)
 	if !strings.Contains(p.Detail, "unhealthy") {
 		t.Fatalf("readyz detail %q", p.Detail)
 	}
@@ -426,21 +470,21 @@ func TestHealthDetailNeedsReader(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		for _, tok := range []string{"", apitest.IssuerToken, "not-a-configured-token-0123"} {
 			r := send(t, http.MethodGet, s.URL+path, tok, "", "")
-			h := decode[api.HealthResponse](t, r, http.StatusOK)
+			h := decode[client.HealthResponse](t, r, http.StatusOK)
 			if h.State != "polling" || !h.Healthy || h.Detail != nil || strings.Contains(string(r.body), "windows.net") {
 				t.Errorf("%s with token %q: %s, want the state without detail", path, tok, r.body)
 			}
 		}
 		for _, tok := range []string{apitest.ReaderToken, apitest.OperatorToken} {
 			r := send(t, http.MethodGet, s.URL+path, tok, "", "")
-			if h := decode[api.HealthResponse](t, r, http.StatusOK); h.Detail == nil || !strings.Contains(string(r.body), "windows.net") {
+			if h := decode[client.HealthResponse](t, r, http.StatusOK); h.Detail == nil || !strings.Contains(string(r.body), "windows.net") {
 				t.Errorf("%s with a reader token: %s, want the detail", path, r.body)
 			}
 		}
 	}
 	// Without tokens every request has the reader role (loopback only).
 	open := apitest.Start(t, apitest.Options{Health: func() (string, bool, any) { return "polling", true, map[string]int{"inFlight": 2} }})
-	if h := decode[api.HealthResponse](t, send(t, http.MethodGet, open.URL+"/healthz", "", "", ""), http.StatusOK); h.Detail == nil {
+	if h := decode[client.HealthResponse](t, send(t, http.MethodGet, open.URL+"/healthz", "", "", ""), http.StatusOK); h.Detail == nil {
 		t.Errorf("without tokens: no detail")
 	}
 }
@@ -453,9 +497,20 @@ func TestInternalErrorIsProblem(t *testing.T) {
 	if err := s.Store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), 500, api.ProblemInternal)
+	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), 500, client.ProblemInternal)
 	if !strings.Contains(p.Detail, "Reference") {
 		t.Fatalf("detail %q", p.Detail)
 	}
-	problem(t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), 500, api.ProblemInternal)
+	problem(t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), 500, client.ProblemInternal)
+}
+
+// issue issues a command of type typ with params {"n":1} through the
+// server's Client and returns its ID.
+func issue(t *testing.T, srv *apitest.Server, typ string) string {
+	t.Helper()
+	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	if err != nil {
+		t.Fatalf("issue %s: %v", typ, err)
+	}
+	return res.ID
 }

@@ -1,66 +1,50 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"net/http"
-	"slices"
-	"strings"
+	"github.com/rs/zerolog"
+
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
-// Role is what a bearer token may do.
-type Role string
+// Authentication: bearer tokens with roles, and the limiter of failed
+// authentications. They are shared with the console (package console names
+// the same types), so one token list and one limiter serve both.
 
-// The roles. A route needs one of them (cancel: RoleIssuer or
-// RoleOperator); RoleOperator also grants everything RoleReader grants. RoleIssuer grants only POST /v1/commands
-// and POST /v1/commands/{id}/cancel (which RoleOperator grants too).
+// Role is what a bearer token may do: RoleIssuer, RoleReader or
+// RoleOperator.
+type Role = httpserve.Role
+
+// The roles. A route needs one of them (a cancel: RoleIssuer or
+// RoleOperator); RoleOperator also grants everything RoleReader grants.
+// RoleIssuer grants only POST /v1/commands and POST
+// /v1/commands/{id}/cancel.
 const (
-	// RoleIssuer may issue and cancel commands (POST /v1/commands,
-	// POST /v1/commands/{id}/cancel).
-	RoleIssuer Role = "issuer"
+	// RoleIssuer may issue and cancel commands (POST /v1/commands, POST
+	// /v1/commands/{id}/cancel).
+	RoleIssuer = httpserve.RoleIssuer
 	// RoleReader may read command status and events (GET /v1/commands/{id},
-	// GET /v1/commands/{id}/events), list the queues (GET /v1/queues) and
-	// scrape GET /metrics.
-	RoleReader Role = "reader"
-	// RoleOperator may do everything RoleReader may, and list, inspect, requeue
-	// and discard poisoned commands (/v1/poison...), cancel commands and
-	// pause and resume queues (/v1/queues/{name}/pause, /resume).
-	RoleOperator Role = "operator"
+	// GET /v1/commands/{id}/events), list the queues (GET /v1/queues),
+	// scrape GET /metrics and view the console.
+	RoleReader = httpserve.RoleReader
+	// RoleOperator may do everything RoleReader may, and list, inspect,
+	// requeue and discard poisoned commands (/v1/poison..., the console's
+	// poison pages), cancel commands and pause and resume queues
+	// (/v1/queues/{name}/pause, /resume).
+	RoleOperator = httpserve.RoleOperator
 )
+
+// Tokens maps a bearer token to the roles it grants (map[string][]Role).
+// A nil or empty Tokens disables authentication: every request has every
+// role (bind to loopback only in that case). Tokens are at least
+// MinTokenLength printable ASCII characters without spaces, ',' or ':'.
+type Tokens = httpserve.Tokens
+
+// MinTokenLength is the shortest accepted bearer token, in bytes (16).
+const MinTokenLength = httpserve.MinTokenLength
 
 // ErrInvalidTokens is wrapped by ParseTokens' and Config.Validate's errors
 // about the token list.
-var ErrInvalidTokens = errors.New("api: invalid token list")
-
-// MinTokenLength is the shortest accepted bearer token, in bytes (16).
-const MinTokenLength = 16
-
-// Tokens maps a bearer token to the roles it grants. A nil or empty Tokens
-// disables authentication: every request has every role (bind to loopback
-// only in that case).
-type Tokens map[string][]Role
-
-func validRole(r Role) bool {
-	return r == RoleIssuer || r == RoleReader || r == RoleOperator
-}
-
-// validToken reports whether tok may appear in an Authorization header and
-// in the CMDQ_TOKENS format: printable ASCII without spaces, ',' or ':'.
-func validToken(tok string) error {
-	if len(tok) < MinTokenLength {
-		return fmt.Errorf("is %d characters; use at least %d random characters (for example: openssl rand -hex 24)", len(tok), MinTokenLength)
-	}
-	for i := 0; i < len(tok); i++ {
-		c := tok[i]
-		if c <= ' ' || c >= 0x7f || c == ',' || c == ':' {
-			return fmt.Errorf("contains %q; tokens are printable ASCII without spaces, ',' or ':'", c)
-		}
-	}
-	return nil
-}
+var ErrInvalidTokens = httpserve.ErrInvalidTokens
 
 // ParseTokens parses the CMDQ_TOKENS format: comma-separated entries
 // "token:role[+role...]", for example
@@ -72,154 +56,23 @@ func validToken(tok string) error {
 // entries is ignored; an empty string gives nil (no authentication). Every
 // problem is reported at once; errors wrap ErrInvalidTokens and never repeat a
 // token (only its position).
-func ParseTokens(s string) (Tokens, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, nil
-	}
-	toks := Tokens{}
-	var errs []error
-	for i, entry := range strings.Split(s, ",") {
-		entry = strings.TrimSpace(entry)
-		n := i + 1
-		if entry == "" {
-			errs = append(errs, fmt.Errorf("%w: entry %d is empty; separate entries with single commas", ErrInvalidTokens, n))
-			continue
-		}
-		tok, roles, ok := strings.Cut(entry, ":")
-		if !ok {
-			errs = append(errs, fmt.Errorf("%w: entry %d has no ':role'; write token:role (roles: issuer, reader, operator)", ErrInvalidTokens, n))
-			continue
-		}
-		if err := validToken(tok); err != nil {
-			errs = append(errs, fmt.Errorf("%w: entry %d: the token %s", ErrInvalidTokens, n, err))
-			continue
-		}
-		if _, dup := toks[tok]; dup {
-			errs = append(errs, fmt.Errorf("%w: entry %d repeats an earlier token; list each token once with all its roles joined by '+'", ErrInvalidTokens, n))
-			continue
-		}
-		var rs []Role
-		bad := false
-		for _, r := range strings.Split(roles, "+") {
-			role := Role(strings.TrimSpace(r))
-			if !validRole(role) {
-				errs = append(errs, fmt.Errorf("%w: entry %d has unknown role %q; roles are issuer, reader and operator, joined by '+'", ErrInvalidTokens, n, role))
-				bad = true
-				continue
-			}
-			if !slices.Contains(rs, role) {
-				rs = append(rs, role)
-			}
-		}
-		if !bad {
-			toks[tok] = rs
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return toks, nil
-}
+func ParseTokens(s string) (Tokens, error) { return httpserve.ParseTokens(s) }
 
-// validate checks every token and role.
-func (t Tokens) validate() error {
-	var errs []error
-	i := 0
-	for tok, roles := range t {
-		i++
-		if err := validToken(tok); err != nil {
-			errs = append(errs, fmt.Errorf("%w: a token %s", ErrInvalidTokens, err))
-		}
-		if len(roles) == 0 {
-			errs = append(errs, fmt.Errorf("%w: a token has no roles; give it issuer, reader or operator", ErrInvalidTokens))
-		}
-		for _, r := range roles {
-			if !validRole(r) {
-				errs = append(errs, fmt.Errorf("%w: unknown role %q; roles are issuer, reader and operator", ErrInvalidTokens, r))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
+// DefaultAuthFailureBurst is Config.AuthFailureBurst's default (10).
+const DefaultAuthFailureBurst = httpserve.DefaultAuthFailureBurst
 
-// authenticator checks bearer tokens in constant time.
-type authenticator struct {
-	entries []tokenEntry // empty: authentication disabled
-}
+// AuthLimiter counts failed authentications per client address and, after
+// a burst of them, refuses the address with 429 for a time that doubles
+// with each further failure (1 s up to 5 minutes); one failure is
+// forgotten per minute. Give one to the API handler and to the console
+// (Config.AuthLimiter, console.Config.AuthLimiter) so that failures at
+// either count together. It is safe for concurrent use.
+type AuthLimiter = httpserve.Limiter
 
-type tokenEntry struct {
-	hash  [sha256.Size]byte
-	roles []Role
-	who   string // "token:<first 8 hex of sha256>", safe to log
-}
-
-func newAuthenticator(t Tokens) *authenticator {
-	a := &authenticator{}
-	for tok, roles := range t {
-		h := sha256.Sum256([]byte(tok))
-		a.entries = append(a.entries, tokenEntry{hash: h, roles: roles, who: "token:" + hex.EncodeToString(h[:4])})
-	}
-	return a
-}
-
-// hasRole reports whether roles grant need.
-func hasRole(roles []Role, need Role) bool {
-	for _, r := range roles {
-		if r == need || (need == RoleReader && r == RoleOperator) ||
-			(need == roleIssuerOrOperator && (r == RoleIssuer || r == RoleOperator)) {
-			return true
-		}
-	}
-	return false
-}
-
-// check authorises r for need. It returns who made the request (for logs and
-// audit events) or the problem to send back. The token is looked up in
-// constant time (see lookup).
-func (a *authenticator) check(r *http.Request, need Role) (string, *Problem) {
-	if len(a.entries) == 0 {
-		return "anonymous", nil
-	}
-	h := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(h, " ")
-	if h == "" {
-		return "", newProblem(ProblemUnauthorized, "send the header 'Authorization: Bearer <token>' with a configured token")
-	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return "", newProblem(ProblemUnauthorized, "the Authorization header must be 'Bearer <token>'")
-	}
-	e, found := a.lookup(strings.TrimSpace(tok))
-	if !found {
-		return "", newProblem(ProblemUnauthorized, "the bearer token is not configured on this server; check the token")
-	}
-	if !hasRole(e.roles, need) {
-		return e.who, newProblem(ProblemForbidden, fmt.Sprintf("this route needs the %q role; the token has %s", need, rolesString(e.roles)))
-	}
-	return e.who, nil
-}
-
-// lookup finds the configured token tok. Every entry is compared, in
-// constant time over SHA-256 digests, so neither the match position nor the
-// token length leaks through timing.
-func (a *authenticator) lookup(tok string) (tokenEntry, bool) {
-	got := sha256.Sum256([]byte(tok))
-	match := -1
-	for i := range a.entries {
-		if subtle.ConstantTimeCompare(got[:], a.entries[i].hash[:]) == 1 {
-			match = i
-		}
-	}
-	if match < 0 {
-		return tokenEntry{}, false
-	}
-	return a.entries[match], true
-}
-
-func rolesString(rs []Role) string {
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = string(r)
-	}
-	return strings.Join(s, "+")
+// NewAuthLimiter returns an AuthLimiter that allows burst failed
+// authentications in a row (0 = DefaultAuthFailureBurst; negative: never
+// refuse) and logs failures to log at warn, at most once a minute per
+// address (the zero Logger discards them).
+func NewAuthLimiter(burst int, log zerolog.Logger) *AuthLimiter {
+	return httpserve.NewLimiter(burst, log)
 }

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -132,7 +134,7 @@ func TestAuthMatrix(t *testing.T) {
 				}
 				continue
 			}
-			problem(t, r, http.StatusUnauthorized, api.ProblemUnauthorized)
+			problem(t, r, http.StatusUnauthorized, client.ProblemUnauthorized)
 			if got := r.header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
 				t.Errorf("%s with %q: WWW-Authenticate %q", name, h, got)
 			}
@@ -145,7 +147,7 @@ func TestAuthMatrix(t *testing.T) {
 					t.Errorf("%s as %s: %d %s, want allowed", name, role, r.code, r.body)
 				}
 			default:
-				p := problem(t, r, http.StatusForbidden, api.ProblemForbidden)
+				p := problem(t, r, http.StatusForbidden, client.ProblemForbidden)
 				if !strings.Contains(p.Detail, string(rt.need)) {
 					t.Errorf("%s as %s: detail %q does not name the needed role", name, role, p.Detail)
 				}

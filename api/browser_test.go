@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
@@ -63,31 +64,31 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 	evil := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
 
 	// The report's request: a "simple" cross-site POST with no Content-Type.
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "", `{"type":"demo.echo"}`, evil...), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "", `{"type":"demo.echo"}`, evil...), http.StatusForbidden, client.ProblemCrossSite)
 	// With a JSON type (after a preflight a browser would not get past).
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, evil...), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, evil...), http.StatusForbidden, client.ProblemCrossSite)
 	// An older browser without Sec-Fetch-Site: the Origin decides.
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "text/plain", `{"type":"demo.echo"}`, "Origin", "https://evil.example"), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "text/plain", `{"type":"demo.echo"}`, "Origin", "https://evil.example"), http.StatusForbidden, client.ProblemCrossSite)
 	// same-site is not same-origin.
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Sec-Fetch-Site", "same-site"), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Sec-Fetch-Site", "same-site"), http.StatusForbidden, client.ProblemCrossSite)
 	if n := s.QueueCount(t, ""); n != 0 {
 		t.Fatalf("cross-site requests enqueued %d commands", n)
 	}
 
 	// Missing Content-Type is refused even without an Origin.
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "", `{"type":"demo.echo"}`), http.StatusUnsupportedMediaType, api.ProblemUnsupportedMediaType)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "", `{"type":"demo.echo"}`), http.StatusUnsupportedMediaType, client.ProblemUnsupportedMediaType)
 
 	// Same-origin pages and non-browser clients may.
-	id := decode[api.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", s.URL, "Sec-Fetch-Site", "same-origin"), http.StatusAccepted).ID
-	decode[api.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", s.URL), http.StatusAccepted)
-	decode[api.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`), http.StatusAccepted)
+	id := decode[client.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", s.URL, "Sec-Fetch-Site", "same-origin"), http.StatusAccepted).ID
+	decode[client.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", s.URL), http.StatusAccepted)
+	decode[client.IssueResponse](t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`), http.StatusAccepted)
 
 	// Poison actions: cross-site refused, the entry stays.
 	s.Poison(t, id, "test", "boom")
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "", "", evil...), http.StatusForbidden, api.ProblemCrossSite)
-	problem(t, request(t, http.MethodDelete, s.URL+"/v1/poison/"+id, "", "", evil...), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "", "", evil...), http.StatusForbidden, client.ProblemCrossSite)
+	problem(t, request(t, http.MethodDelete, s.URL+"/v1/poison/"+id, "", "", evil...), http.StatusForbidden, client.ProblemCrossSite)
 	// A form body on the no-body requeue route is refused too.
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "text/plain", "x"), http.StatusUnsupportedMediaType, api.ProblemUnsupportedMediaType)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "text/plain", "x"), http.StatusUnsupportedMediaType, client.ProblemUnsupportedMediaType)
 	if _, err := s.Client.GetPoison(t.Context(), id); err != nil {
 		t.Fatalf("poison entry after refused actions: %v", err)
 	}
@@ -140,7 +141,7 @@ func TestCORSAllowList(t *testing.T) {
 	}
 
 	r := request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", app, "Sec-Fetch-Site", "cross-site")
-	decode[api.IssueResponse](t, r, http.StatusAccepted)
+	decode[client.IssueResponse](t, r, http.StatusAccepted)
 	if r.header.Get("Access-Control-Allow-Origin") != app || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "Location") || !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "ETag") ||
 		r.header.Get("Access-Control-Allow-Credentials") != "" {
 		t.Fatalf("allowed origin's POST: headers %v", r.header)
@@ -148,11 +149,11 @@ func TestCORSAllowList(t *testing.T) {
 
 	// Another origin: preflight refused, nothing allowed.
 	other := request(t, http.MethodOptions, s.URL+"/v1/commands", "", "", "Origin", "https://evil.example", "Access-Control-Request-Method", "POST")
-	problem(t, other, http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, other, http.StatusForbidden, client.ProblemCrossSite)
 	if other.header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatalf("refused preflight has Access-Control-Allow-Origin %q", other.header.Get("Access-Control-Allow-Origin"))
 	}
-	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"), http.StatusForbidden, api.ProblemCrossSite)
+	problem(t, request(t, http.MethodPost, s.URL+"/v1/commands", "application/json", `{"type":"demo.echo"}`, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"), http.StatusForbidden, client.ProblemCrossSite)
 
 	// Wildcards and non-origins are configuration errors.
 	for _, bad := range []string{"*", "https://*.example", "https://app.example/path", "app.example", "ftp://app.example"} {

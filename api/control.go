@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -17,13 +19,7 @@ import (
 
 // roleIssuerOrOperator is what POST /v1/commands/{id}/cancel needs: the
 // issuer role (who issues may cancel) or the operator role.
-const roleIssuerOrOperator Role = "issuer or operator"
-
-// QueuesResponse is the body of GET /v1/queues.
-type QueuesResponse struct {
-	// Queues are the logical queues the server knows, by name.
-	Queues []cmdqtype.QueueInfo `json:"queues"`
-}
+const roleIssuerOrOperator = httpserve.RoleIssuerOrOperator
 
 // cancel is POST /v1/commands/{id}/cancel: 202 with the status once the
 // cancel is stored, 200 with it when the command was cancelled before,
@@ -37,7 +33,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if hasBody(r) {
+	if httpserve.HasBody(r) {
 		// The route takes no body; one that is not JSON is what a
 		// cross-site form would send.
 		if p := checkContentType(r); p != nil {
@@ -53,7 +49,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		if st, gerr := s.cfg.Client.Get(r.Context(), id); gerr == nil {
 			state = string(st.State)
 		}
-		writeProblem(w, r, newProblem(ProblemConflict, fmt.Sprintf("the command is %s: only a command that has not ended (pending, scheduled, retrying or running) can be cancelled; a poisoned one is discarded instead (DELETE /v1/poison/{id})", state)))
+		writeProblem(w, r, newProblem(client.ProblemConflict, fmt.Sprintf("the command is %s: only a command that has not ended (pending, scheduled, retrying or running) can be cancelled; a poisoned one is discarded instead (DELETE /v1/poison/{id})", state)))
 		return
 	default:
 		s.fail(w, r, err)
@@ -81,7 +77,7 @@ func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
 	if qs == nil {
 		qs = []cmdqtype.QueueInfo{}
 	}
-	writeJSON(w, http.StatusOK, QueuesResponse{Queues: qs})
+	writeJSON(w, http.StatusOK, client.QueuesResponse{Queues: qs})
 }
 
 // pauseQueue is POST /v1/queues/{name}/pause.
@@ -103,11 +99,11 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ct
 	}
 	name := r.PathValue("name")
 	if err := cmdqtype.ValidateQueue(name); err != nil {
-		writeProblem(w, r, newProblem(ProblemInvalidRequest, fmt.Sprintf("%s is not a queue name; queue names are lowercase letters, digits and single hyphens (such as \"commands\"); GET /v1/queues lists them", quoteClip(name)),
-			FieldError{Pointer: "path:name", Detail: "not a queue name"}))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a queue name; queue names are lowercase letters, digits and single hyphens (such as \"commands\"); GET /v1/queues lists them", quoteClip(name)),
+			client.FieldError{Pointer: "path:name", Detail: "not a queue name"}))
 		return
 	}
-	if hasBody(r) {
+	if httpserve.HasBody(r) {
 		if p := checkContentType(r); p != nil {
 			writeProblem(w, r, p)
 			return
@@ -117,7 +113,7 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ct
 	switch {
 	case err == nil:
 	case errors.Is(err, cmdqtype.ErrUnknownQueue):
-		writeProblem(w, r, newProblem(ProblemNotFound, fmt.Sprintf("no queue %s is known here; GET /v1/queues lists the queues", quoteClip(name))))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no queue %s is known here; GET /v1/queues lists the queues", quoteClip(name))))
 		return
 	default:
 		s.fail(w, r, err)

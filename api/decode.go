@@ -14,41 +14,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
 // DefaultMaxBodyBytes is the default limit on a request body (1 MiB).
 const DefaultMaxBodyBytes = 1 << 20
 
-// IssueRequest is the body of POST /v1/commands.
-type IssueRequest struct {
-	// Type is the command type, as registered with the handlers registry. Required.
-	Type string `json:"type"`
-	// Params is the command's parameters, a JSON object. Optional: absent or
-	// null means {}. It is stored compacted (insignificant whitespace
-	// removed), so re-sending the same object with different spacing is the
-	// same request.
-	Params json.RawMessage `json:"params,omitempty"`
-	// ID is the command ID, a canonical lowercase UUID. Optional: the server
-	// generates one when empty. Sending the same ID and body again returns
-	// the same command instead of issuing a second; the same ID with another
-	// type, params or correlation ID is a 409.
-	ID string `json:"id,omitempty"`
-	// CorrelationID is free text (at most 256 characters) carried with the
-	// command for tracing. Optional.
-	CorrelationID string `json:"correlationId,omitempty"`
-}
-
-// IssueResponse is the body of a successful POST /v1/commands.
-type IssueResponse struct {
-	// ID is the command ID; poll GET /v1/commands/{id}.
-	ID string `json:"id"`
-	// Status is the command's state: "pending" for a new command, the current
-	// state for a repeated request.
-	Status string `json:"status"`
-}
-
-// DecodeIssueRequest reads and validates a POST /v1/commands body of at most
+// DecodeIssueRequest reads and validates a POST /v1/commands body
+// (client.IssueRequest, the wire type the Go client sends) of at most
 // maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, keys
 // repeated in one object or differing only in case, top-level fields not
 // spelled exactly (type, params, id, correlationId), a missing
@@ -56,7 +31,7 @@ type IssueResponse struct {
 // a canonical lowercase UUID are rejected with a 400 Problem listing every
 // field problem; an oversized body gives a 413 Problem. It never panics. The
 // returned request has Params compacted ({} when absent).
-func DecodeIssueRequest(body io.Reader, maxBytes int64) (IssueRequest, *Problem) {
+func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *client.Problem) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
 	}
@@ -64,43 +39,43 @@ func DecodeIssueRequest(body io.Reader, maxBytes int64) (IssueRequest, *Problem)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return IssueRequest{}, tooLarge(mbe.Limit)
+			return client.IssueRequest{}, tooLarge(mbe.Limit)
 		}
-		return IssueRequest{}, newProblem(ProblemInvalidRequest, "reading the request body failed: "+err.Error())
+		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "reading the request body failed: "+err.Error())
 	}
 	if int64(len(data)) > maxBytes {
-		return IssueRequest{}, tooLarge(maxBytes)
+		return client.IssueRequest{}, tooLarge(maxBytes)
 	}
 	return decodeIssueBytes(data)
 }
 
-func tooLarge(limit int64) *Problem {
-	return newProblem(ProblemTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send smaller params (store large data elsewhere and pass a reference)", limit))
+func tooLarge(limit int64) *client.Problem {
+	return newProblem(client.ProblemTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send smaller params (store large data elsewhere and pass a reference)", limit))
 }
 
-func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
-	var req IssueRequest
+func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
+	var req client.IssueRequest
 	if len(bytes.TrimSpace(data)) == 0 {
-		return req, newProblem(ProblemInvalidRequest, `the request body is empty; send a JSON object such as {"type":"SendEmail","params":{}}`)
+		return req, newProblem(client.ProblemInvalidRequest, `the request body is empty; send a JSON object such as {"type":"SendEmail","params":{}}`)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return IssueRequest{}, jsonProblem(err)
+		return client.IssueRequest{}, jsonProblem(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return IssueRequest{}, newProblem(ProblemInvalidRequest, "the request body has data after the JSON object; send exactly one object")
+		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "the request body has data after the JSON object; send exactly one object")
 	}
 	if p := checkKeys(data); p != nil {
-		return IssueRequest{}, p
+		return client.IssueRequest{}, p
 	}
-	var errs []FieldError
+	var errs []client.FieldError
 	switch {
 	case req.Type == "":
-		errs = append(errs, FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
+		errs = append(errs, client.FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
 		if err := cmdqtype.ValidateType(req.Type); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
+			errs = append(errs, client.FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
 		}
 	}
 	p := bytes.TrimSpace(req.Params)
@@ -108,31 +83,31 @@ func decodeIssueBytes(data []byte) (IssueRequest, *Problem) {
 	case len(p) == 0 || string(p) == "null":
 		req.Params = json.RawMessage("{}")
 	case p[0] != '{':
-		errs = append(errs, FieldError{Pointer: "#/params", Detail: "params must be a JSON object (or absent for {})"})
+		errs = append(errs, client.FieldError{Pointer: "#/params", Detail: "params must be a JSON object (or absent for {})"})
 	case !utf8.Valid(p):
-		errs = append(errs, FieldError{Pointer: "#/params", Detail: "params contains bytes that are not UTF-8; send UTF-8 JSON"})
+		errs = append(errs, client.FieldError{Pointer: "#/params", Detail: "params contains bytes that are not UTF-8; send UTF-8 JSON"})
 	default:
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, p); err != nil { // cannot happen: Decode validated it
-			errs = append(errs, FieldError{Pointer: "#/params", Detail: "params is not valid JSON: " + err.Error()})
+			errs = append(errs, client.FieldError{Pointer: "#/params", Detail: "params is not valid JSON: " + err.Error()})
 		} else {
 			req.Params = json.RawMessage(buf.Bytes())
 		}
 	}
 	if req.ID != "" {
 		if err := cmdqtype.ValidateID(req.ID); err != nil {
-			errs = append(errs, FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
+			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
 	if len(req.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
-		errs = append(errs, FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
+		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
 	}
 	if len(errs) > 0 {
 		detail := errs[0].Detail
 		if len(errs) > 1 {
 			detail = fmt.Sprintf("%d fields are invalid; see errors", len(errs))
 		}
-		return IssueRequest{}, newProblem(ProblemInvalidRequest, detail, errs...)
+		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, detail, errs...)
 	}
 	return req, nil
 }
@@ -144,43 +119,43 @@ func typeDetail(typ string) string {
 
 // jsonProblem turns an encoding/json error into a 400 Problem naming the
 // field. It quotes at most a short prefix of the input.
-func jsonProblem(err error) *Problem {
+func jsonProblem(err error) *client.Problem {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, clipText(se.Error())))
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the body is not valid JSON (at byte %d): %s", se.Offset, clipText(se.Error())))
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
-			return newProblem(ProblemInvalidRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", te.Value))
+			return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the body must be a JSON object, not a JSON %s", te.Value))
 		}
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", clipText(field), te.Type.Kind(), clipText(te.Value)),
-			FieldError{Pointer: clipPointer("#/" + strings.ReplaceAll(field, ".", "/")), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), clipText(te.Value))})
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s must be a JSON %s, not %s", clipText(field), te.Type.Kind(), clipText(te.Value)),
+			client.FieldError{Pointer: clipPointer("#/" + strings.ReplaceAll(field, ".", "/")), Detail: fmt.Sprintf("expected a JSON %s, got %s", te.Type.Kind(), clipText(te.Value))})
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return newProblem(ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
+		return newProblem(client.ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
-			FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
+			client.FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
-	return newProblem(ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
+	return newProblem(client.ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
 }
 
 // checkContentType accepts application/json and any application/*+json;
 // anything else, a missing Content-Type included, is a 415 Problem. (A
 // browser sends a cross-site body without a preflight only as text/plain,
 // form data, or with no type at all.)
-func checkContentType(r *http.Request) *Problem {
+func checkContentType(r *http.Request) *client.Problem {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return newProblem(ProblemUnsupportedMediaType, "the request has a body but no Content-Type; send 'Content-Type: application/json'")
+		return newProblem(client.ProblemUnsupportedMediaType, "the request has a body but no Content-Type; send 'Content-Type: application/json'")
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
 		return nil
 	}
-	return newProblem(ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not JSON; send 'Content-Type: application/json'", quoteClip(ct)))
+	return newProblem(client.ProblemUnsupportedMediaType, fmt.Sprintf("Content-Type %s is not JSON; send 'Content-Type: application/json'", quoteClip(ct)))
 }
 
 // issueFields are the top-level fields of a POST /v1/commands body, as they
@@ -194,7 +169,7 @@ var issueFields = []string{"type", "params", "id", "correlationId"}
 // {"type":…,"TYPE":…} is a duplicate too, at any depth: params decode into
 // handler structs the same way), and top-level fields not spelled exactly
 // as documented ({"TYPE":…}). data is one valid JSON value.
-func checkKeys(data []byte) *Problem {
+func checkKeys(data []byte) *client.Problem {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	// seg is one step of the path to a value; the pointer is built only for
@@ -211,11 +186,11 @@ func checkKeys(data []byte) *Problem {
 		slices.Reverse(parts)
 		return clipPointer("#/" + strings.Join(parts, "/"))
 	}
-	var walk func(at *seg, top bool) *Problem
-	walk = func(at *seg, top bool) *Problem {
+	var walk func(at *seg, top bool) *client.Problem
+	walk = func(at *seg, top bool) *client.Problem {
 		tok, err := dec.Token()
 		if err != nil { // cannot happen: Decode accepted data
-			return newProblem(ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
+			return newProblem(client.ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
 		}
 		switch tok {
 		case json.Delim('{'):
@@ -223,7 +198,7 @@ func checkKeys(data []byte) *Problem {
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
-					return newProblem(ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
+					return newProblem(client.ProblemInvalidRequest, "the body is not valid JSON: "+err.Error())
 				}
 				k, _ := kt.(string)
 				here := &seg{parent: at, name: escapePointer(k)}
@@ -233,13 +208,13 @@ func checkKeys(data []byte) *Problem {
 					if prev != k {
 						what = fmt.Sprintf("the fields %s and %s differ only in case, so they name the same field", quoteClip(prev), quoteClip(k))
 					}
-					return newProblem(ProblemInvalidRequest, what+"; send each field once, spelled one way",
-						FieldError{Pointer: pointer(here), Detail: "duplicate field"})
+					return newProblem(client.ProblemInvalidRequest, what+"; send each field once, spelled one way",
+						client.FieldError{Pointer: pointer(here), Detail: "duplicate field"})
 				}
 				keys[fk] = k
 				if exact, ok := caseVariant(k); ok && top {
-					return newProblem(ProblemInvalidRequest, fmt.Sprintf("field names are case-sensitive: write %q, not %s", exact, quoteClip(k)),
-						FieldError{Pointer: pointer(here), Detail: fmt.Sprintf("write %q", exact)})
+					return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("field names are case-sensitive: write %q, not %s", exact, quoteClip(k)),
+						client.FieldError{Pointer: pointer(here), Detail: fmt.Sprintf("write %q", exact)})
 				}
 				if p := walk(here, false); p != nil {
 					return p
@@ -293,13 +268,4 @@ func escapePointer(k string) string {
 }
 
 // clipPointer keeps an error's pointer short (keys are client input).
-func clipPointer(p string) string {
-	if len(p) <= 2*maxQuoted {
-		return p
-	}
-	cut := 2 * maxQuoted
-	for cut > 0 && !isRuneStart(p[cut]) {
-		cut--
-	}
-	return p[:cut] + "…"
-}
+var clipPointer = httpserve.ClipText

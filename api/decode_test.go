@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 )
 
 func TestDecodeIssueRequest(t *testing.T) {
@@ -17,7 +18,7 @@ func TestDecodeIssueRequest(t *testing.T) {
 	if p != nil {
 		t.Fatal(p)
 	}
-	want := api.IssueRequest{Type: "SendEmail", Params: json.RawMessage(`{"to":"a"}`), ID: "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", CorrelationID: "c"}
+	want := client.IssueRequest{Type: "SendEmail", Params: json.RawMessage(`{"to":"a"}`), ID: "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", CorrelationID: "c"}
 	if !reflect.DeepEqual(req, want) {
 		t.Fatalf("got %+v, want %+v", req, want)
 	}

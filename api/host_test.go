@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -55,7 +56,7 @@ func withHost(t *testing.T, s *apitest.Server, method, path, host, body string, 
 func TestHostCheckWithoutTokens(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{AllowedHosts: []string{"cmdq.internal", "10.1.2.3"}})
-	id := decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"demo.echo"}`), http.StatusAccepted).ID
+	id := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"demo.echo"}`), http.StatusAccepted).ID
 	s.Poison(t, id, "test", "boom")
 	port := s.URL[strings.LastIndex(s.URL, ":"):]
 	const evil = "rebind.evil.example"
@@ -74,7 +75,7 @@ func TestHostCheckWithoutTokens(t *testing.T) {
 		{http.MethodGet, "/metrics", ""},
 	} {
 		r := withHost(t, s, c.method, c.path, evil+port, c.body, "Origin", "http://"+evil+port)
-		p := problem(t, r, http.StatusMisdirectedRequest, api.ProblemMisdirected)
+		p := problem(t, r, http.StatusMisdirectedRequest, client.ProblemMisdirected)
 		if !strings.Contains(p.Detail, "allowed hosts") {
 			t.Errorf("%s %s: detail %q does not say what to do", c.method, c.path, p.Detail)
 		}
@@ -90,7 +91,7 @@ func TestHostCheckWithoutTokens(t *testing.T) {
 		}
 	}
 	for _, host := range []string{"localhost.evil.example", "127.0.0.1.nip.io", "10.1.2.4", "cmdq.internal.evil.example"} {
-		problem(t, withHost(t, s, http.MethodGet, "/v1/commands/"+id, host, ""), http.StatusMisdirectedRequest, api.ProblemMisdirected)
+		problem(t, withHost(t, s, http.MethodGet, "/v1/commands/"+id, host, ""), http.StatusMisdirectedRequest, client.ProblemMisdirected)
 	}
 
 	// "*" allows any host.
@@ -100,7 +101,7 @@ func TestHostCheckWithoutTokens(t *testing.T) {
 	}
 	// With tokens, the token is the protection.
 	auth := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
-	problem(t, withHost(t, auth, http.MethodGet, "/v1/poison", evil, ""), http.StatusUnauthorized, api.ProblemUnauthorized)
+	problem(t, withHost(t, auth, http.MethodGet, "/v1/poison", evil, ""), http.StatusUnauthorized, client.ProblemUnauthorized)
 
 	for _, bad := range []string{"https://cmdq.internal", "cmdq.internal/x", "*.example", ""} {
 		cfg := api.Config{Client: s.Client, AllowedHosts: []string{bad}}

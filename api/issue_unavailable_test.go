@@ -9,14 +9,15 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
-	"github.com/cmdq-dev/cmdq/api"
+	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/azure"
-	"github.com/google/uuid"
 )
 
 // TestIssueNotQueuedAnswers503: Azure Storage (Azurite behind a fault
@@ -39,11 +40,11 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	_ = srv.Client.Stop(context.Background()) // stops the background retries
 
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
+	rm := px.Add(faultproxy.Match{Path: testenv.UnqueuedPartition}, faultproxy.Refuse, -1)
 	id := uuid.NewString()
 	body := `{"id":"` + id + `","type":"demo.echo","params":{"n":1}}`
 	r := post(t, srv.URL+"/v1/commands", body)
-	p := problem(t, r, http.StatusServiceUnavailable, api.ProblemUnavailable)
+	p := problem(t, r, http.StatusServiceUnavailable, client.ProblemUnavailable)
 	if ra := r.header.Get("Retry-After"); ra != "5" {
 		t.Fatalf("Retry-After %q, want 5", ra)
 	}
@@ -56,8 +57,8 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 
 	px.Remove(rq)
 	px.Remove(rm)
-	again := decode[api.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
-	if again.ID != id || again.Status != string(cmdqtype.StatePending) || srv.QueueCount(t, "") != 1 {
+	again := decode[client.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
+	if again.ID != id || again.Status != cmdqtype.StatePending || srv.QueueCount(t, "") != 1 {
 		t.Fatalf("retry: %+v, queue holds %d (want the command queued once)", again, srv.QueueCount(t, ""))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -59,19 +60,19 @@ func TestFailedAuthLimited(t *testing.T) {
 
 	// Without a token nothing is counted (that is not a guess).
 	for range 10 {
-		problem(t, get(""), http.StatusUnauthorized, api.ProblemUnauthorized)
+		problem(t, get(""), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	for range 3 {
-		problem(t, get(bad), http.StatusUnauthorized, api.ProblemUnauthorized)
+		problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	if l := logs.lines("failed authentication"); len(l) != 1 || !strings.Contains(l[0], `"level":"warn"`) || strings.Contains(l[0], bad) {
 		t.Fatalf("after 3 failures, warn lines %q; want one, without the token", l)
 	}
 	// The fourth failure is over the burst: refused for 1 s, then 2 s, 4 s.
-	problem(t, get(bad), http.StatusUnauthorized, api.ProblemUnauthorized)
+	problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	for i, wait := range []int{1, 2, 4} {
 		r := get(apitest.OperatorToken)
-		problem(t, r, http.StatusTooManyRequests, api.ProblemTooManyRequests)
+		problem(t, r, http.StatusTooManyRequests, client.ProblemTooManyRequests)
 		if ra := r.header.Get("Retry-After"); ra != strconv.Itoa(wait) {
 			t.Fatalf("refusal %d: Retry-After %q, want %d", i+1, ra, wait)
 		}
@@ -79,7 +80,7 @@ func TestFailedAuthLimited(t *testing.T) {
 		if r := get(apitest.OperatorToken); r.code != http.StatusOK {
 			t.Fatalf("after the %d s refusal a valid token got %d %s", wait, r.code, r.body)
 		}
-		problem(t, get(bad), http.StatusUnauthorized, api.ProblemUnauthorized)
+		problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	// The dashboard counts and refuses the same address too.
 	form := url.Values{"token": {bad}}
@@ -99,7 +100,7 @@ func TestFailedAuthLimited(t *testing.T) {
 		t.Fatalf("within a minute: %d warn lines, want 1:\n%s", len(l), strings.Join(l, "\n"))
 	}
 	advance(10 * time.Minute)
-	problem(t, get(bad), http.StatusUnauthorized, api.ProblemUnauthorized)
+	problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	l := logs.lines("failed authentication")
 	if len(l) != 2 || !strings.Contains(l[1], `"failures":`) {
 		t.Fatalf("after a minute: warn lines %q, want a second one with the count", l)
@@ -107,7 +108,7 @@ func TestFailedAuthLimited(t *testing.T) {
 	// Failures are forgotten with time: after a quiet hour, a burst again.
 	advance(time.Hour)
 	for range 3 {
-		problem(t, get(bad), http.StatusUnauthorized, api.ProblemUnauthorized)
+		problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	if r := get(apitest.OperatorToken); r.code != http.StatusOK {
 		t.Fatalf("after a quiet hour and 3 failures: %d", r.code)

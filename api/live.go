@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -12,7 +10,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
 // Long-polls and event streams: GET /v1/commands/{id}?wait=… answers when
@@ -35,19 +35,18 @@ const (
 	// DefaultStreamHeartbeat is Config.StreamHeartbeat's default (15 s).
 	DefaultStreamHeartbeat = 15 * time.Second
 	// DefaultMaxStream is Config.MaxStream's default (30 min).
-	DefaultMaxStream = 30 * time.Minute
+	DefaultMaxStream = httpserve.DefaultMaxStream
 	// StreamRetryMillis is the reconnection delay an event stream suggests
 	// to its client (the "retry:" field), in milliseconds (2000).
 	StreamRetryMillis = 2000
 )
 
 // eventStream is the media type of an event stream.
-const eventStream = "text/event-stream"
+const eventStream = httpserve.EventStream
 
 // longLived reports whether r is a long-poll or an event stream, which
 // the middleware exempts from the request deadline: a GET of a command's
-// status asking to wait, a GET of its events or of its operator page's
-// change feed accepting an event stream.
+// status asking to wait, a GET of its events accepting an event stream.
 func longLived(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -62,8 +61,6 @@ func longLived(r *http.Request) bool {
 		case "events":
 			return acceptsStream(r)
 		}
-	case strings.HasPrefix(p, "/ui/commands/") && strings.HasSuffix(p, "/live"):
-		return true
 	}
 	return false
 }
@@ -81,20 +78,20 @@ func acceptsStream(r *http.Request) bool {
 // storageCtx bounds the storage calls of a long-lived request as any
 // request's: RequestTimeout (the call budget is already in r's context).
 func (s *server) storageCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	return s.set.StorageCtx(r)
 }
 
 // waitParam reads how long GET /v1/commands/{id} may wait: ?wait= (a
 // duration such as 30s or 1m, or whole seconds), else the Prefer header's
 // wait preference (RFC 7240, seconds; over MaxWait it is cut to MaxWait,
 // and Preference-Applied says what was applied). 0: answer at once.
-func (s *server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, *Problem) {
+func (s *server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, *client.Problem) {
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := parseWait(v)
 		max := s.cfg.MaxWait
 		if err != nil || d < 0 || d > max {
 			detail := fmt.Sprintf("wait must be a duration from 0s to %s, such as 30s, or whole seconds", max)
-			return 0, newProblem(ProblemInvalidRequest, detail, FieldError{Pointer: "query:wait", Detail: detail})
+			return 0, newProblem(client.ProblemInvalidRequest, detail, client.FieldError{Pointer: "query:wait", Detail: detail})
 		}
 		return d, nil
 	}
@@ -188,7 +185,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, r, st, cmdq.ETag(st))
 		return
 	}
-	extendDeadlines(w, wait+s.cfg.RequestTimeout)
+	extendDeadlines(w, wait+s.set.RequestTimeout)
 	watch := s.cfg.Client.Watch(id)
 	defer watch.Close()
 	st, tag, changed, err := watch.Current(sctx)
@@ -228,14 +225,6 @@ func extendDeadlines(w http.ResponseWriter, d time.Duration) {
 	_ = rc.SetWriteDeadline(time.Now().Add(d))
 }
 
-// EventsResponse is the body of GET /v1/commands/{id}/events.
-type EventsResponse struct {
-	// ID is the command ID.
-	ID string `json:"id"`
-	// Events are the command's lifecycle events, oldest first.
-	Events []cmdqtype.Event `json:"events"`
-}
-
 // events answers GET /v1/commands/{id}/events: the events as JSON, or,
 // for Accept: text/event-stream, as a stream.
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +247,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []cmdqtype.Event{}
 	}
-	writeJSON(w, http.StatusOK, EventsResponse{ID: id, Events: evs})
+	writeJSON(w, http.StatusOK, client.EventsResponse{ID: id, Events: evs})
 }
 
 // stream streams a command's events (each an SSE message whose id is the
@@ -275,8 +264,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	if v := strings.TrimSpace(r.Header.Get("Last-Event-ID")); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeProblem(w, r, newProblem(ProblemInvalidRequest, "Last-Event-ID must be the seq of the last event received (a whole number), as the stream's ids are",
-				FieldError{Pointer: "header:Last-Event-ID", Detail: "not a whole number"}))
+			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, "Last-Event-ID must be the seq of the last event received (a whole number), as the stream's ids are",
+				client.FieldError{Pointer: "header:Last-Event-ID", Detail: "not a whole number"}))
 			return
 		}
 		after = n
@@ -307,31 +296,30 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), grace: s.cfg.StreamHeartbeat + s.cfg.RequestTimeout}
-	_ = sw.rc.SetReadDeadline(time.Time{}) // the request is read; its client may stay long
-	sw.printf("retry: %d\n\n", StreamRetryMillis)
+	sw := httpserve.NewSSEWriter(w, s.cfg.StreamHeartbeat+s.set.RequestTimeout) // the request is read; its client may stay long
+	sw.Printf("retry: %d\n\n", StreamRetryMillis)
 	sent := after
 	send := func(evs []cmdqtype.Event, st cmdqtype.Status) bool {
 		for _, e := range evs {
-			sw.message(strconv.FormatInt(e.Seq, 10), "", e)
+			sw.Message(strconv.FormatInt(e.Seq, 10), "", e)
 			sent = max(sent, e.Seq)
 		}
-		sw.message("", "status", st)
-		return sw.flush()
+		sw.Message("", "status", st)
+		return sw.Flush()
 	}
 	if !send(evs, st) || st.State.Final() {
 		return
 	}
 	heartbeat := time.NewTicker(s.cfg.StreamHeartbeat)
 	defer heartbeat.Stop()
-	end := time.NewTimer(s.cfg.MaxStream)
+	end := time.NewTimer(s.set.MaxStream)
 	defer end.Stop()
 	for {
 		select {
 		case <-changed:
 		case <-heartbeat.C:
-			sw.printf(": keep-alive\n\n")
-			if !sw.flush() {
+			sw.Printf(": keep-alive\n\n")
+			if !sw.Flush() {
 				return
 			}
 			continue
@@ -361,46 +349,4 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
-}
-
-// sseWriter writes server-sent events, extending the connection's write
-// deadline before each write.
-type sseWriter struct {
-	w     io.Writer
-	rc    *http.ResponseController
-	grace time.Duration
-	err   error
-}
-
-func (sw *sseWriter) printf(format string, a ...any) {
-	if sw.err != nil {
-		return
-	}
-	_ = sw.rc.SetWriteDeadline(time.Now().Add(sw.grace))
-	_, sw.err = fmt.Fprintf(sw.w, format, a...)
-}
-
-// message writes one SSE message: an optional id and event name, and v as
-// one line of JSON data.
-func (sw *sseWriter) message(id, event string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		sw.err = err
-		return
-	}
-	if id != "" {
-		sw.printf("id: %s\n", id)
-	}
-	if event != "" {
-		sw.printf("event: %s\n", event)
-	}
-	sw.printf("data: %s\n\n", b)
-}
-
-// flush sends what was written; false once the client is gone.
-func (sw *sseWriter) flush() bool {
-	if sw.err == nil {
-		sw.err = sw.rc.Flush()
-	}
-	return sw.err == nil
 }

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -18,38 +17,30 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
-// other is "another process" writing to the server's store: a record
-// store of its own, whose changes nothing pushes to the server's client.
-func other(t *testing.T) (*record.Reader, apitest.Options) {
+// other is "another process" writing to the server's store: a log of its
+// own, whose changes nothing pushes to the server's client.
+func other(t *testing.T) (*testenv.Log, apitest.Options) {
 	t.Helper()
 	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	log, err := record.OpenReader(context.Background(), st, record.Names{Prefix: "cmdq"}, record.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return log, apitest.Options{Store: st}
+	return testenv.OpenLog(t, st, cmdq.DefaultPrefix), apitest.Options{Store: st}
 }
 
-// appendEvent records ev on command id through log (one point read, one batch).
-func appendEvent(t *testing.T, log *record.Reader, id string, ev cmdqtype.Event) {
+// appendEvent records ev on command id through log (one point read, one
+// batch). Call it from the test's goroutine.
+func appendEvent(t *testing.T, log *testenv.Log, id string, ev cmdqtype.Event) {
 	t.Helper()
-	rec, err := log.Load(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Append(context.Background(), rec, ev); err != nil {
-		t.Fatal(err)
-	}
+	log.Append(t, id, ev)
 }
 
 // getStatus is one GET of a command's status with extra headers and query.
@@ -290,13 +281,13 @@ func TestLongPoll(t *testing.T) {
 	}
 	// Bad waits.
 	for _, w := range []string{"9s", "-1s", "soon", "1h"} {
-		p := problem(t, request(t, http.MethodGet, url+"?wait="+w, "", ""), http.StatusBadRequest, api.ProblemInvalidRequest)
+		p := problem(t, request(t, http.MethodGet, url+"?wait="+w, "", ""), http.StatusBadRequest, client.ProblemInvalidRequest)
 		if len(p.Errors) != 1 || p.Errors[0].Pointer != "query:wait" || !strings.Contains(p.Detail, "8s") {
 			t.Errorf("wait=%s: %+v", w, p)
 		}
 	}
 	// Unknown command.
-	problem(t, request(t, http.MethodGet, srv.URL+"/v1/commands/"+cmdq.NewID()+"?wait=1s", "", ""), http.StatusNotFound, api.ProblemNotFound)
+	problem(t, request(t, http.MethodGet, srv.URL+"/v1/commands/"+cmdq.NewID()+"?wait=1s", "", ""), http.StatusNotFound, client.ProblemNotFound)
 }
 
 // TestStreamsShareReads: 100 event streams of 10 commands that another
@@ -330,15 +321,15 @@ func TestStreamsShareReads(t *testing.T) {
 		go func() {
 			isOpen := sync.OnceFunc(opened.Done)
 			defer isOpen() // also when the stream fails before its status
-			r, ms := sseStream(t, ctx, srv.URL+"/v1/commands/"+id+"/events", "")
+			r, ms := apitest.SSE(t, ctx, srv.URL+"/v1/commands/"+id+"/events", "")
 			var kinds []cmdqtype.EventKind
 			for m := range ms {
-				if m.event == "status" {
+				if m.Event == "status" {
 					isOpen()
 				}
-				if m.id != "" {
+				if m.ID != "" {
 					var e cmdqtype.Event
-					if err := json.Unmarshal([]byte(m.data), &e); err != nil {
+					if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 						results <- result{err: err}
 						return
 					}
@@ -382,80 +373,6 @@ func TestStreamsShareReads(t *testing.T) {
 	}
 }
 
-// sseMessage is one message of an event stream.
-type sseMessage struct {
-	id, event, data string
-	comment         bool
-}
-
-// sseStream reads an event stream's messages into a channel (closed at
-// its end). A failed request is reported with t.Errorf and gives an empty
-// response and a closed channel.
-func sseStream(t *testing.T, ctx context.Context, url, lastID string, headers ...string) (*http.Response, <-chan sseMessage) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	out := make(chan sseMessage, 100)
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		// Errorf, not Fatal: streams are read from other goroutines too.
-		t.Errorf("GET %s: %v", url, err)
-		close(out)
-		return &http.Response{}, out
-	}
-	go func() {
-		defer close(out)
-		defer r.Body.Close()
-		br := bufio.NewReader(r.Body)
-		var m sseMessage
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "":
-				if m != (sseMessage{}) {
-					out <- m
-				}
-				m = sseMessage{}
-			case strings.HasPrefix(line, ":"):
-				m.comment = true
-			case strings.HasPrefix(line, "id: "):
-				m.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				m.event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				m.data = line[6:]
-			}
-		}
-	}()
-	return r, out
-}
-
-// next returns the stream's next message that is not a comment or the
-// retry hint, failing when it ends first.
-func next(t *testing.T, ms <-chan sseMessage) sseMessage {
-	t.Helper()
-	for m := range ms {
-		if !m.comment && (m.data != "" || m.event != "") {
-			return m
-		}
-	}
-	t.Fatal("the stream ended")
-	return sseMessage{}
-}
-
 // TestEventStream: GET /v1/commands/{id}/events as text/event-stream sends
 // the events as they happen (pushed by the server's own processor), each
 // with its seq as id, then the status, until the command is final;
@@ -495,24 +412,24 @@ func TestEventStream(t *testing.T) {
 	url := srv.URL + "/v1/commands/" + id + "/events"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, ms := sseStream(t, ctx, url, "")
+	r, ms := apitest.SSE(t, ctx, url, "")
 	if r.StatusCode != http.StatusOK || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("stream: %d %q %q", r.StatusCode, r.Header.Get("Content-Type"), r.Header.Get("Cache-Control"))
 	}
 	event := func(want cmdqtype.EventKind) cmdqtype.Event {
 		t.Helper()
-		m := next(t, ms)
+		m := apitest.NextSSE(t, ms)
 		var e cmdqtype.Event
-		if m.event != "" || json.Unmarshal([]byte(m.data), &e) != nil || e.Kind != want || m.id != fmt.Sprint(e.Seq) {
+		if m.Event != "" || json.Unmarshal([]byte(m.Data), &e) != nil || e.Kind != want || m.ID != fmt.Sprint(e.Seq) {
 			t.Fatalf("want a %s event, got %+v", want, m)
 		}
 		return e
 	}
 	state := func(want cmdqtype.State) {
 		t.Helper()
-		m := next(t, ms)
+		m := apitest.NextSSE(t, ms)
 		var st cmdqtype.Status
-		if m.event != "status" || json.Unmarshal([]byte(m.data), &st) != nil || st.State != want {
+		if m.Event != "status" || json.Unmarshal([]byte(m.Data), &st) != nil || st.State != want {
 			t.Fatalf("want status %s, got %+v", want, m)
 		}
 	}
@@ -523,13 +440,13 @@ func TestEventStream(t *testing.T) {
 	beats := 0
 	since := time.Now()
 	for m := range ms {
-		if m.comment {
+		if m.Comment {
 			beats++
 		}
 		if beats >= 3 && time.Since(since) > 2*time.Second {
 			break
 		}
-		if !m.comment && m.event != "" {
+		if !m.Comment && m.Event != "" {
 			t.Fatalf("unexpected message while idle: %+v", m)
 		}
 	}
@@ -538,29 +455,29 @@ func TestEventStream(t *testing.T) {
 	step := event(cmdqtype.EventStepCompleted)
 	state(cmdqtype.StateRunning)
 	// Resume from the step in a second stream: only what follows.
-	r2, ms2 := sseStream(t, ctx, url, fmt.Sprint(step.Seq))
+	r2, ms2 := apitest.SSE(t, ctx, url, fmt.Sprint(step.Seq))
 	if r2.StatusCode != http.StatusOK {
 		t.Fatalf("resumed stream: %d", r2.StatusCode)
 	}
-	if m := next(t, ms2); m.event != "status" {
+	if m := apitest.NextSSE(t, ms2); m.Event != "status" {
 		t.Fatalf("resumed stream starts with %+v, want the status (no event after seq %d yet)", m, step.Seq)
 	}
 	steps <- struct{}{}
 	// The second step and the completion may reach a stream as one change
 	// or two: each ends with the status.
-	rest := func(ms <-chan sseMessage) (kinds []cmdqtype.EventKind, last cmdqtype.Event, states []cmdqtype.State) {
+	rest := func(ms <-chan apitest.SSEMessage) (kinds []cmdqtype.EventKind, last cmdqtype.Event, states []cmdqtype.State) {
 		t.Helper()
 		for m := range ms {
 			switch {
-			case m.comment:
-			case m.event == "status":
+			case m.Comment:
+			case m.Event == "status":
 				var st cmdqtype.Status
-				if err := json.Unmarshal([]byte(m.data), &st); err != nil {
-					t.Fatalf("status %q: %v", m.data, err)
+				if err := json.Unmarshal([]byte(m.Data), &st); err != nil {
+					t.Fatalf("status %q: %v", m.Data, err)
 				}
 				states = append(states, st.State)
 			default:
-				if err := json.Unmarshal([]byte(m.data), &last); err != nil || m.id != fmt.Sprint(last.Seq) {
+				if err := json.Unmarshal([]byte(m.Data), &last); err != nil || m.ID != fmt.Sprint(last.Seq) {
 					t.Fatalf("event %+v: %v", m, err)
 				}
 				kinds = append(kinds, last.Kind)
@@ -568,7 +485,7 @@ func TestEventStream(t *testing.T) {
 		}
 		return kinds, last, states
 	}
-	for i, s := range []<-chan sseMessage{ms, ms2} {
+	for i, s := range []<-chan apitest.SSEMessage{ms, ms2} {
 		kinds, last, states := rest(s)
 		if fmt.Sprint(kinds) != "[step_completed completed]" || len(states) == 0 || states[len(states)-1] != cmdqtype.StateCompleted ||
 			len(states) > 2 || len(states) == 2 && states[0] != cmdqtype.StateRunning {
@@ -577,15 +494,15 @@ func TestEventStream(t *testing.T) {
 		done = last
 	}
 	// Everything was sent: a reconnect is told to stop.
-	if r3, _ := sseStream(t, ctx, url, fmt.Sprint(done.Seq)); r3.StatusCode != http.StatusNoContent {
+	if r3, _ := apitest.SSE(t, ctx, url, fmt.Sprint(done.Seq)); r3.StatusCode != http.StatusNoContent {
 		t.Fatalf("reconnect after the end: %d, want 204", r3.StatusCode)
 	}
 	// A final command's stream from the start: all events, the status, the end.
-	_, ms4 := sseStream(t, ctx, url, "")
+	_, ms4 := apitest.SSE(t, ctx, url, "")
 	var kinds []string
 	for m := range ms4 {
-		if !m.comment && m.data != "" {
-			kinds = append(kinds, cmp.Or(m.event, "event"))
+		if !m.Comment && m.Data != "" {
+			kinds = append(kinds, cmp.Or(m.Event, "event"))
 		}
 	}
 	if got := strings.Join(kinds, ","); got != "event,event,event,event,event,status" {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/metrics"
@@ -21,9 +21,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	for range 2 {
-		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
+		decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
 	}
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"Other"}`), http.StatusAccepted)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"Other"}`), http.StatusAccepted)
 
 	r := send(t, http.MethodGet, s.URL+"/metrics", "", "", "")
 	if r.code != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
@@ -47,7 +47,7 @@ func TestQueueDepthSampled(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	for range 3 {
-		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
+		decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
 	}
 	q, err := s.Client.StorageQueue(context.Background(), cmdqtype.DefaultQueue)
 	if err != nil {
@@ -85,9 +85,9 @@ func TestTypeLabelsBounded(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	s.Metrics.LabelTypes("SendEmail")
 	for i := range 200 {
-		decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"junk%d"}`, i)), http.StatusAccepted)
+		decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", fmt.Sprintf(`{"type":"junk%d"}`, i)), http.StatusAccepted)
 	}
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail"}`), http.StatusAccepted)
 	body := string(send(t, http.MethodGet, s.URL+"/metrics", "", "", "").body)
 	if n := seriesOf(body, "cmdq_commands_issued_total"); n != 2 {
 		t.Fatalf("cmdq_commands_issued_total has %d series, want 2 (SendEmail, other):\n%s", n, body)

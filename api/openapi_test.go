@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/openapitest"
-	"github.com/google/uuid"
 )
 
 // notExercised are the documented responses this test cannot provoke
@@ -121,15 +123,9 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired+"/events", "", "", bearer(apitest.ReaderToken)...)
 
 	// Poison: a poisoned command with a step, an error and a stack.
-	rec, err := srv.Log.Store.Load(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Log.Store.Append(t.Context(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
 		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"}); err != nil {
-		t.Fatal(err)
-	}
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"})
 	srv.Poison(t, id, "attempts exhausted", "boom")
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
@@ -167,7 +163,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	// an ended one (the discarded command above), unknown, expired, a bad
 	// ID, a body that is not JSON.
 	pending := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
-	var issued api.IssueResponse
+	var issued client.IssueResponse
 	if err := json.Unmarshal(pending.body, &issued); err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,17 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
-	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // TestExpiredIs410: a command removed after its retention answers 410 Gone
@@ -20,7 +19,6 @@ import (
 func TestExpiredIs410(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	ctx := context.Background()
 	// A command issued and completed 20 days ago, then swept (the clock of
 	// the writer is injected: no sleeping).
 	issued := time.Now().Add(-20 * 24 * time.Hour)
@@ -28,19 +26,18 @@ func TestExpiredIs410(t *testing.T) {
 	if got := send(t, http.MethodGet, s.URL+"/v1/commands/"+id, "", "", ""); got.code != http.StatusOK {
 		t.Fatalf("before the sweep: %d %s", got.code, got.body)
 	}
-	rep, err := s.Log.Store.Sweep(ctx, record.SweepOptions{})
-	if err != nil || len(rep.Dropped) != 1 {
-		t.Fatalf("sweep: %+v %v", rep, err)
+	if n := s.Log.Sweep(t); n != 1 {
+		t.Fatalf("the sweep dropped %d day tables, want 1", n)
 	}
 	for _, path := range []string{"/v1/commands/%s", "/v1/commands/%s/events"} {
-		p := problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, id), "", "", ""), http.StatusGone, api.ProblemGone)
+		p := problem(t, send(t, http.MethodGet, s.URL+fmt.Sprintf(path, id), "", "", ""), http.StatusGone, client.ProblemGone)
 		day := issued.UTC().Format(time.DateOnly)
 		if !strings.Contains(p.Detail, day) || !strings.Contains(p.Detail, "retention") || !strings.Contains(p.Detail, "7 days") || strings.Contains(p.Detail, "status:") {
 			t.Fatalf("410 detail %q: want the issue day %s and the retention, without internal error texts", p.Detail, day)
 		}
 	}
 	// A UUIDv4 nobody issued: 404, whose detail mentions retention too.
-	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), http.StatusNotFound, api.ProblemNotFound)
+	p := problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+uuid.NewString(), "", "", ""), http.StatusNotFound, client.ProblemNotFound)
 	if !strings.Contains(p.Detail, "retention") {
 		t.Fatalf("404 detail %q does not mention retention", p.Detail)
 	}
@@ -52,8 +49,8 @@ func TestExpiredIs410(t *testing.T) {
 func TestIssueWindowThroughAPI(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	stale := record.NewDayID(time.Now().Add(-4 * 24 * time.Hour))
-	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"A","id":"`+stale+`"}`), http.StatusBadRequest, api.ProblemInvalidRequest)
+	stale := testenv.DayID(time.Now().Add(-4 * 24 * time.Hour))
+	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"A","id":"`+stale+`"}`), http.StatusBadRequest, client.ProblemInvalidRequest)
 	if !strings.Contains(p.Detail, "leave the id out") || !strings.Contains(p.Detail, "2 days before today") || len(p.Errors) != 1 || p.Errors[0].Pointer != "#/id" {
 		t.Fatalf("400 detail %q: want the window and what to do", p.Detail)
 	}
@@ -62,7 +59,7 @@ func TestIssueWindowThroughAPI(t *testing.T) {
 	}
 	// Two days old (the window's edge), and UUIDv4: accepted, and
 	// recognised when sent again.
-	for _, id := range []string{record.NewDayID(time.Now().Add(-2 * 24 * time.Hour)), uuid.NewString()} {
+	for _, id := range []string{testenv.DayID(time.Now().Add(-2 * 24 * time.Hour)), uuid.NewString()} {
 		body := `{"type":"A","params":{"n":1},"id":"` + id + `"}`
 		if got := post(t, s.URL+"/v1/commands", body); got.code != http.StatusAccepted {
 			t.Fatalf("issue %s: %d %s", id, got.code, got.body)
@@ -78,8 +75,8 @@ func TestIssueWindowThroughAPI(t *testing.T) {
 func expiredCommand(t *testing.T, s *apitest.Server) string {
 	t.Helper()
 	id := testenv.CompletedAt(t, s.Store, s.Client.Prefix(), time.Now().Add(-20*24*time.Hour), "demo.Old")
-	if rep, err := s.Log.Store.Sweep(context.Background(), record.SweepOptions{}); err != nil || len(rep.Dropped) == 0 {
-		t.Fatalf("sweep: %+v %v", rep, err)
+	if n := s.Log.Sweep(t); n == 0 {
+		t.Fatal("the sweep dropped no day table")
 	}
 	return id
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -27,17 +27,17 @@ func TestStrictDecoding(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			p := problem(t, post(t, s.URL+"/v1/commands", c.body), http.StatusBadRequest, api.ProblemInvalidRequest)
+			p := problem(t, post(t, s.URL+"/v1/commands", c.body), http.StatusBadRequest, client.ProblemInvalidRequest)
 			if !strings.Contains(p.Detail, c.want) || len(p.Errors) != 1 || p.Errors[0].Pointer != c.pointer {
 				t.Fatalf("problem %+v, want detail with %q and pointer %s", p, c.want, c.pointer)
 			}
 		})
 	}
 	// Same keys in different objects are fine.
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A","params":{"a":{"x":1},"b":{"x":1},"type":1}}`), http.StatusAccepted)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A","params":{"a":{"x":1},"b":{"x":1},"type":1}}`), http.StatusAccepted)
 
 	for _, q := range []string{"limit=5&limit=2000", "limit=5;x=1", "type=A&type=B", "limit=5&%zz=1"} {
-		p := problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), http.StatusBadRequest, api.ProblemInvalidRequest)
+		p := problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), http.StatusBadRequest, client.ProblemInvalidRequest)
 		if len(p.Errors) == 0 {
 			t.Errorf("?%s: %+v names no parameter", q, p)
 		}
@@ -47,15 +47,15 @@ func TestStrictDecoding(t *testing.T) {
 	}
 	decode[map[string]any](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=5&type=A", "", "", ""), http.StatusOK)
 	// Other /v1 routes too.
-	problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+apitestID+"?a=1&a=2", "", "", ""), http.StatusBadRequest, api.ProblemInvalidRequest)
+	problem(t, send(t, http.MethodGet, s.URL+"/v1/commands/"+apitestID+"?a=1&a=2", "", "", ""), http.StatusBadRequest, client.ProblemInvalidRequest)
 
 	// A different correlationId under an existing id is a conflict, not the
 	// old command.
 	const id = "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10"
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"A","correlationId":"order-1"}`), http.StatusAccepted)
-	decode[api.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"A","correlationId":"order-1"}`), http.StatusOK)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"A","correlationId":"order-1"}`), http.StatusAccepted)
+	decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"id":"`+id+`","type":"A","correlationId":"order-1"}`), http.StatusOK)
 	for _, body := range []string{`{"id":"` + id + `","type":"A","correlationId":"order-2"}`, `{"id":"` + id + `","type":"A"}`} {
-		p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusConflict, api.ProblemConflict)
+		p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusConflict, client.ProblemConflict)
 		if !strings.Contains(p.Detail, "correlationId") {
 			t.Errorf("409 detail %q does not name correlationId", p.Detail)
 		}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -42,11 +43,11 @@ func TestOnAzurite(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	s := apitest.Start(t, apitest.Options{Store: st, Prefix: uniquePrefix(), Tokens: apitest.Tokens()})
 	c := newClient(t, s.URL, client.WithToken(apitest.AllToken))
-	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", Params: map[string]string{"to": "a@example.com"}})
+	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", Params: json.RawMessage(`{"to":"a@example.com"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", ID: res.ID, Params: map[string]string{"to": "a@example.com"}})
+	again, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", ID: res.ID, Params: json.RawMessage(`{"to":"a@example.com"}`)})
 	if err != nil || !again.Existing || again.ID != res.ID {
 		t.Fatalf("repeat %+v %v", again, err)
 	}

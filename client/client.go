@@ -1,11 +1,18 @@
 // Package client is a Go client for cmdq's HTTP API (package api): issue
 // commands, read their status and events, wait for them to finish, cancel
 // them, inspect, requeue or discard poisoned commands, and list, pause and
-// resume queues.
+// resume queues. A Remote (New) talks to
+// one server; the wire types (IssueRequest, IssueResponse, Problem, …) are
+// defined here once and the server uses the same ones.
 //
-// Every method returns a *Error for an HTTP error response; test it with
-// errors.Is against ErrNotFound, ErrConflict, ErrUnauthorized, ErrForbidden
-// and ErrInvalid, or errors.As to read the problem's detail.
+// Every method returns an *Error for an HTTP error response; test it with
+// errors.Is against cmdqtype.ErrNotFound (the same value as
+// cmdq.ErrNotFound: 404 and 410), ErrGone, ErrConflict, ErrUnauthorized,
+// ErrForbidden, ErrInvalid and ErrUnavailable, or errors.As to read the
+// problem's detail.
+//
+// The package imports nothing of cmdq but the plain types of cmdqtype, so
+// a program that only talks to a server does not link the engine.
 package client
 
 import (
@@ -27,13 +34,13 @@ import (
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
-// Sentinel errors a *Error matches with errors.Is, by HTTP status.
+// Sentinel errors an *Error matches with errors.Is, by HTTP status. A 404
+// or 410 matches cmdqtype.ErrNotFound (cmdq.ErrNotFound), the error the
+// cmdq.Client returns for a missing command.
 var (
-	// ErrNotFound: 404 — no such command or poison entry; also matches a
-	// 410 (ErrGone).
-	ErrNotFound = errors.New("cmdq client: not found")
 	// ErrGone: 410 — the command was removed after its retention
-	// (Error.Detail names it).
+	// (Error.Detail names it). It also matches cmdqtype.ErrNotFound and
+	// cmdqtype.ErrExpired, as the cmdq.Client's error for it does.
 	ErrGone = errors.New("cmdq client: gone (removed after its retention)")
 	// ErrConflict: 409 — the ID is used with different params, or the command
 	// is not in a state the operation accepts (e.g. requeue of a command that
@@ -53,38 +60,23 @@ var (
 	ErrUnavailable = errors.New("cmdq client: server unavailable")
 )
 
-// FieldError is one field problem of a 400 response.
-type FieldError struct {
-	// Pointer names the field: a JSON Pointer such as "#/type", or
-	// "query:limit" for a query parameter.
-	Pointer string `json:"pointer"`
-	// Detail says what is wrong with it.
-	Detail string `json:"detail"`
-}
-
 // Error is an HTTP error response: the RFC 9457 problem the server sent, or
 // a synthesized one when the body was not a problem.
 type Error struct {
-	// StatusCode is the HTTP status code.
-	StatusCode int `json:"status"`
-	// Type is the problem type URI (api.Problem* constants).
-	Type string `json:"type"`
-	// Title is the problem's short summary.
-	Title string `json:"title"`
-	// Detail explains the problem and what to change.
-	Detail string `json:"detail"`
-	// Errors lists field problems, when the server named fields.
-	Errors []FieldError `json:"errors"`
+	// Problem is the problem the server sent: Status is the HTTP status
+	// code, Type the problem type URI (the Problem* constants), Detail what
+	// to change, Errors the field problems when the server named fields.
+	Problem
 	// RetryAfter is the server's Retry-After (on 429 and 503), 0 when it
 	// sent none.
-	RetryAfter time.Duration `json:"-"`
+	RetryAfter time.Duration
 	// Method and URL identify the request.
-	Method, URL string `json:"-"`
+	Method, URL string
 }
 
 // Error reads "METHOD URL: status title: detail; pointer: detail…".
 func (e *Error) Error() string {
-	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.StatusCode, e.Title)
+	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.Status, e.Title)
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}
@@ -97,47 +89,49 @@ func (e *Error) Error() string {
 // Is matches the sentinel for e's status code.
 func (e *Error) Is(target error) bool {
 	switch target {
-	case ErrNotFound:
-		return e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusGone
-	case ErrGone:
-		return e.StatusCode == http.StatusGone
+	case cmdqtype.ErrNotFound:
+		return e.Status == http.StatusNotFound || e.Status == http.StatusGone
+	case ErrGone, cmdqtype.ErrExpired:
+		return e.Status == http.StatusGone
 	case ErrConflict:
-		return e.StatusCode == http.StatusConflict
+		return e.Status == http.StatusConflict
 	case ErrUnauthorized:
-		return e.StatusCode == http.StatusUnauthorized
+		return e.Status == http.StatusUnauthorized
 	case ErrForbidden:
-		return e.StatusCode == http.StatusForbidden
+		return e.Status == http.StatusForbidden
 	case ErrInvalid:
-		return e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusRequestEntityTooLarge || e.StatusCode == http.StatusUnsupportedMediaType
+		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge || e.Status == http.StatusUnsupportedMediaType
 	case ErrUnavailable:
-		return e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusInternalServerError || e.StatusCode == http.StatusBadGateway ||
-			e.StatusCode == http.StatusServiceUnavailable || e.StatusCode == http.StatusGatewayTimeout
+		return e.Status == http.StatusTooManyRequests || e.Status == http.StatusInternalServerError || e.Status == http.StatusBadGateway ||
+			e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout
 	}
 	return false
 }
 
-// Client talks to one cmdq API server. It is safe for concurrent use.
-type Client struct {
+// Remote talks to one cmdq API server (not to be confused with
+// cmdq.Client, which works on the store itself). It is safe for concurrent
+// use.
+type Remote struct {
 	base  *url.URL
 	token string
 	hc    *http.Client
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// Option configures a Remote.
+type Option func(*Remote)
 
 // WithToken sends "Authorization: Bearer token" with every request.
 // Default: no Authorization header.
-func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+func WithToken(token string) Option { return func(c *Remote) { c.token = token } }
 
 // WithHTTPClient uses hc for requests. Default: an http.Client with a 30 s
 // timeout.
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+func WithHTTPClient(hc *http.Client) Option { return func(c *Remote) { c.hc = hc } }
 
-// New returns a client for the API at baseURL, such as
+// New returns a Remote for the API at baseURL, such as
 // "http://127.0.0.1:8080" or "https://cmdq.example.com/cmdq" (the routes are
 // resolved below it).
-func New(baseURL string, opts ...Option) (*Client, error) {
+func New(baseURL string, opts ...Option) (*Remote, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("cmdq client: base URL %q: %w", baseURL, err)
@@ -150,7 +144,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
-	c := &Client{base: u, hc: &http.Client{Timeout: 30 * time.Second}}
+	c := &Remote{base: u, hc: &http.Client{Timeout: 30 * time.Second}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -160,54 +154,24 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// IssueRequest is a command to issue.
-type IssueRequest struct {
-	// Type is the command type. Required.
-	Type string `json:"type"`
-	// Params is the command's parameters: a json.RawMessage or []byte is sent
-	// as is, anything else is JSON-encoded (it must encode to an object);
-	// nil means {}.
-	Params any `json:"params,omitempty"`
-	// ID is the command ID (a lowercase canonical UUID); "" lets the server
-	// choose one. Issuing again with the same ID, type, params and
-	// correlation ID returns the existing command; anything else under the
-	// same ID is ErrConflict.
-	ID string `json:"id,omitempty"`
-	// CorrelationID is carried with the command for tracing. Optional.
-	CorrelationID string `json:"correlationId,omitempty"`
-}
-
-// IssueResult is the outcome of Issue.
-type IssueResult struct {
-	// ID is the command ID.
-	ID string `json:"id"`
-	// Status is the command's state ("pending" for a new command).
-	Status cmdqtype.State `json:"status"`
-	// Existing is true when the ID already named this command (HTTP 200);
-	// nothing new was issued.
-	Existing bool `json:"-"`
-}
-
-// Issue issues a command (POST /v1/commands).
-func (c *Client) Issue(ctx context.Context, req IssueRequest) (IssueResult, error) {
-	if p, ok := req.Params.([]byte); ok {
-		req.Params = json.RawMessage(p)
-	}
+// Issue issues a command (POST /v1/commands). Params that are not valid
+// JSON fail here, before anything is sent.
+func (c *Remote) Issue(ctx context.Context, req IssueRequest) (IssueResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return IssueResult{}, fmt.Errorf("cmdq client: encoding params: %w", err)
+		return IssueResponse{}, fmt.Errorf("cmdq client: encoding the request (params must be valid JSON): %w", err)
 	}
-	var res IssueResult
+	var res IssueResponse
 	code, err := c.do(ctx, http.MethodPost, "/v1/commands", nil, body, &res)
 	if err != nil {
-		return IssueResult{}, err
+		return IssueResponse{}, err
 	}
 	res.Existing = code == http.StatusOK
 	return res, nil
 }
 
 // Get returns a command's status (GET /v1/commands/{id}).
-func (c *Client) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (c *Remote) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 	var st cmdqtype.Status
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, &st)
 	return st, err
@@ -215,10 +179,8 @@ func (c *Client) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 
 // Events returns a command's lifecycle events, oldest first
 // (GET /v1/commands/{id}/events).
-func (c *Client) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
-	var res struct {
-		Events []cmdqtype.Event `json:"events"`
-	}
+func (c *Remote) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+	var res EventsResponse
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id)+"/events", nil, nil, &res)
 	return res.Events, err
 }
@@ -234,7 +196,7 @@ const DefaultLongPoll = 20 * time.Second
 const fallbackPoll = 500 * time.Millisecond
 
 // longPoll is the wait one long-poll request asks for.
-func (c *Client) longPoll() time.Duration {
+func (c *Remote) longPoll() time.Duration {
 	if t := c.hc.Timeout; t > 0 && t-5*time.Second < DefaultLongPoll {
 		return max(t-5*time.Second, time.Second)
 	}
@@ -247,14 +209,14 @@ func (c *Client) longPoll() time.Duration {
 // server's wait (up to DefaultLongPoll) ends first, the zero Status, etag
 // and changed=false: ask again. The server watches the command for all
 // its waiters, so waiting costs it at most one storage read per second.
-func (c *Client) WaitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed bool, err error) {
+func (c *Remote) WaitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed bool, err error) {
 	st, tag, changed, _, err = c.waitChange(ctx, id, etag)
 	return st, tag, changed, err
 }
 
 // waitChange is WaitChange; waited reports whether the server waited
 // (Preference-Applied), so a loop does not spin on a server that does not.
-func (c *Client) waitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed, waited bool, err error) {
+func (c *Remote) waitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed, waited bool, err error) {
 	h := http.Header{}
 	if etag != "" {
 		h.Set("If-None-Match", etag)
@@ -276,13 +238,13 @@ func (c *Client) waitChange(ctx context.Context, id, etag string) (st cmdqtype.S
 // with the last status seen (zero if none), when ctx ends first; other
 // errors (not found, unauthorized, …) end it at once. Against a server
 // that does not long-poll it reads the status every 500 ms.
-func (c *Client) Wait(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (c *Remote) Wait(ctx context.Context, id string) (cmdqtype.Status, error) {
 	return c.WaitSeen(ctx, id, nil)
 }
 
 // WaitSeen is Wait, calling seen (when not nil) with every status it gets
 // that is not final yet (the first, then each change).
-func (c *Client) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
+func (c *Remote) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
 	var last cmdqtype.Status
 	tag := ""
 	for {
@@ -327,7 +289,7 @@ func (c *Client) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Sta
 // reconnects after the server's retry delay, resuming after the last
 // event (Last-Event-ID). It returns ctx's error when ctx ends, and other
 // errors (not found, unauthorized, …) at once.
-func (c *Client) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event), onStatus func(cmdqtype.Status)) (cmdqtype.Status, error) {
+func (c *Remote) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event), onStatus func(cmdqtype.Status)) (cmdqtype.Status, error) {
 	hc := *c.hc
 	hc.Timeout = 0 // a stream lasts; ctx ends it
 	var last cmdqtype.Status
@@ -462,19 +424,11 @@ func readStream(r io.Reader, fn func(field, id, data string) error, done func() 
 	}
 }
 
-// PoisonQuery selects poison entries for ListPoison.
-type PoisonQuery struct {
-	// Type keeps only entries of this command type ("" = all).
-	Type string
-	// Limit is the page size (0 = the server's default, 50; at most 1000).
-	Limit int
-	// Continuation is the previous page's token ("" = first page).
-	Continuation string
-}
-
 // ListPoison lists poisoned commands newest first, one page at a time
-// (GET /v1/poison).
-func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (cmdqtype.PoisonPage, error) {
+// (GET /v1/poison): q.Type keeps one command type ("" = all), q.Limit is
+// the page size (0 = the server's default, 50; at most 1000),
+// q.Continuation the previous page's token ("" = the first page).
+func (c *Remote) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
 	v := url.Values{}
 	if q.Type != "" {
 		v.Set("type", q.Type)
@@ -491,7 +445,7 @@ func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (cmdqtype.Poison
 }
 
 // GetPoison returns one poison entry (GET /v1/poison/{id}).
-func (c *Client) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+func (c *Remote) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
 	var e cmdqtype.PoisonEntry
 	_, err := c.do(ctx, http.MethodGet, "/v1/poison/"+url.PathEscape(id), nil, nil, &e)
 	return e, err
@@ -500,14 +454,14 @@ func (c *Client) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry
 // Requeue puts a poisoned command back on its queue
 // (POST /v1/poison/{id}/requeue). A command that is not poisoned gives
 // ErrConflict.
-func (c *Client) Requeue(ctx context.Context, id string) error {
+func (c *Remote) Requeue(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodPost, "/v1/poison/"+url.PathEscape(id)+"/requeue", nil, nil, nil)
 	return err
 }
 
 // Discard gives up on a poisoned command (DELETE /v1/poison/{id}). A command
 // that is not poisoned gives ErrConflict.
-func (c *Client) Discard(ctx context.Context, id string) error {
+func (c *Remote) Discard(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/poison/"+url.PathEscape(id), nil, nil, nil)
 	return err
 }
@@ -516,7 +470,7 @@ func (c *Client) Discard(ctx context.Context, id string) error {
 const maxResponseBytes = 16 << 20
 
 // do sends one request and decodes a 2xx JSON body into out (if non-nil).
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, out any) (int, error) {
+func (c *Remote) do(ctx context.Context, method, path string, query url.Values, body []byte, out any) (int, error) {
 	resp, err := c.send(ctx, method, path, query, body, nil, out)
 	if err != nil {
 		if resp != nil {
@@ -529,7 +483,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 
 // request builds a request to path with query, body and extra headers; u
 // is its URL without credentials, for messages.
-func (c *Client) request(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header) (*http.Request, string, error) {
+func (c *Remote) request(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header) (*http.Request, string, error) {
 	full := c.base.String() + path
 	if len(query) > 0 {
 		full += "?" + query.Encode()
@@ -546,7 +500,7 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 	if err != nil {
 		return nil, "", fmt.Errorf("cmdq client: %w", err)
 	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("Accept", "application/json, "+ProblemContentType)
 	for k, v := range h {
 		req.Header[k] = v
 	}
@@ -562,7 +516,7 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 // send sends one request (with extra headers h) and decodes a 2xx JSON
 // body into out (if non-nil). The response's body is read and closed; a
 // non-2xx answer is returned with its *Error.
-func (c *Client) send(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header, out any) (*http.Response, error) {
+func (c *Remote) send(ctx context.Context, method, path string, query url.Values, body []byte, h http.Header, out any) (*http.Response, error) {
 	req, u, err := c.request(ctx, method, path, query, body, h)
 	if err != nil {
 		return nil, err
@@ -593,10 +547,10 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 func problemError(method, u string, resp *http.Response, data []byte) *Error {
 	e := &Error{}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mt == "application/problem+json" || mt == "application/json" {
-		_ = json.Unmarshal(data, e)
+	if mt == ProblemContentType || mt == "application/json" {
+		_ = json.Unmarshal(data, &e.Problem)
 	}
-	e.StatusCode, e.Method, e.URL = resp.StatusCode, method, u
+	e.Status, e.Method, e.URL = resp.StatusCode, method, u
 	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
 		e.RetryAfter = time.Duration(secs) * time.Second
 	}

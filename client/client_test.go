@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/google/uuid"
 )
 
-func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
+func newClient(t *testing.T, url string, opts ...client.Option) *client.Remote {
 	t.Helper()
 	c, err := client.New(url, opts...)
 	if err != nil {
@@ -41,7 +42,7 @@ func TestIssueGetEvents(t *testing.T) {
 	c := newClient(t, s.URL+"/") // a trailing slash is fine
 	ctx := context.Background()
 
-	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", Params: map[string]string{"to": "a@example.com"}, CorrelationID: "corr"})
+	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail", Params: json.RawMessage(`{"to":"a@example.com"}`), CorrelationID: "corr"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,30 +58,35 @@ func TestIssueGetEvents(t *testing.T) {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 
-	// Raw params, an explicit ID, and the idempotent repeat.
+	// Params as JSON (a json.RawMessage, a []byte from json.Marshal, other
+	// spacing), an explicit ID, and the idempotent repeat.
 	id := uuid.NewString()
-	for i, p := range []any{json.RawMessage(`{"n":1}`), []byte(`{"n":1}`), map[string]int{"n": 1}} {
+	marshalled, err := json.Marshal(map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []json.RawMessage{json.RawMessage(`{"n":1}`), marshalled, json.RawMessage(`{ "n" : 1 }`)} {
 		res, err := c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: p})
 		if err != nil || res.ID != id || res.Existing != (i > 0) {
 			t.Fatalf("issue %d: %+v %v", i, res, err)
 		}
 	}
-	_, err = c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: map[string]int{"n": 2}})
+	_, err = c.Issue(ctx, client.IssueRequest{Type: "Count", ID: id, Params: json.RawMessage(`{"n":2}`)})
 	var ce *client.Error
-	if !errors.Is(err, client.ErrConflict) || !errors.As(err, &ce) || ce.StatusCode != http.StatusConflict || ce.Detail == "" || len(ce.Errors) != 1 {
+	if !errors.Is(err, client.ErrConflict) || !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Detail == "" || len(ce.Errors) != 1 {
 		t.Fatalf("conflict: %v", err)
 	}
-	_, err = c.Issue(ctx, client.IssueRequest{Type: "1bad", Params: []int{1}})
+	_, err = c.Issue(ctx, client.IssueRequest{Type: "1bad", Params: json.RawMessage(`[1]`)})
 	if !errors.Is(err, client.ErrInvalid) || !errors.As(err, &ce) || len(ce.Errors) != 2 || !strings.Contains(err.Error(), "#/params") {
 		t.Fatalf("invalid: %v", err)
 	}
-	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: func() {}}); err == nil {
-		t.Fatal("unencodable params accepted")
+	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: json.RawMessage(`{"a":`)}); err == nil || errors.As(err, &ce) {
+		t.Fatalf("params that are not JSON: %v, want an error before sending", err)
 	}
-	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
-	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("malformed id: %v", err)
 	}
 	if _, err := c.Events(ctx, "x"); !errors.Is(err, client.ErrInvalid) {
@@ -128,15 +134,15 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 		s.Poison(t, res.ID, "ceiling exceeded", "boom")
 		ids = append(ids, res.ID)
 	}
-	page, err := c.ListPoison(ctx, client.PoisonQuery{Type: "A", Limit: 1})
+	page, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Type: "A", Limit: 1})
 	if err != nil || len(page.Entries) != 1 || page.Entries[0].Type != "A" || page.Continuation == "" {
 		t.Fatalf("page 1 %+v %v", page, err)
 	}
-	page2, err := c.ListPoison(ctx, client.PoisonQuery{Type: "A", Limit: 1, Continuation: page.Continuation})
+	page2, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Type: "A", Limit: 1, Continuation: page.Continuation})
 	if err != nil || len(page2.Entries) != 1 || page2.Continuation != "" || page2.Entries[0].CommandID == page.Entries[0].CommandID {
 		t.Fatalf("page 2 %+v %v", page2, err)
 	}
-	if _, err := c.ListPoison(ctx, client.PoisonQuery{Limit: 5000}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: 5000}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("bad limit: %v", err)
 	}
 	e, err := c.GetPoison(ctx, ids[1])
@@ -152,13 +158,13 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if err := c.Discard(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
 	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != cmdqtype.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
-	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
+	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("unknown discard: %v", err)
 	}
 	// Operator actions are recorded with who did them.
@@ -182,7 +188,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdqtype.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("wait on unknown: %v", err)
 	}
 }
@@ -197,7 +203,7 @@ func TestNonProblemError(t *testing.T) {
 	defer hs.Close()
 	_, err := newClient(t, hs.URL).Get(context.Background(), uuid.NewString())
 	var ce *client.Error
-	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != 502 || ce.Title != "Bad Gateway" || !strings.Contains(ce.Detail, "bad gateway") {
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.Status != 502 || ce.Title != "Bad Gateway" || !strings.Contains(ce.Detail, "bad gateway") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -234,7 +240,11 @@ func TestWithProcessor(t *testing.T) {
 
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()
-	res, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: greet{Name: "Ada"}})
+	params, err := json.Marshal(greet{Name: "Ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: params})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +268,7 @@ func TestWithProcessor(t *testing.T) {
 	}
 
 	// The registry makes the API refuse what the handler could not decode.
-	if _, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: map[string]int{"name": 1}}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c.Issue(wctx, client.IssueRequest{Type: "Greet", Params: json.RawMessage(`{"name":1}`)}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("undecodable params: %v", err)
 	}
 	// A permanent failure ends poisoned; the poison entry is visible.
@@ -283,7 +293,7 @@ func TestTooManyFailedAuthentications(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), AuthFailureBurst: 1})
 	c := newClient(t, s.URL, client.WithToken("not-a-configured-token-0123"))
-	if _, err := c.ListPoison(context.Background(), client.PoisonQuery{}); !errors.Is(err, client.ErrUnauthorized) {
+	if _, err := c.ListPoison(context.Background(), cmdqtype.PoisonQuery{}); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("first wrong token: %v", err)
 	}
 	// Over the burst the address is refused for 1 s, doubling with each
@@ -291,13 +301,13 @@ func TestTooManyFailedAuthentications(t *testing.T) {
 	// machine stalls for longer than the refusal).
 	var err error
 	for range 10 {
-		_, err = c.ListPoison(context.Background(), client.PoisonQuery{})
+		_, err = c.ListPoison(context.Background(), cmdqtype.PoisonQuery{})
 		if !errors.Is(err, client.ErrUnauthorized) {
 			break
 		}
 	}
 	var ce *client.Error
-	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.StatusCode != http.StatusTooManyRequests || ce.RetryAfter <= 0 {
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.RetryAfter <= 0 {
 		t.Fatalf("after the burst: %v (%+v), want 429 ErrUnavailable with RetryAfter", err, ce)
 	}
 }

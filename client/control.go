@@ -8,13 +8,20 @@ import (
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
+// QueuesResponse is the body of GET /v1/queues (a wire type: the server
+// writes it).
+type QueuesResponse struct {
+	// Queues are the logical queues the server knows, by name.
+	Queues []cmdqtype.QueueInfo `json:"queues"`
+}
+
 // Cancel cancels a command that has not ended (POST
 // /v1/commands/{id}/cancel): its status after the cancel, and whether it
 // was cancelled before (Already: HTTP 200, nothing changed). A command
 // that already ended (completed, poisoned, discarded) gives ErrConflict;
 // an unknown one ErrNotFound. The server may take up to 9 s more than its
 // request deadline for a command issued moments ago (docs/api.md).
-func (c *Client) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error) {
+func (c *Remote) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error) {
 	var st cmdqtype.Status
 	code, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/cancel", nil, nil, &st)
 	if err != nil {
@@ -25,10 +32,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, 
 
 // Queues lists the logical queues the server knows, with their depth and
 // whether they are paused (GET /v1/queues).
-func (c *Client) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
-	var res struct {
-		Queues []cmdqtype.QueueInfo `json:"queues"`
-	}
+func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+	var res QueuesResponse
 	if _, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &res); err != nil {
 		return nil, err
 	}
@@ -38,17 +43,17 @@ func (c *Client) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 // PauseQueue pauses a logical queue for every processor (POST
 // /v1/queues/{name}/pause) and returns it. An unknown queue gives
 // ErrNotFound, an invalid name ErrInvalid.
-func (c *Client) PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (c *Remote) PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
 	return c.queueAction(ctx, name, "pause")
 }
 
 // ResumeQueue resumes a paused logical queue (POST
 // /v1/queues/{name}/resume) and returns it. Errors as PauseQueue's.
-func (c *Client) ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (c *Remote) ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
 	return c.queueAction(ctx, name, "resume")
 }
 
-func (c *Client) queueAction(ctx context.Context, name, action string) (cmdqtype.QueueInfo, error) {
+func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdqtype.QueueInfo, error) {
 	var q cmdqtype.QueueInfo
 	_, err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(name)+"/"+action, nil, nil, &q)
 	return q, err

@@ -40,7 +40,7 @@ func TestCancelAndQueues(t *testing.T) {
 	if _, err := issuer.Cancel(ctx, ended.ID); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("cancel of a poisoned command: %v, want ErrConflict", err)
 	}
-	if _, err := issuer.Cancel(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := issuer.Cancel(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("cancel of an unknown command: %v, want ErrNotFound", err)
 	}
 
@@ -55,7 +55,7 @@ func TestCancelAndQueues(t *testing.T) {
 	if q, err = operator.ResumeQueue(ctx, cmdqtype.DefaultQueue); err != nil || q.Paused {
 		t.Fatalf("resume: %+v %v", q, err)
 	}
-	if _, err := operator.PauseQueue(ctx, "nobody-knows"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := operator.PauseQueue(ctx, "nobody-knows"); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("pause of an unknown queue: %v, want ErrNotFound", err)
 	}
 	if _, err := operator.PauseQueue(ctx, "Bad_Name"); !errors.Is(err, client.ErrInvalid) {

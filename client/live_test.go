@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/google/uuid"
 )
 
 // recorder is an http.RoundTripper that keeps what each request asked and
@@ -224,7 +225,7 @@ func TestFollow(t *testing.T) {
 		t.Fatalf("events %v, statuses %v", seqs, states)
 	}
 	// A command that does not exist is an error at once.
-	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, cmdqtype.ErrNotFound) {
 		t.Fatalf("Follow of an unknown command: %v", err)
 	}
 }

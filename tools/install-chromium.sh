@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-chromium.sh installs Debian's chromium package when no Chromium is
-# on the PATH (or at $CMDQ_CHROMIUM), for the dashboard's real-browser tests
-# (cmd/cmdq/browser_test.go). It runs apt-get non-interactively, with sudo
+# on the PATH (or at $CMDQ_CHROMIUM), for the console's real-browser test
+# (console/browser_test.go). It runs apt-get non-interactively, with sudo
 # unless it runs as root. `make test` calls it; it does nothing when Chromium
 # is already there.
 set -euo pipefail

@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/api"
+	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 // problemOf checks that r is an RFC 9457 problem with code and type and
 // returns it.
-func problemOf(t *testing.T, what string, r response, code int, typ string) api.Problem {
+func problemOf(t *testing.T, what string, r response, code int, typ string) client.Problem {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("%s: got %d %s, want %d", what, r.code, r.body, code)
 	}
-	if ct := r.header.Get("Content-Type"); ct != api.ProblemContentType {
-		t.Errorf("%s: Content-Type %q, want %q", what, ct, api.ProblemContentType)
+	if ct := r.header.Get("Content-Type"); ct != client.ProblemContentType {
+		t.Errorf("%s: Content-Type %q, want %q", what, ct, client.ProblemContentType)
 	}
-	var p api.Problem
+	var p client.Problem
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		t.Fatalf("%s: body is not a problem: %v: %s", what, err, r.body)
 	}
@@ -39,7 +40,7 @@ func eventKinds(t *testing.T, base, token, id string) []cmdqtype.EventKind {
 	if r.code != http.StatusOK {
 		t.Fatalf("GET events %s: %d %s", id, r.code, r.body)
 	}
-	var er api.EventsResponse
+	var er client.EventsResponse
 	if err := json.Unmarshal([]byte(r.body), &er); err != nil || er.ID != id {
 		t.Fatalf("GET events %s: %v %s", id, err, r.body)
 	}
@@ -93,7 +94,7 @@ func testAPI(t *testing.T, base string) {
 	if r.code != http.StatusAccepted || r.header.Get("Location") != "/v1/commands/"+id {
 		t.Fatalf("POST: %d Location %q %s", r.code, r.header.Get("Location"), r.body)
 	}
-	var ir api.IssueResponse
+	var ir client.IssueResponse
 	if err := json.Unmarshal([]byte(r.body), &ir); err != nil || ir.ID != id || ir.Status != "pending" {
 		t.Fatalf("POST body %s (%v)", r.body, err)
 	}
@@ -115,7 +116,7 @@ func testAPI(t *testing.T, base string) {
 	}
 	// Conflicting re-POST.
 	problemOf(t, "conflicting re-POST", do(t, http.MethodPost, base+"/v1/commands", "", `{"id":"`+id+`","type":"demo.echo","params":{"n":2}}`),
-		http.StatusConflict, api.ProblemConflict)
+		http.StatusConflict, client.ProblemConflict)
 
 	unknown := newUUID()
 	big := `{"type":"demo.echo","params":{"x":"` + strings.Repeat("a", api.DefaultMaxBodyBytes+1) + `"}}`
@@ -126,30 +127,30 @@ func testAPI(t *testing.T, base string) {
 		typ                      string
 		detail                   string
 	}{
-		{"malformed JSON", "POST", "/v1/commands", `{"type":`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"unknown field", "POST", "/v1/commands", `{"type":"demo.echo","bogus":1}`, nil, 400, api.ProblemInvalidRequest, "bogus"},
-		{"missing type", "POST", "/v1/commands", `{"params":{}}`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"unknown type", "POST", "/v1/commands", `{"type":"nope.never"}`, nil, 400, api.ProblemInvalidRequest, "demo.echo"},
-		{"params not decoding", "POST", "/v1/commands", `{"type":"demo.sleep","params":{"ms":"soon"}}`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"params unknown field", "POST", "/v1/commands", `{"type":"demo.fail","params":{"tims":3}}`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"params not an object", "POST", "/v1/commands", `{"type":"demo.echo","params":[1]}`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"id not a UUID", "POST", "/v1/commands", `{"type":"demo.echo","id":"order-17"}`, nil, 400, api.ProblemInvalidRequest, ""},
-		{"not JSON content type", "POST", "/v1/commands", `{"type":"demo.echo"}`, []string{"Content-Type", "text/plain"}, 415, api.ProblemUnsupportedMediaType, ""},
-		{"body over the limit", "POST", "/v1/commands", big, nil, 413, api.ProblemTooLarge, ""},
-		{"GET malformed id", "GET", "/v1/commands/not-a-uuid", "", nil, 400, api.ProblemInvalidID, ""},
-		{"GET uppercase id", "GET", "/v1/commands/" + strings.ToUpper(unknown), "", nil, 400, api.ProblemInvalidID, ""},
-		{"GET unknown", "GET", "/v1/commands/" + unknown, "", nil, 404, api.ProblemNotFound, ""},
-		{"events malformed id", "GET", "/v1/commands/x/events", "", nil, 400, api.ProblemInvalidID, ""},
-		{"events unknown", "GET", "/v1/commands/" + unknown + "/events", "", nil, 404, api.ProblemNotFound, ""},
-		{"poison entry malformed id", "GET", "/v1/poison/x", "", nil, 400, api.ProblemInvalidID, ""},
-		{"poison entry unknown", "GET", "/v1/poison/" + unknown, "", nil, 404, api.ProblemNotFound, ""},
-		{"poison bad limit", "GET", "/v1/poison?limit=many", "", nil, 400, api.ProblemInvalidRequest, ""},
-		{"requeue unknown", "POST", "/v1/poison/" + unknown + "/requeue", "", nil, 404, api.ProblemNotFound, ""},
-		{"requeue not poisoned", "POST", "/v1/poison/" + id + "/requeue", "", nil, 409, api.ProblemConflict, ""},
-		{"discard unknown", "DELETE", "/v1/poison/" + unknown, "", nil, 404, api.ProblemNotFound, ""},
-		{"discard not poisoned", "DELETE", "/v1/poison/" + id, "", nil, 409, api.ProblemConflict, ""},
-		{"method not allowed", "PUT", "/v1/commands", `{}`, nil, 405, api.ProblemMethodNotAllowed, ""},
-		{"no route", "GET", "/v2/things", "", nil, 404, api.ProblemNotFound, ""},
+		{"malformed JSON", "POST", "/v1/commands", `{"type":`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"unknown field", "POST", "/v1/commands", `{"type":"demo.echo","bogus":1}`, nil, 400, client.ProblemInvalidRequest, "bogus"},
+		{"missing type", "POST", "/v1/commands", `{"params":{}}`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"unknown type", "POST", "/v1/commands", `{"type":"nope.never"}`, nil, 400, client.ProblemInvalidRequest, "demo.echo"},
+		{"params not decoding", "POST", "/v1/commands", `{"type":"demo.sleep","params":{"ms":"soon"}}`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"params unknown field", "POST", "/v1/commands", `{"type":"demo.fail","params":{"tims":3}}`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"params not an object", "POST", "/v1/commands", `{"type":"demo.echo","params":[1]}`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"id not a UUID", "POST", "/v1/commands", `{"type":"demo.echo","id":"order-17"}`, nil, 400, client.ProblemInvalidRequest, ""},
+		{"not JSON content type", "POST", "/v1/commands", `{"type":"demo.echo"}`, []string{"Content-Type", "text/plain"}, 415, client.ProblemUnsupportedMediaType, ""},
+		{"body over the limit", "POST", "/v1/commands", big, nil, 413, client.ProblemTooLarge, ""},
+		{"GET malformed id", "GET", "/v1/commands/not-a-uuid", "", nil, 400, client.ProblemInvalidID, ""},
+		{"GET uppercase id", "GET", "/v1/commands/" + strings.ToUpper(unknown), "", nil, 400, client.ProblemInvalidID, ""},
+		{"GET unknown", "GET", "/v1/commands/" + unknown, "", nil, 404, client.ProblemNotFound, ""},
+		{"events malformed id", "GET", "/v1/commands/x/events", "", nil, 400, client.ProblemInvalidID, ""},
+		{"events unknown", "GET", "/v1/commands/" + unknown + "/events", "", nil, 404, client.ProblemNotFound, ""},
+		{"poison entry malformed id", "GET", "/v1/poison/x", "", nil, 400, client.ProblemInvalidID, ""},
+		{"poison entry unknown", "GET", "/v1/poison/" + unknown, "", nil, 404, client.ProblemNotFound, ""},
+		{"poison bad limit", "GET", "/v1/poison?limit=many", "", nil, 400, client.ProblemInvalidRequest, ""},
+		{"requeue unknown", "POST", "/v1/poison/" + unknown + "/requeue", "", nil, 404, client.ProblemNotFound, ""},
+		{"requeue not poisoned", "POST", "/v1/poison/" + id + "/requeue", "", nil, 409, client.ProblemConflict, ""},
+		{"discard unknown", "DELETE", "/v1/poison/" + unknown, "", nil, 404, client.ProblemNotFound, ""},
+		{"discard not poisoned", "DELETE", "/v1/poison/" + id, "", nil, 409, client.ProblemConflict, ""},
+		{"method not allowed", "PUT", "/v1/commands", `{}`, nil, 405, client.ProblemMethodNotAllowed, ""},
+		{"no route", "GET", "/v2/things", "", nil, 404, client.ProblemNotFound, ""},
 	}
 	for _, c := range cases {
 		r := do(t, c.method, base+c.path, "", c.body, c.headers...)
@@ -195,7 +196,7 @@ func testAPI(t *testing.T, base string) {
 	if r = do(t, http.MethodDelete, base+"/v1/poison/"+fid, "", ""); r.code != http.StatusNoContent {
 		t.Fatalf("DELETE /v1/poison/{id}: %d %s", r.code, r.body)
 	}
-	problemOf(t, "GET discarded poison entry", do(t, http.MethodGet, base+"/v1/poison/"+fid, "", ""), 404, api.ProblemNotFound)
+	problemOf(t, "GET discarded poison entry", do(t, http.MethodGet, base+"/v1/poison/"+fid, "", ""), 404, client.ProblemNotFound)
 	if s := commandState(t, base, "", fid); s != "discarded" {
 		t.Errorf("after DELETE the command is %s, want discarded", s)
 	}
@@ -211,7 +212,7 @@ func testAPI(t *testing.T, base string) {
 	}
 	waitState(t, base, "", sid, "completed", 30*time.Second)
 	r = do(t, http.MethodGet, base+"/v1/commands/"+sid+"/events", "", "")
-	var er api.EventsResponse
+	var er client.EventsResponse
 	_ = json.Unmarshal([]byte(r.body), &er)
 	var steps []int
 	for _, e := range er.Events {
@@ -226,7 +227,7 @@ func testAPI(t *testing.T, base string) {
 	// Health, readiness, metrics.
 	for _, path := range []string{"/healthz", "/readyz"} {
 		r = do(t, http.MethodGet, base+path, "", "")
-		var h api.HealthResponse
+		var h client.HealthResponse
 		if err := json.Unmarshal([]byte(r.body), &h); err != nil || r.code != 200 || !h.Healthy || h.State == "" {
 			t.Errorf("GET %s: %d %s", path, r.code, r.body)
 		}
@@ -308,7 +309,7 @@ func TestServeAuth(t *testing.T) {
 				t.Errorf("%s %s as %s: 401 without WWW-Authenticate", rt.method, rt.path, role.name)
 			}
 			if want == http.StatusForbidden {
-				problemOf(t, rt.method+" "+rt.path+" as "+role.name, r, 403, api.ProblemForbidden)
+				problemOf(t, rt.method+" "+rt.path+" as "+role.name, r, 403, client.ProblemForbidden)
 			}
 		}
 	}

@@ -115,7 +115,7 @@ func operatorName() string {
 }
 
 type httpBackend struct {
-	c   *client.Client
+	c   *client.Remote
 	url string // the server's base URL
 }
 
@@ -129,7 +129,7 @@ func (b httpBackend) wrap(err error) error {
 	if errors.Is(err, client.ErrGone) {
 		return fmt.Errorf("%w: %w", errExpired, err)
 	}
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errNotFound, err)
 	}
 	var ue *url.Error
@@ -171,7 +171,7 @@ func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent
 }
 
 func (b httpBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
-	p, err := b.c.ListPoison(ctx, client.PoisonQuery{Type: q.Type, Limit: q.Limit, Continuation: q.Continuation})
+	p, err := b.c.ListPoison(ctx, q)
 	return p, b.wrap(err)
 }
 

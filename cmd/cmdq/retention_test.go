@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -22,15 +20,10 @@ func TestStatusOfExpiredCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	issued := time.Now().Add(-20 * 24 * time.Hour)
 	id := testenv.CompletedAt(t, st, cmdqtype.DefaultPrefix, issued, "demo.echo")
-	now, err := record.OpenReader(ctx, st, record.Names{Prefix: cmdqtype.DefaultPrefix}, record.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := now.Store.Sweep(ctx, record.SweepOptions{}); err != nil || len(rep.Dropped) != 1 {
-		t.Fatalf("sweep: %+v %v", rep, err)
+	if n := testenv.OpenLog(t, st, cmdqtype.DefaultPrefix).Sweep(t); n != 1 {
+		t.Fatalf("the sweep dropped %d day tables, want 1", n)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)

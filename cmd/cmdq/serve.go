@@ -19,6 +19,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/console"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -146,9 +147,10 @@ func newServeCmd() *cobra.Command {
 	var f serveFlags
 	c := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the HTTP API and a processor in one process",
+		Short: "Run the HTTP API, the operator console and a processor in one process",
 		Long: `serve runs the HTTP API (issue commands, read status and events, handle
-poisoned commands, /healthz, /readyz, /metrics) and a processor in one process.
+poisoned commands, /healthz, /readyz, /metrics), the operator console (/ui/)
+and a processor in one process.
 
 By default it uses the embedded store in ./cmdq-data, listens on
 127.0.0.1:8080 and registers the demo handlers:
@@ -285,17 +287,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := watchQueues(ctx, c, m); err != nil {
 		return err
 	}
-	cfg := api.Config{
-		Client: c, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
-		Metrics: m, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
-		CORSOrigins: splitList(f.corsOrigins), AllowedHosts: allowedHosts(f.addr, splitList(f.allowedHosts)),
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
-	}
-	h, err := api.New(cfg)
+	h, err := serveHandler(c, tokens, f, m, prom, log)
 	if err != nil {
-		return fmt.Errorf("api: %w", err)
+		return err
 	}
 	// Opens the storage, and the processor when there are handlers: a
 	// storage problem ends serve here, before it listens.
@@ -315,7 +309,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
-	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(cfg.AllowedHosts) == 0 {
+	if lo, _ := isLoopback(f.addr); !lo && len(tokens) == 0 && len(allowedHosts(f.addr, splitList(f.allowedHosts))) == 0 {
 		log.Warn().Str("addr", f.addr).Msg("cmdq serve: without --tokens only loopback Host names are answered (others get 421); add the names clients use with --allowed-hosts")
 	}
 	base := "http://" + ln.Addr().String()
@@ -353,6 +347,34 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	log.Info().Msg("cmdq serve: stopped")
 	return nil
+}
+
+// serveHandler returns serve's HTTP handler: the JSON API (package api)
+// and, at /ui/, the operator console (package console), on one
+// configuration of tokens, allowed hosts and failed-authentication limiter
+// (failures at either count together). /healthz, /readyz and /metrics are
+// the API's.
+func serveHandler(c *cmdq.Client, tokens api.Tokens, f *serveFlags, m *metrics.Metrics, prom prometheus.Gatherer, log zerolog.Logger) (http.Handler, error) {
+	hosts := allowedHosts(f.addr, splitList(f.allowedHosts))
+	limiter := api.NewAuthLimiter(0, log)
+	acfg := api.Config{
+		Client: c, Tokens: tokens, MaxBodyBytes: f.maxBodyBytes,
+		Metrics: m, Gatherer: prom, Logger: log, RequestTimeout: f.reqTimeout,
+		CORSOrigins: splitList(f.corsOrigins), AllowedHosts: hosts, AuthLimiter: limiter,
+	}
+	if err := acfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w (check --cors-origins, --allowed-hosts, --request-timeout)", err)
+	}
+	apiH, err := api.New(acfg)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	ui, err := console.New(console.Config{Client: c, Tokens: tokens, AllowedHosts: hosts, AuthLimiter: limiter,
+		RequestTimeout: f.reqTimeout, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return console.Beside(apiH, ui), nil
 }
 
 // stopSignalsKey carries the function that restores default signal handling.

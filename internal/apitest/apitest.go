@@ -1,8 +1,11 @@
-// Package apitest starts a real cmdq API server for this module's tests: an
-// httptest.Server running api.New on a cmdq.Client over a real store (by
-// default a fresh embedded store in the test's temporary directory). Other
-// packages' tests (client, cmd) reuse it. Its Log writes commands directly
-// (poison entries, events), for tests of what the API shows.
+// Package apitest starts a real cmdq server for this module's tests: an
+// httptest.Server running the JSON API (api.New) and, at /ui/, the console
+// (console.New) on one cmdq.Client over a real store (by default a fresh
+// embedded store in the test's temporary directory), mounted as `cmdq
+// serve` mounts them (one token list, one failed-authentication limiter).
+// Other packages' tests (client, cmd) reuse it. Its Log writes commands
+// directly (poison entries, events), for tests of what the API and the
+// console show.
 package apitest
 
 import (
@@ -20,7 +23,8 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/console"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -64,23 +68,29 @@ type Options struct {
 	// registered: the server knows the types (their checks, their retry
 	// policy) but nothing processes them.
 	Idle bool
-	// Tokens as in api.Config (default nil: no auth). Use Tokens() for the test set.
+	// Tokens as in api.Config and console.Config (default nil: no auth).
+	// Use Tokens() for the test set.
 	Tokens api.Tokens
-	// Health as in api.Config (default: the client's).
+	// Health as in api.Config and console.Config (default: the client's).
 	Health api.HealthFunc
 	// MaxBodyBytes as in api.Config (default 1 MiB).
 	MaxBodyBytes int64
 	// CORSOrigins as in api.Config (default none).
 	CORSOrigins []string
-	// AllowedHosts as in api.Config (default none).
+	// AllowedHosts as in api.Config and console.Config (default none).
 	AllowedHosts []string
-	// AuthFailureBurst as in api.Config (default 10; negative: never refuse).
+	// AuthFailureBurst as in api.Config (default 10; negative: never
+	// refuse): one limiter counts the failures at the API and the
+	// console.
 	AuthFailureBurst int
-	// Logger as in api.Config (default: discard).
+	// Logger as in api.Config and console.Config (default: discard).
 	Logger zerolog.Logger
 	// API, when set, adjusts the api.Config before the handler is built
 	// (request deadlines, long-poll and stream settings, …).
 	API func(*api.Config)
+	// Console, when set, adjusts the console.Config before its handler is
+	// built (BasePath, MaxStream, …).
+	Console func(*console.Config)
 	// HTTP, when set, adjusts the http.Server before it starts (its read
 	// and write timeouts, …).
 	HTTP func(*http.Server)
@@ -96,9 +106,9 @@ type Server struct {
 	Store storage.Store
 	// Client is what the API runs on.
 	Client *cmdq.Client
-	// Log reads and writes the client's commands directly (tests set up
-	// poison entries and events through it).
-	Log *record.Reader
+	// Log writes the client's commands directly, as another process would
+	// (tests set up poison entries and events through it).
+	Log *testenv.Log
 	// Metrics and Prom are the server's metrics and their private registry.
 	Metrics *metrics.Metrics
 	Prom    *prometheus.Registry
@@ -143,14 +153,12 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatalf("apitest: start: %v", err)
 		}
 	}
-	log, err := record.OpenReader(context.Background(), st, record.Names{Prefix: c.Prefix()}, record.Options{}, nil)
-	if err != nil {
-		t.Fatalf("apitest: log: %v", err)
-	}
+	log := testenv.OpenLog(t, st, c.Prefix())
+	limiter := api.NewAuthLimiter(opts.AuthFailureBurst, opts.Logger)
 	acfg := api.Config{
 		Client: c, Health: opts.Health, Tokens: opts.Tokens,
 		MaxBodyBytes: opts.MaxBodyBytes, Metrics: m, Gatherer: prom, CORSOrigins: opts.CORSOrigins,
-		AllowedHosts: opts.AllowedHosts, AuthFailureBurst: opts.AuthFailureBurst, Logger: opts.Logger,
+		AllowedHosts: opts.AllowedHosts, AuthLimiter: limiter, Logger: opts.Logger,
 	}
 	if opts.API != nil {
 		opts.API(&acfg)
@@ -159,7 +167,18 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)
 	}
-	hs := httptest.NewUnstartedServer(h)
+	ccfg := console.Config{
+		Client: c, Health: opts.Health, Tokens: opts.Tokens, AllowedHosts: opts.AllowedHosts,
+		AuthLimiter: limiter, Logger: opts.Logger, BasePath: acfg.BasePath, RequestTimeout: acfg.RequestTimeout,
+	}
+	if opts.Console != nil {
+		opts.Console(&ccfg)
+	}
+	ui, err := console.New(ccfg)
+	if err != nil {
+		t.Fatalf("apitest: console.New: %v", err)
+	}
+	hs := httptest.NewUnstartedServer(console.Beside(h, ui))
 	if opts.HTTP != nil {
 		opts.HTTP(hs.Config)
 	}
@@ -172,14 +191,7 @@ func Start(t testing.TB, opts Options) *Server {
 // (a poisoned event, projection poisoned, poison entry).
 func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	t.Helper()
-	ctx := context.Background()
-	rec, err := s.Log.Load(ctx, id)
-	if err != nil {
-		t.Fatalf("apitest: load %s: %v", id, err)
-	}
-	if err := s.Log.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"}); err != nil {
-		t.Fatalf("apitest: poison %s: %v", id, err)
-	}
+	s.Log.Poison(t, id, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"})
 }
 
 // QueueCount returns the approximate number of messages on logical queue

@@ -105,10 +105,10 @@ func (e *env) trickle(ctx context.Context) (*TrickleResult, error) {
 	go func() { _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Close() }()
 	base := "http://" + ln.Addr().String()
-	newClient := func() (*client.Client, error) {
+	newClient := func() (*client.Remote, error) {
 		return client.New(base, client.WithHTTPClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}))
 	}
-	issue := func(hc *client.Client, seq int) error {
+	issue := func(hc *client.Remote, seq int) error {
 		params, err := json.Marshal(benchCmd{Seq: seq, Sent: time.Now().UnixNano()})
 		if err != nil {
 			return err

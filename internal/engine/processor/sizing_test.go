@@ -41,9 +41,10 @@ func (e *env) completedBy(ids []string) map[string]int {
 }
 
 // TestRunForWorksThroughWhatItHolds: a 3 s RunFor at concurrency 1 over 13
-// queued 600 ms commands holds one message at a time, keeps working while
-// its margin fits, and stops because of the deadline, not as "idle" after
-// a second with eleven messages released.
+// queued 600 ms commands holds one message at a time, keeps working after
+// its first handler (how many more fit depends on how long the handlers
+// take on a loaded machine: at least one), and stops because of the
+// deadline, not as "idle" after a second with eleven messages released.
 func TestRunForWorksThroughWhatItHolds(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
@@ -62,8 +63,8 @@ func TestRunForWorksThroughWhatItHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("RunFor(3s), 13 × 600 ms at concurrency 1: %+v", sum)
-		if sum.StoppedBecause != cmdqtype.StopDeadline || sum.Completed < 3 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
-			t.Fatalf("summary %+v: want stopped by the deadline after at least 3 completions, nothing hoarded and released", sum)
+		if sum.StoppedBecause != cmdqtype.StopDeadline || sum.Completed < 2 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
+			t.Fatalf("summary %+v: want stopped by the deadline after at least 2 completions, nothing hoarded and released", sum)
 		}
 		q := e.queue("commands")
 		peek, err := q.Peek(context.Background(), 32)

@@ -1,4 +1,4 @@
-package api
+package console
 
 import (
 	"crypto/rand"

@@ -1,4 +1,4 @@
-package api
+package console
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // Every read and change the dashboard makes goes through dashSource, and
-// nothing else in dashboard.go touches storage: when api.Config takes another
+// nothing else in dashboard.go touches storage: when Config takes another
 // kind of data access, only newDashSource changes. docs/dashboard.md lists
 // what each page costs in storage calls; keep it true when this changes.
 

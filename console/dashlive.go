@@ -1,7 +1,6 @@
-package api
+package console
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
 // The operator page's recent commands (GET /ui/commands: counts per state,
@@ -130,12 +129,12 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	typ := strings.TrimSpace(q.Get("type"))
 	state := cmdqtype.State(q.Get("state"))
 	if state != "" && !validState(state) {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid state", fmt.Sprintf("%s is not a command state.", quoteClip(string(state))),
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid state", fmt.Sprintf("%s is not a command state.", httpserve.QuoteClip(string(state))),
 			"Use the state links of the page (pending, running, retrying, completed, poisoned, discarded).")
 		return
 	}
 	if typ != "" && cmdqtype.ValidateType(typ) != nil {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command type", fmt.Sprintf("%s is not a command type name.", quoteClip(typ)),
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command type", fmt.Sprintf("%s is not a command type name.", httpserve.QuoteClip(typ)),
 			"Type names start with a letter, then letters, digits, '.', '_' or '-'.")
 		return
 	}
@@ -245,12 +244,12 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 	}
 	watch := d.src.Watch(id)
 	defer watch.Close()
-	sctx, cancel := d.s.storageCtx(r)
+	sctx, cancel := d.set.StorageCtx(r)
 	st, _, changed, err := watch.Current(sctx)
 	cancel()
 	if err != nil {
 		code := http.StatusServiceUnavailable
-		if isNotFound(err) {
+		if httpserve.NotFound(err) {
 			code = http.StatusNotFound
 		}
 		http.Error(w, http.StatusText(code), code)
@@ -262,21 +261,20 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", eventStream)
+	h.Set("Content-Type", httpserve.EventStream)
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), grace: liveHeartbeat + d.s.cfg.RequestTimeout}
-	_ = sw.rc.SetReadDeadline(time.Time{})
+	sw := httpserve.NewSSEWriter(w, liveHeartbeat+d.set.RequestTimeout)
 	alive := func() bool {
-		sw.printf("retry: %d\nevent: alive\ndata: %s\n\n", liveRetryMillis, d.now().UTC().Format(time.RFC3339Nano))
-		return sw.flush()
+		sw.Printf("retry: %d\nevent: alive\ndata: %s\n\n", liveRetryMillis, d.now().UTC().Format(time.RFC3339Nano))
+		return sw.Flush()
 	}
 	if !alive() {
 		return
 	}
 	heartbeat := time.NewTicker(liveHeartbeat)
 	defer heartbeat.Stop()
-	end := time.NewTimer(d.s.cfg.MaxStream)
+	end := time.NewTimer(d.set.MaxStream)
 	defer end.Stop()
 	for {
 		select {
@@ -291,23 +289,18 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		sctx, cancel := d.s.storageCtx(r)
+		sctx, cancel := d.set.StorageCtx(r)
 		var tag string
 		st, tag, changed, err = watch.Current(sctx)
 		cancel()
 		if err != nil {
 			return
 		}
-		sw.printf("event: change\ndata: %s\n\n", tag)
-		if !sw.flush() || immutableState(st.State) {
+		sw.Printf("event: change\ndata: %s\n\n", tag)
+		if !sw.Flush() || immutableState(st.State) {
 			return
 		}
 	}
-}
-
-// isNotFound reports whether err says the command does not exist.
-func isNotFound(err error) bool {
-	return errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound)
 }
 
 // immutableState reports whether a command in state s never changes.

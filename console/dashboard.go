@@ -1,4 +1,4 @@
-package api
+package console
 
 import (
 	"bytes"
@@ -21,7 +21,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/rs/zerolog"
+
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -93,11 +96,14 @@ var dashboardPages = func() map[string]*template.Template {
 
 // dashboard holds the per-handler state of the /ui pages.
 type dashboard struct {
-	s    *server
-	key  []byte // HMAC key for sessions and CSRF tokens, random per handler
-	cop  *http.CrossOriginProtection
-	now  func() time.Time
-	base string // BasePath + "/ui"
+	cfg   Config             // as given, Health defaulted
+	set   httpserve.Settings // the request settings, defaults set
+	guard *httpserve.Guard   // tokens, failed-authentication limiter, Host check
+	log   zerolog.Logger
+	key   []byte // HMAC key for sessions and CSRF tokens, random per handler
+	cop   *http.CrossOriginProtection
+	now   func() time.Time
+	base  string // BasePath + "/ui"
 
 	src dashSource // every storage call of the pages (dashsource.go)
 
@@ -105,6 +111,19 @@ type dashboard struct {
 	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
 
 	flashes flashes // one-time messages after actions (flash.go)
+}
+
+// health is the service's health as the overview shows it.
+type health struct {
+	State   string
+	Healthy bool
+	Detail  any
+}
+
+// health asks Config.Health.
+func (d *dashboard) health() health {
+	state, ok, detail := d.cfg.Health()
+	return health{State: state, Healthy: ok, Detail: detail}
 }
 
 // viewer is who is looking at a page, from a session cookie, a bearer token,
@@ -117,7 +136,7 @@ type viewer struct {
 	bearer  bool
 }
 
-func (v viewer) can(need Role) bool { return hasRole(v.roles, need) }
+func (v viewer) can(need Role) bool { return httpserve.HasRole(v.roles, need) }
 
 // pageData is what every template gets.
 type pageData struct {
@@ -136,14 +155,8 @@ type pageData struct {
 	Body       any
 }
 
-// mountDashboard registers the /ui routes on mux.
-func (s *server) mountDashboard(mux *http.ServeMux) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		panic("api: no randomness for the dashboard session key: " + err.Error())
-	}
-	d := &dashboard{s: s, key: key, cop: http.NewCrossOriginProtection(), now: func() time.Time { return dashboardClock() }, base: s.cfg.BasePath + "/ui",
-		src: newDashSource(s.cfg), revoked: map[string]int64{}}
+// mount registers the /ui routes on mux.
+func (d *dashboard) mount(mux *http.ServeMux) {
 	h := func(f http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			hdr := w.Header()
@@ -173,10 +186,13 @@ func (s *server) mountDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
-	mux.HandleFunc("/ui/", h(func(w http.ResponseWriter, r *http.Request) {
+	notFound := h(func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found",
-			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", quoteClip(r.URL.Path), quoteClip(r.Method)), "Start from the overview.")
-	}))
+			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", httpserve.QuoteClip(r.URL.Path), httpserve.QuoteClip(r.Method)), "Start from the overview.")
+	})
+	mux.HandleFunc("/ui/", notFound)
+	mux.HandleFunc("/", notFound) // mounted wider than /ui/
+
 }
 
 // ---- sessions and CSRF ----
@@ -260,7 +276,7 @@ func (d *dashboard) csrfToken(session string) string {
 }
 
 // authOn reports whether tokens are configured.
-func (d *dashboard) authOn() bool { return len(d.s.auth.entries) > 0 }
+func (d *dashboard) authOn() bool { return d.guard.Auth.On() }
 
 // authenticate finds the viewer. Without configured tokens everyone is an
 // anonymous operator. With tokens, an Authorization header is checked as
@@ -272,25 +288,25 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 		return viewer{who: "anonymous", roles: []Role{RoleIssuer, RoleReader, RoleOperator}}, true, false
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
-		key := clientKey(r)
-		if wait, blocked := d.s.limiter.blocked(key); blocked {
+		key := httpserve.ClientKey(r)
+		if wait, blocked := d.guard.Limiter.Blocked(key); blocked {
 			d.tooMany(w, r, wait)
 			return viewer{}, false, true
 		}
 		scheme, tok, _ := strings.Cut(h, " ")
 		tok = strings.TrimSpace(tok)
 		if !strings.EqualFold(scheme, "Bearer") || tok == "" {
-			d.s.limiter.failed(key, "malformed Authorization header", r)
+			d.guard.Limiter.Failed(key, "malformed Authorization header", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The Authorization header must be 'Bearer <token>'.", "Send a configured token, or log in with a browser.")
 			return viewer{}, false, true
 		}
-		e, found := d.s.auth.lookup(tok)
+		e, found := d.guard.Auth.Lookup(tok)
 		if !found {
-			d.s.limiter.failed(key, "unknown bearer token", r)
+			d.guard.Limiter.Failed(key, "unknown bearer token", r)
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
 		}
-		return viewer{who: e.who, roles: e.roles, bearer: true}, true, false
+		return viewer{who: e.Who, roles: e.Roles, bearer: true}, true, false
 	}
 	c, err := r.Cookie(SessionCookieName)
 	if err != nil {
@@ -317,7 +333,7 @@ func (d *dashboard) require(w http.ResponseWriter, r *http.Request, need Role) (
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Not logged in", "Your session is missing or expired, so the action was not carried out.", "Log in and try again.")
 			return v, false
 		}
-		next := d.s.cfg.BasePath + r.URL.Path
+		next := d.cfg.BasePath + r.URL.Path
 		if r.URL.RawQuery != "" {
 			next += "?" + r.URL.RawQuery
 		}
@@ -326,7 +342,7 @@ func (d *dashboard) require(w http.ResponseWriter, r *http.Request, need Role) (
 	}
 	if !v.can(need) {
 		d.errorPage(w, r, v, http.StatusForbidden, "Forbidden",
-			fmt.Sprintf("This needs the %q role; you are logged in with %s.", need, rolesString(v.roles)),
+			fmt.Sprintf("This needs the %q role; you are logged in with %s.", need, httpserve.RolesString(v.roles)),
 			"Log in with a token that has the role.")
 		return v, false
 	}
@@ -389,8 +405,8 @@ func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
 func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, page string, pd pageData) {
 	var buf bytes.Buffer
 	if err := dashboardPages[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
-		ref := newRef()
-		d.s.log.Error().Err(err).Str("ref", ref).Str("page", page).Msg("cmdq api: dashboard template failed")
+		ref := httpserve.NewRef()
+		d.log.Error().Err(err).Str("ref", ref).Str("page", page).Msg("cmdq console: template failed")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = w.Write([]byte("the page failed to render; reference " + ref + " is in the server's log\n"))
@@ -431,18 +447,18 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
 			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
-	case storageUnavailable(err):
-		ref := newRef()
-		d.s.log.Warn().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard: storage unavailable")
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	case httpserve.StorageUnavailable(err):
+		ref := httpserve.NewRef()
+		d.log.Warn().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq console: storage unavailable")
+		w.Header().Set("Retry-After", strconv.Itoa(httpserve.RetryAfterSeconds))
 		d.errorPage(w, r, v, http.StatusServiceUnavailable, "Storage unavailable",
 			"Storage did not answer in time or could not be reached. Reference "+ref+" is in the server's log.",
-			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", RetryAfterSeconds))
+			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", httpserve.RetryAfterSeconds))
 	case errors.Is(err, cmdqtype.ErrInvalidContinuation):
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
 	default:
-		ref := newRef()
-		d.s.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard request failed")
+		ref := httpserve.NewRef()
+		d.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq console: request failed")
 		d.errorPage(w, r, v, http.StatusInternalServerError, "Server error",
 			"The server could not complete the request (storage may be unavailable). Reference "+ref+" is in the server's log.", "Retry in a moment.")
 	}
@@ -473,25 +489,25 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	key := clientKey(r)
-	if wait, blocked := d.s.limiter.blocked(key); blocked {
+	key := httpserve.ClientKey(r)
+	if wait, blocked := d.guard.Limiter.Blocked(key); blocked {
 		d.tooMany(w, r, wait)
 		return
 	}
-	e, ok := d.s.auth.lookup(strings.TrimSpace(r.PostFormValue("token")))
+	e, ok := d.guard.Auth.Lookup(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		d.s.limiter.failed(key, "dashboard login with an unknown token", r)
+		d.guard.Limiter.Failed(key, "dashboard login with an unknown token", r)
 		d.render(w, r, http.StatusUnauthorized, "login", d.data(viewer{}, "Log in", "",
 			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
 		return
 	}
-	if !hasRole(e.roles, RoleReader) {
+	if !httpserve.HasRole(e.Roles, RoleReader) {
 		d.render(w, r, http.StatusForbidden, "login", d.data(viewer{}, "Log in", "",
-			loginBody{Next: next, Error: fmt.Sprintf("That token has only %s; the dashboard needs a reader or operator token.", rolesString(e.roles))}))
+			loginBody{Next: next, Error: fmt.Sprintf("That token has only %s; the dashboard needs a reader or operator token.", httpserve.RolesString(e.Roles))}))
 		return
 	}
-	d.setCookie(w, r, d.newSession(e.who, e.roles), int(SessionLifetime/time.Second))
-	d.s.log.Info().Str("by", e.who).Msg("cmdq api: dashboard login")
+	d.setCookie(w, r, d.newSession(e.Who, e.Roles), int(SessionLifetime/time.Second))
+	d.log.Info().Str("by", e.Who).Msg("cmdq console: login")
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -503,7 +519,7 @@ func (d *dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if ok && v.session != "" {
 		d.revoke(v.claims)
-		d.s.log.Info().Str("by", v.who).Msg("cmdq api: dashboard logout")
+		d.log.Info().Str("by", v.who).Msg("cmdq console: logout")
 	}
 	d.clearCookie(w, r)
 	http.Redirect(w, r, d.base+"/login", http.StatusSeeOther)

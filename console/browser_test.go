@@ -1,8 +1,9 @@
-package main
+package console_test
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,19 +16,125 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/page"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
-// The operator page in a real browser: Debian's Chromium driven by chromedp
-// against a real `cmdq serve`. `make test` installs Chromium when it is
-// missing (tools/install-chromium.sh) and sets CMDQ_REQUIRE_BROWSER=1, so a
-// missing browser fails there instead of skipping. Screenshots of every
-// page at 1280×800 and 390×844 go to $CMDQ_ARTIFACTS (or a new temporary
-// directory), which the test prints.
+// The operator console in a real browser: Debian's Chromium driven by
+// chromedp against the API and the console mounted as `cmdq serve` mounts
+// them (apitest), with handlers like serve's demo ones. `make test`
+// installs Chromium when it is missing (tools/install-chromium.sh) and
+// sets CMDQ_REQUIRE_BROWSER=1, so a missing browser fails there instead of
+// skipping. Screenshots of every page at 1280×800 and 390×844 go to
+// $CMDQ_ARTIFACTS/browser (or a new temporary directory), which the test
+// prints.
+
+// demoSleep sleeps MS milliseconds, then completes (as serve's demo.sleep).
+type demoSleep struct {
+	MS int `json:"ms"`
+}
+
+func (demoSleep) CommandType() string { return "demo.sleep" }
+
+// demoFail fails its first Times attempts, then completes (as serve's
+// demo.fail).
+type demoFail struct {
+	Times int `json:"times"`
+}
+
+func (demoFail) CommandType() string { return "demo.fail" }
+
+// registerDemo registers demo.sleep and demo.fail, retried after about a
+// second, as serve does.
+func registerDemo(c *cmdq.Client) error {
+	opts := cmdq.HandlerOptions{Retry: cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}}
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, _ *cmdq.Run) error {
+		t := time.NewTimer(time.Duration(cmd.MS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
+		}
+	}, opts); err != nil {
+		return err
+	}
+	return cmdq.RegisterWith(c, func(_ context.Context, cmd demoFail, run *cmdq.Run) error {
+		if run.Attempt() <= cmd.Times {
+			return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
+		}
+		return nil
+	}, opts)
+}
+
+// response is an HTTP response read whole.
+type response struct {
+	code int
+	body string
+}
+
+// do sends one request with a bearer token; body "" sends none, else JSON.
+func do(t *testing.T, method, url, token, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatalf("request %s %s: %v", method, url, err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return response{code: resp.StatusCode, body: string(b)}
+}
+
+// waitState polls a command (through the server's Client) until it is in
+// state.
+func waitState(t *testing.T, srv *apitest.Server, id string, state cmdqtype.State, timeout time.Duration) {
+	t.Helper()
+	var last cmdqtype.State
+	waitFor(t, timeout, fmt.Sprintf("command %s is %s (last seen %s)", id, state, last), func() bool {
+		st, err := srv.Client.Get(context.Background(), id)
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		last = st.State
+		return last == state
+	})
+}
+
+// waitFor polls cond every 25 ms until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
 
 // chromiumPath finds the browser: $CMDQ_CHROMIUM, else chromium on the PATH.
 func chromiumPath(t *testing.T) string {
@@ -273,7 +380,7 @@ func (tb *tab) shoot(dir, name string) {
 	}
 	// A tab in the background gets no new frames, and a screenshot of it
 	// waits for one.
-	tb.step(name+" to the front", page.BringToFront())
+	tb.step(name+" to the front", cdppage.BringToFront())
 	for _, dark := range []bool{false, true} {
 		scheme := "light"
 		if dark {
@@ -320,12 +427,12 @@ func (tb *tab) shoot(dir, name string) {
 // sees no controls. Every page is checked for
 // console errors, sideways scrolling at 390 px, a header of at most two
 // rows and contrast, in light and dark mode, and photographed.
-func TestBrowserOperatorPage(t *testing.T) {
+func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	dir := artifactsDir(t)
 	// One handler at a time, so that a command can be seen waiting.
-	srv := startServe(t, serveOpts{args: []string{"--poison-ceiling", "1", "--concurrency", "1"}, env: []string{"CMDQ_TOKENS=" + testTokens}})
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Config: cmdq.Config{PoisonCeiling: 1, Concurrency: 1}, Setup: registerDemo})
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
@@ -354,7 +461,7 @@ func TestBrowserOperatorPage(t *testing.T) {
 	// Issuing goes through the API, as a front end would.
 	issueFailing := func() string {
 		t.Helper()
-		id := newUUID()
+		id := uuid.NewString()
 		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken,
 			`{"id":"`+id+`","type":"demo.fail","params":{"times":10}}`)
 		if r.code != http.StatusAccepted {
@@ -406,7 +513,7 @@ func TestBrowserOperatorPage(t *testing.T) {
 	// ---- a command's page goes pending → running → completed live ----
 	issueSleep := func(ms int) string {
 		t.Helper()
-		id := newUUID()
+		id := uuid.NewString()
 		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken, fmt.Sprintf(`{"id":"%s","type":"demo.sleep","params":{"ms":%d}}`, id, ms))
 		if r.code != http.StatusAccepted {
 			t.Fatalf("issue: %d %s", r.code, r.body)
@@ -414,7 +521,7 @@ func TestBrowserOperatorPage(t *testing.T) {
 		return id
 	}
 	blocker := issueSleep(6000) // takes the only handler slot
-	waitState(t, srv.URL, apitest.ReaderToken, blocker, "running", 30*time.Second)
+	waitState(t, srv, blocker, cmdqtype.StateRunning, 30*time.Second)
 	watched := issueSleep(2500)
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands/"+watched), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
 	op.mark()
@@ -595,7 +702,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 
 	// ---- a reader sees no controls ----
 	fourth := issueFailing()
-	waitState(t, srv.URL, apitest.ReaderToken, fourth, "poisoned", 30*time.Second)
+	waitState(t, srv, fourth, cmdqtype.StatePoisoned, 30*time.Second)
 	// The operator logs out (the session ends on the server), and a reader
 	// logs in in the same browser.
 	op.run(chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#live`, chromedp.ByQuery),

@@ -1,4 +1,4 @@
-package api_test
+package console_test
 
 import (
 	"context"
@@ -46,13 +46,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 	ctx := context.Background()
 	appendTo := func(id string, evs ...cmdqtype.Event) {
 		t.Helper()
-		rec, err := srv.Log.Store.Load(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Log.Store.Append(ctx, rec, evs...); err != nil {
-			t.Fatal(err)
-		}
+		srv.Log.Append(t, id, evs...)
 	}
 	done := issue(t, srv, "Alpha")
 	appendTo(done, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
@@ -173,15 +167,15 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	// is pushed by the server's processor).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "")
+	r, ms := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "")
 	if r.StatusCode != http.StatusOK || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("live feed: %d %q", r.StatusCode, r.Header.Get("Content-Type"))
 	}
-	if m := next(t, ms); m.event != "alive" {
+	if m := apitest.NextSSE(t, ms); m.Event != "alive" {
 		t.Fatalf("first message %+v, want alive", m)
 	}
 	close(release)
-	if m := next(t, ms); m.event != "change" || !strings.HasPrefix(m.data, `"`) {
+	if m := apitest.NextSSE(t, ms); m.Event != "change" || !strings.HasPrefix(m.Data, `"`) {
 		t.Fatalf("after the outcome %+v, want change", m)
 	}
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
@@ -190,7 +184,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 		t.Fatal("a completed command's page still refreshes")
 	}
 	// A completed command's feed says there is nothing to follow.
-	if r, _ := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", ""); r.StatusCode != http.StatusNoContent {
+	if r, _ := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", ""); r.StatusCode != http.StatusNoContent {
 		t.Fatalf("live feed of a completed command: %d, want 204", r.StatusCode)
 	}
 }
@@ -213,23 +207,30 @@ func TestDashboardLiveFeedNeedsReader(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/login") {
 		t.Fatalf("live feed without a session: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	if r, _ := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.IssuerToken); r.StatusCode != http.StatusForbidden {
+	if r, _ := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.IssuerToken); r.StatusCode != http.StatusForbidden {
 		t.Fatalf("live feed for an issuer: %d", r.StatusCode)
 	}
-	_, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
-	if m := next(t, ms); m.event != "alive" {
+	_, ms := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
+	if m := apitest.NextSSE(t, ms); m.Event != "alive" {
 		t.Fatalf("first message %+v", m)
 	}
 	// Another process (srv.Log: nothing pushed) poisons it: the feed's
 	// storage read finds it (1 s later at most).
 	poisonAt(t, srv, id, time.Now(), "x")
 	for {
-		m := next(t, ms)
-		if m.event == "change" {
+		m := apitest.NextSSE(t, ms)
+		if m.Event == "change" {
 			break
 		}
-		if m.event != "alive" {
+		if m.Event != "alive" {
 			t.Fatalf("unexpected %+v", m)
 		}
 	}
 }
+
+// alpha is the command type of the live feed tests.
+type alpha struct {
+	N int `json:"n"`
+}
+
+func (alpha) CommandType() string { return "Alpha" }

@@ -1,4 +1,4 @@
-package api_test
+package console_test
 
 import (
 	"context"
@@ -16,10 +16,11 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/console"
+	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
 // ---- a small browser: no redirects followed, one session cookie ----
@@ -96,7 +97,7 @@ func (b *browser) do(method, path string, form url.Values) page {
 				b.flash = c
 			}
 		}
-		if c.Name == api.SessionCookieName {
+		if c.Name == console.SessionCookieName {
 			if c.MaxAge < 0 || c.Value == "" {
 				b.cookie = nil
 			} else {
@@ -273,14 +274,7 @@ func issueParams(t *testing.T, srv *apitest.Server, typ, params string) string {
 // poisonAt poisons id as a processor does, with a given PoisonedAt and events.
 func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...cmdqtype.Event) {
 	t.Helper()
-	ctx := context.Background()
-	rec, err := srv.Log.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Log.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.Poison(t, id, cmdqtype.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...)
 }
 
 // ---- tests ----
@@ -419,18 +413,11 @@ func TestDashboardCommandPage(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{})
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Convert")
-	ctx := context.Background()
-	rec, err := srv.Log.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Log.Store.Append(ctx, rec,
+	srv.Log.Append(t, id,
 		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "host-a"},
 		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
 		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
-	); err != nil {
-		t.Fatal(err)
-	}
+	)
 	poisonAt(t, srv, id, time.Now(), "")
 
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
@@ -581,9 +568,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	}
 
 	// An orphan entry (malformed message): requeue explains, offers discard.
-	if err := srv.Log.Store.PoisonMessage(ctx, cmdqtype.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"})
 	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
 	if len(orphan) != 1 || orphan[0][0] != "msg-0042 (no stored command)" {
 		t.Fatalf("poison list with an orphan entry: %q", orphan)
@@ -636,7 +621,7 @@ func TestDashboardLogin(t *testing.T) {
 		t.Fatalf("login redirects to %q", loc)
 	}
 	c := reader.cookie
-	if c == nil || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui" || c.MaxAge != int(api.SessionLifetime/time.Second) {
+	if c == nil || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui" || c.MaxAge != int(console.SessionLifetime/time.Second) {
 		t.Fatalf("session cookie %+v; want HttpOnly, SameSite=Strict, Path=/ui, 8 h", c)
 	}
 	if strings.Contains(c.Value, apitest.ReaderToken) {
@@ -679,7 +664,7 @@ func TestDashboardLogin(t *testing.T) {
 	forged := base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(claims), `"reader"`, `"operator"`, 1)))
 	for _, v := range []string{forged + "." + sig, payload + "x." + sig, "garbage", payload + "." + sig + "A"} {
 		f := newBrowser(t, srv.URL)
-		f.cookie = &http.Cookie{Name: api.SessionCookieName, Value: v}
+		f.cookie = &http.Cookie{Name: console.SessionCookieName, Value: v}
 		if loc := f.get("/ui/").location(t, http.StatusSeeOther); !strings.HasPrefix(loc, "/ui/login") {
 			t.Fatalf("forged cookie %q: redirect to %q", v, loc)
 		}
@@ -731,9 +716,9 @@ func TestDashboardSessionExpiry(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	b.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
 	b.get("/ui/").want(t, http.StatusOK)
-	restore := api.SetDashboardClock(func() time.Time { return time.Now().Add(api.SessionLifetime - time.Minute) })
+	restore := console.SetDashboardClock(func() time.Time { return time.Now().Add(console.SessionLifetime - time.Minute) })
 	b.get("/ui/").want(t, http.StatusOK)
-	api.SetDashboardClock(func() time.Time { return time.Now().Add(api.SessionLifetime + time.Second) })
+	console.SetDashboardClock(func() time.Time { return time.Now().Add(console.SessionLifetime + time.Second) })
 	defer restore()
 	if loc := b.get("/ui/").location(t, http.StatusSeeOther); !strings.HasPrefix(loc, "/ui/login") {
 		t.Fatalf("expired session redirects to %q", loc)
@@ -743,17 +728,11 @@ func TestDashboardSessionExpiry(t *testing.T) {
 func TestDashboardEscaping(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{})
-	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 	const evil = `<script>alert("x")</script>`
-	if err := srv.Log.Store.PoisonMessage(ctx, cmdqtype.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil})
 	id := issue(t, srv, "Alpha")
-	rec, _ := srv.Log.Store.Load(ctx, id)
-	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil})
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {
 		p := b.get(path)
 		if p.doc == nil {
@@ -777,7 +756,7 @@ func TestDashboardEscaping(t *testing.T) {
 func TestDashboardBasePath(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
-	h, err := api.New(api.Config{Client: srv.Client, Tokens: apitest.Tokens(), BasePath: "/cmdq"})
+	h, err := console.New(console.Config{Client: srv.Client, Tokens: apitest.Tokens(), BasePath: "/cmdq"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package api_test
+package console_test
 
 import (
 	"context"
@@ -87,7 +87,6 @@ func TestDashboardFlashIsServerSideAndOnce(t *testing.T) {
 func TestDashboardRequeueFromCommandPage(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{})
-	ctx := context.Background()
 	id := issue(t, srv, "Alpha")
 	poisonAt(t, srv, id, time.Now(), "x")
 	b := newBrowser(t, srv.URL)
@@ -97,14 +96,8 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 		t.Fatalf("requeue from the command page redirects to %q", loc)
 	}
 	// A processor takes it and fails before the page is shown.
-	rec, err := srv.Log.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "again"}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "again"})
 	p = b.get(loc).want(t, http.StatusOK)
 	if f := flashText(p); !strings.Contains(f, "Requeued at ") || !strings.HasSuffix(f, "It is retrying now.") {
 		t.Fatalf("flash %q; want the requeue time and the current state, retrying", f)
@@ -127,7 +120,6 @@ func TestDashboardCommandExplains(t *testing.T) {
 		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Run) error { return nil },
 			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
 	}})
-	ctx := context.Background()
 	b := newBrowser(t, srv.URL)
 
 	id := issueParams(t, srv, "images.resize", `{}`) // resize has no field n
@@ -141,15 +133,9 @@ func TestDashboardCommandExplains(t *testing.T) {
 		t.Fatal("a pending command shows a next attempt")
 	}
 
-	rec, err := srv.Log.Store.Load(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
-	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt})
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
 	if strings.Contains(text(p.doc), "Waiting for a processor") {
 		t.Fatal("a retrying command still says it waits for a first attempt")
@@ -168,16 +154,17 @@ func TestDashboardCommandExplains(t *testing.T) {
 	// Without the handler here nothing is guessed.
 	plain := apitest.Start(t, apitest.Options{})
 	id2 := issue(t, plain, "images.resize")
-	rec2, _ := plain.Log.Store.Load(ctx, id2)
-	if err := plain.Log.Store.Append(ctx, rec2, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"}); err != nil {
-		t.Fatal(err)
-	}
+	plain.Log.Append(t, id2, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
 	if strings.Contains(text(newBrowser(t, plain.URL).get("/ui/commands/"+id2).want(t, http.StatusOK).doc), "Next attempt") {
 		t.Fatal("a server without the type's handler shows a next attempt")
 	}
 }
 
-type resize struct{}
+// resize is the command type of TestDashboardCommandExplains; its params
+// are issue's {"n":1} (the Client checks that they decode).
+type resize struct {
+	N int `json:"n"`
+}
 
 func (resize) CommandType() string { return "images.resize" }
 
@@ -466,18 +453,12 @@ func TestDashboardPageCosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pending, completed := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
-	rec, err := srv.Log.Store.Load(ctx, completed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Log.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Log.Append(t, completed, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
 	feed := func(id string) (int, map[string]int) {
 		before := storageCalls(t, srv)
-		r, ms := sseStream(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
+		r, ms := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)
 		if r.StatusCode == http.StatusOK {
-			if m := next(t, ms); m.event != "alive" {
+			if m := apitest.NextSSE(t, ms); m.Event != "alive" {
 				t.Fatalf("live feed: %+v", m)
 			}
 		}

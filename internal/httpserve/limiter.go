@@ -1,4 +1,4 @@
-package api
+package httpserve
 
 import (
 	"net"
@@ -13,7 +13,9 @@ import (
 // address, and once a second in all) and, after a burst of failures, refused
 // with 429 for a time that doubles with every further failure.
 
-// DefaultAuthFailureBurst is Config.AuthFailureBurst's default (10).
+// DefaultAuthFailureBurst is how many failed authentications a client
+// address may make in a row before it is refused, when the configuration
+// gives 0 (10).
 const DefaultAuthFailureBurst = 10
 
 // Limiter timing.
@@ -31,8 +33,33 @@ const (
 	authMaxClients = 10000
 )
 
-// authClock tells the limiter's time; tests replace it.
-var authClock = time.Now
+// authClock tells the limiter's time; tests replace it (SetAuthClock).
+var (
+	authClockMu sync.Mutex
+	authClock   = time.Now
+)
+
+// SetAuthClock makes every Limiter tell time by now, for tests that move
+// time forward; restore puts the real clock back.
+func SetAuthClock(now func() time.Time) (restore func()) {
+	authClockMu.Lock()
+	old := authClock
+	authClock = now
+	authClockMu.Unlock()
+	return func() {
+		authClockMu.Lock()
+		authClock = old
+		authClockMu.Unlock()
+	}
+}
+
+// clock returns the limiters' time now.
+func clock() time.Time {
+	authClockMu.Lock()
+	now := authClock
+	authClockMu.Unlock()
+	return now()
+}
 
 type authClient struct {
 	failures     float64   // counted failures, decaying with time
@@ -42,7 +69,14 @@ type authClient struct {
 	unlogged     int       // failures since that line
 }
 
-type authLimiter struct {
+// Limiter counts failed authentications per client address (ClientKey)
+// and, after a burst of them, refuses the address for a time that doubles
+// with each further failure (1 s up to 5 minutes); one counted failure is
+// forgotten per minute without failures. It logs failures at warn, at most
+// once a minute per address and once a second in all. One Limiter may
+// serve several handlers (the API and the console), so that failures at
+// either count together. It is safe for concurrent use.
+type Limiter struct {
 	burst int // failures before refusal; < 0: never refuse
 	log   zerolog.Logger
 
@@ -53,14 +87,20 @@ type authLimiter struct {
 	now     func() time.Time
 }
 
-func newAuthLimiter(burst int, log zerolog.Logger) *authLimiter {
-	return &authLimiter{burst: burst, log: log, clients: map[string]*authClient{}, now: func() time.Time { return authClock() }}
+// NewLimiter returns a Limiter that allows burst failures in a row (0 =
+// DefaultAuthFailureBurst; negative: never refuse) and logs them to log
+// (the zero Logger discards them).
+func NewLimiter(burst int, log zerolog.Logger) *Limiter {
+	if burst == 0 {
+		burst = DefaultAuthFailureBurst
+	}
+	return &Limiter{burst: burst, log: log, clients: map[string]*authClient{}, now: clock}
 }
 
-// clientKey is the address failures are counted under: the connection's IP
+// ClientKey is the address failures are counted under: the connection's IP
 // address (an IPv6 address by its /64, which one client usually holds
 // whole). Behind a reverse proxy it is the proxy's.
-func clientKey(r *http.Request) string {
+func ClientKey(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -85,8 +125,8 @@ func (c *authClient) decay(now time.Time) {
 	}
 }
 
-// blocked reports whether key is refused now, and for how long.
-func (l *authLimiter) blocked(key string) (time.Duration, bool) {
+// Blocked reports whether key is refused now, and for how long.
+func (l *Limiter) Blocked(key string) (time.Duration, bool) {
 	if l.burst < 0 {
 		return 0, false
 	}
@@ -100,9 +140,9 @@ func (l *authLimiter) blocked(key string) (time.Duration, bool) {
 	return c.blockedUntil.Sub(now), true
 }
 
-// failed counts one failed authentication of key (why says how it failed)
+// Failed counts one failed authentication of key (why says how it failed)
 // and logs it, rate-limited.
-func (l *authLimiter) failed(key, why string, r *http.Request) {
+func (l *Limiter) Failed(key, why string, r *http.Request) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -139,14 +179,14 @@ func (l *authLimiter) failed(key, why string, r *http.Request) {
 	if l.dropped > 0 {
 		ev = ev.Int("other_clients_lines_dropped", l.dropped)
 	}
-	ev.Msg("cmdq api: failed authentication")
+	ev.Msg("cmdq: failed authentication")
 	c.logged, c.unlogged, l.lastLog, l.dropped = now, 0, now, 0
 }
 
 // makeRoom drops clients whose failures are forgotten and who are not
 // refused; if the table is still full, the one with the oldest failure.
 // Called with l.mu held.
-func (l *authLimiter) makeRoom(now time.Time) {
+func (l *Limiter) makeRoom(now time.Time) {
 	if len(l.clients) < authMaxClients {
 		return
 	}

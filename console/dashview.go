@@ -1,4 +1,4 @@
-package api
+package console
 
 import (
 	"bytes"
@@ -258,17 +258,17 @@ var staticFiles = func() map[string]staticFile {
 	out := map[string]staticFile{}
 	entries, err := staticFS.ReadDir("static")
 	if err != nil {
-		panic("api: embedded static files: " + err.Error())
+		panic("console: embedded static files: " + err.Error())
 	}
 	for _, e := range entries {
 		f, err := staticFS.Open("static/" + e.Name())
 		if err != nil {
-			panic("api: embedded static files: " + err.Error())
+			panic("console: embedded static files: " + err.Error())
 		}
 		b, err := io.ReadAll(f)
 		_ = f.Close()
 		if err != nil {
-			panic("api: embedded static files: " + err.Error())
+			panic("console: embedded static files: " + err.Error())
 		}
 		sum := sha256.Sum256(b)
 		ct := mime.TypeByExtension(path.Ext(e.Name()))

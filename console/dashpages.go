@@ -1,4 +1,4 @@
-package api
+package console
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -54,7 +55,7 @@ type typeCount struct {
 }
 
 type overviewBody struct {
-	Health       HealthResponse
+	Health       health
 	HealthRows   []healthRow
 	Queues       []queueDepth
 	PoisonCount  int
@@ -70,14 +71,14 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	b := overviewBody{Health: d.s.health(), Refresh: refreshOverview}
+	b := overviewBody{Health: d.health(), Refresh: refreshOverview}
 	b.HealthRows = healthRows(b.Health.Detail)
 	queues := d.src.Queues()
 	if v.can(RoleOperator) {
 		page, err := d.src.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
 			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
-			d.s.log.Error().Err(err).Msg("cmdq api: dashboard: list poison")
+			d.log.Error().Err(err).Msg("cmdq console: list poison")
 		} else {
 			b.PoisonCount, b.PoisonMore = len(page.Entries), page.Continuation != ""
 			byType := map[string]int{}
@@ -101,7 +102,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		qd := queueDepth{Name: q, Depth: n}
 		if err != nil {
 			qd.Err = "unavailable"
-			d.s.log.Error().Err(err).Str("queue", q).Msg("cmdq api: dashboard: queue depth")
+			d.log.Error().Err(err).Str("queue", q).Msg("cmdq console: queue depth")
 		}
 		b.Queues = append(b.Queues, qd)
 	}
@@ -140,7 +141,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", quoteClip(l), cmdqtype.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", cmdqtype.DefaultPoisonLimit))
+				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", httpserve.QuoteClip(l), cmdqtype.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", cmdqtype.DefaultPoisonLimit))
 			return
 		}
 		pq.Limit = n
@@ -209,7 +210,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%s is not a command ID.", quoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	ctx := r.Context()
@@ -285,7 +286,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%s is not a command ID.", quoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
+			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
 	}
 	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
@@ -311,7 +312,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		}
 		id := r.PathValue("id")
 		if !validPoisonID(id) {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the buttons on the poison list.")
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 			return
 		}
 		by := "ui:" + v.who
@@ -319,7 +320,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 			d.failAction(w, r, v, id, err)
 			return
 		}
-		d.s.log.Info().Str("command", id).Str("by", by).Msg("cmdq api: poisoned command " + done + " from the dashboard")
+		d.log.Info().Str("command", id).Str("by", by).Msg("cmdq console: poisoned command " + done)
 		now := d.now()
 		if done == "requeued" && r.PostFormValue("back") == "command" {
 			d.putFlash(w, r, v, "/ui/commands/"+id, flash{At: now, Requeued: id,
@@ -327,9 +328,9 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 			http.Redirect(w, r, d.base+"/commands/"+url.PathEscape(id), http.StatusSeeOther)
 			return
 		}
-		text := fmt.Sprintf("Command %s was requeued at %s: it left the poison table and went back on its queue, to run again from attempt 1. Open it to follow it.", clipText(id), fmtTime(now))
+		text := fmt.Sprintf("Command %s was requeued at %s: it left the poison table and went back on its queue, to run again from attempt 1. Open it to follow it.", httpserve.ClipText(id), fmtTime(now))
 		if done == "discarded" {
-			text = fmt.Sprintf("Poison entry %s was discarded at %s: the command is discarded for good.", clipText(id), fmtTime(now))
+			text = fmt.Sprintf("Poison entry %s was discarded at %s: the command is discarded for good.", httpserve.ClipText(id), fmtTime(now))
 		}
 		d.putFlash(w, r, v, "/ui/poison", flash{At: now, Text: text})
 		http.Redirect(w, r, d.poisonURL(r.PostFormValue("type")), http.StatusSeeOther)
@@ -348,20 +349,20 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 	switch {
 	case errors.Is(err, cmdqtype.ErrNoCommand):
 		page(http.StatusConflict, "Nothing to requeue",
-			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", clipText(id)),
+			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", httpserve.ClipText(id)),
 			"Fix the producer that sent it, then discard the entry.", true)
 	case errors.Is(err, cmdqtype.ErrNotPoisoned):
 		page(http.StatusConflict, "Not poisoned",
-			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", clipText(id)),
+			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", httpserve.ClipText(id)),
 			"Open the command to see its state.", false)
 	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, _, gerr := d.src.Command(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
-				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", clipText(id), st.State),
+				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", httpserve.ClipText(id), st.State),
 				"Open the command to see its state.", false)
 			return
 		}
-		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", clipText(id)),
+		page(http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry or command %s.", httpserve.ClipText(id)),
 			"It may have been discarded already; reload the poison list.", false)
 	default:
 		d.fail(w, r, v, err)
@@ -391,12 +392,12 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !validPoisonID(id) {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the buttons on the poison list.")
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 		return
 	}
 	e, err := d.src.GetPoison(r.Context(), id)
 	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
-		d.errorPage(w, r, v, http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry %s (it may have been requeued or discarded already).", clipText(id)), "Reload the poison list.")
+		d.errorPage(w, r, v, http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry %s (it may have been requeued or discarded already).", httpserve.ClipText(id)), "Reload the poison list.")
 		return
 	}
 	if err != nil {
@@ -421,7 +422,7 @@ func (d *dashboard) bulkForm(w http.ResponseWriter, r *http.Request, v viewer) (
 	seen := map[string]bool{}
 	for _, id := range r.PostForm["id"] {
 		if !validPoisonID(id) {
-			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", quoteClip(id)), "Use the checkboxes on the poison list.")
+			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the checkboxes on the poison list.")
 			return "", "", nil, false
 		}
 		if !seen[id] {
@@ -451,7 +452,7 @@ func (d *dashboard) bulkReview(w http.ResponseWriter, r *http.Request) {
 	all := strings.HasSuffix(do, "-all")
 	do = strings.TrimSuffix(do, "-all")
 	if do != "requeue" && do != "discard" {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Unknown action", fmt.Sprintf("%s is not an action of the poison list.", quoteClip(do)), "Use the buttons on the poison list.")
+		d.errorPage(w, r, v, http.StatusBadRequest, "Unknown action", fmt.Sprintf("%s is not an action of the poison list.", httpserve.QuoteClip(do)), "Use the buttons on the poison list.")
 		return
 	}
 	if all && typ == "" {
@@ -522,7 +523,7 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 	case "discard":
 		act, done = d.src.Discard, "discarded"
 	default:
-		d.errorPage(w, r, v, http.StatusBadRequest, "Unknown action", fmt.Sprintf("%s is not an action of the poison list.", quoteClip(do)), "Use the buttons on the poison list.")
+		d.errorPage(w, r, v, http.StatusBadRequest, "Unknown action", fmt.Sprintf("%s is not an action of the poison list.", httpserve.QuoteClip(do)), "Use the buttons on the poison list.")
 		return
 	}
 	if len(ids) == 0 {
@@ -530,7 +531,7 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	stopAt := time.Now().Add(d.s.cfg.RequestTimeout / 2)
+	stopAt := time.Now().Add(d.set.RequestTimeout / 2)
 	by := "ui:" + v.who
 	out := make([]bulkOutcome, len(ids))
 	next := make(chan int)
@@ -562,11 +563,11 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 		case o.err == nil:
 			okIDs = append(okIDs, o.id)
 		default:
-			failures = append(failures, clipText(o.id)+" ("+d.bulkWhy(r, o.err)+")")
+			failures = append(failures, httpserve.ClipText(o.id)+" ("+d.bulkWhy(r, o.err)+")")
 		}
 	}
-	d.s.log.Info().Int("count", len(okIDs)).Int("failed", len(failures)).Int("not_reached", len(notReached)).Str("by", by).
-		Msg("cmdq api: poisoned commands " + done + " from the dashboard (bulk)")
+	d.log.Info().Int("count", len(okIDs)).Int("failed", len(failures)).Int("not_reached", len(notReached)).Str("by", by).
+		Msg("cmdq console: poisoned commands " + done + " (bulk)")
 	now := d.now()
 	var msg strings.Builder
 	fmt.Fprintf(&msg, "%s %d of %d at %s", strings.ToUpper(done[:1])+done[1:], len(okIDs), len(ids), fmtTime(now))
@@ -605,10 +606,10 @@ func (d *dashboard) bulkWhy(r *http.Request, err error) string {
 		return "not poisoned any more"
 	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		return "no longer in the poison table"
-	case storageUnavailable(err):
+	case httpserve.StorageUnavailable(err):
 		return "storage did not answer in time"
 	}
-	ref := newRef()
-	d.s.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq api: dashboard bulk action failed")
+	ref := httpserve.NewRef()
+	d.log.Error().Err(err).Str("ref", ref).Str("path", r.URL.Path).Msg("cmdq console: bulk action failed")
 	return "failed; reference " + ref + " is in the server's log"
 }

@@ -1,0 +1,157 @@
+package client
+
+import (
+	"encoding/json"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+)
+
+// The wire types of the HTTP API: the bodies the server (package api)
+// reads and writes and this client sends and decodes, defined here once
+// and nowhere else. A command's status, its events and the poison
+// entries are package cmdqtype's Status, Event, PoisonEntry and
+// PoisonPage. api/openapi.json describes every one of them.
+
+// ProblemContentType is the media type of every error response of the API
+// (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// problemBase prefixes every problem type URI; the fragment names the section
+// of docs/api.md that explains the problem.
+const problemBase = "https://github.com/cmdq-dev/cmdq/blob/main/docs/api.md#"
+
+// Problem type URIs (Problem.Type). Clients branch on the type (or on the
+// status); the title goes with the type.
+const (
+	// ProblemInvalidRequest: the request body or a query parameter is malformed
+	// or fails validation (400). Errors lists each field problem.
+	ProblemInvalidRequest = problemBase + "invalid-request"
+	// ProblemInvalidID: the {id} in the path is not a canonical lowercase UUID (400).
+	ProblemInvalidID = problemBase + "invalid-id"
+	// ProblemUnsupportedMediaType: the request's Content-Type is not JSON (415).
+	ProblemUnsupportedMediaType = problemBase + "unsupported-media-type"
+	// ProblemTooLarge: the body exceeds the server's body limit, or the
+	// parameters exceed what one stored command holds (413).
+	ProblemTooLarge = problemBase + "too-large"
+	// ProblemUnauthorized: no bearer token, or one that is not configured (401).
+	ProblemUnauthorized = problemBase + "unauthorized"
+	// ProblemForbidden: the token lacks the role the route needs (403).
+	ProblemForbidden = problemBase + "forbidden"
+	// ProblemCrossSite: a browser page on another site tried to change
+	// something, or a CORS preflight came from an origin the server does
+	// not list (403).
+	ProblemCrossSite = problemBase + "cross-site"
+	// ProblemMisdirected: without tokens, the request's Host is not a
+	// loopback name or one of the server's allowed hosts (421).
+	ProblemMisdirected = problemBase + "misdirected"
+	// ProblemTooManyRequests: the client's address made too many failed
+	// authentications; Retry-After says when it may try again (429).
+	ProblemTooManyRequests = problemBase + "too-many-requests"
+	// ProblemNotFound: no such command, poison entry, queue or route (404).
+	ProblemNotFound = problemBase + "not-found"
+	// ProblemGone: the command was removed after its retention (410); the
+	// detail names the retention.
+	ProblemGone = problemBase + "gone"
+	// ProblemMethodNotAllowed: the route exists but not for this method (405);
+	// the Allow header lists the methods it accepts.
+	ProblemMethodNotAllowed = problemBase + "method-not-allowed"
+	// ProblemConflict: the command ID exists with different type or
+	// parameters, or the command is not in a state the operation accepts (409).
+	ProblemConflict = problemBase + "conflict"
+	// ProblemUnavailable: storage did not answer within the request's
+	// deadline, storage failed so that a stored command could not be queued
+	// (POST /v1/commands: send the same request again), or (on /readyz) the
+	// service is unhealthy or storage is not answering (503, with
+	// Retry-After).
+	ProblemUnavailable = problemBase + "unavailable"
+	// ProblemInternal: an unexpected server-side failure (500). Detail carries
+	// a reference that is also in the server's log.
+	ProblemInternal = problemBase + "internal"
+)
+
+// Problem is an RFC 9457 problem details object: the body of every error
+// response of the API. A Remote returns it inside an *Error.
+type Problem struct {
+	// Type is a URI identifying the kind of problem (one of the Problem*
+	// constants).
+	Type string `json:"type"`
+	// Title is a short summary of the problem type.
+	Title string `json:"title"`
+	// Status is the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence and what to change.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path the problem occurred on.
+	Instance string `json:"instance,omitempty"`
+	// Errors lists individual field problems, when there are several or a
+	// field can be named.
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError is one problem with one field of a request.
+type FieldError struct {
+	// Pointer names the field: a JSON Pointer (RFC 6901) into the request
+	// body such as "#/type", "query:limit" for a query parameter, or
+	// "header:Last-Event-ID" for a header.
+	Pointer string `json:"pointer"`
+	// Detail says what is wrong with the field and what to send instead.
+	Detail string `json:"detail"`
+}
+
+// IssueRequest is the body of POST /v1/commands: a command to issue.
+type IssueRequest struct {
+	// Type is the command type name. Required.
+	Type string `json:"type"`
+	// Params is the command's parameters: a JSON object (json.Marshal's
+	// output of the command's Go value, for example). Optional: nil,
+	// empty or null means {}. The server stores it compacted
+	// (insignificant whitespace removed), so the same object with other
+	// spacing is the same request.
+	Params json.RawMessage `json:"params,omitempty"`
+	// ID is the command ID, a canonical lowercase UUID. Optional: the
+	// server generates one when it is empty. Issuing again with the same
+	// ID, type, params and correlation ID returns the existing command
+	// instead of issuing a second; anything else under the same ID is a
+	// 409 (ErrConflict).
+	ID string `json:"id,omitempty"`
+	// CorrelationID is free text (at most 256 bytes) carried with the
+	// command for tracing. Optional.
+	CorrelationID string `json:"correlationId,omitempty"`
+}
+
+// IssueResponse is the body of a successful POST /v1/commands (202 for a
+// new command, 200 for a repeated request) and of
+// POST /v1/poison/{id}/requeue (202).
+type IssueResponse struct {
+	// ID is the command ID; GET /v1/commands/{id} reads its status.
+	ID string `json:"id"`
+	// Status is the command's state: pending for a new (or requeued)
+	// command, the current state for a repeated request.
+	Status cmdqtype.State `json:"status"`
+	// Existing is true when the ID already named this command (HTTP 200):
+	// nothing new was issued. It is not part of the body: Remote.Issue
+	// sets it from the status code.
+	Existing bool `json:"-"`
+}
+
+// EventsResponse is the body of GET /v1/commands/{id}/events.
+type EventsResponse struct {
+	// ID is the command ID.
+	ID string `json:"id"`
+	// Events are the command's lifecycle events, oldest first.
+	Events []cmdqtype.Event `json:"events"`
+}
+
+// HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
+type HealthResponse struct {
+	// State is the reported state: for a processor starting, polling,
+	// working, idle, draining, stopped or unhealthy; "ok" for a server
+	// without one.
+	State string `json:"state"`
+	// Healthy is false while the service is unhealthy.
+	Healthy bool `json:"healthy"`
+	// Detail is the server's health detail (for a processor, its
+	// cmdqtype.Health snapshot). Only requests with the reader role (any
+	// request to a server without tokens) see it.
+	Detail any `json:"detail,omitempty"`
+}

@@ -1,0 +1,229 @@
+package httpserve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Defaults of the request settings both handlers take.
+const (
+	// DefaultRequestTimeout is every request's deadline when the
+	// configuration gives 0 (10 s).
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultStorageMaxRetries is how often a failed try of a storage call
+	// made for a request is retried, when the configuration gives 0 (2).
+	DefaultStorageMaxRetries = 2
+	// DefaultMaxStream is the longest an event stream or live feed stays
+	// open, when the configuration gives 0 (30 min).
+	DefaultMaxStream = 30 * time.Minute
+)
+
+// Settings are the request settings the API and the console share, as
+// their Configs give them (zero: the default).
+type Settings struct {
+	// Tokens are the bearer tokens and their roles.
+	Tokens Tokens
+	// AllowedHosts are the Host names answered without tokens.
+	AllowedHosts []string
+	// RequestTimeout is every request's deadline.
+	RequestTimeout time.Duration
+	// StorageTryTimeout bounds one try of each storage call of a request.
+	StorageTryTimeout time.Duration
+	// StorageMaxRetries is how often a failed try is retried (negative:
+	// never).
+	StorageMaxRetries int
+	// BasePath is the prefix the handler is mounted under.
+	BasePath string
+	// MaxStream is the longest a stream stays open.
+	MaxStream time.Duration
+}
+
+// Problems lists every problem of s (the caller wraps each in its own
+// ErrInvalidConfig).
+func (s Settings) Problems() []error {
+	var errs []error
+	if s.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("RequestTimeout is %s; use 0 for the default (%s) or a positive duration", s.RequestTimeout, DefaultRequestTimeout))
+	}
+	if s.StorageTryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("StorageTryTimeout is %s; use 0 for the default (RequestTimeout/4) or a positive duration", s.StorageTryTimeout))
+	}
+	if s.MaxStream < 0 {
+		errs = append(errs, fmt.Errorf("MaxStream is %s; use 0 for the default (%s) or a positive duration", s.MaxStream, DefaultMaxStream))
+	}
+	if s.BasePath != "" && (!strings.HasPrefix(s.BasePath, "/") || strings.HasSuffix(s.BasePath, "/")) {
+		errs = append(errs, fmt.Errorf("BasePath %q must start with '/' and not end with one (for example \"/cmdq\")", s.BasePath))
+	}
+	for _, h := range s.AllowedHosts {
+		if err := ValidateAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("AllowedHosts: %w", err))
+		}
+	}
+	if err := s.Tokens.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// WithDefaults returns s with every zero field set to its default
+// (StorageTryTimeout: RequestTimeout/4; a negative StorageMaxRetries: 0).
+func (s Settings) WithDefaults() Settings {
+	if s.RequestTimeout == 0 {
+		s.RequestTimeout = DefaultRequestTimeout
+	}
+	if s.StorageTryTimeout == 0 {
+		s.StorageTryTimeout = s.RequestTimeout / 4
+	}
+	switch {
+	case s.StorageMaxRetries == 0:
+		s.StorageMaxRetries = DefaultStorageMaxRetries
+	case s.StorageMaxRetries < 0:
+		s.StorageMaxRetries = 0
+	}
+	if s.MaxStream == 0 {
+		s.MaxStream = DefaultMaxStream
+	}
+	return s
+}
+
+// StorageCtx bounds the storage calls of a long-lived request (exempt
+// from the deadline) as any request's: RequestTimeout (the call budget is
+// already in r's context).
+func (s Settings) StorageCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.RequestTimeout)
+}
+
+// Options configure Wrap.
+type Options struct {
+	// Name starts the log messages ("cmdq api", "cmdq console").
+	Name string
+	// Settings give the deadline and the storage call budget (with their
+	// defaults set).
+	Settings Settings
+	// Guard checks the Host of every request.
+	Guard *Guard
+	// LongLived reports whether a request is a long-poll or a stream,
+	// exempt from the deadline (it bounds each storage call itself with
+	// Settings.StorageCtx). Nil: none is.
+	LongLived func(*http.Request) bool
+	// Extra, when set, gives a request more time than the deadline
+	// (Settings.RequestTimeout + Extra(r)): a cancel that may wait for
+	// other processes' processors. Nil: none does.
+	Extra func(*http.Request) time.Duration
+	// Check, when set, runs after the Host check and before the route; it
+	// returns false when it has written the response.
+	Check func(w http.ResponseWriter, r *http.Request) bool
+	// Log receives request logs (debug) and panics (error).
+	Log zerolog.Logger
+}
+
+// statusRecorder remembers the response status for the request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Wrap returns next behind the checks and limits every request gets:
+// panics are recovered as 500 problems (logged with a reference), every
+// request is logged at debug, gets its deadline (unless LongLived) and its
+// storage call budget, and passes the Host check and Check before its
+// route.
+func Wrap(next http.Handler, o Options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if o.LongLived == nil || !o.LongLived(r) {
+			d := o.Settings.RequestTimeout
+			if o.Extra != nil {
+				d += o.Extra(r)
+			}
+			ctx, cancel = context.WithTimeout(ctx, d)
+		}
+		defer cancel()
+		r = r.WithContext(storage.WithCallBudget(ctx, o.Settings.StorageTryTimeout, o.Settings.StorageMaxRetries))
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				ref := NewRef()
+				o.Log.Error().Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).
+					Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg(o.Name + ": handler panic")
+				if rec.status == 0 {
+					WriteProblem(rec, r, NewProblem(client.ProblemInternal, "the server failed unexpectedly; reference "+ref+" is in its log"))
+				}
+			}
+			o.Log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
+				Dur("duration", time.Since(start)).Msg(o.Name + ": request")
+		}()
+		if !o.Guard.CheckHost(rec, r) || (o.Check != nil && !o.Check(rec, r)) {
+			return
+		}
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// NewRef returns a short random reference that ties an answer to its log
+// line.
+func NewRef() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// StorageUnavailable reports whether err means storage did not answer: the
+// driver says so (storage.ErrUnavailable), or the request's deadline or a
+// storage try's timeout passed.
+func StorageUnavailable(err error) bool {
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// NotFound reports whether err says the command (or poison entry) does
+// not exist.
+func NotFound(err error) bool {
+	return errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound)
+}
+
+// ClientHealth is the default health of both handlers: the client's
+// processor (its state, whether it is healthy, its cmdq.Health as detail)
+// when the client has handlers, else always healthy with state "ok".
+func ClientHealth(c *cmdq.Client) func() (state string, healthy bool, detail any) {
+	return func() (string, bool, any) {
+		if !c.Handles() {
+			return "ok", true, nil
+		}
+		h := c.Health()
+		return string(h.State), h.Healthy(), h
+	}
+}
