@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -9,8 +10,9 @@ import (
 
 // Invariant names: stable, used in reports and docs/reliability.md.
 const (
-	// InvAcceptedFinal: every accepted command ends completed or poisoned
-	// (none lost: no record; none stranded: not final when the run settles).
+	// InvAcceptedFinal: every accepted command ends completed, poisoned or
+	// cancelled (none lost: no record; none stranded: not final when the
+	// run settles).
 	InvAcceptedFinal = "accepted-final"
 	// InvDesignedOutcome: a command ends poisoned only when designed to
 	// (demo.fail with times ≥ the ceiling), and those do end poisoned.
@@ -39,6 +41,15 @@ const (
 	InvRetryAccepted = "retry-accepted"
 	// InvProjection: the stored status agrees with the last outcome event.
 	InvProjection = "projection-consistent"
+	// InvCancelRespected: a command whose cancel the API answered 2xx ends
+	// cancelled, and no handler of it begins after that answer (beyond
+	// cancelTolerance: a delivery that read it just before the cancel was
+	// stored); one whose cancel was refused with 409 ends as designed; a
+	// command ends cancelled only if a cancel was sent for it.
+	InvCancelRespected = "cancel-respected"
+	// InvPauseRespected: no handler begins later than 10 s after a pause of
+	// its queue was answered and before the resume was sent.
+	InvPauseRespected = "pause-respected"
 )
 
 // Violation is one broken invariant.
@@ -63,6 +74,15 @@ type Report struct {
 	// (the client gave up); of the accepted, Completed, Poisoned, Lost (no
 	// record) and Stranded (not final when the run settled).
 	Issued, Accepted, NotAccepted, Completed, Poisoned, Lost, Stranded int
+	// Cancelled counts accepted commands that ended cancelled; CancelsSent
+	// the commands a cancel was sent for, CancelsAccepted those answered
+	// 2xx, CancelsRefused those answered 409 (they had ended).
+	Cancelled, CancelsSent, CancelsAccepted, CancelsRefused int
+	// Pauses are the pause windows of the queue (from the pause's answer
+	// to the resume's sending); PausesFailed the pauses or resumes never
+	// answered 2xx.
+	Pauses       []pauseWindow
+	PausesFailed int
 	// PoisonedByLostDeliveries counts commands designed to complete that
 	// reached the poison ceiling by dequeue count with fewer executions:
 	// deliveries lost to kills and faults (documented, not a violation).
@@ -113,6 +133,14 @@ func (r *Report) Figures() string {
 	fmt.Fprintf(&b, "chaos %s: seed %d (replay: CMDQ_CHAOS_SEED=%d), duration %s\n", r.Scenario, r.Seed, r.Seed, r.Duration.Round(time.Second))
 	fmt.Fprintf(&b, "  commands: issued %d, accepted %d (not accepted %d), completed %d, poisoned %d (of which by deliveries lost to kills/faults: %d), lost %d, stranded %d; client retries %d\n",
 		r.Issued, r.Accepted, r.NotAccepted, r.Completed, r.Poisoned, r.PoisonedByLostDeliveries, r.Lost, r.Stranded, r.ClientRetries)
+	if r.CancelsSent > 0 || len(r.Pauses) > 0 {
+		longest := time.Duration(0)
+		for _, p := range r.Pauses {
+			longest = max(longest, p.resumeSent.Sub(p.paused))
+		}
+		fmt.Fprintf(&b, "  cancels sent %d: answered 2xx %d, 409 %d; cancelled %d; pauses %d (longest %s, failed %d)\n",
+			r.CancelsSent, r.CancelsAccepted, r.CancelsRefused, r.Cancelled, len(r.Pauses), longest.Round(100*time.Millisecond), r.PausesFailed)
+	}
 	fmt.Fprintf(&b, "  handler executions %d; duplicates %d: explained by lease_lost %d, by SIGKILL %d, by logged storage faults %d; unexplained %d\n",
 		r.Executions, r.Extra, r.ExplainedLeaseLost, r.ExplainedCrash, r.ExplainedFault, r.Unexplained)
 	kinds := make([]string, 0, len(r.Faults))
@@ -212,13 +240,17 @@ func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) 
 		case "poisoned":
 			r.Poisoned++
 			poisonedIDs[c.ID] = true
+		case "cancelled":
+			r.Cancelled++
 		default:
 			r.Stranded++
 			add(InvAcceptedFinal, c.ID, "stranded: %s %s accepted (HTTP %d) is %s after the run settled; queue messages for it: %d; reconciler marker: %v",
 				c.Type, c.Params, c.code, h.Status, snap.messages[c.ID], snap.markers[c.ID])
 		}
 		checkCommand(r, add, c, h, j.byID[c.ID], ps)
+		checkCancel(r, add, c, h, j.byID[c.ID])
 	}
+	checkPauses(r, add, j)
 
 	// The poison table holds exactly the poisoned commands.
 	for id, e := range snap.poison {
@@ -241,8 +273,9 @@ func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) 
 
 // checkCommand checks one accepted command's history against its journal.
 func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *command, h *history, xs []*execution, ps procInfo) {
-	// Outcome as designed.
+	// Outcome as designed (a cancelled command: checkCancel).
 	switch {
+	case h.Status == "cancelled":
 	case h.Status == "poisoned" && !c.WantPoison:
 		failed := h.count("failed")
 		if lost, ok := lostDeliveries(h); ok && failed < demoCeiling && poisonReason(h) == "poison ceiling exceeded" {
@@ -262,11 +295,11 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 	last := ""
 	for _, e := range h.Events {
 		switch e.Kind {
-		case "completed", "poisoned", "discarded", "requeued", "failed":
+		case "completed", "poisoned", "discarded", "requeued", "failed", "cancelled":
 			last = e.Kind
 		}
 	}
-	if (h.Status == "completed" || h.Status == "poisoned") && last != h.Status {
+	if (h.Status == "completed" || h.Status == "poisoned" || h.Status == "cancelled") && last != h.Status {
 		add(InvProjection, c.ID, "status is %s but the last outcome event is %q", h.Status, last)
 	}
 
@@ -493,4 +526,60 @@ func killedAt(p *proc) time.Time {
 // message over).
 func leaseLost(h *history, prev, next *execution) bool {
 	return h.has("lease_lost", prev.Worker, prev.Attempt) || (next != nil && h.has("lease_lost", next.Worker, prev.Attempt))
+}
+
+// checkCancel holds one command to its cancel requests (InvCancelRespected).
+func checkCancel(r *Report, add func(inv, id, format string, args ...any), c *command, h *history, xs []*execution) {
+	c.mu.Lock()
+	cs := c.cancel
+	c.mu.Unlock()
+	if cs.tries > 0 {
+		r.CancelsSent++
+	}
+	switch {
+	case cs.code/100 == 2:
+		r.CancelsAccepted++
+		if h.Status != "cancelled" {
+			add(InvCancelRespected, c.ID, "%s %s: the cancel was answered %d but the command is %s", c.Type, c.Params, cs.code, h.Status)
+		}
+		for _, x := range xs {
+			if x.BeginT.After(cs.answeredAt.Add(cancelTolerance)) {
+				add(InvCancelRespected, c.ID, "%s %s: a handler began %s after the cancel was answered %d (%s): %s",
+					c.Type, c.Params, x.BeginT.Sub(cs.answeredAt).Round(time.Millisecond), cs.code, cs.answeredAt.Format("15:04:05.000"), x)
+			}
+		}
+	case cs.code == http.StatusConflict:
+		r.CancelsRefused++
+		if h.Status == "cancelled" {
+			add(InvCancelRespected, c.ID, "%s %s: the cancel was refused (409: the command had ended) but the command is cancelled", c.Type, c.Params)
+		}
+	case cs.code != 0:
+		add(InvCancelRespected, c.ID, "%s %s: the cancel was answered %d", c.Type, c.Params, cs.code)
+	}
+	if h.Status == "cancelled" && cs.tries == 0 {
+		add(InvCancelRespected, c.ID, "%s %s is cancelled, but no cancel was sent for it", c.Type, c.Params)
+	}
+	if h.Status == "cancelled" && !h.hasKind("cancelled") {
+		add(InvCancelRespected, c.ID, "%s %s is cancelled without a cancelled event", c.Type, c.Params)
+	}
+}
+
+// checkPauses holds every handler execution to the pause windows
+// (InvPauseRespected): none begins from pauseBound after a pause was
+// answered until its resume was sent.
+func checkPauses(r *Report, add func(inv, id, format string, args ...any), j *journal) {
+	for _, p := range r.Pauses {
+		from := p.paused.Add(pauseBound)
+		if !from.Before(p.resumeSent) {
+			continue
+		}
+		for id, xs := range j.byID {
+			for _, x := range xs {
+				if x.BeginT.After(from) && x.BeginT.Before(p.resumeSent) {
+					add(InvPauseRespected, id, "a handler began %s after its queue's pause was answered (%s), before the resume was sent (%s): %s",
+						x.BeginT.Sub(p.paused).Round(time.Millisecond), p.paused.Format("15:04:05.000"), p.resumeSent.Format("15:04:05.000"), x)
+				}
+			}
+		}
+	}
 }

@@ -26,6 +26,10 @@ type command struct {
 	// WantPoison: the command is designed to end poisoned (demo.fail with
 	// times ≥ the ceiling); every other one is designed to complete.
 	WantPoison bool
+	// CancelAfter, when above 0, is when after its acceptance the command
+	// is cancelled through the API (control.go): it may then end
+	// cancelled, or as designed when it ended before the cancel was stored.
+	CancelAfter time.Duration
 
 	mu         sync.Mutex
 	accepted   bool
@@ -35,6 +39,7 @@ type command struct {
 	codes      []int  // each POST's answer (0: no answer)
 	refused    string // a 4xx answer to a retry of the same body
 	lastErr    string
+	cancel     cancelState // its cancel requests (CancelAfter)
 }
 
 func (c *command) isAccepted() bool {
@@ -58,8 +63,9 @@ func newID(rng *rand.Rand) string {
 }
 
 // mix draws n commands of every demo kind from rng. maxSleep bounds
-// demo.sleep.
-func mix(rng *rand.Rand, n int, maxSleep time.Duration) []*command {
+// demo.sleep; a share cancels of them (0..1) get a CancelAfter below
+// cancelWithin.
+func mix(rng *rand.Rand, n int, maxSleep time.Duration, cancels float64) []*command {
 	out := make([]*command, 0, n)
 	for i := range n {
 		c := &command{ID: newID(rng)}
@@ -77,6 +83,15 @@ func mix(rng *rand.Rand, n int, maxSleep time.Duration) []*command {
 		default:
 			steps := 1 + rng.IntN(5)
 			c.Type, c.Params = "demo.steps", fmt.Sprintf(`{"steps":%d,"failAt":%d}`, steps, rng.IntN(steps+1))
+		}
+		if rng.Float64() < cancels {
+			// Half of them at once (a young pending command, or one just
+			// started from its issue's message), half within cancelWithin.
+			within := cancelWithin
+			if rng.IntN(2) == 0 {
+				within = 100 * time.Millisecond
+			}
+			c.CancelAfter = time.Millisecond + time.Duration(rng.Int64N(int64(within)))
 		}
 		c.body, _ = json.Marshal(map[string]any{"id": c.ID, "type": c.Type, "params": json.RawMessage(c.Params)})
 		out = append(out, c)
@@ -104,7 +119,8 @@ func newClients(base string, tl timeline) *clients {
 func (cl *clients) issueAll(ctx context.Context, cmds []*command, rate float64, workers int, giveUp time.Time, seed uint64) {
 	start := time.Now()
 	next := make(chan *command)
-	var wg sync.WaitGroup
+	var wg, cancels sync.WaitGroup
+	defer cancels.Wait()
 	for w := range workers {
 		wg.Add(1)
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
@@ -112,6 +128,14 @@ func (cl *clients) issueAll(ctx context.Context, cmds []*command, rate float64, 
 			defer wg.Done()
 			for c := range next {
 				cl.issue(ctx, c, giveUp, rng)
+				if c.CancelAfter > 0 && c.isAccepted() {
+					c.mu.Lock()
+					at := c.acceptedAt.Add(c.CancelAfter)
+					c.mu.Unlock()
+					crng := rand.New(rand.NewPCG(seed, rng.Uint64()))
+					cancels.Add(1)
+					go func() { defer cancels.Done(); cl.cancel(ctx, c, at, giveUp, crng) }()
+				}
 			}
 		}()
 	}
@@ -225,8 +249,8 @@ func (cl *clients) status(ctx context.Context, id string) (string, error) {
 var errNotSettled = errors.New("commands not final at the deadline")
 
 // settle polls the status of every accepted command until each is final
-// (completed, poisoned or discarded) or until the deadline; it returns the
-// ids still not final.
+// (completed, poisoned, discarded or cancelled) or until the deadline; it
+// returns the ids still not final.
 func (cl *clients) settle(ctx context.Context, cmds []*command, deadline time.Time) ([]string, error) {
 	pending := map[string]bool{}
 	for _, c := range cmds {
@@ -248,7 +272,7 @@ func (cl *clients) settle(ctx context.Context, cmds []*command, deadline time.Ti
 				defer wg.Done()
 				for id := range work {
 					st, err := cl.status(ctx, id)
-					if err == nil && (st == "completed" || st == "poisoned" || st == "discarded") {
+					if err == nil && (st == "completed" || st == "poisoned" || st == "discarded" || st == "cancelled") {
 						mu.Lock()
 						delete(pending, id)
 						mu.Unlock()

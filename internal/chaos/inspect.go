@@ -411,3 +411,13 @@ func readJournal(path string) (*journal, error) {
 	j.lines = n
 	return j, sc.Err()
 }
+
+// hasKind reports whether the history has an event of kind.
+func (h *history) hasKind(kind string) bool {
+	for _, e := range h.Events {
+		if e.Kind == kind {
+			return true
+		}
+	}
+	return false
+}

@@ -104,6 +104,14 @@ type Scenario struct {
 	ServeNoDemo bool
 	// ServeArgs are more flags for serve (e.g. --recovery-delay).
 	ServeArgs []string
+	// Cancels is the share (0..1) of the commands that are cancelled
+	// through the API, a random moment (under 2 s) after they were
+	// accepted (default 0: none).
+	Cancels float64
+	// Pauses: the demo handlers' queue is paused and resumed through the
+	// API now and then during the chaos, some pauses longer than 10 s
+	// (default false).
+	Pauses bool
 }
 
 func (sc *Scenario) defaults() {
@@ -149,6 +157,8 @@ type world struct {
 	started time.Time
 	keep    bool // keep the run's directory
 
+	pauses pauses // the pause windows (control.go)
+
 	mu       sync.Mutex
 	downTill map[string]time.Time // role → not restarted before
 	stopping bool
@@ -169,7 +179,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 		tb.Fatalf("chaos %s: set up: %v\ntimeline:\n%s", sc.Name, err, tail(filepath.Join(w.dir, "timeline.log"), 50))
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 1))
-	cmds := mix(rng, sc.Commands, sc.MaxSleep)
+	cmds := mix(rng, sc.Commands, sc.MaxSleep, sc.Cancels)
 	cl := newClients("http://"+w.addr, w.tl)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -182,6 +192,10 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	if sc.KillEvery[1] > 0 {
 		bg.Add(1)
 		go func() { defer bg.Done(); w.killLoop(chaosCtx, rand.New(rand.NewPCG(sc.Seed, 2))) }()
+	}
+	if sc.Pauses {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.pauseLoop(chaosCtx, cl, rand.New(rand.NewPCG(sc.Seed, 64))) }()
 	}
 	if sc.Store == StoreAzure && sc.FaultEvery[1] > 0 {
 		for i := range sc.FaultLoops {
@@ -291,6 +305,9 @@ func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Repor
 		w.t.Fatalf("chaos %s: read journal: %v", w.sc.Name, err)
 	}
 	rep.ClientRetries = cl.retries.Load()
+	w.pauses.mu.Lock()
+	rep.Pauses, rep.PausesFailed = append([]pauseWindow(nil), w.pauses.windows...), w.pauses.failed
+	w.pauses.mu.Unlock()
 	check(rep, cmds, snap, j, w.ps)
 	w.mu.Lock()
 	rep.Kills = w.kills
