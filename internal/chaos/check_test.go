@@ -303,3 +303,72 @@ func TestReadJournal(t *testing.T) {
 		t.Fatalf("second execution %+v", b)
 	}
 }
+
+// TestCheckCancels: the cancel-respected invariant holds for a command
+// cancelled before its handler ran and for one whose handler began before
+// the cancel's answer, and fails for a handler that began well after the
+// answer, for a 2xx cancel of a command that completed, and for a command
+// cancelled without a cancel sent.
+func TestCheckCancels(t *testing.T) {
+	t.Parallel()
+	cancelled := func() *history {
+		return &history{ID: "c1", Found: true, Status: "cancelled", Events: []event{ev("1", "created", "", 0, 0), ev("2", "cancelled", "api:anonymous", 0, 0)}}
+	}
+	sent := func(code int, answeredMS int) *command {
+		c := acceptedCmd("c1", "demo.sleep", `{"ms":1000}`, false)
+		c.CancelAfter = time.Millisecond
+		c.cancel = cancelState{sent: at(answeredMS - 50), tries: 1, code: code, answeredAt: at(answeredMS)}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		c    *command
+		h    *history
+		xs   []*execution
+		want []string
+	}{
+		{"cancelled before it ran", sent(202, 1000), cancelled(), nil, nil},
+		{"began before the answer", sent(202, 1000), cancelled(), []*execution{run("w1.1", 1, 1, 5, -1, "")}, nil},
+		{"began within the tolerance", sent(202, 1000), cancelled(), []*execution{run("w1.1", 1, 1, 19, -1, "")}, nil},
+		{"began after the answer", sent(202, 1000), cancelled(), []*execution{run("w1.1", 1, 1, 25, -1, "")}, []string{InvCancelRespected}},
+		{"2xx but completed", sent(202, 1000), &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+			ev("1", "created", "", 0, 0), ev("2", "started", "w1.1", 1, 0), ev("3", "completed", "w1.1", 1, 0)}},
+			[]*execution{run("w1.1", 1, 1, 1, 2, "")}, []string{InvCancelRespected}},
+		{"409 and completed", sent(409, 1000), &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+			ev("1", "created", "", 0, 0), ev("2", "started", "w1.1", 1, 0), ev("3", "completed", "w1.1", 1, 0)}},
+			[]*execution{run("w1.1", 1, 1, 1, 2, "")}, nil},
+		{"cancelled without a cancel", acceptedCmd("c1", "demo.sleep", `{"ms":1000}`, false), cancelled(), nil, []string{InvCancelRespected}},
+	} {
+		r := runCheck(t, tc.c, tc.h, tc.xs, fakeProcs{}, nil)
+		if got := invariants(r); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: violations %v, want %v (%v)", tc.name, got, tc.want, r.Violations)
+		}
+	}
+}
+
+// TestCheckPauses: a handler that begins more than 10 s into a pause (and
+// before the resume) breaks pause-respected; one that begins within the
+// first 10 s, or after the resume, does not.
+func TestCheckPauses(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.echo", `{}`, false)
+	h := &history{ID: "c1", Found: true, Status: "completed", Events: []event{
+		ev("1", "created", "", 0, 0), ev("2", "started", "w1.1", 1, 0), ev("3", "completed", "w1.1", 1, 0)}}
+	for _, tc := range []struct {
+		name  string
+		begin int // ×100 ms
+		want  []string
+	}{
+		{"within 10 s of the pause", 90, nil},
+		{"more than 10 s into the pause", 120, []string{InvPauseRespected}},
+		{"after the resume", 160, nil},
+	} {
+		snap := &snapshot{cmds: map[string]*history{c.ID: h}, poison: map[string]poisonEntry{}, markers: map[string]bool{}, messages: map[string]int{}}
+		j := &journal{byID: map[string][]*execution{c.ID: {run("w1.1", 1, 1, tc.begin, tc.begin+1, "")}}}
+		r := &Report{Faults: map[string]int{}, Pauses: []pauseWindow{{paused: at(0), resumeSent: at(15000)}}}
+		check(r, []*command{c}, snap, j, fakeProcs{procs: map[string]*proc{}})
+		if got := invariants(r); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: violations %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
