@@ -253,7 +253,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 // stream streams a command's events (each an SSE message whose id is the
 // event's seq and whose data is the event) and, after them, its status
 // (an SSE event "status"), again at every change, until the command is
-// final (completed, poisoned or discarded): then the stream ends. It
+// final (completed, poisoned, discarded or cancelled): then the stream ends. It
 // starts after the request's Last-Event-ID; a reconnect to a final
 // command with nothing more to send answers 204 (EventSource then stops
 // reconnecting). A comment line is sent every StreamHeartbeat; the stream

@@ -82,7 +82,7 @@ var (
 	// ErrInvalidStep: Run.CompleteStep got a step number below 1.
 	ErrInvalidStep = errors.New("cmdq: invalid step")
 	// ErrSuperseded: the attempt is over while its handler still runs: the
-	// command finished (completed, poisoned or discarded) elsewhere, or
+	// command finished (completed, poisoned, discarded or cancelled) elsewhere, or
 	// another delivery of it took it over. Run.CompleteStep returns an
 	// error wrapping it (the step is not recorded) and the handler's
 	// context is cancelled: return. Nothing more is recorded for the

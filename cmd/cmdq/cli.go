@@ -335,8 +335,8 @@ func newSendCmd() *cobra.Command {
 		Use:   "send TYPE",
 		Short: "Issue a command and print its ID (--wait: wait until it ends)",
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
-stdout. With --wait it then waits until the command is completed, poisoned or
-discarded, and prints the final status; it exits 1 unless the command
+stdout. With --wait it then waits until the command is completed, poisoned,
+discarded or cancelled, and prints the final status; it exits 1 unless the command
 completed.
 
 Examples:
@@ -394,7 +394,7 @@ Examples:
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
 	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
-	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned or discarded (a long-poll of the server)")
+	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
 	return c
 }
@@ -425,7 +425,7 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show a command's status and its events as a timeline (--watch: follow it)",
 		Long: `status prints a command's current status and its lifecycle events, oldest
 first. With --watch it keeps printing new events until the command is
-completed, poisoned or discarded.
+completed, poisoned, discarded or cancelled.
 ` + remoteHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -469,7 +469,7 @@ completed, poisoned or discarded.
 		},
 	}
 	f.add(c)
-	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events as they happen (an event stream from the server) until the command is completed, poisoned or discarded")
+	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events as they happen (an event stream from the server) until the command is completed, poisoned, discarded or cancelled")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the status and events as JSON")
 	return c
 }
