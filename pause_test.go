@@ -275,3 +275,41 @@ func TestPauseTwoProcessors(t *testing.T) {
 		}
 	})
 }
+
+// TestRunForPausedQueue: a RunFor on a paused queue starts none of its
+// commands, and returns before its time is up (as on an idle queue); the
+// commands wait, pending, for the resume.
+func TestRunForPausedQueue(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for range 3 {
+			res, err := c.Issue(ctx, greet{Name: "paused"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, res.ID)
+		}
+		if _, err := c.PauseQueue(ctx, cmdq.DefaultQueue, "test"); err != nil {
+			t.Fatal(err)
+		}
+		const d = 5 * time.Second
+		start := time.Now()
+		sum, err := c.RunFor(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Completed != 0 || time.Since(start) >= d {
+			t.Fatalf("RunFor on a paused queue: %+v after %s, want nothing completed, back before %s", sum, time.Since(start), d)
+		}
+		for _, id := range ids {
+			if st, err := c.Get(ctx, id); err != nil || st.State != cmdq.StatePending {
+				t.Fatalf("%s is %+v %v, want pending", id, st, err)
+			}
+		}
+	})
+}

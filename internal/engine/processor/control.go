@@ -210,11 +210,15 @@ func (p *Processor) mayDequeue(s *session, qr *queueRunner, busy bool) bool {
 // whilePaused waits while qr is paused: it reads the control rows instead
 // of dequeuing, after MinPollInterval, doubling up to MaxPollInterval (a
 // paused queue costs what an idle one does), or at once when this process
-// resumes it. It returns false when the session stops taking work.
+// resumes it. It returns false when the session stops taking work, or, in
+// a RunFor, when the next wait no longer fits (as for an idle queue).
 func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 	interval := p.cfg.MinPollInterval
 	for p.queuePaused(qr.name) {
 		wait := p.jitter(interval)
+		if s.timed && !time.Now().Add(wait+p.margin()).Before(s.finishBy) {
+			return false // RunFor: the wait does not fit; the run ends idle once every poller has
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
