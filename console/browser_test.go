@@ -422,7 +422,9 @@ func (tb *tab) shoot(dir, name string) {
 // command's page goes pending → running → completed live; a failing
 // command appears in the poison list without a reload; its page shows it;
 // a requeue appears live on another tab of that page; a bulk discard asks
-// first; the recent commands page counts and charts the hour; forged
+// first; the recent commands page counts and charts the hour; the queues
+// view pauses the queue, a command issued then waits and its cancel asks
+// first; forged
 // posts (without the CSRF token, from another site) are refused; a reader
 // sees no controls. Every page is checked for
 // console errors, sideways scrolling at 390 px, a header of at most two
@@ -678,7 +680,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
 	var tabs []string
 	op.eval(`[...document.querySelectorAll("nav.tabs a")].map(a => a.textContent.replace(/\s+/g, " ").trim())`, &tabs)
-	if len(tabs) != 7 || tabs[0] != "all 5" || tabs[4] != "completed 2" || tabs[6] != "discarded 3" {
+	if len(tabs) != 8 || tabs[0] != "all 5" || tabs[4] != "completed 2" || tabs[6] != "discarded 3" || tabs[7] != "cancelled 0" {
 		t.Errorf("state counts of the last hour: %q, want all 5, completed 2, discarded 3", tabs)
 	}
 	var charts []string
@@ -694,6 +696,25 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	}
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
 	op.shoot(dir, "commands")
+
+	// ---- the queues view: a pause, a command that waits, its cancel asks first ----
+	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
+		chromedp.Click(`form[action$="/queues/commands/pause"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
+	if txt := op.text(); !strings.Contains(txt, "Queue commands was paused at") || !strings.Contains(txt, "Resume") {
+		t.Fatalf("queues after the pause:\n%s", txt)
+	}
+	op.shoot(dir, "queues")
+	waiting := issueFailing() // the queue is paused: it waits, pending
+	op.run(chromedp.Navigate(srv.URL+"/ui/commands/"+waiting), chromedp.WaitVisible(`#cancel`, chromedp.ByQuery),
+		chromedp.Click(`#cancel`, chromedp.ByQuery), chromedp.WaitVisible(`form[action$="/cancel"]`, chromedp.ByQuery))
+	if txt := op.text(); !strings.Contains(txt, "Cancel this command?") || !strings.Contains(txt, "cannot be undone") {
+		t.Fatalf("cancel confirmation:\n%s", txt)
+	}
+	op.shoot(dir, "confirm-cancel")
+	op.run(chromedp.Click(`form[action$="/cancel"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
+	waitState(t, srv, waiting, cmdqtype.StateCancelled, 30*time.Second)
+	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
+		chromedp.Click(`form[action$="/queues/commands/resume"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
 
 	// ---- an error page ----
 	op.expect("/ui/commands/00000000-0000-4000-8000-000000000000")

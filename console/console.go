@@ -148,7 +148,8 @@ const (
 	RoleIssuer = httpserve.RoleIssuer
 	// RoleReader may view the console's pages but the poison list.
 	RoleReader = httpserve.RoleReader
-	// RoleOperator may view every page and requeue and discard.
+	// RoleOperator may view every page, requeue and discard, cancel
+	// commands and pause and resume queues.
 	RoleOperator = httpserve.RoleOperator
 )
 
@@ -190,7 +191,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	d.mount(mux)
-	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq console", Settings: set, Guard: d.guard, LongLived: liveFeed, Log: cfg.Logger}), nil
+	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq console", Settings: set, Guard: d.guard, LongLived: liveFeed, Extra: cancelTime, Log: cfg.Logger}), nil
 }
 
 // Beside returns a handler that serves the console handler ui (New's) on

@@ -87,7 +87,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -147,6 +147,7 @@ type pageData struct {
 	Who     string
 	AuthOn  bool
 	Operate bool // the viewer may see the poison table and act on it
+	Cancel  bool // the viewer may cancel commands (issuer or operator)
 	Flash   *flash
 	// FlashState is the current state of the command a flash says was
 	// requeued, when this page read it ("" otherwise).
@@ -183,6 +184,13 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(d.src.Discard, "discarded")))
 	mux.HandleFunc("POST /ui/poison/bulk", h(d.bulkReview))
 	mux.HandleFunc("POST /ui/poison/bulk/run", h(d.bulkRun))
+	mux.HandleFunc("GET /ui/commands/{id}/cancel", h(d.confirmCancel)) // control.go
+	mux.HandleFunc("POST /ui/commands/{id}/cancel", h(d.cancelCommand))
+	mux.HandleFunc("POST /ui/commands/bulk", h(d.cancelReview))
+	mux.HandleFunc("POST /ui/commands/bulk/run", h(d.cancelRun))
+	mux.HandleFunc("GET /ui/queues", h(d.queues))
+	mux.HandleFunc("POST /ui/queues/{name}/pause", h(d.queueAction(true)))
+	mux.HandleFunc("POST /ui/queues/{name}/resume", h(d.queueAction(false)))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
@@ -396,7 +404,7 @@ func (d *dashboard) safeNext(next string) string {
 func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
 	return pageData{
 		Title: title, Base: d.base, Nav: nav, CSRF: d.csrfToken(v.session), Who: v.who,
-		AuthOn: d.authOn(), Operate: v.can(RoleOperator), Now: d.now().UTC(), Body: body,
+		AuthOn: d.authOn(), Operate: v.can(RoleOperator), Cancel: v.can(httpserve.RoleIssuerOrOperator), Now: d.now().UTC(), Body: body,
 	}
 }
 

@@ -39,7 +39,7 @@ const (
 )
 
 // stateOrder is the order of the states on the page.
-var stateOrder = []cmdqtype.State{cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded}
+var stateOrder = []cmdqtype.State{cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
 
 // stateTab is one state filter with its count.
 type stateTab struct {
@@ -305,7 +305,7 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 
 // immutableState reports whether a command in state s never changes.
 func immutableState(s cmdqtype.State) bool {
-	return s == cmdqtype.StateCompleted || s == cmdqtype.StateDiscarded
+	return s == cmdqtype.StateCompleted || s == cmdqtype.StateDiscarded || s == cmdqtype.StateCancelled
 }
 
 // runningNote is what the command page and the listing say of a command

@@ -200,6 +200,8 @@ type commandBody struct {
 	// Stream is the live feed's URL ("" for a final command): live.js
 	// refreshes the page when it says something changed.
 	Stream string
+	// Final: the command ended (no Cancel button).
+	Final bool
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -224,7 +226,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0}
+	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0, Final: st.State.Final()}
 	if len(params) > 0 {
 		var buf bytes.Buffer
 		if json.Indent(&buf, params, "", "  ") != nil {
@@ -237,7 +239,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch st.State {
-	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded:
+	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
 		b.Refresh = 0 // final: nothing changes any more
 	case cmdqtype.StatePoisoned:
 		b.Refresh = refreshPoisoned

@@ -46,6 +46,19 @@ type dashSource interface {
 	// InFlight reports whether this server's processor runs a handler of
 	// id now (before its started event is written): no storage call.
 	InFlight(id string) (cmdq.InFlight, bool)
+	// Cancel cancels a command for by (cmdq.Client.Cancel): one point read
+	// and one batch (and, for a command issued moments ago, one upsert and
+	// a wait of at most cmdq.ControlInterval on a shared store).
+	Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error)
+	// ListQueues lists the queues with their depth and pause state: one
+	// listing of the store's queues, one query of the control rows and one
+	// count per queue.
+	ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
+	// PauseQueue and ResumeQueue change a queue's pause for by: one
+	// upsert (and a listing of the store's queues for a queue the server's
+	// types do not route to).
+	PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
+	ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
 	// Watch follows a command for the live feed: one point read when it
 	// opens (none when the command is watched already or final and read
 	// before), then one per second at most while it is watched, shared
@@ -119,4 +132,20 @@ func retryWindow(p cmdqtype.RetryPolicy, n int, at time.Time) (earliest, latest 
 	lo.Rand = func() float64 { return 0 }
 	hi.Rand = func() float64 { return 1 }
 	return at.Add(lo.Delay(n)), at.Add(hi.Delay(n))
+}
+
+func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error) {
+	return s.c.Cancel(ctx, id, by)
+}
+
+func (s clientSource) ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+	return s.c.ListQueues(ctx)
+}
+
+func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {
+	return s.c.PauseQueue(ctx, name, by)
+}
+
+func (s clientSource) ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {
+	return s.c.ResumeQueue(ctx, name, by)
 }

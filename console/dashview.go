@@ -94,7 +94,7 @@ func (p pageData) Until(t time.Time) template.HTML {
 // colour class of cmdq.css.
 var badgeClass = map[string]string{
 	"pending": "s-pending", "running": "s-running", "retrying": "s-retrying", "completed": "s-completed",
-	"poisoned": "s-poisoned", "discarded": "s-discarded",
+	"poisoned": "s-poisoned", "discarded": "s-discarded", "cancelled": "s-discarded", "paused": "s-retrying",
 	"created": "s-other", "started": "s-started", "step_completed": "s-other", "failed": "s-failed", "requeued": "s-pending",
 	"starting": "s-pending", "polling": "s-running", "working": "s-working", "idle": "s-healthy", "draining": "s-draining",
 	"stopped": "s-stopped", "unhealthy": "s-unhealthy", "ok": "s-healthy",
