@@ -28,7 +28,7 @@ func TestConsoleCancel(t *testing.T) {
 	reader := newBrowser(t, srv.URL)
 	reader.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
 
-	if hasCancelLink(reader.get("/ui/commands/" + id).want(t, http.StatusOK)) {
+	if hasCancelLink(reader.get("/ui/commands/"+id).want(t, http.StatusOK)) {
 		t.Fatal("a reader is offered Cancel")
 	}
 	p := op.get("/ui/commands/"+id).want(t, http.StatusOK)
