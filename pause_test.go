@@ -3,6 +3,7 @@ package cmdq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -310,6 +311,55 @@ func TestRunForPausedQueue(t *testing.T) {
 			if st, err := c.Get(ctx, id); err != nil || st.State != cmdq.StatePending {
 				t.Fatalf("%s is %+v %v, want pending", id, st, err)
 			}
+		}
+	})
+}
+
+// TestPauseCheckCost: the pause check costs an idle processor nothing (its
+// polls read no control row) and a busy one about one query per
+// ControlInterval however many commands it starts.
+func TestPauseCheckCost(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		st, n := counting(s.st)
+		polls := newObserved()
+		cfg := fast()
+		cfg.Observers = []cmdq.Observer{polls}
+		c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, cfg)
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		isPoll := func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedPolled }
+		polls.await(t, "a first poll", func() bool { return polls.count(0, isPoll) > 0 })
+		idleFrom, mark := n.queries.Load(), polls.len()
+		polls.await(t, "5 idle polls", func() bool { return polls.count(mark, isPoll) >= 5 })
+		if q := n.queries.Load() - idleFrom; q != 0 {
+			t.Fatalf("5 idle polls made %d table queries, want none", q)
+		}
+
+		busyFrom, start := n.queries.Load(), time.Now()
+		cmds := make([]cmdq.Command, 300)
+		for i := range cmds {
+			cmds[i] = greet{Name: fmt.Sprint(i)}
+		}
+		res, err := c.IssueMany(ctx, cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if st, err := c.Wait(ctx, r.ID); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("%s: %+v %v", r.ID, st, err)
+			}
+		}
+		elapsed := time.Since(start)
+		limit := 1 + int64(elapsed/cmdq.ControlInterval)
+		if q := n.queries.Load() - busyFrom; q > limit {
+			t.Fatalf("300 commands in %s made %d table queries, want at most %d (one control read per %s)", elapsed.Round(time.Millisecond), q, limit, cmdq.ControlInterval)
+		} else {
+			t.Logf("300 commands in %s: %d control reads", elapsed.Round(time.Millisecond), q)
 		}
 	})
 }
