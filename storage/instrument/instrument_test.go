@@ -283,3 +283,23 @@ func TestCombinedManyReportedPerItem(t *testing.T) {
 		}
 	}
 }
+
+// TestExclusiveThroughWrapper: the embedded store says only its process
+// uses it (storage.Exclusive), and the wrapper answers for the store it
+// wraps, so that cmdq skips a cancel's wait for other processes on it.
+func TestExclusiveThroughWrapper(t *testing.T) {
+	t.Parallel()
+	st := openEmbedded(t)
+	if !storage.IsExclusive(st) {
+		t.Fatal("the embedded store is not exclusive")
+	}
+	if !storage.IsExclusive(instrument.Wrap(st, instrument.Hooks{})) {
+		t.Fatal("the wrapper hid the embedded store's exclusivity")
+	}
+	if storage.IsExclusive(instrument.Wrap(instrument.Wrap(nonExclusive{st}, instrument.Hooks{}), instrument.Hooks{})) {
+		t.Fatal("a wrapper of a store that is not exclusive says it is")
+	}
+}
+
+// nonExclusive hides the embedded store's Exclusive method.
+type nonExclusive struct{ storage.Store }
