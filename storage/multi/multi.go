@@ -33,8 +33,9 @@
 // unhealthy: its calls then fail at once (wrapping storage.ErrUnavailable)
 // while the others go on, except one call at a time every ProbeInterval
 // (doubling up to MaxProbeInterval while it keeps failing), which brings it
-// back when it answers. Dequeue and Peek skip an unhealthy member, so the
-// messages of healthy members keep flowing; a queue or table that could not
+// back when it answers. Dequeue and Peek skip an unhealthy member (they
+// fail only when no member answers), so the messages of healthy members
+// keep flowing; a queue or table that could not
 // be created in a member while it was down is created on its first use
 // there. Store.Members reports each member's state (storage.Members).
 package multi

@@ -78,8 +78,10 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 }
 
 // take collects up to max messages from the members in turn, starting at
-// a rotating member; unhealthy members are skipped (their error is
-// returned only when no member gave a message).
+// a rotating member; unhealthy members are skipped: their error is
+// returned only when no member answered, so that a lost member does not
+// make the others' pollers back off as from a fault (Store.Members reports
+// it).
 func (q *queue) take(ctx context.Context, max int, f func(sq storage.Queue, n int) ([]storage.Message, error)) ([]storage.Message, error) {
 	n := len(q.s.members)
 	start := int(q.s.rr.Add(1) % uint64(n))
@@ -104,7 +106,7 @@ func (q *queue) take(ctx context.Context, max int, f func(sq storage.Queue, n in
 			out = append(out, m)
 		}
 	}
-	if len(out) == 0 && len(errs) > 0 {
+	if len(errs) == n {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
