@@ -88,10 +88,10 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 			return openAccounts(ctx, conns)
 		}
 		cfg := azure.Config{
-			AccountName:      f.azAccount,
-			AccountKey:       f.azKey,
-			QueueEndpoint:    f.azQueueEndpoint,
-			TableEndpoint:    f.azTableEndpoint,
+			AccountName:   f.azAccount,
+			AccountKey:    f.azKey,
+			QueueEndpoint: f.azQueueEndpoint,
+			TableEndpoint: f.azTableEndpoint,
 		}
 		if len(conns) == 1 {
 			cs, from, err := splitFrom(conns[0])
