@@ -319,9 +319,9 @@ func (c Config) Validate() error {
 	}
 	for q, n := range c.Shards {
 		if err := cmdqtype.ValidateQueue(q); err != nil {
-			bad(fmt.Errorf("Shards: %w", err))
+			bad(fmt.Errorf("shards: %w", err))
 		} else if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix), Shards: map[string]int{q: n}}).Validate(q); err != nil {
-			bad(fmt.Errorf("Shards: %w", err))
+			bad(fmt.Errorf("shards: %w", err))
 		}
 	}
 	if err := c.processor().Validate(); err != nil {
