@@ -43,11 +43,13 @@ func (w *world) accounts(ctx context.Context) (storage.Store, error) {
 const downProbes = 12
 
 // accountDown stops the last account's Azurite AccountDown[0] into the
-// chaos for AccountDown[1] (commands keep being issued on every account),
-// and checks what the issue asks of one account down: while it is down,
-// commands whose account answers are accepted and completed (downProbes
-// demo.echo commands on those accounts, issued once it is down, must all
-// complete before it returns), and /healthz names the failing account.
+// chaos (commands keep being issued on every account) and checks what the
+// issue asks of one account down: while it is down, commands whose account
+// answers are accepted and completed (downProbes demo.echo commands on
+// those accounts, issued once it is down, must all complete before it
+// returns), and /healthz names the failing account. The account stays
+// down for AccountDown[1], and longer until both are seen (at most
+// Settle), so that the check does not depend on the machine's speed.
 // The probes join the run's commands (w.downProbes): every invariant holds
 // for them too, and for the commands on the lost account, which complete
 // once it is back. A failed check is kept in w.downErr.
@@ -68,6 +70,7 @@ func (w *world) accountDown(ctx context.Context, cl *clients) {
 	}
 	downAt := time.Now()
 	back := downAt.Add(w.sc.AccountDown[1])
+	limit := downAt.Add(w.sc.Settle)
 	defer func() {
 		w.tl.logf("account %d back: starting its Azurite", lostIdx)
 		if err := lost.start(); err != nil {
@@ -85,13 +88,13 @@ func (w *world) accountDown(ctx context.Context, cl *clients) {
 		}
 	}
 	w.downProbes = probes
-	ictx, cancel := context.WithDeadline(context.Background(), back)
+	ictx, cancel := context.WithDeadline(context.Background(), limit)
 	defer cancel()
 	for _, c := range probes {
-		cl.issue(ictx, c, back, rng)
+		cl.issue(ictx, c, limit, rng)
 	}
 	completed, failing := 0, false
-	for time.Now().Before(back) && (completed < len(probes) || !failing) {
+	for time.Now().Before(limit) && (completed < len(probes) || !failing) {
 		completed = 0
 		for _, c := range probes {
 			if s, err := cl.status(ictx, c.ID); err == nil && s == "completed" {
@@ -105,9 +108,9 @@ func (w *world) accountDown(ctx context.Context, cl *clients) {
 		lostIdx, completed, len(probes), time.Since(downAt).Round(time.Millisecond), failing)
 	switch {
 	case completed < len(probes):
-		w.downErr = fmt.Errorf("with account %d down, only %d of %d commands on the accounts that answer completed within %s (they must keep flowing)", lostIdx, completed, len(probes), w.sc.AccountDown[1])
+		w.downErr = fmt.Errorf("with account %d down, only %d of %d commands on the accounts that answer completed within %s (they must keep flowing)", lostIdx, completed, len(probes), w.sc.Settle)
 	case !failing:
-		w.downErr = fmt.Errorf("with account %d down for %s, /healthz never named it failing", lostIdx, w.sc.AccountDown[1])
+		w.downErr = fmt.Errorf("with account %d down for %s, /healthz never named it failing", lostIdx, time.Since(downAt).Round(time.Millisecond))
 	}
 	waitCtx(context.Background(), time.Until(back))
 }

@@ -255,9 +255,10 @@ func TestDuplicateMessagesRunOnce(t *testing.T) {
 // TestAccountDown is the case of one storage account down: serve and a
 // worker on two accounts (two Azurite instances; the commands queue in 2
 // shards), commands issued all along, and the second account's Azurite
-// stopped for 10 s, 8 s in. While it is down, commands on the first
-// account are accepted and completed (12 issued then must all complete
-// before it returns) and /healthz names the failing account; afterwards
+// stopped 8 s in, for 10 s (longer if the checks need it on a slow
+// machine). While it is down, commands on the first account are accepted
+// and completed (12 issued then must all complete before it returns) and
+// /healthz names the failing account; afterwards
 // every accepted command is final, none lost or run twice (the
 // invariants).
 func TestAccountDown(t *testing.T) {

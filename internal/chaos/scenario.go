@@ -119,9 +119,9 @@ type Scenario struct {
 	// default 1.
 	Shards int
 	// AccountDown, when set, stops the last account's Azurite
-	// AccountDown[0] into the chaos for AccountDown[1], then starts it
-	// again with its data (Accounts ≥ 2); the run checks that commands of
-	// the other accounts complete meanwhile (see accountDown).
+	// AccountDown[0] into the chaos for at least AccountDown[1], then
+	// starts it again with its data (Accounts ≥ 2); the run checks that
+	// commands of the other accounts complete meanwhile (see accountDown).
 	AccountDown [2]time.Duration
 }
 
@@ -825,7 +825,8 @@ func (a *azuriteCtl) start() error {
 	if a.inst != nil {
 		return nil
 	}
-	o := emulator.Options{Location: a.loc, BlobPort: a.ports[0], QueuePort: a.ports[1], TablePort: a.ports[2]}
+	// Node can take long to start on a loaded machine: wait for it.
+	o := emulator.Options{Location: a.loc, BlobPort: a.ports[0], QueuePort: a.ports[1], TablePort: a.ports[2], Timeout: 2 * time.Minute}
 	var errs []error
 	for try := 0; try < 5; try++ {
 		inst, err := emulator.StartWith(o)
