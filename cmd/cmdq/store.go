@@ -50,7 +50,7 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
 	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
 	fl.StringVar(&f.prefix, "prefix", cmdqtype.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
-	fl.StringArrayVar(&f.azConns, "azure-connection-string", nil, "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING); repeat it (or separate several with spaces or newlines in CMDQ_AZURE_CONNECTION_STRING) to spread the deployment over several storage accounts, the first one first, in the same order in every process; an account added later carries CmdqFrom=YYYY-MM-DD (docs/scaling.md)")
+	fl.Var((*connStrings)(&f.azConns), "azure-connection-string", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING); repeat it (or separate several with spaces or newlines in CMDQ_AZURE_CONNECTION_STRING) to spread the deployment over several storage accounts, the first one first, in the same order in every process; an account added later carries CmdqFrom=YYYY-MM-DD (docs/scaling.md)")
 	fl.StringVar(&f.shards, "shards", "", "shards of logical queues: queue=N,... (e.g. commands=4); give every process the same (docs/scaling.md). Default none: one storage queue each")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")
 	fl.StringVar(&f.azKey, "azure-key", "", "Azure Storage shared key (base64), with --azure-account")
@@ -80,10 +80,7 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 		}
 		return st, nil
 	case "azure":
-		var conns []string
-		for _, c := range f.azConns {
-			conns = append(conns, strings.Fields(c)...)
-		}
+		conns := f.azConns
 		if len(conns) > 1 {
 			return openAccounts(ctx, conns)
 		}
@@ -258,3 +255,19 @@ func openAccounts(ctx context.Context, conns []string) (storage.Store, error) {
 	}
 	return st, nil
 }
+
+// connStrings is the value of --azure-connection-string: each use (and
+// each whitespace-separated string of CMDQ_AZURE_CONNECTION_STRING) adds
+// one account's connection string.
+type connStrings []string
+
+func (c *connStrings) String() string { return strings.Join(*c, " ") }
+
+// Set adds the connection strings in v (separated by whitespace, which no
+// connection string contains); an empty v adds none.
+func (c *connStrings) Set(v string) error {
+	*c = append(*c, strings.Fields(v)...)
+	return nil
+}
+
+func (c *connStrings) Type() string { return "string" }
