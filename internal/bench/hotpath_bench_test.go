@@ -63,6 +63,8 @@ func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duratio
 	now := e.emb.Stats()
 	if c := now.Commits - st.Commits; c > 0 {
 		b.ReportMetric(float64(now.Writes-st.Writes)/float64(c), "writes/commit")
+		b.ReportMetric(float64(c)/float64(b.N), "syncs/cmd")
+		b.ReportMetric(float64(now.Writes-st.Writes)/float64(b.N), "writes/cmd")
 	}
 	b.ReportMetric((now.Busy-st.Busy).Seconds()/elapsed.Seconds(), "commit-busy")
 }

@@ -83,6 +83,9 @@ type Store struct {
 	fs   *countingFS
 	// guard records the manifest's synced size (manifest.go).
 	guard *manifestGuard
+	// names is the property name dictionary of the entity records
+	// (codec.go).
+	names *names
 
 	// gate: every call holds it shared while it uses db; Close takes it
 	// exclusively, so db is never closed under a running call.
@@ -408,10 +411,15 @@ func newStore(db *pebble.DB, lock *pebble.Lock, dir string, o Options, fs *count
 		seed:    maphash.MakeSeed(),
 	}
 	s.receipts.Store(rand.Uint64() >> 1)
-	if o.PurgeInterval > 0 {
-		go s.sweep(o.PurgeInterval)
+	return s
+}
+
+// startSweeper starts the background purge of expired messages (once Open
+// succeeded; Close waits for it to end).
+func (s *Store) startSweeper() {
+	if s.opts.PurgeInterval > 0 {
+		go s.sweep(s.opts.PurgeInterval)
 	} else {
 		close(s.sweeper)
 	}
-	return s
 }
