@@ -754,7 +754,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	}
 	ops1 := e.counter.Snapshot()
 	res.IssuedPerS = float64(cfg.N) / elapsed.Seconds()
-	res.IssueCPUUSPerCommand = float64((cpu1-cpu0).Microseconds()) / float64(cfg.N)
+	res.IssueCPUUSPerCommand = float64((cpu1 - cpu0).Microseconds()) / float64(cfg.N)
 
 	reg, err := e.registry()
 	if err != nil {

@@ -154,4 +154,3 @@ func decodeEntityV1(rec []byte) (time.Time, map[string]any, error) {
 	}
 	return ts, props, nil
 }
-

@@ -57,7 +57,7 @@ type Processor struct {
 	// completer groups the final writes of concurrent completions (nil:
 	// each is its own write; see complete).
 	completer *record.Completer
-	poison   storage.Table
+	poison    storage.Table
 
 	sem     chan struct{}
 	running atomic.Bool
