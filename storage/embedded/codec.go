@@ -74,6 +74,8 @@ type names struct {
 type nameSnap struct {
 	ids   map[string]uint64
 	names []string // names[id-1]; "" for an id whose entry never became durable
+	// bytes holds the same names as byte slices (read without copying).
+	bytes [][]byte
 	// fresh: names whose entry is not known durable yet.
 	fresh map[string]bool
 }
@@ -114,6 +116,9 @@ func loadNames(s *Store) (*names, error) {
 	if err := it.Close(); err != nil {
 		return nil, s.readErr(err)
 	}
+	for _, n := range snap.names {
+		snap.bytes = append(snap.bytes, []byte(n))
+	}
 	d.snap.Store(snap)
 	return d, nil
 }
@@ -137,7 +142,7 @@ func (d *names) id(name string) (id uint64, fresh bool) {
 	}
 	id = uint64(len(old.names)) + 1
 	snap = &nameSnap{ids: make(map[string]uint64, len(old.ids)+1), names: append(slices.Clip(old.names), name),
-		fresh: make(map[string]bool, len(old.fresh)+1)}
+		bytes: append(slices.Clip(old.bytes), []byte(name)), fresh: make(map[string]bool, len(old.fresh)+1)}
 	for n, i := range old.ids {
 		snap.ids[n] = i
 	}
@@ -167,7 +172,7 @@ func (d *names) settle(fresh []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.snap.Load()
-	snap := &nameSnap{ids: old.ids, names: old.names, fresh: make(map[string]bool, len(old.fresh))}
+	snap := &nameSnap{ids: old.ids, names: old.names, bytes: old.bytes, fresh: make(map[string]bool, len(old.fresh))}
 	for n := range old.fresh {
 		if !slices.Contains(fresh, n) {
 			snap.fresh[n] = true
@@ -178,10 +183,10 @@ func (d *names) settle(fresh []string) {
 
 // name returns the name of dictionary id.
 func (n *nameSnap) name(id uint64) ([]byte, bool) {
-	if id == 0 || id > uint64(len(n.names)) || n.names[id-1] == "" {
+	if id == 0 || id > uint64(len(n.bytes)) || len(n.bytes[id-1]) == 0 {
 		return nil, false
 	}
-	return []byte(n.names[id-1]), true
+	return n.bytes[id-1], true
 }
 
 // encProp is one property being encoded.

@@ -27,6 +27,7 @@ func testNames(t *testing.T, full bool) *names {
 		for i := range maxNames {
 			n := "filler" + strings.Repeat("_", i%7) + string(rune('A'+i%26)) + string(rune('A'+i/26%26)) + string(rune('A'+i/676))
 			snap.names = append(snap.names, n)
+			snap.bytes = append(snap.bytes, []byte(n))
 			snap.ids[n] = uint64(i + 1)
 		}
 		s.names.snap.Store(snap)
@@ -54,9 +55,11 @@ func testMergeMatchesEncode(t *testing.T, mode string) {
 			d.id(n)
 		}
 		old := d.snap.Load()
-		snap := &nameSnap{ids: old.ids, names: old.names, fresh: old.fresh}
+		snap := &nameSnap{ids: old.ids, names: old.names, bytes: old.bytes, fresh: old.fresh}
 		for len(snap.names) < maxNames {
-			snap.names = append(snap.names, "zz-filler-"+strings.Repeat("x", len(snap.names)))
+			n := "zz-filler-" + strings.Repeat("x", len(snap.names))
+			snap.names = append(snap.names, n)
+			snap.bytes = append(snap.bytes, []byte(n))
 		}
 		d.snap.Store(snap)
 	}

@@ -403,9 +403,19 @@ func (s *Store) commitGroup(items []*groupItem) error {
 			}
 		}
 	}
+	// The group counts as as many waiting writes as it has items, so a
+	// crowded log holds its next sync for it as for as many separate
+	// writes (open.go, holdNext).
+	weight := int64(0)
+	for _, g := range items {
+		if g.err == nil {
+			weight++
+		}
+	}
+	weight = max(weight, 1)
 	var err error
 	if !b.Empty() {
-		err = s.apply(b)
+		err = s.applyN(b, weight)
 	}
 	if err == nil {
 		for _, after := range afters {
@@ -421,7 +431,7 @@ func (s *Store) commitGroup(items []*groupItem) error {
 		_ = b.Close()
 		return err
 	}
-	if err := s.syncWait(b); err != nil {
+	if err := s.syncWaitN(b, weight); err != nil {
 		return err
 	}
 	for _, g := range items {

@@ -32,8 +32,14 @@ type Completer struct {
 
 	mu      sync.Mutex
 	pending []*completion
-	leading bool // a goroutine is writing groups
+	leaders int // goroutines writing a group now (at most maxLeaders)
 }
+
+// maxLeaders is the most groups written at once: while one waits for its
+// log sync, the next is applied and shares that sync or the next one (the
+// embedded store's log groups them), so the handlers that completed
+// meanwhile do not wait for a whole sync before theirs begins.
+const maxLeaders = 2
 
 // NewCompleter returns a Completer writing s's completions through gc.
 func NewCompleter(s *Store, gc storage.GroupCombiner) *Completer {
@@ -47,11 +53,12 @@ const maxGroup = 256
 // completion is one AppendAndDelete waiting for its group.
 type completion struct {
 	item storage.DeleteItem
-	// wake receives true when this completion's goroutine is to write the
-	// next group (its own completion is in it), false once its group was
+	// wake receives true when this completion's goroutine is to write
+	// group (its own completion first in it), false once its group was
 	// written (res set).
-	wake chan bool
-	res  storage.DeleteResult
+	wake  chan bool
+	group []*completion
+	res   storage.DeleteResult
 }
 
 // AppendAndDelete is Store.AppendAndDelete through the group: the events
@@ -74,9 +81,10 @@ func (c *Completer) AppendAndDelete(ctx context.Context, rec *Record, queue, id,
 	}
 	c.mu.Lock()
 	c.pending = append(c.pending, x)
-	lead := !c.leading
+	lead := c.leaders < maxLeaders
 	if lead {
-		c.leading = true
+		c.leaders++
+		x.group = c.take(x)
 	}
 	c.mu.Unlock()
 	if !lead {
@@ -88,19 +96,18 @@ func (c *Completer) AppendAndDelete(ctx context.Context, rec *Record, queue, id,
 	return x.res.DeleteErr, c.s.appended(ctx, rec, res, x.res.ETags, x.res.Err)
 }
 
-// lead writes the pending completions as one group (x's among them), then
-// hands the lead to a completion still pending, or gives it up.
+// lead writes x's group, then hands the lead on with the next group of
+// the completions still pending, or gives it up.
 func (c *Completer) lead(ctx context.Context, x *completion) {
-	c.mu.Lock()
-	group := c.take()
-	c.mu.Unlock()
+	group := x.group
 	c.write(ctx, group)
 	c.mu.Lock()
 	var next *completion
 	if len(c.pending) > 0 {
 		next = c.pending[0]
+		next.group = c.take(next)
 	} else {
-		c.leading = false
+		c.leaders--
 	}
 	c.mu.Unlock()
 	for _, g := range group {
@@ -113,24 +120,29 @@ func (c *Completer) lead(ctx context.Context, x *completion) {
 	}
 }
 
-// take removes the next group from pending (under mu): up to maxGroup
-// completions, at most one per command partition (a second one waits for
-// the next group; a group's items name distinct partitions).
-func (c *Completer) take() []*completion {
-	n := min(len(c.pending), maxGroup)
-	var group, rest []*completion
+// take removes the group that first leads from pending (under mu): first
+// and up to maxGroup-1 more completions, at most one per command partition
+// (a second one waits for a later group: a group's items name distinct
+// partitions).
+func (c *Completer) take(first *completion) []*completion {
+	group := make([]*completion, 1, min(len(c.pending), maxGroup))
+	group[0] = first
+	var rest []*completion
 	var seen map[string]bool
-	if n > 1 {
-		seen = make(map[string]bool, n)
+	if len(c.pending) > 1 {
+		seen = make(map[string]bool, min(len(c.pending), maxGroup))
+		seen[first.item.Table+"\x00"+first.item.PartitionKey] = true
 	}
-	for i, x := range c.pending {
-		if i >= n || (seen != nil && seen[x.item.Table+"\x00"+x.item.PartitionKey]) {
+	for _, x := range c.pending {
+		if x == first {
+			continue
+		}
+		k := x.item.Table + "\x00" + x.item.PartitionKey
+		if len(group) >= maxGroup || seen[k] {
 			rest = append(rest, x)
 			continue
 		}
-		if seen != nil {
-			seen[x.item.Table+"\x00"+x.item.PartitionKey] = true
-		}
+		seen[k] = true
 		group = append(group, x)
 	}
 	c.pending = rest
