@@ -54,6 +54,7 @@ func BenchmarkIssue(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(e.counter.Total()-ops)/float64(b.N), "ops/cmd")
 	reportCommits(b, e, st, elapsed)
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/cmd")
 }
 
 // reportCommits reports the embedded store's log syncs since st: writes per
