@@ -47,6 +47,10 @@ type Config struct {
 	// letters and digits, starting with a letter, at most 40 characters.
 	// (cmdq.Config.Prefix sets it for a client's processor.)
 	Prefix string
+	// Shards is the number of shards of each logical queue it names
+	// (docs/scaling.md): the processor drains every shard of its queues,
+	// in turn. 0 or 1: one storage queue. At most 64. Default none.
+	Shards map[string]int
 	// Worker identifies this processor in events and logs. Default
 	// "<hostname>-<pid>".
 	Worker string
