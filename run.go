@@ -18,16 +18,26 @@ import (
 // called or ctx ends (then it drains as Stop does). Start while processing
 // runs gives ErrStarted. A Client without handlers only opens its storage
 // (issue, read and operate need no Start, which opens lazily, but Start
-// finds problems early).
+// finds problems early). With periodic schedules (Periodic), Start stores
+// each one's row and runs the scheduler in the background, handlers or
+// not: missed ticks are caught up first, then each tick is issued when it
+// comes, until Stop or ctx ends.
 func (c *Client) Start(ctx context.Context) error {
 	p, err := c.prepare(ctx)
 	if err != nil {
 		return err
 	}
+	entries, err := c.prepareSchedules(ctx)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running {
+	if c.running || c.scheduler != nil {
 		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
+	}
+	if entries != nil {
+		c.scheduler = c.startScheduler(ctx, entries)
 	}
 	if p == nil {
 		return nil
@@ -124,8 +134,12 @@ func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
 	iss := c.iss
+	sched := c.scheduler
+	c.scheduler = nil
 	c.mu.Unlock()
 	defer func() { _ = iss.Close() }()
+	sched.stop() // no tick is issued after Stop begins
+
 	if stop == nil {
 		return nil
 	}
@@ -149,8 +163,8 @@ func (c *Client) Stop(ctx context.Context) error {
 // stop, or the error that kept it from starting. Without handlers it fails
 // with cmdqtype.ErrNoHandlers.
 func (c *Client) Run(ctx context.Context) error {
-	if !c.Handles() {
-		return fmt.Errorf("%w: register a handler (cmdq.Register) before Run", cmdqtype.ErrNoHandlers)
+	if !c.Handles() && !c.hasSchedules() {
+		return fmt.Errorf("%w: register a handler (cmdq.Register) or a periodic schedule (Client.Periodic) before Run", cmdqtype.ErrNoHandlers)
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -186,11 +200,32 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 		c.running = false
 		c.mu.Unlock()
 	}()
+	entries, err := c.prepareSchedules(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
 	left := d - time.Since(start)
 	if left <= 0 {
 		return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
 	}
+	if entries != nil {
+		// The periodic schedules tick during the time box (a start's
+		// catch-up first): a deployment that only runs RunFor, every
+		// minute, still issues every tick, the ones between two runs by
+		// the next run's catch-up.
+		sctx, cancel := context.WithTimeout(ctx, left)
+		defer cancel()
+		sched := c.startScheduler(sctx, entries)
+		defer sched.stop()
+	}
 	return p.RunFor(ctx, left)
+}
+
+// hasSchedules reports whether a periodic schedule is registered.
+func (c *Client) hasSchedules() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.schedules) > 0
 }
 
 // Health returns the processor's health (state, last fault, in-flight
