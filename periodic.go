@@ -185,14 +185,40 @@ func tickCorrelation(name string, tick time.Time) string {
 	return "periodic:" + name + "@" + tick.UTC().Format(time.RFC3339Nano)
 }
 
-// startScheduler runs entries in the background until ctx ends or the
-// returned run is stopped.
-func (c *Client) startScheduler(ctx context.Context, entries []periodic.Entry) *schedulerRun {
+// catchUp issues the missed ticks of entries (one try each, all at once)
+// and returns the time it looked up to and the ticks that failed, for
+// runScheduler.
+func (c *Client) catchUp(ctx context.Context, entries []periodic.Entry) (caughtUp, error) {
+	if len(entries) == 0 {
+		return caughtUp{}, nil
+	}
+	start := c.now()
+	failed := periodic.CatchUp(ctx, entries, start, c.periodicOptions())
+	return caughtUp{entries: entries, start: start, failed: failed}, nil
+}
+
+// caughtUp is what catchUp did: the scheduler goes on from it.
+type caughtUp struct {
+	entries []periodic.Entry
+	start   time.Time
+	failed  []periodic.Tick
+}
+
+func (c *Client) periodicOptions() periodic.Options {
+	return periodic.Options{Logger: c.cfg.Logger, Now: c.now}
+}
+
+// runScheduler runs the scheduler from cu in the background until ctx
+// ends or the returned run is stopped (nil without schedules).
+func (c *Client) runScheduler(ctx context.Context, cu caughtUp) *schedulerRun {
+	if len(cu.entries) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	run := &schedulerRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(run.done)
-		periodic.Run(ctx, entries, periodic.Options{Logger: c.cfg.Logger, Now: c.now})
+		periodic.Run(ctx, cu.entries, cu.start, cu.failed, c.periodicOptions())
 	}()
 	return run
 }

@@ -31,14 +31,16 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.isRunning() {
+		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
+	}
+	cu, _ := c.catchUp(ctx, entries)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running || c.scheduler != nil {
 		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
 	}
-	if entries != nil {
-		c.scheduler = c.startScheduler(ctx, entries)
-	}
+	c.scheduler = c.runScheduler(ctx, cu)
 	if p == nil {
 		return nil
 	}
@@ -215,10 +217,21 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 		// the next run's catch-up.
 		sctx, cancel := context.WithTimeout(ctx, left)
 		defer cancel()
-		sched := c.startScheduler(sctx, entries)
+		cu, _ := c.catchUp(sctx, entries)
+		sched := c.runScheduler(sctx, cu)
 		defer sched.stop()
+		if left = d - time.Since(start); left <= 0 {
+			return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage and the periodic catch-up took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
+		}
 	}
 	return p.RunFor(ctx, left)
+}
+
+// isRunning reports whether processing or the scheduler runs.
+func (c *Client) isRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running || c.scheduler != nil
 }
 
 // hasSchedules reports whether a periodic schedule is registered.

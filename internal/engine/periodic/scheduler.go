@@ -44,40 +44,80 @@ type Options struct {
 	Issued func(name string, tick time.Time, catchUp bool)
 }
 
-// Run runs entries until ctx ends: first the catch-up (for each entry, up
-// to CatchUp of its latest ticks after Since, within the issue window,
-// each issued — a tick whose command exists costs what a duplicate
-// costs), then each entry's ticks as they come, woken by a timer at the
-// earliest next tick (no storage call in between). A tick whose issue
-// fails is tried again (1 s, doubling) until the entry's next tick is
-// due. Ticks that passed while the process could not run (a paused
-// machine, a stalled goroutine) are issued up to max(CatchUp, 1), the
-// latest ones. Run returns when ctx ends, after the issues in flight.
-func Run(ctx context.Context, entries []Entry, opts Options) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = time.Second
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	now := opts.Now().UTC()
-	// last[i] is entry i's latest tick handled.
-	last := make([]time.Time, len(entries))
-	for i, e := range entries {
-		last[i] = now
+// Tick is one tick of one entry.
+type Tick struct {
+	Entry Entry
+	At    time.Time
+}
+
+// CatchUp issues, for each entry, up to CatchUp of its latest ticks at or
+// before now, after Since and within the issue window (from the start of
+// the day cmdqtype.CatchUpHorizonDays before now's), once each and all at
+// once: a tick whose command exists costs what a duplicate costs. It
+// returns the ticks whose issue failed (Run tries them again).
+func CatchUp(ctx context.Context, entries []Entry, now time.Time, opts Options) []Tick {
+	opts = opts.withDefaults()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []Tick
+	)
+	for _, e := range entries {
 		if e.CatchUp <= 0 {
 			continue
 		}
-		after := catchUpFloor(e.Since, now)
-		for _, t := range Last(e.Schedule, e.CatchUp, after, now) {
+		for _, t := range Last(e.Schedule, e.CatchUp, catchUpFloor(e.Since, now), now) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				issue(ctx, e, t, true, opts)
+				if !try(ctx, e, t, true, opts) {
+					mu.Lock()
+					failed = append(failed, Tick{e, t})
+					mu.Unlock()
+				}
 			}()
 		}
+	}
+	wg.Wait()
+	return failed
+}
+
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = time.Second
+	}
+	return o
+}
+
+// Run runs entries from start (the time CatchUp looked up to) until ctx
+// ends: the ticks in retry (CatchUp's failures) are tried again, then each
+// entry's ticks are issued as they come, woken by a timer at the earliest
+// next tick (no storage call in between). A tick whose issue fails is
+// tried again (after 1 s, doubling) until the entry's next tick is due.
+// Ticks that passed while the process could not run (a paused machine, a
+// stalled goroutine) are issued up to max(CatchUp, 1), the latest ones.
+// Run returns when ctx ends, after the issues in flight.
+func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, opts Options) {
+	opts = opts.withDefaults()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	spawn := func(e Entry, t time.Time, catchUp bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			issue(ctx, e, t, catchUp, opts)
+		}()
+	}
+	for _, tk := range retry {
+		spawn(tk.Entry, tk.At, true)
+	}
+	// last[i] is entry i's latest tick time handled.
+	last := make([]time.Time, len(entries))
+	for i := range entries {
+		last[i] = start.UTC()
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -85,15 +125,10 @@ func Run(ctx context.Context, entries []Entry, opts Options) {
 		now := opts.Now().UTC()
 		var next time.Time
 		for i, e := range entries {
-			missed := Last(e.Schedule, max(e.CatchUp, 1), last[i], now)
-			for _, t := range missed {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					issue(ctx, e, t, false, opts)
-				}()
+			for _, t := range Last(e.Schedule, max(e.CatchUp, 1), last[i], now) {
+				spawn(e, t, false)
 			}
-			if len(missed) > 0 || now.After(last[i]) {
+			if now.After(last[i]) {
 				last[i] = now
 			}
 			if n := e.Schedule.Next(now); !n.IsZero() && (next.IsZero() || n.Before(next)) {
@@ -124,33 +159,45 @@ func catchUpFloor(since, now time.Time) time.Time {
 	return floor
 }
 
-// issue issues e's tick at t, trying again while it fails and e's next
-// tick is not due (or, for the catch-up, for a minute).
-func issue(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) {
+// try issues e's tick at t once and reports whether it is stored (or
+// cannot ever be: a command the issuer refuses is logged and dropped).
+func try(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) bool {
+	done, _ := tryErr(ctx, e, t, catchUp, opts)
+	return done
+}
+
+func tryErr(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) (bool, error) {
 	id := record.TickID(e.Name, t)
+	err := e.Issue(ctx, id, t)
+	switch {
+	case err == nil || errors.Is(err, cmdqtype.ErrEnqueueFailed) || errors.Is(err, cmdqtype.ErrNotAccepted):
+		// Stored (a failed enqueue is retried by the issuer and the
+		// reconciler).
+		if catchUp {
+			opts.Logger.Info().Str("periodic", e.Name).Time("tick", t).Str("command", id).Msg("cmdq periodic: caught up a tick")
+		}
+		if opts.Issued != nil {
+			opts.Issued(e.Name, t, catchUp)
+		}
+		return true, nil
+	case errors.Is(err, cmdqtype.ErrInvalidParams), errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
+		opts.Logger.Error().Err(err).Str("periodic", e.Name).Time("tick", t).Msg("cmdq periodic: the tick's command cannot be issued")
+		return true, err
+	}
+	return false, err
+}
+
+// issue issues e's tick at t, trying again while it fails and e's next
+// tick is not due (or, for a catch-up, for a minute).
+func issue(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) {
 	until := e.Schedule.Next(t)
-	if catchUp || until.IsZero() {
+	if catchUp || until.IsZero() || until.Before(opts.Now()) {
 		until = opts.Now().Add(time.Minute)
 	}
 	wait := opts.RetryBase
 	for try := 1; ; try++ {
-		err := e.Issue(ctx, id, t)
-		if err == nil || errors.Is(err, cmdqtype.ErrEnqueueFailed) || errors.Is(err, cmdqtype.ErrNotAccepted) {
-			// Stored (a failed enqueue is retried by the issuer and the
-			// reconciler).
-			if catchUp {
-				opts.Logger.Info().Str("periodic", e.Name).Time("tick", t).Str("command", id).Msg("cmdq periodic: caught up a tick")
-			}
-			if opts.Issued != nil {
-				opts.Issued(e.Name, t, catchUp)
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, cmdqtype.ErrInvalidParams) || errors.Is(err, cmdqtype.ErrParamsTooLarge) || errors.Is(err, cmdqtype.ErrInvalidType) || errors.Is(err, cmdqtype.ErrInvalidID) {
-			opts.Logger.Error().Err(err).Str("periodic", e.Name).Time("tick", t).Msg("cmdq periodic: the tick's command cannot be issued")
+		done, err := tryErr(ctx, e, t, catchUp, opts)
+		if done || ctx.Err() != nil {
 			return
 		}
 		if !opts.Now().Add(wait).Before(until) {
