@@ -320,3 +320,16 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// PeriodicNames returns the names of the periodic schedules registered on
+// the Client (Periodic), sorted.
+func (c *Client) PeriodicNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.schedules))
+	for _, s := range c.schedules {
+		out = append(out, s.name)
+	}
+	sort.Strings(out)
+	return out
+}
