@@ -20,7 +20,7 @@ type demoTick struct {
 func (demoTick) CommandType() string { return "demo.tick" }
 
 // TestBrowserPeriodic opens the console's Periodic page in Chromium as a
-// reader: the nav link leads there, the server's every-second schedule is
+// reader: the nav link leads there (on a phone, the Queues page's link), the server's every-second schedule is
 // listed with its spec, type and queue, its last tick links to that
 // tick's command (whose page shows the tick's correlation ID) with its
 // state, and its next tick is shown; a schedule only stored by another
@@ -101,6 +101,12 @@ func TestBrowserPeriodic(t *testing.T) {
 		}
 	}
 	rd.shoot(dir, "periodic")
+	// On a phone the header keeps to two rows: the Periodic link is on the
+	// Queues page instead of the bar.
+	rd.run(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile),
+		chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
+		chromedp.Click(`main a[href$="/periodic"]`, chromedp.ByQuery), chromedp.WaitVisible(`tr.schedule`, chromedp.ByQuery),
+		chromedp.EmulateViewport(1280, 800, chromedp.EmulateScale(1)))
 	rd.run(chromedp.Click(`tr.schedule td.last-tick a`, chromedp.ByQuery), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
 	if txt := rd.text(); !strings.Contains(txt, "periodic:demo.heartbeat@") || !strings.Contains(txt, "demo.tick") {
 		t.Fatalf("the last tick's command page:\n%s", txt)
