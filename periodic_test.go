@@ -94,13 +94,13 @@ func TestPeriodicThreeClients(t *testing.T) {
 			}
 		}
 		started := time.Now()
-		ticks := waitTicks(t, s, "greet", "heartbeat", 6)
+		waitTicks(t, s, "greet", "heartbeat", 6)
 		for _, c := range clients {
 			if err := c.Stop(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		ticks = tickCommands(t, s, "greet", "heartbeat")
+		ticks := tickCommands(t, s, "greet", "heartbeat")
 		for i, tk := range ticks {
 			if tk.Nanosecond() != 0 {
 				t.Fatalf("tick %s is not a whole second", tk)

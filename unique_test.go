@@ -1,7 +1,6 @@
 package cmdq_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -167,5 +166,3 @@ func TestUniqueKeyCost(t *testing.T) {
 		}
 	})
 }
-
-var _ = context.Background
