@@ -219,6 +219,11 @@ func (c *Client) runScheduler(ctx context.Context, cu caughtUp) *schedulerRun {
 	go func() {
 		defer close(run.done)
 		periodic.Run(ctx, cu.entries, cu.start, cu.failed, c.periodicOptions())
+		c.mu.Lock()
+		if c.scheduler == run { // Start's context ended: Start may be called again
+			c.scheduler = nil
+		}
+		c.mu.Unlock()
 	}()
 	return run
 }

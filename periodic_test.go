@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,5 +251,50 @@ func TestPeriodicInvalid(t *testing.T) {
 	}
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPeriodicRunFor: a schedule ticks during RunFor's time box, and the
+// next RunFor's catch-up issues the ticks that fell between the two runs
+// (a moved clock makes them fall there), and the processor of the box
+// handles tick commands. Embedded store.
+func TestPeriodicRunFor(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	ctx := ctxT(t)
+	base := time.Now().UTC()
+	clock := &testClock{now: base}
+	var handled atomic.Int64
+	c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{Now: func() time.Time { return clock.Now().Add(time.Since(base)) }})
+	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { handled.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Periodic("pulse", "@every 1s", greet{Name: "pulse"}, cmdq.CatchUp(3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunFor(ctx, 3500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	first := tickCommands(t, s, "greet", "pulse")
+	if len(first) < 2 {
+		t.Fatalf("%d ticks during a 3.5 s RunFor of an every-second schedule, want at least 2: %v", len(first), first)
+	}
+	// A minute between the runs: the next run catches up the latest 3.
+	clock.Add(time.Minute)
+	if _, err := c.RunFor(ctx, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	after := tickCommands(t, s, "greet", "pulse")
+	gap := 0
+	for _, tk := range after {
+		if tk.After(first[len(first)-1].Add(5*time.Second)) && !tk.After(clock.Now().Add(time.Since(base))) {
+			gap++
+		}
+	}
+	if gap < 3 {
+		t.Fatalf("after a minute's gap the second RunFor issued %d ticks past the first run's, want at least the 3 caught up: %v", gap, after)
+	}
+	if handled.Load() == 0 {
+		t.Fatal("RunFor handled none of the ticks' commands")
 	}
 }

@@ -126,9 +126,9 @@ func (c *Client) processor() (*processor.Processor, error) {
 	return p, nil
 }
 
-// Stop stops taking work, lets running handlers finish (within
-// Config.DrainTimeout, 30 s by default, or until ctx ends) and
-// returns once processing has stopped; it also stops the background
+// Stop stops taking work and issuing periodic ticks, lets running
+// handlers finish (within Config.DrainTimeout, 30 s by default, or until
+// ctx ends) and returns once processing has stopped; it also stops the background
 // retries of failed enqueues (issuing keeps working). The error is the
 // processor's (nil after a clean stop), or ctx's when it ended first.
 // Stop without Start does nothing.
@@ -162,8 +162,8 @@ func (c *Client) Stop(ctx context.Context) error {
 
 // Run is Start, then it blocks until ctx ends and stops as Stop does
 // (within Config.DrainTimeout). It returns nil after a clean
-// stop, or the error that kept it from starting. Without handlers it fails
-// with cmdqtype.ErrNoHandlers.
+// stop, or the error that kept it from starting. Without handlers or
+// periodic schedules it fails with cmdqtype.ErrNoHandlers.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.Handles() && !c.hasSchedules() {
 		return fmt.Errorf("%w: register a handler (cmdq.Register) or a periodic schedule (Client.Periodic) before Run", cmdqtype.ErrNoHandlers)
@@ -178,6 +178,9 @@ func (c *Client) Run(ctx context.Context) error {
 // RunFor processes for at most d and returns before d has passed, with what
 // it did (see processor.RunFor: it stops taking work when the
 // next handler might not finish in time, and leaves no message leased).
+// Periodic schedules (Periodic) tick during the box: a start's catch-up
+// first, so the ticks that fell between two runs are issued by the next
+// one (up to each schedule's CatchUp).
 // For a scheduler that starts a job every minute, use 55 s. Without
 // handlers it fails with cmdqtype.ErrNoHandlers; while Start's processing
 // runs, with ErrStarted.

@@ -20,9 +20,10 @@ type Result struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Existing is true when a command with this ID and the same type,
-	// parameters and correlation ID already existed; nothing was written (a
-	// message is enqueued again only if the command is still pending and
-	// never started).
+	// parameters and correlation ID already existed, or a unique key's
+	// command (Duplicate); nothing was written (a message is enqueued
+	// again only if the command is still pending and never started, and,
+	// for a Duplicate, older than its recovery delay).
 	Existing bool `json:"existing,omitempty"`
 	// Duplicate is true when the issue had a unique key (Raw.UniqueKey)
 	// and a command of the same type and key already existed in the same
