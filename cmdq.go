@@ -366,6 +366,9 @@ type Client struct {
 
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 
+	schedules []*schedule   // periodic schedules (Periodic)
+	scheduler *schedulerRun // the running periodic scheduler (Start)
+
 	hub *hub // watched commands and final statuses (watch.go)
 }
 
@@ -414,7 +417,7 @@ func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay,
+		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -466,7 +469,7 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay,
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
@@ -569,8 +572,8 @@ func DeclareWith[T Command](c *Client, opts CommandOptions) error {
 func (c *Client) editable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running || c.proc != nil {
-		return fmt.Errorf("%w: register and declare every command type before Start, Run or RunFor", ErrStarted)
+	if c.running || c.proc != nil || c.scheduler != nil {
+		return fmt.Errorf("%w: register and declare every command type and periodic schedule before Start, Run or RunFor", ErrStarted)
 	}
 	return nil
 }

@@ -40,6 +40,16 @@ func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 	return res.Queues, nil
 }
 
+// Periodic lists the periodic schedules with their last and next tick
+// (GET /v1/periodic), sorted by name.
+func (c *Remote) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+	var res PeriodicResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/periodic", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Periodic, nil
+}
+
 // PauseQueue pauses a logical queue for every processor (POST
 // /v1/queues/{name}/pause) and returns it. An unknown queue gives
 // ErrNotFound, an invalid name ErrInvalid.

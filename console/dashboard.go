@@ -87,7 +87,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -189,6 +189,7 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/commands/bulk", h(d.cancelReview))
 	mux.HandleFunc("POST /ui/commands/bulk/run", h(d.cancelRun))
 	mux.HandleFunc("GET /ui/queues", h(d.queues))
+	mux.HandleFunc("GET /ui/periodic", h(d.periodic))
 	mux.HandleFunc("POST /ui/queues/{name}/pause", h(d.queueAction(true)))
 	mux.HandleFunc("POST /ui/queues/{name}/resume", h(d.queueAction(false)))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))

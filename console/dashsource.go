@@ -54,6 +54,10 @@ type dashSource interface {
 	// listing of the store's queues, one query of the control rows and one
 	// count per queue.
 	ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
+	// ListPeriodic lists the periodic schedules with their last and next
+	// tick: one query of the schedules' rows and one point read per
+	// schedule.
+	ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
 	// PauseQueue and ResumeQueue change a queue's pause for by: one
 	// upsert (and a listing of the store's queues for a queue the server's
 	// types do not route to).
@@ -140,6 +144,10 @@ func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdqtype.Cance
 
 func (s clientSource) ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 	return s.c.ListQueues(ctx)
+}
+
+func (s clientSource) ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+	return s.c.ListPeriodic(ctx)
 }
 
 func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {
