@@ -89,8 +89,10 @@ func corrupt(dir, file string, cause error) error {
 // missing, an unreadable log or manifest) fails with an error wrapping
 // ErrCorrupt that names the file; Open never panics on one. Unless
 // Options.SkipVerify is set, Open verifies the checksum of every block of
-// every data file, which reads the whole store once (docs/storage.md has
-// its cost).
+// every data file the store's manifest lists, which reads the whole store
+// once (docs/storage.md has its cost); a data file outside the manifest (a
+// flush or compaction that a crash cut short) is no part of the store and
+// the engine deletes it.
 func Open(dir string, opts *Options) (st *Store, err error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: embedded store directory is empty; pass a data directory such as ./cmdq-data", storage.ErrInvalidArgument)
@@ -139,6 +141,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	logger := &quietLogger{dir: dir}
 	guard := &manifestGuard{dir: dir}
 	fs := &countingFS{FS: vfs.Default, prefill: int64(o.MemTableSize) + 1<<20}
+	if o.wrapFS != nil {
+		fs.FS = o.wrapFS(fs.FS)
+	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
 	popts := &pebble.Options{
@@ -197,7 +202,7 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	}
 	if exists && !o.SkipVerify {
 		// Before the engine opens (and its compactions start reading).
-		if err := verify(dir, popts.MakeReaderOptions()); err != nil {
+		if err := verify(dir, popts); err != nil {
 			return nil, err
 		}
 	}
