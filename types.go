@@ -210,6 +210,9 @@ type (
 	// QueueInfo is one logical queue: its depth and pause state
 	// (ListQueues).
 	QueueInfo = cmdqtype.QueueInfo
+	// ProcessorInfo is one running processor as its heartbeat reports it
+	// (Processors).
+	ProcessorInfo = cmdqtype.ProcessorInfo
 	// Observer receives every processing event (Config.Observers).
 	Observer = cmdqtype.Observer
 	// ObserverFunc adapts a function to Observer.

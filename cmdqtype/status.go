@@ -158,8 +158,22 @@ type PoisonEntry struct {
 	CommandID string `json:"commandId"`
 	// Type is the command type.
 	Type string `json:"type"`
-	// DequeueCount is the queue message's dequeue count when it was poisoned.
+	// DequeueCount is the queue message's dequeue count when it was
+	// poisoned: the delivery that poisoned it, counted as attempts count
+	// (one more than Attempts when the poison ceiling was exceeded without
+	// running the handler, after attempts whose outcome was never
+	// recorded).
 	DequeueCount int64 `json:"dequeueCount"`
+	// Attempts is the command's attempt count when it was poisoned: the
+	// attempts recorded as started since it was issued or last requeued
+	// (Status.Attempts). 0 for a malformed message or a command that was
+	// never stored, and for entries written before cmdq recorded it.
+	Attempts int `json:"attempts,omitempty"`
+	// ParamsPreview is the start of the command's compact JSON parameters
+	// (at most PoisonParamsPreview bytes, cut at a character boundary;
+	// "" for a malformed message and for older entries). The command holds
+	// them whole (cmdq.Client.GetParams).
+	ParamsPreview string `json:"paramsPreview,omitempty"`
 	// Reason says why it was poisoned (ceiling exceeded, permanent error,
 	// malformed message, unknown type, …).
 	Reason string `json:"reason"`
@@ -198,6 +212,10 @@ const (
 	// ReasonTypeMismatch: the message's type is not the stored command's.
 	ReasonTypeMismatch = "message type does not match the stored command"
 )
+
+// PoisonParamsPreview is the most bytes of a command's parameters its
+// poison entry keeps (PoisonEntry.ParamsPreview): 256.
+const PoisonParamsPreview = 256
 
 // DefaultPoisonLimit is the page size of a poison listing when
 // PoisonQuery.Limit is 0 (50).
