@@ -78,7 +78,7 @@ func beatEntity(b Beat) storage.Entity {
 		"Name": truncate(b.Name, MaxTextUnits), "Host": truncate(b.Host, MaxTextUnits), "PID": int64(b.PID),
 		"State": b.State, "InFlight": int64(b.InFlight), "Concurrency": int64(b.Concurrency),
 		"Queues": strings.Join(b.Queues, ","), "Started": ms(b.Started), "Seen": ms(b.Seen),
-		"Every": b.Every.Milliseconds(),
+		"Every":     b.Every.Milliseconds(),
 		"Completed": b.Completed, "Failed": b.Failed, "Poisoned": b.Poisoned,
 		"RecentCompleted": b.RecentCompleted, "RecentFailed": b.RecentFailed, "RecentPoisoned": b.RecentPoisoned,
 	}}
