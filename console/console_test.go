@@ -490,7 +490,7 @@ func TestDashboardCommandPage(t *testing.T) {
 	}
 	// Anything else: the start of an ID (hex digits) or a correlation ID,
 	// searched among the commands of the last day.
-	if loc := b.get("/ui/search?id=" + id[:8]).location(t, http.StatusSeeOther); loc != "/ui/commands?id="+id[:8]+"&range=24h" {
+	if loc := b.get("/ui/search?id="+id[:8]).location(t, http.StatusSeeOther); loc != "/ui/commands?id="+id[:8]+"&range=24h" {
 		t.Fatalf("search of an ID prefix redirects to %q", loc)
 	}
 	if loc := b.get("/ui/search?id=order-42").location(t, http.StatusSeeOther); loc != "/ui/commands?correlation=order-42&range=24h" {

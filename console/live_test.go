@@ -140,7 +140,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 	}
 	// The type filter takes the start of a type, in any case.
 	for _, q := range []string{"Alpha", "alp", "ALPH"} {
-		f = reader.get("/ui/commands?type=" + q).want(t, http.StatusOK)
+		f = reader.get("/ui/commands?type="+q).want(t, http.StatusOK)
 		if got := tabs(f); got[0] != "all 2" || got[3] != "retrying 1" || got[4] != "completed 1" || len(commandRows(f)) != 2 {
 			t.Fatalf("type %s: tabs %q, rows %q", q, got, commandRows(f))
 		}
@@ -164,7 +164,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 	if r := commandRows(reader.get("/ui/commands?correlation=order-42").want(t, http.StatusOK)); len(r) != 1 || r[0][0] != tagged.ID {
 		t.Fatalf("correlation order-42: %q", r)
 	}
-	if r := commandRows(reader.get("/ui/commands?range=7d&id=" + strings.ToUpper(tagged.ID[:13])).want(t, http.StatusOK)); len(r) != 1 || r[0][0] != tagged.ID {
+	if r := commandRows(reader.get("/ui/commands?range=7d&id="+strings.ToUpper(tagged.ID[:13])).want(t, http.StatusOK)); len(r) != 1 || r[0][0] != tagged.ID {
 		t.Fatalf("ID prefix %s: %q", tagged.ID[:13], r)
 	}
 	contains(t, reader.get("/ui/commands?range=forever").want(t, http.StatusBadRequest), "not a range of this page")
