@@ -37,6 +37,7 @@ type browser struct {
 	base    string
 	cookie  *http.Cookie // the session cookie, if logged in
 	flash   *http.Cookie // the flash cookie, while one is set
+	prefs   *http.Cookie // the preferences cookie, once set
 	bearer  string
 	headers map[string]string // extra request headers (Origin, Sec-Fetch-Site)
 }
@@ -65,6 +66,9 @@ func (b *browser) do(method, path string, form url.Values) page {
 	}
 	if b.flash != nil {
 		req.AddCookie(b.flash)
+	}
+	if b.prefs != nil {
+		req.AddCookie(b.prefs)
 	}
 	if b.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+b.bearer)
@@ -96,6 +100,9 @@ func (b *browser) do(method, path string, form url.Values) page {
 			} else {
 				b.flash = c
 			}
+		}
+		if c.Name == "cmdq_prefs" {
+			b.prefs = c
 		}
 		if c.Name == console.SessionCookieName {
 			if c.MaxAge < 0 || c.Value == "" {
