@@ -71,7 +71,9 @@ func TestConsolePoisonEntry(t *testing.T) {
 	if got := byID(p, "params-preview"); got != `{"url":"https://example.com/cat.png","width":640}` {
 		t.Errorf("params %q", got)
 	}
-	if links := elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "id") == "command-link" && attr(n, "href") == "/ui/commands/"+id }); len(links) != 1 {
+	if links := elements(p.doc, "a", func(n *html.Node) bool {
+		return attr(n, "id") == "command-link" && attr(n, "href") == "/ui/commands/"+id
+	}); len(links) != 1 {
 		t.Error("no link to the command's page")
 	}
 	if nav := elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "aria-current") == "page" && attr(n, "href") == "/ui/poison" }); len(nav) != 1 {
@@ -86,7 +88,7 @@ func TestConsolePoisonEntry(t *testing.T) {
 	if f := flashText(op.get(loc).want(t, http.StatusOK)); !strings.HasSuffix(f, "It is pending now.") {
 		t.Errorf("flash %q", f)
 	}
-	gone := op.get("/ui/poison/" + id).want(t, http.StatusNotFound)
+	gone := op.get("/ui/poison/"+id).want(t, http.StatusNotFound)
 	contains(t, gone, "Not in the poison table", "/ui/commands/"+id)
 	if nav := elements(gone.doc, "a", func(n *html.Node) bool { return attr(n, "href") == "/ui/commands" }); len(nav) == 0 {
 		t.Error("the entry's 404 has no navigation")
