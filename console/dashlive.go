@@ -116,6 +116,10 @@ func immutableState(s cmdqtype.State) bool {
 // runningNote is what the command page and the listing say of a command
 // this server's processor runs before its started event is written.
 func runningNote(f cmdq.InFlight, now time.Time) string {
+	runFor := strings.TrimSuffix(relTime(now, f.Started), " ago")
+	if runFor == "just now" {
+		runFor = "less than a second"
+	}
 	return fmt.Sprintf("attempt %d has been running on this server's processor (%s) for %s; the stored state says otherwise until the started event is written (after about 1 s, or with the outcome)",
-		f.Attempt, f.Worker, strings.TrimSuffix(relTime(now, f.Started), " ago"))
+		f.Attempt, f.Worker, runFor)
 }

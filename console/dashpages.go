@@ -71,6 +71,7 @@ type overviewBody struct {
 	// Throughput sums the running processors' outcomes over their last
 	// heartbeat interval; Per names that interval ("minute").
 	Throughput cmdqtype.OutcomeCounts
+	Totals     cmdqtype.OutcomeCounts // since each running processor's run started
 	Per        string
 	// Failures are the newest failed or poisoned attempts the processors
 	// report and (operators) the newest poison entries.
@@ -176,6 +177,9 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			b.Throughput.Completed += p.Recent.Completed
 			b.Throughput.Failed += p.Recent.Failed
 			b.Throughput.Poisoned += p.Recent.Poisoned
+			b.Totals.Completed += p.Totals.Completed
+			b.Totals.Failed += p.Totals.Failed
+			b.Totals.Poisoned += p.Totals.Poisoned
 			per = max(per, time.Duration(p.IntervalMS)*time.Millisecond)
 			if f := p.LastFailure; f != nil {
 				failures = append(failures, recentFailure{At: f.At, CommandID: f.CommandID, Type: f.Type, Error: errorCore(f.Error), Poisoned: f.Poisoned, Where: p.Name})

@@ -97,7 +97,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 		captions = append(captions, strings.Join(strings.Fields(text(fc)), " "))
 	}
 	if want := []string{"Completed: 1 · peak 1/min", "Failed attempts: 2 · peak 2/min", "Poisoned: 1 · peak 1/min"}; len(captions) != 4 || !slices.Equal(captions[:3], want) ||
-		!strings.HasPrefix(captions[3], "p95 p50 latency, issue → start: ") || !strings.HasSuffix(captions[3], " · 2 first attempts") {
+		!strings.HasPrefix(captions[3], "Latency, issue → start: p50 ") || !strings.HasSuffix(captions[3], " · 2 first attempts") {
 		t.Fatalf("chart captions %q, want %q and the latency of 2 first attempts", captions, want)
 	}
 	svgs := elements(p.doc, "svg", nil)
