@@ -107,10 +107,10 @@ type groupRow struct {
 
 // commandsQuery is what the page's URL asks for.
 type commandsQuery struct {
-	rng                   timeRange
-	typ, id, corr, cont   string
-	state                 cmdqtype.State
-	rangeSet, customRange bool
+	rng                 timeRange
+	typ, id, corr, cont string
+	state               cmdqtype.State
+	rangeSet            bool
 }
 
 // url returns the page's URL for q with the continuation cont.
@@ -138,12 +138,6 @@ func (d *dashboard) commandsPageURL(q commandsQuery, state cmdqtype.State, cont 
 		return d.base + "/commands"
 	}
 	return d.base + "/commands?" + v.Encode()
-}
-
-// commandsURL is the recent commands page's URL for a type, a state and a
-// continuation (the default range).
-func (d *dashboard) commandsURL(typ string, state cmdqtype.State, cont string) string {
-	return d.commandsPageURL(commandsQuery{typ: typ}, state, cont)
 }
 
 // validIDPrefix reports whether s can start a command ID: hex digits and
