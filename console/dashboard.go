@@ -451,8 +451,10 @@ func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
 // clean 500 rather than half a page.
 func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, page string, pd pageData) {
 	pd.Prefs = prefsOf(r)
-	if r.Method == http.MethodGet {
-		pd.Back = d.cfg.BasePath + r.URL.RequestURI()
+	// The preferences form returns to this page; not to an error page, and
+	// never echoing a long URL (the form then returns to the overview).
+	if uri := d.cfg.BasePath + r.URL.RequestURI(); r.Method == http.MethodGet && code < 400 && len(uri) <= 2048 {
+		pd.Back = uri
 	}
 	var buf bytes.Buffer
 	if err := dashboardPages[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
