@@ -210,6 +210,14 @@ type Config struct {
 	// failing the processor probes this often to notice its return.
 	// Defaults to 5 s.
 	ProbeInterval time.Duration
+	// HeartbeatInterval is how often the running processor rewrites its
+	// heartbeat row, which lists it in Processors (and GET /v1/processors,
+	// the console's overview) with its host, state, in-flight count and
+	// queues: one upsert per interval, 60 an hour by default, plus one
+	// query an hour to delete the rows of processors gone for over an
+	// hour (docs/lifecycle.md, "Processor heartbeats"). NoHeartbeat (-1)
+	// disables it. Defaults to 1 minute.
+	HeartbeatInterval time.Duration
 
 	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
 
@@ -267,6 +275,9 @@ const (
 	// NoReconcile as Config.ReconcileInterval disables the reconciler; as
 	// Config.ReconcileScanInterval only the pending scan and the sweep.
 	NoReconcile = cmdqtype.NoReconcile
+	// NoHeartbeat as Config.HeartbeatInterval: the processor writes no
+	// heartbeat and is not listed by Processors.
+	NoHeartbeat = cmdqtype.NoHeartbeat
 )
 
 // Defaults of the Client's own settings.
@@ -305,7 +316,7 @@ func (c Config) processor() processor.Config {
 		ReconcileScanInterval: c.ReconcileScanInterval, ReconcileGrace: c.ReconcileGrace,
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: c.Retention,
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
-		Flywheel: c.Flywheel, Logger: c.Logger,
+		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
 	}
 }
 

@@ -236,6 +236,9 @@ type (
 	PeriodicInfo = cmdqtype.PeriodicInfo
 	// TickInfo is one tick of a periodic schedule.
 	TickInfo = cmdqtype.TickInfo
+	// ProcessorInfo is one running processor as its heartbeat reports it
+	// (Processors).
+	ProcessorInfo = cmdqtype.ProcessorInfo
 	// Observer receives every processing event (Config.Observers).
 	Observer = cmdqtype.Observer
 	// ObserverFunc adapts a function to Observer.

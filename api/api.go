@@ -262,6 +262,7 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/periodic", map[string]http.HandlerFunc{http.MethodGet: s.listPeriodic})
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
 	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})
+	route("/v1/processors", map[string]http.HandlerFunc{http.MethodGet: s.listProcessors})
 	doc, err := openAPIFor(cfg.BasePath)
 	if err != nil {
 		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -210,6 +211,19 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/queues/Bad_Name/resume", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/pause", "text/plain", "x", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/resume", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
+	// Processors: none on this server (nothing processes); one on a
+	// server whose client runs handlers (its heartbeat row, live).
+	c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...)
+	working := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
+		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Run) error { return nil })
+	}})
+	wc := specClient{t, spec, working.URL}
+	var procs client.ProcessorsResponse
+	if err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...).body, &procs); err != nil ||
+		len(procs.Processors) != 1 || !procs.Processors[0].Local || len(procs.Processors[0].Queues) == 0 {
+		t.Fatalf("GET /v1/processors on a working server: %+v, %v", procs, err)
+	}
 
 	// Health and metrics.
 	c.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")

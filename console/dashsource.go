@@ -63,6 +63,9 @@ type dashSource interface {
 	// types do not route to).
 	PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
 	ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
+	// Processors lists the processors from their heartbeat rows: one
+	// query.
+	Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error)
 	// Watch follows a command for the live feed: one point read when it
 	// opens (none when the command is watched already or final and read
 	// before), then one per second at most while it is watched, shared
@@ -115,6 +118,10 @@ func (s clientSource) Commands(ctx context.Context, q cmdqtype.CommandQuery) (cm
 func (s clientSource) InFlight(id string) (cmdq.InFlight, bool) { return s.c.InFlight(id) }
 
 func (s clientSource) Watch(id string) *cmdq.Watch { return s.c.Watch(id) }
+
+func (s clientSource) Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error) {
+	return s.c.Processors(ctx)
+}
 
 func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error) {
 	return s.c.QueueDepth(ctx, queue)
