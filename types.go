@@ -122,6 +122,24 @@ func WithID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
 // MaxCorrelationIDLength bytes), shown with its status.
 func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
 
+// At schedules the command at t: it is StateScheduled until then and
+// never starts before t (by the processor's clock), and starts within
+// Config.MaxPollInterval after it at worst (at once on a processor of
+// the issuing Client). A t at or before now is due at once; a t more than
+// MaxScheduleAhead (2 years) ahead is refused with ErrInvalidSchedule,
+// nothing stored. Any horizon works: past the queue's 7-day visibility
+// limit the message hops once a week (docs/lifecycle.md, "Scheduled
+// commands"). Scheduling costs no storage call: the delay rides on the
+// issue's one enqueue. At and After replace each other (the last one
+// given wins).
+func At(t time.Time) IssueOption { return func(r *Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (by the issuer's
+// clock), as At(now + d). A negative d, or one over MaxScheduleAhead, is
+// refused with ErrInvalidSchedule, nothing stored; After(0) is due at
+// once.
+func After(d time.Duration) IssueOption { return func(r *Raw) { r.Delay, r.RunAt = d, time.Time{} } }
+
 // With attaches issue options to cmd, for IssueMany:
 // c.IssueMany(ctx, a, cmdq.With(b, cmdq.WithID(id))).
 func With(cmd Command, opts ...IssueOption) Command { return issuer.With(cmd, engineOptions(opts)...) }
@@ -229,6 +247,7 @@ const (
 	StatePoisoned  = cmdqtype.StatePoisoned
 	StateDiscarded = cmdqtype.StateDiscarded
 	StateCancelled = cmdqtype.StateCancelled
+	StateScheduled = cmdqtype.StateScheduled
 )
 
 // The lifecycle events.
@@ -305,6 +324,8 @@ const (
 	IssueWindowPastDays       = cmdqtype.IssueWindowPastDays
 	IssueWindowFutureDays     = cmdqtype.IssueWindowFutureDays
 	ControlInterval           = cmdqtype.ControlInterval
+	MaxScheduleAhead          = cmdqtype.MaxScheduleAhead
+	MaxClockSkew              = cmdqtype.MaxClockSkew
 )
 
 // Errors to test with errors.Is (cmdqtype documents each one).
@@ -364,4 +385,10 @@ var (
 	// ErrUnknownQueue: PauseQueue or ResumeQueue of a queue neither the
 	// Client nor the store knows.
 	ErrUnknownQueue = cmdqtype.ErrUnknownQueue
+	// ErrInvalidSchedule: At or After (a run-at time or delay) that is
+	// refused: more than 2 years ahead, a negative delay, or both.
+	ErrInvalidSchedule = cmdqtype.ErrInvalidSchedule
+	// ErrNotWaiting: RunNow of a command that is neither scheduled nor
+	// retrying (or due within MaxClockSkew anyway).
+	ErrNotWaiting = cmdqtype.ErrNotWaiting
 )

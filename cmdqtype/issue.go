@@ -2,6 +2,7 @@ package cmdqtype
 
 import (
 	"encoding/json"
+	"time"
 )
 
 // MaxParamsBytes is the largest (and default) limit on a command's compact
@@ -40,4 +41,14 @@ type Raw struct {
 	// CorrelationID is an optional caller-chosen ID (at most
 	// MaxCorrelationIDLength bytes).
 	CorrelationID string
+	// RunAt, when set, schedules the command: it does not start before
+	// this time (a time at or before now: due at once). At most
+	// MaxScheduleAhead ahead; not together with Delay. Default zero: due
+	// at once.
+	RunAt time.Time
+	// Delay, when above 0, schedules the command this long after it is
+	// issued (the run-at time is the issuer's clock plus Delay). Not
+	// negative, at most MaxScheduleAhead; not together with RunAt.
+	// Default 0: due at once.
+	Delay time.Duration
 }

@@ -88,6 +88,18 @@ type IssuerOptions struct {
 	// ManyConcurrency is how many commands of one IssueMany call are issued
 	// at once. Defaults to DefaultManyConcurrency (32).
 	ManyConcurrency int
+	// WakeAt, if set, is called with the logical queue and the time a
+	// message the Issuer put on it with a visibility delay (a scheduled
+	// command's, a recovery's) becomes visible
+	// ((*processor.Processor).WakeAt: the in-process processor wakes
+	// itself then). It must not block. Default nil.
+	WakeAt func(queue string, at time.Time)
+	// HopHorizon, when above 0, is the longest visibility delay of a
+	// message (default and at most storage.MaxVisibility, 7 days): a
+	// command scheduled later is enqueued with it and hops when it shows
+	// up (record.Enqueuer.SetHorizon). Tests shorten it; the processors
+	// must use the same.
+	HopHorizon time.Duration
 }
 
 // DefaultManyConcurrency is IssuerOptions.ManyConcurrency's default (32):
@@ -122,6 +134,14 @@ func WithID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.ID = id } 
 
 // WithCorrelationID sets the correlation ID.
 func WithCorrelationID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.CorrelationID = id } }
+
+// At schedules the command at t (cmdqtype.Raw.RunAt).
+func At(t time.Time) IssueOption { return func(r *cmdqtype.Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (cmdqtype.Raw.Delay).
+func After(d time.Duration) IssueOption {
+	return func(r *cmdqtype.Raw) { r.Delay, r.RunAt = d, time.Time{} }
+}
 
 // With returns cmd with issue options attached, for IssueMany (and Issue
 // alike): IssueMany(ctx, a, With(b, WithID(id))). The result is a Command
@@ -232,6 +252,8 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
 	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	i.enq.SetWakeAt(i.opts.WakeAt)
+	i.enq.SetHorizon(i.opts.HopHorizon)
 	if h := i.opts.HandOff; h != nil {
 		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
 			if slot := h(queue, cmdType); slot != nil {
@@ -429,6 +451,10 @@ func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.
 	if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
 		return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
 	}
+	runAt, err := cmdqtype.ValidSchedule(raw, i.opts.Now())
+	if err != nil {
+		return record.NewCommand{}, err
+	}
 	if len(raw.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
 		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", cmdqtype.ErrInvalidParams, len(raw.CorrelationID), cmdqtype.MaxCorrelationIDLength)
 	}
@@ -455,7 +481,7 @@ func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}, nil
+	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}, nil
 }
 
 // created finishes an issue whose create (enq.Create, or one item of
