@@ -26,6 +26,11 @@ type Result struct {
 	Existing bool `json:"existing,omitempty"`
 	// Queue is the logical queue the command is on.
 	Queue string `json:"queue"`
+	// RunAt is the run-at time the command was issued with (UTC,
+	// millisecond precision; for a delay, the issuer's clock plus it),
+	// zero when none. For an existing command it is zero: its status has
+	// its own.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Raw is a command given as type name and JSON parameters (the HTTP API's

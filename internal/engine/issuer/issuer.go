@@ -491,6 +491,9 @@ func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.
 func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (cmdqtype.Result, error) {
 	id := nc.ID
 	res := cmdqtype.Result{ID: id, Queue: nc.Queue}
+	if !nc.RunAt.IsZero() {
+		res.RunAt = nc.RunAt.UTC().Truncate(time.Millisecond)
+	}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
@@ -500,7 +503,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		if rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID {
 			return cmdqtype.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", cmdqtype.ErrIDConflict, id, rec.Type)
 		}
-		res.Existing, res.Queue = true, rec.Queue
+		res.Existing, res.Queue, res.RunAt = true, rec.Queue, time.Time{}
 		if _, combined := i.st.(storage.Combiner); !combined && rec.State == cmdqtype.StatePending && rec.Attempts == 0 {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
