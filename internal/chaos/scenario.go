@@ -112,6 +112,11 @@ type Scenario struct {
 	// API now and then during the chaos, some pauses longer than 10 s
 	// (default false).
 	Pauses bool
+	// Scheduled is the share (0..1) of the commands issued with a delay
+	// ("delay" in the request): most of them 0.5-8 s, one in twenty an
+	// hour, longer than the run, so that they end still scheduled
+	// (default 0: none).
+	Scheduled float64
 }
 
 func (sc *Scenario) defaults() {
@@ -180,6 +185,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 1))
 	cmds := mix(rng, sc.Commands, sc.MaxSleep, sc.Cancels)
+	schedule(rand.New(rand.NewPCG(sc.Seed, 96)), cmds, sc.Scheduled)
 	cl := newClients("http://"+w.addr, w.tl)
 
 	ctx, cancel := context.WithCancel(context.Background())
