@@ -34,7 +34,7 @@ func TestConsoleRunNow(t *testing.T) {
 	reader := newBrowser(t, srv.URL)
 	reader.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
 
-	rp := reader.get("/ui/commands/" + id).want(t, http.StatusOK)
+	rp := reader.get("/ui/commands/"+id).want(t, http.StatusOK)
 	if hasRunNowLink(rp) {
 		t.Fatal("a reader is offered Run now")
 	}

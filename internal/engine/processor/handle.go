@@ -510,7 +510,10 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 // an outcome for this attempt or a later one (its lease_lost for this
 // one: errTakenOver); or, while this attempt's started is not written,
 // another delivery started the command since this one loaded it (a second
-// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+// message: errTakenOver). nil: write again on cur — also when cur shows
+// this attempt's own started event (same message, same attempt), written
+// by a call whose answer was lost: it is then noted as written. Caller
+// holds a.mu.
 func (a *attempt) supersededBy(cur *record.Record) error {
 	switch {
 	case cur.Status.State == cmdqtype.StateCancelled:
@@ -519,6 +522,12 @@ func (a *attempt) supersededBy(cur *record.Record) error {
 		return errFinal
 	case cur.Settled >= a.n:
 		return errTakenOver
+	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning && cur.Owner == a.msg.ID && cur.Attempts == a.n:
+		// This attempt's own started event: an earlier write of it landed
+		// although its call failed (the answer lost, the retry refused).
+		// It is written; the attempt goes on.
+		a.startedWritten = true
+		return nil
 	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning &&
 		(a.loadedState != cmdqtype.StateRunning || cur.Attempts != a.loadedAttempts):
 		return errTakenOver
