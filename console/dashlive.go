@@ -39,7 +39,7 @@ const (
 )
 
 // stateOrder is the order of the states on the page.
-var stateOrder = []cmdqtype.State{cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
+var stateOrder = []cmdqtype.State{cmdqtype.StateScheduled, cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
 
 // stateTab is one state filter with its count.
 type stateTab struct {
