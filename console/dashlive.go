@@ -158,6 +158,9 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Tabs = append(b.Tabs, stateTab{Count: b.Total, URL: d.commandsURL(typ, "", ""), On: state == ""})
 		for _, s := range stateOrder {
+			if s == cmdqtype.StateScheduled && sum.Counts[s] == 0 && state != s {
+				continue // shown only when some command is scheduled
+			}
 			b.Tabs = append(b.Tabs, stateTab{State: s, Count: sum.Counts[s], URL: d.commandsURL(typ, s, ""), On: state == s})
 		}
 		b.Charts = charts(sum.Minutes)

@@ -39,6 +39,7 @@ func TestConsoleRunNow(t *testing.T) {
 		t.Fatal("a reader is offered Run now")
 	}
 	contains(t, rp, "scheduled", "Runs at")
+	contains(t, op.get("/ui/commands?state=scheduled").want(t, http.StatusOK), id) // the scheduled tab lists it
 	p := op.get("/ui/commands/"+id).want(t, http.StatusOK)
 	if !hasRunNowLink(p) {
 		t.Fatal("an operator is not offered Run now on a scheduled command")
