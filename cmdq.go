@@ -428,7 +428,7 @@ func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
+		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now, WakeAt: c.wakeAt, HopHorizon: c.tune.HopHorizon,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -444,6 +444,14 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 func (c *Client) wake(queue string) {
 	if p := c.procLive.Load(); p != nil {
 		p.Notify(queue)
+	}
+}
+
+// wakeAt tells the in-process processor that a message put on queue
+// becomes visible at at: it wakes itself then (due means due).
+func (c *Client) wakeAt(queue string, at time.Time) {
+	if p := c.procLive.Load(); p != nil {
+		p.WakeAt(queue, at)
 	}
 }
 
@@ -485,6 +493,8 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.SetWakeAt(c.wakeAt)
+	r.SetHorizon(c.tune.HopHorizon)
 	c.log = r
 	return r, nil
 }

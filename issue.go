@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -83,7 +84,7 @@ func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMess
 	if err != nil {
 		return Status{}, nil, err
 	}
-	return rec.Status, json.RawMessage(rec.Params), nil
+	return rec.Status.AsOf(time.Now()), json.RawMessage(rec.Params), nil
 }
 
 // Events returns a command's lifecycle events, oldest first (one query per

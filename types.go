@@ -141,6 +141,24 @@ func UniqueKey(key string, window time.Duration) IssueOption {
 // MaxCorrelationIDLength bytes), shown with its status.
 func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
 
+// At schedules the command at t: it is StateScheduled until then and
+// never starts before t (by the processor's clock), and starts within
+// Config.MaxPollInterval after it at worst (at once on a processor of
+// the issuing Client). A t at or before now is due at once; a t more than
+// MaxScheduleAhead (2 years) ahead is refused with ErrInvalidSchedule,
+// nothing stored. Any horizon works: past the queue's 7-day visibility
+// limit the message hops once a week (docs/lifecycle.md, "Scheduled
+// commands"). Scheduling costs no storage call: the delay rides on the
+// issue's one enqueue. At and After replace each other (the last one
+// given wins).
+func At(t time.Time) IssueOption { return func(r *Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (by the issuer's
+// clock), as At(now + d). A negative d, or one over MaxScheduleAhead, is
+// refused with ErrInvalidSchedule, nothing stored; After(0) is due at
+// once.
+func After(d time.Duration) IssueOption { return func(r *Raw) { r.Delay, r.RunAt = d, time.Time{} } }
+
 // With attaches issue options to cmd, for IssueMany:
 // c.IssueMany(ctx, a, cmdq.With(b, cmdq.WithID(id))).
 func With(cmd Command, opts ...IssueOption) Command { return issuer.With(cmd, engineOptions(opts)...) }
@@ -258,6 +276,7 @@ const (
 	StatePoisoned  = cmdqtype.StatePoisoned
 	StateDiscarded = cmdqtype.StateDiscarded
 	StateCancelled = cmdqtype.StateCancelled
+	StateScheduled = cmdqtype.StateScheduled
 )
 
 // The lifecycle events.
@@ -341,6 +360,8 @@ const (
 	DefaultCatchUp            = cmdqtype.DefaultCatchUp
 	NoCatchUp                 = cmdqtype.NoCatchUp
 	MaxCatchUp                = cmdqtype.MaxCatchUp
+	MaxScheduleAhead          = cmdqtype.MaxScheduleAhead
+	MaxClockSkew              = cmdqtype.MaxClockSkew
 )
 
 // Errors to test with errors.Is (cmdqtype documents each one).
@@ -402,6 +423,11 @@ var (
 	ErrUnknownQueue = cmdqtype.ErrUnknownQueue
 	// ErrInvalidUnique: a bad unique key or window (UniqueKey).
 	ErrInvalidUnique = cmdqtype.ErrInvalidUnique
-	// ErrInvalidSchedule: a bad periodic name, spec or option (Periodic).
+	// ErrInvalidSchedule: a run-at time or delay that is refused (At,
+	// After: more than 2 years ahead, a negative delay, or both), or a
+	// bad periodic name, spec or option (Periodic).
 	ErrInvalidSchedule = cmdqtype.ErrInvalidSchedule
+	// ErrNotWaiting: RunNow of a command that is neither scheduled nor
+	// retrying (or due within MaxClockSkew anyway).
+	ErrNotWaiting = cmdqtype.ErrNotWaiting
 )

@@ -176,6 +176,11 @@ func (h *hub) run(e *entry) {
 			if e.demand {
 				due = e.readAt.Add(h.min)
 			}
+			if e.known && e.st.State == StateScheduled && e.st.RunAt.Before(due) {
+				// It becomes pending then, with no write to find: read
+				// it at that time.
+				due = e.st.RunAt
+			}
 			wait = time.Until(due)
 			read = wait <= 0
 		}
@@ -240,6 +245,7 @@ func (h *hub) read(e *entry) {
 // push records a change this Client stored (the change feed): st is the
 // command's status after it, events the events written (nil: unknown).
 func (h *hub) push(st Status, events []Event) {
+	st = st.AsOf(time.Now())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if immutable(st.State) {

@@ -258,6 +258,7 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/poison/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getPoison, http.MethodDelete: s.discard})
 	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
 	route("/v1/commands/{id}/cancel", map[string]http.HandlerFunc{http.MethodPost: s.cancel})
+	route("/v1/commands/{id}/run-now", map[string]http.HandlerFunc{http.MethodPost: s.runNow})
 	route("/v1/queues", map[string]http.HandlerFunc{http.MethodGet: s.listQueues})
 	route("/v1/periodic", map[string]http.HandlerFunc{http.MethodGet: s.listPeriodic})
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
@@ -345,7 +346,8 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey}
+	runAt, delay := ScheduleOf(req)
+	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey, RunAt: runAt, Delay: delay}
 	if req.UniqueWindow != "" {
 		raw.UniqueWindow, _ = time.ParseDuration(req.UniqueWindow) // DecodeIssueRequest checked it
 	}
@@ -355,6 +357,14 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, cmdqtype.ErrInvalidUnique):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
 			client.FieldError{Pointer: "#/uniqueKey", Detail: clipText(paramsDetail(err))}))
+		return
+	case errors.Is(err, cmdqtype.ErrInvalidSchedule):
+		ptr := "#/runAt"
+		if req.Delay != "" {
+			ptr = "#/delay"
+		}
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: ptr, Detail: "at most 2 years ahead"}))
 		return
 	case errors.Is(err, cmdqtype.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
@@ -397,7 +407,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending})
+		resp := client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending, RunAt: res.RunAt}
+		if res.RunAt.After(time.Now()) {
+			resp.Status = cmdqtype.StateScheduled
+		}
+		writeJSON(w, http.StatusAccepted, resp)
 		return
 	}
 	st, err := s.cfg.Client.Get(r.Context(), res.ID)
@@ -405,7 +419,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State, Duplicate: res.Duplicate})
+	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State, Duplicate: res.Duplicate, RunAt: st.RunAt})
 }
 
 // trimPrefix drops a leading "cmdq: " from an error message shown to API

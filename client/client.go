@@ -154,9 +154,13 @@ func New(baseURL string, opts ...Option) (*Remote, error) {
 	return c, nil
 }
 
-// Issue issues a command (POST /v1/commands). Params that are not valid
-// JSON fail here, before anything is sent.
-func (c *Remote) Issue(ctx context.Context, req IssueRequest) (IssueResponse, error) {
+// Issue issues a command (POST /v1/commands), with options applied to
+// req (At, After). Params that are not valid JSON fail here, before
+// anything is sent.
+func (c *Remote) Issue(ctx context.Context, req IssueRequest, opts ...IssueOption) (IssueResponse, error) {
+	for _, o := range opts {
+		o(&req)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return IssueResponse{}, fmt.Errorf("cmdq client: encoding the request (params must be valid JSON): %w", err)

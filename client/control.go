@@ -88,3 +88,14 @@ func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdqtype
 	_, err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(name)+"/"+action, nil, nil, &q)
 	return q, err
 }
+
+// RunNow makes a scheduled or retrying command due now (POST
+// /v1/commands/{id}/run-now; operator role) and returns its status after
+// it (pending). A command that is not waiting for its time (pending,
+// running, ended, or due within 2 s anyway) gives ErrConflict; an unknown
+// one ErrNotFound.
+func (c *Remote) RunNow(ctx context.Context, id string) (cmdqtype.Status, error) {
+	var st cmdqtype.Status
+	_, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/run-now", nil, nil, &st)
+	return st, err
+}

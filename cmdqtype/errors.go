@@ -73,10 +73,6 @@ var (
 	// MaxUniqueWindow, or a unique key given together with an ID. Nothing
 	// is stored; the HTTP API answers 400.
 	ErrInvalidUnique = errors.New("cmdq: invalid unique key or window")
-	// ErrInvalidSchedule: a periodic command's name or spec is malformed
-	// (a cron expression, descriptor or interval that does not parse), or
-	// the name is registered twice.
-	ErrInvalidSchedule = errors.New("cmdq: invalid periodic schedule")
 )
 
 // Sentinel errors of registering and running handlers (test with

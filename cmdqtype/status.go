@@ -15,6 +15,8 @@ type State string
 // requeues it).
 const (
 	// StatePending: issued (or requeued) and waiting for a processor.
+	// A pending command whose run-at time is ahead reads as
+	// StateScheduled (Status.AsOf).
 	StatePending State = "pending"
 	// StateRunning: a processor is running its handler.
 	StateRunning State = "running"
@@ -119,6 +121,11 @@ type Event struct {
 	// delivery started the attempt: the message that owns the command
 	// until its outcome (the a:cmd row's Owner; docs/lifecycle.md).
 	MessageID string `json:"messageId,omitempty"`
+	// RunAt is, on a created event, the run-at time the command was
+	// issued with; on a failed event, when the next attempt is due (the
+	// retry delay's end); on a requeued event of run-now, the time it was
+	// made due. Zero otherwise.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Status is a command's current status: the projection of its events plus
@@ -149,6 +156,11 @@ type Status struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Queue is the logical queue the command is routed to (e.g. "commands").
 	Queue string `json:"queue"`
+	// RunAt is when the command is due (UTC): the run-at time it was
+	// issued with (State StateScheduled until then), the time a retrying
+	// command's next attempt is due, or the time an operator made it due
+	// (run-now). Zero for a command issued without one that never failed.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // PoisonEntry is one poisoned command in the poison table.

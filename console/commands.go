@@ -221,6 +221,9 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Tabs = append(b.Tabs, stateTab{Count: b.Total, URL: d.commandsPageURL(q, "", ""), On: q.state == ""})
 		for _, s := range stateOrder {
+			if s == cmdqtype.StateScheduled && sum.Counts[s] == 0 && q.state != s {
+				continue // shown only when some command is scheduled
+			}
 			b.Tabs = append(b.Tabs, stateTab{State: s, Count: sum.Counts[s], URL: d.commandsPageURL(q, s, ""), On: q.state == s})
 		}
 		b.Charts = charts(sum.Minutes, q.rng)
@@ -269,7 +272,7 @@ func validState(s cmdqtype.State) bool {
 }
 
 // stateOrder is the order of the states on the page.
-var stateOrder = []cmdqtype.State{cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
+var stateOrder = []cmdqtype.State{cmdqtype.StateScheduled, cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
 
 // stateTab is one state filter with its count.
 type stateTab struct {

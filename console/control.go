@@ -32,7 +32,7 @@ const cancelWorkers = 16
 // cmdq.ControlInterval for the processors of other processes.
 func cancelTime(r *http.Request) time.Duration {
 	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/ui/commands/") &&
-		(strings.HasSuffix(r.URL.Path, "/cancel") || r.URL.Path == "/ui/commands/bulk/run") {
+		(strings.HasSuffix(r.URL.Path, "/cancel") || strings.HasSuffix(r.URL.Path, "/run-now") || r.URL.Path == "/ui/commands/bulk/run") {
 		return cmdq.ControlInterval
 	}
 	return 0

@@ -102,7 +102,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -218,6 +218,8 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/poison/bulk/run", h(d.bulkRun))
 	mux.HandleFunc("GET /ui/commands/{id}/cancel", h(d.confirmCancel)) // control.go
 	mux.HandleFunc("POST /ui/commands/{id}/cancel", h(d.cancelCommand))
+	mux.HandleFunc("GET /ui/commands/{id}/run-now", h(d.confirmRunNow)) // runnow.go
+	mux.HandleFunc("POST /ui/commands/{id}/run-now", h(d.runNowCommand))
 	mux.HandleFunc("POST /ui/commands/bulk", h(d.cancelReview))
 	mux.HandleFunc("POST /ui/commands/bulk/run", h(d.cancelRun))
 	mux.HandleFunc("GET /ui/queues", h(d.queues))

@@ -296,6 +296,9 @@ type commandBody struct {
 	Stream string
 	// Final: the command ended (no Cancel button).
 	Final bool
+	// RunNow: the viewer may make the command due now (an operator, and
+	// the command is scheduled or retrying: the Run now… button).
+	RunNow bool
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -359,6 +362,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	b.RunNow = v.can(RoleOperator) && runNowable(st, d.now())
 	if st.State == cmdqtype.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.src.GetPoison(ctx, id); err == nil {
 			b.Poison = &e

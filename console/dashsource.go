@@ -50,6 +50,11 @@ type dashSource interface {
 	// and one batch (and, for a command issued moments ago, one upsert and
 	// a wait of at most cmdq.ControlInterval on a shared store).
 	Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error)
+	// RunNow makes a scheduled or retrying command due now for by
+	// (cmdq.Client.RunNow): one point read, one batch and one enqueue (and
+	// for a scheduled command one upsert, and a wait of at most
+	// cmdq.ControlInterval on a shared store when it was due within it).
+	RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error)
 	// ListQueues lists the queues with their depth and pause state: one
 	// listing of the store's queues, one query of the control rows and one
 	// count per queue.
@@ -147,6 +152,10 @@ func retryWindow(p cmdqtype.RetryPolicy, n int, at time.Time) (earliest, latest 
 
 func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error) {
 	return s.c.Cancel(ctx, id, by)
+}
+
+func (s clientSource) RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error) {
+	return s.c.RunNow(ctx, id, by)
 }
 
 func (s clientSource) ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {

@@ -171,6 +171,12 @@ type Config struct {
 	// processor when it has a free handler slot, without a dequeue
 	// (docs/lifecycle.md, "In-process hand-off").
 	NoHandOff bool
+	// HopHorizon, when above 0, replaces storage.MaxVisibility (7 days) as
+	// the longest visibility delay the processor's own enqueues use (a
+	// hop, a reconciler's recovery): a scheduled command due later hops
+	// again when it shows up. Tests shorten it (tuning.Switches.HopHorizon);
+	// the Issuer must use the same. Default 0: storage.MaxVisibility.
+	HopHorizon time.Duration
 	// ControlInterval is how stale the processor's knowledge of its queues'
 	// control rows (pause state, recent cancels) may be when it starts a
 	// command: an older one is read again first (one query for every
@@ -257,7 +263,7 @@ func (c Config) Validate() error {
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
 		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
 		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval}, {"ControlInterval", c.ControlInterval},
-		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
+		{"ReconcileStaleAfter", c.ReconcileStaleAfter}, {"HopHorizon", c.HopHorizon},
 	} {
 		if d.v < 0 {
 			bad("%s %s is negative (0 = default)", d.name, d.v)

@@ -89,37 +89,64 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	defer free()
-	if !s.mayTake(p) {
-		p.release(s, k)
-		return
-	}
-	if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
-		return
-	}
 	var rec *record.Record
-	if !known || p.fastPathClear(env, qr.name, def.Lease) {
-		rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	fast := false
+	for {
+		if !s.mayTake(p) {
+			p.release(s, k)
+			return
+		}
+		if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
+			return
+		}
+		rec, fast = nil, false
+		if !known || p.fastPathClear(env, qr.name, def.Lease) {
+			rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
+			fast = rec != nil
+		}
+		if rec == nil {
+			if rec, err = p.st.Load(s.ops, env.ID); err != nil {
+				if errors.Is(err, cmdqtype.ErrExpired) {
+					// A late duplicate of a command removed after its retention:
+					// it was final, so there is nothing to run.
+					p.deleteMsg(s, k, env.Type)
+					return
+				}
+				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
+					p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
+					return
+				}
+				p.giveUp(s, k, "load", err)
+				return
+			}
+		}
+		if rec.Status.State.Final() {
+			// Redelivered (a duplicate, or a lease lost after the final write).
+			p.deleteMsg(s, k, rec.Type)
+			return
+		}
+		// Due means due: a scheduled command, or a retry whose delay has
+		// not ended, never starts before its time by this machine's clock,
+		// however early its message shows up (docs/lifecycle.md,
+		// "Scheduled commands").
+		wait := time.Until(rec.Status.RunAt)
+		if record.Due(rec.Status, time.Now()) || wait <= 0 {
+			break
+		}
+		if wait > holdLimit {
+			p.notDue(s, qr, k, env, m, rec)
+			return
+		}
+		// Due within the clocks' skew: hold the message (and its slot)
+		// until then, and decide again from scratch (the control rows, the
+		// fast path or a fresh load).
+		if !p.hold(s, wait) {
+			p.release(s, k)
+			return
+		}
 	}
-	if rec != nil {
+	if fast {
 		s.counter.fast.Add(1)
-	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
-		if errors.Is(err, cmdqtype.ErrExpired) {
-			// A late duplicate of a command removed after its retention:
-			// it was final, so there is nothing to run.
-			p.deleteMsg(s, k, env.Type)
-			return
-		}
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
-			p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
-			return
-		}
-		p.giveUp(s, k, "load", err)
-		return
-	}
-	if rec.Status.State.Final() {
-		// Redelivered (a duplicate, or a lease lost after the final write).
-		p.deleteMsg(s, k, rec.Type)
-		return
 	}
 	if started := rec.Status.State == cmdqtype.StateRunning || rec.Status.State == cmdqtype.StateRetrying; started &&
 		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
@@ -183,6 +210,17 @@ func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64,
 	if p.cfg.NoFastPath || !known || !first || n != 1 || !env.First.Usable() ||
 		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
 		return nil
+	}
+	if f := env.First; f.RunAt.After(f.IssuedAt) {
+		// A scheduled command: its age counts from its run-at time (by
+		// this machine's clock, so one clock skew less). Before it, the
+		// record only serves to see that it is not due (a hop, a hold):
+		// nothing is written from it.
+		age := time.Since(f.RunAt)
+		if age > fastPathAge(def.Lease)-maxClockSkew {
+			return nil
+		}
+		return record.FirstRecord(env)
 	}
 	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
 	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
@@ -472,7 +510,10 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 // an outcome for this attempt or a later one (its lease_lost for this
 // one: errTakenOver); or, while this attempt's started is not written,
 // another delivery started the command since this one loaded it (a second
-// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+// message: errTakenOver). nil: write again on cur — also when cur shows
+// this attempt's own started event (same message, same attempt), written
+// by a call whose answer was lost: it is then noted as written. Caller
+// holds a.mu.
 func (a *attempt) supersededBy(cur *record.Record) error {
 	switch {
 	case cur.Status.State == cmdqtype.StateCancelled:
@@ -481,6 +522,12 @@ func (a *attempt) supersededBy(cur *record.Record) error {
 		return errFinal
 	case cur.Settled >= a.n:
 		return errTakenOver
+	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning && cur.Owner == a.msg.ID && cur.Attempts == a.n:
+		// This attempt's own started event: an earlier write of it landed
+		// although its call failed (the answer lost, the retry refused).
+		// It is written; the attempt goes on.
+		a.startedWritten = true
+		return nil
 	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning &&
 		(a.loadedState != cmdqtype.StateRunning || cur.Attempts != a.loadedAttempts):
 		return errTakenOver
@@ -801,7 +848,13 @@ func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb 
 // spent, otherwise a failed event and the retry delay on the message.
 func (a *attempt) fail(herr error, stack string) {
 	p, s, def := a.p, a.s, a.def
-	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	// The retry delay is chosen first: the failed event records when the
+	// next attempt is due (Status.RunAt), which no delivery starts it
+	// before, and from which an operator may make it due now (RunNow).
+	delay := def.Retry.Delay(a.n)
+	delay = min(max(delay, 0), storage.MaxVisibility)
+	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack,
+		RunAt: time.Now().Add(delay)}
 	var de *registry.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):
@@ -826,16 +879,19 @@ func (a *attempt) fail(herr error, stack string) {
 	s.counter.failed.Add(1)
 	a.emit(cmdqtype.ObservedFailed, "", herr)
 	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
-	delay := def.Retry.Delay(a.n)
-	delay = min(max(delay, 0), storage.MaxVisibility)
 	receipt, held := a.k.stop()
 	if !held {
 		return
 	}
-	_, _, err = a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	sent := time.Now()
+	_, visible, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
 	switch {
 	case err == nil:
 		p.leaseClean(a.rec.Type)
+		// Due means due: this processor dequeues the retry when its
+		// delay ends (as the queue says: Azure counts whole seconds), not
+		// at its next empty poll.
+		p.wakeAt(a.qr, p.wakeName(a.qr, a.k.id), latest(sent.Add(delay), visible))
 	case staleReceipt(err):
 		// Answered while the lease was ours: this call's first try landed
 		// (the delay is set). Later: the lease had ended (a loss).

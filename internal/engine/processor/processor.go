@@ -88,6 +88,7 @@ type Processor struct {
 	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
 
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
+	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 
 	// Live counts (cmdqtype.Stats): the running session and the finished ones.
@@ -255,6 +256,8 @@ func (p *Processor) open(ctx context.Context) error {
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	p.enq.SetWakeAt(p.WakeAt)
+	p.enq.SetHorizon(p.cfg.HopHorizon)
 	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {
 		p.completer = record.NewCompleter(p.st, gc)
 	}
@@ -428,6 +431,8 @@ type session struct {
 		fast atomic.Int64
 		// handedOff counts messages handed off by an in-process Issuer.
 		handedOff atomic.Int64
+		// hops counts messages put back until their time (schedule.go).
+		hops atomic.Int64
 	}
 }
 
@@ -629,10 +634,10 @@ func (p *Processor) unclaim(id string) {
 func (s *session) counts() cmdqtype.Stats {
 	c := &s.counter
 	return cmdqtype.Stats{
-		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
+		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load() - c.hops.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
-		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(),
+		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(), Hops: c.hops.Load(),
 	}
 }
 
@@ -654,6 +659,7 @@ func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
 	st.Duplicates += o.Duplicates
 	st.FastPath += o.FastPath
 	st.HandedOff += o.HandedOff
+	st.Hops += o.Hops
 	return st
 }
 

@@ -68,6 +68,10 @@ type First struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Params is the compact JSON parameters (at most MaxFirstParamsBytes).
 	Params json.RawMessage `json:"params"`
+	// RunAt is the run-at time the command was issued with (UTC,
+	// millisecond precision; zero: none): the delivery starts it no
+	// earlier, and measures the fast path's age from it.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Marshal returns the message text. Parameters are written as they are
@@ -84,7 +88,7 @@ func (e Envelope) Marshal() string {
 func (e Envelope) sizeHint() int {
 	n := 32 + len(e.ID) + len(e.Type)
 	if f := e.First; f != nil {
-		n += 96 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+		n += 128 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
 	}
 	return n
 }
@@ -106,7 +110,7 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 		return nil, false
 	}
 	if f := e.First; f != nil {
-		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 {
+		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 || f.RunAt.Year() < 0 || f.RunAt.Year() > 9999 {
 			return nil, false
 		}
 		b = append(b, `,"first":{"etag":`...)
@@ -134,6 +138,11 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 				return nil, false
 			}
 			b = buf.Bytes()
+		}
+		if !f.RunAt.IsZero() {
+			b = append(b, `,"runAt":"`...)
+			b = f.RunAt.AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
 		}
 		b = append(b, '}')
 	}
@@ -186,7 +195,20 @@ func FirstEnvelope(nc NewCommand, etag string) Envelope {
 		return env
 	}
 	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID, Params: json.RawMessage(params)}
+	if !nc.RunAt.IsZero() {
+		env.First.RunAt = ms(nc.RunAt)
+	}
 	return env
+}
+
+// Ready returns when the command of the issue's own message f became (or
+// becomes) due: its run-at time when that is after the issue, else the
+// issue time.
+func (f *First) Ready() time.Time {
+	if f.RunAt.After(f.IssuedAt) {
+		return f.RunAt
+	}
+	return f.IssuedAt
 }
 
 // Usable reports whether f is complete enough for the first delivery's
@@ -205,7 +227,7 @@ func FirstRecord(env Envelope) *Record {
 	f := env.First
 	issued := ms(f.IssuedAt)
 	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue}
-	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued})
+	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
 	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1}
 }
@@ -264,7 +286,19 @@ func parseFast(text string) (e Envelope, ok bool) {
 			return Envelope{}, false
 		}
 		raw, good := p.value()
-		if !good || !p.lit("}") {
+		if !good {
+			return Envelope{}, false
+		}
+		if p.lit(`,"runAt":`) {
+			var run string
+			if !p.str(&run) {
+				return Envelope{}, false
+			}
+			if err := f.RunAt.UnmarshalJSON([]byte(`"` + run + `"`)); err != nil {
+				return Envelope{}, false
+			}
+		}
+		if !p.lit("}") {
 			return Envelope{}, false
 		}
 		f.Params = json.RawMessage(raw) // null too, as the decoder does

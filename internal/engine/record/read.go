@@ -15,15 +15,20 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Get returns a command's status (one point read of its command row; the
-// parameters are not decoded). Unknown ID → error wrapping ErrNotFound.
+// Get returns a command's status as a reader sees it now (one point read
+// of its command row; the parameters are not decoded): a pending command
+// whose run-at time is ahead is StateScheduled (cmdqtype.Status.AsOf).
+// Unknown ID → error wrapping ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 	e, _, err := s.getRow(ctx, id)
 	if err != nil {
 		return cmdqtype.Status{}, err
 	}
-	return decodeStatus(e), nil
+	return decodeStatus(e).AsOf(s.now()), nil
 }
+
+// Now returns the Store's clock (Options.Now).
+func (s *Store) Now() time.Time { return s.now() }
 
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 events) of the ID's table, and of the base table when the
@@ -97,6 +102,7 @@ func decodeEvent(e storage.Entity) cmdqtype.Event {
 		Detail:  str(e, "Detail"),
 		// MessageID names the message that owns the command (started).
 		MessageID: str(e, "MessageID"),
+		RunAt:     timeProp(e, "RunAt"),
 	}
 	if operatorEvent(ev.Kind) {
 		ev.By, ev.Worker = ev.Worker, ""
@@ -285,6 +291,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 		return names[i] + "|" + c
 	}
 	rows := 0
+	now := s.now()
 	for ; ti < len(names); ti, cont = ti+1, "" {
 		tb, err := s.tables.table(ctx, names[ti])
 		if errors.Is(err, storage.ErrNotFound) {
@@ -313,7 +320,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 				if e.RowKey != RowCommand {
 					continue
 				}
-				st := decodeStatus(e)
+				st := decodeStatus(e).AsOf(now)
 				if selected(q, st) && (q.State == "" || st.State == q.State) {
 					out.Commands = append(out.Commands, st)
 					if q.ParamsPreview > 0 {
@@ -512,7 +519,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		for _, e := range page.Entities {
 			switch {
 			case e.RowKey == RowCommand:
-				st := decodeStatus(e)
+				st := decodeStatus(e).AsOf(now)
 				part = partition{id: e.PartitionKey, group: [2]string{st.Type, st.Queue}}
 				if !selected(q, st) {
 					continue

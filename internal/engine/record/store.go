@@ -113,6 +113,9 @@ type NewCommand struct {
 	Queue string
 	// IssuedAt is the issue time (zero = now); stored in UTC, millisecond precision.
 	IssuedAt time.Time
+	// RunAt, when not zero, is the run-at time the command was issued
+	// with (UTC, millisecond precision): it starts no earlier.
+	RunAt time.Time
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -415,12 +418,15 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	props["IssuedAt"] = issued
 	props["CorrelationID"] = c.CorrelationID
 	props["Queue"] = queue
+	if !c.RunAt.IsZero() {
+		c.RunAt = ms(c.RunAt)
+	}
 	for i, ch := range chunks {
 		props[paramsProp(i)] = ch
 	}
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
 	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
-	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued}
+	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: c.RunAt}
 	Apply(&st, ev)
 	wid := newWriteID()
 	putProjection(props, &st, 0, "", 1, wid)
@@ -454,7 +460,7 @@ func projectionProps(st *cmdqtype.Status, settled int, owner string, seq int64, 
 }
 
 // projectionPropCount is the number of properties putProjection writes.
-const projectionPropCount = 11
+const projectionPropCount = 12
 
 // putProjection writes the projection's properties into props.
 func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) {
@@ -469,6 +475,11 @@ func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner
 	props["UpdatedAt"] = ms(st.UpdatedAt)
 	props["Worker"] = truncate(st.Worker, MaxTextUnits)
 	props["EventSeq"] = seq
+	if !st.RunAt.IsZero() {
+		// Written only once set (a command issued without a run-at time
+		// that never failed has none); it changes but is never cleared.
+		props["RunAt"] = ms(st.RunAt)
+	}
 }
 
 // projectionUpdate returns the Merge update of rec's command row to
@@ -511,7 +522,7 @@ func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner strin
 }
 
 func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
-	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+	ent := storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
 		"WriteID": writeID,
 		"Kind":    string(e.Kind),
 		"Time":    ms(e.Time),
@@ -526,6 +537,10 @@ func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
 		// a GUID; the embedded store: a UUID).
 		"MessageID": truncate(e.MessageID, MaxTextUnits),
 	}}
+	if !e.RunAt.IsZero() {
+		ent.Properties["RunAt"] = ms(e.RunAt)
+	}
+	return ent
 }
 
 // eventWho is what an event row's Worker property holds: the processor of
@@ -691,6 +706,7 @@ func decodeStatus(e storage.Entity) cmdqtype.Status {
 		Worker:        str(e, "Worker"),
 		CorrelationID: str(e, "CorrelationID"),
 		Queue:         str(e, "Queue"),
+		RunAt:         timeProp(e, "RunAt"),
 	}
 }
 
