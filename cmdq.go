@@ -49,6 +49,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -224,6 +226,28 @@ type Config struct {
 	// failed, poisoned, lease lost, polled, alert, health change), in
 	// order: metrics.Metrics is one. Defaults to none.
 	Observers []Observer
+	// Middleware wraps the handler of every registered type, outside each
+	// type's own (HandlerOptions.Middleware) and inside the tracing span:
+	// the first is the outermost. Client.Use adds more. Defaults to none.
+	Middleware []Middleware
+
+	// --- Tracing (OpenTelemetry; docs/operations.md, "Tracing") ---
+
+	// TracerProvider makes the spans: "cmdq issue TYPE" (kind producer)
+	// for every issue, whose trace context is stored with the command,
+	// and "cmdq process TYPE" (kind consumer) for every attempt, in the
+	// handler's ctx. Defaults to otel.GetTracerProvider(), the global
+	// provider, which makes no spans unless the program sets one
+	// (otel.SetTracerProvider); the issuing context's trace is stored and
+	// handed to handlers either way.
+	TracerProvider trace.TracerProvider
+	// TraceLinkOnly makes each attempt's span the root of a trace of its
+	// own, linked to the issuing span, instead of its child: for commands
+	// that run long after they were issued, whose attempts would
+	// otherwise stretch the issuing trace over hours. Defaults to false:
+	// the issue and every attempt (retries and requeues included) are one
+	// trace.
+	TraceLinkOnly bool
 }
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -321,6 +345,11 @@ func (c Config) Validate() error {
 			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
 		}
 	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			bad(fmt.Errorf("a nil middleware at Middleware[%d]; leave it out", i))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -347,6 +376,9 @@ type Client struct {
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 
 	hub *hub // watched commands and final statuses (watch.go)
+
+	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
+	workerName string       // the processor's Worker, for spans
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -377,6 +409,15 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: registry.NewRegistry(), tune: tune}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c.tracer = tp.Tracer(instrumentationName)
+	// The tracing span is the outermost of every handler's chain, so
+	// that every middleware runs (and logs) inside it.
+	c.reg.Use(c.tracing)
+	c.reg.Use(middleware(cfg.Middleware)...)
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
@@ -465,7 +506,8 @@ type TypeInfo struct {
 	// Handled is true for a registered type (a handler runs here), false
 	// for a declared one.
 	Handled bool
-	// Options are the type's options with every default applied.
+	// Options are the type's options with every default applied
+	// (Middleware left out).
 	Options HandlerOptions
 }
 

@@ -24,6 +24,14 @@ func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 	return decodeStatus(e), nil
 }
 
+// listedStatus is a command's status in a listing: without its recorded
+// output (up to cmdqtype.MaxOutputBytes each; Get returns it).
+func listedStatus(e storage.Entity) cmdqtype.Status {
+	st := decodeStatus(e)
+	st.Output = ""
+	return st
+}
+
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 events) of the ID's table, and of the base table when the
 // command is not there (moved by retention). Unknown ID → error wrapping
@@ -309,7 +317,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 				if e.RowKey != RowCommand {
 					continue
 				}
-				st := decodeStatus(e)
+				st := listedStatus(e)
 				if selected(q, st) {
 					out.Commands = append(out.Commands, st)
 				}
@@ -400,7 +408,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		for _, e := range page.Entities {
 			switch {
 			case e.RowKey == RowCommand:
-				st := decodeStatus(e)
+				st := listedStatus(e)
 				typeOf[e.PartitionKey] = st.Type
 				if (q.Type == "" || st.Type == q.Type) && !st.UpdatedAt.Before(q.Since) {
 					if sum != nil {
