@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
@@ -40,6 +41,9 @@ type procFlags struct {
 	// hidden from --help.
 	demoJournal string
 	demoLease   time.Duration
+
+	// tracer, when set, is the Client's TracerProvider (setupTracing).
+	tracer *sdktrace.TracerProvider
 }
 
 func (f *procFlags) add(c *cobra.Command) {
@@ -90,6 +94,9 @@ func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, 
 	}
 	if o != nil {
 		cfg.Observers = []cmdq.Observer{o}
+	}
+	if f.tracer != nil {
+		cfg.TracerProvider = f.tracer
 	}
 	c, err := cmdq.New(st, cfg)
 	if err != nil {
@@ -154,7 +161,7 @@ and a processor in one process.
 
 By default it uses the embedded store in ./cmdq-data, listens on
 127.0.0.1:8080 and registers the demo handlers:
-  demo.echo   {}                       completes at once (records its params as a step)
+  demo.echo   {}                       completes at once (records its params as a step and as its output)
   demo.sleep  {"ms":N}                 sleeps N milliseconds
   demo.fail   {"times":K}              fails its first K attempts, then completes;
                                        K >= 5 (the poison ceiling) ends poisoned
@@ -268,6 +275,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 			log.Error().Err(err).Msg("cmdq serve: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 
 	prom, m, err := newMetrics()
 	if err != nil {
@@ -498,6 +509,10 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 	var prom *prometheus.Registry
 	var m *metrics.Metrics
 	if f.metricsAddr != "" {
