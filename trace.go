@@ -1,8 +1,10 @@
 package cmdq
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -131,6 +133,18 @@ func withTrace(parent, state string) issuer.IssueOption {
 	return func(r *Raw) { r.TraceParent, r.TraceState = parent, state }
 }
 
+// spanNames caches the span names of each command type ("cmdq issue
+// TYPE", "cmdq process TYPE"): one string each, not one per span.
+var spanNames sync.Map // type → *[2]string
+
+func namesOf(cmdType string) *[2]string {
+	if v, ok := spanNames.Load(cmdType); ok {
+		return v.(*[2]string)
+	}
+	v, _ := spanNames.LoadOrStore(cmdType, &[2]string{"cmdq issue " + cmdType, "cmdq process " + cmdType})
+	return v.(*[2]string)
+}
+
 // startIssue starts the issue span of a command of cmdType in ctx (or,
 // when parent names a trace context, in that one) and returns the trace
 // context to store with the command: the issue span's, or ctx's when
@@ -141,19 +155,19 @@ func (c *Client) startIssue(ctx context.Context, cmdType, parent, state string) 
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := c.tracer.Start(ctx, "cmdq issue "+cmdType, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, span := c.tracer.Start(ctx, namesOf(cmdType)[0], trace.WithSpanKind(trace.SpanKindProducer))
 	p, s := injectTrace(ctx)
 	return span, p, s
 }
 
-// endIssue ends an issue span with the issue's result.
+// endIssue ends the issue span of a command of cmdType with the issue's
+// result. Its attributes are set here, in one call (the SDK's cheapest),
+// and only when the span records: a program that does not trace builds
+// none.
 func endIssue(span trace.Span, cmdType string, res Result, err error) {
 	if span.IsRecording() {
 		span.SetAttributes(attrSystem.String(messagingSystem), attrOperationType.String("send"), attrOperationName.String("issue"),
-			attrType.String(cmdType), attrMessageID.String(res.ID), attrDestination.String(res.Queue))
-		if res.Existing {
-			span.SetAttributes(attrExisting.Bool(true))
-		}
+			attrType.String(cmdType), attrMessageID.String(res.ID), attrDestination.String(res.Queue), attrExisting.Bool(res.Existing))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -164,9 +178,9 @@ func endIssue(span trace.Span, cmdType string, res Result, err error) {
 
 // tracing is the tracing middleware, the outermost of every handler's
 // chain: the attempt's span, in the handler's ctx, ended with the
-// attempt's outcome.
+// attempt's outcome once it is recorded.
 func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next func(context.Context) error) error {
-	opts := make([]trace.SpanStartOption, 0, 4)
+	opts := make([]trace.SpanStartOption, 0, 3)
 	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer))
 	if parent := extractTrace(run.Trace()); parent.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent}))
@@ -176,36 +190,41 @@ func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next fun
 			ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 		}
 	}
-	ctx, span := c.tracer.Start(ctx, "cmdq process "+run.Type(), opts...)
+	ctx, span := c.tracer.Start(ctx, namesOf(run.Type())[1], opts...)
 	if sc := span.SpanContext(); sc.IsValid() {
-		run.SetTraceID(sc.TraceID().String())
+		run.SetTraceID(sc.TraceID())
 	}
 	if span.IsRecording() {
-		attrs := []attribute.KeyValue{attrSystem.String(messagingSystem), attrOperationType.String("process"),
-			attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
-			attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrWorker.String(c.workerName)}
-		if cid := run.CorrelationID(); cid != "" {
-			attrs = append(attrs, attrConversationID.String(cid))
-		}
-		span.SetAttributes(attrs...)
+		run.OnEnd(func(o registry.Outcome) { c.endAttempt(span, run, o) })
+	} else {
+		run.OnEnd(func(registry.Outcome) { span.End() })
 	}
-	run.OnEnd(func(o registry.Outcome) {
-		if span.IsRecording() {
-			kind := o.Kind
-			if kind == "" {
-				kind = OutcomeUnrecorded
-			}
-			span.SetAttributes(attrOutcome.String(kind))
-			if kind != OutcomeCompleted {
-				err := o.Err
-				if err == nil {
-					err = errors.New("cmdq: attempt " + kind)
-				}
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-			}
-		}
-		span.End()
-	})
 	return next(ctx)
+}
+
+// endAttempt ends a recording attempt span with the attempt's attributes
+// (set in one call) and its outcome: an outcome other than completed
+// records the error and sets the status Error.
+func (c *Client) endAttempt(span trace.Span, run *registry.Run, o registry.Outcome) {
+	kind := cmp.Or(o.Kind, OutcomeUnrecorded)
+	attrs := make([]attribute.KeyValue, 0, 11)
+	attrs = append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
+		attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
+		attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrOutcome.String(kind))
+	if c.workerName != "" {
+		attrs = append(attrs, attrWorker.String(c.workerName))
+	}
+	if cid := run.CorrelationID(); cid != "" {
+		attrs = append(attrs, attrConversationID.String(cid))
+	}
+	span.SetAttributes(attrs...)
+	if kind != OutcomeCompleted {
+		err := o.Err
+		if err == nil {
+			err = errors.New("cmdq: attempt " + kind)
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -40,7 +41,7 @@ type Run struct {
 
 	output    []byte // SetOutput's JSON
 	outputErr error  // SetOutput's last failure (the attempt fails with it)
-	traceID   string // the attempt span's trace ID (SetTraceID)
+	traceID   [16]byte // the attempt span's trace ID (SetTraceID); zero: none
 	onEnd     []func(Outcome)
 	ended     bool
 }
@@ -128,7 +129,7 @@ func (r *Run) Trace() (traceParent, traceState string) { return r.info.TracePare
 
 // SetTraceID records the trace ID of the attempt's span (tracing
 // middleware), for the processor's log lines about the attempt.
-func (r *Run) SetTraceID(id string) {
+func (r *Run) SetTraceID(id [16]byte) {
 	r.mu.Lock()
 	r.traceID = id
 	r.mu.Unlock()
@@ -140,8 +141,8 @@ func (r *Run) TraceID() string {
 	r.mu.Lock()
 	id := r.traceID
 	r.mu.Unlock()
-	if id != "" {
-		return id
+	if id != ([16]byte{}) {
+		return hex.EncodeToString(id[:])
 	}
 	return r.info.TraceID
 }
