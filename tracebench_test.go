@@ -25,7 +25,7 @@ import (
 type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discardExporter) Shutdown(context.Context) error                            { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 // cpuTime returns the process's user + system CPU time so far.
 func cpuTime() time.Duration {
@@ -38,7 +38,7 @@ func cpuTime() time.Duration {
 const (
 	traceBenchIssuers = 16   // goroutines issuing at once (as cmdq bench's burn-down)
 	traceBenchN       = 3000 // commands per run
-	traceBenchRounds  = 15  // pairs of runs (off and on)
+	traceBenchRounds  = 15   // pairs of runs (off and on)
 )
 
 // BenchmarkTracingCost compares the CPU time per command (the whole
@@ -136,7 +136,6 @@ func tracingRun(b *testing.B, traced bool) (cpuMicros, allocs float64) {
 	runtime.ReadMemStats(&ms)
 	return cpuMicros, float64(ms.Mallocs-mallocs) / traceBenchN
 }
-
 
 // issue issues traceBenchN commands from traceBenchIssuers goroutines,
 // each in a span of caller (a no-op one: no span).

@@ -775,15 +775,15 @@ func decodeRecord(e storage.Entity) *Record {
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:     decodeStatus(e),
-		Params:     params,
-		ParamsHash: str(e, "ParamsHash"),
-		IssuedAt:   timeProp(e, "IssuedAt"),
-		ETag:       e.ETag,
-		EventSeq:   intProp(e, "EventSeq"),
-		Settled:    settledProp(e),
-		Owner:      str(e, "Owner"),
-		WriteID:    str(e, "WriteID"),
+		Status:      decodeStatus(e),
+		Params:      params,
+		ParamsHash:  str(e, "ParamsHash"),
+		IssuedAt:    timeProp(e, "IssuedAt"),
+		ETag:        e.ETag,
+		EventSeq:    intProp(e, "EventSeq"),
+		Settled:     settledProp(e),
+		Owner:       str(e, "Owner"),
+		WriteID:     str(e, "WriteID"),
 		TraceParent: str(e, "TraceParent"),
 		TraceState:  str(e, "TraceState"),
 	}

@@ -39,8 +39,8 @@ type Run struct {
 	mu   sync.Mutex
 	last int
 
-	output    []byte // SetOutput's JSON
-	outputErr error  // SetOutput's last failure (the attempt fails with it)
+	output    []byte   // SetOutput's JSON
+	outputErr error    // SetOutput's last failure (the attempt fails with it)
 	traceID   [16]byte // the attempt span's trace ID (SetTraceID); zero: none
 	onEnd     []func(Outcome)
 	ended     bool
