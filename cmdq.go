@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,18 @@ type Config struct {
 	// it doubles after each empty poll up to MaxPollInterval and is back
 	// to MinPollInterval after a message. Defaults to 100 ms.
 	MinPollInterval time.Duration
+	// Shards spreads a logical queue over several storage queues (its
+	// shards): Shards["jobs"] = 4 makes queue "jobs" the storage queues
+	// "<prefix>-jobs", "<prefix>-jobs-s1", "-s2" and "-s3". Issuing spreads
+	// its commands over them round robin; the processor drains every
+	// shard in turn, and an idle sharded queue costs what an unsharded one
+	// does (one dequeue per poll wait, of one shard in turn). One storage
+	// queue takes about 2,000 messages a second (docs/scaling.md). Give
+	// every process of a deployment the same Shards: a processor drains
+	// only the shards it knows, so lower a queue's count only after its
+	// extra shards are empty. 0 or 1: not sharded (one storage queue, the
+	// same name); at most 64. Default none.
+	Shards map[string]int
 	// MaxPollInterval caps the empty-poll backoff: an idle queue costs
 	// about one dequeue per MaxPollInterval (60 an hour by default). An
 	// Issuer in the same process wakes the processor at once. Defaults to
@@ -305,7 +318,7 @@ var (
 func (c Config) processor() processor.Config {
 	g := c.LeaseGrowth
 	return processor.Config{
-		Prefix: c.Prefix, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
+		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
 		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling,
 		LeaseGrowth: processor.LeaseGrowth{Threshold: g.Threshold, Factor: g.Factor, MaxFactor: g.MaxFactor,
@@ -327,6 +340,13 @@ func (c Config) Validate() error {
 	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err)) }
 	if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
 		bad(fmt.Errorf("Prefix: %w", err))
+	}
+	for q, n := range c.Shards {
+		if err := cmdqtype.ValidateQueue(q); err != nil {
+			bad(fmt.Errorf("shards: %w", err))
+		} else if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix), Shards: map[string]int{q: n}}).Validate(q); err != nil {
+			bad(fmt.Errorf("shards: %w", err))
+		}
 	}
 	if err := c.processor().Validate(); err != nil {
 		bad(err)
@@ -408,7 +428,8 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: registry.NewRegistry(), tune: tune}
+	cfg.Shards = maps.Clone(cfg.Shards)
+	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
 	tp := cfg.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -432,7 +453,7 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 
 func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
-		Prefix: c.cfg.Prefix, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
+		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
 		RecoveryDelay: c.recoveryDelay,
 	})

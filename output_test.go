@@ -14,18 +14,18 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
-// order records an output: attempt 1 records one and fails (its output is
+// orderCmd records an output: attempt 1 records one and fails (its output is
 // not kept), or records one over the limit when Big; attempt 2 records
 // the order number and completes.
-type order struct {
+type orderCmd struct {
 	Big bool `json:"big"`
 }
 
-func (order) CommandType() string { return "out.order" }
+func (orderCmd) CommandType() string { return "out.order" }
 
 func registerOrder(t *testing.T, c *cmdq.Client, sizeErr chan<- error) {
 	t.Helper()
-	err := cmdq.RegisterWith(c, func(ctx context.Context, o order, run *cmdq.Run) error {
+	err := cmdq.RegisterWith(c, func(ctx context.Context, o orderCmd, run *cmdq.Run) error {
 		if run.Attempt() == 1 {
 			if o.Big {
 				err := run.SetOutput(strings.Repeat("x", cmdq.MaxOutputBytes))
@@ -60,7 +60,7 @@ func TestOutput(t *testing.T) {
 			return nil
 		}})
 		c := srv.Client
-		res, err := c.Issue(ctx, order{})
+		res, err := c.Issue(ctx, orderCmd{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestOutput(t *testing.T) {
 			t.Errorf("listing %+v %v: want the command without its output", page, err)
 		}
 
-		big, err := c.Issue(ctx, order{Big: true})
+		big, err := c.Issue(ctx, orderCmd{Big: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -215,6 +215,8 @@ type (
 	// Health is the processor's health: its state, last fault, in-flight
 	// count.
 	Health = cmdqtype.Health
+	// AccountHealth is one storage account's state (Health.Accounts).
+	AccountHealth = cmdqtype.AccountHealth
 	// ProcessorState is what the processor is doing (Health.State).
 	ProcessorState = cmdqtype.ProcessorState
 	// Stats are the processor's running counts.

@@ -97,7 +97,12 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix})
+	shards, err := f.store.shardMap()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix, Shards: shards})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -77,13 +77,19 @@ func checkRecovery(d time.Duration) error {
 // settings from the flags, the demo handlers unless --no-demo, and a
 // function that closes what it opened (the demo journal).
 // recovery is the Client's RecoveryDelay (0: the default).
-func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o cmdq.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
+func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger, o cmdq.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
 	closer := func() error { return nil }
+	prefix := sf.prefix
+	shards, err := sf.shardMap()
+	if err != nil {
+		return nil, nil, err
+	}
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
 	}
 	cfg := cmdq.Config{
 		Prefix:          prefix,
+		Shards:          shards,
 		Worker:          f.worker,
 		Concurrency:     f.concurrency,
 		MaxPollInterval: f.maxPollInterval,
@@ -284,7 +290,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), f.store.prefix, log, m, f.recovery)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), &f.store, log, m, f.recovery)
 	if err != nil {
 		return err
 	}
@@ -520,7 +526,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			return err
 		}
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m), f.recovery)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(st), &f.store, log, observer(m), f.recovery)
 	if err != nil {
 		return err
 	}

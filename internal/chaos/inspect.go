@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -196,7 +197,8 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 // readSnapshot reads the histories of ids, the poison table, the reconciler
 // markers and the messages left on the queue. The processes must be stopped:
 // it dequeues the visible messages (with a long visibility) to see them all.
-func readSnapshot(ctx context.Context, st storage.Store, prefix string, ids []string) (*snapshot, error) {
+// A commands queue of several shards is read whole (every shard).
+func readSnapshot(ctx context.Context, st storage.Store, prefix string, shards int, ids []string) (*snapshot, error) {
 	cmds, err := st.Table(ctx, prefix+"commands")
 	if err != nil {
 		return nil, err
@@ -205,7 +207,7 @@ func readSnapshot(ctx context.Context, st storage.Store, prefix string, ids []st
 	if err != nil {
 		return nil, err
 	}
-	q, err := st.Queue(ctx, prefix+"-"+commandsQueue)
+	q, err := record.OpenQueue(ctx, st, record.Names{Prefix: prefix, Shards: map[string]int{commandsQueue: shards}}, commandsQueue)
 	if err != nil {
 		return nil, err
 	}

@@ -38,8 +38,10 @@ import (
 const EnvBin = "CMDQ_AZURITE_BIN"
 
 // StartTimeout is how long Start waits for Azurite's ports to accept
-// connections after starting it (30 seconds).
-const StartTimeout = 30 * time.Second
+// connections after starting it (90 seconds: Node starts Azurite in about
+// 2 s on a quiet machine, but over 30 s was seen on a 2-core machine at a
+// load average of 30).
+const StartTimeout = 90 * time.Second
 
 // stopTimeout is how long Stop waits for the killed process to exit.
 const stopTimeout = 10 * time.Second
@@ -147,6 +149,10 @@ type Options struct {
 	// the same endpoints); a port in use fails StartWith. Default 0: free
 	// ports, retried a few times.
 	BlobPort, QueuePort, TablePort int
+	// Timeout is how long StartWith waits for the ports to accept
+	// connections (a loaded machine can take longer to start node).
+	// Default StartTimeout.
+	Timeout time.Duration
 }
 
 // Start starts the pinned Azurite (see Bin) in memory on free loopback ports
@@ -272,7 +278,11 @@ func startOnce(bin string, o Options) (*Instance, error) {
 		close(done)
 	}()
 
-	deadline := time.Now().Add(StartTimeout)
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = StartTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	for _, p := range []int{queuePort, tablePort} {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		for {
@@ -289,7 +299,7 @@ func startOnce(bin string, o Options) (*Instance, error) {
 			if time.Now().After(deadline) {
 				killGroup(cmd)
 				<-done
-				return nil, fmt.Errorf("azurite did not listen on %s within %s: %s", addr, StartTimeout, out.String())
+				return nil, fmt.Errorf("azurite did not listen on %s within %s: %s", addr, timeout, out.String())
 			}
 		}
 	}

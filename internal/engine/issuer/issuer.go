@@ -88,6 +88,10 @@ type IssuerOptions struct {
 	// ManyConcurrency is how many commands of one IssueMany call are issued
 	// at once. Defaults to DefaultManyConcurrency (32).
 	ManyConcurrency int
+	// Shards is the number of shards of each logical queue it names: the
+	// Issuer spreads a sharded queue's messages over its shards, round
+	// robin (docs/scaling.md). Default none: one storage queue each.
+	Shards map[string]int
 }
 
 // DefaultManyConcurrency is IssuerOptions.ManyConcurrency's default (32):
@@ -98,7 +102,7 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > cmdqtype.MaxParamsBytes {
@@ -201,7 +205,7 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if opts.EnqueueRetry == 0 {
 		opts.EnqueueRetry = DefaultEnqueueRetry
 	}
-	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix}}
+	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
 	i.retry.init(i)
 	return i, nil
 }

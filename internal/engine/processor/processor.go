@@ -54,7 +54,10 @@ type Processor struct {
 	opened   bool
 	st       *record.Store
 	enq      *record.Enqueuer // the reconciler's enqueues wake this processor
-	poison   storage.Table
+	// completer groups the final writes of concurrent completions (nil:
+	// each is its own write; see complete).
+	completer *record.Completer
+	poison    storage.Table
 
 	sem     chan struct{}
 	running atomic.Bool
@@ -96,6 +99,9 @@ type queueRunner struct {
 	name    string // logical name
 	storage string // storage name
 	q       storage.Queue
+	sq      *record.ShardedQueue // q when the queue has several shards, else nil
+	shards  int                  // its number of shards (1: not sharded)
+	hint    atomic.Int32         // 1 + the shard of the last wake-up that named one; 0 none
 	defs    []*registry.Definition
 	wake    chan struct{}
 	ctlWake chan struct{} // its paused state changed (control.go)
@@ -127,7 +133,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	if len(qnames) == 0 {
 		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", cmdqtype.ErrNoHandlers)
 	}
-	names := record.Names{Prefix: cfg.Prefix}
+	names := record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
 	if err := names.Validate(qnames...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -141,10 +147,13 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}
 	for _, qn := range qnames {
-		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
+		qr := &queueRunner{name: qn, storage: names.Queue(qn), shards: names.ShardCount(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
 		p.queues = append(p.queues, qr)
 		p.byName[qn] = qr
 		p.byName[qr.storage] = qr
+		for i := 1; i < qr.shards; i++ {
+			p.byName[names.ShardQueue(qn, i)] = qr
+		}
 	}
 	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
 	first := p.queues[0]
@@ -191,6 +200,16 @@ func (p *Processor) Notify(queue string) {
 	if qr == nil {
 		return
 	}
+	if qr.shards > 1 {
+		// A shard's storage name says where the message is: the poller
+		// dequeues that shard first (poll.go).
+		for i := 0; i < qr.shards; i++ {
+			if queue == p.names.ShardQueue(qr.name, i) {
+				qr.hint.Store(int32(i + 1))
+				break
+			}
+		}
+	}
 	p.markActive()
 	select {
 	case qr.wake <- struct{}{}:
@@ -220,14 +239,18 @@ func (p *Processor) open(ctx context.Context) error {
 		return fmt.Errorf("processor: open table %s: %w", p.names.PoisonTable(), err)
 	}
 	for _, qr := range p.queues {
-		q, err := p.store.Queue(ctx, qr.storage)
+		q, err := record.OpenQueue(ctx, p.store, p.names, qr.name) // its shards when it has several
 		if err != nil {
 			return fmt.Errorf("processor: open queue %s: %w", qr.storage, err)
 		}
 		qr.q = q
+		qr.sq, _ = q.(*record.ShardedQueue)
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {
+		p.completer = record.NewCompleter(p.st, gc)
+	}
 	p.poison = poison
 	p.opened = true
 	return nil

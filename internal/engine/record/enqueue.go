@@ -82,7 +82,7 @@ func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, er
 	if q, ok := e.queues[logical]; ok {
 		return q, nil
 	}
-	q, err := e.st.Queue(ctx, e.names.Queue(logical))
+	q, err := OpenQueue(ctx, e.st, e.names, logical) // its shards when it has several
 	if err != nil {
 		return nil, err
 	}
@@ -90,12 +90,33 @@ func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, er
 	return q, nil
 }
 
-// sent is called once a message is on logical queue: it wakes an
-// in-process processor.
-func (e *Enqueuer) sent(queue string) {
-	if e.wake != nil {
-		e.wake(queue)
+// sent is called once a message is on logical queue, as message ID id: it
+// wakes an in-process processor (of a sharded queue, with the name of the
+// message's shard, so that the processor dequeues that shard first).
+func (e *Enqueuer) sent(queue, id string) {
+	if e.wake == nil {
+		return
 	}
+	if e.names.ShardCount(queue) > 1 {
+		e.wake(e.names.ShardQueue(queue, ShardOf(id)))
+		return
+	}
+	e.wake(queue)
+}
+
+// combinedQueue returns the storage queue a combined write (a
+// storage.Combiner's) puts a message of logical queue on: the queue, or
+// its next shard (round robin).
+func (e *Enqueuer) combinedQueue(ctx context.Context, logical string) (name string, shard int, err error) {
+	if e.names.ShardCount(logical) == 1 {
+		return e.names.Queue(logical), 0, nil
+	}
+	q, err := e.Queue(ctx, logical)
+	if err != nil {
+		return "", 0, err
+	}
+	shard = q.(*ShardedQueue).NextShard()
+	return e.names.ShardQueue(logical, shard), shard, nil
 }
 
 // Create stores a new command. On a store that can commit the issue batch
@@ -140,6 +161,11 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		slot.Cancel()
 		return Envelope{}, false, CreateErr(nc.ID, err)
 	}
+	qname, shard, err := e.combinedQueue(ctx, nc.Queue)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
 	var text string
 	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
 		env := FirstEnvelope(nc, etags[0])
@@ -148,7 +174,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		return text
 	}}
 	sent := time.Now()
-	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), e.names.Queue(nc.Queue), []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
+	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), qname, []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
 	if err == nil {
 		err = res[0].Err
 	}
@@ -156,7 +182,9 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		slot.Cancel()
 		return Envelope{}, false, CreateErr(nc.ID, err)
 	}
-	slot.Take(res[0].Message, text, sent)
+	m := res[0].Message
+	m.ID = shardID(shard, m.ID)
+	slot.Take(m, text, sent)
 	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
 }
 
@@ -209,7 +237,11 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		if len(items) == 0 {
 			continue
 		}
-		res, err := cb.BatchEnqueueMany(ctx, g.table, e.names.Queue(queue), items, 0, storage.NoExpiry)
+		qname, shard, err := e.combinedQueue(ctx, queue)
+		var res []storage.CombinedResult
+		if err == nil {
+			res, err = cb.BatchEnqueueMany(ctx, g.table, qname, items, 0, storage.NoExpiry)
+		}
 		any := false
 		for k, i := range sent {
 			switch {
@@ -222,7 +254,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 			}
 		}
 		if any {
-			e.sent(queue)
+			e.sent(queue, shardID(shard, ""))
 		}
 	}
 	return errs, true
@@ -257,7 +289,7 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue stri
 			}
 			b, _ := storage.CallBudgetFrom(ctx)
 			text, sent := env.Marshal(), time.Now()
-			m, err := q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), text, slot.Visibility(), storage.NoExpiry)
+			m, err := q.Enqueue(storage.WithRoutingKey(storage.WithCallBudget(ctx, b.PerTry, 0), env.ID), text, slot.Visibility(), storage.NoExpiry)
 			if err != nil {
 				slot.Cancel()
 				return err
@@ -272,14 +304,17 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue stri
 // enqueue is Enqueue with the message visible after delay.
 func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
 	q, err := e.Queue(ctx, queue)
+	var m storage.Message
 	if err == nil {
+		// The command's ID routes the message to the account of its rows
+		// on a store spread over several (storage/multi).
 		b, _ := storage.CallBudgetFrom(ctx)
-		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), env.Marshal(), delay, storage.NoExpiry)
+		m, err = q.Enqueue(storage.WithRoutingKey(storage.WithCallBudget(ctx, b.PerTry, 0), env.ID), env.Marshal(), delay, storage.NoExpiry)
 	}
 	if err != nil {
 		return err
 	}
-	e.sent(queue)
+	e.sent(queue, m.ID)
 	return nil
 }
 
