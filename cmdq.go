@@ -226,8 +226,9 @@ type Config struct {
 	WaitMaxPollInterval time.Duration
 	// FinalCache is how many completed, discarded or cancelled statuses the Client
 	// keeps in memory (they never change), so that reading or watching
-	// such a command again costs no storage call. Negative keeps none.
-	// Defaults to 10,000.
+	// such a command again costs no storage call; a status whose recorded
+	// output is over 1 KiB is not kept (reading it again is a point
+	// read). Negative keeps none. Defaults to 10,000.
 	FinalCache int
 
 	// --- Observability ---
