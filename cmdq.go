@@ -212,6 +212,14 @@ type Config struct {
 	// failing the processor probes this often to notice its return.
 	// Defaults to 5 s.
 	ProbeInterval time.Duration
+	// HeartbeatInterval is how often the running processor rewrites its
+	// heartbeat row, which lists it in Processors (and GET /v1/processors,
+	// the console's overview) with its host, state, in-flight count and
+	// queues: one upsert per interval, 60 an hour by default, plus one
+	// query an hour to delete the rows of processors gone for over an
+	// hour (docs/lifecycle.md, "Processor heartbeats"). NoHeartbeat (-1)
+	// disables it. Defaults to 1 minute.
+	HeartbeatInterval time.Duration
 
 	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
 
@@ -292,6 +300,9 @@ const (
 	// NoReconcile as Config.ReconcileInterval disables the reconciler; as
 	// Config.ReconcileScanInterval only the pending scan and the sweep.
 	NoReconcile = cmdqtype.NoReconcile
+	// NoHeartbeat as Config.HeartbeatInterval: the processor writes no
+	// heartbeat and is not listed by Processors.
+	NoHeartbeat = cmdqtype.NoHeartbeat
 )
 
 // Defaults of the Client's own settings.
@@ -330,7 +341,7 @@ func (c Config) processor() processor.Config {
 		ReconcileScanInterval: c.ReconcileScanInterval, ReconcileGrace: c.ReconcileGrace,
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: c.Retention,
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
-		Flywheel: c.Flywheel, Logger: c.Logger,
+		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
 	}
 }
 
@@ -396,6 +407,9 @@ type Client struct {
 
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 
+	schedules []*schedule   // periodic schedules (Periodic)
+	scheduler *schedulerRun // the running periodic scheduler (Start)
+
 	hub *hub // watched commands and final statuses (watch.go)
 
 	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
@@ -456,7 +470,7 @@ func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay,
+		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -508,7 +522,7 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay,
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
@@ -612,8 +626,8 @@ func DeclareWith[T Command](c *Client, opts CommandOptions) error {
 func (c *Client) editable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running || c.proc != nil {
-		return fmt.Errorf("%w: register and declare every command type before Start, Run or RunFor", ErrStarted)
+	if c.running || c.proc != nil || c.scheduler != nil {
+		return fmt.Errorf("%w: register and declare every command type and periodic schedule before Start, Run or RunFor", ErrStarted)
 	}
 	return nil
 }

@@ -26,12 +26,14 @@ func (c *Client) issuer() *issuer.Issuer {
 // one the type declares (CommandWithOptions), else "commands". An
 // in-process processor is woken at once. With WithID the call is
 // idempotent: the same ID and parameters again return the existing command
-// (Result.Existing) instead of a second one. Cost: one table batch and one
+// (Result.Existing) instead of a second one; with UniqueKey the same type
+// and key within the window return it whatever the parameters
+// (Result.Duplicate). Cost: one table batch and one
 // enqueue (one combined write on the embedded store).
 //
 // Errors (test with errors.Is): cmdq.ErrInvalidType, ErrInvalidID,
-// ErrInvalidParams, ErrParamsTooLarge, ErrIDConflict (the ID is taken by
-// another command); cmdq.ErrEnqueueFailed means the command is stored
+// ErrInvalidParams, ErrParamsTooLarge, ErrInvalidUnique, ErrIDConflict (the
+// ID is taken by another command); cmdq.ErrEnqueueFailed means the command is stored
 // and will be enqueued by the reconciler (it is accepted, Result.ID is
 // valid); cmdq.ErrNotAccepted means it is stored but not queued: issue
 // it again with the same ID. A storage error leaves it unknown whether the

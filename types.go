@@ -130,7 +130,8 @@ func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
 	return r.r.CompleteStep(ctx, n, note)
 }
 
-// IssueOption adjusts one Issue call (WithID, WithCorrelationID). Given
+// IssueOption adjusts one Issue call (WithID, WithCorrelationID,
+// UniqueKey). Given
 // twice, the last one wins.
 type IssueOption func(*Raw)
 
@@ -139,6 +140,24 @@ type IssueOption func(*Raw)
 // parameters returns the existing command (Result.Existing); other
 // parameters under the same ID fail with ErrIDConflict.
 func WithID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
+
+// UniqueKey makes the command unique per type and key within window: its
+// ID derives from the type, key and the window's time bucket (the UTC time
+// truncated to a multiple of window: 1h buckets start on the hour, 24h
+// ones at midnight UTC), so issuing the same type and key again in the
+// same bucket returns the first command (Result.Duplicate and
+// Result.Existing true) instead of a second one, whatever the parameters,
+// and writes nothing. "Within the window" means in the same bucket: two
+// issues a minute apart across an hour's boundary make two commands with
+// a 1h window. key is 1 to MaxUniqueKeyLength (256) bytes; window is
+// MinUniqueWindow (1 s) to MaxUniqueWindow (30 days); the key holds while
+// the first command is kept (its retention). Not together with WithID.
+// Bad input fails with ErrInvalidUnique and stores nothing. Cost: as a
+// plain issue; a duplicate costs one failed batch and one point read
+// (docs/lifecycle.md, "Unique commands").
+func UniqueKey(key string, window time.Duration) IssueOption {
+	return func(r *Raw) { r.UniqueKey, r.UniqueWindow = key, window }
+}
 
 // WithCorrelationID sets the command's correlation ID (free text, at most
 // MaxCorrelationIDLength bytes), shown with its status.
@@ -236,6 +255,14 @@ type (
 	// QueueInfo is one logical queue: its depth and pause state
 	// (ListQueues).
 	QueueInfo = cmdqtype.QueueInfo
+	// PeriodicInfo is one periodic schedule with its last and next tick
+	// (ListPeriodic).
+	PeriodicInfo = cmdqtype.PeriodicInfo
+	// TickInfo is one tick of a periodic schedule.
+	TickInfo = cmdqtype.TickInfo
+	// ProcessorInfo is one running processor as its heartbeat reports it
+	// (Processors).
+	ProcessorInfo = cmdqtype.ProcessorInfo
 	// Observer receives every processing event (Config.Observers).
 	Observer = cmdqtype.Observer
 	// ObserverFunc adapts a function to Observer.
@@ -332,6 +359,13 @@ const (
 	IssueWindowFutureDays     = cmdqtype.IssueWindowFutureDays
 	ControlInterval           = cmdqtype.ControlInterval
 	MaxOutputBytes            = cmdqtype.MaxOutputBytes
+	MaxUniqueKeyLength        = cmdqtype.MaxUniqueKeyLength
+	MinUniqueWindow           = cmdqtype.MinUniqueWindow
+	MaxUniqueWindow           = cmdqtype.MaxUniqueWindow
+	MaxPeriodicNameLength     = cmdqtype.MaxPeriodicNameLength
+	DefaultCatchUp            = cmdqtype.DefaultCatchUp
+	NoCatchUp                 = cmdqtype.NoCatchUp
+	MaxCatchUp                = cmdqtype.MaxCatchUp
 )
 
 // Errors to test with errors.Is (cmdqtype documents each one).
@@ -397,4 +431,8 @@ var (
 	// ErrUnknownQueue: PauseQueue or ResumeQueue of a queue neither the
 	// Client nor the store knows.
 	ErrUnknownQueue = cmdqtype.ErrUnknownQueue
+	// ErrInvalidUnique: a bad unique key or window (UniqueKey).
+	ErrInvalidUnique = cmdqtype.ErrInvalidUnique
+	// ErrInvalidSchedule: a bad periodic name, spec or option (Periodic).
+	ErrInvalidSchedule = cmdqtype.ErrInvalidSchedule
 )

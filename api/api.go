@@ -259,8 +259,10 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
 	route("/v1/commands/{id}/cancel", map[string]http.HandlerFunc{http.MethodPost: s.cancel})
 	route("/v1/queues", map[string]http.HandlerFunc{http.MethodGet: s.listQueues})
+	route("/v1/periodic", map[string]http.HandlerFunc{http.MethodGet: s.listPeriodic})
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
 	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})
+	route("/v1/processors", map[string]http.HandlerFunc{http.MethodGet: s.listProcessors})
 	doc, err := openAPIFor(cfg.BasePath)
 	if err != nil {
 		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)
@@ -275,7 +277,7 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison, /v1/queues and /v1/periodic (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
 	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger}), nil
 }
@@ -371,11 +373,18 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	// The W3C trace context of the caller (traceparent, tracestate): the
 	// issue's span is its child and the command's attempts join its trace
 	// (a header that does not parse is ignored).
-	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID,
+	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey,
 		TraceParent: r.Header.Get("Traceparent"), TraceState: strings.Join(r.Header.Values("Tracestate"), ",")}
+	if req.UniqueWindow != "" {
+		raw.UniqueWindow, _ = time.ParseDuration(req.UniqueWindow) // DecodeIssueRequest checked it
+	}
 	res, err := s.cfg.Client.IssueRaw(r.Context(), raw)
 	switch {
 	case err == nil:
+	case errors.Is(err, cmdqtype.ErrInvalidUnique):
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: "#/uniqueKey", Detail: clipText(paramsDetail(err))}))
+		return
 	case errors.Is(err, cmdqtype.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
 		// nothing guarantees it runs, so it is not accepted. The client's
@@ -425,7 +434,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State})
+	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State, Duplicate: res.Duplicate})
 }
 
 // trimPrefix drops a leading "cmdq: " from an error message shown to API

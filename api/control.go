@@ -80,6 +80,38 @@ func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, client.QueuesResponse{Queues: qs})
 }
 
+// listPeriodic is GET /v1/periodic.
+func (s *server) listPeriodic(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	ps, err := s.cfg.Client.ListPeriodic(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ps == nil {
+		ps = []cmdqtype.PeriodicInfo{}
+	}
+	writeJSON(w, http.StatusOK, client.PeriodicResponse{Periodic: ps})
+}
+
+// listProcessors is GET /v1/processors.
+func (s *server) listProcessors(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	ps, err := s.cfg.Client.Processors(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ps == nil {
+		ps = []cmdqtype.ProcessorInfo{}
+	}
+	writeJSON(w, http.StatusOK, client.ProcessorsResponse{Processors: ps})
+}
+
 // pauseQueue is POST /v1/queues/{name}/pause.
 func (s *server) pauseQueue(w http.ResponseWriter, r *http.Request) {
 	s.queueAction(w, r, s.cfg.Client.PauseQueue, "paused")

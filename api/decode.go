@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -26,7 +27,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // (client.IssueRequest, the wire type the Go client sends) of at most
 // maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, keys
 // repeated in one object or differing only in case, top-level fields not
-// spelled exactly (type, params, id, correlationId), a missing
+// spelled exactly (type, params, id, correlationId, uniqueKey, uniqueWindow), a missing
 // or malformed type, params that are not a JSON object, and an id that is not
 // a canonical lowercase UUID are rejected with a 400 Problem listing every
 // field problem; an oversized body gives a 413 Problem. It never panics. The
@@ -99,6 +100,7 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
+	errs = append(errs, checkUnique(req)...)
 	if len(req.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
 		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
 	}
@@ -110,6 +112,30 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, detail, errs...)
 	}
 	return req, nil
+}
+
+// checkUnique checks uniqueKey and uniqueWindow: both or neither, the key
+// 1-256 bytes, the window a duration from 1s to 720h, no id with them.
+func checkUnique(req client.IssueRequest) []client.FieldError {
+	if req.UniqueKey == "" && req.UniqueWindow == "" {
+		return nil
+	}
+	var errs []client.FieldError
+	switch n := len(req.UniqueKey); {
+	case n == 0:
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: "uniqueKey is required with uniqueWindow: 1 to 256 bytes, such as an order number"})
+	case n > cmdqtype.MaxUniqueKeyLength:
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: fmt.Sprintf("uniqueKey is %d bytes; the limit is %d (hash a longer key first)", n, cmdqtype.MaxUniqueKeyLength)})
+	}
+	if req.UniqueWindow == "" {
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: "uniqueWindow is required with uniqueKey: a duration from 1s to 720h, such as \"1h\""})
+	} else if d, err := time.ParseDuration(req.UniqueWindow); err != nil || d < cmdqtype.MinUniqueWindow || d > cmdqtype.MaxUniqueWindow {
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: fmt.Sprintf("uniqueWindow %s is not a duration from 1s to 720h (30 days); give one such as \"90s\", \"1h\" or \"24h\"", quoteClip(req.UniqueWindow))})
+	}
+	if req.ID != "" {
+		errs = append(errs, client.FieldError{Pointer: "#/id", Detail: "give either an id or a uniqueKey: a unique key derives the command ID"})
+	}
+	return errs
 }
 
 // typeDetail says why typ is not a type name, quoting a short prefix of it.
@@ -136,7 +162,7 @@ func jsonProblem(err error) *client.Problem {
 		return newProblem(client.ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id, correlationId, uniqueKey and uniqueWindow", quoteClip(name)),
 			client.FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
 	return newProblem(client.ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
@@ -160,7 +186,7 @@ func checkContentType(r *http.Request) *client.Problem {
 
 // issueFields are the top-level fields of a POST /v1/commands body, as they
 // must be spelled.
-var issueFields = []string{"type", "params", "id", "correlationId"}
+var issueFields = []string{"type", "params", "id", "correlationId", "uniqueKey", "uniqueWindow"}
 
 // checkKeys rejects what encoding/json would silently resolve: a key that
 // appears twice in one object (the last one would win, while another

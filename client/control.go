@@ -15,6 +15,26 @@ type QueuesResponse struct {
 	Queues []cmdqtype.QueueInfo `json:"queues"`
 }
 
+// ProcessorsResponse is the body of GET /v1/processors (a wire type: the
+// server writes it).
+type ProcessorsResponse struct {
+	// Processors are the processors on the server's store, from their
+	// heartbeats: running ones first, then gone ones.
+	Processors []cmdqtype.ProcessorInfo `json:"processors"`
+}
+
+// Processors lists every processor on the server's store (every process
+// and machine) from their heartbeat rows: name, host, state, messages in
+// flight, queues, last seen, and whether it is gone (GET
+// /v1/processors).
+func (c *Remote) Processors(ctx context.Context) ([]cmdqtype.ProcessorInfo, error) {
+	var res ProcessorsResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/processors", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Processors, nil
+}
+
 // Cancel cancels a command that has not ended (POST
 // /v1/commands/{id}/cancel): its status after the cancel, and whether it
 // was cancelled before (Already: HTTP 200, nothing changed). A command
@@ -38,6 +58,16 @@ func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 		return nil, err
 	}
 	return res.Queues, nil
+}
+
+// Periodic lists the periodic schedules with their last and next tick
+// (GET /v1/periodic), sorted by name.
+func (c *Remote) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+	var res PeriodicResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/periodic", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Periodic, nil
 }
 
 // PauseQueue pauses a logical queue for every processor (POST

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
@@ -63,5 +65,62 @@ func TestCancelAndQueues(t *testing.T) {
 	}
 	if _, err := issuer.PauseQueue(ctx, cmdqtype.DefaultQueue); !errors.Is(err, client.ErrForbidden) {
 		t.Fatalf("pause by an issuer: %v, want ErrForbidden", err)
+	}
+}
+
+// echoCmd is a command type the client tests register.
+type echoCmd struct {
+	N int `json:"n"`
+}
+
+func (echoCmd) CommandType() string { return "test.echo" }
+
+// TestUniqueAndPeriodic: Issue with a uniqueKey returns the first command
+// for the same key within the window (Existing and Duplicate), whatever
+// the params; a bad window is ErrInvalid. Periodic lists the server's
+// schedule with its last tick's command (the every-second schedule has
+// issued one) and its next tick.
+func TestUniqueAndPeriodic(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
+		return errors.Join(
+			cmdq.Register(c, func(context.Context, echoCmd, *cmdq.Run) error { return nil }),
+			c.Periodic("test.heartbeat", "@every 1s", echoCmd{N: 7}))
+	}})
+	issuer := newClient(t, s.URL, client.WithToken(apitest.IssuerToken))
+	reader := newClient(t, s.URL, client.WithToken(apitest.ReaderToken))
+	ctx := context.Background()
+	first, err := issuer.Issue(ctx, client.IssueRequest{Type: "test.echo", Params: []byte(`{"n":1}`), UniqueKey: "k-1", UniqueWindow: "1h"})
+	if err != nil || first.Existing || first.Duplicate {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	dup, err := issuer.Issue(ctx, client.IssueRequest{Type: "test.echo", Params: []byte(`{"n":2}`), UniqueKey: "k-1", UniqueWindow: "1h"})
+	if err != nil || !dup.Existing || !dup.Duplicate || dup.ID != first.ID {
+		t.Fatalf("duplicate: %+v %v, want the first command %s", dup, err, first.ID)
+	}
+	if _, err := issuer.Issue(ctx, client.IssueRequest{Type: "test.echo", UniqueKey: "k-1", UniqueWindow: "-1h"}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("a negative window: %v, want ErrInvalid", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps, err := reader.Periodic(ctx)
+		if err != nil || len(ps) != 1 {
+			t.Fatalf("Periodic: %+v %v", ps, err)
+		}
+		p := ps[0]
+		if p.Name != "test.heartbeat" || p.Type != "test.echo" || p.Spec != "@every 1s" || !p.Local || p.NextTick.IsZero() {
+			t.Fatalf("Periodic: %+v", p)
+		}
+		if p.LastTick != nil && !p.LastTick.Missed && p.LastTick.State != "" {
+			st, err := reader.Get(ctx, p.LastTick.ID)
+			if err != nil || st.Type != "test.echo" {
+				t.Fatalf("the last tick's command %s: %+v %v", p.LastTick.ID, st, err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no tick issued after 30 s: %+v", p)
+		}
+		time.Sleep(100 * time.Millisecond) // polling for the next tick's command
 	}
 }

@@ -117,6 +117,18 @@ type IssueRequest struct {
 	// CorrelationID is free text (at most 256 bytes) carried with the
 	// command for tracing. Optional.
 	CorrelationID string `json:"correlationId,omitempty"`
+	// UniqueKey makes the command unique per type and key within
+	// UniqueWindow (docs/api.md, "Unique commands"): the command ID
+	// derives from the type, the key and the window's time bucket, so the
+	// same type and key again in the same bucket answers 200 with the
+	// existing command ("duplicate":true) whatever the params. 1-256
+	// bytes; not together with id. Optional.
+	UniqueKey string `json:"uniqueKey,omitempty"`
+	// UniqueWindow is the unique key's window, a duration such as "1h"
+	// or "90s" (Go syntax, 1s to 720h): a bucket is the UTC time
+	// truncated to a multiple of it (1h buckets start on the hour).
+	// Required with uniqueKey.
+	UniqueWindow string `json:"uniqueWindow,omitempty"`
 }
 
 // IssueResponse is the body of a successful POST /v1/commands (202 for a
@@ -132,6 +144,17 @@ type IssueResponse struct {
 	// nothing new was issued. It is not part of the body: Remote.Issue
 	// sets it from the status code.
 	Existing bool `json:"-"`
+	// Duplicate is true on a 200 answer to a request with a uniqueKey
+	// whose type and key already had a command in the same window: the
+	// body is that command, whatever its params.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// PeriodicResponse is the body of GET /v1/periodic: every periodic
+// schedule, sorted by name.
+type PeriodicResponse struct {
+	// Periodic lists the schedules with their last and next tick.
+	Periodic []cmdqtype.PeriodicInfo `json:"periodic"`
 }
 
 // EventsResponse is the body of GET /v1/commands/{id}/events.

@@ -68,6 +68,15 @@ var (
 	// it. The Client also retries the enqueue in the background while the
 	// process lives (Config.EnqueueRetry). The error wraps the causes.
 	ErrNotAccepted = errors.New("cmdq: command stored but not accepted (neither enqueued nor marked for the reconciler)")
+	// ErrInvalidUnique: a unique key that is empty or longer than
+	// MaxUniqueKeyLength, a unique window outside MinUniqueWindow ..
+	// MaxUniqueWindow, or a unique key given together with an ID. Nothing
+	// is stored; the HTTP API answers 400.
+	ErrInvalidUnique = errors.New("cmdq: invalid unique key or window")
+	// ErrInvalidSchedule: a periodic command's name or spec is malformed
+	// (a cron expression, descriptor or interval that does not parse), or
+	// the name is registered twice.
+	ErrInvalidSchedule = errors.New("cmdq: invalid periodic schedule")
 )
 
 // Sentinel errors of registering and running handlers (test with

@@ -328,6 +328,28 @@ func (d *dashboard) queues(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "queues", pd)
 }
 
+// periodicBody is the body of the periodic view.
+type periodicBody struct {
+	Schedules []cmdqtype.PeriodicInfo
+	Refresh   int
+}
+
+// periodic shows GET /ui/periodic: every periodic schedule with its spec,
+// command type, queue, last tick (its command, linked, and its state, or
+// missed) and next tick.
+func (d *dashboard) periodic(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleReader)
+	if !ok {
+		return
+	}
+	ps, err := d.src.ListPeriodic(r.Context())
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "periodic", d.data(v, "Periodic", "periodic", periodicBody{Schedules: ps, Refresh: refreshQueues}))
+}
+
 // queueAction returns the handler of POST /ui/queues/{name}/pause (pause
 // true) or /resume: the queue is paused or resumed and the queues view
 // shown again, with a message.

@@ -49,6 +49,8 @@ type backend interface {
 	Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
 	PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
 	ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
+	// Periodic: periodic.go.
+	Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
 	Close() error
 }
 
@@ -152,7 +154,11 @@ func (b httpBackend) wrap(err error) error {
 var errConnRefused = errors.New("connection refused")
 
 func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
-	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
+	req := client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID, UniqueKey: r.UniqueKey}
+	if r.UniqueKey != "" || r.UniqueWindow != 0 {
+		req.UniqueWindow = r.UniqueWindow.String()
+	}
+	res, err := b.c.Issue(ctx, req)
 	return res.ID, res.Existing, b.wrap(err)
 }
 
@@ -336,6 +342,9 @@ func newSendCmd() *cobra.Command {
 		corr    string
 		wait    bool
 		timeout time.Duration
+
+		unique       string
+		uniqueWindow time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "send TYPE",
@@ -348,6 +357,7 @@ completed.
 Examples:
   cmdq send demo.echo --params '{"hello":"world"}' --wait
   cmdq send demo.fail --params '{"times":2}' --wait
+  cmdq send demo.echo --params '{"order":42}' --unique order-42 --unique-window 1h
 ` + remoteHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -362,12 +372,19 @@ Examples:
 			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				if (unique != "") != (uniqueWindow != 0) {
+					return errors.New("--unique and --unique-window go together: --unique KEY --unique-window 1h (issuing the same type and KEY again within the window returns the first command)")
+				}
+				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr,
+					UniqueKey: unique, UniqueWindow: uniqueWindow})
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
 				fmt.Fprintln(out, term(gotID))
-				if existing {
+				switch {
+				case existing && unique != "":
+					fmt.Fprintf(cmd.ErrOrStderr(), "cmdq: duplicate: a %s command with unique key %s already exists in this %s window; nothing new was issued\n", term(args[0]), term(unique), uniqueWindow)
+				case existing:
 					fmt.Fprintln(cmd.ErrOrStderr(), "cmdq: a command with this ID and params already existed; nothing new was issued")
 				}
 				if !wait {
@@ -400,6 +417,8 @@ Examples:
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
 	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
+	c.Flags().StringVar(&unique, "unique", "", "unique key: sending the same type and key again within --unique-window returns the first command (whatever the params) instead of a second one (default none)")
+	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
 	return c

@@ -36,6 +36,7 @@ type procFlags struct {
 	drainTimeout    time.Duration
 	poisonCeiling   int
 	worker          string
+	periodic        []string
 
 	// Test instrumentation for the reliability suite (internal/chaos),
 	// hidden from --help.
@@ -54,6 +55,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdqtype.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
+	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
 	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
 	_ = fl.MarkHidden("demo-journal")
@@ -106,6 +108,9 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	}
 	c, err := cmdq.New(st, cfg)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := registerPeriodic(c, f.periodic); err != nil {
 		return nil, nil, err
 	}
 	if f.noDemo {
@@ -332,6 +337,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	base := "http://" + ln.Addr().String()
 	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", c.Prefix()).
 		Strs("handlers", c.Types()).Bool("auth", len(tokens) > 0)
+	if ps := c.PeriodicNames(); len(ps) > 0 {
+		ev = ev.Strs("periodic", ps)
+	}
 	if f.store.kind == "embedded" {
 		ev = ev.Str("data", f.store.data)
 	}
@@ -532,7 +540,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	}
 	defer func() { _ = closeClient() }()
 	defer func() { _ = c.Stop(context.Background()) }() // before the store closes
-	if !c.Handles() {
+	if !c.Handles() && len(c.PeriodicNames()) == 0 {
 		return errors.New("worker has no handlers: the binary's only handlers are the demo ones, which --no-demo turned off; " +
 			"to run your own handlers, build a program on package cmdq (see examples/)")
 	}
@@ -548,7 +556,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 		defer stopMetrics()
 	}
 	if f.runFor == 0 {
-		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Msg("cmdq worker: running until SIGINT/SIGTERM")
+		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Strs("periodic", c.PeriodicNames()).Msg("cmdq worker: running until SIGINT/SIGTERM")
 		if err := c.Run(ctx); err != nil {
 			return fmt.Errorf("processor: %w", describeStoreErr(err))
 		}

@@ -46,6 +46,13 @@ type Processor struct {
 	names  record.Names
 	health *health
 	probe  *StorageProbe
+	// instance is the processor's instance ID: its heartbeat row's key
+	// (heartbeat.go).
+	instance string
+	// lastFailure is the last failed or poisoned attempt, for the
+	// heartbeat.
+	failMu      sync.Mutex
+	lastFailure record.Failure
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -138,7 +145,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	p := &Processor{
-		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
+		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
 		reconKick: make(chan struct{}, 1),
@@ -398,6 +405,7 @@ type session struct {
 	ops      context.Context // storage writes
 	stopOps  context.CancelFunc
 	finishBy time.Time // RunFor: every handler is cancelled at this time (zero for Run)
+	endBy    time.Time // RunFor: when it must have returned (zero for Run)
 	timed    bool
 	release  bool // release interrupted messages (RunFor)
 
@@ -489,6 +497,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 		stopBefore = start.Add(d)
 		s.timed, s.release = true, true
 		s.finishBy = stopBefore.Add(-reserveFor(d))
+		s.endBy = stopBefore
 		var c1, c2 context.CancelFunc
 		ctx, c1 = context.WithDeadline(ctx, stopBefore)
 		defer c1()
@@ -524,6 +533,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	}
 	background.Add(1)
 	go func() { defer background.Done(); p.probeLoop(s) }()
+	if p.cfg.HeartbeatInterval > 0 {
+		background.Add(1)
+		go func() { defer background.Done(); p.heartbeatLoop(s, start) }()
+	}
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
 		go func() { defer background.Done(); p.reconcileLoop(s, d) }()

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -1035,15 +1037,31 @@ func etagOrAny(etag string) string {
 
 func poisonEntity(p cmdqtype.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
-		"CommandID":    p.CommandID,
-		"Type":         p.Type,
-		"DequeueCount": p.DequeueCount,
-		"Reason":       truncate(p.Reason, MaxTextUnits),
-		"LastError":    truncate(p.LastError, MaxTextUnits),
-		"PoisonedAt":   ms(p.PoisonedAt),
-		"Queue":        p.Queue,
-		"Worker":       truncate(p.Worker, MaxTextUnits),
+		"CommandID":     p.CommandID,
+		"Type":          p.Type,
+		"DequeueCount":  p.DequeueCount,
+		"Reason":        truncate(p.Reason, MaxTextUnits),
+		"LastError":     truncate(p.LastError, MaxTextUnits),
+		"PoisonedAt":    ms(p.PoisonedAt),
+		"Queue":         p.Queue,
+		"Worker":        truncate(p.Worker, MaxTextUnits),
+		"Attempts":      int32(p.Attempts),
+		"ParamsPreview": p.ParamsPreview,
 	}}
+}
+
+// paramsPreview returns the start of compact JSON params, at most
+// cmdqtype.PoisonParamsPreview bytes, cut at a character boundary (with
+// "…" when cut).
+func paramsPreview(params []byte) string {
+	if len(params) <= cmdqtype.PoisonParamsPreview {
+		return strings.ToValidUTF8(string(params), "")
+	}
+	cut := params[:cmdqtype.PoisonParamsPreview-len("…")]
+	for len(cut) > 0 && !utf8.Valid(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return string(cut) + "…"
 }
 
 func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
@@ -1052,14 +1070,16 @@ func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
 		id = e.PartitionKey
 	}
 	return cmdqtype.PoisonEntry{
-		CommandID:    id,
-		Type:         str(e, "Type"),
-		DequeueCount: intProp(e, "DequeueCount"),
-		Reason:       str(e, "Reason"),
-		LastError:    str(e, "LastError"),
-		PoisonedAt:   timeProp(e, "PoisonedAt"),
-		Queue:        str(e, "Queue"),
-		Worker:       str(e, "Worker"),
+		CommandID:     id,
+		Type:          str(e, "Type"),
+		DequeueCount:  intProp(e, "DequeueCount"),
+		Reason:        str(e, "Reason"),
+		LastError:     str(e, "LastError"),
+		PoisonedAt:    timeProp(e, "PoisonedAt"),
+		Queue:         str(e, "Queue"),
+		Worker:        str(e, "Worker"),
+		Attempts:      int(intProp(e, "Attempts")),
+		ParamsPreview: str(e, "ParamsPreview"),
 	}
 }
 
@@ -1091,6 +1111,17 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 	entry.PoisonedAt = ms(entry.PoisonedAt)
 	if err := checkFinal(rec, append(append([]cmdqtype.Event(nil), events...), cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
 		return err // before the entry is written: a final command gets none
+	}
+	// The attempts as the command will say once poisoned, and the start of
+	// its parameters: what the poison list shows without reading the
+	// commands.
+	proj := rec.Status
+	for _, e := range events {
+		Apply(&proj, e)
+	}
+	entry.Attempts = proj.Attempts
+	if entry.ParamsPreview == "" {
+		entry.ParamsPreview = paramsPreview(rec.Params)
 	}
 	if entry.LastError == "" {
 		for _, e := range events {

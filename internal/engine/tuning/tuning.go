@@ -28,6 +28,9 @@ type Switches struct {
 	// loaded the command and before it writes the cancelled event (tests
 	// let another write land in between).
 	BeforeCancelWrite func(id string)
+	// Now, when set, is the periodic scheduler's clock (and
+	// ListPeriodic's): tests move it to make ticks be missed.
+	Now func() time.Time
 }
 
 // NewClient is cmdq.New with switches: it returns a *cmdq.Client (set by
