@@ -50,6 +50,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -232,8 +234,9 @@ type Config struct {
 	WaitMaxPollInterval time.Duration
 	// FinalCache is how many completed, discarded or cancelled statuses the Client
 	// keeps in memory (they never change), so that reading or watching
-	// such a command again costs no storage call. Negative keeps none.
-	// Defaults to 10,000.
+	// such a command again costs no storage call; a status whose recorded
+	// output is over 1 KiB is not kept (reading it again is a point
+	// read). Negative keeps none. Defaults to 10,000.
 	FinalCache int
 
 	// --- Observability ---
@@ -245,6 +248,28 @@ type Config struct {
 	// failed, poisoned, lease lost, polled, alert, health change), in
 	// order: metrics.Metrics is one. Defaults to none.
 	Observers []Observer
+	// Middleware wraps the handler of every registered type, outside each
+	// type's own (HandlerOptions.Middleware) and inside the tracing span:
+	// the first is the outermost. Client.Use adds more. Defaults to none.
+	Middleware []Middleware
+
+	// --- Tracing (OpenTelemetry; docs/operations.md, "Tracing") ---
+
+	// TracerProvider makes the spans: "cmdq issue TYPE" (kind producer)
+	// for every issue, whose trace context is stored with the command,
+	// and "cmdq process TYPE" (kind consumer) for every attempt, in the
+	// handler's ctx. Defaults to otel.GetTracerProvider(), the global
+	// provider, which makes no spans unless the program sets one
+	// (otel.SetTracerProvider); the issuing context's trace is stored and
+	// handed to handlers either way.
+	TracerProvider trace.TracerProvider
+	// TraceLinkOnly makes each attempt's span the root of a trace of its
+	// own, linked to the issuing span, instead of its child: for commands
+	// that run long after they were issued, whose attempts would
+	// otherwise stretch the issuing trace over hours. Defaults to false:
+	// the issue and every attempt (retries and requeues included) are one
+	// trace.
+	TraceLinkOnly bool
 }
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -352,6 +377,11 @@ func (c Config) Validate() error {
 			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
 		}
 	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			bad(fmt.Errorf("a nil middleware at Middleware[%d]; leave it out", i))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -381,6 +411,9 @@ type Client struct {
 	scheduler *schedulerRun // the running periodic scheduler (Start)
 
 	hub *hub // watched commands and final statuses (watch.go)
+
+	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
+	workerName string       // the processor's Worker, for spans
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -412,6 +445,15 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	cfg.Shards = maps.Clone(cfg.Shards)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c.tracer = tp.Tracer(instrumentationName)
+	// The tracing span is the outermost of every handler's chain, so
+	// that every middleware runs (and logs) inside it.
+	c.reg.Use(c.tracing)
+	c.reg.Use(middleware(cfg.Middleware)...)
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
@@ -510,7 +552,8 @@ type TypeInfo struct {
 	// Handled is true for a registered type (a handler runs here), false
 	// for a declared one.
 	Handled bool
-	// Options are the type's options with every default applied.
+	// Options are the type's options with every default applied
+	// (Middleware left out).
 	Options HandlerOptions
 }
 

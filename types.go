@@ -66,12 +66,16 @@ type HandlerOptions struct {
 	// run a known number of processes on it (docs/processor.md). Defaults
 	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.
 	MaxConcurrency int
+	// Middleware wraps this type's handler, inside the Client's
+	// middleware (Config.Middleware, Client.Use): the first is the
+	// outermost (see Middleware). Defaults to none.
+	Middleware []Middleware
 }
 
 // engine returns o as the registry's options.
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency}
+		Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency, Middleware: middleware(o.Middleware)}
 }
 
 // Handler handles one command of type T: cmd is its decoded parameters,
@@ -93,6 +97,24 @@ func (r *Run) Type() string { return r.r.Type() }
 // Attempt returns the attempt number: 1 for the first, counting the
 // deliveries since the command was issued or last requeued.
 func (r *Run) Attempt() int { return r.r.Attempt() }
+
+// Queue returns the command's logical queue.
+func (r *Run) Queue() string { return r.r.Queue() }
+
+// CorrelationID returns the command's correlation ID ("" = none).
+func (r *Run) CorrelationID() string { return r.r.CorrelationID() }
+
+// SetOutput records v's JSON encoding as the command's output, returned
+// with its status once it completes (Status.Output; "output" in GET
+// /v1/commands/{id}). It is stored with the completion (in the final
+// batch: no extra storage call); a failed attempt's output is not kept,
+// so a retried command has the output of the attempt that completed.
+// Called again, the last value wins. At most MaxOutputBytes (32 KiB) of
+// compact JSON: above that, or for a value json.Marshal refuses, it
+// returns an error wrapping ErrOutputTooLarge or ErrInvalidOutput, and
+// the attempt fails with it even if the handler returns nil (a later
+// successful SetOutput clears it).
+func (r *Run) SetOutput(v any) error { return r.r.SetOutput(v) }
 
 // LastStep returns the last completed step (0 = none): a rerun skips the
 // steps up to it, so multi-step work resumes where it stopped.
@@ -242,6 +264,8 @@ type (
 	StopReason = cmdqtype.StopReason
 	// RetentionStatus is what the last retention sweep did (Health).
 	RetentionStatus = cmdqtype.RetentionStatus
+	// JSON is a JSON value kept as its text (Status.Output).
+	JSON = cmdqtype.JSON
 	// InFlight is a command whose handler this Client's processor runs now.
 	InFlight = cmdqtype.InFlight
 	// CancelResult is the outcome of Cancel.
@@ -353,6 +377,7 @@ const (
 	IssueWindowPastDays       = cmdqtype.IssueWindowPastDays
 	IssueWindowFutureDays     = cmdqtype.IssueWindowFutureDays
 	ControlInterval           = cmdqtype.ControlInterval
+	MaxOutputBytes            = cmdqtype.MaxOutputBytes
 	MaxUniqueKeyLength        = cmdqtype.MaxUniqueKeyLength
 	MinUniqueWindow           = cmdqtype.MinUniqueWindow
 	MaxUniqueWindow           = cmdqtype.MaxUniqueWindow
@@ -404,6 +429,12 @@ var (
 	ErrDuplicateType = cmdqtype.ErrDuplicateType
 	// ErrInvalidStep: Run.CompleteStep with a step below 1.
 	ErrInvalidStep = cmdqtype.ErrInvalidStep
+	// ErrOutputTooLarge: Run.SetOutput's value is over MaxOutputBytes of
+	// JSON; the attempt fails with it.
+	ErrOutputTooLarge = cmdqtype.ErrOutputTooLarge
+	// ErrInvalidOutput: Run.SetOutput's value does not encode to JSON;
+	// the attempt fails with it.
+	ErrInvalidOutput = cmdqtype.ErrInvalidOutput
 	// ErrSuperseded: the attempt is over (the command finished elsewhere,
 	// or another delivery took it over); return from the handler.
 	ErrSuperseded = cmdqtype.ErrSuperseded

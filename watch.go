@@ -468,8 +468,21 @@ func (f *finalCache) get(id string) (Status, bool) {
 	return st, true
 }
 
+// maxCachedOutput is the largest recorded output (bytes) of a status the
+// final cache keeps: 10,000 statuses stay within about 10 MiB however
+// large the outputs (up to MaxOutputBytes each); a status with a larger
+// one is read again (one point read).
+const maxCachedOutput = 1024
+
 func (f *finalCache) put(st Status) {
 	if f.size <= 0 {
+		return
+	}
+	if len(st.Output) > maxCachedOutput {
+		if el, ok := f.byID[st.ID]; ok {
+			delete(f.byID, st.ID)
+			f.order.Remove(el)
+		}
 		return
 	}
 	if el, ok := f.byID[st.ID]; ok {

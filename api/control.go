@@ -60,7 +60,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, res.Status)
 		return
 	}
-	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: command cancelled")
+	logCmd(s.log.Info(), id, res.Status.TraceID).Str("by", who).Msg("cmdq api: command cancelled")
 	writeJSON(w, http.StatusAccepted, res.Status)
 }
 

@@ -98,6 +98,16 @@ var (
 	// cause wrapping it and ErrSuperseded (context.Cause): return. Nothing
 	// more is recorded for the attempt, whatever the handler returns.
 	ErrCancelled = errors.New("cmdq: command cancelled")
+	// ErrOutputTooLarge: Run.SetOutput's value encodes to more than
+	// MaxOutputBytes of JSON (or does not fit in the command's row beside
+	// parameters near the largest). SetOutput returns an error wrapping
+	// it, and the attempt fails with it even if the handler returns nil
+	// (it is retried, as any failure).
+	ErrOutputTooLarge = errors.New("cmdq: output too large")
+	// ErrInvalidOutput: Run.SetOutput's value does not encode to JSON.
+	// SetOutput returns an error wrapping it, and the attempt fails with
+	// it even if the handler returns nil.
+	ErrInvalidOutput = errors.New("cmdq: output is not JSON-encodable")
 	// ErrNoHandlers: Run or RunFor of a Client without a registered
 	// handler.
 	ErrNoHandlers = errors.New("cmdq: no handlers registered")

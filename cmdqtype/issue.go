@@ -76,6 +76,14 @@ type Raw struct {
 	// negative, at most MaxScheduleAhead; not together with RunAt.
 	// Default 0: due at once.
 	Delay time.Duration
+	// TraceParent and TraceState are the W3C trace context
+	// (https://www.w3.org/TR/trace-context/) the command is issued in:
+	// stored with it, so that every attempt's span joins that trace.
+	// cmdq.Client fills them from the issuing context's span (through its
+	// own issue span, when a TracerProvider records); set them to issue on
+	// behalf of another trace (a value that does not parse is ignored).
+	// Not compared on a re-issue of the same ID. Default "": the context's.
+	TraceParent, TraceState string
 }
 
 // Limits of unique commands (Raw.UniqueKey, Raw.UniqueWindow).

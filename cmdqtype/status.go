@@ -1,6 +1,10 @@
 package cmdqtype
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
 
 // The read model: a command's lifecycle states and events, its status
 // (the projection of its events), the poison table's entries and the
@@ -161,7 +165,58 @@ type Status struct {
 	// command's next attempt is due, or the time an operator made it due
 	// (run-now). Zero for a command issued without one that never failed.
 	RunAt time.Time `json:"runAt,omitzero"`
+	// Output is the JSON output the completing attempt recorded
+	// (Run.SetOutput, at most MaxOutputBytes), stored with the command's
+	// completion; nil when none was recorded, before completion, and in
+	// listings (ListCommands: read the command for it). A retried command
+	// has the output of the attempt that completed; a failed attempt's
+	// output is not kept. Decode it with Output.Decode.
+	Output JSON `json:"output,omitempty"`
+	// TraceID is the ID of the trace the command was issued in (32 hex
+	// digits; "" when it was issued outside one): its attempts' spans
+	// are in that trace (docs/operations.md, "Tracing").
+	TraceID string `json:"traceId,omitempty"`
 }
+
+// JSON is a JSON value kept as its compact text (Status.Output): it
+// encodes as that value, not as a string, and "" is none (encoded as
+// null, or left out with omitempty). A string type keeps Status
+// comparable with ==.
+type JSON string
+
+// MarshalJSON returns the value's text (null for "").
+func (j JSON) MarshalJSON() ([]byte, error) {
+	if j == "" {
+		return []byte("null"), nil
+	}
+	return []byte(j), nil
+}
+
+// UnmarshalJSON keeps the value's text, compacted ("" for null).
+func (j *JSON) UnmarshalJSON(b []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	if buf.String() == "null" {
+		*j = ""
+		return nil
+	}
+	*j = JSON(buf.String())
+	return nil
+}
+
+// Decode decodes the value into v (json.Unmarshal); "" leaves v as it is.
+func (j JSON) Decode(v any) error {
+	if j == "" {
+		return nil
+	}
+	return json.Unmarshal([]byte(j), v)
+}
+
+// MaxOutputBytes is the largest recorded output (Run.SetOutput): 32 KiB of
+// compact JSON. Record an ID or a URL for larger results.
+const MaxOutputBytes = 32 * 1024
 
 // PoisonEntry is one poisoned command in the poison table.
 type PoisonEntry struct {

@@ -124,7 +124,11 @@ func (d *dashboard) cancelCommand(w http.ResponseWriter, r *http.Request) {
 	if res.Already {
 		text = "The command was cancelled already; nothing changed."
 	} else {
-		d.log.Info().Str("command", id).Str("by", by).Msg("cmdq console: command cancelled")
+		ev := d.log.Info().Str("command", id)
+		if res.Status.TraceID != "" {
+			ev = ev.Str("trace_id", res.Status.TraceID)
+		}
+		ev.Str("by", by).Msg("cmdq console: command cancelled")
 	}
 	d.putFlash(w, r, v, "/ui/commands/"+id, flash{At: now, Text: text})
 	http.Redirect(w, r, d.commandURL(id), http.StatusSeeOther)

@@ -299,6 +299,26 @@ type commandBody struct {
 	// RunNow: the viewer may make the command due now (an operator, and
 	// the command is scheduled or retrying: the Run now… button).
 	RunNow bool
+	// Output is the recorded output (Status.Output), indented, at most
+	// maxParamsShown bytes of it (OutputCut); OutputBytes its size.
+	Output      string
+	OutputBytes int
+	OutputCut   bool
+}
+
+// shownJSON returns raw indented for a page, cut to maxParamsShown bytes
+// (cut reports it).
+func shownJSON(raw []byte) (shown string, cut bool) {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	shown = buf.String()
+	if len(shown) > maxParamsShown {
+		return strings.ToValidUTF8(shown[:maxParamsShown], ""), true
+	}
+	return shown, false
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -334,6 +354,10 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		if len(b.Params) > maxParamsShown {
 			b.Params, b.ParamsCut = strings.ToValidUTF8(b.Params[:maxParamsShown], ""), true
 		}
+	}
+	if st.Output != "" {
+		b.OutputBytes = len(st.Output)
+		b.Output, b.OutputCut = shownJSON([]byte(st.Output))
 	}
 	switch st.State {
 	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded, cmdqtype.StateCancelled:

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -556,7 +557,29 @@ func printStatus(w io.Writer, st cmdqtype.Status) {
 	if st.CorrelationID != "" {
 		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
+	if st.TraceID != "" {
+		fmt.Fprintf(tw, "trace\t%s\n", term(st.TraceID))
+	}
+	if st.Output != "" {
+		fmt.Fprintf(tw, "output\t%s\n", term(outputText(st.Output)))
+	}
 	_ = tw.Flush()
+}
+
+// maxOutputShown bounds the output status prints (--json prints it all).
+const maxOutputShown = 2048
+
+// outputText is a recorded output as status prints it: its compact JSON,
+// cut after maxOutputShown bytes with a note of its size.
+func outputText(out cmdqtype.JSON) string {
+	if len(out) <= maxOutputShown {
+		return string(out)
+	}
+	cut := maxOutputShown
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes; --json prints it all)", out[:cut], len(out))
 }
 
 // printEvents prints the events with Seq > after and returns the last Seq printed.

@@ -556,8 +556,21 @@ func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}, nil
+	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}
+	if raw.TraceParent != "" && len(raw.TraceParent) <= maxTraceParent && len(raw.TraceState) <= maxTraceState {
+		nc.TraceParent, nc.TraceState = raw.TraceParent, raw.TraceState
+	}
+	return nc, nil
 }
+
+// The longest trace context stored with a command: a W3C traceparent of
+// version 00 is 55 characters (later versions may append fields), a
+// tracestate at most 32 entries of 256 (the W3C limits; propagators keep
+// it to 512 characters).
+const (
+	maxTraceParent = 256
+	maxTraceState  = 8192
+)
 
 // created finishes an issue whose create (enq.Create, or one item of
 // CreateMany) returned err and, without one, enqueued or not: an existing

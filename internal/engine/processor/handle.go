@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -159,11 +162,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// one without running it, recording nothing. See
 		// docs/lifecycle.md, "Duplicate messages".
 		s.counter.duplicates.Add(1)
-		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
+		logCmd(p.cfg.Logger.Debug(), rec.ID, record.TraceIDOf(rec.TraceParent)).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n),
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n), issueTrace: record.TraceIDOf(rec.TraceParent),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
@@ -380,6 +383,51 @@ type attempt struct {
 	// is superseded: every later write returns it without touching storage.
 	over   error
 	cancel context.CancelCauseFunc // the handler's context
+
+	// hrun is the handler's Run once the handler is invoked; outcome and
+	// outcomeErr are what became of the attempt (run.End reports them).
+	hrun       atomic.Pointer[registry.Run]
+	outcome    string
+	outcomeErr error
+	issueTrace string // the issuing trace's ID ("" = none); fixed
+}
+
+// ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
+// once the attempt is over).
+func (a *attempt) ended(kind string, err error) { a.outcome, a.outcomeErr = kind, err }
+
+// traceID is the trace ID for the attempt's log lines: its span's, else
+// the issuing trace's ("" = none).
+func (a *attempt) traceID() string {
+	if r := a.hrun.Load(); r != nil {
+		return r.TraceID()
+	}
+	return a.issueTrace
+}
+
+// traceIDOf returns the trace ID of the command id's attempt this
+// processor runs, or "".
+func (p *Processor) traceIDOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	p.claimMu.Lock()
+	a := p.attempts[id]
+	p.claimMu.Unlock()
+	if a == nil {
+		return ""
+	}
+	return a.traceID()
+}
+
+// logCmd adds a command's ID and, when it has one, its trace ID to a log
+// line: every log line about a command carries both.
+func logCmd(ev *zerolog.Event, id, traceID string) *zerolog.Event {
+	ev = ev.Str("command", id)
+	if traceID != "" {
+		ev = ev.Str("trace_id", traceID)
+	}
+	return ev
 }
 
 func (a *attempt) worker() string { return a.p.cfg.Worker }
@@ -546,7 +594,7 @@ func (a *attempt) supersede(over error) {
 	if a.cancel != nil {
 		a.cancel(over)
 	}
-	a.p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
+	logCmd(a.p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
 }
 
 // written notes a successful write of withStarted's events. Caller holds a.mu.
@@ -619,16 +667,28 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 	})
 	switch {
 	case err == nil:
-		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
+		a.ended(registry.OutcomePoisoned, cause)
+		logCmd(p.cfg.Logger.Warn(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
 		a.emit(cmdqtype.ObservedPoisoned, reason, cause)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case superseded(err):
+		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
+		a.ended(registry.OutcomeUnrecorded, err)
 		p.giveUp(s, a.k, "poison", err)
 	}
+}
+
+// supersededOutcome is the outcome of an attempt that err (errFinal,
+// errTakenOver, errCancelled) ended.
+func supersededOutcome(err error) string {
+	if errors.Is(err, cmdqtype.ErrCancelled) {
+		return registry.OutcomeCancelled
+	}
+	return registry.OutcomeSuperseded
 }
 
 // run invokes the handler and records the outcome.
@@ -679,9 +739,17 @@ func (a *attempt) run() {
 	a.mu.Unlock()
 	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
-	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
+	a.mu.Lock()
+	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep,
+		Queue: a.qr.name, CorrelationID: a.rec.CorrelationID, TraceParent: a.rec.TraceParent, TraceState: a.rec.TraceState, TraceID: a.issueTrace})
+	a.hrun.Store(run)
+	a.outcome = registry.OutcomeUnrecorded
+	a.mu.Unlock()
+	// Middleware that started something for the attempt (a span) learns
+	// its outcome once it is recorded, whichever way the attempt ends.
+	defer func() { run.End(registry.Outcome{Kind: a.outcome, Err: a.outcomeErr}) }()
 
-	stack, herr := invoke(hctx, def, params, run)
+	stack, herr := invoke(hctx, p.reg, def, params, run)
 	dur := time.Since(a.startedAt)
 	a.dur = dur
 	startedTimer.Stop()
@@ -694,12 +762,21 @@ func (a *attempt) run() {
 	case over != nil:
 		// The command finished elsewhere, or another delivery took it
 		// over: whatever the handler returned, nothing more is written.
+		a.ended(supersededOutcome(over), over)
 		p.observe(dur)
 		_ = a.finish(func() error { return nil })
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case herr == nil:
 		p.observe(dur)
-		a.complete()
+		if out, oerr := run.Output(); oerr != nil {
+			// SetOutput failed (too large, not JSON) and the handler
+			// went on: the attempt fails with that error.
+			a.fail(oerr, "")
+		} else if ferr := record.OutputFits(a.rec, out); ferr != nil {
+			a.fail(ferr, "")
+		} else {
+			a.complete(out)
+		}
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
 		// Someone else may be running it (lost), or will once the lease
 		// ends (renewals kept failing, or the last one's receipt is
@@ -709,6 +786,7 @@ func (a *attempt) run() {
 		// the retry delay cannot be set on a message the processor no
 		// longer reaches.
 		a.k.stop()
+		a.ended(registry.OutcomeLeaseLost, cause)
 		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
 		if errors.Is(cause, errLeaseExpiring) {
 			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
@@ -719,6 +797,7 @@ func (a *attempt) run() {
 		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
 		// Interrupted by shutdown (drain timeout or RunFor's end).
+		a.ended(registry.OutcomeInterrupted, cause)
 		a.finish(func() error { return nil })
 		s.counter.interrupted.Add(1)
 		if s.release {
@@ -735,31 +814,41 @@ func (a *attempt) run() {
 	}
 }
 
-// invoke runs the handler, turning a panic into an error and its stack.
-func invoke(ctx context.Context, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
+// invoke runs the handler inside its middleware (registry.Invoke),
+// turning a panic into an error and its stack.
+func invoke(ctx context.Context, reg *registry.Registry, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			stack = string(debug.Stack())
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	return "", def.Invoke(ctx, params, run)
+	return "", reg.Invoke(ctx, def, params, run)
 }
 
-// complete writes the final batch (started + completed) and deletes the message.
-func (a *attempt) complete() {
+// complete writes the final batch (started + completed, with the recorded
+// output) and deletes the message.
+func (a *attempt) complete(output []byte) {
 	p, s := a.p, a.s
 	if cb, ok := p.store.(storage.Combiner); ok {
-		if a.completeCombined(cb) {
+		if a.completeCombined(cb, output) {
 			return
 		}
 	}
 	var answered time.Time
 	err := a.finish(func() error {
-		err := a.writeLocked(s.ops, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()})
+		err := a.retryConflict(s.ops, func() error {
+			a.withOutput(output)
+			if err := a.p.st.Append(s.ops, a.rec, a.withStarted(a.completedEvent())...); err != nil {
+				return err
+			}
+			a.written()
+			return nil
+		})
 		answered = time.Now()
 		return err
 	})
+	a.completed(err)
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
@@ -789,12 +878,37 @@ func (a *attempt) lostAfterCompletion() {
 	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 
+// completedEvent is the attempt's completed event.
+func (a *attempt) completedEvent() cmdqtype.Event {
+	return cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+}
+
+// withOutput puts the recorded output (nil: none) into the projection the
+// final batch writes: the completed command's row stores it (property
+// Output), with no extra call. Set again before every try: a conflict
+// reloads the record. Caller holds a.mu.
+func (a *attempt) withOutput(output []byte) {
+	a.rec.Status.Output = cmdqtype.JSON(output)
+}
+
+// completed sets the attempt's outcome from the final batch's error.
+func (a *attempt) completed(err error) {
+	switch {
+	case err == nil:
+		a.ended(registry.OutcomeCompleted, nil)
+	case superseded(err):
+		a.ended(supersededOutcome(err), err)
+	default:
+		a.ended(registry.OutcomeUnrecorded, err)
+	}
+}
+
 // completeCombined writes the final batch and deletes the message in one
 // durable write (storage.Combiner: one commit on the embedded store instead
 // of two). It stops the lease keeper first, so the receipt cannot change
 // under the write. It returns false, having done nothing, when the lease is
 // already lost: complete then records the outcome without deleting.
-func (a *attempt) completeCombined(cb storage.Combiner) bool {
+func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 	p, s := a.p, a.s
 	receipt, held := a.k.stop()
 	if !held {
@@ -803,9 +917,10 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	var deleteErr error
 	var answered time.Time
 	err := a.finish(func() error {
-		ev := cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+		ev := a.completedEvent()
 		return a.retryConflict(s.ops, func() error {
 			var err error
+			a.withOutput(output)
 			deleteErr, err = p.appendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
 			answered = time.Now()
 			if err != nil {
@@ -815,6 +930,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 			return nil
 		})
 	})
+	a.completed(err)
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
@@ -870,15 +986,18 @@ func (a *attempt) fail(herr error, stack string) {
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
 	switch {
 	case superseded(err):
+		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
 		return
 	case err != nil:
+		a.ended(registry.OutcomeUnrecorded, err)
 		p.giveUp(s, a.k, "write failed", err)
 		return
 	}
+	a.ended(registry.OutcomeRetrying, herr)
 	s.counter.failed.Add(1)
 	a.emit(cmdqtype.ObservedFailed, "", herr)
-	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
+	logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	receipt, held := a.k.stop()
 	if !held {
 		return

@@ -54,7 +54,7 @@ func (e Envelope) Attempt(dc int64) int64 {
 // First is what the issue's own message carries about the command as
 // issued: the row's ETag after the issue batch (every write of a fast-path
 // attempt is conditional on it), the issue time, the logical queue, the
-// correlation ID and the compact parameters. Event sequence 1 (created) is
+// correlation ID, the trace context and the compact parameters. Event sequence 1 (created) is
 // implied.
 type First struct {
 	// ETag is the ETag of the a:cmd row returned by the issue batch.
@@ -66,6 +66,11 @@ type First struct {
 	Queue string `json:"queue"`
 	// CorrelationID is the caller's correlation ID ("" = none).
 	CorrelationID string `json:"correlationId,omitempty"`
+	// TraceParent and TraceState are the W3C trace context the command
+	// was issued in ("" = none), as stored on its row: the first
+	// delivery's attempt span joins that trace without the point read.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Params is the compact JSON parameters (at most MaxFirstParamsBytes).
 	Params json.RawMessage `json:"params"`
 	// RunAt is the run-at time the command was issued with (UTC,
@@ -89,6 +94,9 @@ func (e Envelope) sizeHint() int {
 	n := 32 + len(e.ID) + len(e.Type)
 	if f := e.First; f != nil {
 		n += 128 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+		if f.TraceParent != "" {
+			n += 32 + len(f.TraceParent) + len(f.TraceState)
+		}
 	}
 	return n
 }
@@ -126,6 +134,18 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 		if f.CorrelationID != "" {
 			b = append(b, `,"correlationId":`...)
 			if b, good = appendPlainString(b, f.CorrelationID); !good {
+				return nil, false
+			}
+		}
+		if f.TraceParent != "" {
+			b = append(b, `,"traceparent":`...)
+			if b, good = appendPlainString(b, f.TraceParent); !good {
+				return nil, false
+			}
+		}
+		if f.TraceState != "" {
+			b = append(b, `,"tracestate":`...)
+			if b, good = appendPlainString(b, f.TraceState); !good {
 				return nil, false
 			}
 		}
@@ -194,7 +214,8 @@ func FirstEnvelope(nc NewCommand, etag string) Envelope {
 	if etag == "" || len(params) > MaxFirstParamsBytes || !json.Valid(params) {
 		return env
 	}
-	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID, Params: json.RawMessage(params)}
+	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,
+		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params)}
 	if !nc.RunAt.IsZero() {
 		env.First.RunAt = ms(nc.RunAt)
 	}
@@ -226,10 +247,11 @@ func (f *First) Usable() bool {
 func FirstRecord(env Envelope) *Record {
 	f := env.First
 	issued := ms(f.IssuedAt)
-	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue}
+	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
 	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
-	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1}
+	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
+		TraceParent: f.TraceParent, TraceState: f.TraceState}
 }
 
 // ParseEnvelope parses message text: a JSON object with "id" and "type",
@@ -280,6 +302,12 @@ func parseFast(text string) (e Envelope, ok bool) {
 			return Envelope{}, false
 		}
 		if p.lit(`,"correlationId":`) && !p.str(&f.CorrelationID) {
+			return Envelope{}, false
+		}
+		if p.lit(`,"traceparent":`) && !p.str(&f.TraceParent) {
+			return Envelope{}, false
+		}
+		if p.lit(`,"tracestate":`) && !p.str(&f.TraceState) {
 			return Envelope{}, false
 		}
 		if !p.lit(`,"params":`) {

@@ -30,6 +30,14 @@ func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 // Now returns the Store's clock (Options.Now).
 func (s *Store) Now() time.Time { return s.now() }
 
+// listedStatus is a command's status in a listing: without its recorded
+// output (up to cmdqtype.MaxOutputBytes each; Get returns it).
+func listedStatus(e storage.Entity) cmdqtype.Status {
+	st := decodeStatus(e)
+	st.Output = ""
+	return st
+}
+
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 events) of the ID's table, and of the base table when the
 // command is not there (moved by retention). Unknown ID → error wrapping
@@ -320,7 +328,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 				if e.RowKey != RowCommand {
 					continue
 				}
-				st := decodeStatus(e).AsOf(now)
+				st := listedStatus(e).AsOf(now)
 				if selected(q, st) && (q.State == "" || st.State == q.State) {
 					out.Commands = append(out.Commands, st)
 					if q.ParamsPreview > 0 {
@@ -519,7 +527,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		for _, e := range page.Entities {
 			switch {
 			case e.RowKey == RowCommand:
-				st := decodeStatus(e).AsOf(now)
+				st := listedStatus(e).AsOf(now)
 				part = partition{id: e.PartitionKey, group: [2]string{st.Type, st.Queue}}
 				if !selected(q, st) {
 					continue

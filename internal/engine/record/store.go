@@ -116,6 +116,12 @@ type NewCommand struct {
 	// RunAt, when not zero, is the run-at time the command was issued
 	// with (UTC, millisecond precision): it starts no earlier.
 	RunAt time.Time
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that issued the command ("" = none): stored on the command row
+	// (properties TraceParent and TraceState, written only when set) and
+	// carried by the issue's own message, so that every attempt's span
+	// joins the issuing trace.
+	TraceParent, TraceState string
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -147,6 +153,9 @@ type Record struct {
 	// deleted only once the command is final, so a delivery of another
 	// message for a started command is a duplicate (see Own).
 	Owner string
+	// TraceParent and TraceState are the W3C trace context the command
+	// was issued in ("" = none; see NewCommand).
+	TraceParent, TraceState string
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see Names.TableOf).
@@ -412,7 +421,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		issued = s.nowUTC()
 	}
 	// One map, sized for the command's properties and the projection's.
-	props := make(map[string]any, 5+len(chunks)+projectionPropCount)
+	props := make(map[string]any, 7+len(chunks)+projectionPropCount)
 	props["Type"] = c.Type
 	props["ParamsHash"] = HashParams(params)
 	props["IssuedAt"] = issued
@@ -421,11 +430,12 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if !c.RunAt.IsZero() {
 		c.RunAt = ms(c.RunAt)
 	}
+	putTrace(props, c.TraceParent, c.TraceState)
 	for i, ch := range chunks {
 		props[paramsProp(i)] = ch
 	}
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
-	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
+	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
 	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: c.RunAt}
 	Apply(&st, ev)
 	wid := newWriteID()
@@ -441,6 +451,19 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev, wid)},
 	}
 	return ops, nil
+}
+
+// putTrace writes the command's trace context into the command row's
+// properties: TraceParent and TraceState, each only when set (a command
+// issued outside a trace adds nothing to its row).
+func putTrace(props map[string]any, parent, state string) {
+	if parent == "" {
+		return
+	}
+	props["TraceParent"] = parent
+	if state != "" {
+		props["TraceState"] = state
+	}
 }
 
 // newWriteID returns a random write ID (16 hex digits).
@@ -480,6 +503,11 @@ func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner
 		// that never failed has none); it changes but is never cleared.
 		props["RunAt"] = ms(st.RunAt)
 	}
+	if st.State == cmdqtype.StateCompleted && len(st.Output) > 0 {
+		// The completing attempt's recorded output (Run.SetOutput), in
+		// the final batch: only a completed command has one.
+		props["Output"] = string(st.Output)
+	}
 }
 
 // projectionUpdate returns the Merge update of rec's command row to
@@ -502,6 +530,7 @@ func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner strin
 		"CorrelationID": rec.CorrelationID,
 		"Queue":         rec.Queue,
 	}}
+	putTrace(full.Properties, rec.TraceParent, rec.TraceState)
 	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
 	for i, ch := range chunks {
 		full.Properties[paramsProp(i)] = ch
@@ -707,7 +736,51 @@ func decodeStatus(e storage.Entity) cmdqtype.Status {
 		CorrelationID: str(e, "CorrelationID"),
 		Queue:         str(e, "Queue"),
 		RunAt:         timeProp(e, "RunAt"),
+		Output:        outputProp(e),
+		TraceID:       TraceIDOf(str(e, "TraceParent")),
 	}
+}
+
+// TraceIDOf returns the trace ID of a W3C traceparent
+// ("00-<32 hex trace ID>-<16 hex span ID>-<flags>"), or "" for anything
+// else.
+func TraceIDOf(traceParent string) string {
+	if len(traceParent) < 55 || traceParent[2] != '-' || traceParent[35] != '-' {
+		return ""
+	}
+	return traceParent[3:35]
+}
+
+// outputProp reads the recorded output of a completed command ("" when
+// none).
+func outputProp(e storage.Entity) cmdqtype.JSON {
+	return cmdqtype.JSON(str(e, "Output"))
+}
+
+// OutputFits returns nil when output fits in rec's command row beside its
+// parameters (one entity holds about 1 MiB: parameters near the largest
+// leave less room than cmdqtype.MaxOutputBytes), else an error wrapping
+// cmdqtype.ErrOutputTooLarge that says how much room there is.
+func OutputFits(rec *Record, output []byte) error {
+	if len(output) == 0 {
+		return nil
+	}
+	st := rec.Status
+	st.State, st.Output = cmdqtype.StateCompleted, cmdqtype.JSON(output)
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+		"Type": rec.Type, "ParamsHash": rec.ParamsHash, "IssuedAt": rec.IssuedAt,
+		"CorrelationID": rec.CorrelationID, "Queue": rec.Queue,
+	}}
+	putTrace(row.Properties, rec.TraceParent, rec.TraceState)
+	chunks, _ := splitParams(string(rec.Params))
+	for i, ch := range chunks {
+		row.Properties[paramsProp(i)] = ch
+	}
+	putProjection(row.Properties, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef")
+	if over := storage.EntitySize(row) - storage.MaxEntityBytes; over > 0 {
+		return fmt.Errorf("%w: the output of %d bytes does not fit in command %s's row beside its %d bytes of parameters (%d bytes over what one entity holds); record a smaller output", cmdqtype.ErrOutputTooLarge, len(output), rec.ID, len(rec.Params), over)
+	}
+	return nil
 }
 
 func decodeRecord(e storage.Entity) *Record {
@@ -720,15 +793,17 @@ func decodeRecord(e storage.Entity) *Record {
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:     decodeStatus(e),
-		Params:     params,
-		ParamsHash: str(e, "ParamsHash"),
-		IssuedAt:   timeProp(e, "IssuedAt"),
-		ETag:       e.ETag,
-		EventSeq:   intProp(e, "EventSeq"),
-		Settled:    settledProp(e),
-		Owner:      str(e, "Owner"),
-		WriteID:    str(e, "WriteID"),
+		Status:      decodeStatus(e),
+		Params:      params,
+		ParamsHash:  str(e, "ParamsHash"),
+		IssuedAt:    timeProp(e, "IssuedAt"),
+		ETag:        e.ETag,
+		EventSeq:    intProp(e, "EventSeq"),
+		Settled:     settledProp(e),
+		Owner:       str(e, "Owner"),
+		WriteID:     str(e, "WriteID"),
+		TraceParent: str(e, "TraceParent"),
+		TraceState:  str(e, "TraceState"),
 	}
 }
 
