@@ -26,7 +26,7 @@ func TestBrowserRunNow(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: registerDemo})
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(browserDataDir(t)),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 800))
 	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc)

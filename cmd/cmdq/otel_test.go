@@ -228,11 +228,19 @@ func TestServeExportsSpans(t *testing.T) {
 // would flush one).
 func TestServeWithoutOTELExportsNothing(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:4318")
-	if err != nil {
-		t.Fatalf("the test needs the OTLP/HTTP default port 127.0.0.1:4318 free (it stands in for a collector there): %v", err)
+	// Another test binary on the machine (a second checkout's tests) may
+	// hold the port for a while: wait for it, up to 2 minutes.
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		ln, err := net.Listen("tcp", "127.0.0.1:4318")
+		if err == nil {
+			_ = ln.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the test needs the OTLP/HTTP default port 127.0.0.1:4318 free (it stands in for a collector there): %v", err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling for the port to be free
 	}
-	_ = ln.Close()
 	rcv := startReceiver(t, "127.0.0.1:4318")
 	srv := startServe(t, serveOpts{env: []string{"OTEL_SERVICE_NAME=cmdq-off", "OTEL_BSP_SCHEDULE_DELAY=10"}})
 	id := issueTraced(t, srv.URL, "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
