@@ -50,6 +50,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -210,6 +212,14 @@ type Config struct {
 	// failing the processor probes this often to notice its return.
 	// Defaults to 5 s.
 	ProbeInterval time.Duration
+	// HeartbeatInterval is how often the running processor rewrites its
+	// heartbeat row, which lists it in Processors (and GET /v1/processors,
+	// the console's overview) with its host, state, in-flight count and
+	// queues: one upsert per interval, 60 an hour by default, plus one
+	// query an hour to delete the rows of processors gone for over an
+	// hour (docs/lifecycle.md, "Processor heartbeats"). NoHeartbeat (-1)
+	// disables it. Defaults to 1 minute.
+	HeartbeatInterval time.Duration
 
 	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
 
@@ -224,8 +234,9 @@ type Config struct {
 	WaitMaxPollInterval time.Duration
 	// FinalCache is how many completed, discarded or cancelled statuses the Client
 	// keeps in memory (they never change), so that reading or watching
-	// such a command again costs no storage call. Negative keeps none.
-	// Defaults to 10,000.
+	// such a command again costs no storage call; a status whose recorded
+	// output is over 1 KiB is not kept (reading it again is a point
+	// read). Negative keeps none. Defaults to 10,000.
 	FinalCache int
 
 	// --- Observability ---
@@ -237,6 +248,28 @@ type Config struct {
 	// failed, poisoned, lease lost, polled, alert, health change), in
 	// order: metrics.Metrics is one. Defaults to none.
 	Observers []Observer
+	// Middleware wraps the handler of every registered type, outside each
+	// type's own (HandlerOptions.Middleware) and inside the tracing span:
+	// the first is the outermost. Client.Use adds more. Defaults to none.
+	Middleware []Middleware
+
+	// --- Tracing (OpenTelemetry; docs/operations.md, "Tracing") ---
+
+	// TracerProvider makes the spans: "cmdq issue TYPE" (kind producer)
+	// for every issue, whose trace context is stored with the command,
+	// and "cmdq process TYPE" (kind consumer) for every attempt, in the
+	// handler's ctx. Defaults to otel.GetTracerProvider(), the global
+	// provider, which makes no spans unless the program sets one
+	// (otel.SetTracerProvider); the issuing context's trace is stored and
+	// handed to handlers either way.
+	TracerProvider trace.TracerProvider
+	// TraceLinkOnly makes each attempt's span the root of a trace of its
+	// own, linked to the issuing span, instead of its child: for commands
+	// that run long after they were issued, whose attempts would
+	// otherwise stretch the issuing trace over hours. Defaults to false:
+	// the issue and every attempt (retries and requeues included) are one
+	// trace.
+	TraceLinkOnly bool
 }
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -267,6 +300,9 @@ const (
 	// NoReconcile as Config.ReconcileInterval disables the reconciler; as
 	// Config.ReconcileScanInterval only the pending scan and the sweep.
 	NoReconcile = cmdqtype.NoReconcile
+	// NoHeartbeat as Config.HeartbeatInterval: the processor writes no
+	// heartbeat and is not listed by Processors.
+	NoHeartbeat = cmdqtype.NoHeartbeat
 )
 
 // Defaults of the Client's own settings.
@@ -305,7 +341,7 @@ func (c Config) processor() processor.Config {
 		ReconcileScanInterval: c.ReconcileScanInterval, ReconcileGrace: c.ReconcileGrace,
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: c.Retention,
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
-		Flywheel: c.Flywheel, Logger: c.Logger,
+		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
 	}
 }
 
@@ -341,6 +377,11 @@ func (c Config) Validate() error {
 			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
 		}
 	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			bad(fmt.Errorf("a nil middleware at Middleware[%d]; leave it out", i))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -370,6 +411,9 @@ type Client struct {
 	scheduler *schedulerRun // the running periodic scheduler (Start)
 
 	hub *hub // watched commands and final statuses (watch.go)
+
+	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
+	workerName string       // the processor's Worker, for spans
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -401,6 +445,15 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	cfg.Shards = maps.Clone(cfg.Shards)
 	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c.tracer = tp.Tracer(instrumentationName)
+	// The tracing span is the outermost of every handler's chain, so
+	// that every middleware runs (and logs) inside it.
+	c.reg.Use(c.tracing)
+	c.reg.Use(middleware(cfg.Middleware)...)
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
@@ -417,7 +470,7 @@ func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
+		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now, WakeAt: c.wakeAt, HopHorizon: c.tune.HopHorizon,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -433,6 +486,14 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 func (c *Client) wake(queue string) {
 	if p := c.procLive.Load(); p != nil {
 		p.Notify(queue)
+	}
+}
+
+// wakeAt tells the in-process processor that a message put on queue
+// becomes visible at at: it wakes itself then (due means due).
+func (c *Client) wakeAt(queue string, at time.Time) {
+	if p := c.procLive.Load(); p != nil {
+		p.WakeAt(queue, at)
 	}
 }
 
@@ -474,6 +535,8 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.SetWakeAt(c.wakeAt)
+	r.SetHorizon(c.tune.HopHorizon)
 	c.log = r
 	return r, nil
 }
@@ -489,7 +552,8 @@ type TypeInfo struct {
 	// Handled is true for a registered type (a handler runs here), false
 	// for a declared one.
 	Handled bool
-	// Options are the type's options with every default applied.
+	// Options are the type's options with every default applied
+	// (Middleware left out).
 	Options HandlerOptions
 }
 

@@ -109,6 +109,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	cfg := c.cfg.processor()
 	cfg.NoFastPath, cfg.NoHandOff = c.tune.NoFastPath, c.tune.NoHandOff
 	cfg.ControlInterval = c.tune.ControlInterval
+	cfg.HopHorizon = c.tune.HopHorizon
 	cfg.Changes = changes{c}
 	switch len(c.cfg.Observers) {
 	case 0:
@@ -122,6 +123,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 		return nil, err
 	}
 	c.proc = p
+	c.workerName = p.Config().Worker
 	c.procLive.Store(p)
 	return p, nil
 }

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -192,6 +193,32 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands/nope/cancel", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands/"+issued.ID+"/cancel", "text/plain", "x", bearer(apitest.OperatorToken)...)
 
+	// Scheduled commands: issued with a delay and with a run-at time
+	// (202, scheduled, runAt), both at once (400); run-now of a scheduled
+	// one (202, pending), of one not waiting (409: the same again, the
+	// pending one above), unknown, expired, a bad ID, a body that is not
+	// JSON.
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","delay":"1h"}`, bearer(apitest.IssuerToken)...)
+	var later client.IssueResponse
+	if err := json.Unmarshal(r.body, &later); err != nil || later.Status != cmdqtype.StateScheduled || time.Until(later.RunAt) < 59*time.Minute {
+		t.Fatalf("issue with a delay: %s (%v)", r.body, err)
+	}
+	at := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","runAt":"`+at+`"}`, bearer(apitest.IssuerToken)...)
+	if !strings.Contains(string(r.body), `"status":"scheduled"`) || !strings.Contains(string(r.body), `"runAt":"`+strings.TrimSuffix(at, "Z")) {
+		t.Fatalf("issue with runAt %s: %s", at, r.body)
+	}
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","runAt":"`+at+`","delay":"1h"}`, bearer(apitest.IssuerToken)...)
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	if r.header.Get("Location") != "/v1/commands/"+later.ID || !strings.Contains(string(r.body), `"status":"pending"`) {
+		t.Fatalf("run-now: Location %q, body %s", r.header.Get("Location"), r.body)
+	}
+	c.expect(http.StatusConflict, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/commands/"+unknown+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusGone, http.MethodPost, "/v1/commands/"+expired+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands/nope/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
 	// Queues: listed, paused, resumed; an unknown one, a bad name, a body
 	// that is not JSON.
 	c.expect(http.StatusOK, http.MethodGet, "/v1/queues", "", "", bearer(apitest.ReaderToken)...)
@@ -210,6 +237,19 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/queues/Bad_Name/resume", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/pause", "text/plain", "x", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/resume", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
+	// Processors: none on this server (nothing processes); one on a
+	// server whose client runs handlers (its heartbeat row, live).
+	c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...)
+	working := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
+		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Run) error { return nil })
+	}})
+	wc := specClient{t, spec, working.URL}
+	var procs client.ProcessorsResponse
+	if err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...).body, &procs); err != nil ||
+		len(procs.Processors) != 1 || !procs.Processors[0].Local || len(procs.Processors[0].Queues) == 0 {
+		t.Fatalf("GET /v1/processors on a working server: %+v, %v", procs, err)
+	}
 
 	// Health and metrics.
 	c.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")

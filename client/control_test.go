@@ -124,3 +124,39 @@ func TestUniqueAndPeriodic(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // polling for the next tick's command
 	}
 }
+
+// TestScheduleAndRunNow: the At and After options schedule a command
+// (scheduled, with its runAt); RunNow makes it due (pending), and refuses
+// one that is not waiting (ErrConflict) or unknown (ErrNotFound).
+func TestScheduleAndRunNow(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	issuer := newClient(t, s.URL, client.WithToken(apitest.IssuerToken))
+	operator := newClient(t, s.URL, client.WithToken(apitest.OperatorToken))
+	ctx := context.Background()
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	res, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"}, client.At(at))
+	if err != nil || res.Status != cmdqtype.StateScheduled || !res.RunAt.Equal(at) {
+		t.Fatalf("issue at %s: %+v %v", at, res, err)
+	}
+	later, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"}, client.After(90*time.Second))
+	if err != nil || later.Status != cmdqtype.StateScheduled || time.Until(later.RunAt) < 80*time.Second {
+		t.Fatalf("issue after 90s: %+v %v", later, err)
+	}
+	if st, err := operator.Get(ctx, res.ID); err != nil || st.State != cmdqtype.StateScheduled || !st.RunAt.Equal(at) {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	st, err := operator.RunNow(ctx, res.ID)
+	if err != nil || st.State != cmdqtype.StatePending || !st.RunAt.Before(at) {
+		t.Fatalf("run-now: %+v %v", st, err)
+	}
+	if _, err := operator.RunNow(ctx, res.ID); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("run-now of a pending command: %v, want ErrConflict", err)
+	}
+	if _, err := issuer.RunNow(ctx, later.ID); !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("run-now with an issuer token: %v, want ErrForbidden", err)
+	}
+	if _, err := operator.RunNow(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdqtype.ErrNotFound) {
+		t.Fatalf("run-now of an unknown command: %v, want ErrNotFound", err)
+	}
+}

@@ -73,10 +73,6 @@ var (
 	// MaxUniqueWindow, or a unique key given together with an ID. Nothing
 	// is stored; the HTTP API answers 400.
 	ErrInvalidUnique = errors.New("cmdq: invalid unique key or window")
-	// ErrInvalidSchedule: a periodic command's name or spec is malformed
-	// (a cron expression, descriptor or interval that does not parse), or
-	// the name is registered twice.
-	ErrInvalidSchedule = errors.New("cmdq: invalid periodic schedule")
 )
 
 // Sentinel errors of registering and running handlers (test with
@@ -102,6 +98,16 @@ var (
 	// cause wrapping it and ErrSuperseded (context.Cause): return. Nothing
 	// more is recorded for the attempt, whatever the handler returns.
 	ErrCancelled = errors.New("cmdq: command cancelled")
+	// ErrOutputTooLarge: Run.SetOutput's value encodes to more than
+	// MaxOutputBytes of JSON (or does not fit in the command's row beside
+	// parameters near the largest). SetOutput returns an error wrapping
+	// it, and the attempt fails with it even if the handler returns nil
+	// (it is retried, as any failure).
+	ErrOutputTooLarge = errors.New("cmdq: output too large")
+	// ErrInvalidOutput: Run.SetOutput's value does not encode to JSON.
+	// SetOutput returns an error wrapping it, and the attempt fails with
+	// it even if the handler returns nil.
+	ErrInvalidOutput = errors.New("cmdq: output is not JSON-encodable")
 	// ErrNoHandlers: Run or RunFor of a Client without a registered
 	// handler.
 	ErrNoHandlers = errors.New("cmdq: no handlers registered")

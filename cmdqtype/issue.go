@@ -32,6 +32,11 @@ type Result struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 	// Queue is the logical queue the command is on.
 	Queue string `json:"queue"`
+	// RunAt is the run-at time the command was issued with (UTC,
+	// millisecond precision; for a delay, the issuer's clock plus it),
+	// zero when none. For an existing command it is zero: its status has
+	// its own.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Raw is a command given as type name and JSON parameters (the HTTP API's
@@ -61,6 +66,24 @@ type Raw struct {
 	// window (time.Time.Truncate): 1h buckets start on the hour, 24h ones
 	// at midnight UTC.
 	UniqueWindow time.Duration
+	// RunAt, when set, schedules the command: it does not start before
+	// this time (a time at or before now: due at once). At most
+	// MaxScheduleAhead ahead; not together with Delay. Default zero: due
+	// at once.
+	RunAt time.Time
+	// Delay, when above 0, schedules the command this long after it is
+	// issued (the run-at time is the issuer's clock plus Delay). Not
+	// negative, at most MaxScheduleAhead; not together with RunAt.
+	// Default 0: due at once.
+	Delay time.Duration
+	// TraceParent and TraceState are the W3C trace context
+	// (https://www.w3.org/TR/trace-context/) the command is issued in:
+	// stored with it, so that every attempt's span joins that trace.
+	// cmdq.Client fills them from the issuing context's span (through its
+	// own issue span, when a TracerProvider records); set them to issue on
+	// behalf of another trace (a value that does not parse is ignored).
+	// Not compared on a re-issue of the same ID. Default "": the context's.
+	TraceParent, TraceState string
 }
 
 // Limits of unique commands (Raw.UniqueKey, Raw.UniqueWindow).

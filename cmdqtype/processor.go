@@ -131,6 +131,12 @@ type Stats struct {
 	// HandedOff counts messages an Issuer in this process handed to this
 	// processor right after enqueueing them (no dequeue; HandOff).
 	HandedOff int64
+	// Hops counts messages of scheduled commands that showed up before
+	// their time and were put back on their queue until it (deleted and
+	// enqueued again, the handler not run; docs/lifecycle.md, "Scheduled
+	// commands"), and early messages of retrying commands made invisible
+	// again until their retry is due. Not counted in Processed.
+	Hops int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int
 	// Running reports whether Run or RunFor is in progress.

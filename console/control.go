@@ -32,7 +32,7 @@ const cancelWorkers = 16
 // cmdq.ControlInterval for the processors of other processes.
 func cancelTime(r *http.Request) time.Duration {
 	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/ui/commands/") &&
-		(strings.HasSuffix(r.URL.Path, "/cancel") || r.URL.Path == "/ui/commands/bulk/run") {
+		(strings.HasSuffix(r.URL.Path, "/cancel") || strings.HasSuffix(r.URL.Path, "/run-now") || r.URL.Path == "/ui/commands/bulk/run") {
 		return cmdq.ControlInterval
 	}
 	return 0
@@ -124,7 +124,11 @@ func (d *dashboard) cancelCommand(w http.ResponseWriter, r *http.Request) {
 	if res.Already {
 		text = "The command was cancelled already; nothing changed."
 	} else {
-		d.log.Info().Str("command", id).Str("by", by).Msg("cmdq console: command cancelled")
+		ev := d.log.Info().Str("command", id)
+		if res.Status.TraceID != "" {
+			ev = ev.Str("trace_id", res.Status.TraceID)
+		}
+		ev.Str("by", by).Msg("cmdq console: command cancelled")
 	}
 	d.putFlash(w, r, v, "/ui/commands/"+id, flash{At: now, Text: text})
 	http.Redirect(w, r, d.commandURL(id), http.StatusSeeOther)

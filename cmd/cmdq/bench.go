@@ -157,6 +157,7 @@ func printBench(w io.Writer, r bench.Result) {
 		if r.IdlePerHour != nil {
 			printCalls(w, "idle, per hour", *r.IdlePerHour)
 		}
+		fmt.Fprintf(w, "  heartbeat        %.1f ops/hour per running processor (not per queue: one upsert a minute, one clean-up query an hour)\n", r.IdleHeartbeatOpsPerHour)
 		fmt.Fprintf(w, "  reconciler pass  %d ops on the bench's loaded tables\n", r.ReconcileOpsPerPassLoaded)
 	}
 	fmt.Fprintf(w, "  max RSS          %.1f MiB (run); while draining: peak %.1f MiB, of which anonymous %.1f MiB\n", r.MaxRSSMB, r.ProcessRSSPeakMB, r.ProcessRSSAnonPeakMB)

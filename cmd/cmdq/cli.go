@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +46,8 @@ type backend interface {
 	Discard(ctx context.Context, id string) error
 	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
 	Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error)
+	// RunNow makes a scheduled or retrying command due now (schedule.go).
+	RunNow(ctx context.Context, id string) (cmdqtype.Status, error)
 	Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
 	PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
 	ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
@@ -153,11 +156,18 @@ func (b httpBackend) wrap(err error) error {
 var errConnRefused = errors.New("connection refused")
 
 func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
+	var opts []client.IssueOption
+	switch {
+	case !r.RunAt.IsZero():
+		opts = append(opts, client.At(r.RunAt))
+	case r.Delay != 0:
+		opts = append(opts, client.After(r.Delay))
+	}
 	req := client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID, UniqueKey: r.UniqueKey}
 	if r.UniqueKey != "" || r.UniqueWindow != 0 {
 		req.UniqueWindow = r.UniqueWindow.String()
 	}
-	res, err := b.c.Issue(ctx, req)
+	res, err := b.c.Issue(ctx, req, opts...)
 	return res.ID, res.Existing, b.wrap(err)
 }
 
@@ -341,22 +351,30 @@ func newSendCmd() *cobra.Command {
 		corr    string
 		wait    bool
 		timeout time.Duration
+		at      string
+		in      time.Duration
 
 		unique       string
 		uniqueWindow time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "send TYPE",
-		Short: "Issue a command and print its ID (--wait: wait until it ends)",
+		Short: "Issue a command and print its ID (--wait: wait until it ends; --at/--in: schedule it)",
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
 discarded or cancelled, and prints the final status; it exits 1 unless the command
 completed.
 
+With --at TIME (RFC 3339, such as 2026-05-01T09:00:00Z) or --in DURATION
+(such as 90s or 2h30m) the command is scheduled: its status is scheduled
+until then and it does not start before; at most 2 years ahead.
+
 Examples:
   cmdq send demo.echo --params '{"hello":"world"}' --wait
   cmdq send demo.fail --params '{"times":2}' --wait
   cmdq send demo.echo --params '{"order":42}' --unique order-42 --unique-window 1h
+  cmdq send demo.echo --in 90s
+  cmdq send demo.echo --at 2026-05-01T09:00:00Z
 ` + remoteHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -369,13 +387,17 @@ Examples:
 			if !json.Valid([]byte(params)) {
 				return fmt.Errorf("--params %q is not valid JSON; pass an object such as '{\"ms\":500}'", params)
 			}
+			raw := cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
+			if err := scheduleFlags(cmd, at, in, &raw); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				if (unique != "") != (uniqueWindow != 0) {
 					return errors.New("--unique and --unique-window go together: --unique KEY --unique-window 1h (issuing the same type and KEY again within the window returns the first command)")
 				}
-				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr,
-					UniqueKey: unique, UniqueWindow: uniqueWindow})
+				raw.UniqueKey, raw.UniqueWindow = unique, uniqueWindow
+				gotID, existing, err := b.Issue(ctx, raw)
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
@@ -420,6 +442,8 @@ Examples:
 	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
+	c.Flags().StringVar(&at, "at", "", "schedule the command at this time, RFC 3339 (such as 2026-05-01T09:00:00Z; default: now)")
+	c.Flags().DurationVar(&in, "in", 0, "schedule the command this long from now (such as 90s or 2h30m; default: now)")
 	return c
 }
 
@@ -522,6 +546,9 @@ func printStatus(w io.Writer, st cmdqtype.Status) {
 	if st.State == cmdqtype.StatePending && st.Attempts == 0 {
 		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
 	}
+	if line := dueLine(st, time.Now()); line != "" {
+		fmt.Fprintf(tw, "due\t%s\n", line)
+	}
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))
 	}
@@ -530,7 +557,29 @@ func printStatus(w io.Writer, st cmdqtype.Status) {
 	if st.CorrelationID != "" {
 		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
+	if st.TraceID != "" {
+		fmt.Fprintf(tw, "trace\t%s\n", term(st.TraceID))
+	}
+	if st.Output != "" {
+		fmt.Fprintf(tw, "output\t%s\n", term(outputText(st.Output)))
+	}
 	_ = tw.Flush()
+}
+
+// maxOutputShown bounds the output status prints (--json prints it all).
+const maxOutputShown = 2048
+
+// outputText is a recorded output as status prints it: its compact JSON,
+// cut after maxOutputShown bytes with a note of its size.
+func outputText(out cmdqtype.JSON) string {
+	if len(out) <= maxOutputShown {
+		return string(out)
+	}
+	cut := maxOutputShown
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes; --json prints it all)", out[:cut], len(out))
 }
 
 // printEvents prints the events with Seq > after and returns the last Seq printed.
@@ -554,6 +603,9 @@ func eventDetail(e cmdqtype.Event) string {
 	}
 	if e.Step > 0 {
 		parts = append(parts, fmt.Sprintf("step %d", e.Step))
+	}
+	if !e.RunAt.IsZero() {
+		parts = append(parts, "due "+fmtTime(e.RunAt))
 	}
 	if e.Note != "" {
 		parts = append(parts, fmt.Sprintf("%q", e.Note))

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
@@ -41,6 +42,9 @@ type procFlags struct {
 	// hidden from --help.
 	demoJournal string
 	demoLease   time.Duration
+
+	// tracer, when set, is the Client's TracerProvider (setupTracing).
+	tracer *sdktrace.TracerProvider
 }
 
 func (f *procFlags) add(c *cobra.Command) {
@@ -98,6 +102,9 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	}
 	if o != nil {
 		cfg.Observers = []cmdq.Observer{o}
+	}
+	if f.tracer != nil {
+		cfg.TracerProvider = f.tracer
 	}
 	c, err := cmdq.New(st, cfg)
 	if err != nil {
@@ -165,7 +172,7 @@ and a processor in one process.
 
 By default it uses the embedded store in ./cmdq-data, listens on
 127.0.0.1:8080 and registers the demo handlers:
-  demo.echo   {}                       completes at once (records its params as a step)
+  demo.echo   {}                       completes at once (records its params as a step and as its output)
   demo.sleep  {"ms":N}                 sleeps N milliseconds
   demo.fail   {"times":K}              fails its first K attempts, then completes;
                                        K >= 5 (the poison ceiling) ends poisoned
@@ -279,6 +286,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 			log.Error().Err(err).Msg("cmdq serve: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 
 	prom, m, err := newMetrics()
 	if err != nil {
@@ -512,6 +523,10 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 	var prom *prometheus.Registry
 	var m *metrics.Metrics
 	if f.metricsAddr != "" {

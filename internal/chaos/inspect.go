@@ -36,6 +36,7 @@ type event struct {
 	Note    string
 	Error   string
 	Reason  string
+	RunAt   time.Time // created: the run-at time; failed: the next attempt's due time
 }
 
 func (e event) String() string {
@@ -70,7 +71,9 @@ type history struct {
 	Attempts  int
 	Step      int
 	LastError string
-	Events    []event
+	// RunAt is the command row's run-at time (zero: none).
+	RunAt  time.Time
+	Events []event
 }
 
 // outcome returns the event recording the outcome of the attempt
@@ -179,10 +182,11 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.Found = true
 				h.Type, h.Status, h.LastError = strProp(e, "Type"), strProp(e, "Status"), strProp(e, "LastError")
 				h.Attempts, h.Step = int(intProp(e, "Attempts")), int(intProp(e, "Step"))
+				h.RunAt = timeProp(e, "RunAt")
 			case strings.HasPrefix(e.RowKey, rowEventPrefix):
 				h.Events = append(h.Events, event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
 					Attempt: int(intProp(e, "Attempt")), Worker: strProp(e, "Worker"), Step: int(intProp(e, "Step")),
-					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason")})
+					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason"), RunAt: timeProp(e, "RunAt")})
 			}
 		}
 		if page.Continuation == "" {

@@ -123,6 +123,11 @@ type Scenario struct {
 	// starts it again with its data (Accounts ≥ 2); the run checks that
 	// commands of the other accounts complete meanwhile (see accountDown).
 	AccountDown [2]time.Duration
+	// Scheduled is the share (0..1) of the commands issued with a delay
+	// ("delay" in the request): most of them 0.5-8 s, one in twenty an
+	// hour, longer than the run, so that they end still scheduled
+	// (default 0: none).
+	Scheduled float64
 }
 
 func (sc *Scenario) defaults() {
@@ -195,6 +200,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 1))
 	cmds := mix(rng, sc.Commands, sc.MaxSleep, sc.Cancels)
+	schedule(rand.New(rand.NewPCG(sc.Seed, 96)), cmds, sc.Scheduled)
 	cl := newClients("http://"+w.addr, w.tl)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -43,6 +43,10 @@ const EnvBin = "CMDQ_AZURITE_BIN"
 // load average of 30).
 const StartTimeout = 90 * time.Second
 
+// keepAliveSeconds is how long Azurite keeps an idle keep-alive
+// connection open (300 s: longer than the SDK transport's 90 s).
+const keepAliveSeconds = 300
+
 // stopTimeout is how long Stop waits for the killed process to exit.
 const stopTimeout = 10 * time.Second
 
@@ -256,6 +260,18 @@ func startOnce(bin string, o Options) (*Instance, error) {
 		"--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(blobPort),
 		"--queueHost", "127.0.0.1", "--queuePort", strconv.Itoa(queuePort),
 		"--tableHost", "127.0.0.1", "--tablePort", strconv.Itoa(tablePort),
+		// Azurite closes a keep-alive connection after 5 s idle, far
+		// sooner than the Azure SDK's transport lets go of it (90 s idle,
+		// azcore's default): a request sent on a connection as Azurite
+		// closes it failed with "connection reset by peer" — an enqueue,
+		// sent once, then counted as failed and recovered (a marker, the
+		// reconciler), as any failed enqueue is. Tests that count calls or
+		// expect every enqueue to land must not meet that race on every
+		// 5 s pause; with this setting the client closes idle
+		// connections first.
+		"--queueKeepAliveTimeout", strconv.Itoa(keepAliveSeconds),
+		"--tableKeepAliveTimeout", strconv.Itoa(keepAliveSeconds),
+		"--blobKeepAliveTimeout", strconv.Itoa(keepAliveSeconds),
 	}
 	if o.Location != "" {
 		args = append(args, "--location", o.Location)

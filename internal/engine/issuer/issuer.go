@@ -92,6 +92,18 @@ type IssuerOptions struct {
 	// Issuer spreads a sharded queue's messages over its shards, round
 	// robin (docs/scaling.md). Default none: one storage queue each.
 	Shards map[string]int
+	// WakeAt, if set, is called with the logical queue and the time a
+	// message the Issuer put on it with a visibility delay (a scheduled
+	// command's, a recovery's) becomes visible
+	// ((*processor.Processor).WakeAt: the in-process processor wakes
+	// itself then). It must not block. Default nil.
+	WakeAt func(queue string, at time.Time)
+	// HopHorizon, when above 0, is the longest visibility delay of a
+	// message (default and at most storage.MaxVisibility, 7 days): a
+	// command scheduled later is enqueued with it and hops when it shows
+	// up (record.Enqueuer.SetHorizon). Tests shorten it; the processors
+	// must use the same.
+	HopHorizon time.Duration
 }
 
 // DefaultManyConcurrency is IssuerOptions.ManyConcurrency's default (32):
@@ -126,6 +138,14 @@ func WithID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.ID = id } 
 
 // WithCorrelationID sets the correlation ID.
 func WithCorrelationID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.CorrelationID = id } }
+
+// At schedules the command at t (cmdqtype.Raw.RunAt).
+func At(t time.Time) IssueOption { return func(r *cmdqtype.Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (cmdqtype.Raw.Delay).
+func After(d time.Duration) IssueOption {
+	return func(r *cmdqtype.Raw) { r.Delay, r.RunAt = d, time.Time{} }
+}
 
 // With returns cmd with issue options attached, for IssueMany (and Issue
 // alike): IssueMany(ctx, a, With(b, WithID(id))). The result is a Command
@@ -236,6 +256,8 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
 	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	i.enq.SetWakeAt(i.opts.WakeAt)
+	i.enq.SetHorizon(i.opts.HopHorizon)
 	if h := i.opts.HandOff; h != nil {
 		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
 			if slot := h(queue, cmdType); slot != nil {
@@ -504,6 +526,10 @@ func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (
 			return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
 		}
 	}
+	runAt, err := cmdqtype.ValidSchedule(raw, i.opts.Now())
+	if err != nil {
+		return record.NewCommand{}, err
+	}
 	if len(raw.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
 		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", cmdqtype.ErrInvalidParams, len(raw.CorrelationID), cmdqtype.MaxCorrelationIDLength)
 	}
@@ -530,8 +556,21 @@ func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}, nil
+	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}
+	if raw.TraceParent != "" && len(raw.TraceParent) <= maxTraceParent && len(raw.TraceState) <= maxTraceState {
+		nc.TraceParent, nc.TraceState = raw.TraceParent, raw.TraceState
+	}
+	return nc, nil
 }
+
+// The longest trace context stored with a command: a W3C traceparent of
+// version 00 is 55 characters (later versions may append fields), a
+// tracestate at most 32 entries of 256 (the W3C limits; propagators keep
+// it to 512 characters).
+const (
+	maxTraceParent = 256
+	maxTraceState  = 8192
+)
 
 // created finishes an issue whose create (enq.Create, or one item of
 // CreateMany) returned err and, without one, enqueued or not: an existing
@@ -541,6 +580,9 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	nc := pc.NewCommand
 	id := nc.ID
 	res := cmdqtype.Result{ID: id, Queue: nc.Queue}
+	if !nc.RunAt.IsZero() {
+		res.RunAt = nc.RunAt.UTC().Truncate(time.Millisecond)
+	}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
@@ -555,7 +597,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		case rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID:
 			return cmdqtype.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", cmdqtype.ErrIDConflict, id, rec.Type)
 		}
-		res.Existing, res.Queue = true, rec.Queue
+		res.Existing, res.Queue, res.RunAt = true, rec.Queue, time.Time{}
 		// A duplicate re-enqueues only a command older than its recovery
 		// delay: before then the first issuer's own enqueue (or its
 		// background retry) is still on its way, and duplicates of a

@@ -46,6 +46,13 @@ type Processor struct {
 	names  record.Names
 	health *health
 	probe  *StorageProbe
+	// instance is the processor's instance ID: its heartbeat row's key
+	// (heartbeat.go).
+	instance string
+	// lastFailure is the last failed or poisoned attempt, for the
+	// heartbeat.
+	failMu      sync.Mutex
+	lastFailure record.Failure
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -81,6 +88,7 @@ type Processor struct {
 	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
 
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
+	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 
 	// Live counts (cmdqtype.Stats): the running session and the finished ones.
@@ -138,7 +146,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	p := &Processor{
-		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
+		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
 		reconKick: make(chan struct{}, 1),
@@ -248,6 +256,8 @@ func (p *Processor) open(ctx context.Context) error {
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	p.enq.SetWakeAt(p.WakeAt)
+	p.enq.SetHorizon(p.cfg.HopHorizon)
 	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {
 		p.completer = record.NewCompleter(p.st, gc)
 	}
@@ -398,6 +408,7 @@ type session struct {
 	ops      context.Context // storage writes
 	stopOps  context.CancelFunc
 	finishBy time.Time // RunFor: every handler is cancelled at this time (zero for Run)
+	endBy    time.Time // RunFor: when it must have returned (zero for Run)
 	timed    bool
 	release  bool // release interrupted messages (RunFor)
 
@@ -420,6 +431,8 @@ type session struct {
 		fast atomic.Int64
 		// handedOff counts messages handed off by an in-process Issuer.
 		handedOff atomic.Int64
+		// hops counts messages put back until their time (schedule.go).
+		hops atomic.Int64
 	}
 }
 
@@ -489,6 +502,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 		stopBefore = start.Add(d)
 		s.timed, s.release = true, true
 		s.finishBy = stopBefore.Add(-reserveFor(d))
+		s.endBy = stopBefore
 		var c1, c2 context.CancelFunc
 		ctx, c1 = context.WithDeadline(ctx, stopBefore)
 		defer c1()
@@ -524,6 +538,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	}
 	background.Add(1)
 	go func() { defer background.Done(); p.probeLoop(s) }()
+	if p.cfg.HeartbeatInterval > 0 {
+		background.Add(1)
+		go func() { defer background.Done(); p.heartbeatLoop(s, start) }()
+	}
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
 		go func() { defer background.Done(); p.reconcileLoop(s, d) }()
@@ -616,10 +634,10 @@ func (p *Processor) unclaim(id string) {
 func (s *session) counts() cmdqtype.Stats {
 	c := &s.counter
 	return cmdqtype.Stats{
-		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
+		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load() - c.hops.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
-		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(),
+		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(), Hops: c.hops.Load(),
 	}
 }
 
@@ -641,6 +659,7 @@ func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
 	st.Duplicates += o.Duplicates
 	st.FastPath += o.FastPath
 	st.HandedOff += o.HandedOff
+	st.Hops += o.Hops
 	return st
 }
 
