@@ -207,7 +207,11 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	defer cancel()
 	chaosCtx, stopChaos := context.WithTimeout(ctx, sc.Chaos)
 	defer stopChaos()
-	var bg sync.WaitGroup
+	// pausing is the pause loop, waited for after the processes are
+	// restarted: its last resume needs a serve to answer it, and a kill
+	// just before the chaos ends leaves none until healAll (the supervisor
+	// stops with the chaos).
+	var bg, pausing sync.WaitGroup
 	bg.Add(1)
 	go func() { defer bg.Done(); w.supervise(chaosCtx) }()
 	if sc.KillEvery[1] > 0 {
@@ -215,8 +219,8 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 		go func() { defer bg.Done(); w.killLoop(chaosCtx, rand.New(rand.NewPCG(sc.Seed, 2))) }()
 	}
 	if sc.Pauses {
-		bg.Add(1)
-		go func() { defer bg.Done(); w.pauseLoop(chaosCtx, cl, rand.New(rand.NewPCG(sc.Seed, 64))) }()
+		pausing.Add(1)
+		go func() { defer pausing.Done(); w.pauseLoop(chaosCtx, cl, rand.New(rand.NewPCG(sc.Seed, 64))) }()
 	}
 	if sc.AccountDown[1] > 0 {
 		bg.Add(1)
@@ -242,6 +246,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	if err := w.healAll(); err != nil {
 		tb.Fatalf("chaos %s: heal: %v", sc.Name, err)
 	}
+	pausing.Wait()
 	<-issued
 	w.tl.logf("every client is done")
 	cmds = append(cmds, w.downProbes...)

@@ -20,7 +20,7 @@ import (
 
 // Environment of the child processes the crash and lock tests start.
 const (
-	envRole = "CMDQ_EMBEDDED_CHILD" // "crash", "complete" or "hold"
+	envRole = "CMDQ_EMBEDDED_CHILD" // "crash", "complete", "churn" or "hold"
 	envPath = "CMDQ_EMBEDDED_PATH"
 )
 
@@ -32,6 +32,9 @@ func TestCrashHelper(t *testing.T) {
 		return // run as a normal test: nothing to do
 	}
 	path := os.Getenv(envPath)
+	if role == "churn" {
+		churnChild(path)
+	}
 	var opts *embedded.Options
 	if d, err := time.ParseDuration(os.Getenv(envShift)); err == nil {
 		opts = &embedded.Options{Now: func() time.Time { return time.Now().Add(d) }}

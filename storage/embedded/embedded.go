@@ -40,6 +40,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrInUse is returned by Open when another Store (in this process or
@@ -71,6 +72,11 @@ type Options struct {
 	// time.Now. Tests may supply a fake clock; it must return times after
 	// 1970.
 	Now func() time.Time
+
+	// wrapFS, when set (by this package's tests), wraps the file system
+	// the engine writes through: a crash test uses it to kill the process
+	// in the middle of writing a data file.
+	wrapFS func(vfs.FS) vfs.FS
 }
 
 // Store is a storage.Store on one data directory. It is safe for

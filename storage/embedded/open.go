@@ -39,6 +39,13 @@ const (
 	formatVersion = 2
 	// legacyFile is the single-file store of earlier versions (bbolt).
 	legacyFile = "cmdq.db"
+	// creatingFile says a store is being created: Open writes it (synced)
+	// before the engine creates its first file and removes it once
+	// markerFile is written. A directory that holds it and no markerFile
+	// is a creation a crash cut short: no Open returned, so it holds no
+	// data, and Open completes the creation.
+	creatingFile = "CMDQ-CREATING"
+	creatingText = "cmdq embedded store being created (Open completes it)\n"
 )
 
 // ErrFormat is returned (wrapped) by Open for a store written in a format
@@ -89,8 +96,10 @@ func corrupt(dir, file string, cause error) error {
 // missing, an unreadable log or manifest) fails with an error wrapping
 // ErrCorrupt that names the file; Open never panics on one. Unless
 // Options.SkipVerify is set, Open verifies the checksum of every block of
-// every data file, which reads the whole store once (docs/storage.md has
-// its cost).
+// every data file the store's manifest lists, which reads the whole store
+// once (docs/storage.md has its cost); a data file outside the manifest (a
+// flush or compaction that a crash cut short) is no part of the store and
+// the engine deletes it.
 func Open(dir string, opts *Options) (st *Store, err error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: embedded store directory is empty; pass a data directory such as ./cmdq-data", storage.ErrInvalidArgument)
@@ -139,6 +148,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	logger := &quietLogger{dir: dir}
 	guard := &manifestGuard{dir: dir}
 	fs := &countingFS{FS: vfs.Default, prefill: int64(o.MemTableSize) + 1<<20}
+	if o.wrapFS != nil {
+		fs.FS = o.wrapFS(fs.FS)
+	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
 	popts := &pebble.Options{
@@ -197,7 +209,14 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	}
 	if exists && !o.SkipVerify {
 		// Before the engine opens (and its compactions start reading).
-		if err := verify(dir, popts.MakeReaderOptions()); err != nil {
+		if err := verify(dir, popts); err != nil {
+			return nil, err
+		}
+	}
+	if !exists {
+		// Until the marker is written, the directory says that a
+		// creation is under way (and a crash leaves one Open completes).
+		if err := writeCreating(dir); err != nil {
 			return nil, err
 		}
 	}
@@ -214,6 +233,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		if err := writeMarker(dir); err != nil {
 			return nil, err
 		}
+	}
+	if err := removeCreating(dir); err != nil {
+		return nil, err
 	}
 	s := newStore(db, lock, dir, o, fs)
 	if s.names, err = loadNames(s); err != nil {
@@ -268,12 +290,13 @@ func lockDir(dir string, timeout time.Duration) (*pebble.Lock, error) {
 // checkDir tells whether dir holds a store (its marker file) and refuses
 // what it must not open: an earlier version's single-file store, a
 // directory with other content, a store with its marker or manifest gone.
+// A creation cut short (creatingFile and no marker) is a new store.
 func checkDir(dir string) (exists bool, format int, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return false, 0, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
 	}
-	var hasMarker, hasEngine bool
+	var hasMarker, hasEngine, creating bool
 	var other []string
 	for _, e := range entries {
 		name := e.Name()
@@ -282,6 +305,8 @@ func checkDir(dir string) (exists bool, format int, err error) {
 			hasMarker = true
 		case name == manifestGuardFile, name == manifestGuardFile+".tmp":
 		case name == "LOCK":
+		case name == creatingFile:
+			creating = true
 		case name == legacyFile:
 			return false, 0, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read (drain it with that version first)"))
 		case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."), name == "CURRENT",
@@ -312,6 +337,20 @@ func checkDir(dir string) (exists bool, format int, err error) {
 		}
 		return true, format, nil
 	}
+	if creating {
+		// The engine's files, if any, hold no data (the Open that created
+		// them never returned); its temporary files and the marker's are
+		// left by the same crash.
+		var foreign []string
+		for _, name := range other {
+			if !strings.HasSuffix(name, ".dbtmp") && name != markerFile+".tmp" {
+				foreign = append(foreign, name)
+			}
+		}
+		if other = foreign; len(other) == 0 {
+			return false, 0, nil
+		}
+	}
 	if hasEngine {
 		return false, 0, corrupt(dir, filepath.Join(dir, markerFile), errors.New("is missing: the directory holds engine files but no cmdq store marker"))
 	}
@@ -323,10 +362,56 @@ func checkDir(dir string) (exists bool, format int, err error) {
 
 // writeMarker writes the marker of a new store durably.
 func writeMarker(dir string) error {
-	name := filepath.Join(dir, markerFile)
+	return writeFileSynced(dir, markerFile, markerText)
+}
+
+// writeCreating creates creatingFile durably (its presence is what
+// counts: it is written in place).
+func writeCreating(dir string) error {
+	name := filepath.Join(dir, creatingFile)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err == nil {
+		_, err = f.WriteString(creatingText)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("embedded: write %s: %w", name, err)
+	}
+	return nil
+}
+
+// removeCreating removes creatingFile, if there, durably: once Open
+// returns, the store is a finished one.
+func removeCreating(dir string) error {
+	name := filepath.Join(dir, creatingFile)
+	err := os.Remove(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("embedded: remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeFileSynced writes file (in dir) durably: a temporary file synced,
+// renamed, and the directory synced.
+func writeFileSynced(dir, file, text string) error {
+	name := filepath.Join(dir, file)
 	f, err := os.OpenFile(name+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err == nil {
-		_, err = f.WriteString(markerText)
+		_, err = f.WriteString(text)
 		if err == nil {
 			err = f.Sync()
 		}
