@@ -103,50 +103,34 @@ func (s *server) runNow(w http.ResponseWriter, r *http.Request) {
 
 // listQueues is GET /v1/queues.
 func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authorize(w, r, RoleReader); !ok {
-		return
-	}
-	qs, err := s.cfg.Client.ListQueues(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if qs == nil {
-		qs = []cmdqtype.QueueInfo{}
-	}
-	writeJSON(w, http.StatusOK, client.QueuesResponse{Queues: qs})
+	listFor(s, w, r, s.cfg.Client.ListQueues, func(qs []cmdqtype.QueueInfo) any { return client.QueuesResponse{Queues: qs} })
 }
 
 // listPeriodic is GET /v1/periodic.
 func (s *server) listPeriodic(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authorize(w, r, RoleReader); !ok {
-		return
-	}
-	ps, err := s.cfg.Client.ListPeriodic(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if ps == nil {
-		ps = []cmdqtype.PeriodicInfo{}
-	}
-	writeJSON(w, http.StatusOK, client.PeriodicResponse{Periodic: ps})
+	listFor(s, w, r, s.cfg.Client.ListPeriodic, func(ps []cmdqtype.PeriodicInfo) any { return client.PeriodicResponse{Periodic: ps} })
 }
 
 // listProcessors is GET /v1/processors.
 func (s *server) listProcessors(w http.ResponseWriter, r *http.Request) {
+	listFor(s, w, r, s.cfg.Client.Processors, func(ps []cmdqtype.ProcessorInfo) any { return client.ProcessorsResponse{Processors: ps} })
+}
+
+// listFor answers a reader's GET of a listing: list's items (an empty
+// list, never null) wrapped in their response type by wrap.
+func listFor[T any](s *server, w http.ResponseWriter, r *http.Request, list func(context.Context) ([]T, error), wrap func([]T) any) {
 	if _, ok := s.authorize(w, r, RoleReader); !ok {
 		return
 	}
-	ps, err := s.cfg.Client.Processors(r.Context())
+	items, err := list(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if ps == nil {
-		ps = []cmdqtype.ProcessorInfo{}
+	if items == nil {
+		items = []T{}
 	}
-	writeJSON(w, http.StatusOK, client.ProcessorsResponse{Processors: ps})
+	writeJSON(w, http.StatusOK, wrap(items))
 }
 
 // pauseQueue is POST /v1/queues/{name}/pause.
