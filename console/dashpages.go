@@ -1,9 +1,7 @@
 package console
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
+	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -228,15 +227,9 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	}
 	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0, Final: st.State.Final()}
 	if len(params) > 0 {
-		var buf bytes.Buffer
-		if json.Indent(&buf, params, "", "  ") != nil {
-			buf.Reset()
-			buf.Write(params)
-		}
-		b.Params = buf.String()
-		if len(b.Params) > maxParamsShown {
-			b.Params, b.ParamsCut = strings.ToValidUTF8(b.Params[:maxParamsShown], ""), true
-		}
+		// Bounded before it is done: at most maxParamsShown bytes laid out,
+		// nesting past jsonview.DefaultMaxDepth not indented further.
+		b.Params, b.ParamsCut = jsonview.Indent(params, maxParamsShown, jsonview.DefaultMaxDepth)
 	}
 	switch st.State {
 	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
