@@ -277,7 +277,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
-	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger}), nil
+	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger,
+		MaxBodyBytes: cfg.MaxBodyBytes, TooLarge: tooLarge(cfg.MaxBodyBytes).Detail}), nil
 }
 
 // authorize checks the bearer token for need; on failure it writes the
@@ -362,7 +363,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			client.FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(client.ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
+		writeProblem(w, r, newProblem(client.ProblemTooLarge, sentence(err, cmdqtype.ErrParamsTooLarge),
 			client.FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
@@ -396,6 +397,23 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State})
+}
+
+// sentence is err's message after its sentinel's text ("cmdq: params too
+// large: the params of …" → "The params of …."), as one sentence: capital
+// first letter, a full stop at the end. A message that does not start with
+// the sentinel's text is used whole, without a leading "cmdq: ".
+func sentence(err, sentinel error) string {
+	msg := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+	msg = strings.TrimPrefix(msg, "cmdq: ")
+	if msg == "" {
+		return msg
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
 }
 
 // trimPrefix drops a leading "cmdq: " from an error message shown to API

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,7 +42,10 @@ func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *c
 		if errors.As(err, &mbe) {
 			return client.IssueRequest{}, tooLarge(mbe.Limit)
 		}
-		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "reading the request body failed: "+err.Error())
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "the request body did not arrive within the request deadline; send the whole body at once")
+		}
+		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "reading the request body failed: "+clipText(err.Error()))
 	}
 	if int64(len(data)) > maxBytes {
 		return client.IssueRequest{}, tooLarge(maxBytes)
@@ -50,7 +54,7 @@ func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *c
 }
 
 func tooLarge(limit int64) *client.Problem {
-	return newProblem(client.ProblemTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send smaller params (store large data elsewhere and pass a reference)", limit))
+	return newProblem(client.ProblemTooLarge, fmt.Sprintf("The request body is over the %d-byte limit: send smaller params (store large data elsewhere, such as a blob or a file, and pass a reference to it).", limit))
 }
 
 func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
