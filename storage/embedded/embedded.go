@@ -83,6 +83,7 @@ type Store struct {
 	fs   *countingFS
 	// guard records the manifest's synced size (manifest.go).
 	guard *manifestGuard
+	wal   *walGuard
 
 	// gate: every call holds it shared while it uses db; Close takes it
 	// exclusively, so db is never closed under a running call.
@@ -153,6 +154,9 @@ func (s *Store) Close() error {
 	err := s.db.Close()
 	if err == nil && s.guard != nil {
 		s.guard.record()
+	}
+	if err == nil && s.wal != nil {
+		s.wal.closed()
 	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
