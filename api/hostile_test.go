@@ -1,11 +1,15 @@
 package api_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
@@ -25,5 +29,67 @@ func TestParamsTooLargeDetail(t *testing.T) {
 	}
 	if strings.Count(p.Detail, "reference") != 1 || strings.Contains(p.Detail, "…") {
 		t.Fatalf("detail %q repeats itself or is cut", p.Detail)
+	}
+}
+
+// sleepCmd is a command whose params have a field "ms", as demo.sleep's.
+type sleepCmd struct {
+	Ms int `json:"ms"`
+}
+
+func (sleepCmd) CommandType() string { return "test.sleep" }
+
+// TestParamsKeysMatchExactly: a params key is the field only when spelled
+// exactly: encoding/json matched "mſ" (long s, which folds to s) and "MS"
+// to the field "ms", so a handler ran with what the stored JSON does not
+// say. The API refuses such params for a known type (400 naming the key),
+// and a handler never sees them: a command stored by a process that does
+// not know the type is poisoned (its params do not decode), not run.
+func TestParamsKeysMatchExactly(t *testing.T) {
+	t.Parallel()
+	seen := make(chan int, 10)
+	log, opts := other(t)
+	_ = log
+	store := opts.Store
+	opts.Setup = func(c *cmdq.Client) error {
+		return cmdq.Register(c, func(ctx context.Context, cmd sleepCmd, run *cmdq.Run) error {
+			seen <- cmd.Ms
+			return nil
+		})
+	}
+	s := apitest.Start(t, opts)
+	for _, key := range []string{"mſ", "MS", "Ms"} {
+		p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"test.sleep","params":{"`+key+`":3000}}`), http.StatusBadRequest, client.ProblemInvalidRequest)
+		if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" || !strings.Contains(p.Detail, key) || !strings.Contains(p.Detail, `"ms"`) {
+			t.Fatalf("params {%q:3000}: problem %+v, want one naming the key and the field \"ms\"", key, p)
+		}
+	}
+	// Another process that does not know the type stores one.
+	issuer, err := cmdq.New(store, cmdq.Config{ReconcileInterval: cmdq.NoReconcile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := issuer.IssueRaw(t.Context(), cmdq.Raw{Type: "test.sleep", Params: json.RawMessage(`{"mſ":3000}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := s.Client.Wait(ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != cmdq.StatePoisoned || !strings.Contains(st.LastError, "mſ") {
+		t.Fatalf("status %+v, want poisoned with an error naming the key", st)
+	}
+	select {
+	case ms := <-seen:
+		t.Fatalf("the handler ran with ms=%d", ms)
+	default:
+	}
+	// Spelled exactly, it runs.
+	ok := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"test.sleep","params":{"ms":3000}}`), http.StatusAccepted)
+	if st, err := s.Client.Wait(ctx, ok.ID); err != nil || st.State != cmdq.StateCompleted || <-seen != 3000 {
+		t.Fatalf("exact key: %+v %v", st, err)
 	}
 }

@@ -108,6 +108,9 @@ func define[T issuer.Command](o Options) (*Definition, error) {
 			if len(bytes.TrimSpace(params)) == 0 {
 				params = []byte("{}")
 			}
+			if err := checkExactKeys(reflect.TypeFor[T](), params); err != nil {
+				return nil, &DecodeError{Type: typeName, Err: err}
+			}
 			dec := json.NewDecoder(bytes.NewReader(params))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&v); err != nil {
