@@ -70,6 +70,11 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 	if _, err := dec.Token(); err != io.EOF {
 		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "the request body has data after the JSON object; send exactly one object")
 	}
+	if !utf8.Valid(data) {
+		// encoding/json would store U+FFFD in their place: another text
+		// than the one sent.
+		return client.IssueRequest{}, notUTF8(data)
+	}
 	if p := checkKeys(data); p != nil {
 		return client.IssueRequest{}, p
 	}
@@ -114,6 +119,21 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, detail, errs...)
 	}
 	return req, nil
+}
+
+// notUTF8 is the 400 of a body (valid JSON) with bytes that are not UTF-8,
+// naming the top-level field that holds them.
+func notUTF8(data []byte) *client.Problem {
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(data, &fields)
+	for _, name := range issueFields {
+		if raw, ok := fields[name]; ok && !utf8.Valid(raw) {
+			return newProblem(client.ProblemInvalidRequest, name+" contains bytes that are not UTF-8; send UTF-8 JSON (binary data can travel base64-encoded)",
+				client.FieldError{Pointer: "#/" + name, Detail: "not UTF-8"})
+		}
+	}
+	return newProblem(client.ProblemInvalidRequest, "the request body contains bytes that are not UTF-8; send UTF-8 JSON",
+		client.FieldError{Pointer: "#", Detail: "not UTF-8"})
 }
 
 // typeDetail says why typ is not a type name, quoting a short prefix of it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -91,5 +92,98 @@ func TestParamsKeysMatchExactly(t *testing.T) {
 	ok := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"test.sleep","params":{"ms":3000}}`), http.StatusAccepted)
 	if st, err := s.Client.Wait(ctx, ok.ID); err != nil || st.State != cmdq.StateCompleted || <-seen != 3000 {
 		t.Fatalf("exact key: %+v %v", st, err)
+	}
+}
+
+// TestCorrelationIDInvalidUTF8: bytes that are not UTF-8 in correlationId
+// (or any string of the body) are refused with 400, as they are in params,
+// instead of being stored replaced by U+FFFD.
+func TestCorrelationIDInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	p := problem(t, post(t, s.URL+"/v1/commands", "{\"type\":\"A\",\"correlationId\":\"order-\xff\xfe-1\"}"), http.StatusBadRequest, client.ProblemInvalidRequest)
+	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/correlationId" || !strings.Contains(p.Detail, "UTF-8") {
+		t.Fatalf("problem %+v, want one naming #/correlationId and UTF-8", p)
+	}
+	p = problem(t, post(t, s.URL+"/v1/commands", "{\"type\":\"A\",\"params\":{\"k\xff\":1}}"), http.StatusBadRequest, client.ProblemInvalidRequest)
+	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
+		t.Fatalf("problem %+v, want one naming #/params", p)
+	}
+	if n := s.QueueCount(t, ""); n != 0 {
+		t.Fatalf("%d commands queued", n)
+	}
+}
+
+// TestContentEncodingRefused: a body labelled with a Content-Encoding
+// other than identity is refused with 415 (it was read as plain JSON).
+func TestContentEncodingRefused(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	for _, enc := range []string{"gzip", "br, identity", "deflate"} {
+		req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/commands", strings.NewReader(`{"type":"A"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", enc)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		p := problem(t, resp{code: r.StatusCode, header: r.Header, body: body}, http.StatusUnsupportedMediaType, client.ProblemUnsupportedMediaType)
+		if !strings.Contains(p.Detail, "Content-Encoding") || r.Header.Get("Accept-Encoding") != "identity" {
+			t.Fatalf("Content-Encoding %s: %+v, Accept-Encoding %q", enc, p, r.Header.Get("Accept-Encoding"))
+		}
+	}
+	for _, enc := range []string{"identity", "IDENTITY"} {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/commands", strings.NewReader(`{"type":"A"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", enc)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Body.Close()
+		if r.StatusCode != http.StatusAccepted {
+			t.Fatalf("Content-Encoding %s: %d", enc, r.StatusCode)
+		}
+	}
+	if n := s.QueueCount(t, ""); n != 2 {
+		t.Fatalf("%d commands queued, want 2", n)
+	}
+}
+
+// TestEventsAcceptQValues: the events route honours the q-values of
+// Accept: text/event-stream with q=0 (not acceptable) or below
+// application/json gets JSON; preferred, a stream.
+func TestEventsAcceptQValues(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	id := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted).ID
+	s.Poison(t, id, "ceiling exceeded", "boom") // final: a stream ends by itself
+	for accept, want := range map[string]string{
+		"text/event-stream;q=0, application/json":   "application/json",
+		"text/event-stream; q=0":                    "application/json",
+		"text/event-stream;q=0.5, application/json": "application/json",
+		"application/json;q=0.5, text/event-stream": "text/event-stream",
+		"text/event-stream":                         "text/event-stream",
+		"application/json, text/event-stream;q=0.9": "application/json",
+		"*/*":                       "application/json",
+		"text/event-stream;q=0.001": "text/event-stream",
+		"application/json;q=0, text/event-stream;q=1": "text/event-stream",
+	} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/v1/commands/"+id+"/events", nil)
+		req.Header.Set("Accept", accept)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, want) {
+			t.Errorf("Accept %q: %d %s, want %s", accept, r.StatusCode, ct, want)
+		}
 	}
 }

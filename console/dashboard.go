@@ -314,6 +314,7 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
 		}
+		d.guard.Limiter.Succeeded(key)
 		return viewer{who: e.Who, roles: e.Roles, bearer: true}, true, false
 	}
 	c, err := r.Cookie(SessionCookieName)
@@ -509,6 +510,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
 		return
 	}
+	d.guard.Limiter.Succeeded(key)
 	if !httpserve.HasRole(e.Roles, RoleReader) {
 		d.render(w, r, http.StatusForbidden, "login", d.data(viewer{}, "Log in", "",
 			loginBody{Next: next, Error: fmt.Sprintf("That token has only %s; the dashboard needs a reader or operator token.", httpserve.RolesString(e.Roles))}))

@@ -241,6 +241,10 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		if !o.Guard.CheckHost(rec, r) || (o.Check != nil && !o.Check(rec, r)) {
 			return
 		}
+		if p := checkContentEncoding(rec, r); p != nil {
+			WriteProblem(rec, r, p)
+			return
+		}
 		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes {
 			detail := o.TooLarge
 			if detail == "" {
@@ -251,6 +255,25 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		}
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// checkContentEncoding refuses (415, with Accept-Encoding: identity, RFC
+// 9110 section 15.5.16) a body with a Content-Encoding other than
+// identity: no route decodes one, and read as it is, a body labelled gzip
+// would be taken for plain JSON.
+func checkContentEncoding(w http.ResponseWriter, r *http.Request) *client.Problem {
+	if !HasBody(r) {
+		return nil
+	}
+	for _, h := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(h, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return NewProblem(client.ProblemUnsupportedMediaType, fmt.Sprintf("Content-Encoding %s is not supported; send the body uncompressed, without a Content-Encoding header", QuoteClip(c)))
+			}
+		}
+	}
+	return nil
 }
 
 // NewRef returns a short random reference that ties an answer to its log
