@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
@@ -96,6 +97,35 @@ func BenchmarkCommandPageDeepParams(b *testing.B) {
 		_ = r.Body.Close()
 		if r.StatusCode != http.StatusOK {
 			b.Fatalf("status %d", r.StatusCode)
+		}
+	}
+}
+
+// TestLoginNextStaysInConsole: the login's next is a console path after
+// cleaning: /ui/..//evil.example was accepted (it starts with /ui/) and the
+// redirect, cleaned, went to /evil.example, outside the console.
+func TestLoginNextStaysInConsole(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
+	for _, next := range []string{
+		"/ui/..//evil.example", "/ui/../evil", "/ui/./../v1/poison", "/ui/%2e%2e/evil", "/ui/..%2F..%2Fevil",
+		"/ui/../ui/../x", "/ui/..", "/ui/login/../../metrics",
+	} {
+		b := newBrowser(t, srv.URL)
+		loc := b.post("/ui/login", url.Values{"token": {apitest.ReaderToken}, "next": {next}}).location(t, http.StatusSeeOther)
+		if loc != "/ui/" {
+			t.Errorf("next=%q redirects to %q, want /ui/", next, loc)
+		}
+	}
+	// Console paths are kept, cleaned, with their query.
+	for next, want := range map[string]string{
+		"/ui/poison?type=A": "/ui/poison?type=A",
+		"/ui/./poison":      "/ui/poison",
+		"/ui/x/../queues":   "/ui/queues",
+	} {
+		b := newBrowser(t, srv.URL)
+		if loc := b.post("/ui/login", url.Values{"token": {apitest.ReaderToken}, "next": {next}}).location(t, http.StatusSeeOther); loc != want {
+			t.Errorf("next=%q redirects to %q, want %q", next, loc, want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -392,12 +393,22 @@ func (d *dashboard) clearCookie(w http.ResponseWriter, r *http.Request) { d.setC
 // safeNext returns next if it is a dashboard page on this server, else the
 // overview (no open redirects).
 func (d *dashboard) safeNext(next string) string {
+	home := d.base + "/"
 	u, err := url.Parse(next)
-	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
-		!strings.HasPrefix(u.Path, d.base+"/") || strings.HasPrefix(u.Path, d.base+"/login") {
-		return d.base + "/"
+	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return home
 	}
-	return next
+	// The path as the browser will resolve it: decoded (%2e%2e is ..,
+	// %2F is /), dot segments removed. Only console pages qualify.
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && clean != "/" {
+		clean += "/"
+	}
+	if !strings.HasPrefix(clean, home) || clean == d.base+"/login" || strings.HasPrefix(clean, d.base+"/login/") {
+		return home
+	}
+	return (&url.URL{Path: clean, RawQuery: u.RawQuery}).String()
 }
 
 // ---- rendering ----
