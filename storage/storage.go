@@ -314,6 +314,17 @@ type BatchOp struct {
 	Entity  Entity
 	Mode    UpdateMode
 	IfMatch string
+	// AssumeAbsent, on an OpInsert, says that the caller knows the row is
+	// absent whenever the batch's condition holds: the batch also holds an
+	// OpUpdate or OpDelete of another row with a specific IfMatch ETag,
+	// and every write that creates rows like this one changes that row
+	// (cmdq appends a command's event rows under its command row's ETag).
+	// A driver may then skip reading the row to prove it absent; the
+	// batch still fails as a whole, with ErrConflict, when the ETag moved.
+	// Without such a condition in the batch it is ignored, and a driver
+	// may always check (Azure does: the insert then fails with ErrExists
+	// as usual). Default false: the driver checks.
+	AssumeAbsent bool
 }
 
 // BatchError reports the operation that failed a batch. It wraps the
@@ -358,6 +369,53 @@ type Combiner interface {
 	// if the delete fails, whose error (ErrLeaseLost, ErrNotFound) is
 	// returned as deleteErr.
 	BatchDelete(ctx context.Context, table, partitionKey string, ops []BatchOp, queue, id, popReceipt string) (etags []string, deleteErr, err error)
+}
+
+// GroupCombiner is an optional interface of a Store whose driver can
+// apply the table batches and message deletes of many completions in one
+// durable write (the embedded driver: one engine batch and one log sync
+// for a group of commands, as River's batch completer writes many job
+// completions in one statement). cmdq's processor groups the completions
+// that are ready together through it; without it (Azure) each completion
+// stays a batch and a delete (or one Combiner.BatchDelete). Each item still
+// counts as the two storage operations it stands for (a table batch and a
+// message delete).
+type GroupCombiner interface {
+	Combiner
+	// BatchDeleteMany applies, for each item, its table batch and the
+	// delete of its message, all in one durable write; every item is
+	// decided on its own, as one Combiner.BatchDelete: an item whose batch
+	// fails (its Err: a *BatchError, a validation error) writes and
+	// deletes nothing; an item whose batch applies is written even when
+	// its delete fails (DeleteErr: ErrLeaseLost, ErrNotFound). results[i]
+	// is items[i]'s outcome. Items must name distinct partitions of a
+	// table and distinct messages (a repeated one fails as invalid). err
+	// fails the whole call: nothing is written. Tables and queues are
+	// created on first use.
+	BatchDeleteMany(ctx context.Context, items []DeleteItem) (results []DeleteResult, err error)
+}
+
+// DeleteItem is one item of GroupCombiner.BatchDeleteMany: a table batch
+// on one partition and the delete of one dequeued message.
+type DeleteItem struct {
+	// Table and PartitionKey name the partition every op's entity is in.
+	Table, PartitionKey string
+	// Ops are the item's table batch (as Table.Batch).
+	Ops []BatchOp
+	// Queue, ID and PopReceipt name the message to delete (as Queue.Delete).
+	Queue, ID, PopReceipt string
+}
+
+// DeleteResult is the outcome of one DeleteItem.
+type DeleteResult struct {
+	// ETags are the new ETags of the item's ops ("" for deletes), when Err
+	// is nil.
+	ETags []string
+	// DeleteErr is the delete's failure (ErrLeaseLost, ErrNotFound) when
+	// the batch applied.
+	DeleteErr error
+	// Err is the batch's failure: nothing of the item was written.
+	Err error
 }
 
 // CombinedItem is one item of Combiner.BatchEnqueueMany: a table batch on

@@ -44,7 +44,7 @@ const (
 )
 
 // StartTimeout is how long ConnectionString waits for Azurite's ports to
-// accept connections after starting it (30 seconds).
+// accept connections after starting it (emulator.StartTimeout, 90 s).
 const StartTimeout = emulator.StartTimeout
 
 var (

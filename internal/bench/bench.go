@@ -211,6 +211,13 @@ type Result struct {
 	// ProcessedPerS is commands processed to `completed` (message deleted)
 	// per second while draining the full queue.
 	ProcessedPerS float64 `json:"processed_per_s"`
+	// IssueCPUUSPerCommand and ProcessCPUUSPerCommand are the process's
+	// CPU time (user + system, every thread: the engine's flushes and
+	// compactions included) during the issue and the process phase,
+	// divided by the commands, microseconds of one core. CPU time moves
+	// less with the machine's load than a rate does.
+	IssueCPUUSPerCommand   float64 `json:"issue_cpu_us_per_command"`
+	ProcessCPUUSPerCommand float64 `json:"process_cpu_us_per_command"`
 	// Completed is the number of commands the process phase completed.
 	Completed int64 `json:"completed"`
 	// LatencyRate is the latency phase's issue rate, commands per second.
@@ -738,13 +745,16 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 		return err
 	}
 	ops0, commits0, dur0 := e.counter.Snapshot(), e.commits(), e.counter.Durations()
+	cpu0 := cpuTime()
 	elapsed, err := issueAll(ctx, iss, cfg.N, cfg.Issuers, cfg.Timeout)
+	cpu1 := cpuTime()
 	stopProf()
 	if err != nil {
 		return err
 	}
 	ops1 := e.counter.Snapshot()
 	res.IssuedPerS = float64(cfg.N) / elapsed.Seconds()
+	res.IssueCPUUSPerCommand = float64((cpu1 - cpu0).Microseconds()) / float64(cfg.N)
 
 	reg, err := e.registry()
 	if err != nil {
@@ -755,7 +765,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	began := time.Now()
+	began, cpu2 := time.Now(), cpuTime()
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
 		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile,
@@ -775,6 +785,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 		return e.completed.Load() >= int64(n) && sp.p.Health().InFlight == 0
 	})
 	elapsed = time.Since(began)
+	res.ProcessCPUUSPerCommand = float64((cpuTime() - cpu2).Microseconds()) / float64(n)
 	stopProf()
 	if err != nil {
 		_ = sp.stop()

@@ -72,7 +72,9 @@ func NewCounter(st storage.Store) *Counter {
 		After:  func(call instrument.Call) { c.ns[call.Op].Add(int64(call.Duration)) },
 	})
 	m := &manageCounted{Store: w, opener: w.(storage.TableOpener), c: c}
-	if cb, ok := w.(storage.Combiner); ok {
+	if gc, ok := w.(storage.GroupCombiner); ok {
+		c.counted = &manageGroupCombiner{manageCounted: m, GroupCombiner: gc}
+	} else if cb, ok := w.(storage.Combiner); ok {
 		c.counted = &manageCombiner{manageCounted: m, Combiner: cb}
 	} else {
 		c.counted = m
@@ -93,6 +95,12 @@ type manageCounted struct {
 type manageCombiner struct {
 	*manageCounted
 	storage.Combiner
+}
+
+// manageGroupCombiner is manageCounted of a storage.GroupCombiner.
+type manageGroupCombiner struct {
+	*manageCounted
+	storage.GroupCombiner
 }
 
 func (m *manageCounted) timed(o Op, call func() error) error {
@@ -118,7 +126,8 @@ func (m *manageCounted) OpenTable(ctx context.Context, name string) (storage.Tab
 
 // Counted returns the store to use: st counted. When st implements
 // storage.Combiner so does the result, each BatchEnqueue counted as one batch
-// and one enqueue and each BatchDelete as one batch and one message delete
+// and one enqueue and each BatchDelete, and each item of a grouped
+// BatchDeleteMany, as one batch and one message delete
 // (the calls Azure would bill), the whole call's time given to the batch.
 func (c *Counter) Counted() storage.Store { return c.counted }
 

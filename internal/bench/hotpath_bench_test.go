@@ -44,7 +44,9 @@ func BenchmarkIssue(b *testing.B) {
 	ops := e.counter.Total()
 	st := e.emb.Stats()
 	b.ResetTimer()
+	cpu := cpuTime()
 	elapsed, err := issueAll(context.Background(), iss, b.N, DefaultIssuers, time.Hour)
+	cpu = cpuTime() - cpu
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -52,6 +54,7 @@ func BenchmarkIssue(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(e.counter.Total()-ops)/float64(b.N), "ops/cmd")
 	reportCommits(b, e, st, elapsed)
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/cmd")
 }
 
 // reportCommits reports the embedded store's log syncs since st: writes per
@@ -61,6 +64,8 @@ func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duratio
 	now := e.emb.Stats()
 	if c := now.Commits - st.Commits; c > 0 {
 		b.ReportMetric(float64(now.Writes-st.Writes)/float64(c), "writes/commit")
+		b.ReportMetric(float64(c)/float64(b.N), "syncs/cmd")
+		b.ReportMetric(float64(now.Writes-st.Writes)/float64(b.N), "writes/cmd")
 	}
 	b.ReportMetric((now.Busy-st.Busy).Seconds()/elapsed.Seconds(), "commit-busy")
 }
@@ -83,7 +88,7 @@ func BenchmarkProcess(b *testing.B) {
 	ops := e.counter.Total()
 	st := e.emb.Stats()
 	b.ResetTimer()
-	began := time.Now()
+	began, cpu := time.Now(), cpuTime()
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
 		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
 	}, nil)
@@ -93,7 +98,7 @@ func BenchmarkProcess(b *testing.B) {
 	err = waitFor(context.Background(), time.Hour, "drain", func() bool {
 		return e.completed.Load() >= int64(b.N) && sp.p.Health().InFlight == 0
 	})
-	elapsed := time.Since(began)
+	elapsed, cpu := time.Since(began), cpuTime()-cpu
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -104,6 +109,9 @@ func BenchmarkProcess(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(e.counter.Total()-ops)/float64(b.N), "ops/cmd")
 	reportCommits(b, e, st, elapsed)
+	// The drain's CPU (every thread of the process, the engine's
+	// background work included), which load distorts less than the rate.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/cmd")
 }
 
 // BenchmarkEndToEnd: 16 goroutines issue b.N commands while a processor in
@@ -127,7 +135,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	began := time.Now()
+	began, cpu := time.Now(), cpuTime()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range DefaultIssuers {
@@ -146,10 +154,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	if err := waitFor(context.Background(), time.Hour, "complete", func() bool { return e.completed.Load() >= int64(b.N) }); err != nil {
 		b.Fatal(err)
 	}
-	elapsed := time.Since(began)
+	elapsed, cpu := time.Since(began), cpuTime()-cpu
 	b.StopTimer()
 	lat := e.lat.take()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/cmd")
 	b.ReportMetric(ms(quantile(lat, 0.5)), "p50-ms")
 	b.ReportMetric(ms(quantile(lat, 0.99)), "p99-ms")
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // maxRSSMiB returns the process's peak resident set size in MiB (getrusage
@@ -17,6 +18,16 @@ func maxRSSMiB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024
+}
+
+// cpuTime returns the process's CPU time so far (user + system, every
+// thread: the engine's background flushes and compactions included).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rssNow returns the resident set size and its anonymous part (heap,

@@ -2,27 +2,43 @@ package embedded
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cockroachdb/pebble/v2"
 )
 
-// Entity record layout:
+// Entity record layout, format 2:
 //
-//	timestamp unix nanos (8) | property count (uvarint) |
-//	per property: name len (uvarint) name type (1) value
+//	0xC2 | timestamp unix nanos (8) | property count (uvarint) |
+//	per property: key (uvarint) [name] type (1) value
 //
-// Values: string and []byte as uvarint length + bytes; bool 1 byte; int32 4;
-// int64 8; float64 8 (IEEE bits); time.Time seconds (8) + nanoseconds (4).
-// The ETag is derived from the timestamp, which is unique per store.
+// A property's key is id<<1 for a name of the store's name dictionary (the
+// name is not repeated in the record), or len<<1|1 followed by the name's
+// len bytes for a name outside it. Properties are ordered: dictionary
+// names by id, then the others by name. Values: string and []byte as
+// uvarint length + bytes; bool 1 byte; int32 4; int64 8; float64 8 (IEEE
+// bits); time.Time seconds (8) + nanoseconds (4). The ETag is derived from
+// the timestamp, which is unique per store.
+//
+// The name dictionary is kept under the keys N<name> (value: the id,
+// uvarint), at most maxNames names; a name is added, with a synced write
+// of its own, before the first record that uses it, so no record is ever
+// durable without its names. Format-1 records (codec_v1.go) start with
+// the timestamp's high byte, which is below 0x80 for any time after 1970:
+// the first byte tells the formats apart, and Open migrates a format-1
+// store (migrate.go).
 
 const (
 	tString byte = iota + 1
@@ -34,14 +50,185 @@ const (
 	tTime
 )
 
+// tagV2 starts every format-2 record.
+const tagV2 byte = 0xC2
+
+// maxNames bounds the name dictionary; further names are written in full
+// in each record.
+const maxNames = 4096
+
 var errCorrupt = errors.New("embedded: corrupt entity record")
 
-func encodeEntity(ts time.Time, props map[string]any) []byte {
-	names := make([]string, 0, len(props))
-	size := 8 + uvarintLen(len(props)) // the exact size: one allocation
+// names is the store's property name dictionary. Lookups are lock-free
+// (copy-on-write snapshots); additions are serialised. A new name gets its
+// id at once, in memory; its entry is written in the same engine batch as
+// every record that uses it until one such batch is synced (fresh), so no
+// record is durable without its names and no write waits for an extra
+// sync.
+type names struct {
+	s    *Store
+	mu   sync.Mutex // serialises additions
+	snap atomic.Pointer[nameSnap]
+}
+
+type nameSnap struct {
+	ids   map[string]uint64
+	names []string // names[id-1]; "" for an id whose entry never became durable
+	// bytes holds the same names as byte slices (read without copying).
+	bytes [][]byte
+	// fresh: names whose entry is not known durable yet.
+	fresh map[string]bool
+}
+
+// nameKey is the engine key of a dictionary entry.
+func nameKey(name string) []byte { return append([]byte{'N'}, name...) }
+
+// loadNames reads the dictionary (at Open).
+func loadNames(s *Store) (*names, error) {
+	d := &names{s: s}
+	snap := &nameSnap{ids: map[string]uint64{}}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte("N"), UpperBound: []byte("O")})
+	if err != nil {
+		return nil, s.readErr(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			_ = it.Close()
+			return nil, s.readErr(verr)
+		}
+		name := string(it.Key()[1:])
+		id, k := binary.Uvarint(v)
+		if k <= 0 || id == 0 || id > maxNames {
+			_ = it.Close()
+			return nil, corrupt(s.dir, s.dir, fmt.Errorf("property name dictionary entry %q has a bad id", name))
+		}
+		for uint64(len(snap.names)) < id {
+			snap.names = append(snap.names, "")
+		}
+		if snap.names[id-1] != "" {
+			_ = it.Close()
+			return nil, corrupt(s.dir, s.dir, fmt.Errorf("property name dictionary: id %d is given to both %q and %q", id, snap.names[id-1], name))
+		}
+		snap.names[id-1] = name
+		snap.ids[name] = id
+	}
+	if err := it.Close(); err != nil {
+		return nil, s.readErr(err)
+	}
+	for _, n := range snap.names {
+		snap.bytes = append(snap.bytes, []byte(n))
+	}
+	d.snap.Store(snap)
+	return d, nil
+}
+
+// id returns name's dictionary id, adding the name when it is new and the
+// dictionary has room (0: the name is written in full), and whether its
+// entry must go with the record (fresh).
+func (d *names) id(name string) (id uint64, fresh bool) {
+	snap := d.snap.Load()
+	if id, ok := snap.ids[name]; ok {
+		return id, snap.fresh[name]
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.snap.Load()
+	if id, ok := old.ids[name]; ok {
+		return id, old.fresh[name]
+	}
+	if len(old.names) >= maxNames {
+		return 0, false
+	}
+	id = uint64(len(old.names)) + 1
+	snap = &nameSnap{ids: make(map[string]uint64, len(old.ids)+1), names: append(slices.Clip(old.names), name),
+		bytes: append(slices.Clip(old.bytes), []byte(name)), fresh: make(map[string]bool, len(old.fresh)+1)}
+	for n, i := range old.ids {
+		snap.ids[n] = i
+	}
+	for n := range old.fresh {
+		snap.fresh[n] = true
+	}
+	snap.ids[name] = id
+	snap.fresh[name] = true
+	d.snap.Store(snap)
+	return id, true
+}
+
+// stage adds the entries of the fresh names to b.
+func (d *names) stage(b *pebble.Batch, fresh []string) {
+	snap := d.snap.Load()
+	for _, n := range fresh {
+		_ = b.Set(nameKey(n), binary.AppendUvarint(nil, snap.ids[n]), nil)
+	}
+}
+
+// settle records that the entries of fresh are durable (a batch holding
+// them was synced): later records need not carry them.
+func (d *names) settle(fresh []string) {
+	if len(fresh) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.snap.Load()
+	snap := &nameSnap{ids: old.ids, names: old.names, bytes: old.bytes, fresh: make(map[string]bool, len(old.fresh))}
+	for n := range old.fresh {
+		if !slices.Contains(fresh, n) {
+			snap.fresh[n] = true
+		}
+	}
+	d.snap.Store(snap)
+}
+
+// name returns the name of dictionary id.
+func (n *nameSnap) name(id uint64) ([]byte, bool) {
+	if id == 0 || id > uint64(len(n.bytes)) || len(n.bytes[id-1]) == 0 {
+		return nil, false
+	}
+	return n.bytes[id-1], true
+}
+
+// encProp is one property being encoded.
+type encProp struct {
+	id   uint64 // 0: written in full
+	name string
+	v    any
+}
+
+// compareKeys orders properties: dictionary names by id, then the others
+// by name.
+func compareKeys(aid uint64, aname []byte, bid uint64, bname []byte) int {
+	switch {
+	case aid != 0 && bid != 0:
+		return cmp.Compare(aid, bid)
+	case aid != 0:
+		return -1
+	case bid != 0:
+		return 1
+	}
+	return bytes.Compare(aname, bname)
+}
+
+// encode encodes props (validated) with write time ts in format 2. fresh
+// lists the names whose dictionary entries must be written with the
+// record (names.stage).
+func (d *names) encode(ts time.Time, props map[string]any) (rec []byte, fresh []string) {
+	var buf [24]encProp
+	ps := buf[:0]
+	size := 1 + 8 + uvarintLen(len(props)) // the exact size: one allocation
 	for name, v := range props {
-		names = append(names, name)
-		size += uvarintLen(len(name)) + len(name) + 1
+		id, isFresh := d.id(name)
+		if isFresh {
+			fresh = append(fresh, name)
+		}
+		ps = append(ps, encProp{id, name, v})
+		if id != 0 {
+			size += uvarintLen(int(id << 1))
+		} else {
+			size += uvarintLen(len(name)<<1|1) + len(name)
+		}
+		size++
 		switch x := v.(type) {
 		case string:
 			size += uvarintLen(len(x)) + len(x)
@@ -57,42 +244,58 @@ func encodeEntity(ts time.Time, props map[string]any) []byte {
 			size += 12
 		}
 	}
-	slices.Sort(names)
-	b := make([]byte, 8, size)
-	putI64(b, ts.UnixNano())
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		b = binary.AppendUvarint(b, uint64(len(name)))
-		b = append(b, name...)
-		switch x := props[name].(type) {
-		case string:
-			b = append(b, tString)
-			b = binary.AppendUvarint(b, uint64(len(x)))
-			b = append(b, x...)
-		case []byte:
-			b = append(b, tBinary)
-			b = binary.AppendUvarint(b, uint64(len(x)))
-			b = append(b, x...)
-		case bool:
-			if x {
-				b = append(b, tBool, 1)
-			} else {
-				b = append(b, tBool, 0)
-			}
-		case int32:
-			b = append(b, tInt32)
-			b = binary.BigEndian.AppendUint32(b, uint32(x))
-		case int64:
-			b = append(b, tInt64)
-			b = binary.BigEndian.AppendUint64(b, uint64(x))
-		case float64:
-			b = append(b, tFloat64)
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-		case time.Time:
-			b = append(b, tTime)
-			b = binary.BigEndian.AppendUint64(b, uint64(x.Unix()))
-			b = binary.BigEndian.AppendUint32(b, uint32(x.Nanosecond()))
+	slices.SortFunc(ps, func(a, b encProp) int {
+		if a.id != 0 || b.id != 0 {
+			return compareKeys(a.id, nil, b.id, nil)
 		}
+		return cmp.Compare(a.name, b.name)
+	})
+	b := make([]byte, 9, size)
+	b[0] = tagV2
+	putI64(b[1:], ts.UnixNano())
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, p := range ps {
+		if p.id != 0 {
+			b = binary.AppendUvarint(b, p.id<<1)
+		} else {
+			b = binary.AppendUvarint(b, uint64(len(p.name))<<1|1)
+			b = append(b, p.name...)
+		}
+		b = appendValue(b, p.v)
+	}
+	return b, fresh
+}
+
+// appendValue appends a property's type byte and value.
+func appendValue(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case string:
+		b = append(b, tString)
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		b = append(b, x...)
+	case []byte:
+		b = append(b, tBinary)
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		b = append(b, x...)
+	case bool:
+		if x {
+			b = append(b, tBool, 1)
+		} else {
+			b = append(b, tBool, 0)
+		}
+	case int32:
+		b = append(b, tInt32)
+		b = binary.BigEndian.AppendUint32(b, uint32(x))
+	case int64:
+		b = append(b, tInt64)
+		b = binary.BigEndian.AppendUint64(b, uint64(x))
+	case float64:
+		b = append(b, tFloat64)
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+	case time.Time:
+		b = append(b, tTime)
+		b = binary.BigEndian.AppendUint64(b, uint64(x.Unix()))
+		b = binary.BigEndian.AppendUint32(b, uint32(x.Nanosecond()))
 	}
 	return b
 }
@@ -102,86 +305,71 @@ func uvarintLen(n int) int {
 	return (bits.Len64(uint64(n)|1) + 6) / 7
 }
 
-// recordTimestamp reads the write time of an encoded entity.
+// isV2 reports whether rec is a format-2 record.
+func isV2(rec []byte) bool { return len(rec) > 0 && rec[0] == tagV2 }
+
+// recordTimestamp reads the write time of an encoded entity (either format).
 func recordTimestamp(rec []byte) int64 {
+	if isV2(rec) {
+		rec = rec[1:]
+	}
 	if len(rec) < 8 {
 		return 0
 	}
 	return i64(rec)
 }
 
-func decodeEntity(rec []byte) (time.Time, map[string]any, error) {
-	if len(rec) < 8 {
-		return time.Time{}, nil, errCorrupt
+// decode decodes a record of either format.
+func (d *names) decode(rec []byte) (time.Time, map[string]any, error) {
+	if !isV2(rec) {
+		return decodeEntityV1(rec)
 	}
-	ts := fromNanos(i64(rec))
-	b := rec[8:]
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		return ts, nil, errCorrupt
+	n, b, err := recordProps(rec)
+	if err != nil {
+		return time.Time{}, nil, err
 	}
-	b = b[k:]
+	ts := fromNanos(i64(rec[1:]))
+	snap := d.snap.Load()
 	props := make(map[string]any, n)
-	for i := uint64(0); i < n; i++ {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < l+1 {
-			return ts, nil, errCorrupt
+	for ; n > 0; n-- {
+		var p rawProp
+		if p, b, err = nextProp(snap, b); err != nil {
+			return ts, nil, err
 		}
-		name := string(b[k : k+int(l)])
-		b = b[k+int(l):]
-		typ := b[0]
-		b = b[1:]
-		need := func(m int) bool { return len(b) >= m }
-		switch typ {
-		case tString, tBinary:
-			l, k := binary.Uvarint(b)
-			if k <= 0 || uint64(len(b)-k) < l {
-				return ts, nil, errCorrupt
-			}
-			v := b[k : k+int(l)]
-			if typ == tString {
-				props[name] = string(v)
-			} else {
-				props[name] = append([]byte{}, v...)
-			}
-			b = b[k+int(l):]
-		case tBool:
-			if !need(1) {
-				return ts, nil, errCorrupt
-			}
-			props[name] = b[0] == 1
-			b = b[1:]
-		case tInt32:
-			if !need(4) {
-				return ts, nil, errCorrupt
-			}
-			props[name] = int32(binary.BigEndian.Uint32(b))
-			b = b[4:]
-		case tInt64:
-			if !need(8) {
-				return ts, nil, errCorrupt
-			}
-			props[name] = int64(binary.BigEndian.Uint64(b))
-			b = b[8:]
-		case tFloat64:
-			if !need(8) {
-				return ts, nil, errCorrupt
-			}
-			props[name] = math.Float64frombits(binary.BigEndian.Uint64(b))
-			b = b[8:]
-		case tTime:
-			if !need(12) {
-				return ts, nil, errCorrupt
-			}
-			sec := int64(binary.BigEndian.Uint64(b))
-			nsec := int64(binary.BigEndian.Uint32(b[8:]))
-			props[name] = time.Unix(sec, nsec).UTC()
-			b = b[12:]
-		default:
-			return ts, nil, fmt.Errorf("%w: unknown property type %d", errCorrupt, typ)
+		v, err := decodeValue(p.enc)
+		if err != nil {
+			return ts, nil, err
 		}
+		props[string(p.name)] = v
 	}
 	return ts, props, nil
+}
+
+// decodeValue decodes a property's type byte and value (as nextProp
+// delimited them).
+func decodeValue(enc []byte) (any, error) {
+	v := enc[1:]
+	switch enc[0] {
+	case tString:
+		_, k := binary.Uvarint(v)
+		return string(v[k:]), nil
+	case tBinary:
+		_, k := binary.Uvarint(v)
+		return append([]byte{}, v[k:]...), nil
+	case tBool:
+		return v[0] == 1, nil
+	case tInt32:
+		return int32(binary.BigEndian.Uint32(v)), nil
+	case tInt64:
+		return int64(binary.BigEndian.Uint64(v)), nil
+	case tFloat64:
+		return math.Float64frombits(binary.BigEndian.Uint64(v)), nil
+	case tTime:
+		sec := int64(binary.BigEndian.Uint64(v))
+		nsec := int64(binary.BigEndian.Uint32(v[8:]))
+		return time.Unix(sec, nsec).UTC(), nil
+	}
+	return nil, fmt.Errorf("%w: unknown property type %d", errCorrupt, enc[0])
 }
 
 // etagOf derives an entity's ETag from its write time, in Azure's format.
@@ -223,22 +411,44 @@ func appendDigits(b []byte, v, width int) []byte {
 	return append(b, d[:width]...)
 }
 
-// rawProp is one property of an encoded record: its name and its encoded
-// type byte plus value, as stored.
+// rawProp is one property of an encoded format-2 record: its key as
+// stored, its id (0: written in full), its name, and its encoded type
+// byte plus value.
 type rawProp struct {
+	key  []byte // the key's bytes as stored (id, or length and name)
+	id   uint64
 	name []byte
 	enc  []byte // type byte and value
 	size int    // the value's Azure size (storage.EntitySize's per-value part)
 }
 
-// nextProp reads the property at the start of b and returns it and the rest.
-func nextProp(b []byte) (rawProp, []byte, error) {
-	l, k := binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < l+1 {
+// nextProp reads the property at the start of b and returns it and the
+// rest; snap resolves dictionary ids.
+func nextProp(snap *nameSnap, b []byte) (rawProp, []byte, error) {
+	key, k := binary.Uvarint(b)
+	if k <= 0 {
 		return rawProp{}, nil, errCorrupt
 	}
-	p := rawProp{name: b[k : k+int(l)]}
-	v := b[k+int(l):]
+	var p rawProp
+	v := b[k:]
+	if key&1 == 0 {
+		p.id = key >> 1
+		name, ok := snap.name(p.id)
+		if !ok {
+			return rawProp{}, nil, fmt.Errorf("%w: property name id %d is not in the dictionary", errCorrupt, p.id)
+		}
+		p.name = name
+	} else {
+		l := key >> 1
+		if uint64(len(v)) < l {
+			return rawProp{}, nil, errCorrupt
+		}
+		p.name, v = v[:l], v[l:]
+	}
+	p.key = b[:len(b)-len(v)]
+	if len(v) < 1 {
+		return rawProp{}, nil, errCorrupt
+	}
 	typ := v[0]
 	n := 1
 	switch typ {
@@ -271,58 +481,68 @@ func nextProp(b []byte) (rawProp, []byte, error) {
 	return p, v[n:], nil
 }
 
-// recordProps returns the property count of an encoded record and the
-// encoded properties that follow it.
+// recordProps returns the property count of an encoded format-2 record and
+// the encoded properties that follow it.
 func recordProps(rec []byte) (uint64, []byte, error) {
-	if len(rec) < 8 {
+	if len(rec) < 9 || !isV2(rec) {
 		return 0, nil, errCorrupt
 	}
-	n, k := binary.Uvarint(rec[8:])
+	n, k := binary.Uvarint(rec[9:])
 	if k <= 0 {
 		return 0, nil, errCorrupt
 	}
-	return n, rec[8+k:], nil
+	return n, rec[9+k:], nil
 }
 
-// mergeRecords merges the encoded patch into the encoded record cur (Azure's
+// merge merges the encoded patch into the encoded record cur (Azure's
 // Merge: the patch's properties replace or add to cur's) without decoding
-// values, and stamps the result with ts. Both records keep their properties
-// sorted by name (encodeEntity's order), so the result is byte for byte what
-// encodeEntity would produce for the merged property map. It enforces the
-// limits a merge can break — storage.MaxProperties and storage.MaxEntityBytes
-// (keySize is the keys' part of storage.EntitySize) — with errors wrapping
-// storage.ErrTooLarge.
-func mergeRecords(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) {
+// values, and stamps the result with ts. Both records keep their
+// properties in key order (encode's), so the result is byte for byte what
+// encode would produce for the merged property map. A format-1 cur is
+// re-encoded first (fresh: the dictionary entries that needs, to write
+// with the result; Open migrates every record, so this is for safety
+// only). It enforces the limits a merge can break —
+// storage.MaxProperties and storage.MaxEntityBytes (keySize is the keys'
+// part of storage.EntitySize) — with errors wrapping storage.ErrTooLarge.
+func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte, fresh []string, err error) {
+	if !isV2(cur) {
+		t, props, err := decodeEntityV1(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		cur, fresh = d.encode(t, props)
+	}
+	snap := d.snap.Load()
 	nc, bc, err := recordProps(cur)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	np, bp, err := recordProps(patch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]byte, 8, len(cur)+len(patch)+binary.MaxVarintLen64)
-	putI64(out, ts.UnixNano())
+	out := make([]byte, 9, len(cur)+len(patch)+binary.MaxVarintLen64)
+	out[0] = tagV2
+	putI64(out[1:], ts.UnixNano())
 	// The count is written once known; reserve its varint after the body.
 	body := make([]byte, 0, len(bc)+len(bp))
 	count, size := 0, keySize
 	var pc, pp rawProp
 	haveC, haveP := nc > 0, np > 0
 	if haveC {
-		if pc, bc, err = nextProp(bc); err != nil {
-			return nil, err
+		if pc, bc, err = nextProp(snap, bc); err != nil {
+			return nil, nil, err
 		}
 		nc--
 	}
 	if haveP {
-		if pp, bp, err = nextProp(bp); err != nil {
-			return nil, err
+		if pp, bp, err = nextProp(snap, bp); err != nil {
+			return nil, nil, err
 		}
 		np--
 	}
 	emit := func(p rawProp) {
-		body = binary.AppendUvarint(body, uint64(len(p.name)))
-		body = append(body, p.name...)
+		body = append(body, p.key...)
 		body = append(body, p.enc...)
 		count++
 		size += 8 + 2*utf16LenBytes(p.name) + p.size
@@ -335,15 +555,15 @@ func mergeRecords(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) 
 		case !haveC:
 			c = 1
 		default:
-			c = bytes.Compare(pc.name, pp.name)
+			c = compareKeys(pc.id, pc.name, pp.id, pp.name)
 		}
 		if c <= 0 && haveC {
 			if c < 0 {
 				emit(pc)
 			}
 			if haveC = nc > 0; haveC {
-				if pc, bc, err = nextProp(bc); err != nil {
-					return nil, err
+				if pc, bc, err = nextProp(snap, bc); err != nil {
+					return nil, nil, err
 				}
 				nc--
 			}
@@ -351,21 +571,21 @@ func mergeRecords(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) 
 		if c >= 0 && haveP {
 			emit(pp)
 			if haveP = np > 0; haveP {
-				if pp, bp, err = nextProp(bp); err != nil {
-					return nil, err
+				if pp, bp, err = nextProp(snap, bp); err != nil {
+					return nil, nil, err
 				}
 				np--
 			}
 		}
 	}
 	if count > storage.MaxProperties {
-		return nil, fmt.Errorf("%w: merged entity has %d properties; the limit is %d", storage.ErrTooLarge, count, storage.MaxProperties)
+		return nil, nil, fmt.Errorf("%w: merged entity has %d properties; the limit is %d", storage.ErrTooLarge, count, storage.MaxProperties)
 	}
 	if size > storage.MaxEntityBytes {
-		return nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
+		return nil, nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
 	}
 	out = binary.AppendUvarint(out, uint64(count))
-	return append(out, body...), nil
+	return append(out, body...), fresh, nil
 }
 
 // utf16LenBytes is the length in UTF-16 code units of the UTF-8 text b,

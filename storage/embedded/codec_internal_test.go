@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -11,10 +12,66 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
+// testNames opens a store in a temporary directory and returns its name
+// dictionary. full: the dictionary is filled up first (in memory), so
+// that every name of the test is written in full in each record.
+func testNames(t *testing.T, full bool) *names {
+	t.Helper()
+	s, err := Open(t.TempDir(), &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if full {
+		snap := &nameSnap{ids: map[string]uint64{}}
+		for i := range maxNames {
+			n := "filler" + strings.Repeat("_", i%7) + string(rune('A'+i%26)) + string(rune('A'+i/26%26)) + string(rune('A'+i/676))
+			snap.names = append(snap.names, n)
+			snap.bytes = append(snap.bytes, []byte(n))
+			snap.ids[n] = uint64(i + 1)
+		}
+		s.names.snap.Store(snap)
+	}
+	return s.names
+}
+
 // TestMergeRecordsMatchesEncode checks that the byte-level merge gives
-// exactly the record encodeEntity gives for the merged property map.
+// exactly the record encode gives for the merged property map, with the
+// names in the dictionary, written in full (a full dictionary), and both
+// in one record.
 func TestMergeRecordsMatchesEncode(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"dictionary", "full", "mixed"} {
+		t.Run(mode, func(t *testing.T) { testMergeMatchesEncode(t, mode) })
+	}
+}
+
+func testMergeMatchesEncode(t *testing.T, mode string) {
+	d := testNames(t, mode == "full")
+	if mode == "mixed" {
+		// a, c, e in the dictionary (in an order unlike the names'), the
+		// rest written in full.
+		for _, n := range []string{"e", "a", "c"} {
+			d.id(n)
+		}
+		old := d.snap.Load()
+		snap := &nameSnap{ids: old.ids, names: old.names, bytes: old.bytes, fresh: old.fresh}
+		for len(snap.names) < maxNames {
+			n := "zz-filler-" + strings.Repeat("x", len(snap.names))
+			snap.names = append(snap.names, n)
+			snap.bytes = append(snap.bytes, []byte(n))
+		}
+		d.snap.Store(snap)
+	}
+	encodeEntity := func(ts time.Time, props map[string]any) []byte {
+		b, _ := d.encode(ts, props)
+		return b
+	}
+	mergeRecords := func(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) {
+		b, _, err := d.merge(cur, patch, ts, keySize)
+		return b, err
+	}
+	decodeEntity := d.decode
 	ts := time.Unix(1700000000, 123456789)
 	at := time.Unix(1600000000, 42).UTC()
 	cases := []struct {
@@ -54,6 +111,15 @@ func TestMergeRecordsMatchesEncode(t *testing.T) {
 // with ErrTooLarge, measured as storage.EntitySize measures.
 func TestMergeRecordsLimits(t *testing.T) {
 	t.Parallel()
+	d := testNames(t, false)
+	encodeEntity := func(ts time.Time, props map[string]any) []byte {
+		b, _ := d.encode(ts, props)
+		return b
+	}
+	mergeRecords := func(cur, patch []byte, ts time.Time, keySize int) ([]byte, error) {
+		b, _, err := d.merge(cur, patch, ts, keySize)
+		return b, err
+	}
 	ts := time.Unix(1700000000, 0)
 	big := strings.Repeat("é", 30000) // 60,000 bytes in UTF-16
 	cur := map[string]any{}
@@ -122,20 +188,55 @@ func TestETagFormat(t *testing.T) {
 // TestEncodeEntityExactSize checks that encodeEntity sizes its buffer
 // exactly (one allocation, nothing unused), long values included.
 func TestEncodeEntityExactSize(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		d := testNames(t, full)
+		testEncodeExactSize(t, d)
+	}
+}
+
+func testEncodeExactSize(t *testing.T, d *names) {
 	props := map[string]any{
 		"S": "short", "Long": strings.Repeat("x", 70_000), "Empty": "", "B": []byte{1, 2, 3},
 		"T": true, "F": false, "I": int32(-7), "L": int64(1 << 40), "D": 2.5, "At": time.Unix(1_700_000_000, 5),
 		strings.Repeat("N", 200): "a long name",
 	}
-	b := encodeEntity(time.Unix(0, 42), props)
+	b, _ := d.encode(time.Unix(0, 42), props)
 	if len(b) != cap(b) {
 		t.Fatalf("encoded %d bytes into a buffer of %d", len(b), cap(b))
 	}
-	_, got, err := decodeEntity(b)
+	_, got, err := d.decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(props) || got["Long"] != props["Long"] || got["S"] != "short" {
 		t.Fatalf("round trip: got %d properties", len(got))
+	}
+}
+
+// TestDecodeBothFormats checks that a record of either format decodes to
+// the same entity, and that the first byte tells them apart for every
+// write time after 1970.
+func TestDecodeBothFormats(t *testing.T) {
+	t.Parallel()
+	d := testNames(t, false)
+	props := map[string]any{"Type": "x", "Attempts": int32(3), "At": time.Unix(1_700_000_000, 5).UTC(), "Raw": []byte{0xC2}}
+	for _, ts := range []time.Time{time.Unix(0, 1), time.Unix(1_700_000_000, 0), time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		v1 := encodeEntityV1(ts, props)
+		v2, _ := d.encode(ts, props)
+		if isV2(v1) || !isV2(v2) {
+			t.Fatalf("%v: format-1 record taken for format 2 (%x) or the reverse", ts, v1[:1])
+		}
+		if len(v2) >= len(v1) {
+			t.Errorf("%v: format 2 is %d bytes, format 1 %d: names are not repeated, so it should be smaller", ts, len(v2), len(v1))
+		}
+		for _, rec := range [][]byte{v1, v2} {
+			gotTS, got, err := d.decode(rec)
+			if err != nil || !gotTS.Equal(ts) || !maps.EqualFunc(got, props, func(a, b any) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+				t.Fatalf("decode %x: %v %v %v", rec[:1], gotTS, got, err)
+			}
+			if recordTimestamp(rec) != ts.UnixNano() {
+				t.Fatalf("recordTimestamp of %x: %d", rec[:1], recordTimestamp(rec))
+			}
+		}
 	}
 }

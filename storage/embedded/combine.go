@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/storage"
@@ -198,6 +199,9 @@ func (s *Store) commitMany(t *table, tbs []*tableBatch, q *queue, stageQ func(b 
 	if err := s.syncWait(b); err != nil {
 		return nil, err
 	}
+	for _, k := range ok {
+		s.names.settle(tbs[k].fresh)
+	}
 	return itemErrs, nil
 }
 
@@ -242,4 +246,198 @@ func (s *Store) BatchDelete(ctx context.Context, tableName, partitionKey string,
 		return nil, nil, err
 	}
 	return tb.etags, deleteErr, nil
+}
+
+var _ storage.GroupCombiner = (*Store)(nil)
+
+// maxGroupItems bounds the items of one BatchDeleteMany engine batch; more
+// are written in further batches.
+const maxGroupItems = 1000
+
+// BatchDeleteMany applies the table batches and message deletes of many
+// completions in one engine batch: one log record, one fsync shared with
+// the other writers. Each item is decided as one BatchDelete. The
+// processor's completer writes the completions that are ready together
+// with it.
+func (s *Store) BatchDeleteMany(ctx context.Context, items []storage.DeleteItem) ([]storage.DeleteResult, error) {
+	res := make([]storage.DeleteResult, len(items))
+	var ps []*groupItem
+	type part struct{ table, pk string }
+	seenPart := make(map[part]bool, len(items))
+	seenMsg := make(map[string]bool, len(items))
+	for i, it := range items {
+		st, err := s.Table(ctx, it.Table)
+		if err != nil {
+			if errors.Is(err, storage.ErrClosed) {
+				return nil, err
+			}
+			res[i].Err = err
+			continue
+		}
+		sq, err := s.Queue(ctx, it.Queue)
+		if err != nil {
+			if errors.Is(err, storage.ErrClosed) {
+				return nil, err
+			}
+			res[i].Err = err
+			continue
+		}
+		t, q := st.(*table), sq.(*queue)
+		p, m := part{t.lower, it.PartitionKey}, it.Queue+"\x00"+it.ID
+		if seenPart[p] || seenMsg[m] {
+			res[i].Err = fmt.Errorf("%w: partition %q or message %s is named by an earlier item of the same call", storage.ErrInvalidArgument, it.PartitionKey, it.ID)
+			continue
+		}
+		seenPart[p], seenMsg[m] = true, true
+		if err := storage.ValidateBatch(it.PartitionKey, it.Ops); err != nil {
+			res[i].Err = err
+			continue
+		}
+		tb, err := t.prepare(ctx, it.PartitionKey, it.Ops)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		d, derr := q.prepareDelete(ctx, it.ID, it.PopReceipt)
+		ps = append(ps, &groupItem{i: i, tb: tb, q: q, d: d, deleteErr: derr})
+	}
+	for len(ps) > 0 {
+		chunk := ps[:min(len(ps), maxGroupItems)]
+		ps = ps[len(chunk):]
+		if err := s.commitGroup(chunk); err != nil {
+			return nil, fmt.Errorf("embedded: grouped completion: %w", err)
+		}
+		for _, g := range chunk {
+			if g.err != nil {
+				res[g.i].Err = g.err
+				continue
+			}
+			res[g.i].ETags, res[g.i].DeleteErr = g.tb.etags, g.deleteErr
+		}
+	}
+	return res, nil
+}
+
+// groupItem is one prepared item of BatchDeleteMany.
+type groupItem struct {
+	i         int
+	tb        *tableBatch
+	q         *queue
+	d         *deletion // nil when the delete was refused before any read
+	deleteErr error
+	err       error // the batch's own failure
+}
+
+// commitGroup stages every item's table batch under its partition's lock
+// (partitions taken in slot order) and, for the items whose batch staged,
+// the deletes under their queues' locks (taken in name order), then
+// applies and syncs them as one engine batch. An error fails them all:
+// nothing is applied.
+func (s *Store) commitGroup(items []*groupItem) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.gate.RUnlock()
+	slots := make([]int, 0, len(items))
+	for _, g := range items {
+		slots = append(slots, s.partitionSlot(g.tb.t.lower, g.tb.pk))
+	}
+	slices.Sort(slots)
+	slots = slices.Compact(slots)
+	for _, i := range slots {
+		s.parts[i].Lock()
+	}
+	locked := true
+	unlock := func() {
+		if locked {
+			for _, i := range slots {
+				s.parts[i].Unlock()
+			}
+			locked = false
+		}
+	}
+	defer unlock()
+	b := s.db.NewBatch()
+	var byQueue map[*queue][]*groupItem
+	for _, g := range items {
+		err := g.tb.t.deletedErr()
+		if err == nil {
+			err = g.tb.stage(b)
+		}
+		if errors.Is(err, ErrCorrupt) {
+			_ = b.Close()
+			return err
+		}
+		if g.err = err; err != nil || g.d == nil {
+			continue
+		}
+		if byQueue == nil {
+			byQueue = make(map[*queue][]*groupItem, 1)
+		}
+		byQueue[g.q] = append(byQueue[g.q], g)
+	}
+	qs := make([]*queue, 0, len(byQueue))
+	for q := range byQueue {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, func(a, b *queue) int { return strings.Compare(a.name, b.name) })
+	afters := make([]func(), 0, len(qs))
+	for _, q := range qs {
+		q.mu.Lock()
+		gs := byQueue[q]
+		if err := q.deletedErr(); err != nil {
+			for _, g := range gs {
+				g.deleteErr = fmt.Errorf("embedded: delete message on %q: %w", q.name, err)
+			}
+			continue
+		}
+		ds := make([]*deletion, len(gs))
+		for k, g := range gs {
+			ds[k] = g.d
+		}
+		after, errs := q.stageDeletes(b, ds)
+		afters = append(afters, after)
+		for k, g := range gs {
+			if errs[k] != nil {
+				g.deleteErr = fmt.Errorf("embedded: delete message on %q: %w", q.name, errs[k])
+			}
+		}
+	}
+	// The group counts as as many waiting writes as it has items, so a
+	// crowded log holds its next sync for it as for as many separate
+	// writes (open.go, holdNext).
+	weight := int64(0)
+	for _, g := range items {
+		if g.err == nil {
+			weight++
+		}
+	}
+	weight = max(weight, 1)
+	var err error
+	if !b.Empty() {
+		err = s.applyN(b, weight)
+	}
+	if err == nil {
+		for _, after := range afters {
+			after()
+		}
+	}
+	for _, q := range qs {
+		q.settle(false)
+		q.mu.Unlock()
+	}
+	unlock() // writers never wait for another's fsync
+	if err != nil || b.Empty() {
+		_ = b.Close()
+		return err
+	}
+	if err := s.syncWaitN(b, weight); err != nil {
+		return err
+	}
+	for _, g := range items {
+		if g.err == nil {
+			s.names.settle(g.tb.fresh)
+		}
+	}
+	return nil
 }

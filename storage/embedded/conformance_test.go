@@ -10,7 +10,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, nil)
-	storagetest.Run(t, func(t *testing.T) storage.Store { return s })
+	storagetest.RunWithFeatures(t, storagetest.Features{Combiner: true, GroupCombiner: true}, func(t *testing.T) storage.Store { return s })
 }
 
 // BenchmarkStore runs the shared storage benchmarks on the embedded store.

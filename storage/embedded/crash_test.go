@@ -20,7 +20,7 @@ import (
 
 // Environment of the child processes the crash and lock tests start.
 const (
-	envRole = "CMDQ_EMBEDDED_CHILD" // "crash" or "hold"
+	envRole = "CMDQ_EMBEDDED_CHILD" // "crash", "complete" or "hold"
 	envPath = "CMDQ_EMBEDDED_PATH"
 )
 
@@ -32,7 +32,11 @@ func TestCrashHelper(t *testing.T) {
 		return // run as a normal test: nothing to do
 	}
 	path := os.Getenv(envPath)
-	s, err := embedded.Open(path, nil)
+	var opts *embedded.Options
+	if d, err := time.ParseDuration(os.Getenv(envShift)); err == nil {
+		opts = &embedded.Options{Now: func() time.Time { return time.Now().Add(d) }}
+	}
+	s, err := embedded.Open(path, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stdout, "OPENERR", err)
 		os.Exit(2)
@@ -44,6 +48,8 @@ func TestCrashHelper(t *testing.T) {
 		// Hold the lock until the parent kills us or closes stdin.
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		os.Exit(0)
+	case "complete":
+		completeChild(s)
 	case "crash":
 		tb, err := s.Table(ctx, "crash")
 		if err != nil {
@@ -76,10 +82,10 @@ func TestCrashHelper(t *testing.T) {
 	os.Exit(9)
 }
 
-func child(t *testing.T, role, path string) (*exec.Cmd, *bufio.Scanner) {
+func child(t *testing.T, role, path string, env ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envRole+"="+role, envPath+"="+path)
+	cmd.Env = append(append(os.Environ(), envRole+"="+role, envPath+"="+path), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,11 @@ type Store struct {
 	fs   *countingFS
 	// guard records the manifest's synced size (manifest.go).
 	guard *manifestGuard
-	wal   *walGuard
+	// wal records the live write-ahead log files (walguard.go).
+	wal *walGuard
+	// names is the property name dictionary of the entity records
+	// (codec.go).
+	names *names
 
 	// gate: every call holds it shared while it uses db; Close takes it
 	// exclusively, so db is never closed under a running call.
@@ -286,7 +290,12 @@ func (s *Store) readErr(err error) error {
 // apply applies b (built while the caller holds the locks of what it read)
 // and makes it visible. The caller releases its locks, then calls
 // syncWait. b is not applied when apply fails.
-func (s *Store) apply(b *pebble.Batch) error {
+func (s *Store) apply(b *pebble.Batch) error { return s.applyN(b, 1) }
+
+// applyN is apply for a batch that stands for n writes (a group of
+// completions): the sync hold counts n waiting writes. The caller passes
+// the same n to syncWaitN.
+func (s *Store) applyN(b *pebble.Batch, n int64) error {
 	if f := s.failed.Load(); f != nil {
 		return *f
 	}
@@ -294,16 +303,19 @@ func (s *Store) apply(b *pebble.Batch) error {
 		return fmt.Errorf("embedded: write: %w", s.readErr(err))
 	}
 	s.writes.Add(1)
-	s.fs.waiting.Add(1)
+	s.fs.waiting.Add(n)
 	return nil
 }
 
 // syncWait waits until the log sync covering b is done and closes b. A
 // failed sync leaves the store refusing writes: what was applied is
 // visible but may not be durable.
-func (s *Store) syncWait(b *pebble.Batch) error {
+func (s *Store) syncWait(b *pebble.Batch) error { return s.syncWaitN(b, 1) }
+
+// syncWaitN is syncWait for a batch applied with applyN(b, n).
+func (s *Store) syncWaitN(b *pebble.Batch, n int64) error {
 	err := b.SyncWait()
-	s.fs.waiting.Add(-1)
+	s.fs.waiting.Add(-n)
 	_ = b.Close()
 	if err != nil {
 		err = fmt.Errorf("embedded: sync of the write-ahead log in %s failed: %w; the store refuses further writes: restart the process", s.dir, err)
@@ -412,10 +424,15 @@ func newStore(db *pebble.DB, lock *pebble.Lock, dir string, o Options, fs *count
 		seed:    maphash.MakeSeed(),
 	}
 	s.receipts.Store(rand.Uint64() >> 1)
-	if o.PurgeInterval > 0 {
-		go s.sweep(o.PurgeInterval)
+	return s
+}
+
+// startSweeper starts the background purge of expired messages (once Open
+// succeeded; Close waits for it to end).
+func (s *Store) startSweeper() {
+	if s.opts.PurgeInterval > 0 {
+		go s.sweep(s.opts.PurgeInterval)
 	} else {
 		close(s.sweeper)
 	}
-	return s
 }

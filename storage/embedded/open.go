@@ -26,14 +26,45 @@ import (
 // file and what to do. Reads that meet damaged data later return it too.
 var ErrCorrupt = errors.New("embedded: store is damaged or not a cmdq store")
 
-// markerFile is the file that identifies a data directory as a cmdq store;
-// markerText is its content.
+// markerFile is the file that identifies a data directory as a cmdq store
+// and names its format; markerText is its content for the format this
+// version writes (2: entity records with the property name dictionary),
+// markerTextV1 for the format Open migrates (1: every record carries its
+// names).
 const (
-	markerFile = "CMDQ"
-	markerText = "cmdq embedded store\nformat 1 (pebble v2)\n"
+	markerFile   = "CMDQ"
+	markerText   = "cmdq embedded store\nformat 2 (pebble v2)\n"
+	markerTextV1 = "cmdq embedded store\nformat 1 (pebble v2)\n"
+	// formatVersion is the format this version writes.
+	formatVersion = 2
 	// legacyFile is the single-file store of earlier versions (bbolt).
 	legacyFile = "cmdq.db"
 )
+
+// ErrFormat is returned (wrapped) by Open for a store written in a format
+// this version cannot read (a newer cmdq version's). The message names the
+// format; open the store with the version that wrote it.
+var ErrFormat = errors.New("embedded: store format not supported by this version")
+
+// newerFormat reads the format number of a marker of a later version
+// ("cmdq embedded store\nformat N …").
+func newerFormat(b []byte) (int, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte("cmdq embedded store\nformat "))
+	if !ok {
+		return 0, false
+	}
+	n := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+		if n > 1_000_000 {
+			return 0, false
+		}
+	}
+	return n, n > formatVersion
+}
 
 // advice says what an operator can do about a damaged store in dir.
 func advice(dir string) string {
@@ -101,7 +132,7 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 			_ = lock.Close()
 		}
 	}()
-	exists, err := checkDir(dir)
+	exists, format, err := checkDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -188,15 +219,31 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 			return nil, err
 		}
 	}
+	s := newStore(db, lock, dir, o, fs)
+	if s.names, err = loadNames(s); err != nil {
+		return nil, err
+	}
+	if exists && format < formatVersion {
+		// Every record is rewritten in the current format before the
+		// marker says so; a crash in between leaves a store that the
+		// next Open migrates again (each record's first byte tells its
+		// format, so none is ever misread).
+		if err := s.migrateV1(); err != nil {
+			return nil, err
+		}
+		if err := writeMarker(dir); err != nil {
+			return nil, err
+		}
+	}
 	if guard.name == "" {
 		if guard.name, err = currentManifest(dir); err != nil {
 			return nil, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
 		}
 	}
 	guard.record()
-	s := newStore(db, lock, dir, o, fs)
 	s.guard = guard
 	s.wal = wal
+	s.startSweeper()
 	return s, nil
 }
 
@@ -226,10 +273,10 @@ func lockDir(dir string, timeout time.Duration) (*pebble.Lock, error) {
 // checkDir tells whether dir holds a store (its marker file) and refuses
 // what it must not open: an earlier version's single-file store, a
 // directory with other content, a store with its marker or manifest gone.
-func checkDir(dir string) (exists bool, err error) {
+func checkDir(dir string) (exists bool, format int, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return false, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
+		return false, 0, fmt.Errorf("embedded: read data directory %s: %w", dir, err)
 	}
 	var hasMarker, hasEngine bool
 	var other []string
@@ -241,7 +288,7 @@ func checkDir(dir string) (exists bool, err error) {
 		case name == manifestGuardFile, name == manifestGuardFile+".tmp", name == walGuardFile, name == walGuardFile+".tmp":
 		case name == "LOCK":
 		case name == legacyFile:
-			return false, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read (drain it with that version first)"))
+			return false, 0, corrupt(dir, filepath.Join(dir, legacyFile), errors.New("is a store of an earlier cmdq version (one bbolt file), which this version cannot read (drain it with that version first)"))
 		case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."), name == "CURRENT",
 			strings.HasSuffix(name, ".sst"), strings.HasSuffix(name, ".log"), strings.HasSuffix(name, ".blob"):
 			hasEngine = true
@@ -252,23 +299,31 @@ func checkDir(dir string) (exists bool, err error) {
 	if hasMarker {
 		b, err := os.ReadFile(filepath.Join(dir, markerFile))
 		if err != nil {
-			return false, fmt.Errorf("embedded: read %s: %w", filepath.Join(dir, markerFile), err)
+			return false, 0, fmt.Errorf("embedded: read %s: %w", filepath.Join(dir, markerFile), err)
 		}
-		if !bytes.Equal(b, []byte(markerText)) {
-			return false, corrupt(dir, filepath.Join(dir, markerFile), fmt.Errorf("unexpected content %.40q (want %q)", b, markerText))
+		switch {
+		case bytes.Equal(b, []byte(markerText)):
+			format = formatVersion
+		case bytes.Equal(b, []byte(markerTextV1)):
+			format = 1
+		default:
+			if v, ok := newerFormat(b); ok {
+				return false, 0, fmt.Errorf("%w: %s holds a store of format %d, written by a newer cmdq version; this version reads formats 1 and %d: open it with that version (or a newer one)", ErrFormat, dir, v, formatVersion)
+			}
+			return false, 0, corrupt(dir, filepath.Join(dir, markerFile), fmt.Errorf("unexpected content %.40q (want %q)", b, markerText))
 		}
 		if !hasEngine {
-			return false, corrupt(dir, dir, errors.New("the store's data files are missing (only its "+markerFile+" file is left)"))
+			return false, 0, corrupt(dir, dir, errors.New("the store's data files are missing (only its "+markerFile+" file is left)"))
 		}
-		return true, nil
+		return true, format, nil
 	}
 	if hasEngine {
-		return false, corrupt(dir, filepath.Join(dir, markerFile), errors.New("is missing: the directory holds engine files but no cmdq store marker"))
+		return false, 0, corrupt(dir, filepath.Join(dir, markerFile), errors.New("is missing: the directory holds engine files but no cmdq store marker"))
 	}
 	if len(other) > 0 {
-		return false, fmt.Errorf("%w: %s is not empty and holds no cmdq store (found %s); pass a new or empty directory", ErrCorrupt, dir, strings.Join(other[:min(len(other), 3)], ", "))
+		return false, 0, fmt.Errorf("%w: %s is not empty and holds no cmdq store (found %s); pass a new or empty directory", ErrCorrupt, dir, strings.Join(other[:min(len(other), 3)], ", "))
 	}
-	return false, nil
+	return false, 0, nil
 }
 
 // writeMarker writes the marker of a new store durably.

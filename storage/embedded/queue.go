@@ -675,6 +675,30 @@ func (d *deletion) stage(b *pebble.Batch) (after func(), opErr error) {
 	return func() { q.count.Add(delta); q.settle(true) }, err
 }
 
+// stageDeletes adds the deletes ds (distinct messages of q) to b under
+// q.mu, writing the queue's count once. errs[i] is ds[i]'s own failure (a
+// stale receipt, a missing message). after is to run once b is applied.
+func (q *queue) stageDeletes(b *pebble.Batch, ds []*deletion) (after func(), errs []error) {
+	errs = make([]error, len(ds))
+	var delta int64
+	now := q.s.now().UnixNano()
+	for i, d := range ds {
+		rec, dd, err := q.owned(b, d.key, d.receipt, now)
+		if err == nil {
+			_ = b.Delete(q.indexKey(i64(rec[offVisible:]), d.key), nil)
+			_ = b.Delete(q.msgKey(d.key), nil)
+			q.gone = append(q.gone, d.key)
+			dd = -1
+		}
+		delta += dd
+		errs[i] = err
+	}
+	if delta != 0 {
+		q.writeCount(b, q.count.Load()+delta)
+	}
+	return func() { q.count.Add(delta); q.settle(true) }, errs
+}
+
 // purge removes up to limit expired messages that are due for visibility;
 // more reports that the limit was reached.
 func (q *queue) purge(ctx context.Context, limit int) (n int, more bool, err error) {

@@ -68,10 +68,12 @@ func matches(ifMatch string, rec []byte) bool {
 	return ifMatch == "" || ifMatch == storage.IfMatchAny || ifMatch == etagOf(recordTimestamp(rec))
 }
 
-// change is one planned write: the new record (nil for a delete).
+// change is one planned write: the new record (nil for a delete), and
+// the dictionary names a re-encoded format-1 record needs (names.merge).
 type change struct {
-	key []byte
-	val []byte
+	key   []byte
+	val   []byte
+	fresh []string
 }
 
 // plan works out one operation against the stored state without writing.
@@ -83,7 +85,7 @@ func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []by
 		if cur != nil {
 			return change{}, fmt.Errorf("%w: (%q, %q)", storage.ErrExists, op.Entity.PartitionKey, op.Entity.RowKey)
 		}
-		return change{key, pre}, nil
+		return change{key: key, val: pre}, nil
 	case storage.OpDelete:
 		if cur == nil {
 			return change{}, fmt.Errorf("%w: entity (%q, %q)", storage.ErrNotFound, op.Entity.PartitionKey, op.Entity.RowKey)
@@ -91,11 +93,11 @@ func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []by
 		if !matches(op.IfMatch, cur) {
 			return change{}, fmt.Errorf("%w: entity (%q, %q) has ETag %s, not %s", storage.ErrConflict, op.Entity.PartitionKey, op.Entity.RowKey, etagOf(recordTimestamp(cur)), op.IfMatch)
 		}
-		return change{key, nil}, nil
+		return change{key: key}, nil
 	case storage.OpUpdate, storage.OpUpsert:
 		if cur == nil {
 			if op.Kind == storage.OpUpsert {
-				return change{key, pre}, nil
+				return change{key: key, val: pre}, nil
 			}
 			return change{}, fmt.Errorf("%w: entity (%q, %q)", storage.ErrNotFound, op.Entity.PartitionKey, op.Entity.RowKey)
 		}
@@ -103,19 +105,19 @@ func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []by
 			return change{}, fmt.Errorf("%w: entity (%q, %q) has ETag %s, not %s", storage.ErrConflict, op.Entity.PartitionKey, op.Entity.RowKey, etagOf(recordTimestamp(cur)), op.IfMatch)
 		}
 		if op.Mode == storage.Replace {
-			return change{key, pre}, nil
+			return change{key: key, val: pre}, nil
 		}
 		// Merge the encoded records without decoding them: unchanged
 		// values (a command's parameters) are copied as bytes.
 		keySize := 4 + 2*utf16LenBytes([]byte(op.Entity.PartitionKey)) + 2*utf16LenBytes([]byte(op.Entity.RowKey))
-		rec, err := mergeRecords(cur, pre, ts, keySize)
+		rec, fresh, err := t.s.names.merge(cur, pre, ts, keySize)
 		if err != nil {
 			if errors.Is(err, errCorrupt) {
 				return change{}, corrupt(t.s.dir, t.s.dir, fmt.Errorf("table %q entity (%q, %q): %w", t.name, op.Entity.PartitionKey, op.Entity.RowKey, err))
 			}
 			return change{}, fmt.Errorf("entity (%q, %q): %w", op.Entity.PartitionKey, op.Entity.RowKey, err)
 		}
-		return change{key, rec}, nil
+		return change{key, rec, fresh}, nil
 	}
 	return change{}, fmt.Errorf("%w: unknown batch operation kind %d", storage.ErrInvalidArgument, op.Kind)
 }
@@ -181,8 +183,8 @@ func (t *table) Delete(ctx context.Context, partitionKey, rowKey, ifMatch string
 	return err
 }
 
-func toEntity(k, rec []byte) (storage.Entity, error) {
-	ts, props, err := decodeEntity(rec)
+func (t *table) toEntity(k, rec []byte) (storage.Entity, error) {
+	ts, props, err := t.s.names.decode(rec)
 	if err != nil {
 		return storage.Entity{}, err
 	}
@@ -215,7 +217,7 @@ func (t *table) Get(ctx context.Context, partitionKey, rowKey string) (storage.E
 	if err != nil {
 		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, t.s.readErr(err))
 	}
-	e, err := toEntity(key[len(t.prefix):], v)
+	e, err := t.toEntity(key[len(t.prefix):], v)
 	_ = closer.Close()
 	if err != nil {
 		return storage.Entity{}, fmt.Errorf("embedded: get from table %q: %w", t.name, t.corruptRecord(err))
@@ -293,7 +295,7 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 			_ = it.Close()
 			return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.s.readErr(verr))
 		}
-		e, derr := toEntity(k, v)
+		e, derr := t.toEntity(k, v)
 		if derr != nil {
 			_ = it.Close()
 			return storage.Page{}, fmt.Errorf("embedded: query table %q: %w", t.name, t.corruptRecord(derr))
@@ -341,6 +343,9 @@ type tableBatch struct {
 	ts    []time.Time
 	pre   [][]byte
 	etags []string
+	// fresh: dictionary names the batch's records use whose entries are
+	// not known durable yet; staged with it, settled once it is synced.
+	fresh []string
 }
 
 // prepare checks the update modes and encodes the batch's entities. The
@@ -360,7 +365,9 @@ func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.
 	for i, op := range ops {
 		tb.ts[i] = t.s.timestamp()
 		if op.Kind != storage.OpDelete {
-			tb.pre[i] = encodeEntity(tb.ts[i], op.Entity.Properties)
+			var fresh []string
+			tb.pre[i], fresh = t.s.names.encode(tb.ts[i], op.Entity.Properties)
+			tb.fresh = append(tb.fresh, fresh...)
 			tb.etags[i] = etagOf(tb.ts[i].UnixNano())
 		}
 	}
@@ -388,6 +395,10 @@ func (tb *tableBatch) stage(b *pebble.Batch) error {
 		changes[i] = c
 	}
 	for _, c := range changes {
+		tb.fresh = append(tb.fresh, c.fresh...)
+	}
+	t.s.names.stage(b, tb.fresh)
+	for _, c := range changes {
 		if c.val == nil {
 			_ = b.Delete(c.key, nil)
 		} else {
@@ -408,6 +419,11 @@ const maxPointReads = 4
 // absent): a point read each for a small batch (maxPointReads), else one
 // iterator over the partition, sought in row key order (one pass through
 // the engine's levels instead of one per operation).
+//
+// An insert the batch's condition guards (storage.BatchOp.AssumeAbsent,
+// with a conditional update or delete of another row in the batch) is not
+// read: the condition's row is read and checked, and the batch fails as a
+// whole when its ETag moved.
 func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	t := tb.t
 	curs = make([][]byte, len(tb.ops))
@@ -415,8 +431,23 @@ func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	for i, op := range tb.ops {
 		keys[i] = t.key(op.Entity.PartitionKey, op.Entity.RowKey)
 	}
-	if len(tb.ops) <= maxPointReads {
+	guarded := tb.guarded()
+	reads := len(tb.ops)
+	if guarded {
+		for _, op := range tb.ops {
+			if op.Kind == storage.OpInsert && op.AssumeAbsent {
+				reads--
+			}
+		}
+	}
+	skip := func(i int) bool {
+		return guarded && tb.ops[i].Kind == storage.OpInsert && tb.ops[i].AssumeAbsent
+	}
+	if reads <= maxPointReads {
 		for i, key := range keys {
+			if skip(i) {
+				continue
+			}
 			v, found, err := t.s.get(key)
 			if err != nil {
 				return nil, nil, err
@@ -439,6 +470,9 @@ func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 		return nil, nil, t.s.readErr(err)
 	}
 	for _, i := range order {
+		if skip(i) {
+			continue
+		}
 		if it.SeekGE(keys[i]) && bytes.Equal(it.Key(), keys[i]) {
 			v, verr := it.ValueAndErr()
 			if verr != nil {
@@ -452,6 +486,18 @@ func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 		return nil, nil, t.s.readErr(err)
 	}
 	return curs, keys, nil
+}
+
+// guarded reports whether the batch holds a condition that proves its
+// AssumeAbsent inserts absent: an update or delete with a specific ETag.
+func (tb *tableBatch) guarded() bool {
+	for _, op := range tb.ops {
+		if (op.Kind == storage.OpUpdate || op.Kind == storage.OpDelete) &&
+			op.IfMatch != "" && op.IfMatch != storage.IfMatchAny {
+			return true
+		}
+	}
+	return false
 }
 
 // commitBatch applies tb under its partition's lock. With a queue q, it
@@ -497,5 +543,9 @@ func (s *Store) commitBatch(tb *tableBatch, q *queue, stageQ func(b *pebble.Batc
 		_ = b.Close()
 		return err
 	}
-	return s.syncWait(b)
+	if err := s.syncWait(b); err != nil {
+		return err
+	}
+	s.names.settle(tb.fresh)
+	return nil
 }

@@ -6,8 +6,9 @@
 // Queue, Table, Close and the management calls (DeleteQueue, DeleteTable,
 // Queues, Tables) are forwarded without being reported: they are not
 // per-command transactions (drivers cache queues and tables). When the wrapped
-// store implements storage.Combiner so does the wrapper, each combined call
-// reported as the two operations it stands for.
+// store implements storage.Combiner (or storage.GroupCombiner) so does the
+// wrapper, each combined call reported as the two operations it stands for
+// (a grouped completion: a TableBatch and a QueueDelete per item).
 package instrument
 
 import (
@@ -109,9 +110,12 @@ func (h *Hooks) end(op Op, t0 time.Time, err error) {
 }
 
 // Wrap returns s with every queue and table call reported to h. The result
-// implements storage.Combiner when s does.
+// implements storage.Combiner and storage.GroupCombiner when s does.
 func Wrap(s storage.Store, h Hooks) storage.Store {
 	w := &store{s: s, h: &h}
+	if gc, ok := s.(storage.GroupCombiner); ok {
+		return &groupCombiner{combiner: &combiner{store: w, cb: gc}, gc: gc}
+	}
 	if cb, ok := s.(storage.Combiner); ok {
 		return &combiner{store: w, cb: cb}
 	}
@@ -401,4 +405,60 @@ func (c *combiner) BatchDelete(ctx context.Context, table, partitionKey string, 
 		c.h.end(QueueDelete, time.Time{}, deleteErr)
 	}
 	return etags, deleteErr, err
+}
+
+var _ storage.GroupCombiner = (*groupCombiner)(nil)
+
+// groupCombiner keeps a driver's storage.GroupCombiner visible through the
+// wrapper.
+type groupCombiner struct {
+	*combiner
+	gc storage.GroupCombiner
+}
+
+// BatchDeleteMany is reported as a TableBatch per item and, for each item
+// whose batch applied, a QueueDelete with its DeleteErr: the two calls
+// each completion stands for, as BatchDelete is. An item whose Before hook
+// fails gets that error and is left out of the call. The call's whole
+// duration is carried by the first item's TableBatch.
+func (c *groupCombiner) BatchDeleteMany(ctx context.Context, items []storage.DeleteItem) ([]storage.DeleteResult, error) {
+	res := make([]storage.DeleteResult, len(items))
+	pass := make([]storage.DeleteItem, 0, len(items))
+	idx := make([]int, 0, len(items))
+	var t0 time.Time
+	for i, it := range items {
+		t, err := c.h.begin(TableBatch, QueueDelete)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if len(idx) == 0 {
+			t0 = t
+		}
+		pass = append(pass, it)
+		idx = append(idx, i)
+	}
+	if len(pass) == 0 {
+		return res, nil
+	}
+	got, err := c.gc.BatchDeleteMany(ctx, pass)
+	for k, i := range idx {
+		itemErr := err
+		if err == nil {
+			res[i] = got[k]
+			itemErr = got[k].Err
+		}
+		start := time.Time{}
+		if k == 0 {
+			start = t0
+		}
+		c.h.end(TableBatch, start, itemErr)
+		if itemErr == nil {
+			c.h.end(QueueDelete, time.Time{}, got[k].DeleteErr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }

@@ -3,6 +3,7 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -303,3 +304,63 @@ func TestExclusiveThroughWrapper(t *testing.T) {
 
 // nonExclusive hides the embedded store's Exclusive method.
 type nonExclusive struct{ storage.Store }
+
+// TestGroupedCompletionReportedPerItem: BatchDeleteMany through the
+// wrapper is reported as a table batch per item and a message delete per
+// item whose batch applied (with its delete's error): a grouped completion
+// counts the two calls each completion stands for, whatever the group.
+func TestGroupedCompletionReportedPerItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var r recorder
+	st := openEmbedded(t)
+	w := instrument.Wrap(st, r.hooks())
+	gc, ok := w.(storage.GroupCombiner)
+	if !ok {
+		t.Fatal("the wrapper of a storage.GroupCombiner is not one")
+	}
+	tb, _ := w.Table(ctx, "groupt")
+	q, _ := w.Queue(ctx, "groupq")
+	var items []storage.DeleteItem
+	for _, pk := range []string{"a", "b", "c"} {
+		if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: pk, RowKey: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Enqueue(ctx, pk, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := q.Dequeue(ctx, 3, time.Minute)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("Dequeue: %d, %v", len(ms), err)
+	}
+	for i, m := range ms {
+		kind, receipt := storage.OpUpsert, m.PopReceipt
+		switch i {
+		case 1:
+			kind = storage.OpInsert // exists: the batch fails
+		case 2:
+			receipt = "0" // stale: the delete fails
+		}
+		items = append(items, storage.DeleteItem{Table: "groupt", PartitionKey: m.Text, Queue: "groupq", ID: m.ID, PopReceipt: receipt,
+			Ops: []storage.BatchOp{{Kind: kind, Entity: storage.Entity{PartitionKey: m.Text, RowKey: "r"}}}})
+	}
+	r.take()
+	res, err := gc.BatchDeleteMany(ctx, items)
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, storage.ErrExists) || res[2].Err != nil || !errors.Is(res[2].DeleteErr, storage.ErrLeaseLost) {
+		t.Fatalf("BatchDeleteMany: %+v %v", res, err)
+	}
+	b, a := r.take()
+	want := []instrument.Op{instrument.TableBatch, instrument.QueueDelete, instrument.TableBatch, instrument.QueueDelete, instrument.TableBatch, instrument.QueueDelete}
+	if !reflect.DeepEqual(b, want) {
+		t.Fatalf("Before saw %v, want %v", b, want)
+	}
+	var ops []instrument.Op
+	for _, c := range a {
+		ops = append(ops, c.Op)
+	}
+	if fmt.Sprint(ops) != fmt.Sprint([]instrument.Op{instrument.TableBatch, instrument.QueueDelete, instrument.TableBatch, instrument.TableBatch, instrument.QueueDelete}) ||
+		a[1].Err != nil || !errors.Is(a[2].Err, storage.ErrExists) || !errors.Is(a[4].Err, storage.ErrLeaseLost) {
+		t.Fatalf("After saw %+v: want batch+delete, a failed batch, batch+failed delete", a)
+	}
+}

@@ -16,6 +16,7 @@ func batchCases() []testCase {
 		{"HundredOps", testBatchHundredOps},
 		{"MixedOps", testBatchMixedOps},
 		{"ETagsUsable", testBatchETagsUsable},
+		{"AssumeAbsentUnderETag", testBatchAssumeAbsent},
 	}
 }
 

@@ -56,9 +56,18 @@ type testCase struct {
 
 // Run runs every conformance case against the stores open returns, as
 // parallel subtests grouped Queue/…, Table/…, Batch/…, Validation/…,
-// Concurrency/… and Store/… (deleting and listing queues and tables). open is called once per case and may return a shared store;
+// Concurrency/…, Store/… and Combined/… (the optional storage.Combiner and
+// storage.GroupCombiner) (deleting and listing queues and tables). open is called once per case and may return a shared store;
 // Run never closes it (use t.Cleanup in open to close a per-case store).
+//
+// Run tests the optional abilities the store offers (group Combined/…);
+// RunWithFeatures also fails when an ability the driver declares is
+// missing.
 func Run(t *testing.T, open func(t *testing.T) storage.Store) {
+	run(t, Features{}, open)
+}
+
+func run(t *testing.T, f Features, open func(t *testing.T) storage.Store) {
 	groups := []struct {
 		name  string
 		cases []testCase
@@ -69,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Validation", validationCases()},
 		{"Concurrency", concurrencyCases()},
 		{"Store", storeCases()},
+		{"Combined", combineCases(f)},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -38,8 +38,10 @@ import (
 const EnvBin = "CMDQ_AZURITE_BIN"
 
 // StartTimeout is how long Start waits for Azurite's ports to accept
-// connections after starting it (30 seconds).
-const StartTimeout = 30 * time.Second
+// connections after starting it (90 seconds: Node starts Azurite in about
+// 2 s on a quiet machine, but over 30 s was seen on a 2-core machine at a
+// load average of 30).
+const StartTimeout = 90 * time.Second
 
 // stopTimeout is how long Stop waits for the killed process to exit.
 const stopTimeout = 10 * time.Second

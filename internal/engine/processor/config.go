@@ -154,6 +154,13 @@ type Config struct {
 	// after the issue, runs from what the message carries without the read
 	// (docs/lifecycle.md, "First delivery").
 	NoFastPath bool
+	// NoGroupCommit turns the grouped completion off: on a store that can
+	// write many completions in one durable write
+	// (storage.GroupCombiner: the embedded store), each completion is
+	// then its own write (storage.Combiner.BatchDelete), as on a store
+	// that cannot. For comparisons and tests. Default false: completions
+	// that are ready together share one write (record.Completer).
+	NoGroupCommit bool
 	// NoHandOff turns the in-process hand-off off (HandOff returns nil):
 	// an Issuer in this process enqueues every message visible and wakes
 	// the poller. Default false: an issue's own message is handed to this

@@ -759,7 +759,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		ev := cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
 		return a.retryConflict(s.ops, func() error {
 			var err error
-			deleteErr, err = p.st.AppendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
+			deleteErr, err = p.appendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
 			answered = time.Now()
 			if err != nil {
 				return err
@@ -783,6 +783,18 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 		p.giveUp(s, a.k, "write completed", err)
 	}
 	return true
+}
+
+// appendAndDelete writes a completion's final batch and deletes its
+// message in one durable write: with the completions ready at the same
+// moment through the completer (storage.GroupCombiner: one write for the
+// group), else on its own through cb. Either way it returns once the
+// write is durable, and the record store's change hook has run.
+func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb storage.Combiner, queue, id, receipt string, evs ...cmdqtype.Event) (deleteErr, err error) {
+	if p.completer != nil {
+		return p.completer.AppendAndDelete(ctx, rec, queue, id, receipt, evs...)
+	}
+	return p.st.AppendAndDelete(ctx, rec, cb, queue, id, receipt, evs...)
 }
 
 // fail records a failed attempt: poisoned if permanent or the attempts are

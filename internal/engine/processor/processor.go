@@ -54,7 +54,10 @@ type Processor struct {
 	opened   bool
 	st       *record.Store
 	enq      *record.Enqueuer // the reconciler's enqueues wake this processor
-	poison   storage.Table
+	// completer groups the final writes of concurrent completions (nil:
+	// each is its own write; see complete).
+	completer *record.Completer
+	poison    storage.Table
 
 	sem     chan struct{}
 	running atomic.Bool
@@ -228,6 +231,9 @@ func (p *Processor) open(ctx context.Context) error {
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {
+		p.completer = record.NewCompleter(p.st, gc)
+	}
 	p.poison = poison
 	p.opened = true
 	return nil

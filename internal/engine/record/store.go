@@ -833,6 +833,13 @@ func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.Batch
 	ops := make([]storage.BatchOp, 0, len(events)+1)
 	written := make([]cmdqtype.Event, 0, len(events))
 	now := s.nowUTC()
+	// The event rows are appended under the command row's ETag: every
+	// write that adds an event moves it, so while it matches no row
+	// after EventSeq exists, and the driver need not read them to prove
+	// it (storage.BatchOp.AssumeAbsent; the batch fails as a whole with
+	// ErrConflict when the ETag moved). Without an ETag (IfMatchAny) the
+	// driver checks.
+	guarded := rec.ETag != ""
 	for _, e := range events {
 		seq++
 		e.Seq = seq
@@ -848,7 +855,7 @@ func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.Batch
 		Apply(&st, e)
 		settled = Settle(settled, e)
 		owner = Own(owner, e)
-		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid)})
+		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid), AssumeAbsent: guarded})
 		written = append(written, e)
 	}
 	// Merge: the command's own properties (params, …) are neither resent

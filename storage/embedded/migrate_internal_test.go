@@ -1,0 +1,264 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// dumpTables reads every entity of every table of s, by table.
+func dumpTables(t *testing.T, s *Store) map[string][]storage.Entity {
+	t.Helper()
+	ctx := context.Background()
+	names, err := s.Tables(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]storage.Entity{}
+	for _, n := range names {
+		tb, err := s.Table(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cont := "first"; cont != ""; {
+			if cont == "first" {
+				cont = ""
+			}
+			p, err := tb.Query(ctx, storage.Query{Continuation: cont})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n] = append(out[n], p.Entities...)
+			cont = p.Continuation
+		}
+	}
+	return out
+}
+
+// toFormat1 rewrites every entity record of the store in dir in format 1
+// (the old encoder, kept for this), drops the name dictionary and marks the
+// directory format 1: a store as an earlier version left it. keep, when
+// set, leaves the records it selects in format 2 (a migration that a crash
+// interrupted).
+func toFormat1(t *testing.T, dir string, keep func(i int) bool) {
+	t.Helper()
+	s, err := Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.db.NewBatch()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t"), UpperBound: []byte("u")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		i++
+		if keep != nil && keep(i) {
+			continue
+		}
+		ts, props, err := s.names.decode(it.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b.Set(append([]byte(nil), it.Key()...), encodeEntityV1(ts, props), nil)
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if keep == nil {
+		_ = b.DeleteRange([]byte("N"), []byte("O"), nil)
+	}
+	if err := s.db.Apply(b, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(markerTextV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenMigratesFormat1 opens a store written in format 1 (every record
+// with its property names): Open rewrites it in format 2 and every entity
+// reads back exactly as before, ETags included, and a write conditional on
+// an ETag read before the migration still matches. A migration cut short
+// (some records already rewritten) is finished by the next Open.
+func TestOpenMigratesFormat1(t *testing.T) {
+	t.Parallel()
+	for _, interrupted := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "data")
+		s, err := Open(dir, &Options{PurgeInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		at := time.Date(2026, 11, 25, 10, 0, 0, 123_000_000, time.UTC)
+		for _, name := range []string{"cmdqcommands", "Other"} {
+			tb, err := s.Table(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 30 {
+				pk := "p" + strings.Repeat("x", i%3) + string(rune('a'+i))
+				props := map[string]any{"Type": "t", "N": int32(i), "Big": int64(i) << 40, "F": float64(i) / 3,
+					"At": at, "B": []byte{byte(i)}, "OK": i%2 == 0, "Text": strings.Repeat("é", i)}
+				if i%5 == 0 {
+					props["Rare"+string(rune('A'+i))] = "only here"
+				}
+				if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: pk, RowKey: "a:cmd", Properties: props}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// A queue message is not an entity: it stays as it is.
+		q, err := s.Queue(ctx, "cmdq-commands")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Enqueue(ctx, `{"id":"x"}`, 0, storage.NoExpiry); err != nil {
+			t.Fatal(err)
+		}
+		want := dumpTables(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var keep func(int) bool
+		if interrupted {
+			keep = func(i int) bool { return i%3 == 0 }
+		}
+		toFormat1(t, dir, keep)
+
+		s, err = Open(dir, &Options{PurgeInterval: -1})
+		if err != nil {
+			t.Fatalf("open format 1 (interrupted %v): %v", interrupted, err)
+		}
+		if got := dumpTables(t, s); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after migration (interrupted %v) the entities differ:\n got %v\nwant %v", interrupted, got, want)
+		}
+		marker, err := os.ReadFile(filepath.Join(dir, markerFile))
+		if err != nil || string(marker) != markerText {
+			t.Fatalf("marker after migration: %q, %v", marker, err)
+		}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t"), UpperBound: []byte("u")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+			if !isV2(it.Value()) {
+				t.Fatalf("record %q is still in format 1", it.Key())
+			}
+		}
+		_ = it.Close()
+		if n != 60 {
+			t.Fatalf("%d records after migration, want 60", n)
+		}
+		e := want["cmdqcommands"][0]
+		tb, _ := s.Table(ctx, "cmdqcommands")
+		if _, err := tb.Update(ctx, storage.Entity{PartitionKey: e.PartitionKey, RowKey: e.RowKey, Properties: map[string]any{"N": int32(-1)}}, storage.Merge, e.ETag); err != nil {
+			t.Fatalf("update with the ETag read before the migration: %v", err)
+		}
+		got, err := tb.Get(ctx, e.PartitionKey, e.RowKey)
+		if err != nil || got.Properties["N"] != int32(-1) || got.Properties["Text"] != e.Properties["Text"] {
+			t.Fatalf("merged entity: %v %v", got.Properties, err)
+		}
+		if c, err := q.ApproximateCount(ctx); err == nil {
+			t.Fatalf("a handle of the closed store answered (%d)", c)
+		}
+		q2, _ := s.Queue(ctx, "cmdq-commands")
+		if m, err := q2.Peek(ctx, 1); err != nil || len(m) != 1 || m[0].Text != `{"id":"x"}` {
+			t.Fatalf("message after migration: %v %v", m, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestOpenRefusesNewerFormat: a store whose marker names a later format is
+// refused with ErrFormat and a message naming the format, and is left
+// untouched.
+func TestOpenRefusesNewerFormat(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	newer := "cmdq embedded store\nformat 3 (pebble v2)\n"
+	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(newer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, nil)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 3") || !strings.Contains(err.Error(), "newer cmdq version") {
+		t.Fatalf("open of a format-3 store: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != newer {
+		t.Fatalf("marker changed to %q", b)
+	}
+}
+
+// TestNameDictionaryGap: a name given an id that no durable record used
+// (its writer failed or the process died before the sync) leaves a gap
+// that Open accepts; the names written with records are read back, and a
+// name's entry is written in the same commit as the first record that
+// uses it (no extra sync).
+func TestNameDictionaryGap(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tb, err := s.Table(ctx, "gaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, fresh := s.names.id("Ghost"); id == 0 || !fresh {
+		t.Fatalf("new name: id %d fresh %v", id, fresh)
+	}
+	before := s.Stats().Commits
+	if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: "p", RowKey: "r", Properties: map[string]any{"Real": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Stats().Commits - before; c != 1 {
+		t.Fatalf("an insert with a new name took %d log syncs, want 1", c)
+	}
+	if _, fresh := s.names.id("Real"); fresh {
+		t.Fatal("Real is still fresh after its record was synced")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatalf("open with a gap in the dictionary: %v", err)
+	}
+	defer s.Close()
+	tb, _ = s.Table(ctx, "gaps")
+	e, err := tb.Get(ctx, "p", "r")
+	if err != nil || e.Properties["Real"] != "v" {
+		t.Fatalf("get after reopen: %v %v", e.Properties, err)
+	}
+	if _, ok := s.names.snap.Load().ids["Ghost"]; ok {
+		t.Fatal("a name no durable record used is in the dictionary after reopen")
+	}
+	if id, _ := s.names.id("Next"); id != 3 {
+		t.Fatalf("next name got id %d, want 3 (after the gap)", id)
+	}
+}
