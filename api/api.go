@@ -289,9 +289,9 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (w
 
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
-		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
+		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 (upper case is read as lower case)", quoteClip(id))))
 		return "", false
 	}
 	return id, true
@@ -374,8 +374,8 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, cmdqtype.ErrInvalidParams):
 		// The params do not decode into the type's Go type (the Issuer
 		// checks it for every type this process registers or declares).
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
-			client.FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, sentence(err, cmdqtype.ErrInvalidParams),
+			client.FieldError{Pointer: "#/params", Detail: paramsDetail(err)}))
 		return
 	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err))))
@@ -425,8 +425,8 @@ func trimPrefix(err error) string {
 // paramsDetail is the part of an ErrInvalidParams error after its
 // sentinel's text: what is wrong with the params.
 func paramsDetail(err error) string {
-	msg := trimPrefix(err)
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
+	msg := strings.TrimPrefix(err.Error(), cmdqtype.ErrInvalidParams.Error()+": ")
+	if i := strings.Index(msg, ": "); i >= 0 {
 		return msg[i+2:]
 	}
 	return msg

@@ -104,6 +104,7 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		}
 	}
 	if req.ID != "" {
+		req.ID = cmdqtype.NormalizeID(req.ID)
 		if err := cmdqtype.ValidateID(req.ID); err != nil {
 			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}

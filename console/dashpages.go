@@ -208,7 +208,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
@@ -278,7 +278,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("id")))
+	id := cmdqtype.NormalizeID(strings.TrimSpace(r.URL.Query().Get("id")))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
@@ -305,7 +305,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		if !ok || !d.checkPost(w, r, v) {
 			return
 		}
-		id := r.PathValue("id")
+		id := cmdqtype.NormalizeID(r.PathValue("id"))
 		if !validPoisonID(id) {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 			return
@@ -385,7 +385,7 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if !validPoisonID(id) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 		return

@@ -51,13 +51,51 @@ type backend interface {
 	Close() error
 }
 
-// errNotFound prefixes both backends' not-found errors, so the CLI reports a
-// missing command or poison entry in the same words over HTTP and on a store.
-var errNotFound = errors.New("not found")
+// cliError is an error as the CLI prints it: one sentence in the CLI's
+// words (msg), wrapping the error it came from, so errors.Is still sees
+// the sentinels (cmdq.ErrNotFound, client.ErrConflict, …).
+type cliError struct {
+	msg string
+	err error
+}
 
-// errExpired prefixes both backends' errors for a command removed after its
-// retention (HTTP 410).
-var errExpired = errors.New("expired")
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// apiHints turns the API paths a server's problem detail points to into
+// the CLI commands that do the same.
+var apiHints = strings.NewReplacer(
+	"GET /v1/poison lists the poisoned commands", "`cmdq poison ls` lists the poisoned commands",
+	"GET /v1/commands/{id} shows its state", "`cmdq status ID` shows its state",
+	"DELETE /v1/poison/{id}", "`cmdq poison rm ID`",
+	"GET /v1/queues lists", "`cmdq queue ls` lists",
+	"a POST /v1/commands with the same id is safe to repeat", "`cmdq send` with the same --id is safe to repeat",
+	"GET /healthz shows the last fault", "the server's /healthz shows the last fault",
+)
+
+// problemText is what the CLI says about a server's problem: its detail,
+// then the field problems it does not already say, API paths turned into
+// CLI commands; no request line, no HTTP status.
+func problemText(p client.Problem) string {
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Title
+	}
+	for _, f := range p.Errors {
+		if f.Detail == "" || strings.Contains(msg, f.Detail) {
+			continue
+		}
+		msg += "; " + strings.TrimPrefix(f.Pointer, "#/") + ": " + f.Detail
+	}
+	return apiHints.Replace(msg)
+}
+
+// notFoundCommand and notFoundPoison are what both backends say about a
+// command or poison entry that does not exist.
+const (
+	notFoundCommand = "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"
+	notFoundPoison  = "no poison entry for this command ID; `cmdq poison ls` lists the poisoned commands"
+)
 
 // remoteFlags choose and reach the backend.
 type remoteFlags struct {
@@ -120,30 +158,26 @@ type httpBackend struct {
 }
 
 // wrap makes the client's errors read well after "cmdq: <what>: ": a
-// refused connection says what to check, other transport errors name the
-// request once, and not-found matches errNotFound.
+// server's problem is its detail in the CLI's words (problemText), a
+// refused connection says what to check (once), other transport errors
+// name the request once.
 func (b httpBackend) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, client.ErrGone) {
-		return fmt.Errorf("%w: %w", errExpired, err)
-	}
-	if errors.Is(err, cmdqtype.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errNotFound, err)
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return &cliError{msg: problemText(ce.Problem), err: err}
 	}
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("cannot reach %s (connection refused): is `cmdq serve` running there? Start it, or point to another server with --server URL or CMDQ_SERVER: %w", b.url, errConnRefused)
+		return &cliError{msg: fmt.Sprintf("cannot reach %s (connection refused): is `cmdq serve` running there? Start it, or point to another server with --server URL or CMDQ_SERVER", b.url), err: err}
 	}
 	return fmt.Errorf("%s %s: %w", strings.ToUpper(ue.Op), ue.URL, ue.Err)
 }
-
-// errConnRefused ends the message of a refused connection.
-var errConnRefused = errors.New("connection refused")
 
 func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
@@ -196,12 +230,19 @@ type storeBackend struct {
 	by string
 }
 
+// wrapStore says a store's errors about a command in the words the
+// server's answers have (notFoundCommand).
 func wrapStore(err error) error {
-	if errors.Is(err, cmdqtype.ErrExpired) {
-		return fmt.Errorf("%w: %w", errExpired, err)
+	if errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, cmdqtype.ErrExpired) || errors.Is(err, storage.ErrNotFound) {
+		return &cliError{msg: notFoundCommand, err: err}
 	}
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errNotFound, err)
+	return err
+}
+
+// wrapStorePoison is wrapStore for a poison entry.
+func wrapStorePoison(err error) error {
+	if errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, cmdqtype.ErrExpired) || errors.Is(err, storage.ErrNotFound) {
+		return &cliError{msg: notFoundPoison, err: err}
 	}
 	return err
 }
@@ -290,15 +331,15 @@ func (b *storeBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (
 
 func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
 	p, err := b.c.GetPoison(ctx, id)
-	return p, wrapStore(err)
+	return p, wrapStorePoison(err)
 }
 
 func (b *storeBackend) Requeue(ctx context.Context, id string) error {
-	return wrapStore(b.c.Requeue(ctx, id, b.by))
+	return wrapStorePoison(b.c.Requeue(ctx, id, b.by))
 }
 
 func (b *storeBackend) Discard(ctx context.Context, id string) error {
-	return wrapStore(b.c.Discard(ctx, id, b.by))
+	return wrapStorePoison(b.c.Discard(ctx, id, b.by))
 }
 
 func (b *storeBackend) Close() error {
@@ -356,7 +397,7 @@ Examples:
 			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: cmdqtype.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
@@ -392,7 +433,7 @@ Examples:
 	}
 	f.add(c)
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
-	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
+	c.Flags().StringVar(&id, "id", "", "command ID, a UUID (upper case is read as lower case; default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
@@ -430,7 +471,7 @@ completed, poisoned, discarded or cancelled.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			id := args[0]
+			id := cmdqtype.NormalizeID(args[0])
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				st, err := b.Get(ctx, id)
@@ -630,9 +671,10 @@ func newPoisonShowCmd() *cobra.Command {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				p, err := b.GetPoison(ctx, args[0])
+				id := cmdqtype.NormalizeID(args[0])
+				p, err := b.GetPoison(ctx, id)
 				if err != nil {
-					return fmt.Errorf("poison entry %s: %w", args[0], err)
+					return fmt.Errorf("poison entry %s: %w", id, err)
 				}
 				if asJSON {
 					return writeJSON(out, p)
@@ -683,6 +725,7 @@ func newPoisonActionCmd(action string) *cobra.Command {
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
+					id = cmdqtype.NormalizeID(id)
 					var err error
 					if action == "rm" {
 						err = b.Discard(ctx, id)

@@ -132,8 +132,8 @@ func TestCLIAgainstServer(t *testing.T) {
 		{[]string{"send", "demo.nope"}, "unknown command type"},
 		{[]string{"send", "demo.sleep", "--params", `{"ms":"x"}`}, "params do not match"},
 		{[]string{"status", "not-an-id"}, "not a command ID"},
-		{[]string{"status", newUUID()}, "not found"},
-		{[]string{"poison", "rm", newUUID()}, "not found"},
+		{[]string{"status", newUUID()}, "no command with this ID"},
+		{[]string{"poison", "rm", newUUID()}, "no poison entry"},
 		{[]string{"poison", "requeue", echoID}, "not poisoned"},
 	} {
 		r := runCmdq(t, 20*time.Second, env, c.args...)
@@ -283,7 +283,7 @@ func TestEnvOverridesDefaultsAndFlagsWin(t *testing.T) {
 	}
 	// --data on the command line wins over CMDQ_DATA: another (empty) store.
 	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", t.TempDir())
-	if r.code != 1 || !strings.Contains(r.stderr, "not found") {
+	if r.code != 1 || !strings.Contains(r.stderr, "no command with this ID") {
 		t.Errorf("--data over CMDQ_DATA: exit %d stderr %q", r.code, r.stderr)
 	}
 	r = runCmdq(t, 20*time.Second, []string{"CMDQ_RUN_FOR=soon"}, "worker", "--data", dir)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -203,4 +205,78 @@ func pathOrTop(p string) string {
 		return "the top level"
 	}
 	return p
+}
+
+// describeDecodeError turns an encoding/json error met decoding params into
+// Go type t into a sentence about the JSON, without Go's words ("Go struct
+// field demoSleep.ms of type int" becomes "\"ms\" must be a whole number,
+// not a string").
+func describeDecodeError(t reflect.Type, err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		got := te.Value
+		if strings.HasPrefix(got, "number ") {
+			got = "the number " + strings.TrimPrefix(got, "number ")
+		} else if got != "null" {
+			got = "a" + article(got) + " " + got
+		}
+		if te.Field == "" {
+			return fmt.Errorf("params must be %s, not %s", jsonKind(te.Type), got)
+		}
+		return fmt.Errorf("%q must be %s, not %s", te.Field, jsonKind(te.Type), got)
+	case errors.As(err, &se):
+		return fmt.Errorf("params are not valid JSON (at byte %d): %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		if t != nil {
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+		}
+		if t != nil && t.Kind() == reflect.Struct {
+			var names []string
+			for n := range fieldsOf(t) {
+				names = append(names, strconv.Quote(n))
+			}
+			sort.Strings(names)
+			if len(names) > 0 {
+				return fmt.Errorf("params have no field %s (the fields are %s)", name, strings.Join(names, ", "))
+			}
+		}
+		return fmt.Errorf("params have no field %s", name)
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// article is "n" before a vowel sound, else "".
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "n"
+	}
+	return ""
+}
+
+// jsonKind names the JSON a value of Go type t is decoded from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON value"
 }

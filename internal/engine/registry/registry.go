@@ -114,7 +114,7 @@ func define[T issuer.Command](o Options) (*Definition, error) {
 			dec := json.NewDecoder(bytes.NewReader(params))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&v); err != nil {
-				return nil, &DecodeError{Type: typeName, Err: err}
+				return nil, &DecodeError{Type: typeName, Err: describeDecodeError(reflect.TypeFor[T](), err)}
 			}
 			if dec.More() {
 				return nil, &DecodeError{Type: typeName, Err: errors.New("trailing data after the JSON value")}

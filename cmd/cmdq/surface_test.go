@@ -1,0 +1,100 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCLIErrorMessages: errors say what is wrong once, in the CLI's
+// words: no Go internals ("Go struct field demoSleep.ms of type int",
+// printed twice), "connection refused" once, CLI commands rather than API
+// paths, and no request line or HTTP status title in front.
+func TestCLIErrorMessages(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, serveOpts{})
+	srv := []string{"--server", p.URL}
+	check := func(what string, r result, wants []string, never ...string) {
+		t.Helper()
+		if r.code != 1 {
+			t.Errorf("%s: exit %d, want 1\nstderr %s", what, r.code, r.stderr)
+		}
+		for _, w := range wants {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr lacks %q:\n%s", what, w, r.stderr)
+			}
+		}
+		for _, n := range append(never, "Go struct", "unmarshal", "/v1/", "GET http", "POST http", "400 Invalid", "404 Not found", "not found: ") {
+			if strings.Contains(r.stderr, n) {
+				t.Errorf("%s: stderr has %q:\n%s", what, n, r.stderr)
+			}
+		}
+	}
+	r := runCmdq(t, 30*time.Second, nil, append([]string{"send", "demo.sleep", "--params", `{"ms":"x"}`}, srv...)...)
+	check("send with a string for ms", r, []string{`"ms"`, "whole number", "string"})
+	if n := strings.Count(r.stderr, "whole number"); n != 1 {
+		t.Errorf("the problem is said %d times:\n%s", n, r.stderr)
+	}
+	r = runCmdq(t, 30*time.Second, nil, append([]string{"send", "demo.sleep", "--params", `{"ms":1,"msec":2}`}, srv...)...)
+	check("send with an unknown field", r, []string{`"msec"`, `"ms"`})
+
+	id := newUUID()
+	check("status of an unknown command", runCmdq(t, 30*time.Second, nil, append([]string{"status", id}, srv...)...), []string{"no command with this ID"})
+	check("poison show of an unknown entry", runCmdq(t, 30*time.Second, nil, append([]string{"poison", "show", id}, srv...)...), []string{"cmdq poison ls"})
+	sent := strings.TrimSpace(mustRun(t, nil, append([]string{"send", "demo.echo", "--wait"}, srv...)...).stdout)
+	sent = strings.Fields(sent)[0]
+	check("requeue of a completed command", runCmdq(t, 30*time.Second, nil, append([]string{"poison", "requeue", sent}, srv...)...), []string{"completed", "not poisoned"})
+
+	// A server that is not there: said once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	r = runCmdq(t, 30*time.Second, nil, "status", id, "--server", "http://"+addr)
+	check("status without a server", r, []string{"connection refused", "cmdq serve"})
+	if n := strings.Count(r.stderr, "connection refused"); n != 1 {
+		t.Errorf("\"connection refused\" %d times:\n%s", n, r.stderr)
+	}
+}
+
+// TestUpperCaseIDs: one rule for command IDs in upper case: the API, the
+// console and the CLI accept them and use the lower-case form (the CLI
+// refused them, the console accepted them).
+func TestUpperCaseIDs(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, serveOpts{})
+	srv := []string{"--server", p.URL}
+	out := mustRun(t, nil, append([]string{"send", "demo.echo", "--wait"}, srv...)...)
+	id := strings.Fields(out.stdout)[0]
+	up := strings.ToUpper(id)
+
+	st := mustRun(t, nil, append([]string{"status", up}, srv...)...)
+	if !strings.Contains(st.stdout, id) || strings.Contains(st.stdout, up) {
+		t.Errorf("cmdq status %s:\n%s", up, st.stdout)
+	}
+	if got := commandState(t, p.URL, "", up); got != "completed" {
+		t.Errorf("GET /v1/commands/%s: %s", up, got)
+	}
+	r := do(t, http.MethodGet, p.URL+"/v1/commands/"+up, "", "")
+	if !strings.Contains(r.body, `"id":"`+id+`"`) {
+		t.Errorf("GET /v1/commands/%s answers %s", up, r.body)
+	}
+	if r := do(t, http.MethodGet, p.URL+"/ui/commands/"+up, "", ""); r.code != http.StatusOK || !strings.Contains(r.body, id) {
+		t.Errorf("GET /ui/commands/%s: %d", up, r.code)
+	}
+	// Issuing with an upper-case id issues the lower-case one: sending it
+	// again (either case) is the same command.
+	newID := newUUID()
+	again := mustRun(t, nil, append([]string{"send", "demo.echo", "--id", strings.ToUpper(newID)}, srv...)...)
+	if strings.TrimSpace(again.stdout) != newID {
+		t.Errorf("send --id %s printed %q, want %s", strings.ToUpper(newID), again.stdout, newID)
+	}
+	r2 := mustRun(t, nil, append([]string{"send", "demo.echo", "--id", newID}, srv...)...)
+	if strings.TrimSpace(r2.stdout) != newID || !strings.Contains(r2.stderr, "already existed") {
+		t.Errorf("the same id in lower case: %q %q", r2.stdout, r2.stderr)
+	}
+}
