@@ -1,12 +1,12 @@
 package cmdqtype
 
 import (
-	"strings"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
