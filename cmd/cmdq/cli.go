@@ -378,7 +378,8 @@ func newSendCmd() *cobra.Command {
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
 discarded or cancelled, and prints the final status; it exits 1 unless the command
-completed.
+completed. Ctrl-C ends the wait, not the command: it exits 130 and says how
+to follow the command.
 
 Examples:
   cmdq send demo.echo --params '{"hello":"world"}' --wait
@@ -411,6 +412,11 @@ Examples:
 				pr := newProgress(cmd.ErrOrStderr())
 				st, err := b.WaitSeen(ctx, gotID, pr.update)
 				pr.clear()
+				if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+					// Ctrl-C (or SIGTERM): only the wait ends.
+					return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: command %s goes on (it is stored and queued; stopping the wait does not stop it); follow it with `cmdq status %s --watch`, or stop it with `cmdq cancel %s`",
+						term(gotID), term(gotID), term(gotID))}
+				}
 				if err != nil && ctx.Err() != nil {
 					err = fmt.Errorf("waiting for %s (still %s): %w", gotID, st.State, ctx.Err())
 				} else if err != nil {
@@ -439,6 +445,10 @@ Examples:
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
 	return c
 }
+
+// exitInterrupted is the exit status of a wait ended by Ctrl-C (128 +
+// SIGINT, as shells report it).
+const exitInterrupted = 130
 
 // finalLine is the last line of `send --wait` and `status --watch`: the ID,
 // the state and the attempts (and the last step, for commands with steps).

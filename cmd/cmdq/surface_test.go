@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -97,4 +101,47 @@ func TestUpperCaseIDs(t *testing.T) {
 	if strings.TrimSpace(r2.stdout) != newID || !strings.Contains(r2.stderr, "already existed") {
 		t.Errorf("the same id in lower case: %q %q", r2.stdout, r2.stderr)
 	}
+}
+
+// TestSendWaitInterrupted: Ctrl-C (SIGINT) during send --wait says that the
+// command goes on and how to follow it, and exits 130; the command is not
+// touched.
+func TestSendWaitInterrupted(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, serveOpts{})
+	cmd := exec.Command(binPath, "send", "demo.sleep", "--params", `{"ms":600000}`, "--wait", "--server", p.URL)
+	cmd.Env = cleanEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no ID printed: %v; stderr %s", err, stderr.String())
+	}
+	id := strings.TrimSpace(line)
+	// The ID is printed before the wait starts; the signal may come at
+	// any point of it.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if code := exitCode(err); code != 130 {
+		t.Fatalf("exit %d, want 130; stderr %s", code, stderr.String())
+	}
+	for _, want := range []string{"interrupted", id + " goes on", "cmdq status " + id + " --watch"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if st := commandState(t, p.URL, "", id); st != "pending" && st != "running" {
+		t.Errorf("the command is %s after the interrupted wait", st)
+	}
+	mustRun(t, nil, "cancel", id, "--server", p.URL) // so that serve stops at once
 }
