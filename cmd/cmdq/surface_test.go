@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,4 +146,53 @@ func TestSendWaitInterrupted(t *testing.T) {
 		t.Errorf("the command is %s after the interrupted wait", st)
 	}
 	mustRun(t, nil, "cancel", id, "--server", p.URL) // so that serve stops at once
+}
+
+// TestOneTimeFormat: every time the binary prints is UTC with millisecond
+// precision, RFC 3339: /readyz printed nanoseconds (its detail's since),
+// the logs whole seconds; the JSON API already gave milliseconds.
+func TestOneTimeFormat(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, serveOpts{})
+	id := strings.Fields(mustRun(t, nil, "send", "demo.echo", "--wait", "--server", p.URL).stdout)[0]
+	jsonTime := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z$`)
+	for _, path := range []string{"/readyz", "/healthz", "/v1/commands/" + id, "/v1/commands/" + id + "/events"} {
+		r := do(t, http.MethodGet, p.URL+path, "", "")
+		var v any
+		if err := json.Unmarshal([]byte(r.body), &v); err != nil {
+			t.Fatalf("%s: %v %s", path, err, r.body)
+		}
+		n := 0
+		var walk func(k string, v any)
+		walk = func(k string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k2, v2 := range v {
+					walk(k2, v2)
+				}
+			case []any:
+				for _, v2 := range v {
+					walk(k, v2)
+				}
+			case string:
+				if k == "since" || k == "time" || strings.HasSuffix(k, "At") {
+					n++
+					if !jsonTime.MatchString(v) {
+						t.Errorf("%s: %s = %q, want RFC 3339 in UTC to the millisecond", path, k, v)
+					}
+				}
+			}
+		}
+		walk("", v)
+		if n == 0 {
+			t.Errorf("%s: no time in %s", path, r.body)
+		}
+	}
+	logTime := regexp.MustCompile(`"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"`)
+	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "{") && !logTime.MatchString(l) {
+			t.Errorf("log line without a millisecond UTC time: %s", l)
+		}
+	}
 }
