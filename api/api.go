@@ -494,7 +494,16 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	resp := client.PoisonEntryResponse{PoisonEntry: e}
+	// The params (one more point read); an entry of a malformed message
+	// has no stored command, hence none.
+	if _, params, err := s.cfg.Client.GetParams(r.Context(), id); err == nil {
+		resp.Params = params
+	} else if !errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, storage.ErrNotFound) {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {

@@ -187,3 +187,17 @@ func TestEventsAcceptQValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPoisonEntryHasParams: GET /v1/poison/{id} carries the poisoned
+// command's params, so that an operator (cmdq poison show) sees what it was
+// asked to do.
+func TestPoisonEntryHasParams(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	id := decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A","params":{"to":"ada@example.com","n":[1,2]}}`), http.StatusAccepted).ID
+	s.Poison(t, id, "ceiling exceeded", "boom")
+	e := decode[client.PoisonEntryResponse](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+id, "", "", ""), http.StatusOK)
+	if e.CommandID != id || string(e.Params) != `{"to":"ada@example.com","n":[1,2]}` {
+		t.Fatalf("entry %+v params %s", e.PoisonEntry, e.Params)
+	}
+}

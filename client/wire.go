@@ -134,6 +134,16 @@ type IssueResponse struct {
 	Existing bool `json:"-"`
 }
 
+// PoisonEntryResponse is the body of GET /v1/poison/{id}: the entry and
+// the poisoned command's parameters.
+type PoisonEntryResponse struct {
+	cmdqtype.PoisonEntry
+	// Params is the command's parameters as stored (a JSON object);
+	// absent for the entry of a malformed message, which has no stored
+	// command.
+	Params json.RawMessage `json:"params,omitempty"`
+}
+
 // EventsResponse is the body of GET /v1/commands/{id}/events.
 type EventsResponse struct {
 	// ID is the command ID.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -19,6 +20,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -40,7 +42,9 @@ type backend interface {
 	// event stream on a server, a watch of the store).
 	Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error)
 	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
-	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
+	// GetPoison returns a poison entry and its command's params (nil for
+	// the entry of a malformed message).
+	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error)
 	Requeue(ctx context.Context, id string) error
 	Discard(ctx context.Context, id string) error
 	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
@@ -209,9 +213,9 @@ func (b httpBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cm
 	return p, b.wrap(err)
 }
 
-func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
-	p, err := b.c.GetPoison(ctx, id)
-	return p, b.wrap(err)
+func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
+	p, err := b.c.GetPoisonParams(ctx, id)
+	return p.PoisonEntry, p.Params, b.wrap(err)
 }
 
 func (b httpBackend) Requeue(ctx context.Context, id string) error {
@@ -329,9 +333,19 @@ func (b *storeBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (
 	return b.c.ListPoison(ctx, q)
 }
 
-func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
 	p, err := b.c.GetPoison(ctx, id)
-	return p, wrapStorePoison(err)
+	if err != nil {
+		return p, nil, wrapStorePoison(err)
+	}
+	if cmdqtype.ValidateID(id) != nil {
+		return p, nil, nil // a malformed message's entry: no stored command
+	}
+	_, params, err := b.c.GetParams(ctx, id)
+	if err != nil && !errors.Is(err, cmdqtype.ErrNotFound) {
+		return p, nil, err
+	}
+	return p, params, nil
 }
 
 func (b *storeBackend) Requeue(ctx context.Context, id string) error {
@@ -618,6 +632,7 @@ func newPoisonLsCmd() *cobra.Command {
 		f      remoteFlags
 		q      cmdqtype.PoisonQuery
 		asJSON bool
+		wide   bool
 	)
 	c := &cobra.Command{
 		Use:   "ls",
@@ -638,13 +653,18 @@ func newPoisonLsCmd() *cobra.Command {
 					fmt.Fprintln(out, "no poisoned commands")
 					return nil
 				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "COMMAND\tTYPE\tDEQUEUES\tPOISONED AT\tREASON\tLAST ERROR")
+				rows := [][]string{{"COMMAND", "TYPE", "DEQUEUES", "POISONED AT", "REASON", "LAST ERROR"}}
 				for _, e := range page.Entries {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", term(e.CommandID), term(e.Type), e.DequeueCount,
-						fmtTime(e.PoisonedAt), oneLine(term(e.Reason), 80), oneLine(term(e.LastError), 80))
+					typ, reason := oneLine(term(e.Type), 32), oneLine(term(e.Reason), 32)
+					if wide {
+						typ, reason = term(e.Type), oneLine(term(e.Reason), 1<<20)
+					}
+					rows = append(rows, []string{term(e.CommandID), typ, strconv.FormatInt(e.DequeueCount, 10),
+						fmtTime(e.PoisonedAt), reason, oneLine(term(e.LastError), 1<<20)})
 				}
-				_ = tw.Flush()
+				// On a narrow terminal the dequeue count, then the time,
+				// then the reason make room for the last error.
+				table(out, rows, columns(out), wide, []int{2, 3, 4}, 30)
 				if page.Continuation != "" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", term(page.Continuation))
 				}
@@ -657,6 +677,7 @@ func newPoisonLsCmd() *cobra.Command {
 	c.Flags().IntVar(&q.Limit, "limit", cmdqtype.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
+	c.Flags().BoolVar(&wide, "wide", false, "print every column whole (the last error is otherwise shortened to fit the terminal's width, or COLUMNS)")
 	return c
 }
 
@@ -682,14 +703,14 @@ func newPoisonShowCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				id := cmdqtype.NormalizeID(args[0])
-				p, err := b.GetPoison(ctx, id)
+				p, params, err := b.GetPoison(ctx, id)
 				if err != nil {
 					return fmt.Errorf("poison entry %s: %w", id, err)
 				}
 				if asJSON {
-					return writeJSON(out, p)
+					return writeJSON(out, client.PoisonEntryResponse{PoisonEntry: p, Params: params})
 				}
-				printPoison(out, p)
+				printPoison(out, p, params)
 				return nil
 			})
 		},
@@ -699,8 +720,13 @@ func newPoisonShowCmd() *cobra.Command {
 	return c
 }
 
-// printPoison prints one poison entry as labelled lines, with what to do next.
-func printPoison(w io.Writer, p cmdqtype.PoisonEntry) {
+// maxParamsPrinted is how many bytes of laid-out params poison show
+// prints (--json prints them whole).
+const maxParamsPrinted = 4096
+
+// printPoison prints one poison entry as labelled lines, its command's
+// params (laid out, bounded), and what to do next.
+func printPoison(w io.Writer, p cmdqtype.PoisonEntry, params json.RawMessage) {
 	pal := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
@@ -717,6 +743,18 @@ func printPoison(w io.Writer, p cmdqtype.PoisonEntry) {
 	}
 	_ = tw.Flush()
 	id := term(p.CommandID)
+	if len(params) > 0 {
+		laid, cutShort := jsonview.Indent(params, maxParamsPrinted, jsonview.DefaultMaxDepth)
+		head := "params"
+		if cutShort {
+			head = fmt.Sprintf("params (the first %d of %d bytes; `cmdq poison show %s --json` prints them whole)", len(laid), len(params), id)
+		}
+		fmt.Fprintf(w, "\n%s\n", head)
+		for _, line := range strings.Split(laid, "\n") {
+			// Each line escaped: params are an issuer's text.
+			fmt.Fprintf(w, "  %s\n", term(line))
+		}
+	}
 	fmt.Fprintf(w, "\nnext: cmdq status %s (its events) · cmdq poison requeue %s · cmdq poison rm %s\n", id, id, id)
 }
 
