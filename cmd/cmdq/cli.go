@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/user"
@@ -90,6 +91,9 @@ func problemText(p client.Problem) string {
 			continue
 		}
 		msg += "; " + strings.TrimPrefix(f.Pointer, "#/") + ": " + f.Detail
+	}
+	if p.Status == http.StatusUnauthorized {
+		msg += "; give the CLI a token with --token or CMDQ_TOKEN"
 	}
 	return apiHints.Replace(msg)
 }
@@ -237,7 +241,10 @@ type storeBackend struct {
 // wrapStore says a store's errors about a command in the words the
 // server's answers have (notFoundCommand).
 func wrapStore(err error) error {
-	if errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, cmdqtype.ErrExpired) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrExpired) {
+		return err // it says when the command was issued and its retention
+	}
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return &cliError{msg: notFoundCommand, err: err}
 	}
 	return err
@@ -245,7 +252,10 @@ func wrapStore(err error) error {
 
 // wrapStorePoison is wrapStore for a poison entry.
 func wrapStorePoison(err error) error {
-	if errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, cmdqtype.ErrExpired) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdqtype.ErrExpired) {
+		return err
+	}
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return &cliError{msg: notFoundPoison, err: err}
 	}
 	return err

@@ -131,9 +131,9 @@ type Options struct {
 	// Log receives request logs (debug) and panics (error).
 	Log zerolog.Logger
 	// MaxBodyBytes, when above 0, is the largest request body a route
-	// takes: a request that announces a longer one (Content-Length) gets
-	// 413 before its route runs, without a 100 Continue to a client that
-	// sent Expect: 100-continue.
+	// takes: a request that announces a longer one (Content-Length) and
+	// waits for 100 Continue (Expect: 100-continue) gets 413 before its
+	// route runs, and no 100 Continue.
 	MaxBodyBytes int64
 	// TooLarge is the detail of that 413 (default: a sentence naming the
 	// limit).
@@ -145,11 +145,14 @@ type Options struct {
 // 503 (or 400) rather than meeting a read error.
 const readGrace = time.Second
 
+// refusedGrace is how long the rest of a refused request's body may take
+// to arrive before its connection is closed.
+const refusedGrace = time.Second
+
 // statusRecorder remembers the response status for the request log. When
 // a request is refused (status 400 or above) before its body was read to
-// the end, it ends the connection's reading at once: net/http would
-// otherwise read what is left of the body before answering, as slowly as
-// the client sends it.
+// the end, the rest of the body gets refusedGrace to arrive: net/http
+// reads it before answering, as slowly as the client sends it.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
@@ -160,9 +163,11 @@ func (r *statusRecorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
 		if code >= 400 && r.body != nil && !r.body.eof.Load() {
-			// The rest of the body is not read: the server closes the
-			// connection after the answer.
-			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now())
+			// What is left of the body gets refusedGrace to arrive
+			// (net/http reads it before answering, to keep the
+			// connection): a client sending at speed finishes and reads
+			// the answer; a slow one is cut off, with its connection.
+			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now().Add(refusedGrace))
 		}
 	}
 	r.ResponseWriter.WriteHeader(code)
@@ -245,7 +250,11 @@ func Wrap(next http.Handler, o Options) http.Handler {
 			WriteProblem(rec, r, p)
 			return
 		}
-		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes {
+		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			// The client waits for 100 Continue before it sends the
+			// body: it gets the 413 instead. (A client that sends its body
+			// at once has it read up to the limit by the route, and then
+			// gets the 413, rather than a connection closed under it.)
 			detail := o.TooLarge
 			if detail == "" {
 				detail = fmt.Sprintf("The request body is %d bytes, over the %d-byte limit; send a smaller one.", r.ContentLength, o.MaxBodyBytes)
