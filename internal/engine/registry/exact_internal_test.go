@@ -28,8 +28,10 @@ type exactCmd struct {
 	Any     any                   `json:"any"`
 	When    time.Time             `json:"when"`
 	Untaged string
-	skipped int
+	skipped int // unexported: not a field of the JSON
 }
+
+var _ = exactCmd{skipped: 0}
 
 // TestCheckExactKeys: keys that fold to a field but are spelled otherwise
 // are refused at any depth where the Go type has a struct; opaque values
