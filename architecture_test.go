@@ -104,7 +104,7 @@ func TestArchitectureTable(t *testing.T) {
 // internal/, cmd/, examples/ or bench/.
 var publicPackages = []string{
 	"api", "client", "cmdq", "cmdqtest", "cmdqtype", "console", "metrics",
-	"storage", "storage/azure", "storage/embedded", "storage/instrument", "storage/storagetest",
+	"storage", "storage/azure", "storage/embedded", "storage/instrument", "storage/multi", "storage/storagetest",
 }
 
 // TestPublicPackages: the module's packages outside internal/, cmd/,

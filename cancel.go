@@ -46,47 +46,12 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (CancelResult, error
 	if err != nil {
 		return CancelResult{}, err
 	}
-	marked := false
+	g := &firstGuard{c: c, r: r}
 	prepare := func(ctx context.Context, rec *record.Record) error {
 		if c.tune.BeforeCancelWrite != nil {
 			c.tune.BeforeCancelWrite(rec.ID)
 		}
-		if marked {
-			return nil
-		}
-		until, young := c.fastPathUntil(rec)
-		if !young {
-			return nil
-		}
-		// The mark comes first: a processor that starts (or reads the
-		// control rows) after it sees it; those of this process that run
-		// already are told at once.
-		if _, err := r.MarkCancelling(ctx, rec.Queue); err != nil {
-			return err
-		}
-		marked = true
-		for _, p := range processor.Local(c.st) {
-			p.Cancelling(rec.ID)
-		}
-		if storage.IsExclusive(c.st) {
-			return nil // no processor of another process to wait for
-		}
-		// Every processor that may start the command from its message
-		// without reading it reads the control rows at least once per
-		// ControlInterval: after that long, each has seen the mark.
-		if all := time.Now().Add(c.controlInterval() + controlMargin); all.Before(until) {
-			until = all
-		}
-		if d := time.Until(until); d > 0 {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return fmt.Errorf("cmdq: cancel %s: waiting for the processors to learn of it (at most %s): %w", rec.ID, c.controlInterval(), ctx.Err())
-			}
-		}
-		return nil
+		return g.guard(ctx, rec)
 	}
 	rec, already, err := r.Store.Cancel(ctx, id, by, prepare)
 	if err != nil {
@@ -98,6 +63,70 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (CancelResult, error
 		}
 	}
 	return CancelResult{Status: rec.Status, Already: already}, nil
+}
+
+// firstGuard keeps the processors from starting a command from its
+// issue's own message without reading it (the first delivery's fast
+// path) once the command is about to be written by a cancel or a
+// run-now: see guard.
+type firstGuard struct {
+	c      *Client
+	r      *record.Reader
+	marked bool
+}
+
+// guard is called with the loaded command rec before a cancel or run-now
+// writes it. When a processor could still start rec from its issue's own
+// message without reading it (fastPathUntil), it marks the command's
+// queue's control row (one upsert, once), tells this process's
+// processors at once and, on a store that processors of other processes
+// share, waits until every processor has read the control rows since —
+// at most ControlInterval, and only as long as such a start could come
+// before (a scheduled command due later than that needs no wait: a
+// processor starts a command only on control rows read less than
+// ControlInterval ago).
+func (g *firstGuard) guard(ctx context.Context, rec *record.Record) error {
+	c := g.c
+	if g.marked {
+		return nil
+	}
+	until, earliest, young := c.fastPathUntil(rec)
+	if !young {
+		return nil
+	}
+	// The mark comes first: a processor that starts (or reads the
+	// control rows) after it sees it; those of this process that run
+	// already are told at once.
+	if _, err := g.r.MarkCancelling(ctx, rec.Queue); err != nil {
+		return err
+	}
+	g.marked = true
+	for _, p := range processor.Local(c.st) {
+		p.Cancelling(rec.ID)
+	}
+	if storage.IsExclusive(c.st) {
+		return nil // no processor of another process to wait for
+	}
+	// Every processor that may start the command from its message
+	// without reading it reads the control rows at least once per
+	// ControlInterval: after that long, each has seen the mark.
+	all := time.Now().Add(c.controlInterval() + controlMargin)
+	if !earliest.Before(all) {
+		return nil // it cannot start before every processor knows
+	}
+	if all.Before(until) {
+		until = all
+	}
+	if d := time.Until(until); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("cmdq: command %s: waiting for the processors to learn of the change (at most %s): %w", rec.ID, c.controlInterval(), ctx.Err())
+		}
+	}
+	return nil
 }
 
 // controlMargin is added to a cancel's wait for the processors' reads of
@@ -112,19 +141,70 @@ func (c *Client) controlInterval() time.Duration {
 
 // fastPathUntil reports whether a processor could still start command rec
 // from its issue's own message without reading it (pending, never
-// started, issued within the fast path's age limit of its type's lease,
-// with the clock skew a processor allows and as much again for this
-// machine's), and until when at most. For a type this Client does not
-// know the lease is unknown: young, until the processors have read the
-// control rows.
-func (c *Client) fastPathUntil(rec *record.Record) (until time.Time, young bool) {
+// started, its age — counted from its run-at time when it was scheduled,
+// else from its issue — within the fast path's limit for its type's
+// lease, with the clock skew a processor allows and as much again for
+// this machine's), until when at most, and the earliest such a start
+// could come (its run-at time less the skew; now for a command due). For
+// a type this Client does not know the lease is unknown: young, until the
+// processors have read the control rows.
+func (c *Client) fastPathUntil(rec *record.Record) (until, earliest time.Time, young bool) {
 	if rec.Status.State != cmdqtype.StatePending || rec.Attempts != 0 {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
+	}
+	now := time.Now()
+	ready, earliest := rec.CreatedAt, now
+	if rec.Status.RunAt.After(ready) {
+		ready = rec.Status.RunAt
+		if e := ready.Add(-processor.MaxClockSkew); e.After(now) {
+			earliest = e
+		}
 	}
 	def, ok := c.reg.Lookup(rec.Type)
 	if !ok {
-		return time.Now().Add(c.controlInterval() + controlMargin), true
+		limit := now.Add(c.controlInterval() + controlMargin)
+		if l := ready.Add(cmdqtype.DefaultLease); l.After(limit) {
+			limit = l
+		}
+		return limit, earliest, true
 	}
-	until = rec.CreatedAt.Add(processor.FastPathAge(cmp.Or(def.Lease, cmdqtype.DefaultLease)) + 2*processor.MaxClockSkew)
-	return until, time.Now().Before(until)
+	until = ready.Add(processor.FastPathAge(cmp.Or(def.Lease, cmdqtype.DefaultLease)) + 2*processor.MaxClockSkew)
+	return until, earliest, now.Before(until)
+}
+
+// RunNow makes a scheduled or retrying command due now, for by (who, in
+// the requeued event: "api:token:…", "cli:…", "ui:…"): a requeued event
+// (By = by, RunAt = now; a retrying command's attempts count from 1
+// again) and a fresh message on its queue, visible at once, which a
+// processor of this Client starts at once and others at their next poll
+// (within MaxPollInterval). The command's old message is deleted without
+// running when it shows up (the command is started or ended by then), or,
+// should it come first, claims the command as the fresh one would: the
+// handler runs once. It returns the command's status after it (State
+// pending).
+//
+// A command that is not waiting for its time — pending without a run-at
+// time, running, ended, or due within MaxClockSkew (2 s) anyway — gives
+// an error wrapping ErrNotWaiting; an unknown ID, ErrNotFound. If the
+// fresh message cannot be enqueued, the command is due now and marked for
+// the reconciler, and the error wraps ErrEnqueueFailed (its old message
+// still comes at its old time).
+//
+// Cost: 1 point read + 1 batch + 1 enqueue. A scheduled command's issue
+// message could start it without reading it when it comes due (the first
+// delivery's fast path): RunNow then first marks its queue's control row
+// (1 upsert), as Cancel does, and on Azure waits for the processors to
+// read it only when the command was due within ControlInterval (9 s)
+// anyway. See docs/lifecycle.md, "Run now".
+func (c *Client) RunNow(ctx context.Context, id, by string) (Status, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	g := &firstGuard{c: c, r: r}
+	rec, err := r.RunNow(ctx, id, by, g.guard)
+	if rec == nil {
+		return Status{}, err
+	}
+	return rec.Status.AsOf(time.Now()), err
 }

@@ -43,12 +43,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -117,6 +120,18 @@ type Config struct {
 	// it doubles after each empty poll up to MaxPollInterval and is back
 	// to MinPollInterval after a message. Defaults to 100 ms.
 	MinPollInterval time.Duration
+	// Shards spreads a logical queue over several storage queues (its
+	// shards): Shards["jobs"] = 4 makes queue "jobs" the storage queues
+	// "<prefix>-jobs", "<prefix>-jobs-s1", "-s2" and "-s3". Issuing spreads
+	// its commands over them round robin; the processor drains every
+	// shard in turn, and an idle sharded queue costs what an unsharded one
+	// does (one dequeue per poll wait, of one shard in turn). One storage
+	// queue takes about 2,000 messages a second (docs/scaling.md). Give
+	// every process of a deployment the same Shards: a processor drains
+	// only the shards it knows, so lower a queue's count only after its
+	// extra shards are empty. 0 or 1: not sharded (one storage queue, the
+	// same name); at most 64. Default none.
+	Shards map[string]int
 	// MaxPollInterval caps the empty-poll backoff: an idle queue costs
 	// about one dequeue per MaxPollInterval (60 an hour by default). An
 	// Issuer in the same process wakes the processor at once. Defaults to
@@ -197,6 +212,14 @@ type Config struct {
 	// failing the processor probes this often to notice its return.
 	// Defaults to 5 s.
 	ProbeInterval time.Duration
+	// HeartbeatInterval is how often the running processor rewrites its
+	// heartbeat row, which lists it in Processors (and GET /v1/processors,
+	// the console's overview) with its host, state, in-flight count and
+	// queues: one upsert per interval, 60 an hour by default, plus one
+	// query an hour to delete the rows of processors gone for over an
+	// hour (docs/lifecycle.md, "Processor heartbeats"). NoHeartbeat (-1)
+	// disables it. Defaults to 1 minute.
+	HeartbeatInterval time.Duration
 
 	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
 
@@ -211,8 +234,9 @@ type Config struct {
 	WaitMaxPollInterval time.Duration
 	// FinalCache is how many completed, discarded or cancelled statuses the Client
 	// keeps in memory (they never change), so that reading or watching
-	// such a command again costs no storage call. Negative keeps none.
-	// Defaults to 10,000.
+	// such a command again costs no storage call; a status whose recorded
+	// output is over 1 KiB is not kept (reading it again is a point
+	// read). Negative keeps none. Defaults to 10,000.
 	FinalCache int
 
 	// --- Observability ---
@@ -224,6 +248,28 @@ type Config struct {
 	// failed, poisoned, lease lost, polled, alert, health change), in
 	// order: metrics.Metrics is one. Defaults to none.
 	Observers []Observer
+	// Middleware wraps the handler of every registered type, outside each
+	// type's own (HandlerOptions.Middleware) and inside the tracing span:
+	// the first is the outermost. Client.Use adds more. Defaults to none.
+	Middleware []Middleware
+
+	// --- Tracing (OpenTelemetry; docs/operations.md, "Tracing") ---
+
+	// TracerProvider makes the spans: "cmdq issue TYPE" (kind producer)
+	// for every issue, whose trace context is stored with the command,
+	// and "cmdq process TYPE" (kind consumer) for every attempt, in the
+	// handler's ctx. Defaults to otel.GetTracerProvider(), the global
+	// provider, which makes no spans unless the program sets one
+	// (otel.SetTracerProvider); the issuing context's trace is stored and
+	// handed to handlers either way.
+	TracerProvider trace.TracerProvider
+	// TraceLinkOnly makes each attempt's span the root of a trace of its
+	// own, linked to the issuing span, instead of its child: for commands
+	// that run long after they were issued, whose attempts would
+	// otherwise stretch the issuing trace over hours. Defaults to false:
+	// the issue and every attempt (retries and requeues included) are one
+	// trace.
+	TraceLinkOnly bool
 }
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
@@ -254,6 +300,9 @@ const (
 	// NoReconcile as Config.ReconcileInterval disables the reconciler; as
 	// Config.ReconcileScanInterval only the pending scan and the sweep.
 	NoReconcile = cmdqtype.NoReconcile
+	// NoHeartbeat as Config.HeartbeatInterval: the processor writes no
+	// heartbeat and is not listed by Processors.
+	NoHeartbeat = cmdqtype.NoHeartbeat
 )
 
 // Defaults of the Client's own settings.
@@ -281,7 +330,7 @@ var (
 func (c Config) processor() processor.Config {
 	g := c.LeaseGrowth
 	return processor.Config{
-		Prefix: c.Prefix, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
+		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
 		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling,
 		LeaseGrowth: processor.LeaseGrowth{Threshold: g.Threshold, Factor: g.Factor, MaxFactor: g.MaxFactor,
@@ -292,7 +341,7 @@ func (c Config) processor() processor.Config {
 		ReconcileScanInterval: c.ReconcileScanInterval, ReconcileGrace: c.ReconcileGrace,
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: c.Retention,
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
-		Flywheel: c.Flywheel, Logger: c.Logger,
+		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
 	}
 }
 
@@ -303,6 +352,13 @@ func (c Config) Validate() error {
 	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err)) }
 	if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
 		bad(fmt.Errorf("Prefix: %w", err))
+	}
+	for q, n := range c.Shards {
+		if err := cmdqtype.ValidateQueue(q); err != nil {
+			bad(fmt.Errorf("shards: %w", err))
+		} else if err := (record.Names{Prefix: cmp.Or(c.Prefix, cmdqtype.DefaultPrefix), Shards: map[string]int{q: n}}).Validate(q); err != nil {
+			bad(fmt.Errorf("shards: %w", err))
+		}
 	}
 	if err := c.processor().Validate(); err != nil {
 		bad(err)
@@ -319,6 +375,11 @@ func (c Config) Validate() error {
 	for i, o := range c.Observers {
 		if o == nil {
 			bad(fmt.Errorf("a nil observer at Observers[%d]; leave it out", i))
+		}
+	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			bad(fmt.Errorf("a nil middleware at Middleware[%d]; leave it out", i))
 		}
 	}
 	return errors.Join(errs...)
@@ -346,7 +407,13 @@ type Client struct {
 
 	procLive atomic.Pointer[processor.Processor] // wakes on enqueue
 
+	schedules []*schedule   // periodic schedules (Periodic)
+	scheduler *schedulerRun // the running periodic scheduler (Start)
+
 	hub *hub // watched commands and final statuses (watch.go)
+
+	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
+	workerName string       // the processor's Worker, for spans
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -376,7 +443,17 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.RecoveryDelay = cmp.Or(cfg.RecoveryDelay, DefaultRecoveryDelay)
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix}, reg: registry.NewRegistry(), tune: tune}
+	cfg.Shards = maps.Clone(cfg.Shards)
+	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c.tracer = tp.Tracer(instrumentationName)
+	// The tracing span is the outermost of every handler's chain, so
+	// that every middleware runs (and logs) inside it.
+	c.reg.Use(c.tracing)
+	c.reg.Use(middleware(cfg.Middleware)...)
 	c.hub = newHub(c, cfg.FinalCache)
 	// Cached final statuses are served only while retention cannot have
 	// removed them (the shortest of the global retentions).
@@ -391,9 +468,9 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 
 func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
-		Prefix: c.cfg.Prefix, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
+		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay,
+		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now, WakeAt: c.wakeAt, HopHorizon: c.tune.HopHorizon,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -409,6 +486,14 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 func (c *Client) wake(queue string) {
 	if p := c.procLive.Load(); p != nil {
 		p.Notify(queue)
+	}
+}
+
+// wakeAt tells the in-process processor that a message put on queue
+// becomes visible at at: it wakes itself then (due means due).
+func (c *Client) wakeAt(queue string, at time.Time) {
+	if p := c.procLive.Load(); p != nil {
+		p.WakeAt(queue, at)
 	}
 }
 
@@ -445,11 +530,13 @@ func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay,
+	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err
 	}
+	r.SetWakeAt(c.wakeAt)
+	r.SetHorizon(c.tune.HopHorizon)
 	c.log = r
 	return r, nil
 }
@@ -465,7 +552,8 @@ type TypeInfo struct {
 	// Handled is true for a registered type (a handler runs here), false
 	// for a declared one.
 	Handled bool
-	// Options are the type's options with every default applied.
+	// Options are the type's options with every default applied
+	// (Middleware left out).
 	Options HandlerOptions
 }
 
@@ -548,8 +636,8 @@ func DeclareWith[T Command](c *Client, opts CommandOptions) error {
 func (c *Client) editable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running || c.proc != nil {
-		return fmt.Errorf("%w: register and declare every command type before Start, Run or RunFor", ErrStarted)
+	if c.running || c.proc != nil || c.scheduler != nil {
+		return fmt.Errorf("%w: register and declare every command type and periodic schedule before Start, Run or RunFor", ErrStarted)
 	}
 	return nil
 }

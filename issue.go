@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -24,25 +27,44 @@ func (c *Client) issuer() *issuer.Issuer {
 // one the type declares (CommandWithOptions), else "commands". An
 // in-process processor is woken at once. With WithID the call is
 // idempotent: the same ID and parameters again return the existing command
-// (Result.Existing) instead of a second one. Cost: one table batch and one
+// (Result.Existing) instead of a second one; with UniqueKey the same type
+// and key within the window return it whatever the parameters
+// (Result.Duplicate). Cost: one table batch and one
 // enqueue (one combined write on the embedded store).
 //
 // Errors (test with errors.Is): cmdq.ErrInvalidType, ErrInvalidID,
-// ErrInvalidParams, ErrParamsTooLarge, ErrIDConflict (the ID is taken by
-// another command); cmdq.ErrEnqueueFailed means the command is stored
+// ErrInvalidParams, ErrParamsTooLarge, ErrInvalidUnique, ErrIDConflict (the
+// ID is taken by another command); cmdq.ErrEnqueueFailed means the command is stored
 // and will be enqueued by the reconciler (it is accepted, Result.ID is
 // valid); cmdq.ErrNotAccepted means it is stored but not queued: issue
 // it again with the same ID. A storage error leaves it unknown whether the
 // command was stored: issue it again with the same ID.
+//
+// The issue is a span "cmdq issue TYPE" of Config.TracerProvider in ctx's
+// trace; the trace context (that span's, else ctx's) is stored with the
+// command, and every attempt's span joins it.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
-	return c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
+	if cmd == nil {
+		return c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
+	}
+	typ := cmd.CommandType()
+	span, parent, state := c.startIssue(ctx, typ, "", "")
+	eopts := append(engineOptions(opts), withTrace(parent, state))
+	res, err := c.issuer().Issue(ctx, cmd, eopts...)
+	endIssue(span, typ, res, err)
+	return res, err
 }
 
 // IssueRaw issues a command given as type name and JSON parameters (the
 // HTTP API's form), routed by the types c knows (Register, Declare), else
-// to "commands". Errors as Issue.
+// to "commands". Errors as Issue. Its span's parent is the trace context
+// raw names (Raw.TraceParent), else ctx's.
 func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
-	return c.issuer().IssueRaw(ctx, raw)
+	span, parent, state := c.startIssue(ctx, raw.Type, raw.TraceParent, raw.TraceState)
+	raw.TraceParent, raw.TraceState = parent, state
+	res, err := c.issuer().IssueRaw(ctx, raw)
+	endIssue(span, raw.Type, res, err)
+	return res, err
 }
 
 // IssueMany issues cmds at once (wrap one with With to give it an ID or a
@@ -52,12 +74,37 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // earlier one, so it is found Existing (or conflicting). results[i] is
 // cmds[i]'s Result; err joins every failure, each naming its command's
 // index and type and wrapping its error (errors.Is works on err).
+//
+// Each command's issue is a span "cmdq issue TYPE" in ctx's trace, as
+// Issue's.
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
 	ecmds := make([]issuer.Command, len(cmds))
+	spans := make([]trace.Span, len(cmds))
 	for i, cmd := range cmds {
 		ecmds[i] = cmd
+		if cmd == nil {
+			continue
+		}
+		var parent, state string
+		spans[i], parent, state = c.startIssue(ctx, cmd.CommandType(), "", "")
+		ecmds[i] = issuer.With(cmd, withTrace(parent, state))
 	}
-	return c.issuer().IssueMany(ctx, ecmds...)
+	res, err := c.issuer().IssueMany(ctx, ecmds...)
+	for i, span := range spans {
+		if span == nil {
+			continue
+		}
+		var ierr error
+		if err != nil && (i >= len(res) || res[i].ID == "") {
+			ierr = err
+		}
+		var r Result
+		if i < len(res) {
+			r = res[i]
+		}
+		endIssue(span, cmds[i].CommandType(), r, ierr)
+	}
+	return res, err
 }
 
 // Get returns a command's status: one point read, or none for a
@@ -81,7 +128,7 @@ func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMess
 	if err != nil {
 		return Status{}, nil, err
 	}
-	return rec.Status, json.RawMessage(rec.Params), nil
+	return rec.Status.AsOf(time.Now()), json.RawMessage(rec.Params), nil
 }
 
 // Events returns a command's lifecycle events, oldest first (one query per

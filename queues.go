@@ -72,9 +72,17 @@ func (c *Client) storedQueues(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cmdq: list queues: %w", err)
 	}
+	shards := map[string]bool{} // the storage names of the known queues' shards 1…
+	for q, n := range c.cfg.Shards {
+		for i := 1; i < n; i++ {
+			shards[c.names.ShardQueue(q, i)] = true
+		}
+	}
 	out := make([]string, 0, len(names))
 	for _, n := range names {
-		out = append(out, strings.TrimPrefix(n, c.cfg.Prefix+"-"))
+		if !shards[n] {
+			out = append(out, strings.TrimPrefix(n, c.cfg.Prefix+"-"))
+		}
 	}
 	return out, nil
 }

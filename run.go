@@ -18,17 +18,29 @@ import (
 // called or ctx ends (then it drains as Stop does). Start while processing
 // runs gives ErrStarted. A Client without handlers only opens its storage
 // (issue, read and operate need no Start, which opens lazily, but Start
-// finds problems early).
+// finds problems early). With periodic schedules (Periodic), Start stores
+// each one's row and runs the scheduler in the background, handlers or
+// not: missed ticks are caught up first, then each tick is issued when it
+// comes, until Stop or ctx ends.
 func (c *Client) Start(ctx context.Context) error {
 	p, err := c.prepare(ctx)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.running {
+	entries, err := c.prepareSchedules(ctx)
+	if err != nil {
+		return err
+	}
+	if c.isRunning() {
 		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
 	}
+	cu, _ := c.catchUp(ctx, entries)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running || c.scheduler != nil {
+		return fmt.Errorf("%w: Start while processing runs; call Stop first", ErrStarted)
+	}
+	c.scheduler = c.runScheduler(ctx, cu)
 	if p == nil {
 		return nil
 	}
@@ -97,6 +109,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	cfg := c.cfg.processor()
 	cfg.NoFastPath, cfg.NoHandOff = c.tune.NoFastPath, c.tune.NoHandOff
 	cfg.ControlInterval = c.tune.ControlInterval
+	cfg.HopHorizon = c.tune.HopHorizon
 	cfg.Changes = changes{c}
 	switch len(c.cfg.Observers) {
 	case 0:
@@ -110,13 +123,14 @@ func (c *Client) processor() (*processor.Processor, error) {
 		return nil, err
 	}
 	c.proc = p
+	c.workerName = p.Config().Worker
 	c.procLive.Store(p)
 	return p, nil
 }
 
-// Stop stops taking work, lets running handlers finish (within
-// Config.DrainTimeout, 30 s by default, or until ctx ends) and
-// returns once processing has stopped; it also stops the background
+// Stop stops taking work and issuing periodic ticks, lets running
+// handlers finish (within Config.DrainTimeout, 30 s by default, or until
+// ctx ends) and returns once processing has stopped; it also stops the background
 // retries of failed enqueues (issuing keeps working). The error is the
 // processor's (nil after a clean stop), or ctx's when it ended first.
 // Stop without Start does nothing.
@@ -124,8 +138,12 @@ func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done
 	iss := c.iss
+	sched := c.scheduler
+	c.scheduler = nil
 	c.mu.Unlock()
 	defer func() { _ = iss.Close() }()
+	sched.stop() // no tick is issued after Stop begins
+
 	if stop == nil {
 		return nil
 	}
@@ -146,11 +164,11 @@ func (c *Client) Stop(ctx context.Context) error {
 
 // Run is Start, then it blocks until ctx ends and stops as Stop does
 // (within Config.DrainTimeout). It returns nil after a clean
-// stop, or the error that kept it from starting. Without handlers it fails
-// with cmdqtype.ErrNoHandlers.
+// stop, or the error that kept it from starting. Without handlers or
+// periodic schedules it fails with cmdqtype.ErrNoHandlers.
 func (c *Client) Run(ctx context.Context) error {
-	if !c.Handles() {
-		return fmt.Errorf("%w: register a handler (cmdq.Register) before Run", cmdqtype.ErrNoHandlers)
+	if !c.Handles() && !c.hasSchedules() {
+		return fmt.Errorf("%w: register a handler (cmdq.Register) or a periodic schedule (Client.Periodic) before Run", cmdqtype.ErrNoHandlers)
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -162,6 +180,9 @@ func (c *Client) Run(ctx context.Context) error {
 // RunFor processes for at most d and returns before d has passed, with what
 // it did (see processor.RunFor: it stops taking work when the
 // next handler might not finish in time, and leaves no message leased).
+// Periodic schedules (Periodic) tick during the box: a start's catch-up
+// first, so the ticks that fell between two runs are issued by the next
+// one (up to each schedule's CatchUp).
 // For a scheduler that starts a job every minute, use 55 s. Without
 // handlers it fails with cmdqtype.ErrNoHandlers; while Start's processing
 // runs, with ErrStarted.
@@ -186,21 +207,57 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 		c.running = false
 		c.mu.Unlock()
 	}()
+	entries, err := c.prepareSchedules(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
 	left := d - time.Since(start)
 	if left <= 0 {
 		return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
 	}
+	if entries != nil {
+		// The periodic schedules tick during the time box (a start's
+		// catch-up first): a deployment that only runs RunFor, every
+		// minute, still issues every tick, the ones between two runs by
+		// the next run's catch-up.
+		sctx, cancel := context.WithTimeout(ctx, left)
+		defer cancel()
+		cu, _ := c.catchUp(sctx, entries)
+		sched := c.runScheduler(sctx, cu)
+		defer sched.stop()
+		if left = d - time.Since(start); left <= 0 {
+			return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage and the periodic catch-up took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
+		}
+	}
 	return p.RunFor(ctx, left)
+}
+
+// isRunning reports whether processing or the scheduler runs.
+func (c *Client) isRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running || c.scheduler != nil
+}
+
+// hasSchedules reports whether a periodic schedule is registered.
+func (c *Client) hasSchedules() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.schedules) > 0
 }
 
 // Health returns the processor's health (state, last fault, in-flight
 // count). A Client without handlers has no processor: its state is
 // cmdqtype.ProcessorStopped and it is healthy.
 func (c *Client) Health() Health {
+	h := Health{State: cmdqtype.ProcessorStopped}
 	if p := c.procLive.Load(); p != nil {
-		return p.Health()
+		h = p.Health()
 	}
-	return Health{State: cmdqtype.ProcessorStopped}
+	for _, m := range storage.MembersOf(c.st) {
+		h.Accounts = append(h.Accounts, AccountHealth{Name: m.Name, Healthy: m.Healthy, Since: m.Since, LastError: m.LastError})
+	}
+	return h
 }
 
 // ResetHealth clears an unhealthy processor's fault count: with
@@ -225,6 +282,28 @@ func (c *Client) Stats() Stats {
 // probe of the default queue). It makes no storage call when one succeeded
 // within the last 5 s. The error wraps cmdqtype.ErrStorageUnavailable.
 func (c *Client) CheckStorage(ctx context.Context) error {
+	err := c.checkStorage(ctx)
+	if err != nil && someAccountHealthy(c.st) {
+		// Several accounts, and one answers: the commands on the others
+		// keep flowing, so the service is ready; Health names the
+		// failing account.
+		return nil
+	}
+	return err
+}
+
+// someAccountHealthy reports a store spread over several accounts with at
+// least one healthy (after a probe that found another failing).
+func someAccountHealthy(st storage.Store) bool {
+	for _, m := range storage.MembersOf(st) {
+		if m.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Client) checkStorage(ctx context.Context) error {
 	if p := c.procLive.Load(); p != nil {
 		return p.CheckStorage(ctx)
 	}

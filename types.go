@@ -66,12 +66,16 @@ type HandlerOptions struct {
 	// run a known number of processes on it (docs/processor.md). Defaults
 	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.
 	MaxConcurrency int
+	// Middleware wraps this type's handler, inside the Client's
+	// middleware (Config.Middleware, Client.Use): the first is the
+	// outermost (see Middleware). Defaults to none.
+	Middleware []Middleware
 }
 
 // engine returns o as the registry's options.
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency}
+		Retry: o.Retry, Retention: o.Retention, MaxConcurrency: o.MaxConcurrency, Middleware: middleware(o.Middleware)}
 }
 
 // Handler handles one command of type T: cmd is its decoded parameters,
@@ -94,6 +98,24 @@ func (r *Run) Type() string { return r.r.Type() }
 // deliveries since the command was issued or last requeued.
 func (r *Run) Attempt() int { return r.r.Attempt() }
 
+// Queue returns the command's logical queue.
+func (r *Run) Queue() string { return r.r.Queue() }
+
+// CorrelationID returns the command's correlation ID ("" = none).
+func (r *Run) CorrelationID() string { return r.r.CorrelationID() }
+
+// SetOutput records v's JSON encoding as the command's output, returned
+// with its status once it completes (Status.Output; "output" in GET
+// /v1/commands/{id}). It is stored with the completion (in the final
+// batch: no extra storage call); a failed attempt's output is not kept,
+// so a retried command has the output of the attempt that completed.
+// Called again, the last value wins. At most MaxOutputBytes (32 KiB) of
+// compact JSON: above that, or for a value json.Marshal refuses, it
+// returns an error wrapping ErrOutputTooLarge or ErrInvalidOutput, and
+// the attempt fails with it even if the handler returns nil (a later
+// successful SetOutput clears it).
+func (r *Run) SetOutput(v any) error { return r.r.SetOutput(v) }
+
 // LastStep returns the last completed step (0 = none): a rerun skips the
 // steps up to it, so multi-step work resumes where it stopped.
 func (r *Run) LastStep() int { return r.r.LastStep() }
@@ -108,7 +130,8 @@ func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
 	return r.r.CompleteStep(ctx, n, note)
 }
 
-// IssueOption adjusts one Issue call (WithID, WithCorrelationID). Given
+// IssueOption adjusts one Issue call (WithID, WithCorrelationID,
+// UniqueKey). Given
 // twice, the last one wins.
 type IssueOption func(*Raw)
 
@@ -118,9 +141,45 @@ type IssueOption func(*Raw)
 // parameters under the same ID fail with ErrIDConflict.
 func WithID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
 
+// UniqueKey makes the command unique per type and key within window: its
+// ID derives from the type, key and the window's time bucket (the UTC time
+// truncated to a multiple of window: 1h buckets start on the hour, 24h
+// ones at midnight UTC), so issuing the same type and key again in the
+// same bucket returns the first command (Result.Duplicate and
+// Result.Existing true) instead of a second one, whatever the parameters,
+// and writes nothing. "Within the window" means in the same bucket: two
+// issues a minute apart across an hour's boundary make two commands with
+// a 1h window. key is 1 to MaxUniqueKeyLength (256) bytes; window is
+// MinUniqueWindow (1 s) to MaxUniqueWindow (30 days); the key holds while
+// the first command is kept (its retention). Not together with WithID.
+// Bad input fails with ErrInvalidUnique and stores nothing. Cost: as a
+// plain issue; a duplicate costs one failed batch and one point read
+// (docs/lifecycle.md, "Unique commands").
+func UniqueKey(key string, window time.Duration) IssueOption {
+	return func(r *Raw) { r.UniqueKey, r.UniqueWindow = key, window }
+}
+
 // WithCorrelationID sets the command's correlation ID (free text, at most
 // MaxCorrelationIDLength bytes), shown with its status.
 func WithCorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
+
+// At schedules the command at t: it is StateScheduled until then and
+// never starts before t (by the processor's clock), and starts within
+// Config.MaxPollInterval after it at worst (at once on a processor of
+// the issuing Client). A t at or before now is due at once; a t more than
+// MaxScheduleAhead (2 years) ahead is refused with ErrInvalidSchedule,
+// nothing stored. Any horizon works: past the queue's 7-day visibility
+// limit the message hops once a week (docs/lifecycle.md, "Scheduled
+// commands"). Scheduling costs no storage call: the delay rides on the
+// issue's one enqueue. At and After replace each other (the last one
+// given wins).
+func At(t time.Time) IssueOption { return func(r *Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (by the issuer's
+// clock), as At(now + d). A negative d, or one over MaxScheduleAhead, is
+// refused with ErrInvalidSchedule, nothing stored; After(0) is due at
+// once.
+func After(d time.Duration) IssueOption { return func(r *Raw) { r.Delay, r.RunAt = d, time.Time{} } }
 
 // With attaches issue options to cmd, for IssueMany:
 // c.IssueMany(ctx, a, cmdq.With(b, cmdq.WithID(id))).
@@ -193,6 +252,8 @@ type (
 	// Health is the processor's health: its state, last fault, in-flight
 	// count.
 	Health = cmdqtype.Health
+	// AccountHealth is one storage account's state (Health.Accounts).
+	AccountHealth = cmdqtype.AccountHealth
 	// ProcessorState is what the processor is doing (Health.State).
 	ProcessorState = cmdqtype.ProcessorState
 	// Stats are the processor's running counts.
@@ -203,6 +264,8 @@ type (
 	StopReason = cmdqtype.StopReason
 	// RetentionStatus is what the last retention sweep did (Health).
 	RetentionStatus = cmdqtype.RetentionStatus
+	// JSON is a JSON value kept as its text (Status.Output).
+	JSON = cmdqtype.JSON
 	// InFlight is a command whose handler this Client's processor runs now.
 	InFlight = cmdqtype.InFlight
 	// CancelResult is the outcome of Cancel.
@@ -210,6 +273,14 @@ type (
 	// QueueInfo is one logical queue: its depth and pause state
 	// (ListQueues).
 	QueueInfo = cmdqtype.QueueInfo
+	// PeriodicInfo is one periodic schedule with its last and next tick
+	// (ListPeriodic).
+	PeriodicInfo = cmdqtype.PeriodicInfo
+	// TickInfo is one tick of a periodic schedule.
+	TickInfo = cmdqtype.TickInfo
+	// ProcessorInfo is one running processor as its heartbeat reports it
+	// (Processors).
+	ProcessorInfo = cmdqtype.ProcessorInfo
 	// Observer receives every processing event (Config.Observers).
 	Observer = cmdqtype.Observer
 	// ObserverFunc adapts a function to Observer.
@@ -229,6 +300,7 @@ const (
 	StatePoisoned  = cmdqtype.StatePoisoned
 	StateDiscarded = cmdqtype.StateDiscarded
 	StateCancelled = cmdqtype.StateCancelled
+	StateScheduled = cmdqtype.StateScheduled
 )
 
 // The lifecycle events.
@@ -305,6 +377,16 @@ const (
 	IssueWindowPastDays       = cmdqtype.IssueWindowPastDays
 	IssueWindowFutureDays     = cmdqtype.IssueWindowFutureDays
 	ControlInterval           = cmdqtype.ControlInterval
+	MaxOutputBytes            = cmdqtype.MaxOutputBytes
+	MaxUniqueKeyLength        = cmdqtype.MaxUniqueKeyLength
+	MinUniqueWindow           = cmdqtype.MinUniqueWindow
+	MaxUniqueWindow           = cmdqtype.MaxUniqueWindow
+	MaxPeriodicNameLength     = cmdqtype.MaxPeriodicNameLength
+	DefaultCatchUp            = cmdqtype.DefaultCatchUp
+	NoCatchUp                 = cmdqtype.NoCatchUp
+	MaxCatchUp                = cmdqtype.MaxCatchUp
+	MaxScheduleAhead          = cmdqtype.MaxScheduleAhead
+	MaxClockSkew              = cmdqtype.MaxClockSkew
 )
 
 // Errors to test with errors.Is (cmdqtype documents each one).
@@ -347,6 +429,12 @@ var (
 	ErrDuplicateType = cmdqtype.ErrDuplicateType
 	// ErrInvalidStep: Run.CompleteStep with a step below 1.
 	ErrInvalidStep = cmdqtype.ErrInvalidStep
+	// ErrOutputTooLarge: Run.SetOutput's value is over MaxOutputBytes of
+	// JSON; the attempt fails with it.
+	ErrOutputTooLarge = cmdqtype.ErrOutputTooLarge
+	// ErrInvalidOutput: Run.SetOutput's value does not encode to JSON;
+	// the attempt fails with it.
+	ErrInvalidOutput = cmdqtype.ErrInvalidOutput
 	// ErrSuperseded: the attempt is over (the command finished elsewhere,
 	// or another delivery took it over); return from the handler.
 	ErrSuperseded = cmdqtype.ErrSuperseded
@@ -364,4 +452,13 @@ var (
 	// ErrUnknownQueue: PauseQueue or ResumeQueue of a queue neither the
 	// Client nor the store knows.
 	ErrUnknownQueue = cmdqtype.ErrUnknownQueue
+	// ErrInvalidUnique: a bad unique key or window (UniqueKey).
+	ErrInvalidUnique = cmdqtype.ErrInvalidUnique
+	// ErrInvalidSchedule: a run-at time or delay that is refused (At,
+	// After: more than 2 years ahead, a negative delay, or both), or a
+	// bad periodic name, spec or option (Periodic).
+	ErrInvalidSchedule = cmdqtype.ErrInvalidSchedule
+	// ErrNotWaiting: RunNow of a command that is neither scheduled nor
+	// retrying (or due within MaxClockSkew anyway).
+	ErrNotWaiting = cmdqtype.ErrNotWaiting
 )

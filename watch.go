@@ -176,6 +176,11 @@ func (h *hub) run(e *entry) {
 			if e.demand {
 				due = e.readAt.Add(h.min)
 			}
+			if e.known && e.st.State == StateScheduled && e.st.RunAt.Before(due) {
+				// It becomes pending then, with no write to find: read
+				// it at that time.
+				due = e.st.RunAt
+			}
 			wait = time.Until(due)
 			read = wait <= 0
 		}
@@ -240,6 +245,7 @@ func (h *hub) read(e *entry) {
 // push records a change this Client stored (the change feed): st is the
 // command's status after it, events the events written (nil: unknown).
 func (h *hub) push(st Status, events []Event) {
+	st = st.AsOf(time.Now())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if immutable(st.State) {
@@ -462,8 +468,21 @@ func (f *finalCache) get(id string) (Status, bool) {
 	return st, true
 }
 
+// maxCachedOutput is the largest recorded output (bytes) of a status the
+// final cache keeps: 10,000 statuses stay within about 10 MiB however
+// large the outputs (up to MaxOutputBytes each); a status with a larger
+// one is read again (one point read).
+const maxCachedOutput = 1024
+
 func (f *finalCache) put(st Status) {
 	if f.size <= 0 {
+		return
+	}
+	if len(st.Output) > maxCachedOutput {
+		if el, ok := f.byID[st.ID]; ok {
+			delete(f.byID, st.ID)
+			f.order.Remove(el)
+		}
 		return
 	}
 	if el, ok := f.byID[st.ID]; ok {

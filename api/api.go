@@ -258,9 +258,12 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/poison/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getPoison, http.MethodDelete: s.discard})
 	route("/v1/poison/{id}/requeue", map[string]http.HandlerFunc{http.MethodPost: s.requeue})
 	route("/v1/commands/{id}/cancel", map[string]http.HandlerFunc{http.MethodPost: s.cancel})
+	route("/v1/commands/{id}/run-now", map[string]http.HandlerFunc{http.MethodPost: s.runNow})
 	route("/v1/queues", map[string]http.HandlerFunc{http.MethodGet: s.listQueues})
+	route("/v1/periodic", map[string]http.HandlerFunc{http.MethodGet: s.listPeriodic})
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
 	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})
+	route("/v1/processors", map[string]http.HandlerFunc{http.MethodGet: s.listProcessors})
 	doc, err := openAPIFor(cfg.BasePath)
 	if err != nil {
 		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)
@@ -275,7 +278,7 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison and /v1/queues (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison, /v1/queues and /v1/periodic (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
 	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, TooLarge: tooLarge(cfg.MaxBodyBytes).Detail}), nil
@@ -323,6 +326,31 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// logCmd adds a command's ID and, when it has one, its trace ID to a log
+// line: every log line about a command carries both.
+func logCmd(ev *zerolog.Event, id, traceID string) *zerolog.Event {
+	ev = ev.Str("command", id)
+	if traceID != "" {
+		ev = ev.Str("trace_id", traceID)
+	}
+	return ev
+}
+
+// traceIDOf returns the trace ID of a W3C traceparent header
+// ("00-<32 hex>-<16 hex>-<2 hex>"), or "" when it is not one.
+func traceIDOf(traceParent string) string {
+	if len(traceParent) < 55 || traceParent[2] != '-' || traceParent[35] != '-' {
+		return ""
+	}
+	id := traceParent[3:35]
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return ""
+		}
+	}
+	return id
+}
+
 func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, RoleIssuer); !ok {
 		return
@@ -344,20 +372,41 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.cfg.Client.IssueRaw(r.Context(), cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID})
+	runAt, delay := ScheduleOf(req)
+	// The W3C trace context of the caller (traceparent, tracestate): the
+	// issue's span is its child and the command's attempts join its trace
+	// (a header that does not parse is ignored).
+	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey, RunAt: runAt, Delay: delay,
+		TraceParent: r.Header.Get("Traceparent"), TraceState: strings.Join(r.Header.Values("Tracestate"), ",")}
+	if req.UniqueWindow != "" {
+		raw.UniqueWindow, _ = time.ParseDuration(req.UniqueWindow) // DecodeIssueRequest checked it
+	}
+	res, err := s.cfg.Client.IssueRaw(r.Context(), raw)
 	switch {
 	case err == nil:
+	case errors.Is(err, cmdqtype.ErrInvalidUnique):
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: "#/uniqueKey", Detail: clipText(paramsDetail(err))}))
+		return
+	case errors.Is(err, cmdqtype.ErrInvalidSchedule):
+		ptr := "#/runAt"
+		if req.Delay != "" {
+			ptr = "#/delay"
+		}
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: ptr, Detail: "at most 2 years ahead"}))
+		return
 	case errors.Is(err, cmdqtype.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
 		// nothing guarantees it runs, so it is not accepted. The client's
 		// retry with the same id enqueues it.
-		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
+		logCmd(s.log.Warn().Err(err), res.ID, traceIDOf(raw.TraceParent)).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
 		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
 		return
 	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
-		s.log.Warn().Err(err).Str("command", res.ID).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
+		logCmd(s.log.Warn().Err(err), res.ID, traceIDOf(raw.TraceParent)).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
 	case errors.Is(err, cmdqtype.ErrIDConflict):
 		writeProblem(w, r, newProblem(client.ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
 			client.FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
@@ -388,7 +437,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending})
+		resp := client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending, RunAt: res.RunAt}
+		if res.RunAt.After(time.Now()) {
+			resp.Status = cmdqtype.StateScheduled
+		}
+		writeJSON(w, http.StatusAccepted, resp)
 		return
 	}
 	st, err := s.cfg.Client.Get(r.Context(), res.ID)
@@ -396,7 +449,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State})
+	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State, Duplicate: res.Duplicate, RunAt: st.RunAt})
 }
 
 // sentence is err's message after its sentinel's text ("cmdq: params too

@@ -60,8 +60,45 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, res.Status)
 		return
 	}
-	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: command cancelled")
+	logCmd(s.log.Info(), id, res.Status.TraceID).Str("by", who).Msg("cmdq api: command cancelled")
 	writeJSON(w, http.StatusAccepted, res.Status)
+}
+
+// runNow is POST /v1/commands/{id}/run-now (operator): 202 with the
+// status once a scheduled or retrying command is due now, 409 when it is
+// not waiting for its time.
+func (s *server) runNow(w http.ResponseWriter, r *http.Request) {
+	who, ok := s.authorize(w, r, RoleOperator)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if httpserve.HasBody(r) {
+		if p := checkContentType(r); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	st, err := s.cfg.Client.RunNow(r.Context(), id, "api:"+who)
+	switch {
+	case err == nil:
+	case errors.Is(err, cmdqtype.ErrNotWaiting):
+		writeProblem(w, r, newProblem(client.ProblemConflict, clipText(trimPrefix(err))+"; GET /v1/commands/{id} shows its state"))
+		return
+	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && st.ID != "":
+		// Due now and marked: the reconciler queues it (its old message
+		// still comes at its old time). For the caller it is done.
+		s.log.Warn().Err(err).Str("command", id).Msg("cmdq api: run-now recorded but its message not queued; the reconciler will queue it")
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info().Str("command", id).Str("by", who).Msg("cmdq api: command made due now")
+	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
+	writeJSON(w, http.StatusAccepted, st)
 }
 
 // listQueues is GET /v1/queues.
@@ -78,6 +115,38 @@ func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
 		qs = []cmdqtype.QueueInfo{}
 	}
 	writeJSON(w, http.StatusOK, client.QueuesResponse{Queues: qs})
+}
+
+// listPeriodic is GET /v1/periodic.
+func (s *server) listPeriodic(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	ps, err := s.cfg.Client.ListPeriodic(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ps == nil {
+		ps = []cmdqtype.PeriodicInfo{}
+	}
+	writeJSON(w, http.StatusOK, client.PeriodicResponse{Periodic: ps})
+}
+
+// listProcessors is GET /v1/processors.
+func (s *server) listProcessors(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	ps, err := s.cfg.Client.Processors(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ps == nil {
+		ps = []cmdqtype.ProcessorInfo{}
+	}
+	writeJSON(w, http.StatusOK, client.ProcessorsResponse{Processors: ps})
 }
 
 // pauseQueue is POST /v1/queues/{name}/pause.
@@ -129,10 +198,12 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ct
 }
 
 // extraTime is the time a request gets beyond Config.RequestTimeout: a
-// cancel may wait up to cmdq.ControlInterval for the processors of other
-// processes (cmdq.Client.Cancel) before it stores the cancel.
+// cancel or a run-now may wait up to cmdq.ControlInterval for the
+// processors of other processes (cmdq.Client.Cancel, RunNow) before it
+// stores the change.
 func extraTime(r *http.Request) time.Duration {
-	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/commands/") && strings.HasSuffix(r.URL.Path, "/cancel") {
+	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/commands/") &&
+		(strings.HasSuffix(r.URL.Path, "/cancel") || strings.HasSuffix(r.URL.Path, "/run-now")) {
 		return cmdq.ControlInterval
 	}
 	return 0

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,9 +28,11 @@ const DefaultMaxBodyBytes = 1 << 20
 // (client.IssueRequest, the wire type the Go client sends) of at most
 // maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, keys
 // repeated in one object or differing only in case, top-level fields not
-// spelled exactly (type, params, id, correlationId), a missing
-// or malformed type, params that are not a JSON object, and an id that is not
-// a canonical lowercase UUID are rejected with a 400 Problem listing every
+// spelled exactly (type, params, id, correlationId, uniqueKey, uniqueWindow,
+// runAt, delay), a missing or malformed type, params that are not a JSON
+// object, an id that is not a canonical lowercase UUID, a runAt that is not
+// an RFC 3339 time, a delay that is not a Go duration or is negative, and
+// runAt with delay are rejected with a 400 Problem listing every
 // field problem; an oversized body gives a 413 Problem. It never panics. The
 // returned request has Params compacted ({} when absent).
 func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *client.Problem) {
@@ -109,9 +112,11 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
+	errs = append(errs, checkUnique(req)...)
 	if len(req.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
 		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
 	}
+	errs = append(errs, scheduleErrors(req)...)
 	if len(errs) > 0 {
 		detail := errs[0].Detail
 		if len(errs) > 1 {
@@ -135,6 +140,30 @@ func notUTF8(data []byte) *client.Problem {
 	}
 	return newProblem(client.ProblemInvalidRequest, "the request body contains bytes that are not UTF-8; send UTF-8 JSON",
 		client.FieldError{Pointer: "#", Detail: "not UTF-8"})
+}
+
+// checkUnique checks uniqueKey and uniqueWindow: both or neither, the key
+// 1-256 bytes, the window a duration from 1s to 720h, no id with them.
+func checkUnique(req client.IssueRequest) []client.FieldError {
+	if req.UniqueKey == "" && req.UniqueWindow == "" {
+		return nil
+	}
+	var errs []client.FieldError
+	switch n := len(req.UniqueKey); {
+	case n == 0:
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: "uniqueKey is required with uniqueWindow: 1 to 256 bytes, such as an order number"})
+	case n > cmdqtype.MaxUniqueKeyLength:
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: fmt.Sprintf("uniqueKey is %d bytes; the limit is %d (hash a longer key first)", n, cmdqtype.MaxUniqueKeyLength)})
+	}
+	if req.UniqueWindow == "" {
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: "uniqueWindow is required with uniqueKey: a duration from 1s to 720h, such as \"1h\""})
+	} else if d, err := time.ParseDuration(req.UniqueWindow); err != nil || d < cmdqtype.MinUniqueWindow || d > cmdqtype.MaxUniqueWindow {
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: fmt.Sprintf("uniqueWindow %s is not a duration from 1s to 720h (30 days); give one such as \"90s\", \"1h\" or \"24h\"", quoteClip(req.UniqueWindow))})
+	}
+	if req.ID != "" {
+		errs = append(errs, client.FieldError{Pointer: "#/id", Detail: "give either an id or a uniqueKey: a unique key derives the command ID"})
+	}
+	return errs
 }
 
 // typeDetail says why typ is not a type name, quoting a short prefix of it.
@@ -161,7 +190,7 @@ func jsonProblem(err error) *client.Problem {
 		return newProblem(client.ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id and correlationId", quoteClip(name)),
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id, correlationId, uniqueKey, uniqueWindow, runAt and delay", quoteClip(name)),
 			client.FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
 	return newProblem(client.ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
@@ -185,7 +214,7 @@ func checkContentType(r *http.Request) *client.Problem {
 
 // issueFields are the top-level fields of a POST /v1/commands body, as they
 // must be spelled.
-var issueFields = []string{"type", "params", "id", "correlationId"}
+var issueFields = []string{"type", "params", "id", "correlationId", "uniqueKey", "uniqueWindow", "runAt", "delay"}
 
 // checkKeys rejects what encoding/json would silently resolve: a key that
 // appears twice in one object (the last one would win, while another
@@ -294,3 +323,40 @@ func escapePointer(k string) string {
 
 // clipPointer keeps an error's pointer short (keys are client input).
 var clipPointer = httpserve.ClipText
+
+// ScheduleOf returns the run-at time and delay of a decoded request
+// (DecodeIssueRequest checked their form): zero when absent.
+func ScheduleOf(req client.IssueRequest) (runAt time.Time, delay time.Duration) {
+	if req.RunAt != "" {
+		runAt, _ = time.Parse(time.RFC3339Nano, req.RunAt)
+	}
+	if req.Delay != "" {
+		delay, _ = time.ParseDuration(req.Delay)
+	}
+	return runAt, delay
+}
+
+// scheduleErrors checks runAt and delay: an RFC 3339 time, a Go duration
+// that is not negative, not both. (How far ahead is the Issuer's check,
+// against its clock: cmdqtype.ValidSchedule.)
+func scheduleErrors(req client.IssueRequest) []client.FieldError {
+	var errs []client.FieldError
+	if req.RunAt != "" {
+		if _, err := time.Parse(time.RFC3339Nano, req.RunAt); err != nil {
+			errs = append(errs, client.FieldError{Pointer: "#/runAt", Detail: fmt.Sprintf("runAt %s is not an RFC 3339 time; send a time such as \"2026-05-01T09:00:00Z\" (UTC) or \"2026-05-01T11:00:00+02:00\"", quoteClip(req.RunAt))})
+		}
+	}
+	if req.Delay != "" {
+		d, err := time.ParseDuration(req.Delay)
+		switch {
+		case err != nil:
+			errs = append(errs, client.FieldError{Pointer: "#/delay", Detail: fmt.Sprintf("delay %s is not a duration; send a number with a unit such as \"90s\", \"15m\" or \"2h30m\" (units ns, us, ms, s, m, h)", quoteClip(req.Delay))})
+		case d < 0:
+			errs = append(errs, client.FieldError{Pointer: "#/delay", Detail: fmt.Sprintf("delay %s is negative; send a delay of 0 or more (such as \"90s\"), or a runAt time", quoteClip(req.Delay))})
+		}
+	}
+	if req.RunAt != "" && req.Delay != "" {
+		errs = append(errs, client.FieldError{Pointer: "#/delay", Detail: "runAt and delay were both given; send one of them (runAt: when to run, delay: how long from now)"})
+	}
+	return errs
+}

@@ -367,7 +367,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		cancel()
 		if err != nil {
-			s.log.Warn().Err(err).Str("command", id).Msg("cmdq api: event stream ended by a storage failure; the client reconnects")
+			logCmd(s.log.Warn().Err(err), id, st.TraceID).Msg("cmdq api: event stream ended by a storage failure; the client reconnects")
 			return
 		}
 		changed = ch

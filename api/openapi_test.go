@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
@@ -78,7 +80,11 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	const jsonCT = "application/json"
 
 	// The served document is the file.
-	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), MaxBodyBytes: 4096})
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), MaxBodyBytes: 4096, Idle: true, Setup: func(c *cmdq.Client) error {
+		// A schedule this process registers, not yet stored (Idle: no
+		// Start), for GET /v1/periodic.
+		return c.Periodic("demo.hourly", "@hourly", tickCmd{})
+	}})
 	c := specClient{t, spec, srv.URL}
 	served := c.expect(http.StatusOK, http.MethodGet, "/v1/openapi.json", "", "")
 	file, err := os.ReadFile("openapi.json")
@@ -102,6 +108,15 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/commands", jsonCT, `{"type":"x","params":{"p":"`+strings.Repeat("x", 5000)+`"}}`, bearer(apitest.IssuerToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands", "", body, bearer(apitest.IssuerToken)...)
 	c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
+	// Unique: the same type and key within the window, other params → 200
+	// with the first command and "duplicate":true; a bad window → 400.
+	uniq := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","params":{"n":1},"uniqueKey":"order-42","uniqueWindow":"1h"}`, bearer(apitest.IssuerToken)...)
+	dup := c.expect(http.StatusOK, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","params":{"n":2},"uniqueKey":"order-42","uniqueWindow":"1h"}`, bearer(apitest.IssuerToken)...)
+	var u1, u2 client.IssueResponse
+	if json.Unmarshal(uniq.body, &u1) != nil || json.Unmarshal(dup.body, &u2) != nil || u1.ID != u2.ID || !u2.Duplicate || u1.Duplicate {
+		t.Fatalf("unique: first %s, duplicate %s: want the same id, duplicate true on the second", uniq.body, dup.body)
+	}
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","uniqueKey":"order-42","uniqueWindow":"0s"}`, bearer(apitest.IssuerToken)...)
 
 	// Read: the status with its ETag, 304 for it, a long-poll that
 	// answers at once (the client has another status).
@@ -178,9 +193,39 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands/nope/cancel", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands/"+issued.ID+"/cancel", "text/plain", "x", bearer(apitest.OperatorToken)...)
 
+	// Scheduled commands: issued with a delay and with a run-at time
+	// (202, scheduled, runAt), both at once (400); run-now of a scheduled
+	// one (202, pending), of one not waiting (409: the same again, the
+	// pending one above), unknown, expired, a bad ID, a body that is not
+	// JSON.
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","delay":"1h"}`, bearer(apitest.IssuerToken)...)
+	var later client.IssueResponse
+	if err := json.Unmarshal(r.body, &later); err != nil || later.Status != cmdqtype.StateScheduled || time.Until(later.RunAt) < 59*time.Minute {
+		t.Fatalf("issue with a delay: %s (%v)", r.body, err)
+	}
+	at := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","runAt":"`+at+`"}`, bearer(apitest.IssuerToken)...)
+	if !strings.Contains(string(r.body), `"status":"scheduled"`) || !strings.Contains(string(r.body), `"runAt":"`+strings.TrimSuffix(at, "Z")) {
+		t.Fatalf("issue with runAt %s: %s", at, r.body)
+	}
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","runAt":"`+at+`","delay":"1h"}`, bearer(apitest.IssuerToken)...)
+	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	if r.header.Get("Location") != "/v1/commands/"+later.ID || !strings.Contains(string(r.body), `"status":"pending"`) {
+		t.Fatalf("run-now: Location %q, body %s", r.header.Get("Location"), r.body)
+	}
+	c.expect(http.StatusConflict, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusNotFound, http.MethodPost, "/v1/commands/"+unknown+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusGone, http.MethodPost, "/v1/commands/"+expired+"/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands/nope/run-now", "", "", bearer(apitest.OperatorToken)...)
+	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/commands/"+later.ID+"/run-now", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
 	// Queues: listed, paused, resumed; an unknown one, a bad name, a body
 	// that is not JSON.
 	c.expect(http.StatusOK, http.MethodGet, "/v1/queues", "", "", bearer(apitest.ReaderToken)...)
+	r = c.expect(http.StatusOK, http.MethodGet, "/v1/periodic", "", "", bearer(apitest.ReaderToken)...)
+	if !strings.Contains(string(r.body), `"name":"demo.hourly"`) || !strings.Contains(string(r.body), `"missed":true`) {
+		t.Fatalf("GET /v1/periodic: %s, want demo.hourly with its last tick missed", r.body)
+	}
 	r = c.expect(http.StatusOK, http.MethodPost, "/v1/queues/commands/pause", "", "", bearer(apitest.OperatorToken)...)
 	if !strings.Contains(string(r.body), `"paused":true`) {
 		t.Fatalf("pause: %s", r.body)
@@ -192,6 +237,19 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/queues/Bad_Name/resume", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/pause", "text/plain", "x", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/queues/commands/resume", "text/plain", "x", bearer(apitest.OperatorToken)...)
+
+	// Processors: none on this server (nothing processes); one on a
+	// server whose client runs handlers (its heartbeat row, live).
+	c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...)
+	working := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
+		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Run) error { return nil })
+	}})
+	wc := specClient{t, spec, working.URL}
+	var procs client.ProcessorsResponse
+	if err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...).body, &procs); err != nil ||
+		len(procs.Processors) != 1 || !procs.Processors[0].Local || len(procs.Processors[0].Queues) == 0 {
+		t.Fatalf("GET /v1/processors on a working server: %+v, %v", procs, err)
+	}
 
 	// Health and metrics.
 	c.expect(http.StatusOK, http.MethodGet, "/healthz", "", "")
@@ -323,3 +381,8 @@ func TestOpenAPICoversDocumentedRoutes(t *testing.T) {
 		t.Fatalf("docs/api.md sections %q\nOpenAPI operations   %q", documented, ops)
 	}
 }
+
+// tickCmd is a periodic schedule's command in the API's tests.
+type tickCmd struct{}
+
+func (tickCmd) CommandType() string { return "demo.tick" }

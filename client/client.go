@@ -31,6 +31,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
@@ -154,19 +157,30 @@ func New(baseURL string, opts ...Option) (*Remote, error) {
 	return c, nil
 }
 
-// Issue issues a command (POST /v1/commands). Params that are not valid
-// JSON fail here, before anything is sent.
-func (c *Remote) Issue(ctx context.Context, req IssueRequest) (IssueResponse, error) {
+// Issue issues a command (POST /v1/commands), with options applied to
+// req (At, After). Params that are not valid JSON fail here, before
+// anything is sent. The W3C trace context of ctx's span (OpenTelemetry),
+// if it has one, is sent as the traceparent and tracestate headers: the
+// command and its attempts join that trace.
+func (c *Remote) Issue(ctx context.Context, req IssueRequest, opts ...IssueOption) (IssueResponse, error) {
+	for _, o := range opts {
+		o(&req)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return IssueResponse{}, fmt.Errorf("cmdq client: encoding the request (params must be valid JSON): %w", err)
 	}
+	var h http.Header
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		h = http.Header{}
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	}
 	var res IssueResponse
-	code, err := c.do(ctx, http.MethodPost, "/v1/commands", nil, body, &res)
+	resp, err := c.send(ctx, http.MethodPost, "/v1/commands", nil, body, h, &res)
 	if err != nil {
 		return IssueResponse{}, err
 	}
-	res.Existing = code == http.StatusOK
+	res.Existing = resp.StatusCode == http.StatusOK
 	return res, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
@@ -309,5 +310,32 @@ func TestTooManyFailedAuthentications(t *testing.T) {
 	var ce *client.Error
 	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.RetryAfter <= 0 {
 		t.Fatalf("after the burst: %v (%+v), want 429 ErrUnavailable with RetryAfter", err, ce)
+	}
+}
+
+// TestIssueSendsTraceContext: Issue in a context with a span sends its
+// W3C trace context (traceparent, tracestate): the server stores the
+// command in that trace (Status.TraceID); without a span, none is sent.
+func TestIssueSendsTraceContext(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	c := newClient(t, s.URL)
+	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, Remote: true})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	res, err := c.Issue(ctx, client.IssueRequest{Type: "SendEmail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Get(ctx, res.ID); err != nil || st.TraceID != traceID.String() {
+		t.Fatalf("get %+v %v: want trace ID %s", st, err, traceID)
+	}
+	plain, err := c.Issue(context.Background(), client.IssueRequest{Type: "SendEmail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Get(ctx, plain.ID); err != nil || st.TraceID != "" {
+		t.Fatalf("get %+v %v: want no trace", st, err)
 	}
 }

@@ -15,6 +15,26 @@ type QueuesResponse struct {
 	Queues []cmdqtype.QueueInfo `json:"queues"`
 }
 
+// ProcessorsResponse is the body of GET /v1/processors (a wire type: the
+// server writes it).
+type ProcessorsResponse struct {
+	// Processors are the processors on the server's store, from their
+	// heartbeats: running ones first, then gone ones.
+	Processors []cmdqtype.ProcessorInfo `json:"processors"`
+}
+
+// Processors lists every processor on the server's store (every process
+// and machine) from their heartbeat rows: name, host, state, messages in
+// flight, queues, last seen, and whether it is gone (GET
+// /v1/processors).
+func (c *Remote) Processors(ctx context.Context) ([]cmdqtype.ProcessorInfo, error) {
+	var res ProcessorsResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/processors", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Processors, nil
+}
+
 // Cancel cancels a command that has not ended (POST
 // /v1/commands/{id}/cancel): its status after the cancel, and whether it
 // was cancelled before (Already: HTTP 200, nothing changed). A command
@@ -40,6 +60,16 @@ func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 	return res.Queues, nil
 }
 
+// Periodic lists the periodic schedules with their last and next tick
+// (GET /v1/periodic), sorted by name.
+func (c *Remote) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+	var res PeriodicResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/periodic", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Periodic, nil
+}
+
 // PauseQueue pauses a logical queue for every processor (POST
 // /v1/queues/{name}/pause) and returns it. An unknown queue gives
 // ErrNotFound, an invalid name ErrInvalid.
@@ -57,4 +87,15 @@ func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdqtype
 	var q cmdqtype.QueueInfo
 	_, err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(name)+"/"+action, nil, nil, &q)
 	return q, err
+}
+
+// RunNow makes a scheduled or retrying command due now (POST
+// /v1/commands/{id}/run-now; operator role) and returns its status after
+// it (pending). A command that is not waiting for its time (pending,
+// running, ended, or due within 2 s anyway) gives ErrConflict; an unknown
+// one ErrNotFound.
+func (c *Remote) RunNow(ctx context.Context, id string) (cmdqtype.Status, error) {
+	var st cmdqtype.Status
+	_, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/run-now", nil, nil, &st)
+	return st, err
 }

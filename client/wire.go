@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
@@ -117,6 +118,44 @@ type IssueRequest struct {
 	// CorrelationID is free text (at most 256 bytes) carried with the
 	// command for tracing. Optional.
 	CorrelationID string `json:"correlationId,omitempty"`
+	// UniqueKey makes the command unique per type and key within
+	// UniqueWindow (docs/api.md, "Unique commands"): the command ID
+	// derives from the type, the key and the window's time bucket, so the
+	// same type and key again in the same bucket answers 200 with the
+	// existing command ("duplicate":true) whatever the params. 1-256
+	// bytes; not together with id. Optional.
+	UniqueKey string `json:"uniqueKey,omitempty"`
+	// UniqueWindow is the unique key's window, a duration such as "1h"
+	// or "90s" (Go syntax, 1s to 720h): a bucket is the UTC time
+	// truncated to a multiple of it (1h buckets start on the hour).
+	// Required with uniqueKey.
+	UniqueWindow string `json:"uniqueWindow,omitempty"`
+	// RunAt schedules the command: an RFC 3339 time (such as
+	// "2026-05-01T09:00:00Z") before which it does not start, at most 2
+	// years ahead. Optional; not together with Delay. The At option sets
+	// it.
+	RunAt string `json:"runAt,omitempty"`
+	// Delay schedules the command this long after the server receives it:
+	// a Go duration such as "90s", "15m" or "2h30m", not negative, at most
+	// 2 years. Optional; not together with RunAt. The After option sets
+	// it.
+	Delay string `json:"delay,omitempty"`
+}
+
+// IssueOption adjusts an IssueRequest (Remote.Issue).
+type IssueOption func(*IssueRequest)
+
+// At schedules the command at t (IssueRequest.RunAt, RFC 3339 with the
+// nanoseconds t has): it is "scheduled" until then and does not start
+// before it.
+func At(t time.Time) IssueOption {
+	return func(r *IssueRequest) { r.RunAt, r.Delay = t.UTC().Format(time.RFC3339Nano), "" }
+}
+
+// After schedules the command d after the server receives it
+// (IssueRequest.Delay).
+func After(d time.Duration) IssueOption {
+	return func(r *IssueRequest) { r.Delay, r.RunAt = d.String(), "" }
 }
 
 // IssueResponse is the body of a successful POST /v1/commands (202 for a
@@ -126,12 +165,27 @@ type IssueResponse struct {
 	// ID is the command ID; GET /v1/commands/{id} reads its status.
 	ID string `json:"id"`
 	// Status is the command's state: pending for a new (or requeued)
-	// command, the current state for a repeated request.
+	// command (scheduled when its run-at time is ahead), the current state
+	// for a repeated request.
 	Status cmdqtype.State `json:"status"`
+	// RunAt is when the command is due (UTC), when it was issued with a
+	// run-at time or a delay: the delay's end by the server's clock.
+	RunAt time.Time `json:"runAt,omitzero"`
 	// Existing is true when the ID already named this command (HTTP 200):
 	// nothing new was issued. It is not part of the body: Remote.Issue
 	// sets it from the status code.
 	Existing bool `json:"-"`
+	// Duplicate is true on a 200 answer to a request with a uniqueKey
+	// whose type and key already had a command in the same window: the
+	// body is that command, whatever its params.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// PeriodicResponse is the body of GET /v1/periodic: every periodic
+// schedule, sorted by name.
+type PeriodicResponse struct {
+	// Periodic lists the schedules with their last and next tick.
+	Periodic []cmdqtype.PeriodicInfo `json:"periodic"`
 }
 
 // PoisonEntryResponse is the body of GET /v1/poison/{id}: the entry and

@@ -68,6 +68,11 @@ var (
 	// it. The Client also retries the enqueue in the background while the
 	// process lives (Config.EnqueueRetry). The error wraps the causes.
 	ErrNotAccepted = errors.New("cmdq: command stored but not accepted (neither enqueued nor marked for the reconciler)")
+	// ErrInvalidUnique: a unique key that is empty or longer than
+	// MaxUniqueKeyLength, a unique window outside MinUniqueWindow ..
+	// MaxUniqueWindow, or a unique key given together with an ID. Nothing
+	// is stored; the HTTP API answers 400.
+	ErrInvalidUnique = errors.New("cmdq: invalid unique key or window")
 )
 
 // Sentinel errors of registering and running handlers (test with
@@ -93,6 +98,16 @@ var (
 	// cause wrapping it and ErrSuperseded (context.Cause): return. Nothing
 	// more is recorded for the attempt, whatever the handler returns.
 	ErrCancelled = errors.New("cmdq: command cancelled")
+	// ErrOutputTooLarge: Run.SetOutput's value encodes to more than
+	// MaxOutputBytes of JSON (or does not fit in the command's row beside
+	// parameters near the largest). SetOutput returns an error wrapping
+	// it, and the attempt fails with it even if the handler returns nil
+	// (it is retried, as any failure).
+	ErrOutputTooLarge = errors.New("cmdq: output too large")
+	// ErrInvalidOutput: Run.SetOutput's value does not encode to JSON.
+	// SetOutput returns an error wrapping it, and the attempt fails with
+	// it even if the handler returns nil.
+	ErrInvalidOutput = errors.New("cmdq: output is not JSON-encodable")
 	// ErrNoHandlers: Run or RunFor of a Client without a registered
 	// handler.
 	ErrNoHandlers = errors.New("cmdq: no handlers registered")

@@ -47,6 +47,23 @@ type Health struct {
 	// look: day tables pinned by commands that are not final, or an error
 	// (nil otherwise).
 	Retention *RetentionStatus `json:"retention,omitempty"`
+	// Accounts is the state of each storage account of a store spread
+	// over several (storage/multi), in its order; nil for one account.
+	// A failing account is named here while the others keep working.
+	Accounts []AccountHealth `json:"accounts,omitempty"`
+}
+
+// AccountHealth is one storage account's state (Health.Accounts).
+type AccountHealth struct {
+	// Name identifies the account (its name and endpoint).
+	Name string `json:"name"`
+	// Healthy is false from a call that found it unavailable until one
+	// succeeds again.
+	Healthy bool `json:"healthy"`
+	// Since is when Healthy last changed (absent if it never did).
+	Since time.Time `json:"since,omitzero"`
+	// LastError is the error that made it unhealthy.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // Healthy reports whether h's state is anything but ProcessorUnhealthy.
@@ -114,6 +131,12 @@ type Stats struct {
 	// HandedOff counts messages an Issuer in this process handed to this
 	// processor right after enqueueing them (no dequeue; HandOff).
 	HandedOff int64
+	// Hops counts messages of scheduled commands that showed up before
+	// their time and were put back on their queue until it (deleted and
+	// enqueued again, the handler not run; docs/lifecycle.md, "Scheduled
+	// commands"), and early messages of retrying commands made invisible
+	// again until their retry is due. Not counted in Processed.
+	Hops int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int
 	// Running reports whether Run or RunFor is in progress.

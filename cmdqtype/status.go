@@ -1,6 +1,10 @@
 package cmdqtype
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
 
 // The read model: a command's lifecycle states and events, its status
 // (the projection of its events), the poison table's entries and the
@@ -15,6 +19,8 @@ type State string
 // requeues it).
 const (
 	// StatePending: issued (or requeued) and waiting for a processor.
+	// A pending command whose run-at time is ahead reads as
+	// StateScheduled (Status.AsOf).
 	StatePending State = "pending"
 	// StateRunning: a processor is running its handler.
 	StateRunning State = "running"
@@ -119,6 +125,11 @@ type Event struct {
 	// delivery started the attempt: the message that owns the command
 	// until its outcome (the a:cmd row's Owner; docs/lifecycle.md).
 	MessageID string `json:"messageId,omitempty"`
+	// RunAt is, on a created event, the run-at time the command was
+	// issued with; on a failed event, when the next attempt is due (the
+	// retry delay's end); on a requeued event of run-now, the time it was
+	// made due. Zero otherwise.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Status is a command's current status: the projection of its events plus
@@ -149,7 +160,63 @@ type Status struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	// Queue is the logical queue the command is routed to (e.g. "commands").
 	Queue string `json:"queue"`
+	// RunAt is when the command is due (UTC): the run-at time it was
+	// issued with (State StateScheduled until then), the time a retrying
+	// command's next attempt is due, or the time an operator made it due
+	// (run-now). Zero for a command issued without one that never failed.
+	RunAt time.Time `json:"runAt,omitzero"`
+	// Output is the JSON output the completing attempt recorded
+	// (Run.SetOutput, at most MaxOutputBytes), stored with the command's
+	// completion; nil when none was recorded, before completion, and in
+	// listings (ListCommands: read the command for it). A retried command
+	// has the output of the attempt that completed; a failed attempt's
+	// output is not kept. Decode it with Output.Decode.
+	Output JSON `json:"output,omitempty"`
+	// TraceID is the ID of the trace the command was issued in (32 hex
+	// digits; "" when it was issued outside one): its attempts' spans
+	// are in that trace (docs/operations.md, "Tracing").
+	TraceID string `json:"traceId,omitempty"`
 }
+
+// JSON is a JSON value kept as its compact text (Status.Output): it
+// encodes as that value, not as a string, and "" is none (encoded as
+// null, or left out with omitempty). A string type keeps Status
+// comparable with ==.
+type JSON string
+
+// MarshalJSON returns the value's text (null for "").
+func (j JSON) MarshalJSON() ([]byte, error) {
+	if j == "" {
+		return []byte("null"), nil
+	}
+	return []byte(j), nil
+}
+
+// UnmarshalJSON keeps the value's text, compacted ("" for null).
+func (j *JSON) UnmarshalJSON(b []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	if buf.String() == "null" {
+		*j = ""
+		return nil
+	}
+	*j = JSON(buf.String())
+	return nil
+}
+
+// Decode decodes the value into v (json.Unmarshal); "" leaves v as it is.
+func (j JSON) Decode(v any) error {
+	if j == "" {
+		return nil
+	}
+	return json.Unmarshal([]byte(j), v)
+}
+
+// MaxOutputBytes is the largest recorded output (Run.SetOutput): 32 KiB of
+// compact JSON. Record an ID or a URL for larger results.
+const MaxOutputBytes = 32 * 1024
 
 // PoisonEntry is one poisoned command in the poison table.
 type PoisonEntry struct {
@@ -158,8 +225,22 @@ type PoisonEntry struct {
 	CommandID string `json:"commandId"`
 	// Type is the command type.
 	Type string `json:"type"`
-	// DequeueCount is the queue message's dequeue count when it was poisoned.
+	// DequeueCount is the queue message's dequeue count when it was
+	// poisoned: the delivery that poisoned it, counted as attempts count
+	// (one more than Attempts when the poison ceiling was exceeded without
+	// running the handler, after attempts whose outcome was never
+	// recorded).
 	DequeueCount int64 `json:"dequeueCount"`
+	// Attempts is the command's attempt count when it was poisoned: the
+	// attempts recorded as started since it was issued or last requeued
+	// (Status.Attempts). 0 for a malformed message or a command that was
+	// never stored, and for entries written before cmdq recorded it.
+	Attempts int `json:"attempts,omitempty"`
+	// ParamsPreview is the start of the command's compact JSON parameters
+	// (at most PoisonParamsPreview bytes, cut at a character boundary;
+	// "" for a malformed message and for older entries). The command holds
+	// them whole (cmdq.Client.GetParams).
+	ParamsPreview string `json:"paramsPreview,omitempty"`
 	// Reason says why it was poisoned (ceiling exceeded, permanent error,
 	// malformed message, unknown type, …).
 	Reason string `json:"reason"`
@@ -198,6 +279,10 @@ const (
 	// ReasonTypeMismatch: the message's type is not the stored command's.
 	ReasonTypeMismatch = "message type does not match the stored command"
 )
+
+// PoisonParamsPreview is the most bytes of a command's parameters its
+// poison entry keeps (PoisonEntry.ParamsPreview): 256.
+const PoisonParamsPreview = 256
 
 // DefaultPoisonLimit is the page size of a poison listing when
 // PoisonQuery.Limit is 0 (50).
@@ -267,7 +352,34 @@ type CommandQuery struct {
 	// rows; the page then holds what was found in them and
 	// Summary.Partial (when asked for) says so. Default 0: no limit.
 	ScanLimit int
+	// TypePrefix, when set, keeps only commands whose type starts with it,
+	// compared case-insensitively ("Demo." matches demo.sleep).
+	TypePrefix string
+	// CorrelationID, when set, keeps only commands with exactly this
+	// correlation ID.
+	CorrelationID string
+	// IDPrefix, when set, keeps only commands whose ID starts with it,
+	// compared case-insensitively (a few hex digits of an ID seen in a
+	// log).
+	IDPrefix string
+	// IssuedSince, when set, keeps only commands issued at or after it,
+	// and the listing reads only the day tables of those days (and the
+	// base table): with retention's day tables (docs/lifecycle.md,
+	// "Retention"), a listing of recent commands reads the recent tables
+	// only.
+	IssuedSince time.Time
+	// Interval is the width of the summary's intervals (Summary.Minutes):
+	// 0 = one minute; at least one minute, a whole number of minutes.
+	Interval time.Duration
+	// ParamsPreview, when above 0, fills CommandPage.Params with the
+	// start of each listed command's compact JSON parameters, at most
+	// this many bytes (at most MaxParamsPreview).
+	ParamsPreview int
 }
+
+// MaxParamsPreview is the largest CommandQuery.ParamsPreview (4096
+// bytes).
+const MaxParamsPreview = 4096
 
 // CommandPage is one page of a command listing, in command ID order (or
 // newest first, with CommandQuery.Newest).
@@ -279,18 +391,38 @@ type CommandPage struct {
 	// Summary is the selection's summary, when CommandQuery.Summary asked
 	// for it.
 	Summary *CommandSummary `json:"summary,omitempty"`
+	// Params maps each listed command's ID to the start of its compact
+	// JSON parameters (cut with "…"), when CommandQuery.ParamsPreview
+	// asked for it.
+	Params map[string]string `json:"params,omitempty"`
+	// Started maps each listed running command's ID to when its current
+	// attempt started (its last started event), when the listing read the
+	// events (CommandQuery.Summary).
+	Started map[string]time.Time `json:"started,omitempty"`
 }
 
-// CommandSummary summarises the commands a CommandQuery selects (its Type
-// and Since; any State).
+// CommandSummary summarises the commands a CommandQuery selects (all its
+// filters but State).
 type CommandSummary struct {
 	// Counts are how many of them are in each state now.
 	Counts map[State]int `json:"counts"`
-	// Minutes are the outcomes recorded in each minute from Since
-	// (truncated to the minute; the last hour when Since is zero) to now,
-	// oldest first: completed, failed (attempts that failed, retried or
-	// not) and poisoned events of the commands of Type.
+	// Minutes are the outcomes recorded in each interval
+	// (CommandQuery.Interval, a minute by default) from Since (truncated
+	// to the interval; the last hour when Since is zero) to now, oldest
+	// first: completed, failed (attempts that failed, retried or not) and
+	// poisoned events of the selected commands, and the latency of their
+	// first attempts started in the interval.
 	Minutes []MinuteCounts `json:"minutes"`
+	// IntervalMS is the width of each of Minutes, in milliseconds.
+	IntervalMS int64 `json:"intervalMs"`
+	// Latency is the latency from issue to start of every first attempt
+	// started in the range.
+	Latency Latency `json:"latency"`
+	// ByType and ByQueue are the same outcomes (and latencies) over the
+	// whole range, per command type and per logical queue, most events
+	// first.
+	ByType  []GroupCounts `json:"byType"`
+	ByQueue []GroupCounts `json:"byQueue"`
 	// Rows is how many table rows were read.
 	Rows int `json:"rows"`
 	// Partial says the read stopped at CommandQuery.ScanLimit: the counts
@@ -298,13 +430,39 @@ type CommandSummary struct {
 	Partial bool `json:"partial,omitempty"`
 }
 
-// MinuteCounts are the outcomes of one minute.
+// MinuteCounts are the outcomes of one interval of a summary (a minute
+// by default).
 type MinuteCounts struct {
-	// Start is the minute's start (UTC).
+	// Start is the interval's start (UTC).
 	Start time.Time `json:"start"`
 	// Completed, Failed and Poisoned count the completed, failed and
-	// poisoned events of that minute.
+	// poisoned events of that interval.
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
 	Poisoned  int `json:"poisoned"`
+	Latency
+}
+
+// Latency is the time from issue (or requeue) to the start of the first
+// attempt, of the first attempts started in an interval or a group.
+type Latency struct {
+	// Started counts those first attempts (the latency's samples).
+	Started int `json:"started"`
+	// LatencyP50 and LatencyP95 are the median and 95th percentile of
+	// their latency (0 without samples).
+	LatencyP50 time.Duration `json:"latencyP50Ns,omitempty"`
+	LatencyP95 time.Duration `json:"latencyP95Ns,omitempty"`
+}
+
+// GroupCounts are the outcomes of one command type or queue over a
+// summary's range.
+type GroupCounts struct {
+	// Name is the type or queue.
+	Name string `json:"name"`
+	// Commands counts the selected commands of the group (any state).
+	Commands  int `json:"commands"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Poisoned  int `json:"poisoned"`
+	Latency
 }

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,10 +52,57 @@ type demoFail struct {
 
 func (demoFail) CommandType() string { return "demo.fail" }
 
-// registerDemo registers demo.sleep and demo.fail, retried after about a
-// second, as serve does.
+// demoHold runs until the test releases its Key (release), failing its
+// first attempt when FailFirst: a command held in its first second
+// (running, its started event not yet written) as long as the test needs.
+type demoHold struct {
+	Key       string `json:"key"`
+	FailFirst bool   `json:"failFirst"`
+}
+
+func (demoHold) CommandType() string { return "demo.hold" }
+
+// holds are the release channels of demo.hold commands, by key.
+var holds = struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}{m: map[string]chan struct{}{}}
+
+// holdChan returns the release channel of key.
+func holdChan(key string) chan struct{} {
+	holds.Lock()
+	defer holds.Unlock()
+	ch, ok := holds.m[key]
+	if !ok {
+		ch = make(chan struct{})
+		holds.m[key] = ch
+	}
+	return ch
+}
+
+// release lets the demo.hold commands of key complete.
+func release(key string) { close(holdChan(key)) }
+
+// registerDemo registers demo.sleep, demo.fail (poisoned after one
+// attempt) and demo.hold (three attempts), retried after about a second,
+// as serve does.
 func registerDemo(c *cmdq.Client) error {
 	opts := cmdq.HandlerOptions{Retry: cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}}
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoHold, run *cmdq.Run) error {
+		if cmd.FailFirst && run.Attempt() == 1 {
+			return fmt.Errorf("demo.hold: planned failure of attempt 1")
+		}
+		select {
+		case <-holdChan(cmd.Key):
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("demo.hold: interrupted: %w", ctx.Err())
+		}
+	}, cmdq.HandlerOptions{Retry: opts.Retry, PoisonCeiling: 3}); err != nil {
+		return err
+	}
+	failOpts := opts
+	failOpts.PoisonCeiling = 1
 	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, _ *cmdq.Run) error {
 		t := time.NewTimer(time.Duration(cmd.MS) * time.Millisecond)
 		defer t.Stop()
@@ -71,7 +120,7 @@ func registerDemo(c *cmdq.Client) error {
 			return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
 		}
 		return nil
-	}, opts)
+	}, failOpts)
 }
 
 // response is an HTTP response read whole.
@@ -370,10 +419,69 @@ const layoutCheckJS = `(vw) => {
   return problems.join("; ");
 }`
 
-// shoot checks the layout of the current page at both sizes (and in dark
-// mode) and saves its screenshots as <dir>/<name>-<width>[-dark].png.
-func (tb *tab) shoot(dir, name string) {
+// shootTime adds up the time the scenario spends in shoot.
+var shootTime time.Duration
+
+// docsShots are the pages whose 1280×800 light screenshots (PNG, the
+// viewport only) go to $CMDQ_DOCS_SCREENSHOTS when it is set, by file
+// name: how docs/img/ is made (see docs/dashboard.md).
+var docsShots = map[string]string{"overview": "overview.png", "commands": "commands.png", "poison-entry": "poison-entry.png",
+	"command-running-pending": "command-running.png", "poison-list": "poison-list.png"}
+
+// waitURL waits until the tab has loaded a page whose URL contains part
+// (after a click or a form submission navigates it; evaluations fail
+// while the page changes, and are tried again).
+func (tb *tab) waitURL(part string) {
 	tb.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var ok bool
+		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		err := chromedp.Run(ctx, chromedp.Evaluate(`location.href.includes(`+strconvQuote(part)+`) && document.readyState === "complete"`, &ok))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("%s: no page with %q in its URL loaded (last error %v)\npage: %s", tb.name, part, err, tb.where())
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval while the page changes
+	}
+}
+
+// textOf returns the trimmed text of the first element sel matches.
+func (tb *tab) textOf(sel string) string {
+	tb.t.Helper()
+	var s string
+	tb.eval(`(document.querySelector(`+strconvQuote(sel)+`) || {textContent: ""}).textContent.replace(/\s+/g, " ").trim()`, &s)
+	return s
+}
+
+// strconvQuote quotes s as a JavaScript string.
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// layout runs the layout check on the current page at its current size
+// and scheme.
+func (tb *tab) layout(what string) {
+	tb.t.Helper()
+	var vw int64
+	var problems string
+	tb.eval(`window.innerWidth`, &vw)
+	tb.eval(layoutCheck(vw), &problems)
+	if problems != "" {
+		tb.t.Errorf("%s: %s at %d px: %s", tb.name, what, vw, problems)
+	}
+}
+
+// shoot checks the layout of the current page at both sizes, in light and
+// dark mode (and runs the extra checks, JavaScript expressions that
+// return "" or the problems they found, at each), and saves its
+// screenshots as <dir>/<name>-<width>[-dark].png: 1280 and 390 light,
+// 1280 dark.
+func (tb *tab) shoot(dir, name string, extra ...string) {
+	tb.t.Helper()
+	began := time.Now()
+	defer func() { shootTime += time.Since(began) }()
 	type size struct {
 		w, h   int64
 		mobile bool
@@ -381,36 +489,39 @@ func (tb *tab) shoot(dir, name string) {
 	// A tab in the background gets no new frames, and a screenshot of it
 	// waits for one.
 	tb.step(name+" to the front", cdppage.BringToFront())
-	for _, dark := range []bool{false, true} {
-		scheme := "light"
-		if dark {
-			scheme = "dark"
+	for _, sz := range []size{{1280, 800, false}, {390, 844, true}} {
+		opts := []chromedp.EmulateViewportOption{chromedp.EmulateScale(1)}
+		if sz.mobile {
+			opts = append(opts, chromedp.EmulateMobile)
 		}
-		tb.step(name+" "+scheme, chromedp.ActionFunc(func(ctx context.Context) error {
-			return emulateScheme(ctx, scheme)
-		}))
-		for _, sz := range []size{{1280, 800, false}, {390, 844, true}} {
-			opts := []chromedp.EmulateViewportOption{chromedp.EmulateScale(1)}
-			if sz.mobile {
-				opts = append(opts, chromedp.EmulateMobile)
+		tb.step(fmt.Sprintf("%s viewport %d", name, sz.w), chromedp.EmulateViewport(sz.w, sz.h, opts...))
+		for _, scheme := range []string{"light", "dark"} {
+			tb.step(name+" "+scheme, chromedp.ActionFunc(func(ctx context.Context) error { return emulateScheme(ctx, scheme) }))
+			for _, js := range append([]string{layoutCheck(sz.w)}, extra...) {
+				var problems string
+				tb.step(fmt.Sprintf("%s check %d", name, sz.w), chromedp.Evaluate(js, &problems))
+				if problems != "" {
+					tb.t.Errorf("%s: page %s at %d px (%s): %s", tb.name, name, sz.w, scheme, problems)
+				}
 			}
-			var problems string
-			tb.step(fmt.Sprintf("%s viewport %d", name, sz.w), chromedp.EmulateViewport(sz.w, sz.h, opts...))
-			tb.step(fmt.Sprintf("%s layout %d", name, sz.w), chromedp.Evaluate(layoutCheck(sz.w), &problems))
-			if problems != "" {
-				tb.t.Errorf("%s: page %s at %d px (%s): %s", tb.name, name, sz.w, scheme, problems)
-			}
-			if dark && sz.w != 1280 {
+			if scheme == "dark" && sz.w != 1280 {
 				continue // dark mode: one screenshot is enough to judge
 			}
 			var png []byte
 			tb.step(fmt.Sprintf("%s screenshot %d %s", name, sz.w, scheme), chromedp.FullScreenshot(&png, 100))
 			file := fmt.Sprintf("%s-%d.png", name, sz.w)
-			if dark {
+			if scheme == "dark" {
 				file = fmt.Sprintf("%s-%d-dark.png", name, sz.w)
 			}
 			if err := os.WriteFile(filepath.Join(dir, file), png, 0o644); err != nil {
 				tb.t.Fatal(err)
+			}
+			if docs := os.Getenv("CMDQ_DOCS_SCREENSHOTS"); docs != "" && docsShots[name] != "" && sz.w == 1280 && scheme == "light" {
+				var shot []byte
+				tb.step(name+" docs screenshot", chromedp.CaptureScreenshot(&shot))
+				if err := os.WriteFile(filepath.Join(docs, docsShots[name]), shot, 0o644); err != nil {
+					tb.t.Fatal(err)
+				}
 			}
 		}
 	}
@@ -418,23 +529,55 @@ func (tb *tab) shoot(dir, name string) {
 		chromedp.EmulateViewport(1280, 800, chromedp.EmulateScale(1)))
 }
 
-// TestBrowserOperatorPage walks through a poison incident in Chromium: a
-// command's page goes pending → running → completed live; a failing
-// command appears in the poison list without a reload; its page shows it;
-// a requeue appears live on another tab of that page; a bulk discard asks
-// first; the recent commands page counts and charts the hour; the queues
-// view pauses the queue, a command issued then waits and its cancel asks
-// first; forged
-// posts (without the CSRF token, from another site) are refused; a reader
-// sees no controls. Every page is checked for
-// console errors, sideways scrolling at 390 px, a header of at most two
-// rows and contrast, in light and dark mode, and photographed.
+// summaryCheck is the JavaScript that checks a command page's summary:
+// every label at the left edge and narrower than half the list, the
+// status on one or two lines (the layout that broke while a command ran
+// before its started event was written: labels pushed right, "(stored:
+// pending)" one letter per line).
+const summaryCheck = `(() => {
+  const dl = document.querySelector("dl.summary");
+  if (!dl) return "no summary";
+  const r = dl.getBoundingClientRect(), cs = getComputedStyle(dl), problems = [];
+  const left = r.left + parseFloat(cs.paddingLeft) + parseFloat(cs.borderLeftWidth);
+  for (const dt of dl.querySelectorAll("dt")) {
+    const b = dt.getBoundingClientRect();
+    if (Math.abs(b.left - left) > 2) problems.push("label " + JSON.stringify(dt.textContent) + " starts " + Math.round(b.left - left) + " px right of the edge");
+    if (b.width > r.width / 2) problems.push("label column " + Math.round(b.width) + " px of " + Math.round(r.width));
+  }
+  const st = document.getElementById("status"), lh = parseFloat(getComputedStyle(st).lineHeight) || 22;
+  if (st.getBoundingClientRect().height > 2.5 * lh) problems.push("the status takes " + Math.round(st.getBoundingClientRect().height) + " px");
+  const stored = st.querySelector(".stored");
+  if (stored && stored.getBoundingClientRect().height > 1.6 * lh) problems.push("(stored: …) wraps");
+  return problems.join("; ");
+})()`
+
+// TestBrowserConsole walks through an incident in Chromium: a command's
+// page goes pending → running → completed live; commands caught running
+// before their started event ("running (stored: pending)", "running
+// (stored: retrying)") keep the summary's layout; failing commands appear
+// in the poison list without a reload; a poison entry's page shows the
+// entry and leads to the command; a requeue appears live in another tab
+// and the message after it follows the live state; discards and bulk
+// discards ask first; forged posts (without the CSRF token, from another
+// site) are refused; the overview lists the processor, the throughput and
+// the recent failures; the commands page charts the range, its latency
+// and its breakdowns, and filters; the theme and auto-refresh controls
+// work and are remembered; the queues view pauses the queue, a command
+// issued then waits and its cancel asks first; unknown pages keep the
+// navigation; a reader sees no controls. Every page is checked for console
+// errors, sideways scrolling, a header of at most two rows and contrast,
+// at 1280×800 and 390×844 in light and dark mode, and photographed.
 func TestBrowserConsole(t *testing.T) {
 	t.Parallel()
+	began := time.Now()
 	chromium := chromiumPath(t)
 	dir := artifactsDir(t)
-	// One handler at a time, so that a command can be seen waiting.
-	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Config: cmdq.Config{PoisonCeiling: 1, Concurrency: 1}, Setup: registerDemo})
+	// One handler at a time, so that a command can be seen waiting; the
+	// started event written only with the outcome, so that a running
+	// command shows "running (stored: …)" for as long as it is held; a
+	// heartbeat every 2 s for the overview.
+	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: registerDemo,
+		Config: cmdq.Config{Concurrency: 1, StartedWriteDelay: time.Hour, HeartbeatInterval: 2 * time.Second, Worker: "browser-test"}})
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
@@ -461,18 +604,27 @@ func TestBrowserConsole(t *testing.T) {
 	}
 
 	// Issuing goes through the API, as a front end would.
-	issueFailing := func() string {
+	issueJSON := func(typ, params string) string {
 		t.Helper()
 		id := uuid.NewString()
-		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken,
-			`{"id":"`+id+`","type":"demo.fail","params":{"times":10}}`)
+		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken, `{"id":"`+id+`","type":"`+typ+`","params":`+params+`}`)
 		if r.code != http.StatusAccepted {
 			t.Fatalf("issue: %d %s", r.code, r.body)
 		}
 		return id
 	}
+	issueFailing := func() string { t.Helper(); return issueJSON("demo.fail", `{"times":10}`) }
+	issueSleep := func(ms int) string { t.Helper(); return issueJSON("demo.sleep", fmt.Sprintf(`{"ms":%d}`, ms)) }
 	poisonEntry := func(id string) int {
 		return do(t, http.MethodGet, srv.URL+"/v1/poison/"+id, apitest.OperatorToken, "").code
+	}
+	// running waits until this server's processor runs attempt n of id.
+	running := func(id string, n int) {
+		t.Helper()
+		waitFor(t, 30*time.Second, fmt.Sprintf("attempt %d of %s runs", n, id), func() bool {
+			f, ok := srv.Client.InFlight(id)
+			return ok && f.Attempt == n
+		})
 	}
 
 	// ---- the operator logs in ----
@@ -508,39 +660,43 @@ func TestBrowserConsole(t *testing.T) {
 	op.run(chromedp.SendKeys(`input[name=token]`, apitest.OperatorToken, chromedp.ByQuery),
 		chromedp.Submit(`input[name=token]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#live`, chromedp.ByQuery))
-	if txt := op.text(); !strings.Contains(txt, "Processor") || !strings.Contains(txt, "0 poisoned commands") {
+	if txt := op.text(); !strings.Contains(txt, "Processors") || !strings.Contains(txt, "0 poisoned commands") {
 		t.Fatalf("overview after login:\n%s", txt)
 	}
 
-	// ---- a command's page goes pending → running → completed live ----
-	issueSleep := func(ms int) string {
-		t.Helper()
-		id := uuid.NewString()
-		r := do(t, http.MethodPost, srv.URL+"/v1/commands", apitest.IssuerToken, fmt.Sprintf(`{"id":"%s","type":"demo.sleep","params":{"ms":%d}}`, id, ms))
-		if r.code != http.StatusAccepted {
-			t.Fatalf("issue: %d %s", r.code, r.body)
-		}
-		return id
+	// ---- a command caught in its first second, and one in its retry ----
+	// A held command takes the only handler slot: running, its started
+	// event not written ("running (stored: pending)").
+	blocker := issueJSON("demo.hold", `{"key":"blocker"}`)
+	running(blocker, 1)
+	runner := newTab(t, browser, "runner")
+	runner.run(chromedp.Navigate(srv.URL+"/ui/commands/"+blocker), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+	if got := runner.textOf("#status"); got != "running (stored: pending)" {
+		t.Fatalf("the held command's status: %q", got)
 	}
-	blocker := issueSleep(6000) // takes the only handler slot
-	waitState(t, srv, blocker, cmdqtype.StateRunning, 30*time.Second)
-	watched := issueSleep(2500)
-	op.run(chromedp.Navigate(srv.URL+"/ui/commands/"+watched), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+	runner.shoot(dir, "command-running-pending", summaryCheck)
+
+	// A command's page goes pending → running → completed without a
+	// reload: it waits behind the held one.
+	watched := issueSleep(1500)
+	// (A tab in the background runs no refresh: the operator's comes to
+	// the front.)
+	op.run(cdppage.BringToFront(), chromedp.Navigate(srv.URL+"/ui/commands/"+watched), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
 	op.mark()
 	// Record every state the page shows, as it shows it.
 	op.eval(`window.cmdqStates = [document.getElementById("status").textContent.trim()];
 new MutationObserver(() => { const s = document.getElementById("status"); if (s && s.textContent.trim() !== window.cmdqStates.at(-1)) window.cmdqStates.push(s.textContent.trim()); })
   .observe(document.getElementById("live"), {childList: true, subtree: true, characterData: true}); true`, nil)
-	op.waitJS("the page follows its live feed", `/^Updated \d+ s ago · live$/.test(document.getElementById("updated").textContent)`, 20*time.Second)
+	op.waitJS("the page follows its live feed", `/^Updated \d+ s ago · live/.test(document.getElementById("updated").textContent)`, 20*time.Second)
+	release("blocker")
 	op.waitJS("the command completes on the page", `window.cmdqStates.at(-1) === "completed"`, 60*time.Second)
 	var states []string
 	op.eval(`window.cmdqStates`, &states)
 	if op.reloaded() {
 		t.Fatal("the command page was reloaded to follow the command")
 	}
-	// pending, then running (at once from the processor's in-flight set:
-	// "running (stored: pending)"; after ~1 s from the started event),
-	// then completed.
+	// pending, then running (from the processor's in-flight set: "running
+	// (stored: pending)"), then completed.
 	if len(states) < 3 || states[0] != "pending" || !strings.HasPrefix(states[1], "running") || states[len(states)-1] != "completed" {
 		t.Fatalf("the page showed %q, want pending, running…, completed", states)
 	}
@@ -551,8 +707,27 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	}
 	t.Logf("the command page showed %q live", states)
 
-	// ---- a failing command appears in the poison list without a reload ----
-	op.run(chromedp.Navigate(srv.URL+"/ui/poison"), chromedp.WaitVisible(`#live`, chromedp.ByQuery))
+	// The second attempt of a command whose first failed: "running
+	// (stored: retrying)".
+	retried := issueJSON("demo.hold", `{"key":"retried","failFirst":true}`)
+	running(retried, 2)
+	runner.run(chromedp.Navigate(srv.URL+"/ui/commands/"+retried), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+	if got := runner.textOf("#status"); got != "running (stored: retrying)" {
+		t.Fatalf("the retried command's status: %q", got)
+	}
+	runner.shoot(dir, "command-running-retrying", summaryCheck)
+	// The list shows it running, since when, with its parameters.
+	runner.run(chromedp.Navigate(srv.URL+"/ui/commands?type=demo.hold"), chromedp.WaitVisible(`tr.command`, chromedp.ByQuery))
+	var row string
+	runner.eval(`[...document.querySelectorAll("tr.command")].find(r => r.textContent.includes("`+retried+`")).innerText`, &row)
+	if !strings.Contains(row, "running") || !strings.Contains(row, "since ") || !strings.Contains(row, `"failFirst":true`) {
+		t.Errorf("the commands list shows the retried command as %q", row)
+	}
+	release("retried")
+	waitState(t, srv, retried, cmdqtype.StateCompleted, 30*time.Second)
+
+	// ---- failing commands appear in the poison list without a reload ----
+	op.run(cdppage.BringToFront(), chromedp.Navigate(srv.URL+"/ui/poison"), chromedp.WaitVisible(`#live`, chromedp.ByQuery))
 	op.mark()
 	first := issueFailing()
 	op.waitJS("the poisoned command appears in the list", `[...document.querySelectorAll("tr.entry code")].some(c => c.textContent === "`+first+`")`, 30*time.Second)
@@ -562,20 +737,36 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	op.waitJS("the freshness line", `/^Updated \d+ s ago · refreshes every 5 s$/.test(document.getElementById("updated").textContent)`, 10*time.Second)
 	second, third := issueFailing(), issueFailing()
 	op.waitJS("three entries", `document.querySelectorAll("tr.entry").length === 3`, 30*time.Second)
+	var entryRow []string
+	op.eval(`[...document.querySelectorAll("tr.entry")].find(r => r.textContent.includes("`+first+`")).querySelectorAll("td.attempts, td.lasterror, td.params").values().map(c => c.textContent.trim()).toArray()`, &entryRow)
+	if len(entryRow) != 3 || entryRow[0] != "1" || entryRow[1] != "demo.fail: planned failure 1 of 10" || entryRow[2] != `{"times":10}` {
+		t.Errorf("poison list row: %q, want attempts 1, the error without its prefix, the params", entryRow)
+	}
 	op.shoot(dir, "poison-list")
 
-	// ---- the overview counts them ----
+	// ---- the overview: the processor, the throughput, the failures ----
 	op.run(chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#live`, chromedp.ByQuery))
-	if txt := op.text(); !strings.Contains(txt, "3 poisoned commands") || !strings.Contains(txt, "demo.fail") {
+	op.waitJS("the heartbeat reports the processor and its last failure", `document.querySelectorAll("tr.processor").length === 1 && document.querySelectorAll("tr.failure").length === 3 && document.getElementById("throughput").querySelectorAll(".num").length === 3`, 30*time.Second)
+	if txt := op.text(); !strings.Contains(txt, "3 poisoned commands") || !strings.Contains(txt, "browser-test (this server)") || !strings.Contains(txt, first) {
 		t.Fatalf("overview:\n%s", txt)
 	}
 	op.shoot(dir, "overview")
 
-	// ---- open the first one ----
+	// ---- a poison entry's page ----
 	op.run(chromedp.Navigate(srv.URL+"/ui/poison"), chromedp.WaitVisible(`tr.entry`, chromedp.ByQuery),
-		chromedp.Click(`a[href="/ui/commands/`+first+`"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+		chromedp.Click(`a.entry-link[href="/ui/poison/`+first+`"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#last-error`, chromedp.ByQuery))
 	txt := op.text()
+	for _, want := range []string{"Poison entry " + first, "demo.fail", "attempts exhausted", "attempt 1 of at most 1 failed: demo.fail: planned failure 1 of 10", `{"times":10}`, "Requeue", "Discard…"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("poison entry page lacks %q:\n%s", want, txt)
+		}
+	}
+	op.shoot(dir, "poison-entry")
+
+	// ---- the command's page, from the entry ----
+	op.run(chromedp.Click(`#command-link`, chromedp.ByQuery), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
+	txt = op.text()
 	for _, want := range []string{"poisoned", "demo.fail", `"times": 10`, "attempts exhausted", "demo.fail: planned failure 1 of 10", "Requeue", "Discard…"} {
 		if !strings.Contains(txt, want) {
 			t.Errorf("command page lacks %q:\n%s", want, txt)
@@ -599,8 +790,16 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	if watcher.reloaded() {
 		t.Fatal("the command page was reloaded to show the requeue")
 	}
-	// With a ceiling of 1 it fails again at once and is poisoned again.
+	// With a ceiling of 1 it fails again at once and is poisoned again;
+	// the message's "It is … now" follows the state the page shows.
 	watcher.waitJS("it is poisoned again", `[...document.querySelectorAll("tr.event .badge")].map(b => b.textContent).join(",").endsWith("requeued,started,failed,poisoned")`, 30*time.Second)
+	// The operator's tab, back in front, refreshes at once.
+	op.run(cdppage.BringToFront())
+	op.waitJS("the page shows it poisoned", `document.getElementById("status").dataset.state === "poisoned"`, 30*time.Second)
+	op.eval(`document.querySelector("p.flash").textContent`, &flash)
+	if !strings.HasSuffix(flash, "It is poisoned now.") {
+		t.Errorf("the flash says %q while the page shows poisoned", flash)
+	}
 	// A reload does not repeat the flash message.
 	op.run(chromedp.Reload(), chromedp.WaitVisible(`#status`, chromedp.ByQuery))
 	var flashes int
@@ -676,30 +875,68 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	}
 	op.shoot(dir, "poison-after-bulk")
 
-	// ---- the recent commands: counts per state, outcomes per minute ----
+	// ---- the recent commands: counts, charts with axes, latency, breakdowns ----
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
 	var tabs []string
 	op.eval(`[...document.querySelectorAll("nav.tabs a")].map(a => a.textContent.replace(/\s+/g, " ").trim())`, &tabs)
-	if len(tabs) != 8 || tabs[0] != "all 5" || tabs[4] != "completed 2" || tabs[6] != "discarded 3" || tabs[7] != "cancelled 0" {
-		t.Errorf("state counts of the last hour: %q, want all 5, completed 2, discarded 3", tabs)
+	// Two demo.hold, one demo.sleep (completed), three demo.fail (discarded).
+	if len(tabs) != 8 || tabs[0] != "all 6" || tabs[4] != "completed 3" || tabs[6] != "discarded 3" || tabs[7] != "cancelled 0" {
+		t.Errorf("state counts of the last hour: %q, want all 6, completed 3, discarded 3", tabs)
 	}
 	var charts []string
-	op.eval(`[...document.querySelectorAll("figure.chart")].map(f => f.querySelector("figcaption").textContent.trim() + " / " + f.querySelectorAll("rect").length)`, &charts)
-	if len(charts) != 3 || !strings.HasPrefix(charts[0], "Completed: 2") || !strings.HasPrefix(charts[2], "Poisoned: 4") || strings.HasSuffix(charts[0], "/ 0") {
+	op.eval(`[...document.querySelectorAll("figure.chart")].map(f => f.querySelector("figcaption").textContent.replace(/\s+/g, " ").trim() + " / " + f.querySelectorAll("rect").length + " / " + f.querySelector(".yaxis").textContent.trim().split(/\s+/)[0])`, &charts)
+	if len(charts) != 4 || !strings.HasPrefix(charts[0], "Completed: 3") || !strings.HasPrefix(charts[2], "Poisoned: 4") || strings.Contains(charts[0], "/ 0 /") ||
+		!strings.Contains(charts[3], "Latency, issue → start: p50 ") || strings.Contains(charts[3], "/ 0 /") {
 		t.Errorf("charts: %q", charts)
 	}
-	op.run(chromedp.Click(`nav.tabs a[href$="state=discarded"]`, chromedp.ByQuery), chromedp.WaitVisible(`tr.command`, chromedp.ByQuery))
+	var groups []string
+	op.eval(`[...document.querySelectorAll("table.bytype tr.group")].map(r => r.cells[0].textContent + " " + r.cells[1].textContent)`, &groups)
+	if !slices.Contains(groups, "demo.fail 3") || !slices.Contains(groups, "demo.hold 2") {
+		t.Errorf("by type: %q", groups)
+	}
+	op.shoot(dir, "commands")
+	// The state tabs filter; the type filter takes a prefix in any case;
+	// the range links change the range.
+	op.run(chromedp.Click(`nav.tabs a[href$="state=discarded"]`, chromedp.ByQuery))
+	op.waitURL("state=discarded")
 	var rows int
 	op.eval(`document.querySelectorAll("tr.command").length`, &rows)
 	if rows != 3 {
 		t.Errorf("the discarded filter lists %d commands, want 3", rows)
 	}
-	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`svg`, chromedp.ByQuery))
-	op.shoot(dir, "commands")
+	op.run(chromedp.Navigate(srv.URL+"/ui/commands"), chromedp.WaitVisible(`#filter-type`, chromedp.ByQuery),
+		chromedp.SendKeys(`#filter-type`, "DEMO.H", chromedp.ByQuery), chromedp.Submit(`#filter-type`, chromedp.ByQuery))
+	op.waitURL("type=DEMO.H")
+	op.eval(`document.querySelectorAll("tr.command").length`, &rows)
+	if rows != 2 {
+		t.Errorf("the type filter DEMO.H lists %d commands, want the 2 demo.hold", rows)
+	}
+	op.run(chromedp.Click(`nav.ranges a[href*="range=7d"]`, chromedp.ByQuery))
+	op.waitURL("range=7d")
+	if txt := op.textOf("#scope"); !strings.Contains(txt, "changed in the last 7 d") || !strings.Contains(txt, "“DEMO.H”") {
+		t.Errorf("7-day view of DEMO.H: %q", txt)
+	}
+
+	// ---- theme and auto-refresh: chosen, applied at once, remembered ----
+	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
+		chromedp.SetValue(`#pref-theme`, "dark", chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById("pref-theme").dispatchEvent(new Event("change")); true`, nil))
+	op.waitJS("the dark theme applies at once", `document.documentElement.dataset.theme === "dark" && getComputedStyle(document.body).backgroundColor === "rgb(13, 17, 23)"`, 10*time.Second)
+	op.run(chromedp.Click(`#pause`, chromedp.ByQuery))
+	op.waitJS("the page says it is paused", `/auto-refresh paused$/.test(document.getElementById("updated").textContent)`, 10*time.Second)
+	// Remembered: a reload renders both (the browser's scheme is light).
+	op.waitJS("the preferences are stored", `fetch(location.href).then(r => r.text()).then(t => /data-theme="dark" data-refresh-pref="off"/.test(t))`, 10*time.Second)
+	op.run(chromedp.Reload(), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery))
+	op.waitJS("still dark and paused after a reload", `document.documentElement.dataset.theme === "dark" && /auto-refresh paused$/.test(document.getElementById("updated").textContent) && document.getElementById("pause").textContent === "Resume"`, 10*time.Second)
+	op.layout("queues, dark theme chosen, light system")
+	op.run(chromedp.Click(`#pause`, chromedp.ByQuery),
+		chromedp.SetValue(`#pref-theme`, "system", chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById("pref-theme").dispatchEvent(new Event("change")); true`, nil))
+	op.waitJS("back to the system's theme, refreshing", `!document.documentElement.dataset.theme && /refreshes every 5 s$/.test(document.getElementById("updated").textContent)`, 10*time.Second)
+	op.waitJS("the preferences are stored", `fetch(location.href).then(r => r.text()).then(t => !/data-theme=/.test(t) && /data-refresh-pref="auto"/.test(t))`, 10*time.Second)
 
 	// ---- the queues view: a pause, a command that waits, its cancel asks first ----
-	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
-		chromedp.Click(`form[action$="/queues/commands/pause"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
+	op.run(chromedp.Click(`form[action$="/queues/commands/pause"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
 	if txt := op.text(); !strings.Contains(txt, "Queue commands was paused at") || !strings.Contains(txt, "Resume") {
 		t.Fatalf("queues after the pause:\n%s", txt)
 	}
@@ -716,10 +953,18 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
 		chromedp.Click(`form[action$="/queues/commands/resume"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
 
-	// ---- an error page ----
+	// ---- error pages keep the navigation ----
 	op.expect("/ui/commands/00000000-0000-4000-8000-000000000000")
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands/00000000-0000-4000-8000-000000000000"), chromedp.WaitVisible(`p.err`, chromedp.ByQuery))
 	op.shoot(dir, "error")
+	op.expect("/ui/no/such/page")
+	op.run(chromedp.Navigate(srv.URL+"/ui/no/such/page"), chromedp.WaitVisible(`p.err`, chromedp.ByQuery))
+	var nav int
+	op.eval(`document.querySelectorAll("nav.bar a[href='/ui/commands'], nav.bar a[href='/ui/poison']").length`, &nav)
+	if nav != 2 {
+		t.Errorf("the 404 page has %d of the Commands and Poison links, want 2", nav)
+	}
+	op.shoot(dir, "not-found")
 
 	// ---- a reader sees no controls ----
 	fourth := issueFailing()
@@ -734,7 +979,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 		chromedp.Submit(`input[name=token]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#live`, chromedp.ByQuery))
 	var controls []string
-	reader.eval(`[...document.querySelectorAll("a[href*='/poison'], form[action*='/poison'], button")].map(e => e.outerHTML.slice(0, 80)).filter(h => !h.includes("Log out") && !h.includes(">Open<"))`, &controls)
+	reader.eval(`[...document.querySelectorAll("a[href*='/poison'], form[action*='/poison'], button")].map(e => e.outerHTML.slice(0, 80)).filter(h => !h.includes("Log out") && !h.includes(">Open<") && !h.includes('id="pause"') && !h.includes('class="apply"'))`, &controls)
 	if len(controls) != 0 {
 		t.Errorf("the reader's overview has controls: %q", controls)
 	}
@@ -755,11 +1000,12 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 		t.Fatalf("after the reader's requeue the entry answers %d", code)
 	}
 
-	for _, tb := range []*tab{op, watcher, reader} {
+	for _, tb := range []*tab{op, runner, watcher, reader} {
 		if errs := tb.consoleErrors(); len(errs) > 0 {
 			t.Errorf("%s tab: console errors:\n%s", tb.name, strings.Join(errs, "\n"))
 		}
 	}
+	t.Logf("the browser scenario took %s (%s of it checking and photographing pages)", time.Since(began).Round(100*time.Millisecond), shootTime.Round(100*time.Millisecond))
 }
 
 // emulateScheme sets prefers-color-scheme ("light" or "dark").

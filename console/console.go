@@ -1,9 +1,13 @@
 // Package console is cmdq's operator web console: server-rendered HTML
-// pages under /ui/ on a cmdq.Client — an overview (health, queue depths,
-// poisoned commands by type), the poison list with requeue and discard
-// (one at a time or in bulk, each behind a confirmation page), a command's
-// page with its parameters and timeline, and the recent commands with
-// their counts per state and outcomes per minute. Every page works without
+// pages under /ui/ on a cmdq.Client — an overview (throughput now, every
+// processor from its heartbeat, recent failures, health, queue depths,
+// poisoned commands by type), the poison list and each entry's page with
+// requeue and discard (one at a time or in bulk, each behind a
+// confirmation page), a command's page with its parameters and timeline,
+// the recent commands over a range (1 h to 7 d) with their counts per
+// state, outcome and latency charts, breakdowns by type and queue,
+// filters and search, the queues with pause and resume, and a theme and
+// auto-refresh choice remembered per browser. Every page works without
 // JavaScript; one small same-origin script refreshes the changing part of
 // a page and follows a command's page live. Nothing is loaded from
 // elsewhere. docs/dashboard.md describes the pages and what each costs in

@@ -37,6 +37,7 @@ type browser struct {
 	base    string
 	cookie  *http.Cookie // the session cookie, if logged in
 	flash   *http.Cookie // the flash cookie, while one is set
+	prefs   *http.Cookie // the preferences cookie, once set
 	bearer  string
 	headers map[string]string // extra request headers (Origin, Sec-Fetch-Site)
 }
@@ -65,6 +66,9 @@ func (b *browser) do(method, path string, form url.Values) page {
 	}
 	if b.flash != nil {
 		req.AddCookie(b.flash)
+	}
+	if b.prefs != nil {
+		req.AddCookie(b.prefs)
 	}
 	if b.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+b.bearer)
@@ -96,6 +100,9 @@ func (b *browser) do(method, path string, form url.Values) page {
 			} else {
 				b.flash = c
 			}
+		}
+		if c.Name == "cmdq_prefs" {
+			b.prefs = c
 		}
 		if c.Name == console.SessionCookieName {
 			if c.MaxAge < 0 || c.Value == "" {
@@ -381,8 +388,8 @@ func TestDashboardPoisonList(t *testing.T) {
 		t.Fatalf("Beta filter: %d rows, want %d", len(rows), len(beta))
 	}
 	for i, r := range rows {
-		if r[0] != beta[i] || r[1] != "Beta" || r[2] != "6" || r[3] != "ceiling exceeded" || r[4] != "boom" || !strings.HasSuffix(r[5], " min ago") {
-			t.Fatalf("Beta row %d = %q, want id %s Beta 6 'ceiling exceeded' boom <N min ago>", i, r, beta[i])
+		if r[0] != beta[i] || r[1] != "Beta" || r[2] != "6" || r[3] != "ceiling exceeded" || r[4] != "boom" || r[5] != `{"n":1}` || !strings.HasSuffix(r[6], " min ago") {
+			t.Fatalf("Beta row %d = %q, want id %s Beta 6 'ceiling exceeded' boom {\"n\":1} <N min ago>", i, r, beta[i])
 		}
 	}
 	if nextLink(p) != "" {
@@ -397,10 +404,10 @@ func TestDashboardPoisonList(t *testing.T) {
 	}
 	contains(t, b.get("/ui/poison?type=Gamma").want(t, http.StatusOK), "No poisoned commands of type Gamma")
 
-	// Links: command ID → its page.
-	links := elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "href") == "/ui/commands/"+beta[0] })
+	// Links: command ID → its poison entry's page.
+	links := elements(p.doc, "a", func(n *html.Node) bool { return attr(n, "href") == "/ui/poison/"+beta[0] })
 	if len(links) != 1 {
-		t.Fatalf("no link to /ui/commands/%s", beta[0])
+		t.Fatalf("no link to /ui/poison/%s", beta[0])
 	}
 
 	// Bad input is a readable page.
@@ -488,7 +495,15 @@ func TestDashboardCommandPage(t *testing.T) {
 	if loc := b.get("/ui/search?id="+strings.ToUpper(id)).location(t, http.StatusSeeOther); loc != "/ui/commands/"+id {
 		t.Fatalf("search redirects to %q", loc)
 	}
-	contains(t, b.get("/ui/search?id=nope").want(t, http.StatusBadRequest), "\"nope\" is not a command ID")
+	// Anything else: the start of an ID (hex digits) or a correlation ID,
+	// searched among the commands of the last day.
+	if loc := b.get("/ui/search?id="+id[:8]).location(t, http.StatusSeeOther); loc != "/ui/commands?id="+id[:8]+"&range=24h" {
+		t.Fatalf("search of an ID prefix redirects to %q", loc)
+	}
+	if loc := b.get("/ui/search?id=order-42").location(t, http.StatusSeeOther); loc != "/ui/commands?correlation=order-42&range=24h" {
+		t.Fatalf("search of a correlation ID redirects to %q", loc)
+	}
+	contains(t, b.get("/ui/search?id=+").want(t, http.StatusBadRequest), "The search box was empty")
 	contains(t, b.get("/ui/commands/not-a-uuid").want(t, http.StatusBadRequest), "lowercase canonical UUIDs")
 	contains(t, b.get("/ui/commands/"+uuid.NewString()).want(t, http.StatusNotFound), "There is no command with this ID")
 	b.get("/ui/nowhere").want(t, http.StatusNotFound)
@@ -733,7 +748,7 @@ func TestDashboardEscaping(t *testing.T) {
 	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil})
 	id := issue(t, srv, "Alpha")
 	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil})
-	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/search?id=" + url.QueryEscape(evil)} {
+	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/commands?correlation=" + url.QueryEscape(evil), "/ui/poison/msg-evil"} {
 		p := b.get(path)
 		if p.doc == nil {
 			t.Fatalf("%s: not HTML", path)

@@ -32,7 +32,7 @@ const cancelWorkers = 16
 // cmdq.ControlInterval for the processors of other processes.
 func cancelTime(r *http.Request) time.Duration {
 	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/ui/commands/") &&
-		(strings.HasSuffix(r.URL.Path, "/cancel") || r.URL.Path == "/ui/commands/bulk/run") {
+		(strings.HasSuffix(r.URL.Path, "/cancel") || strings.HasSuffix(r.URL.Path, "/run-now") || r.URL.Path == "/ui/commands/bulk/run") {
 		return cmdq.ControlInterval
 	}
 	return 0
@@ -124,7 +124,11 @@ func (d *dashboard) cancelCommand(w http.ResponseWriter, r *http.Request) {
 	if res.Already {
 		text = "The command was cancelled already; nothing changed."
 	} else {
-		d.log.Info().Str("command", id).Str("by", by).Msg("cmdq console: command cancelled")
+		ev := d.log.Info().Str("command", id)
+		if res.Status.TraceID != "" {
+			ev = ev.Str("trace_id", res.Status.TraceID)
+		}
+		ev.Str("by", by).Msg("cmdq console: command cancelled")
 	}
 	d.putFlash(w, r, v, "/ui/commands/"+id, flash{At: now, Text: text})
 	http.Redirect(w, r, d.commandURL(id), http.StatusSeeOther)
@@ -322,6 +326,28 @@ func (d *dashboard) queues(w http.ResponseWriter, r *http.Request) {
 	pd := d.data(v, "Queues", "queues", queuesBody{Queues: qs, Refresh: refreshQueues})
 	pd.Flash = d.takeFlash(w, r, v)
 	d.render(w, r, http.StatusOK, "queues", pd)
+}
+
+// periodicBody is the body of the periodic view.
+type periodicBody struct {
+	Schedules []cmdqtype.PeriodicInfo
+	Refresh   int
+}
+
+// periodic shows GET /ui/periodic: every periodic schedule with its spec,
+// command type, queue, last tick (its command, linked, and its state, or
+// missed) and next tick.
+func (d *dashboard) periodic(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.require(w, r, RoleReader)
+	if !ok {
+		return
+	}
+	ps, err := d.src.ListPeriodic(r.Context())
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "periodic", d.data(v, "Periodic", "periodic", periodicBody{Schedules: ps, Refresh: refreshQueues}))
 }
 
 // queueAction returns the handler of POST /ui/queues/{name}/pause (pause

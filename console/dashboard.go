@@ -74,6 +74,21 @@ var dashboardFuncs = template.FuncMap{
 		return string(r[:n]) + "…"
 	},
 	"pathEscape": url.PathEscape,
+	// errorCore is a poison entry's error without the attempt prefixes.
+	"errorCore": errorCore,
+	// dur writes a latency compactly ("850 ms", "1.2 s").
+	"dur": durationLabel,
+	// preview cuts a string to at most n bytes.
+	"preview": preview,
+	// attemptsOf is a poison entry's true attempt count (its recorded
+	// attempts; its dequeue count for older entries and malformed
+	// messages).
+	"attemptsOf": func(e cmdqtype.PoisonEntry) int {
+		if e.Attempts > 0 {
+			return e.Attempts
+		}
+		return int(e.DequeueCount)
+	},
 	// isCommandID: poison entries of malformed messages are keyed by the
 	// queue message ID and have no command page.
 	"isCommandID": func(id string) bool { return cmdqtype.ValidateID(id) == nil },
@@ -88,7 +103,7 @@ var dashboardFuncs = template.FuncMap{
 var dashboardPages = func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -155,6 +170,22 @@ type pageData struct {
 	FlashState cmdqtype.State
 	Now        time.Time // when the page was made
 	Body       any
+	// Prefs are the viewer's display preferences (prefs.go); Back is the
+	// page to return to after changing them.
+	Prefs prefs
+	Back  string
+}
+
+// Themes and RefreshChoices are the preferences form's choices.
+func (pageData) Themes() []string { return themes }
+
+// RefreshChoices are the auto-refresh choices with their labels.
+func (pageData) RefreshChoices() [][2]string {
+	out := make([][2]string, 0, len(refreshChoices))
+	for _, c := range refreshChoices {
+		out = append(out, [2]string{c, refreshLabel(c)})
+	}
+	return out
 }
 
 // mount registers the /ui routes on mux.
@@ -180,6 +211,7 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/commands/{id}/live", h(d.live))
 	mux.HandleFunc("GET /ui/search", h(d.search))
 	mux.HandleFunc("GET /ui/static/{name}", h(d.static))
+	mux.HandleFunc("GET /ui/poison/{id}", h(d.poisonEntry))
 	mux.HandleFunc("POST /ui/poison/{id}/requeue", h(d.action(d.src.Requeue, "requeued")))
 	mux.HandleFunc("GET /ui/poison/{id}/discard", h(d.confirmDiscard))
 	mux.HandleFunc("POST /ui/poison/{id}/discard", h(d.action(d.src.Discard, "discarded")))
@@ -187,16 +219,26 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/poison/bulk/run", h(d.bulkRun))
 	mux.HandleFunc("GET /ui/commands/{id}/cancel", h(d.confirmCancel)) // control.go
 	mux.HandleFunc("POST /ui/commands/{id}/cancel", h(d.cancelCommand))
+	mux.HandleFunc("GET /ui/commands/{id}/run-now", h(d.confirmRunNow)) // runnow.go
+	mux.HandleFunc("POST /ui/commands/{id}/run-now", h(d.runNowCommand))
 	mux.HandleFunc("POST /ui/commands/bulk", h(d.cancelReview))
 	mux.HandleFunc("POST /ui/commands/bulk/run", h(d.cancelRun))
 	mux.HandleFunc("GET /ui/queues", h(d.queues))
+	mux.HandleFunc("GET /ui/periodic", h(d.periodic))
 	mux.HandleFunc("POST /ui/queues/{name}/pause", h(d.queueAction(true)))
 	mux.HandleFunc("POST /ui/queues/{name}/resume", h(d.queueAction(false)))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))
 	mux.HandleFunc("POST /ui/login", h(d.login))
 	mux.HandleFunc("POST /ui/logout", h(d.logout))
+	mux.HandleFunc("POST /ui/prefs", h(d.savePrefs)) // prefs.go
 	notFound := h(func(w http.ResponseWriter, r *http.Request) {
-		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found",
+		// A logged-in viewer keeps the navigation (a wrong bearer token
+		// gets its 401 instead).
+		v, _, written := d.authenticate(w, r)
+		if written {
+			return
+		}
+		d.errorPage(w, r, v, http.StatusNotFound, "Page not found",
 			fmt.Sprintf("There is no dashboard page %s (or it does not accept %s).", httpserve.QuoteClip(r.URL.Path), httpserve.QuoteClip(r.Method)), "Start from the overview.")
 	})
 	mux.HandleFunc("/ui/", notFound)
@@ -423,6 +465,12 @@ func (d *dashboard) data(v viewer, title, nav string, body any) pageData {
 // render executes a page into a buffer first, so a template failure is a
 // clean 500 rather than half a page.
 func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, page string, pd pageData) {
+	pd.Prefs = prefsOf(r)
+	// The preferences form returns to this page; not to an error page, and
+	// never echoing a long URL (the form then returns to the overview).
+	if uri := d.cfg.BasePath + r.URL.RequestURI(); r.Method == http.MethodGet && code < 400 && len(uri) <= 2048 {
+		pd.Back = uri
+	}
 	var buf bytes.Buffer
 	if err := dashboardPages[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
 		ref := httpserve.NewRef()

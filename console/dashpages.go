@@ -62,6 +62,69 @@ type overviewBody struct {
 	PoisonByType []typeCount
 	PoisonErr    string
 	Refresh      int
+	// Processors are every processor's heartbeat (ProcessorsErr when
+	// they could not be read); Running counts those not gone.
+	Processors    []cmdq.ProcessorInfo
+	ProcessorsErr string
+	Running       int
+	// Throughput sums the running processors' outcomes over their last
+	// heartbeat interval; Per names that interval ("minute").
+	Throughput cmdqtype.OutcomeCounts
+	Totals     cmdqtype.OutcomeCounts // since each running processor's run started
+	Per        string
+	// Failures are the newest failed or poisoned attempts the processors
+	// report and (operators) the newest poison entries.
+	Failures []recentFailure
+}
+
+// recentFailure is one line of the overview's recent failures.
+type recentFailure struct {
+	At        time.Time
+	CommandID string
+	Type      string
+	Error     string
+	Poisoned  bool
+	Entry     bool   // from the poison table (links to its entry)
+	Where     string // the processor that reported it
+}
+
+// maxRecentFailures is how many recent failures the overview lists.
+const maxRecentFailures = 8
+
+// newestFailures returns the newest maxRecentFailures of fs, newest
+// first, one line per command (a poison entry over a processor's report
+// of the same command).
+func newestFailures(fs []recentFailure) []recentFailure {
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].At.After(fs[j].At) })
+	seen := map[string]bool{}
+	for _, f := range fs {
+		if f.Entry {
+			seen[f.CommandID] = false // shown from its entry
+		}
+	}
+	var out []recentFailure
+	for _, f := range fs {
+		if done, entry := seen[f.CommandID]; done || entry && !f.Entry {
+			continue
+		}
+		seen[f.CommandID] = true
+		out = append(out, f)
+		if len(out) == maxRecentFailures {
+			break
+		}
+	}
+	return out
+}
+
+// perName names a heartbeat interval for "per …" ("minute", "30 s").
+func perName(d time.Duration) string {
+	switch {
+	case d == time.Minute || d == 0:
+		return "minute"
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +136,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	b := overviewBody{Health: d.health(), Refresh: refreshOverview}
 	b.HealthRows = healthRows(b.Health.Detail)
 	queues := d.src.Queues()
+	var newestPoison []cmdqtype.PoisonEntry
 	if v.can(RoleOperator) {
 		page, err := d.src.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
@@ -80,6 +144,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			d.log.Error().Err(err).Msg("cmdq console: list poison")
 		} else {
 			b.PoisonCount, b.PoisonMore = len(page.Entries), page.Continuation != ""
+			newestPoison = page.Entries[:min(len(page.Entries), maxRecentFailures)]
 			byType := map[string]int{}
 			for _, e := range page.Entries {
 				byType[e.Type]++
@@ -96,6 +161,35 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			})
 		}
 	}
+	var failures []recentFailure
+	if ps, err := d.src.Processors(ctx); err != nil {
+		b.ProcessorsErr = "the processors' heartbeats could not be read (storage may be unavailable)"
+		d.log.Error().Err(err).Msg("cmdq console: processors")
+	} else {
+		b.Processors = ps
+		per := time.Duration(0)
+		for _, p := range ps {
+			if p.Gone {
+				continue
+			}
+			b.Running++
+			b.Throughput.Completed += p.Recent.Completed
+			b.Throughput.Failed += p.Recent.Failed
+			b.Throughput.Poisoned += p.Recent.Poisoned
+			b.Totals.Completed += p.Totals.Completed
+			b.Totals.Failed += p.Totals.Failed
+			b.Totals.Poisoned += p.Totals.Poisoned
+			per = max(per, time.Duration(p.IntervalMS)*time.Millisecond)
+			if f := p.LastFailure; f != nil {
+				failures = append(failures, recentFailure{At: f.At, CommandID: f.CommandID, Type: f.Type, Error: errorCore(f.Error), Poisoned: f.Poisoned, Where: p.Name})
+			}
+		}
+		b.Per = perName(per)
+	}
+	for _, e := range newestPoison {
+		failures = append(failures, recentFailure{At: e.PoisonedAt, CommandID: e.CommandID, Type: e.Type, Error: errorCore(e.LastError), Poisoned: true, Entry: true, Where: e.Worker})
+	}
+	b.Failures = newestFailures(failures)
 	for _, q := range queues {
 		n, err := d.src.QueueDepth(ctx, q)
 		qd := queueDepth{Name: q, Depth: n}
@@ -201,6 +295,21 @@ type commandBody struct {
 	Stream string
 	// Final: the command ended (no Cancel button).
 	Final bool
+	// RunNow: the viewer may make the command due now (an operator, and
+	// the command is scheduled or retrying: the Run now… button).
+	RunNow bool
+	// Output is the recorded output (Status.Output), indented, at most
+	// maxParamsShown bytes of it (OutputCut); OutputBytes its size.
+	Output      string
+	OutputBytes int
+	OutputCut   bool
+}
+
+// shownJSON returns raw (params or output, user data) laid out for a
+// page, with bounded work: at most maxParamsShown bytes, nesting past
+// jsonview.DefaultMaxDepth not indented further (cut reports a cut).
+func shownJSON(raw []byte) (shown string, cut bool) {
+	return jsonview.Indent(raw, maxParamsShown, jsonview.DefaultMaxDepth)
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +340,10 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		// nesting past jsonview.DefaultMaxDepth not indented further.
 		b.Params, b.ParamsCut = jsonview.Indent(params, maxParamsShown, jsonview.DefaultMaxDepth)
 	}
+	if st.Output != "" {
+		b.OutputBytes = len(st.Output)
+		b.Output, b.OutputCut = shownJSON([]byte(st.Output))
+	}
 	switch st.State {
 	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
 		b.Refresh = 0 // final: nothing changes any more
@@ -258,6 +371,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	b.RunNow = v.can(RoleOperator) && runNowable(st, d.now())
 	if st.State == cmdqtype.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.src.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
@@ -267,7 +381,12 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if f := d.takeFlash(w, r, v); f != nil {
 		pd.Flash = f
 		if f.Requeued == id {
+			// The state the page shows (running before the started event
+			// is written), never another: live.js keeps the two together.
 			pd.FlashState = st.State
+			if b.Running != nil {
+				pd.FlashState = cmdqtype.StateRunning
+			}
 		}
 	}
 	d.render(w, r, http.StatusOK, "command", pd)
@@ -278,13 +397,23 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := cmdqtype.NormalizeID(strings.TrimSpace(r.URL.Query().Get("id")))
-	if err := cmdqtype.ValidateID(id); err != nil {
-		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
-			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(r.URL.Query().Get("id"))), "Paste a command ID, a UUID such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
-		return
+	raw := strings.TrimSpace(r.URL.Query().Get("id"))
+	id := strings.ToLower(raw)
+	switch {
+	case cmdqtype.ValidateID(id) == nil:
+		http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
+	case raw == "":
+		d.errorPage(w, r, v, http.StatusBadRequest, "Nothing to search for", "The search box was empty.",
+			"Paste a command ID, the first characters of one, or a correlation ID.")
+	case validIDPrefix(raw) && len(raw) >= 4 && strings.ContainsAny(raw, "0123456789"):
+		// The start of an ID (hex digits): the commands of the last day
+		// whose ID starts so.
+		http.Redirect(w, r, d.commandsPageURL(commandsQuery{id: id, rng: timeRanges[2], rangeSet: true}, "", ""), http.StatusSeeOther)
+	case len(raw) <= 256:
+		http.Redirect(w, r, d.commandsPageURL(commandsQuery{corr: raw, rng: timeRanges[2], rangeSet: true}, "", ""), http.StatusSeeOther)
+	default:
+		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid search", "A correlation ID is at most 256 bytes.", "Paste a command ID, the first characters of one, or a correlation ID.")
 	}
-	http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
 }
 
 // validPoisonID checks an ID naming a poison entry: entries of malformed

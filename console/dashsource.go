@@ -50,15 +50,27 @@ type dashSource interface {
 	// and one batch (and, for a command issued moments ago, one upsert and
 	// a wait of at most cmdq.ControlInterval on a shared store).
 	Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error)
+	// RunNow makes a scheduled or retrying command due now for by
+	// (cmdq.Client.RunNow): one point read, one batch and one enqueue (and
+	// for a scheduled command one upsert, and a wait of at most
+	// cmdq.ControlInterval on a shared store when it was due within it).
+	RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error)
 	// ListQueues lists the queues with their depth and pause state: one
 	// listing of the store's queues, one query of the control rows and one
 	// count per queue.
 	ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
+	// ListPeriodic lists the periodic schedules with their last and next
+	// tick: one query of the schedules' rows and one point read per
+	// schedule.
+	ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
 	// PauseQueue and ResumeQueue change a queue's pause for by: one
 	// upsert (and a listing of the store's queues for a queue the server's
 	// types do not route to).
 	PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
 	ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
+	// Processors lists the processors from their heartbeat rows: one
+	// query.
+	Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error)
 	// Watch follows a command for the live feed: one point read when it
 	// opens (none when the command is watched already or final and read
 	// before), then one per second at most while it is watched, shared
@@ -112,6 +124,10 @@ func (s clientSource) InFlight(id string) (cmdq.InFlight, bool) { return s.c.InF
 
 func (s clientSource) Watch(id string) *cmdq.Watch { return s.c.Watch(id) }
 
+func (s clientSource) Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error) {
+	return s.c.Processors(ctx)
+}
+
 func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error) {
 	return s.c.QueueDepth(ctx, queue)
 }
@@ -138,8 +154,16 @@ func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdqtype.Cance
 	return s.c.Cancel(ctx, id, by)
 }
 
+func (s clientSource) RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error) {
+	return s.c.RunNow(ctx, id, by)
+}
+
 func (s clientSource) ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 	return s.c.ListQueues(ctx)
+}
+
+func (s clientSource) ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+	return s.c.ListPeriodic(ctx)
 }
 
 func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {

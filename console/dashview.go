@@ -97,7 +97,7 @@ var badgeClass = map[string]string{
 	"poisoned": "s-poisoned", "discarded": "s-discarded", "cancelled": "s-discarded", "paused": "s-retrying",
 	"created": "s-other", "started": "s-started", "step_completed": "s-other", "failed": "s-failed", "requeued": "s-pending",
 	"starting": "s-pending", "polling": "s-running", "working": "s-working", "idle": "s-healthy", "draining": "s-draining",
-	"stopped": "s-stopped", "unhealthy": "s-unhealthy", "ok": "s-healthy",
+	"stopped": "s-stopped", "unhealthy": "s-unhealthy", "ok": "s-healthy", "gone": "s-discarded",
 }
 
 // badge renders a state as a coloured label.

@@ -96,10 +96,33 @@ func TestDashboardCommandsPage(t *testing.T) {
 	for _, fc := range elements(p.doc, "figcaption", nil) {
 		captions = append(captions, strings.Join(strings.Fields(text(fc)), " "))
 	}
-	if want := []string{"Completed: 1 · peak 1/min", "Failed attempts: 2 · peak 2/min", "Poisoned: 1 · peak 1/min"}; !slices.Equal(captions, want) {
-		t.Fatalf("chart captions %q, want %q", captions, want)
+	if want := []string{"Completed: 1 · peak 1/min", "Failed attempts: 2 · peak 2/min", "Poisoned: 1 · peak 1/min"}; len(captions) != 4 || !slices.Equal(captions[:3], want) ||
+		!strings.HasPrefix(captions[3], "Latency, issue → start: p50 ") || !strings.HasSuffix(captions[3], " · 2 first attempts") {
+		t.Fatalf("chart captions %q, want %q and the latency of 2 first attempts", captions, want)
 	}
-	for _, svg := range elements(p.doc, "svg", nil) {
+	svgs := elements(p.doc, "svg", nil)
+	if len(svgs) != 4 {
+		t.Fatalf("%d charts, want 4", len(svgs))
+	}
+	// The latency chart: a p95 and a p50 bar for the minute of the two
+	// first attempts.
+	title := func(rect *html.Node) string {
+		if rect.FirstChild != nil && rect.FirstChild.FirstChild != nil {
+			return rect.FirstChild.FirstChild.Data // <rect><title>text
+		}
+		return ""
+	}
+	if bars := elements(svgs[3], "rect", nil); len(bars) != 2 || attr(bars[0], "class") != "c-p95" || attr(bars[1], "class") != "c-p50" ||
+		!strings.Contains(title(bars[0]), ": p95 ") || !strings.Contains(title(bars[1]), ": p50 ") || !strings.HasSuffix(title(bars[1]), "(2 started)") {
+		t.Fatalf("latency chart bars: %d, %q %q", len(bars), title(bars[0]), title(bars[len(bars)-1]))
+	}
+	// Every chart has a y-axis: its top, middle and 0 (counts: 2, 1, 0).
+	for i, ax := range elements(p.doc, "div", func(n *html.Node) bool { return hasClass(n, "yaxis") }) {
+		if got := strings.Fields(text(ax)); i < 3 && !slices.Equal(got, []string{"2", "1", "0"}) || len(got) < 3 {
+			t.Fatalf("y-axis %d: %q", i, got)
+		}
+	}
+	for _, svg := range svgs[:3] {
 		bars := elements(svg, "rect", nil)
 		var title string
 		if len(bars) == 1 && bars[0].FirstChild != nil && bars[0].FirstChild.FirstChild != nil {
@@ -111,20 +134,51 @@ func TestDashboardCommandsPage(t *testing.T) {
 	}
 	// Filters: a state, a type; the counts keep every state of the type.
 	f := reader.get("/ui/commands?state=retrying").want(t, http.StatusOK)
-	if r := commandRows(f); len(r) != 1 || r[0][0] != retrying || r[0][2] != "retrying" || !strings.Contains(r[0][5], "<b>boom</b>") {
+	// Columns: ID, type, state, attempts, created, updated, params, last error.
+	if r := commandRows(f); len(r) != 1 || r[0][0] != retrying || r[0][2] != "retrying" || r[0][4] != "just now" || r[0][6] != `{"n":1}` || !strings.Contains(r[0][7], "<b>boom</b>") {
 		t.Fatalf("retrying rows %q", r)
 	}
-	f = reader.get("/ui/commands?type=Alpha").want(t, http.StatusOK)
-	if got := tabs(f); got[0] != "all 2" || got[3] != "retrying 1" || got[4] != "completed 1" || len(commandRows(f)) != 2 {
-		t.Fatalf("type Alpha: tabs %q, rows %q", got, commandRows(f))
+	// The type filter takes the start of a type, in any case.
+	for _, q := range []string{"Alpha", "alp", "ALPH"} {
+		f = reader.get("/ui/commands?type="+q).want(t, http.StatusOK)
+		if got := tabs(f); got[0] != "all 2" || got[3] != "retrying 1" || got[4] != "completed 1" || len(commandRows(f)) != 2 {
+			t.Fatalf("type %s: tabs %q, rows %q", q, got, commandRows(f))
+		}
 	}
+	// The breakdown by type counts each type's commands and outcomes.
+	byType := map[string][]string{}
+	for _, tr := range elements(p.doc, "table", func(n *html.Node) bool { return hasClass(n, "bytype") }) {
+		for _, row := range elements(tr, "tr", func(n *html.Node) bool { return hasClass(n, "group") }) {
+			c := cells(row)
+			byType[c[0]] = c[1:]
+		}
+	}
+	if !slices.Equal(byType["Alpha"][:4], []string{"2", "1", "1", "0"}) || !slices.Equal(byType["Beta"][:4], []string{"1", "0", "1", "1"}) || byType["Gamma"][0] != "51" {
+		t.Fatalf("by type: %q", byType)
+	}
+	// Search by the start of an ID and by correlation ID.
+	tagged, err := srv.Client.IssueRaw(ctx, cmdqtype.Raw{Type: "Delta", Params: []byte(`{}`), CorrelationID: "order-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := commandRows(reader.get("/ui/commands?correlation=order-42").want(t, http.StatusOK)); len(r) != 1 || r[0][0] != tagged.ID {
+		t.Fatalf("correlation order-42: %q", r)
+	}
+	if r := commandRows(reader.get("/ui/commands?range=7d&id="+strings.ToUpper(tagged.ID[:13])).want(t, http.StatusOK)); len(r) != 1 || r[0][0] != tagged.ID {
+		t.Fatalf("ID prefix %s: %q", tagged.ID[:13], r)
+	}
+	contains(t, reader.get("/ui/commands?range=forever").want(t, http.StatusBadRequest), "not a range of this page")
+	contains(t, reader.get("/ui/commands?id=xyz").want(t, http.StatusBadRequest), "cannot start a command ID")
 	contains(t, reader.get("/ui/commands?state=exploded").want(t, http.StatusBadRequest), "not a command state")
 	contains(t, reader.get("/ui/commands?type=%3Cscript%3E").want(t, http.StatusBadRequest), "not a command type name")
+	if live := elements(reader.get("/ui/commands?range=7d").want(t, http.StatusOK).doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); attr(live[0], "data-refresh") != "300" {
+		t.Fatal("the 7-day view does not refresh every 5 min")
+	}
 	// The page refreshes itself, and the overview links to it.
 	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); len(live) != 1 || attr(live[0], "data-refresh") != "10" {
 		t.Fatal("the commands page has no live part refreshing every 10 s")
 	}
-	contains(t, reader.get("/ui/").want(t, http.StatusOK), "Commands of the last hour")
+	contains(t, reader.get("/ui/").want(t, http.StatusOK), "Throughput now", "No processor is running")
 }
 
 // TestDashboardRunningFromInFlight: a command whose handler runs on this
@@ -160,7 +214,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	if strings.Contains(text(p.doc), "Waiting for a processor") {
 		t.Fatal("a running command is explained as waiting")
 	}
-	if r := commandRows(b.get("/ui/commands").want(t, http.StatusOK)); len(r) != 1 || r[0][2] != "running" {
+	if r := commandRows(b.get("/ui/commands").want(t, http.StatusOK)); len(r) != 1 || !strings.HasPrefix(r[0][2], "running since ") {
 		t.Fatalf("listing: %q", r)
 	}
 	live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" })

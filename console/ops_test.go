@@ -134,7 +134,9 @@ func TestDashboardCommandExplains(t *testing.T) {
 	}
 
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
-	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
+	// Both at failedAt: an event without a time gets the store's clock,
+	// and a later event is never stored earlier than the one before it.
+	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w", Time: failedAt},
 		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt})
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
 	if strings.Contains(text(p.doc), "Waiting for a processor") {
@@ -295,7 +297,7 @@ func poisonRowsPlain(p page) [][]string {
 func confirmForm(t *testing.T, p page) *html.Node {
 	t.Helper()
 	forms := elements(p.doc, "form", func(n *html.Node) bool {
-		return attr(n, "method") == "post" && !strings.HasSuffix(attr(n, "action"), "/logout")
+		return attr(n, "method") == "post" && !strings.HasSuffix(attr(n, "action"), "/logout") && !strings.HasSuffix(attr(n, "action"), "/prefs")
 	})
 	if len(forms) != 1 {
 		t.Fatalf("%d posting forms on the confirmation page:\n%s", len(forms), p.body)
@@ -414,8 +416,11 @@ func TestDashboardPageCosts(t *testing.T) {
 		view func() page
 		want map[string]int
 	}{
-		{"overview (reader)", func() page { return reader.get("/ui/") }, map[string]int{"queue_count": 1}},
-		{"overview (operator)", func() page { return op.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 1}},
+		// The processors' heartbeats: one query; operators also read the
+		// poison table.
+		{"overview (reader)", func() page { return reader.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 1}},
+		{"overview (operator)", func() page { return op.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 2}},
+		{"poison entry", func() page { return op.get("/ui/poison/" + poisoned) }, map[string]int{"table_get": 2}},
 		{"poison list", func() page { return op.get("/ui/poison") }, map[string]int{"table_query": 1}},
 		{"command page", func() page { return op.get("/ui/commands/" + done) }, map[string]int{"table_get": 1, "table_query": 1}},
 		{"command page (poisoned, operator)", func() page { return op.get("/ui/commands/" + poisoned) }, map[string]int{"table_get": 2, "table_query": 1}},
@@ -427,6 +432,7 @@ func TestDashboardPageCosts(t *testing.T) {
 		// One query per commands table: today's day table and the base table.
 		{"recent commands", func() page { return op.get("/ui/commands") }, map[string]int{"table_query": 2}},
 		{"recent commands, filtered, page 2", func() page { return op.get("/ui/commands?type=Alpha&state=completed&continuation=1") }, map[string]int{"table_query": 2}},
+		{"recent commands, 7 days, searched", func() page { return op.get("/ui/commands?range=7d&id=01&correlation=c-1") }, map[string]int{"table_query": 2}},
 		{"login page, stylesheet, script", func() page {
 			op.get("/ui/static/cmdq.css")
 			op.get("/ui/static/live.js")

@@ -17,6 +17,8 @@ func newBenchCmd() *cobra.Command {
 	var cfg bench.Config
 	var asJSON bool
 	var maxOps, maxTrickleOps float64
+	var scale bench.ScaleConfig
+	var minRatio, maxSpread float64
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput, latency, storage operations per command, idle cost and memory",
@@ -38,6 +40,9 @@ Never point it at a production account: it creates queues and tables named
 bench<random> and raw<random> (and deletes them at the end).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if scale.Accounts > 0 {
+				return runScale(cmd, cfg, scale, asJSON, minRatio, maxSpread)
+			}
 			if !asJSON {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
@@ -91,6 +96,11 @@ bench<random> and raw<random> (and deletes them at the end).`,
 	fl.Float64Var(&maxOps, "max-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the burn-down exceed this (0 = no check; CI uses 4.1)")
 	fl.Float64Var(&maxTrickleOps, "max-trickle-ops-per-command", 0, "fail (exit status 3) when storage operations per completed command in the HTTP trickle exceed this (0 = no check; CI uses 4.2)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	fl.IntVar(&scale.Accounts, "accounts", 0, "scale mode (--store azure, Azurite): compare one Azurite instance with one shard against this many instances (storage accounts) with --shards shards, interleaved --runs times each, fresh instances per burn-down of -n commands (docs/scaling.md); 0 = the normal run")
+	fl.IntVar(&scale.Shards, "shards", 2, "scale mode: shards of the queue in the scaled setup")
+	fl.IntVar(&scale.Runs, "runs", 3, "scale mode: burn-downs of each setup")
+	fl.Float64Var(&minRatio, "min-scale-ratio", 0, "scale mode: fail (exit status 3) when the scaled median over the base median is below this (0 = no check)")
+	fl.Float64Var(&maxSpread, "max-account-spread", 0, "scale mode: fail (exit status 3) when the accounts' call counts differ by more than this fraction of the largest (0 = no check)")
 	return c
 }
 
@@ -147,6 +157,7 @@ func printBench(w io.Writer, r bench.Result) {
 		if r.IdlePerHour != nil {
 			printCalls(w, "idle, per hour", *r.IdlePerHour)
 		}
+		fmt.Fprintf(w, "  heartbeat        %.1f ops/hour per running processor (not per queue: one upsert a minute, one clean-up query an hour)\n", r.IdleHeartbeatOpsPerHour)
 		fmt.Fprintf(w, "  reconciler pass  %d ops on the bench's loaded tables\n", r.ReconcileOpsPerPassLoaded)
 	}
 	fmt.Fprintf(w, "  max RSS          %.1f MiB (run); while draining: peak %.1f MiB, of which anonymous %.1f MiB\n", r.MaxRSSMB, r.ProcessRSSPeakMB, r.ProcessRSSAnonPeakMB)
@@ -156,4 +167,40 @@ func printBench(w io.Writer, r bench.Result) {
 func printCalls(w io.Writer, what string, c bench.Calls) {
 	fmt.Fprintf(w, "    %-24s %6.3f = queue: enqueue %.3f, dequeue %.3f, delete %.3f, update %.3f, other %.3f; table: batch %.3f, point read %.3f, query %.3f, other %.3f, list %.3f, drop %.3f\n",
 		what, c.Total, c.QueueEnqueue, c.QueueDequeue, c.QueueDelete, c.QueueUpdate, c.QueueOther, c.TableBatch, c.TablePointRead, c.TableQuery, c.TableOther, c.TableList, c.TableDrop)
+}
+
+// runScale runs bench's scale mode (bench.RunScale).
+func runScale(cmd *cobra.Command, cfg bench.Config, scale bench.ScaleConfig, asJSON bool, minRatio, maxSpread float64) error {
+	if cfg.Store != bench.StoreAzure {
+		return fmt.Errorf("--accounts needs --store azure: it starts Azurite instances as storage accounts")
+	}
+	if cfg.ConnectionString != "" {
+		return fmt.Errorf("--accounts starts its own Azurite instances; leave --azure-connection-string out")
+	}
+	scale.N, scale.Concurrency, scale.Issuers, scale.Timeout = cfg.N, cfg.Concurrency, cfg.Issuers, cfg.Timeout
+	if !asJSON {
+		scale.Progress = cmd.ErrOrStderr()
+	}
+	res, err := bench.RunScale(cmd.Context(), scale)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		if err := json.NewEncoder(w).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(w, "scale: %d commands per burn-down, %d runs each, interleaved\n", res.N, len(res.Runs)/2)
+		fmt.Fprintf(w, "  1 account, 1 shard        processed min %.0f / median %.0f / max %.0f commands/s\n", res.Base[0], res.Base[1], res.Base[2])
+		fmt.Fprintf(w, "  %d accounts, %d shards each processed min %.0f / median %.0f / max %.0f commands/s\n", res.Accounts, res.Shards, res.Scaled[0], res.Scaled[1], res.Scaled[2])
+		fmt.Fprintf(w, "  ratio of medians %.2f× (least favourable pairing %.2f×); accounts' call counts differ by at most %.1f%%\n", res.Ratio, res.RatioMin, 100*res.MaxAccountSpread)
+	}
+	if minRatio > 0 && res.Ratio < minRatio {
+		return &exitError{code: 3, err: fmt.Errorf("bench: scaled/base = %.2f, under --min-scale-ratio %g", res.Ratio, minRatio)}
+	}
+	if maxSpread > 0 && res.MaxAccountSpread > maxSpread {
+		return &exitError{code: 3, err: fmt.Errorf("bench: accounts' call counts differ by %.1f%%, over --max-account-spread %g", 100*res.MaxAccountSpread, maxSpread)}
+	}
+	return nil
 }

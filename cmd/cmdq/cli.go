@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -50,9 +51,13 @@ type backend interface {
 	Discard(ctx context.Context, id string) error
 	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
 	Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error)
+	// RunNow makes a scheduled or retrying command due now (schedule.go).
+	RunNow(ctx context.Context, id string) (cmdqtype.Status, error)
 	Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
 	PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
 	ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
+	// Periodic: periodic.go.
+	Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
 	Close() error
 }
 
@@ -142,7 +147,12 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix})
+	shards, err := f.store.shardMap()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix, Shards: shards})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -188,7 +198,18 @@ func (b httpBackend) wrap(err error) error {
 }
 
 func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
-	res, err := b.c.Issue(ctx, client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID})
+	var opts []client.IssueOption
+	switch {
+	case !r.RunAt.IsZero():
+		opts = append(opts, client.At(r.RunAt))
+	case r.Delay != 0:
+		opts = append(opts, client.After(r.Delay))
+	}
+	req := client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID, UniqueKey: r.UniqueKey}
+	if r.UniqueKey != "" || r.UniqueWindow != 0 {
+		req.UniqueWindow = r.UniqueWindow.String()
+	}
+	res, err := b.c.Issue(ctx, req, opts...)
 	return res.ID, res.Existing, b.wrap(err)
 }
 
@@ -395,19 +416,31 @@ func newSendCmd() *cobra.Command {
 		corr    string
 		wait    bool
 		timeout time.Duration
+		at      string
+		in      time.Duration
+
+		unique       string
+		uniqueWindow time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "send TYPE",
-		Short: "Issue a command and print its ID (--wait: wait until it ends)",
+		Short: "Issue a command and print its ID (--wait: wait until it ends; --at/--in: schedule it)",
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
 discarded or cancelled, and prints the final status; it exits 1 unless the command
 completed. Ctrl-C ends the wait, not the command: it exits 130 and says how
 to follow the command.
 
+With --at TIME (RFC 3339, such as 2026-05-01T09:00:00Z) or --in DURATION
+(such as 90s or 2h30m) the command is scheduled: its status is scheduled
+until then and it does not start before; at most 2 years ahead.
+
 Examples:
   cmdq send demo.echo --params '{"hello":"world"}' --wait
   cmdq send demo.fail --params '{"times":2}' --wait
+  cmdq send demo.echo --params '{"order":42}' --unique order-42 --unique-window 1h
+  cmdq send demo.echo --in 90s
+  cmdq send demo.echo --at 2026-05-01T09:00:00Z
 ` + remoteHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -420,14 +453,25 @@ Examples:
 			if !json.Valid([]byte(params)) {
 				return fmt.Errorf("--params %q is not valid JSON; pass an object such as '{\"ms\":500}'", params)
 			}
+			raw := cmdqtype.Raw{ID: cmdqtype.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
+			if err := scheduleFlags(cmd, at, in, &raw); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				gotID, existing, err := b.Issue(ctx, cmdqtype.Raw{ID: cmdqtype.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr})
+				if (unique != "") != (uniqueWindow != 0) {
+					return errors.New("--unique and --unique-window go together: --unique KEY --unique-window 1h (issuing the same type and KEY again within the window returns the first command)")
+				}
+				raw.UniqueKey, raw.UniqueWindow = unique, uniqueWindow
+				gotID, existing, err := b.Issue(ctx, raw)
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
 				fmt.Fprintln(out, term(gotID))
-				if existing {
+				switch {
+				case existing && unique != "":
+					fmt.Fprintf(cmd.ErrOrStderr(), "cmdq: duplicate: a %s command with unique key %s already exists in this %s window; nothing new was issued\n", term(args[0]), term(unique), uniqueWindow)
+				case existing:
 					fmt.Fprintln(cmd.ErrOrStderr(), "cmdq: a command with this ID and params already existed; nothing new was issued")
 				}
 				if !wait {
@@ -465,8 +509,12 @@ Examples:
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
 	c.Flags().StringVar(&id, "id", "", "command ID, a UUID (upper case is read as lower case; default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
+	c.Flags().StringVar(&unique, "unique", "", "unique key: sending the same type and key again within --unique-window returns the first command (whatever the params) instead of a second one (default none)")
+	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
+	c.Flags().StringVar(&at, "at", "", "schedule the command at this time, RFC 3339 (such as 2026-05-01T09:00:00Z; default: now)")
+	c.Flags().DurationVar(&in, "in", 0, "schedule the command this long from now (such as 90s or 2h30m; default: now)")
 	return c
 }
 
@@ -573,6 +621,9 @@ func printStatus(w io.Writer, st cmdqtype.Status) {
 	if st.State == cmdqtype.StatePending && st.Attempts == 0 {
 		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
 	}
+	if line := dueLine(st, time.Now()); line != "" {
+		fmt.Fprintf(tw, "due\t%s\n", line)
+	}
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))
 	}
@@ -581,7 +632,29 @@ func printStatus(w io.Writer, st cmdqtype.Status) {
 	if st.CorrelationID != "" {
 		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
+	if st.TraceID != "" {
+		fmt.Fprintf(tw, "trace\t%s\n", term(st.TraceID))
+	}
+	if st.Output != "" {
+		fmt.Fprintf(tw, "output\t%s\n", term(outputText(st.Output)))
+	}
 	_ = tw.Flush()
+}
+
+// maxOutputShown bounds the output status prints (--json prints it all).
+const maxOutputShown = 2048
+
+// outputText is a recorded output as status prints it: its compact JSON,
+// cut after maxOutputShown bytes with a note of its size.
+func outputText(out cmdqtype.JSON) string {
+	if len(out) <= maxOutputShown {
+		return string(out)
+	}
+	cut := maxOutputShown
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes; --json prints it all)", out[:cut], len(out))
 }
 
 // printEvents prints the events with Seq > after and returns the last Seq printed.
@@ -605,6 +678,9 @@ func eventDetail(e cmdqtype.Event) string {
 	}
 	if e.Step > 0 {
 		parts = append(parts, fmt.Sprintf("step %d", e.Step))
+	}
+	if !e.RunAt.IsZero() {
+		parts = append(parts, "due "+fmtTime(e.RunAt))
 	}
 	if e.Note != "" {
 		parts = append(parts, fmt.Sprintf("%q", e.Note))

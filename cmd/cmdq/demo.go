@@ -22,7 +22,8 @@ var demoRetry = cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multip
 // demoMaxSleep bounds demo.sleep's ms (10 minutes).
 const demoMaxSleep = 10 * time.Minute
 
-// demoEcho completes at once; it records one step whose note is its params.
+// demoEcho completes at once; it records one step whose note is its
+// params, and its params as its output.
 type demoEcho map[string]any
 
 func (demoEcho) CommandType() string { return "demo.echo" }
@@ -63,6 +64,10 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 			}
 			if cmd == nil {
 				b = []byte("{}")
+				cmd = demoEcho{}
+			}
+			if err := run.SetOutput(cmd); err != nil {
+				return cmdq.Permanent(err)
 			}
 			return j.step(ctx, run, 1, "echo "+string(b))
 		}, opts),

@@ -44,12 +44,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cleanEnv is the environment for the binary: ours without CMDQ_ variables
-// (so a developer's settings do not leak in) plus extra.
+// cleanEnv is the environment for the binary: ours without CMDQ_ and
+// OTEL_ variables (so a developer's settings do not leak in) plus extra.
 func cleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CMDQ_") && !strings.HasPrefix(kv, "AZURE_STORAGE_CONNECTION_STRING=") {
+		if !strings.HasPrefix(kv, "CMDQ_") && !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "AZURE_STORAGE_CONNECTION_STRING=") {
 			env = append(env, kv)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
@@ -35,11 +36,15 @@ type procFlags struct {
 	drainTimeout    time.Duration
 	poisonCeiling   int
 	worker          string
+	periodic        []string
 
 	// Test instrumentation for the reliability suite (internal/chaos),
 	// hidden from --help.
 	demoJournal string
 	demoLease   time.Duration
+
+	// tracer, when set, is the Client's TracerProvider (setupTracing).
+	tracer *sdktrace.TracerProvider
 }
 
 func (f *procFlags) add(c *cobra.Command) {
@@ -50,6 +55,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdqtype.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
+	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
 	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
 	_ = fl.MarkHidden("demo-journal")
@@ -73,13 +79,19 @@ func checkRecovery(d time.Duration) error {
 // settings from the flags, the demo handlers unless --no-demo, and a
 // function that closes what it opened (the demo journal).
 // recovery is the Client's RecoveryDelay (0: the default).
-func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, o cmdq.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
+func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger, o cmdq.Observer, recovery time.Duration) (*cmdq.Client, func() error, error) {
 	closer := func() error { return nil }
+	prefix := sf.prefix
+	shards, err := sf.shardMap()
+	if err != nil {
+		return nil, nil, err
+	}
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
 	}
 	cfg := cmdq.Config{
 		Prefix:          prefix,
+		Shards:          shards,
 		Worker:          f.worker,
 		Concurrency:     f.concurrency,
 		MaxPollInterval: f.maxPollInterval,
@@ -91,8 +103,14 @@ func (f *procFlags) client(st storage.Store, prefix string, log zerolog.Logger, 
 	if o != nil {
 		cfg.Observers = []cmdq.Observer{o}
 	}
+	if f.tracer != nil {
+		cfg.TracerProvider = f.tracer
+	}
 	c, err := cmdq.New(st, cfg)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := registerPeriodic(c, f.periodic); err != nil {
 		return nil, nil, err
 	}
 	if f.noDemo {
@@ -154,7 +172,7 @@ and a processor in one process.
 
 By default it uses the embedded store in ./cmdq-data, listens on
 127.0.0.1:8080 and registers the demo handlers:
-  demo.echo   {}                       completes at once (records its params as a step)
+  demo.echo   {}                       completes at once (records its params as a step and as its output)
   demo.sleep  {"ms":N}                 sleeps N milliseconds
   demo.fail   {"times":K}              fails its first K attempts, then completes;
                                        K >= 5 (the poison ceiling) ends poisoned
@@ -268,12 +286,16 @@ func runServe(ctx context.Context, f *serveFlags) error {
 			log.Error().Err(err).Msg("cmdq serve: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 
 	prom, m, err := newMetrics()
 	if err != nil {
 		return err
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), f.store.prefix, log, m, f.recovery)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(raw), &f.store, log, m, f.recovery)
 	if err != nil {
 		return err
 	}
@@ -315,6 +337,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	base := "http://" + ln.Addr().String()
 	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", c.Prefix()).
 		Strs("handlers", c.Types()).Bool("auth", len(tokens) > 0)
+	if ps := c.PeriodicNames(); len(ps) > 0 {
+		ev = ev.Strs("periodic", ps)
+	}
 	if f.store.kind == "embedded" {
 		ev = ev.Str("data", f.store.data)
 	}
@@ -498,6 +523,10 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker"); err != nil {
+		return err
+	}
+	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
 	var prom *prometheus.Registry
 	var m *metrics.Metrics
 	if f.metricsAddr != "" {
@@ -505,13 +534,13 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			return err
 		}
 	}
-	c, closeClient, err := f.proc.client(m.InstrumentStore(st), f.store.prefix, log, observer(m), f.recovery)
+	c, closeClient, err := f.proc.client(m.InstrumentStore(st), &f.store, log, observer(m), f.recovery)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = closeClient() }()
 	defer func() { _ = c.Stop(context.Background()) }() // before the store closes
-	if !c.Handles() {
+	if !c.Handles() && len(c.PeriodicNames()) == 0 {
 		return errors.New("worker has no handlers: the binary's only handlers are the demo ones, which --no-demo turned off; " +
 			"to run your own handlers, build a program on package cmdq (see examples/)")
 	}
@@ -527,7 +556,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 		defer stopMetrics()
 	}
 	if f.runFor == 0 {
-		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Msg("cmdq worker: running until SIGINT/SIGTERM")
+		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Strs("periodic", c.PeriodicNames()).Msg("cmdq worker: running until SIGINT/SIGTERM")
 		if err := c.Run(ctx); err != nil {
 			return fmt.Errorf("processor: %w", describeStoreErr(err))
 		}

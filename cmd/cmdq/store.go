@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
+	"github.com/cmdq-dev/cmdq/storage/multi"
 )
 
 // Defaults of the storage flags.
@@ -32,7 +35,8 @@ type storeFlags struct {
 	kind             string
 	data             string
 	prefix           string
-	azConn           string
+	azConns          []string
+	shards           string
 	azAccount        string
 	azKey            string
 	azIdentity       bool
@@ -46,7 +50,8 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
 	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
 	fl.StringVar(&f.prefix, "prefix", cmdqtype.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
-	fl.StringVar(&f.azConn, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING)")
+	fl.Var((*connStrings)(&f.azConns), "azure-connection-string", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING); repeat it (or separate several with spaces or newlines in CMDQ_AZURE_CONNECTION_STRING) to spread the deployment over several storage accounts, the first one first, in the same order in every process; an account added later carries CmdqFrom=YYYY-MM-DD (docs/scaling.md)")
+	fl.StringVar(&f.shards, "shards", "", "shards of logical queues: queue=N,... (e.g. commands=4); give every process the same (docs/scaling.md). Default none: one storage queue each")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")
 	fl.StringVar(&f.azKey, "azure-key", "", "Azure Storage shared key (base64), with --azure-account")
 	fl.BoolVar(&f.azIdentity, "azure-identity", false, "authenticate with Microsoft Entra ID (DefaultAzureCredential: environment, workload identity, managed identity, Azure CLI), with --azure-account")
@@ -75,12 +80,25 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 		}
 		return st, nil
 	case "azure":
+		conns := f.azConns
+		if len(conns) > 1 {
+			return openAccounts(ctx, conns)
+		}
 		cfg := azure.Config{
-			ConnectionString: f.azConn,
-			AccountName:      f.azAccount,
-			AccountKey:       f.azKey,
-			QueueEndpoint:    f.azQueueEndpoint,
-			TableEndpoint:    f.azTableEndpoint,
+			AccountName:   f.azAccount,
+			AccountKey:    f.azKey,
+			QueueEndpoint: f.azQueueEndpoint,
+			TableEndpoint: f.azTableEndpoint,
+		}
+		if len(conns) == 1 {
+			cs, from, err := splitFrom(conns[0])
+			if err != nil {
+				return nil, err
+			}
+			if !from.IsZero() {
+				return nil, errors.New("--azure-connection-string: CmdqFrom is for an account added to others; with one account leave it out")
+			}
+			cfg.ConnectionString = cs
 		}
 		if f.azIdentity {
 			cred, err := azidentity.NewDefaultAzureCredential(nil)
@@ -145,3 +163,118 @@ func (f *logFlags) logger(w io.Writer) (zerolog.Logger, error) {
 // logTimeFormat is the time format of the logs' time field (and of every
 // time field they carry).
 const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+// shardMap parses --shards (queue=N,...).
+func (f *storeFlags) shardMap() (map[string]int, error) {
+	if strings.TrimSpace(f.shards) == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, e := range splitList(f.shards) {
+		q, n, ok := strings.Cut(e, "=")
+		c, err := strconv.Atoi(strings.TrimSpace(n))
+		if !ok || err != nil || c < 1 {
+			return nil, fmt.Errorf("--shards %q: give queue=N pairs separated by commas, N at least 1 (e.g. commands=4)", f.shards)
+		}
+		out[strings.TrimSpace(q)] = c
+	}
+	if err := (cmdq.Config{Shards: out}).Validate(); err != nil {
+		return nil, fmt.Errorf("--shards %q: %w", f.shards, err)
+	}
+	return out, nil
+}
+
+// fromKey is the connection string key that says from which day an added
+// account takes commands (multi.Member.From); cmdq removes it before the
+// string reaches the Azure SDK.
+const fromKey = "cmdqfrom"
+
+// splitFrom removes CmdqFrom=YYYY-MM-DD from a connection string and
+// returns it as a time (zero without one).
+func splitFrom(cs string) (string, time.Time, error) {
+	var keep []string
+	var from time.Time
+	for _, part := range strings.Split(cs, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		if strings.EqualFold(strings.TrimSpace(k), fromKey) {
+			t, err := time.Parse(time.DateOnly, strings.TrimSpace(v))
+			if err != nil {
+				return "", time.Time{}, fmt.Errorf("--azure-connection-string: CmdqFrom=%q: give a date YYYY-MM-DD (UTC), at least two days after every process has the account", v)
+			}
+			from = t
+			continue
+		}
+		keep = append(keep, part)
+	}
+	return strings.Join(keep, ";"), from, nil
+}
+
+// accountName names an account for health reports and errors: its account
+// name and queue endpoint host, without the key.
+func accountName(i int, cs string) string {
+	var account, endpoint string
+	for _, part := range strings.Split(cs, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "accountname":
+			account = v
+		case "queueendpoint":
+			if u, err := url.Parse(v); err == nil {
+				endpoint = u.Host
+			}
+		}
+	}
+	name := fmt.Sprintf("account %d", i)
+	if account != "" {
+		name += " " + account
+	}
+	if endpoint != "" {
+		name += " at " + endpoint
+	}
+	return name
+}
+
+// openAccounts opens a store spread over several storage accounts
+// (storage/multi), the first one the home of the shared rows.
+func openAccounts(ctx context.Context, conns []string) (storage.Store, error) {
+	var members []multi.Member
+	closeAll := func() {
+		for _, m := range members {
+			_ = m.Store.Close()
+		}
+	}
+	for i, c := range conns {
+		cs, from, err := splitFrom(c)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		st, err := azure.Open(ctx, azure.Config{ConnectionString: cs})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("open Azure Storage account %d: %w", i, err)
+		}
+		members = append(members, multi.Member{Name: accountName(i, azure.ExpandConnectionString(cs)), Store: st, From: from})
+	}
+	st, err := multi.New(members, multi.Options{})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("--azure-connection-string: %w", err)
+	}
+	return st, nil
+}
+
+// connStrings is the value of --azure-connection-string: each use (and
+// each whitespace-separated string of CMDQ_AZURE_CONNECTION_STRING) adds
+// one account's connection string.
+type connStrings []string
+
+func (c *connStrings) String() string { return strings.Join(*c, " ") }
+
+// Set adds the connection strings in v (separated by whitespace, which no
+// connection string contains); an empty v adds none.
+func (c *connStrings) Set(v string) error {
+	*c = append(*c, strings.Fields(v)...)
+	return nil
+}
+
+func (c *connStrings) Type() string { return "string" }

@@ -36,10 +36,76 @@
   }
   wireSelectAll(document);
 
+  // The preferences form at the foot of the page (theme, auto-refresh):
+  // a change applies at once and is stored (POST, the cmdq_prefs cookie)
+  // in the background; without this script the form's Apply button does
+  // the same with a page load.
+  var root = document.documentElement;
+  var pref = root.getAttribute("data-refresh-pref") || "auto";
+  var prefsForm = document.getElementById("prefs");
+  var onPref = null; // set below when the page refreshes itself
+
+  function savePrefs() {
+    if (!prefsForm) {
+      return;
+    }
+    fetch(prefsForm.action, {
+      method: "POST", credentials: "same-origin", headers: { "X-Cmdq-Refresh": "1" },
+      body: new URLSearchParams(new FormData(prefsForm))
+    }).catch(function () {});
+  }
+
+  function setPref(value) {
+    pref = value;
+    root.setAttribute("data-refresh-pref", value);
+    var sel = document.getElementById("pref-refresh");
+    if (sel) {
+      sel.value = value;
+    }
+    if (onPref) {
+      onPref();
+    }
+  }
+
+  if (prefsForm) {
+    var apply = prefsForm.querySelector(".apply");
+    if (apply) {
+      apply.hidden = true;
+    }
+    var theme = document.getElementById("pref-theme");
+    if (theme) {
+      theme.addEventListener("change", function () {
+        if (theme.value === "system") {
+          root.removeAttribute("data-theme");
+        } else {
+          root.setAttribute("data-theme", theme.value);
+        }
+        savePrefs();
+      });
+    }
+    var refreshSel = document.getElementById("pref-refresh");
+    if (refreshSel) {
+      refreshSel.addEventListener("change", function () {
+        setPref(refreshSel.value);
+        savePrefs();
+      });
+    }
+  }
+
   if (!live || !stamp) {
     return;
   }
-  var every = Number(live.getAttribute("data-refresh")) * 1000;
+  // pageEvery is the page's own refresh (0: it never changes again);
+  // every what the viewer's preference makes of it (0: paused or final).
+  var pageEvery = Number(live.getAttribute("data-refresh")) * 1000;
+  function effective() {
+    if (!(pageEvery > 0) || pref === "off") {
+      return 0;
+    }
+    var n = Number(pref) * 1000;
+    return n > 0 ? n : pageEvery;
+  }
+  var every = effective();
   var streamURL = live.getAttribute("data-stream");
   var at = Date.parse(stamp.getAttribute("datetime"));
   var problem = "";
@@ -49,6 +115,27 @@
   var timer = 0;
   var es = null;
   var streaming = false;
+
+  // A Pause / Resume button beside the freshness line (while the page
+  // can change): it sets the auto-refresh preference.
+  var pause = null;
+  if (pageEvery > 0 && stamp.parentNode) {
+    pause = document.createElement("button");
+    pause.type = "button";
+    pause.id = "pause";
+    stamp.parentNode.appendChild(pause);
+    pause.addEventListener("click", function () {
+      setPref(pref === "off" ? "auto" : "off");
+      savePrefs();
+    });
+  }
+  function showPause() {
+    if (pause) {
+      pause.textContent = pref === "off" ? "Resume" : "Pause";
+      pause.title = pref === "off" ? "Refresh this page again as it changes" : "Stop refreshing this page (remembered)";
+    }
+  }
+  showPause();
 
   function ago(ms) {
     var s = Math.max(0, Math.round(ms / 1000));
@@ -63,6 +150,8 @@
     var text = "Updated " + ago(Date.now() - at);
     if (problem) {
       text += " · " + problem;
+    } else if (pref === "off" && pageEvery > 0) {
+      text += " · auto-refresh paused";
     } else if (streaming) {
       text += " · live";
     } else if (!stopped) {
@@ -122,6 +211,26 @@
       }
     }
     wireSelectAll(live);
+    syncFlash();
+  }
+
+  // A message after a requeue says which state the command is in ("It is
+  // retrying now"): keep it the state the page shows, never another.
+  function syncFlash() {
+    var said = document.getElementById("flash-state");
+    var status = document.getElementById("status");
+    if (!said || !status) {
+      return;
+    }
+    var now = status.getAttribute("data-state");
+    var badge = status.querySelector(".badge");
+    if (!now || now === said.getAttribute("data-state") || !badge) {
+      return;
+    }
+    said.setAttribute("data-state", now);
+    said.textContent = " It is ";
+    said.appendChild(badge.cloneNode(true));
+    said.appendChild(document.createTextNode(" now."));
   }
 
   // The timer refreshes only while no stream says when to.
@@ -213,10 +322,17 @@
         if (fresh.innerHTML !== live.innerHTML) {
           swap(fresh);
         }
-        every = Number(fresh.getAttribute("data-refresh")) * 1000;
+        pageEvery = Number(fresh.getAttribute("data-refresh")) * 1000;
+        every = effective();
         streamURL = fresh.getAttribute("data-stream");
-        if (!(every > 0)) {
+        if (!(pageEvery > 0)) {
           stopped = true; // nothing more will change (a final state)
+          if (pause) {
+            pause.remove();
+            pause = null;
+          }
+        } else if (!(every > 0)) {
+          stopped = true; // paused
         }
       })
       .catch(function () {
@@ -236,6 +352,30 @@
         }
       });
   }
+
+  // A new auto-refresh preference: pause, resume, or another interval.
+  onPref = function () {
+    showPause();
+    if (!(pageEvery > 0)) {
+      return;
+    }
+    every = effective();
+    if (!(every > 0)) {
+      stopped = true;
+      closeStream();
+      clearTimeout(timer);
+      show();
+      return;
+    }
+    var was = stopped;
+    stopped = false;
+    if (was) {
+      refresh(); // catch up at once, then follow as chosen
+    } else {
+      schedule();
+      show();
+    }
+  };
 
   document.addEventListener("visibilitychange", function () {
     if (document.hidden) {

@@ -60,9 +60,10 @@ type Options struct {
 	// poll intervals default to 10 ms and 1 s, and the reconciler is off
 	// unless ReconcileInterval is set.
 	Config cmdq.Config
-	// Setup, when set, registers or declares command types on the client
-	// before the server starts; with handlers registered, the client's
-	// processor runs until the test ends, unless Idle.
+	// Setup, when set, registers or declares command types (and periodic
+	// schedules) on the client before the server starts; with handlers or
+	// schedules registered, the client's processor and scheduler run until
+	// the test ends, unless Idle.
 	Setup func(c *cmdq.Client) error
 	// Idle keeps the client's processor stopped although handlers are
 	// registered: the server knows the types (their checks, their retry
@@ -148,7 +149,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatalf("apitest: setup: %v", err)
 		}
 	}
-	if c.Handles() && !opts.Idle {
+	if (c.Handles() || len(c.PeriodicNames()) > 0) && !opts.Idle {
 		if err := c.Start(context.Background()); err != nil {
 			t.Fatalf("apitest: start: %v", err)
 		}

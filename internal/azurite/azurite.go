@@ -101,11 +101,47 @@ func Main(m *testing.M) int {
 func Stop() {
 	mu.Lock()
 	defer mu.Unlock()
+	for _, e := range extra {
+		e.Stop()
+	}
+	extra = nil
 	if inst == nil {
 		return
 	}
 	inst.Stop()
 	inst = nil
+}
+
+var extra []*emulator.Instance // started by ConnectionStrings, stopped by Stop
+
+// ConnectionStrings returns n connection strings of n distinct Azure
+// Storage accounts (as several storage accounts of one deployment): the
+// first is ConnectionString's, the others those of more Azurite instances
+// started in memory once per test binary and shared by its tests (Main
+// stops them). It skips or fails as ConnectionString does. With
+// AZURE_STORAGE_CONNECTION_STRING set it still starts Azurite for the
+// others.
+func ConnectionStrings(tb testing.TB, n int) []string {
+	tb.Helper()
+	out := []string{ConnectionString(tb)}
+	mu.Lock()
+	defer mu.Unlock()
+	for len(extra) < n-1 {
+		i, err := emulator.Start()
+		if err != nil {
+			tb.Fatalf("azurite: start another instance: %v", err)
+		}
+		extra = append(extra, i)
+	}
+	for _, e := range extra[:n-1] {
+		select {
+		case <-e.Done():
+			tb.Fatalf("azurite: an extra emulator of this test binary has exited; its output:\n%s", e.Output())
+		default:
+		}
+		out = append(out, e.ConnectionString)
+	}
+	return out
 }
 
 func start() {

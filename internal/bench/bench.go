@@ -273,6 +273,11 @@ type Result struct {
 	// deployment as the processor schedules it: one run an hour, the marker
 	// query, except one run a day that is the pending scan instead.
 	IdleReconcileOpsPerHour float64 `json:"idle_reconcile_ops_per_hour"`
+	// IdleHeartbeatOpsPerHour is the heartbeat's calls per hour of one
+	// running processor (per process, not per queue: not in
+	// IdleOpsPerHour): one upsert per cmdqtype.DefaultHeartbeatInterval
+	// and the hourly clean-up query, each measured once.
+	IdleHeartbeatOpsPerHour float64 `json:"idle_heartbeat_ops_per_hour"`
 	// ReconcileOpsPerPassLoaded is one pending-scan pass on the bench's own
 	// tables after the run: the scan pages through every command row, 1000
 	// per query.
@@ -670,6 +675,11 @@ func (s *started) stop() error {
 func (e *env) startProcessor(ctx context.Context, reg *registry.Registry, cfg processor.Config, onPoll func(cmdqtype.Observation)) (*started, error) {
 	cfg.Observer = metrics{&e.completed, onPoll}
 	cfg.Worker = "bench"
+	if cfg.HeartbeatInterval == 0 {
+		// The heartbeat is a cost per process, not per command or queue:
+		// measured on its own (idle).
+		cfg.HeartbeatInterval = cmdqtype.NoHeartbeat
+	}
 	p, err := processor.New(e.counted, reg, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: processor: %w", err)
@@ -1122,6 +1132,29 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	idle := callsOfFloat(perHour)
 	res.IdlePerHour = &idle
+
+	// The heartbeat of one running processor, as it schedules it: one
+	// upsert per interval, one clean-up (a query of the heartbeat rows,
+	// nothing to delete) an hour.
+	hb, err := record.Open(ctx, e.counted, record.Names{Prefix: prefix}, record.Options{})
+	if err != nil {
+		return fmt.Errorf("bench: heartbeat: %w", err)
+	}
+	before := e.counter.Snapshot()
+	if _, err := hb.WriteBeat(ctx, record.Beat{ID: "pbench", Name: "bench", State: "idle", Every: cmdqtype.DefaultHeartbeatInterval}); err != nil {
+		return fmt.Errorf("bench: heartbeat: %w", err)
+	}
+	beatOps := diff(before, e.counter.Snapshot())
+	before = e.counter.Snapshot()
+	if _, err := hb.DeleteBeatsBefore(ctx, time.Now().Add(-cmdqtype.ProcessorForgetAfter), "pbench"); err != nil {
+		return fmt.Errorf("bench: heartbeat clean-up: %w", err)
+	}
+	cleanOps := diff(before, e.counter.Snapshot())
+	if err := hb.DeleteBeat(ctx, "pbench"); err != nil {
+		return fmt.Errorf("bench: heartbeat: %w", err)
+	}
+	res.IdleHeartbeatOpsPerHour = float64(time.Hour/cmdqtype.DefaultHeartbeatInterval)*float64(sum(beatOps)) +
+		float64(time.Hour/cmdqtype.ProcessorForgetAfter)*float64(sum(cleanOps))
 	// The pending scan on the loaded bench tables.
 	loaded, err := pass(cfg.Prefix, true)
 	if err != nil {

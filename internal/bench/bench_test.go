@@ -200,6 +200,11 @@ func TestRunEmbedded(t *testing.T) {
 	if r.IdleReconcileOpsPerHour != 1 {
 		t.Errorf("reconciler ops per hour %v, want 1", r.IdleReconcileOpsPerHour)
 	}
+	// The heartbeat, per process: 60 upserts and one clean-up query an
+	// hour, apart from the queue's figure.
+	if r.IdleHeartbeatOpsPerHour != 61 {
+		t.Errorf("heartbeat ops per hour %v, want 61 (60 upserts + 1 query)", r.IdleHeartbeatOpsPerHour)
+	}
 	if r.IdleOpsPerHour != r.IdlePollOpsPerHour+r.IdleReconcileOpsPerHour {
 		t.Errorf("idle total %v != polls %v + reconciler %v", r.IdleOpsPerHour, r.IdlePollOpsPerHour, r.IdleReconcileOpsPerHour)
 	}

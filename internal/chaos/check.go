@@ -50,6 +50,11 @@ const (
 	// InvPauseRespected: no handler begins later than 10 s after a pause of
 	// its queue was answered and before the resume was sent.
 	InvPauseRespected = "pause-respected"
+	// InvNotEarly: a command issued with a delay has its runAt stored, no
+	// handler of it begins before runAt (the journal's clock) and no
+	// started event is earlier; one whose runAt is after the run is still
+	// scheduled (pending, never started).
+	InvNotEarly = "not-early"
 )
 
 // Violation is one broken invariant.
@@ -74,6 +79,10 @@ type Report struct {
 	// (the client gave up); of the accepted, Completed, Poisoned, Lost (no
 	// record) and Stranded (not final when the run settled).
 	Issued, Accepted, NotAccepted, Completed, Poisoned, Lost, Stranded int
+	// Scheduled counts the commands issued with a delay, StillScheduled
+	// those whose runAt is after the run (they end pending, waiting for
+	// it).
+	Scheduled, StillScheduled int
 	// Cancelled counts accepted commands that ended cancelled; CancelsSent
 	// the commands a cancel was sent for, CancelsAccepted those answered
 	// 2xx, CancelsRefused those answered 409 (they had ended).
@@ -133,6 +142,9 @@ func (r *Report) Figures() string {
 	fmt.Fprintf(&b, "chaos %s: seed %d (replay: CMDQ_CHAOS_SEED=%d), duration %s\n", r.Scenario, r.Seed, r.Seed, r.Duration.Round(time.Second))
 	fmt.Fprintf(&b, "  commands: issued %d, accepted %d (not accepted %d), completed %d, poisoned %d (of which by deliveries lost to kills/faults: %d), lost %d, stranded %d; client retries %d\n",
 		r.Issued, r.Accepted, r.NotAccepted, r.Completed, r.Poisoned, r.PoisonedByLostDeliveries, r.Lost, r.Stranded, r.ClientRetries)
+	if r.Scheduled > 0 {
+		fmt.Fprintf(&b, "  scheduled %d (still scheduled at the end: %d)\n", r.Scheduled, r.StillScheduled)
+	}
 	if r.CancelsSent > 0 || len(r.Pauses) > 0 {
 		longest := time.Duration(0)
 		for _, p := range r.Pauses {
@@ -242,6 +254,12 @@ func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) 
 			poisonedIDs[c.ID] = true
 		case "cancelled":
 			r.Cancelled++
+		case "pending":
+			if c.Delay >= stillScheduled && h.RunAt.After(time.Now()) {
+				r.StillScheduled++ // waits for its time: checkSchedule checks it
+				break
+			}
+			fallthrough
 		default:
 			r.Stranded++
 			add(InvAcceptedFinal, c.ID, "stranded: %s %s accepted (HTTP %d) is %s after the run settled; queue messages for it: %d; reconciler marker: %v",
@@ -249,6 +267,7 @@ func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) 
 		}
 		checkCommand(r, add, c, h, j.byID[c.ID], ps)
 		checkCancel(r, add, c, h, j.byID[c.ID])
+		checkSchedule(r, add, c, h, j.byID[c.ID])
 	}
 	checkPauses(r, add, j)
 

@@ -372,3 +372,63 @@ func TestCheckPauses(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSchedule: not-early holds for a command issued with a delay
+// whose handler began at or after its runAt (also after a retry moved the
+// row's runAt on) and for one still scheduled after the run; it breaks
+// for a handler or a started event before runAt, for a runAt not stored,
+// for a runAt that does not match the delay, and for a command due after
+// the run that started anyway.
+func TestCheckSchedule(t *testing.T) {
+	t.Parallel()
+	scheduled := func(delay time.Duration) *command {
+		c := acceptedCmd("c1", "demo.sleep", `{"ms":10}`, false)
+		c.Delay = delay
+		return c
+	}
+	created := func(runAtMS int) event {
+		e := ev("1", "created", "", 0, 0)
+		e.Time, e.RunAt = at(0), at(runAtMS)
+		return e
+	}
+	started := func(seq string, ms, attempt int) event {
+		e := ev(seq, "started", "w1.1", attempt, 0)
+		e.Time = at(ms)
+		return e
+	}
+	completed := func(seq string, attempt int) event { return ev(seq, "completed", "w1.1", attempt, 0) }
+	later := time.Now().Add(time.Hour)
+	for _, tc := range []struct {
+		name string
+		c    *command
+		h    *history
+		xs   []*execution
+		want []string
+	}{
+		{"began at its time", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed", RunAt: at(2000),
+			Events: []event{created(2000), started("2", 2000, 1), completed("3", 1)}}, []*execution{run("w1.1", 1, 1, 20, 21, "")}, nil},
+		{"a retry moved the row's runAt on", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed", RunAt: at(9000),
+			Events: []event{created(2000), started("2", 2100, 1), ev("3", "failed", "w1.1", 1, 0), started("4", 9000, 2), completed("5", 2)}},
+			[]*execution{run("w1.1", 1, 1, 21, 22, "planned"), run("w1.1", 1, 2, 90, 91, "")}, nil},
+		{"handler began early", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed", RunAt: at(2000),
+			Events: []event{created(2000), started("2", 2000, 1), completed("3", 1)}}, []*execution{run("w1.1", 1, 1, 19, 21, "")}, []string{InvNotEarly}},
+		{"started event early", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed", RunAt: at(2000),
+			Events: []event{created(2000), started("2", 1500, 1), completed("3", 1)}}, []*execution{run("w1.1", 1, 1, 20, 21, "")}, []string{InvNotEarly}},
+		{"no runAt stored", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed",
+			Events: []event{ev("1", "created", "", 0, 0), started("2", 2000, 1), completed("3", 1)}}, []*execution{run("w1.1", 1, 1, 20, 21, "")}, []string{InvNotEarly}},
+		{"runAt does not match the delay", scheduled(2 * time.Second), &history{ID: "c1", Found: true, Status: "completed", RunAt: at(8000),
+			Events: []event{created(8000), started("2", 8000, 1), completed("3", 1)}}, []*execution{run("w1.1", 1, 1, 80, 81, "")}, []string{InvNotEarly}},
+		{"still scheduled", scheduled(stillScheduled), &history{ID: "c1", Found: true, Status: "pending", RunAt: later,
+			Events: []event{{Seq: "e:1", Kind: "created", Time: at(0), RunAt: at(int(stillScheduled / time.Millisecond))}}}, nil, nil},
+		{"due after the run but started", scheduled(stillScheduled), &history{ID: "c1", Found: true, Status: "pending", RunAt: later, Attempts: 1,
+			Events: []event{{Seq: "e:1", Kind: "created", Time: at(0), RunAt: at(int(stillScheduled / time.Millisecond))}}}, []*execution{run("w1.1", 1, 1, 20, -1, "")}, []string{InvNotEarly, InvNotEarly}},
+	} {
+		r := runCheck(t, tc.c, tc.h, tc.xs, fakeProcs{}, nil)
+		if got := invariants(r); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: violations %v, want %v (%v)", tc.name, got, tc.want, r.Violations)
+		}
+		if tc.c.Delay >= stillScheduled && tc.want == nil && r.StillScheduled != 1 {
+			t.Errorf("%s: still scheduled %d, want 1", tc.name, r.StillScheduled)
+		}
+	}
+}

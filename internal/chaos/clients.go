@@ -30,6 +30,9 @@ type command struct {
 	// is cancelled through the API (control.go): it may then end
 	// cancelled, or as designed when it ended before the cancel was stored.
 	CancelAfter time.Duration
+	// Delay, when above 0, is the delay the command is issued with
+	// (schedule.go): no handler of it may begin before its runAt.
+	Delay time.Duration
 
 	mu         sync.Mutex
 	accepted   bool
@@ -253,9 +256,11 @@ var errNotSettled = errors.New("commands not final at the deadline")
 // returns the ids still not final.
 func (cl *clients) settle(ctx context.Context, cmds []*command, deadline time.Time) ([]string, error) {
 	pending := map[string]bool{}
+	longDelay := map[string]bool{} // scheduled past the run: settled while scheduled
 	for _, c := range cmds {
 		if c.isAccepted() {
 			pending[c.ID] = true
+			longDelay[c.ID] = c.Delay >= stillScheduled
 		}
 	}
 	for {
@@ -272,7 +277,8 @@ func (cl *clients) settle(ctx context.Context, cmds []*command, deadline time.Ti
 				defer wg.Done()
 				for id := range work {
 					st, err := cl.status(ctx, id)
-					if err == nil && (st == "completed" || st == "poisoned" || st == "discarded" || st == "cancelled") {
+					if err == nil && (st == "completed" || st == "poisoned" || st == "discarded" || st == "cancelled" ||
+						st == "scheduled" && longDelay[id]) {
 						mu.Lock()
 						delete(pending, id)
 						mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -35,6 +36,7 @@ type event struct {
 	Note    string
 	Error   string
 	Reason  string
+	RunAt   time.Time // created: the run-at time; failed: the next attempt's due time
 }
 
 func (e event) String() string {
@@ -69,7 +71,9 @@ type history struct {
 	Attempts  int
 	Step      int
 	LastError string
-	Events    []event
+	// RunAt is the command row's run-at time (zero: none).
+	RunAt  time.Time
+	Events []event
 }
 
 // outcome returns the event recording the outcome of the attempt
@@ -178,10 +182,11 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.Found = true
 				h.Type, h.Status, h.LastError = strProp(e, "Type"), strProp(e, "Status"), strProp(e, "LastError")
 				h.Attempts, h.Step = int(intProp(e, "Attempts")), int(intProp(e, "Step"))
+				h.RunAt = timeProp(e, "RunAt")
 			case strings.HasPrefix(e.RowKey, rowEventPrefix):
 				h.Events = append(h.Events, event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
 					Attempt: int(intProp(e, "Attempt")), Worker: strProp(e, "Worker"), Step: int(intProp(e, "Step")),
-					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason")})
+					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason"), RunAt: timeProp(e, "RunAt")})
 			}
 		}
 		if page.Continuation == "" {
@@ -196,7 +201,8 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 // readSnapshot reads the histories of ids, the poison table, the reconciler
 // markers and the messages left on the queue. The processes must be stopped:
 // it dequeues the visible messages (with a long visibility) to see them all.
-func readSnapshot(ctx context.Context, st storage.Store, prefix string, ids []string) (*snapshot, error) {
+// A commands queue of several shards is read whole (every shard).
+func readSnapshot(ctx context.Context, st storage.Store, prefix string, shards int, ids []string) (*snapshot, error) {
 	cmds, err := st.Table(ctx, prefix+"commands")
 	if err != nil {
 		return nil, err
@@ -205,7 +211,7 @@ func readSnapshot(ctx context.Context, st storage.Store, prefix string, ids []st
 	if err != nil {
 		return nil, err
 	}
-	q, err := st.Queue(ctx, prefix+"-"+commandsQueue)
+	q, err := record.OpenQueue(ctx, st, record.Names{Prefix: prefix, Shards: map[string]int{commandsQueue: shards}}, commandsQueue)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -112,6 +111,23 @@ type Scenario struct {
 	// API now and then during the chaos, some pauses longer than 10 s
 	// (default false).
 	Pauses bool
+	// Accounts is the number of storage accounts (StoreAzure): Azurite
+	// instances, every process given each one's connection string (the
+	// first behind the fault proxies, the others direct). Default 1.
+	Accounts int
+	// Shards is the number of shards of the commands queue (--shards);
+	// default 1.
+	Shards int
+	// AccountDown, when set, stops the last account's Azurite
+	// AccountDown[0] into the chaos for at least AccountDown[1], then
+	// starts it again with its data (Accounts ≥ 2); the run checks that
+	// commands of the other accounts complete meanwhile (see accountDown).
+	AccountDown [2]time.Duration
+	// Scheduled is the share (0..1) of the commands issued with a delay
+	// ("delay" in the request): most of them 0.5-8 s, one in twenty an
+	// hour, longer than the run, so that they end still scheduled
+	// (default 0: none).
+	Scheduled float64
 }
 
 func (sc *Scenario) defaults() {
@@ -150,14 +166,18 @@ type world struct {
 	addr    string // serve's API address
 	dataDir string // embedded
 
-	az  *azuriteCtl
-	net *faultNet
+	az    *azuriteCtl
+	extra []*azuriteCtl // the other accounts (Scenario.Accounts)
+	net   *faultNet
 
 	tlf     *os.File
 	started time.Time
 	keep    bool // keep the run's directory
 
 	pauses pauses // the pause windows (control.go)
+
+	downErr    error      // what accountDown found wrong
+	downProbes []*command // the commands accountDown issued
 
 	mu       sync.Mutex
 	downTill map[string]time.Time // role → not restarted before
@@ -180,6 +200,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 1))
 	cmds := mix(rng, sc.Commands, sc.MaxSleep, sc.Cancels)
+	schedule(rand.New(rand.NewPCG(sc.Seed, 96)), cmds, sc.Scheduled)
 	cl := newClients("http://"+w.addr, w.tl)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -197,6 +218,10 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 		bg.Add(1)
 		go func() { defer bg.Done(); w.pauseLoop(chaosCtx, cl, rand.New(rand.NewPCG(sc.Seed, 64))) }()
 	}
+	if sc.AccountDown[1] > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.accountDown(chaosCtx, cl) }()
+	}
 	if sc.Store == StoreAzure && sc.FaultEvery[1] > 0 {
 		for i := range sc.FaultLoops {
 			bg.Add(1)
@@ -210,12 +235,16 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	}()
 	<-chaosCtx.Done()
 	bg.Wait()
+	if w.downErr != nil {
+		tb.Errorf("chaos %s: %v", sc.Name, w.downErr)
+	}
 	w.tl.logf("chaos over: healing faults, restarting every process")
 	if err := w.healAll(); err != nil {
 		tb.Fatalf("chaos %s: heal: %v", sc.Name, err)
 	}
 	<-issued
 	w.tl.logf("every client is done")
+	cmds = append(cmds, w.downProbes...)
 	return w.finish(ctx, cl, cmds)
 }
 
@@ -344,6 +373,13 @@ func (w *world) setUp() error {
 		if w.net, err = newFaultNet(w.az.connString(), w.sc.Seed); err != nil {
 			return err
 		}
+		for i := 1; i < w.sc.Accounts; i++ {
+			a := &azuriteCtl{loc: filepath.Join(w.dir, fmt.Sprintf("azurite%d", i)), tl: w.tl}
+			if err := a.start(); err != nil {
+				return err
+			}
+			w.extra = append(w.extra, a)
+		}
 	default:
 		return fmt.Errorf("unknown store %q", w.sc.Store)
 	}
@@ -418,6 +454,12 @@ func (w *world) args(role string) ([]string, error) {
 			return nil, err
 		}
 		args = append(args, "--store", "azure", "--azure-connection-string", cs)
+		for _, a := range w.extra {
+			args = append(args, "--azure-connection-string", a.connString())
+		}
+	}
+	if w.sc.Shards > 1 {
+		args = append(args, "--shards", fmt.Sprintf("%s=%d", commandsQueue, w.sc.Shards))
 	}
 	return append(args, "--log-format", "json", "--worker-id", "{worker}",
 		"--demo-journal", w.journal, "--demo-lease", w.sc.Lease.String(),
@@ -653,9 +695,11 @@ func (w *world) healAll() error {
 			return err
 		}
 	}
-	if w.az != nil && !w.az.running() {
-		if err := w.az.start(); err != nil {
-			return err
+	for _, a := range append([]*azuriteCtl{w.az}, w.extra...) {
+		if a != nil && !a.running() {
+			if err := a.start(); err != nil {
+				return err
+			}
 		}
 	}
 	w.mu.Lock()
@@ -685,6 +729,9 @@ func (w *world) shutdown() {
 	if w.az != nil {
 		w.az.kill()
 	}
+	for _, a := range w.extra {
+		a.kill()
+	}
 }
 
 // snapshot opens the storage directly (not through the fault proxies) and
@@ -698,7 +745,7 @@ func (w *world) snapshot(cmds []*command) (*snapshot, error) {
 	case StoreEmbedded:
 		st, err = embedded.Open(w.dataDir, &embedded.Options{LockTimeout: 10 * time.Second})
 	case StoreAzure:
-		st, err = azure.Open(ctx, azure.Config{ConnectionString: w.az.connString()})
+		st, err = w.accounts(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -708,7 +755,7 @@ func (w *world) snapshot(cmds []*command) (*snapshot, error) {
 	for _, c := range cmds {
 		ids = append(ids, c.ID)
 	}
-	return readSnapshot(ctx, st, "cmdq", ids)
+	return readSnapshot(ctx, st, "cmdq", w.sc.Shards, ids)
 }
 
 // explainViolations logs every violation with the command's history, its
@@ -784,7 +831,8 @@ func (a *azuriteCtl) start() error {
 	if a.inst != nil {
 		return nil
 	}
-	o := emulator.Options{Location: a.loc, BlobPort: a.ports[0], QueuePort: a.ports[1], TablePort: a.ports[2]}
+	// Node can take long to start on a loaded machine: wait for it.
+	o := emulator.Options{Location: a.loc, BlobPort: a.ports[0], QueuePort: a.ports[1], TablePort: a.ports[2], Timeout: 2 * time.Minute}
 	var errs []error
 	for try := 0; try < 5; try++ {
 		inst, err := emulator.StartWith(o)

@@ -311,10 +311,13 @@ func NotFound(err error) bool {
 // when the client has handlers, else always healthy with state "ok".
 func ClientHealth(c *cmdq.Client) func() (state string, healthy bool, detail any) {
 	return func() (string, bool, any) {
+		h := c.Health()
 		if !c.Handles() {
+			if len(h.Accounts) > 0 {
+				return "ok", true, map[string]any{"accounts": h.Accounts}
+			}
 			return "ok", true, nil
 		}
-		h := c.Health()
 		return string(h.State), h.Healthy(), h
 	}
 }

@@ -130,6 +130,10 @@ type store struct {
 // Exclusive answers for the wrapped store (storage.Exclusive).
 func (w *store) Exclusive() bool { return storage.IsExclusive(w.s) }
 
+// Members answers for the wrapped store (storage.Members): nil unless it
+// is spread over several.
+func (w *store) Members() []storage.MemberState { return storage.MembersOf(w.s) }
+
 func (w *store) Queue(ctx context.Context, name string) (storage.Queue, error) {
 	q, err := w.s.Queue(ctx, name)
 	if err != nil {

@@ -149,6 +149,10 @@ type Options struct {
 	// the same endpoints); a port in use fails StartWith. Default 0: free
 	// ports, retried a few times.
 	BlobPort, QueuePort, TablePort int
+	// Timeout is how long StartWith waits for the ports to accept
+	// connections (a loaded machine can take longer to start node).
+	// Default StartTimeout.
+	Timeout time.Duration
 }
 
 // Start starts the pinned Azurite (see Bin) in memory on free loopback ports
@@ -274,7 +278,11 @@ func startOnce(bin string, o Options) (*Instance, error) {
 		close(done)
 	}()
 
-	deadline := time.Now().Add(StartTimeout)
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = StartTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	for _, p := range []int{queuePort, tablePort} {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		for {
@@ -291,7 +299,7 @@ func startOnce(bin string, o Options) (*Instance, error) {
 			if time.Now().After(deadline) {
 				killGroup(cmd)
 				<-done
-				return nil, fmt.Errorf("azurite did not listen on %s within %s: %s", addr, StartTimeout, out.String())
+				return nil, fmt.Errorf("azurite did not listen on %s within %s: %s", addr, timeout, out.String())
 			}
 		}
 	}

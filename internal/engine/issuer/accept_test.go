@@ -138,7 +138,7 @@ func TestEnqueueRetriedInBackground(t *testing.T) {
 	through, direct, px := proxied(t)
 	prefix := "t" + uuid.NewString()[:8]
 	n := &notes{}
-	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, Wake: n.notify, EnqueueRetry: 20 * time.Millisecond})
+	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, Wake: n.notify, WakeAt: n.notifyAt, EnqueueRetry: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,10 @@ type notes struct {
 }
 
 func (n *notes) notify(q string) { n.mu.Lock(); n.queues = append(n.queues, q); n.mu.Unlock() }
+
+// notifyAt notes a wake-up for a message that becomes visible at a later
+// time (IssuerOptions.WakeAt), as notify does for one visible at once.
+func (n *notes) notifyAt(q string, _ time.Time) { n.notify(q) }
 func (n *notes) get() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -51,7 +55,7 @@ func (n *notes) get() []string {
 func newIssuer(t *testing.T, env testenv.Env, mod func(*issuer.IssuerOptions)) (*issuer.Issuer, *notes) {
 	t.Helper()
 	n := &notes{}
-	o := issuer.IssuerOptions{Prefix: env.Prefix, Wake: n.notify}
+	o := issuer.IssuerOptions{Prefix: env.Prefix, Wake: n.notify, WakeAt: n.notifyAt}
 	if mod != nil {
 		mod(&o)
 	}
@@ -89,7 +93,11 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 	if opts.PendingGrace == 0 {
 		opts.PendingGrace = cmdqtype.DefaultReconcileStaleAfter
 	}
-	return record.NewEnqueuer(st, names, rec, wake).Reconcile(ctx, opts)
+	enq := record.NewEnqueuer(st, names, rec, wake)
+	if wake != nil {
+		enq.SetWakeAt(func(q string, _ time.Time) { wake(q) }) // a recovery's message is delayed
+	}
+	return enq.Reconcile(ctx, opts)
 }
 
 func reader(t *testing.T, env testenv.Env) *record.Reader {

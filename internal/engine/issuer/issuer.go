@@ -88,6 +88,22 @@ type IssuerOptions struct {
 	// ManyConcurrency is how many commands of one IssueMany call are issued
 	// at once. Defaults to DefaultManyConcurrency (32).
 	ManyConcurrency int
+	// Shards is the number of shards of each logical queue it names: the
+	// Issuer spreads a sharded queue's messages over its shards, round
+	// robin (docs/scaling.md). Default none: one storage queue each.
+	Shards map[string]int
+	// WakeAt, if set, is called with the logical queue and the time a
+	// message the Issuer put on it with a visibility delay (a scheduled
+	// command's, a recovery's) becomes visible
+	// ((*processor.Processor).WakeAt: the in-process processor wakes
+	// itself then). It must not block. Default nil.
+	WakeAt func(queue string, at time.Time)
+	// HopHorizon, when above 0, is the longest visibility delay of a
+	// message (default and at most storage.MaxVisibility, 7 days): a
+	// command scheduled later is enqueued with it and hops when it shows
+	// up (record.Enqueuer.SetHorizon). Tests shorten it; the processors
+	// must use the same.
+	HopHorizon time.Duration
 }
 
 // DefaultManyConcurrency is IssuerOptions.ManyConcurrency's default (32):
@@ -98,7 +114,7 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix)}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > cmdqtype.MaxParamsBytes {
@@ -122,6 +138,14 @@ func WithID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.ID = id } 
 
 // WithCorrelationID sets the correlation ID.
 func WithCorrelationID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.CorrelationID = id } }
+
+// At schedules the command at t (cmdqtype.Raw.RunAt).
+func At(t time.Time) IssueOption { return func(r *cmdqtype.Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (cmdqtype.Raw.Delay).
+func After(d time.Duration) IssueOption {
+	return func(r *cmdqtype.Raw) { r.Delay, r.RunAt = d, time.Time{} }
+}
 
 // With returns cmd with issue options attached, for IssueMany (and Issue
 // alike): IssueMany(ctx, a, With(b, WithID(id))). The result is a Command
@@ -201,7 +225,7 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if opts.EnqueueRetry == 0 {
 		opts.EnqueueRetry = DefaultEnqueueRetry
 	}
-	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix}}
+	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
 	i.retry.init(i)
 	return i, nil
 }
@@ -232,6 +256,8 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
 	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	i.enq.SetWakeAt(i.opts.WakeAt)
+	i.enq.SetHorizon(i.opts.HopHorizon)
 	if h := i.opts.HandOff; h != nil {
 		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
 			if slot := h(queue, cmdType); slot != nil {
@@ -327,13 +353,17 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Res
 	seen := map[string]bool{}
 	for n, cmd := range cmds {
 		raw, declared, err := encode(cmd, nil)
+		key := raw.ID
+		if raw.UniqueKey != "" && checkUnique(raw) == nil {
+			key = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+		}
 		switch {
 		case err != nil:
 			fail(n, err)
-		case raw.ID != "" && seen[raw.ID]:
+		case key != "" && seen[key]:
 			repeats = append(repeats, item{n, raw, declared})
 		default:
-			seen[raw.ID] = raw.ID != ""
+			seen[key] = key != ""
 			firsts = append(firsts, item{n, raw, declared})
 		}
 	}
@@ -346,15 +376,16 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Res
 	}
 	if _, local := i.st.(storage.Combiner); local {
 		// One durable write for the batch (per queue).
+		var pcs []prepared
 		var ncs []record.NewCommand
 		var idx []int
 		for _, it := range firsts {
-			nc, err := i.prepare(it.raw, it.declared, true)
+			pc, err := i.prepare(it.raw, it.declared, true)
 			if err != nil {
 				fail(it.n, err)
 				continue
 			}
-			ncs, idx = append(ncs, nc), append(idx, it.n)
+			pcs, ncs, idx = append(pcs, pc), append(ncs, pc.NewCommand), append(idx, it.n)
 		}
 		if len(ncs) > 0 {
 			st, enq, err := i.log(ctx)
@@ -367,7 +398,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Res
 					fail(n, err)
 					continue
 				}
-				res, ierr := i.created(ctx, st, enq, ncs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
+				res, ierr := i.created(ctx, st, enq, pcs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
 				results[n] = res
 				if ierr != nil {
 					fail(n, ierr)
@@ -409,28 +440,98 @@ func (i *Issuer) issue(ctx context.Context, raw cmdqtype.Raw, declared string, t
 	if err != nil {
 		return cmdqtype.Result{}, err
 	}
+	return i.store(ctx, nc)
+}
+
+// store creates the prepared command nc and enqueues it.
+func (i *Issuer) store(ctx context.Context, nc prepared) (cmdqtype.Result, error) {
 	st, enq, err := i.log(ctx)
 	if err != nil {
 		return cmdqtype.Result{}, err
 	}
-	env, enqueued, err := enq.Create(ctx, nc)
+	env, enqueued, err := enq.Create(ctx, nc.NewCommand)
 	return i.created(ctx, st, enq, nc, env, enqueued, err)
+}
+
+// IssueDerived issues cmd under id, an ID cmdq derived from what the
+// command stands for (a periodic schedule's tick, record.TickID): as for a
+// unique key, a command that exists under the ID is a duplicate
+// (Result.Duplicate) whatever its parameters, not a conflict. Cost as
+// Issue's; a duplicate costs one failed batch and one point read.
+func (i *Issuer) IssueDerived(ctx context.Context, cmd Command, id, correlationID string) (cmdqtype.Result, error) {
+	raw, declared, err := encode(cmd, nil)
+	if err != nil {
+		return cmdqtype.Result{}, err
+	}
+	raw.ID, raw.CorrelationID, raw.UniqueKey, raw.UniqueWindow = id, correlationID, "", 0
+	nc, err := i.prepare(raw, declared, true)
+	if err != nil {
+		return cmdqtype.Result{}, err
+	}
+	nc.derived = true
+	return i.store(ctx, nc)
+}
+
+// prepared is a validated command ready to store: derived is true when
+// its ID derives from a unique key or a periodic tick (an existing command
+// under it is a duplicate, whatever its parameters).
+type prepared struct {
+	record.NewCommand
+	derived bool
+}
+
+// checkUnique validates a unique key and window (cmdqtype.ErrInvalidUnique).
+func checkUnique(raw cmdqtype.Raw) error {
+	var errs []error
+	switch n := len(raw.UniqueKey); {
+	case n == 0:
+		errs = append(errs, fmt.Errorf("%w: a unique window (%s) needs a unique key: 1 to %d bytes, such as an order number", cmdqtype.ErrInvalidUnique, raw.UniqueWindow, cmdqtype.MaxUniqueKeyLength))
+	case n > cmdqtype.MaxUniqueKeyLength:
+		errs = append(errs, fmt.Errorf("%w: the unique key is %d bytes; the limit is %d (hash a longer key first)", cmdqtype.ErrInvalidUnique, n, cmdqtype.MaxUniqueKeyLength))
+	}
+	if w := raw.UniqueWindow; w < cmdqtype.MinUniqueWindow || w > cmdqtype.MaxUniqueWindow {
+		errs = append(errs, fmt.Errorf("%w: the unique window is %s; give a duration from %s to %s (such as 1h): issuing the same type and key again within it returns the first command", cmdqtype.ErrInvalidUnique, w, cmdqtype.MinUniqueWindow, "720h (30 days)"))
+	}
+	if raw.ID != "" {
+		errs = append(errs, fmt.Errorf("%w: a unique key derives the command ID; give either an ID or a unique key, not both", cmdqtype.ErrInvalidUnique))
+	}
+	return errors.Join(errs...)
 }
 
 // prepare validates a command and returns what to store: its ID (a new one
 // when raw has none), compact parameters and queue.
-func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.NewCommand, error) {
+func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (prepared, error) {
+	nc, err := i.prepareCommand(raw, declared, typed)
+	return prepared{NewCommand: nc, derived: raw.UniqueKey != ""}, err
+}
+
+func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (record.NewCommand, error) {
 	if err := cmdqtype.ValidateType(raw.Type); err != nil {
 		return record.NewCommand{}, err
 	}
 	id := raw.ID
-	if id == "" {
+	switch {
+	case raw.UniqueKey != "" || raw.UniqueWindow != 0:
+		if err := checkUnique(raw); err != nil {
+			return record.NewCommand{}, err
+		}
+		// The ID of the key's current window: it carries the day its
+		// bucket starts, which a window of more than two days may place
+		// before the issue window (the ID is cmdq's own, for now).
+		id = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+	case id == "":
 		id = i.opts.NewID()
-	} else if err := cmdqtype.ValidateID(id); err != nil {
-		return record.NewCommand{}, err
+	default:
+		if err := cmdqtype.ValidateID(id); err != nil {
+			return record.NewCommand{}, err
+		}
+		if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
+			return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
+		}
 	}
-	if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
-		return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
+	runAt, err := cmdqtype.ValidSchedule(raw, i.opts.Now())
+	if err != nil {
+		return record.NewCommand{}, err
 	}
 	if len(raw.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
 		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", cmdqtype.ErrInvalidParams, len(raw.CorrelationID), cmdqtype.MaxCorrelationIDLength)
@@ -458,27 +559,54 @@ func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (record.
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	return record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue}, nil
+	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}
+	if raw.TraceParent != "" && len(raw.TraceParent) <= maxTraceParent && len(raw.TraceState) <= maxTraceState {
+		nc.TraceParent, nc.TraceState = raw.TraceParent, raw.TraceState
+	}
+	return nc, nil
 }
+
+// The longest trace context stored with a command: a W3C traceparent of
+// version 00 is 55 characters (later versions may append fields), a
+// tracestate at most 32 entries of 256 (the W3C limits; propagators keep
+// it to 512 characters).
+const (
+	maxTraceParent = 256
+	maxTraceState  = 8192
+)
 
 // created finishes an issue whose create (enq.Create, or one item of
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, nc record.NewCommand, env record.Envelope, enqueued bool, err error) (cmdqtype.Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env record.Envelope, enqueued bool, err error) (cmdqtype.Result, error) {
+	nc := pc.NewCommand
 	id := nc.ID
 	res := cmdqtype.Result{ID: id, Queue: nc.Queue}
+	if !nc.RunAt.IsZero() {
+		res.RunAt = nc.RunAt.UTC().Truncate(time.Millisecond)
+	}
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
 		if lerr != nil {
 			return cmdqtype.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
-		if rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID {
+		switch {
+		case pc.derived && rec.Type == nc.Type:
+			// A unique key's (or a tick's) duplicate: the first command
+			// stands, whatever the parameters.
+			res.Duplicate = true
+		case rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID:
 			return cmdqtype.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", cmdqtype.ErrIDConflict, id, rec.Type)
 		}
-		res.Existing, res.Queue = true, rec.Queue
-		if _, combined := i.st.(storage.Combiner); !combined && rec.State == cmdqtype.StatePending && rec.Attempts == 0 {
+		res.Existing, res.Queue, res.RunAt = true, rec.Queue, time.Time{}
+		// A duplicate re-enqueues only a command older than its recovery
+		// delay: before then the first issuer's own enqueue (or its
+		// background retry) is still on its way, and duplicates of a
+		// unique key or a tick come together by design.
+		young := pc.derived && i.opts.Now().Sub(rec.IssuedAt) < i.recoveryDelay(rec.Type)
+		if _, combined := i.st.(storage.Combiner); !combined && !young && rec.State == cmdqtype.StatePending && rec.Attempts == 0 {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message
@@ -504,6 +632,16 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		env = record.Envelope{ID: id, Type: nc.Type}
 	}
 	return res, i.enqueue(ctx, st, enq, env, nc.Queue)
+}
+
+// recoveryDelay is the recovery delay of cmdType (IssuerOptions.RecoveryDelay).
+func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
+	if f := i.opts.RecoveryDelay; f != nil {
+		if d := f(cmdType); d > 0 {
+			return d
+		}
+	}
+	return record.DefaultRecoveryDelay
 }
 
 // enqueue puts the first message of a stored command on its queue, with

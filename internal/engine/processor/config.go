@@ -47,6 +47,10 @@ type Config struct {
 	// letters and digits, starting with a letter, at most 40 characters.
 	// (cmdq.Config.Prefix sets it for a client's processor.)
 	Prefix string
+	// Shards is the number of shards of each logical queue it names
+	// (docs/scaling.md): the processor drains every shard of its queues,
+	// in turn. 0 or 1: one storage queue. At most 64. Default none.
+	Shards map[string]int
 	// Worker identifies this processor in events and logs. Default
 	// "<hostname>-<pid>".
 	Worker string
@@ -167,11 +171,23 @@ type Config struct {
 	// processor when it has a free handler slot, without a dequeue
 	// (docs/lifecycle.md, "In-process hand-off").
 	NoHandOff bool
+	// HopHorizon, when above 0, replaces storage.MaxVisibility (7 days) as
+	// the longest visibility delay the processor's own enqueues use (a
+	// hop, a reconciler's recovery): a scheduled command due later hops
+	// again when it shows up. Tests shorten it (tuning.Switches.HopHorizon);
+	// the Issuer must use the same. Default 0: storage.MaxVisibility.
+	HopHorizon time.Duration
 	// ControlInterval is how stale the processor's knowledge of its queues'
 	// control rows (pause state, recent cancels) may be when it starts a
 	// command: an older one is read again first (one query for every
 	// queue). Default cmdqtype.ControlInterval (9 s); tests shorten it.
 	ControlInterval time.Duration
+	// HeartbeatInterval is how often the running processor rewrites its
+	// heartbeat row (partition ~processors of the commands table: who and
+	// where it is, its state, in-flight count and queues; see heartbeat.go).
+	// Default cmdqtype.DefaultHeartbeatInterval (1 minute);
+	// cmdqtype.NoHeartbeat (-1) disables it.
+	HeartbeatInterval time.Duration
 	// Flywheel, when true, makes an unhealthy processor stop pulling work
 	// until ResetHealth is called. When false (default) it keeps pulling and
 	// becomes healthy again after the next successful storage operation.
@@ -247,7 +263,7 @@ func (c Config) Validate() error {
 		{"HandlerDurationEstimate", c.HandlerDurationEstimate}, {"ReconcileGrace", c.ReconcileGrace},
 		{"ReconcileActiveInterval", c.ReconcileActiveInterval},
 		{"ProbeTimeout", c.ProbeTimeout}, {"ProbeInterval", c.ProbeInterval}, {"ControlInterval", c.ControlInterval},
-		{"ReconcileStaleAfter", c.ReconcileStaleAfter},
+		{"ReconcileStaleAfter", c.ReconcileStaleAfter}, {"HopHorizon", c.HopHorizon},
 	} {
 		if d.v < 0 {
 			bad("%s %s is negative (0 = default)", d.name, d.v)
@@ -255,6 +271,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < 0 && c.ReconcileInterval != cmdqtype.NoReconcile {
 		bad("ReconcileInterval %s is negative (0 = default 1h, -1 = disabled)", c.ReconcileInterval)
+	}
+	if c.HeartbeatInterval < 0 && c.HeartbeatInterval != cmdqtype.NoHeartbeat {
+		bad("HeartbeatInterval %s is negative (0 = default 1m, -1 = disabled)", c.HeartbeatInterval)
 	}
 	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != cmdqtype.NoReconcile {
 		bad("ReconcileScanInterval %s is negative (0 = default 24h, -1 = disabled)", c.ReconcileScanInterval)
@@ -340,5 +359,6 @@ func (c Config) withDefaults() Config {
 	c.ProbeTimeout = orDur(c.ProbeTimeout, cmdqtype.DefaultProbeTimeout)
 	c.ProbeInterval = orDur(c.ProbeInterval, cmdqtype.DefaultProbeInterval)
 	c.ControlInterval = orDur(c.ControlInterval, cmdqtype.ControlInterval)
+	c.HeartbeatInterval = orDur(c.HeartbeatInterval, cmdqtype.DefaultHeartbeatInterval)
 	return c
 }

@@ -34,7 +34,7 @@ import (
 // maxClockSkew bounds the difference between two machines' clocks that the
 // fast path's cancel checks allow for (2 s, as the first delivery's age
 // check does).
-const maxClockSkew = 2 * time.Second
+const maxClockSkew = cmdqtype.MaxClockSkew
 
 // control is what the processor knows of its queues' control rows.
 type control struct {
@@ -290,7 +290,7 @@ func (p *Processor) fastPathClear(env record.Envelope, queue string, lease time.
 	if env.First == nil {
 		return true // no fast path anyway
 	}
-	issued := env.First.IssuedAt
+	issued, ready := env.First.IssuedAt, env.First.Ready()
 	p.ctl.mu.Lock()
 	_, cancelling := p.ctl.cancelling[env.ID]
 	at := p.ctl.rows[queue].CancelledAt
@@ -300,7 +300,7 @@ func (p *Processor) fastPathClear(env record.Envelope, queue string, lease time.
 		return false
 	case !at.IsZero() && !at.Before(issued.Add(-maxClockSkew)):
 		return false
-	case time.Since(issued) > fastPathAge(lease)+maxClockSkew:
+	case time.Since(ready) > fastPathAge(lease)+maxClockSkew:
 		return false
 	}
 	return true

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -89,37 +92,64 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		return
 	}
 	defer free()
-	if !s.mayTake(p) {
-		p.release(s, k)
-		return
-	}
-	if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
-		return
-	}
 	var rec *record.Record
-	if !known || p.fastPathClear(env, qr.name, def.Lease) {
-		rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
+	fast := false
+	for {
+		if !s.mayTake(p) {
+			p.release(s, k)
+			return
+		}
+		if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
+			return
+		}
+		rec, fast = nil, false
+		if !known || p.fastPathClear(env, qr.name, def.Lease) {
+			rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
+			fast = rec != nil
+		}
+		if rec == nil {
+			if rec, err = p.st.Load(s.ops, env.ID); err != nil {
+				if errors.Is(err, cmdqtype.ErrExpired) {
+					// A late duplicate of a command removed after its retention:
+					// it was final, so there is nothing to run.
+					p.deleteMsg(s, k, env.Type)
+					return
+				}
+				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
+					p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
+					return
+				}
+				p.giveUp(s, k, "load", err)
+				return
+			}
+		}
+		if rec.Status.State.Final() {
+			// Redelivered (a duplicate, or a lease lost after the final write).
+			p.deleteMsg(s, k, rec.Type)
+			return
+		}
+		// Due means due: a scheduled command, or a retry whose delay has
+		// not ended, never starts before its time by this machine's clock,
+		// however early its message shows up (docs/lifecycle.md,
+		// "Scheduled commands").
+		wait := time.Until(rec.Status.RunAt)
+		if record.Due(rec.Status, time.Now()) || wait <= 0 {
+			break
+		}
+		if wait > holdLimit {
+			p.notDue(s, qr, k, env, m, rec)
+			return
+		}
+		// Due within the clocks' skew: hold the message (and its slot)
+		// until then, and decide again from scratch (the control rows, the
+		// fast path or a fresh load).
+		if !p.hold(s, wait) {
+			p.release(s, k)
+			return
+		}
 	}
-	if rec != nil {
+	if fast {
 		s.counter.fast.Add(1)
-	} else if rec, err = p.st.Load(s.ops, env.ID); err != nil {
-		if errors.Is(err, cmdqtype.ErrExpired) {
-			// A late duplicate of a command removed after its retention:
-			// it was final, so there is nothing to run.
-			p.deleteMsg(s, k, env.Type)
-			return
-		}
-		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
-			p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
-			return
-		}
-		p.giveUp(s, k, "load", err)
-		return
-	}
-	if rec.Status.State.Final() {
-		// Redelivered (a duplicate, or a lease lost after the final write).
-		p.deleteMsg(s, k, rec.Type)
-		return
 	}
 	if started := rec.Status.State == cmdqtype.StateRunning || rec.Status.State == cmdqtype.StateRetrying; started &&
 		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
@@ -132,11 +162,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// one without running it, recording nothing. See
 		// docs/lifecycle.md, "Duplicate messages".
 		s.counter.duplicates.Add(1)
-		p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
+		logCmd(p.cfg.Logger.Debug(), rec.ID, record.TraceIDOf(rec.TraceParent)).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n),
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n), issueTrace: record.TraceIDOf(rec.TraceParent),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
@@ -183,6 +213,17 @@ func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64,
 	if p.cfg.NoFastPath || !known || !first || n != 1 || !env.First.Usable() ||
 		m.InsertedAt.IsZero() || m.NextVisibleAt.IsZero() {
 		return nil
+	}
+	if f := env.First; f.RunAt.After(f.IssuedAt) {
+		// A scheduled command: its age counts from its run-at time (by
+		// this machine's clock, so one clock skew less). Before it, the
+		// record only serves to see that it is not due (a hop, a hold):
+		// nothing is written from it.
+		age := time.Since(f.RunAt)
+		if age > fastPathAge(def.Lease)-maxClockSkew {
+			return nil
+		}
+		return record.FirstRecord(env)
 	}
 	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
 	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
@@ -342,6 +383,51 @@ type attempt struct {
 	// is superseded: every later write returns it without touching storage.
 	over   error
 	cancel context.CancelCauseFunc // the handler's context
+
+	// hrun is the handler's Run once the handler is invoked; outcome and
+	// outcomeErr are what became of the attempt (run.End reports them).
+	hrun       atomic.Pointer[registry.Run]
+	outcome    string
+	outcomeErr error
+	issueTrace string // the issuing trace's ID ("" = none); fixed
+}
+
+// ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
+// once the attempt is over).
+func (a *attempt) ended(kind string, err error) { a.outcome, a.outcomeErr = kind, err }
+
+// traceID is the trace ID for the attempt's log lines: its span's, else
+// the issuing trace's ("" = none).
+func (a *attempt) traceID() string {
+	if r := a.hrun.Load(); r != nil {
+		return r.TraceID()
+	}
+	return a.issueTrace
+}
+
+// traceIDOf returns the trace ID of the command id's attempt this
+// processor runs, or "".
+func (p *Processor) traceIDOf(id string) string {
+	if id == "" {
+		return ""
+	}
+	p.claimMu.Lock()
+	a := p.attempts[id]
+	p.claimMu.Unlock()
+	if a == nil {
+		return ""
+	}
+	return a.traceID()
+}
+
+// logCmd adds a command's ID and, when it has one, its trace ID to a log
+// line: every log line about a command carries both.
+func logCmd(ev *zerolog.Event, id, traceID string) *zerolog.Event {
+	ev = ev.Str("command", id)
+	if traceID != "" {
+		ev = ev.Str("trace_id", traceID)
+	}
+	return ev
 }
 
 func (a *attempt) worker() string { return a.p.cfg.Worker }
@@ -472,7 +558,10 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 // an outcome for this attempt or a later one (its lease_lost for this
 // one: errTakenOver); or, while this attempt's started is not written,
 // another delivery started the command since this one loaded it (a second
-// message: errTakenOver). nil: write again on cur. Caller holds a.mu.
+// message: errTakenOver). nil: write again on cur — also when cur shows
+// this attempt's own started event (same message, same attempt), written
+// by a call whose answer was lost: it is then noted as written. Caller
+// holds a.mu.
 func (a *attempt) supersededBy(cur *record.Record) error {
 	switch {
 	case cur.Status.State == cmdqtype.StateCancelled:
@@ -481,6 +570,12 @@ func (a *attempt) supersededBy(cur *record.Record) error {
 		return errFinal
 	case cur.Settled >= a.n:
 		return errTakenOver
+	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning && cur.Owner == a.msg.ID && cur.Attempts == a.n:
+		// This attempt's own started event: an earlier write of it landed
+		// although its call failed (the answer lost, the retry refused).
+		// It is written; the attempt goes on.
+		a.startedWritten = true
+		return nil
 	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning &&
 		(a.loadedState != cmdqtype.StateRunning || cur.Attempts != a.loadedAttempts):
 		return errTakenOver
@@ -499,7 +594,7 @@ func (a *attempt) supersede(over error) {
 	if a.cancel != nil {
 		a.cancel(over)
 	}
-	a.p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
+	logCmd(a.p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("status", string(a.rec.Status.State)).Err(over).Msg("cmdq processor: attempt superseded; it writes nothing more")
 }
 
 // written notes a successful write of withStarted's events. Caller holds a.mu.
@@ -572,16 +667,28 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 	})
 	switch {
 	case err == nil:
-		p.cfg.Logger.Warn().Str("command", a.rec.ID).Str("type", a.rec.Type).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
+		a.ended(registry.OutcomePoisoned, cause)
+		logCmd(p.cfg.Logger.Warn(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
 		a.emit(cmdqtype.ObservedPoisoned, reason, cause)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case superseded(err):
+		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
 	default:
+		a.ended(registry.OutcomeUnrecorded, err)
 		p.giveUp(s, a.k, "poison", err)
 	}
+}
+
+// supersededOutcome is the outcome of an attempt that err (errFinal,
+// errTakenOver, errCancelled) ended.
+func supersededOutcome(err error) string {
+	if errors.Is(err, cmdqtype.ErrCancelled) {
+		return registry.OutcomeCancelled
+	}
+	return registry.OutcomeSuperseded
 }
 
 // run invokes the handler and records the outcome.
@@ -632,9 +739,17 @@ func (a *attempt) run() {
 	a.mu.Unlock()
 	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
-	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep})
+	a.mu.Lock()
+	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep,
+		Queue: a.qr.name, CorrelationID: a.rec.CorrelationID, TraceParent: a.rec.TraceParent, TraceState: a.rec.TraceState, TraceID: a.issueTrace})
+	a.hrun.Store(run)
+	a.outcome = registry.OutcomeUnrecorded
+	a.mu.Unlock()
+	// Middleware that started something for the attempt (a span) learns
+	// its outcome once it is recorded, whichever way the attempt ends.
+	defer func() { run.End(registry.Outcome{Kind: a.outcome, Err: a.outcomeErr}) }()
 
-	stack, herr := invoke(hctx, def, params, run)
+	stack, herr := invoke(hctx, p.reg, def, params, run)
 	dur := time.Since(a.startedAt)
 	a.dur = dur
 	startedTimer.Stop()
@@ -647,12 +762,21 @@ func (a *attempt) run() {
 	case over != nil:
 		// The command finished elsewhere, or another delivery took it
 		// over: whatever the handler returned, nothing more is written.
+		a.ended(supersededOutcome(over), over)
 		p.observe(dur)
 		_ = a.finish(func() error { return nil })
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case herr == nil:
 		p.observe(dur)
-		a.complete()
+		if out, oerr := run.Output(); oerr != nil {
+			// SetOutput failed (too large, not JSON) and the handler
+			// went on: the attempt fails with that error.
+			a.fail(oerr, "")
+		} else if ferr := record.OutputFits(a.rec, out); ferr != nil {
+			a.fail(ferr, "")
+		} else {
+			a.complete(out)
+		}
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
 		// Someone else may be running it (lost), or will once the lease
 		// ends (renewals kept failing, or the last one's receipt is
@@ -662,6 +786,7 @@ func (a *attempt) run() {
 		// the retry delay cannot be set on a message the processor no
 		// longer reaches.
 		a.k.stop()
+		a.ended(registry.OutcomeLeaseLost, cause)
 		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
 		if errors.Is(cause, errLeaseExpiring) {
 			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
@@ -672,6 +797,7 @@ func (a *attempt) run() {
 		})
 	case s.hard.Err() != nil && stack == "" && !errors.Is(cause, errTimeout):
 		// Interrupted by shutdown (drain timeout or RunFor's end).
+		a.ended(registry.OutcomeInterrupted, cause)
 		a.finish(func() error { return nil })
 		s.counter.interrupted.Add(1)
 		if s.release {
@@ -688,31 +814,41 @@ func (a *attempt) run() {
 	}
 }
 
-// invoke runs the handler, turning a panic into an error and its stack.
-func invoke(ctx context.Context, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
+// invoke runs the handler inside its middleware (registry.Invoke),
+// turning a panic into an error and its stack.
+func invoke(ctx context.Context, reg *registry.Registry, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			stack = string(debug.Stack())
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	return "", def.Invoke(ctx, params, run)
+	return "", reg.Invoke(ctx, def, params, run)
 }
 
-// complete writes the final batch (started + completed) and deletes the message.
-func (a *attempt) complete() {
+// complete writes the final batch (started + completed, with the recorded
+// output) and deletes the message.
+func (a *attempt) complete(output []byte) {
 	p, s := a.p, a.s
 	if cb, ok := p.store.(storage.Combiner); ok {
-		if a.completeCombined(cb) {
+		if a.completeCombined(cb, output) {
 			return
 		}
 	}
 	var answered time.Time
 	err := a.finish(func() error {
-		err := a.writeLocked(s.ops, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()})
+		err := a.retryConflict(s.ops, func() error {
+			a.withOutput(output)
+			if err := a.p.st.Append(s.ops, a.rec, a.withStarted(a.completedEvent())...); err != nil {
+				return err
+			}
+			a.written()
+			return nil
+		})
 		answered = time.Now()
 		return err
 	})
+	a.completed(err)
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
@@ -742,12 +878,37 @@ func (a *attempt) lostAfterCompletion() {
 	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 
+// completedEvent is the attempt's completed event.
+func (a *attempt) completedEvent() cmdqtype.Event {
+	return cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+}
+
+// withOutput puts the recorded output (nil: none) into the projection the
+// final batch writes: the completed command's row stores it (property
+// Output), with no extra call. Set again before every try: a conflict
+// reloads the record. Caller holds a.mu.
+func (a *attempt) withOutput(output []byte) {
+	a.rec.Status.Output = cmdqtype.JSON(output)
+}
+
+// completed sets the attempt's outcome from the final batch's error.
+func (a *attempt) completed(err error) {
+	switch {
+	case err == nil:
+		a.ended(registry.OutcomeCompleted, nil)
+	case superseded(err):
+		a.ended(supersededOutcome(err), err)
+	default:
+		a.ended(registry.OutcomeUnrecorded, err)
+	}
+}
+
 // completeCombined writes the final batch and deletes the message in one
 // durable write (storage.Combiner: one commit on the embedded store instead
 // of two). It stops the lease keeper first, so the receipt cannot change
 // under the write. It returns false, having done nothing, when the lease is
 // already lost: complete then records the outcome without deleting.
-func (a *attempt) completeCombined(cb storage.Combiner) bool {
+func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 	p, s := a.p, a.s
 	receipt, held := a.k.stop()
 	if !held {
@@ -756,9 +917,10 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 	var deleteErr error
 	var answered time.Time
 	err := a.finish(func() error {
-		ev := cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+		ev := a.completedEvent()
 		return a.retryConflict(s.ops, func() error {
 			var err error
+			a.withOutput(output)
 			deleteErr, err = p.appendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
 			answered = time.Now()
 			if err != nil {
@@ -768,6 +930,7 @@ func (a *attempt) completeCombined(cb storage.Combiner) bool {
 			return nil
 		})
 	})
+	a.completed(err)
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
@@ -801,7 +964,13 @@ func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb 
 // spent, otherwise a failed event and the retry delay on the message.
 func (a *attempt) fail(herr error, stack string) {
 	p, s, def := a.p, a.s, a.def
-	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	// The retry delay is chosen first: the failed event records when the
+	// next attempt is due (Status.RunAt), which no delivery starts it
+	// before, and from which an operator may make it due now (RunNow).
+	delay := def.Retry.Delay(a.n)
+	delay = min(max(delay, 0), storage.MaxVisibility)
+	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack,
+		RunAt: time.Now().Add(delay)}
 	var de *registry.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):
@@ -817,25 +986,31 @@ func (a *attempt) fail(herr error, stack string) {
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
 	switch {
 	case superseded(err):
+		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
 		return
 	case err != nil:
+		a.ended(registry.OutcomeUnrecorded, err)
 		p.giveUp(s, a.k, "write failed", err)
 		return
 	}
+	a.ended(registry.OutcomeRetrying, herr)
 	s.counter.failed.Add(1)
 	a.emit(cmdqtype.ObservedFailed, "", herr)
-	p.cfg.Logger.Info().Str("command", a.rec.ID).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
-	delay := def.Retry.Delay(a.n)
-	delay = min(max(delay, 0), storage.MaxVisibility)
+	logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	receipt, held := a.k.stop()
 	if !held {
 		return
 	}
-	_, _, err = a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	sent := time.Now()
+	_, visible, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
 	switch {
 	case err == nil:
 		p.leaseClean(a.rec.Type)
+		// Due means due: this processor dequeues the retry when its
+		// delay ends (as the queue says: Azure counts whole seconds), not
+		// at its next empty poll.
+		p.wakeAt(a.qr, p.wakeName(a.qr, a.k.id), latest(sent.Add(delay), visible))
 	case staleReceipt(err):
 		// Answered while the lease was ours: this call's first try landed
 		// (the delay is set). Later: the lease had ended (a loss).

@@ -85,7 +85,11 @@ func expected(err error) bool {
 // fault records an infrastructure fault: logs it, alerts, counts it.
 func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) {
 	now := time.Now()
-	p.cfg.Logger.Error().Err(err).Str("op", op).Str("queue", queue).Str("command", id).Msg("cmdq processor: storage fault")
+	ev := p.cfg.Logger.Error().Err(err).Str("op", op).Str("queue", queue)
+	if id != "" {
+		ev = logCmd(ev, id, p.traceIDOf(id))
+	}
+	ev.Msg("cmdq processor: storage fault")
 	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Time: now, Op: op, Queue: queue, CommandID: id, Err: err})
 	p.probe.Failed()
 	h := p.health

@@ -159,14 +159,14 @@ func (k *keeper) renew() (again bool) {
 		k.orphaned = true
 		k.expires = sent.Add(lease)
 		k.mu.Unlock()
-		k.p.cfg.Logger.Debug().Str("command", k.cmdID).Str("type", k.cmdType).Msg("cmdq processor: a renewal landed but its answer was lost; keeping the lease until it ends")
+		logCmd(k.p.cfg.Logger.Debug(), k.cmdID, k.p.traceIDOf(k.cmdID)).Str("type", k.cmdType).Msg("cmdq processor: a renewal landed but its answer was lost; keeping the lease until it ends")
 		return false
 	case staleReceipt(err):
 		k.lost = true
 		onLost := k.onLost
 		k.mu.Unlock()
 		k.p.leaseLost(k)
-		k.p.cfg.Logger.Warn().Str("command", k.cmdID).Str("type", k.cmdType).Msg("cmdq processor: lease lost while running")
+		logCmd(k.p.cfg.Logger.Warn(), k.cmdID, k.p.traceIDOf(k.cmdID)).Str("type", k.cmdType).Msg("cmdq processor: lease lost while running")
 		if onLost != nil {
 			onLost(errLeaseLost)
 		}

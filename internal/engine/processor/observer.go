@@ -10,6 +10,9 @@ import (
 // in the observer is recovered and dropped, so a faulty observer cannot
 // kill a worker.
 func (p *Processor) emit(o cmdqtype.Observation) {
+	if o.Kind == cmdqtype.ObservedFailed || o.Kind == cmdqtype.ObservedPoisoned {
+		p.noteFailure(o) // for the heartbeat (heartbeat.go)
+	}
 	if p.cfg.Observer == nil {
 		return
 	}

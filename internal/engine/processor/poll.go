@@ -111,9 +111,24 @@ func (p *Processor) done(qr *queueRunner) {
 // wake-up (Notify) came while the last dequeue was out; wake-ups are
 // coalesced (qr.wake holds one), so a stream of them costs at most one
 // dequeue each, fewer when they arrive during a dequeue.
+//
+// A sharded queue (several storage queues) is polled in rounds of one
+// dequeue per shard, in turn, so that every shard gets its turn however
+// full another is (a flooded shard does not delay the others). Within a
+// round the poller moves to the next shard at once while the round has
+// brought messages; a round whose dequeues find nothing waits, as an
+// empty poll does, before each next shard, so an idle queue costs one
+// dequeue per wait however many shards it has. At the end of a round the
+// wait is decided as for one queue's dequeue: at once after a full batch
+// (or a wake-up), the minimum after messages, the backoff after nothing.
+// A wake-up naming a shard (the enqueue path's) dequeues that shard first,
+// as a round of its own; one naming the queue starts a round that visits
+// every shard at once.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
 	busy := false // the last dequeue brought messages
+	var r round
+	rewoken := false // a wake-up ended the last wait (its token is spent)
 	for {
 		for {
 			ok, reset := p.pulling()
@@ -146,16 +161,31 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		// This dequeue sees every message whose wake-up came before it is
 		// sent: those wake-ups are spent. Wake-ups arriving from here on,
 		// however many, leave one token: one follow-up dequeue (coalesced).
-		qr.spendWake()
+		woke := qr.spendWake() || rewoken
+		rewoken = false
+		shard := r.next(qr, woke)
 		p.health.update(func(h *health) { h.polling++ })
 		vis, sent := p.visibility(qr), time.Now()
-		msgs, err := qr.q.Dequeue(s.ops, n, vis)
+		var msgs []storage.Message
+		var err error
+		if qr.sq != nil {
+			msgs, err = qr.sq.DequeueShard(s.ops, shard, n, vis)
+		} else {
+			msgs, err = qr.q.Dequeue(s.ops, n, vis)
+		}
 		p.health.update(func(h *health) { h.polling-- })
 		p.unreserve(n - len(msgs))
 		busy = len(msgs) > 0
 		now := time.Now()
 		var wait time.Duration
+		full, more := r.done(qr, err, len(msgs), n)
 		switch {
+		case more:
+			// A round with messages goes on to the next shard at once.
+		case !full && r.idle():
+			// An idle round: wait, as after an empty poll, before each shard.
+			wait = p.jitter(interval)
+			interval = min(2*interval, p.cfg.MaxPollInterval)
 		case err != nil:
 			if s.ops.Err() != nil {
 				return
@@ -163,11 +193,11 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			p.fault(s.ops, "dequeue", qr.name, "", err)
 			wait = p.jitter(interval)
 			interval = min(2*interval, p.cfg.MaxPollInterval)
-		case len(msgs) == 0:
+		case !r.got:
 			p.ok()
 			wait = p.jitter(interval)
 			interval = min(2*interval, p.cfg.MaxPollInterval)
-		case len(msgs) == n || qr.woken():
+		case full || qr.woken():
 			// As many as asked: more are likely waiting (a burst); or a
 			// wake-up came while the dequeue was out: look again at once.
 			p.ok()
@@ -199,6 +229,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 				select {
 				case <-qr.capacity:
 				case <-qr.wake:
+					rewoken = true
 					break held
 				case <-s.take.Done():
 					return
@@ -211,6 +242,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		case <-t.C:
 		case <-qr.wake:
 			interval = p.cfg.MinPollInterval
+			rewoken = true
 		case <-s.take.Done():
 			t.Stop()
 			return
@@ -219,14 +251,70 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 	}
 }
 
-// spendWake drops a pending wake-up of qr: the dequeue about to be sent
-// covers it.
-func (qr *queueRunner) spendWake() {
+// spendWake drops a pending wake-up of qr, and reports whether there was
+// one: the dequeue about to be sent covers it.
+func (qr *queueRunner) spendWake() bool {
 	select {
 	case <-qr.wake:
+		return true
 	default:
+		return false
 	}
 }
+
+// round is a sharded queue's poller state (see poll): the shard to dequeue
+// next and what the current round of dequeues has found.
+type round struct {
+	cursor  int  // the next shard
+	visited int  // dequeues in this round
+	size    int  // dequeues the round makes (the shards, or 1 for a woken shard's)
+	got     bool // a dequeue of the round brought messages
+	full    bool // one brought as many as asked
+	err     bool // one failed
+	forced  bool // a wake-up without a shard: visit every shard at once
+}
+
+// next returns the shard to dequeue, starting a round if none is open. A
+// wake-up naming a shard makes that shard a round of its own.
+func (r *round) next(qr *queueRunner, woke bool) int {
+	switch {
+	case qr.shards == 1:
+		*r = round{size: 1}
+		return 0
+	case woke:
+		*r = round{cursor: r.cursor, size: qr.shards, forced: true}
+		if h := int(qr.hint.Swap(0)); h > 0 {
+			r.cursor, r.size, r.forced = h-1, 1, false
+		}
+	case r.visited == 0:
+		*r = round{cursor: r.cursor, size: qr.shards}
+	}
+	return r.cursor
+}
+
+// done records a dequeue's outcome (err, got of asked messages) and moves
+// the cursor on. full reports a round that ended with a full batch in it;
+// more that the round goes on at once.
+func (r *round) done(qr *queueRunner, err error, got, asked int) (full, more bool) {
+	r.cursor = (r.cursor + 1) % qr.shards
+	r.visited++
+	r.got = r.got || got > 0
+	r.full = r.full || got == asked
+	r.err = r.err || err != nil
+	if r.visited < r.size && err == nil {
+		if r.got || r.forced {
+			return false, true
+		}
+		return false, false // idle: the caller waits before the next shard
+	}
+	full = r.full
+	r.visited, r.forced = 0, false
+	r.got = r.got && !r.err
+	return full, false
+}
+
+// idle reports a round in progress whose dequeues found nothing.
+func (r *round) idle() bool { return r.visited > 0 && !r.got && !r.forced }
 
 // woken reports whether a wake-up of qr is pending (it stays pending).
 func (qr *queueRunner) woken() bool {

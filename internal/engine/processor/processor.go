@@ -46,6 +46,13 @@ type Processor struct {
 	names  record.Names
 	health *health
 	probe  *StorageProbe
+	// instance is the processor's instance ID: its heartbeat row's key
+	// (heartbeat.go).
+	instance string
+	// lastFailure is the last failed or poisoned attempt, for the
+	// heartbeat.
+	failMu      sync.Mutex
+	lastFailure record.Failure
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -81,6 +88,7 @@ type Processor struct {
 	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
 
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
+	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 
 	// Live counts (cmdqtype.Stats): the running session and the finished ones.
@@ -99,6 +107,9 @@ type queueRunner struct {
 	name    string // logical name
 	storage string // storage name
 	q       storage.Queue
+	sq      *record.ShardedQueue // q when the queue has several shards, else nil
+	shards  int                  // its number of shards (1: not sharded)
+	hint    atomic.Int32         // 1 + the shard of the last wake-up that named one; 0 none
 	defs    []*registry.Definition
 	wake    chan struct{}
 	ctlWake chan struct{} // its paused state changed (control.go)
@@ -130,12 +141,12 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	if len(qnames) == 0 {
 		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", cmdqtype.ErrNoHandlers)
 	}
-	names := record.Names{Prefix: cfg.Prefix}
+	names := record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
 	if err := names.Validate(qnames...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	p := &Processor{
-		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(),
+		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
 		reconKick: make(chan struct{}, 1),
@@ -144,10 +155,13 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}
 	for _, qn := range qnames {
-		qr := &queueRunner{name: qn, storage: names.Queue(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
+		qr := &queueRunner{name: qn, storage: names.Queue(qn), shards: names.ShardCount(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
 		p.queues = append(p.queues, qr)
 		p.byName[qn] = qr
 		p.byName[qr.storage] = qr
+		for i := 1; i < qr.shards; i++ {
+			p.byName[names.ShardQueue(qn, i)] = qr
+		}
 	}
 	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
 	first := p.queues[0]
@@ -194,6 +208,16 @@ func (p *Processor) Notify(queue string) {
 	if qr == nil {
 		return
 	}
+	if qr.shards > 1 {
+		// A shard's storage name says where the message is: the poller
+		// dequeues that shard first (poll.go).
+		for i := 0; i < qr.shards; i++ {
+			if queue == p.names.ShardQueue(qr.name, i) {
+				qr.hint.Store(int32(i + 1))
+				break
+			}
+		}
+	}
 	p.markActive()
 	select {
 	case qr.wake <- struct{}{}:
@@ -223,14 +247,17 @@ func (p *Processor) open(ctx context.Context) error {
 		return fmt.Errorf("processor: open table %s: %w", p.names.PoisonTable(), err)
 	}
 	for _, qr := range p.queues {
-		q, err := p.store.Queue(ctx, qr.storage)
+		q, err := record.OpenQueue(ctx, p.store, p.names, qr.name) // its shards when it has several
 		if err != nil {
 			return fmt.Errorf("processor: open queue %s: %w", qr.storage, err)
 		}
 		qr.q = q
+		qr.sq, _ = q.(*record.ShardedQueue)
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	p.enq.SetWakeAt(p.WakeAt)
+	p.enq.SetHorizon(p.cfg.HopHorizon)
 	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {
 		p.completer = record.NewCompleter(p.st, gc)
 	}
@@ -381,6 +408,7 @@ type session struct {
 	ops      context.Context // storage writes
 	stopOps  context.CancelFunc
 	finishBy time.Time // RunFor: every handler is cancelled at this time (zero for Run)
+	endBy    time.Time // RunFor: when it must have returned (zero for Run)
 	timed    bool
 	release  bool // release interrupted messages (RunFor)
 
@@ -403,6 +431,8 @@ type session struct {
 		fast atomic.Int64
 		// handedOff counts messages handed off by an in-process Issuer.
 		handedOff atomic.Int64
+		// hops counts messages put back until their time (schedule.go).
+		hops atomic.Int64
 	}
 }
 
@@ -472,6 +502,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 		stopBefore = start.Add(d)
 		s.timed, s.release = true, true
 		s.finishBy = stopBefore.Add(-reserveFor(d))
+		s.endBy = stopBefore
 		var c1, c2 context.CancelFunc
 		ctx, c1 = context.WithDeadline(ctx, stopBefore)
 		defer c1()
@@ -507,6 +538,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	}
 	background.Add(1)
 	go func() { defer background.Done(); p.probeLoop(s) }()
+	if p.cfg.HeartbeatInterval > 0 {
+		background.Add(1)
+		go func() { defer background.Done(); p.heartbeatLoop(s, start) }()
+	}
 	if p.cfg.ReconcileInterval > 0 {
 		background.Add(1)
 		go func() { defer background.Done(); p.reconcileLoop(s, d) }()
@@ -599,10 +634,10 @@ func (p *Processor) unclaim(id string) {
 func (s *session) counts() cmdqtype.Stats {
 	c := &s.counter
 	return cmdqtype.Stats{
-		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load(),
+		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load() - c.hops.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
-		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(),
+		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(), Hops: c.hops.Load(),
 	}
 }
 
@@ -624,6 +659,7 @@ func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
 	st.Duplicates += o.Duplicates
 	st.FastPath += o.FastPath
 	st.HandedOff += o.HandedOff
+	st.Hops += o.Hops
 	return st
 }
 

@@ -25,7 +25,9 @@ type Enqueuer struct {
 	names   Names
 	rec     *Store
 	wake    func(queue string)
+	wakeAt  func(queue string, at time.Time)
 	handOff func(queue, cmdType string) Slot
+	horizon time.Duration // the longest visibility delay of a message (SetHorizon)
 
 	mu     sync.Mutex
 	queues map[string]storage.Queue
@@ -36,7 +38,42 @@ type Enqueuer struct {
 // with the logical queue after every message put on it; it must not block
 // (processor.Processor.Notify).
 func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
-	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, queues: map[string]storage.Queue{}}
+	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, horizon: storage.MaxVisibility, queues: map[string]storage.Queue{}}
+}
+
+// SetWakeAt sets what is told of a message put on a logical queue with a
+// visibility delay: wakeAt(queue, at) with the time it becomes visible
+// (processor.Processor.WakeAt: the in-process processor wakes itself
+// then). It must not block. Call it before the Enqueuer is used. Default
+// nil: nobody is told (a delayed message never calls the wake function:
+// there is nothing to dequeue yet).
+func (e *Enqueuer) SetWakeAt(wakeAt func(queue string, at time.Time)) { e.wakeAt = wakeAt }
+
+// SetHorizon sets the longest visibility delay a message is enqueued with
+// (default and at most storage.MaxVisibility, 7 days): a scheduled
+// command due later is enqueued with this delay and hops (Hop) when it
+// shows up early. Tests shorten it (tuning.Switches.HopHorizon). Call it
+// before the Enqueuer is used; 0 or less keeps the default.
+func (e *Enqueuer) SetHorizon(d time.Duration) {
+	if d > 0 && d <= storage.MaxVisibility {
+		e.horizon = d
+	}
+}
+
+// Horizon returns the longest visibility delay a message is enqueued with
+// (SetHorizon).
+func (e *Enqueuer) Horizon() time.Duration { return e.horizon }
+
+// delayUntil returns the visibility delay that makes a message enqueued
+// now visible at due (rounded up to the millisecond, at most the
+// horizon; 0 when due is not ahead).
+func (e *Enqueuer) delayUntil(due time.Time) time.Duration {
+	d := time.Until(due)
+	if d <= 0 {
+		return 0
+	}
+	d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
+	return min(d, e.horizon)
 }
 
 // Slot is a handler slot of a processor in this process, reserved for the
@@ -82,7 +119,7 @@ func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, er
 	if q, ok := e.queues[logical]; ok {
 		return q, nil
 	}
-	q, err := e.st.Queue(ctx, e.names.Queue(logical))
+	q, err := OpenQueue(ctx, e.st, e.names, logical) // its shards when it has several
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +127,55 @@ func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, er
 	return q, nil
 }
 
-// sent is called once a message is on logical queue: it wakes an
-// in-process processor.
-func (e *Enqueuer) sent(queue string) {
+// sent is called once a message is on logical queue, as message ID id: it
+// wakes an in-process processor (of a sharded queue, with the name of the
+// message's shard, so that the processor dequeues that shard first).
+func (e *Enqueuer) sent(queue, id string) {
 	if e.wake != nil {
-		e.wake(queue)
+		e.wake(e.wakeName(queue, id))
+	}
+}
+
+// wakeName is the name an in-process processor is woken with for message
+// id of logical queue: the queue, or the storage name of the message's
+// shard.
+func (e *Enqueuer) wakeName(queue, id string) string {
+	if e.names.ShardCount(queue) > 1 {
+		return e.names.ShardQueue(queue, ShardOf(id))
+	}
+	return queue
+}
+
+// combinedQueue returns the storage queue a combined write (a
+// storage.Combiner's) puts a message of logical queue on: the queue, or
+// its next shard (round robin).
+func (e *Enqueuer) combinedQueue(ctx context.Context, logical string) (name string, shard int, err error) {
+	if e.names.ShardCount(logical) == 1 {
+		return e.names.Queue(logical), 0, nil
+	}
+	q, err := e.Queue(ctx, logical)
+	if err != nil {
+		return "", 0, err
+	}
+	shard = q.(*ShardedQueue).NextShard()
+	return e.names.ShardQueue(logical, shard), shard, nil
+}
+
+// sentDelayed is sent for a message (ID id) enqueued with visibility
+// delay d by a call sent at at, which the queue says becomes visible at
+// visible (zero: unknown): the processor is told when it becomes visible
+// (or woken now when d is 0).
+func (e *Enqueuer) sentDelayed(queue, id string, at time.Time, d time.Duration, visible time.Time) {
+	if d <= 0 {
+		e.sent(queue, id)
+		return
+	}
+	if e.wakeAt != nil {
+		due := at.Add(d)
+		if visible.After(due) {
+			due = visible // Azure counts whole seconds
+		}
+		e.wakeAt(e.wakeName(queue, id), due)
 	}
 }
 
@@ -114,8 +195,12 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enq
 		}
 		return FirstEnvelope(nc, etag), false, nil
 	}
-	if slot := e.slot(nc.Queue, nc.Type); slot != nil {
-		return e.createHandOff(ctx, nc, slot)
+	if !nc.RunAt.After(time.Now()) {
+		// A scheduled command is never handed off: it waits on its
+		// queue, invisible until its time.
+		if slot := e.slot(nc.Queue, nc.Type); slot != nil {
+			return e.createHandOff(ctx, nc, slot)
+		}
 	}
 	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
 	if errs[0] != nil {
@@ -140,6 +225,11 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		slot.Cancel()
 		return Envelope{}, false, CreateErr(nc.ID, err)
 	}
+	qname, shard, err := e.combinedQueue(ctx, nc.Queue)
+	if err != nil {
+		slot.Cancel()
+		return Envelope{}, false, CreateErr(nc.ID, err)
+	}
 	var text string
 	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
 		env := FirstEnvelope(nc, etags[0])
@@ -148,7 +238,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		return text
 	}}
 	sent := time.Now()
-	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), e.names.Queue(nc.Queue), []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
+	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), qname, []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
 	if err == nil {
 		err = res[0].Err
 	}
@@ -156,7 +246,9 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 		slot.Cancel()
 		return Envelope{}, false, CreateErr(nc.ID, err)
 	}
-	slot.Take(res[0].Message, text, sent)
+	m := res[0].Message
+	m.ID = shardID(shard, m.ID)
+	slot.Take(m, text, sent)
 	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
 }
 
@@ -173,9 +265,13 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		return nil, false
 	}
 	errs = make([]error, len(ncs))
-	// One write per queue and table (commands of different days go to
-	// different day tables).
-	type group struct{ queue, table string }
+	// One write per queue, table and run-at time (commands of different
+	// days go to different day tables; a scheduled command's message is
+	// invisible until its run-at time).
+	type group struct {
+		queue, table string
+		runAt        time.Time
+	}
 	byGroup := map[group][]int{}
 	var groups []group
 	for i, nc := range ncs {
@@ -184,7 +280,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 			errs[i] = CreateErr(nc.ID, err)
 			continue
 		}
-		g := group{nc.Queue, tb.Name()}
+		g := group{nc.Queue, tb.Name(), ms(nc.RunAt)}
 		if _, seen := byGroup[g]; !seen {
 			groups = append(groups, g)
 		}
@@ -209,7 +305,13 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		if len(items) == 0 {
 			continue
 		}
-		res, err := cb.BatchEnqueueMany(ctx, g.table, e.names.Queue(queue), items, 0, storage.NoExpiry)
+		qname, shard, err := e.combinedQueue(ctx, queue)
+		at := time.Now()
+		delay := e.delayUntil(g.runAt)
+		var res []storage.CombinedResult
+		if err == nil {
+			res, err = cb.BatchEnqueueMany(ctx, g.table, qname, items, delay, storage.NoExpiry)
+		}
 		any := false
 		for k, i := range sent {
 			switch {
@@ -221,8 +323,14 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 				any = true
 			}
 		}
+		var visible time.Time
+		for k := range sent {
+			if err == nil && res[k].Err == nil && res[k].Message.NextVisibleAt.After(visible) {
+				visible = res[k].Message.NextVisibleAt
+			}
+		}
 		if any {
-			e.sent(queue)
+			e.sentDelayed(queue, shardID(shard, ""), at, delay, visible)
 		}
 	}
 	return errs, true
@@ -246,7 +354,15 @@ func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error
 // has a free slot (SetHandOff): enqueued invisible for the slot's
 // visibility, marked HandedOff, and given to that processor, without a
 // wake-up.
+//
+// A scheduled command's own message (First.RunAt ahead) is never handed
+// off: it is enqueued invisible until its run-at time (at most the
+// horizon: it hops when it shows up early), and the in-process processor
+// is told when it becomes visible (SetWakeAt).
 func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+	if env.First != nil && env.First.RunAt.After(time.Now()) {
+		return e.enqueue(ctx, env, queue, e.delayUntil(env.First.RunAt))
+	}
 	if env.First != nil && !env.HandedOff {
 		if slot := e.slot(queue, env.Type); slot != nil {
 			env.HandedOff = true
@@ -257,7 +373,7 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue stri
 			}
 			b, _ := storage.CallBudgetFrom(ctx)
 			text, sent := env.Marshal(), time.Now()
-			m, err := q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), text, slot.Visibility(), storage.NoExpiry)
+			m, err := q.Enqueue(storage.WithRoutingKey(storage.WithCallBudget(ctx, b.PerTry, 0), env.ID), text, slot.Visibility(), storage.NoExpiry)
 			if err != nil {
 				slot.Cancel()
 				return err
@@ -269,18 +385,44 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue stri
 	return e.enqueue(ctx, env, queue, 0)
 }
 
-// enqueue is Enqueue with the message visible after delay.
+// enqueue is Enqueue with the message visible after delay (at most the
+// horizon).
 func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
+	_, err := e.enqueueText(ctx, env.Marshal(), env.ID, queue, delay)
+	return err
+}
+
+// enqueueText puts text (of command routeKey) on logical queue, visible after delay (at most
+// the horizon), with no transport retries, and tells the in-process
+// processor (at once, or when it becomes visible). It returns the delay
+// used.
+func (e *Enqueuer) enqueueText(ctx context.Context, text, routeKey, queue string, delay time.Duration) (time.Duration, error) {
+	delay = min(max(delay, 0), e.horizon)
 	q, err := e.Queue(ctx, queue)
+	at := time.Now()
+	var m storage.Message
 	if err == nil {
+		// The command's ID routes the message to the account of its rows
+		// on a store spread over several (storage/multi).
 		b, _ := storage.CallBudgetFrom(ctx)
-		_, err = q.Enqueue(storage.WithCallBudget(ctx, b.PerTry, 0), env.Marshal(), delay, storage.NoExpiry)
+		m, err = q.Enqueue(storage.WithRoutingKey(storage.WithCallBudget(ctx, b.PerTry, 0), routeKey), text, delay, storage.NoExpiry)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	e.sent(queue)
-	return nil
+	e.sentDelayed(queue, m.ID, at, delay, m.NextVisibleAt)
+	return delay, nil
+}
+
+// Hop puts a message of the scheduled command id that showed up before its
+// time (text, its text as dequeued) back on its logical queue, invisible
+// until due (at most the horizon: a command due later hops again): the
+// second half of a hop, after the processor deleted the message it
+// dequeued. One enqueue, sent once with no transport retries; the
+// in-process processor is told when it becomes visible. It returns the
+// delay used. See docs/lifecycle.md, "Scheduled commands".
+func (e *Enqueuer) Hop(ctx context.Context, id, text, queue string, due time.Time) (time.Duration, error) {
+	return e.enqueueText(ctx, text, id, queue, max(e.delayUntil(due), time.Millisecond))
 }
 
 // Recover is a recovery enqueue of the stored command rec, which is
@@ -317,10 +459,24 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		}
 		rec = ce.Current
 	}
-	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, s.RecoveryDelay(rec.Type)); err != nil {
+	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, e.recoveryDelay(rec)); err != nil {
 		return true, false, err
 	}
 	return true, true, nil
+}
+
+// recoveryDelay is the visibility delay of a recovery message of rec:
+// Store.RecoveryDelay of its type, counted from its run-at time when that
+// is ahead — the issue's own message may exist and becomes visible then,
+// and its first delivery may start it from what it carries (the fast
+// path) for half a lease: the second message becomes visible only once
+// that delivery has written its started event.
+func (e *Enqueuer) recoveryDelay(rec *Record) time.Duration {
+	d := e.rec.RecoveryDelay(rec.Type)
+	if wait := time.Until(rec.Status.RunAt); wait > 0 {
+		d += wait
+	}
+	return d
 }
 
 // Depth returns the approximate number of messages on a logical queue,
@@ -381,7 +537,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	} else {
 		// Requeued before, and its enqueue may have landed after all: a
 		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
-		delay = s.RecoveryDelay(rec.Type)
+		delay = e.recoveryDelay(rec)
 	}
 	// The claim: of the requeues that got this far, one removes the entry.
 	if err := s.poison.Delete(ctx, id, "", storage.IfMatchAny); err != nil {

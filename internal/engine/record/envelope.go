@@ -54,7 +54,7 @@ func (e Envelope) Attempt(dc int64) int64 {
 // First is what the issue's own message carries about the command as
 // issued: the row's ETag after the issue batch (every write of a fast-path
 // attempt is conditional on it), the issue time, the logical queue, the
-// correlation ID and the compact parameters. Event sequence 1 (created) is
+// correlation ID, the trace context and the compact parameters. Event sequence 1 (created) is
 // implied.
 type First struct {
 	// ETag is the ETag of the a:cmd row returned by the issue batch.
@@ -66,8 +66,17 @@ type First struct {
 	Queue string `json:"queue"`
 	// CorrelationID is the caller's correlation ID ("" = none).
 	CorrelationID string `json:"correlationId,omitempty"`
+	// TraceParent and TraceState are the W3C trace context the command
+	// was issued in ("" = none), as stored on its row: the first
+	// delivery's attempt span joins that trace without the point read.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Params is the compact JSON parameters (at most MaxFirstParamsBytes).
 	Params json.RawMessage `json:"params"`
+	// RunAt is the run-at time the command was issued with (UTC,
+	// millisecond precision; zero: none): the delivery starts it no
+	// earlier, and measures the fast path's age from it.
+	RunAt time.Time `json:"runAt,omitzero"`
 }
 
 // Marshal returns the message text. Parameters are written as they are
@@ -84,7 +93,10 @@ func (e Envelope) Marshal() string {
 func (e Envelope) sizeHint() int {
 	n := 32 + len(e.ID) + len(e.Type)
 	if f := e.First; f != nil {
-		n += 96 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+		n += 128 + len(f.ETag) + len(f.Queue) + len(f.CorrelationID) + len(f.Params)
+		if f.TraceParent != "" {
+			n += 32 + len(f.TraceParent) + len(f.TraceState)
+		}
 	}
 	return n
 }
@@ -106,7 +118,7 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 		return nil, false
 	}
 	if f := e.First; f != nil {
-		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 {
+		if f.IssuedAt.Year() < 0 || f.IssuedAt.Year() > 9999 || f.RunAt.Year() < 0 || f.RunAt.Year() > 9999 {
 			return nil, false
 		}
 		b = append(b, `,"first":{"etag":`...)
@@ -125,6 +137,18 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 				return nil, false
 			}
 		}
+		if f.TraceParent != "" {
+			b = append(b, `,"traceparent":`...)
+			if b, good = appendPlainString(b, f.TraceParent); !good {
+				return nil, false
+			}
+		}
+		if f.TraceState != "" {
+			b = append(b, `,"tracestate":`...)
+			if b, good = appendPlainString(b, f.TraceState); !good {
+				return nil, false
+			}
+		}
 		b = append(b, `,"params":`...)
 		if f.Params == nil {
 			b = append(b, "null"...)
@@ -134,6 +158,11 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 				return nil, false
 			}
 			b = buf.Bytes()
+		}
+		if !f.RunAt.IsZero() {
+			b = append(b, `,"runAt":"`...)
+			b = f.RunAt.AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
 		}
 		b = append(b, '}')
 	}
@@ -185,8 +214,22 @@ func FirstEnvelope(nc NewCommand, etag string) Envelope {
 	if etag == "" || len(params) > MaxFirstParamsBytes || !json.Valid(params) {
 		return env
 	}
-	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID, Params: json.RawMessage(params)}
+	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,
+		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params)}
+	if !nc.RunAt.IsZero() {
+		env.First.RunAt = ms(nc.RunAt)
+	}
 	return env
+}
+
+// Ready returns when the command of the issue's own message f became (or
+// becomes) due: its run-at time when that is after the issue, else the
+// issue time.
+func (f *First) Ready() time.Time {
+	if f.RunAt.After(f.IssuedAt) {
+		return f.RunAt
+	}
+	return f.IssuedAt
 }
 
 // Usable reports whether f is complete enough for the first delivery's
@@ -204,10 +247,11 @@ func (f *First) Usable() bool {
 func FirstRecord(env Envelope) *Record {
 	f := env.First
 	issued := ms(f.IssuedAt)
-	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue}
-	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued})
+	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
+	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
-	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1}
+	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
+		TraceParent: f.TraceParent, TraceState: f.TraceState}
 }
 
 // ParseEnvelope parses message text: a JSON object with "id" and "type",
@@ -260,11 +304,29 @@ func parseFast(text string) (e Envelope, ok bool) {
 		if p.lit(`,"correlationId":`) && !p.str(&f.CorrelationID) {
 			return Envelope{}, false
 		}
+		if p.lit(`,"traceparent":`) && !p.str(&f.TraceParent) {
+			return Envelope{}, false
+		}
+		if p.lit(`,"tracestate":`) && !p.str(&f.TraceState) {
+			return Envelope{}, false
+		}
 		if !p.lit(`,"params":`) {
 			return Envelope{}, false
 		}
 		raw, good := p.value()
-		if !good || !p.lit("}") {
+		if !good {
+			return Envelope{}, false
+		}
+		if p.lit(`,"runAt":`) {
+			var run string
+			if !p.str(&run) {
+				return Envelope{}, false
+			}
+			if err := f.RunAt.UnmarshalJSON([]byte(`"` + run + `"`)); err != nil {
+				return Envelope{}, false
+			}
+		}
+		if !p.lit("}") {
 			return Envelope{}, false
 		}
 		f.Params = json.RawMessage(raw) // null too, as the decoder does

@@ -23,6 +23,8 @@ func TestEnvelopeMarshalFast(t *testing.T) {
 		{ID: "x", Type: "t", First: &First{ETag: "1", IssuedAt: at, Queue: "q"}},
 		{ID: "quote\"d", Type: "t"},
 		{ID: "x", Type: "t", First: &First{ETag: "1", IssuedAt: at, Queue: "q", CorrelationID: "back\\slash", Params: json.RawMessage("{}")}},
+		{ID: "x", Type: "t", First: &First{ETag: "1", IssuedAt: at, Queue: "q", CorrelationID: "c", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceState: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7", Params: json.RawMessage("{}")}},
+		{ID: "x", Type: "t", First: &First{ETag: "1", IssuedAt: at, Queue: "q", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", Params: json.RawMessage("{}")}},
 		// Declined by the fast path: the encoder decides.
 		{ID: "x", Type: "tab\there"},
 		{ID: "x", Type: "ünï"},
@@ -33,11 +35,11 @@ func TestEnvelopeMarshalFast(t *testing.T) {
 		if got := e.Marshal(); got != want {
 			t.Errorf("case %d: Marshal = %s, encoding/json = %s", i, got, want)
 		}
-		if i < 8 {
+		if i < 10 {
 			if _, ok := e.appendFast(nil); !ok {
 				t.Errorf("case %d: the fast path declined a plain envelope", i)
 			}
-		} else if i < 10 {
+		} else if i < 12 {
 			if _, ok := e.appendFast(nil); ok {
 				t.Errorf("case %d: the fast path took a string that needs escaping", i)
 			}
@@ -74,6 +76,12 @@ func TestParseEnvelopeFast(t *testing.T) {
 			f := &First{ETag: `W/"datetime'2026-11-23T04%3A05%3A06.789Z'"`, IssuedAt: at, Queue: "default", Params: json.RawMessage(p)}
 			if (i+j)%2 == 0 {
 				f.CorrelationID = "corr-" + id
+			}
+			if j%2 == 1 {
+				f.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			}
+			if j%4 == 1 {
+				f.TraceState = "rojo=00f067aa0ba902b7"
 			}
 			envs = append(envs, Envelope{ID: id, Type: "orders.place", First: f, HandedOff: j%3 == 0})
 		}

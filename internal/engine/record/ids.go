@@ -2,6 +2,7 @@ package record
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -155,4 +156,51 @@ func (n Names) ParseDayTable(name string) (int, bool) {
 		return 0, false
 	}
 	return DayOf(t), true
+}
+
+// Derived IDs (docs/lifecycle.md, "Unique commands" and "Periodic
+// commands"): a deterministic UUIDv8 in cmdq's layout, bytes 2-3 the day
+// of a time the derivation fixes, the other 106 bits from a SHA-256 of
+// what the ID stands for. Every process derives the same ID from the same
+// inputs, so a second issue collapses on the first's ID (storage.ErrExists)
+// with no other storage call.
+
+// derivedID returns the UUIDv8 for day and the SHA-256 of parts (joined
+// by NUL bytes, after a domain tag).
+func derivedID(day int, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	binary.BigEndian.PutUint16(b[2:4], uint16(day))
+	b[6] = b[6]&0x0f | 0x80 // version 8
+	b[8] = b[8]&0x3f | 0x80 // variant 10
+	return formatUUID(b)
+}
+
+// UniqueBucket returns the start of the unique window's time bucket that
+// holds now: now in UTC truncated to a multiple of window
+// (time.Time.Truncate, counted from the zero time, so 1h buckets start on
+// the hour, 24h ones at midnight UTC and 7×24h ones on Mondays).
+func UniqueBucket(now time.Time, window time.Duration) time.Time {
+	return now.UTC().Truncate(window)
+}
+
+// UniqueID returns the ID of the command of type cmdType with unique key
+// key whose window (its length window) holds now: it carries the day of
+// the bucket's start and derives from the type, the key, the window and
+// the bucket's start.
+func UniqueID(cmdType, key string, window time.Duration, now time.Time) string {
+	b := UniqueBucket(now, window)
+	return derivedID(DayOf(b), "cmdq.unique", cmdType, key, strconv.FormatInt(int64(window), 10), strconv.FormatInt(b.UnixNano(), 10))
+}
+
+// TickID returns the command ID of periodic schedule name's tick at tick:
+// it carries the tick's day and derives from the name and the tick time
+// (to the nanosecond).
+func TickID(name string, tick time.Time) string {
+	return derivedID(DayOf(tick), "cmdq.periodic", name, strconv.FormatInt(tick.UnixNano(), 10))
 }

@@ -15,6 +15,10 @@ type Names struct {
 	// Prefix starts every name. It must be lowercase letters and digits,
 	// starting with a letter, so that queue and table names are both valid.
 	Prefix string
+	// Shards is the number of shards of each logical queue it names
+	// (docs/scaling.md): 0 or 1 is one storage queue, as a queue it does
+	// not name. At most MaxShards.
+	Shards map[string]int
 }
 
 // Queue returns the storage queue name of a logical queue: "cmdq-commands",
@@ -52,5 +56,6 @@ func (n Names) Validate(queues ...string) error {
 			errs = append(errs, fmt.Errorf("logical queue %q: %w", q, err))
 		}
 	}
+	errs = append(errs, n.validateShards(queues)...)
 	return errors.Join(errs...)
 }

@@ -1,6 +1,10 @@
 package record
 
-import "github.com/cmdq-dev/cmdq/cmdqtype"
+import (
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+)
 
 // Apply folds one event into the projection s. The projection is derived from
 // the events only: replaying a command's events from a zero cmdqtype.Status (with ID,
@@ -12,6 +16,7 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 		s.State = cmdqtype.StatePending
 		s.CreatedAt = t
 		s.Attempts, s.Step, s.LastError = 0, 0, ""
+		s.RunAt = runAt(e)
 	case cmdqtype.EventStarted:
 		s.State = cmdqtype.StateRunning
 		if e.Attempt > 0 {
@@ -32,6 +37,9 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
+		if !e.RunAt.IsZero() {
+			s.RunAt = runAt(e) // the next attempt's due time
+		}
 	case cmdqtype.EventCompleted:
 		s.State = cmdqtype.StateCompleted
 		s.LastError = ""
@@ -47,6 +55,9 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 		s.State = cmdqtype.StatePending
 		s.Attempts = 0
 		s.LastError = ""
+		if !e.RunAt.IsZero() {
+			s.RunAt = runAt(e) // run-now: due from then
+		}
 	case cmdqtype.EventDiscarded:
 		s.State = cmdqtype.StateDiscarded
 	case cmdqtype.EventCancelled:
@@ -60,4 +71,13 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 	if !t.IsZero() {
 		s.UpdatedAt = t
 	}
+}
+
+// runAt is an event's RunAt as the projection keeps it (UTC, millisecond
+// precision; zero stays zero).
+func runAt(e cmdqtype.Event) time.Time {
+	if e.RunAt.IsZero() {
+		return time.Time{}
+	}
+	return ms(e.RunAt)
 }

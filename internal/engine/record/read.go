@@ -9,19 +9,33 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// Get returns a command's status (one point read of its command row; the
-// parameters are not decoded). Unknown ID → error wrapping ErrNotFound.
+// Get returns a command's status as a reader sees it now (one point read
+// of its command row; the parameters are not decoded): a pending command
+// whose run-at time is ahead is StateScheduled (cmdqtype.Status.AsOf).
+// Unknown ID → error wrapping ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 	e, _, err := s.getRow(ctx, id)
 	if err != nil {
 		return cmdqtype.Status{}, err
 	}
-	return decodeStatus(e), nil
+	return decodeStatus(e).AsOf(s.now()), nil
+}
+
+// Now returns the Store's clock (Options.Now).
+func (s *Store) Now() time.Time { return s.now() }
+
+// listedStatus is a command's status in a listing: without its recorded
+// output (up to cmdqtype.MaxOutputBytes each; Get returns it).
+func listedStatus(e storage.Entity) cmdqtype.Status {
+	st := decodeStatus(e)
+	st.Output = ""
+	return st
 }
 
 // Events returns a command's events, oldest first, reading every page (one
@@ -96,6 +110,7 @@ func decodeEvent(e storage.Entity) cmdqtype.Event {
 		Detail:  str(e, "Detail"),
 		// MessageID names the message that owns the command (started).
 		MessageID: str(e, "MessageID"),
+		RunAt:     timeProp(e, "RunAt"),
 	}
 	if operatorEvent(ev.Kind) {
 		ev.By, ev.Worker = ev.Worker, ""
@@ -250,6 +265,9 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 	if limit < 0 || limit > cmdqtype.MaxCommandLimit {
 		return cmdqtype.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, cmdqtype.MaxCommandLimit)
 	}
+	if err := checkQuery(q); err != nil {
+		return cmdqtype.CommandPage{}, err
+	}
 	if q.Newest || q.Summary {
 		return s.listAll(ctx, q, limit)
 	}
@@ -290,6 +308,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 		return names[i] + "|" + c
 	}
 	rows := 0
+	now := s.now()
 	for ; ti < len(names); ti, cont = ti+1, "" {
 		tb, err := s.tables.table(ctx, names[ti])
 		if errors.Is(err, storage.ErrNotFound) {
@@ -318,9 +337,15 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 				if e.RowKey != RowCommand {
 					continue
 				}
-				st := decodeStatus(e)
-				if selected(q, st) {
+				st := listedStatus(e).AsOf(now)
+				if selected(q, st) && (q.State == "" || st.State == q.State) {
 					out.Commands = append(out.Commands, st)
+					if q.ParamsPreview > 0 {
+						if out.Params == nil {
+							out.Params = map[string]string{}
+						}
+						out.Params[st.ID] = previewOf(e, q.ParamsPreview)
+					}
 				}
 			}
 			out.Continuation = token(ti, page.Continuation)
@@ -337,9 +362,88 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 	return out, nil
 }
 
-// selected reports whether st matches q's type, state and since.
+// selected reports whether st matches q's filters (but its state).
 func selected(q cmdqtype.CommandQuery, st cmdqtype.Status) bool {
-	return (q.Type == "" || st.Type == q.Type) && (q.State == "" || st.State == q.State) && !st.UpdatedAt.Before(q.Since)
+	return (q.Type == "" || st.Type == q.Type) && !st.UpdatedAt.Before(q.Since) &&
+		(q.TypePrefix == "" || hasPrefixFold(st.Type, q.TypePrefix)) &&
+		(q.CorrelationID == "" || st.CorrelationID == q.CorrelationID) &&
+		(q.IDPrefix == "" || hasPrefixFold(st.ID, q.IDPrefix)) &&
+		(q.IssuedSince.IsZero() || !st.CreatedAt.Before(q.IssuedSince))
+}
+
+// hasPrefixFold reports whether s starts with prefix, ignoring case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// checkQuery checks the fields of q a listing validates.
+func checkQuery(q cmdqtype.CommandQuery) error {
+	switch {
+	case q.Interval < 0 || q.Interval%time.Minute != 0:
+		return fmt.Errorf("%w: summary interval %s is not a whole number of minutes", storage.ErrInvalidArgument, q.Interval)
+	case q.ParamsPreview < 0 || q.ParamsPreview > cmdqtype.MaxParamsPreview:
+		return fmt.Errorf("%w: params preview %d is outside 0..%d", storage.ErrInvalidArgument, q.ParamsPreview, cmdqtype.MaxParamsPreview)
+	}
+	return nil
+}
+
+// previewOf returns the start of a command row's compact parameters, at
+// most n bytes (cut at a character boundary, with "…" when cut).
+func previewOf(e storage.Entity, n int) string {
+	p := str(e, paramsProp(0))
+	if len(p) <= n {
+		return p
+	}
+	cut := p[:max(0, n-len("…"))]
+	for len(cut) > 0 && !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
+// dayBefore reports whether day table name holds only commands issued
+// before the day of t (false for the base table and unknown names).
+func (s *Store) dayBefore(name string, t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	day, ok := s.tables.names.ParseDayTable(name)
+	if !ok {
+		return false
+	}
+	return day < DayOf(t)
+}
+
+// percentile returns the p-th percentile (nearest rank) of sorted xs.
+func percentile(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(float64(len(xs))*p+0.999999) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
+
+// latencyOf sorts samples and returns their latency figures.
+func latencyOf(samples []time.Duration) cmdqtype.Latency {
+	slices.Sort(samples)
+	return cmdqtype.Latency{Started: len(samples), LatencyP50: percentile(samples, 0.5), LatencyP95: percentile(samples, 0.95)}
+}
+
+// partition is what listAll keeps of a command while it reads its events.
+type partition struct {
+	id       string
+	in       bool      // selected (all filters but the state)
+	listed   bool      // selected in its state too
+	running  bool      // its state is running
+	group    [2]string // type, queue
+	enqueued time.Time // its last created or requeued event
+	started  time.Time // its last started event
+}
+
+// group accumulates one type's or queue's outcomes.
+type group struct {
+	cmdqtype.GroupCounts
+	samples []time.Duration
 }
 
 // listAll reads the whole selection (and, for a summary, every event row)
@@ -354,18 +458,37 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		offset = n
 	}
 	now := s.nowUTC()
+	every := q.Interval
+	if every == 0 {
+		every = time.Minute
+	}
 	var sum *cmdqtype.CommandSummary
 	var first time.Time
+	var samples [][]time.Duration // per interval
+	groups := [2]map[string]*group{{}, {}}
 	if q.Summary {
 		first = q.Since
 		if first.IsZero() {
 			first = now.Add(-time.Hour)
 		}
-		first = first.UTC().Truncate(time.Minute)
-		sum = &cmdqtype.CommandSummary{Counts: map[cmdqtype.State]int{}}
-		for m := first; !m.After(now); m = m.Add(time.Minute) {
+		first = first.UTC().Truncate(every)
+		sum = &cmdqtype.CommandSummary{Counts: map[cmdqtype.State]int{}, IntervalMS: every.Milliseconds()}
+		for m := first; !m.After(now); m = m.Add(every) {
 			sum.Minutes = append(sum.Minutes, cmdqtype.MinuteCounts{Start: m})
 		}
+		samples = make([][]time.Duration, len(sum.Minutes))
+	}
+	grp := func(part *partition) [2]*group {
+		var out [2]*group
+		for i, name := range part.group {
+			g := groups[i][name]
+			if g == nil {
+				g = &group{GroupCounts: cmdqtype.GroupCounts{Name: name}}
+				groups[i][name] = g
+			}
+			out[i] = g
+		}
+		return out
 	}
 	sq := storage.Query{Top: 1000}
 	if q.ScanLimit > 0 {
@@ -375,15 +498,19 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		sq.RowKeyPrefix = RowCommand
 	}
 	var all []cmdqtype.Status
+	previews := map[string]string{}
+	started := map[string]time.Time{}
 	rows, partial := 0, false
-	typeOf := map[string]string{} // partition → command type (its row comes first)
+	var part partition // the command whose rows are being read (its row comes first)
 	names, err := s.tables.all(ctx)
 	if err != nil {
 		return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 	}
 	// Newest first: read the newest day tables first, so that a ScanLimit
-	// keeps the recent commands.
-	slices.Reverse(names[:len(names)-1])
+	// keeps the recent commands; leave out the days before IssuedSince.
+	days := names[:len(names)-1]
+	slices.Reverse(days)
+	names = slices.DeleteFunc(names, func(n string) bool { return s.dayBefore(n, q.IssuedSince) })
 	ti := 0
 	tb := s.commands
 	next := func() bool {
@@ -409,32 +536,72 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		for _, e := range page.Entities {
 			switch {
 			case e.RowKey == RowCommand:
-				st := decodeStatus(e)
-				typeOf[e.PartitionKey] = st.Type
-				if (q.Type == "" || st.Type == q.Type) && !st.UpdatedAt.Before(q.Since) {
-					if sum != nil {
-						sum.Counts[st.State]++
+				st := listedStatus(e).AsOf(now)
+				part = partition{id: e.PartitionKey, group: [2]string{st.Type, st.Queue}}
+				if !selected(q, st) {
+					continue
+				}
+				part.in = true
+				part.running = st.State == cmdqtype.StateRunning
+				if sum != nil {
+					sum.Counts[st.State]++
+					for _, g := range grp(&part) {
+						g.Commands++
 					}
-					if q.State == "" || st.State == q.State {
-						all = append(all, st)
+				}
+				if q.State == "" || st.State == q.State {
+					part.listed = true
+					all = append(all, st)
+					if q.ParamsPreview > 0 {
+						previews[st.ID] = previewOf(e, q.ParamsPreview)
 					}
 				}
 			case sum != nil && strings.HasPrefix(e.RowKey, EventRowPrefix):
-				if q.Type != "" && typeOf[e.PartitionKey] != q.Type {
+				if e.PartitionKey != part.id || !part.in {
 					continue
 				}
 				at := timeProp(e, "Time")
-				i := int(at.Sub(first) / time.Minute)
+				kind := cmdqtype.EventKind(str(e, "Kind"))
+				switch kind {
+				case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+					part.enqueued = at
+				case cmdqtype.EventStarted:
+					part.started = at
+					if part.running && part.listed {
+						started[part.id] = at
+					}
+				}
+				i := int(at.Sub(first) / every)
 				if at.Before(first) || i >= len(sum.Minutes) {
 					continue
 				}
-				switch cmdqtype.EventKind(str(e, "Kind")) {
+				m := &sum.Minutes[i]
+				gs := grp(&part)
+				switch kind {
 				case cmdqtype.EventCompleted:
-					sum.Minutes[i].Completed++
+					m.Completed++
+					for _, g := range gs {
+						g.Completed++
+					}
 				case cmdqtype.EventFailed:
-					sum.Minutes[i].Failed++
+					m.Failed++
+					for _, g := range gs {
+						g.Failed++
+					}
 				case cmdqtype.EventPoisoned:
-					sum.Minutes[i].Poisoned++
+					m.Poisoned++
+					for _, g := range gs {
+						g.Poisoned++
+					}
+				case cmdqtype.EventStarted:
+					// Issue (or requeue) → start of its first attempt.
+					if intProp(e, "Attempt") <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
+						d := at.Sub(part.enqueued)
+						samples[i] = append(samples[i], d)
+						for _, g := range gs {
+							g.samples = append(g.samples, d)
+						}
+					}
 				}
 			}
 		}
@@ -452,6 +619,34 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 	}
 	if sum != nil {
 		sum.Rows, sum.Partial = rows, partial
+		var every []time.Duration
+		for i := range sum.Minutes {
+			every = append(every, samples[i]...)
+			sum.Minutes[i].Latency = latencyOf(samples[i])
+		}
+		sum.Latency = latencyOf(every)
+		for i, gs := range groups {
+			out := make([]cmdqtype.GroupCounts, 0, len(gs))
+			for _, g := range gs {
+				g.Latency = latencyOf(g.samples)
+				out = append(out, g.GroupCounts)
+			}
+			slices.SortFunc(out, func(a, b cmdqtype.GroupCounts) int {
+				ea, eb := a.Completed+a.Failed+a.Poisoned, b.Completed+b.Failed+b.Poisoned
+				if ea != eb {
+					return eb - ea
+				}
+				if a.Commands != b.Commands {
+					return b.Commands - a.Commands
+				}
+				return strings.Compare(a.Name, b.Name)
+			})
+			if i == 0 {
+				sum.ByType = out
+			} else {
+				sum.ByQueue = out
+			}
+		}
 	}
 	if q.Newest {
 		sort.Slice(all, func(i, j int) bool {
@@ -469,6 +664,20 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 	out.Commands = all[offset:end]
 	if end < len(all) {
 		out.Continuation = strconv.Itoa(end)
+	}
+	for _, st := range out.Commands {
+		if p, ok := previews[st.ID]; ok {
+			if out.Params == nil {
+				out.Params = map[string]string{}
+			}
+			out.Params[st.ID] = p
+		}
+		if t, ok := started[st.ID]; ok {
+			if out.Started == nil {
+				out.Started = map[string]time.Time{}
+			}
+			out.Started[st.ID] = t
+		}
 	}
 	return out, nil
 }

@@ -180,6 +180,11 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				rep.Scanned++
 				st, _ := row.Properties["Status"].(string)
 				upd, _ := row.Properties["UpdatedAt"].(time.Time)
+				if run, _ := row.Properties["RunAt"].(time.Time); run.After(upd) {
+					// A scheduled command waits for its time, not for a
+					// processor: it is stale only a grace after it.
+					upd = run
+				}
 				if cmdqtype.State(st) != cmdqtype.StatePending || now().Sub(upd) < pendingGrace || seen[row.PartitionKey] {
 					continue
 				}
@@ -188,7 +193,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 					errs = append(errs, err)
 					continue
 				}
-				if rec.Status.State != cmdqtype.StatePending {
+				if rec.Status.State != cmdqtype.StatePending || now().Sub(rec.Status.RunAt) < pendingGrace {
 					continue
 				}
 				// The conditional requeued batch claims the command (and moves

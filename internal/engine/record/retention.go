@@ -303,6 +303,13 @@ func expiry(pol RetentionPolicy, e storage.Entity) (at time.Time, final, ok bool
 	return timeProp(e, "UpdatedAt").Add(keep), true, true
 }
 
+// scheduledBeyond reports whether command row e is pending with a run-at
+// time more than waitSlack after now: it outlives its day table.
+func scheduledBeyond(e storage.Entity, now time.Time) bool {
+	run := timeProp(e, "RunAt")
+	return cmdqtype.State(str(e, "Status")) == cmdqtype.StatePending && run.Sub(now) > waitSlack
+}
+
 func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, now time.Time, rep *SweepReport) error {
 	tb, err := s.tables.table(ctx, name)
 	if errors.Is(err, storage.ErrNotFound) {
@@ -317,6 +324,11 @@ func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, 
 	_, err = eachCommandRow(ctx, tb, rep, func(e storage.Entity) {
 		at, final, ok := expiry(pol, e)
 		switch {
+		case !final && scheduledBeyond(e, now):
+			// A command scheduled further ahead than a sweep waits for:
+			// moved to the base table like a poisoned one, so that its
+			// day table does not wait months for it.
+			keep = append(keep, e)
 		case !final:
 			pinned++
 		case !ok || at.Sub(now) > waitSlack:

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -111,6 +113,15 @@ type NewCommand struct {
 	Queue string
 	// IssuedAt is the issue time (zero = now); stored in UTC, millisecond precision.
 	IssuedAt time.Time
+	// RunAt, when not zero, is the run-at time the command was issued
+	// with (UTC, millisecond precision): it starts no earlier.
+	RunAt time.Time
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that issued the command ("" = none): stored on the command row
+	// (properties TraceParent and TraceState, written only when set) and
+	// carried by the issue's own message, so that every attempt's span
+	// joins the issuing trace.
+	TraceParent, TraceState string
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -142,6 +153,9 @@ type Record struct {
 	// deleted only once the command is final, so a delivery of another
 	// message for a started command is a duplicate (see Own).
 	Owner string
+	// TraceParent and TraceState are the W3C trace context the command
+	// was issued in ("" = none; see NewCommand).
+	TraceParent, TraceState string
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see Names.TableOf).
@@ -407,18 +421,22 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		issued = s.nowUTC()
 	}
 	// One map, sized for the command's properties and the projection's.
-	props := make(map[string]any, 5+len(chunks)+projectionPropCount)
+	props := make(map[string]any, 7+len(chunks)+projectionPropCount)
 	props["Type"] = c.Type
 	props["ParamsHash"] = HashParams(params)
 	props["IssuedAt"] = issued
 	props["CorrelationID"] = c.CorrelationID
 	props["Queue"] = queue
+	if !c.RunAt.IsZero() {
+		c.RunAt = ms(c.RunAt)
+	}
+	putTrace(props, c.TraceParent, c.TraceState)
 	for i, ch := range chunks {
 		props[paramsProp(i)] = ch
 	}
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
-	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue}
-	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued}
+	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
+	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: c.RunAt}
 	Apply(&st, ev)
 	wid := newWriteID()
 	putProjection(props, &st, 0, "", 1, wid)
@@ -433,6 +451,19 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		{Kind: storage.OpInsert, Entity: eventEntity(c.ID, ev, wid)},
 	}
 	return ops, nil
+}
+
+// putTrace writes the command's trace context into the command row's
+// properties: TraceParent and TraceState, each only when set (a command
+// issued outside a trace adds nothing to its row).
+func putTrace(props map[string]any, parent, state string) {
+	if parent == "" {
+		return
+	}
+	props["TraceParent"] = parent
+	if state != "" {
+		props["TraceState"] = state
+	}
 }
 
 // newWriteID returns a random write ID (16 hex digits).
@@ -452,7 +483,7 @@ func projectionProps(st *cmdqtype.Status, settled int, owner string, seq int64, 
 }
 
 // projectionPropCount is the number of properties putProjection writes.
-const projectionPropCount = 11
+const projectionPropCount = 12
 
 // putProjection writes the projection's properties into props.
 func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) {
@@ -467,6 +498,16 @@ func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner
 	props["UpdatedAt"] = ms(st.UpdatedAt)
 	props["Worker"] = truncate(st.Worker, MaxTextUnits)
 	props["EventSeq"] = seq
+	if !st.RunAt.IsZero() {
+		// Written only once set (a command issued without a run-at time
+		// that never failed has none); it changes but is never cleared.
+		props["RunAt"] = ms(st.RunAt)
+	}
+	if st.State == cmdqtype.StateCompleted && len(st.Output) > 0 {
+		// The completing attempt's recorded output (Run.SetOutput), in
+		// the final batch: only a completed command has one.
+		props["Output"] = string(st.Output)
+	}
 }
 
 // projectionUpdate returns the Merge update of rec's command row to
@@ -489,6 +530,7 @@ func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner strin
 		"CorrelationID": rec.CorrelationID,
 		"Queue":         rec.Queue,
 	}}
+	putTrace(full.Properties, rec.TraceParent, rec.TraceState)
 	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
 	for i, ch := range chunks {
 		full.Properties[paramsProp(i)] = ch
@@ -509,7 +551,7 @@ func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner strin
 }
 
 func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
-	return storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+	ent := storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
 		"WriteID": writeID,
 		"Kind":    string(e.Kind),
 		"Time":    ms(e.Time),
@@ -524,6 +566,10 @@ func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
 		// a GUID; the embedded store: a UUID).
 		"MessageID": truncate(e.MessageID, MaxTextUnits),
 	}}
+	if !e.RunAt.IsZero() {
+		ent.Properties["RunAt"] = ms(e.RunAt)
+	}
+	return ent
 }
 
 // eventWho is what an event row's Worker property holds: the processor of
@@ -689,7 +735,52 @@ func decodeStatus(e storage.Entity) cmdqtype.Status {
 		Worker:        str(e, "Worker"),
 		CorrelationID: str(e, "CorrelationID"),
 		Queue:         str(e, "Queue"),
+		RunAt:         timeProp(e, "RunAt"),
+		Output:        outputProp(e),
+		TraceID:       TraceIDOf(str(e, "TraceParent")),
 	}
+}
+
+// TraceIDOf returns the trace ID of a W3C traceparent
+// ("00-<32 hex trace ID>-<16 hex span ID>-<flags>"), or "" for anything
+// else.
+func TraceIDOf(traceParent string) string {
+	if len(traceParent) < 55 || traceParent[2] != '-' || traceParent[35] != '-' {
+		return ""
+	}
+	return traceParent[3:35]
+}
+
+// outputProp reads the recorded output of a completed command ("" when
+// none).
+func outputProp(e storage.Entity) cmdqtype.JSON {
+	return cmdqtype.JSON(str(e, "Output"))
+}
+
+// OutputFits returns nil when output fits in rec's command row beside its
+// parameters (one entity holds about 1 MiB: parameters near the largest
+// leave less room than cmdqtype.MaxOutputBytes), else an error wrapping
+// cmdqtype.ErrOutputTooLarge that says how much room there is.
+func OutputFits(rec *Record, output []byte) error {
+	if len(output) == 0 {
+		return nil
+	}
+	st := rec.Status
+	st.State, st.Output = cmdqtype.StateCompleted, cmdqtype.JSON(output)
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+		"Type": rec.Type, "ParamsHash": rec.ParamsHash, "IssuedAt": rec.IssuedAt,
+		"CorrelationID": rec.CorrelationID, "Queue": rec.Queue,
+	}}
+	putTrace(row.Properties, rec.TraceParent, rec.TraceState)
+	chunks, _ := splitParams(string(rec.Params))
+	for i, ch := range chunks {
+		row.Properties[paramsProp(i)] = ch
+	}
+	putProjection(row.Properties, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef")
+	if over := storage.EntitySize(row) - storage.MaxEntityBytes; over > 0 {
+		return fmt.Errorf("%w: the output of %d bytes does not fit in command %s's row beside its %d bytes of parameters (%d bytes over what one entity holds); record a smaller output", cmdqtype.ErrOutputTooLarge, len(output), rec.ID, len(rec.Params), over)
+	}
+	return nil
 }
 
 func decodeRecord(e storage.Entity) *Record {
@@ -702,15 +793,17 @@ func decodeRecord(e storage.Entity) *Record {
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:     decodeStatus(e),
-		Params:     params,
-		ParamsHash: str(e, "ParamsHash"),
-		IssuedAt:   timeProp(e, "IssuedAt"),
-		ETag:       e.ETag,
-		EventSeq:   intProp(e, "EventSeq"),
-		Settled:    settledProp(e),
-		Owner:      str(e, "Owner"),
-		WriteID:    str(e, "WriteID"),
+		Status:      decodeStatus(e),
+		Params:      params,
+		ParamsHash:  str(e, "ParamsHash"),
+		IssuedAt:    timeProp(e, "IssuedAt"),
+		ETag:        e.ETag,
+		EventSeq:    intProp(e, "EventSeq"),
+		Settled:     settledProp(e),
+		Owner:       str(e, "Owner"),
+		WriteID:     str(e, "WriteID"),
+		TraceParent: str(e, "TraceParent"),
+		TraceState:  str(e, "TraceState"),
 	}
 }
 
@@ -960,15 +1053,31 @@ func etagOrAny(etag string) string {
 
 func poisonEntity(p cmdqtype.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
-		"CommandID":    p.CommandID,
-		"Type":         p.Type,
-		"DequeueCount": p.DequeueCount,
-		"Reason":       truncate(p.Reason, MaxTextUnits),
-		"LastError":    truncate(p.LastError, MaxTextUnits),
-		"PoisonedAt":   ms(p.PoisonedAt),
-		"Queue":        p.Queue,
-		"Worker":       truncate(p.Worker, MaxTextUnits),
+		"CommandID":     p.CommandID,
+		"Type":          p.Type,
+		"DequeueCount":  p.DequeueCount,
+		"Reason":        truncate(p.Reason, MaxTextUnits),
+		"LastError":     truncate(p.LastError, MaxTextUnits),
+		"PoisonedAt":    ms(p.PoisonedAt),
+		"Queue":         p.Queue,
+		"Worker":        truncate(p.Worker, MaxTextUnits),
+		"Attempts":      int32(p.Attempts),
+		"ParamsPreview": p.ParamsPreview,
 	}}
+}
+
+// paramsPreview returns the start of compact JSON params, at most
+// cmdqtype.PoisonParamsPreview bytes, cut at a character boundary (with
+// "…" when cut).
+func paramsPreview(params []byte) string {
+	if len(params) <= cmdqtype.PoisonParamsPreview {
+		return strings.ToValidUTF8(string(params), "")
+	}
+	cut := params[:cmdqtype.PoisonParamsPreview-len("…")]
+	for len(cut) > 0 && !utf8.Valid(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return string(cut) + "…"
 }
 
 func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
@@ -977,14 +1086,16 @@ func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
 		id = e.PartitionKey
 	}
 	return cmdqtype.PoisonEntry{
-		CommandID:    id,
-		Type:         str(e, "Type"),
-		DequeueCount: intProp(e, "DequeueCount"),
-		Reason:       str(e, "Reason"),
-		LastError:    str(e, "LastError"),
-		PoisonedAt:   timeProp(e, "PoisonedAt"),
-		Queue:        str(e, "Queue"),
-		Worker:       str(e, "Worker"),
+		CommandID:     id,
+		Type:          str(e, "Type"),
+		DequeueCount:  intProp(e, "DequeueCount"),
+		Reason:        str(e, "Reason"),
+		LastError:     str(e, "LastError"),
+		PoisonedAt:    timeProp(e, "PoisonedAt"),
+		Queue:         str(e, "Queue"),
+		Worker:        str(e, "Worker"),
+		Attempts:      int(intProp(e, "Attempts")),
+		ParamsPreview: str(e, "ParamsPreview"),
 	}
 }
 
@@ -1016,6 +1127,17 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 	entry.PoisonedAt = ms(entry.PoisonedAt)
 	if err := checkFinal(rec, append(append([]cmdqtype.Event(nil), events...), cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
 		return err // before the entry is written: a final command gets none
+	}
+	// The attempts as the command will say once poisoned, and the start of
+	// its parameters: what the poison list shows without reading the
+	// commands.
+	proj := rec.Status
+	for _, e := range events {
+		Apply(&proj, e)
+	}
+	entry.Attempts = proj.Attempts
+	if entry.ParamsPreview == "" {
+		entry.ParamsPreview = paramsPreview(rec.Params)
 	}
 	if entry.LastError == "" {
 		for _, e := range events {

@@ -54,6 +54,27 @@ type Options struct {
 	// MaxConcurrency, when above 0, is the most handlers of the type one
 	// processor runs at once. Defaults to the declared cap, else 0: none.
 	MaxConcurrency int
+	// Middleware wraps the type's handler, inside the registry's own
+	// (Registry.Use): the first is the outermost. Default none.
+	Middleware []Middleware
+}
+
+// Middleware wraps one attempt's handler: it sees the decoded command
+// (cmd) and the attempt (run), and calls next to go on down the chain (to
+// the next middleware, the last to the handler) with the context the rest
+// should see. It may refuse (return an error without calling next:
+// Permanent poisons, any other error is retried), add to the context, and
+// observe or replace the result next returns.
+type Middleware func(ctx context.Context, cmd any, run *Run, next func(ctx context.Context) error) error
+
+// chain runs cmd through mws and then handler (mws[0] outermost).
+func chain(ctx context.Context, mws []Middleware, cmd any, run *Run, handler func(ctx context.Context) error) error {
+	if len(mws) == 0 {
+		return handler(ctx)
+	}
+	return mws[0](ctx, cmd, run, func(ctx context.Context) error {
+		return chain(ctx, mws[1:], cmd, run, handler)
+	})
 }
 
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
@@ -93,6 +114,34 @@ func (d *Definition) Handled() bool { return d.invoke != nil }
 type Registry struct {
 	mu   sync.RWMutex
 	defs map[string]*Definition
+	mws  []Middleware // Use: around every type's handler
+}
+
+// Use appends middleware that wraps every registered type's handler,
+// outside each type's own (Options.Middleware): the first added is the
+// outermost. Add it before the processor starts.
+func (r *Registry) Use(mws ...Middleware) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range mws {
+		if m != nil {
+			r.mws = append(r.mws, m)
+		}
+	}
+}
+
+// middleware returns the chain around d's handler: the registry's, then
+// d's own.
+func (r *Registry) middleware(d *Definition) []Middleware {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.mws) == 0 {
+		return d.Middleware
+	}
+	if len(d.Middleware) == 0 {
+		return r.mws
+	}
+	return append(append(make([]Middleware, 0, len(r.mws)+len(d.Middleware)), r.mws...), d.Middleware...)
 }
 
 // NewRegistry returns an empty registry.

@@ -220,11 +220,26 @@ func (r *Registry) CheckParams(cmdType string, params []byte) error {
 // Failure: *DecodeError.
 func (d *Definition) Decode(params []byte) (any, error) { return d.decode(params) }
 
-// Invoke decodes params and runs the handler. A decode failure returns a
-// *DecodeError without running it; a declared type without a handler gives
-// ErrUnknownType. A panic in the handler is not recovered here (the
-// processor recovers it and records the stack).
+// Invoke decodes params and runs the handler inside the type's middleware
+// (see Invoke of Registry); without the registry's. A decode failure
+// returns a *DecodeError without running it; a declared type without a
+// handler gives ErrUnknownType. A panic in the handler is not recovered
+// here (the processor recovers it and records the stack).
 func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error {
+	return d.invokeWith(ctx, d.Middleware, params, run)
+}
+
+// Invoke decodes params and runs d's handler inside the middleware chain:
+// the registry's (Use), then d's own (Options.Middleware), the first of
+// each the outermost. A decode failure returns a *DecodeError before any
+// middleware runs; a declared type without a handler gives ErrUnknownType.
+// A panic in a middleware or the handler is not recovered here (the
+// processor recovers it and records the stack).
+func (r *Registry) Invoke(ctx context.Context, d *Definition, params []byte, run *Run) error {
+	return d.invokeWith(ctx, r.middleware(d), params, run)
+}
+
+func (d *Definition) invokeWith(ctx context.Context, mws []Middleware, params []byte, run *Run) error {
 	if d.invoke == nil {
 		return fmt.Errorf("%w: %s is only declared here", ErrUnknownType, d.Type)
 	}
@@ -232,7 +247,10 @@ func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error 
 	if err != nil {
 		return err
 	}
-	return d.invoke(ctx, cmd, run)
+	if len(mws) == 0 {
+		return d.invoke(ctx, cmd, run)
+	}
+	return chain(ctx, mws, cmd, run, func(ctx context.Context) error { return d.invoke(ctx, cmd, run) })
 }
 
 // WithDefaults returns o with zero fields set to their defaults (Queue

@@ -1,7 +1,10 @@
 package registry
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -21,6 +24,13 @@ type RunInfo struct {
 	// Record persists a completed step (a step_completed event) before
 	// CompleteStep returns. nil: steps are only kept in memory.
 	Record func(ctx context.Context, step int, note string) error
+	// Queue is the command's logical queue.
+	Queue string
+	// CorrelationID is the command's correlation ID ("" = none).
+	CorrelationID string
+	// TraceParent and TraceState are the W3C trace context the command was
+	// issued in ("" = none); TraceID is its trace ID.
+	TraceParent, TraceState, TraceID string
 }
 
 // Run is one attempt of one command, handed to the handler.
@@ -28,6 +38,152 @@ type Run struct {
 	info RunInfo
 	mu   sync.Mutex
 	last int
+
+	output    []byte   // SetOutput's JSON
+	outputErr error    // SetOutput's last failure (the attempt fails with it)
+	traceID   [16]byte // the attempt span's trace ID (SetTraceID); zero: none
+	onEnd     []func(Outcome)
+	ended     bool
+}
+
+// The outcomes of an attempt (Outcome.Kind): what the processor recorded
+// once the handler (and its middleware) returned.
+const (
+	// OutcomeCompleted: the completion is stored.
+	OutcomeCompleted = "completed"
+	// OutcomeRetrying: the failure is stored; the command is retried after
+	// its retry delay.
+	OutcomeRetrying = "retrying"
+	// OutcomePoisoned: the command moved to the poison table (a permanent
+	// error, undecodable params, or the last attempt the ceiling allows).
+	OutcomePoisoned = "poisoned"
+	// OutcomeLeaseLost: the lease ended while the handler ran (lost, or
+	// not renewed): another delivery runs the command.
+	OutcomeLeaseLost = "lease_lost"
+	// OutcomeCancelled: the command was cancelled while the handler ran.
+	OutcomeCancelled = "cancelled"
+	// OutcomeSuperseded: the command finished elsewhere, or another
+	// delivery took it over, while the handler ran: nothing was recorded.
+	OutcomeSuperseded = "superseded"
+	// OutcomeInterrupted: the processor stopped (drain timeout, RunFor's
+	// end) while the handler ran: the message is released or reappears.
+	OutcomeInterrupted = "interrupted"
+	// OutcomeUnrecorded: storage failed while the outcome was written:
+	// the message reappears when its lease ends and the command runs
+	// again.
+	OutcomeUnrecorded = "unrecorded"
+)
+
+// Outcome is what became of an attempt (Run.OnEnd).
+type Outcome struct {
+	// Kind is one of the Outcome* constants.
+	Kind string
+	// Err is the attempt's error (the handler's, or what failed it: an
+	// output too large, a write's failure); nil for a completion.
+	Err error
+}
+
+// OnEnd registers f to be called once the attempt's outcome is recorded
+// (or known not to be): after every middleware and the handler returned,
+// on the processor's goroutine. Middleware that started something for the
+// attempt (a trace span) ends it there. Callbacks run in the order they
+// were registered; after End they run at once.
+func (r *Run) OnEnd(f func(Outcome)) {
+	r.mu.Lock()
+	if !r.ended {
+		r.onEnd = append(r.onEnd, f)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	f(Outcome{})
+}
+
+// End reports the attempt's outcome to the OnEnd callbacks (once; later
+// calls do nothing). The processor calls it for every attempt whose
+// handler it invoked.
+func (r *Run) End(o Outcome) {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return
+	}
+	r.ended = true
+	fs := r.onEnd
+	r.onEnd = nil
+	r.mu.Unlock()
+	for _, f := range fs {
+		f(o)
+	}
+}
+
+// Queue returns the command's logical queue.
+func (r *Run) Queue() string { return r.info.Queue }
+
+// CorrelationID returns the command's correlation ID ("" = none).
+func (r *Run) CorrelationID() string { return r.info.CorrelationID }
+
+// Trace returns the W3C trace context the command was issued in ("" =
+// none).
+func (r *Run) Trace() (traceParent, traceState string) { return r.info.TraceParent, r.info.TraceState }
+
+// SetTraceID records the trace ID of the attempt's span (tracing
+// middleware), for the processor's log lines about the attempt.
+func (r *Run) SetTraceID(id [16]byte) {
+	r.mu.Lock()
+	r.traceID = id
+	r.mu.Unlock()
+}
+
+// TraceID returns the trace ID of the attempt's span (SetTraceID), else
+// the issuing trace's (RunInfo.TraceID), else "".
+func (r *Run) TraceID() string {
+	r.mu.Lock()
+	id := r.traceID
+	r.mu.Unlock()
+	if id != ([16]byte{}) {
+		return hex.EncodeToString(id[:])
+	}
+	return r.info.TraceID
+}
+
+// SetOutput records v's JSON encoding as the attempt's output, stored with
+// the command's completion (at most cmdqtype.MaxOutputBytes of compact
+// JSON). Called again, the last value wins. An error (cmdqtype.ErrInvalidOutput,
+// cmdqtype.ErrOutputTooLarge) is returned and remembered: the attempt then
+// fails with it even if the handler returns nil; a later successful call
+// clears it.
+func (r *Run) SetOutput(v any) error {
+	b, err := json.Marshal(v)
+	if err == nil && !json.Valid(b) {
+		err = fmt.Errorf("not valid JSON")
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: command %s (%s): %v; record a value json.Marshal accepts", cmdqtype.ErrInvalidOutput, r.info.ID, r.info.Type, err)
+	} else {
+		var buf bytes.Buffer
+		_ = json.Compact(&buf, b) // valid: checked above
+		b = buf.Bytes()
+		if len(b) > cmdqtype.MaxOutputBytes {
+			err = fmt.Errorf("%w: command %s (%s) recorded %d bytes of JSON output; the limit is %d bytes (cmdq.MaxOutputBytes): record a reference (an ID, a URL) to a larger result instead", cmdqtype.ErrOutputTooLarge, r.info.ID, r.info.Type, len(b), cmdqtype.MaxOutputBytes)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.outputErr = err
+		return err
+	}
+	r.output, r.outputErr = b, nil
+	return nil
+}
+
+// Output returns the recorded output (nil: none) and the error of the last
+// SetOutput that failed since the last that succeeded.
+func (r *Run) Output() ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.output, r.outputErr
 }
 
 // NewRun returns a Run (used by the processor, and by tests calling handlers

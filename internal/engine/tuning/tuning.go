@@ -24,10 +24,19 @@ type Switches struct {
 	// how long a cancel of a young pending command waits for other
 	// processes' processors (tests shorten it).
 	ControlInterval time.Duration
+	// HopHorizon, when above 0, replaces storage.MaxVisibility (7 days)
+	// as the longest visibility delay of a message, for the Client's
+	// Issuer, its operator actions and its processor: a command scheduled
+	// further ahead hops every HopHorizon (tests of the 8-day case use
+	// seconds).
+	HopHorizon time.Duration
 	// BeforeCancelWrite, when set, is called by Client.Cancel after it
 	// loaded the command and before it writes the cancelled event (tests
 	// let another write land in between).
 	BeforeCancelWrite func(id string)
+	// Now, when set, is the periodic scheduler's clock (and
+	// ListPeriodic's): tests move it to make ticks be missed.
+	Now func() time.Time
 }
 
 // NewClient is cmdq.New with switches: it returns a *cmdq.Client (set by

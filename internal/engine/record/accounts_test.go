@@ -1,0 +1,147 @@
+package record_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/azure"
+	"github.com/cmdq-dev/cmdq/storage/multi"
+)
+
+// keep lends a store to a multi store without letting it close it.
+type keep struct{ storage.Store }
+
+func (keep) Close() error { return nil }
+
+// TestAccountAddedOldCommands: commands issued on two accounts (Azurite
+// instances) before a third is added (from three days later) are read,
+// requeued (the message goes to the command's own account) and swept by
+// the deployment with three accounts: the expired day table is dropped
+// from every account.
+func TestAccountAddedOldCommands(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	var raw []storage.Store
+	for _, cs := range azurite.ConnectionStrings(t, 3) {
+		st, err := azure.Open(ctx, azure.Config{ConnectionString: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		raw = append(raw, st)
+	}
+	members := func(n int, from time.Time) *multi.Store {
+		var ms []multi.Member
+		for i := range n {
+			m := multi.Member{Name: fmt.Sprintf("account %d", i), Store: keep{raw[i]}}
+			if i == 2 {
+				m.From = from
+			}
+			ms = append(ms, m)
+		}
+		s, err := multi.New(ms, multi.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	prefix := fmt.Sprintf("acc%d", time.Now().UnixNano()%1e9)
+	names := record.Names{Prefix: prefix}
+	c := newClock(day0)
+	before := members(2, time.Time{})
+	r1, err := record.OpenReader(ctx, before, names, record.Options{Now: c.now}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []string
+	for range 8 {
+		id := issueAt(t, r1.Store, c, "demo.Done")
+		complete(t, r1.Store, id)
+		done = append(done, id)
+	}
+	poisoned := issueAt(t, r1.Store, c, "demo.Bad")
+	poison(t, r1.Store, poisoned)
+	pending := issueAt(t, r1.Store, c, "demo.Wait")
+	if err := r1.Enqueue(ctx, pending, "demo.Wait", cmdqtype.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+
+	after := members(3, day0.Truncate(day).Add(3*day))
+	r2, err := record.OpenReader(ctx, after, names, record.Options{Now: c.now}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read: every command where it was, one account each.
+	for _, id := range append([]string{poisoned, pending}, done...) {
+		if a, b := before.MemberOf(id), after.MemberOf(id); a != b {
+			t.Fatalf("command %s moved from account %d to %d", id, a, b)
+		}
+		if _, err := r2.Get(ctx, id); err != nil {
+			t.Fatalf("Get %s after the account was added: %v", id, err)
+		}
+	}
+	if _, err := r2.GetPoison(ctx, poisoned); err != nil {
+		t.Fatalf("GetPoison after the account was added: %v", err)
+	}
+	// Requeue: the command is pending again and its message is in its own
+	// account, beside the pending command's.
+	if err := r2.Requeue(ctx, poisoned, "test:op"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := after.Queue(ctx, names.Queue(cmdqtype.DefaultQueue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Dequeue(ctx, 32, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, m := range ms {
+		env, err := record.ParseEnvelope(m.Text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _, _ := strings.Cut(m.ID, ":")
+		if acc, _ := strconv.Atoi(k); acc != after.MemberOf(env.ID) {
+			t.Fatalf("message of %s is in account %d, its rows in account %d", env.ID, acc, after.MemberOf(env.ID))
+		}
+		got[env.ID] = true
+		if err := q.Delete(ctx, m.ID, m.PopReceipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !got[poisoned] || !got[pending] || len(ms) != 2 {
+		t.Fatalf("messages after the requeue: %v, want the requeued and the pending command's", got)
+	}
+	complete(t, r2.Store, poisoned)
+	complete(t, r2.Store, pending)
+	// Sweep, past the retention: the day table goes from every account.
+	table := names.TableOf(pending)
+	c.add(10 * day)
+	rep, err := r2.Store.Sweep(ctx, record.SweepOptions{})
+	if err != nil || !slices.Contains(rep.Dropped, table) {
+		t.Fatalf("sweep: %+v, %v; want %s dropped", rep, err, table)
+	}
+	for i, st := range raw {
+		tables, err := st.Tables(ctx, names.CommandsTable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(tables, table) {
+			t.Errorf("account %d still has %s after the sweep", i, table)
+		}
+	}
+	if _, err := r2.Get(ctx, done[0]); !errors.Is(err, cmdqtype.ErrExpired) {
+		t.Fatalf("Get after the sweep: %v, want ErrExpired", err)
+	}
+}

@@ -1,0 +1,109 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// PeriodicPartition holds the periodic schedules' rows in the base
+// commands table (data layout, docs/lifecycle.md "Periodic commands"): one
+// row per schedule name that a process ever ran, RowKey = the name;
+// properties Spec, Type, Queue, CatchUp, Since (when the schedule, with
+// this spec, was first stored: no tick before it is issued), UpdatedAt and
+// UpdatedBy (the last process that stored it). Ticks write nothing here: a
+// tick's command ID derives from the name and the tick time. A query of
+// this one partition lists every schedule (GET /v1/periodic).
+const PeriodicPartition = "~periodic"
+
+// Schedule is one periodic schedule's row.
+type Schedule struct {
+	Name      string
+	Spec      string
+	Type      string
+	Queue     string
+	CatchUp   int
+	Since     time.Time
+	UpdatedAt time.Time
+	UpdatedBy string
+}
+
+func decodeSchedule(e storage.Entity) Schedule {
+	return Schedule{Name: e.RowKey, Spec: str(e, "Spec"), Type: str(e, "Type"), Queue: str(e, "Queue"),
+		CatchUp: int(intProp(e, "CatchUp")), Since: timeProp(e, "Since"), UpdatedAt: timeProp(e, "UpdatedAt"), UpdatedBy: str(e, "UpdatedBy")}
+}
+
+func (sc Schedule) entity() storage.Entity {
+	return storage.Entity{PartitionKey: PeriodicPartition, RowKey: sc.Name, Properties: map[string]any{
+		"Spec": sc.Spec, "Type": sc.Type, "Queue": sc.Queue, "CatchUp": int64(sc.CatchUp),
+		"Since": sc.Since, "UpdatedAt": sc.UpdatedAt, "UpdatedBy": truncate(sc.UpdatedBy, MaxTextUnits),
+	}}
+}
+
+// ReadSchedules reads every periodic schedule's row: one query of
+// PeriodicPartition (one request per 1000 schedules).
+func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
+	var out []Schedule
+	q := storage.Query{PartitionKey: PeriodicPartition, Top: 1000}
+	for {
+		page, err := s.commands.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: read the periodic schedules: %w", err)
+		}
+		for _, e := range page.Entities {
+			out = append(out, decodeSchedule(e))
+		}
+		if page.Continuation == "" {
+			return out, nil
+		}
+		q.Continuation = page.Continuation
+	}
+}
+
+// StoreSchedule stores schedule sc as a process that runs it sees it
+// (sc.Since, UpdatedAt and UpdatedBy are set here) and returns the row as
+// stored. Cost: one point read; plus one insert the first time, or one
+// update when the spec, type, queue or catch-up changed (a changed spec
+// starts Since anew: ticks of the old spec are not caught up). Nothing is
+// written when the stored row already says the same. Processes racing to
+// insert the same new row read the winner's.
+func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Schedule, error) {
+	for try := 0; ; try++ {
+		e, err := s.commands.Get(ctx, PeriodicPartition, sc.Name)
+		now := s.nowUTC()
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			sc.Since, sc.UpdatedAt, sc.UpdatedBy = now, now, by
+			_, err = s.commands.Insert(ctx, sc.entity())
+			if errors.Is(err, storage.ErrExists) && try < 2 {
+				continue // another process stored it first: read its row
+			}
+			if err != nil {
+				return Schedule{}, fmt.Errorf("cmdq: store periodic schedule %s: %w", sc.Name, err)
+			}
+			return sc, nil
+		case err != nil:
+			return Schedule{}, fmt.Errorf("cmdq: read periodic schedule %s: %w", sc.Name, err)
+		}
+		old := decodeSchedule(e)
+		if old.Spec == sc.Spec && old.Type == sc.Type && old.Queue == sc.Queue && old.CatchUp == sc.CatchUp {
+			return old, nil
+		}
+		sc.Since = old.Since
+		if old.Spec != sc.Spec || sc.Since.IsZero() {
+			sc.Since = now
+		}
+		sc.UpdatedAt, sc.UpdatedBy = now, by
+		_, err = s.commands.Update(ctx, sc.entity(), storage.Replace, e.ETag)
+		if errors.Is(err, storage.ErrConflict) && try < 2 {
+			continue // another process changed it meanwhile: decide again
+		}
+		if err != nil {
+			return Schedule{}, fmt.Errorf("cmdq: store periodic schedule %s: %w", sc.Name, err)
+		}
+		return sc, nil
+	}
+}

@@ -1,0 +1,340 @@
+package cmdq
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+)
+
+// PeriodicOption adjusts one periodic schedule (Periodic).
+type PeriodicOption func(*periodicOptions)
+
+type periodicOptions struct {
+	catchUp int
+}
+
+// CatchUp sets how many ticks missed while no process ran the schedule a
+// start issues: the latest n of them, from the schedule's first
+// registration and at most two days back (the start of the day
+// IssueWindowPastDays before today, UTC). 1 to MaxCatchUp (100), or
+// NoCatchUp (-1) for none. Defaults to DefaultCatchUp (1): the latest
+// missed tick only. Each tick the catch-up looks at costs what an issue
+// costs (two calls on Azure: a batch and an enqueue for a missed tick, a
+// failed batch and a point read for one that exists).
+func CatchUp(n int) PeriodicOption { return func(o *periodicOptions) { o.catchUp = n } }
+
+// schedule is one periodic schedule registered on the Client.
+type schedule struct {
+	name, spec  string
+	sched       periodic.Schedule
+	cmd         Command
+	typ, queue  string
+	catchUp     int
+	since       time.Time // from the stored row (Start)
+	sinceLoaded bool
+}
+
+// Periodic registers a periodic command: the Client issues cmd at every
+// tick of spec while it processes (Start until Stop, Run, and RunFor
+// during its time box). spec is a cron expression of five fields (minute
+// hour day-of-month month day-of-week) or six (seconds first), in UTC
+// unless it starts with CRON_TZ=Zone; a descriptor (@yearly, @monthly,
+// @weekly, @daily, @hourly); or an interval, "@every D" (D at least 1 s,
+// ticking at the multiples of D since the zero time, UTC: "@every 2s" at
+// every even second, "@every 1h" on the hour). The cron syntax is
+// robfig/cron/v3's.
+//
+// Every process that registers the same name may issue the tick, and
+// exactly one command exists per tick however many do, with no leader: the
+// tick's command ID derives from the name and the tick time (a day ID of
+// the tick's day), so the issues collapse on the ID as a unique key's do
+// (Result.Duplicate), whatever their parameters. Its correlation ID is
+// "periodic:NAME@TICK" (TICK in RFC 3339, UTC). Ticks missed while no
+// process ran the schedule are issued on start, up to CatchUp (default:
+// the latest one only). Each process stores the schedule on start (its
+// row in partition ~periodic: one point read, plus one write the first
+// time or when it changed) so that ListPeriodic and GET /v1/periodic show
+// it everywhere. A tick costs each process one issue: two storage calls
+// on Azure (a batch and an enqueue for the first process, a failed batch
+// and a point read for the others); nothing polls in between
+// (docs/lifecycle.md, "Periodic commands").
+//
+// name follows the command type naming rule (1-128 characters: a letter,
+// then letters, digits, '.', '_' or '-'). Register every schedule before
+// Start (ErrStarted after). A malformed spec or name, a nil command, a
+// bad option or a name registered twice fail with ErrInvalidSchedule.
+func (c *Client) Periodic(name, spec string, cmd Command, opts ...PeriodicOption) error {
+	if err := c.editable(); err != nil {
+		return err
+	}
+	if err := cmdqtype.ValidateType(name); err != nil {
+		return fmt.Errorf("%w: name %q: a schedule name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (such as \"reports.nightly\")", ErrInvalidSchedule, name, cmdqtype.MaxPeriodicNameLength)
+	}
+	sched, err := periodic.Parse(spec)
+	if err != nil {
+		return fmt.Errorf("periodic %s: %w", name, err)
+	}
+	if cmd == nil {
+		return fmt.Errorf("%w: periodic %s has a nil command", ErrInvalidSchedule, name)
+	}
+	typ := cmd.CommandType()
+	if err := cmdqtype.ValidateType(typ); err != nil {
+		return fmt.Errorf("%w: periodic %s: %w", ErrInvalidSchedule, name, err)
+	}
+	o := periodicOptions{catchUp: cmdqtype.DefaultCatchUp}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.catchUp != cmdqtype.NoCatchUp && (o.catchUp < 1 || o.catchUp > cmdqtype.MaxCatchUp) {
+		return fmt.Errorf("%w: periodic %s: CatchUp(%d); give 1 to %d, or NoCatchUp", ErrInvalidSchedule, name, o.catchUp, cmdqtype.MaxCatchUp)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.ContainsFunc(c.schedules, func(s *schedule) bool { return s.name == name }) {
+		return fmt.Errorf("%w: periodic %s is already registered", ErrInvalidSchedule, name)
+	}
+	c.schedules = append(c.schedules, &schedule{name: name, spec: spec, sched: sched, cmd: cmd, typ: typ,
+		queue: c.queueOf(cmd), catchUp: max(o.catchUp, 0)})
+	return nil
+}
+
+// queueOf returns the logical queue a command is issued to: its type's
+// registered or declared queue, else the one its Go type declares, else
+// DefaultQueue.
+func (c *Client) queueOf(cmd Command) string {
+	if q, ok := c.reg.QueueOf(cmd.CommandType()); ok && q != "" {
+		return q
+	}
+	return cmp.Or(issuer.Declared(cmd).Queue, cmdqtype.DefaultQueue)
+}
+
+// worker is the name of this process in stored rows: Config.Worker, else
+// "<hostname>-<pid>".
+func (c *Client) worker() string {
+	if c.cfg.Worker != "" {
+		return c.cfg.Worker
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "worker"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+// schedulerRun is a running periodic scheduler (Start, RunFor).
+type schedulerRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop ends the scheduler and waits for it (and its issues in flight).
+func (s *schedulerRun) stop() {
+	if s != nil {
+		s.cancel()
+		<-s.done
+	}
+}
+
+// prepareSchedules stores every registered schedule's row (docs: one
+// point read each, plus a write the first time or after a change) and
+// returns the scheduler's entries (nil without schedules).
+func (c *Client) prepareSchedules(ctx context.Context) ([]periodic.Entry, error) {
+	c.mu.Lock()
+	scheds := slices.Clone(c.schedules)
+	c.mu.Unlock()
+	if len(scheds) == 0 {
+		return nil, nil
+	}
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := c.worker()
+	entries := make([]periodic.Entry, 0, len(scheds))
+	for _, s := range scheds {
+		row, err := r.StoreSchedule(ctx, record.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		s.since, s.sinceLoaded = row.Since, true
+		c.mu.Unlock()
+		entries = append(entries, periodic.Entry{Name: s.name, Schedule: s.sched, CatchUp: s.catchUp, Since: row.Since,
+			Issue: func(ctx context.Context, id string, tick time.Time) error {
+				_, err := c.issuer().IssueDerived(ctx, s.cmd, id, tickCorrelation(s.name, tick))
+				return err
+			}})
+	}
+	return entries, nil
+}
+
+// tickCorrelation is a tick command's correlation ID.
+func tickCorrelation(name string, tick time.Time) string {
+	return "periodic:" + name + "@" + tick.UTC().Format(time.RFC3339Nano)
+}
+
+// catchUp issues the missed ticks of entries (one try each, all at once)
+// and returns the time it looked up to and the ticks that failed, for
+// runScheduler.
+func (c *Client) catchUp(ctx context.Context, entries []periodic.Entry) (caughtUp, error) {
+	if len(entries) == 0 {
+		return caughtUp{}, nil
+	}
+	start := c.now()
+	failed := periodic.CatchUp(ctx, entries, start, c.periodicOptions())
+	return caughtUp{entries: entries, start: start, failed: failed}, nil
+}
+
+// caughtUp is what catchUp did: the scheduler goes on from it.
+type caughtUp struct {
+	entries []periodic.Entry
+	start   time.Time
+	failed  []periodic.Tick
+}
+
+func (c *Client) periodicOptions() periodic.Options {
+	return periodic.Options{Logger: c.cfg.Logger, Now: c.now}
+}
+
+// runScheduler runs the scheduler from cu in the background until ctx
+// ends or the returned run is stopped (nil without schedules).
+func (c *Client) runScheduler(ctx context.Context, cu caughtUp) *schedulerRun {
+	if len(cu.entries) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	run := &schedulerRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(run.done)
+		periodic.Run(ctx, cu.entries, cu.start, cu.failed, c.periodicOptions())
+		c.mu.Lock()
+		if c.scheduler == run { // Start's context ended: Start may be called again
+			c.scheduler = nil
+		}
+		c.mu.Unlock()
+	}()
+	return run
+}
+
+// now is the periodic scheduler's clock.
+func (c *Client) now() time.Time {
+	if f := c.tune.Now; f != nil {
+		return f()
+	}
+	return time.Now()
+}
+
+// ListPeriodic returns every periodic schedule, sorted by name: those
+// stored by any process on the store (their rows in partition ~periodic)
+// and those registered on this Client (Local), each with its latest tick
+// at or before now since the schedule was first stored (its command's
+// state, or Missed) and its next tick. Cost: one query of the schedules'
+// rows and one point read per schedule with a latest tick (none for a
+// tick command read final before: Config.FinalCache).
+func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.ReadSchedules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*PeriodicInfo{}
+	for _, row := range rows {
+		byName[row.Name] = &PeriodicInfo{Name: row.Name, Spec: row.Spec, Type: row.Type, Queue: row.Queue, CatchUp: row.CatchUp,
+			Since: row.Since, UpdatedAt: row.UpdatedAt, UpdatedBy: row.UpdatedBy}
+	}
+	c.mu.Lock()
+	for _, s := range c.schedules {
+		info, ok := byName[s.name]
+		if !ok || info.Spec != s.spec {
+			// Not stored yet (before Start), or stored by another
+			// version: this process's is what it runs.
+			info = &PeriodicInfo{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}
+			if s.sinceLoaded {
+				info.Since = s.since
+			}
+			if ok {
+				info.Since, info.UpdatedAt, info.UpdatedBy = byName[s.name].Since, byName[s.name].UpdatedAt, byName[s.name].UpdatedBy
+			}
+			byName[s.name] = info
+		}
+		info.Local = true
+	}
+	c.mu.Unlock()
+	out := make([]PeriodicInfo, 0, len(byName))
+	now := c.now().UTC()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, info := range byName {
+		sched, err := periodic.Parse(info.Spec)
+		if err != nil {
+			info.Error = err.Error()
+			out = append(out, *info)
+			continue
+		}
+		info.NextTick = sched.Next(now)
+		after := info.Since
+		if after.IsZero() {
+			after = now.Add(-cmdqtype.CatchUpHorizonDays * 24 * time.Hour)
+		}
+		if t := periodic.Prev(sched, after, now); !t.IsZero() {
+			info.LastTick = &TickInfo{At: t, ID: record.TickID(info.Name, t)}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := c.Get(ctx, info.LastTick.ID)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					info.LastTick.State = st.State
+				case errors.Is(err, ErrNotFound):
+					info.LastTick.Missed = true
+				default:
+					errs = append(errs, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("cmdq: list periodic schedules: %w", err)
+	}
+	for _, info := range byName {
+		if info.Error == "" {
+			out = append(out, *info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// PeriodicNames returns the names of the periodic schedules registered on
+// the Client (Periodic), sorted.
+func (c *Client) PeriodicNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.schedules))
+	for _, s := range c.schedules {
+		out = append(out, s.name)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,159 @@
+package cmdq_test
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
+)
+
+// discardExporter is a span exporter that drops what it is given: the
+// SDK's whole cost (sampling, span building, the batch processor) without
+// a network.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// cpuTime returns the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The shape of BenchmarkTracingCost's runs.
+const (
+	traceBenchIssuers = 16   // goroutines issuing at once (as cmdq bench's burn-down)
+	traceBenchN       = 3000 // commands per run
+	traceBenchRounds  = 15   // pairs of runs (off and on)
+)
+
+// BenchmarkTracingCost compares the CPU time per command (the whole
+// process's user + system time) of issuing commands from 16 goroutines to
+// an in-process processor on the embedded store until all are completed,
+// with tracing off (the global no-op provider) and on (the SDK, every span
+// sampled, a batch processor on an exporter that drops them: two spans
+// per command, the issue's and the attempt's, and the trace context
+// stored with the command and carried by its message). Each
+// iteration runs 15 pairs of runs of 3,000 commands, each run on a fresh
+// store, the two runs of a pair back to back; it reports the median CPU
+// per command of each mode, the median of the pairs' ratios as the
+// overhead (robust to the load of the rest of the machine, which varies
+// from pair to pair) and the heap allocations per command
+// (docs/performance.md, "Tracing"):
+//
+//	go test -run '^$' -bench TracingCost -benchtime 1x .
+func BenchmarkTracingCost(b *testing.B) {
+	for range b.N {
+		var off, on, ratios []float64
+		var offAllocs, onAllocs float64
+		for i := range traceBenchRounds {
+			// Each pair runs back to back (the order alternating), so that
+			// both see the same load from the rest of the machine.
+			var cOff, cOn, aOff, aOn float64
+			if i%2 == 0 {
+				cOff, aOff = tracingRun(b, false)
+				cOn, aOn = tracingRun(b, true)
+			} else {
+				cOn, aOn = tracingRun(b, true)
+				cOff, aOff = tracingRun(b, false)
+			}
+			off, on, ratios = append(off, cOff), append(on, cOn), append(ratios, cOn/cOff)
+			offAllocs, onAllocs = offAllocs+aOff/traceBenchRounds, onAllocs+aOn/traceBenchRounds
+		}
+		b.Logf("CPU µs per command, off: %.1f, on: %.1f", off, on)
+		slices.Sort(off)
+		slices.Sort(on)
+		slices.Sort(ratios)
+		b.ReportMetric(off[len(off)/2], "off-cpu-µs/cmd")
+		b.ReportMetric(on[len(on)/2], "on-cpu-µs/cmd")
+		b.ReportMetric(100*(ratios[len(ratios)/2]-1), "overhead-%")
+		b.ReportMetric(offAllocs, "off-allocs/cmd")
+		b.ReportMetric(onAllocs, "on-allocs/cmd")
+	}
+}
+
+// tracingRun is one run of BenchmarkTracingCost; it returns the CPU time
+// per command in µs and the heap allocations per command.
+func tracingRun(b *testing.B, traced bool) (cpuMicros, allocs float64) {
+	b.Helper()
+	st, err := embedded.Open(filepath.Join(b.TempDir(), "cmdq-data"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	var completed atomic.Int64
+	done := make(chan struct{})
+	cfg := cmdq.Config{Worker: "bench", ReconcileInterval: cmdq.NoReconcile, Observers: []cmdq.Observer{cmdq.ObserverFunc(func(o cmdq.Observation) {
+		if o.Kind == cmdq.ObservedCompleted && completed.Add(1) == traceBenchN {
+			close(done)
+		}
+	})}}
+	// The caller makes no span of its own (its cost would be the
+	// caller's, not cmdq's): off, there is no trace at all; on, each
+	// command is a trace of cmdq's two spans.
+	caller := noop.NewTracerProvider().Tracer("web")
+	if traced {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		cfg.TracerProvider = tp
+	}
+	c, err := cmdq.New(st, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop(context.Background())
+	if _, err := c.Issue(ctx, greet{Name: "warm"}); err != nil { // opens the tables and queue
+		b.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mallocs := ms.Mallocs
+	cpu := cpuTime()
+	issue(b, c, caller)
+	<-done
+	cpuMicros = float64((cpuTime() - cpu).Microseconds()) / traceBenchN
+	runtime.ReadMemStats(&ms)
+	return cpuMicros, float64(ms.Mallocs-mallocs) / traceBenchN
+}
+
+// issue issues traceBenchN commands from traceBenchIssuers goroutines,
+// each in a span of caller (a no-op one: no span).
+func issue(b *testing.B, c *cmdq.Client, caller trace.Tracer) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for range traceBenchIssuers {
+		wg.Go(func() {
+			for next.Add(1) <= traceBenchN-1 { // the warm-up command is the last
+				sctx, span := caller.Start(ctx, "POST /greetings")
+				if _, err := c.Issue(sctx, greet{Name: "x"}); err != nil {
+					b.Error(err)
+					return
+				}
+				span.End()
+			}
+		})
+	}
+	wg.Wait()
+}
