@@ -163,6 +163,7 @@ func (f *logFlags) logger(w io.Writer) (zerolog.Logger, error) {
 // logTimeFormat is the time format of the logs' time field (and of every
 // time field they carry).
 const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // shardMap parses --shards (queue=N,...).
 func (f *storeFlags) shardMap() (map[string]int, error) {
 	if strings.TrimSpace(f.shards) == "" {
