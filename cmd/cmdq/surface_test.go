@@ -196,3 +196,17 @@ func TestOneTimeFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchSaysWhenDue: while status --watch waits on a retrying command,
+// it says when the next attempt is due (the failed event's due time, the
+// runAt that the processor records with a retry).
+func TestWatchSaysWhenDue(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, serveOpts{})
+	id := strings.TrimSpace(mustRun(t, nil, "send", "demo.fail", "--params", `{"times":1}`, "--server", p.URL).stdout)
+	r := mustRun(t, nil, "status", id, "--watch", "--server", p.URL)
+	due := regexp.MustCompile(`failed\s+attempt 1\s+due \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z`)
+	if !due.MatchString(r.stdout) || !strings.Contains(r.stdout, id+" completed (attempts 2)") {
+		t.Errorf("status --watch of a command that fails once:\n%s", r.stdout)
+	}
+}
