@@ -7,19 +7,20 @@ AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 # the module graph of programs that import cmdq.
 STATICCHECK_VERSION ?= v0.6.1
 
-.PHONY: test azurite browser lint unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
+.PHONY: test azurite browser lint openapi-tools openapi-client unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
 
 # ARTIFACTS is where tests leave files to look at: the browser test's
 # screenshots go to $(ARTIFACTS)/browser.
 ARTIFACTS ?= $(CURDIR)/artifacts
 
 # test installs Azurite from the pinned package-lock and Debian's Chromium if
-# missing, checks formatting, vet and staticcheck, runs every test with
+# missing, checks formatting, vet and staticcheck, generates a TypeScript
+# client from api/openapi.json and compiles a use of it (openapi-client), runs every test with
 # Azurite and Chromium required (a missing one fails, never skips), the
 # concurrent core again under the race detector, the fuzz smoke step, the
 # bench smoke step (storage operations per command) and the short form of
 # the reliability suite.
-test: azurite browser lint unit race fuzz-smoke bench-smoke chaos
+test: azurite browser lint openapi-client unit race fuzz-smoke bench-smoke chaos
 
 azurite: $(AZURITE_BIN)
 
@@ -37,6 +38,28 @@ lint:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# openapi-client checks api/openapi.json as a web front end uses it, with
+# tools pinned in tools/openapi-ts (npm ci from its package-lock, as
+# Azurite): openapi-typescript generates the client's types
+# (tools/openapi-ts/gen/cmdq.d.ts), tsc --noEmit compiles
+# tools/openapi-ts/src/client.ts (issue a command with params, read its
+# status) against them, and redocly lints the description with its
+# recommended rules, every warning an error (tools/openapi-ts/redocly.yaml;
+# no telemetry, no update check).
+OPENAPI_TS_DIR := tools/openapi-ts
+OPENAPI_TS_BIN := $(OPENAPI_TS_DIR)/node_modules/.bin
+
+openapi-tools: $(OPENAPI_TS_BIN)/openapi-typescript
+
+$(OPENAPI_TS_BIN)/openapi-typescript: $(OPENAPI_TS_DIR)/package.json $(OPENAPI_TS_DIR)/package-lock.json
+	npm ci --prefix $(OPENAPI_TS_DIR) --no-audit --no-fund
+	@touch $(OPENAPI_TS_BIN)/openapi-typescript
+
+openapi-client: openapi-tools
+	cd $(OPENAPI_TS_DIR) && ./node_modules/.bin/openapi-typescript ../../api/openapi.json -o gen/cmdq.d.ts
+	cd $(OPENAPI_TS_DIR) && ./node_modules/.bin/tsc -p tsconfig.json
+	cd $(OPENAPI_TS_DIR) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true ./node_modules/.bin/redocly lint --config redocly.yaml ../../api/openapi.json
 
 # unit runs every package's tests except the reliability suite, which runs
 # on its own (chaos) so that it does not share the CPU with them.

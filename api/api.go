@@ -280,7 +280,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison, /v1/queues and /v1/periodic (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
-	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger}), nil
+	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger,
+		MaxBodyBytes: cfg.MaxBodyBytes, TooLarge: tooLarge(cfg.MaxBodyBytes).Detail}), nil
 }
 
 // authorize checks the bearer token for need; on failure it writes the
@@ -291,9 +292,9 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (w
 
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
-		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10", quoteClip(id))))
+		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 (upper case is read as lower case)", quoteClip(id))))
 		return "", false
 	}
 	return id, true
@@ -411,7 +412,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			client.FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
 	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(client.ProblemTooLarge, clipText(trimPrefix(err))+"; store large data elsewhere and pass a reference",
+		writeProblem(w, r, newProblem(client.ProblemTooLarge, sentence(err, cmdqtype.ErrParamsTooLarge),
 			client.FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
@@ -422,8 +423,8 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, cmdqtype.ErrInvalidParams):
 		// The params do not decode into the type's Go type (the Issuer
 		// checks it for every type this process registers or declares).
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
-			client.FieldError{Pointer: "#/params", Detail: clipText(paramsDetail(err))}))
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, sentence(err, cmdqtype.ErrInvalidParams),
+			client.FieldError{Pointer: "#/params", Detail: paramsDetail(err)}))
 		return
 	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err))))
@@ -451,6 +452,23 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, client.IssueResponse{ID: res.ID, Status: st.State, Duplicate: res.Duplicate, RunAt: st.RunAt})
 }
 
+// sentence is err's message after its sentinel's text ("cmdq: params too
+// large: the params of …" → "The params of …."), as one sentence: capital
+// first letter, a full stop at the end. A message that does not start with
+// the sentinel's text is used whole, without a leading "cmdq: ".
+func sentence(err, sentinel error) string {
+	msg := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+	msg = strings.TrimPrefix(msg, "cmdq: ")
+	if msg == "" {
+		return msg
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}
+
 // trimPrefix drops a leading "cmdq: " from an error message shown to API
 // users.
 func trimPrefix(err error) string {
@@ -460,8 +478,8 @@ func trimPrefix(err error) string {
 // paramsDetail is the part of an ErrInvalidParams error after its
 // sentinel's text: what is wrong with the params.
 func paramsDetail(err error) string {
-	msg := trimPrefix(err)
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
+	msg := strings.TrimPrefix(err.Error(), cmdqtype.ErrInvalidParams.Error()+": ")
+	if i := strings.Index(msg, ": "); i >= 0 {
 		return msg[i+2:]
 	}
 	return msg
@@ -529,7 +547,16 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	resp := client.PoisonEntryResponse{PoisonEntry: e}
+	// The params (one more point read); an entry of a malformed message
+	// has no stored command, hence none.
+	if _, params, err := s.cfg.Client.GetParams(r.Context(), id); err == nil {
+		resp.Params = params
+	} else if !errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, storage.ErrNotFound) {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {

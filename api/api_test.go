@@ -186,7 +186,7 @@ func TestIssueInvalid(t *testing.T) {
 		{"params array", "application/json", `{"type":"A","params":[1]}`, 400, client.ProblemInvalidRequest, "#/params"},
 		{"params string", "application/json", `{"type":"A","params":"x"}`, 400, client.ProblemInvalidRequest, "#/params"},
 		{"id not uuid", "application/json", `{"type":"A","id":"42"}`, 400, client.ProblemInvalidRequest, "#/id"},
-		{"id uppercase", "application/json", `{"type":"A","id":"0B9F7A4E-3C1D-4E2A-9F61-2D8C5B7E4A10"}`, 400, client.ProblemInvalidRequest, "#/id"},
+		{"id not hex", "application/json", `{"type":"A","id":"0B9F7A4E-3C1D-4E2A-9F61-2D8C5B7E4A1G"}`, 400, client.ProblemInvalidRequest, "#/id"},
 		{"correlation too long", "application/json", `{"type":"A","correlationId":"` + strings.Repeat("x", 257) + `"}`, 400, client.ProblemInvalidRequest, "#/correlationId"},
 		{"over limit", "application/json", `{"type":"A","params":{"x":"` + strings.Repeat("x", 5000) + `"}}`, 413, client.ProblemTooLarge, ""},
 		{"text/plain", "text/plain", `{"type":"A"}`, 415, client.ProblemUnsupportedMediaType, ""},

@@ -86,7 +86,9 @@ func (s *server) runNow(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case errors.Is(err, cmdqtype.ErrNotWaiting):
-		writeProblem(w, r, newProblem(client.ProblemConflict, clipText(trimPrefix(err))+"; GET /v1/commands/{id} shows its state"))
+		// The record layer's sentence whole (it names the state), not cut
+		// mid-word.
+		writeProblem(w, r, newProblem(client.ProblemConflict, strings.TrimPrefix(err.Error(), cmdqtype.ErrNotWaiting.Error()+": ")+"; GET /v1/commands/{id} shows its state"))
 		return
 	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && st.ID != "":
 		// Due now and marked: the reconciler queues it (its old message

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,7 +45,10 @@ func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *c
 		if errors.As(err, &mbe) {
 			return client.IssueRequest{}, tooLarge(mbe.Limit)
 		}
-		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "reading the request body failed: "+err.Error())
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "the request body did not arrive within the request deadline; send the whole body at once")
+		}
+		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "reading the request body failed: "+clipText(err.Error()))
 	}
 	if int64(len(data)) > maxBytes {
 		return client.IssueRequest{}, tooLarge(maxBytes)
@@ -53,7 +57,7 @@ func DecodeIssueRequest(body io.Reader, maxBytes int64) (client.IssueRequest, *c
 }
 
 func tooLarge(limit int64) *client.Problem {
-	return newProblem(client.ProblemTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send smaller params (store large data elsewhere and pass a reference)", limit))
+	return newProblem(client.ProblemTooLarge, fmt.Sprintf("The request body is over the %d-byte limit: send smaller params (store large data elsewhere, such as a blob or a file, and pass a reference to it).", limit))
 }
 
 func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
@@ -68,6 +72,11 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, "the request body has data after the JSON object; send exactly one object")
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would store U+FFFD in their place: another text
+		// than the one sent.
+		return client.IssueRequest{}, notUTF8(data)
 	}
 	if p := checkKeys(data); p != nil {
 		return client.IssueRequest{}, p
@@ -98,6 +107,7 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		}
 	}
 	if req.ID != "" {
+		req.ID = cmdqtype.NormalizeID(req.ID)
 		if err := cmdqtype.ValidateID(req.ID); err != nil {
 			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
@@ -115,6 +125,21 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		return client.IssueRequest{}, newProblem(client.ProblemInvalidRequest, detail, errs...)
 	}
 	return req, nil
+}
+
+// notUTF8 is the 400 of a body (valid JSON) with bytes that are not UTF-8,
+// naming the top-level field that holds them.
+func notUTF8(data []byte) *client.Problem {
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(data, &fields)
+	for _, name := range issueFields {
+		if raw, ok := fields[name]; ok && !utf8.Valid(raw) {
+			return newProblem(client.ProblemInvalidRequest, name+" contains bytes that are not UTF-8; send UTF-8 JSON (binary data can travel base64-encoded)",
+				client.FieldError{Pointer: "#/" + name, Detail: "not UTF-8"})
+		}
+	}
+	return newProblem(client.ProblemInvalidRequest, "the request body contains bytes that are not UTF-8; send UTF-8 JSON",
+		client.FieldError{Pointer: "#", Detail: "not UTF-8"})
 }
 
 // checkUnique checks uniqueKey and uniqueWindow: both or neither, the key

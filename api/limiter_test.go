@@ -44,7 +44,8 @@ func (l *lockedBuffer) lines(msg string) []string {
 // TestFailedAuthLimited: failed bearer tokens are logged at warn, at most
 // once a minute per address, and after a burst of failures the address gets
 // 429 with Retry-After for a time that doubles with each further failure
-// (a valid token included: it is not even looked at). It moves the
+// (a valid token included: it is not even looked at). TestFailedAuthInARow
+// checks the count itself. It moves the
 // limiter's clock, so it does not run in parallel.
 func TestFailedAuthLimited(t *testing.T) {
 	now := time.Now()
@@ -68,8 +69,8 @@ func TestFailedAuthLimited(t *testing.T) {
 	if l := logs.lines("failed authentication"); len(l) != 1 || !strings.Contains(l[0], `"level":"warn"`) || strings.Contains(l[0], bad) {
 		t.Fatalf("after 3 failures, warn lines %q; want one, without the token", l)
 	}
-	// The fourth failure is over the burst: refused for 1 s, then 2 s, 4 s.
-	problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
+	// The burst is spent: the next request is refused for 1 s, and each
+	// further failure doubles it: 2 s, 4 s.
 	for i, wait := range []int{1, 2, 4} {
 		r := get(apitest.OperatorToken)
 		problem(t, r, http.StatusTooManyRequests, client.ProblemTooManyRequests)
@@ -77,9 +78,6 @@ func TestFailedAuthLimited(t *testing.T) {
 			t.Fatalf("refusal %d: Retry-After %q, want %d", i+1, ra, wait)
 		}
 		advance(time.Duration(wait) * time.Second)
-		if r := get(apitest.OperatorToken); r.code != http.StatusOK {
-			t.Fatalf("after the %d s refusal a valid token got %d %s", wait, r.code, r.body)
-		}
 		problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	// The dashboard counts and refuses the same address too.
@@ -107,10 +105,10 @@ func TestFailedAuthLimited(t *testing.T) {
 	}
 	// Failures are forgotten with time: after a quiet hour, a burst again.
 	advance(time.Hour)
-	for range 3 {
+	for range 2 {
 		problem(t, get(bad), http.StatusUnauthorized, client.ProblemUnauthorized)
 	}
 	if r := get(apitest.OperatorToken); r.code != http.StatusOK {
-		t.Fatalf("after a quiet hour and 3 failures: %d", r.code)
+		t.Fatalf("after a quiet hour and 2 failures: %d", r.code)
 	}
 }

@@ -66,13 +66,43 @@ func longLived(r *http.Request) bool {
 }
 
 // acceptsStream reports whether r's Accept header lists text/event-stream.
+//
+// The header's q-values count (RFC 9110, section 12.5.1): the stream is
+// chosen when text/event-stream is named with a q above 0 and at least the
+// q that application/json gets (from application/json, application/* or
+// */*, the most specific range that matches). So
+// "text/event-stream;q=0, application/json" gets JSON.
 func acceptsStream(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
-		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == eventStream {
-			return true
+	streamQ, jsonQ := -1.0, -1.0 // -1: not named
+	jsonSpec := -1               // specificity of the range jsonQ came from
+	for _, h := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(h, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if v, ok := params["q"]; ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil || f < 0 || f > 1 {
+					continue
+				}
+				q = f
+			}
+			switch mt {
+			case eventStream:
+				streamQ = max(streamQ, q)
+			case "application/json", "application/*", "*/*":
+				spec := map[string]int{"application/json": 2, "application/*": 1, "*/*": 0}[mt]
+				if spec > jsonSpec {
+					jsonQ, jsonSpec = q, spec
+				} else if spec == jsonSpec {
+					jsonQ = max(jsonQ, q)
+				}
+			}
 		}
 	}
-	return false
+	return streamQ > 0 && streamQ >= jsonQ
 }
 
 // storageCtx bounds the storage calls of a long-lived request as any

@@ -465,6 +465,14 @@ func (c *Remote) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry
 	return e, err
 }
 
+// GetPoisonParams returns one poison entry with the poisoned command's
+// parameters (GET /v1/poison/{id}).
+func (c *Remote) GetPoisonParams(ctx context.Context, id string) (PoisonEntryResponse, error) {
+	var e PoisonEntryResponse
+	_, err := c.do(ctx, http.MethodGet, "/v1/poison/"+url.PathEscape(id), nil, nil, &e)
+	return e, err
+}
+
 // Requeue puts a poisoned command back on its queue
 // (POST /v1/poison/{id}/requeue). A command that is not poisoned gives
 // ErrConflict.

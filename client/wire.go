@@ -188,6 +188,16 @@ type PeriodicResponse struct {
 	Periodic []cmdqtype.PeriodicInfo `json:"periodic"`
 }
 
+// PoisonEntryResponse is the body of GET /v1/poison/{id}: the entry and
+// the poisoned command's parameters.
+type PoisonEntryResponse struct {
+	cmdqtype.PoisonEntry
+	// Params is the command's parameters as stored (a JSON object);
+	// absent for the entry of a malformed message, which has no stored
+	// command.
+	Params json.RawMessage `json:"params,omitempty"`
+}
+
 // EventsResponse is the body of GET /v1/commands/{id}/events.
 type EventsResponse struct {
 	// ID is the command ID.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -220,6 +221,25 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %q; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", ErrInvalidID, id)
 	}
 	return nil
+}
+
+// NormalizeID returns id in the lowercase canonical form when it is a
+// canonical UUID written in upper or mixed case, and id unchanged
+// otherwise (ValidateID then says what is wrong with it). The HTTP API,
+// the console and the CLI take command IDs through it: one rule, upper
+// case accepted and meaning the same command.
+func NormalizeID(id string) string {
+	if len(id) != 36 {
+		return id
+	}
+	low := strings.ToLower(id)
+	if low == id {
+		return id
+	}
+	if u, err := uuid.Parse(low); err != nil || u.String() != low {
+		return id
+	}
+	return low
 }
 
 // Defaults of RetryPolicy.

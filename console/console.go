@@ -168,6 +168,11 @@ func NewAuthLimiter(burst int, log zerolog.Logger) *AuthLimiter {
 	return httpserve.NewLimiter(burst, log)
 }
 
+// maxFormBytes is the largest request body the console takes (its biggest
+// form, a bulk action on the poison list, stays under it): a request that
+// announces more gets 413 before its route runs.
+const maxFormBytes = 256 * 1024
+
 // New returns the console handler, which serves /ui and /ui/… (see the
 // package documentation for mounting it). It fails with the problems
 // Config.Validate finds.
@@ -195,7 +200,8 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	d.mount(mux)
-	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq console", Settings: set, Guard: d.guard, LongLived: liveFeed, Extra: cancelTime, Log: cfg.Logger}), nil
+	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq console", Settings: set, Guard: d.guard, LongLived: liveFeed, Extra: cancelTime, Log: cfg.Logger,
+		MaxBodyBytes: maxFormBytes}), nil
 }
 
 // Beside returns a handler that serves the console handler ui (New's) on

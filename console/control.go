@@ -80,7 +80,7 @@ func (d *dashboard) confirmCancel(w http.ResponseWriter, r *http.Request) {
 
 // commandID reads and checks {id}; on failure it writes a 400 page.
 func (d *dashboard) commandID(w http.ResponseWriter, r *http.Request, v viewer) (string, bool) {
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")

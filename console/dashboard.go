@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,6 +357,7 @@ func (d *dashboard) authenticate(w http.ResponseWriter, r *http.Request) (v view
 			d.errorPage(w, r, viewer{}, http.StatusUnauthorized, "Unauthorized", "The bearer token is not configured on this server.", "Check the token.")
 			return viewer{}, false, true
 		}
+		d.guard.Limiter.Succeeded(key)
 		return viewer{who: e.Who, roles: e.Roles, bearer: true}, true, false
 	}
 	c, err := r.Cookie(SessionCookieName)
@@ -433,12 +435,22 @@ func (d *dashboard) clearCookie(w http.ResponseWriter, r *http.Request) { d.setC
 // safeNext returns next if it is a dashboard page on this server, else the
 // overview (no open redirects).
 func (d *dashboard) safeNext(next string) string {
+	home := d.base + "/"
 	u, err := url.Parse(next)
-	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
-		!strings.HasPrefix(u.Path, d.base+"/") || strings.HasPrefix(u.Path, d.base+"/login") {
-		return d.base + "/"
+	if err != nil || len(next) > 2048 || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return home
 	}
-	return next
+	// The path as the browser will resolve it: decoded (%2e%2e is ..,
+	// %2F is /), dot segments removed. Only console pages qualify.
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && clean != "/" {
+		clean += "/"
+	}
+	if !strings.HasPrefix(clean, home) || clean == d.base+"/login" || strings.HasPrefix(clean, d.base+"/login/") {
+		return home
+	}
+	return (&url.URL{Path: clean, RawQuery: u.RawQuery}).String()
 }
 
 // ---- rendering ----
@@ -557,6 +569,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request) {
 			loginBody{Next: next, Error: "That token is not configured on this server. Check it and try again."}))
 		return
 	}
+	d.guard.Limiter.Succeeded(key)
 	if !httpserve.HasRole(e.Roles, RoleReader) {
 		d.render(w, r, http.StatusForbidden, "login", d.data(viewer{}, "Log in", "",
 			loginBody{Next: next, Error: fmt.Sprintf("That token has only %s; the dashboard needs a reader or operator token.", httpserve.RolesString(e.Roles))}))

@@ -42,7 +42,7 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 	if _, ok := d.require(w, r, RoleReader); !ok {
 		return
 	}
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		http.Error(w, "not a command ID", http.StatusBadRequest)
 		return

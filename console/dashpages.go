@@ -1,9 +1,7 @@
 package console
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
+	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -306,19 +305,11 @@ type commandBody struct {
 	OutputCut   bool
 }
 
-// shownJSON returns raw indented for a page, cut to maxParamsShown bytes
-// (cut reports it).
+// shownJSON returns raw (params or output, user data) laid out for a
+// page, with bounded work: at most maxParamsShown bytes, nesting past
+// jsonview.DefaultMaxDepth not indented further (cut reports a cut).
 func shownJSON(raw []byte) (shown string, cut bool) {
-	var buf bytes.Buffer
-	if json.Indent(&buf, raw, "", "  ") != nil {
-		buf.Reset()
-		buf.Write(raw)
-	}
-	shown = buf.String()
-	if len(shown) > maxParamsShown {
-		return strings.ToValidUTF8(shown[:maxParamsShown], ""), true
-	}
-	return shown, false
+	return jsonview.Indent(raw, maxParamsShown, jsonview.DefaultMaxDepth)
 }
 
 func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
@@ -326,7 +317,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if err := cmdqtype.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
@@ -345,15 +336,9 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	}
 	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0, Final: st.State.Final()}
 	if len(params) > 0 {
-		var buf bytes.Buffer
-		if json.Indent(&buf, params, "", "  ") != nil {
-			buf.Reset()
-			buf.Write(params)
-		}
-		b.Params = buf.String()
-		if len(b.Params) > maxParamsShown {
-			b.Params, b.ParamsCut = strings.ToValidUTF8(b.Params[:maxParamsShown], ""), true
-		}
+		// Bounded before it is done: at most maxParamsShown bytes laid out,
+		// nesting past jsonview.DefaultMaxDepth not indented further.
+		b.Params, b.ParamsCut = jsonview.Indent(params, maxParamsShown, jsonview.DefaultMaxDepth)
 	}
 	if st.Output != "" {
 		b.OutputBytes = len(st.Output)
@@ -449,7 +434,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		if !ok || !d.checkPost(w, r, v) {
 			return
 		}
-		id := r.PathValue("id")
+		id := cmdqtype.NormalizeID(r.PathValue("id"))
 		if !validPoisonID(id) {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 			return
@@ -529,7 +514,7 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
+	id := cmdqtype.NormalizeID(r.PathValue("id"))
 	if !validPoisonID(id) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 		return

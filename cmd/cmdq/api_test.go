@@ -138,7 +138,7 @@ func testAPI(t *testing.T, base string) {
 		{"not JSON content type", "POST", "/v1/commands", `{"type":"demo.echo"}`, []string{"Content-Type", "text/plain"}, 415, client.ProblemUnsupportedMediaType, ""},
 		{"body over the limit", "POST", "/v1/commands", big, nil, 413, client.ProblemTooLarge, ""},
 		{"GET malformed id", "GET", "/v1/commands/not-a-uuid", "", nil, 400, client.ProblemInvalidID, ""},
-		{"GET uppercase id", "GET", "/v1/commands/" + strings.ToUpper(unknown), "", nil, 400, client.ProblemInvalidID, ""},
+		{"GET uppercase id", "GET", "/v1/commands/" + strings.ToUpper(unknown), "", nil, 404, client.ProblemNotFound, ""},
 		{"GET unknown", "GET", "/v1/commands/" + unknown, "", nil, 404, client.ProblemNotFound, ""},
 		{"events malformed id", "GET", "/v1/commands/x/events", "", nil, 400, client.ProblemInvalidID, ""},
 		{"events unknown", "GET", "/v1/commands/" + unknown + "/events", "", nil, 404, client.ProblemNotFound, ""},

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -20,6 +22,7 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -41,7 +44,9 @@ type backend interface {
 	// event stream on a server, a watch of the store).
 	Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error)
 	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
-	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
+	// GetPoison returns a poison entry and its command's params (nil for
+	// the entry of a malformed message).
+	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error)
 	Requeue(ctx context.Context, id string) error
 	Discard(ctx context.Context, id string) error
 	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
@@ -56,13 +61,54 @@ type backend interface {
 	Close() error
 }
 
-// errNotFound prefixes both backends' not-found errors, so the CLI reports a
-// missing command or poison entry in the same words over HTTP and on a store.
-var errNotFound = errors.New("not found")
+// cliError is an error as the CLI prints it: one sentence in the CLI's
+// words (msg), wrapping the error it came from, so errors.Is still sees
+// the sentinels (cmdq.ErrNotFound, client.ErrConflict, …).
+type cliError struct {
+	msg string
+	err error
+}
 
-// errExpired prefixes both backends' errors for a command removed after its
-// retention (HTTP 410).
-var errExpired = errors.New("expired")
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// apiHints turns the API paths a server's problem detail points to into
+// the CLI commands that do the same.
+var apiHints = strings.NewReplacer(
+	"GET /v1/poison lists the poisoned commands", "`cmdq poison ls` lists the poisoned commands",
+	"GET /v1/commands/{id} shows its state", "`cmdq status ID` shows its state",
+	"DELETE /v1/poison/{id}", "`cmdq poison rm ID`",
+	"GET /v1/queues lists", "`cmdq queue ls` lists",
+	"a POST /v1/commands with the same id is safe to repeat", "`cmdq send` with the same --id is safe to repeat",
+	"GET /healthz shows the last fault", "the server's /healthz shows the last fault",
+)
+
+// problemText is what the CLI says about a server's problem: its detail,
+// then the field problems it does not already say, API paths turned into
+// CLI commands; no request line, no HTTP status.
+func problemText(p client.Problem) string {
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Title
+	}
+	for _, f := range p.Errors {
+		if f.Detail == "" || strings.Contains(msg, f.Detail) {
+			continue
+		}
+		msg += "; " + strings.TrimPrefix(f.Pointer, "#/") + ": " + f.Detail
+	}
+	if p.Status == http.StatusUnauthorized {
+		msg += "; give the CLI a token with --token or CMDQ_TOKEN"
+	}
+	return apiHints.Replace(msg)
+}
+
+// notFoundCommand and notFoundPoison are what both backends say about a
+// command or poison entry that does not exist.
+const (
+	notFoundCommand = "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"
+	notFoundPoison  = "no poison entry for this command ID; `cmdq poison ls` lists the poisoned commands"
+)
 
 // remoteFlags choose and reach the backend.
 type remoteFlags struct {
@@ -130,30 +176,26 @@ type httpBackend struct {
 }
 
 // wrap makes the client's errors read well after "cmdq: <what>: ": a
-// refused connection says what to check, other transport errors name the
-// request once, and not-found matches errNotFound.
+// server's problem is its detail in the CLI's words (problemText), a
+// refused connection says what to check (once), other transport errors
+// name the request once.
 func (b httpBackend) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, client.ErrGone) {
-		return fmt.Errorf("%w: %w", errExpired, err)
-	}
-	if errors.Is(err, cmdqtype.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errNotFound, err)
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return &cliError{msg: problemText(ce.Problem), err: err}
 	}
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("cannot reach %s (connection refused): is `cmdq serve` running there? Start it, or point to another server with --server URL or CMDQ_SERVER: %w", b.url, errConnRefused)
+		return &cliError{msg: fmt.Sprintf("cannot reach %s (connection refused): is `cmdq serve` running there? Start it, or point to another server with --server URL or CMDQ_SERVER", b.url), err: err}
 	}
 	return fmt.Errorf("%s %s: %w", strings.ToUpper(ue.Op), ue.URL, ue.Err)
 }
-
-// errConnRefused ends the message of a refused connection.
-var errConnRefused = errors.New("connection refused")
 
 func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
 	var opts []client.IssueOption
@@ -196,9 +238,9 @@ func (b httpBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cm
 	return p, b.wrap(err)
 }
 
-func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
-	p, err := b.c.GetPoison(ctx, id)
-	return p, b.wrap(err)
+func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
+	p, err := b.c.GetPoisonParams(ctx, id)
+	return p.PoisonEntry, p.Params, b.wrap(err)
 }
 
 func (b httpBackend) Requeue(ctx context.Context, id string) error {
@@ -217,12 +259,25 @@ type storeBackend struct {
 	by string
 }
 
+// wrapStore says a store's errors about a command in the words the
+// server's answers have (notFoundCommand).
 func wrapStore(err error) error {
 	if errors.Is(err, cmdqtype.ErrExpired) {
-		return fmt.Errorf("%w: %w", errExpired, err)
+		return err // it says when the command was issued and its retention
 	}
 	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errNotFound, err)
+		return &cliError{msg: notFoundCommand, err: err}
+	}
+	return err
+}
+
+// wrapStorePoison is wrapStore for a poison entry.
+func wrapStorePoison(err error) error {
+	if errors.Is(err, cmdqtype.ErrExpired) {
+		return err
+	}
+	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+		return &cliError{msg: notFoundPoison, err: err}
 	}
 	return err
 }
@@ -309,17 +364,27 @@ func (b *storeBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (
 	return b.c.ListPoison(ctx, q)
 }
 
-func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
 	p, err := b.c.GetPoison(ctx, id)
-	return p, wrapStore(err)
+	if err != nil {
+		return p, nil, wrapStorePoison(err)
+	}
+	if cmdqtype.ValidateID(id) != nil {
+		return p, nil, nil // a malformed message's entry: no stored command
+	}
+	_, params, err := b.c.GetParams(ctx, id)
+	if err != nil && !errors.Is(err, cmdqtype.ErrNotFound) {
+		return p, nil, err
+	}
+	return p, params, nil
 }
 
 func (b *storeBackend) Requeue(ctx context.Context, id string) error {
-	return wrapStore(b.c.Requeue(ctx, id, b.by))
+	return wrapStorePoison(b.c.Requeue(ctx, id, b.by))
 }
 
 func (b *storeBackend) Discard(ctx context.Context, id string) error {
-	return wrapStore(b.c.Discard(ctx, id, b.by))
+	return wrapStorePoison(b.c.Discard(ctx, id, b.by))
 }
 
 func (b *storeBackend) Close() error {
@@ -363,7 +428,8 @@ func newSendCmd() *cobra.Command {
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
 discarded or cancelled, and prints the final status; it exits 1 unless the command
-completed.
+completed. Ctrl-C ends the wait, not the command: it exits 130 and says how
+to follow the command.
 
 With --at TIME (RFC 3339, such as 2026-05-01T09:00:00Z) or --in DURATION
 (such as 90s or 2h30m) the command is scheduled: its status is scheduled
@@ -387,7 +453,7 @@ Examples:
 			if !json.Valid([]byte(params)) {
 				return fmt.Errorf("--params %q is not valid JSON; pass an object such as '{\"ms\":500}'", params)
 			}
-			raw := cmdqtype.Raw{ID: id, Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
+			raw := cmdqtype.Raw{ID: cmdqtype.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
 			if err := scheduleFlags(cmd, at, in, &raw); err != nil {
 				return err
 			}
@@ -414,6 +480,11 @@ Examples:
 				pr := newProgress(cmd.ErrOrStderr())
 				st, err := b.WaitSeen(ctx, gotID, pr.update)
 				pr.clear()
+				if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+					// Ctrl-C (or SIGTERM): only the wait ends.
+					return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: command %s goes on (it is stored and queued; stopping the wait does not stop it); follow it with `cmdq status %s --watch`, or stop it with `cmdq cancel %s`",
+						term(gotID), term(gotID), term(gotID))}
+				}
 				if err != nil && ctx.Err() != nil {
 					err = fmt.Errorf("waiting for %s (still %s): %w", gotID, st.State, ctx.Err())
 				} else if err != nil {
@@ -436,7 +507,7 @@ Examples:
 	}
 	f.add(c)
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
-	c.Flags().StringVar(&id, "id", "", "command ID, a lowercase UUID (default: a new one); sending the same ID, params and correlation ID again returns the existing command")
+	c.Flags().StringVar(&id, "id", "", "command ID, a UUID (upper case is read as lower case; default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
 	c.Flags().StringVar(&unique, "unique", "", "unique key: sending the same type and key again within --unique-window returns the first command (whatever the params) instead of a second one (default none)")
 	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
@@ -446,6 +517,10 @@ Examples:
 	c.Flags().DurationVar(&in, "in", 0, "schedule the command this long from now (such as 90s or 2h30m; default: now)")
 	return c
 }
+
+// exitInterrupted is the exit status of a wait ended by Ctrl-C (128 +
+// SIGINT, as shells report it).
+const exitInterrupted = 130
 
 // finalLine is the last line of `send --wait` and `status --watch`: the ID,
 // the state and the attempts (and the last step, for commands with steps).
@@ -478,7 +553,7 @@ completed, poisoned, discarded or cancelled.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			id := args[0]
+			id := cmdqtype.NormalizeID(args[0])
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				st, err := b.Get(ctx, id)
@@ -643,6 +718,7 @@ func newPoisonLsCmd() *cobra.Command {
 		f      remoteFlags
 		q      cmdqtype.PoisonQuery
 		asJSON bool
+		wide   bool
 	)
 	c := &cobra.Command{
 		Use:   "ls",
@@ -663,13 +739,18 @@ func newPoisonLsCmd() *cobra.Command {
 					fmt.Fprintln(out, "no poisoned commands")
 					return nil
 				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "COMMAND\tTYPE\tDEQUEUES\tPOISONED AT\tREASON\tLAST ERROR")
+				rows := [][]string{{"COMMAND", "TYPE", "DEQUEUES", "POISONED AT", "REASON", "LAST ERROR"}}
 				for _, e := range page.Entries {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", term(e.CommandID), term(e.Type), e.DequeueCount,
-						fmtTime(e.PoisonedAt), oneLine(term(e.Reason), 80), oneLine(term(e.LastError), 80))
+					typ, reason := oneLine(term(e.Type), 32), oneLine(term(e.Reason), 32)
+					if wide {
+						typ, reason = term(e.Type), oneLine(term(e.Reason), 1<<20)
+					}
+					rows = append(rows, []string{term(e.CommandID), typ, strconv.FormatInt(e.DequeueCount, 10),
+						fmtTime(e.PoisonedAt), reason, oneLine(term(e.LastError), 1<<20)})
 				}
-				_ = tw.Flush()
+				// On a narrow terminal the dequeue count, then the time,
+				// then the reason make room for the last error.
+				table(out, rows, columns(out), wide, []int{2, 3, 4}, 30)
 				if page.Continuation != "" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", term(page.Continuation))
 				}
@@ -682,6 +763,7 @@ func newPoisonLsCmd() *cobra.Command {
 	c.Flags().IntVar(&q.Limit, "limit", cmdqtype.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
+	c.Flags().BoolVar(&wide, "wide", false, "print every column whole (the last error is otherwise shortened to fit the terminal's width, or COLUMNS)")
 	return c
 }
 
@@ -706,14 +788,15 @@ func newPoisonShowCmd() *cobra.Command {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				p, err := b.GetPoison(ctx, args[0])
+				id := cmdqtype.NormalizeID(args[0])
+				p, params, err := b.GetPoison(ctx, id)
 				if err != nil {
-					return fmt.Errorf("poison entry %s: %w", args[0], err)
+					return fmt.Errorf("poison entry %s: %w", id, err)
 				}
 				if asJSON {
-					return writeJSON(out, p)
+					return writeJSON(out, client.PoisonEntryResponse{PoisonEntry: p, Params: params})
 				}
-				printPoison(out, p)
+				printPoison(out, p, params)
 				return nil
 			})
 		},
@@ -723,8 +806,13 @@ func newPoisonShowCmd() *cobra.Command {
 	return c
 }
 
-// printPoison prints one poison entry as labelled lines, with what to do next.
-func printPoison(w io.Writer, p cmdqtype.PoisonEntry) {
+// maxParamsPrinted is how many bytes of laid-out params poison show
+// prints (--json prints them whole).
+const maxParamsPrinted = 4096
+
+// printPoison prints one poison entry as labelled lines, its command's
+// params (laid out, bounded), and what to do next.
+func printPoison(w io.Writer, p cmdqtype.PoisonEntry, params json.RawMessage) {
 	pal := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
@@ -741,6 +829,18 @@ func printPoison(w io.Writer, p cmdqtype.PoisonEntry) {
 	}
 	_ = tw.Flush()
 	id := term(p.CommandID)
+	if len(params) > 0 {
+		laid, cutShort := jsonview.Indent(params, maxParamsPrinted, jsonview.DefaultMaxDepth)
+		head := "params"
+		if cutShort {
+			head = fmt.Sprintf("params (the first %d of %d bytes; `cmdq poison show %s --json` prints them whole)", len(laid), len(params), id)
+		}
+		fmt.Fprintf(w, "\n%s\n", head)
+		for _, line := range strings.Split(laid, "\n") {
+			// Each line escaped: params are an issuer's text.
+			fmt.Fprintf(w, "  %s\n", term(line))
+		}
+	}
 	fmt.Fprintf(w, "\nnext: cmdq status %s (its events) · cmdq poison requeue %s · cmdq poison rm %s\n", id, id, id)
 }
 
@@ -759,6 +859,7 @@ func newPoisonActionCmd(action string) *cobra.Command {
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
+					id = cmdqtype.NormalizeID(id)
 					var err error
 					if action == "rm" {
 						err = b.Discard(ctx, id)

@@ -60,7 +60,7 @@ func (b *storeBackend) ResumeQueue(ctx context.Context, name string) (cmdqtype.Q
 func (b *storeBackend) queueAction(ctx context.Context, name string, act func(ctx context.Context, name, by string) (cmdq.QueueInfo, error)) (cmdqtype.QueueInfo, error) {
 	q, err := act(ctx, name, b.by)
 	if errors.Is(err, cmdqtype.ErrUnknownQueue) {
-		return q, fmt.Errorf("%w: %w", errNotFound, err)
+		return q, &cliError{msg: fmt.Sprintf("no queue %q is known here; `cmdq queue ls` lists the queues", name), err: err}
 	}
 	if err != nil {
 		return q, err
@@ -90,6 +90,7 @@ processor must know of it first). It exits 1 if any cancel failed.
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
+					id = cmdqtype.NormalizeID(id)
 					r, err := b.Cancel(ctx, id)
 					if err != nil {
 						errs = append(errs, fmt.Errorf("cancel %s: %w", id, err))

@@ -67,7 +67,7 @@ func TestCLICancelAndQueues(t *testing.T) {
 			mustRun(t, env, "queue", "resume", "commands")
 			waitState(t, srv.URL, "", waiting, "completed", 30*time.Second)
 			r = runCmdq(t, 30*time.Second, env, "queue", "pause", "nobody-knows")
-			if r.code != 1 || !strings.Contains(r.stderr, "not found") {
+			if r.code != 1 || !strings.Contains(r.stderr, "no queue") || !strings.Contains(r.stderr, "cmdq queue ls") {
 				t.Fatalf("pause of an unknown queue: exit %d, stderr %q", r.code, r.stderr)
 			}
 		})

@@ -7,6 +7,8 @@ import (
 	"io"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/cmdq-dev/cmdq/internal/jsonview"
 )
 
 // What the CLI prints comes partly from issuers (correlation IDs, params in
@@ -130,16 +132,19 @@ func (s safeWriter) Write(p []byte) (int, error) {
 
 // writeJSON prints v as indented JSON in which every unsafe rune inside a
 // string is a \u escape (encoding/json leaves DEL, C1 controls and bidi
-// characters raw). The output is still the same JSON value.
+// characters raw). The output is still the same JSON value. The layout is
+// bounded (jsonview): values nested deeper than jsonview.DefaultMaxDepth
+// stay on their parent's line, so deeply nested params cost what their
+// size does.
 func writeJSON(w io.Writer, v any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	out := make([]byte, 0, buf.Len())
-	for p := buf.Bytes(); len(p) > 0; {
+	laid, _ := jsonview.Indent(buf.Bytes(), jsonview.Unlimited, jsonview.DefaultMaxDepth)
+	out := make([]byte, 0, len(laid)+1)
+	for p := []byte(laid + "\n"); len(p) > 0; {
 		r, n := utf8.DecodeRune(p)
 		if unsafeRune(r) && r != '\n' && r != '\t' {
 			out = append(out, `\u`...)

@@ -61,7 +61,7 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 			t.Errorf("status output has a forged line %q", l)
 		}
 	}
-	check("poison ls", mustRun(t, nil, append([]string{"poison", "ls"}, srv...)...), `reason `+shown)
+	check("poison ls", mustRun(t, nil, append([]string{"poison", "ls", "--wide"}, srv...)...), `reason `+shown)
 	check("poison show", mustRun(t, nil, append([]string{"poison", "show", id}, srv...)...), "reason       reason "+shown)
 	for _, args := range [][]string{{"poison", "show", id, "--json"}, {"status", id, "--json"}, {"poison", "ls", "--json"}} {
 		r := mustRun(t, nil, append(args, srv...)...)

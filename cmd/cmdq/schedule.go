@@ -82,6 +82,7 @@ the operator role.
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
+					id = cmdqtype.NormalizeID(id)
 					if _, err := b.RunNow(ctx, id); err != nil {
 						errs = append(errs, fmt.Errorf("run-now %s: %w", id, err))
 						continue

@@ -67,7 +67,7 @@ func TestCLIScheduled(t *testing.T) {
 			}
 			waitState(t, srv.URL, "", later, "completed", 30*time.Second)
 			r = runCmdq(t, 30*time.Second, env, "run-now", later, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c")
-			if r.code != 1 || !strings.Contains(r.stderr, "completed") || !strings.Contains(r.stderr, "not found") {
+			if r.code != 1 || !strings.Contains(r.stderr, "completed") || !strings.Contains(r.stderr, "no command with this ID") || strings.Contains(r.stderr, "…") {
 				t.Fatalf("run-now of a completed and an unknown command: exit %d, stderr %q", r.code, r.stderr)
 			}
 

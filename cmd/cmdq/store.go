@@ -153,8 +153,16 @@ func (f *logFlags) logger(w io.Writer) (zerolog.Logger, error) {
 	if console {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
+	// One time format everywhere: RFC 3339 in UTC to the millisecond, as
+	// the API, the console and the CLI print times.
+	zerolog.TimeFieldFormat = logTimeFormat
+	zerolog.TimestampFunc = func() time.Time { return time.Now().UTC() }
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
+
+// logTimeFormat is the time format of the logs' time field (and of every
+// time field they carry).
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // shardMap parses --shards (queue=N,...).
 func (f *storeFlags) shardMap() (map[string]int, error) {

@@ -180,7 +180,7 @@ func TestCLIExplainsWaitingCommand(t *testing.T) {
 
 // TestCLIErrorsReadOnce: a refused connection says to check that the server
 // runs and how to name another; other errors carry one "cmdq:" prefix and
-// name the request once.
+// say the server's problem once, without the request line.
 func TestCLIErrorsReadOnce(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -198,7 +198,7 @@ func TestCLIErrorsReadOnce(t *testing.T) {
 	}
 	srv := startServe(t, serveOpts{})
 	r := runCmdq(t, 20*time.Second, []string{"CMDQ_SERVER=" + srv.URL}, "send", "demo.nope")
-	if want := "cmdq: send demo.nope: POST " + srv.URL + "/v1/commands: 400 Invalid request: unknown command type \"demo.nope\""; r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "cmdq:") != 1 {
+	if want := "cmdq: send demo.nope: unknown command type \"demo.nope\""; r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "cmdq:") != 1 {
 		t.Errorf("send of an unknown type: exit %d %q\nwant it to start with %q", r.code, r.stderr, want)
 	}
 }

@@ -89,6 +89,7 @@ func (g *Guard) Authorize(w http.ResponseWriter, r *http.Request, need Role) (wh
 		WriteProblem(w, r, p)
 		return "", false
 	}
+	g.Limiter.Succeeded(key)
 	return who, true
 }
 

@@ -70,9 +70,10 @@ type authClient struct {
 }
 
 // Limiter counts failed authentications per client address (ClientKey)
-// and, after a burst of them, refuses the address for a time that doubles
-// with each further failure (1 s up to 5 minutes); one counted failure is
-// forgotten per minute without failures. It logs failures at warn, at most
+// and, after a burst of them in a row (a success starts the count again),
+// refuses the address for a time that doubles with each further failure (1
+// s up to 5 minutes); one counted failure is forgotten per minute without
+// failures. It logs failures at warn, at most
 // once a minute per address and once a second in all. One Limiter may
 // serve several handlers (the API and the console), so that failures at
 // either count together. It is safe for concurrent use.
@@ -157,7 +158,9 @@ func (l *Limiter) Failed(key, why string, r *http.Request) {
 	c.last = now
 	c.unlogged++
 	var block time.Duration
-	if over := int(c.failures+0.5) - l.burst; l.burst >= 0 && over > 0 {
+	// The burst-th failure in a row is the last one let through: the
+	// next request is refused.
+	if over := int(c.failures+0.5) - l.burst + 1; l.burst >= 0 && over > 0 {
 		block = authMaxBlock
 		if over <= 20 {
 			block = min(authFirstBlock<<(over-1), authMaxBlock)
@@ -181,6 +184,17 @@ func (l *Limiter) Failed(key, why string, r *http.Request) {
 	}
 	ev.Msg("cmdq: failed authentication")
 	c.logged, c.unlogged, l.lastLog, l.dropped = now, 0, now, 0
+}
+
+// Succeeded records a successful authentication of key: failures are
+// counted in a row, so the count starts again (a refusal in force is not
+// lifted; a refused address is not authenticated at all).
+func (l *Limiter) Succeeded(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.clients[key]; ok && !l.now().Before(c.blockedUntil) {
+		c.failures = 0
+	}
 }
 
 // makeRoom drops clients whose failures are forgotten and who are not

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -128,26 +130,68 @@ type Options struct {
 	Check func(w http.ResponseWriter, r *http.Request) bool
 	// Log receives request logs (debug) and panics (error).
 	Log zerolog.Logger
+	// MaxBodyBytes, when above 0, is the largest request body a route
+	// takes: a request that announces a longer one (Content-Length) and
+	// waits for 100 Continue (Expect: 100-continue) gets 413 before its
+	// route runs, and no 100 Continue.
+	MaxBodyBytes int64
+	// TooLarge is the detail of that 413 (default: a sentence naming the
+	// limit).
+	TooLarge string
 }
 
-// statusRecorder remembers the response status for the request log.
+// readGrace is how long after a request's deadline its connection may
+// still read the body: the handler's context ends first, so it answers
+// 503 (or 400) rather than meeting a read error.
+const readGrace = time.Second
+
+// refusedGrace is how long the rest of a refused request's body may take
+// to arrive before its connection is closed.
+const refusedGrace = time.Second
+
+// statusRecorder remembers the response status for the request log. When
+// a request is refused (status 400 or above) before its body was read to
+// the end, the rest of the body gets refusedGrace to arrive: net/http
+// reads it before answering, as slowly as the client sends it.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	body   *bodyTracker // nil: the request has no body
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
+		if code >= 400 && r.body != nil && !r.body.eof.Load() {
+			// What is left of the body gets refusedGrace to arrive
+			// (net/http reads it before answering, to keep the
+			// connection): a client sending at speed finishes and reads
+			// the answer; a slow one is cut off, with its connection.
+			_ = http.NewResponseController(r.ResponseWriter).SetReadDeadline(time.Now().Add(refusedGrace))
+		}
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
-		r.status = http.StatusOK
+		r.WriteHeader(http.StatusOK)
 	}
 	return r.ResponseWriter.Write(b)
+}
+
+// bodyTracker notes when a request body has been read to its end.
+type bodyTracker struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *bodyTracker) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
@@ -162,6 +206,10 @@ func Wrap(next http.Handler, o Options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
+		if HasBody(r) {
+			rec.body = &bodyTracker{ReadCloser: r.Body}
+			r.Body = rec.body
+		}
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if o.LongLived == nil || !o.LongLived(r) {
 			d := o.Settings.RequestTimeout
@@ -171,6 +219,14 @@ func Wrap(next http.Handler, o Options) http.Handler {
 			ctx, cancel = context.WithTimeout(ctx, d)
 		}
 		defer cancel()
+		if o.LongLived == nil || !o.LongLived(r) {
+			// Reading the body is bounded like the rest of the request
+			// (the http.Server's ReadTimeout may be far longer, or none):
+			// a slow body (slowloris) ends with the deadline, and so
+			// does the connection. Long-lived requests set their own.
+			d, _ := ctx.Deadline()
+			_ = http.NewResponseController(w).SetReadDeadline(d.Add(readGrace))
+		}
 		r = r.WithContext(storage.WithCallBudget(ctx, o.Settings.StorageTryTimeout, o.Settings.StorageMaxRetries))
 		defer func() {
 			if v := recover(); v != nil {
@@ -190,8 +246,43 @@ func Wrap(next http.Handler, o Options) http.Handler {
 		if !o.Guard.CheckHost(rec, r) || (o.Check != nil && !o.Check(rec, r)) {
 			return
 		}
+		if p := checkContentEncoding(rec, r); p != nil {
+			WriteProblem(rec, r, p)
+			return
+		}
+		if o.MaxBodyBytes > 0 && r.ContentLength > o.MaxBodyBytes && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			// The client waits for 100 Continue before it sends the
+			// body: it gets the 413 instead. (A client that sends its body
+			// at once has it read up to the limit by the route, and then
+			// gets the 413, rather than a connection closed under it.)
+			detail := o.TooLarge
+			if detail == "" {
+				detail = fmt.Sprintf("The request body is %d bytes, over the %d-byte limit; send a smaller one.", r.ContentLength, o.MaxBodyBytes)
+			}
+			WriteProblem(rec, r, NewProblem(client.ProblemTooLarge, detail))
+			return
+		}
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// checkContentEncoding refuses (415, with Accept-Encoding: identity, RFC
+// 9110 section 15.5.16) a body with a Content-Encoding other than
+// identity: no route decodes one, and read as it is, a body labelled gzip
+// would be taken for plain JSON.
+func checkContentEncoding(w http.ResponseWriter, r *http.Request) *client.Problem {
+	if !HasBody(r) {
+		return nil
+	}
+	for _, h := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(h, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return NewProblem(client.ProblemUnsupportedMediaType, fmt.Sprintf("Content-Encoding %s is not supported; send the body uncompressed, without a Content-Encoding header", QuoteClip(c)))
+			}
+		}
+	}
+	return nil
 }
 
 // NewRef returns a short random reference that ties an answer to its log

@@ -283,6 +283,24 @@ func (s *Spec) CheckComponent(name string, header http.Header, body []byte) erro
 	return s.checkResponse("components.responses."+name, s.deref(r), header, body)
 }
 
+// CheckSchema validates a JSON body against components.schemas[name] (for
+// answers that belong to no operation, such as a 405 Problem).
+func (s *Spec) CheckSchema(name string, body []byte) error {
+	if _, err := s.resolve("#/components/schemas/" + name); err != nil {
+		return err
+	}
+	var val any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&val); err != nil {
+		return fmt.Errorf("components.schemas.%s: body is not JSON: %w", name, err)
+	}
+	if errs := s.validate(map[string]any{"$ref": "#/components/schemas/" + name}, val, "body"); len(errs) > 0 {
+		return fmt.Errorf("components.schemas.%s: the body does not match:\n  %s\nbody: %.600s", name, strings.Join(errs, "\n  "), body)
+	}
+	return nil
+}
+
 func (s *Spec) checkResponse(where string, r map[string]any, header http.Header, body []byte) error {
 	if hs, ok := r["headers"].(map[string]any); ok {
 		for name, hv := range hs {

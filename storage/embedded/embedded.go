@@ -89,6 +89,8 @@ type Store struct {
 	fs   *countingFS
 	// guard records the manifest's synced size (manifest.go).
 	guard *manifestGuard
+	// wal records the live write-ahead log files (walguard.go).
+	wal *walGuard
 	// names is the property name dictionary of the entity records
 	// (codec.go).
 	names *names
@@ -162,6 +164,9 @@ func (s *Store) Close() error {
 	err := s.db.Close()
 	if err == nil && s.guard != nil {
 		s.guard.record()
+	}
+	if err == nil && s.wal != nil {
+		s.wal.closed()
 	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr

@@ -147,7 +147,8 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	}
 	logger := &quietLogger{dir: dir}
 	guard := &manifestGuard{dir: dir}
-	fs := &countingFS{FS: vfs.Default, prefill: int64(o.MemTableSize) + 1<<20}
+	wal := newWALGuard(dir)
+	fs := &countingFS{FS: vfs.Default, prefill: int64(o.MemTableSize) + 1<<20, wal: wal}
 	if o.wrapFS != nil {
 		fs.FS = o.wrapFS(fs.FS)
 	}
@@ -206,6 +207,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		if err := guard.check(); err != nil {
 			return nil, err
 		}
+		if err := wal.check(); err != nil {
+			return nil, err
+		}
 	}
 	if exists && !o.SkipVerify {
 		// Before the engine opens (and its compactions start reading).
@@ -260,6 +264,7 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	}
 	guard.record()
 	s.guard = guard
+	s.wal = wal
 	s.startSweeper()
 	return s, nil
 }
@@ -303,7 +308,7 @@ func checkDir(dir string) (exists bool, format int, err error) {
 		switch {
 		case name == markerFile:
 			hasMarker = true
-		case name == manifestGuardFile, name == manifestGuardFile+".tmp":
+		case name == manifestGuardFile, name == manifestGuardFile+".tmp", name == walGuardFile, name == walGuardFile+".tmp":
 		case name == "LOCK":
 		case name == creatingFile:
 			creating = true
@@ -489,7 +494,8 @@ func (l *quietLogger) once(key, format string, args ...any) {
 // tells the engine how long to hold the next sync.
 type countingFS struct {
 	vfs.FS
-	prefill int64 // bytes of zeros written into each new log file
+	wal     *walGuard // records the log files (walguard.go)
+	prefill int64     // bytes of zeros written into each new log file
 	syncs   atomic.Uint64
 	busy    atomic.Int64
 	waiting atomic.Int64 // writes applied and waiting for their sync
@@ -536,7 +542,23 @@ func (fs *countingFS) Create(name string, category vfs.DiskWriteCategory) (vfs.F
 			return nil, err
 		}
 	}
+	if err == nil && fs.wal != nil && strings.HasSuffix(name, ".log") {
+		if err := fs.wal.added(name); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
 	return fs.wrap(f, name, err)
+}
+
+// Remove takes a log file out of the record before deleting it.
+func (fs *countingFS) Remove(name string) error {
+	if fs.wal != nil && strings.HasSuffix(name, ".log") {
+		if err := fs.wal.removing(name); err != nil {
+			return err
+		}
+	}
+	return fs.FS.Remove(name)
 }
 
 func prefill(f vfs.File, size int64) error {
@@ -549,8 +571,21 @@ func prefill(f vfs.File, size int64) error {
 	return f.SyncData()
 }
 
+// ReuseForWrite recycles an obsolete log file as a new one: the old name
+// leaves the record before, the new one enters it after.
 func (fs *countingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.wal != nil {
+		if err := fs.wal.removing(oldname); err != nil {
+			return nil, err
+		}
+	}
 	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	if err == nil && fs.wal != nil && strings.HasSuffix(newname, ".log") {
+		if err := fs.wal.added(newname); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
 	return fs.wrap(f, newname, err)
 }
 

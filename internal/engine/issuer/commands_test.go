@@ -274,7 +274,7 @@ func TestIssueRejectsBadInput(t *testing.T) {
 			{cmdqtype.Raw{Type: "ok", ID: "NOT-A-UUID"}, cmdqtype.ErrInvalidID, "UUID"},
 			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, cmdqtype.ErrInvalidParams, "JSON"},
 			{cmdqtype.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, cmdqtype.ErrInvalidParams, "256"},
-			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, cmdqtype.ErrParamsTooLarge, "limit is 1000 bytes"},
+			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, cmdqtype.ErrParamsTooLarge, "over the 1000-byte limit"},
 		}
 		for _, c := range cases {
 			_, err := is.IssueRaw(ctx, c.raw)

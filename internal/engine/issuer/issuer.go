@@ -308,6 +308,9 @@ func encode(cmd Command, opts []IssueOption) (cmdqtype.Raw, string, error) {
 
 // IssueRaw stores and enqueues a command given as type and JSON parameters,
 // routed by IssuerOptions.Routes (else cmdqtype.DefaultQueue).
+// passReference ends the error of params over a limit: what to do instead.
+const passReference = "store large data elsewhere (a blob, a file) and pass a reference to it in the params"
+
 // Errors: cmdqtype.ErrInvalidType, cmdqtype.ErrInvalidID, cmdqtype.ErrInvalidParams, cmdqtype.ErrParamsTooLarge,
 // cmdqtype.ErrIDConflict, cmdqtype.ErrEnqueueFailed (the command is stored, durably marked and
 // accepted; cmdqtype.Result.ID is valid and the reconciler enqueues it),
@@ -542,7 +545,7 @@ func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (
 		params = buf.Bytes()
 	}
 	if len(params) > i.opts.MaxParamsBytes {
-		return record.NewCommand{}, fmt.Errorf("%w: params of %s are %d bytes of JSON; the limit is %d bytes (store large data elsewhere and pass a reference)", cmdqtype.ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes)
+		return record.NewCommand{}, fmt.Errorf("%w: the params of %s are %d bytes of JSON, over the %d-byte limit: %s", cmdqtype.ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes, passReference)
 	}
 	if !typed && i.opts.Routes != nil {
 		// Issued by type name: the params must decode into the type's Go
@@ -616,7 +619,10 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		}
 		return res, nil
 	case errors.Is(err, record.ErrParamsTooLarge):
-		return cmdqtype.Result{}, fmt.Errorf("%w: %w", cmdqtype.ErrParamsTooLarge, err)
+		// One sentence, without the storage layer's words (it wraps
+		// storage.ErrTooLarge; callers branch on ErrParamsTooLarge).
+		return cmdqtype.Result{}, fmt.Errorf("%w: the params of %s do not fit in one stored command (%d UTF-16 code units at most; a character outside the Basic Multilingual Plane counts as two): %s",
+			cmdqtype.ErrParamsTooLarge, nc.Type, record.MaxParamsChunks*record.ParamsChunkUnits, passReference)
 	case err != nil:
 		return cmdqtype.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
 	case enqueued:

@@ -60,7 +60,18 @@ func (h *health) snapshot() cmdqtype.Health {
 	if h.unhealthy && !h.stopped {
 		out.State, out.Since = cmdqtype.ProcessorUnhealthy, h.unSince
 	}
+	// Times as every other time cmdq shows: UTC, to the millisecond.
+	out.Since, out.LastErrorAt = msUTC(out.Since), msUTC(out.LastErrorAt)
 	return out
+}
+
+// msUTC is t in UTC, truncated to the millisecond (the zero time stays
+// zero).
+func msUTC(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Millisecond)
 }
 
 // expected reports whether err is a storage outcome the processor handles as

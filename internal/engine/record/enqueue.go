@@ -495,28 +495,43 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 }
 
 // Requeue puts a poisoned command back: projection → pending with a requeued
-// event (By = by), a new message on the command's queue (which wakes an
-// in-process processor), the poison entry removed. Cost: 2 point reads + 1
-// batch + 1 enqueue + 1 delete.
+// event (By = by), the poison entry removed, a new message on the command's
+// queue (which wakes an in-process processor). Cost: 2 point reads + 1
+// batch + 1 delete + 1 enqueue.
 // Not poisoned → cmdqtype.ErrNotPoisoned; unknown → cmdqtype.ErrNotFound; an
 // entry with no stored command (a malformed message) → cmdqtype.ErrNoCommand:
-// there is nothing to run, so fix the producer and Discard it. If the
-// enqueue fails the command (already pending) is marked for the reconciler,
-// its poison entry is removed, and the error says so. If the marker cannot
-// be written either, the entry stays and the error says to requeue again: a
-// Requeue of a command that is pending and never started since (with its
-// entry) enqueues it without another requeued event, its message delayed by
+// there is nothing to run, so fix the producer and Discard it.
+//
+// Of concurrent requeues of one command exactly one succeeds; the others
+// get ErrNotPoisoned. Two claims decide: the requeued batch is conditional
+// on the command row's ETag (of requeues that loaded it poisoned, one
+// writes), and the poison entry is removed before the enqueue, by exactly
+// one requeue (the others find it gone): only that one enqueues. (A requeue
+// that loads the command just after another one's requeued event, while
+// the entry is still there, takes the path of a requeue after a failed
+// one, below; the entry's removal keeps it from enqueueing a second time.)
+//
+// If the enqueue fails the command (already pending) is marked for the
+// reconciler and the error says so. If the marker cannot be written either,
+// the entry is put back and the error says to requeue again (if even that
+// fails, the reconciler's pending scan finds the command): a Requeue of a
+// command that is pending and never started since (with its entry)
+// enqueues it without another requeued event, its message delayed by
 // Store.RecoveryDelay (the first enqueue may have landed after all; see
 // docs/lifecycle.md, "Duplicate messages").
 func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	s := e.rec
-	rec, err := s.loadPoisoned(ctx, id, true)
+	rec, entry, err := s.loadPoisoned(ctx, id, true)
 	if err != nil {
 		return err
 	}
 	var delay time.Duration
 	if rec.Status.State == cmdqtype.StatePoisoned {
 		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
+			var ce *ConflictError
+			if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != cmdqtype.StatePoisoned {
+				return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", cmdqtype.ErrNotPoisoned, id, ce.Current.Status.State)
+			}
 			return err
 		}
 	} else {
@@ -524,28 +539,28 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		// recovery, delayed (docs/lifecycle.md, "Duplicate messages").
 		delay = e.recoveryDelay(rec)
 	}
-	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
-	marked := false
-	if err != nil {
-		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
-			err = errors.Join(err, merr)
-		} else {
-			marked = true
+	// The claim: of the requeues that got this far, one removes the entry.
+	if err := s.poison.Delete(ctx, id, "", storage.IfMatchAny); err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return fmt.Errorf("%w: command %s was requeued by someone else meanwhile", cmdqtype.ErrNotPoisoned, id)
 		}
+		return fmt.Errorf("cmdq: requeue %s: remove its poison entry: %w", id, err)
 	}
-	switch {
-	case err == nil:
-		return s.deletePoison(ctx, id)
-	case !marked:
-		// Nothing would queue it: keep the entry, so that the operator
-		// sees it and can requeue again.
-		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
+	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
+	if err == nil {
+		return nil
 	}
-	// The command is pending and marked: its poison entry goes.
-	if derr := s.deletePoison(ctx, id); derr != nil {
-		err = errors.Join(err, derr)
+	merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue)
+	if merr == nil {
+		return fmt.Errorf("cmdq: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
 	}
-	return fmt.Errorf("cmdq: requeue %s: command is pending but its enqueue failed (the reconciler will enqueue it): %w", id, err)
+	// Nothing would queue it soon: put the entry back, so that the
+	// operator sees it and can requeue again.
+	err = errors.Join(err, merr)
+	if _, perr := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); perr != nil {
+		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued, marked for the reconciler nor put back in the poison table (the reconciler's pending scan will find it): %w", id, errors.Join(err, perr))
+	}
+	return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
 }
 
 // Reader is a commands log's reads and operator actions: a Store (Get,

@@ -189,30 +189,35 @@ func (s *Store) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry,
 	return decodePoison(e), nil
 }
 
-// loadPoisoned checks that id has a poison entry and a poisoned projection.
-// A stale entry (command not poisoned) is removed and ErrNotPoisoned
-// returned, except, with resume, for a command that is pending and never
-// started: a requeue whose enqueue failed kept its entry for a retry.
-func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, error) {
+// loadPoisoned checks that id has a poison entry and a poisoned projection,
+// and returns both. A stale entry (command not poisoned) is removed and
+// ErrNotPoisoned returned, except for a command that is pending and never
+// started: a requeue in progress, or one whose enqueue failed and that kept
+// its entry for a retry. With resume such a command is returned (Requeue
+// retries it); without, its entry stays and ErrNotPoisoned is returned.
+func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, cmdqtype.PoisonEntry, error) {
 	entry, err := s.GetPoison(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, entry, err
 	}
 	rec, err := s.Load(ctx, id)
 	if err != nil {
 		if errors.Is(err, cmdqtype.ErrNotFound) {
-			return nil, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", cmdqtype.ErrNoCommand, id, entry.Reason, err)
+			return nil, entry, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", cmdqtype.ErrNoCommand, id, entry.Reason, err)
 		}
-		return nil, err
+		return nil, entry, err
 	}
-	if resume && rec.Status.State == cmdqtype.StatePending && rec.Attempts == 0 {
-		return rec, nil
+	if rec.Status.State == cmdqtype.StatePending && rec.Attempts == 0 {
+		if resume {
+			return rec, entry, nil
+		}
+		return nil, entry, fmt.Errorf("%w: command %s is pending (requeued)", cmdqtype.ErrNotPoisoned, id)
 	}
 	if rec.Status.State != cmdqtype.StatePoisoned {
 		_ = s.deletePoison(ctx, id)
-		return nil, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", cmdqtype.ErrNotPoisoned, id, rec.Status.State)
+		return nil, entry, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", cmdqtype.ErrNotPoisoned, id, rec.Status.State)
 	}
-	return rec, nil
+	return rec, entry, nil
 }
 
 func (s *Store) deletePoison(ctx context.Context, id string) error {
@@ -229,7 +234,7 @@ func (s *Store) deletePoison(ctx context.Context, id string) error {
 // stored command (a malformed message, or one naming a command that was never
 // stored) is simply removed.
 func (s *Store) Discard(ctx context.Context, id, by string) error {
-	rec, err := s.loadPoisoned(ctx, id, false)
+	rec, _, err := s.loadPoisoned(ctx, id, false)
 	if errors.Is(err, cmdqtype.ErrNoCommand) {
 		// A malformed message or one naming no stored command: there is no
 		// command to record the discard on, only the entry to remove.
@@ -239,6 +244,10 @@ func (s *Store) Discard(ctx context.Context, id, by string) error {
 		return err
 	}
 	if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventDiscarded, By: by, Reason: "discarded by operator"}); err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != cmdqtype.StatePoisoned {
+			return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", cmdqtype.ErrNotPoisoned, id, ce.Current.Status.State)
+		}
 		return err
 	}
 	return s.deletePoison(ctx, id)

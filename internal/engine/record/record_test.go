@@ -466,7 +466,9 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			t.Fatalf("%d entries left, want 3", len(page.Entries))
 		}
 
-		// A stale entry (command not poisoned) is cleaned up, not acted on.
+		// The entry of a command requeued and never started since is left
+		// to a requeue (one may be in progress: removing the entry is its
+		// claim), which queues the command without another requeued event.
 		other := create(t, s, "demo.A", `{}`)
 		orec, _ := s.Load(ctx, other)
 		if err := s.Poison(ctx, orec, cmdqtype.PoisonEntry{Reason: "x"}); err != nil {
@@ -481,7 +483,33 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) {
 			t.Fatalf("discard of pending command: %v", err)
 		}
+		if _, err := r.GetPoison(ctx, other); err != nil {
+			t.Fatalf("entry of a requeued command removed by a discard: %v", err)
+		}
+		if err := r.Requeue(ctx, other, "bob"); err != nil {
+			t.Fatalf("requeue of a requeued command with its entry: %v", err)
+		}
 		if _, err := r.GetPoison(ctx, other); !errors.Is(err, cmdqtype.ErrNotFound) {
+			t.Fatalf("entry kept after the requeue: %v", err)
+		}
+		if evs, _ := r.Events(ctx, other); evs[len(evs)-1].Kind != cmdqtype.EventRequeued || evs[len(evs)-2].Kind != cmdqtype.EventPoisoned {
+			t.Fatalf("events %+v, want one requeued event after poisoned", evs)
+		}
+
+		// A stale entry of a command that ran since is cleaned up, not
+		// acted on.
+		ran := create(t, s, "demo.A", `{}`)
+		rrec, _ := s.Load(ctx, ran)
+		if err := s.Append(ctx, rrec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: ran, Properties: map[string]any{"CommandID": ran, "Type": "demo.A"}}, storage.Replace); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Discard(ctx, ran, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) {
+			t.Fatalf("discard of running command: %v", err)
+		}
+		if _, err := r.GetPoison(ctx, ran); !errors.Is(err, cmdqtype.ErrNotFound) {
 			t.Fatalf("stale entry kept: %v", err)
 		}
 	})

@@ -108,10 +108,13 @@ func define[T issuer.Command](o Options) (*Definition, error) {
 			if len(bytes.TrimSpace(params)) == 0 {
 				params = []byte("{}")
 			}
+			if err := checkExactKeys(reflect.TypeFor[T](), params); err != nil {
+				return nil, &DecodeError{Type: typeName, Err: err}
+			}
 			dec := json.NewDecoder(bytes.NewReader(params))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&v); err != nil {
-				return nil, &DecodeError{Type: typeName, Err: err}
+				return nil, &DecodeError{Type: typeName, Err: describeDecodeError(reflect.TypeFor[T](), err)}
 			}
 			if dec.More() {
 				return nil, &DecodeError{Type: typeName, Err: errors.New("trailing data after the JSON value")}

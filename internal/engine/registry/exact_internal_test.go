@@ -1,0 +1,67 @@
+package registry
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+type exactInner struct {
+	Name string `json:"name"`
+}
+
+type exactBase struct {
+	ID string `json:"id"`
+}
+
+type exactCmd struct {
+	exactBase
+	Ms      int                   `json:"ms"`
+	Count   int64                 `json:"count,string"`
+	Inner   exactInner            `json:"inner"`
+	List    []exactInner          `json:"list"`
+	ByKey   map[string]exactInner `json:"byKey"`
+	Ptr     *exactInner           `json:"ptr"`
+	Raw     json.RawMessage       `json:"raw"`
+	Any     any                   `json:"any"`
+	When    time.Time             `json:"when"`
+	Untaged string
+	skipped int // unexported: not a field of the JSON
+}
+
+var _ = exactCmd{skipped: 0}
+
+// TestCheckExactKeys: keys that fold to a field but are spelled otherwise
+// are refused at any depth where the Go type has a struct; opaque values
+// (RawMessage, any, types that decode themselves) and map keys are not
+// looked into.
+func TestCheckExactKeys(t *testing.T) {
+	typ := reflect.TypeFor[exactCmd]()
+	for _, ok := range []string{
+		`{}`, `{"ms":1,"id":"x","count":"5","Untaged":"u"}`,
+		`{"inner":{"name":"a"},"list":[{"name":"b"}],"byKey":{"MS":{"name":"c"}},"ptr":{"name":"d"}}`,
+		`{"raw":{"MS":1},"any":{"NAME":2},"when":"2024-01-01T00:00:00Z"}`,
+		`{"unknown":{"MS":1}}`, // unknown: left to DisallowUnknownFields
+	} {
+		if err := checkExactKeys(typ, []byte(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for params, want := range map[string]string{
+		`{"mſ":3000}`:                          `key "mſ" at the top level is not the field "ms"`,
+		`{"MS":1}`:                             `"MS"`,
+		`{"ID":"x"}`:                           `not the field "id"`,
+		`{"inner":{"NAME":"a"}}`:               `at /inner is not the field "name"`,
+		`{"list":[{"name":"a"},{"Name":"b"}]}`: `at /list/1 is not the field "name"`,
+		`{"byKey":{"k":{"nAme":"c"}}}`:         `at /byKey/k`,
+		`{"ptr":{"NAME":"d"}}`:                 `at /ptr`,
+		`{"untaged":"u"}`:                      `not the field "Untaged"`,
+	} {
+		err := checkExactKeys(typ, []byte(params))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error containing %q", params, err, want)
+		}
+	}
+}
