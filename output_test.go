@@ -198,8 +198,12 @@ func TestOutputFinalCache(t *testing.T) {
 		if size+2 > 1024 {
 			want = 1
 		}
-		if got := cnt.Total(); got != want {
-			t.Errorf("Get of a completed command with %d bytes of output: %d storage calls (%s), want %d", size+2, got, cnt, want)
+		// Only point reads count: the processor's own calls (the delete
+		// of the message after completion, its polls, its pause check's
+		// query, its heartbeat) run beside the Get and are not the Get's;
+		// none of them is a point read while no message arrives.
+		if got := cnt.Counts()["Get"]; got != want {
+			t.Errorf("Get of a completed command with %d bytes of output: %d point reads (%s), want %d", size+2, got, cnt, want)
 		}
 	}
 }
