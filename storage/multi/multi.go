@@ -227,8 +227,9 @@ func (e *downError) Error() string {
 func (e *downError) Unwrap() error { return storage.ErrUnavailable }
 
 // enter admits a call to m: nil (and probe true for the one call that
-// tries an unhealthy member again), or a downError.
-func (m *member) enter() (probe bool, err error) {
+// tries an unhealthy member again, unless mayProbe is false), or a
+// downError.
+func (m *member) enter(mayProbe bool) (probe bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -237,7 +238,7 @@ func (m *member) enter() (probe bool, err error) {
 	if m.healthy {
 		return false, nil
 	}
-	if !m.probing && !time.Now().Before(m.retryAt) {
+	if mayProbe && !m.probing && !time.Now().Before(m.retryAt) {
 		m.probing = true
 		return true, nil
 	}
@@ -269,8 +270,14 @@ func (m *member) leave(probe bool, err error, opts Options) {
 
 // do runs f as one call to member i.
 func (s *Store) do(i int, f func(st storage.Store) error) error {
+	return s.call(i, true, f)
+}
+
+// call runs f as one call to member i; an unhealthy member is tried only
+// when mayProbe and its probe is due.
+func (s *Store) call(i int, mayProbe bool, f func(st storage.Store) error) error {
 	m := s.members[i]
-	probe, err := m.enter()
+	probe, err := m.enter(mayProbe)
 	if err != nil {
 		return err
 	}
