@@ -11,9 +11,15 @@
 //     command's message lives with its rows); without one, messages go
 //     round robin;
 //   - a key that is a UUID goes to one of the members that hold keys of its
-//     time (Member.From), chosen by a hash of the key; every other key (the
-//     deployment's shared partitions, such as cmdq's "~queues") lives in the
-//     first member, the home.
+//     time (Member.From), chosen by a hash of the key; every other key
+//     lives in the first member.
+//
+// A caller that keeps partitions in several members itself (cmdq keeps
+// its shared partitions, such as "~queues", in every member, so that any
+// member that answers serves them) reaches each member's table through
+// the table's replicas (storage.Replicated): a replica's calls go to its
+// member whatever the key, and a whole-table query returns a row kept in
+// several members once (the first member's copy).
 //
 // A key's time is the time a UUIDv7 carries, or the day a UUIDv8 in cmdq's
 // layout carries (bytes 2-3, days since 1970); other UUIDs (a UUIDv4) carry
@@ -35,7 +41,9 @@
 // (doubling up to MaxProbeInterval while it keeps failing), which brings it
 // back when it answers. Dequeue and Peek skip an unhealthy member (they
 // fail only when no member answers), so the messages of healthy members
-// keep flowing; a queue or table that could not
+// keep flowing; a replica's calls never probe (the store's other calls
+// do), so that a replicated read or write never waits on a lost member;
+// a queue or table that could not
 // be created in a member while it was down is created on its first use
 // there. Store.Members reports each member's state (storage.Members).
 package multi
@@ -110,13 +118,13 @@ type member struct {
 }
 
 // New returns a store over members (at least one; the first holds the
-// shared partitions and must have no From). It does no I/O.
+// keys that are not UUIDs and must have no From). It does no I/O.
 func New(members []Member, opts Options) (*Store, error) {
 	if len(members) == 0 {
 		return nil, fmt.Errorf("%w: give at least one member", ErrConfig)
 	}
 	if !members[0].From.IsZero() {
-		return nil, fmt.Errorf("%w: the first member holds the shared partitions and keys without a time: it cannot have a From", ErrConfig)
+		return nil, fmt.Errorf("%w: the first member holds the keys that are not UUIDs and those without a time: it cannot have a From", ErrConfig)
 	}
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = time.Second
