@@ -33,7 +33,8 @@
 // query of one partition goes to its member, and a query of a whole table
 // merges the members' pages in key order (one call per member per page).
 // Queue and Table create the resource in every member; Queues and Tables
-// list the union; DeleteQueue and DeleteTable delete it everywhere.
+// list the union (of the members that answer, while one is unavailable);
+// DeleteQueue and DeleteTable delete it everywhere.
 //
 // A member whose call fails with storage.ErrUnavailable is marked
 // unhealthy: its calls then fail at once (wrapping storage.ErrUnavailable)
@@ -444,14 +445,16 @@ func (s *Store) deleteAll(errs []error, what, name string) error {
 	return nil
 }
 
-// Queues lists the queues of every member (the union, sorted); it fails
-// when a member cannot be listed.
+// Queues lists the queues of every member (the union, sorted). A member
+// that is unavailable is left out while another answers (a queue is
+// created in every member, so the others list it too); any other error of
+// a member, or every member unavailable, fails it.
 func (s *Store) Queues(ctx context.Context, prefix string) ([]string, error) {
 	return s.union(func(st storage.Store) ([]string, error) { return st.Queues(ctx, prefix) })
 }
 
-// Tables lists the tables of every member (the union, sorted); it fails
-// when a member cannot be listed.
+// Tables lists the tables of every member (the union, sorted), leaving out
+// an unavailable member as Queues does.
 func (s *Store) Tables(ctx context.Context, prefix string) ([]string, error) {
 	return s.union(func(st storage.Store) ([]string, error) { return st.Tables(ctx, prefix) })
 }
@@ -463,14 +466,8 @@ func (s *Store) union(list func(storage.Store) ([]string, error)) ([]string, err
 		lists[i] = l
 		return err
 	})
-	var out []error
-	for i, err := range errs {
-		if err != nil {
-			out = append(out, s.wrap(i, err))
-		}
-	}
-	if len(out) > 0 {
-		return nil, errors.Join(out...)
+	if err := s.openErr(errs); err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	names := []string{}

@@ -306,6 +306,14 @@ func TestMemberDown(t *testing.T) {
 	if _, err := tb.Get(ctx, keys[1][1], "r"); !errors.Is(err, storage.ErrUnavailable) {
 		t.Fatalf("read on the lost member: %v, want ErrUnavailable", err)
 	}
+	// Listings leave the lost member out: the queue and table exist in
+	// every member, so the healthy one lists them.
+	if qs, err := s.Queues(ctx, name); err != nil || len(qs) != 1 || qs[0] != name {
+		t.Fatalf("Queues with a member down: %v %v, want [%s]", qs, err, name)
+	}
+	if ts, err := s.Tables(ctx, "t"+name); err != nil || len(ts) != 1 || ts[0] != "t"+name {
+		t.Fatalf("Tables with a member down: %v %v, want [t%s]", ts, err, name)
+	}
 	px.Restore(t)
 	// Back: its five messages are found (a probe brings it back).
 	got := map[string]bool{}
