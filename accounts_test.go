@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/multi"
@@ -161,5 +163,227 @@ func TestAccountAddedWithCommandsInFlight(t *testing.T) {
 	h := c.Health()
 	if len(h.Accounts) != 3 || !h.Accounts[0].Healthy || !h.Accounts[2].Healthy || h.Accounts[2].Name != "account 2" {
 		t.Fatalf("Health().Accounts = %+v, want 3 healthy accounts", h.Accounts)
+	}
+}
+
+// heldJob is a command of queue "held" (TestFirstAccountDown pauses it).
+type heldJob struct {
+	N int `json:"n"`
+}
+
+func (heldJob) CommandType() string { return "test.heldjob" }
+
+// runCounts counts handler runs by command ID.
+type runCounts struct {
+	mu     sync.Mutex
+	runs   map[string]int
+	notify chan struct{}
+}
+
+func newRunCounts() *runCounts {
+	return &runCounts{runs: map[string]int{}, notify: make(chan struct{}, 1)}
+}
+
+func (r *runCounts) ran(id string) {
+	r.mu.Lock()
+	r.runs[id]++
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *runCounts) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[id]
+}
+
+// await waits until every one of ids ran (at most until ctx ends).
+func (r *runCounts) await(t *testing.T, ctx context.Context, what string, ids []string) {
+	t.Helper()
+	for {
+		left := 0
+		for _, id := range ids {
+			if r.count(id) == 0 {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			t.Fatalf("%s: %d of %d commands never ran", what, left, len(ids))
+		}
+	}
+}
+
+// idOn returns a new command ID that s places in account i.
+func idOn(s *multi.Store, i int) string {
+	for {
+		if id := cmdq.NewID(); s.MemberOf(id) == i {
+			return id
+		}
+	}
+}
+
+// TestFirstAccountDown: a deployment on two accounts, the first (the one
+// that held the shared rows before) an Azurite stopped and started again
+// with its data. Before the outage, queue "held" is paused and commands
+// are issued on both accounts (nobody processes them yet). With the first
+// account stopped, a new process (its own Client and store: no knowledge
+// of the pause, no day table registered) starts: it issues more commands
+// on the second account (its first issue of the day registers the day
+// table), runs every command on the second account, lists its own
+// heartbeat, starts none of the paused queue's (the pause, read from the
+// second account, holds), names the first account failing; resumed during
+// the outage (written to the second account only), the paused queue's
+// commands run. After the first account returns, its commands complete,
+// every command ran exactly once, and a read of the queues repairs the
+// first account's control row (it says resumed).
+func TestFirstAccountDown(t *testing.T) {
+	first := azurite.NewRestartable(t)
+	second := azurite.ConnectionStrings(t, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	open := func(cs string) storage.Store {
+		st, err := azure.Open(ctx, azure.Config{ConnectionString: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	acct0, acct1 := open(first.ConnectionString), open(second)
+	newSpread := func() *multi.Store {
+		s, err := multi.New([]multi.Member{{Name: "account 0", Store: unclosed{acct0}}, {Name: "account 1", Store: unclosed{acct1}}},
+			multi.Options{ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "down" + hex.EncodeToString(b[:])
+	runs := newRunCounts()
+	register := func(c *cmdq.Client) {
+		t.Helper()
+		if err := cmdq.Register(c, func(_ context.Context, _ shardJob, run *cmdq.Run) error { runs.ran(run.ID()); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmdq.RegisterWith(c, func(_ context.Context, _ heldJob, run *cmdq.Run) error { runs.ran(run.ID()); return nil },
+			cmdq.HandlerOptions{Queue: "held"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Before the outage: a process pauses "held" and issues commands on
+	// both accounts.
+	before := newSpread()
+	c1 := newTuned(t, before, prefix, fast(), tuning.Switches{})
+	register(c1)
+	if _, err := c1.PauseQueue(ctx, "held", "test:before"); err != nil {
+		t.Fatal(err)
+	}
+	issue := func(c *cmdq.Client, cmd cmdq.Command, id string) string {
+		t.Helper()
+		res, err := c.Issue(ctx, cmd, cmdq.WithID(id))
+		if err != nil {
+			t.Fatalf("issue %s: %v", id, err)
+		}
+		return res.ID
+	}
+	var onFirst, onSecond, held []string
+	for i := range 5 {
+		onFirst = append(onFirst, issue(c1, shardJob{N: i}, idOn(before, 0)))
+		onSecond = append(onSecond, issue(c1, shardJob{N: 10 + i}, idOn(before, 1)))
+	}
+	for i := range 3 {
+		held = append(held, issue(c1, heldJob{N: i}, idOn(before, 1)))
+	}
+	if err := c1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	first.Stop(t)
+
+	// A new process, during the outage.
+	during := newSpread()
+	obs := newObserved()
+	cfg := fast()
+	cfg.Observers = []cmdq.Observer{obs}
+	c2 := newTuned(t, during, prefix, cfg, tuning.Switches{})
+	register(c2)
+	for i := range 5 {
+		onSecond = append(onSecond, issue(c2, shardJob{N: 20 + i}, idOn(during, 1)))
+	}
+	if err := c2.Start(ctx); err != nil {
+		t.Fatalf("Start with the first account down: %v", err)
+	}
+	runs.await(t, ctx, "the second account's commands with the first account down", onSecond)
+	obs.await(t, "the processor knows queue held as paused", func() bool {
+		return obs.count(0, func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedPaused && o.Queue == "held" }) > 0
+	})
+	for _, id := range held {
+		if n := runs.count(id); n != 0 {
+			t.Fatalf("command %s of the paused queue ran %d times with the first account down: the pause did not hold", id, n)
+		}
+		if st, err := c2.Get(ctx, id); err != nil || st.State != cmdq.StatePending {
+			t.Fatalf("command %s of the paused queue: %+v, %v; want pending", id, st, err)
+		}
+	}
+	for _, id := range onFirst {
+		if n := runs.count(id); n != 0 {
+			t.Fatalf("command %s of the stopped account ran during the outage", id)
+		}
+	}
+	if h := c2.Health(); len(h.Accounts) != 2 || h.Accounts[0].Healthy || !h.Accounts[1].Healthy {
+		t.Fatalf("Health().Accounts = %+v, want account 0 failing and account 1 healthy", h.Accounts)
+	}
+	procs, err := c2.Processors(ctx)
+	if err != nil || len(procs) != 1 {
+		t.Fatalf("Processors with the first account down: %+v, %v; want this process's one", procs, err)
+	}
+	if _, err := c2.ResumeQueue(ctx, "held", "test:during"); err != nil {
+		t.Fatalf("resume with the first account down: %v", err)
+	}
+	runs.await(t, ctx, "the resumed queue's commands with the first account down", held)
+
+	first.Start(t)
+	runs.await(t, ctx, "the first account's commands after it returned", onFirst)
+	for _, id := range append(append(append([]string(nil), onFirst...), onSecond...), held...) {
+		st, err := c2.Wait(ctx, id)
+		if err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("command %s: %+v, %v; want completed", id, st, err)
+		}
+		if n := runs.count(id); n != 1 {
+			t.Errorf("command %s ran %d times, want once", id, n)
+		}
+	}
+	// The first account missed the resume: a read of the queues once
+	// it answers repairs its row.
+	qs, err := c2.ListQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Name == "held" && q.Paused {
+			t.Fatalf("queue held listed paused after its resume: %+v", q)
+		}
+	}
+	tb, err := acct0.Table(ctx, prefix+"commands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := tb.Get(ctx, "~queues", "held")
+	if err != nil {
+		t.Fatalf("the first account's control row of held after the repair: %v", err)
+	}
+	if p, _ := row.Properties["Paused"].(bool); p || row.Properties["By"] != "test:during" {
+		t.Fatalf("the first account's control row of held after the repair: %v, want the resume by test:during", row.Properties)
 	}
 }

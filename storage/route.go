@@ -54,3 +54,50 @@ func MembersOf(st Store) []MemberState {
 	}
 	return nil
 }
+
+// Replicated is an optional interface of a Table of a store spread over
+// several stores (storage/multi: several Azure Storage accounts). It
+// gives the caller the table in each member, for the partitions it keeps
+// in several members itself: a deployment's shared rows (cmdq's queue
+// control rows, reconciler markers, day-table registrations, processor
+// heartbeats and periodic schedules), so that any member that answers can
+// serve them while another is down.
+//
+// A replica's calls go to its member only, whatever the partition key
+// (the store's placement by key does not apply). A replica whose member
+// is known to be unavailable fails at once with an error wrapping
+// ErrUnavailable, without trying it: the store's other calls probe it,
+// so that a replicated read or write never waits on a lost member.
+// Wrappers of a table (storage/instrument) implement it by wrapping each
+// replica; ReplicasOf tells whether a table really is replicated.
+type Replicated interface {
+	// Replicas returns the table in each member, in the store's order
+	// (the same slice length and order on every call).
+	Replicas() []Table
+	// ReplicaOf returns the index in Replicas of the member that holds
+	// partitionKey under the store's placement by key.
+	ReplicaOf(partitionKey string) int
+}
+
+// ReplicasOf returns tb's replicas when tb is a table of a store spread
+// over two or more members (Replicated), else nil: the caller keeps its
+// shared partitions in tb itself.
+func ReplicasOf(tb Table) []Table {
+	r, ok := tb.(Replicated)
+	if !ok {
+		return nil
+	}
+	if reps := r.Replicas(); len(reps) >= 2 {
+		return reps
+	}
+	return nil
+}
+
+// ReplicaOf returns the index among ReplicasOf(tb) of the member that
+// holds partitionKey (0 when tb is not replicated).
+func ReplicaOf(tb Table, partitionKey string) int {
+	if r, ok := tb.(Replicated); ok {
+		return r.ReplicaOf(partitionKey)
+	}
+	return 0
+}

@@ -235,7 +235,7 @@ func accountName(i int, cs string) string {
 }
 
 // openAccounts opens a store spread over several storage accounts
-// (storage/multi), the first one the home of the shared rows.
+// (storage/multi); cmdq keeps its shared rows in every one of them.
 func openAccounts(ctx context.Context, conns []string) (storage.Store, error) {
 	var members []multi.Member
 	closeAll := func() {

@@ -26,6 +26,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 )
@@ -153,4 +154,77 @@ func start() {
 	mu.Lock()
 	inst, exited, output, connStr = i, i.Done(), i.Output, i.ConnectionString
 	mu.Unlock()
+}
+
+// Restartable is an Azurite of one test's own, with its data on disk, that
+// the test stops and starts again on the same endpoints: a storage account
+// lost and back (NewRestartable).
+type Restartable struct {
+	// ConnectionString reaches it (the same after a restart).
+	ConnectionString string
+
+	loc   string
+	ports [3]int
+	mu    sync.Mutex
+	inst  *emulator.Instance
+}
+
+// NewRestartable starts an Azurite of the test's own, its data in a
+// temporary directory, stopped when the test ends. It skips or fails as
+// ConnectionString does when Azurite is not installed.
+func NewRestartable(tb testing.TB) *Restartable {
+	tb.Helper()
+	r := &Restartable{loc: tb.TempDir()}
+	inst, err := emulator.StartWith(emulator.Options{Location: r.loc})
+	if errors.Is(err, emulator.ErrNotInstalled) {
+		if os.Getenv(EnvRequire) == "1" {
+			tb.Fatalf("this test needs Azurite: %v; install it with `make azurite`", err)
+		}
+		tb.Skipf("Azurite not installed (%v); install it with `make azurite`", err)
+	}
+	if err != nil {
+		tb.Fatalf("azurite: %v", err)
+	}
+	b, q, t := inst.Ports()
+	r.inst, r.ports, r.ConnectionString = inst, [3]int{b, q, t}, inst.ConnectionString
+	tb.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.inst != nil {
+			r.inst.Stop()
+			r.inst = nil
+		}
+	})
+	return r
+}
+
+// Stop stops it cleanly (its data saved): its endpoints refuse
+// connections until Start.
+func (r *Restartable) Stop(tb testing.TB) {
+	tb.Helper()
+	r.mu.Lock()
+	inst := r.inst
+	r.inst = nil
+	r.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	if err := inst.Shutdown(20 * time.Second); err != nil {
+		tb.Fatalf("azurite: stop: %v", err)
+	}
+}
+
+// Start starts it again on the same endpoints with its data.
+func (r *Restartable) Start(tb testing.TB) {
+	tb.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inst != nil {
+		return
+	}
+	inst, err := emulator.StartWith(emulator.Options{Location: r.loc, BlobPort: r.ports[0], QueuePort: r.ports[1], TablePort: r.ports[2]})
+	if err != nil {
+		tb.Fatalf("azurite: start again: %v", err)
+	}
+	r.inst = inst
 }

@@ -264,18 +264,26 @@ func readSnapshot(ctx context.Context, st storage.Store, prefix string, shards i
 		}
 		pq.Continuation = page.Continuation
 	}
-	for mq := (storage.Query{PartitionKey: unqueuedPartition}); ; {
-		page, err := cmds.Query(ctx, mq)
-		if err != nil {
-			return nil, fmt.Errorf("read reconciler markers: %w", err)
+	// Over several accounts a marker is in any of them (the command's, or
+	// another that answered): read each.
+	markerTables := storage.ReplicasOf(cmds)
+	if markerTables == nil {
+		markerTables = []storage.Table{cmds}
+	}
+	for _, mt := range markerTables {
+		for mq := (storage.Query{PartitionKey: unqueuedPartition}); ; {
+			page, err := mt.Query(ctx, mq)
+			if err != nil {
+				return nil, fmt.Errorf("read reconciler markers: %w", err)
+			}
+			for _, e := range page.Entities {
+				s.markers[e.RowKey] = true
+			}
+			if page.Continuation == "" {
+				break
+			}
+			mq.Continuation = page.Continuation
 		}
-		for _, e := range page.Entities {
-			s.markers[e.RowKey] = true
-		}
-		if page.Continuation == "" {
-			break
-		}
-		mq.Continuation = page.Continuation
 	}
 	if s.queueLen, err = q.ApproximateCount(ctx); err != nil {
 		return nil, fmt.Errorf("queue length: %w", err)

@@ -123,6 +123,11 @@ type Scenario struct {
 	// starts it again with its data (Accounts ≥ 2); the run checks that
 	// commands of the other accounts complete meanwhile (see accountDown).
 	AccountDown [2]time.Duration
+	// FirstAccountDown, when set, stops the first account's Azurite (the
+	// one behind the fault proxies) FirstAccountDown[0] into the chaos,
+	// and not before the AccountDown outage is over, for at least
+	// FirstAccountDown[1], with the same checks (Accounts ≥ 2).
+	FirstAccountDown [2]time.Duration
 	// Scheduled is the share (0..1) of the commands issued with a delay
 	// ("delay" in the request): most of them 0.5-8 s, one in twenty an
 	// hour, longer than the run, so that they end still scheduled
@@ -176,8 +181,9 @@ type world struct {
 
 	pauses pauses // the pause windows (control.go)
 
-	downErr    error      // what accountDown found wrong
-	downProbes []*command // the commands accountDown issued
+	downErr    error      // what accountOutages found wrong
+	downProbes []*command // the commands accountDown issued (under mu)
+	outages    []string   // what each account outage saw (under mu)
 
 	mu       sync.Mutex
 	downTill map[string]time.Time // role → not restarted before
@@ -222,9 +228,9 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 		pausing.Add(1)
 		go func() { defer pausing.Done(); w.pauseLoop(chaosCtx, cl, rand.New(rand.NewPCG(sc.Seed, 64))) }()
 	}
-	if sc.AccountDown[1] > 0 {
+	if sc.AccountDown[1] > 0 || sc.FirstAccountDown[1] > 0 {
 		bg.Add(1)
-		go func() { defer bg.Done(); w.accountDown(chaosCtx, cl) }()
+		go func() { defer bg.Done(); w.accountOutages(chaosCtx, cl) }()
 	}
 	if sc.Store == StoreAzure && sc.FaultEvery[1] > 0 {
 		for i := range sc.FaultLoops {
@@ -239,6 +245,9 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	}()
 	<-chaosCtx.Done()
 	bg.Wait()
+	for _, o := range w.outages {
+		tb.Logf("chaos %s: %s", sc.Name, o)
+	}
 	if w.downErr != nil {
 		tb.Errorf("chaos %s: %v", sc.Name, w.downErr)
 	}

@@ -466,3 +466,21 @@ func (c *groupCombiner) BatchDeleteMany(ctx context.Context, items []storage.Del
 	}
 	return res, nil
 }
+
+// Replicas answers for the wrapped table (storage.Replicated): its
+// replicas, each reporting its calls to the same hooks; nil when the
+// wrapped table is not replicated.
+func (t *table) Replicas() []storage.Table {
+	reps := storage.ReplicasOf(t.t)
+	if reps == nil {
+		return nil
+	}
+	out := make([]storage.Table, len(reps))
+	for i, r := range reps {
+		out[i] = &table{t: r, h: t.h}
+	}
+	return out
+}
+
+// ReplicaOf answers for the wrapped table (storage.Replicated).
+func (t *table) ReplicaOf(partitionKey string) int { return storage.ReplicaOf(t.t, partitionKey) }

@@ -13,6 +13,7 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 	"github.com/cmdq-dev/cmdq/storage/instrument"
+	"github.com/cmdq-dev/cmdq/storage/multi"
 )
 
 // recorder collects what the hooks see.
@@ -362,5 +363,40 @@ func TestGroupedCompletionReportedPerItem(t *testing.T) {
 	if fmt.Sprint(ops) != fmt.Sprint([]instrument.Op{instrument.TableBatch, instrument.QueueDelete, instrument.TableBatch, instrument.TableBatch, instrument.QueueDelete}) ||
 		a[1].Err != nil || !errors.Is(a[2].Err, storage.ErrExists) || !errors.Is(a[4].Err, storage.ErrLeaseLost) {
 		t.Fatalf("After saw %+v: want batch+delete, a failed batch, batch+failed delete", a)
+	}
+}
+
+// TestReplicasReported: the wrapper of a table of a store spread over
+// several (storage/multi) is replicated too, each replica's calls
+// reported; the wrapper of a plain store's table is not.
+func TestReplicasReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var r recorder
+	sp, err := multi.New([]multi.Member{{Store: openEmbedded(t)}, {Store: openEmbedded(t)}}, multi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := instrument.Wrap(sp, r.hooks()).Table(ctx, "reps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := storage.ReplicasOf(tb)
+	if len(reps) != 2 {
+		t.Fatalf("the wrapper of a multi store's table has %d replicas, want 2", len(reps))
+	}
+	r.take()
+	if _, err := reps[1].Upsert(ctx, storage.Entity{PartitionKey: "~s", RowKey: "r"}, storage.Replace); err != nil {
+		t.Fatal(err)
+	}
+	if before, _ := r.take(); !reflect.DeepEqual(before, []instrument.Op{instrument.TableUpsert}) {
+		t.Fatalf("a replica's upsert reported as %v", before)
+	}
+	plain, err := instrument.Wrap(openEmbedded(t), instrument.Hooks{}).Table(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if storage.ReplicasOf(plain) != nil {
+		t.Fatal("the wrapper of a plain store's table says it is replicated")
 	}
 }

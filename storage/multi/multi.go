@@ -11,9 +11,15 @@
 //     command's message lives with its rows); without one, messages go
 //     round robin;
 //   - a key that is a UUID goes to one of the members that hold keys of its
-//     time (Member.From), chosen by a hash of the key; every other key (the
-//     deployment's shared partitions, such as cmdq's "~queues") lives in the
-//     first member, the home.
+//     time (Member.From), chosen by a hash of the key; every other key
+//     lives in the first member.
+//
+// A caller that keeps partitions in several members itself (cmdq keeps
+// its shared partitions, such as "~queues", in every member, so that any
+// member that answers serves them) reaches each member's table through
+// the table's replicas (storage.Replicated): a replica's calls go to its
+// member whatever the key, and a whole-table query returns a row kept in
+// several members once (the first member's copy).
 //
 // A key's time is the time a UUIDv7 carries, or the day a UUIDv8 in cmdq's
 // layout carries (bytes 2-3, days since 1970); other UUIDs (a UUIDv4) carry
@@ -27,7 +33,8 @@
 // query of one partition goes to its member, and a query of a whole table
 // merges the members' pages in key order (one call per member per page).
 // Queue and Table create the resource in every member; Queues and Tables
-// list the union; DeleteQueue and DeleteTable delete it everywhere.
+// list the union (of the members that answer, while one is unavailable);
+// DeleteQueue and DeleteTable delete it everywhere.
 //
 // A member whose call fails with storage.ErrUnavailable is marked
 // unhealthy: its calls then fail at once (wrapping storage.ErrUnavailable)
@@ -35,7 +42,9 @@
 // (doubling up to MaxProbeInterval while it keeps failing), which brings it
 // back when it answers. Dequeue and Peek skip an unhealthy member (they
 // fail only when no member answers), so the messages of healthy members
-// keep flowing; a queue or table that could not
+// keep flowing; a replica's calls never probe (the store's other calls
+// do), so that a replicated read or write never waits on a lost member;
+// a queue or table that could not
 // be created in a member while it was down is created on its first use
 // there. Store.Members reports each member's state (storage.Members).
 package multi
@@ -110,13 +119,13 @@ type member struct {
 }
 
 // New returns a store over members (at least one; the first holds the
-// shared partitions and must have no From). It does no I/O.
+// keys that are not UUIDs and must have no From). It does no I/O.
 func New(members []Member, opts Options) (*Store, error) {
 	if len(members) == 0 {
 		return nil, fmt.Errorf("%w: give at least one member", ErrConfig)
 	}
 	if !members[0].From.IsZero() {
-		return nil, fmt.Errorf("%w: the first member holds the shared partitions and keys without a time: it cannot have a From", ErrConfig)
+		return nil, fmt.Errorf("%w: the first member holds the keys that are not UUIDs and those without a time: it cannot have a From", ErrConfig)
 	}
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = time.Second
@@ -227,8 +236,9 @@ func (e *downError) Error() string {
 func (e *downError) Unwrap() error { return storage.ErrUnavailable }
 
 // enter admits a call to m: nil (and probe true for the one call that
-// tries an unhealthy member again), or a downError.
-func (m *member) enter() (probe bool, err error) {
+// tries an unhealthy member again, unless mayProbe is false), or a
+// downError.
+func (m *member) enter(mayProbe bool) (probe bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -237,7 +247,7 @@ func (m *member) enter() (probe bool, err error) {
 	if m.healthy {
 		return false, nil
 	}
-	if !m.probing && !time.Now().Before(m.retryAt) {
+	if mayProbe && !m.probing && !time.Now().Before(m.retryAt) {
 		m.probing = true
 		return true, nil
 	}
@@ -269,8 +279,14 @@ func (m *member) leave(probe bool, err error, opts Options) {
 
 // do runs f as one call to member i.
 func (s *Store) do(i int, f func(st storage.Store) error) error {
+	return s.call(i, true, f)
+}
+
+// call runs f as one call to member i; an unhealthy member is tried only
+// when mayProbe and its probe is due.
+func (s *Store) call(i int, mayProbe bool, f func(st storage.Store) error) error {
 	m := s.members[i]
-	probe, err := m.enter()
+	probe, err := m.enter(mayProbe)
 	if err != nil {
 		return err
 	}
@@ -429,14 +445,16 @@ func (s *Store) deleteAll(errs []error, what, name string) error {
 	return nil
 }
 
-// Queues lists the queues of every member (the union, sorted); it fails
-// when a member cannot be listed.
+// Queues lists the queues of every member (the union, sorted). A member
+// that is unavailable is left out while another answers (a queue is
+// created in every member, so the others list it too); any other error of
+// a member, or every member unavailable, fails it.
 func (s *Store) Queues(ctx context.Context, prefix string) ([]string, error) {
 	return s.union(func(st storage.Store) ([]string, error) { return st.Queues(ctx, prefix) })
 }
 
-// Tables lists the tables of every member (the union, sorted); it fails
-// when a member cannot be listed.
+// Tables lists the tables of every member (the union, sorted), leaving out
+// an unavailable member as Queues does.
 func (s *Store) Tables(ctx context.Context, prefix string) ([]string, error) {
 	return s.union(func(st storage.Store) ([]string, error) { return st.Tables(ctx, prefix) })
 }
@@ -448,14 +466,8 @@ func (s *Store) union(list func(storage.Store) ([]string, error)) ([]string, err
 		lists[i] = l
 		return err
 	})
-	var out []error
-	for i, err := range errs {
-		if err != nil {
-			out = append(out, s.wrap(i, err))
-		}
-	}
-	if len(out) > 0 {
-		return nil, errors.Join(out...)
+	if err := s.openErr(errs); err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	names := []string{}

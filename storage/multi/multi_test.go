@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,6 +306,14 @@ func TestMemberDown(t *testing.T) {
 	if _, err := tb.Get(ctx, keys[1][1], "r"); !errors.Is(err, storage.ErrUnavailable) {
 		t.Fatalf("read on the lost member: %v, want ErrUnavailable", err)
 	}
+	// Listings leave the lost member out: the queue and table exist in
+	// every member, so the healthy one lists them.
+	if qs, err := s.Queues(ctx, name); err != nil || len(qs) != 1 || qs[0] != name {
+		t.Fatalf("Queues with a member down: %v %v, want [%s]", qs, err, name)
+	}
+	if ts, err := s.Tables(ctx, "t"+name); err != nil || len(ts) != 1 || ts[0] != "t"+name {
+		t.Fatalf("Tables with a member down: %v %v, want [t%s]", ts, err, name)
+	}
 	px.Restore(t)
 	// Back: its five messages are found (a probe brings it back).
 	got := map[string]bool{}
@@ -361,5 +370,135 @@ func TestTableCreatedOnReturn(t *testing.T) {
 	}
 	if _, err := tb.Get(ctx, k, "r"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplicas: a table's replicas reach one member each whatever the
+// key (a shared partition written through all three is in all three), and
+// a whole-table query returns a row kept in several members once, at
+// every page size, with the rows of one member only in between.
+func TestReplicas(t *testing.T) {
+	ms := openEmbedded(t, 3)
+	s := newMulti(t, ms, multi.Options{})
+	ctx := context.Background()
+	tb, err := s.Table(ctx, "replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := storage.ReplicasOf(tb)
+	if len(reps) != 3 {
+		t.Fatalf("ReplicasOf: %d replicas, want 3", len(reps))
+	}
+	var want []string
+	for i := range 30 {
+		pk := fmt.Sprintf("~shared%02d", i)
+		for j, r := range reps {
+			if j == i%3 && i%2 == 0 {
+				continue // some rows in two members only
+			}
+			if _, err := r.Upsert(ctx, storage.Entity{PartitionKey: pk, RowKey: "r", Properties: map[string]any{"M": int64(j)}}, storage.Replace); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want = append(want, pk+"/r")
+		k := v4()
+		if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: k, RowKey: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k+"/r")
+	}
+	sort.Strings(want)
+	for i, m := range ms {
+		mt, err := m.Store.Table(ctx, "replicas")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := mt.Get(ctx, "~shared01", "r")
+		if err != nil || e.Properties["M"] != int64(i) {
+			t.Fatalf("member %d's copy of ~shared01: %v, %v; want the one its replica wrote", i, e.Properties, err)
+		}
+		if got := storage.ReplicaOf(tb, "~shared01"); got != s.MemberOf("~shared01") {
+			t.Fatalf("ReplicaOf = %d, MemberOf = %d", got, s.MemberOf("~shared01"))
+		}
+	}
+	for _, top := range []int{1, 2, 7, 0} {
+		var got []string
+		q := storage.Query{Top: top}
+		for pages := 0; ; pages++ {
+			if pages > 4*len(want) {
+				t.Fatalf("top %d: no end after %d pages", top, pages)
+			}
+			p, err := tb.Query(ctx, q)
+			if err != nil {
+				t.Fatalf("top %d: %v", top, err)
+			}
+			for _, e := range p.Entities {
+				got = append(got, e.PartitionKey+"/"+e.RowKey)
+			}
+			if p.Continuation == "" {
+				break
+			}
+			q.Continuation = p.Continuation
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("top %d: merged query returned %d rows, want %d, each once, in key order:\n got %v\nwant %v", top, len(got), len(want), got, want)
+		}
+	}
+	// A replica's partition query reads its member only.
+	p, err := reps[2].Query(ctx, storage.Query{PartitionKey: "~shared00"})
+	if err != nil || len(p.Entities) != 1 || p.Entities[0].Properties["M"] != int64(2) {
+		t.Fatalf("replica 2's query of ~shared00: %+v, %v", p.Entities, err)
+	}
+	if _, err := reps[0].Get(ctx, "~shared00", "r"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("replica 0's read of a row it was not given: %v, want ErrNotFound", err)
+	}
+}
+
+// TestReplicaOfLostMemberNeverProbes: a replica of an unhealthy member
+// fails at once with ErrUnavailable naming it, and does not probe it:
+// after the member answers again its replica keeps failing until one of
+// the store's other calls probes the member back.
+func TestReplicaOfLostMemberNeverProbes(t *testing.T) {
+	conns := azurite.ConnectionStrings(t, 2)
+	px := faultproxy.NewNet(t, conns[1])
+	s := newMulti(t, []multi.Member{{Name: "a0", Store: openAzure(t, conns[0])}, {Name: "a1", Store: openAzure(t, px.ConnectionString)}},
+		multi.Options{ProbeInterval: 100 * time.Millisecond, MaxProbeInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tb, err := s.Table(ctx, fmt.Sprintf("rep%d", time.Now().UnixNano()%1e9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := storage.ReplicasOf(tb)
+	px.Refuse(t)
+	if _, err := reps[1].Upsert(ctx, storage.Entity{PartitionKey: "~s", RowKey: "r"}, storage.Replace); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("replica write to the lost member: %v, want ErrUnavailable", err)
+	}
+	if _, err := reps[0].Upsert(ctx, storage.Entity{PartitionKey: "~s", RowKey: "r"}, storage.Replace); err != nil {
+		t.Fatalf("replica write to the member that answers: %v", err)
+	}
+	px.Restore(t)
+	var k string
+	for k = v4(); s.MemberOf(k) != 1; k = v4() {
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := reps[1].Get(ctx, "~s", "r")
+		if !errors.Is(err, storage.ErrUnavailable) || !strings.Contains(err.Error(), "a1") {
+			t.Fatalf("replica read of the member marked down, back but not probed: %v, want ErrUnavailable naming a1", err)
+		}
+		// A call of the store's own probes it once its probe is due.
+		if _, err := tb.Get(ctx, k, "r"); errors.Is(err, storage.ErrNotFound) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the member never came back")
+		}
+	}
+	if _, err := reps[1].Get(ctx, "~s", "r"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("replica read after the probe brought the member back: %v, want ErrNotFound (it never got the row)", err)
 	}
 }

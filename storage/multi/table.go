@@ -28,7 +28,13 @@ func (t *table) Name() string { return t.name }
 
 // sub runs f on member i's table, opening it first if needed.
 func (t *table) sub(ctx context.Context, i int, f func(storage.Table) error) error {
-	return t.s.wrap(i, t.s.do(i, func(st storage.Store) error {
+	return t.subCall(ctx, i, true, f)
+}
+
+// subCall is sub; an unhealthy member is tried only when mayProbe and its
+// probe is due.
+func (t *table) subCall(ctx context.Context, i int, mayProbe bool, f func(storage.Table) error) error {
+	return t.s.wrap(i, t.s.call(i, mayProbe, func(st storage.Store) error {
 		t.mu.Lock()
 		tb := t.subs[i]
 		t.mu.Unlock()
@@ -197,13 +203,27 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 	var out []storage.Entity
 	taken := make([]int, n)
 	lastOf := make([]string, n)
+	last := ""
 	for _, it := range items {
-		if len(out) == top || bounded && it.k > bound {
+		if bounded && it.k > bound {
+			break
+		}
+		if len(out) > 0 && it.k == last {
+			// A row kept in several members (a replicated partition, see
+			// Replicas): returned once, the first member's copy; the
+			// others are consumed with it, so that no later page
+			// returns them.
+			taken[it.i]++
+			lastOf[it.i] = it.k
+			continue
+		}
+		if len(out) == top {
 			break
 		}
 		out = append(out, it.e)
 		taken[it.i]++
 		lastOf[it.i] = it.k
+		last = it.k
 	}
 	// Advance each member: past its page when the merge took all of it,
 	// else remember how far it got in the page (read again next time).
@@ -236,4 +256,79 @@ func (t *table) Query(ctx context.Context, q storage.Query) (storage.Page, error
 		page.Continuation = base64.RawURLEncoding.EncodeToString(b)
 	}
 	return page, nil
+}
+
+// Replicas returns the table in each member (storage.Replicated): for the
+// partitions a caller keeps in several members itself. A replica's calls
+// go to its member whatever the key, and fail at once while the member is
+// unhealthy (they never probe it: the store's other calls do).
+func (t *table) Replicas() []storage.Table {
+	out := make([]storage.Table, len(t.s.members))
+	for i := range out {
+		out[i] = &replica{t: t, i: i}
+	}
+	return out
+}
+
+// ReplicaOf returns the member that holds partitionKey
+// (storage.Replicated).
+func (t *table) ReplicaOf(partitionKey string) int { return t.s.MemberOf(partitionKey) }
+
+// replica is a table in one member: every call goes there.
+type replica struct {
+	t *table
+	i int
+}
+
+var _ storage.Replicated = (*table)(nil)
+
+func (r *replica) Name() string { return r.t.name }
+
+func (r *replica) call(ctx context.Context, partitionKey string, f func(storage.Table) error) error {
+	if err := storage.ValidateKey("PartitionKey", partitionKey); err != nil {
+		return err
+	}
+	return r.t.subCall(ctx, r.i, false, f)
+}
+
+func (r *replica) Insert(ctx context.Context, e storage.Entity) (etag string, err error) {
+	err = r.call(ctx, e.PartitionKey, func(tb storage.Table) error { etag, err = tb.Insert(ctx, e); return err })
+	return etag, err
+}
+
+func (r *replica) Get(ctx context.Context, partitionKey, rowKey string) (e storage.Entity, err error) {
+	err = r.call(ctx, partitionKey, func(tb storage.Table) error { e, err = tb.Get(ctx, partitionKey, rowKey); return err })
+	return e, err
+}
+
+func (r *replica) Update(ctx context.Context, e storage.Entity, mode storage.UpdateMode, ifMatch string) (etag string, err error) {
+	err = r.call(ctx, e.PartitionKey, func(tb storage.Table) error { etag, err = tb.Update(ctx, e, mode, ifMatch); return err })
+	return etag, err
+}
+
+func (r *replica) Upsert(ctx context.Context, e storage.Entity, mode storage.UpdateMode) (etag string, err error) {
+	err = r.call(ctx, e.PartitionKey, func(tb storage.Table) error { etag, err = tb.Upsert(ctx, e, mode); return err })
+	return etag, err
+}
+
+func (r *replica) Delete(ctx context.Context, partitionKey, rowKey, ifMatch string) error {
+	return r.call(ctx, partitionKey, func(tb storage.Table) error { return tb.Delete(ctx, partitionKey, rowKey, ifMatch) })
+}
+
+func (r *replica) Batch(ctx context.Context, partitionKey string, ops []storage.BatchOp) (etags []string, err error) {
+	if err := storage.ValidateBatch(partitionKey, ops); err != nil {
+		return nil, err
+	}
+	err = r.call(ctx, partitionKey, func(tb storage.Table) error { etags, err = tb.Batch(ctx, partitionKey, ops); return err })
+	return etags, err
+}
+
+func (r *replica) Query(ctx context.Context, q storage.Query) (p storage.Page, err error) {
+	if q.PartitionKey != "" {
+		if err := storage.ValidateKey("PartitionKey", q.PartitionKey); err != nil {
+			return storage.Page{}, err
+		}
+	}
+	err = r.t.subCall(ctx, r.i, false, func(tb storage.Table) error { p, err = tb.Query(ctx, q); return err })
+	return p, err
 }

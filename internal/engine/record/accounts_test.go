@@ -74,6 +74,15 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if err := r1.Enqueue(ctx, pending, "demo.Wait", cmdqtype.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
+	// Shared rows written before the account is added: a pause and a
+	// marker (of a command whose enqueue "failed").
+	if _, err := r1.SetPaused(ctx, "held", true, "test:before"); err != nil {
+		t.Fatal(err)
+	}
+	marked := issueAt(t, r1.Store, c, "demo.Wait")
+	if err := r1.MarkUnqueued(ctx, marked, cmdqtype.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
 
 	after := members(3, day0.Truncate(day).Add(3*day))
 	r2, err := record.OpenReader(ctx, after, names, record.Options{Now: c.now}, nil)
@@ -92,6 +101,20 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if _, err := r2.GetPoison(ctx, poisoned); err != nil {
 		t.Fatalf("GetPoison after the account was added: %v", err)
 	}
+	// The shared rows: the pause holds, and the first read copies it to
+	// the new account; the marker is found where it was.
+	rows, err := r2.ReadControl(ctx)
+	if err != nil || !rows["held"].Paused {
+		t.Fatalf("control rows after the account was added: %+v, %v; want held paused", rows, err)
+	}
+	if e, err := storage.ReplicasOf(r2.CommandsTable())[2].Get(ctx, record.ControlPartition, "held"); err != nil || e.Properties["Paused"] != true {
+		t.Fatalf("the new account's control row of held after a read: %v, %v; want paused", e.Properties, err)
+	}
+	rrep, err := r2.Reconcile(ctx, record.ReconcileOptions{MarkerGrace: time.Hour, Now: c.now})
+	if err != nil || rrep.Markers != 1 || rrep.Waiting != 1 {
+		t.Fatalf("reconcile after the account was added: %+v, %v; want the marker made before found (waiting its grace)", rrep, err)
+	}
+	complete(t, r2.Store, marked)
 	// Requeue: the command is pending again and its message is in its own
 	// account, beside the pending command's.
 	if err := r2.Requeue(ctx, poisoned, "test:op"); err != nil {

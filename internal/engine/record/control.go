@@ -46,9 +46,17 @@ func decodeControl(e storage.Entity) QueueControl {
 }
 
 // ReadControl reads every queue's control row: one query of
-// ControlPartition (one request per 1000 queues). Queues without a row are
-// missing from the map (not paused, nothing cancelled).
+// ControlPartition (one request per 1000 queues; over several accounts,
+// one per account at once, merged: see shared.go). Queues without a row
+// are missing from the map (not paused, nothing cancelled).
 func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error) {
+	if s.sh.reps != nil {
+		out, err := s.readControlShared(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: read the queues' control rows: %w", err)
+		}
+		return out, nil
+	}
 	out := map[string]QueueControl{}
 	q := storage.Query{PartitionKey: ControlPartition, Top: 1000}
 	for {
@@ -71,20 +79,34 @@ func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error
 // upsert of its control row (Paused, Since = now, By = by; CancelledAt is
 // kept). It returns the row as written (CancelledAt unknown: zero). The
 // queue name is not checked here (callers check it is known).
+//
+// Over several accounts (shared.go) it reads the rows first (ReadControl:
+// one query per account) and writes the row to every account that
+// answers (one upsert each), with Since after the newest Since read, so
+// that the newest row wins whatever the writers' clocks.
 func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by string) (QueueControl, error) {
 	if err := cmdqtype.ValidateQueue(queue); err != nil {
 		return QueueControl{}, err
 	}
+	verb := "pause"
+	if !paused {
+		verb = "resume"
+	}
 	now := s.nowUTC()
+	if s.sh.reps != nil {
+		cur, err := s.ReadControl(ctx)
+		if err != nil {
+			return QueueControl{}, fmt.Errorf("cmdq: %s queue %s: %w", verb, queue, err)
+		}
+		if c, ok := cur[queue]; ok && !now.After(c.Since) {
+			now = c.Since.Add(time.Millisecond)
+		}
+	}
 	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{
 		"Paused": paused, "Since": now, "By": truncate(by, MaxTextUnits),
 	}}
-	etag, err := s.commands.Upsert(ctx, e, storage.Merge)
+	etag, err := s.upsertShared(ctx, e)
 	if err != nil {
-		verb := "pause"
-		if !paused {
-			verb = "resume"
-		}
 		return QueueControl{}, fmt.Errorf("cmdq: %s queue %s: %w", verb, queue, err)
 	}
 	return QueueControl{Queue: queue, Paused: paused, Since: now, By: truncate(by, MaxTextUnits), ETag: etag}, nil
@@ -93,13 +115,14 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by str
 // MarkCancelling records, in the control row of a logical queue, that a
 // command of it that a delivery could still start from its issue's own
 // message without reading it is being cancelled: one merge upsert
-// (CancelledAt = now). A processor that reads the row afterwards loads
+// (CancelledAt = now; over several accounts, one to each account that
+// answers). A processor that reads the row afterwards loads
 // every command of the queue issued before then instead of starting it
 // from its message. It returns the time written.
 func (s *Store) MarkCancelling(ctx context.Context, queue string) (time.Time, error) {
 	now := s.nowUTC()
 	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{"CancelledAt": now}}
-	if _, err := s.commands.Upsert(ctx, e, storage.Merge); err != nil {
+	if _, err := s.upsertShared(ctx, e); err != nil {
 		return time.Time{}, fmt.Errorf("cmdq: mark a cancel in queue %s's control row: %w", queue, err)
 	}
 	return now, nil
@@ -142,4 +165,18 @@ func (s *Store) Cancel(ctx context.Context, id, by string, prepare func(ctx cont
 		}
 		rec = ce.Current
 	}
+}
+
+// upsertShared merges e into a row of a partition kept in every account
+// (shared.go): one upsert, or one per account (at once) over several,
+// written when one account answers. The ETag is the base table's ("" over
+// several accounts).
+func (s *Store) upsertShared(ctx context.Context, e storage.Entity) (string, error) {
+	if reps := s.sh.reps; reps != nil {
+		return "", fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {
+			_, err := tb.Upsert(ctx, e, storage.Merge)
+			return err
+		}))
+	}
+	return s.commands.Upsert(ctx, e, storage.Merge)
 }

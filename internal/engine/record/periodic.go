@@ -44,8 +44,16 @@ func (sc Schedule) entity() storage.Entity {
 }
 
 // ReadSchedules reads every periodic schedule's row: one query of
-// PeriodicPartition (one request per 1000 schedules).
+// PeriodicPartition (one request per 1000 schedules; over several
+// accounts, one per account at once, merged: see shared.go).
 func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
+	if s.sh.reps != nil {
+		out, err := s.readSchedulesShared(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: read the periodic schedules: %w", err)
+		}
+		return out, nil
+	}
 	var out []Schedule
 	q := storage.Query{PartitionKey: PeriodicPartition, Top: 1000}
 	for {
@@ -69,15 +77,40 @@ func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 // update when the spec, type, queue or catch-up changed (a changed spec
 // starts Since anew: ticks of the old spec are not caught up). Nothing is
 // written when the stored row already says the same. Processes racing to
-// insert the same new row read the winner's.
+// insert the same new row read the winner's. Over several accounts it
+// stores the row in every account that answers, at once (those calls in
+// each), and returns the row with the earliest Since.
 func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Schedule, error) {
+	reps := s.sh.reps
+	if reps == nil {
+		return s.storeSchedule(ctx, s.commands, sc, by)
+	}
+	got := make([]Schedule, len(reps))
+	errs := eachReplica(reps, func(i int, tb storage.Table) (err error) {
+		got[i], err = s.storeSchedule(ctx, tb, sc, by)
+		return err
+	})
+	if err := fromAny(errs); err != nil {
+		return Schedule{}, err
+	}
+	var out Schedule
+	for i, g := range got {
+		if errs[i] == nil && (out.Name == "" || g.Since.Before(out.Since)) {
+			out = g
+		}
+	}
+	return out, nil
+}
+
+// storeSchedule is StoreSchedule in table tb.
+func (s *Store) storeSchedule(ctx context.Context, tb storage.Table, sc Schedule, by string) (Schedule, error) {
 	for try := 0; ; try++ {
-		e, err := s.commands.Get(ctx, PeriodicPartition, sc.Name)
+		e, err := tb.Get(ctx, PeriodicPartition, sc.Name)
 		now := s.nowUTC()
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			sc.Since, sc.UpdatedAt, sc.UpdatedBy = now, now, by
-			_, err = s.commands.Insert(ctx, sc.entity())
+			_, err = tb.Insert(ctx, sc.entity())
 			if errors.Is(err, storage.ErrExists) && try < 2 {
 				continue // another process stored it first: read its row
 			}
@@ -97,7 +130,7 @@ func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Sche
 			sc.Since = now
 		}
 		sc.UpdatedAt, sc.UpdatedBy = now, by
-		_, err = s.commands.Update(ctx, sc.entity(), storage.Replace, e.ETag)
+		_, err = tb.Update(ctx, sc.entity(), storage.Replace, e.ETag)
 		if errors.Is(err, storage.ErrConflict) && try < 2 {
 			continue // another process changed it meanwhile: decide again
 		}

@@ -105,8 +105,10 @@ func decodeBeat(e storage.Entity) Beat {
 	return b
 }
 
-// WriteBeat writes a processor's heartbeat row: one upsert (replace). Seen
-// is set to now when zero; the row as written is returned.
+// WriteBeat writes a processor's heartbeat row: one upsert (replace); over
+// several accounts, to the account of its instance ID, or the next one
+// that answers (shared.go). Seen is set to now when zero; the row as
+// written is returned.
 func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 	if err := storage.ValidateKey("RowKey", b.ID); err != nil || b.ID == "" {
 		return b, fmt.Errorf("%w: processor instance ID %q", storage.ErrInvalidArgument, b.ID)
@@ -115,16 +117,33 @@ func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 		b.Seen = s.nowUTC()
 	}
 	b.Seen, b.Started = ms(b.Seen), ms(b.Started)
-	if _, err := s.commands.Upsert(ctx, beatEntity(b), storage.Replace); err != nil {
+	var err error
+	if reps := s.sh.reps; reps != nil {
+		err = toOne(reps, storage.ReplicaOf(s.commands, b.ID), func(tb storage.Table) error {
+			_, err := tb.Upsert(ctx, beatEntity(b), storage.Replace)
+			return err
+		})
+	} else {
+		_, err = s.commands.Upsert(ctx, beatEntity(b), storage.Replace)
+	}
+	if err != nil {
 		return b, fmt.Errorf("cmdq: write the heartbeat of processor %s: %w", b.Name, err)
 	}
 	return b, nil
 }
 
 // ReadBeats reads every processor's heartbeat row: one query of
-// ProcessorPartition (one request per 1000 processors), in instance ID
-// order.
+// ProcessorPartition (one request per 1000 processors; over several
+// accounts, one per account at once, a processor's newest row winning),
+// in instance ID order.
 func (s *Store) ReadBeats(ctx context.Context) ([]Beat, error) {
+	if s.sh.reps != nil {
+		out, err := s.readBeatsShared(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cmdq: read the processors' heartbeats: %w", err)
+		}
+		return out, nil
+	}
 	var out []Beat
 	q := storage.Query{PartitionKey: ProcessorPartition, Top: 1000}
 	for {
@@ -142,9 +161,15 @@ func (s *Store) ReadBeats(ctx context.Context) ([]Beat, error) {
 	}
 }
 
-// DeleteBeat deletes a processor's heartbeat row (one delete; a missing
-// row is no error).
+// DeleteBeat deletes a processor's heartbeat row (one delete; over
+// several accounts, one per account; a missing row is no error).
 func (s *Store) DeleteBeat(ctx context.Context, id string) error {
+	if reps := s.sh.reps; reps != nil {
+		if err := deleteReplicas(ctx, reps, ProcessorPartition, id); err != nil {
+			return fmt.Errorf("cmdq: delete the heartbeat of processor %s: %w", id, err)
+		}
+		return nil
+	}
 	err := s.commands.Delete(ctx, ProcessorPartition, id, storage.IfMatchAny)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("cmdq: delete the heartbeat of processor %s: %w", id, err)
@@ -155,8 +180,20 @@ func (s *Store) DeleteBeat(ctx context.Context, id string) error {
 // DeleteBeatsBefore deletes the heartbeat rows last written before cutoff
 // (processors that stopped without deleting theirs: crashed or killed),
 // except keep's: one query of ProcessorPartition and one delete per row
-// removed. It returns how many it deleted.
+// removed; over several accounts, per account that answers, its rows
+// written before cutoff). It returns how many it deleted.
 func (s *Store) DeleteBeatsBefore(ctx context.Context, cutoff time.Time, keep string) (int, error) {
+	if reps := s.sh.reps; reps != nil {
+		rows, errs := queryReplicas(ctx, reps, ProcessorPartition)
+		if err := fromAny(errs); err != nil {
+			return 0, fmt.Errorf("cmdq: read the processors' heartbeats: %w", err)
+		}
+		n, err := s.deleteBeatsBeforeShared(ctx, reps, rows, errs, func(b Beat) bool { return b.ID == keep || !b.Seen.Before(cutoff) })
+		if err != nil {
+			return n, fmt.Errorf("cmdq: delete old heartbeats: %w", err)
+		}
+		return n, nil
+	}
 	beats, err := s.ReadBeats(ctx)
 	if err != nil {
 		return 0, err

@@ -62,10 +62,16 @@ type ReconcileReport struct {
 	// DayTables is the number of day tables registered in the base table
 	// that the pending scan read.
 	DayTables int
+	// Unavailable is the number of accounts whose markers could not be
+	// read (over several accounts: one was down); their markers wait for
+	// a later pass.
+	Unavailable int
 }
 
 // Reconcile enqueues commands that were stored but never enqueued: those with
-// a marker in partition "~unqueued" (cost: 1 query when there is none; per
+// a marker in partition "~unqueued" (cost: 1 query when there is none, 1
+// per account over several accounts, where an account that is down is
+// skipped and counted in ReconcileReport.Unavailable; per
 // marker 1 point read + 1 claim (a conditional update) + 1 batch with a
 // requeued event + 1 enqueue + 1 delete; a marker of a command that is no
 // longer pending costs 1 point read + 1 delete) and, with ScanPending,
@@ -92,12 +98,8 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 
 	var errs []error
 	seen := map[string]bool{}
-	q := storage.Query{PartitionKey: UnqueuedPartition, Top: 1000}
-	for !opts.SkipMarkers {
-		page, err := tbl.Query(ctx, q)
-		if err != nil {
-			return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
-		}
+	// handle handles one page of markers read from table mt.
+	handle := func(mt storage.Table, page storage.Page) {
 		for _, m := range page.Entities {
 			rep.Markers++
 			id := m.RowKey
@@ -119,7 +121,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				continue
 			}
 			if !pending {
-				if err := tbl.Delete(ctx, UnqueuedPartition, id, m.ETag); err == nil {
+				if err := mt.Delete(ctx, UnqueuedPartition, id, m.ETag); err == nil {
 					rep.Cleared++
 				} else if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 					errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s: %w", id, err))
@@ -131,7 +133,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 			// message is on the queue, so a failed enqueue is retried by a
 			// later pass once the claim lapses.
 			claim := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
-			etag, err := tbl.Update(ctx, claim, storage.Merge, m.ETag)
+			etag, err := mt.Update(ctx, claim, storage.Merge, m.ETag)
 			if err != nil {
 				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 					errs = append(errs, fmt.Errorf("cmdq: reconcile: claim marker %s: %w", id, err))
@@ -148,14 +150,45 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 			if ok {
 				enqueued()
 			}
-			if err := tbl.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+			if err := mt.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s after enqueueing: %w", id, err))
 			}
 		}
-		if page.Continuation == "" {
-			break
+	}
+	// markers handles the markers of table mt: the base table, or over
+	// several accounts each account's (shared.go), where a marker is
+	// claimed and deleted where it was found.
+	markers := func(mt storage.Table) error {
+		q := storage.Query{PartitionKey: UnqueuedPartition, Top: 1000}
+		for {
+			page, err := mt.Query(ctx, q)
+			if err != nil {
+				return err
+			}
+			handle(mt, page)
+			if page.Continuation == "" {
+				return nil
+			}
+			q.Continuation = page.Continuation
 		}
-		q.Continuation = page.Continuation
+	}
+	if !opts.SkipMarkers {
+		if reps := s.sh.reps; reps != nil {
+			// One account at a time: the markers' loads and enqueues go
+			// to their commands' accounts anyway.
+			merrs := make([]error, len(reps))
+			for i, mt := range reps {
+				merrs[i] = markers(mt)
+				if errors.Is(merrs[i], storage.ErrUnavailable) {
+					rep.Unavailable++
+				}
+			}
+			if err := fromAny(merrs); err != nil {
+				return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
+			}
+		} else if err := markers(tbl); err != nil {
+			return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
+		}
 	}
 
 	var days []string // day tables registered in the base table

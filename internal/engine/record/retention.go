@@ -253,8 +253,14 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 }
 
 // unregister removes the registration of day table name (best effort: a
-// leftover one is removed by the next sweep).
+// leftover one is removed by the next sweep); over several accounts, from
+// each.
 func (s *Store) unregister(ctx context.Context, name string, rep *SweepReport) {
+	if reps := s.sh.reps; reps != nil {
+		rep.Calls += len(reps)
+		_ = deleteReplicas(ctx, reps, DaysPartition, DayRowPrefix+name)
+		return
+	}
 	rep.Calls++
 	_ = s.commands.Delete(ctx, DaysPartition, DayRowPrefix+name, storage.IfMatchAny)
 }

@@ -210,6 +210,7 @@ type Store struct {
 	recovery         func(cmdType string) time.Duration
 	tables           *tables
 	retention        RetentionPolicy
+	sh               *shared // the shared partitions over several accounts (shared.go)
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -219,7 +220,8 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults()}
+	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults(),
+		sh: newShared(commands)}
 	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
 	return s
 }
@@ -1181,26 +1183,43 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 
 // MarkUnqueued records that the command id was stored but its enqueue failed
 // (an upsert into partition UnqueuedPartition, property Queue); the
-// reconciler re-enqueues it.
+// reconciler re-enqueues it. Over several accounts the marker goes to the
+// command's account, or the next one that answers (shared.go).
 func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	_, err := s.commands.Upsert(ctx, storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{
+	e := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{
 		"Queue":    queue,
 		"MarkedAt": s.nowUTC(),
-	}}, storage.Replace)
+	}}
+	var err error
+	if reps := s.sh.reps; reps != nil {
+		err = toOne(reps, storage.ReplicaOf(s.commands, id), func(tb storage.Table) error {
+			_, err := tb.Upsert(ctx, e, storage.Replace)
+			return err
+		})
+	} else {
+		_, err = s.commands.Upsert(ctx, e, storage.Replace)
+	}
 	if err != nil {
 		return fmt.Errorf("cmdq: mark command %s unqueued: %w", id, err)
 	}
 	return nil
 }
 
-// ClearUnqueued removes the reconciler marker of command id (one delete; a
-// missing marker is not an error): its message was enqueued after all.
+// ClearUnqueued removes the reconciler marker of command id (one delete,
+// one per account over several; a missing marker is not an error): its
+// message was enqueued after all.
 func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
+	}
+	if reps := s.sh.reps; reps != nil {
+		if err := deleteReplicas(ctx, reps, UnqueuedPartition, id); err != nil {
+			return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
+		}
+		return nil
 	}
 	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)

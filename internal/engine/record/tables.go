@@ -54,10 +54,20 @@ func dayTableOf(e storage.Entity) string {
 	return e.RowKey[len(DayRowPrefix):]
 }
 
-// register upserts the registration of day table name into the base table.
+// register upserts the registration of day table name into the base
+// table (over several accounts, into every account that answers, at once:
+// shared.go).
 func (t *tables) register(ctx context.Context, name string) error {
-	_, err := t.base.Upsert(ctx, storage.Entity{PartitionKey: DaysPartition, RowKey: DayRowPrefix + name,
-		Properties: map[string]any{"Table": name}}, storage.Replace)
+	e := storage.Entity{PartitionKey: DaysPartition, RowKey: DayRowPrefix + name, Properties: map[string]any{"Table": name}}
+	var err error
+	if reps := storage.ReplicasOf(t.base); reps != nil {
+		err = fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {
+			_, err := tb.Upsert(ctx, e, storage.Replace)
+			return err
+		}))
+	} else {
+		_, err = t.base.Upsert(ctx, e, storage.Replace)
+	}
 	if err != nil {
 		return fmt.Errorf("cmdq: register day table %q: %w", name, err)
 	}
