@@ -3,12 +3,12 @@ package cmdq
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
@@ -77,55 +77,91 @@ const (
 	OutcomeUnrecorded = registry.OutcomeUnrecorded
 )
 
-// w3c is the propagator of the stored trace context and of the HTTP API's
-// traceparent/tracestate headers: W3C Trace Context, whatever global
-// propagator the program set.
-var w3c propagation.TraceContext
+// The stored trace context and the HTTP API's traceparent/tracestate
+// headers are W3C Trace Context, whatever global propagator the program
+// set: formatTraceParent and parseTraceParent write and read the
+// traceparent exactly as propagation.TraceContext does, without its
+// carrier and context (no allocation but the formatted string).
 
-// traceCarrier is a propagation.TextMapCarrier of the two W3C fields,
-// without a map.
-type traceCarrier struct{ parent, state string }
+// traceParentLen is the length of a version-00 traceparent.
+const traceParentLen = 55
 
-func (c *traceCarrier) Get(key string) string {
-	switch key {
-	case "traceparent":
-		return c.parent
-	case "tracestate":
-		return c.state
-	}
-	return ""
-}
-
-func (c *traceCarrier) Set(key, value string) {
-	switch key {
-	case "traceparent":
-		c.parent = value
-	case "tracestate":
-		c.state = value
-	}
-}
-
-func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
-
-// injectTrace returns the W3C trace context of ctx's span ("" when it has
-// no valid span context).
-func injectTrace(ctx context.Context) (parent, state string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+// formatTraceParent returns the W3C trace context of sc ("" when it is
+// not valid): the traceparent (version 00, the sampled and random flags
+// only) and the tracestate.
+func formatTraceParent(sc trace.SpanContext) (parent, state string) {
+	if !sc.IsValid() {
 		return "", ""
 	}
-	var c traceCarrier
-	w3c.Inject(ctx, &c)
-	return c.parent, c.state
+	var b [traceParentLen]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b[0], b[1], b[2] = '0', '0', '-'
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		state = ts.String()
+	}
+	return string(b[:]), state
 }
 
-// extractTrace returns the span context a stored W3C trace context names
-// (invalid when it does not parse).
-func extractTrace(parent, state string) trace.SpanContext {
-	if parent == "" {
+// parseTraceParent returns the remote span context a stored W3C trace
+// context names (invalid when the traceparent does not parse), by the
+// rules of propagation.TraceContext: a version below ff, lower-case hex,
+// a non-zero trace and span ID; version 00 has no fifth field (an
+// empty one is accepted, as the propagator does) and flags below 4; a
+// tracestate that does not parse is ignored.
+func parseTraceParent(parent, state string) trace.SpanContext {
+	if len(parent) < traceParentLen || parent[2] != '-' || parent[35] != '-' || parent[52] != '-' {
 		return trace.SpanContext{}
 	}
-	ctx := w3c.Extract(context.Background(), &traceCarrier{parent: parent, state: state})
-	return trace.SpanContextFromContext(ctx)
+	var ver, flags [1]byte
+	var scc trace.SpanContextConfig
+	if !unhex(ver[:], parent[0:2]) || ver[0] == 0xff || !unhex(scc.TraceID[:], parent[3:35]) ||
+		!unhex(scc.SpanID[:], parent[36:52]) || !unhex(flags[:], parent[53:55]) {
+		return trace.SpanContext{}
+	}
+	switch {
+	case len(parent) > traceParentLen && parent[traceParentLen] != '-':
+		return trace.SpanContext{} // a fifth field follows a dash
+	case ver[0] == 0 && (len(parent) > traceParentLen+1 || flags[0] > 3):
+		return trace.SpanContext{} // version 00: no fifth field, no reserved flag
+	}
+	scc.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	if state != "" {
+		scc.TraceState, _ = trace.ParseTraceState(state)
+	}
+	scc.Remote = true
+	sc := trace.NewSpanContext(scc)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// unhex decodes lower-case hex src (2 × len(dst) characters) into dst.
+func unhex(dst []byte, src string) bool {
+	for i := range dst {
+		hi, lo := fromHex(src[2*i]), fromHex(src[2*i+1])
+		if hi|lo > 0xf {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+// fromHex is the value of a lower-case hex digit, else 0xff.
+func fromHex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0xff
 }
 
 // withTrace is the issue option that stores the trace context.
@@ -145,18 +181,47 @@ func namesOf(cmdType string) *[2]string {
 	return v.(*[2]string)
 }
 
+// The span start options, built once (a variadic option list built per
+// span is an allocation).
+var (
+	issueStart   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	processStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+)
+
+// maxSpanAttrs is the most attributes cmdq sets on a span.
+const maxSpanAttrs = 12
+
+// attrBufs holds the attribute lists of ending spans: Span.SetAttributes
+// copies what it is given (the SDK's spans keep their own list), so one
+// buffer serves span after span instead of one list allocated per span.
+var attrBufs = sync.Pool{New: func() any { return new([maxSpanAttrs]attribute.KeyValue) }}
+
+// setAttrs sets n attributes that fill writes into a pooled buffer on
+// span, in one call (the SDK's cheapest way).
+func setAttrs(span trace.Span, fill func(buf []attribute.KeyValue) []attribute.KeyValue) {
+	buf := attrBufs.Get().(*[maxSpanAttrs]attribute.KeyValue)
+	attrs := fill(buf[:0])
+	span.SetAttributes(attrs...)
+	clear(attrs)
+	attrBufs.Put(buf)
+}
+
 // startIssue starts the issue span of a command of cmdType in ctx (or,
 // when parent names a trace context, in that one) and returns the trace
 // context to store with the command: the issue span's, or ctx's when
 // the provider records nothing.
 func (c *Client) startIssue(ctx context.Context, cmdType, parent, state string) (trace.Span, string, string) {
 	if parent != "" {
-		if sc := extractTrace(parent, state); sc.IsValid() {
+		if sc := parseTraceParent(parent, state); sc.IsValid() {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := c.tracer.Start(ctx, namesOf(cmdType)[0], trace.WithSpanKind(trace.SpanKindProducer))
-	p, s := injectTrace(ctx)
+	_, span := c.tracer.Start(ctx, namesOf(cmdType)[0], issueStart...)
+	sc := span.SpanContext()
+	if !sc.IsValid() {
+		sc = trace.SpanContextFromContext(ctx)
+	}
+	p, s := formatTraceParent(sc)
 	return span, p, s
 }
 
@@ -166,8 +231,10 @@ func (c *Client) startIssue(ctx context.Context, cmdType, parent, state string) 
 // none.
 func endIssue(span trace.Span, cmdType string, res Result, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(attrSystem.String(messagingSystem), attrOperationType.String("send"), attrOperationName.String("issue"),
-			attrType.String(cmdType), attrMessageID.String(res.ID), attrDestination.String(res.Queue), attrExisting.Bool(res.Existing))
+		setAttrs(span, func(a []attribute.KeyValue) []attribute.KeyValue {
+			return append(a, attrSystem.String(messagingSystem), attrOperationType.String("send"), attrOperationName.String("issue"),
+				attrType.String(cmdType), attrMessageID.String(res.ID), attrDestination.String(res.Queue), attrExisting.Bool(res.Existing))
+		})
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -178,46 +245,61 @@ func endIssue(span trace.Span, cmdType string, res Result, err error) {
 
 // tracing is the tracing middleware, the outermost of every handler's
 // chain: the attempt's span, in the handler's ctx, ended with the
-// attempt's outcome once it is recorded.
+// attempt's outcome once it is recorded. The span is a child of the
+// issuing span (its remote parent in ctx) and linked to it; with
+// TraceLinkOnly it is a new root whose start carries the link (so that
+// a sampler sees it), else the link is added once it started (the
+// parent is what a sampler sees).
 func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next func(context.Context) error) error {
-	opts := make([]trace.SpanStartOption, 0, 3)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer))
-	if parent := extractTrace(run.Trace()); parent.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent}))
-		if c.cfg.TraceLinkOnly {
-			opts = append(opts, trace.WithNewRoot())
-		} else {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
-		}
+	opts := processStart
+	parent := parseTraceParent(run.Trace())
+	switch {
+	case !parent.IsValid():
+	case c.cfg.TraceLinkOnly:
+		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: parent})}
+	default:
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
 	ctx, span := c.tracer.Start(ctx, namesOf(run.Type())[1], opts...)
 	if sc := span.SpanContext(); sc.IsValid() {
 		run.SetTraceID(sc.TraceID())
 	}
 	if span.IsRecording() {
-		run.OnEnd(func(o registry.Outcome) { c.endAttempt(span, run, o) })
+		if parent.IsValid() && !c.cfg.TraceLinkOnly {
+			span.AddLink(trace.Link{SpanContext: parent})
+		}
+		run.OnEnd((&attemptSpan{c: c, span: span, run: run}).end)
 	} else {
 		run.OnEnd(func(registry.Outcome) { span.End() })
 	}
 	return next(ctx)
 }
 
-// endAttempt ends a recording attempt span with the attempt's attributes
-// (set in one call) and its outcome: an outcome other than completed
-// records the error and sets the status Error.
-func (c *Client) endAttempt(span trace.Span, run *registry.Run, o registry.Outcome) {
+// attemptSpan is a recording attempt span waiting for its outcome.
+type attemptSpan struct {
+	c    *Client
+	span trace.Span
+	run  *registry.Run
+}
+
+// end ends the span with the attempt's attributes (set in one call) and
+// its outcome: an outcome other than completed records the error and
+// sets the status Error.
+func (a *attemptSpan) end(o registry.Outcome) {
+	span, run := a.span, a.run
 	kind := cmp.Or(o.Kind, OutcomeUnrecorded)
-	attrs := make([]attribute.KeyValue, 0, 11)
-	attrs = append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
-		attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
-		attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrOutcome.String(kind))
-	if c.workerName != "" {
-		attrs = append(attrs, attrWorker.String(c.workerName))
-	}
-	if cid := run.CorrelationID(); cid != "" {
-		attrs = append(attrs, attrConversationID.String(cid))
-	}
-	span.SetAttributes(attrs...)
+	setAttrs(span, func(attrs []attribute.KeyValue) []attribute.KeyValue {
+		attrs = append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
+			attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
+			attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrOutcome.String(kind))
+		if a.c.workerName != "" {
+			attrs = append(attrs, attrWorker.String(a.c.workerName))
+		}
+		if cid := run.CorrelationID(); cid != "" {
+			attrs = append(attrs, attrConversationID.String(cid))
+		}
+		return attrs
+	})
 	if kind != OutcomeCompleted {
 		err := o.Err
 		if err == nil {

@@ -65,11 +65,11 @@ func BenchmarkTracingCost(b *testing.B) {
 			// both see the same load from the rest of the machine.
 			var cOff, cOn, aOff, aOn float64
 			if i%2 == 0 {
-				cOff, aOff = tracingRun(b, false)
-				cOn, aOn = tracingRun(b, true)
+				cOff, aOff = tracingRun(b, false, traceBenchN)
+				cOn, aOn = tracingRun(b, true, traceBenchN)
 			} else {
-				cOn, aOn = tracingRun(b, true)
-				cOff, aOff = tracingRun(b, false)
+				cOn, aOn = tracingRun(b, true, traceBenchN)
+				cOff, aOff = tracingRun(b, false, traceBenchN)
 			}
 			off, on, ratios = append(off, cOff), append(on, cOn), append(ratios, cOn/cOff)
 			offAllocs, onAllocs = offAllocs+aOff/traceBenchRounds, onAllocs+aOn/traceBenchRounds
@@ -86,9 +86,27 @@ func BenchmarkTracingCost(b *testing.B) {
 	}
 }
 
-// tracingRun is one run of BenchmarkTracingCost; it returns the CPU time
-// per command in µs and the heap allocations per command.
-func tracingRun(b *testing.B, traced bool) (cpuMicros, allocs float64) {
+// BenchmarkIssueProcess is one mode of BenchmarkTracingCost ("off",
+// "on") with b.N commands in one run: a fixed workload for a profiler or
+// an instruction counter (docs/performance.md, "Tracing"). It reports
+// the CPU time (user + system, every thread) and the heap allocations
+// per command.
+func BenchmarkIssueProcess(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		traced bool
+	}{{"off", false}, {"on", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			cpu, allocs := tracingRun(b, mode.traced, max(b.N, 2))
+			b.ReportMetric(cpu, "cpu-µs/cmd")
+			b.ReportMetric(allocs, "allocs/cmd")
+		})
+	}
+}
+
+// tracingRun is one run of n commands of BenchmarkTracingCost; it returns
+// the CPU time per command in µs and the heap allocations per command.
+func tracingRun(b *testing.B, traced bool, n int) (cpuMicros, allocs float64) {
 	b.Helper()
 	st, err := embedded.Open(filepath.Join(b.TempDir(), "cmdq-data"), nil)
 	if err != nil {
@@ -98,7 +116,7 @@ func tracingRun(b *testing.B, traced bool) (cpuMicros, allocs float64) {
 	var completed atomic.Int64
 	done := make(chan struct{})
 	cfg := cmdq.Config{Worker: "bench", ReconcileInterval: cmdq.NoReconcile, Observers: []cmdq.Observer{cmdq.ObserverFunc(func(o cmdq.Observation) {
-		if o.Kind == cmdq.ObservedCompleted && completed.Add(1) == traceBenchN {
+		if o.Kind == cmdq.ObservedCompleted && completed.Add(1) == int64(n) {
 			close(done)
 		}
 	})}}
@@ -130,22 +148,22 @@ func tracingRun(b *testing.B, traced bool) (cpuMicros, allocs float64) {
 	runtime.ReadMemStats(&ms)
 	mallocs := ms.Mallocs
 	cpu := cpuTime()
-	issue(b, c, caller)
+	issue(b, c, caller, n)
 	<-done
-	cpuMicros = float64((cpuTime() - cpu).Microseconds()) / traceBenchN
+	cpuMicros = float64((cpuTime() - cpu).Microseconds()) / float64(n)
 	runtime.ReadMemStats(&ms)
-	return cpuMicros, float64(ms.Mallocs-mallocs) / traceBenchN
+	return cpuMicros, float64(ms.Mallocs-mallocs) / float64(n)
 }
 
-// issue issues traceBenchN commands from traceBenchIssuers goroutines,
-// each in a span of caller (a no-op one: no span).
-func issue(b *testing.B, c *cmdq.Client, caller trace.Tracer) {
+// issue issues n commands from traceBenchIssuers goroutines, each in a
+// span of caller (a no-op one: no span).
+func issue(b *testing.B, c *cmdq.Client, caller trace.Tracer, n int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	ctx := context.Background()
 	for range traceBenchIssuers {
 		wg.Go(func() {
-			for next.Add(1) <= traceBenchN-1 { // the warm-up command is the last
+			for next.Add(1) <= int64(n)-1 { // the warm-up command is the last
 				sctx, span := caller.Start(ctx, "POST /greetings")
 				if _, err := c.Issue(sctx, greet{Name: "x"}); err != nil {
 					b.Error(err)

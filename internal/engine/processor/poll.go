@@ -354,7 +354,19 @@ func (s *session) spawn(f func()) {
 	}
 }
 
+// workerStackReserve is the stack a handler goroutine keeps in use while
+// it waits for its next job (8 KiB). The garbage collector halves a
+// goroutine's stack when less than a quarter of it is in use, so an idle
+// worker's 32 KiB stack, grown by a delivery, was halved at every
+// collection and grown again (copied) by the next delivery: about 15,000
+// instructions per command (docs/performance.md). With a quarter kept in
+// use, a stack of up to 32 KiB stays; a larger one (a deep handler) is
+// halved back to 32 KiB.
+const workerStackReserve = 8 << 10
+
 func (s *session) worker(f func()) {
+	var reserve [workerStackReserve]byte
+	keepStack(&reserve)
 	for {
 		f()
 		select {
@@ -364,3 +376,9 @@ func (s *session) worker(f func()) {
 		}
 	}
 }
+
+// keepStack keeps its argument (a worker's stack reserve) in the caller's
+// frame.
+//
+//go:noinline
+func keepStack(*[workerStackReserve]byte) {}
