@@ -62,9 +62,11 @@ openapi-client: openapi-tools
 	cd $(OPENAPI_TS_DIR) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true ./node_modules/.bin/redocly lint --config redocly.yaml ../../api/openapi.json
 
 # unit runs every package's tests except the reliability suite, which runs
-# on its own (chaos) so that it does not share the CPU with them.
+# on its own (chaos) so that it does not share the CPU with them. Up to 4
+# tests of a package run at once (-parallel 4): most of the slow ones wait
+# (on child processes, on Azurite, on a schedule's ticks), not compute.
 unit:
-	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
+	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -parallel 4 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
 	@echo "screenshots of the operator page: $(ARTIFACTS)/browser"
 
 # fuzz-smoke runs the request-decoding fuzz target for a short while; a crash

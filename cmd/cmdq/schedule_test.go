@@ -108,9 +108,11 @@ func queueDepth(t *testing.T, env []string) int {
 // TestServeRetriesOnTime is the issue's case: on a `cmdq serve` that has
 // been idle so long that its poller waits the full MaxPollInterval (1
 // minute, the default) between dequeues, a demo.fail {"times":2} command
-// completes within 5 s of being issued: its retries (1 s apart) start
-// when their delay ends because the processor wakes itself, not at its
-// next poll a minute later. (The command is handed to the processor
+// completes well before that poll (about 5 s after it was issued; the test
+// allows 20 s, a third of the poll interval, so that a loaded machine
+// does not fail it): its retries (their backoff a few seconds) start when their
+// delay ends because the processor wakes itself, not at its next poll a
+// minute later. (The command is handed to the processor
 // without a dequeue and without waking the poller; only the self-wake can
 // start the retries in time.) It takes about two minutes: the idle time.
 func TestServeRetriesOnTime(t *testing.T) {
@@ -141,8 +143,8 @@ func TestServeRetriesOnTime(t *testing.T) {
 			if evs[len(evs)-1].Kind != cmdqtype.EventCompleted || evs[len(evs)-1].Attempt != 3 {
 				t.Fatalf("events %+v, want completed in attempt 3", evs)
 			}
-			if took := completed.Sub(created); took > 5*time.Second {
-				t.Fatalf("issued %s, completed %s: %s, want within 5 s", created, completed, took)
+			if took := completed.Sub(created); took > 20*time.Second {
+				t.Fatalf("issued %s, completed %s: %s, want well within the minute of the idle poll (20 s)", created, completed, took)
 			}
 		})
 	}
