@@ -82,12 +82,15 @@ func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 // each), and returns the row with the earliest Since.
 func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Schedule, error) {
 	reps := s.sh.reps
+	now := s.nowUTC()
 	if reps == nil {
-		return s.storeSchedule(ctx, s.commands, sc, by)
+		return s.storeSchedule(ctx, s.commands, sc, by, now)
 	}
+	// One time for every replica: a schedule new in each gets the same
+	// Since there, whichever account is read later.
 	got := make([]Schedule, len(reps))
 	errs := eachReplica(reps, func(i int, tb storage.Table) (err error) {
-		got[i], err = s.storeSchedule(ctx, tb, sc, by)
+		got[i], err = s.storeSchedule(ctx, tb, sc, by, now)
 		return err
 	})
 	if err := fromAny(errs); err != nil {
@@ -102,11 +105,10 @@ func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Sche
 	return out, nil
 }
 
-// storeSchedule is StoreSchedule in table tb.
-func (s *Store) storeSchedule(ctx context.Context, tb storage.Table, sc Schedule, by string) (Schedule, error) {
+// storeSchedule is StoreSchedule in table tb, at time now.
+func (s *Store) storeSchedule(ctx context.Context, tb storage.Table, sc Schedule, by string, now time.Time) (Schedule, error) {
 	for try := 0; ; try++ {
 		e, err := tb.Get(ctx, PeriodicPartition, sc.Name)
-		now := s.nowUTC()
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			sc.Since, sc.UpdatedAt, sc.UpdatedBy = now, now, by
