@@ -75,8 +75,12 @@ func checkRun(t *testing.T, r Result, n int) {
 	if fd == nil {
 		t.Fatal("no first-delivery result")
 	}
+	// The dequeues per command depend on how the messages arrive (more
+	// empty or short dequeues on a loaded machine: 0.094 seen on
+	// Azurite); every other call is per command.
 	if fd.FastPathShare != 1 || fd.FastPath.TablePointRead != 0 || fd.Fallback.TablePointRead != 1 ||
-		math.Abs(fd.Fallback.Total-fd.FastPath.Total-1) > 0.05 || fd.FastPath.Total > 4.1 {
+		math.Abs((fd.Fallback.Total-fd.Fallback.QueueDequeue)-(fd.FastPath.Total-fd.FastPath.QueueDequeue)-1) > 0.02 ||
+		fd.FastPath.Total-fd.FastPath.QueueDequeue > 4.02 {
 		t.Errorf("first delivery %+v: want every delivery on the fast path, no point read there, one per command without it", fd)
 	}
 	checkRetention(t, r, n)

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"time"
 
@@ -122,8 +123,9 @@ func (p *Processor) done(qr *queueRunner) {
 // wait is decided as for one queue's dequeue: at once after a full batch
 // (or a wake-up), the minimum after messages, the backoff after nothing.
 // A wake-up naming a shard (the enqueue path's) dequeues that shard first,
-// as a round of its own; one naming the queue starts a round that visits
-// every shard at once.
+// as a round of its own; one naming the queue, or wake-ups naming several
+// shards before the poller looked, start a round that visits every shard
+// at once.
 func (p *Processor) poll(s *session, qr *queueRunner) {
 	interval := p.cfg.MinPollInterval
 	busy := false // the last dequeue brought messages
@@ -275,16 +277,26 @@ type round struct {
 }
 
 // next returns the shard to dequeue, starting a round if none is open. A
-// wake-up naming a shard makes that shard a round of its own.
+// wake-up naming one shard makes that shard a round of its own.
 func (r *round) next(qr *queueRunner, woke bool) int {
 	switch {
 	case qr.shards == 1:
 		*r = round{size: 1}
 		return 0
 	case woke:
+		// The wake-ups since the last dequeue named these shards (their
+		// tokens coalesced into one): one named shard is a round of its
+		// own; several, or none (a wake-up without a shard), make a round
+		// of every shard at once, from the first named. Every named shard
+		// is visited: a burst of issues to several shards loses none of
+		// them to the poller's idle wait.
 		*r = round{cursor: r.cursor, size: qr.shards, forced: true}
-		if h := int(qr.hint.Swap(0)); h > 0 {
-			r.cursor, r.size, r.forced = h-1, 1, false
+		switch named := qr.hint.Swap(0); bits.OnesCount64(named) {
+		case 0:
+		case 1:
+			r.cursor, r.size, r.forced = bits.TrailingZeros64(named), 1, false
+		default:
+			r.cursor = bits.TrailingZeros64(named)
 		}
 	case r.visited == 0:
 		*r = round{cursor: r.cursor, size: qr.shards}

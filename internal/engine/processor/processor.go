@@ -109,7 +109,7 @@ type queueRunner struct {
 	q       storage.Queue
 	sq      *record.ShardedQueue // q when the queue has several shards, else nil
 	shards  int                  // its number of shards (1: not sharded)
-	hint    atomic.Int32         // 1 + the shard of the last wake-up that named one; 0 none
+	hint    atomic.Uint64        // the shards named by wake-ups not yet polled (bit i: shard i; at most record.MaxShards = 64)
 	defs    []*registry.Definition
 	wake    chan struct{}
 	ctlWake chan struct{} // its paused state changed (control.go)
@@ -213,7 +213,7 @@ func (p *Processor) Notify(queue string) {
 		// dequeues that shard first (poll.go).
 		for i := 0; i < qr.shards; i++ {
 			if queue == p.names.ShardQueue(qr.name, i) {
-				qr.hint.Store(int32(i + 1))
+				qr.hint.Or(1 << i)
 				break
 			}
 		}
