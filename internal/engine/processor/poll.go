@@ -264,63 +264,79 @@ func (qr *queueRunner) spendWake() bool {
 	}
 }
 
-// round is a sharded queue's poller state (see poll): the shard to dequeue
-// next and what the current round of dequeues has found.
+// round is a sharded queue's poller state (see poll): the shards the
+// current round has still to dequeue and what its dequeues have found.
 type round struct {
-	cursor  int  // the next shard
-	visited int  // dequeues in this round
-	size    int  // dequeues the round makes (the shards, or 1 for a woken shard's)
-	got     bool // a dequeue of the round brought messages
-	full    bool // one brought as many as asked
-	err     bool // one failed
-	forced  bool // a wake-up without a shard: visit every shard at once
+	cursor  int    // where the search for the next shard starts
+	todo    uint64 // the shards the round has still to dequeue (bit i: shard i)
+	visited int    // dequeues in this round
+	got     bool   // a dequeue of the round brought messages
+	full    bool   // one brought as many as asked
+	err     bool   // one failed
+	forced  bool   // woken: visit the round's shards at once
+}
+
+// allShards is the set of n shards.
+func allShards(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<n - 1
 }
 
 // next returns the shard to dequeue, starting a round if none is open. A
-// wake-up naming one shard makes that shard a round of its own.
+// wake-up adds the shards it named (every shard when it named none) to
+// the round, opening one if none is open: a wake-up naming one shard when
+// no round is open makes that shard a round of its own, and one arriving
+// in the middle of a round never cuts off the shards the round has still
+// to visit (a message whose wake-up was spent at the round's start would
+// wait for the idle poll).
 func (r *round) next(qr *queueRunner, woke bool) int {
-	switch {
-	case qr.shards == 1:
-		*r = round{size: 1}
+	if qr.shards == 1 {
+		*r = round{todo: 1}
 		return 0
-	case woke:
-		// The wake-ups since the last dequeue named these shards (their
-		// tokens coalesced into one): one named shard is a round of its
-		// own; several, or none (a wake-up without a shard), make a round
-		// of every shard at once, from the first named. Every named shard
-		// is visited: a burst of issues to several shards loses none of
-		// them to the poller's idle wait.
-		*r = round{cursor: r.cursor, size: qr.shards, forced: true}
-		switch named := qr.hint.Swap(0); bits.OnesCount64(named) {
-		case 0:
-		case 1:
-			r.cursor, r.size, r.forced = bits.TrailingZeros64(named), 1, false
-		default:
-			r.cursor = bits.TrailingZeros64(named)
-		}
-	case r.visited == 0:
-		*r = round{cursor: r.cursor, size: qr.shards}
 	}
+	if woke {
+		named := qr.hint.Swap(0)
+		if named == 0 {
+			named = allShards(qr.shards)
+		}
+		if r.todo == 0 {
+			*r = round{cursor: bits.TrailingZeros64(named)}
+		}
+		r.todo |= named
+		r.forced = true
+	} else if r.todo == 0 {
+		*r = round{cursor: r.cursor, todo: allShards(qr.shards)}
+	}
+	// The first shard still to do at or after the cursor, wrapping.
+	rot := bits.RotateLeft64(r.todo, -r.cursor) & allShards(qr.shards)
+	if rot == 0 { // the bits past the shards wrap to the low end
+		rot = r.todo
+		r.cursor = 0
+	}
+	r.cursor = (r.cursor + bits.TrailingZeros64(rot)) % qr.shards
 	return r.cursor
 }
 
-// done records a dequeue's outcome (err, got of asked messages) and moves
-// the cursor on. full reports a round that ended with a full batch in it;
-// more that the round goes on at once.
+// done records a dequeue's outcome (err, got of asked messages) of the
+// shard next returned. full reports a round that ended with a full batch
+// in it; more that the round goes on at once.
 func (r *round) done(qr *queueRunner, err error, got, asked int) (full, more bool) {
+	r.todo &^= 1 << r.cursor
 	r.cursor = (r.cursor + 1) % qr.shards
 	r.visited++
 	r.got = r.got || got > 0
 	r.full = r.full || got == asked
 	r.err = r.err || err != nil
-	if r.visited < r.size && err == nil {
+	if r.todo != 0 && err == nil {
 		if r.got || r.forced {
 			return false, true
 		}
 		return false, false // idle: the caller waits before the next shard
 	}
 	full = r.full
-	r.visited, r.forced = 0, false
+	r.todo, r.visited, r.forced = 0, 0, false
 	r.got = r.got && !r.err
 	return full, false
 }
