@@ -78,6 +78,19 @@ func (d *dashboard) confirmCancel(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "cancel", d.data(v, title, "commands", b))
 }
 
+// commandPost starts a command action's POST: a bounded body (64 KiB), a
+// viewer with role, the form's CSRF check and the command ID of the path.
+// ok is false when it has answered.
+func (d *dashboard) commandPost(w http.ResponseWriter, r *http.Request, role httpserve.Role) (viewer, string, bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
+	v, ok := d.require(w, r, role)
+	if !ok || !d.checkPost(w, r, v) {
+		return v, "", false
+	}
+	id, ok := d.commandID(w, r, v)
+	return v, id, ok
+}
+
 // commandID reads and checks {id}; on failure it writes a 400 page.
 func (d *dashboard) commandID(w http.ResponseWriter, r *http.Request, v viewer) (string, bool) {
 	id := cmdqtype.NormalizeID(r.PathValue("id"))
@@ -93,12 +106,7 @@ func (d *dashboard) commandID(w http.ResponseWriter, r *http.Request, v viewer) 
 // page's button): the command is cancelled and its page shown again, with
 // a message.
 func (d *dashboard) cancelCommand(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
-	v, ok := d.require(w, r, httpserve.RoleIssuerOrOperator)
-	if !ok || !d.checkPost(w, r, v) {
-		return
-	}
-	id, ok := d.commandID(w, r, v)
+	v, id, ok := d.commandPost(w, r, httpserve.RoleIssuerOrOperator)
 	if !ok {
 		return
 	}

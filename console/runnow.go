@@ -60,12 +60,7 @@ func (d *dashboard) confirmRunNow(w http.ResponseWriter, r *http.Request) {
 // page's button): the command is due now and its page shown again, with
 // a message.
 func (d *dashboard) runNowCommand(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64*1024)
-	v, ok := d.require(w, r, RoleOperator)
-	if !ok || !d.checkPost(w, r, v) {
-		return
-	}
-	id, ok := d.commandID(w, r, v)
+	v, id, ok := d.commandPost(w, r, RoleOperator)
 	if !ok {
 		return
 	}
