@@ -7,7 +7,7 @@ AZURITE_BIN := $(AZURITE_DIR)/node_modules/.bin/azurite
 # the module graph of programs that import cmdq.
 STATICCHECK_VERSION ?= v0.6.1
 
-.PHONY: test azurite browser lint openapi-tools openapi-client unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
+.PHONY: test tail azurite browser lint openapi-tools openapi-client unit race fuzz-smoke bench-smoke bench-peers chaos chaos-long
 
 # ARTIFACTS is where tests leave files to look at: the browser test's
 # screenshots go to $(ARTIFACTS)/browser.
@@ -19,8 +19,23 @@ ARTIFACTS ?= $(CURDIR)/artifacts
 # Azurite and Chromium required (a missing one fails, never skips), the
 # concurrent core again under the race detector, the fuzz smoke step, the
 # bench smoke step (storage operations per command) and the short form of
-# the reliability suite.
-test: azurite browser lint openapi-client unit race fuzz-smoke bench-smoke chaos
+# the reliability suite (the last three side by side: tail).
+test: azurite browser lint openapi-client unit race tail
+
+# tail runs the short form of the reliability suite (chaos) beside the fuzz
+# smoke step (on one fuzzing worker) and then the bench smoke step: the
+# suite's runs mostly wait, and neither smoke step measures time. The
+# suite's output is printed when it ends (the steps' own as they run); the
+# target fails when any of the three does.
+tail: azurite
+	@log=$$(mktemp); \
+	  ( $(MAKE) --no-print-directory chaos > $$log 2>&1; echo $$? > $$log.rc ) & chaos=$$!; \
+	  rc=0; $(MAKE) --no-print-directory fuzz-smoke FUZZPARALLEL=1 && $(MAKE) --no-print-directory bench-smoke || rc=$$?; \
+	  wait $$chaos; crc=$$(cat $$log.rc 2>/dev/null || echo 1); \
+	  echo "=== the reliability suite (chaos), run beside the smoke steps:"; cat $$log; rm -f $$log $$log.rc; \
+	  if [ "$$rc" != 0 ]; then echo "tail: a smoke step failed (exit $$rc)"; fi; \
+	  if [ "$$crc" != 0 ]; then echo "tail: the reliability suite failed (exit $$crc)"; fi; \
+	  [ "$$rc" = 0 ] && [ "$$crc" = 0 ]
 
 azurite: $(AZURITE_BIN)
 
@@ -62,18 +77,21 @@ openapi-client: openapi-tools
 	cd $(OPENAPI_TS_DIR) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true ./node_modules/.bin/redocly lint --config redocly.yaml ../../api/openapi.json
 
 # unit runs every package's tests except the reliability suite, which runs
-# on its own (chaos) so that it does not share the CPU with them. Up to 4
-# tests of a package run at once (-parallel 4): most of the slow ones wait
-# (on child processes, on Azurite, on a schedule's ticks), not compute.
+# on its own (tail). Up to 4 packages (-p 4) and 4 tests of a package
+# (-parallel 4) run at once: most of the slow ones wait (on child
+# processes, on Azurite, on a schedule's ticks), not compute (with go
+# test's default of one package per core, 2 cores were 60 % busy).
 unit:
-	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -parallel 4 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
+	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -p 4 -parallel 4 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
 	@echo "screenshots of the operator page: $(ARTIFACTS)/browser"
 
 # fuzz-smoke runs the request-decoding fuzz target for a short while; a crash
 # fails the build and leaves the failing input in api/testdata/fuzz.
+# FUZZPARALLEL is the number of fuzzing workers (empty: one per core).
 FUZZTIME ?= 30s
+FUZZPARALLEL ?=
 fuzz-smoke:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeIssueRequest$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeIssueRequest$$' -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) ./api
 
 # bench-smoke runs a small `cmdq bench` on the embedded store and on Azurite
 # (started from tools/azurite) and fails when a completed command costs more
@@ -88,9 +106,14 @@ bench-smoke: azurite
 	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --trickle-n 320 --idle-window -1s --baseline raw --max-ops-per-command 4.1 --max-trickle-ops-per-command 4.2 --json
 
 # race runs the concurrent core (drivers, client, pipeline, API, console) again under
-# the race detector (the console's browser scenario runs once, in unit).
+# the race detector, 4 packages and 4 tests of a package at once as unit.
+# Three tests run once, in unit: the console's browser scenario, and the
+# embedded store's two SIGKILL loops (TestKillLoop, TestKillWhileCreatingStore),
+# whose concurrent code runs in child processes that are killed (a race
+# there would never be reported) and whose own part is a single-threaded
+# reopen and read-back, minutes under the detector.
 race:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m -skip '^TestBrowserConsole$$' . ./storage/... ./internal/engine/... ./metrics ./api ./console ./client ./cmdqtest
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -p 4 -parallel 4 -timeout 15m -skip '^(TestBrowserConsole|TestKillLoop|TestKillWhileCreatingStore)$$' . ./storage/... ./internal/engine/... ./metrics ./api ./console ./client ./cmdqtest
 
 # bench-peers runs one no-op workload on cmdq (embedded store), River
 # (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,

@@ -245,10 +245,19 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Run) error { return nil })
 	}})
 	wc := specClient{t, spec, working.URL}
-	var procs client.ProcessorsResponse
-	if err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...).body, &procs); err != nil ||
-		len(procs.Processors) != 1 || !procs.Processors[0].Local || len(procs.Processors[0].Queues) == 0 {
-		t.Fatalf("GET /v1/processors on a working server: %+v, %v", procs, err)
+	// The processor's first heartbeat is written once it runs, which on a
+	// loaded machine may be after Start returned: the list is read until
+	// it holds the processor.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var procs client.ProcessorsResponse
+		err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...).body, &procs)
+		if err == nil && len(procs.Processors) == 1 && procs.Processors[0].Local && len(procs.Processors[0].Queues) > 0 {
+			break
+		}
+		if err != nil || len(procs.Processors) > 1 || time.Now().After(deadline) {
+			t.Fatalf("GET /v1/processors on a working server: %+v, %v", procs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	// Health and metrics.

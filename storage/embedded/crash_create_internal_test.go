@@ -136,11 +136,11 @@ func TestKillWhileCreatingStoreHelper(t *testing.T) {
 // must be kept, and the store must reopen as a finished one.
 func TestKillWhileCreatingStore(t *testing.T) {
 	t.Parallel()
-	ctx := ctxTorn(t)
 	for n := 1; ; n++ {
 		if n > 300 {
 			t.Fatal("Open of a new store did not return after 300 kill points")
 		}
+		ctx := ctxTorn(t) // each kill point's storage calls: its own bound (the whole loop takes minutes under -race on a loaded machine)
 		path := filepath.Join(t.TempDir(), "new")
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillWhileCreatingStoreHelper$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envCreatePath+"="+path, envCreateKill+"="+strconv.Itoa(n))
