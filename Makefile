@@ -133,7 +133,8 @@ bench-peers:
 # embedded store and on Azurite, SIGKILLs, storage faults through a fault
 # proxy, Azurite restarts, competing workers, a worker whose lease renewals
 # are blocked. Its runs mostly wait, each in its own world, so up to 4 run
-# at once (-parallel 4): it takes about as long as the Azure run. It prints each run's figures and, on a broken invariant, the
+# at once (-parallel 4): it takes about as long as the Azure run (make test
+# runs it beside the fuzz and bench smoke steps: tail). It prints each run's figures and, on a broken invariant, the
 # histories, journal and logs involved. Replay a run with
 # CMDQ_CHAOS_SEED=<the seed it printed>; see docs/reliability.md.
 chaos: azurite

@@ -75,6 +75,7 @@ func dayIDOf(t time.Time) string {
 // which those carrying tomorrow's date spread over all three accounts,
 // the new one included; /readyz's Health names each account.
 func TestAccountAddedWithCommandsInFlight(t *testing.T) {
+	t.Parallel()
 	sts := accountStores(t, 3)
 	ctx := ctxT(t)
 	var b [4]byte
@@ -245,6 +246,7 @@ func idOn(s *multi.Store, i int) string {
 // every command ran exactly once, and a read of the queues repairs the
 // first account's control row (it says resumed).
 func TestFirstAccountDown(t *testing.T) {
+	t.Parallel()
 	first := azurite.NewRestartable(t)
 	second := azurite.ConnectionStrings(t, 1)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

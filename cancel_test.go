@@ -53,6 +53,7 @@ func otherProcess(t *testing.T, s store) storage.Store {
 // handler. A second cancel changes nothing (Already); a completed command
 // cannot be cancelled (ErrNotCancellable), an unknown one is not found.
 func TestCancelPending(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -127,6 +128,7 @@ func TestCancelPending(t *testing.T) {
 // (cause ErrCancelled, ErrSuperseded); whatever the handler returns
 // afterwards, the command stays cancelled and nothing more is recorded.
 func TestCancelRunningInProcess(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -196,6 +198,7 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 // write conflicts and Cancel fails with ErrNotCancellable; the command
 // stays completed.
 func TestCancelRaceDecidedByETag(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		cfg := fast()
@@ -283,6 +286,7 @@ func hasKind(evs []cmdq.Event, k cmdq.EventKind) bool {
 // is written first (the renewal's read, not a conflict of the lazy
 // started write, is what finds the cancel).
 func TestCancelRunningElsewhere(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		cfg := fast()

@@ -26,6 +26,7 @@ func (slowJob) CommandOptions() cmdq.CommandOptions {
 // completes, still 2 at a time at most. A cap set at Register overrides
 // the declared one; a negative one is refused.
 func TestMaxConcurrency(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		cfg := fast()

@@ -50,6 +50,7 @@ func (refused) CommandType() string { return "mw.refused" }
 // the attempt, which is retried (the handler runs on the second). Both
 // stores.
 func TestMiddleware(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		j := &journal{}

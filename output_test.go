@@ -53,6 +53,7 @@ func registerOrder(t *testing.T, c *cmdq.Client, sizeErr chan<- error) {
 // fails the attempt with that error even though the handler returned nil.
 // Listings leave the output out. Both stores.
 func TestOutput(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		sizeErr := make(chan error, 1)

@@ -21,6 +21,7 @@ import (
 // queue nobody knows is refused (ErrUnknownQueue), a bad name too
 // (ErrInvalidOptions); a queue only the store knows can be paused.
 func TestPauseQueueDurable(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newClient(t, s, fast())
@@ -153,6 +154,7 @@ func (o *observed) await(t *testing.T, what string, cond func() bool) {
 // both keep reading the paused queue's control rows instead of dequeuing
 // it; the resume, through the other Client, lets both drain them.
 func TestPauseTwoProcessors(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		var mu sync.Mutex
@@ -281,6 +283,7 @@ func TestPauseTwoProcessors(t *testing.T) {
 // commands, and returns before its time is up (as on an idle queue); the
 // commands wait, pending, for the resume.
 func TestRunForPausedQueue(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -319,6 +322,7 @@ func TestRunForPausedQueue(t *testing.T) {
 // polls read no control row) and a busy one about one query per
 // ControlInterval however many commands it starts.
 func TestPauseCheckCost(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		st, n := counting(s.st)

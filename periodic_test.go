@@ -71,6 +71,7 @@ func waitTicks(t *testing.T, s store, typ, name string, n int) []time.Time {
 // tick has exactly one command, and the ticks are every whole second
 // without a gap, whoever issued them. Both stores.
 func TestPeriodicThreeClients(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		var clients []*cmdq.Client
 		for i := range 3 {
@@ -134,6 +135,7 @@ func TestPeriodicThreeClients(t *testing.T) {
 // tick from before it was first stored. A moved clock makes the ticks be
 // missed. Both stores.
 func TestPeriodicCatchUp(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		clock := &testClock{now: time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)}

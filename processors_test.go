@@ -20,6 +20,7 @@ import (
 // ProcessorForgetAfter is left out and deleted by the running processor's
 // clean-up; a clean stop deletes the processor's row. Both stores.
 func TestProcessors(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		// Rows of processors that stopped without deleting theirs: one

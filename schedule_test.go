@@ -56,6 +56,7 @@ func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 // until then, and its handler starts after runAt, never before: the
 // started event's time and the handler's own clock are at or after it.
 func TestScheduledDelay(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -121,6 +122,7 @@ func TestScheduledDelay(t *testing.T) {
 // starts at or after its runAt as attempt 1, from what its issue's
 // message carries (no read: the fast path).
 func TestScheduledHop(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{HopHorizon: 2 * time.Second})
@@ -160,6 +162,7 @@ func TestScheduledHop(t *testing.T) {
 // delay, and a run-at time together with a delay are refused with
 // ErrInvalidSchedule, and nothing is stored.
 func TestScheduledBadInput(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -204,6 +207,7 @@ func TestScheduledBadInput(t *testing.T) {
 // that is not waiting (pending, completed) is ErrNotWaiting, of an unknown
 // one ErrNotFound.
 func TestRunNowScheduled(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -270,6 +274,7 @@ func TestRunNowScheduled(t *testing.T) {
 // for its retry (retrying, runAt in an hour); run-now makes it due at
 // once: it completes in attempt 1 of its requeue.
 func TestRunNowRetrying(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -313,6 +318,7 @@ func TestRunNowRetrying(t *testing.T) {
 // TestCancelScheduled: a cancelled scheduled command never runs: its
 // message is deleted when it shows up at its time.
 func TestCancelScheduled(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
@@ -348,6 +354,7 @@ func TestCancelScheduled(t *testing.T) {
 // scheduled command issued by its own Client when it is due: it wakes
 // itself then, instead of waiting for its next poll.
 func TestSelfWake(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		cfg := fast()

@@ -60,6 +60,7 @@ func (o *order) wait(t *testing.T, ctx context.Context) []shardJob {
 // on the quiet shards run among the first 60 commands instead of after
 // the flood.
 func TestShardsFairDrain(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		flood := newClient(t, s, fast())
@@ -122,6 +123,7 @@ func TestShardsFairDrain(t *testing.T) {
 // the next shard at once), and the rotation reaches every shard: commands
 // another process put on each shard (no wake-up here) all run.
 func TestShardsIdlePollsOneShardPerWait(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		polls := make(chan cmdq.Observation, 1000)
@@ -170,6 +172,7 @@ func TestShardsIdlePollsOneShardPerWait(t *testing.T) {
 // once: the enqueue path's wake-up names the shard it used (the hand-off
 // off, so that every command goes through the queue).
 func TestShardsWakeUp(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

@@ -159,6 +159,7 @@ func checkCommandTrace(t *testing.T, tr tracing, id string, traceID trace.TraceI
 // span nested in the second attempt (checkCommandTrace); its status
 // names the trace. Both stores.
 func TestTraceIssueAndAttempts(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		tr := newTracing(t)
@@ -196,6 +197,7 @@ func TestTraceIssueAndAttempts(t *testing.T) {
 // the caller's span, and the rest as in TestTraceIssueAndAttempts. Both
 // stores.
 func TestTraceHTTP(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		tr := newTracing(t)

@@ -47,6 +47,7 @@ func countCommands(t *testing.T, c *cmdq.Client, typ string) int {
 // the next window make a new command; IssueMany collapses a repeated key
 // too. Both stores.
 func TestUniqueKey(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		clock := &testClock{now: time.Now().UTC().Truncate(time.Hour).Add(10 * time.Minute)}
@@ -110,6 +111,7 @@ func TestUniqueKey(t *testing.T) {
 // empty or too long key and a key with an ID fail with ErrInvalidUnique,
 // and nothing is stored.
 func TestUniqueKeyInvalid(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newClient(t, s, fast())
@@ -138,6 +140,7 @@ func TestUniqueKeyInvalid(t *testing.T) {
 // and a duplicate one failed batch and one point read: no message, no
 // other write.
 func TestUniqueKeyCost(t *testing.T) {
+	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		cs := testenv.NewCounting(s.st)

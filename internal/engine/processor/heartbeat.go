@@ -21,8 +21,8 @@ import (
 // crashed, so they never deleted theirs). Cost: one upsert per interval
 // (60 an hour), one query an hour (plus one delete per dead row found), and
 // one delete at the end of each run; nothing while the processor is not
-// running. A heartbeat that fails is logged and tried again at the next
-// interval: it never makes the processor unhealthy.
+// running. A heartbeat or clean-up that fails is logged and tried again at
+// the next interval: it never makes the processor unhealthy.
 
 // newInstanceID returns a processor instance ID: "p" and 16 random hex
 // digits.
@@ -77,7 +77,9 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 	if every <= 0 {
 		return
 	}
-	callTimeout := min(every, 10*time.Second)
+	// A call may take the interval, at least 2 s (an interval that short is
+	// a test's: storage on a loaded machine answers slower), at most 10 s.
+	callTimeout := min(max(every, 2*time.Second), 10*time.Second)
 	var prev cmdqtype.Stats // the counts the last written beat reported
 	write := func() {
 		ctx, cancel := context.WithTimeout(s.ops, callTimeout)
@@ -113,13 +115,16 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 		}
 		write()
 		if now := time.Now(); now.Sub(cleaned) >= cmdqtype.ProcessorForgetAfter {
-			cleaned = now
 			ctx, cancel := context.WithTimeout(s.ops, callTimeout)
 			n, err := p.st.DeleteBeatsBefore(ctx, now.Add(-cmdqtype.ProcessorForgetAfter), p.instance)
 			cancel()
 			if err != nil {
-				p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: old heartbeat rows not cleaned up")
-			} else if n > 0 {
+				// Tried again at the next interval, as a failed beat.
+				p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: old heartbeat rows not cleaned up; trying again in " + every.String())
+				continue
+			}
+			cleaned = now
+			if n > 0 {
 				p.cfg.Logger.Info().Int("rows", n).Msg("cmdq processor: deleted the heartbeat rows of processors gone for over an hour")
 			}
 		}
