@@ -1008,15 +1008,16 @@ func (a *attempt) fail(herr error, stack string) {
 	if !held {
 		return
 	}
-	sent := time.Now()
 	_, visible, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
+	answered := time.Now()
 	switch {
 	case err == nil:
 		p.leaseClean(a.rec.Type)
 		// Due means due: this processor dequeues the retry when its
-		// delay ends (as the queue says: Azure counts whole seconds), not
-		// at its next empty poll.
-		p.wakeAt(a.qr, p.wakeName(a.qr, a.k.id), latest(sent.Add(delay), visible))
+		// delay ends, not at its next empty poll: the delay counts from
+		// when the queue received the call, before it answered (and
+		// Azure's visible time is cut to the second).
+		p.wakeAt(a.qr, p.wakeName(a.qr, a.k.id), latest(answered.Add(delay), visible))
 	case staleReceipt(err):
 		// Answered while the lease was ours: this call's first try landed
 		// (the delay is set). Later: the lease had ended (a loss).

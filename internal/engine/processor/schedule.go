@@ -57,7 +57,9 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env record.En
 		if !held {
 			return
 		}
-		_, visible, err := k.q.UpdateVisibility(s.ops, k.id, receipt, min(time.Until(due), storage.MaxVisibility))
+		delay := min(time.Until(due), storage.MaxVisibility)
+		_, visible, err := k.q.UpdateVisibility(s.ops, k.id, receipt, delay)
+		answered := time.Now() // the delay counts from before it: a wake-up then is not early
 		if err != nil {
 			if !expected(err) {
 				p.fault(s.ops, "retry delay", qr.name, rec.ID, err)
@@ -65,7 +67,7 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env record.En
 			return
 		}
 		p.ok()
-		p.wakeAt(qr, p.wakeName(qr, k.id), latest(due, visible))
+		p.wakeAt(qr, p.wakeName(qr, k.id), latest(answered.Add(delay), visible))
 		return
 	}
 	text := m.Text

@@ -162,9 +162,13 @@ func (e *Enqueuer) combinedQueue(ctx context.Context, logical string) (name stri
 }
 
 // sentDelayed is sent for a message (ID id) enqueued with visibility
-// delay d by a call sent at at, which the queue says becomes visible at
-// visible (zero: unknown): the processor is told when it becomes visible
-// (or woken now when d is 0).
+// delay d by a call answered at at, which the queue says becomes visible
+// at visible (zero: unknown): the processor is told when it becomes
+// visible (or woken now when d is 0). The queue counts the delay from
+// when it received the call, before it answered: at + d is not early,
+// and late by at most the answer's way back, where the call's start + d
+// was early by the request's way there (a loaded queue service took
+// 300 ms) and Azure's visible time is cut to the second.
 func (e *Enqueuer) sentDelayed(queue, id string, at time.Time, d time.Duration, visible time.Time) {
 	if d <= 0 {
 		e.sent(queue, id)
@@ -306,12 +310,12 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 			continue
 		}
 		qname, shard, err := e.combinedQueue(ctx, queue)
-		at := time.Now()
 		delay := e.delayUntil(g.runAt)
 		var res []storage.CombinedResult
 		if err == nil {
 			res, err = cb.BatchEnqueueMany(ctx, g.table, qname, items, delay, storage.NoExpiry)
 		}
+		at := time.Now() // answered
 		any := false
 		for k, i := range sent {
 			switch {
@@ -399,7 +403,6 @@ func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, dela
 func (e *Enqueuer) enqueueText(ctx context.Context, text, routeKey, queue string, delay time.Duration) (time.Duration, error) {
 	delay = min(max(delay, 0), e.horizon)
 	q, err := e.Queue(ctx, queue)
-	at := time.Now()
 	var m storage.Message
 	if err == nil {
 		// The command's ID routes the message to the account of its rows
@@ -410,7 +413,7 @@ func (e *Enqueuer) enqueueText(ctx context.Context, text, routeKey, queue string
 	if err != nil {
 		return 0, err
 	}
-	e.sentDelayed(queue, m.ID, at, delay, m.NextVisibleAt)
+	e.sentDelayed(queue, m.ID, time.Now(), delay, m.NextVisibleAt)
 	return delay, nil
 }
 
