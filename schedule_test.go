@@ -115,22 +115,24 @@ func TestScheduledDelay(t *testing.T) {
 }
 
 // TestScheduledHop: a command due later than the queue's longest
-// visibility delay hops: with the horizon shortened to 2 s (the 7 days
-// of a real queue), a command due in 4.5 s (about 8 days: due more than
-// the 2 s a message is held for after the horizon) shows up at 2 s, is
-// put back until its time without running (one hop: Stats.Hops), and
+// visibility delay hops: with the horizon shortened to 3 s (the 7 days
+// of a real queue), a command due in 8 s (about 19 days) shows up at 3 s,
+// is put back (it is due in more than the 2 s a message is held for) and
+// shows up again at 6 s or later, due in at most 2 s: one hop
+// (Stats.Hops) whenever the first delivery comes before 6 s (a loaded
+// machine's queue may be seconds late), then held until its time, and
 // starts at or after its runAt as attempt 1, from what its issue's
 // message carries (no read: the fast path).
 func TestScheduledHop(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
-		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{HopHorizon: 2 * time.Second})
+		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{HopHorizon: 3 * time.Second})
 		starts := recordStarts(t, c)
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Issue(ctx, greet{Name: "eight days"}, cmdq.After(4500*time.Millisecond))
+		res, err := c.Issue(ctx, greet{Name: "nineteen days"}, cmdq.After(8*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -369,8 +369,12 @@ func TestMultiStepResumes(t *testing.T) {
 		mu.Lock()
 		got := slices.Clone(stepsRun)
 		mu.Unlock()
-		if !slices.Equal(got, []int{11, 12, 22, 23}) || st.Step != 3 || st.Attempts != 2 {
-			t.Fatalf("steps run %v, status %+v", got, st)
+		// Attempt 2 runs steps 2 and 3 (step 1 is done) — or, when that
+		// delivery's 1 s lease ran out before its handler could start (a
+		// loaded machine), a later attempt does.
+		n := st.Attempts
+		if len(got) != 4 || !slices.Equal(got[:2], []int{11, 12}) || n < 2 || got[2] != n*10+2 || got[3] != n*10+3 || st.Step != 3 {
+			t.Fatalf("steps run %v, status %+v, want 11 12 then steps 2 and 3 in the last attempt", got, st)
 		}
 	})
 }
