@@ -412,8 +412,7 @@ type Client struct {
 
 	hub *hub // watched commands and final statuses (watch.go)
 
-	tracer     trace.Tracer // Config.TracerProvider's (trace.go)
-	workerName string       // the processor's Worker, for spans
+	tracer trace.Tracer // Config.TracerProvider's (trace.go)
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and

@@ -49,9 +49,10 @@ func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (R
 	}
 	typ := cmd.CommandType()
 	span, parent, state := c.startIssue(ctx, typ, "", "")
-	eopts := append(engineOptions(opts), withTrace(parent, state))
+	corr := corrOf(span)
+	eopts := append(engineOptions(opts), withTrace(parent, state, corr))
 	res, err := c.issuer().Issue(ctx, cmd, eopts...)
-	endIssue(span, typ, res, err)
+	endIssue(span, typ, deref(corr), res, err)
 	return res, err
 }
 
@@ -63,7 +64,7 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	span, parent, state := c.startIssue(ctx, raw.Type, raw.TraceParent, raw.TraceState)
 	raw.TraceParent, raw.TraceState = parent, state
 	res, err := c.issuer().IssueRaw(ctx, raw)
-	endIssue(span, raw.Type, res, err)
+	endIssue(span, raw.Type, raw.CorrelationID, res, err)
 	return res, err
 }
 
@@ -80,6 +81,7 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
 	ecmds := make([]issuer.Command, len(cmds))
 	spans := make([]trace.Span, len(cmds))
+	corrs := make([]*string, len(cmds))
 	for i, cmd := range cmds {
 		ecmds[i] = cmd
 		if cmd == nil {
@@ -87,7 +89,8 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		}
 		var parent, state string
 		spans[i], parent, state = c.startIssue(ctx, cmd.CommandType(), "", "")
-		ecmds[i] = issuer.With(cmd, withTrace(parent, state))
+		corrs[i] = corrOf(spans[i])
+		ecmds[i] = issuer.With(cmd, withTrace(parent, state, corrs[i]))
 	}
 	res, err := c.issuer().IssueMany(ctx, ecmds...)
 	for i, span := range spans {
@@ -102,7 +105,7 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		if i < len(res) {
 			r = res[i]
 		}
-		endIssue(span, cmds[i].CommandType(), r, ierr)
+		endIssue(span, cmds[i].CommandType(), deref(corrs[i]), r, ierr)
 	}
 	return res, err
 }

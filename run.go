@@ -123,7 +123,6 @@ func (c *Client) processor() (*processor.Processor, error) {
 		return nil, err
 	}
 	c.proc = p
-	c.workerName = p.Config().Worker
 	c.procLive.Store(p)
 	return p, nil
 }

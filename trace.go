@@ -47,7 +47,6 @@ const (
 	attrAttempt        = attribute.Key("cmdq.attempt")
 	attrOutcome        = attribute.Key("cmdq.outcome")
 	attrExisting       = attribute.Key("cmdq.existing")
-	attrWorker         = attribute.Key("cmdq.worker")
 )
 
 // messagingSystem is the spans' messaging.system.
@@ -164,9 +163,31 @@ func fromHex(c byte) byte {
 	return 0xff
 }
 
-// withTrace is the issue option that stores the trace context.
-func withTrace(parent, state string) issuer.IssueOption {
-	return func(r *Raw) { r.TraceParent, r.TraceState = parent, state }
+// withTrace is the issue option that stores the trace context. With corr
+// set (the issue span records), it also reads the command's correlation
+// ID into *corr (it is the last option: it sees every other's).
+func withTrace(parent, state string, corr *string) issuer.IssueOption {
+	if corr == nil {
+		return func(r *Raw) { r.TraceParent, r.TraceState = parent, state }
+	}
+	return func(r *Raw) { r.TraceParent, r.TraceState, *corr = parent, state, r.CorrelationID }
+}
+
+// corrOf returns where withTrace reads the correlation ID for span: nil
+// when span does not record (no attribute is built, nothing allocated).
+func corrOf(span trace.Span) *string {
+	if span.IsRecording() {
+		return new(string)
+	}
+	return nil
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // spanNames caches the span names of each command type ("cmdq issue
@@ -188,8 +209,11 @@ var (
 	processStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 )
 
-// maxSpanAttrs is the most attributes cmdq sets on a span.
-const maxSpanAttrs = 12
+// maxSpanAttrs is the most attributes cmdq sets on a span: 8. The SDK
+// de-duplicates a span's attributes when it ends, through a map that
+// takes one allocation up to 8 keys and several above (a 9th attribute
+// cost ≈ 1 µs and 600 bytes a span: docs/performance.md, "Tracing").
+const maxSpanAttrs = 8
 
 // attrBufs holds the attribute lists of ending spans: Span.SetAttributes
 // copies what it is given (the SDK's spans keep their own list), so one
@@ -226,14 +250,20 @@ func (c *Client) startIssue(ctx context.Context, cmdType, parent, state string) 
 }
 
 // endIssue ends the issue span of a command of cmdType with the issue's
-// result. Its attributes are set here, in one call (the SDK's cheapest),
-// and only when the span records: a program that does not trace builds
-// none.
-func endIssue(span trace.Span, cmdType string, res Result, err error) {
+// result (corr: its correlation ID, "" = none). Its attributes are set
+// here, in one call (the SDK's cheapest), and only when the span records:
+// a program that does not trace builds none. The correlation ID is the
+// issue span's attribute (messaging.message.conversation_id), not the
+// attempts': they are its children.
+func endIssue(span trace.Span, cmdType, corr string, res Result, err error) {
 	if span.IsRecording() {
 		setAttrs(span, func(a []attribute.KeyValue) []attribute.KeyValue {
-			return append(a, attrSystem.String(messagingSystem), attrOperationType.String("send"), attrOperationName.String("issue"),
+			a = append(a, attrSystem.String(messagingSystem), attrOperationType.String("send"), attrOperationName.String("issue"),
 				attrType.String(cmdType), attrMessageID.String(res.ID), attrDestination.String(res.Queue), attrExisting.Bool(res.Existing))
+			if corr != "" {
+				a = append(a, attrConversationID.String(corr))
+			}
+			return a
 		})
 		if err != nil {
 			span.RecordError(err)
@@ -268,37 +298,24 @@ func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next fun
 		if parent.IsValid() && !c.cfg.TraceLinkOnly {
 			span.AddLink(trace.Link{SpanContext: parent})
 		}
-		run.OnEnd((&attemptSpan{c: c, span: span, run: run}).end)
+		run.OnEnd(func(o registry.Outcome) { endAttempt(span, run, o) })
 	} else {
 		run.OnEnd(func(registry.Outcome) { span.End() })
 	}
 	return next(ctx)
 }
 
-// attemptSpan is a recording attempt span waiting for its outcome.
-type attemptSpan struct {
-	c    *Client
-	span trace.Span
-	run  *registry.Run
-}
-
-// end ends the span with the attempt's attributes (set in one call) and
-// its outcome: an outcome other than completed records the error and
-// sets the status Error.
-func (a *attemptSpan) end(o registry.Outcome) {
-	span, run := a.span, a.run
+// endAttempt ends run's recording attempt span with the attempt's 8
+// attributes (set in one call) and its outcome o: an outcome other than
+// completed records the error and sets the status Error. The worker is
+// the process's (the resource's service.instance.id: `cmdq serve` and
+// `cmdq worker` set it), the correlation ID the issue span's.
+func endAttempt(span trace.Span, run *registry.Run, o registry.Outcome) {
 	kind := cmp.Or(o.Kind, OutcomeUnrecorded)
 	setAttrs(span, func(attrs []attribute.KeyValue) []attribute.KeyValue {
-		attrs = append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
+		return append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
 			attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
 			attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrOutcome.String(kind))
-		if a.c.workerName != "" {
-			attrs = append(attrs, attrWorker.String(a.c.workerName))
-		}
-		if cid := run.CorrelationID(); cid != "" {
-			attrs = append(attrs, attrConversationID.String(cid))
-		}
-		return attrs
 	})
 	if kind != OutcomeCompleted {
 		err := o.Err

@@ -98,7 +98,7 @@ func registerFlaky(t *testing.T, c *cmdq.Client, tp trace.TracerProvider) {
 // it, with their attempt numbers, outcomes and the messaging attributes
 // (the first failed: an error recorded and status Error); the handler's
 // span nested in the second attempt.
-func checkCommandTrace(t *testing.T, tr tracing, id string, traceID trace.TraceID, parent trace.SpanID) {
+func checkCommandTrace(t *testing.T, tr tracing, id, corr string, traceID trace.TraceID, parent trace.SpanID) {
 	t.Helper()
 	for _, s := range tr.exp.GetSpans() {
 		if s.SpanContext.TraceID() != traceID {
@@ -115,6 +115,7 @@ func checkCommandTrace(t *testing.T, tr tracing, id string, traceID trace.TraceI
 	}
 	wantAttr(t, iss, "messaging.message.id", id)
 	wantAttr(t, iss, "messaging.destination.name", "commands")
+	wantAttr(t, iss, "messaging.message.conversation_id", corr) // the correlation ID: the issue span's
 	attempts := tr.named("cmdq process trace.flaky")
 	if len(attempts) != 2 {
 		t.Fatalf("%d attempt spans, want 2: %v", len(attempts), tr.exp.GetSpans())
@@ -135,6 +136,9 @@ func checkCommandTrace(t *testing.T, tr tracing, id string, traceID trace.TraceI
 		wantAttr(t, a, "messaging.operation.type", "process")
 		wantAttr(t, a, "messaging.message.id", id)
 		wantAttr(t, a, "cmdq.command.type", "trace.flaky")
+		if len(a.Attributes) > 8 {
+			t.Errorf("attempt %d: %d attributes %v, want at most 8 (the SDK's cheap de-duplication)", i+1, len(a.Attributes), a.Attributes)
+		}
 	}
 	wantAttr(t, attempts[0], "cmdq.outcome", cmdq.OutcomeRetrying)
 	if attempts[0].Status.Code != codes.Error || !strings.Contains(attempts[0].Status.Description, "the first attempt fails") {
@@ -168,7 +172,7 @@ func TestTraceIssueAndAttempts(t *testing.T) {
 		c := newClient(t, s, cfg)
 		registerFlaky(t, c, tr.tp)
 		sctx, root := tr.tp.Tracer("web").Start(ctx, "POST /orders")
-		res, err := c.Issue(sctx, flaky{N: 1})
+		res, err := c.Issue(sctx, flaky{N: 1}, cmdq.WithCorrelationID("order-41"))
 		root.End()
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +192,7 @@ func TestTraceIssueAndAttempts(t *testing.T) {
 		if err := c.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		checkCommandTrace(t, tr, res.ID, root.SpanContext().TraceID(), root.SpanContext().SpanID())
+		checkCommandTrace(t, tr, res.ID, "order-41", root.SpanContext().TraceID(), root.SpanContext().SpanID())
 	})
 }
 
@@ -209,7 +213,7 @@ func TestTraceHTTP(t *testing.T) {
 		}})
 		traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 		parent, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/commands", bytes.NewReader([]byte(`{"type":"trace.flaky","params":{"n":2}}`)))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/commands", bytes.NewReader([]byte(`{"type":"trace.flaky","params":{"n":2},"correlationId":"order-42"}`)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +240,7 @@ func TestTraceHTTP(t *testing.T) {
 		if err := srv.Client.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		checkCommandTrace(t, tr, id, traceID, parent)
+		checkCommandTrace(t, tr, id, "order-42", traceID, parent)
 		if a := tr.named("cmdq process trace.flaky"); len(a) > 0 && a[0].SpanContext.TraceState().Get("vendor") != "opaque" {
 			t.Errorf("attempt span trace state %q, want the caller's vendor=opaque", a[0].SpanContext.TraceState())
 		}

@@ -2,9 +2,11 @@ package cmdq_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,10 +38,23 @@ func cpuTime() time.Duration {
 
 // The shape of BenchmarkTracingCost's runs.
 const (
-	traceBenchIssuers = 16   // goroutines issuing at once (as cmdq bench's burn-down)
-	traceBenchN       = 3000 // commands per run
-	traceBenchRounds  = 15   // pairs of runs (off and on)
+	traceBenchIssuers = 16 // goroutines issuing at once (as cmdq bench's burn-down)
+	traceBenchRounds  = 15 // pairs of runs (off and on)
 )
+
+// traceBenchN is the number of commands per run of BenchmarkTracingCost:
+// 3,000, or CMDQ_TRACEBENCH_N (10000: runs long enough for the store's
+// flushes and compactions to weigh as in a steady state).
+func traceBenchN(b *testing.B) int {
+	if v := os.Getenv("CMDQ_TRACEBENCH_N"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			b.Fatalf("CMDQ_TRACEBENCH_N=%q: want a number of commands, at least 100", v)
+		}
+		return n
+	}
+	return 3000
+}
 
 // BenchmarkTracingCost compares the CPU time per command (the whole
 // process's user + system time) of issuing commands from 16 goroutines to
@@ -48,7 +63,8 @@ const (
 // sampled, a batch processor on an exporter that drops them: two spans
 // per command, the and the attempt's, and the trace context
 // stored with the command and carried by its message). Each
-// iteration runs 15 pairs of runs of 3,000 commands, each run on a fresh
+// iteration runs 15 pairs of runs of 3,000 commands (CMDQ_TRACEBENCH_N),
+// each run on a fresh
 // store, the two runs of a pair back to back; it reports the median CPU
 // per command of each mode, the median of the pairs' ratios as the
 // overhead (robust to the load of the rest of the machine, which varies
@@ -57,6 +73,7 @@ const (
 //
 //	go test -run '^$' -bench TracingCost -benchtime 1x .
 func BenchmarkTracingCost(b *testing.B) {
+	n := traceBenchN(b)
 	for range b.N {
 		var off, on, ratios []float64
 		var offAllocs, onAllocs float64
@@ -65,11 +82,11 @@ func BenchmarkTracingCost(b *testing.B) {
 			// both see the same load from the rest of the machine.
 			var cOff, cOn, aOff, aOn float64
 			if i%2 == 0 {
-				cOff, aOff = tracingRun(b, false, traceBenchN)
-				cOn, aOn = tracingRun(b, true, traceBenchN)
+				cOff, aOff = tracingRun(b, false, n)
+				cOn, aOn = tracingRun(b, true, n)
 			} else {
-				cOn, aOn = tracingRun(b, true, traceBenchN)
-				cOff, aOff = tracingRun(b, false, traceBenchN)
+				cOn, aOn = tracingRun(b, true, n)
+				cOff, aOff = tracingRun(b, false, n)
 			}
 			off, on, ratios = append(off, cOff), append(on, cOn), append(ratios, cOn/cOff)
 			offAllocs, onAllocs = offAllocs+aOff/traceBenchRounds, onAllocs+aOn/traceBenchRounds

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +65,7 @@ func tracingOn(getenv func(string) string) (bool, error) {
 // nothing is set up and no connection is ever opened. A provider is also
 // the global one (spans the demo handlers start join it), and the global
 // propagator is W3C Trace Context. Stop it with stopTracing.
-func setupTracing(ctx context.Context, getenv func(string) string, log zerolog.Logger, what string) (*sdktrace.TracerProvider, error) {
+func setupTracing(ctx context.Context, getenv func(string) string, log zerolog.Logger, what, worker string) (*sdktrace.TracerProvider, error) {
 	on, err := tracingOn(getenv)
 	if err != nil || !on {
 		return nil, err
@@ -73,8 +74,11 @@ func setupTracing(ctx context.Context, getenv func(string) string, log zerolog.L
 	if err != nil {
 		return nil, fmt.Errorf("tracing: the OTLP exporter: %w (check the OTEL_EXPORTER_OTLP_* variables)", err)
 	}
+	// The worker's name is the resource's service.instance.id: it names
+	// the process, once, not on each span (the attempt spans keep to 8
+	// attributes: docs/performance.md, "Tracing").
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "cmdq")),
+		resource.WithAttributes(attribute.String("service.name", "cmdq"), attribute.String("service.instance.id", workerName(worker))),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: they win
 	)
@@ -93,8 +97,21 @@ func setupTracing(ctx context.Context, getenv func(string) string, log zerolog.L
 }
 
 // startTracing is setupTracing on the process's environment.
-func startTracing(ctx context.Context, log zerolog.Logger, what string) (*sdktrace.TracerProvider, error) {
-	return setupTracing(ctx, os.Getenv, log, what)
+func startTracing(ctx context.Context, log zerolog.Logger, what, worker string) (*sdktrace.TracerProvider, error) {
+	return setupTracing(ctx, os.Getenv, log, what, worker)
+}
+
+// workerName is the processor's name for worker (--worker-id): itself,
+// or the processor's default "<hostname>-<pid>".
+func workerName(worker string) string {
+	if worker != "" {
+		return worker
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "worker"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
 }
 
 // stopTracing flushes and stops tp (nil: nothing to do), within 5 s.

@@ -31,10 +31,11 @@ type otlpReceiver struct {
 	spans []receivedSpan
 }
 
-// receivedSpan is one exported span with its resource's service name.
+// receivedSpan is one exported span with its resource's service name
+// and instance ID.
 type receivedSpan struct {
-	service string
-	span    *tracepb.Span
+	service, instance string
+	span              *tracepb.Span
 }
 
 // startReceiver starts a receiver on addr ("127.0.0.1:0" for any port),
@@ -80,15 +81,18 @@ func (r *otlpReceiver) export(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	for _, rs := range in.ResourceSpans {
-		service := ""
+		service, instance := "", ""
 		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.Key == "service.name" {
+			switch kv.Key {
+			case "service.name":
 				service = kv.GetValue().GetStringValue()
+			case "service.instance.id":
+				instance = kv.GetValue().GetStringValue()
 			}
 		}
 		for _, ss := range rs.ScopeSpans {
 			for _, s := range ss.Spans {
-				r.spans = append(r.spans, receivedSpan{service, s})
+				r.spans = append(r.spans, receivedSpan{service, instance, s})
 			}
 		}
 	}
@@ -169,12 +173,13 @@ func issueTraced(t *testing.T, base, traceID, parentID string) string {
 // through its API with a traceparent header that fails once and then
 // completes: in the caller's trace, the issue span (a child of the
 // caller's span) and two attempt spans (its children) with their attempt
-// numbers and outcomes, under the service name OTEL_SERVICE_NAME gives.
-// The last spans are flushed when serve stops.
+// numbers and outcomes, under the service name OTEL_SERVICE_NAME gives
+// and the worker's name (--worker-id) as service.instance.id. The last
+// spans are flushed when serve stops.
 func TestServeExportsSpans(t *testing.T) {
 	t.Parallel()
 	rcv := startReceiver(t, "127.0.0.1:0")
-	srv := startServe(t, serveOpts{env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL, "OTEL_SERVICE_NAME=cmdq-otlp-test"}})
+	srv := startServe(t, serveOpts{args: []string{"--worker-id", "otlp-worker"}, env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.URL, "OTEL_SERVICE_NAME=cmdq-otlp-test"}})
 	if !strings.Contains(srv.stderr.String(), "exporting OpenTelemetry spans over OTLP/HTTP") {
 		t.Errorf("serve does not say it exports spans:\n%s", srv.stderr.String())
 	}
@@ -190,8 +195,8 @@ func TestServeExportsSpans(t *testing.T) {
 		if hex.EncodeToString(r.span.TraceId) != traceID {
 			continue
 		}
-		if r.service != "cmdq-otlp-test" {
-			t.Errorf("span %s from service %q, want cmdq-otlp-test", r.span.Name, r.service)
+		if r.service != "cmdq-otlp-test" || r.instance != "otlp-worker" {
+			t.Errorf("span %s from service %q instance %q, want cmdq-otlp-test, otlp-worker", r.span.Name, r.service, r.instance)
 		}
 		switch r.span.Name {
 		case "cmdq issue demo.fail":

@@ -286,7 +286,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 			log.Error().Err(err).Msg("cmdq serve: close store")
 		}
 	}()
-	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve"); err != nil {
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve", f.proc.worker); err != nil {
 		return err
 	}
 	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
@@ -523,7 +523,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
-	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker"); err != nil {
+	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker", f.proc.worker); err != nil {
 		return err
 	}
 	defer stopTracing(f.proc.tracer, log) // after the processor's stop: the last spans are flushed
