@@ -346,9 +346,19 @@ func TestFirstAccountDown(t *testing.T) {
 	if h := c2.Health(); len(h.Accounts) != 2 || h.Accounts[0].Healthy || !h.Accounts[1].Healthy {
 		t.Fatalf("Health().Accounts = %+v, want account 0 failing and account 1 healthy", h.Accounts)
 	}
-	procs, err := c2.Processors(ctx)
-	if err != nil || len(procs) != 1 {
-		t.Fatalf("Processors with the first account down: %+v, %v; want this process's one", procs, err)
+	// The processor writes its first heartbeat once it runs, beside the
+	// work (on a loaded machine, after these commands ran): read until it
+	// is listed.
+	var procs []cmdq.ProcessorInfo
+	waitUntil(t, 30*time.Second, "the processor lists its own heartbeat with the first account down", func() bool {
+		var err error
+		if procs, err = c2.Processors(ctx); err != nil {
+			t.Fatalf("Processors with the first account down: %v", err)
+		}
+		return len(procs) >= 1
+	})
+	if len(procs) != 1 {
+		t.Fatalf("Processors with the first account down: %+v; want this process's one", procs)
 	}
 	if _, err := c2.ResumeQueue(ctx, "held", "test:during"); err != nil {
 		t.Fatalf("resume with the first account down: %v", err)
