@@ -154,8 +154,11 @@ func TestMiddleware(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, err = c.Wait(ctx, retried.ID)
-		if err != nil || st.State != cmdq.StateCompleted || st.Attempts != 2 {
-			t.Fatalf("retryable refusal: %+v %v, want completed on attempt 2", st, err)
+		// Completed on attempt 2 — or later, when attempt 2's final write
+		// did not land in time on a loaded machine (outcome unrecorded: the
+		// command runs again once its lease ends).
+		if err != nil || st.State != cmdq.StateCompleted || st.Attempts < 2 {
+			t.Fatalf("retryable refusal: %+v %v, want completed on attempt 2 or later", st, err)
 		}
 		evs, err := c.Events(ctx, retried.ID)
 		if err != nil {
@@ -166,8 +169,8 @@ func TestMiddleware(t *testing.T) {
 		}) {
 			t.Errorf("events %+v: want attempt 1 failed with the refusal", evs)
 		}
-		if n, _ := refusedRuns.Load(retried.ID); n != 2 {
-			t.Errorf("the handler ran on attempt %v, want only attempt 2", n)
+		if n, _ := refusedRuns.Load(retried.ID); n != st.Attempts {
+			t.Errorf("the handler last ran on attempt %v, want the completing attempt %d (never attempt 1)", n, st.Attempts)
 		}
 		if err := c.Use(func(ctx context.Context, _ cmdq.Command, _ *cmdq.Run, next func(context.Context) error) error {
 			return next(ctx)
