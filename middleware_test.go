@@ -154,11 +154,12 @@ func TestMiddleware(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, err = c.Wait(ctx, retried.ID)
-		// Completed on attempt 2 — or later, when attempt 2's final write
-		// did not land in time on a loaded machine (outcome unrecorded: the
-		// command runs again once its lease ends).
-		if err != nil || st.State != cmdq.StateCompleted || st.Attempts < 2 {
-			t.Fatalf("retryable refusal: %+v %v, want completed on attempt 2 or later", st, err)
+		if err != nil || st.State != cmdq.StateCompleted || st.Attempts != 2 {
+			// Once, under race with a CPU hog, it completed on attempt 3,
+			// 30 s (a lease) after its issue: the events say which
+			// delivery was lost, and why.
+			evs, eerr := c.Events(ctx, retried.ID)
+			t.Fatalf("retryable refusal: %+v %v, want completed on attempt 2; events %+v %v", st, err, evs, eerr)
 		}
 		evs, err := c.Events(ctx, retried.ID)
 		if err != nil {
@@ -169,8 +170,8 @@ func TestMiddleware(t *testing.T) {
 		}) {
 			t.Errorf("events %+v: want attempt 1 failed with the refusal", evs)
 		}
-		if n, _ := refusedRuns.Load(retried.ID); n != st.Attempts {
-			t.Errorf("the handler last ran on attempt %v, want the completing attempt %d (never attempt 1)", n, st.Attempts)
+		if n, _ := refusedRuns.Load(retried.ID); n != 2 {
+			t.Errorf("the handler ran on attempt %v, want only attempt 2", n)
 		}
 		if err := c.Use(func(ctx context.Context, _ cmdq.Command, _ *cmdq.Run, next func(context.Context) error) error {
 			return next(ctx)
