@@ -190,8 +190,9 @@ func (s *Store) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry,
 }
 
 // loadPoisoned checks that id has a poison entry and a poisoned projection,
-// and returns both. A stale entry (command not poisoned) is removed and
-// ErrNotPoisoned returned, except for a command that is pending and never
+// and returns both. A stale entry (command not poisoned, and past the
+// attempt the entry names) is removed and ErrNotPoisoned returned; an entry
+// whose move is in progress is kept (ErrNotPoisoned), except for a command that is pending and never
 // started: a requeue in progress, or one whose enqueue failed and that kept
 // its entry for a retry. With resume such a command is returned (Requeue
 // retries it); without, its entry stays and ErrNotPoisoned is returned.
@@ -214,6 +215,17 @@ func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Reco
 		return nil, entry, fmt.Errorf("%w: command %s is pending (requeued)", cmdqtype.ErrNotPoisoned, id)
 	}
 	if rec.Status.State != cmdqtype.StatePoisoned {
+		if !rec.Status.State.Final() && entry.Attempts > 0 && rec.Attempts <= entry.Attempts {
+			// The entry of the attempt being poisoned now: Poison writes it
+			// before the command's poisoned event, so that a poisoned
+			// command is never missing from the poison table. Removing it
+			// here would leave the command poisoned with no entry (a
+			// requeue under load did, before this check). A move that
+			// crashed half-way leaves it too, and the command's next
+			// delivery poisons it again or runs an attempt past it (then
+			// the entry is stale and removed).
+			return nil, entry, fmt.Errorf("%w: command %s is being moved to the poison table (attempt %d); try again in a moment", cmdqtype.ErrNotPoisoned, id, entry.Attempts)
+		}
 		_ = s.deletePoison(ctx, id)
 		return nil, entry, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", cmdqtype.ErrNotPoisoned, id, rec.Status.State)
 	}

@@ -512,6 +512,34 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if _, err := r.GetPoison(ctx, ran); !errors.Is(err, cmdqtype.ErrNotFound) {
 			t.Fatalf("stale entry kept: %v", err)
 		}
+
+		// A move in progress: Poison has written the entry of attempt 1 of
+		// a running command, not yet its poisoned event. A requeue or a
+		// discard then is refused and keeps the entry (removing it would
+		// leave the command poisoned with none); once the move ends, the
+		// requeue works.
+		moving := create(t, s, "demo.A", `{}`)
+		mrec, _ := s.Load(ctx, moving)
+		if err := s.Append(ctx, mrec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: moving, Properties: map[string]any{"CommandID": moving, "Type": "demo.A", "Attempts": int32(1)}}, storage.Replace); err != nil {
+			t.Fatal(err)
+		}
+		for _, act := range []func(context.Context, string, string) error{r.Requeue, r.Discard} {
+			if err := act(ctx, moving, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) || !strings.Contains(err.Error(), "being moved") {
+				t.Fatalf("requeue or discard during the move: %v, want ErrNotPoisoned (being moved)", err)
+			}
+			if _, err := r.GetPoison(ctx, moving); err != nil {
+				t.Fatalf("the entry of a move in progress was removed: %v", err)
+			}
+		}
+		if err := s.Poison(ctx, mrec, cmdqtype.PoisonEntry{DequeueCount: 1, Reason: "permanent", Worker: "w"}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "no"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Requeue(ctx, moving, "bob"); err != nil {
+			t.Fatalf("requeue once the move ended: %v", err)
+		}
 	})
 }
 
