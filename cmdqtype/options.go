@@ -5,12 +5,26 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 )
+
+// DefaultWorker returns the name of a processor that sets none:
+// "<hostname>-<pid>" ("worker-<pid>" when the host has no name). It names
+// the processor in events, logs and heartbeats, and `cmdq serve` and
+// `cmdq worker` make it the tracing resource's service.instance.id.
+func DefaultWorker() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "worker"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
 
 // Defaults of the storage names and of CommandOptions: the one home of each.
 const (

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Tracing of serve and worker: spans are exported over OTLP/HTTP when the
@@ -102,16 +103,12 @@ func startTracing(ctx context.Context, log zerolog.Logger, what, worker string) 
 }
 
 // workerName is the processor's name for worker (--worker-id): itself,
-// or the processor's default "<hostname>-<pid>".
+// or the processor's default (cmdqtype.DefaultWorker).
 func workerName(worker string) string {
 	if worker != "" {
 		return worker
 	}
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		h = "worker"
-	}
-	return h + "-" + strconv.Itoa(os.Getpid())
+	return cmdqtype.DefaultWorker()
 }
 
 // stopTracing flushes and stops tp (nil: nothing to do), within 5 s.

@@ -3,8 +3,6 @@ package processor
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/cmdqtype"
@@ -300,11 +298,7 @@ func (c Config) withDefaults() Config {
 		c.Prefix = cmdqtype.DefaultPrefix
 	}
 	if c.Worker == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			h = "worker"
-		}
-		c.Worker = h + "-" + strconv.Itoa(os.Getpid())
+		c.Worker = cmdqtype.DefaultWorker()
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = cmdqtype.DefaultBatchSize

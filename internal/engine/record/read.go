@@ -190,12 +190,13 @@ func (s *Store) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry,
 }
 
 // loadPoisoned checks that id has a poison entry and a poisoned projection,
-// and returns both. A stale entry (command not poisoned, and past the
-// attempt the entry names) is removed and ErrNotPoisoned returned; an entry
-// whose move is in progress is kept (ErrNotPoisoned), except for a command that is pending and never
-// started: a requeue in progress, or one whose enqueue failed and that kept
-// its entry for a retry. With resume such a command is returned (Requeue
-// retries it); without, its entry stays and ErrNotPoisoned is returned.
+// and returns both. For a command that is not poisoned it returns
+// ErrNotPoisoned and removes the entry as stale, except in two cases:
+//   - the command is pending and never started: a requeue in progress, or
+//     one whose enqueue failed and that kept its entry for a retry. With
+//     resume it is returned (Requeue retries it); without, its entry stays;
+//   - the command is not final and at or before the attempt the entry
+//     names: a poison move in progress; its entry stays.
 func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, cmdqtype.PoisonEntry, error) {
 	entry, err := s.GetPoison(ctx, id)
 	if err != nil {
