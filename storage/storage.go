@@ -165,7 +165,10 @@ type Message struct {
 	// ExpiresAt is when the message expires; the zero Time if it never does.
 	ExpiresAt time.Time
 	// NextVisibleAt is when the message becomes visible to Dequeue again.
-	// Zero for peeked messages.
+	// Zero for peeked messages. Enqueue and UpdateVisibility return a time
+	// that is not early (a wake-up then finds the message visible): a
+	// service that counts whole seconds and cuts its answer to the second
+	// may make it later by up to a second and the answer's way back.
 	NextVisibleAt time.Time
 }
 
@@ -186,7 +189,7 @@ type Queue interface {
 	Dequeue(ctx context.Context, max int, visibility time.Duration) ([]Message, error)
 	// UpdateVisibility makes a dequeued message invisible for visibility from
 	// now (0 = visible at once) and returns its new pop receipt and next
-	// visible time. The message text is unchanged. A stale receipt gives
+	// visible time (not early; see Message.NextVisibleAt). The message text is unchanged. A stale receipt gives
 	// ErrLeaseLost.
 	UpdateVisibility(ctx context.Context, id, popReceipt string, visibility time.Duration) (newPopReceipt string, nextVisibleAt time.Time, err error)
 	// Delete removes a dequeued message. A stale receipt gives ErrLeaseLost;

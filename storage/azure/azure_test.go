@@ -166,6 +166,7 @@ func TestEnqueueTimes(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	q := newQueue(t)
+	before := time.Now()
 	m, err := q.Enqueue(ctx, "x", 2500*time.Millisecond, storage.NoExpiry)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +174,31 @@ func TestEnqueueTimes(t *testing.T) {
 	if !m.ExpiresAt.IsZero() {
 		t.Fatalf("ExpiresAt = %v, want zero for NoExpiry", m.ExpiresAt)
 	}
-	if d := m.NextVisibleAt.Sub(m.InsertedAt); d != 3*time.Second {
-		t.Fatalf("NextVisibleAt-InsertedAt = %v, want 3s (2.5s rounded up)", d)
+	// 2.5 s is sent as 3 s; InsertedAt is cut to the second and
+	// NextVisibleAt is not early: the answer's arrival plus 3 s.
+	if d := m.NextVisibleAt.Sub(m.InsertedAt); d < 3*time.Second || d > 5*time.Second {
+		t.Fatalf("NextVisibleAt-InsertedAt = %v, want 3s (2.5s rounded up) to 5s (the second InsertedAt is cut to, and the answer's way back)", d)
+	}
+	if !m.NextVisibleAt.After(before.Add(3 * time.Second)) {
+		t.Fatalf("NextVisibleAt = %s, early: the call started at %s and 3 s were sent", m.NextVisibleAt.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
+	}
+	// A dequeue at NextVisibleAt finds the message: no wake-up is early.
+	time.Sleep(time.Until(m.NextVisibleAt))
+	ms, err := q.Dequeue(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Dequeue at NextVisibleAt: %d messages, %v; want the message", len(ms), err)
+	}
+	before = time.Now()
+	_, next, err := q.UpdateVisibility(ctx, ms[0].ID, ms[0].PopReceipt, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !next.After(before.Add(2 * time.Second)) {
+		t.Fatalf("UpdateVisibility's next visible time %s is early: the call started at %s and 2 s were sent", next.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
+	}
+	time.Sleep(time.Until(next))
+	if ms, err = q.Dequeue(ctx, 1, time.Minute); err != nil || len(ms) != 1 {
+		t.Fatalf("Dequeue at UpdateVisibility's next visible time: %d messages, %v; want the message", len(ms), err)
 	}
 	m, err = q.Enqueue(ctx, "y", 0, time.Hour)
 	if err != nil {

@@ -25,6 +25,20 @@ func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
 
+// notEarly returns when a message made invisible for vis whole seconds by a
+// call answered just now becomes visible, not earlier than it does: the
+// later of the service's answer (cut to the second, so up to 1 s early)
+// and the answer's arrival plus vis (the service counted vis from when it
+// received the call, before it answered). Callers that wake up at that
+// time then find the message visible.
+func notEarly(service *time.Time, vis int32) time.Time {
+	t := time.Now().UTC().Add(time.Duration(vis) * time.Second)
+	if s := ptrTime(service); s.After(t) {
+		return s
+	}
+	return t
+}
+
 // xmlSafe reports whether s holds only characters XML 1.0 can carry.
 func xmlSafe(s string) error {
 	for i, r := range s {
@@ -95,7 +109,7 @@ func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl t
 		PopReceipt:    deref(m.PopReceipt),
 		InsertedAt:    ptrTime(m.InsertionTime),
 		ExpiresAt:     expiry(m.ExpirationTime),
-		NextVisibleAt: ptrTime(m.TimeNextVisible),
+		NextVisibleAt: notEarly(m.TimeNextVisible, vis),
 	}, nil
 }
 
@@ -161,7 +175,7 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 	if err != nil {
 		return "", time.Time{}, mapQueueErr(err, q.name, "update visibility", opUpdate)
 	}
-	return deref(resp.PopReceipt), ptrTime(resp.TimeNextVisible), nil
+	return deref(resp.PopReceipt), notEarly(resp.TimeNextVisible, vis), nil
 }
 
 func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {

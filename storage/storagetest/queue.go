@@ -238,9 +238,18 @@ func testQueueUpdateVisibilityPreservesText(t *testing.T, s storage.Store) {
 func testQueueEnqueueVisibilityDelay(t *testing.T, s storage.Store) {
 	ctx := caseCtx(t)
 	q := newQueue(t, s)
+	before := time.Now()
 	m, err := q.Enqueue(ctx, "delayed", 3*time.Second, 0)
 	must(t, "Enqueue with delay", err)
-	near(t, "NextVisibleAt of a delayed message", m.NextVisibleAt, m.InsertedAt.Add(3*time.Second), 1500*time.Millisecond)
+	after := time.Now()
+	// Not early (a wake-up at NextVisibleAt finds the message), and no later
+	// than the answer plus the delay (within the clocks' tolerance).
+	if m.NextVisibleAt.Before(before.Add(3 * time.Second)) {
+		t.Fatalf("NextVisibleAt of a delayed message = %s, early: the call started at %s with a 3 s delay", m.NextVisibleAt.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
+	}
+	if lim := after.Add(3*time.Second + clockTolerance); m.NextVisibleAt.After(lim) {
+		t.Fatalf("NextVisibleAt of a delayed message = %s, later than the answer (%s) plus the 3 s delay and the clock tolerance %s", m.NextVisibleAt.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano), clockTolerance)
+	}
 	ms, err := q.Dequeue(ctx, 32, leaseLong)
 	must(t, "Dequeue", err)
 	if len(ms) != 0 {
