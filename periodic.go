@@ -139,7 +139,8 @@ type schedulerRun struct {
 	done   chan struct{}
 }
 
-// stop ends the scheduler and waits for it (and its issues in flight).
+// stop ends the scheduler and waits for it and its issues in flight
+// (within Config.DrainTimeout; not tried again if they fail).
 func (s *schedulerRun) stop() {
 	if s != nil {
 		s.cancel()
@@ -205,7 +206,11 @@ type caughtUp struct {
 }
 
 func (c *Client) periodicOptions() periodic.Options {
-	return periodic.Options{Logger: c.cfg.Logger, Now: c.now}
+	drain := c.cfg.DrainTimeout
+	if drain <= 0 {
+		drain = cmdqtype.DefaultDrainTimeout
+	}
+	return periodic.Options{Logger: c.cfg.Logger, Now: c.now, Drain: drain}
 }
 
 // runScheduler runs the scheduler from cu in the background until ctx

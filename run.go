@@ -128,8 +128,8 @@ func (c *Client) processor() (*processor.Processor, error) {
 }
 
 // Stop stops taking work and issuing periodic ticks, lets running
-// handlers finish (within Config.DrainTimeout, 30 s by default, or until
-// ctx ends) and returns once processing has stopped; it also stops the background
+// handlers and the ticks being issued finish (within Config.DrainTimeout,
+// 30 s by default, or until ctx ends for the handlers) and returns once processing has stopped; it also stops the background
 // retries of failed enqueues (issuing keeps working). The error is the
 // processor's (nil after a clean stop), or ctx's when it ended first.
 // Stop without Start does nothing.
@@ -141,7 +141,7 @@ func (c *Client) Stop(ctx context.Context) error {
 	c.scheduler = nil
 	c.mu.Unlock()
 	defer func() { _ = iss.Close() }()
-	sched.stop() // no tick is issued after Stop begins
+	sched.stop() // no tick is started after Stop begins; the ones in flight finish
 
 	if stop == nil {
 		return nil

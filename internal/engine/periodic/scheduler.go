@@ -42,6 +42,12 @@ type Options struct {
 	// Issued, when set, is called after each tick issued (or found
 	// issued), with catchUp true for the ticks of the start's catch-up.
 	Issued func(name string, tick time.Time, catchUp bool)
+	// Drain is how long an issue in flight when Run's context is canceled
+	// may go on (it is not tried again): a stop does not cancel a tick
+	// half issued, which every process may have left to the others. It
+	// never goes past the context's deadline. 0: it is canceled with the
+	// context.
+	Drain time.Duration
 }
 
 // Tick is one tick of one entry.
@@ -99,16 +105,19 @@ func (o Options) withDefaults() Options {
 // tried again (after 1 s, doubling) until the entry's next tick is due.
 // Ticks that passed while the process could not run (a paused machine, a
 // stalled goroutine) are issued up to max(CatchUp, 1), the latest ones.
-// Run returns when ctx ends, after the issues in flight.
+// Run returns when ctx ends, after the issues in flight (which go on for
+// up to opts.Drain).
 func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, opts Options) {
 	opts = opts.withDefaults()
+	ictx, icancel := drainContext(ctx, opts.Drain)
+	defer icancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	spawn := func(e Entry, t time.Time, catchUp bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			issue(ctx, e, t, catchUp, opts)
+			issue(ctx, ictx, e, t, catchUp, opts)
 		}()
 	}
 	for _, tk := range retry {
@@ -187,16 +196,37 @@ func tryErr(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Option
 	return false, err
 }
 
-// issue issues e's tick at t, trying again while it fails and e's next
-// tick is not due (or, for a catch-up, for a minute).
-func issue(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) {
+// drainContext returns the context of Run's issues: ctx's values and
+// deadline, canceled drain after ctx ends (at once with drain 0).
+func drainContext(ctx context.Context, drain time.Duration) (context.Context, context.CancelFunc) {
+	if drain <= 0 {
+		return context.WithCancel(ctx)
+	}
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var cancelDL context.CancelFunc
+		ictx, cancelDL = context.WithDeadline(ictx, dl)
+		c := cancel
+		cancel = func() { cancelDL(); c() }
+	}
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(drain, cancel)
+		context.AfterFunc(ictx, func() { t.Stop() })
+	})
+	return ictx, func() { stop(); cancel() }
+}
+
+// issue issues e's tick at t, trying again while it fails, ctx lasts and
+// e's next tick is not due (or, for a catch-up, for a minute). A try runs
+// with ictx: a try in flight when ctx ends goes on (see Options.Drain).
+func issue(ctx, ictx context.Context, e Entry, t time.Time, catchUp bool, opts Options) {
 	until := e.Schedule.Next(t)
 	if catchUp || until.IsZero() || until.Before(opts.Now()) {
 		until = opts.Now().Add(time.Minute)
 	}
 	wait := opts.RetryBase
 	for try := 1; ; try++ {
-		done, err := tryErr(ctx, e, t, catchUp, opts)
+		done, err := tryErr(ictx, e, t, catchUp, opts)
 		if done || ctx.Err() != nil {
 			return
 		}
