@@ -140,10 +140,12 @@ func TestChaos(t *testing.T) {
 func reportViolations(t *testing.T, rep *Report) {
 	t.Helper()
 	by := map[string][]string{}
+	first := map[string]string{} // invariant → its first violation's detail
 	var order []string
 	for _, v := range rep.Violations {
 		if _, ok := by[v.Invariant]; !ok {
 			order = append(order, v.Invariant)
+			first[v.Invariant] = v.Detail
 		}
 		by[v.Invariant] = append(by[v.Invariant], v.CommandID)
 	}
@@ -154,6 +156,8 @@ func reportViolations(t *testing.T, rep *Report) {
 			more = " …"
 			ids = ids[:5]
 		}
-		t.Errorf("invariant %s broken %d times (seed %d): %s%s; details above", inv, len(by[inv]), rep.Seed, strings.Join(ids, ", "), more)
+		// The first one's detail goes here too: a CI log cut to its last
+		// lines keeps it.
+		t.Errorf("invariant %s broken %d times (seed %d): %s%s; details above; the first: %s", inv, len(by[inv]), rep.Seed, strings.Join(ids, ", "), more, first[inv])
 	}
 }
