@@ -62,7 +62,8 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		n = 1
 	}
 	k.cmdID = env.ID
-	if !p.claim(env.ID) {
+	tok, ok := p.claim(env.ID)
+	if !ok {
 		// A second message for a command this processor is handling (from
 		// a re-issue or the reconciler). Leave it invisible until its
 		// dequeue visibility ends: by then the command is usually final and
@@ -71,7 +72,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		s.counter.duplicates.Add(1)
 		return
 	}
-	defer p.unclaim(env.ID)
+	defer p.unclaim(env.ID, tok)
 	def, known := p.reg.Lookup(env.Type)
 	known = known && def.Handled() // a declared type has no handler here
 	lease := vis
@@ -166,7 +167,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		p.deleteMsg(s, k, rec.Type)
 		return
 	}
-	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n), issueTrace: record.TraceIDOf(rec.TraceParent),
+	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n), claimTok: tok, issueTrace: record.TraceIDOf(rec.TraceParent),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
@@ -363,6 +364,8 @@ type attempt struct {
 	def *registry.Definition
 	msg storage.Message
 	n   int // attempt number (dequeue count)
+	// claimTok is this delivery's claim on the command (Processor.claim).
+	claimTok uint64
 
 	// loadedState and loadedAttempts are the command's status and attempts
 	// when this delivery loaded it (see supersededBy).
@@ -1008,6 +1011,10 @@ func (a *attempt) fail(herr error, stack string) {
 	if !held {
 		return
 	}
+	// This delivery is done with the command: the retry's delivery (here,
+	// at once for a retry due now) must not find it claimed, or it would
+	// leave the message hidden for a whole lease (a second message).
+	p.unclaim(a.rec.ID, a.claimTok)
 	_, visible, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
 	answered := time.Now()
 	switch {

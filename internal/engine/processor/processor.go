@@ -83,7 +83,8 @@ type Processor struct {
 	durN   int64
 
 	claimMu  sync.Mutex
-	claimed  map[string]struct{}          // command IDs with a message in hand
+	claimed  map[string]uint64            // command IDs with a message in hand → the claim's token
+	claimSeq uint64                       // the last claim token
 	handling map[string]cmdqtype.InFlight // command IDs whose handler runs now (inflight.go)
 	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
 
@@ -148,7 +149,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	p := &Processor{
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
-		leases: map[string]*leaseState{}, claimed: map[string]struct{}{},
+		leases: map[string]*leaseState{}, claimed: map[string]uint64{},
 		reconKick: make(chan struct{}, 1),
 		ctl: control{rows: map[string]record.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
 			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
@@ -612,21 +613,28 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	return sum, nil
 }
 
-// claim records that this processor handles a message of command id; false
-// if it already does (a second message for the same command).
-func (p *Processor) claim(id string) bool {
+// claim records that this processor handles a message of command id and
+// returns the claim's token (for unclaim); false if it already does (a
+// second message for the same command).
+func (p *Processor) claim(id string) (uint64, bool) {
 	p.claimMu.Lock()
 	defer p.claimMu.Unlock()
 	if _, dup := p.claimed[id]; dup {
-		return false
+		return 0, false
 	}
-	p.claimed[id] = struct{}{}
-	return true
+	p.claimSeq++
+	p.claimed[id] = p.claimSeq
+	return p.claimSeq, true
 }
 
-func (p *Processor) unclaim(id string) {
+// unclaim ends the claim tok on command id; nothing if it ended already
+// (a claim released early, as a retry does before its message shows up
+// again, and perhaps claimed since by that message's delivery).
+func (p *Processor) unclaim(id string, tok uint64) {
 	p.claimMu.Lock()
-	delete(p.claimed, id)
+	if p.claimed[id] == tok {
+		delete(p.claimed, id)
+	}
 	p.claimMu.Unlock()
 }
 
