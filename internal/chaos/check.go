@@ -541,10 +541,20 @@ func killedAt(p *proc) time.Time {
 
 // leaseLost reports whether the history explains that next ran while, or
 // after, prev lost its lease: a lease_lost event for prev's attempt, written
-// by prev's worker (which noticed the loss) or by next's (which took the
-// message over).
+// by prev's worker (which noticed the loss), by next's (which took the
+// message over), or by a later delivery's worker after prev began (next
+// was killed or superseded before it wrote: the delivery after it records
+// every delivery without an outcome).
 func leaseLost(h *history, prev, next *execution) bool {
-	return h.has("lease_lost", prev.Worker, prev.Attempt) || (next != nil && h.has("lease_lost", next.Worker, prev.Attempt))
+	if h.has("lease_lost", prev.Worker, prev.Attempt) || (next != nil && h.has("lease_lost", next.Worker, prev.Attempt)) {
+		return true
+	}
+	for _, e := range h.Events {
+		if e.Kind == "lease_lost" && e.Attempt == prev.Attempt && !e.Time.IsZero() && !e.Time.Before(prev.BeginT.Add(-time.Second)) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCancel holds one command to its cancel requests (InvCancelRespected).

@@ -39,6 +39,12 @@ func ev(seq, kind, worker string, attempt, step int) event {
 	return event{Seq: "e:" + seq, Kind: kind, Worker: worker, Attempt: attempt, Step: step}
 }
 
+// evAt is e written at at(ms).
+func evAt(e event, ms int) event {
+	e.Time = at(ms)
+	return e
+}
+
 func run(worker string, pid, attempt, begin, end int, err string, steps ...stepMark) *execution {
 	x := &execution{ID: "c1", Type: "demo.sleep", Worker: worker, PID: pid, Attempt: attempt, Begin: begin, End: end, BeginT: at(begin * 100), Err: err, Steps: steps}
 	if end >= 0 {
@@ -242,6 +248,14 @@ func TestCheckExplainsDuplicates(t *testing.T) {
 			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
 				ev("2", "lease_lost", "w2.1", 1, 0), ev("3", "started", "w2.1", 2, 0), ev("4", "completed", "w2.1", 2, 0)}},
 			xs: []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, 4, "")}},
+		{name: "lease_lost event written by a later delivery's worker", explain: "lease_lost",
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				evAt(ev("2", "lease_lost", "w3.1", 1, 0), 300), evAt(ev("3", "lease_lost", "w3.1", 2, 0), 300), ev("4", "started", "w3.1", 3, 0), ev("5", "completed", "w3.1", 3, 0)}},
+			xs: []*execution{run("w1.1", 1, 1, 1, 3, ""), run("w2.1", 2, 2, 2, -1, "")}},
+		{name: "lease_lost event of the same attempt number from before", violated: true,
+			h: &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+				evAt(ev("2", "lease_lost", "w3.1", 1, 0), 0), ev("3", "started", "w2.1", 2, 0), ev("4", "completed", "w2.1", 2, 0)}},
+			xs: []*execution{run("w1.1", 1, 1, 30, 32, ""), run("w2.1", 2, 2, 33, 34, "")}},
 		{name: "SIGKILL before the rerun", explain: "crash", h: done,
 			xs: []*execution{run("w1.1", 1, 1, 1, -1, ""), run("w2.1", 2, 2, 2, 3, "")},
 			ps: fakeProcs{procs: map[string]*proc{"w1.1": killed}}},

@@ -94,6 +94,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	defer free()
 	var rec *record.Record
+	var ref time.Time // see attempt.startedBy
 	fast := false
 	for {
 		if !s.mayTake(p) {
@@ -108,7 +109,13 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			rec = p.firstRecord(env, m, n, direct, sent, vis, def, known)
 			fast = rec != nil
 		}
+		if fast {
+			// The earliest a recovery's requeue can have been written: the
+			// issue (by the issuer's clock, within the skew of ours).
+			ref = env.First.Ready().Add(-maxClockSkew)
+		}
 		if rec == nil {
+			ref = time.Now() // a requeue written after this load is not seen by it
 			if rec, err = p.st.Load(s.ops, env.ID); err != nil {
 				if errors.Is(err, cmdqtype.ErrExpired) {
 					// A late duplicate of a command removed after its retention:
@@ -173,6 +180,9 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// Issuer's recovery) may have more than one message: its first
 		// delivery claims it with the started event before running.
 		claim: rec.Status.State == cmdqtype.StatePending && rec.EventSeq > 1}
+	if rec.Status.State == cmdqtype.StatePending && !a.claim && known {
+		a.startedBy = ref.Add(p.minRecoveryDelay(def) - safety(def.Lease))
+	}
 	switch {
 	case rec.Type != env.Type:
 		a.poison(cmdqtype.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
@@ -374,6 +384,15 @@ type attempt struct {
 	// claim: write started before running the handler (a requeued
 	// command, which may have more than one message).
 	claim bool
+	// startedBy (zero: none) is when a first run that does not claim must
+	// have its started event written, or its handler ends: a recovery
+	// (a requeued event, then a second message hidden for at least
+	// minRecoveryDelay) may have been written since this delivery read
+	// the command as pending (its load, or the issue for the fast path),
+	// and the second message's delivery, which claims, would then run
+	// beside this one. A handler that has not started by then claims
+	// first instead.
+	startedBy time.Time
 
 	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
 	rec            *record.Record
@@ -621,6 +640,42 @@ func (a *attempt) writeLocked(ctx context.Context, evs ...cmdqtype.Event) error 
 	})
 }
 
+// startedWriteIn is how long after the handler starts its started event
+// is written when it runs on: StartedWriteDelay, or the lease's first
+// renewal if that comes sooner.
+func (a *attempt) startedWriteIn() time.Duration {
+	a.k.mu.Lock()
+	lease := a.k.lease
+	a.k.mu.Unlock()
+	return min(a.p.cfg.StartedWriteDelay, lease/2)
+}
+
+// errUnclaimed is the cancellation cause of a handler whose started event
+// could not be written by attempt.startedBy.
+var errUnclaimed = errors.New("processor: the started event could not be written before a second message of the command could show up; another delivery may run it")
+
+// unclaimedTooLong ends the handler when its started event is still not
+// written at startedBy (see there): renewals stop and the message
+// reappears when its lease ends.
+func (a *attempt) unclaimedTooLong() {
+	a.mu.Lock()
+	end := !a.startedWritten && !a.finished && a.over == nil && a.cancel != nil
+	id, typ, cancel := a.rec.ID, a.rec.Type, a.cancel
+	a.mu.Unlock()
+	if end {
+		logCmd(a.p.cfg.Logger.Warn(), id, a.traceID()).Str("type", typ).Int("attempt", a.n).Msg("cmdq processor: started not written in time; handler cancelled")
+		cancel(errUnclaimed)
+	}
+}
+
+// minRecoveryDelay is the shortest delay a recovery's message of def's
+// type is sent with by any process (Processor.RecoveryDelay with the
+// type's base lease, or record.DefaultRecoveryDelay where the type has no
+// handler), assuming the processes share StartedWriteDelay.
+func (p *Processor) minRecoveryDelay(def *registry.Definition) time.Duration {
+	return min(def.Lease+p.cfg.StartedWriteDelay, record.DefaultRecoveryDelay)
+}
+
 // writeStarted writes the started event on its own (a handler that runs
 // longer than StartedWriteDelay, or whose lease was renewed).
 func (a *attempt) writeStarted() {
@@ -724,6 +779,12 @@ func (a *attempt) run() {
 		a.k.stop()
 		return
 	}
+	if !a.startedBy.IsZero() && time.Until(a.startedBy) < a.startedWriteIn()+safety(a.def.Lease) {
+		// Too late to run unclaimed: started would be written (after
+		// StartedWriteDelay, or at the first renewal) too close to
+		// startedBy, or past it.
+		a.claim = true
+	}
 	if a.claim {
 		// A requeued command may have another message: claim it with the
 		// started event (a conditional write) before running, so that
@@ -748,6 +809,10 @@ func (a *attempt) run() {
 	a.mu.Unlock()
 	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
+	if !a.claim && !a.startedBy.IsZero() {
+		deadline := time.AfterFunc(time.Until(a.startedBy), a.unclaimedTooLong)
+		defer deadline.Stop()
+	}
 	a.mu.Lock()
 	run := registry.NewRun(registry.RunInfo{ID: id, Type: typ, Attempt: a.n, LastStep: lastStep, Record: a.recordStep,
 		Queue: a.qr.name, CorrelationID: a.rec.CorrelationID, TraceParent: a.rec.TraceParent, TraceState: a.rec.TraceState, TraceID: a.issueTrace})
@@ -786,7 +851,7 @@ func (a *attempt) run() {
 		} else {
 			a.complete(out)
 		}
-	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring):
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errLeaseExpiring), errors.Is(cause, errUnclaimed):
 		// Someone else may be running it (lost), or will once the lease
 		// ends (renewals kept failing, or the last one's receipt is
 		// unknown, so the handler was cancelled before the lease ended):
@@ -797,8 +862,11 @@ func (a *attempt) run() {
 		a.k.stop()
 		a.ended(registry.OutcomeLeaseLost, cause)
 		note := "lease lost while running: a renewal found the message taken after the lease ended; the handler was cancelled and another delivery may run it"
-		if errors.Is(cause, errLeaseExpiring) {
+		switch {
+		case errors.Is(cause, errLeaseExpiring):
 			note = "lease not renewed: renewals failed (or the last one's answer was lost), so the handler was cancelled before the lease ended; the message reappears then and another delivery may run it"
+		case errors.Is(cause, errUnclaimed):
+			note = "started not written in time: the started event could not be written before a recovery's second message could show up, so the handler was cancelled and the lease left to end; another delivery may run it"
 		}
 		_ = a.finish(func() error {
 			a.recordLost(s.ops, note)
@@ -944,7 +1012,7 @@ func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 	case err == nil:
 		s.counter.completed.Add(1)
 		a.emit(cmdqtype.ObservedCompleted, "", nil)
-		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) {
+		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) || a.k.endedBefore(answered) {
 			a.lostAfterCompletion()
 		}
 	case superseded(err):

@@ -50,6 +50,7 @@ type keeper struct {
 	lease    time.Duration
 	lost     bool // the lease ended: someone else may hold the message
 	orphaned bool // our own renewal landed unanswered: the lease is ours until expires, its receipt unknown
+	failing  bool // the last renewal failed (a fault): the lease may end at expires
 	stopped  bool
 	onLost   func(cause error) // cancels the handler
 	onRenew  func()            // each renewal: write the started event if it is not written yet
@@ -68,13 +69,13 @@ func newKeeper(p *Processor, ctx context.Context, qr *queueRunner, m storage.Mes
 	return k
 }
 
-// endedBefore reports whether the lease could not be kept (lost, or a
-// renewal's receipt unknown) and may have ended before t: someone else may
-// have dequeued the message by then.
+// endedBefore reports whether the lease could not be kept (lost, a
+// renewal's receipt unknown, or the last renewal failed) and may have
+// ended before t: someone else may have dequeued the message by then.
 func (k *keeper) endedBefore(t time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return (k.lost || k.orphaned) && !t.Before(k.expires)
+	return (k.lost || k.orphaned || k.failing) && !t.Before(k.expires)
 }
 
 // ours reports whether the lease still holds at t (see keeper).
@@ -138,7 +139,7 @@ func (k *keeper) renew() (again bool) {
 	}
 	switch {
 	case err == nil:
-		k.receipt, k.expires = nr, sent.Add(lease)
+		k.receipt, k.expires, k.failing = nr, sent.Add(lease), false
 		k.renewals++
 		onRenew := k.onRenew
 		k.mu.Unlock()
@@ -172,6 +173,7 @@ func (k *keeper) renew() (again bool) {
 		}
 		return false
 	default:
+		k.failing = true
 		k.mu.Unlock()
 		if k.ctx.Err() != nil {
 			return false
