@@ -112,8 +112,11 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 	t.Run("renewal", func(t *testing.T) {
 		t.Parallel()
 		e, through, px := azureBehind(t)
-		const lease = 2 * time.Second
-		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=2"}, faultproxy.LoseAnswer, 1)
+		// 4 s: the renewal (at 2 s) and its retry have until shortly
+		// before the lease's end to be answered; with 2 s a loaded Azurite
+		// answered the retry after it, a loss.
+		const lease = 4 * time.Second
+		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=4"}, faultproxy.LoseAnswer, 1)
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {

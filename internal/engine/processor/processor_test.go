@@ -263,7 +263,10 @@ func panicInHandler() { panic("boom") }
 func TestLongHandlerRenewsLease(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
-		const lease = time.Second
+		// 3 s: a renewal at half the lease has 1.4 s to answer (with 1 s,
+		// 0.45 s was too little for a loaded Azurite: the handler was
+		// cancelled and ran again).
+		const lease = 3 * time.Second
 		reg := registry.NewRegistry()
 		var running, maxRunning, runs atomic.Int64
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
@@ -291,7 +294,7 @@ func TestLongHandlerRenewsLease(t *testing.T) {
 		start(t, p1)
 		start(t, p2)
 		id := e.issue(e.issuer(nil), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
+		e.waitState(id, cmdqtype.StateCompleted, 60*time.Second)
 		if runs.Load() != 1 || maxRunning.Load() != 1 {
 			t.Fatalf("handler ran %d times, at most %d at once", runs.Load(), maxRunning.Load())
 		}
