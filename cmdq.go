@@ -89,12 +89,13 @@ type Config struct {
 	// message sent for a command that may have one already (a re-issue of
 	// a pending, never-started command, a retried or reconciled enqueue, a
 	// repeated requeue) — of a command type the Client neither registers
-	// nor declares. It must be at least that type's lease, so that a first
-	// message that exists after all has been started or finished before
-	// the second becomes visible (docs/lifecycle.md, "Duplicate
-	// messages"). Types the Client knows use their own lease plus
-	// StartedWriteDelay. At most 7 days. Defaults to 30 s (the default
-	// lease).
+	// nor declares. It must be at least that type's lease plus
+	// StartedWriteDelay, so that a first message that exists after all has
+	// been started or finished before the second becomes visible (a first
+	// run whose started event cannot be written ends by then:
+	// docs/lifecycle.md, "Duplicate messages"). Types the Client knows use
+	// their own lease plus StartedWriteDelay. At most 7 days. Defaults to
+	// 30 s (the default lease).
 	RecoveryDelay time.Duration
 
 	// --- Processing (Start, Run, RunFor) ---
