@@ -82,8 +82,17 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 	callTimeout := min(max(every, 2*time.Second), 10*time.Second)
 	var prev cmdqtype.Stats // the counts the last written beat reported
 	write := func() {
-		ctx, cancel := context.WithTimeout(s.ops, callTimeout)
+		// Not canceled by the run's end: a write the client gave up on may
+		// still be applied by the service after the delete that follows,
+		// and bring the row back (seen on a loaded Azurite). The loop waits
+		// for its answer, within callTimeout, before it deletes.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), callTimeout)
 		defer cancel()
+		if !s.endBy.IsZero() { // RunFor: not past its end
+			var c2 context.CancelFunc
+			ctx, c2 = context.WithDeadline(ctx, s.endBy.Add(-50*time.Millisecond))
+			defer c2()
+		}
 		b, counts := p.beat(s, started, prev)
 		if _, err := p.st.WriteBeat(ctx, b); err != nil && s.take.Err() == nil {
 			p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: heartbeat not written; trying again in " + every.String())
@@ -99,14 +108,25 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 		select {
 		case <-s.take.Done():
 			// The run drains now and ends its storage context soon after:
-			// the delete has its own time (RunFor's: until its end).
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), callTimeout)
+			// the delete has its own time (RunFor's: until its end), and
+			// a second try if the first fails: a listing right after a
+			// clean stop should not show this processor.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), 2*callTimeout)
 			if !s.endBy.IsZero() {
 				var c2 context.CancelFunc
 				ctx, c2 = context.WithDeadline(ctx, s.endBy.Add(-50*time.Millisecond))
 				defer c2()
 			}
-			if err := p.st.DeleteBeat(ctx, p.instance); err != nil {
+			var err error
+			for try := 0; try < 2 && ctx.Err() == nil; try++ {
+				tctx, tcancel := context.WithTimeout(ctx, callTimeout)
+				err = p.st.DeleteBeat(tctx, p.instance)
+				tcancel()
+				if err == nil {
+					break
+				}
+			}
+			if err != nil {
 				p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: heartbeat row not deleted; listings show it gone after " + strconv.Itoa(cmdqtype.ProcessorGoneAfter) + " intervals")
 			}
 			cancel()
