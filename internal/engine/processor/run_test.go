@@ -78,6 +78,10 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 	})
 }
 
+// TestRunForIdleReturnsEarly: on an empty queue, RunFor stops as idle
+// once the next wait and poll no longer fit, before its time is up. The
+// poll's own duration counts (beside a CPU hog, an Azurite poll in flight
+// at the end made it stop on the deadline).
 func TestRunForIdleReturnsEarly(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
