@@ -109,9 +109,9 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 		case <-s.take.Done():
 			// The run drains now and ends its storage context soon after:
 			// the delete has its own time (RunFor's: until its end), and
-			// a second try if the first fails: a listing right after a
-			// clean stop should not show this processor.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), 2*callTimeout)
+			// a second try within it if the first fails: a listing right
+			// after a clean stop should not show this processor.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), callTimeout)
 			if !s.endBy.IsZero() {
 				var c2 context.CancelFunc
 				ctx, c2 = context.WithDeadline(ctx, s.endBy.Add(-50*time.Millisecond))
@@ -119,10 +119,7 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 			}
 			var err error
 			for try := 0; try < 2 && ctx.Err() == nil; try++ {
-				tctx, tcancel := context.WithTimeout(ctx, callTimeout)
-				err = p.st.DeleteBeat(tctx, p.instance)
-				tcancel()
-				if err == nil {
+				if err = p.st.DeleteBeat(ctx, p.instance); err == nil {
 					break
 				}
 			}
