@@ -157,13 +157,14 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		cfg.ReconcileInterval, cfg.ReconcileActiveInterval = time.Second, time.Second
 		p = newProc(t, e.store, reg, cfg)
 		// The re-enqueued message is delayed by the recovery delay (1.1 s,
-		// 2 s on Azure, which counts whole seconds).
-		sum, err := p.RunFor(context.Background(), 4*time.Second)
+		// 2 s on Azure, which counts whole seconds). 10 s: beside a CPU hog
+		// a 4 s run ended before the recovered command was processed.
+		sum, err := p.RunFor(context.Background(), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st, _ := e.reader.Get(context.Background(), stranded); st.State != cmdqtype.StateCompleted || sum.Completed != 1 {
-			t.Fatalf("a 4s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
+			t.Fatalf("a 10s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
 		}
 	})
 }
