@@ -30,13 +30,7 @@ func TestRetryDueNowIsNotHidden(t *testing.T) {
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		st := &redeliveryStore{Store: s.st}
-		cfg := fast()
-		cfg.Prefix = s.prefix
-		c, err := cmdq.New(st, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
 		var runs sync.Map // attempt → true
 		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ retryNow, run *cmdq.Run) error {
 			runs.Store(run.Attempt(), true)

@@ -43,13 +43,7 @@ func TestStartedNotWrittenInTime(t *testing.T) {
 			}
 			return nil
 		}})
-		cfg := fast()
-		cfg.Prefix = s.prefix
-		c, err := cmdq.New(st, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
 		const lease = 3 * time.Second
 		causes := make(chan string, 1)
 		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ slowStart, run *cmdq.Run) error {
@@ -130,13 +124,7 @@ func TestCompletionAfterFailedRenewals(t *testing.T) {
 		}
 		return nil
 	}})
-	cfg := fast()
-	cfg.Prefix = s.prefix
-	c, err := cmdq.New(st, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
 	const lease = 2 * time.Second
 	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ lateComplete, run *cmdq.Run) error {
 		if run.Attempt() > 1 {
