@@ -44,7 +44,8 @@ func (p *Processor) kickReconciler() {
 //
 // Run: the marker query at start, then ReconcileInterval after the last
 // query while idle, ReconcileActiveInterval after it while there is work, and
-// ReconcileGrace (+1 s) after storage faults clear; a query is the pending
+// ReconcileGrace (+1 s) after storage faults clear and after a query that
+// left markers inside their grace; a query is the pending
 // scan instead once ReconcileScanInterval has passed since the last scan (or
 // since start). An idle processor so costs one query per ReconcileInterval.
 //
@@ -52,17 +53,28 @@ func (p *Processor) kickReconciler() {
 // the marker query runs at start with probability d/ReconcileInterval, or
 // else on the run's first work with probability d/ReconcileActiveInterval;
 // the pending scan runs with probability d/ReconcileScanInterval; and the
-// marker query runs ReconcileGrace after storage faults clear, when that
-// fits in the run.
+// marker query runs ReconcileGrace after storage faults clear (and after
+// a query that left markers inside their grace), when that fits in the
+// run.
 func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 	cfg := p.cfg
 	start := time.Now()
 	lastRun, lastScan := time.Time{}, start
+	// again is when the marker query runs once more because the last one
+	// left markers inside their grace (zero: none left): every one of
+	// them is past it by then, so a marker written during an outage that
+	// this processor's recovery pass came too early for is enqueued
+	// ReconcileGrace + 1 s later, not at the next interval (minutes, or
+	// an hour when idle). Only a pass that found such markers costs this
+	// one query more.
+	var again time.Time
 	pass := func(scan bool) {
 		p.active.Store(false)
 		lastRun = time.Now()
 		if scan {
 			lastScan = lastRun
+		} else {
+			again = time.Time{}
 		}
 		rep, err := p.enq.Reconcile(s.take, record.ReconcileOptions{
 			MarkerGrace: cfg.ReconcileGrace, PendingGrace: cfg.ReconcileStaleAfter,
@@ -80,6 +92,9 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 			p.sweep(s.take)
 		}
 		p.ok()
+		if !scan && rep.Waiting > 0 {
+			again = lastRun.Add(cfg.ReconcileGrace + time.Second)
+		}
 		if rep.Enqueued > 0 || rep.Markers > 0 {
 			cfg.Logger.Info().Int("markers", rep.Markers).Int("enqueued", rep.Enqueued).Int("waiting", rep.Waiting).Int("scanned", rep.Scanned).Msg("cmdq processor: reconciled")
 		}
@@ -131,6 +146,9 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 		}
 		if r := afterRecovery(); !r.IsZero() && (due.IsZero() || r.Before(due)) {
 			due = r
+		}
+		if !again.IsZero() && (due.IsZero() || again.Before(due)) {
+			due = again
 		}
 		var timer <-chan time.Time
 		var t *time.Timer
