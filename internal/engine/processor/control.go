@@ -214,10 +214,15 @@ func (p *Processor) mayDequeue(s *session, qr *queueRunner, busy bool) bool {
 // a RunFor, when the next wait no longer fits (as for an idle queue).
 func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 	interval := p.cfg.MinPollInterval
+	var took time.Duration // how long the last control read took
 	for p.queuePaused(qr.name) {
 		wait := p.jitter(interval)
-		if s.timed && !time.Now().Add(wait+p.margin()).Before(s.finishBy) {
-			return false // RunFor: the wait does not fit; the run ends idle once every poller has
+		// RunFor: the wait fits when it, the read after it (as long as the
+		// last one took: a loaded store answers slower) and the margin end
+		// before the run must finish; otherwise the run ends idle once
+		// every poller has (as poll does).
+		if s.timed && !time.Now().Add(wait+took+p.margin()).Before(s.finishBy) {
+			return false
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -231,7 +236,9 @@ func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 		if !p.queuePaused(qr.name) {
 			break // resumed in this process
 		}
+		before := time.Now()
 		err := p.readControl(s.ops)
+		took = time.Since(before)
 		if err != nil {
 			if s.ops.Err() != nil {
 				return false
