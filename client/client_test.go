@@ -183,7 +183,9 @@ func TestWaitEndsWithContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// 2 s: the first read answers (pending) inside it on a loaded
+	// machine; the long poll after it ends with the context.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	st, err := c.Wait(ctx, res.ID)
 	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdqtype.StatePending {

@@ -242,10 +242,11 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, serveOpts{})
 	id := newUUID()
-	if r := do(t, http.MethodPost, srv.URL+"/v1/commands", "", `{"id":"`+id+`","type":"demo.sleep","params":{"ms":2500}}`); r.code != 202 {
+	if r := do(t, http.MethodPost, srv.URL+"/v1/commands", "", `{"id":"`+id+`","type":"demo.sleep","params":{"ms":8000}}`); r.code != 202 {
 		t.Fatalf("POST: %d %s", r.code, r.body)
 	}
-	// The running state is written once a handler has run for 1 s.
+	// The running state is written once a handler has run for 1 s (the
+	// 8 s handler leaves a loaded machine's poll a wide window to see it).
 	waitState(t, srv.URL, "", id, "running", 10*time.Second)
 	start := time.Now()
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {

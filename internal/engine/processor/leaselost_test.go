@@ -57,7 +57,7 @@ func TestLeaseLostRecordedForDeliveryWithoutOutcome(t *testing.T) {
 				return ctx.Err()
 			}
 			return nil
-		}, registry.Options{Lease: time.Second})
+		}, registry.Options{Lease: 5 * time.Second}) // 5 s: p2's one batch lands well inside its lease on a loaded Azurite
 		cfg := e.cfg()
 		cfg.DrainTimeout = time.Millisecond
 		p1 := newProc(t, e.store, reg, cfg)
@@ -68,7 +68,7 @@ func TestLeaseLostRecordedForDeliveryWithoutOutcome(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second) // after p1's lease ends
 		evs := e.events(id)
 		lost := lostEvents(evs)
 		if len(lost) != 1 || lost[0].Attempt != 1 || lost[0].Worker != cfg.Worker || lost[0].Note == "" {
@@ -104,7 +104,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			var runs atomic.Int64
 			started1, started2, done2 := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			var id string
-			register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+			handler := func(ctx context.Context, c okCmd, run *registry.Run) error {
 				if runs.Add(1) == 1 {
 					close(started1)
 					<-started2 // outlives its lease: the second delivery has begun
@@ -121,7 +121,13 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 					})
 				}
 				return nil
-			}, registry.Options{Lease: lease})
+			}
+			register(t, reg, handler, registry.Options{Lease: lease})
+			// The second processor keeps its lease while it waits for the
+			// first one's completion (its renewals answer late on a loaded
+			// Azurite): only the first delivery's lease is lost.
+			reg2 := registry.NewRegistry()
+			register(t, reg2, handler, registry.Options{Lease: 30 * time.Second})
 			m1 := &counts{}
 			cfg := e.cfg()
 			cfg.Observer = m1
@@ -137,7 +143,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			cfg2 := e.cfg()
 			cfg2.Worker += "-2"
 			cfg2.StartedWriteDelay = time.Minute
-			p2 := newProc(t, e.store, reg, cfg2)
+			p2 := newProc(t, e.store, reg2, cfg2)
 			start(t, p2)
 			if first == "second delivery" {
 				e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)

@@ -82,8 +82,8 @@ func TestPoisonAfterCeiling(t *testing.T) {
 		start(t, p)
 		before := time.Now().Add(-time.Second)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		st := e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
-		e.waitQueueEmpty("commands", 5*time.Second)
+		st := e.waitState(id, cmdqtype.StatePoisoned, 30*time.Second) // three attempts and whole-second retry delays on a loaded Azurite
+		e.waitQueueEmpty("commands", 15*time.Second)
 		if runs.Load() != 3 {
 			t.Fatalf("handler ran %d times, want exactly the ceiling 3", runs.Load())
 		}
@@ -350,7 +350,7 @@ func TestMultiStepResumes(t *testing.T) {
 				}
 			}
 			return nil
-		}, registry.Options{Lease: time.Second, Retry: fastRetry})
+		}, registry.Options{Lease: 5 * time.Second, Retry: fastRetry}) // 5 s: a loaded Azurite's renewal does not end attempt 1 before step 2
 		cfg := e.cfg()
 		cfg.DrainTimeout = 50 * time.Millisecond
 		p1 := newProc(t, e.store, reg, cfg)
@@ -368,12 +368,12 @@ func TestMultiStepResumes(t *testing.T) {
 		}
 		p2 := newProc(t, e.store, reg, cfg)
 		start(t, p2)
-		st = e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		st = e.waitState(id, cmdqtype.StateCompleted, 30*time.Second) // p2 may wait out attempt 1's lease
 		mu.Lock()
 		got := slices.Clone(stepsRun)
 		mu.Unlock()
 		// Attempt 2 runs steps 2 and 3 (step 1 is done) — or, when that
-		// delivery's 1 s lease ran out before its handler could start (a
+		// delivery's lease ran out before its handler could start (a
 		// loaded machine), a later attempt does.
 		n := st.Attempts
 		if len(got) != 4 || !slices.Equal(got[:2], []int{11, 12}) || n < 2 || got[2] != n*10+2 || got[3] != n*10+3 || st.Step != 3 {

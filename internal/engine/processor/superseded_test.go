@@ -54,11 +54,11 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 						cause.Store(errors.New("the handler's context was not cancelled within 20s"))
 					}
 					return tc.then(ctx, run)
-				}, registry.Options{Lease: 4 * time.Second, Retry: fastRetry})
+				}, registry.Options{Lease: 10 * time.Second, Retry: fastRetry})
 				m := &counts{}
 				cfg := e.cfg()
 				cfg.Observer = m
-				cfg.StartedWriteDelay = time.Minute // started is written at the first renewal (2 s)
+				cfg.StartedWriteDelay = time.Minute // started is written at the first renewal (5 s: the test's load and batch come first on a loaded Azurite)
 				p := newProc(t, e.store, reg, cfg)
 				start(t, p)
 				id := e.issue(e.issuer(p.Notify), stepCmd{})
