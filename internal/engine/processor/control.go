@@ -207,6 +207,14 @@ func (p *Processor) mayDequeue(s *session, qr *queueRunner, busy bool) bool {
 	return !p.queuePaused(qr.name)
 }
 
+// waitFits reports whether a poller may wait for wait before its next
+// storage call: always in Run; in a RunFor, when the wait, that call (as
+// long as the last one took: a loaded store answers slower) and the margin
+// end before the run must finish. Otherwise the run is idle.
+func (p *Processor) waitFits(s *session, wait, call time.Duration) bool {
+	return !s.timed || time.Now().Add(wait+call+p.margin()).Before(s.finishBy)
+}
+
 // whilePaused waits while qr is paused: it reads the control rows instead
 // of dequeuing, after MinPollInterval, doubling up to MaxPollInterval (a
 // paused queue costs what an idle one does), or at once when this process
@@ -217,12 +225,8 @@ func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 	var took time.Duration // how long the last control read took
 	for p.queuePaused(qr.name) {
 		wait := p.jitter(interval)
-		// RunFor: the wait fits when it, the read after it (as long as the
-		// last one took: a loaded store answers slower) and the margin end
-		// before the run must finish; otherwise the run ends idle once
-		// every poller has (as poll does).
-		if s.timed && !time.Now().Add(wait+took+p.margin()).Before(s.finishBy) {
-			return false
+		if !p.waitFits(s, wait, took) {
+			return false // RunFor: the run ends idle once every poller has
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -220,10 +220,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		if wait <= 0 {
 			continue
 		}
-		// The wait fits when it, the poll after it (as long as this one
-		// took: a loaded store answers slower) and the margin end before
-		// the run must finish; otherwise the run is idle.
-		if s.timed && !time.Now().Add(wait+now.Sub(sent)+p.margin()).Before(s.finishBy) {
+		if !p.waitFits(s, wait, now.Sub(sent)) {
 			if !qr.holding() {
 				return // idle time does not fit; run stops once every poller has
 			}

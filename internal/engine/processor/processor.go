@@ -468,8 +468,8 @@ func (p *Processor) Run(ctx context.Context) error {
 // RunFor processes messages for at most d and returns before d has passed.
 // It stops taking work when now + margin would pass the end (margin = the
 // average handler duration, or HandlerDurationEstimate before the first,
-// × Tolerance), waits on an empty queue only while the wait and the poll
-// after it (as long as the last one took) still fit, and
+// × Tolerance), waits on an empty or paused queue only while the wait and
+// the storage call after it (as long as the last one took) still fit, and
 // cancels any handler still running shortly before the end. On return no
 // message is left leased: messages not started, and those whose handler was
 // cancelled, are made visible again at once. It also stops early when ctx
