@@ -29,8 +29,12 @@ import (
 // len bytes for a name outside it. Properties are ordered: dictionary
 // names by id, then the others by name. Values: string and []byte as
 // uvarint length + bytes; bool 1 byte; int32 4; int64 8; float64 8 (IEEE
-// bits); time.Time seconds (8) + nanoseconds (4). The ETag is derived from
-// the timestamp, which is unique per store.
+// bits); time.Time seconds (8) + nanoseconds (4); a string in the form of
+// a W3C traceparent (traceParentForm: version, trace ID, parent ID and
+// flags in lower-case hex, the trace context cmdq stores with a traced
+// command) as those 26 bytes in binary, type tTraceParent (format 3:
+// 27 bytes a value instead of 57). The ETag is derived from the
+// timestamp, which is unique per store.
 //
 // The name dictionary is kept under the keys N<name> (value: the id,
 // uvarint), at most maxNames names; a name is added, with a synced write
@@ -48,6 +52,7 @@ const (
 	tInt64
 	tFloat64
 	tTime
+	tTraceParent // format 3
 )
 
 // tagV2 starts every format-2 record.
@@ -231,7 +236,11 @@ func (d *names) encode(ts time.Time, props map[string]any) (rec []byte, fresh []
 		size++
 		switch x := v.(type) {
 		case string:
-			size += uvarintLen(len(x)) + len(x)
+			if traceParentForm(x) {
+				size += traceParentBytes
+			} else {
+				size += uvarintLen(len(x)) + len(x)
+			}
 		case []byte:
 			size += uvarintLen(len(x)) + len(x)
 		case bool:
@@ -270,6 +279,9 @@ func (d *names) encode(ts time.Time, props map[string]any) (rec []byte, fresh []
 func appendValue(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case string:
+		if traceParentForm(x) {
+			return appendTraceParent(append(b, tTraceParent), x)
+		}
 		b = append(b, tString)
 		b = binary.AppendUvarint(b, uint64(len(x)))
 		b = append(b, x...)
@@ -298,6 +310,67 @@ func appendValue(b []byte, v any) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(x.Nanosecond()))
 	}
 	return b
+}
+
+// A traceparent (W3C Trace Context): version "-" trace ID "-" parent ID
+// "-" flags, 1, 16, 8 and 1 bytes in lower-case hex: 55 characters, 26
+// bytes in binary.
+const (
+	traceParentLen   = 55
+	traceParentBytes = 26
+)
+
+// traceParentForm reports whether s has a traceparent's form (any
+// version, lower-case hex only): such a string is stored in binary
+// (tTraceParent) and decodes to the same string.
+func traceParentForm(s string) bool {
+	if len(s) != traceParentLen || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for i := 0; i < traceParentLen; i++ {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// appendTraceParent appends the 26 bytes of s (traceParentForm).
+func appendTraceParent(b []byte, s string) []byte {
+	for i := 0; i < traceParentLen; i += 2 {
+		if s[i] == '-' {
+			i++
+		}
+		b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
+	}
+	return b
+}
+
+// unhex is the value of a lower-case hex digit.
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
+// formatTraceParent returns the traceparent whose 26 bytes v holds.
+func formatTraceParent(v []byte) string {
+	const digits = "0123456789abcdef"
+	var s [traceParentLen]byte
+	j := 0
+	for i, c := range v[:traceParentBytes] {
+		if i == 1 || i == 17 || i == 25 {
+			s[j] = '-'
+			j++
+		}
+		s[j], s[j+1] = digits[c>>4], digits[c&15]
+		j += 2
+	}
+	return string(s[:])
 }
 
 // uvarintLen is the length of n as binary.AppendUvarint writes it.
@@ -353,6 +426,8 @@ func decodeValue(enc []byte) (any, error) {
 	case tString:
 		_, k := binary.Uvarint(v)
 		return string(v[k:]), nil
+	case tTraceParent:
+		return formatTraceParent(v), nil
 	case tBinary:
 		_, k := binary.Uvarint(v)
 		return append([]byte{}, v[k:]...), nil
@@ -471,6 +546,8 @@ func nextProp(snap *nameSnap, b []byte) (rawProp, []byte, error) {
 		n, p.size = 9, 8
 	case tTime:
 		n, p.size = 13, 8
+	case tTraceParent:
+		n, p.size = 1+traceParentBytes, 4+2*traceParentLen
 	default:
 		return rawProp{}, nil, fmt.Errorf("%w: unknown property type %d", errCorrupt, typ)
 	}

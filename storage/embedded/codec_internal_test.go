@@ -87,6 +87,8 @@ func testMergeMatchesEncode(t *testing.T, mode string) {
 			map[string]any{"a": int32(-7), "c": true, "d": "now a string", "g": at}},
 		{"patch after all", map[string]any{"a": "1"}, map[string]any{"z": "2"}},
 		{"patch before all", map[string]any{"z": "1"}, map[string]any{"a": "2"}},
+		{"traceparents", map[string]any{"a": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "c": "x"},
+			map[string]any{"b": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", "c": "00-00000000000000000000000000000001-0000000000000001-01"}},
 	}
 	for _, c := range cases {
 		cur := encodeEntity(time.Unix(1, 0), c.cur)
@@ -198,7 +200,7 @@ func testEncodeExactSize(t *testing.T, d *names) {
 	props := map[string]any{
 		"S": "short", "Long": strings.Repeat("x", 70_000), "Empty": "", "B": []byte{1, 2, 3},
 		"T": true, "F": false, "I": int32(-7), "L": int64(1 << 40), "D": 2.5, "At": time.Unix(1_700_000_000, 5),
-		strings.Repeat("N", 200): "a long name",
+		strings.Repeat("N", 200): "a long name", "TP": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 	}
 	b, _ := d.encode(time.Unix(0, 42), props)
 	if len(b) != cap(b) {
@@ -238,5 +240,62 @@ func TestDecodeBothFormats(t *testing.T) {
 				t.Fatalf("recordTimestamp of %x: %d", rec[:1], recordTimestamp(rec))
 			}
 		}
+	}
+}
+
+// TestTraceParentValue checks the binary traceparent value (format 3): a
+// string in a traceparent's form is stored in 27 bytes instead of 57 and
+// reads back as the same string, counted by the entity limits as the
+// string it is; a string that only looks like one (upper-case hex, a
+// wrong length, a misplaced dash, a non-hex digit) stays a string.
+func TestTraceParentValue(t *testing.T) {
+	t.Parallel()
+	d := testNames(t, false)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	binary := []string{tp, "ff-ffffffffffffffffffffffffffffffff-ffffffffffffffff-ff",
+		"cc-00000000000000000000000000000000-0000000000000000-00", "00-0123456789abcdef0123456789abcdef-fedcba9876543210-03"}
+	text := []string{"", "00", tp[:54], tp + "-", tp + "0",
+		strings.ToUpper(tp), "00-0AF7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g",
+		"00-0af7651916cd43dd8448eb211c80319c_b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319-cb7ad6b7169203331-01",
+		"0-00af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333ü-0"}
+	size := func(s string) int {
+		rec, _ := d.encode(time.Unix(0, 1), map[string]any{"TraceParent": s})
+		_, props, err := d.decode(rec)
+		if err != nil || props["TraceParent"] != s {
+			t.Fatalf("%q reads back as %q (%v)", s, props["TraceParent"], err)
+		}
+		_, b, _ := recordProps(rec)
+		p, rest, err := nextProp(d.snap.Load(), b)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("%q: nextProp: %v, %d bytes left", s, err, len(rest))
+		}
+		if want := storage.EntitySize(storage.Entity{Properties: map[string]any{"TraceParent": s}}) - storage.EntitySize(storage.Entity{}) - 8 - 2*len("TraceParent"); p.size != want {
+			t.Errorf("%q counts %d bytes toward the entity limit, as a string %d", s, p.size, want)
+		}
+		return len(p.enc)
+	}
+	for _, s := range binary {
+		if n := size(s); n != 1+traceParentBytes {
+			t.Errorf("%q is stored in %d bytes, want %d (binary)", s, n, 1+traceParentBytes)
+		}
+	}
+	for _, s := range text {
+		if n := size(s); n != 1+uvarintLen(len(s))+len(s) {
+			t.Errorf("%q is stored in %d bytes, want it as a string (%d)", s, n, 1+uvarintLen(len(s))+len(s))
+		}
+	}
+	// A merge keeps the binary value as it is, and matches encode.
+	cur, _ := d.encode(time.Unix(1, 0), map[string]any{"Type": "t", "TraceParent": tp})
+	patch, _ := d.encode(time.Unix(2, 0), map[string]any{"State": "completed"})
+	got, _, err := d.merge(cur, patch, time.Unix(2, 0), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := d.encode(time.Unix(2, 0), map[string]any{"Type": "t", "TraceParent": tp, "State": "completed"})
+	if !bytes.Equal(got, want) {
+		t.Fatalf("merged record\n got %x\nwant %x", got, want)
 	}
 }

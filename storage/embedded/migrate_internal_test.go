@@ -186,6 +186,57 @@ func TestOpenMigratesFormat1(t *testing.T) {
 	}
 }
 
+// TestOpenFormat2: a store of format 2 (the format before the binary
+// traceparent value) opens as it is, its records unchanged; Open rewrites
+// its marker to format 3 before anything is written, and a traceparent
+// written after that is stored in binary and reads back.
+func TestOpenFormat2(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tb, err := s.Table(ctx, "cmdqcommands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Insert(ctx, storage.Entity{PartitionKey: "p", RowKey: "a:cmd", Properties: map[string]any{"Type": "t", "N": int32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	want := dumpTables(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(markerTextV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, &Options{PurgeInterval: -1})
+	if err != nil {
+		t.Fatalf("open a format-2 store: %v", err)
+	}
+	defer s.Close()
+	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != markerText {
+		t.Fatalf("marker after Open: %q, want %q", b, markerText)
+	}
+	if got := dumpTables(t, s); !reflect.DeepEqual(got, want) {
+		t.Fatalf("a format-2 store's entities changed at Open:\n got %v\nwant %v", got, want)
+	}
+	tb, err = s.Table(ctx, "cmdqcommands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	if _, err := tb.Update(ctx, storage.Entity{PartitionKey: "p", RowKey: "a:cmd", Properties: map[string]any{"TraceParent": tp}}, storage.Merge, storage.IfMatchAny); err != nil {
+		t.Fatal(err)
+	}
+	e, err := tb.Get(ctx, "p", "a:cmd")
+	if err != nil || e.Properties["TraceParent"] != tp || e.Properties["Type"] != "t" {
+		t.Fatalf("after a merge of a traceparent: %v, %v", e.Properties, err)
+	}
+}
+
 // TestOpenRefusesNewerFormat: a store whose marker names a later format is
 // refused with ErrFormat and a message naming the format, and is left
 // untouched.
@@ -199,13 +250,13 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	newer := "cmdq embedded store\nformat 3 (pebble v2)\n"
+	newer := "cmdq embedded store\nformat 4 (pebble v2)\n"
 	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(newer), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Open(dir, nil)
-	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 3") || !strings.Contains(err.Error(), "newer cmdq version") {
-		t.Fatalf("open of a format-3 store: %v", err)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 4") || !strings.Contains(err.Error(), "newer cmdq version") {
+		t.Fatalf("open of a format-4 store: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != newer {
 		t.Fatalf("marker changed to %q", b)

@@ -28,15 +28,18 @@ var ErrCorrupt = errors.New("embedded: store is damaged or not a cmdq store")
 
 // markerFile is the file that identifies a data directory as a cmdq store
 // and names its format; markerText is its content for the format this
-// version writes (2: entity records with the property name dictionary),
-// markerTextV1 for the format Open migrates (1: every record carries its
-// names).
+// version writes (3: format 2 plus the binary traceparent value,
+// codec.go), markerTextV2 for format 2 (entity records with the property
+// name dictionary: every format-2 record is a format-3 record, so Open
+// only rewrites the marker), markerTextV1 for the format Open migrates
+// (1: every record carries its names).
 const (
 	markerFile   = "CMDQ"
-	markerText   = "cmdq embedded store\nformat 2 (pebble v2)\n"
+	markerText   = "cmdq embedded store\nformat 3 (pebble v2)\n"
+	markerTextV2 = "cmdq embedded store\nformat 2 (pebble v2)\n"
 	markerTextV1 = "cmdq embedded store\nformat 1 (pebble v2)\n"
 	// formatVersion is the format this version writes.
-	formatVersion = 2
+	formatVersion = 3
 	// legacyFile is the single-file store of earlier versions (bbolt).
 	legacyFile = "cmdq.db"
 	// creatingFile says a store is being created: Open writes it (synced)
@@ -246,12 +249,16 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		return nil, err
 	}
 	if exists && format < formatVersion {
-		// Every record is rewritten in the current format before the
-		// marker says so; a crash in between leaves a store that the
-		// next Open migrates again (each record's first byte tells its
-		// format, so none is ever misread).
-		if err := s.migrateV1(); err != nil {
-			return nil, err
+		// A format-1 store's records are rewritten in the current format
+		// before the marker says so; a crash in between leaves a store
+		// that the next Open migrates again (each record's first byte
+		// tells its format, so none is ever misread). A format-2 store
+		// needs its marker only: the marker is written before any record
+		// of format 3, which a format-2 version must not read.
+		if format == 1 {
+			if err := s.migrateV1(); err != nil {
+				return nil, err
+			}
 		}
 		if err := writeMarker(dir); err != nil {
 			return nil, err
@@ -329,11 +336,13 @@ func checkDir(dir string) (exists bool, format int, err error) {
 		switch {
 		case bytes.Equal(b, []byte(markerText)):
 			format = formatVersion
+		case bytes.Equal(b, []byte(markerTextV2)):
+			format = 2
 		case bytes.Equal(b, []byte(markerTextV1)):
 			format = 1
 		default:
 			if v, ok := newerFormat(b); ok {
-				return false, 0, fmt.Errorf("%w: %s holds a store of format %d, written by a newer cmdq version; this version reads formats 1 and %d: open it with that version (or a newer one)", ErrFormat, dir, v, formatVersion)
+				return false, 0, fmt.Errorf("%w: %s holds a store of format %d, written by a newer cmdq version; this version reads formats 1 to %d: open it with that version (or a newer one)", ErrFormat, dir, v, formatVersion)
 			}
 			return false, 0, corrupt(dir, filepath.Join(dir, markerFile), fmt.Errorf("unexpected content %.40q (want %q)", b, markerText))
 		}
