@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,15 +37,37 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// writtenBytes returns the bytes the process has passed to write calls so
+// far (/proc/self/io's wchar: the store's log, tables and manifest), or 0
+// where that is not available.
+func writtenBytes() float64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n
+		}
+	}
+	return 0
+}
+
 // The shape of BenchmarkTracingCost's runs.
 const (
 	traceBenchIssuers = 16 // goroutines issuing at once (as cmdq bench's burn-down)
-	traceBenchRounds  = 15 // pairs of runs (off and on)
+	traceBenchRounds  = 15 // pairs of runs (off and on), or CMDQ_TRACEBENCH_PAIRS
 )
 
 // traceBenchN is the number of commands per run of BenchmarkTracingCost:
-// 3,000, or CMDQ_TRACEBENCH_N (10000: runs long enough for the store's
-// flushes and compactions to weigh as in a steady state).
+// 3,000, or CMDQ_TRACEBENCH_N. Short runs see little compaction. The
+// store's compactions come in steps, each rewriting its bottom level, so
+// a 10,000-command run that has one more than its pair pays for a whole
+// one more (the 10,000-command figures of docs/performance.md);
+// CMDQ_TRACEBENCH_N=60000 with CMDQ_TRACEBENCH_PAIRS=5 runs a store
+// through some 35 flushes and compactions a run, closer to a steady
+// state.
 func traceBenchN(b *testing.B) int {
 	if v := os.Getenv("CMDQ_TRACEBENCH_N"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -62,34 +85,45 @@ func traceBenchN(b *testing.B) int {
 // with tracing off (the global no-op provider) and on (the SDK, every span
 // sampled, a batch processor on an exporter that drops them: two spans
 // per command, the issue's and the attempt's, and the trace context
-// stored with the command and carried by its message). Each
-// iteration runs 15 pairs of runs of 3,000 commands (CMDQ_TRACEBENCH_N),
-// each run on a fresh
-// store, the two runs of a pair back to back; it reports the median CPU
-// per command of each mode, the median of the pairs' ratios as the
-// overhead (robust to the load of the rest of the machine, which varies
-// from pair to pair) and the heap allocations per command
-// (docs/performance.md, "Tracing"):
+// stored with the command and carried by its message). Each iteration
+// runs 15 pairs of runs (CMDQ_TRACEBENCH_PAIRS) of 3,000 commands
+// (CMDQ_TRACEBENCH_N), each run on a fresh store, the two runs of a pair
+// back to back; it reports the median CPU per command of each mode, the
+// median of the pairs' ratios as the overhead (robust to the load of the
+// rest of the machine, which varies from pair to pair), and the mean heap
+// allocations, their bytes and the bytes written (the store's log, data files and
+// compactions, from /proc/self/io) per command (docs/performance.md,
+// "Tracing"):
 //
 //	go test -run '^$' -bench TracingCost -benchtime 1x .
+//	CMDQ_TRACEBENCH_N=60000 CMDQ_TRACEBENCH_PAIRS=5 go test -run '^$' -bench TracingCost -benchtime 1x .
 func BenchmarkTracingCost(b *testing.B) {
 	n := traceBenchN(b)
+	rounds := traceBenchRounds
+	if v := os.Getenv("CMDQ_TRACEBENCH_PAIRS"); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			b.Fatalf("CMDQ_TRACEBENCH_PAIRS=%q: want a number of pairs of runs, at least 1", v)
+		}
+	}
 	for range b.N {
 		var off, on, ratios []float64
-		var offAllocs, onAllocs float64
-		for i := range traceBenchRounds {
+		var offRun, onRun runCost // the sums, then the means, of allocs and bytes
+		for i := range rounds {
 			// Each pair runs back to back (the order alternating), so that
 			// both see the same load from the rest of the machine.
-			var cOff, cOn, aOff, aOn float64
+			var o, t runCost
 			if i%2 == 0 {
-				cOff, aOff = tracingRun(b, false, n)
-				cOn, aOn = tracingRun(b, true, n)
+				o = tracingRun(b, false, n)
+				t = tracingRun(b, true, n)
 			} else {
-				cOn, aOn = tracingRun(b, true, n)
-				cOff, aOff = tracingRun(b, false, n)
+				t = tracingRun(b, true, n)
+				o = tracingRun(b, false, n)
 			}
-			off, on, ratios = append(off, cOff), append(on, cOn), append(ratios, cOn/cOff)
-			offAllocs, onAllocs = offAllocs+aOff/traceBenchRounds, onAllocs+aOn/traceBenchRounds
+			off, on, ratios = append(off, o.cpu), append(on, t.cpu), append(ratios, t.cpu/o.cpu)
+			offRun.allocs, onRun.allocs = offRun.allocs+o.allocs/float64(rounds), onRun.allocs+t.allocs/float64(rounds)
+			offRun.allocBytes, onRun.allocBytes = offRun.allocBytes+o.allocBytes/float64(rounds), onRun.allocBytes+t.allocBytes/float64(rounds)
+			offRun.written, onRun.written = offRun.written+o.written/float64(rounds), onRun.written+t.written/float64(rounds)
 		}
 		b.Logf("CPU µs per command, off: %.1f, on: %.1f", off, on)
 		slices.Sort(off)
@@ -98,8 +132,12 @@ func BenchmarkTracingCost(b *testing.B) {
 		b.ReportMetric(off[len(off)/2], "off-cpu-µs/cmd")
 		b.ReportMetric(on[len(on)/2], "on-cpu-µs/cmd")
 		b.ReportMetric(100*(ratios[len(ratios)/2]-1), "overhead-%")
-		b.ReportMetric(offAllocs, "off-allocs/cmd")
-		b.ReportMetric(onAllocs, "on-allocs/cmd")
+		b.ReportMetric(offRun.allocs, "off-allocs/cmd")
+		b.ReportMetric(onRun.allocs, "on-allocs/cmd")
+		b.ReportMetric(offRun.allocBytes, "off-alloc-B/cmd")
+		b.ReportMetric(onRun.allocBytes, "on-alloc-B/cmd")
+		b.ReportMetric(offRun.written, "off-written-B/cmd")
+		b.ReportMetric(onRun.written, "on-written-B/cmd")
 	}
 }
 
@@ -114,16 +152,21 @@ func BenchmarkIssueProcess(b *testing.B) {
 		traced bool
 	}{{"off", false}, {"on", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			cpu, allocs := tracingRun(b, mode.traced, max(b.N, 2))
-			b.ReportMetric(cpu, "cpu-µs/cmd")
-			b.ReportMetric(allocs, "allocs/cmd")
+			r := tracingRun(b, mode.traced, max(b.N, 2))
+			b.ReportMetric(r.cpu, "cpu-µs/cmd")
+			b.ReportMetric(r.allocs, "allocs/cmd")
+			b.ReportMetric(r.allocBytes, "alloc-B/cmd")
+			b.ReportMetric(r.written, "written-B/cmd")
 		})
 	}
 }
 
-// tracingRun is one run of n commands of BenchmarkTracingCost; it returns
-// the CPU time per command in µs and the heap allocations per command.
-func tracingRun(b *testing.B, traced bool, n int) (cpuMicros, allocs float64) {
+// runCost is what one run cost per command: CPU time (µs), heap
+// allocations and their bytes, and bytes written (writtenBytes).
+type runCost struct{ cpu, allocs, allocBytes, written float64 }
+
+// tracingRun is one run of n commands of BenchmarkTracingCost.
+func tracingRun(b *testing.B, traced bool, n int) runCost {
 	b.Helper()
 	st, err := embedded.Open(filepath.Join(b.TempDir(), "cmdq-data"), nil)
 	if err != nil {
@@ -163,13 +206,18 @@ func tracingRun(b *testing.B, traced bool, n int) (cpuMicros, allocs float64) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	mallocs := ms.Mallocs
+	mallocs, allocated := ms.Mallocs, ms.TotalAlloc
+	written := writtenBytes()
 	cpu := cpuTime()
 	issue(b, c, caller, n)
 	<-done
-	cpuMicros = float64((cpuTime() - cpu).Microseconds()) / float64(n)
+	var r runCost
+	r.cpu = float64((cpuTime() - cpu).Microseconds()) / float64(n)
+	r.written = (writtenBytes() - written) / float64(n)
 	runtime.ReadMemStats(&ms)
-	return cpuMicros, float64(ms.Mallocs-mallocs) / float64(n)
+	r.allocs = float64(ms.Mallocs-mallocs) / float64(n)
+	r.allocBytes = float64(ms.TotalAlloc-allocated) / float64(n)
+	return r
 }
 
 // issue issues n commands from traceBenchIssuers goroutines, each in a
