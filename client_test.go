@@ -274,6 +274,69 @@ func TestDeclaredRouting(t *testing.T) {
 	})
 }
 
+// TestRequeueWhilePoisonedAttemptEnds: a command requeued while the
+// attempt that poisoned it is still ending (here its Observer is slow:
+// the outcome is recorded, the message not yet deleted) starts at once.
+// Before, the ending attempt still held the command, so the requeued
+// message was taken for a second one and left hidden for a whole lease
+// (seen beside a CPU hog, where the poisoned attempt's message delete
+// came after the requeue).
+func TestRequeueWhilePoisonedAttemptEnds(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		started := make(chan struct{})
+		release := make(chan struct{})
+		var blocked atomic.Bool
+		cfg := fast()
+		cfg.MinPollInterval, cfg.MaxPollInterval, cfg.PollJitter = time.Hour, time.Hour, -1
+		cfg.Concurrency = 4
+		cfg.Observers = []cmdq.Observer{cmdq.ObserverFunc(func(o cmdq.Observation) {
+			if o.Kind == cmdq.ObservedPoisoned && blocked.CompareAndSwap(false, true) {
+				// A slow observer: the poisoned attempt is not over until
+				// the requeued command has started (or the test gave up).
+				select {
+				case <-started:
+				case <-release:
+				}
+			}
+		})}
+		c := newClient(t, s, cfg)
+		t.Cleanup(func() { close(release) })
+		var runs atomic.Int32
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+			if runs.Add(1) == 1 {
+				return cmdq.Permanent(errors.New("not configured"))
+			}
+			close(started)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctx, greet{Name: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StatePoisoned {
+			t.Fatalf("first attempt: %+v %v", st, err)
+		}
+		if err := c.Requeue(ctx, res.ID, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second): // the lease is 30 s; the next poll an hour away
+			t.Fatalf("the requeued command did not start while the poisoning attempt was ending (observer blocked: %v)", blocked.Load())
+		}
+		if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("after requeue: %+v %v", st, err)
+		}
+	})
+}
+
 // TestRequeueWakesProcessor: a requeued command starts at once, although
 // the processor would not poll again for an hour.
 func TestRequeueWakesProcessor(t *testing.T) {

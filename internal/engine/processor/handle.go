@@ -725,6 +725,13 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 	})
 	switch {
 	case err == nil:
+		// This delivery is done with the command: a requeue may put it
+		// back at once (an operator, or a program woken by the outcome
+		// below), and its delivery must not find it claimed while this
+		// one deletes its message, or it would leave the message hidden
+		// for a whole lease (as a second message). The handler has
+		// returned, so the claim has nothing left to guard.
+		p.unclaim(a.rec.ID, a.claimTok)
 		a.ended(registry.OutcomePoisoned, cause)
 		logCmd(p.cfg.Logger.Warn(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
