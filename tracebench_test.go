@@ -108,7 +108,7 @@ func BenchmarkTracingCost(b *testing.B) {
 	}
 	for range b.N {
 		var off, on, ratios []float64
-		var offRun, onRun runCost // the sums, then the means, of allocs and bytes
+		var offRun, onRun runCost // the means of allocs and bytes
 		for i := range rounds {
 			// Each pair runs back to back (the order alternating), so that
 			// both see the same load from the rest of the machine.
@@ -121,9 +121,8 @@ func BenchmarkTracingCost(b *testing.B) {
 				o = tracingRun(b, false, n)
 			}
 			off, on, ratios = append(off, o.cpu), append(on, t.cpu), append(ratios, t.cpu/o.cpu)
-			offRun.allocs, onRun.allocs = offRun.allocs+o.allocs/float64(rounds), onRun.allocs+t.allocs/float64(rounds)
-			offRun.allocBytes, onRun.allocBytes = offRun.allocBytes+o.allocBytes/float64(rounds), onRun.allocBytes+t.allocBytes/float64(rounds)
-			offRun.written, onRun.written = offRun.written+o.written/float64(rounds), onRun.written+t.written/float64(rounds)
+			offRun.addMean(o, rounds)
+			onRun.addMean(t, rounds)
 		}
 		b.Logf("CPU µs per command, off: %.1f, on: %.1f", off, on)
 		slices.Sort(off)
@@ -132,12 +131,8 @@ func BenchmarkTracingCost(b *testing.B) {
 		b.ReportMetric(off[len(off)/2], "off-cpu-µs/cmd")
 		b.ReportMetric(on[len(on)/2], "on-cpu-µs/cmd")
 		b.ReportMetric(100*(ratios[len(ratios)/2]-1), "overhead-%")
-		b.ReportMetric(offRun.allocs, "off-allocs/cmd")
-		b.ReportMetric(onRun.allocs, "on-allocs/cmd")
-		b.ReportMetric(offRun.allocBytes, "off-alloc-B/cmd")
-		b.ReportMetric(onRun.allocBytes, "on-alloc-B/cmd")
-		b.ReportMetric(offRun.written, "off-written-B/cmd")
-		b.ReportMetric(onRun.written, "on-written-B/cmd")
+		offRun.report(b, "off-")
+		onRun.report(b, "on-")
 	}
 }
 
@@ -154,9 +149,7 @@ func BenchmarkIssueProcess(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			r := tracingRun(b, mode.traced, max(b.N, 2))
 			b.ReportMetric(r.cpu, "cpu-µs/cmd")
-			b.ReportMetric(r.allocs, "allocs/cmd")
-			b.ReportMetric(r.allocBytes, "alloc-B/cmd")
-			b.ReportMetric(r.written, "written-B/cmd")
+			r.report(b, "")
 		})
 	}
 }
@@ -164,6 +157,22 @@ func BenchmarkIssueProcess(b *testing.B) {
 // runCost is what one run cost per command: CPU time (µs), heap
 // allocations and their bytes, and bytes written (writtenBytes).
 type runCost struct{ cpu, allocs, allocBytes, written float64 }
+
+// addMean adds r's share of the mean of runs runs to c's allocations and
+// bytes.
+func (c *runCost) addMean(r runCost, runs int) {
+	c.allocs += r.allocs / float64(runs)
+	c.allocBytes += r.allocBytes / float64(runs)
+	c.written += r.written / float64(runs)
+}
+
+// report reports c's allocations and bytes per command, each metric's
+// unit prefixed with prefix.
+func (c runCost) report(b *testing.B, prefix string) {
+	b.ReportMetric(c.allocs, prefix+"allocs/cmd")
+	b.ReportMetric(c.allocBytes, prefix+"alloc-B/cmd")
+	b.ReportMetric(c.written, prefix+"written-B/cmd")
+}
 
 // tracingRun is one run of n commands of BenchmarkTracingCost.
 func tracingRun(b *testing.B, traced bool, n int) runCost {

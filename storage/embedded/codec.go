@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -359,17 +360,14 @@ func unhex(c byte) byte {
 
 // formatTraceParent returns the traceparent whose 26 bytes v holds.
 func formatTraceParent(v []byte) string {
-	const digits = "0123456789abcdef"
 	var s [traceParentLen]byte
-	j := 0
-	for i, c := range v[:traceParentBytes] {
-		if i == 1 || i == 17 || i == 25 {
-			s[j] = '-'
-			j++
-		}
-		s[j], s[j+1] = digits[c>>4], digits[c&15]
-		j += 2
-	}
+	hex.Encode(s[0:2], v[0:1])
+	s[2] = '-'
+	hex.Encode(s[3:35], v[1:17])
+	s[35] = '-'
+	hex.Encode(s[36:52], v[17:25])
+	s[52] = '-'
+	hex.Encode(s[53:55], v[25:26])
 	return string(s[:])
 }
 
