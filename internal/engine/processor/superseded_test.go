@@ -93,3 +93,75 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestStepWriteFindsCommandFinal: the handler records a step after
+// another delivery completed the command, before this attempt knows it
+// (no renewal or started write comes first: the lease and
+// StartedWriteDelay are long). The step's write conflicts, the reload
+// shows the command final, and the attempt is superseded from inside
+// CompleteStep: it returns an error wrapping ErrSuperseded, the handler's
+// context is cancelled with that cause, nothing more is written, and the
+// message is deleted. Before the fix CompleteStep never returned: it held
+// the Run's lock while the step was written, and the log line announcing
+// the supersession read the attempt's trace ID through that same lock.
+func TestStepWriteFindsCommandFinal(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, e *env) {
+		reg := registry.NewRegistry()
+		running, elsewhere := make(chan struct{}), make(chan struct{})
+		stepErr := make(chan error, 1)
+		var cause atomic.Value
+		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+			close(running)
+			<-elsewhere
+			stepErr <- run.CompleteStep(ctx, 1, "after the end")
+			select {
+			case <-ctx.Done():
+				cause.Store(context.Cause(ctx))
+			case <-time.After(20 * time.Second): // a bound, not a wait for an event
+				cause.Store(errors.New("the handler's context was not cancelled within 20s"))
+			}
+			return nil
+		}, registry.Options{Lease: 10 * time.Second, Retry: fastRetry})
+		m := &counts{}
+		cfg := e.cfg()
+		cfg.Observer = m
+		cfg.StartedWriteDelay = time.Minute // started is due at the first renewal (5 s), long after the step
+		p := newProc(t, e.store, reg, cfg)
+		start(t, p)
+		id := e.issue(e.issuer(p.Notify), stepCmd{})
+		<-running
+		st := e.reader.Store
+		rec, err := st.Load(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status.State != cmdqtype.StatePending {
+			t.Fatalf("the attempt's started was written before the step: %+v", rec.Status)
+		}
+		if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
+			cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		close(elsewhere)
+		select {
+		case err := <-stepErr:
+			if !errors.Is(err, cmdqtype.ErrSuperseded) {
+				t.Fatalf("CompleteStep on a command completed elsewhere: %v, want an error wrapping ErrSuperseded", err)
+			}
+		case <-time.After(20 * time.Second): // a bound, not a wait for an event
+			t.Fatal("CompleteStep on a command completed elsewhere did not return within 20s")
+		}
+		e.waitQueueEmpty("commands", 30*time.Second)
+		evs := e.events(id)
+		if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
+			t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
+		}
+		if m.completed.Load() != 0 || m.failed.Load() != 0 {
+			t.Fatalf("this processor counted %d completions and %d failures, want 0", m.completed.Load(), m.failed.Load())
+		}
+		if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
+			t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
+		}
+	})
+}

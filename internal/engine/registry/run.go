@@ -36,8 +36,15 @@ type RunInfo struct {
 // Run is one attempt of one command, handed to the handler.
 type Run struct {
 	info RunInfo
-	mu   sync.Mutex
-	last int
+	// stepMu serialises CompleteStep's calls, held while a step is
+	// written (RunInfo.Record). mu guards the fields below it and is a
+	// leaf lock: nothing is called while it is held, so the processor may
+	// read them (TraceID, for a log line) while it holds its own locks,
+	// whatever the handler is doing (a CompleteStep under way holds
+	// stepMu, and the processor's attempt lock inside Record).
+	stepMu sync.Mutex
+	mu     sync.Mutex
+	last   int
 
 	output    []byte   // SetOutput's JSON
 	outputErr error    // SetOutput's last failure (the attempt fails with it)
@@ -215,15 +222,17 @@ func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
 	if n < 1 {
 		return fmt.Errorf("%w: step %d; steps are numbered from 1", cmdqtype.ErrInvalidStep, n)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.stepMu.Lock()
+	defer r.stepMu.Unlock()
 	if r.info.Record != nil {
 		if err := r.info.Record(ctx, n, note); err != nil {
 			return fmt.Errorf("handlers: record step %d of %s: %w", n, r.info.ID, err)
 		}
 	}
+	r.mu.Lock()
 	if n > r.last {
 		r.last = n
 	}
+	r.mu.Unlock()
 	return nil
 }
