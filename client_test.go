@@ -338,7 +338,12 @@ func TestRequeueWhilePoisonedAttemptEnds(t *testing.T) {
 }
 
 // TestRequeueWakesProcessor: a requeued command starts at once, although
-// the processor would not poll again for an hour.
+// the processor would not poll again for an hour, and although the
+// poisoning attempt's failed event named a retry an hour ahead (the retry
+// policy's delay, computed before the error turned out permanent): a
+// requeue makes the command due now. Before that fix the requeued message
+// was put back until the stale retry time (with the default policy 1 s
+// after a first attempt, up to 5 minutes after later ones).
 func TestRequeueWakesProcessor(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {
@@ -348,13 +353,13 @@ func TestRequeueWakesProcessor(t *testing.T) {
 		c := newClient(t, s, cfg)
 		var fixed atomic.Bool
 		started := make(chan time.Time, 4)
-		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
 			started <- time.Now()
 			if !fixed.Load() {
 				return cmdq.Permanent(errors.New("not configured"))
 			}
 			return nil
-		}); err != nil {
+		}, cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: time.Hour, Jitter: cmdq.NoJitter}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Start(ctx); err != nil {
@@ -373,11 +378,14 @@ func TestRequeueWakesProcessor(t *testing.T) {
 		if err := c.Requeue(ctx, res.ID, "ops"); err != nil {
 			t.Fatal(err)
 		}
+		if st, err := c.Get(ctx, res.ID); err != nil || st.RunAt.After(time.Now()) {
+			t.Fatalf("after the requeue the command is due at %s (%v), want now: %+v", st.RunAt, err, st)
+		}
 		select {
 		case at := <-started:
 			t.Logf("%s: requeued command started %s after the requeue", s.driver, at.Sub(requeued))
-		case <-time.After(30 * time.Second): // the next poll is an hour away
-			t.Fatal("the requeued command did not start: the requeue did not wake the processor")
+		case <-time.After(30 * time.Second): // the next poll, and the stale retry time, are an hour away
+			t.Fatal("the requeued command did not start: the requeue did not wake the processor, or its message was put back until the stale retry time")
 		}
 		if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StateCompleted {
 			t.Fatalf("after requeue: %+v %v", st, err)

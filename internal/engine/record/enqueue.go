@@ -497,8 +497,8 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 	return n, nil
 }
 
-// Requeue puts a poisoned command back: projection → pending with a requeued
-// event (By = by), the poison entry removed, a new message on the command's
+// Requeue puts a poisoned command back: projection → pending, due now,
+// with a requeued event (By = by, RunAt = now), the poison entry removed, a new message on the command's
 // queue (which wakes an in-process processor). Cost: 2 point reads + 1
 // batch + 1 delete + 1 enqueue.
 // Not poisoned → cmdqtype.ErrNotPoisoned; unknown → cmdqtype.ErrNotFound; an
@@ -530,7 +530,11 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	}
 	var delay time.Duration
 	if rec.Status.State == cmdqtype.StatePoisoned {
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, Note: "requeued from the poison table"}); err != nil {
+		// Due now: the poisoning attempt's failed event named when a retry
+		// would have been due (the policy's delay, computed before the
+		// error was known to poison), and the command would otherwise wait
+		// for that time.
+		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, RunAt: s.nowUTC(), Note: "requeued from the poison table"}); err != nil {
 			var ce *ConflictError
 			if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != cmdqtype.StatePoisoned {
 				return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", cmdqtype.ErrNotPoisoned, id, ce.Current.Status.State)
