@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,13 +132,25 @@ func (m mgmtCounter) DeleteTable(ctx context.Context, name string) error {
 func TestIdleCostWithRetention(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
-		var tableOps, queries, mgmt atomic.Int64
+		// The table calls and the queries among them are counted together
+		// under one lock and read together, so that a pass starting
+		// between two reads cannot count in one and not the other.
+		var mgmt atomic.Int64
+		var mu sync.Mutex
+		var tableOps, queries int64
+		counts := func() (q, ops int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			return queries, tableOps
+		}
 		counted := instrument.Wrap(mgmtCounter{e.store, &mgmt}, instrument.Hooks{Before: func(op instrument.Op) error {
 			if op >= instrument.TableInsert {
-				tableOps.Add(1)
+				mu.Lock()
+				tableOps++
 				if op == instrument.TableQuery {
-					queries.Add(1)
+					queries++
 				}
+				mu.Unlock()
 			}
 			return nil
 		}})
@@ -151,11 +164,13 @@ func TestIdleCostWithRetention(t *testing.T) {
 		stop := start(t, p)
 		defer stop()
 		// Past the pass at start (the marker query).
-		eventually(t, 20*time.Second, "the first pass", func() bool { return queries.Load() >= 1 })
-		q1, t1, m1 := queries.Load(), tableOps.Load(), mgmt.Load()
-		eventually(t, 20*time.Second, "ten more passes", func() bool { return queries.Load() >= q1+10 })
-		passes := queries.Load() - q1
-		calls := tableOps.Load() - t1 + mgmt.Load() - m1
+		eventually(t, 20*time.Second, "the first pass", func() bool { q, _ := counts(); return q >= 1 })
+		q1, t1 := counts()
+		m1 := mgmt.Load()
+		eventually(t, 20*time.Second, "ten more passes", func() bool { q, _ := counts(); return q >= q1+10 })
+		q2, t2 := counts()
+		passes := q2 - q1
+		calls := t2 - t1 + mgmt.Load() - m1
 		if calls != passes {
 			t.Fatalf("%d idle passes (scan + retention) cost %d calls (%d listing/dropping), want 1 each", passes, calls, mgmt.Load()-m1)
 		}
