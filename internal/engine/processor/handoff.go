@@ -107,8 +107,9 @@ func (h *handOff) Cancel() {
 	})
 }
 
-// closeHandOff ends hand-offs to s: called before Run waits for s's
-// handlers, so no slot is reserved (s.wg.Add) once it waits.
+// closeHandOff ends hand-offs and dispatches to s: called before Run
+// waits for s's handlers, so no handler is counted (s.wg.Add) once it
+// waits; a dispatch after it releases its message (releaseLate).
 func (s *session) closeHandOff() {
 	s.hoMu.Lock()
 	s.hoClosed = true

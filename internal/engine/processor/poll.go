@@ -352,6 +352,18 @@ func (qr *queueRunner) woken() bool {
 // dispatch starts handling one dequeued message (dequeued with visibility
 // vis by a call sent at sent; its place is already reserved).
 func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) {
+	// A handler is counted (s.wg) under hoMu, before Run closes intake
+	// there and waits for the handlers: a dequeue that was out when the
+	// session stopped taking work may return messages after that, and a
+	// handler added then (from zero) would run unwaited-for.
+	s.hoMu.Lock()
+	if s.hoClosed {
+		s.hoMu.Unlock()
+		p.releaseLate(s, qr, m)
+		return
+	}
+	s.wg.Add(1)
+	s.hoMu.Unlock()
 	p.markActive()
 	p.holdMu.Lock()
 	p.busy++
@@ -360,12 +372,22 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sen
 	qr.inflight++
 	qr.mu.Unlock()
 	p.health.update(func(h *health) { h.inFlight++ })
-	s.wg.Add(1)
 	s.spawn(func() {
 		defer s.wg.Done()
 		defer p.done(qr)
 		p.handle(s, qr, m, sent, vis, false)
 	})
+}
+
+// releaseLate makes visible again at once a message received after Run
+// began waiting for the handlers: it is not started here. The poller
+// does it itself, before it stops (Run cancels s.ops only after the
+// pollers stopped or the drain ended). Cost: 1 UpdateVisibility.
+func (p *Processor) releaseLate(s *session, qr *queueRunner, m storage.Message) {
+	s.counter.released.Add(1)
+	if _, _, err := qr.q.UpdateVisibility(s.ops, m.ID, m.PopReceipt, 0); err != nil && !expected(err) {
+		p.fault(s.ops, "release", qr.name, "", err)
+	}
 }
 
 // spawn runs f on an idle handler goroutine of s, or on a new one. A

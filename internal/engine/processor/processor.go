@@ -418,8 +418,9 @@ type session struct {
 	// jobs hands work to an idle handler goroutine (spawn); unbuffered: a
 	// send succeeds only when one is waiting.
 	jobs chan func()
-	// hoMu guards hoClosed: no hand-off (HandOff) is reserved once Run
-	// waits for the session's handlers.
+	// hoMu guards hoClosed: no hand-off (HandOff) is reserved, and no
+	// dispatched message counted (dispatch), once Run waits for the
+	// session's handlers.
 	hoMu     sync.Mutex
 	hoClosed bool
 	// hoOpen is set (under hoMu) once the session is ready: its contexts
