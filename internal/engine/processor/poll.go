@@ -380,10 +380,13 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sen
 }
 
 // releaseLate makes visible again at once a message received after Run
-// began waiting for the handlers: it is not started here. The poller
-// does it itself, before it stops (Run cancels s.ops only after the
-// pollers stopped or the drain ended). Cost: 1 UpdateVisibility.
+// began waiting for the handlers: it is not started here, and its
+// reserved place is given back (as done does for a handled one). The
+// poller does it itself. It is best effort: Run cancels s.ops once the
+// drain ends, and a release that comes after leaves the message to
+// reappear when its dequeue's visibility ends. Cost: 1 UpdateVisibility.
 func (p *Processor) releaseLate(s *session, qr *queueRunner, m storage.Message) {
+	defer p.unreserve(1)
 	s.counter.released.Add(1)
 	if _, _, err := qr.q.UpdateVisibility(s.ops, m.ID, m.PopReceipt, 0); err != nil && !expected(err) {
 		p.fault(s.ops, "release", qr.name, "", err)
