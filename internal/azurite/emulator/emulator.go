@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -299,6 +300,27 @@ func startOnce(bin string, o Options) (*Instance, error) {
 		timeout = StartTimeout
 	}
 	deadline := time.Now().Add(timeout)
+	// Ready is when Azurite itself says its table service listens (the
+	// last of its three, each bound before the next starts). A port that
+	// merely answers proves nothing: the ports were free a moment before
+	// Azurite started, and on a loaded machine, where Node takes seconds
+	// to start, another test's process may bind one first. Azurite then
+	// exits, but until it does, requests meant for it reach that other
+	// process (seen beside a CPU hog: a table create answered by another
+	// emulator's queue service, 400 InvalidResourceName).
+	ready := fmt.Sprintf("Table service is successfully listening at http://127.0.0.1:%d", tablePort)
+	for !strings.Contains(out.String(), ready) {
+		select {
+		case <-done:
+			return nil, fmt.Errorf("azurite exited before listening on its ports (queue %d, table %d): %s", queuePort, tablePort, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			killGroup(cmd)
+			<-done
+			return nil, fmt.Errorf("azurite did not say it listens on its ports (queue %d, table %d) within %s: %s", queuePort, tablePort, timeout, out.String())
+		}
+	}
 	for _, p := range []int{queuePort, tablePort} {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		for {

@@ -191,3 +191,41 @@ func TestStartWithPartialPorts(t *testing.T) {
 		t.Fatalf("StartWith with only QueuePort set: error %v, want one asking for all three ports", err)
 	}
 }
+
+// TestPortTakenBySomeoneElse: a table port that another process holds
+// when Azurite starts (the free ports' race) is not taken for Azurite's:
+// StartWith fails (Azurite cannot bind it and exits) instead of handing
+// out a connection string whose table endpoint is that other process.
+// Before the fix the port's answer to a dial counted as ready.
+func TestPortTakenBySomeoneElse(t *testing.T) {
+	t.Parallel()
+	if _, err := Bin(); err != nil {
+		t.Skipf("Azurite not installed (%v); install it with `npm ci --prefix tools/azurite`", err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	go func() { // answer dials, as another emulator would
+		for {
+			c, err := taken.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := StartWith(Options{BlobPort: ports[0], QueuePort: ports[1], TablePort: taken.Addr().(*net.TCPAddr).Port, Timeout: time.Minute})
+	if err == nil {
+		_ = inst.Shutdown(10 * time.Second)
+		t.Fatalf("StartWith succeeded with its table port held by another process: %s", inst.ConnectionString)
+	}
+	if !strings.Contains(err.Error(), "exited before listening") {
+		t.Fatalf("StartWith: %v, want Azurite's exit reported", err)
+	}
+}
