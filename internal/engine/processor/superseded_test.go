@@ -47,12 +47,7 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 				register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
 					close(running)
 					<-elsewhere
-					select {
-					case <-ctx.Done():
-						cause.Store(context.Cause(ctx))
-					case <-time.After(20 * time.Second): // a bound, not a wait for an event
-						cause.Store(errors.New("the handler's context was not cancelled within 20s"))
-					}
+					awaitCancel(ctx, &cause)
 					return tc.then(ctx, run)
 				}, registry.Options{Lease: 10 * time.Second, Retry: fastRetry})
 				m := &counts{}
@@ -63,32 +58,9 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 				start(t, p)
 				id := e.issue(e.issuer(p.Notify), stepCmd{})
 				<-running
-				// Another delivery completes the command meanwhile.
-				st := e.reader.Store
-				rec, err := st.Load(context.Background(), id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec.Status.State != cmdqtype.StatePending {
-					t.Fatalf("the attempt's started was written before the first renewal: %+v", rec.Status)
-				}
-				if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
-					cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
-					t.Fatal(err)
-				}
+				completeElsewhere(t, e, id, "before the first renewal")
 				close(elsewhere)
-				e.waitQueueEmpty("commands", 30*time.Second)
-				evs := e.events(id)
-				if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
-					t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
-				}
-				got, _ := e.reader.Get(context.Background(), id)
-				if got.State != cmdqtype.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
-					t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
-				}
-				if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
-					t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
-				}
+				wantOnlyOthersCompletion(t, e, id, m, &cause)
 			})
 		})
 	}
@@ -96,8 +68,8 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 
 // TestStepWriteFindsCommandFinal: the handler records a step after
 // another delivery completed the command, before this attempt knows it
-// (no renewal or started write comes first: the lease and
-// StartedWriteDelay are long). The step's write conflicts, the reload
+// (its started is not written: that waits for the first renewal, 5 s
+// in, and the step comes at once). The step's write conflicts, the reload
 // shows the command final, and the attempt is superseded from inside
 // CompleteStep: it returns an error wrapping ErrSuperseded, the handler's
 // context is cancelled with that cause, nothing more is written, and the
@@ -115,12 +87,7 @@ func TestStepWriteFindsCommandFinal(t *testing.T) {
 			close(running)
 			<-elsewhere
 			stepErr <- run.CompleteStep(ctx, 1, "after the end")
-			select {
-			case <-ctx.Done():
-				cause.Store(context.Cause(ctx))
-			case <-time.After(20 * time.Second): // a bound, not a wait for an event
-				cause.Store(errors.New("the handler's context was not cancelled within 20s"))
-			}
+			awaitCancel(ctx, &cause)
 			return nil
 		}, registry.Options{Lease: 10 * time.Second, Retry: fastRetry})
 		m := &counts{}
@@ -131,18 +98,7 @@ func TestStepWriteFindsCommandFinal(t *testing.T) {
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), stepCmd{})
 		<-running
-		st := e.reader.Store
-		rec, err := st.Load(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Status.State != cmdqtype.StatePending {
-			t.Fatalf("the attempt's started was written before the step: %+v", rec.Status)
-		}
-		if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
-			cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
-			t.Fatal(err)
-		}
+		completeElsewhere(t, e, id, "before the step")
 		close(elsewhere)
 		select {
 		case err := <-stepErr:
@@ -152,16 +108,59 @@ func TestStepWriteFindsCommandFinal(t *testing.T) {
 		case <-time.After(20 * time.Second): // a bound, not a wait for an event
 			t.Fatal("CompleteStep on a command completed elsewhere did not return within 20s")
 		}
-		e.waitQueueEmpty("commands", 30*time.Second)
-		evs := e.events(id)
-		if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
-			t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
-		}
-		if m.completed.Load() != 0 || m.failed.Load() != 0 {
-			t.Fatalf("this processor counted %d completions and %d failures, want 0", m.completed.Load(), m.failed.Load())
-		}
-		if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
-			t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
-		}
+		wantOnlyOthersCompletion(t, e, id, m, &cause)
 	})
+}
+
+// awaitCancel waits for the handler's ctx to end and stores its cause in
+// *cause (an error saying so if it did not end within 20 s: a bound, not
+// a wait for an event).
+func awaitCancel(ctx context.Context, cause *atomic.Value) {
+	select {
+	case <-ctx.Done():
+		cause.Store(context.Cause(ctx))
+	case <-time.After(20 * time.Second):
+		cause.Store(errors.New("the handler's context was not cancelled within 20s"))
+	}
+}
+
+// completeElsewhere plays another delivery completing command id while
+// this processor's attempt runs: it checks that the attempt's started is
+// not written yet (premise: before what), then appends the other
+// delivery's started and completed.
+func completeElsewhere(t *testing.T, e *env, id, premise string) {
+	t.Helper()
+	st := e.reader.Store
+	rec, err := st.Load(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status.State != cmdqtype.StatePending {
+		t.Fatalf("the attempt's started was written %s: %+v", premise, rec.Status)
+	}
+	if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
+		cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantOnlyOthersCompletion checks that the superseded attempt wrote
+// nothing (only the other delivery's started and completed, the command
+// completed, no completion or failure counted here), that its message was
+// deleted, and that the handler's context ended with a cause wrapping
+// ErrSuperseded.
+func wantOnlyOthersCompletion(t *testing.T, e *env, id string, m *counts, cause *atomic.Value) {
+	t.Helper()
+	e.waitQueueEmpty("commands", 30*time.Second)
+	evs := e.events(id)
+	if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
+		t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
+	}
+	got, _ := e.reader.Get(context.Background(), id)
+	if got.State != cmdqtype.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
+		t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
+	}
+	if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
+		t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
+	}
 }
