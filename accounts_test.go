@@ -132,7 +132,7 @@ func TestAccountAddedWithCommandsInFlight(t *testing.T) {
 	newAccount := 0
 	var later []string
 	for i := range 30 {
-		res, err := c.Issue(ctx, shardJob{N: 100 + i}, cmdq.WithID(dayIDOf(tomorrow)))
+		res, err := c.Issue(ctx, shardJob{N: 100 + i}, cmdq.CommandID(dayIDOf(tomorrow)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,10 +274,10 @@ func TestFirstAccountDown(t *testing.T) {
 	runs := newRunCounts()
 	register := func(c *cmdq.Client) {
 		t.Helper()
-		if err := cmdq.Register(c, func(_ context.Context, _ shardJob, run *cmdq.Run) error { runs.ran(run.ID()); return nil }); err != nil {
+		if err := cmdq.Register(c, func(_ context.Context, _ shardJob, run *cmdq.Attempt) error { runs.ran(run.ID()); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmdq.RegisterWith(c, func(_ context.Context, _ heldJob, run *cmdq.Run) error { runs.ran(run.ID()); return nil },
+		if err := cmdq.RegisterWith(c, func(_ context.Context, _ heldJob, run *cmdq.Attempt) error { runs.ran(run.ID()); return nil },
 			cmdq.HandlerOptions{Queue: "held"}); err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func TestFirstAccountDown(t *testing.T) {
 	}
 	issue := func(c *cmdq.Client, cmd cmdq.Command, id string) string {
 		t.Helper()
-		res, err := c.Issue(ctx, cmd, cmdq.WithID(id))
+		res, err := c.Issue(ctx, cmd, cmdq.CommandID(id))
 		if err != nil {
 			t.Fatalf("issue %s: %v", id, err)
 		}

@@ -98,12 +98,12 @@ func TestArchitectureTable(t *testing.T) {
 	}
 }
 
-// publicPackages are the packages a user imports: the front door, the leaf
-// of plain types, storage and its drivers, the HTTP API, the console, the
-// Go client, the metrics and the test kit. Everything else is under
+// publicPackages are the packages a user imports: the front door, storage
+// and its drivers, the HTTP API, the console, the Go client, the metrics
+// and the test kit. Everything else is under
 // internal/, cmd/, examples/ or bench/.
 var publicPackages = []string{
-	"api", "client", "cmdq", "cmdqtest", "cmdqtype", "console", "metrics",
+	"api", "client", "cmdq", "cmdqtest", "console", "metrics",
 	"storage", "storage/azure", "storage/embedded", "storage/instrument", "storage/multi", "storage/storagetest",
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -62,7 +62,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (CancelResult, error
 			p.Cancelled(id)
 		}
 	}
-	return CancelResult{Status: rec.Status, Already: already}, nil
+	return CancelResult{Status: statusOut(rec.Status), Already: already}, nil
 }
 
 // firstGuard keeps the processors from starting a command from its
@@ -136,7 +136,7 @@ const controlMargin = 100 * time.Millisecond
 // controlInterval is the processors' ControlInterval as this Client
 // assumes it.
 func (c *Client) controlInterval() time.Duration {
-	return cmp.Or(c.tune.ControlInterval, cmdqtype.ControlInterval)
+	return cmp.Or(c.tune.ControlInterval, model.ControlInterval)
 }
 
 // fastPathUntil reports whether a processor could still start command rec
@@ -149,7 +149,7 @@ func (c *Client) controlInterval() time.Duration {
 // a type this Client does not know the lease is unknown: young, until the
 // processors have read the control rows.
 func (c *Client) fastPathUntil(rec *record.Record) (until, earliest time.Time, young bool) {
-	if rec.Status.State != cmdqtype.StatePending || rec.Attempts != 0 {
+	if rec.Status.State != model.StatePending || rec.Attempts != 0 {
 		return time.Time{}, time.Time{}, false
 	}
 	now := time.Now()
@@ -163,12 +163,12 @@ func (c *Client) fastPathUntil(rec *record.Record) (until, earliest time.Time, y
 	def, ok := c.reg.Lookup(rec.Type)
 	if !ok {
 		limit := now.Add(c.controlInterval() + controlMargin)
-		if l := ready.Add(cmdqtype.DefaultLease); l.After(limit) {
+		if l := ready.Add(model.DefaultLease); l.After(limit) {
 			limit = l
 		}
 		return limit, earliest, true
 	}
-	until = ready.Add(processor.FastPathAge(cmp.Or(def.Lease, cmdqtype.DefaultLease)) + 2*processor.MaxClockSkew)
+	until = ready.Add(processor.FastPathAge(cmp.Or(def.Lease, model.DefaultLease)) + 2*processor.MaxClockSkew)
 	return until, earliest, now.Before(until)
 }
 
@@ -206,5 +206,45 @@ func (c *Client) RunNow(ctx context.Context, id, by string) (Status, error) {
 	if rec == nil {
 		return Status{}, err
 	}
-	return rec.Status.AsOf(time.Now()), err
+	return statusOut(rec.Status.AsOf(time.Now())), err
 }
+
+// Control: cancelling commands and pausing queues (docs/lifecycle.md,
+// "Cancelling" and "Paused queues").
+
+// CancelResult is the outcome of cancelling a command (Client.Cancel).
+type CancelResult struct {
+	// Status is the command's status after the cancel (State
+	// StateCancelled).
+	Status Status `json:"status"`
+	// Already is true when the command was cancelled before: nothing was
+	// written (the HTTP API answers 200 instead of 202).
+	Already bool `json:"already,omitempty"`
+}
+
+// QueueInfo is one logical queue as an operator sees it (Client.ListQueues,
+// GET /v1/queues): its approximate depth and whether it is paused.
+type QueueInfo struct {
+	// Name is the logical queue name (such as "commands").
+	Name string `json:"name"`
+	// Depth is the approximate number of messages on the queue, visible or
+	// not (storage.Queue.ApproximateCount); -1 when it could not be read.
+	Depth int `json:"depth"`
+	// Paused is true while the queue is paused: no processor starts its
+	// commands (issuing into it still works).
+	Paused bool `json:"paused"`
+	// Since is when the queue was last paused or resumed (UTC; zero when
+	// it never was).
+	Since time.Time `json:"since,omitzero"`
+	// By is who last paused or resumed it ("" when nobody did).
+	By string `json:"by,omitempty"`
+}
+
+// ControlInterval is the longest a processor starts commands on what it
+// last read of its queues' control rows (pause state, recent cancels): 9
+// s. A processor reads them (one query for every queue) before it starts a
+// command when its last read is older, so no processor starts a command of
+// a paused queue later than 10 s after the pause was stored, and a busy
+// processor reads them about once per ControlInterval; an idle one never
+// (docs/processor.md, "Paused queues").
+const ControlInterval = model.ControlInterval

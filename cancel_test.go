@@ -25,11 +25,10 @@ func newTuned(t *testing.T, st storage.Store, prefix string, cfg cmdq.Config, sw
 	if sw.ControlInterval == 0 {
 		sw.ControlInterval = testControlInterval
 	}
-	v, err := tuning.NewClient(st, cfg, sw)
+	c, err := cmdq.NewTuned(st, cfg, sw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := v.(*cmdq.Client)
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
 }
@@ -58,7 +57,7 @@ func TestCancelPending(t *testing.T) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
 		var ran atomic.Int64
-		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error {
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Attempt) error {
 			ran.Add(1)
 			return nil
 		}); err != nil {
@@ -133,7 +132,7 @@ func TestCancelRunningInProcess(t *testing.T) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
 		started, cause, release := make(chan struct{}, 1), make(chan error, 1), make(chan struct{})
-		if err := cmdq.Register(c, func(ctx context.Context, _ greet, _ *cmdq.Run) error {
+		if err := cmdq.Register(c, func(ctx context.Context, _ greet, _ *cmdq.Attempt) error {
 			started <- struct{}{}
 			<-ctx.Done()
 			cause <- context.Cause(ctx)
@@ -206,7 +205,7 @@ func TestCancelRaceDecidedByETag(t *testing.T) {
 		worker := newTuned(t, s.st, s.prefix, cfg, tuning.Switches{})
 		started := make(chan string, 2)
 		releases := map[string]chan struct{}{"cancel-first": make(chan struct{}), "complete-first": make(chan struct{})}
-		if err := cmdq.Register(worker, func(ctx context.Context, g greet, _ *cmdq.Run) error {
+		if err := cmdq.Register(worker, func(ctx context.Context, g greet, _ *cmdq.Attempt) error {
 			started <- g.Name
 			<-releases[g.Name] // ignores its context: only the ETag decides
 			return nil
@@ -293,7 +292,7 @@ func TestCancelRunningElsewhere(t *testing.T) {
 		cfg.StartedWriteDelay = 10 * time.Millisecond
 		worker := newTuned(t, s.st, s.prefix, cfg, tuning.Switches{})
 		started, cause := make(chan struct{}, 1), make(chan error, 1)
-		if err := cmdq.RegisterWith(worker, func(ctx context.Context, _ greet, _ *cmdq.Run) error {
+		if err := cmdq.RegisterWith(worker, func(ctx context.Context, _ greet, _ *cmdq.Attempt) error {
 			started <- struct{}{}
 			<-ctx.Done()
 			cause <- context.Cause(ctx)

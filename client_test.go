@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -139,7 +138,7 @@ func TestIssueRegisterWait(t *testing.T) {
 		cfg.WaitPollInterval, cfg.WaitMaxPollInterval = time.Minute, time.Minute
 		cfg.Observers = []cmdq.Observer{countCompleted{n: &completed}}
 		c := newClient(t, s, cfg)
-		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Attempt) error {
 			if cmd.Name == "" {
 				return cmdq.Permanent(errors.New("no name"))
 			}
@@ -150,11 +149,11 @@ func TestIssueRegisterWait(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmdq.Register(c, func(context.Context, resize, *cmdq.Run) error { return nil }); !errors.Is(err, cmdq.ErrStarted) {
+		if err := cmdq.Register(c, func(context.Context, resize, *cmdq.Attempt) error { return nil }); !errors.Is(err, cmdq.ErrStarted) {
 			t.Fatalf("Register after Start: %v", err)
 		}
 		id := cmdq.NewID()
-		res, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.WithID(id))
+		res, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.CommandID(id))
 		if err != nil || res.ID != id || res.Existing {
 			t.Fatalf("Issue: %+v %v", res, err)
 		}
@@ -164,11 +163,11 @@ func TestIssueRegisterWait(t *testing.T) {
 		if err != nil || st.State != cmdq.StateCompleted || st.Attempts != 1 {
 			t.Fatalf("Wait: %+v %v", st, err)
 		}
-		again, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.WithID(id))
+		again, err := c.Issue(ctx, greet{Name: "Ada"}, cmdq.CommandID(id))
 		if err != nil || !again.Existing {
 			t.Fatalf("re-issue: %+v %v", again, err)
 		}
-		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.WithID(id)); !errors.Is(err, cmdqtype.ErrIDConflict) {
+		if _, err := c.Issue(ctx, greet{Name: "Bob"}, cmdq.CommandID(id)); !errors.Is(err, cmdq.ErrIDConflict) {
 			t.Fatalf("other params, same ID: %v", err)
 		}
 		evs, err := c.Events(ctx, id)
@@ -239,7 +238,7 @@ func TestDeclaredRouting(t *testing.T) {
 		if n, err := front.QueueDepth(ctx, "images"); err != nil || n != 1 {
 			t.Fatalf("images queue holds %d (%v), want 1", n, err)
 		}
-		if n, _ := front.QueueDepth(ctx, cmdqtype.DefaultQueue); n != 0 {
+		if n, _ := front.QueueDepth(ctx, cmdq.DefaultQueue); n != 0 {
 			t.Fatalf("default queue holds %d, want 0", n)
 		}
 		// By type name: routed once declared.
@@ -253,7 +252,7 @@ func TestDeclaredRouting(t *testing.T) {
 
 		worker := newClient(t, s, fast())
 		var ran atomic.Int64
-		if err := cmdq.Register(worker, func(context.Context, resize, *cmdq.Run) error { ran.Add(1); return nil }); err != nil {
+		if err := cmdq.Register(worker, func(context.Context, resize, *cmdq.Attempt) error { ran.Add(1); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		def, _ := worker.Lookup("images.resize")
@@ -304,7 +303,7 @@ func TestRequeueWhilePoisonedAttemptEnds(t *testing.T) {
 		c := newClient(t, s, cfg)
 		t.Cleanup(func() { close(release) })
 		var runs atomic.Int32
-		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Attempt) error {
 			if runs.Add(1) == 1 {
 				return cmdq.Permanent(errors.New("not configured"))
 			}
@@ -353,7 +352,7 @@ func TestRequeueWakesProcessor(t *testing.T) {
 		c := newClient(t, s, cfg)
 		var fixed atomic.Bool
 		started := make(chan time.Time, 4)
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd greet, run *cmdq.Run) error {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd greet, run *cmdq.Attempt) error {
 			started <- time.Now()
 			if !fixed.Load() {
 				return cmdq.Permanent(errors.New("not configured"))
@@ -415,7 +414,7 @@ func TestIssueMany(t *testing.T) {
 			cmds[i] = greet{Name: fmt.Sprint(i)}
 		}
 		id := cmdq.NewID()
-		cmds[7] = cmdq.With(cmds[7], cmdq.WithID(id))
+		cmds[7] = cmdq.WithOptions(cmds[7], cmdq.CommandID(id))
 		var before uint64
 		emb, isEmbedded := s.st.(*embedded.Store)
 		if isEmbedded {
@@ -438,11 +437,11 @@ func TestIssueMany(t *testing.T) {
 		if err != nil || len(m) != n {
 			t.Fatalf("Statuses: %d of %d, %v", len(m), n, err)
 		}
-		if d, _ := c.QueueDepth(ctx, cmdqtype.DefaultQueue); d != n+1 {
+		if d, _ := c.QueueDepth(ctx, cmdq.DefaultQueue); d != n+1 {
 			t.Fatalf("queue holds %d messages, want %d", d, n+1)
 		}
-		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.With(greet{Name: "bad"}, cmdq.WithID("not-a-uuid")))
-		if !errors.Is(err, cmdqtype.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
+		_, err = c.IssueMany(ctx, greet{Name: "ok"}, cmdq.WithOptions(greet{Name: "bad"}, cmdq.CommandID("not-a-uuid")))
+		if !errors.Is(err, cmdq.ErrInvalidID) || !strings.Contains(err.Error(), "command 1 (greet)") {
 			t.Fatalf("IssueMany with a bad ID: %v", err)
 		}
 		// IDs issued before, and IDs repeated in the batch, are issued as
@@ -450,12 +449,12 @@ func TestIssueMany(t *testing.T) {
 		// under a taken ID conflict.
 		other := cmdq.NewID()
 		again, err := c.IssueMany(ctx,
-			cmdq.With(greet{Name: "7"}, cmdq.WithID(id)),     // results[7] before
-			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // new
-			cmdq.With(greet{Name: "z"}, cmdq.WithID(other)),  // the same again
-			cmdq.With(greet{Name: "zz"}, cmdq.WithID(other)), // other params
+			cmdq.WithOptions(greet{Name: "7"}, cmdq.CommandID(id)),     // results[7] before
+			cmdq.WithOptions(greet{Name: "z"}, cmdq.CommandID(other)),  // new
+			cmdq.WithOptions(greet{Name: "z"}, cmdq.CommandID(other)),  // the same again
+			cmdq.WithOptions(greet{Name: "zz"}, cmdq.CommandID(other)), // other params
 		)
-		if !errors.Is(err, cmdqtype.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
+		if !errors.Is(err, cmdq.ErrIDConflict) || !strings.Contains(err.Error(), "command 3 (greet)") || strings.Contains(err.Error(), "command 2 (greet)") {
 			t.Fatalf("IssueMany with repeated IDs: %v", err)
 		}
 		if !again[0].Existing || again[1].Existing || !again[2].Existing || again[1].ID != other {
@@ -471,10 +470,10 @@ func TestRunFor(t *testing.T) {
 	s := openStore(t, "embedded")
 	ctx := ctxT(t)
 	c := newClient(t, s, fast())
-	if _, err := c.RunFor(ctx, time.Second); !errors.Is(err, cmdqtype.ErrNoHandlers) {
+	if _, err := c.RunFor(ctx, time.Second); !errors.Is(err, cmdq.ErrNoHandlers) {
 		t.Fatalf("RunFor without handlers: %v", err)
 	}
-	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -568,7 +567,7 @@ func TestRecoveryDelay(t *testing.T) {
 			typ := "other.thing"
 			if tc.register {
 				typ = greet{}.CommandType()
-				if err := cmdq.RegisterWith(c, func(context.Context, greet, *cmdq.Run) error { return nil }, cmdq.HandlerOptions{Lease: 2 * time.Second}); err != nil {
+				if err := cmdq.RegisterWith(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }, cmdq.HandlerOptions{Lease: 2 * time.Second}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -576,7 +575,7 @@ func TestRecoveryDelay(t *testing.T) {
 			if _, err := c.IssueRaw(ctx, raw); err != nil {
 				t.Fatal(err)
 			}
-			q, err := s.st.Queue(ctx, s.prefix+"-"+cmdqtype.DefaultQueue)
+			q, err := s.st.Queue(ctx, s.prefix+"-"+cmdq.DefaultQueue)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,7 +36,7 @@ func TestMaxConcurrency(t *testing.T) {
 		running, peak := 0, 0
 		startedSlow := make(chan struct{}, 10)
 		release := make(chan struct{})
-		if err := cmdq.Register(c, func(ctx context.Context, j slowJob, _ *cmdq.Run) error {
+		if err := cmdq.Register(c, func(ctx context.Context, j slowJob, _ *cmdq.Attempt) error {
 			mu.Lock()
 			running++
 			peak = max(peak, running)
@@ -56,7 +56,7 @@ func TestMaxConcurrency(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error { return nil }); err != nil {
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if info, ok := c.Lookup("jobs.slow"); !ok || info.Options.MaxConcurrency != 2 {
@@ -112,7 +112,7 @@ func TestMaxConcurrency(t *testing.T) {
 func TestMaxConcurrencyOptions(t *testing.T) {
 	s := openStore(t, "embedded")
 	c := newClient(t, s, fast())
-	noop := func(ctx context.Context, j slowJob, _ *cmdq.Run) error { return nil }
+	noop := func(ctx context.Context, j slowJob, _ *cmdq.Attempt) error { return nil }
 	if err := cmdq.RegisterWith(c, noop, cmdq.HandlerOptions{MaxConcurrency: -1}); !errors.Is(err, cmdq.ErrInvalidOptions) {
 		t.Fatalf("MaxConcurrency -1: %v, want ErrInvalidOptions", err)
 	}

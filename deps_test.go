@@ -75,7 +75,7 @@ type Hello struct{ Name string }
 
 func (Hello) CommandType() string { return "outside.hello" }
 
-func handle(ctx context.Context, h Hello, run *cmdq.Run) error {
+func handle(ctx context.Context, h Hello, run *cmdq.Attempt) error {
 	fmt.Println("hello,", h.Name)
 	return nil
 }

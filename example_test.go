@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
@@ -54,8 +53,8 @@ func Example() {
 	c, done := exampleClient(cmdq.Config{})
 	defer done()
 
-	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Run) error {
-		fmt.Printf("hello, %s (attempt %d)\n", cmd.Name, run.Attempt())
+	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Attempt) error {
+		fmt.Printf("hello, %s (attempt %d)\n", cmd.Name, run.Number())
 		return nil
 	})
 	if err != nil {
@@ -87,18 +86,18 @@ func ExampleClient_Issue() {
 	defer done()
 
 	id := "0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10" // e.g. derived from the web request
-	first, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.WithID(id))
+	first, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.CommandID(id))
 	if err != nil {
 		log.Fatal(err)
 	}
-	again, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.WithID(id))
+	again, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.CommandID(id))
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, err = c.Issue(ctx, SendGreeting{Name: "Bob"}, cmdq.WithID(id))
+	_, err = c.Issue(ctx, SendGreeting{Name: "Bob"}, cmdq.CommandID(id))
 	fmt.Println(first.ID, first.Existing)
 	fmt.Println(again.ID, again.Existing)
-	fmt.Println(errors.Is(err, cmdqtype.ErrIDConflict))
+	fmt.Println(errors.Is(err, cmdq.ErrIDConflict))
 	// Output:
 	// 0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10 false
 	// 0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10 true
@@ -122,7 +121,7 @@ func ExampleClient_Requeue() {
 	defer done()
 
 	var configured atomic.Bool
-	err := cmdq.Register(c, func(ctx context.Context, cmd ChargeCard, run *cmdq.Run) error {
+	err := cmdq.Register(c, func(ctx context.Context, cmd ChargeCard, run *cmdq.Attempt) error {
 		if !configured.Load() {
 			return cmdq.Permanent(errors.New("payment gateway key missing"))
 		}
@@ -134,7 +133,7 @@ func ExampleClient_Requeue() {
 	if err := c.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	res, err := c.Issue(ctx, ChargeCard{OrderID: "o-17", Cents: 1250}, cmdq.WithID("7d3c2b1a-0f9e-4d8c-b7a6-5e4d3c2b1a09"))
+	res, err := c.Issue(ctx, ChargeCard{OrderID: "o-17", Cents: 1250}, cmdq.CommandID("7d3c2b1a-0f9e-4d8c-b7a6-5e4d3c2b1a09"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -179,12 +178,12 @@ func ExampleRegister_steps() {
 	defer done()
 
 	var failed atomic.Bool // the converter crashes once on b.doc
-	err := cmdq.RegisterWith(c, func(ctx context.Context, cmd ConvertFiles, run *cmdq.Run) error {
+	err := cmdq.RegisterWith(c, func(ctx context.Context, cmd ConvertFiles, run *cmdq.Attempt) error {
 		for i := run.LastStep(); i < len(cmd.Files); i++ {
 			if cmd.Files[i] == "b.doc" && !failed.Swap(true) {
 				return fmt.Errorf("converter crashed on %s", cmd.Files[i])
 			}
-			fmt.Printf("attempt %d: converted %s\n", run.Attempt(), cmd.Files[i])
+			fmt.Printf("attempt %d: converted %s\n", run.Number(), cmd.Files[i])
 			if err := run.CompleteStep(ctx, i+1, cmd.Files[i]); err != nil {
 				return err
 			}
@@ -221,7 +220,7 @@ func ExampleClient_RunFor() {
 	c, done := exampleClient(cmdq.Config{HandlerDurationEstimate: 10 * time.Millisecond})
 	defer done()
 
-	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Run) error { return nil })
+	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Attempt) error { return nil })
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -279,7 +278,7 @@ func ExampleClient_Stats() {
 	c, done := exampleClient(cmdq.Config{Concurrency: 4})
 	defer done()
 
-	if err := cmdq.Register(c, func(context.Context, SendGreeting, *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(c, func(context.Context, SendGreeting, *cmdq.Attempt) error { return nil }); err != nil {
 		log.Fatal(err)
 	}
 	if err := c.Start(ctx); err != nil {

@@ -3,17 +3,224 @@ package cmdq
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
+
+// Issuing: a command's options (ID, correlation ID, schedule, unique
+// key), its result, and the Client's Issue, IssueRaw and IssueMany.
+
+// IssueOption adjusts one issue (CommandID, CorrelationID, UniqueKey, At,
+// After). Given twice, the last one wins.
+type IssueOption func(*Raw)
+
+// CommandID sets the command ID (a lowercase canonical UUID, such as one
+// from NewID): the idempotency key. Issuing again with the same ID and
+// parameters returns the existing command (Result.Existing); other
+// parameters under the same ID fail with ErrIDConflict.
+func CommandID(id string) IssueOption { return func(r *Raw) { r.ID = id } }
+
+// CorrelationID sets the command's correlation ID (free text, at most
+// MaxCorrelationIDLength bytes), shown with its status.
+func CorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationID = id } }
+
+// UniqueKey makes the command unique per type and key within window: its
+// ID derives from the type, key and the window's time bucket (the UTC time
+// truncated to a multiple of window: 1h buckets start on the hour, 24h
+// ones at midnight UTC), so issuing the same type and key again in the
+// same bucket returns the first command (Result.Duplicate and
+// Result.Existing true) instead of a second one, whatever the parameters,
+// and writes nothing. "Within the window" means in the same bucket: two
+// issues a minute apart across an hour's boundary make two commands with
+// a 1h window. key is 1 to MaxUniqueKeyLength (256) bytes; window is
+// MinUniqueWindow (1 s) to MaxUniqueWindow (30 days); the key holds while
+// the first command is kept (its retention). Not together with CommandID.
+// Bad input fails with ErrInvalidUnique and stores nothing. Cost: as a
+// plain issue; a duplicate costs one failed batch and one point read
+// (docs/lifecycle.md, "Unique commands").
+func UniqueKey(key string, window time.Duration) IssueOption {
+	return func(r *Raw) { r.UniqueKey, r.UniqueWindow = key, window }
+}
+
+// At schedules the command at t: it is StateScheduled until then and
+// never starts before t (by the processor's clock), and starts within
+// Config.MaxPollInterval after it at worst (at once on a processor of
+// the issuing Client). A t at or before now is due at once; a t more than
+// MaxScheduleAhead (2 years) ahead is refused with ErrInvalidSchedule,
+// nothing stored. Any horizon works: past the queue's 7-day visibility
+// limit the message hops once a week (docs/lifecycle.md, "Scheduled
+// commands"). Scheduling costs no storage call: the delay rides on the
+// issue's one enqueue. At and After replace each other (the last one
+// given wins).
+func At(t time.Time) IssueOption { return func(r *Raw) { r.RunAt, r.Delay = t, 0 } }
+
+// After schedules the command d after it is issued (by the issuer's
+// clock), as At(now + d). A negative d, or one over MaxScheduleAhead, is
+// refused with ErrInvalidSchedule, nothing stored; After(0) is due at
+// once.
+func After(d time.Duration) IssueOption { return func(r *Raw) { r.Delay, r.RunAt = d, time.Time{} } }
+
+// WithOptions attaches issue options to cmd, for IssueMany:
+// c.IssueMany(ctx, a, cmdq.WithOptions(b, cmdq.CommandID(id))).
+func WithOptions(cmd Command, opts ...IssueOption) Command {
+	return issuer.With(cmd, engineOptions(opts)...)
+}
+
+// engineOptions converts issue options for the Issuer.
+func engineOptions(opts []IssueOption) []issuer.IssueOption {
+	if len(opts) == 0 {
+		return nil
+	}
+	out := make([]issuer.IssueOption, len(opts))
+	for i, o := range opts {
+		out[i] = func(r *model.Raw) { o((*Raw)(r)) }
+	}
+	return out
+}
+
+// NewID returns a new command ID (for CommandID) that carries today's date
+// (UTC): a UUID version 8, random but for the day, so the command is
+// stored in its day's table and removed with it at no cost per command
+// (docs/lifecycle.md, "Retention"). Issue it within IssueWindowPastDays
+// (2) days: an older one is refused. An ID kept longer before it is
+// issued may be a random UUIDv4 (stored in the base table, removed one by
+// one).
+func NewID() string { return issuer.NewDayID(time.Now()) }
+
+// ValidateID checks a command ID: a UUID in lowercase canonical form
+// (8-4-4-4-12 hex digits). The error wraps ErrInvalidID and says what to
+// send instead.
+func ValidateID(id string) error { return model.ValidateID(id) }
+
+// NormalizeID returns id in the lowercase canonical form when it is a
+// canonical UUID written in upper or mixed case, and id unchanged
+// otherwise (ValidateID then says what is wrong with it). The HTTP API,
+// the console and the CLI take command IDs through it: upper case is
+// accepted and means the same command.
+func NormalizeID(id string) string { return model.NormalizeID(id) }
+
+// MaxParamsBytes is the largest (and default) limit on a command's compact
+// JSON parameters: 500 KiB. Parameters are stored as UTF-16 strings in one
+// table entity (1 MiB, split into 64 KiB properties), so about 512 Ki UTF-16
+// code units is what one entity holds; a UTF-8 byte never takes more than one
+// UTF-16 unit, so 500 KiB of JSON always fits.
+const MaxParamsBytes = model.MaxParamsBytes
+
+// MaxCorrelationIDLength is the longest correlation ID, in bytes (256).
+const MaxCorrelationIDLength = model.MaxCorrelationIDLength
+
+// Result is the outcome of issuing a command.
+type Result struct {
+	// ID is the command ID.
+	ID string `json:"id"`
+	// Existing is true when a command with this ID and the same type,
+	// parameters and correlation ID already existed, or a unique key's
+	// command (Duplicate); nothing was written (a message is enqueued
+	// again only if the command is still pending and never started, and,
+	// for a Duplicate, older than its recovery delay).
+	Existing bool `json:"existing,omitempty"`
+	// Duplicate is true when the issue had a unique key (Raw.UniqueKey)
+	// and a command of the same type and key already existed in the same
+	// window: that command is returned (Existing is true too), whatever
+	// its parameters, and nothing was written.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Queue is the logical queue the command is on.
+	Queue string `json:"queue"`
+	// RunAt is the run-at time the command was issued with (UTC,
+	// millisecond precision; for a delay, the issuer's clock plus it),
+	// zero when none. For an existing command it is zero: its status has
+	// its own.
+	RunAt time.Time `json:"runAt,omitzero"`
+}
+
+// Raw is a command given as type name and JSON parameters (the HTTP API's
+// form, and what issue options set).
+type Raw struct {
+	// ID is the command ID ("" = a new one).
+	ID string
+	// Type is the command type name.
+	Type string
+	// Params is the JSON parameters (nil or empty = {}). Whitespace is
+	// removed (json.Compact) before storing and comparing.
+	Params json.RawMessage
+	// CorrelationID is an optional caller-chosen ID (at most
+	// MaxCorrelationIDLength bytes).
+	CorrelationID string
+	// UniqueKey, when set, makes the command unique per type and key
+	// within UniqueWindow: its ID derives from the type, the key and the
+	// window's time bucket (docs/lifecycle.md, "Unique commands"), so
+	// issuing the same type and key again in the same bucket returns the
+	// existing command (Result.Duplicate) whatever the parameters. 1 to
+	// MaxUniqueKeyLength bytes; not together with ID. Default "": not
+	// unique.
+	UniqueKey string
+	// UniqueWindow is the length of the unique key's time buckets,
+	// MinUniqueWindow (1 s) to MaxUniqueWindow (30 days); required with
+	// UniqueKey. A bucket is the UTC time truncated to a multiple of the
+	// window (time.Time.Truncate): 1h buckets start on the hour, 24h ones
+	// at midnight UTC.
+	UniqueWindow time.Duration
+	// RunAt, when set, schedules the command: it does not start before
+	// this time (a time at or before now: due at once). At most
+	// MaxScheduleAhead ahead; not together with Delay. Default zero: due
+	// at once.
+	RunAt time.Time
+	// Delay, when above 0, schedules the command this long after it is
+	// issued (the run-at time is the issuer's clock plus Delay). Not
+	// negative, at most MaxScheduleAhead; not together with RunAt.
+	// Default 0: due at once.
+	Delay time.Duration
+	// TraceParent and TraceState are the W3C trace context
+	// (https://www.w3.org/TR/trace-context/) the command is issued in:
+	// stored with it, so that every attempt's span joins that trace.
+	// Client fills them from the issuing context's span (through its
+	// own issue span, when a TracerProvider records); set them to issue on
+	// behalf of another trace (a value that does not parse is ignored).
+	// Not compared on a re-issue of the same ID. Default "": the context's.
+	TraceParent, TraceState string
+}
+
+// Limits of unique commands (Raw.UniqueKey, Raw.UniqueWindow).
+const (
+	// MaxUniqueKeyLength is the longest unique key, in bytes (256).
+	MaxUniqueKeyLength = model.MaxUniqueKeyLength
+	// MinUniqueWindow is the shortest unique window (1 s).
+	MinUniqueWindow = model.MinUniqueWindow
+	// MaxUniqueWindow is the longest unique window (30 days). The key
+	// holds for the whole window only while its first command is kept:
+	// a window longer than the type's retention of final commands (7
+	// days completed, 30 days discarded or cancelled, by default) may see
+	// a second command after the first was removed.
+	MaxUniqueWindow = model.MaxUniqueWindow
+)
+
+// Issue window: a command ID that carries a time (a UUIDv7, or a day ID
+// from NewID) is accepted only when its day is at most IssueWindowPastDays
+// (2) before today (UTC) and at most IssueWindowFutureDays (1) after it;
+// other IDs are refused with an error wrapping ErrInvalidID and
+// ErrIDOutsideWindow. Within the window, issuing the same ID again is
+// always recognised as a re-issue (Result.Existing): day tables are
+// dropped only once the window has passed (plus one day for clock skew
+// between machines).
+const (
+	IssueWindowPastDays   = model.IssueWindowPastDays
+	IssueWindowFutureDays = model.IssueWindowFutureDays
+)
+
+// MaxScheduleAhead is the furthest ahead a command may be scheduled
+// (Raw.RunAt, Raw.Delay, At, After): 2 years (730 days). Further is
+// refused with ErrInvalidSchedule.
+const MaxScheduleAhead = model.MaxScheduleAhead
+
+// MaxClockSkew is the difference between two machines' clocks cmdq allows
+// for where it compares times written by one with the clock of another
+// (the first delivery's fast path, cancels and run-now of commands about
+// to start): 2 s.
+const MaxClockSkew = model.MaxClockSkew
 
 // issuer returns the current Issuer.
 func (c *Client) issuer() *issuer.Issuer {
@@ -25,7 +232,7 @@ func (c *Client) issuer() *issuer.Issuer {
 // Issue stores cmd (its JSON encoding is the parameters) and puts it on its
 // queue: the queue its type was registered or declared with on c, else the
 // one the type declares (CommandWithOptions), else "commands". An
-// in-process processor is woken at once. With WithID the call is
+// in-process processor is woken at once. With CommandID the call is
 // idempotent: the same ID and parameters again return the existing command
 // (Result.Existing) instead of a second one; with UniqueKey the same type
 // and key within the window return it whatever the parameters
@@ -45,13 +252,15 @@ func (c *Client) issuer() *issuer.Issuer {
 // command, and every attempt's span joins it.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
 	if cmd == nil {
-		return c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
+		res, err := c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
+		return Result(res), err
 	}
 	typ := cmd.CommandType()
 	span, parent, state := c.startIssue(ctx, typ, "", "")
 	corr := corrOf(span)
 	eopts := append(engineOptions(opts), withTrace(parent, state, corr))
-	res, err := c.issuer().Issue(ctx, cmd, eopts...)
+	mres, err := c.issuer().Issue(ctx, cmd, eopts...)
+	res := Result(mres)
 	endIssue(span, typ, deref(corr), res, err)
 	return res, err
 }
@@ -63,12 +272,13 @@ func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (R
 func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 	span, parent, state := c.startIssue(ctx, raw.Type, raw.TraceParent, raw.TraceState)
 	raw.TraceParent, raw.TraceState = parent, state
-	res, err := c.issuer().IssueRaw(ctx, raw)
+	mres, err := c.issuer().IssueRaw(ctx, model.Raw(raw))
+	res := Result(mres)
 	endIssue(span, raw.Type, raw.CorrelationID, res, err)
 	return res, err
 }
 
-// IssueMany issues cmds at once (wrap one with With to give it an ID or a
+// IssueMany issues cmds at once (wrap one with WithOptions to give it an ID or a
 // correlation ID): on the embedded store the whole batch is stored and
 // queued in one commit (per queue), on Azure 32 issues run at a time. Each
 // command is issued as Issue would; a repeated ID is issued after the
@@ -92,7 +302,11 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		corrs[i] = corrOf(spans[i])
 		ecmds[i] = issuer.With(cmd, withTrace(parent, state, corrs[i]))
 	}
-	res, err := c.issuer().IssueMany(ctx, ecmds...)
+	mres, err := c.issuer().IssueMany(ctx, ecmds...)
+	res := make([]Result, len(mres))
+	for i, r := range mres {
+		res[i] = Result(r)
+	}
 	for i, span := range spans {
 		if span == nil {
 			continue
@@ -108,194 +322,4 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		endIssue(span, cmds[i].CommandType(), deref(corrs[i]), r, ierr)
 	}
 	return res, err
-}
-
-// Get returns a command's status: one point read, or none for a
-// completed, discarded or cancelled command read before (see Config.FinalCache).
-// Unknown ID → an error wrapping ErrNotFound.
-func (c *Client) Get(ctx context.Context, id string) (Status, error) {
-	if st, ok := c.cachedFinal(id); ok {
-		return st, nil
-	}
-	return c.readStatus(ctx, id)
-}
-
-// GetParams returns a command's status and its JSON parameters: the same
-// one point read as Get. Unknown ID → an error wrapping ErrNotFound.
-func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMessage, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return Status{}, nil, err
-	}
-	rec, err := r.Load(ctx, id)
-	if err != nil {
-		return Status{}, nil, err
-	}
-	return rec.Status.AsOf(time.Now()), json.RawMessage(rec.Params), nil
-}
-
-// Events returns a command's lifecycle events, oldest first (one query per
-// 1000 events). Unknown ID → an error wrapping ErrNotFound.
-func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r.Events(ctx, id)
-}
-
-// Wait returns a command's status once it is final (completed, poisoned,
-// discarded or cancelled), or ctx's error with the last status known. It
-// watches the command (see Watch): an outcome recorded by this Client's
-// processor, or a requeue, discard or cancel through it, ends the wait at
-// once; a change made by
-// another process is found by a storage read shared with every other
-// watcher of the command, at most once per Config.WaitPollInterval (1 s),
-// backing off to WaitMaxPollInterval (5 s) while nothing changes. A
-// poisoned command is final until an operator requeues it.
-func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
-	w := c.Watch(id)
-	defer w.Close()
-	for {
-		st, _, changed, err := w.Current(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return st, fmt.Errorf("cmdq: wait for %s: %w", id, ctx.Err())
-		case err != nil:
-			return st, err
-		case st.State.Final():
-			return st, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return st, fmt.Errorf("cmdq: wait for %s (still %s): %w", id, st.State, ctx.Err())
-		}
-	}
-}
-
-// Statuses returns the status of each command in ids, read at once (16
-// point reads at a time; none for a completed, discarded or cancelled command read
-// before): the "are these done?" query. A command that does
-// not exist is missing from the map; any other failure fails the call.
-func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status, error) {
-	if _, err := c.reader(ctx); err != nil {
-		return nil, err
-	}
-	out := make(map[string]Status, len(ids))
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	sem := make(chan struct{}, 16)
-	for _, id := range ids {
-		if st, ok := c.cachedFinal(id); ok {
-			out[id] = st
-			continue
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			st, err := c.readStatus(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				out[id] = st
-			case !errors.Is(err, cmdqtype.ErrNotFound):
-				errs = append(errs, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// ListCommands lists commands in ID order (or newest first: q.Newest),
-// filtered by type, state and last change (q.Since), a page at a time,
-// with a summary when q.Summary asks (counts per state, outcomes per
-// minute). It reads the whole commands table (one request per 1000 rows;
-// with a summary every row, events included; q.ScanLimit bounds it): for
-// tests, tools, the operator page and small stores, not for a hot path.
-// Nothing it does adds a call to issuing or processing.
-func (c *Client) ListCommands(ctx context.Context, q CommandQuery) (CommandPage, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return CommandPage{}, err
-	}
-	return r.ListCommands(ctx, q)
-}
-
-// ListPoison lists poison entries, newest first, a page at a time (it
-// reads the whole poison table: poison tables are small).
-func (c *Client) ListPoison(ctx context.Context, q PoisonQuery) (PoisonPage, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return PoisonPage{}, err
-	}
-	return r.ListPoison(ctx, q)
-}
-
-// GetPoison returns one poison entry: one point read. Unknown → an error
-// wrapping ErrNotFound.
-func (c *Client) GetPoison(ctx context.Context, id string) (PoisonEntry, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return PoisonEntry{}, err
-	}
-	return r.GetPoison(ctx, id)
-}
-
-// Requeue puts a poisoned command back on its queue as pending (a requeued
-// event with By = by, attempts from 1 again) and removes its poison entry;
-// an in-process processor is woken at once. Not poisoned →
-// ErrNotPoisoned; unknown → ErrNotFound; an entry with no stored command
-// (a malformed message) → ErrNoCommand (Discard it). If the enqueue fails
-// the command is pending and marked for the reconciler, and the error says
-// so.
-func (c *Client) Requeue(ctx context.Context, id, by string) error {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return err
-	}
-	return r.Requeue(ctx, id, by)
-}
-
-// Discard gives up on a poisoned command: a discarded event (By = by), its
-// poison entry removed; the command is final. Not poisoned →
-// ErrNotPoisoned; unknown → ErrNotFound. An entry with no stored command is
-// just removed.
-func (c *Client) Discard(ctx context.Context, id, by string) error {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return err
-	}
-	return r.Discard(ctx, id, by)
-}
-
-// QueueDepth returns the approximate number of messages on a logical queue
-// ("commands", or a type's queue), visible or not: one storage call.
-func (c *Client) QueueDepth(ctx context.Context, queue string) (int, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return r.Depth(ctx, queue)
-}
-
-// StorageQueue returns the storage queue of a logical queue ("<prefix>-<queue>",
-// opened and created if needed), for tools and metrics
-// (metrics.Metrics.WatchQueue). Messages taken from it directly are not
-// processed by cmdq.
-func (c *Client) StorageQueue(ctx context.Context, queue string) (storage.Queue, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r.Queue(ctx, queue)
 }

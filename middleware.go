@@ -8,7 +8,7 @@ import (
 )
 
 // Middleware wraps the handling of one attempt: it sees the command's
-// decoded value (cmd, the T a handler gets) and the attempt (run: type,
+// decoded value (cmd, the T a handler gets) and the attempt (a: type,
 // ID, attempt number, queue, correlation ID), and calls next to go on down
 // the chain — to the next middleware, the last one to the handler — with
 // the context the rest should see. A middleware may
@@ -28,7 +28,7 @@ import (
 // is the outermost. A panic in a middleware is a failed attempt, as one
 // in the handler. Parameters that do not decode poison the command before
 // any middleware runs.
-type Middleware func(ctx context.Context, cmd Command, run *Run, next func(ctx context.Context) error) error
+type Middleware func(ctx context.Context, cmd Command, a *Attempt, next func(ctx context.Context) error) error
 
 // Use adds middleware around the handler of every registered type, after
 // (inside) Config.Middleware and the ones added before. Add it before
@@ -56,9 +56,9 @@ func middleware(mws []Middleware) []registry.Middleware {
 		if m == nil {
 			continue
 		}
-		out = append(out, func(ctx context.Context, cmd any, r *registry.Run, next func(context.Context) error) error {
+		out = append(out, func(ctx context.Context, cmd any, r *registry.Attempt, next func(context.Context) error) error {
 			c, _ := cmd.(Command)
-			return m(ctx, c, &Run{r: r}, next)
+			return m(ctx, c, &Attempt{r: r}, next)
 		})
 	}
 	return out

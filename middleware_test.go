@@ -55,27 +55,27 @@ func TestMiddleware(t *testing.T) {
 		ctx := ctxT(t)
 		j := &journal{}
 		cfg := fast()
-		cfg.Middleware = []cmdq.Middleware{func(ctx context.Context, cmd cmdq.Command, run *cmdq.Run, next func(context.Context) error) error {
-			j.add("global before %s %s attempt %d", cmd.CommandType(), run.ID(), run.Attempt())
+		cfg.Middleware = []cmdq.Middleware{func(ctx context.Context, cmd cmdq.Command, run *cmdq.Attempt, next func(context.Context) error) error {
+			j.add("global before %s %s attempt %d", cmd.CommandType(), run.ID(), run.Number())
 			err := next(context.WithValue(ctx, tenantKey{}, "acme"))
 			j.add("global after %s: %v", cmd.CommandType(), err)
 			return err
 		}}
 		c := newClient(t, s, cfg)
-		if err := c.Use(func(ctx context.Context, cmd cmdq.Command, run *cmdq.Run, next func(context.Context) error) error {
+		if err := c.Use(func(ctx context.Context, cmd cmdq.Command, run *cmdq.Attempt, next func(context.Context) error) error {
 			j.add("use before %s", cmd.CommandType())
 			return next(ctx)
 		}); err != nil {
 			t.Fatal(err)
 		}
-		perType := func(ctx context.Context, cmd cmdq.Command, run *cmdq.Run, next func(context.Context) error) error {
+		perType := func(ctx context.Context, cmd cmdq.Command, run *cmdq.Attempt, next func(context.Context) error) error {
 			g := cmd.(greet) // the decoded value
 			j.add("type before %s name %s", run.Type(), g.Name)
 			err := next(ctx)
 			j.add("type after %s: %v", g.Name, err)
 			return err
 		}
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 			j.add("handler %s tenant %v", g.Name, ctx.Value(tenantKey{}))
 			if g.Name == "fail" {
 				return errors.New("handler says no")
@@ -84,18 +84,18 @@ func TestMiddleware(t *testing.T) {
 		}, cmdq.HandlerOptions{PoisonCeiling: 1, Middleware: []cmdq.Middleware{perType}}); err != nil {
 			t.Fatal(err)
 		}
-		refuse := func(ctx context.Context, cmd cmdq.Command, run *cmdq.Run, next func(context.Context) error) error {
+		refuse := func(ctx context.Context, cmd cmdq.Command, run *cmdq.Attempt, next func(context.Context) error) error {
 			if cmd.(refused).Perm {
 				return cmdq.Permanent(errors.New("tenant suspended"))
 			}
-			if run.Attempt() == 1 {
+			if run.Number() == 1 {
 				return errors.New("rate limited: try later")
 			}
 			return next(ctx)
 		}
 		var refusedRuns sync.Map
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, r refused, run *cmdq.Run) error {
-			refusedRuns.Store(run.ID(), run.Attempt())
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, r refused, run *cmdq.Attempt) error {
+			refusedRuns.Store(run.ID(), run.Number())
 			return nil
 		}, cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: 1, Max: 1, Jitter: cmdq.NoJitter}, Middleware: []cmdq.Middleware{refuse}}); err != nil {
 			t.Fatal(err)
@@ -173,7 +173,7 @@ func TestMiddleware(t *testing.T) {
 		if n, _ := refusedRuns.Load(retried.ID); n != 2 {
 			t.Errorf("the handler ran on attempt %v, want only attempt 2", n)
 		}
-		if err := c.Use(func(ctx context.Context, _ cmdq.Command, _ *cmdq.Run, next func(context.Context) error) error {
+		if err := c.Use(func(ctx context.Context, _ cmdq.Command, _ *cmdq.Attempt, next func(context.Context) error) error {
 			return next(ctx)
 		}); !errors.Is(err, cmdq.ErrStarted) {
 			t.Errorf("Use after Start: %v, want ErrStarted", err)

@@ -26,8 +26,8 @@ func (orderCmd) CommandType() string { return "out.order" }
 
 func registerOrder(t *testing.T, c *cmdq.Client, sizeErr chan<- error) {
 	t.Helper()
-	err := cmdq.RegisterWith(c, func(ctx context.Context, o orderCmd, run *cmdq.Run) error {
-		if run.Attempt() == 1 {
+	err := cmdq.RegisterWith(c, func(ctx context.Context, o orderCmd, run *cmdq.Attempt) error {
+		if run.Number() == 1 {
 			if o.Big {
 				err := run.SetOutput(strings.Repeat("x", cmdq.MaxOutputBytes))
 				sizeErr <- err
@@ -38,7 +38,7 @@ func registerOrder(t *testing.T, c *cmdq.Client, sizeErr chan<- error) {
 			}
 			return errors.New("the first attempt fails after recording an output")
 		}
-		return run.SetOutput(map[string]any{"orderNumber": 4711, "attempt": run.Attempt()})
+		return run.SetOutput(map[string]any{"orderNumber": 4711, "attempt": run.Number()})
 	}, cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: 1, Max: 1, Jitter: cmdq.NoJitter}})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestOutputInvalid(t *testing.T) {
 	ctx := ctxT(t)
 	c := newClient(t, s, fast())
 	errs := make(chan error, 1)
-	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 		errs <- run.SetOutput(func() {})
 		_ = run.SetOutput("first")
 		return run.SetOutput([]string{g.Name})
@@ -175,7 +175,7 @@ func TestOutputFinalCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 		return run.SetOutput(strings.Repeat("y", len(g.Name)))
 	}); err != nil {
 		t.Fatal(err)

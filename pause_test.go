@@ -167,7 +167,7 @@ func TestPauseTwoProcessors(t *testing.T) {
 			cfg.Worker = []string{"a", "b"}[i]
 			cfg.Observers = []cmdq.Observer{obs[i]}
 			c := newTuned(t, stores[i], s.prefix, cfg, tuning.Switches{})
-			if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+			if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 				mu.Lock()
 				started[run.ID()]++
 				mu.Unlock()
@@ -287,7 +287,7 @@ func TestRunForPausedQueue(t *testing.T) {
 	eachDriver(t, func(t *testing.T, s store) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
-		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error { return nil }); err != nil {
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		var ids []string
@@ -330,7 +330,7 @@ func TestPauseCheckCost(t *testing.T) {
 		cfg := fast()
 		cfg.Observers = []cmdq.Observer{polls}
 		c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, cfg)
-		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Run) error { return nil }); err != nil {
+		if err := cmdq.Register(c, func(ctx context.Context, g greet, _ *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Start(ctx); err != nil {

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
@@ -79,8 +79,8 @@ func (c *Client) Periodic(name, spec string, cmd Command, opts ...PeriodicOption
 	if err := c.editable(); err != nil {
 		return err
 	}
-	if err := cmdqtype.ValidateType(name); err != nil {
-		return fmt.Errorf("%w: name %q: a schedule name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (such as \"reports.nightly\")", ErrInvalidSchedule, name, cmdqtype.MaxPeriodicNameLength)
+	if err := model.ValidateType(name); err != nil {
+		return fmt.Errorf("%w: name %q: a schedule name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (such as \"reports.nightly\")", ErrInvalidSchedule, name, model.MaxPeriodicNameLength)
 	}
 	sched, err := periodic.Parse(spec)
 	if err != nil {
@@ -90,15 +90,15 @@ func (c *Client) Periodic(name, spec string, cmd Command, opts ...PeriodicOption
 		return fmt.Errorf("%w: periodic %s has a nil command", ErrInvalidSchedule, name)
 	}
 	typ := cmd.CommandType()
-	if err := cmdqtype.ValidateType(typ); err != nil {
+	if err := model.ValidateType(typ); err != nil {
 		return fmt.Errorf("%w: periodic %s: %w", ErrInvalidSchedule, name, err)
 	}
-	o := periodicOptions{catchUp: cmdqtype.DefaultCatchUp}
+	o := periodicOptions{catchUp: model.DefaultCatchUp}
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.catchUp != cmdqtype.NoCatchUp && (o.catchUp < 1 || o.catchUp > cmdqtype.MaxCatchUp) {
-		return fmt.Errorf("%w: periodic %s: CatchUp(%d); give 1 to %d, or NoCatchUp", ErrInvalidSchedule, name, o.catchUp, cmdqtype.MaxCatchUp)
+	if o.catchUp != model.NoCatchUp && (o.catchUp < 1 || o.catchUp > model.MaxCatchUp) {
+		return fmt.Errorf("%w: periodic %s: CatchUp(%d); give 1 to %d, or NoCatchUp", ErrInvalidSchedule, name, o.catchUp, model.MaxCatchUp)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -117,7 +117,7 @@ func (c *Client) queueOf(cmd Command) string {
 	if q, ok := c.reg.QueueOf(cmd.CommandType()); ok && q != "" {
 		return q
 	}
-	return cmp.Or(issuer.Declared(cmd).Queue, cmdqtype.DefaultQueue)
+	return cmp.Or(issuer.Declared(cmd, declared).Queue, model.DefaultQueue)
 }
 
 // worker is the name of this process in stored rows: Config.Worker, else
@@ -208,7 +208,7 @@ type caughtUp struct {
 func (c *Client) periodicOptions() periodic.Options {
 	drain := c.cfg.DrainTimeout
 	if drain <= 0 {
-		drain = cmdqtype.DefaultDrainTimeout
+		drain = model.DefaultDrainTimeout
 	}
 	return periodic.Options{Logger: c.cfg.Logger, Now: c.now, Drain: drain}
 }
@@ -297,7 +297,7 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 		info.NextTick = sched.Next(now)
 		after := info.Since
 		if after.IsZero() {
-			after = now.Add(-cmdqtype.CatchUpHorizonDays * 24 * time.Hour)
+			after = now.Add(-model.CatchUpHorizonDays * 24 * time.Hour)
 		}
 		if t := periodic.Prev(sched, after, now); !t.IsZero() {
 			info.LastTick = &TickInfo{At: t, ID: record.TickID(info.Name, t)}
@@ -343,3 +343,78 @@ func (c *Client) PeriodicNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Periodic commands (docs/lifecycle.md, "Periodic commands").
+
+// PeriodicInfo is one periodic schedule as an operator sees it
+// (Client.ListPeriodic, GET /v1/periodic).
+type PeriodicInfo struct {
+	// Name names the schedule; a tick's command ID derives from it and the
+	// tick time.
+	Name string `json:"name"`
+	// Spec is the schedule: a cron expression (five fields, or six with
+	// seconds first), a descriptor (@hourly, @daily, …) or an interval
+	// (@every 2s).
+	Spec string `json:"spec"`
+	// Type is the command type issued at each tick.
+	Type string `json:"type"`
+	// Queue is the logical queue of the tick's commands.
+	Queue string `json:"queue"`
+	// CatchUp is how many of the latest ticks missed while no process ran
+	// the schedule a starting process issues (0: none).
+	CatchUp int `json:"catchUp"`
+	// Since is when the schedule was first registered on the store (UTC):
+	// no tick before it is ever issued.
+	Since time.Time `json:"since"`
+	// UpdatedBy names the process (Config.Worker) that last stored the
+	// schedule, and UpdatedAt when (UTC). Every process that runs the
+	// schedule stores it on start.
+	UpdatedBy string    `json:"updatedBy,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Local is true when this process registered the schedule
+	// (Client.Periodic); false for one only stored by another process.
+	Local bool `json:"local"`
+	// LastTick is the latest tick at or before now since Since, with its
+	// command; nil when there was none yet.
+	LastTick *TickInfo `json:"lastTick,omitempty"`
+	// NextTick is the next tick after now (UTC); zero when the spec never
+	// fires again.
+	NextTick time.Time `json:"nextTick,omitzero"`
+	// Error says why the stored spec could not be read (a spec this
+	// version cannot parse); "" otherwise.
+	Error string `json:"error,omitempty"`
+}
+
+// TickInfo is one tick of a periodic schedule.
+type TickInfo struct {
+	// At is the tick's scheduled time (UTC).
+	At time.Time `json:"at"`
+	// ID is the tick's command ID (derived from the schedule's name and
+	// At).
+	ID string `json:"id"`
+	// State is the tick command's state; "" when no command exists for
+	// the tick (Missed).
+	State State `json:"state,omitempty"`
+	// Missed is true when no command exists for the tick: every process
+	// running the schedule was down at its time (a later start may still
+	// catch it up), or it is being issued right now.
+	Missed bool `json:"missed,omitempty"`
+}
+
+// Limits and defaults of periodic schedules.
+const (
+	// MaxPeriodicNameLength is the longest schedule name (128).
+	MaxPeriodicNameLength = model.MaxPeriodicNameLength
+	// MaxCatchUp is the largest catch-up limit (100 ticks).
+	MaxCatchUp = model.MaxCatchUp
+	// DefaultCatchUp is the default catch-up limit: the latest missed
+	// tick only.
+	DefaultCatchUp = model.DefaultCatchUp
+	// NoCatchUp as a catch-up limit issues no missed tick on start.
+	NoCatchUp = model.NoCatchUp
+	// CatchUpHorizonDays is how far back a start looks for missed ticks:
+	// to the start (00:00 UTC) of the day IssueWindowPastDays (2) before
+	// today. An older tick's command may have been removed by retention
+	// and could not be told from a missed one.
+	CatchUpHorizonDays = model.CatchUpHorizonDays
+)

@@ -271,7 +271,7 @@ func TestPeriodicRunFor(t *testing.T) {
 	clock := &testClock{now: base}
 	var handled atomic.Int64
 	c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{Now: func() time.Time { return clock.Now().Add(time.Since(base)) }})
-	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { handled.Add(1); return nil }); err != nil {
+	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { handled.Add(1); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Periodic("pulse", "@every 1s", greet{Name: "pulse"}, cmdq.CatchUp(3)); err != nil {

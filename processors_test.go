@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -43,7 +42,7 @@ func TestProcessors(t *testing.T) {
 		cfg := fast()
 		cfg.Worker, cfg.Concurrency, cfg.HeartbeatInterval = "w-heart", 3, 100*time.Millisecond
 		worker := newClient(t, s, cfg)
-		if err := cmdq.Register(worker, func(_ context.Context, g greet, _ *cmdq.Run) error {
+		if err := cmdq.Register(worker, func(_ context.Context, g greet, _ *cmdq.Attempt) error {
 			if g.Name == "bad" {
 				return cmdq.Permanent(errors.New("greet: no such person"))
 			}
@@ -88,7 +87,7 @@ func TestProcessors(t *testing.T) {
 			time.Since(live.LastSeen) > time.Minute || live.IntervalMS != 100 || live.State == "" || live.State == "gone" {
 			t.Errorf("the running processor is listed as %+v", live)
 		}
-		if live.Totals != (cmdqtype.OutcomeCounts{Completed: 1, Poisoned: 1}) || live.LastFailure == nil || live.LastFailure.CommandID != bad.ID ||
+		if live.Totals != (cmdq.OutcomeCounts{Completed: 1, Poisoned: 1}) || live.LastFailure == nil || live.LastFailure.CommandID != bad.ID ||
 			!live.LastFailure.Poisoned || live.LastFailure.Error != "permanent: greet: no such person" || live.LastFailure.Type != "greet" {
 			t.Errorf("the running processor reports totals %+v and last failure %+v, want 1 completed, 1 poisoned (%s)", live.Totals, live.LastFailure, bad.ID)
 		}
@@ -122,7 +121,7 @@ func TestNoHeartbeat(t *testing.T) {
 	cfg := fast()
 	cfg.HeartbeatInterval = cmdq.NoHeartbeat
 	c := newClient(t, s, cfg)
-	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -132,7 +131,7 @@ func TestNoHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdqtype.StateCompleted {
+	if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StateCompleted {
 		t.Fatalf("wait: %v %v", st.State, err)
 	}
 	ps, err := c.Processors(ctx)

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // PauseQueue pauses logical queue name (such as "commands") for every
@@ -39,7 +40,7 @@ func (c *Client) ResumeQueue(ctx context.Context, name, by string) (QueueInfo, e
 }
 
 func (c *Client) setPaused(ctx context.Context, name string, paused bool, by string) (QueueInfo, error) {
-	if err := cmdqtype.ValidateQueue(name); err != nil {
+	if err := model.ValidateQueue(name); err != nil {
 		return QueueInfo{}, err
 	}
 	r, err := c.reader(ctx)
@@ -118,7 +119,7 @@ func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	out := make([]QueueInfo, 0, len(set))
 	for q := range set {
-		if cmdqtype.ValidateQueue(q) != nil {
+		if model.ValidateQueue(q) != nil {
 			continue // another prefix's or a stray name
 		}
 		info := queueInfo(q, rows[q])
@@ -133,4 +134,26 @@ func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 
 func queueInfo(name string, row record.QueueControl) QueueInfo {
 	return QueueInfo{Name: name, Depth: -1, Paused: row.Paused, Since: row.Since, By: row.By}
+}
+
+// QueueDepth returns the approximate number of messages on a logical queue
+// ("commands", or a type's queue), visible or not: one storage call.
+func (c *Client) QueueDepth(ctx context.Context, queue string) (int, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.Depth(ctx, queue)
+}
+
+// StorageQueue returns the storage queue of a logical queue ("<prefix>-<queue>",
+// opened and created if needed), for tools and metrics
+// (metrics.Metrics.WatchQueue). Messages taken from it directly are not
+// processed by cmdq.
+func (c *Client) StorageQueue(ctx context.Context, queue string) (storage.Queue, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Queue(ctx, queue)
 }

@@ -32,9 +32,9 @@ func TestRetryDueNowIsNotHidden(t *testing.T) {
 		st := &redeliveryStore{Store: s.st}
 		c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
 		var runs sync.Map // attempt → true
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ retryNow, run *cmdq.Run) error {
-			runs.Store(run.Attempt(), true)
-			if run.Attempt() == 1 {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ retryNow, run *cmdq.Attempt) error {
+			runs.Store(run.Number(), true)
+			if run.Number() == 1 {
 				return errors.New("first attempt fails")
 			}
 			return nil

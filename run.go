@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -111,11 +111,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	cfg.ControlInterval = c.tune.ControlInterval
 	cfg.HopHorizon = c.tune.HopHorizon
 	cfg.Changes = changes{c}
-	switch len(c.cfg.Observers) {
-	case 0:
-	case 1:
-		cfg.Observer = c.cfg.Observers[0]
-	default:
+	if len(c.cfg.Observers) > 0 {
 		cfg.Observer = observers(c.cfg.Observers)
 	}
 	p, err := processor.New(c.st, c.reg, cfg)
@@ -164,10 +160,10 @@ func (c *Client) Stop(ctx context.Context) error {
 // Run is Start, then it blocks until ctx ends and stops as Stop does
 // (within Config.DrainTimeout). It returns nil after a clean
 // stop, or the error that kept it from starting. Without handlers or
-// periodic schedules it fails with cmdqtype.ErrNoHandlers.
+// periodic schedules it fails with ErrNoHandlers.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.Handles() && !c.hasSchedules() {
-		return fmt.Errorf("%w: register a handler (cmdq.Register) or a periodic schedule (Client.Periodic) before Run", cmdqtype.ErrNoHandlers)
+		return fmt.Errorf("%w: register a handler (cmdq.Register) or a periodic schedule (Client.Periodic) before Run", ErrNoHandlers)
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -183,21 +179,21 @@ func (c *Client) Run(ctx context.Context) error {
 // first, so the ticks that fell between two runs are issued by the next
 // one (up to each schedule's CatchUp).
 // For a scheduler that starts a job every minute, use 55 s. Without
-// handlers it fails with cmdqtype.ErrNoHandlers; while Start's processing
+// handlers it fails with ErrNoHandlers; while Start's processing
 // runs, with ErrStarted.
-func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
+func (c *Client) RunFor(ctx context.Context, d time.Duration) (RunForSummary, error) {
 	if !c.Handles() {
-		return Summary{}, fmt.Errorf("%w: register a handler (cmdq.Register) before RunFor", cmdqtype.ErrNoHandlers)
+		return RunForSummary{}, fmt.Errorf("%w: register a handler (cmdq.Register) before RunFor", ErrNoHandlers)
 	}
 	start := time.Now()
 	p, err := c.prepare(ctx)
 	if err != nil {
-		return Summary{}, err
+		return RunForSummary{}, err
 	}
 	c.mu.Lock()
 	if c.running {
 		c.mu.Unlock()
-		return Summary{}, fmt.Errorf("%w: RunFor while Start's processing runs", ErrStarted)
+		return RunForSummary{}, fmt.Errorf("%w: RunFor while Start's processing runs", ErrStarted)
 	}
 	c.running = true
 	c.mu.Unlock()
@@ -208,11 +204,11 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 	}()
 	entries, err := c.prepareSchedules(ctx)
 	if err != nil {
-		return Summary{}, err
+		return RunForSummary{}, err
 	}
 	left := d - time.Since(start)
 	if left <= 0 {
-		return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
+		return RunForSummary{}, fmt.Errorf("cmdq: RunFor %s: opening storage took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
 	}
 	if entries != nil {
 		// The periodic schedules tick during the time box (a start's
@@ -225,10 +221,11 @@ func (c *Client) RunFor(ctx context.Context, d time.Duration) (Summary, error) {
 		sched := c.runScheduler(sctx, cu)
 		defer sched.stop()
 		if left = d - time.Since(start); left <= 0 {
-			return Summary{}, fmt.Errorf("cmdq: RunFor %s: opening storage and the periodic catch-up took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
+			return RunForSummary{}, fmt.Errorf("cmdq: RunFor %s: opening storage and the periodic catch-up took %s, nothing left to run", d, time.Since(start).Round(time.Millisecond))
 		}
 	}
-	return p.RunFor(ctx, left)
+	sum, err := p.RunFor(ctx, left)
+	return summaryOut(sum), err
 }
 
 // isRunning reports whether processing or the scheduler runs.
@@ -247,11 +244,11 @@ func (c *Client) hasSchedules() bool {
 
 // Health returns the processor's health (state, last fault, in-flight
 // count). A Client without handlers has no processor: its state is
-// cmdqtype.ProcessorStopped and it is healthy.
-func (c *Client) Health() Health {
-	h := Health{State: cmdqtype.ProcessorStopped}
+// ProcessorStopped and it is healthy.
+func (c *Client) Health() ProcessorHealth {
+	h := ProcessorHealth{State: ProcessorStopped}
 	if p := c.procLive.Load(); p != nil {
-		h = p.Health()
+		h = healthOut(p.Health())
 	}
 	for _, m := range storage.MembersOf(c.st) {
 		h.Accounts = append(h.Accounts, AccountHealth{Name: m.Name, Healthy: m.Healthy, Since: m.Since, LastError: m.LastError})
@@ -269,17 +266,17 @@ func (c *Client) ResetHealth() {
 
 // Stats returns the processor's counts since the Client was created, live
 // while it runs (zero without handlers).
-func (c *Client) Stats() Stats {
+func (c *Client) Stats() ProcessorStats {
 	if p := c.procLive.Load(); p != nil {
-		return p.Stats()
+		return ProcessorStats(p.Stats())
 	}
-	return Stats{}
+	return ProcessorStats{}
 }
 
 // CheckStorage tells within about 2 s whether storage answers: the
 // readiness probe (processor.CheckStorage; without a processor, a
 // probe of the default queue). It makes no storage call when one succeeded
-// within the last 5 s. The error wraps cmdqtype.ErrStorageUnavailable.
+// within the last 5 s. The error wraps ErrStorageUnavailable.
 func (c *Client) CheckStorage(ctx context.Context) error {
 	err := c.checkStorage(ctx)
 	if err != nil && someAccountHealthy(c.st) {
@@ -313,7 +310,7 @@ func (c *Client) checkStorage(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return r.Queue(ctx, cmdqtype.DefaultQueue)
+			return r.Queue(ctx, model.DefaultQueue)
 		}, c.cfg.ProbeTimeout, c.cfg.ProbeInterval)
 	}
 	probe := c.probe
@@ -376,7 +373,8 @@ func (c *Client) DeleteStorage(ctx context.Context) error {
 // in one is recovered and dropped without keeping it from the others.
 type observers []Observer
 
-func (os observers) Observe(o Observation) {
+func (os observers) Observe(mo model.Observation) {
+	o := observationOut(mo)
 	for _, x := range os {
 		observeOne(x, o)
 	}
@@ -392,7 +390,9 @@ func observeOne(x Observer, o Observation) {
 type changes struct{ c *Client }
 
 // CommandChanged pushes a stored change to the watchers.
-func (ch changes) CommandChanged(st Status, events []Event) { ch.c.hub.push(st, events) }
+func (ch changes) CommandChanged(st model.Status, events []model.Event) {
+	ch.c.hub.push(st, events)
+}
 
-// InFlightChanged wakes the command's watchers (Client.InFlight changed).
+// InFlightChanged wakes the command's watchers (Client.Running changed).
 func (ch changes) InFlightChanged(id string) { ch.c.hub.inFlightChanged(id) }

@@ -38,7 +38,7 @@ func (s *startTimes) of(id string) []time.Time {
 func recordStarts(t *testing.T, c *cmdq.Client) *startTimes {
 	t.Helper()
 	st := &startTimes{}
-	if err := cmdq.Register(c, func(ctx context.Context, _ greet, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, _ greet, run *cmdq.Attempt) error {
 		st.add(run.ID())
 		return nil
 	}); err != nil {
@@ -281,7 +281,7 @@ func TestRunNowRetrying(t *testing.T) {
 		ctx := ctxT(t)
 		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
 		var calls atomic.Int64
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ greet, run *cmdq.Run) error {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ greet, run *cmdq.Attempt) error {
 			if calls.Add(1) == 1 {
 				return errors.New("not yet")
 			}
@@ -363,8 +363,8 @@ func TestSelfWake(t *testing.T) {
 		cfg.MinPollInterval, cfg.MaxPollInterval = 30*time.Second, time.Minute
 		c := newTuned(t, s.st, s.prefix, cfg, tuning.Switches{})
 		var calls atomic.Int64
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
-			if g.Name == "fail once" && run.Attempt() == 1 {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
+			if g.Name == "fail once" && run.Number() == 1 {
 				calls.Add(1)
 				return errors.New("once")
 			}
@@ -411,7 +411,7 @@ func TestScheduledCost(t *testing.T) {
 	}
 	cmds := make([]cmdq.Command, 32)
 	for i := range cmds {
-		cmds[i] = cmdq.With(greet{Name: "batch"}, cmdq.After(time.Second))
+		cmds[i] = cmdq.WithOptions(greet{Name: "batch"}, cmdq.After(time.Second))
 	}
 	counting.Reset()
 	results, err := c.IssueMany(ctx, cmds...)

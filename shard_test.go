@@ -29,7 +29,7 @@ type order struct {
 
 func newOrder(want int) *order { return &order{done: make(chan struct{}), want: want} }
 
-func (o *order) handler(_ context.Context, j shardJob, _ *cmdq.Run) error {
+func (o *order) handler(_ context.Context, j shardJob, _ *cmdq.Attempt) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.runs = append(o.runs, j)

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -168,9 +169,9 @@ func fromHex(c byte) byte {
 // ID into *corr (it is the last option: it sees every other's).
 func withTrace(parent, state string, corr *string) issuer.IssueOption {
 	if corr == nil {
-		return func(r *Raw) { r.TraceParent, r.TraceState = parent, state }
+		return func(r *model.Raw) { r.TraceParent, r.TraceState = parent, state }
 	}
-	return func(r *Raw) { r.TraceParent, r.TraceState, *corr = parent, state, r.CorrelationID }
+	return func(r *model.Raw) { r.TraceParent, r.TraceState, *corr = parent, state, r.CorrelationID }
 }
 
 // corrOf returns where withTrace reads the correlation ID for span: nil
@@ -280,7 +281,7 @@ func endIssue(span trace.Span, cmdType, corr string, res Result, err error) {
 // TraceLinkOnly it is a new root whose start carries the link (so that
 // a sampler sees it), else the link is added once it started (the
 // parent is what a sampler sees).
-func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next func(context.Context) error) error {
+func (c *Client) tracing(ctx context.Context, _ any, run *registry.Attempt, next func(context.Context) error) error {
 	opts := processStart
 	parent := parseTraceParent(run.Trace())
 	switch {
@@ -310,12 +311,12 @@ func (c *Client) tracing(ctx context.Context, _ any, run *registry.Run, next fun
 // completed records the error and sets the status Error. The worker is
 // the process's (the resource's service.instance.id: `cmdq serve` and
 // `cmdq worker` set it), the correlation ID the issue span's.
-func endAttempt(span trace.Span, run *registry.Run, o registry.Outcome) {
+func endAttempt(span trace.Span, run *registry.Attempt, o registry.Outcome) {
 	kind := cmp.Or(o.Kind, OutcomeUnrecorded)
 	setAttrs(span, func(attrs []attribute.KeyValue) []attribute.KeyValue {
 		return append(attrs, attrSystem.String(messagingSystem), attrOperationType.String("process"),
 			attrOperationName.String("process"), attrDestination.String(run.Queue()), attrMessageID.String(run.ID()),
-			attrType.String(run.Type()), attrAttempt.Int(run.Attempt()), attrOutcome.String(kind))
+			attrType.String(run.Type()), attrAttempt.Int(run.Number()), attrOutcome.String(kind))
 	})
 	if kind != OutcomeCompleted {
 		err := o.Err

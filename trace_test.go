@@ -79,8 +79,8 @@ func (flaky) CommandType() string { return "trace.flaky" }
 // from tp.
 func registerFlaky(t *testing.T, c *cmdq.Client, tp trace.TracerProvider) {
 	t.Helper()
-	err := cmdq.RegisterWith(c, func(ctx context.Context, cmd flaky, run *cmdq.Run) error {
-		if run.Attempt() == 1 {
+	err := cmdq.RegisterWith(c, func(ctx context.Context, cmd flaky, run *cmdq.Attempt) error {
+		if run.Number() == 1 {
 			return errors.New("flaky: the first attempt fails")
 		}
 		_, span := tp.Tracer("handler").Start(ctx, "handler work")
@@ -172,7 +172,7 @@ func TestTraceIssueAndAttempts(t *testing.T) {
 		c := newClient(t, s, cfg)
 		registerFlaky(t, c, tr.tp)
 		sctx, root := tr.tp.Tracer("web").Start(ctx, "POST /orders")
-		res, err := c.Issue(sctx, flaky{N: 1}, cmdq.WithCorrelationID("order-41"))
+		res, err := c.Issue(sctx, flaky{N: 1}, cmdq.CorrelationID("order-41"))
 		root.End()
 		if err != nil {
 			t.Fatal(err)
@@ -260,7 +260,7 @@ func TestTraceLinkOnly(t *testing.T) {
 	cfg.TracerProvider, cfg.TraceLinkOnly = tr.tp, true
 	c := newClient(t, s, cfg)
 	var inHandler atomic.Value
-	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 		inHandler.Store(trace.SpanContextFromContext(ctx))
 		return nil
 	}); err != nil {

@@ -202,7 +202,7 @@ func tracingRun(b *testing.B, traced bool, n int) runCost {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error { return nil }); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()

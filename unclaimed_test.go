@@ -57,12 +57,12 @@ func TestStartedNotWrittenInTime(t *testing.T) {
 		}
 		first := make(chan ended, 1)
 		var runs atomic.Int32
-		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ slowStart, run *cmdq.Run) error {
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ slowStart, run *cmdq.Attempt) error {
 			if runs.Add(1) > 1 {
 				return nil
 			}
 			<-ctx.Done()
-			first <- ended{run.Attempt(), context.Cause(ctx).Error()}
+			first <- ended{run.Number(), context.Cause(ctx).Error()}
 			failWrites.Store(false)
 			return ctx.Err()
 		}, cmdq.HandlerOptions{Lease: lease}); err != nil {
@@ -138,8 +138,8 @@ func TestCompletionAfterFailedRenewals(t *testing.T) {
 	}})
 	c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, fast())
 	const lease = 2 * time.Second
-	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ lateComplete, run *cmdq.Run) error {
-		if run.Attempt() > 1 {
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ lateComplete, run *cmdq.Attempt) error {
+		if run.Number() > 1 {
 			return nil
 		}
 		failRenewals.Store(true)

@@ -60,7 +60,7 @@ func TestUniqueKey(t *testing.T) {
 			t.Fatalf("first issue: %+v, want a new command", first)
 		}
 		clock.Add(49 * time.Minute) // the same hour's bucket
-		dup, err := c.Issue(ctx, greet{Name: "other params"}, cmdq.UniqueKey("order-42", time.Hour), cmdq.WithCorrelationID("another"))
+		dup, err := c.Issue(ctx, greet{Name: "other params"}, cmdq.UniqueKey("order-42", time.Hour), cmdq.CorrelationID("another"))
 		if err != nil {
 			t.Fatalf("duplicate with other params: %v (a unique duplicate is not an ID conflict)", err)
 		}
@@ -96,8 +96,8 @@ func TestUniqueKey(t *testing.T) {
 		if err != nil || !again.Duplicate || again.ID != next.ID {
 			t.Fatalf("in the next window: %+v %v, want the next window's command %s", again, err, next.ID)
 		}
-		many, err := c.IssueMany(ctx, cmdq.With(greet{Name: "m1"}, cmdq.UniqueKey("batch-1", time.Hour)),
-			cmdq.With(greet{Name: "m2"}, cmdq.UniqueKey("batch-1", time.Hour)))
+		many, err := c.IssueMany(ctx, cmdq.WithOptions(greet{Name: "m1"}, cmdq.UniqueKey("batch-1", time.Hour)),
+			cmdq.WithOptions(greet{Name: "m2"}, cmdq.UniqueKey("batch-1", time.Hour)))
 		if err != nil || many[0].Duplicate || !many[1].Duplicate || many[0].ID != many[1].ID {
 			t.Fatalf("IssueMany with a repeated key: %+v %v", many, err)
 		}
@@ -122,7 +122,7 @@ func TestUniqueKeyInvalid(t *testing.T) {
 			"long window":     {cmdq.UniqueKey("k", cmdq.MaxUniqueWindow+time.Second)},
 			"empty key":       {cmdq.UniqueKey("", time.Hour)},
 			"long key":        {cmdq.UniqueKey(strings.Repeat("k", cmdq.MaxUniqueKeyLength+1), time.Hour)},
-			"with an ID":      {cmdq.WithID(cmdq.NewID()), cmdq.UniqueKey("k", time.Hour)},
+			"with an ID":      {cmdq.CommandID(cmdq.NewID()), cmdq.UniqueKey("k", time.Hour)},
 		} {
 			_, err := c.Issue(ctx, greet{Name: name}, opts...)
 			if !errors.Is(err, cmdq.ErrInvalidUnique) {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -228,7 +228,7 @@ func (h *hub) read(e *entry) {
 		default:
 			backoff()
 		}
-	case errors.Is(err, cmdqtype.ErrNotFound):
+	case errors.Is(err, model.ErrNotFound):
 		e.err, e.known = err, false
 		e.ver++
 		e.signal()
@@ -244,8 +244,8 @@ func (h *hub) read(e *entry) {
 
 // push records a change this Client stored (the change feed): st is the
 // command's status after it, events the events written (nil: unknown).
-func (h *hub) push(st Status, events []Event) {
-	st = st.AsOf(time.Now())
+func (h *hub) push(ms model.Status, mevents []model.Event) {
+	st, events := statusOut(ms).AsOf(time.Now()), eventsOut(mevents)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if immutable(st.State) {
@@ -270,7 +270,7 @@ func (h *hub) push(st Status, events []Event) {
 }
 
 // inFlightChanged wakes the watchers of id: a handler started or ended on
-// this Client's processor (Client.InFlight changed; the status did not).
+// this Client's processor (Client.Running changed; the status did not).
 func (h *hub) inFlightChanged(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -517,7 +517,8 @@ func (c *Client) readStatus(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := r.Get(ctx, id)
+	ms, err := r.Get(ctx, id)
+	st := statusOut(ms)
 	if err == nil && immutable(st.State) {
 		c.hub.mu.Lock()
 		c.hub.final.put(st)
@@ -526,14 +527,45 @@ func (c *Client) readStatus(ctx context.Context, id string) (Status, error) {
 	return st, err
 }
 
-// InFlight reports whether this Client's processor runs a handler of
+// Running reports whether this Client's processor runs a handler of
 // command id now: the command is running, although its started event may
 // not be written yet (the processor writes it lazily, after about 1 s, or
 // with the outcome). It makes no storage call; a processor in another
 // process is not seen.
-func (c *Client) InFlight(id string) (InFlight, bool) {
+func (c *Client) Running(id string) (RunningCommand, bool) {
 	if p := c.procLive.Load(); p != nil {
-		return p.InFlight(id)
+		r, ok := p.InFlight(id)
+		return RunningCommand(r), ok
 	}
-	return InFlight{}, false
+	return RunningCommand{}, false
+}
+
+// Wait returns a command's status once it is final (completed, poisoned,
+// discarded or cancelled), or ctx's error with the last status known. It
+// watches the command (see Watch): an outcome recorded by this Client's
+// processor, or a requeue, discard or cancel through it, ends the wait at
+// once; a change made by
+// another process is found by a storage read shared with every other
+// watcher of the command, at most once per Config.WaitPollInterval (1 s),
+// backing off to WaitMaxPollInterval (5 s) while nothing changes. A
+// poisoned command is final until an operator requeues it.
+func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+	w := c.Watch(id)
+	defer w.Close()
+	for {
+		st, _, changed, err := w.Current(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return st, fmt.Errorf("cmdq: wait for %s: %w", id, ctx.Err())
+		case err != nil:
+			return st, err
+		case st.State.Final():
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return st, fmt.Errorf("cmdq: wait for %s (still %s): %w", id, st.State, ctx.Err())
+		}
+	}
 }

@@ -46,7 +46,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // closed.
 func blocking(t *testing.T, c *cmdq.Client, release <-chan struct{}) {
 	t.Helper()
-	if err := cmdq.Register(c, func(ctx context.Context, _ greet, _ *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, _ greet, _ *cmdq.Attempt) error {
 		select {
 		case <-release:
 			return nil
@@ -181,7 +181,7 @@ func TestFinalStatusReadOnce(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "embedded")
 	worker := newClient(t, s, fast())
-	if err := cmdq.Register(worker, func(context.Context, greet, *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(worker, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := worker.Start(ctxT(t)); err != nil {
@@ -267,8 +267,8 @@ func TestWaitPushedInProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 30*time.Second, "the handler runs", func() bool { _, ok := c.InFlight(res.ID); return ok })
-		f, _ := c.InFlight(res.ID)
+		waitUntil(t, 30*time.Second, "the handler runs", func() bool { _, ok := c.Running(res.ID); return ok })
+		f, _ := c.Running(res.ID)
 		if f.ID != res.ID || f.Type != "greet" || f.Attempt != 1 || f.Worker != "w-test" || f.Started.IsZero() {
 			t.Fatalf("InFlight: %+v", f)
 		}
@@ -311,7 +311,7 @@ func TestWaitPushedInProcess(t *testing.T) {
 		if err != nil || st.State != cmdq.StateCompleted || next == tag {
 			t.Fatalf("Next: %v %q %v", st.State, next, err)
 		}
-		waitUntil(t, 30*time.Second, "the handler is no longer in flight", func() bool { _, ok := c.InFlight(res.ID); return !ok })
+		waitUntil(t, 30*time.Second, "the handler is no longer in flight", func() bool { _, ok := c.Running(res.ID); return !ok })
 		// The events of the outcome were pushed along with it: no query.
 		evs, err := w.Events(ctxT(t), 1)
 		if err != nil || len(evs) != 2 || evs[0].Kind != cmdq.EventStarted || evs[1].Kind != cmdq.EventCompleted {

@@ -36,7 +36,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -58,7 +57,7 @@ type Config struct {
 	// handle).
 	Client *cmdq.Client
 	// Health reports health for /healthz and /readyz. Default: the
-	// client's processor (state, healthy, its cmdqtype.Health as detail)
+	// client's processor (state, healthy, its cmdq.ProcessorHealth as detail)
 	// when it has handlers, else always healthy with state "ok".
 	Health HealthFunc
 	// Ready, when set, is asked by GET /readyz (after Health): an error
@@ -292,8 +291,8 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Role) (w
 
 // pathID reads and validates {id}; on failure it writes a 400 problem.
 func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := cmdqtype.NormalizeID(r.PathValue("id"))
-	if err := cmdqtype.ValidateID(id); err != nil {
+	id := cmdq.NormalizeID(r.PathValue("id"))
+	if err := cmdq.ValidateID(id); err != nil {
 		writeProblem(w, r, newProblem(client.ProblemInvalidID, fmt.Sprintf("%s is not a command ID; IDs are canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 (upper case is read as lower case)", quoteClip(id))))
 		return "", false
 	}
@@ -304,13 +303,13 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // Unexpected errors are logged with a reference and reported as 500.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, cmdqtype.ErrNoCommand):
+	case errors.Is(err, cmdq.ErrNoCommand):
 		writeProblem(w, r, newProblem(client.ProblemConflict, "this poison entry has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue; fix the producer, then DELETE /v1/poison/{id} to remove the entry"))
-	case errors.Is(err, cmdqtype.ErrExpired):
+	case errors.Is(err, cmdq.ErrExpired):
 		writeProblem(w, r, newProblem(client.ProblemGone, clipText(expiredText(err))))
-	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		writeProblem(w, r, newProblem(client.ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
-	case errors.Is(err, cmdqtype.ErrNotPoisoned):
+	case errors.Is(err, cmdq.ErrNotPoisoned):
 		writeProblem(w, r, newProblem(client.ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
@@ -384,11 +383,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Client.IssueRaw(r.Context(), raw)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrInvalidUnique):
+	case errors.Is(err, cmdq.ErrInvalidUnique):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
 			client.FieldError{Pointer: "#/uniqueKey", Detail: clipText(paramsDetail(err))}))
 		return
-	case errors.Is(err, cmdqtype.ErrInvalidSchedule):
+	case errors.Is(err, cmdq.ErrInvalidSchedule):
 		ptr := "#/runAt"
 		if req.Delay != "" {
 			ptr = "#/delay"
@@ -396,37 +395,37 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
 			client.FieldError{Pointer: ptr, Detail: "at most 2 years ahead"}))
 		return
-	case errors.Is(err, cmdqtype.ErrNotAccepted):
+	case errors.Is(err, cmdq.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
 		// nothing guarantees it runs, so it is not accepted. The client's
 		// retry with the same id enqueues it.
 		logCmd(s.log.Warn().Err(err), res.ID, traceIDOf(raw.TraceParent)).Msg("cmdq api: command stored but neither enqueued nor marked; answered 503")
 		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("storage is failing: command %s was stored but could not be queued; send the same request again (with \"id\":%q) to queue it", res.ID, res.ID)))
 		return
-	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && res.ID != "":
+	case errors.Is(err, cmdq.ErrEnqueueFailed) && res.ID != "":
 		// The command is stored; the reconciler enqueues it later. For the
 		// caller it is accepted.
 		logCmd(s.log.Warn().Err(err), res.ID, traceIDOf(raw.TraceParent)).Msg("cmdq api: command stored but not enqueued; the reconciler will enqueue it")
-	case errors.Is(err, cmdqtype.ErrIDConflict):
+	case errors.Is(err, cmdq.ErrIDConflict):
 		writeProblem(w, r, newProblem(client.ProblemConflict, "a command with this id exists with a different type, params or correlationId; send the same body to get the existing command, or use a new id",
 			client.FieldError{Pointer: "#/id", Detail: "already used with a different type, params or correlationId"}))
 		return
-	case errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
-		writeProblem(w, r, newProblem(client.ProblemTooLarge, sentence(err, cmdqtype.ErrParamsTooLarge),
+	case errors.Is(err, cmdq.ErrParamsTooLarge), errors.Is(err, storage.ErrTooLarge):
+		writeProblem(w, r, newProblem(client.ProblemTooLarge, sentence(err, cmdq.ErrParamsTooLarge),
 			client.FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
-	case errors.Is(err, cmdqtype.ErrIDOutsideWindow):
+	case errors.Is(err, cmdq.ErrIDOutsideWindow):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
-			cmdqtype.IssueWindowPastDays, cmdqtype.IssueWindowFutureDays),
+			cmdq.IssueWindowPastDays, cmdq.IssueWindowFutureDays),
 			client.FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
 		return
-	case errors.Is(err, cmdqtype.ErrInvalidParams):
+	case errors.Is(err, cmdq.ErrInvalidParams):
 		// The params do not decode into the type's Go type (the Issuer
 		// checks it for every type this process registers or declares).
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, sentence(err, cmdqtype.ErrInvalidParams),
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, sentence(err, cmdq.ErrInvalidParams),
 			client.FieldError{Pointer: "#/params", Detail: paramsDetail(err)}))
 		return
-	case errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
+	case errors.Is(err, cmdq.ErrInvalidType), errors.Is(err, cmdq.ErrInvalidID):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err))))
 		return
 	default:
@@ -437,9 +436,9 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", loc)
 	if !res.Existing {
 		s.cfg.Metrics.CommandIssued(req.Type)
-		resp := client.IssueResponse{ID: res.ID, Status: cmdqtype.StatePending, RunAt: res.RunAt}
+		resp := client.IssueResponse{ID: res.ID, Status: cmdq.StatePending, RunAt: res.RunAt}
 		if res.RunAt.After(time.Now()) {
-			resp.Status = cmdqtype.StateScheduled
+			resp.Status = cmdq.StateScheduled
 		}
 		writeJSON(w, http.StatusAccepted, resp)
 		return
@@ -478,7 +477,7 @@ func trimPrefix(err error) string {
 // paramsDetail is the part of an ErrInvalidParams error after its
 // sentinel's text: what is wrong with the params.
 func paramsDetail(err error) string {
-	msg := strings.TrimPrefix(err.Error(), cmdqtype.ErrInvalidParams.Error()+": ")
+	msg := strings.TrimPrefix(err.Error(), cmdq.ErrInvalidParams.Error()+": ")
 	if i := strings.Index(msg, ": "); i >= 0 {
 		return msg[i+2:]
 	}
@@ -496,16 +495,16 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 			errs = append(errs, client.FieldError{Pointer: "query:" + clipText(name), Detail: "unknown query parameter; use type, limit and continuation"})
 		}
 	}
-	pq := cmdqtype.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
+	pq := cmdq.PoisonQuery{Type: q.Get("type"), Continuation: q.Get("continuation")}
 	if pq.Type != "" {
-		if err := cmdqtype.ValidateType(pq.Type); err != nil {
+		if err := cmdq.ValidateType(pq.Type); err != nil {
 			errs = append(errs, client.FieldError{Pointer: "query:type", Detail: typeDetail(pq.Type)})
 		}
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
-			errs = append(errs, client.FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", cmdqtype.MaxPoisonLimit, cmdqtype.DefaultPoisonLimit)})
+		if err != nil || n < 1 || n > cmdq.MaxPoisonLimit {
+			errs = append(errs, client.FieldError{Pointer: "query:limit", Detail: fmt.Sprintf("limit must be a whole number from 1 to %d (default %d)", cmdq.MaxPoisonLimit, cmdq.DefaultPoisonLimit)})
 		} else {
 			pq.Limit = n
 		}
@@ -516,7 +515,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.cfg.Client.ListPoison(r.Context(), pq)
 	if err != nil {
-		if errors.Is(err, cmdqtype.ErrInvalidContinuation) {
+		if errors.Is(err, cmdq.ErrInvalidContinuation) {
 			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, "the continuation token is not valid; pass the continuation from the previous page unchanged, or omit it to start over",
 				client.FieldError{Pointer: "query:continuation", Detail: "invalid token"}))
 			return
@@ -525,7 +524,7 @@ func (s *server) listPoison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if page.Entries == nil {
-		page.Entries = []cmdqtype.PoisonEntry{}
+		page.Entries = []cmdq.PoisonEntry{}
 	}
 	writeJSON(w, http.StatusOK, page)
 }
@@ -540,7 +539,7 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := s.cfg.Client.GetPoison(r.Context(), id)
 	if err != nil {
-		if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 			writeProblem(w, r, newProblem(client.ProblemNotFound, "no poison entry for this command ID; GET /v1/poison lists the poisoned commands"))
 			return
 		}
@@ -552,7 +551,7 @@ func (s *server) getPoison(w http.ResponseWriter, r *http.Request) {
 	// has no stored command, hence none.
 	if _, params, err := s.cfg.Client.GetParams(r.Context(), id); err == nil {
 		resp.Params = params
-	} else if !errors.Is(err, cmdqtype.ErrNotFound) && !errors.Is(err, storage.ErrNotFound) {
+	} else if !errors.Is(err, cmdq.ErrNotFound) && !errors.Is(err, storage.ErrNotFound) {
 		s.fail(w, r, err)
 		return
 	}
@@ -565,7 +564,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", s.cfg.BasePath+"/v1/commands/"+id)
-	writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: id, Status: cmdqtype.StatePending})
+	writeJSON(w, http.StatusAccepted, client.IssueResponse{ID: id, Status: cmdq.StatePending})
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
@@ -604,13 +603,13 @@ func (s *server) poisonAction(w http.ResponseWriter, r *http.Request, act func(c
 // failPoisonAction reports a failed requeue or discard. A command that
 // exists but has no poison entry is a 409 naming its state, not a 404.
 func (s *server) failPoisonAction(w http.ResponseWriter, r *http.Request, id string, err error) {
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		st, gerr := s.cfg.Client.Get(r.Context(), id)
 		if gerr == nil {
 			writeProblem(w, r, newProblem(client.ProblemConflict, fmt.Sprintf("the command is %s, not poisoned; only poisoned commands can be requeued or discarded", st.State)))
 			return
 		}
-		if !errors.Is(gerr, cmdqtype.ErrNotFound) {
+		if !errors.Is(gerr, cmdq.ErrNotFound) {
 			err = gerr
 		}
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -98,7 +97,7 @@ func TestIssueGetEvents(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	r := post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com"},"correlationId":"req-1"}`)
 	got := decode[client.IssueResponse](t, r, http.StatusAccepted)
-	if err := cmdqtype.ValidateID(got.ID); err != nil || got.Status != "pending" {
+	if err := cmdq.ValidateID(got.ID); err != nil || got.Status != "pending" {
 		t.Fatalf("response %+v: id %v", got, err)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/commands/"+got.ID {
@@ -108,8 +107,8 @@ func TestIssueGetEvents(t *testing.T) {
 		t.Fatalf("queue has %d messages, want 1", n)
 	}
 
-	st := decode[cmdqtype.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
-	if st.ID != got.ID || st.Type != "SendEmail" || st.State != cmdqtype.StatePending || st.Attempts != 0 || st.Step != 0 ||
+	st := decode[cmdq.Status](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID, "", "", ""), http.StatusOK)
+	if st.ID != got.ID || st.Type != "SendEmail" || st.State != cmdq.StatePending || st.Attempts != 0 || st.Step != 0 ||
 		st.CorrelationID != "req-1" || st.CreatedAt.IsZero() || st.UpdatedAt.IsZero() {
 		t.Fatalf("status %+v", st)
 	}
@@ -125,7 +124,7 @@ func TestIssueGetEvents(t *testing.T) {
 	}
 
 	ev := decode[client.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+got.ID+"/events", "", "", ""), http.StatusOK)
-	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != cmdqtype.EventCreated || ev.Events[0].Seq != 1 {
+	if ev.ID != got.ID || len(ev.Events) != 1 || ev.Events[0].Kind != cmdq.EventCreated || ev.Events[0].Seq != 1 {
 		t.Fatalf("events %+v", ev)
 	}
 }
@@ -230,7 +229,7 @@ func TestIssueParamsTooLarge(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
 	// Under the 1 MiB body limit, over the 500 KiB params limit.
-	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes) + `"}}`
+	body := `{"type":"A","params":{"blob":"` + strings.Repeat("x", cmdq.MaxParamsBytes) + `"}}`
 	p := problem(t, post(t, s.URL+"/v1/commands", body), http.StatusRequestEntityTooLarge, client.ProblemTooLarge)
 	if len(p.Errors) != 1 || p.Errors[0].Pointer != "#/params" {
 		t.Fatalf("problem %+v", p)
@@ -362,7 +361,7 @@ func TestPoisonRoutes(t *testing.T) {
 	s.Poison(t, b, "permanent error", "boom b")
 	s.Poison(t, c, "ceiling exceeded", "boom c")
 
-	all := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
+	all := decode[cmdq.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
 	if len(all.Entries) != 3 || all.Continuation != "" {
 		t.Fatalf("list %+v", all)
 	}
@@ -371,15 +370,15 @@ func TestPoisonRoutes(t *testing.T) {
 			t.Fatalf("not newest first: %+v", all.Entries)
 		}
 	}
-	onlyA := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?type=A", "", "", ""), http.StatusOK)
+	onlyA := decode[cmdq.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?type=A", "", "", ""), http.StatusOK)
 	if len(onlyA.Entries) != 2 || onlyA.Entries[0].Type != "A" || onlyA.Entries[1].Type != "A" {
 		t.Fatalf("type filter %+v", onlyA)
 	}
-	p1 := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2", "", "", ""), http.StatusOK)
+	p1 := decode[cmdq.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2", "", "", ""), http.StatusOK)
 	if len(p1.Entries) != 2 || p1.Continuation == "" {
 		t.Fatalf("page 1 %+v", p1)
 	}
-	p2 := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2&continuation="+p1.Continuation, "", "", ""), http.StatusOK)
+	p2 := decode[cmdq.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison?limit=2&continuation="+p1.Continuation, "", "", ""), http.StatusOK)
 	if len(p2.Entries) != 1 || p2.Continuation != "" || p2.Entries[0].CommandID != all.Entries[2].CommandID {
 		t.Fatalf("page 2 %+v", p2)
 	}
@@ -387,7 +386,7 @@ func TestPoisonRoutes(t *testing.T) {
 		problem(t, send(t, http.MethodGet, s.URL+"/v1/poison?"+q, "", "", ""), 400, client.ProblemInvalidRequest)
 	}
 
-	e := decode[cmdqtype.PoisonEntry](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), http.StatusOK)
+	e := decode[cmdq.PoisonEntry](t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), http.StatusOK)
 	if e.CommandID != a || e.Type != "A" || e.Reason != "ceiling exceeded" || e.LastError != "boom a" || e.DequeueCount != 5 || e.PoisonedAt.IsZero() {
 		t.Fatalf("entry %+v", e)
 	}
@@ -400,7 +399,7 @@ func TestPoisonRoutes(t *testing.T) {
 	if s.QueueCount(t, "") != before+1 {
 		t.Fatalf("requeue did not enqueue a message")
 	}
-	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != cmdqtype.StatePending {
+	if st, err := s.Client.Get(context.Background(), a); err != nil || st.State != cmdq.StatePending {
 		t.Fatalf("after requeue: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodGet, s.URL+"/v1/poison/"+a, "", "", ""), 404, client.ProblemNotFound)
@@ -411,16 +410,16 @@ func TestPoisonRoutes(t *testing.T) {
 	if r.code != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("discard: %d %s", r.code, r.body)
 	}
-	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != cmdqtype.StateDiscarded {
+	if st, err := s.Client.Get(context.Background(), b); err != nil || st.State != cmdq.StateDiscarded {
 		t.Fatalf("after discard: %+v %v", st, err)
 	}
 	problem(t, send(t, http.MethodDelete, s.URL+"/v1/poison/"+b, "", "", ""), 409, client.ProblemConflict)
 	ev := decode[client.EventsResponse](t, send(t, http.MethodGet, s.URL+"/v1/commands/"+b+"/events", "", "", ""), http.StatusOK)
 	last := ev.Events[len(ev.Events)-1]
-	if last.Kind != cmdqtype.EventDiscarded || last.By != "api:anonymous" {
+	if last.Kind != cmdq.EventDiscarded || last.By != "api:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
-	left := decode[cmdqtype.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
+	left := decode[cmdq.PoisonPage](t, send(t, http.MethodGet, s.URL+"/v1/poison", "", "", ""), http.StatusOK)
 	if len(left.Entries) != 1 || left.Entries[0].CommandID != c {
 		t.Fatalf("left %+v", left)
 	}
@@ -508,7 +507,7 @@ func TestInternalErrorIsProblem(t *testing.T) {
 // server's Client and returns its ID.
 func issue(t *testing.T, srv *apitest.Server, typ string) string {
 	t.Helper()
-	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(`{"n":1}`)})
+	res, err := srv.Client.IssueRaw(context.Background(), cmdq.Raw{Type: typ, Params: []byte(`{"n":1}`)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -102,7 +102,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 	if r := request(t, http.MethodPost, s.URL+"/v1/poison/"+id+"/requeue", "", "", "Origin", s.URL, "Sec-Fetch-Site", "same-origin"); r.code != http.StatusAccepted {
 		t.Fatalf("same-origin requeue: %d %s", r.code, r.body)
 	}
-	if _, err := s.Client.GetPoison(t.Context(), id); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := s.Client.GetPoison(t.Context(), id); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -44,7 +43,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Client.Cancel(r.Context(), id, "api:"+who)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrNotCancellable):
+	case errors.Is(err, cmdq.ErrNotCancellable):
 		state := "ended"
 		if st, gerr := s.cfg.Client.Get(r.Context(), id); gerr == nil {
 			state = string(st.State)
@@ -85,12 +84,12 @@ func (s *server) runNow(w http.ResponseWriter, r *http.Request) {
 	st, err := s.cfg.Client.RunNow(r.Context(), id, "api:"+who)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrNotWaiting):
+	case errors.Is(err, cmdq.ErrNotWaiting):
 		// The record layer's sentence whole (it names the state), not cut
 		// mid-word.
-		writeProblem(w, r, newProblem(client.ProblemConflict, strings.TrimPrefix(err.Error(), cmdqtype.ErrNotWaiting.Error()+": ")+"; GET /v1/commands/{id} shows its state"))
+		writeProblem(w, r, newProblem(client.ProblemConflict, strings.TrimPrefix(err.Error(), cmdq.ErrNotWaiting.Error()+": ")+"; GET /v1/commands/{id} shows its state"))
 		return
-	case errors.Is(err, cmdqtype.ErrEnqueueFailed) && st.ID != "":
+	case errors.Is(err, cmdq.ErrEnqueueFailed) && st.ID != "":
 		// Due now and marked: the reconciler queues it (its old message
 		// still comes at its old time). For the caller it is done.
 		s.log.Warn().Err(err).Str("command", id).Msg("cmdq api: run-now recorded but its message not queued; the reconciler will queue it")
@@ -105,17 +104,17 @@ func (s *server) runNow(w http.ResponseWriter, r *http.Request) {
 
 // listQueues is GET /v1/queues.
 func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
-	listFor(s, w, r, s.cfg.Client.ListQueues, func(qs []cmdqtype.QueueInfo) any { return client.QueuesResponse{Queues: qs} })
+	listFor(s, w, r, s.cfg.Client.ListQueues, func(qs []cmdq.QueueInfo) any { return client.QueuesResponse{Queues: qs} })
 }
 
 // listPeriodic is GET /v1/periodic.
 func (s *server) listPeriodic(w http.ResponseWriter, r *http.Request) {
-	listFor(s, w, r, s.cfg.Client.ListPeriodic, func(ps []cmdqtype.PeriodicInfo) any { return client.PeriodicResponse{Periodic: ps} })
+	listFor(s, w, r, s.cfg.Client.ListPeriodic, func(ps []cmdq.PeriodicInfo) any { return client.PeriodicResponse{Periodic: ps} })
 }
 
 // listProcessors is GET /v1/processors.
 func (s *server) listProcessors(w http.ResponseWriter, r *http.Request) {
-	listFor(s, w, r, s.cfg.Client.Processors, func(ps []cmdqtype.ProcessorInfo) any { return client.ProcessorsResponse{Processors: ps} })
+	listFor(s, w, r, s.cfg.Client.Processors, func(ps []cmdq.ProcessorInfo) any { return client.ProcessorsResponse{Processors: ps} })
 }
 
 // listFor answers a reader's GET of a listing: list's items (an empty
@@ -153,7 +152,7 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ct
 		return
 	}
 	name := r.PathValue("name")
-	if err := cmdqtype.ValidateQueue(name); err != nil {
+	if err := cmdq.ValidateQueue(name); err != nil {
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a queue name; queue names are lowercase letters, digits and single hyphens (such as \"commands\"); GET /v1/queues lists them", quoteClip(name)),
 			client.FieldError{Pointer: "path:name", Detail: "not a queue name"}))
 		return
@@ -167,7 +166,7 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request, act func(ct
 	info, err := act(r.Context(), name, "api:"+who)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrUnknownQueue):
+	case errors.Is(err, cmdq.ErrUnknownQueue):
 		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no queue %s is known here; GET /v1/queues lists the queues", quoteClip(name))))
 		return
 	default:

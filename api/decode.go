@@ -16,8 +16,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
@@ -86,7 +86,7 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 	case req.Type == "":
 		errs = append(errs, client.FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
 	default:
-		if err := cmdqtype.ValidateType(req.Type); err != nil {
+		if err := cmdq.ValidateType(req.Type); err != nil {
 			errs = append(errs, client.FieldError{Pointer: "#/type", Detail: typeDetail(req.Type)})
 		}
 	}
@@ -107,14 +107,14 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		}
 	}
 	if req.ID != "" {
-		req.ID = cmdqtype.NormalizeID(req.ID)
-		if err := cmdqtype.ValidateID(req.ID); err != nil {
+		req.ID = cmdq.NormalizeID(req.ID)
+		if err := cmdq.ValidateID(req.ID); err != nil {
 			errs = append(errs, client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("invalid command ID: %s; use a UUID in lowercase canonical form like \"7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c\", or leave it empty to get a new one", quoteClip(req.ID))})
 		}
 	}
 	errs = append(errs, checkUnique(req)...)
-	if len(req.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
-		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdqtype.MaxCorrelationIDLength)})
+	if len(req.CorrelationID) > cmdq.MaxCorrelationIDLength {
+		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdq.MaxCorrelationIDLength)})
 	}
 	errs = append(errs, scheduleErrors(req)...)
 	if len(errs) > 0 {
@@ -152,12 +152,12 @@ func checkUnique(req client.IssueRequest) []client.FieldError {
 	switch n := len(req.UniqueKey); {
 	case n == 0:
 		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: "uniqueKey is required with uniqueWindow: 1 to 256 bytes, such as an order number"})
-	case n > cmdqtype.MaxUniqueKeyLength:
-		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: fmt.Sprintf("uniqueKey is %d bytes; the limit is %d (hash a longer key first)", n, cmdqtype.MaxUniqueKeyLength)})
+	case n > cmdq.MaxUniqueKeyLength:
+		errs = append(errs, client.FieldError{Pointer: "#/uniqueKey", Detail: fmt.Sprintf("uniqueKey is %d bytes; the limit is %d (hash a longer key first)", n, cmdq.MaxUniqueKeyLength)})
 	}
 	if req.UniqueWindow == "" {
 		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: "uniqueWindow is required with uniqueKey: a duration from 1s to 720h, such as \"1h\""})
-	} else if d, err := time.ParseDuration(req.UniqueWindow); err != nil || d < cmdqtype.MinUniqueWindow || d > cmdqtype.MaxUniqueWindow {
+	} else if d, err := time.ParseDuration(req.UniqueWindow); err != nil || d < cmdq.MinUniqueWindow || d > cmdq.MaxUniqueWindow {
 		errs = append(errs, client.FieldError{Pointer: "#/uniqueWindow", Detail: fmt.Sprintf("uniqueWindow %s is not a duration from 1s to 720h (30 days); give one such as \"90s\", \"1h\" or \"24h\"", quoteClip(req.UniqueWindow))})
 	}
 	if req.ID != "" {
@@ -168,7 +168,7 @@ func checkUnique(req client.IssueRequest) []client.FieldError {
 
 // typeDetail says why typ is not a type name, quoting a short prefix of it.
 func typeDetail(typ string) string {
-	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), cmdqtype.MaxTypeLength)
+	return fmt.Sprintf("invalid command type: %s; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", quoteClip(typ), cmdq.MaxTypeLength)
 }
 
 // jsonProblem turns an encoding/json error into a 400 Problem naming the
@@ -338,7 +338,7 @@ func ScheduleOf(req client.IssueRequest) (runAt time.Time, delay time.Duration) 
 
 // scheduleErrors checks runAt and delay: an RFC 3339 time, a Go duration
 // that is not negative, not both. (How far ahead is the Issuer's check,
-// against its clock: cmdqtype.ValidSchedule.)
+// against its clock: cmdq.ValidSchedule.)
 func scheduleErrors(req client.IssueRequest) []client.FieldError {
 	var errs []client.FieldError
 	if req.RunAt != "" {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -22,9 +21,9 @@ import (
 func TestParamsTooLargeDetail(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	params := `{"blob":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes) + `"}`
+	params := `{"blob":"` + strings.Repeat("x", cmdq.MaxParamsBytes) + `"}`
 	p := problem(t, post(t, s.URL+"/v1/commands", `{"type":"billing.ImportLedgerFromArchive","params":`+params+`}`), http.StatusRequestEntityTooLarge, client.ProblemTooLarge)
-	want := fmt.Sprintf("The params of billing.ImportLedgerFromArchive are %d bytes of JSON, over the %d-byte limit: store large data elsewhere (a blob, a file) and pass a reference to it in the params.", len(params), cmdqtype.MaxParamsBytes)
+	want := fmt.Sprintf("The params of billing.ImportLedgerFromArchive are %d bytes of JSON, over the %d-byte limit: store large data elsewhere (a blob, a file) and pass a reference to it in the params.", len(params), cmdq.MaxParamsBytes)
 	if p.Detail != want {
 		t.Fatalf("detail %q\nwant   %q", p.Detail, want)
 	}
@@ -53,7 +52,7 @@ func TestParamsKeysMatchExactly(t *testing.T) {
 	_ = log
 	store := opts.Store
 	opts.Setup = func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(ctx context.Context, cmd sleepCmd, run *cmdq.Run) error {
+		return cmdq.Register(c, func(ctx context.Context, cmd sleepCmd, run *cmdq.Attempt) error {
 			seen <- cmd.Ms
 			return nil
 		})

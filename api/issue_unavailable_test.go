@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -58,7 +58,7 @@ func TestIssueNotQueuedAnswers503(t *testing.T) {
 	px.Remove(rq)
 	px.Remove(rm)
 	again := decode[client.IssueResponse](t, post(t, srv.URL+"/v1/commands", body), http.StatusOK)
-	if again.ID != id || again.Status != cmdqtype.StatePending || srv.QueueCount(t, "") != 1 {
+	if again.ID != id || again.Status != cmdq.StatePending || srv.QueueCount(t, "") != 1 {
 		t.Fatalf("retry: %+v, queue holds %d (want the command queued once)", again, srv.QueueCount(t, ""))
 	}
 }

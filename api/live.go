@@ -11,7 +11,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
@@ -175,7 +174,7 @@ func matches(tags []string, tag string) bool {
 
 // writeStatus answers with a command's status and its ETag, or 304 when
 // the request's If-None-Match names that ETag.
-func writeStatus(w http.ResponseWriter, r *http.Request, st cmdqtype.Status, tag string) {
+func writeStatus(w http.ResponseWriter, r *http.Request, st cmdq.Status, tag string) {
 	h := w.Header()
 	h.Set("ETag", tag)
 	h.Set("Cache-Control", "private, no-cache")
@@ -275,7 +274,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if evs == nil {
-		evs = []cmdqtype.Event{}
+		evs = []cmdq.Event{}
 	}
 	writeJSON(w, http.StatusOK, client.EventsResponse{ID: id, Events: evs})
 }
@@ -304,7 +303,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	defer watch.Close()
 	sctx, cancel := s.storageCtx(r)
 	st, tag, changed, err := watch.Current(sctx)
-	var evs []cmdqtype.Event
+	var evs []cmdq.Event
 	if err == nil {
 		evs, err = watch.Events(sctx, after)
 	}
@@ -329,7 +328,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, id string) {
 	sw := httpserve.NewSSEWriter(w, s.cfg.StreamHeartbeat+s.set.RequestTimeout) // the request is read; its client may stay long
 	sw.Printf("retry: %d\n\n", StreamRetryMillis)
 	sent := after
-	send := func(evs []cmdqtype.Event, st cmdqtype.Status) bool {
+	send := func(evs []cmdq.Event, st cmdq.Status) bool {
 		for _, e := range evs {
 			sw.Message(strconv.FormatInt(e.Seq, 10), "", e)
 			sent = max(sent, e.Seq)

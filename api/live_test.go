@@ -18,7 +18,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -38,17 +37,17 @@ func other(t *testing.T) (*testenv.Log, apitest.Options) {
 
 // appendEvent records ev on command id through log (one point read, one
 // batch). Call it from the test's goroutine.
-func appendEvent(t *testing.T, log *testenv.Log, id string, ev cmdqtype.Event) {
+func appendEvent(t *testing.T, log *testenv.Log, id string, ev cmdq.Event) {
 	t.Helper()
-	log.Append(t, id, ev)
+	log.Append(t, id, apitest.ModelEvents([]cmdq.Event{ev})...)
 }
 
 // getStatus is one GET of a command's status with extra headers and query.
-func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (int, http.Header, cmdqtype.Status) {
+func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (int, http.Header, cmdq.Status) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Error(err)
-		return 0, nil, cmdqtype.Status{}
+		return 0, nil, cmdq.Status{}
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -56,11 +55,11 @@ func getStatus(t *testing.T, hc *http.Client, url string, headers ...string) (in
 	r, err := hc.Do(req)
 	if err != nil {
 		t.Error(err)
-		return 0, nil, cmdqtype.Status{}
+		return 0, nil, cmdq.Status{}
 	}
 	defer r.Body.Close()
 	b, _ := io.ReadAll(r.Body)
-	var st cmdqtype.Status
+	var st cmdq.Status
 	if r.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(b, &st); err != nil {
 			t.Errorf("status body %s: %v", b, err)
@@ -81,7 +80,7 @@ func TestLongPollSharesReads(t *testing.T) {
 	ids := make([]string, 100)
 	for i := range ids {
 		ids[i] = issue(t, srv, "Alpha")
-		appendEvent(t, log, ids[i], cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "elsewhere"})
+		appendEvent(t, log, ids[i], cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "elsewhere"})
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1100}}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -133,7 +132,7 @@ func TestLongPollSharesReads(t *testing.T) {
 					step = true
 					sawStep.Add(1)
 				}
-				if st.State == cmdqtype.StateCompleted {
+				if st.State == cmdq.StateCompleted {
 					end.Add(1)
 					return
 				}
@@ -144,11 +143,11 @@ func TestLongPollSharesReads(t *testing.T) {
 	clients := int64(perCmd * len(ids))
 	waitFor(t, time.Minute, "every client renewed its long-poll 3 times", func() bool { return notModified.Load() >= 3*clients })
 	for _, id := range ids {
-		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1})
+		appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1})
 	}
 	waitFor(t, time.Minute, "every client saw step 1", func() bool { return sawStep.Load() == clients })
 	for _, id := range ids {
-		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "elsewhere"})
+		appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1, Worker: "elsewhere"})
 	}
 	waitFor(t, time.Minute, "every client saw its command completed", func() bool { return end.Load() == clients })
 	wg.Wait()
@@ -193,11 +192,11 @@ func TestFinishedCommandReadOnce(t *testing.T) {
 	log, opts := other(t)
 	srv := apitest.Start(t, opts)
 	id := issue(t, srv, "Alpha")
-	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"})
-	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w"})
+	appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"})
+	appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1, Worker: "w"})
 	before := apitest.StorageOps(t, srv.Prom, "table_get")
 	for i := range 1000 {
-		if code, _, st := getStatus(t, http.DefaultClient, srv.URL+"/v1/commands/"+id); code != http.StatusOK || st.State != cmdqtype.StateCompleted {
+		if code, _, st := getStatus(t, http.DefaultClient, srv.URL+"/v1/commands/"+id); code != http.StatusOK || st.State != cmdq.StateCompleted {
 			t.Fatalf("read %d: %d %s", i, code, st.State)
 		}
 	}
@@ -222,7 +221,7 @@ func TestLongPoll(t *testing.T) {
 
 	code, hdr, st := getStatus(t, hc, url)
 	tag := hdr.Get("ETag")
-	if code != http.StatusOK || st.State != cmdqtype.StatePending || !strings.HasPrefix(tag, `"`) || hdr.Get("Cache-Control") != "private, no-cache" {
+	if code != http.StatusOK || st.State != cmdq.StatePending || !strings.HasPrefix(tag, `"`) || hdr.Get("Cache-Control") != "private, no-cache" {
 		t.Fatalf("GET: %d %s ETag %q Cache-Control %q", code, st.State, tag, hdr.Get("Cache-Control"))
 	}
 	if tag != cmdq.ETag(st) {
@@ -252,7 +251,7 @@ func TestLongPoll(t *testing.T) {
 		type answer struct {
 			code int
 			hdr  http.Header
-			st   cmdqtype.Status
+			st   cmdq.Status
 		}
 		got := make(chan answer, 1)
 		go func() {
@@ -263,7 +262,7 @@ func TestLongPoll(t *testing.T) {
 			c, hd, s := getStatus(t, hc, url+"?wait=8s", h...)
 			got <- answer{c, hd, s}
 		}()
-		appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Step: 1})
+		appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventStepCompleted, Attempt: 1, Step: 1})
 		a := <-got
 		if a.code != http.StatusOK || a.hdr.Get("ETag") == tag || a.st.Step == 0 {
 			t.Fatalf("long-poll (condition %v) after a change: %d ETag %q step %d", cond, a.code, a.hdr.Get("ETag"), a.st.Step)
@@ -275,7 +274,7 @@ func TestLongPoll(t *testing.T) {
 	if r.code != http.StatusNotModified || r.header.Get("Preference-Applied") != "wait=1" {
 		t.Fatalf("Prefer: wait=1: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
-	appendEvent(t, log, id, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
+	appendEvent(t, log, id, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1})
 	if r := request(t, http.MethodGet, url, "", "", "If-None-Match", tag, "Prefer", "wait=600"); r.code != http.StatusOK || r.header.Get("Preference-Applied") != "wait=8" {
 		t.Fatalf("Prefer: wait=600: %d Preference-Applied %q", r.code, r.header.Get("Preference-Applied"))
 	}
@@ -310,7 +309,7 @@ func TestStreamsShareReads(t *testing.T) {
 	start := time.Now()
 	gets0, queries0 := ops()
 	type result struct {
-		kinds []cmdqtype.EventKind
+		kinds []cmdq.EventKind
 		err   error
 	}
 	results := make(chan result, 100)
@@ -322,13 +321,13 @@ func TestStreamsShareReads(t *testing.T) {
 			isOpen := sync.OnceFunc(opened.Done)
 			defer isOpen() // also when the stream fails before its status
 			r, ms := apitest.SSE(t, ctx, srv.URL+"/v1/commands/"+id+"/events", "")
-			var kinds []cmdqtype.EventKind
+			var kinds []cmdq.EventKind
 			for m := range ms {
 				if m.Event == "status" {
 					isOpen()
 				}
 				if m.ID != "" {
-					var e cmdqtype.Event
+					var e cmdq.Event
 					if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 						results <- result{err: err}
 						return
@@ -344,10 +343,10 @@ func TestStreamsShareReads(t *testing.T) {
 		}()
 	}
 	opened.Wait() // every stream has sent its events and status
-	for _, ev := range []cmdqtype.Event{
-		{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "elsewhere"},
-		{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1},
-		{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "elsewhere"},
+	for _, ev := range []cmdq.Event{
+		{Kind: cmdq.EventStarted, Attempt: 1, Worker: "elsewhere"},
+		{Kind: cmdq.EventStepCompleted, Attempt: 1, Worker: "elsewhere", Step: 1},
+		{Kind: cmdq.EventCompleted, Attempt: 1, Worker: "elsewhere"},
 	} {
 		for _, id := range ids {
 			appendEvent(t, log, id, ev)
@@ -387,7 +386,7 @@ func TestEventStream(t *testing.T) {
 		// written with the first step.
 		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
-			return cmdq.Register(c, func(ctx context.Context, _ alpha, run *cmdq.Run) error {
+			return cmdq.Register(c, func(ctx context.Context, _ alpha, run *cmdq.Attempt) error {
 				for i := 1; i <= 2; i++ {
 					select {
 					case <-steps:
@@ -416,26 +415,26 @@ func TestEventStream(t *testing.T) {
 	if r.StatusCode != http.StatusOK || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("stream: %d %q %q", r.StatusCode, r.Header.Get("Content-Type"), r.Header.Get("Cache-Control"))
 	}
-	event := func(want cmdqtype.EventKind) cmdqtype.Event {
+	event := func(want cmdq.EventKind) cmdq.Event {
 		t.Helper()
 		m := apitest.NextSSE(t, ms)
-		var e cmdqtype.Event
+		var e cmdq.Event
 		if m.Event != "" || json.Unmarshal([]byte(m.Data), &e) != nil || e.Kind != want || m.ID != fmt.Sprint(e.Seq) {
 			t.Fatalf("want a %s event, got %+v", want, m)
 		}
 		return e
 	}
-	state := func(want cmdqtype.State) {
+	state := func(want cmdq.State) {
 		t.Helper()
 		m := apitest.NextSSE(t, ms)
-		var st cmdqtype.Status
+		var st cmdq.Status
 		if m.Event != "status" || json.Unmarshal([]byte(m.Data), &st) != nil || st.State != want {
 			t.Fatalf("want status %s, got %+v", want, m)
 		}
 	}
-	var done cmdqtype.Event
-	event(cmdqtype.EventCreated)
-	state(cmdqtype.StatePending)
+	var done cmdq.Event
+	event(cmdq.EventCreated)
+	state(cmdq.StatePending)
 	// Outlive the server's 1 s timeouts: heartbeats for more than 2 s.
 	beats := 0
 	since := time.Now()
@@ -451,9 +450,9 @@ func TestEventStream(t *testing.T) {
 		}
 	}
 	steps <- struct{}{}
-	event(cmdqtype.EventStarted)
-	step := event(cmdqtype.EventStepCompleted)
-	state(cmdqtype.StateRunning)
+	event(cmdq.EventStarted)
+	step := event(cmdq.EventStepCompleted)
+	state(cmdq.StateRunning)
 	// Resume from the step in a second stream: only what follows.
 	r2, ms2 := apitest.SSE(t, ctx, url, fmt.Sprint(step.Seq))
 	if r2.StatusCode != http.StatusOK {
@@ -465,13 +464,13 @@ func TestEventStream(t *testing.T) {
 	steps <- struct{}{}
 	// The second step and the completion may reach a stream as one change
 	// or two: each ends with the status.
-	rest := func(ms <-chan apitest.SSEMessage) (kinds []cmdqtype.EventKind, last cmdqtype.Event, states []cmdqtype.State) {
+	rest := func(ms <-chan apitest.SSEMessage) (kinds []cmdq.EventKind, last cmdq.Event, states []cmdq.State) {
 		t.Helper()
 		for m := range ms {
 			switch {
 			case m.Comment:
 			case m.Event == "status":
-				var st cmdqtype.Status
+				var st cmdq.Status
 				if err := json.Unmarshal([]byte(m.Data), &st); err != nil {
 					t.Fatalf("status %q: %v", m.Data, err)
 				}
@@ -487,8 +486,8 @@ func TestEventStream(t *testing.T) {
 	}
 	for i, s := range []<-chan apitest.SSEMessage{ms, ms2} {
 		kinds, last, states := rest(s)
-		if fmt.Sprint(kinds) != "[step_completed completed]" || len(states) == 0 || states[len(states)-1] != cmdqtype.StateCompleted ||
-			len(states) > 2 || len(states) == 2 && states[0] != cmdqtype.StateRunning {
+		if fmt.Sprint(kinds) != "[step_completed completed]" || len(states) == 0 || states[len(states)-1] != cmdq.StateCompleted ||
+			len(states) > 2 || len(states) == 2 && states[0] != cmdq.StateRunning {
 			t.Fatalf("stream %d after step 1: events %v, statuses %v", i+1, kinds, states)
 		}
 		done = last

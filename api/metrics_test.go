@@ -12,7 +12,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/metrics"
 )
@@ -49,7 +48,7 @@ func TestQueueDepthSampled(t *testing.T) {
 	for range 3 {
 		decode[client.IssueResponse](t, post(t, s.URL+"/v1/commands", `{"type":"A"}`), http.StatusAccepted)
 	}
-	q, err := s.Client.StorageQueue(context.Background(), cmdqtype.DefaultQueue)
+	q, err := s.Client.StorageQueue(context.Background(), cmdq.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/openapitest"
 )
@@ -138,15 +137,15 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired+"/events", "", "", bearer(apitest.ReaderToken)...)
 
 	// Poison: a poisoned command with a step, an error and a stack.
-	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
-		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"})
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"},
+		cmdq.Event{Kind: cmdq.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "boom", Detail: "stack"})
 	srv.Poison(t, id, "attempts exhausted", "boom")
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id, "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+id+"/events", "", "", bearer(apitest.ReaderToken)...)
 	page := c.expect(http.StatusOK, http.MethodGet, "/v1/poison?limit=1", "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/poison?type=demo.echo", "", "", bearer(apitest.OperatorToken)...)
-	var pp cmdqtype.PoisonPage
+	var pp cmdq.PoisonPage
 	if err := json.Unmarshal(page.body, &pp); err != nil || len(pp.Entries) != 1 {
 		t.Fatalf("poison page %s: %v", page.body, err)
 	}
@@ -200,7 +199,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	// JSON.
 	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","delay":"1h"}`, bearer(apitest.IssuerToken)...)
 	var later client.IssueResponse
-	if err := json.Unmarshal(r.body, &later); err != nil || later.Status != cmdqtype.StateScheduled || time.Until(later.RunAt) < 59*time.Minute {
+	if err := json.Unmarshal(r.body, &later); err != nil || later.Status != cmdq.StateScheduled || time.Until(later.RunAt) < 59*time.Minute {
 		t.Fatalf("issue with a delay: %s (%v)", r.body, err)
 	}
 	at := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
@@ -242,7 +241,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	// server whose client runs handlers (its heartbeat row, live).
 	c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...)
 	working := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Run) error { return nil })
+		return cmdq.Register(c, func(context.Context, alpha, *cmdq.Attempt) error { return nil })
 	}})
 	wc := specClient{t, spec, working.URL}
 	// The processor's first heartbeat is written once it runs, which on a

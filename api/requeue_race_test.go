@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
@@ -60,7 +60,7 @@ func TestConcurrentRequeue(t *testing.T) {
 		}
 		requeued := 0
 		for _, e := range evs {
-			if e.Kind == cmdqtype.EventRequeued {
+			if e.Kind == cmdq.EventRequeued {
 				requeued++
 			}
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -48,13 +48,13 @@ func TestIssueScheduleBadInput(t *testing.T) {
 			t.Errorf("%s: %+v, want a field error at %s that says %q", tc.name, p, tc.pointer, tc.says)
 		}
 	}
-	page, err := srv.Client.ListCommands(t.Context(), cmdqtype.CommandQuery{})
+	page, err := srv.Client.ListCommands(t.Context(), cmdq.CommandQuery{})
 	if err != nil || len(page.Commands) != 0 {
 		t.Fatalf("after the bad requests: %d commands stored (%v), want none", len(page.Commands), err)
 	}
 	r := post(t, srv.URL+"/v1/commands", `{"type":"demo.echo","delay":"90s"}`)
 	var ir client.IssueResponse
-	if r.code != http.StatusAccepted || json.Unmarshal(r.body, &ir) != nil || ir.Status != cmdqtype.StateScheduled {
+	if r.code != http.StatusAccepted || json.Unmarshal(r.body, &ir) != nil || ir.Status != cmdq.StateScheduled {
 		t.Fatalf("a good delay: %d %s", r.code, r.body)
 	}
 	if d := time.Until(ir.RunAt); d < 80*time.Second || d > 90*time.Second {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -52,7 +52,7 @@ func TestOnAzurite(t *testing.T) {
 		t.Fatalf("repeat %+v %v", again, err)
 	}
 	got, err := c.Get(ctx, res.ID)
-	if err != nil || got.State != cmdqtype.StatePending || got.Type != "SendEmail" {
+	if err != nil || got.State != cmdq.StatePending || got.Type != "SendEmail" {
 		t.Fatalf("get %+v %v", got, err)
 	}
 	// The repeat found the command pending and never started, so it made

@@ -6,7 +6,7 @@
 // defined here once and the server uses the same ones.
 //
 // Every method returns an *Error for an HTTP error response; test it with
-// errors.Is against cmdqtype.ErrNotFound (the same value as
+// errors.Is against cmdq.ErrNotFound (the same value as
 // cmdq.ErrNotFound: 404 and 410), ErrGone, ErrConflict, ErrUnauthorized,
 // ErrForbidden, ErrInvalid and ErrUnavailable, or errors.As to read the
 // problem's detail.
@@ -34,16 +34,16 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // Sentinel errors an *Error matches with errors.Is, by HTTP status. A 404
-// or 410 matches cmdqtype.ErrNotFound (cmdq.ErrNotFound), the error the
+// or 410 matches cmdq.ErrNotFound (cmdq.ErrNotFound), the error the
 // cmdq.Client returns for a missing command.
 var (
 	// ErrGone: 410 — the command was removed after its retention
-	// (Error.Detail names it). It also matches cmdqtype.ErrNotFound and
-	// cmdqtype.ErrExpired, as the cmdq.Client's error for it does.
+	// (Error.Detail names it). It also matches cmdq.ErrNotFound and
+	// cmdq.ErrExpired, as the cmdq.Client's error for it does.
 	ErrGone = errors.New("cmdq client: gone (removed after its retention)")
 	// ErrConflict: 409 — the ID is used with different params, or the command
 	// is not in a state the operation accepts (e.g. requeue of a command that
@@ -92,9 +92,9 @@ func (e *Error) Error() string {
 // Is matches the sentinel for e's status code.
 func (e *Error) Is(target error) bool {
 	switch target {
-	case cmdqtype.ErrNotFound:
+	case cmdq.ErrNotFound:
 		return e.Status == http.StatusNotFound || e.Status == http.StatusGone
-	case ErrGone, cmdqtype.ErrExpired:
+	case ErrGone, cmdq.ErrExpired:
 		return e.Status == http.StatusGone
 	case ErrConflict:
 		return e.Status == http.StatusConflict
@@ -185,15 +185,15 @@ func (c *Remote) Issue(ctx context.Context, req IssueRequest, opts ...IssueOptio
 }
 
 // Get returns a command's status (GET /v1/commands/{id}).
-func (c *Remote) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
-	var st cmdqtype.Status
+func (c *Remote) Get(ctx context.Context, id string) (cmdq.Status, error) {
+	var st cmdq.Status
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, &st)
 	return st, err
 }
 
 // Events returns a command's lifecycle events, oldest first
 // (GET /v1/commands/{id}/events).
-func (c *Remote) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+func (c *Remote) Events(ctx context.Context, id string) ([]cmdq.Event, error) {
 	var res EventsResponse
 	_, err := c.do(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id)+"/events", nil, nil, &res)
 	return res.Events, err
@@ -223,14 +223,14 @@ func (c *Remote) longPoll() time.Duration {
 // server's wait (up to DefaultLongPoll) ends first, the zero Status, etag
 // and changed=false: ask again. The server watches the command for all
 // its waiters, so waiting costs it at most one storage read per second.
-func (c *Remote) WaitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed bool, err error) {
+func (c *Remote) WaitChange(ctx context.Context, id, etag string) (st cmdq.Status, tag string, changed bool, err error) {
 	st, tag, changed, _, err = c.waitChange(ctx, id, etag)
 	return st, tag, changed, err
 }
 
 // waitChange is WaitChange; waited reports whether the server waited
 // (Preference-Applied), so a loop does not spin on a server that does not.
-func (c *Remote) waitChange(ctx context.Context, id, etag string) (st cmdqtype.Status, tag string, changed, waited bool, err error) {
+func (c *Remote) waitChange(ctx context.Context, id, etag string) (st cmdq.Status, tag string, changed, waited bool, err error) {
 	h := http.Header{}
 	if etag != "" {
 		h.Set("If-None-Match", etag)
@@ -238,11 +238,11 @@ func (c *Remote) waitChange(ctx context.Context, id, etag string) (st cmdqtype.S
 	}
 	resp, err := c.send(ctx, http.MethodGet, "/v1/commands/"+url.PathEscape(id), nil, nil, h, &st)
 	if err != nil {
-		return cmdqtype.Status{}, etag, false, false, err
+		return cmdq.Status{}, etag, false, false, err
 	}
 	waited = resp.Header.Get("Preference-Applied") != ""
 	if resp.StatusCode == http.StatusNotModified {
-		return cmdqtype.Status{}, etag, false, waited, nil
+		return cmdq.Status{}, etag, false, waited, nil
 	}
 	return st, resp.Header.Get("ETag"), true, waited, nil
 }
@@ -252,14 +252,14 @@ func (c *Remote) waitChange(ctx context.Context, id, etag string) (st cmdqtype.S
 // with the last status seen (zero if none), when ctx ends first; other
 // errors (not found, unauthorized, …) end it at once. Against a server
 // that does not long-poll it reads the status every 500 ms.
-func (c *Remote) Wait(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (c *Remote) Wait(ctx context.Context, id string) (cmdq.Status, error) {
 	return c.WaitSeen(ctx, id, nil)
 }
 
 // WaitSeen is Wait, calling seen (when not nil) with every status it gets
 // that is not final yet (the first, then each change).
-func (c *Remote) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
-	var last cmdqtype.Status
+func (c *Remote) WaitSeen(ctx context.Context, id string, seen func(cmdq.Status)) (cmdq.Status, error) {
+	var last cmdq.Status
 	tag := ""
 	for {
 		st, next, changed, waited, err := c.waitChange(ctx, id, tag)
@@ -303,10 +303,10 @@ func (c *Remote) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Sta
 // reconnects after the server's retry delay, resuming after the last
 // event (Last-Event-ID). It returns ctx's error when ctx ends, and other
 // errors (not found, unauthorized, …) at once.
-func (c *Remote) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event), onStatus func(cmdqtype.Status)) (cmdqtype.Status, error) {
+func (c *Remote) Follow(ctx context.Context, id string, after int64, onEvent func(cmdq.Event), onStatus func(cmdq.Status)) (cmdq.Status, error) {
 	hc := *c.hc
 	hc.Timeout = 0 // a stream lasts; ctx ends it
-	var last cmdqtype.Status
+	var last cmdq.Status
 	retry := 2 * time.Second
 	for {
 		h := http.Header{"Accept": {"text/event-stream"}}
@@ -345,7 +345,7 @@ func (c *Remote) Follow(ctx context.Context, id string, after int64, onEvent fun
 					retry = time.Duration(ms) * time.Millisecond
 				}
 			case "status":
-				var st cmdqtype.Status
+				var st cmdq.Status
 				if err := json.Unmarshal([]byte(data), &st); err != nil {
 					return fmt.Errorf("cmdq client: status in the stream of %s: %w", id, err)
 				}
@@ -354,7 +354,7 @@ func (c *Remote) Follow(ctx context.Context, id string, after int64, onEvent fun
 					onStatus(st)
 				}
 			case "message":
-				var e cmdqtype.Event
+				var e cmdq.Event
 				if err := json.Unmarshal([]byte(data), &e); err != nil {
 					return fmt.Errorf("cmdq client: event in the stream of %s: %w", id, err)
 				}
@@ -442,7 +442,7 @@ func readStream(r io.Reader, fn func(field, id, data string) error, done func() 
 // (GET /v1/poison): q.Type keeps one command type ("" = all), q.Limit is
 // the page size (0 = the server's default, 50; at most 1000),
 // q.Continuation the previous page's token ("" = the first page).
-func (c *Remote) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
+func (c *Remote) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
 	v := url.Values{}
 	if q.Type != "" {
 		v.Set("type", q.Type)
@@ -453,14 +453,14 @@ func (c *Remote) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqty
 	if q.Continuation != "" {
 		v.Set("continuation", q.Continuation)
 	}
-	var page cmdqtype.PoisonPage
+	var page cmdq.PoisonPage
 	_, err := c.do(ctx, http.MethodGet, "/v1/poison", v, nil, &page)
 	return page, err
 }
 
 // GetPoison returns one poison entry (GET /v1/poison/{id}).
-func (c *Remote) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
-	var e cmdqtype.PoisonEntry
+func (c *Remote) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, error) {
+	var e cmdq.PoisonEntry
 	_, err := c.do(ctx, http.MethodGet, "/v1/poison/"+url.PathEscape(id), nil, nil, &e)
 	return e, err
 }

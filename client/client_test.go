@@ -15,7 +15,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -47,15 +46,15 @@ func TestIssueGetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmdqtype.ValidateID(res.ID) != nil || res.Status != cmdqtype.StatePending || res.Existing {
+	if cmdq.ValidateID(res.ID) != nil || res.Status != cmdq.StatePending || res.Existing {
 		t.Fatalf("issue %+v", res)
 	}
 	st, err := c.Get(ctx, res.ID)
-	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != cmdqtype.StatePending || st.CorrelationID != "corr" {
+	if err != nil || st.ID != res.ID || st.Type != "SendEmail" || st.State != cmdq.StatePending || st.CorrelationID != "corr" {
 		t.Fatalf("get %+v %v", st, err)
 	}
 	evs, err := c.Events(ctx, res.ID)
-	if err != nil || len(evs) != 1 || evs[0].Kind != cmdqtype.EventCreated {
+	if err != nil || len(evs) != 1 || evs[0].Kind != cmdq.EventCreated {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 
@@ -84,10 +83,10 @@ func TestIssueGetEvents(t *testing.T) {
 	if _, err := c.Issue(ctx, client.IssueRequest{Type: "A", Params: json.RawMessage(`{"a":`)}); err == nil || errors.As(err, &ce) {
 		t.Fatalf("params that are not JSON: %v, want an error before sending", err)
 	}
-	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := c.Get(ctx, uuid.NewString()); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
-	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := c.Get(ctx, "bad/../id"); !errors.Is(err, client.ErrInvalid) && !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("malformed id: %v", err)
 	}
 	if _, err := c.Events(ctx, "x"); !errors.Is(err, client.ErrInvalid) {
@@ -135,15 +134,15 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 		s.Poison(t, res.ID, "ceiling exceeded", "boom")
 		ids = append(ids, res.ID)
 	}
-	page, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Type: "A", Limit: 1})
+	page, err := c.ListPoison(ctx, cmdq.PoisonQuery{Type: "A", Limit: 1})
 	if err != nil || len(page.Entries) != 1 || page.Entries[0].Type != "A" || page.Continuation == "" {
 		t.Fatalf("page 1 %+v %v", page, err)
 	}
-	page2, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Type: "A", Limit: 1, Continuation: page.Continuation})
+	page2, err := c.ListPoison(ctx, cmdq.PoisonQuery{Type: "A", Limit: 1, Continuation: page.Continuation})
 	if err != nil || len(page2.Entries) != 1 || page2.Continuation != "" || page2.Entries[0].CommandID == page.Entries[0].CommandID {
 		t.Fatalf("page 2 %+v %v", page2, err)
 	}
-	if _, err := c.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: 5000}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c.ListPoison(ctx, cmdq.PoisonQuery{Limit: 5000}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("bad limit: %v", err)
 	}
 	e, err := c.GetPoison(ctx, ids[1])
@@ -159,18 +158,18 @@ func poisonFlow(t *testing.T, s *apitest.Server) {
 	if err := c.Discard(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := c.GetPoison(ctx, ids[1]); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("discarded entry: %v", err)
 	}
-	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != cmdqtype.StateDiscarded {
+	if st, err := c.Wait(ctx, ids[1]); err != nil || st.State != cmdq.StateDiscarded {
 		t.Fatalf("wait on discarded: %+v %v", st, err)
 	}
-	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if err := c.Discard(ctx, uuid.NewString()); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("unknown discard: %v", err)
 	}
 	// Operator actions are recorded with who did them.
 	evs, err := c.Events(ctx, ids[0])
-	if err != nil || evs[len(evs)-1].Kind != cmdqtype.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
+	if err != nil || evs[len(evs)-1].Kind != cmdq.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "api:token:") {
 		t.Fatalf("events %+v %v", evs, err)
 	}
 }
@@ -188,10 +187,10 @@ func TestWaitEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	st, err := c.Wait(ctx, res.ID)
-	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdqtype.StatePending {
+	if !errors.Is(err, context.DeadlineExceeded) || st.State != cmdq.StatePending {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := c.Wait(context.Background(), uuid.NewString()); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("wait on unknown: %v", err)
 	}
 }
@@ -228,14 +227,14 @@ func TestWithProcessor(t *testing.T) {
 	greeted := make(chan string, 1)
 	s := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error {
 		return errors.Join(
-			cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Run) error {
+			cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
 				if err := run.CompleteStep(ctx, 1, "looked up "+g.Name); err != nil {
 					return err
 				}
 				greeted <- g.Name
 				return nil
 			}),
-			cmdq.Register(c, func(context.Context, reject, *cmdq.Run) error {
+			cmdq.Register(c, func(context.Context, reject, *cmdq.Attempt) error {
 				return cmdq.Permanent(errors.New("rejected on purpose"))
 			}))
 	}})
@@ -252,7 +251,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err := c.Wait(wctx, res.ID)
-	if err != nil || final.State != cmdqtype.StateCompleted || final.Step != 1 || final.Attempts != 1 {
+	if err != nil || final.State != cmdq.StateCompleted || final.Step != 1 || final.Attempts != 1 {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	if got := <-greeted; got != "Ada" {
@@ -280,7 +279,7 @@ func TestWithProcessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err = c.Wait(wctx, res.ID)
-	if err != nil || final.State != cmdqtype.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
+	if err != nil || final.State != cmdq.StatePoisoned || !strings.Contains(final.LastError, "rejected on purpose") {
 		t.Fatalf("wait: %+v %v", final, err)
 	}
 	e, err := c.GetPoison(wctx, res.ID)
@@ -296,7 +295,7 @@ func TestTooManyFailedAuthentications(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), AuthFailureBurst: 1})
 	c := newClient(t, s.URL, client.WithToken("not-a-configured-token-0123"))
-	if _, err := c.ListPoison(context.Background(), cmdqtype.PoisonQuery{}); !errors.Is(err, client.ErrUnauthorized) {
+	if _, err := c.ListPoison(context.Background(), cmdq.PoisonQuery{}); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("first wrong token: %v", err)
 	}
 	// Over the burst the address is refused for 1 s, doubling with each
@@ -304,7 +303,7 @@ func TestTooManyFailedAuthentications(t *testing.T) {
 	// machine stalls for longer than the refusal).
 	var err error
 	for range 10 {
-		_, err = c.ListPoison(context.Background(), cmdqtype.PoisonQuery{})
+		_, err = c.ListPoison(context.Background(), cmdq.PoisonQuery{})
 		if !errors.Is(err, client.ErrUnauthorized) {
 			break
 		}

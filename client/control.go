@@ -5,14 +5,14 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // QueuesResponse is the body of GET /v1/queues (a wire type: the server
 // writes it).
 type QueuesResponse struct {
 	// Queues are the logical queues the server knows, by name.
-	Queues []cmdqtype.QueueInfo `json:"queues"`
+	Queues []cmdq.QueueInfo `json:"queues"`
 }
 
 // ProcessorsResponse is the body of GET /v1/processors (a wire type: the
@@ -20,14 +20,14 @@ type QueuesResponse struct {
 type ProcessorsResponse struct {
 	// Processors are the processors on the server's store, from their
 	// heartbeats: running ones first, then gone ones.
-	Processors []cmdqtype.ProcessorInfo `json:"processors"`
+	Processors []cmdq.ProcessorInfo `json:"processors"`
 }
 
 // Processors lists every processor on the server's store (every process
 // and machine) from their heartbeat rows: name, host, state, messages in
 // flight, queues, last seen, and whether it is gone (GET
 // /v1/processors).
-func (c *Remote) Processors(ctx context.Context) ([]cmdqtype.ProcessorInfo, error) {
+func (c *Remote) Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error) {
 	var res ProcessorsResponse
 	if _, err := c.do(ctx, http.MethodGet, "/v1/processors", nil, nil, &res); err != nil {
 		return nil, err
@@ -41,18 +41,18 @@ func (c *Remote) Processors(ctx context.Context) ([]cmdqtype.ProcessorInfo, erro
 // that already ended (completed, poisoned, discarded) gives ErrConflict;
 // an unknown one ErrNotFound. The server may take up to 9 s more than its
 // request deadline for a command issued moments ago (docs/api.md).
-func (c *Remote) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error) {
-	var st cmdqtype.Status
+func (c *Remote) Cancel(ctx context.Context, id string) (cmdq.CancelResult, error) {
+	var st cmdq.Status
 	code, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/cancel", nil, nil, &st)
 	if err != nil {
-		return cmdqtype.CancelResult{}, err
+		return cmdq.CancelResult{}, err
 	}
-	return cmdqtype.CancelResult{Status: st, Already: code == http.StatusOK}, nil
+	return cmdq.CancelResult{Status: st, Already: code == http.StatusOK}, nil
 }
 
 // Queues lists the logical queues the server knows, with their depth and
 // whether they are paused (GET /v1/queues).
-func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+func (c *Remote) Queues(ctx context.Context) ([]cmdq.QueueInfo, error) {
 	var res QueuesResponse
 	if _, err := c.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &res); err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func (c *Remote) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
 
 // Periodic lists the periodic schedules with their last and next tick
 // (GET /v1/periodic), sorted by name.
-func (c *Remote) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+func (c *Remote) Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error) {
 	var res PeriodicResponse
 	if _, err := c.do(ctx, http.MethodGet, "/v1/periodic", nil, nil, &res); err != nil {
 		return nil, err
@@ -73,18 +73,18 @@ func (c *Remote) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) 
 // PauseQueue pauses a logical queue for every processor (POST
 // /v1/queues/{name}/pause) and returns it. An unknown queue gives
 // ErrNotFound, an invalid name ErrInvalid.
-func (c *Remote) PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (c *Remote) PauseQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	return c.queueAction(ctx, name, "pause")
 }
 
 // ResumeQueue resumes a paused logical queue (POST
 // /v1/queues/{name}/resume) and returns it. Errors as PauseQueue's.
-func (c *Remote) ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (c *Remote) ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	return c.queueAction(ctx, name, "resume")
 }
 
-func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdqtype.QueueInfo, error) {
-	var q cmdqtype.QueueInfo
+func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdq.QueueInfo, error) {
+	var q cmdq.QueueInfo
 	_, err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(name)+"/"+action, nil, nil, &q)
 	return q, err
 }
@@ -94,8 +94,8 @@ func (c *Remote) queueAction(ctx context.Context, name, action string) (cmdqtype
 // it (pending). A command that is not waiting for its time (pending,
 // running, ended, or due within 2 s anyway) gives ErrConflict; an unknown
 // one ErrNotFound.
-func (c *Remote) RunNow(ctx context.Context, id string) (cmdqtype.Status, error) {
-	var st cmdqtype.Status
+func (c *Remote) RunNow(ctx context.Context, id string) (cmdq.Status, error) {
+	var st cmdq.Status
 	_, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/run-now", nil, nil, &st)
 	return st, err
 }

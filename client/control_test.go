@@ -8,7 +8,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -28,7 +27,7 @@ func TestCancelAndQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := issuer.Cancel(ctx, res.ID)
-	if err != nil || got.Already || got.Status.State != cmdqtype.StateCancelled || got.Status.ID != res.ID {
+	if err != nil || got.Already || got.Status.State != cmdq.StateCancelled || got.Status.ID != res.ID {
 		t.Fatalf("cancel: %+v %v", got, err)
 	}
 	if got, err = operator.Cancel(ctx, res.ID); err != nil || !got.Already {
@@ -42,28 +41,28 @@ func TestCancelAndQueues(t *testing.T) {
 	if _, err := issuer.Cancel(ctx, ended.ID); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("cancel of a poisoned command: %v, want ErrConflict", err)
 	}
-	if _, err := issuer.Cancel(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := issuer.Cancel(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("cancel of an unknown command: %v, want ErrNotFound", err)
 	}
 
-	q, err := operator.PauseQueue(ctx, cmdqtype.DefaultQueue)
-	if err != nil || !q.Paused || q.Name != cmdqtype.DefaultQueue || q.By == "" || q.Depth != 2 {
+	q, err := operator.PauseQueue(ctx, cmdq.DefaultQueue)
+	if err != nil || !q.Paused || q.Name != cmdq.DefaultQueue || q.By == "" || q.Depth != 2 {
 		t.Fatalf("pause: %+v %v (want paused, by someone, depth 2)", q, err)
 	}
 	qs, err := operator.Queues(ctx)
 	if err != nil || len(qs) != 1 || !qs[0].Paused {
 		t.Fatalf("queues: %+v %v", qs, err)
 	}
-	if q, err = operator.ResumeQueue(ctx, cmdqtype.DefaultQueue); err != nil || q.Paused {
+	if q, err = operator.ResumeQueue(ctx, cmdq.DefaultQueue); err != nil || q.Paused {
 		t.Fatalf("resume: %+v %v", q, err)
 	}
-	if _, err := operator.PauseQueue(ctx, "nobody-knows"); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := operator.PauseQueue(ctx, "nobody-knows"); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("pause of an unknown queue: %v, want ErrNotFound", err)
 	}
 	if _, err := operator.PauseQueue(ctx, "Bad_Name"); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("pause of a bad name: %v, want ErrInvalid", err)
 	}
-	if _, err := issuer.PauseQueue(ctx, cmdqtype.DefaultQueue); !errors.Is(err, client.ErrForbidden) {
+	if _, err := issuer.PauseQueue(ctx, cmdq.DefaultQueue); !errors.Is(err, client.ErrForbidden) {
 		t.Fatalf("pause by an issuer: %v, want ErrForbidden", err)
 	}
 }
@@ -84,7 +83,7 @@ func TestUniqueAndPeriodic(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
 		return errors.Join(
-			cmdq.Register(c, func(context.Context, echoCmd, *cmdq.Run) error { return nil }),
+			cmdq.Register(c, func(context.Context, echoCmd, *cmdq.Attempt) error { return nil }),
 			c.Periodic("test.heartbeat", "@every 1s", echoCmd{N: 7}))
 	}})
 	issuer := newClient(t, s.URL, client.WithToken(apitest.IssuerToken))
@@ -136,18 +135,18 @@ func TestScheduleAndRunNow(t *testing.T) {
 	ctx := context.Background()
 	at := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	res, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"}, client.At(at))
-	if err != nil || res.Status != cmdqtype.StateScheduled || !res.RunAt.Equal(at) {
+	if err != nil || res.Status != cmdq.StateScheduled || !res.RunAt.Equal(at) {
 		t.Fatalf("issue at %s: %+v %v", at, res, err)
 	}
 	later, err := issuer.Issue(ctx, client.IssueRequest{Type: "SendEmail"}, client.After(90*time.Second))
-	if err != nil || later.Status != cmdqtype.StateScheduled || time.Until(later.RunAt) < 80*time.Second {
+	if err != nil || later.Status != cmdq.StateScheduled || time.Until(later.RunAt) < 80*time.Second {
 		t.Fatalf("issue after 90s: %+v %v", later, err)
 	}
-	if st, err := operator.Get(ctx, res.ID); err != nil || st.State != cmdqtype.StateScheduled || !st.RunAt.Equal(at) {
+	if st, err := operator.Get(ctx, res.ID); err != nil || st.State != cmdq.StateScheduled || !st.RunAt.Equal(at) {
 		t.Fatalf("status: %+v %v", st, err)
 	}
 	st, err := operator.RunNow(ctx, res.ID)
-	if err != nil || st.State != cmdqtype.StatePending || !st.RunAt.Before(at) {
+	if err != nil || st.State != cmdq.StatePending || !st.RunAt.Before(at) {
 		t.Fatalf("run-now: %+v %v", st, err)
 	}
 	if _, err := operator.RunNow(ctx, res.ID); !errors.Is(err, client.ErrConflict) {
@@ -156,7 +155,7 @@ func TestScheduleAndRunNow(t *testing.T) {
 	if _, err := issuer.RunNow(ctx, later.ID); !errors.Is(err, client.ErrForbidden) {
 		t.Fatalf("run-now with an issuer token: %v, want ErrForbidden", err)
 	}
-	if _, err := operator.RunNow(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := operator.RunNow(ctx, "7f0c2a9e-3b1d-4c8e-9f6a-1d2e3f4a5b6c"); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("run-now of an unknown command: %v, want ErrNotFound", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -62,7 +61,7 @@ func TestWaitLongPolls(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{
 		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
-			return cmdq.Register(c, func(ctx context.Context, _ stepper, _ *cmdq.Run) error {
+			return cmdq.Register(c, func(ctx context.Context, _ stepper, _ *cmdq.Attempt) error {
 				select {
 				case <-release:
 					return nil
@@ -82,7 +81,7 @@ func TestWaitLongPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		st  cmdqtype.Status
+		st  cmdq.Status
 		err error
 	}
 	done := make(chan result, 1)
@@ -115,7 +114,7 @@ func TestWaitLongPolls(t *testing.T) {
 	}
 	close(release)
 	r := <-done
-	if r.err != nil || r.st.State != cmdqtype.StateCompleted {
+	if r.err != nil || r.st.State != cmdq.StateCompleted {
 		t.Fatalf("Wait: %+v %v", r.st, r.err)
 	}
 	// The issue, Wait's first read (no condition), then long-polls only;
@@ -140,7 +139,7 @@ func TestFollow(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{
 		Config: cmdq.Config{StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
-			return cmdq.Register(c, func(ctx context.Context, _ stepper, run *cmdq.Run) error {
+			return cmdq.Register(c, func(ctx context.Context, _ stepper, run *cmdq.Attempt) error {
 				for i := 1; i <= 2; i++ {
 					select {
 					case <-steps:
@@ -167,19 +166,19 @@ func TestFollow(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		seqs   []int64
-		states []cmdqtype.State
+		states []cmdq.State
 	)
 	type result struct {
-		st  cmdqtype.Status
+		st  cmdq.Status
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := c.Follow(ctx, res.ID, 0, func(e cmdqtype.Event) {
+		st, err := c.Follow(ctx, res.ID, 0, func(e cmdq.Event) {
 			mu.Lock()
 			seqs = append(seqs, e.Seq)
 			mu.Unlock()
-		}, func(st cmdqtype.Status) {
+		}, func(st cmdq.Status) {
 			mu.Lock()
 			states = append(states, st.State)
 			mu.Unlock()
@@ -211,7 +210,7 @@ func TestFollow(t *testing.T) {
 	waitReconnects(3)
 	steps <- struct{}{}
 	r := <-done
-	if r.err != nil || r.st.State != cmdqtype.StateCompleted {
+	if r.err != nil || r.st.State != cmdq.StateCompleted {
 		t.Fatalf("Follow: %+v %v", r.st, r.err)
 	}
 	mu.Lock()
@@ -221,11 +220,11 @@ func TestFollow(t *testing.T) {
 			t.Fatalf("events seen %v: want 1..5 once each, in order", seqs)
 		}
 	}
-	if len(seqs) != 5 || states[len(states)-1] != cmdqtype.StateCompleted {
+	if len(seqs) != 5 || states[len(states)-1] != cmdq.StateCompleted {
 		t.Fatalf("events %v, statuses %v", seqs, states)
 	}
 	// A command that does not exist is an error at once.
-	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := c.Follow(ctx, uuid.NewString(), 0, nil, nil); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("Follow of an unknown command: %v", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // The wire types of the HTTP API: the bodies the server (package api)
@@ -167,7 +167,7 @@ type IssueResponse struct {
 	// Status is the command's state: pending for a new (or requeued)
 	// command (scheduled when its run-at time is ahead), the current state
 	// for a repeated request.
-	Status cmdqtype.State `json:"status"`
+	Status cmdq.State `json:"status"`
 	// RunAt is when the command is due (UTC), when it was issued with a
 	// run-at time or a delay: the delay's end by the server's clock.
 	RunAt time.Time `json:"runAt,omitzero"`
@@ -185,13 +185,13 @@ type IssueResponse struct {
 // schedule, sorted by name.
 type PeriodicResponse struct {
 	// Periodic lists the schedules with their last and next tick.
-	Periodic []cmdqtype.PeriodicInfo `json:"periodic"`
+	Periodic []cmdq.PeriodicInfo `json:"periodic"`
 }
 
 // PoisonEntryResponse is the body of GET /v1/poison/{id}: the entry and
 // the poisoned command's parameters.
 type PoisonEntryResponse struct {
-	cmdqtype.PoisonEntry
+	cmdq.PoisonEntry
 	// Params is the command's parameters as stored (a JSON object);
 	// absent for the entry of a malformed message, which has no stored
 	// command.
@@ -203,7 +203,7 @@ type EventsResponse struct {
 	// ID is the command ID.
 	ID string `json:"id"`
 	// Events are the command's lifecycle events, oldest first.
-	Events []cmdqtype.Event `json:"events"`
+	Events []cmdq.Event `json:"events"`
 }
 
 // HealthResponse is the body of GET /healthz and of a 200 GET /readyz.
@@ -215,7 +215,7 @@ type HealthResponse struct {
 	// Healthy is false while the service is unhealthy.
 	Healthy bool `json:"healthy"`
 	// Detail is the server's health detail (for a processor, its
-	// cmdqtype.Health snapshot). Only requests with the reader role (any
+	// cmdq.ProcessorHealth snapshot). Only requests with the reader role (any
 	// request to a server without tokens) see it.
 	Detail any `json:"detail,omitempty"`
 }

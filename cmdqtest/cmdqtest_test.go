@@ -37,19 +37,19 @@ func TestDrainRunsEverything(t *testing.T) {
 	t.Parallel()
 	c := cmdqtest.New(t)
 	ctx := context.Background()
-	if err := cmdq.Register(c, func(ctx context.Context, o order, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, o order, run *cmdq.Attempt) error {
 		_, err := c.Issue(ctx, ship{OrderID: o.ID}) // a handler that issues a follow-up
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmdq.Register(c, func(context.Context, ship, *cmdq.Run) error { return nil }); err != nil {
+	if err := cmdq.Register(c, func(context.Context, ship, *cmdq.Attempt) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	fast := cmdq.RetryPolicy{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 1}
-	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ flaky, run *cmdq.Run) error {
-		if run.Attempt() < 3 {
-			return fmt.Errorf("attempt %d fails", run.Attempt())
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, _ flaky, run *cmdq.Attempt) error {
+		if run.Number() < 3 {
+			return fmt.Errorf("attempt %d fails", run.Number())
 		}
 		return nil
 	}, cmdq.HandlerOptions{Retry: fast}); err != nil {
@@ -118,7 +118,7 @@ func TestAssertionsFail(t *testing.T) {
 	t.Parallel()
 	c := cmdqtest.New(t)
 	ctx := context.Background()
-	if err := cmdq.Register(c, func(context.Context, order, *cmdq.Run) error {
+	if err := cmdq.Register(c, func(context.Context, order, *cmdq.Attempt) error {
 		return cmdq.Permanent(errors.New("out of stock"))
 	}); err != nil {
 		t.Fatal(err)

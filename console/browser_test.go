@@ -24,7 +24,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -87,9 +86,9 @@ func release(key string) { close(holdChan(key)) }
 // attempt) and demo.hold (three attempts), retried after about a second,
 // as serve does.
 func registerDemo(c *cmdq.Client) error {
-	opts := cmdq.HandlerOptions{Retry: cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}}
-	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoHold, run *cmdq.Run) error {
-		if cmd.FailFirst && run.Attempt() == 1 {
+	opts := cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}}
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoHold, run *cmdq.Attempt) error {
+		if cmd.FailFirst && run.Number() == 1 {
 			return fmt.Errorf("demo.hold: planned failure of attempt 1")
 		}
 		select {
@@ -103,7 +102,7 @@ func registerDemo(c *cmdq.Client) error {
 	}
 	failOpts := opts
 	failOpts.PoisonCeiling = 1
-	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, _ *cmdq.Run) error {
+	if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, _ *cmdq.Attempt) error {
 		t := time.NewTimer(time.Duration(cmd.MS) * time.Millisecond)
 		defer t.Stop()
 		select {
@@ -115,9 +114,9 @@ func registerDemo(c *cmdq.Client) error {
 	}, opts); err != nil {
 		return err
 	}
-	return cmdq.RegisterWith(c, func(_ context.Context, cmd demoFail, run *cmdq.Run) error {
-		if run.Attempt() <= cmd.Times {
-			return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
+	return cmdq.RegisterWith(c, func(_ context.Context, cmd demoFail, run *cmdq.Attempt) error {
+		if run.Number() <= cmd.Times {
+			return fmt.Errorf("demo.fail: planned failure %d of %d", run.Number(), cmd.Times)
 		}
 		return nil
 	}, failOpts)
@@ -160,9 +159,9 @@ func do(t *testing.T, method, url, token, body string) response {
 
 // waitState polls a command (through the server's Client) until it is in
 // state.
-func waitState(t *testing.T, srv *apitest.Server, id string, state cmdqtype.State, timeout time.Duration) {
+func waitState(t *testing.T, srv *apitest.Server, id string, state cmdq.State, timeout time.Duration) {
 	t.Helper()
-	var last cmdqtype.State
+	var last cmdq.State
 	waitFor(t, timeout, fmt.Sprintf("command %s is %s (last seen %s)", id, state, last), func() bool {
 		st, err := srv.Client.Get(context.Background(), id)
 		if err != nil {
@@ -622,7 +621,7 @@ func TestBrowserConsole(t *testing.T) {
 	running := func(id string, n int) {
 		t.Helper()
 		waitFor(t, 30*time.Second, fmt.Sprintf("attempt %d of %s runs", n, id), func() bool {
-			f, ok := srv.Client.InFlight(id)
+			f, ok := srv.Client.Running(id)
 			return ok && f.Attempt == n
 		})
 	}
@@ -724,7 +723,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 		t.Errorf("the commands list shows the retried command as %q", row)
 	}
 	release("retried")
-	waitState(t, srv, retried, cmdqtype.StateCompleted, 30*time.Second)
+	waitState(t, srv, retried, cmdq.StateCompleted, 30*time.Second)
 
 	// ---- failing commands appear in the poison list without a reload ----
 	op.run(cdppage.BringToFront(), chromedp.Navigate(srv.URL+"/ui/poison"), chromedp.WaitVisible(`#live`, chromedp.ByQuery))
@@ -949,7 +948,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 	}
 	op.shoot(dir, "confirm-cancel")
 	op.run(chromedp.Click(`form[action$="/cancel"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
-	waitState(t, srv, waiting, cmdqtype.StateCancelled, 30*time.Second)
+	waitState(t, srv, waiting, cmdq.StateCancelled, 30*time.Second)
 	op.run(chromedp.Navigate(srv.URL+"/ui/queues"), chromedp.WaitVisible(`tr.queue`, chromedp.ByQuery),
 		chromedp.Click(`form[action$="/queues/commands/resume"] button`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery))
 
@@ -968,7 +967,7 @@ new MutationObserver(() => { const s = document.getElementById("status"); if (s 
 
 	// ---- a reader sees no controls ----
 	fourth := issueFailing()
-	waitState(t, srv, fourth, cmdqtype.StatePoisoned, 30*time.Second)
+	waitState(t, srv, fourth, cmdq.StatePoisoned, 30*time.Second)
 	// The operator logs out (the session ends on the server), and a reader
 	// logs in in the same browser.
 	op.run(chromedp.Navigate(srv.URL+"/ui/"), chromedp.WaitVisible(`#live`, chromedp.ByQuery),

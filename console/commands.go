@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
@@ -72,7 +72,7 @@ type commandsBody struct {
 	Type     string // type prefix
 	IDPrefix string
 	Corr     string
-	State    cmdqtype.State
+	State    cmdq.State
 	Filtered bool // a type, ID or correlation filter is set
 	Tabs     []stateTab
 	Total    int
@@ -101,7 +101,7 @@ type rangeLink struct {
 
 // groupRow is one type's or queue's line of the breakdown.
 type groupRow struct {
-	cmdqtype.GroupCounts
+	cmdq.GroupCounts
 	URL string // filters the page by it ("" for queues)
 }
 
@@ -109,12 +109,12 @@ type groupRow struct {
 type commandsQuery struct {
 	rng                 timeRange
 	typ, id, corr, cont string
-	state               cmdqtype.State
+	state               cmdq.State
 	rangeSet            bool
 }
 
 // url returns the page's URL for q with the continuation cont.
-func (d *dashboard) commandsPageURL(q commandsQuery, state cmdqtype.State, cont string) string {
+func (d *dashboard) commandsPageURL(q commandsQuery, state cmdq.State, cont string) string {
 	v := url.Values{}
 	if q.rangeSet {
 		v.Set("range", q.rng.Key)
@@ -162,7 +162,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	}
 	qv := r.URL.Query()
 	q := commandsQuery{rng: timeRanges[0], typ: strings.TrimSpace(qv.Get("type")), id: strings.TrimSpace(qv.Get("id")),
-		corr: strings.TrimSpace(qv.Get("correlation")), state: cmdqtype.State(qv.Get("state")), cont: qv.Get("continuation")}
+		corr: strings.TrimSpace(qv.Get("correlation")), state: cmdq.State(qv.Get("state")), cont: qv.Get("continuation")}
 	if k := qv.Get("range"); k != "" {
 		found := false
 		for _, tr := range timeRanges {
@@ -196,7 +196,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.now().UTC()
 	from := now.Add(-q.rng.Span).Truncate(q.rng.Interval)
-	page, err := d.src.Commands(r.Context(), cmdqtype.CommandQuery{TypePrefix: q.typ, IDPrefix: q.id, CorrelationID: q.corr, State: q.state,
+	page, err := d.src.Commands(r.Context(), cmdq.CommandQuery{TypePrefix: q.typ, IDPrefix: q.id, CorrelationID: q.corr, State: q.state,
 		Since: from, IssuedSince: from.Add(-issuedSlack), Interval: q.rng.Interval, Newest: true, Summary: true,
 		Limit: recentPageSize, Continuation: q.cont, ScanLimit: maxScannedRows, ParamsPreview: listPreview})
 	if err != nil {
@@ -221,13 +221,13 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Tabs = append(b.Tabs, stateTab{Count: b.Total, URL: d.commandsPageURL(q, "", ""), On: q.state == ""})
 		for _, s := range stateOrder {
-			if s == cmdqtype.StateScheduled && sum.Counts[s] == 0 && q.state != s {
+			if s == cmdq.StateScheduled && sum.Counts[s] == 0 && q.state != s {
 				continue // shown only when some command is scheduled
 			}
 			b.Tabs = append(b.Tabs, stateTab{State: s, Count: sum.Counts[s], URL: d.commandsPageURL(q, s, ""), On: q.state == s})
 		}
-		b.Charts = charts(sum.Minutes, q.rng)
-		b.Latency = latencyChartOf(sum.Minutes, sum.Latency)
+		b.Charts = charts(sum.Intervals, q.rng)
+		b.Latency = latencyChartOf(sum.Intervals, sum.Latency)
 		for _, g := range sum.ByType {
 			tq := q
 			tq.typ = g.Name
@@ -239,7 +239,7 @@ func (d *dashboard) commands(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range page.Commands {
 		row := commandRow{Status: st, Params: page.Params[st.ID], Since: page.Started[st.ID]}
-		if st.State == cmdqtype.StatePending || st.State == cmdqtype.StateRetrying {
+		if st.State == cmdq.StatePending || st.State == cmdq.StateRetrying {
 			if f, ok := d.src.InFlight(st.ID); ok {
 				row.Running, row.Since = true, f.Started
 			}
@@ -262,7 +262,7 @@ func utf8Printable(s string) bool {
 }
 
 // validState reports whether s names a lifecycle state.
-func validState(s cmdqtype.State) bool {
+func validState(s cmdq.State) bool {
 	for _, x := range stateOrder {
 		if s == x {
 			return true
@@ -272,11 +272,11 @@ func validState(s cmdqtype.State) bool {
 }
 
 // stateOrder is the order of the states on the page.
-var stateOrder = []cmdqtype.State{cmdqtype.StateScheduled, cmdqtype.StatePending, cmdqtype.StateRunning, cmdqtype.StateRetrying, cmdqtype.StateCompleted, cmdqtype.StatePoisoned, cmdqtype.StateDiscarded, cmdqtype.StateCancelled}
+var stateOrder = []cmdq.State{cmdq.StateScheduled, cmdq.StatePending, cmdq.StateRunning, cmdq.StateRetrying, cmdq.StateCompleted, cmdq.StatePoisoned, cmdq.StateDiscarded, cmdq.StateCancelled}
 
 // stateTab is one state filter with its count.
 type stateTab struct {
-	State cmdqtype.State // "" for all
+	State cmdq.State // "" for all
 	Count int
 	URL   string
 	On    bool
@@ -285,7 +285,7 @@ type stateTab struct {
 // commandRow is one command of a listing, with what this server's
 // processor knows of it.
 type commandRow struct {
-	cmdqtype.Status
+	cmdq.Status
 	// Running: this server's processor runs its handler now, although the
 	// stored state is still pending or retrying (the started event is
 	// written lazily).
@@ -390,14 +390,14 @@ func barTime(t time.Time, rng timeRange) string {
 }
 
 // charts draws the completed, failed and poisoned events per interval.
-func charts(minutes []cmdqtype.MinuteCounts, rng timeRange) []chart {
+func charts(minutes []cmdq.IntervalCounts, rng timeRange) []chart {
 	series := []struct {
 		name, class string
-		of          func(cmdqtype.MinuteCounts) int
+		of          func(cmdq.IntervalCounts) int
 	}{
-		{"Completed", "c-completed", func(m cmdqtype.MinuteCounts) int { return m.Completed }},
-		{"Failed attempts", "c-failed", func(m cmdqtype.MinuteCounts) int { return m.Failed }},
-		{"Poisoned", "c-poisoned", func(m cmdqtype.MinuteCounts) int { return m.Poisoned }},
+		{"Completed", "c-completed", func(m cmdq.IntervalCounts) int { return m.Completed }},
+		{"Failed attempts", "c-failed", func(m cmdq.IntervalCounts) int { return m.Failed }},
+		{"Poisoned", "c-poisoned", func(m cmdq.IntervalCounts) int { return m.Poisoned }},
 	}
 	out := make([]chart, 0, len(series))
 	n := len(minutes)
@@ -429,7 +429,7 @@ func charts(minutes []cmdqtype.MinuteCounts, rng timeRange) []chart {
 }
 
 // latencyChartOf draws the p50 and p95 latency per interval.
-func latencyChartOf(minutes []cmdqtype.MinuteCounts, all cmdqtype.Latency) latencyChart {
+func latencyChartOf(minutes []cmdq.IntervalCounts, all cmdq.Latency) latencyChart {
 	lc := latencyChart{Samples: all.Started, P50All: all.LatencyP50, P95All: all.LatencyP95}
 	var peak time.Duration
 	for _, m := range minutes {

@@ -64,7 +64,7 @@ type Config struct {
 	// Health reports the health the overview shows: a short state name,
 	// whether it is healthy, and any JSON-encodable detail (shown as a
 	// list). Default: the client's processor (its state, healthy, its
-	// cmdq.Health) when it has handlers, else always healthy with state
+	// cmdq.ProcessorHealth) when it has handlers, else always healthy with state
 	// "ok". An api.HealthFunc fits.
 	Health func() (state string, healthy bool, detail any)
 	// Tokens are the accepted tokens and their roles: a reader or

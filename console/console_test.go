@@ -18,7 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/console"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
@@ -271,7 +271,7 @@ func issue(t *testing.T, srv *apitest.Server, typ string) string {
 // issueParams issues a command of typ with params.
 func issueParams(t *testing.T, srv *apitest.Server, typ, params string) string {
 	t.Helper()
-	res, err := srv.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: typ, Params: []byte(params)})
+	res, err := srv.Client.IssueRaw(context.Background(), cmdq.Raw{Type: typ, Params: []byte(params)})
 	if err != nil {
 		t.Fatalf("issue %s: %v", typ, err)
 	}
@@ -279,9 +279,9 @@ func issueParams(t *testing.T, srv *apitest.Server, typ, params string) string {
 }
 
 // poisonAt poisons id as a processor does, with a given PoisonedAt and events.
-func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...cmdqtype.Event) {
+func poisonAt(t *testing.T, srv *apitest.Server, id string, at time.Time, lastError string, events ...cmdq.Event) {
 	t.Helper()
-	srv.Log.Poison(t, id, cmdqtype.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...)
+	srv.Log.Poison(t, id, cmdq.PoisonEntry{DequeueCount: 6, Reason: "ceiling exceeded", LastError: lastError, PoisonedAt: at, Worker: "w1"}, events...)
 }
 
 // ---- tests ----
@@ -421,9 +421,9 @@ func TestDashboardCommandPage(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Convert")
 	srv.Log.Append(t, id,
-		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "host-a"},
-		cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
+		cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "host-a"},
+		cmdq.Event{Kind: cmdq.EventStepCompleted, Attempt: 1, Worker: "host-a", Step: 1, Note: "file 1 converted"},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "host-a", Error: "panic: nil map", Detail: "goroutine 7 [running]:\nmain.convert()"},
 	)
 	poisonAt(t, srv, id, time.Now(), "")
 
@@ -548,17 +548,17 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 		t.Fatalf("the flash message came back on reload:\n%s", got)
 	}
 	st, err := srv.Client.Get(ctx, a)
-	if err != nil || st.State != cmdqtype.StatePending {
+	if err != nil || st.State != cmdq.StatePending {
 		t.Fatalf("after requeue: %v %v, want pending", st.State, err)
 	}
 	if n := srv.QueueCount(t, ""); n != before+1 {
 		t.Fatalf("queue has %d messages, want %d", n, before+1)
 	}
-	if _, err := srv.Client.GetPoison(ctx, a); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, a); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("poison entry after requeue: %v", err)
 	}
 	evs, _ := srv.Client.Events(ctx, a)
-	if last := evs[len(evs)-1]; last.Kind != cmdqtype.EventRequeued || last.By != "ui:anonymous" {
+	if last := evs[len(evs)-1]; last.Kind != cmdq.EventRequeued || last.By != "ui:anonymous" {
 		t.Fatalf("last event %+v", last)
 	}
 	// Again: a readable 409 saying it is not poisoned.
@@ -579,15 +579,15 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	// Discard: status discarded, entry gone.
 	contains(t, b.get(b.post("/ui/poison/"+d+"/discard", url.Values{"csrf": {csrf(t, p)}, "type": {"Alpha"}}).location(t, http.StatusSeeOther)).want(t, http.StatusOK),
 		"Poison entry "+d+" was discarded")
-	if st, _ := srv.Client.Get(ctx, d); st.State != cmdqtype.StateDiscarded {
+	if st, _ := srv.Client.Get(ctx, d); st.State != cmdq.StateDiscarded {
 		t.Fatalf("after discard: %s", st.State)
 	}
-	if _, err := srv.Client.GetPoison(ctx, d); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, d); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("poison entry after discard: %v", err)
 	}
 
 	// An orphan entry (malformed message): requeue explains, offers discard.
-	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"})
+	srv.Log.PoisonMessage(t, cmdq.PoisonEntry{CommandID: "msg-0042", Reason: "malformed message", LastError: "invalid JSON"})
 	orphan := poisonRows(t, b.get("/ui/poison").want(t, http.StatusOK))
 	if len(orphan) != 1 || orphan[0][0] != "msg-0042 (no stored command)" {
 		t.Fatalf("poison list with an orphan entry: %q", orphan)
@@ -600,7 +600,7 @@ func TestDashboardRequeueDiscard(t *testing.T) {
 	p = b.get("/ui/poison/msg-0042/discard").want(t, http.StatusOK)
 	contains(t, p, "msg-0042 (no stored command)")
 	b.post("/ui/poison/msg-0042/discard", url.Values{"csrf": {csrf(t, p)}}).location(t, http.StatusSeeOther)
-	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := srv.Client.GetPoison(ctx, "msg-0042"); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("orphan entry after discard: %v", err)
 	}
 	contains(t, b.post("/ui/poison/"+uuid.NewString()+"/discard", url.Values{"csrf": {tok}}).want(t, http.StatusNotFound), "no poison entry or command")
@@ -666,7 +666,7 @@ func TestDashboardLogin(t *testing.T) {
 		t.Fatalf("a refused POST changed storage: %v", err)
 	}
 	op.post("/ui/poison/"+id+"/requeue", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
-	if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
+	if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StatePending {
 		t.Fatalf("after operator requeue: %s", st.State)
 	}
 	evs, _ := srv.Client.Events(ctx, id)
@@ -749,9 +749,9 @@ func TestDashboardEscaping(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{})
 	b := newBrowser(t, srv.URL)
 	const evil = `<script>alert("x")</script>`
-	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil})
+	srv.Log.PoisonMessage(t, cmdq.PoisonEntry{CommandID: "msg-evil", Type: evil, Reason: evil, LastError: evil})
 	id := issue(t, srv, "Alpha")
-	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil})
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: evil, Error: evil, Detail: evil})
 	for _, path := range []string{"/ui/poison", "/ui/poison?type=" + url.QueryEscape(evil), "/ui/commands/" + id, "/ui/", "/ui/commands?correlation=" + url.QueryEscape(evil), "/ui/poison/msg-evil"} {
 		p := b.get(path)
 		if p.doc == nil {

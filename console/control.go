@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -40,10 +39,10 @@ func cancelTime(r *http.Request) time.Duration {
 
 // cancelBody is the body of the cancel confirmation page.
 type cancelBody struct {
-	Action    string            // where the confirming form posts
-	Commands  []cmdqtype.Status // what would be cancelled
-	Ended     []cmdqtype.Status // selected but ended already: left out
-	Missing   []string          // selected IDs no command has
+	Action    string        // where the confirming form posts
+	Commands  []cmdq.Status // what would be cancelled
+	Ended     []cmdq.Status // selected but ended already: left out
+	Missing   []string      // selected IDs no command has
 	Button    string
 	CancelURL string // where "Keep them" leads
 	Bulk      bool   // post the IDs; else the action URL names the command
@@ -71,9 +70,9 @@ func (d *dashboard) confirmCancel(w http.ResponseWriter, r *http.Request) {
 	b := cancelBody{Action: d.commandURL(id) + "/cancel", Button: "Cancel the command", CancelURL: d.commandURL(id)}
 	title := "Cancel this command?"
 	if st.State.Final() {
-		b.Ended, title = []cmdqtype.Status{st}, "Nothing to cancel"
+		b.Ended, title = []cmdq.Status{st}, "Nothing to cancel"
 	} else {
-		b.Commands = []cmdqtype.Status{st}
+		b.Commands = []cmdq.Status{st}
 	}
 	d.render(w, r, http.StatusOK, "cancel", d.data(v, title, "commands", b))
 }
@@ -93,8 +92,8 @@ func (d *dashboard) commandPost(w http.ResponseWriter, r *http.Request, role htt
 
 // commandID reads and checks {id}; on failure it writes a 400 page.
 func (d *dashboard) commandID(w http.ResponseWriter, r *http.Request, v viewer) (string, bool) {
-	id := cmdqtype.NormalizeID(r.PathValue("id"))
-	if err := cmdqtype.ValidateID(id); err != nil {
+	id := cmdq.NormalizeID(r.PathValue("id"))
+	if err := cmdq.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return "", false
@@ -114,7 +113,7 @@ func (d *dashboard) cancelCommand(w http.ResponseWriter, r *http.Request) {
 	res, err := d.src.Cancel(r.Context(), id, by)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrNotCancellable):
+	case errors.Is(err, cmdq.ErrNotCancellable):
 		state := "ended"
 		if st, _, gerr := d.src.Command(r.Context(), id); gerr == nil {
 			state = string(st.State)
@@ -153,7 +152,7 @@ func (d *dashboard) cancelForm(w http.ResponseWriter, r *http.Request, v viewer)
 	var ids []string
 	seen := map[string]bool{}
 	for _, id := range r.PostForm["id"] {
-		if cmdqtype.ValidateID(id) != nil {
+		if cmdq.ValidateID(id) != nil {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID", fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Use the checkboxes of the commands view.")
 			return nil, false
 		}
@@ -194,7 +193,7 @@ func (d *dashboard) cancelReview(w http.ResponseWriter, r *http.Request) {
 			b.Ended = append(b.Ended, st)
 		case err == nil:
 			b.Commands = append(b.Commands, st)
-		case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+		case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 			b.Missing = append(b.Missing, id)
 		default:
 			d.fail(w, r, v, err)
@@ -301,9 +300,9 @@ func (d *dashboard) cancelRun(w http.ResponseWriter, r *http.Request) {
 // cancelWhy says in a few words why one cancel of a bulk cancel failed.
 func (d *dashboard) cancelWhy(r *http.Request, err error) string {
 	switch {
-	case errors.Is(err, cmdqtype.ErrNotCancellable):
+	case errors.Is(err, cmdq.ErrNotCancellable):
 		return "it ended already"
-	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		return "no such command"
 	case httpserve.StorageUnavailable(err):
 		return "storage did not answer in time"
@@ -315,7 +314,7 @@ func (d *dashboard) cancelWhy(r *http.Request, err error) string {
 
 // queuesBody is the body of the queues view.
 type queuesBody struct {
-	Queues  []cmdqtype.QueueInfo
+	Queues  []cmdq.QueueInfo
 	Refresh int
 }
 
@@ -338,7 +337,7 @@ func (d *dashboard) queues(w http.ResponseWriter, r *http.Request) {
 
 // periodicBody is the body of the periodic view.
 type periodicBody struct {
-	Schedules []cmdqtype.PeriodicInfo
+	Schedules []cmdq.PeriodicInfo
 	Refresh   int
 }
 
@@ -369,7 +368,7 @@ func (d *dashboard) queueAction(pause bool) http.HandlerFunc {
 			return
 		}
 		name := r.PathValue("name")
-		if cmdqtype.ValidateQueue(name) != nil {
+		if cmdq.ValidateQueue(name) != nil {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid queue name", fmt.Sprintf("%s is not a queue name.", httpserve.QuoteClip(name)), "Use the buttons of the queues view.")
 			return
 		}
@@ -379,7 +378,7 @@ func (d *dashboard) queueAction(pause bool) http.HandlerFunc {
 		}
 		by := "ui:" + v.who
 		if _, err := act(r.Context(), name, by); err != nil {
-			if errors.Is(err, cmdqtype.ErrUnknownQueue) {
+			if errors.Is(err, cmdq.ErrUnknownQueue) {
 				d.errorPage(w, r, v, http.StatusNotFound, "No such queue", fmt.Sprintf("There is no queue %s here.", httpserve.ClipText(name)), "Use the buttons of the queues view.")
 				return
 			}

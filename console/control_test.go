@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -40,7 +40,7 @@ func TestConsoleCancel(t *testing.T) {
 	tok := csrf(t, confirm)
 	reader.post("/ui/commands/"+id+"/cancel", url.Values{"csrf": {csrf(t, reader.get("/ui/commands/"+id).want(t, http.StatusOK))}}).want(t, http.StatusForbidden)
 	op.post("/ui/commands/"+id+"/cancel", url.Values{}).want(t, http.StatusForbidden) // no CSRF token
-	if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
+	if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StatePending {
 		t.Fatalf("refused cancels changed the command: %s", st.State)
 	}
 	loc := op.post("/ui/commands/"+id+"/cancel", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
@@ -56,12 +56,12 @@ func TestConsoleCancel(t *testing.T) {
 		t.Fatal("a cancelled command still offers Cancel")
 	}
 	evs, err := srv.Client.Events(ctx, id)
-	if err != nil || evs[len(evs)-1].Kind != cmdqtype.EventCancelled || !strings.HasPrefix(evs[len(evs)-1].By, "ui:token:") {
+	if err != nil || evs[len(evs)-1].Kind != cmdq.EventCancelled || !strings.HasPrefix(evs[len(evs)-1].By, "ui:token:") {
 		t.Fatalf("events %+v %v: want a cancelled event by ui:token:…", evs, err)
 	}
 
 	done := issue(t, srv, "Alpha")
-	srv.Log.Append(t, done, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w"})
+	srv.Log.Append(t, done, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"}, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1, Worker: "w"})
 	contains(t, op.get("/ui/commands/"+done+"/cancel").want(t, http.StatusOK), "Nothing to cancel")
 	contains(t, op.post("/ui/commands/"+done+"/cancel", url.Values{"csrf": {tok}}).want(t, http.StatusConflict), "is completed")
 }
@@ -79,7 +79,7 @@ func TestConsoleBulkCancel(t *testing.T) {
 	ctx := context.Background()
 	a, b := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
 	done := issue(t, srv, "Alpha")
-	srv.Log.Append(t, done, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w"})
+	srv.Log.Append(t, done, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"}, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1, Worker: "w"})
 	br := newBrowser(t, srv.URL)
 	list := br.get("/ui/commands").want(t, http.StatusOK)
 	boxes := elements(list.doc, "input", func(n *html.Node) bool { return attr(n, "name") == "id" && attr(n, "form") == "bulk" })
@@ -101,7 +101,7 @@ func TestConsoleBulkCancel(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range []string{a, b} {
-		if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StateCancelled {
+		if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StateCancelled {
 			t.Fatalf("%s is %s, want cancelled", id, st.State)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -54,7 +54,7 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; c
 const lastErrorWidth = 120
 
 // maxCountedPoison is the most poison entries the overview counts.
-const maxCountedPoison = cmdqtype.MaxPoisonLimit
+const maxCountedPoison = cmdq.MaxPoisonLimit
 
 // dashboardClock tells the time for session expiry; tests replace it.
 var dashboardClock = time.Now
@@ -83,7 +83,7 @@ var dashboardFuncs = template.FuncMap{
 	// attemptsOf is a poison entry's true attempt count (its recorded
 	// attempts; its dequeue count for older entries and malformed
 	// messages).
-	"attemptsOf": func(e cmdqtype.PoisonEntry) int {
+	"attemptsOf": func(e cmdq.PoisonEntry) int {
 		if e.Attempts > 0 {
 			return e.Attempts
 		}
@@ -91,7 +91,7 @@ var dashboardFuncs = template.FuncMap{
 	},
 	// isCommandID: poison entries of malformed messages are keyed by the
 	// queue message ID and have no command page.
-	"isCommandID": func(id string) bool { return cmdqtype.ValidateID(id) == nil },
+	"isCommandID": func(id string) bool { return cmdq.ValidateID(id) == nil },
 	"badge":       badge,
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,
@@ -167,7 +167,7 @@ type pageData struct {
 	Flash   *flash
 	// FlashState is the current state of the command a flash says was
 	// requeued, when this page read it ("" otherwise).
-	FlashState cmdqtype.State
+	FlashState cmdq.State
 	Now        time.Time // when the page was made
 	Body       any
 	// Prefs are the viewer's display preferences (prefs.go); Back is the
@@ -512,7 +512,7 @@ func (d *dashboard) errorPage(w http.ResponseWriter, r *http.Request, v viewer, 
 // fail renders an error from the status package as a page saying what to do.
 func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err error) {
 	switch {
-	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", "There is no command with this ID.",
 			"Check the ID. A poison entry without a stored command (a malformed message) has no page: discard it from the poison list.")
 	case httpserve.StorageUnavailable(err):
@@ -522,7 +522,7 @@ func (d *dashboard) fail(w http.ResponseWriter, r *http.Request, v viewer, err e
 		d.errorPage(w, r, v, http.StatusServiceUnavailable, "Storage unavailable",
 			"Storage did not answer in time or could not be reached. Reference "+ref+" is in the server's log.",
 			fmt.Sprintf("Retry in %d seconds. An action may or may not have been carried out: reload the poison list to see.", httpserve.RetryAfterSeconds))
-	case errors.Is(err, cmdqtype.ErrInvalidContinuation):
+	case errors.Is(err, cmdq.ErrInvalidContinuation):
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid page link", "The continuation in the link is not valid.", "Start again from the first page of the poison list.")
 	default:
 		ref := httpserve.NewRef()

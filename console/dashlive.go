@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
@@ -42,8 +41,8 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 	if _, ok := d.require(w, r, RoleReader); !ok {
 		return
 	}
-	id := cmdqtype.NormalizeID(r.PathValue("id"))
-	if err := cmdqtype.ValidateID(id); err != nil {
+	id := cmdq.NormalizeID(r.PathValue("id"))
+	if err := cmdq.ValidateID(id); err != nil {
 		http.Error(w, "not a command ID", http.StatusBadRequest)
 		return
 	}
@@ -109,13 +108,13 @@ func (d *dashboard) live(w http.ResponseWriter, r *http.Request) {
 }
 
 // immutableState reports whether a command in state s never changes.
-func immutableState(s cmdqtype.State) bool {
-	return s == cmdqtype.StateCompleted || s == cmdqtype.StateDiscarded || s == cmdqtype.StateCancelled
+func immutableState(s cmdq.State) bool {
+	return s == cmdq.StateCompleted || s == cmdq.StateDiscarded || s == cmdq.StateCancelled
 }
 
 // runningNote is what the command page and the listing say of a command
 // this server's processor runs before its started event is written.
-func runningNote(f cmdq.InFlight, now time.Time) string {
+func runningNote(f cmdq.RunningCommand, now time.Time) string {
 	runFor := strings.TrimSuffix(relTime(now, f.Started), " ago")
 	if runFor == "just now" {
 		runFor = "less than a second"

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -32,7 +31,7 @@ const (
 )
 
 // maxBulk is the most poison entries one bulk action handles.
-const maxBulk = cmdqtype.MaxPoisonLimit
+const maxBulk = cmdq.MaxPoisonLimit
 
 // bulkWorkers is how many requeues or discards a bulk action runs at once.
 const bulkWorkers = 4
@@ -69,8 +68,8 @@ type overviewBody struct {
 	Running       int
 	// Throughput sums the running processors' outcomes over their last
 	// heartbeat interval; Per names that interval ("minute").
-	Throughput cmdqtype.OutcomeCounts
-	Totals     cmdqtype.OutcomeCounts // since each running processor's run started
+	Throughput cmdq.OutcomeCounts
+	Totals     cmdq.OutcomeCounts // since each running processor's run started
 	Per        string
 	// Failures are the newest failed or poisoned attempts the processors
 	// report and (operators) the newest poison entries.
@@ -136,9 +135,9 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	b := overviewBody{Health: d.health(), Refresh: refreshOverview}
 	b.HealthRows = healthRows(b.Health.Detail)
 	queues := d.src.Queues()
-	var newestPoison []cmdqtype.PoisonEntry
+	var newestPoison []cmdq.PoisonEntry
 	if v.can(RoleOperator) {
-		page, err := d.src.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: maxCountedPoison})
+		page, err := d.src.ListPoison(ctx, cmdq.PoisonQuery{Limit: maxCountedPoison})
 		if err != nil {
 			b.PoisonErr = "the poison table could not be read (storage may be unavailable)"
 			d.log.Error().Err(err).Msg("cmdq console: list poison")
@@ -207,7 +206,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 type poisonBody struct {
 	Type     string
 	Limit    int
-	Entries  []cmdqtype.PoisonEntry
+	Entries  []cmdq.PoisonEntry
 	NextURL  string
 	FirstURL string
 	Paged    bool // this is not the first page
@@ -229,12 +228,12 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	pq := cmdqtype.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: cmdqtype.DefaultPoisonLimit}
+	pq := cmdq.PoisonQuery{Type: strings.TrimSpace(q.Get("type")), Continuation: q.Get("continuation"), Limit: cmdq.DefaultPoisonLimit}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > cmdqtype.MaxPoisonLimit {
+		if err != nil || n < 1 || n > cmdq.MaxPoisonLimit {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid limit",
-				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", httpserve.QuoteClip(l), cmdqtype.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", cmdqtype.DefaultPoisonLimit))
+				fmt.Sprintf("limit %s is not a whole number from 1 to %d.", httpserve.QuoteClip(l), cmdq.MaxPoisonLimit), fmt.Sprintf("Omit it for the default (%d).", cmdq.DefaultPoisonLimit))
 			return
 		}
 		pq.Limit = n
@@ -249,7 +248,7 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 		if pq.Type != "" {
 			u.Set("type", pq.Type)
 		}
-		if pq.Limit != cmdqtype.DefaultPoisonLimit {
+		if pq.Limit != cmdq.DefaultPoisonLimit {
 			u.Set("limit", strconv.Itoa(pq.Limit))
 		}
 		if cont != "" {
@@ -270,12 +269,12 @@ func (d *dashboard) poison(w http.ResponseWriter, r *http.Request) {
 }
 
 type commandBody struct {
-	Status      cmdqtype.Status
+	Status      cmdq.Status
 	Params      string // indented JSON
 	ParamsBytes int
 	ParamsCut   bool // Params holds only the first maxParamsShown bytes
-	Events      []cmdqtype.Event
-	Poison      *cmdqtype.PoisonEntry
+	Events      []cmdq.Event
+	Poison      *cmdq.PoisonEntry
 	// Waiting: pending and never started (since creation or the last
 	// requeue); the page explains the lazy started event.
 	Waiting bool
@@ -287,7 +286,7 @@ type commandBody struct {
 	// Running is set when this server's processor runs the command's
 	// handler now while the stored state is still pending or retrying
 	// (its started event is not written yet); RunningNote says so.
-	Running     *cmdq.InFlight
+	Running     *cmdq.RunningCommand
 	RunningNote string
 	Refresh     int
 	// Stream is the live feed's URL ("" for a final command): live.js
@@ -317,8 +316,8 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := cmdqtype.NormalizeID(r.PathValue("id"))
-	if err := cmdqtype.ValidateID(id); err != nil {
+	id := cmdq.NormalizeID(r.PathValue("id"))
+	if err := cmdq.ValidateID(id); err != nil {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID",
 			fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Command IDs are lowercase canonical UUIDs such as 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10.")
 		return
@@ -334,7 +333,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdqtype.StatePending && st.Attempts == 0, Final: st.State.Final()}
+	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdq.StatePending && st.Attempts == 0, Final: st.State.Final()}
 	if len(params) > 0 {
 		// Bounded before it is done: at most maxParamsShown bytes laid out,
 		// nesting past jsonview.DefaultMaxDepth not indented further.
@@ -345,9 +344,9 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		b.Output, b.OutputCut = shownJSON([]byte(st.Output))
 	}
 	switch st.State {
-	case cmdqtype.StateCompleted, cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
+	case cmdq.StateCompleted, cmdq.StateDiscarded, cmdq.StateCancelled:
 		b.Refresh = 0 // final: nothing changes any more
-	case cmdqtype.StatePoisoned:
+	case cmdq.StatePoisoned:
 		b.Refresh = refreshPoisoned
 	default:
 		b.Refresh = refreshCommand
@@ -355,15 +354,15 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if b.Refresh > 0 {
 		b.Stream = d.base + "/commands/" + id + "/live"
 	}
-	if st.State == cmdqtype.StatePending || st.State == cmdqtype.StateRetrying {
+	if st.State == cmdq.StatePending || st.State == cmdq.StateRetrying {
 		if f, ok := d.src.InFlight(id); ok {
 			b.Running, b.RunningNote, b.Waiting = &f, runningNote(f, d.now()), false
 		}
 	}
-	if st.State == cmdqtype.StateRetrying {
+	if st.State == cmdq.StateRetrying {
 		if p, ok := d.src.RetryPolicy(st.Type); ok {
 			for i := len(evs) - 1; i >= 0; i-- {
-				if evs[i].Kind == cmdqtype.EventFailed {
+				if evs[i].Kind == cmdq.EventFailed {
 					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt, evs[i].Time)
 					b.RetryDue, b.RetryOpen = d.now().After(b.RetryTo), d.now().After(b.RetryFrom)
 					break
@@ -372,7 +371,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b.RunNow = v.can(RoleOperator) && runNowable(st, d.now())
-	if st.State == cmdqtype.StatePoisoned && v.can(RoleOperator) {
+	if st.State == cmdq.StatePoisoned && v.can(RoleOperator) {
 		if e, err := d.src.GetPoison(ctx, id); err == nil {
 			b.Poison = &e
 		}
@@ -385,7 +384,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 			// is written), never another: live.js keeps the two together.
 			pd.FlashState = st.State
 			if b.Running != nil {
-				pd.FlashState = cmdqtype.StateRunning
+				pd.FlashState = cmdq.StateRunning
 			}
 		}
 	}
@@ -400,7 +399,7 @@ func (d *dashboard) search(w http.ResponseWriter, r *http.Request) {
 	raw := strings.TrimSpace(r.URL.Query().Get("id"))
 	id := strings.ToLower(raw)
 	switch {
-	case cmdqtype.ValidateID(id) == nil:
+	case cmdq.ValidateID(id) == nil:
 		http.Redirect(w, r, d.base+"/commands/"+id, http.StatusSeeOther)
 	case raw == "":
 		d.errorPage(w, r, v, http.StatusBadRequest, "Nothing to search for", "The search box was empty.",
@@ -434,7 +433,7 @@ func (d *dashboard) action(act func(ctx context.Context, id, by string) error, d
 		if !ok || !d.checkPost(w, r, v) {
 			return
 		}
-		id := cmdqtype.NormalizeID(r.PathValue("id"))
+		id := cmdq.NormalizeID(r.PathValue("id"))
 		if !validPoisonID(id) {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 			return
@@ -471,15 +470,15 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 		d.render(w, r, code, "error", d.data(v, title, "poison", b))
 	}
 	switch {
-	case errors.Is(err, cmdqtype.ErrNoCommand):
+	case errors.Is(err, cmdq.ErrNoCommand):
 		page(http.StatusConflict, "Nothing to requeue",
 			fmt.Sprintf("Poison entry %s has no stored command (a malformed message, or one naming a command that was never stored), so there is nothing to requeue.", httpserve.ClipText(id)),
 			"Fix the producer that sent it, then discard the entry.", true)
-	case errors.Is(err, cmdqtype.ErrNotPoisoned):
+	case errors.Is(err, cmdq.ErrNotPoisoned):
 		page(http.StatusConflict, "Not poisoned",
 			fmt.Sprintf("Command %s is not poisoned any more (it may have been requeued or discarded already), so nothing was done.", httpserve.ClipText(id)),
 			"Open the command to see its state.", false)
-	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		if st, _, gerr := d.src.Command(r.Context(), id); gerr == nil {
 			page(http.StatusConflict, "Not poisoned",
 				fmt.Sprintf("Command %s is %s, not poisoned; only poisoned commands can be requeued or discarded.", httpserve.ClipText(id), st.State),
@@ -498,7 +497,7 @@ func (d *dashboard) failAction(w http.ResponseWriter, r *http.Request, v viewer,
 type confirmBody struct {
 	Do        string // "requeue" or "discard"
 	Action    string // where the confirming form posts
-	Entries   []cmdqtype.PoisonEntry
+	Entries   []cmdq.PoisonEntry
 	Missing   []string // selected IDs no longer in the poison table
 	More      bool     // the type has more entries than one action handles
 	Type      string   // the list's type filter, to go back to
@@ -514,13 +513,13 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := cmdqtype.NormalizeID(r.PathValue("id"))
+	id := cmdq.NormalizeID(r.PathValue("id"))
 	if !validPoisonID(id) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the buttons on the poison list.")
 		return
 	}
 	e, err := d.src.GetPoison(r.Context(), id)
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		d.errorPage(w, r, v, http.StatusNotFound, "Not found", fmt.Sprintf("There is no poison entry %s (it may have been requeued or discarded already).", httpserve.ClipText(id)), "Reload the poison list.")
 		return
 	}
@@ -529,7 +528,7 @@ func (d *dashboard) confirmDiscard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	typ := strings.TrimSpace(r.URL.Query().Get("type"))
-	b := confirmBody{Do: "discard", Action: d.base + "/poison/" + url.PathEscape(id) + "/discard", Entries: []cmdqtype.PoisonEntry{e},
+	b := confirmBody{Do: "discard", Action: d.base + "/poison/" + url.PathEscape(id) + "/discard", Entries: []cmdq.PoisonEntry{e},
 		Type: typ, Button: "Discard for good", CancelURL: d.poisonURL(typ)}
 	d.render(w, r, http.StatusOK, "confirm", d.data(v, "Discard this poison entry?", "poison", b))
 }
@@ -587,7 +586,7 @@ func (d *dashboard) bulkReview(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, v, http.StatusBadRequest, "Nothing selected", "No poison entry was selected.", "Tick the entries to "+do+" in the first column of the poison list, then press the button again.")
 		return
 	}
-	page, err := d.src.ListPoison(r.Context(), cmdqtype.PoisonQuery{Type: typ, Limit: maxBulk})
+	page, err := d.src.ListPoison(r.Context(), cmdq.PoisonQuery{Type: typ, Limit: maxBulk})
 	if err != nil {
 		d.fail(w, r, v, err)
 		return
@@ -596,7 +595,7 @@ func (d *dashboard) bulkReview(w http.ResponseWriter, r *http.Request) {
 	if all {
 		b.Entries, b.More = page.Entries, page.Continuation != ""
 	} else {
-		byID := map[string]cmdqtype.PoisonEntry{}
+		byID := map[string]cmdq.PoisonEntry{}
 		for _, e := range page.Entries {
 			byID[e.CommandID] = e
 		}
@@ -724,11 +723,11 @@ func (d *dashboard) bulkRun(w http.ResponseWriter, r *http.Request) {
 // bulkWhy says in a few words why one entry of a bulk action failed.
 func (d *dashboard) bulkWhy(r *http.Request, err error) string {
 	switch {
-	case errors.Is(err, cmdqtype.ErrNoCommand):
+	case errors.Is(err, cmdq.ErrNoCommand):
 		return "no stored command: nothing to requeue; discard it"
-	case errors.Is(err, cmdqtype.ErrNotPoisoned):
+	case errors.Is(err, cmdq.ErrNotPoisoned):
 		return "not poisoned any more"
-	case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		return "no longer in the poison table"
 	case httpserve.StorageUnavailable(err):
 		return "storage did not answer in time"

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Every read and change the dashboard makes goes through dashSource, and
@@ -18,15 +17,15 @@ import (
 type dashSource interface {
 	// Command returns a command's status and its JSON parameters: one
 	// point read.
-	Command(ctx context.Context, id string) (cmdqtype.Status, json.RawMessage, error)
+	Command(ctx context.Context, id string) (cmdq.Status, json.RawMessage, error)
 	// Events returns a command's events, oldest first: one query (one
 	// request per 1000 events).
-	Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
+	Events(ctx context.Context, id string) ([]cmdq.Event, error)
 	// ListPoison reads one page of the poison table: one query of the
 	// whole table (one request per 1000 entries).
-	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
+	ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error)
 	// GetPoison reads one poison entry: one point read.
-	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error)
+	GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, error)
 	// Requeue and Discard act on a poisoned command for operator by.
 	Requeue(ctx context.Context, id, by string) error
 	Discard(ctx context.Context, id, by string) error
@@ -38,36 +37,36 @@ type dashSource interface {
 	// RetryPolicy returns the retry policy of a command type when this
 	// server's client runs the type's handler (cmdq.Register); no storage
 	// call.
-	RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool)
+	RetryPolicy(cmdType string) (cmdq.RetryPolicy, bool)
 	// Commands lists commands (newest first, with a summary): one query
 	// of the whole commands table (one request per 1000 rows; with a
 	// summary every row, events included).
-	Commands(ctx context.Context, q cmdqtype.CommandQuery) (cmdqtype.CommandPage, error)
+	Commands(ctx context.Context, q cmdq.CommandQuery) (cmdq.CommandPage, error)
 	// InFlight reports whether this server's processor runs a handler of
 	// id now (before its started event is written): no storage call.
-	InFlight(id string) (cmdq.InFlight, bool)
+	InFlight(id string) (cmdq.RunningCommand, bool)
 	// Cancel cancels a command for by (cmdq.Client.Cancel): one point read
 	// and one batch (and, for a command issued moments ago, one upsert and
 	// a wait of at most cmdq.ControlInterval on a shared store).
-	Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error)
+	Cancel(ctx context.Context, id, by string) (cmdq.CancelResult, error)
 	// RunNow makes a scheduled or retrying command due now for by
 	// (cmdq.Client.RunNow): one point read, one batch and one enqueue (and
 	// for a scheduled command one upsert, and a wait of at most
 	// cmdq.ControlInterval on a shared store when it was due within it).
-	RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error)
+	RunNow(ctx context.Context, id, by string) (cmdq.Status, error)
 	// ListQueues lists the queues with their depth and pause state: one
 	// listing of the store's queues, one query of the control rows and one
 	// count per queue.
-	ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
+	ListQueues(ctx context.Context) ([]cmdq.QueueInfo, error)
 	// ListPeriodic lists the periodic schedules with their last and next
 	// tick: one query of the schedules' rows and one point read per
 	// schedule.
-	ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
+	ListPeriodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
 	// PauseQueue and ResumeQueue change a queue's pause for by: one
 	// upsert (and a listing of the store's queues for a queue the server's
 	// types do not route to).
-	PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
-	ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error)
+	PauseQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error)
+	ResumeQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error)
 	// Processors lists the processors from their heartbeat rows: one
 	// query.
 	Processors(ctx context.Context) ([]cmdq.ProcessorInfo, error)
@@ -90,19 +89,19 @@ type clientSource struct {
 	c *cmdq.Client
 }
 
-func (s clientSource) Command(ctx context.Context, id string) (cmdqtype.Status, json.RawMessage, error) {
+func (s clientSource) Command(ctx context.Context, id string) (cmdq.Status, json.RawMessage, error) {
 	return s.c.GetParams(ctx, id)
 }
 
-func (s clientSource) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+func (s clientSource) Events(ctx context.Context, id string) ([]cmdq.Event, error) {
 	return s.c.Events(ctx, id)
 }
 
-func (s clientSource) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
+func (s clientSource) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
 	return s.c.ListPoison(ctx, q)
 }
 
-func (s clientSource) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+func (s clientSource) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, error) {
 	return s.c.GetPoison(ctx, id)
 }
 
@@ -116,11 +115,11 @@ func (s clientSource) Discard(ctx context.Context, id, by string) error {
 
 func (s clientSource) Queues() []string { return s.c.Queues() }
 
-func (s clientSource) Commands(ctx context.Context, q cmdqtype.CommandQuery) (cmdqtype.CommandPage, error) {
+func (s clientSource) Commands(ctx context.Context, q cmdq.CommandQuery) (cmdq.CommandPage, error) {
 	return s.c.ListCommands(ctx, q)
 }
 
-func (s clientSource) InFlight(id string) (cmdq.InFlight, bool) { return s.c.InFlight(id) }
+func (s clientSource) InFlight(id string) (cmdq.RunningCommand, bool) { return s.c.Running(id) }
 
 func (s clientSource) Watch(id string) *cmdq.Watch { return s.c.Watch(id) }
 
@@ -132,10 +131,10 @@ func (s clientSource) QueueDepth(ctx context.Context, queue string) (int, error)
 	return s.c.QueueDepth(ctx, queue)
 }
 
-func (s clientSource) RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool) {
+func (s clientSource) RetryPolicy(cmdType string) (cmdq.RetryPolicy, bool) {
 	def, ok := s.c.Lookup(cmdType)
 	if !ok || !def.Handled { // a declared type's handler (and policy) is elsewhere
-		return cmdqtype.RetryPolicy{}, false
+		return cmdq.RetryPolicy{}, false
 	}
 	return def.Options.Retry, true
 }
@@ -143,33 +142,33 @@ func (s clientSource) RetryPolicy(cmdType string) (cmdqtype.RetryPolicy, bool) {
 // retryWindow returns the earliest and latest time the attempt after failed
 // attempt n (failed at at) becomes visible again under p: the policy's delay
 // with its jitter at both ends.
-func retryWindow(p cmdqtype.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
+func retryWindow(p cmdq.RetryPolicy, n int, at time.Time) (earliest, latest time.Time) {
 	lo, hi := p, p
 	lo.Rand = func() float64 { return 0 }
 	hi.Rand = func() float64 { return 1 }
 	return at.Add(lo.Delay(n)), at.Add(hi.Delay(n))
 }
 
-func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdqtype.CancelResult, error) {
+func (s clientSource) Cancel(ctx context.Context, id, by string) (cmdq.CancelResult, error) {
 	return s.c.Cancel(ctx, id, by)
 }
 
-func (s clientSource) RunNow(ctx context.Context, id, by string) (cmdqtype.Status, error) {
+func (s clientSource) RunNow(ctx context.Context, id, by string) (cmdq.Status, error) {
 	return s.c.RunNow(ctx, id, by)
 }
 
-func (s clientSource) ListQueues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+func (s clientSource) ListQueues(ctx context.Context) ([]cmdq.QueueInfo, error) {
 	return s.c.ListQueues(ctx)
 }
 
-func (s clientSource) ListPeriodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+func (s clientSource) ListPeriodic(ctx context.Context) ([]cmdq.PeriodicInfo, error) {
 	return s.c.ListPeriodic(ctx)
 }
 
-func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {
+func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error) {
 	return s.c.PauseQueue(ctx, name, by)
 }
 
-func (s clientSource) ResumeQueue(ctx context.Context, name, by string) (cmdqtype.QueueInfo, error) {
+func (s clientSource) ResumeQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error) {
 	return s.c.ResumeQueue(ctx, name, by)
 }

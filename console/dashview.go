@@ -17,7 +17,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // What the dashboard's templates use to show things: times, state badges,
@@ -112,15 +112,15 @@ func badge(state any) template.HTML {
 
 // eventTitle names an event for the timeline: "step 2 completed" rather
 // than "step_completed" and a separate step number.
-func eventTitle(e cmdqtype.Event) string {
-	if e.Kind == cmdqtype.EventStepCompleted && e.Step > 0 {
+func eventTitle(e cmdq.Event) string {
+	if e.Kind == cmdq.EventStepCompleted && e.Step > 0 {
 		return fmt.Sprintf("step %d completed", e.Step)
 	}
 	return strings.ReplaceAll(string(e.Kind), "_", " ")
 }
 
 // eventBadge renders an event's title as a label coloured by its kind.
-func eventBadge(e cmdqtype.Event) template.HTML {
+func eventBadge(e cmdq.Event) template.HTML {
 	class, ok := badgeClass[string(e.Kind)]
 	if !ok {
 		class = "s-other"

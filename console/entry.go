@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -21,7 +21,7 @@ import (
 
 // maxPreviewBytes bounds a parameters preview the pages show (the entry
 // page's; the lists show the entry's own, at most
-// cmdqtype.PoisonParamsPreview bytes): the raw compact JSON is cut before
+// cmdq.PoisonParamsPreview bytes): the raw compact JSON is cut before
 // anything else is done with it.
 const maxPreviewBytes = 2048
 
@@ -60,10 +60,10 @@ func preview(s string, n int) string {
 
 // entryBody is the poison entry page's body.
 type entryBody struct {
-	Entry cmdqtype.PoisonEntry
+	Entry cmdq.PoisonEntry
 	// Status is the command's status; HasCommand false when no command is
 	// stored (a malformed message, or a command that was never stored).
-	Status     cmdqtype.Status
+	Status     cmdq.Status
 	HasCommand bool
 	// Attempts is the true attempt count: the entry's, else (an older
 	// entry) the command's.
@@ -92,10 +92,10 @@ func (d *dashboard) poisonEntry(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	e, err := d.src.GetPoison(ctx, id)
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		msg := fmt.Sprintf("There is no poison entry %s: it was requeued or discarded, or never existed.", httpserve.ClipText(id))
 		todo := "Open the poison list."
-		if cmdqtype.ValidateID(id) == nil {
+		if cmdq.ValidateID(id) == nil {
 			todo = "Open the command's page (" + d.base + "/commands/" + id + ") to see what happened to it, or the poison list."
 		}
 		d.errorPage(w, r, v, http.StatusNotFound, "Not in the poison table", msg, todo)
@@ -106,18 +106,18 @@ func (d *dashboard) poisonEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := entryBody{Entry: e, Attempts: e.Attempts}
-	if cmdqtype.ValidateID(id) == nil {
+	if cmdq.ValidateID(id) == nil {
 		st, params, err := d.src.Command(ctx, id)
 		switch {
 		case err == nil:
 			b.Status, b.HasCommand = st, true
 			b.ParamsBytes = len(params)
 			b.Params = preview(string(params[:min(len(params), maxPreviewBytes+4)]), maxPreviewBytes)
-			b.Stale = st.State != cmdqtype.StatePoisoned
+			b.Stale = st.State != cmdq.StatePoisoned
 			if b.Attempts == 0 {
 				b.Attempts = st.Attempts
 			}
-		case errors.Is(err, cmdqtype.ErrNotFound), errors.Is(err, storage.ErrNotFound):
+		case errors.Is(err, cmdq.ErrNotFound), errors.Is(err, storage.ErrNotFound):
 		default:
 			d.fail(w, r, v, err)
 			return

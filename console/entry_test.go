@@ -13,7 +13,6 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -41,10 +40,10 @@ func TestConsolePoisonEntry(t *testing.T) {
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
 	id := issueParams(t, srv, "images.resize", `{"url":"https://example.com/cat.png","width":640}`)
 	long := "attempt 3 of at most 3 failed: resize: " + strings.Repeat("the decoder gave up; ", 20) + "end"
-	srv.Log.Poison(t, id, cmdqtype.PoisonEntry{DequeueCount: 4, Reason: cmdqtype.ReasonCeiling, LastError: long, Worker: "host-a-17"},
-		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "host-a-17"}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"},
-		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 3, Worker: "host-a-17"}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 3, Error: long})
-	srv.Log.PoisonMessage(t, cmdqtype.PoisonEntry{CommandID: "msg-1", Reason: cmdqtype.ReasonMalformed, LastError: "not JSON", DequeueCount: 1})
+	srv.Log.Poison(t, id, cmdq.PoisonEntry{DequeueCount: 4, Reason: cmdq.ReasonCeiling, LastError: long, Worker: "host-a-17"},
+		cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "host-a-17"}, cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Error: "x"},
+		cmdq.Event{Kind: cmdq.EventStarted, Attempt: 3, Worker: "host-a-17"}, cmdq.Event{Kind: cmdq.EventFailed, Attempt: 3, Error: long})
+	srv.Log.PoisonMessage(t, cmdq.PoisonEntry{CommandID: "msg-1", Reason: cmdq.ReasonMalformed, LastError: "not JSON", DequeueCount: 1})
 
 	op := newBrowser(t, srv.URL)
 	op.post("/ui/login", url.Values{"token": {apitest.OperatorToken}}).location(t, http.StatusSeeOther)
@@ -173,7 +172,7 @@ func TestConsolePrefs(t *testing.T) {
 func TestConsoleOverviewProcessors(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Config: cmdq.Config{Worker: "ui-worker", HeartbeatInterval: 100 * time.Millisecond}, Setup: func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(_ context.Context, r resize, _ *cmdq.Run) error {
+		return cmdq.Register(c, func(_ context.Context, r resize, _ *cmdq.Attempt) error {
 			if r.N == 13 {
 				return cmdq.Permanent(errors.New("resize: unlucky number"))
 			}

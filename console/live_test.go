@@ -13,7 +13,6 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -48,16 +47,16 @@ func TestDashboardCommandsPage(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
 	ctx := context.Background()
-	appendTo := func(id string, evs ...cmdqtype.Event) {
+	appendTo := func(id string, evs ...cmdq.Event) {
 		t.Helper()
 		srv.Log.Append(t, id, evs...)
 	}
 	done := issue(t, srv, "Alpha")
-	appendTo(done, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
+	appendTo(done, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1}, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1})
 	retrying := issue(t, srv, "Alpha")
-	appendTo(retrying, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "<b>boom</b>"})
+	appendTo(retrying, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1}, cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Error: "<b>boom</b>"})
 	poisoned := issue(t, srv, "Beta")
-	poisonAt(t, srv, poisoned, time.Now(), "x", cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
+	poisonAt(t, srv, poisoned, time.Now(), "x", cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Error: "x"})
 	for range 51 {
 		issue(t, srv, "Gamma")
 	}
@@ -160,7 +159,7 @@ func TestDashboardCommandsPage(t *testing.T) {
 		t.Fatalf("by type: %q", byType)
 	}
 	// Search by the start of an ID and by correlation ID.
-	tagged, err := srv.Client.IssueRaw(ctx, cmdqtype.Raw{Type: "Delta", Params: []byte(`{}`), CorrelationID: "order-42"})
+	tagged, err := srv.Client.IssueRaw(ctx, cmdq.Raw{Type: "Delta", Params: []byte(`{}`), CorrelationID: "order-42"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +195,7 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 		// No storage read finds a change within the test: only pushes do.
 		Config: cmdq.Config{WaitPollInterval: time.Hour, StartedWriteDelay: time.Hour},
 		Setup: func(c *cmdq.Client) error {
-			return cmdq.Register(c, func(ctx context.Context, _ alpha, _ *cmdq.Run) error {
+			return cmdq.Register(c, func(ctx context.Context, _ alpha, _ *cmdq.Attempt) error {
 				select {
 				case <-release:
 					return nil
@@ -208,8 +207,8 @@ func TestDashboardRunningFromInFlight(t *testing.T) {
 	})
 	b := newBrowser(t, srv.URL)
 	id := issue(t, srv, "Alpha")
-	waitFor(t, 30*time.Second, "the handler runs", func() bool { _, ok := srv.Client.InFlight(id); return ok })
-	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != cmdqtype.StatePending {
+	waitFor(t, 30*time.Second, "the handler runs", func() bool { _, ok := srv.Client.Running(id); return ok })
+	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != cmdq.StatePending {
 		t.Fatalf("stored state %s %v, want pending (started not written)", st.State, err)
 	}
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)

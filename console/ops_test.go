@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -96,8 +95,8 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 		t.Fatalf("requeue from the command page redirects to %q", loc)
 	}
 	// A processor takes it and fails before the page is shown.
-	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "again"})
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "again"})
 	p = b.get(loc).want(t, http.StatusOK)
 	if f := flashText(p); !strings.Contains(f, "Requeued at ") || !strings.HasSuffix(f, "It is retrying now.") {
 		t.Fatalf("flash %q; want the requeue time and the current state, retrying", f)
@@ -117,7 +116,7 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 func TestDashboardCommandExplains(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
-		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Run) error { return nil },
+		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Attempt) error { return nil },
 			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
 	}})
 	b := newBrowser(t, srv.URL)
@@ -136,8 +135,8 @@ func TestDashboardCommandExplains(t *testing.T) {
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
 	// Both at failedAt: an event without a time gets the store's clock,
 	// and a later event is never stored earlier than the one before it.
-	srv.Log.Append(t, id, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w", Time: failedAt},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt})
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w", Time: failedAt},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt})
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
 	if strings.Contains(text(p.doc), "Waiting for a processor") {
 		t.Fatal("a retrying command still says it waits for a first attempt")
@@ -156,7 +155,7 @@ func TestDashboardCommandExplains(t *testing.T) {
 	// Without the handler here nothing is guessed.
 	plain := apitest.Start(t, apitest.Options{})
 	id2 := issue(t, plain, "images.resize")
-	plain.Log.Append(t, id2, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
+	plain.Log.Append(t, id2, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1}, cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Error: "x"})
 	if strings.Contains(text(newBrowser(t, plain.URL).get("/ui/commands/"+id2).want(t, http.StatusOK).doc), "Next attempt") {
 		t.Fatal("a server without the type's handler shows a next attempt")
 	}
@@ -239,7 +238,7 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range alpha[:2] {
-		if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
+		if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StatePending {
 			t.Fatalf("%s after bulk requeue: %s", id, st.State)
 		}
 	}
@@ -256,7 +255,7 @@ func TestDashboardBulk(t *testing.T) {
 	if !strings.HasPrefix(f, "Discarded 1 of 2 at ") || !strings.Contains(f, "Not discarded: "+alpha[0]+" (") {
 		t.Fatalf("flash %q", f)
 	}
-	if st, _ := srv.Client.Get(ctx, alpha[2]); st.State != cmdqtype.StateDiscarded {
+	if st, _ := srv.Client.Get(ctx, alpha[2]); st.State != cmdq.StateDiscarded {
 		t.Fatalf("%s after bulk discard: %s", alpha[2], st.State)
 	}
 
@@ -272,7 +271,7 @@ func TestDashboardBulk(t *testing.T) {
 		t.Fatalf("flash %q", f)
 	}
 	for _, id := range beta {
-		if _, err := srv.Client.GetPoison(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := srv.Client.GetPoison(ctx, id); !errors.Is(err, cmdq.ErrNotFound) {
 			t.Fatalf("Beta entry %s after discard-all: %v", id, err)
 		}
 	}
@@ -459,7 +458,7 @@ func TestDashboardPageCosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pending, completed := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
-	srv.Log.Append(t, completed, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
+	srv.Log.Append(t, completed, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1}, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1})
 	feed := func(id string) (int, map[string]int) {
 		before := storageCalls(t, srv)
 		r, ms := apitest.SSE(t, ctx, srv.URL+"/ui/commands/"+id+"/live", "", "Authorization", "Bearer "+apitest.ReaderToken)

@@ -29,7 +29,7 @@ func TestBrowserCommandOutput(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	srv := apitest.Start(t, apitest.Options{Setup: func(c *cmdq.Client) error {
-		return cmdq.Register(c, func(_ context.Context, r report, run *cmdq.Run) error {
+		return cmdq.Register(c, func(_ context.Context, r report, run *cmdq.Attempt) error {
 			rows := make([]map[string]any, r.Rows)
 			for i := range rows {
 				rows[i] = map[string]any{"row": i, "sku": "SKU-" + strings.Repeat("9", 20)}

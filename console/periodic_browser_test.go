@@ -31,7 +31,7 @@ func TestBrowserPeriodic(t *testing.T) {
 	chromium := chromiumPath(t)
 	dir := artifactsDir(t)
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
-		if err := cmdq.Register(c, func(context.Context, demoTick, *cmdq.Run) error { return nil }); err != nil {
+		if err := cmdq.Register(c, func(context.Context, demoTick, *cmdq.Attempt) error { return nil }); err != nil {
 			return err
 		}
 		return c.Periodic("demo.heartbeat", "@every 1s", demoTick{Beat: 1})

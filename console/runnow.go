@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/httpserve"
 )
 
@@ -16,18 +16,18 @@ import (
 
 // runNowBody is the body of the run-now confirmation page.
 type runNowBody struct {
-	Command   *cmdqtype.Status // what would be run now; nil when it cannot be
-	State     cmdqtype.State   // its state, when it cannot be
-	Due       bool             // it cannot be because it is due already
-	Action    string           // where the confirming form posts
-	CancelURL string           // where "Keep its time" leads
+	Command   *cmdq.Status // what would be run now; nil when it cannot be
+	State     cmdq.State   // its state, when it cannot be
+	Due       bool         // it cannot be because it is due already
+	Action    string       // where the confirming form posts
+	CancelURL string       // where "Keep its time" leads
 }
 
 // runNowable reports whether st can be made due now at now: scheduled, or
 // retrying with its next attempt more than cmdq.MaxClockSkew away.
-func runNowable(st cmdqtype.Status, now time.Time) bool {
-	return (st.State == cmdqtype.StateScheduled || st.State == cmdqtype.StateRetrying) &&
-		st.RunAt.After(now.Add(cmdqtype.MaxClockSkew))
+func runNowable(st cmdq.Status, now time.Time) bool {
+	return (st.State == cmdq.StateScheduled || st.State == cmdq.StateRetrying) &&
+		st.RunAt.After(now.Add(cmdq.MaxClockSkew))
 }
 
 // confirmRunNow shows GET /ui/commands/{id}/run-now: what running the
@@ -51,7 +51,7 @@ func (d *dashboard) confirmRunNow(w http.ResponseWriter, r *http.Request) {
 	if runNowable(st, d.now()) {
 		b.Command = &st
 	} else {
-		b.State, b.Due, title = st.State, st.State == cmdqtype.StateScheduled || st.State == cmdqtype.StateRetrying, "Nothing to run now"
+		b.State, b.Due, title = st.State, st.State == cmdq.StateScheduled || st.State == cmdq.StateRetrying, "Nothing to run now"
 	}
 	d.render(w, r, http.StatusOK, "runnow", d.data(v, title, "commands", b))
 }
@@ -68,12 +68,12 @@ func (d *dashboard) runNowCommand(w http.ResponseWriter, r *http.Request) {
 	_, err := d.src.RunNow(r.Context(), id, by)
 	switch {
 	case err == nil:
-	case errors.Is(err, cmdqtype.ErrNotWaiting):
+	case errors.Is(err, cmdq.ErrNotWaiting):
 		d.errorPage(w, r, v, http.StatusConflict, "Not waiting",
 			fmt.Sprintf("Command %s is not waiting for its time, so nothing was done.", httpserve.ClipText(id)),
 			"Only a scheduled command, or a retrying one waiting for its retry delay, can be run now. Open the command to see its state.")
 		return
-	case errors.Is(err, cmdqtype.ErrEnqueueFailed):
+	case errors.Is(err, cmdq.ErrEnqueueFailed):
 		d.log.Warn().Err(err).Str("command", id).Msg("cmdq console: run-now recorded but its message not queued; the reconciler will queue it")
 	default:
 		d.fail(w, r, v, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -55,7 +55,7 @@ func TestBrowserRunNow(t *testing.T) {
 	if txt := op.text(); !strings.Contains(txt, "Run this command now?") || !strings.Contains(txt, id) {
 		t.Fatalf("the confirmation page:\n%s", txt)
 	}
-	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != cmdqtype.StateScheduled {
+	if st, err := srv.Client.Get(context.Background(), id); err != nil || st.State != cmdq.StateScheduled {
 		t.Fatalf("before confirming: %+v %v, want still scheduled", st, err)
 	}
 	op.step("confirm", chromedp.Click(`button.primary`, chromedp.ByQuery))
@@ -65,7 +65,7 @@ func TestBrowserRunNow(t *testing.T) {
 	}
 	op.waitJS("the page shows the command completed", `document.getElementById("status").textContent.trim() === "completed"`, 60*time.Second)
 	evs, err := srv.Client.Events(context.Background(), id)
-	if err != nil || len(evs) < 2 || evs[1].Kind != cmdqtype.EventRequeued || !strings.HasPrefix(evs[1].By, "ui:") {
+	if err != nil || len(evs) < 2 || evs[1].Kind != cmdq.EventRequeued || !strings.HasPrefix(evs[1].By, "ui:") {
 		t.Fatalf("events %+v %v, want a requeued event by ui:…", evs, err)
 	}
 	if errs := op.consoleErrors(); len(errs) > 0 {

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -24,7 +24,7 @@ func TestConsoleRunNow(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
 	ctx := context.Background()
-	res, err := srv.Client.IssueRaw(ctx, cmdqtype.Raw{Type: "Alpha", Params: []byte(`{"n":1}`), Delay: time.Hour})
+	res, err := srv.Client.IssueRaw(ctx, cmdq.Raw{Type: "Alpha", Params: []byte(`{"n":1}`), Delay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestConsoleRunNow(t *testing.T) {
 	reader.get("/ui/commands/"+id+"/run-now").want(t, http.StatusForbidden)
 	reader.post("/ui/commands/"+id+"/run-now", url.Values{"csrf": {csrf(t, rp)}}).want(t, http.StatusForbidden)
 	op.post("/ui/commands/"+id+"/run-now", url.Values{}).want(t, http.StatusForbidden) // no CSRF token
-	if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StateScheduled {
+	if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StateScheduled {
 		t.Fatalf("refused run-nows changed the command: %s", st.State)
 	}
 	loc := op.post("/ui/commands/"+id+"/run-now", url.Values{"csrf": {tok}}).location(t, http.StatusSeeOther)
@@ -65,16 +65,16 @@ func TestConsoleRunNow(t *testing.T) {
 		t.Fatal("a command due now still offers Run now")
 	}
 	evs, err := srv.Client.Events(ctx, id)
-	if err != nil || evs[len(evs)-1].Kind != cmdqtype.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "ui:token:") || evs[len(evs)-1].RunAt.IsZero() {
+	if err != nil || evs[len(evs)-1].Kind != cmdq.EventRequeued || !strings.HasPrefix(evs[len(evs)-1].By, "ui:token:") || evs[len(evs)-1].RunAt.IsZero() {
 		t.Fatalf("events %+v %v: want a requeued event by ui:token:… with runAt", evs, err)
 	}
-	if st, _ := srv.Client.Get(ctx, id); st.State != cmdqtype.StatePending {
+	if st, _ := srv.Client.Get(ctx, id); st.State != cmdq.StatePending {
 		t.Fatalf("after run-now: %s, want pending", st.State)
 	}
 
 	retrying := issue(t, srv, "Alpha")
-	srv.Log.Append(t, retrying, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w"},
-		cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w", Error: "boom", RunAt: time.Now().Add(time.Hour)})
+	srv.Log.Append(t, retrying, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "boom", RunAt: time.Now().Add(time.Hour)})
 	if !hasRunNowLink(op.get("/ui/commands/"+retrying).want(t, http.StatusOK)) {
 		t.Fatal("an operator is not offered Run now on a retrying command")
 	}

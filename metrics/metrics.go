@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -177,28 +177,28 @@ func (m *Metrics) CommandIssued(typ string) {
 // failed attempts, poisonings and handler durations by type, lost leases,
 // dequeues by queue and result, the poller's wait, and paused queues.
 // Other kinds are ignored.
-func (m *Metrics) Observe(o cmdqtype.Observation) {
+func (m *Metrics) Observe(o cmdq.Observation) {
 	if m == nil {
 		return
 	}
 	switch o.Kind {
-	case cmdqtype.ObservedCompleted:
+	case cmdq.ObservedCompleted:
 		typ := m.typeLabel(o.Type)
 		m.completed.WithLabelValues(typ).Inc()
 		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
-	case cmdqtype.ObservedFailed:
+	case cmdq.ObservedFailed:
 		typ := m.typeLabel(o.Type)
 		m.failed.WithLabelValues(typ).Inc()
 		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
-	case cmdqtype.ObservedPoisoned:
+	case cmdq.ObservedPoisoned:
 		typ := m.typeLabel(o.Type)
 		m.poisoned.WithLabelValues(typ).Inc()
 		if o.Duration > 0 {
 			m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
 		}
-	case cmdqtype.ObservedLeaseLost:
+	case cmdq.ObservedLeaseLost:
 		m.leaseLost.WithLabelValues(m.typeLabel(o.Type)).Inc()
-	case cmdqtype.ObservedPolled:
+	case cmdq.ObservedPolled:
 		result := "messages"
 		switch {
 		case o.Paused:
@@ -208,9 +208,9 @@ func (m *Metrics) Observe(o cmdqtype.Observation) {
 		}
 		m.polls.WithLabelValues(o.Queue, result).Inc()
 		m.poll.WithLabelValues(o.Queue).Set(o.Wait.Seconds())
-	case cmdqtype.ObservedPaused:
+	case cmdq.ObservedPaused:
 		m.paused.WithLabelValues(o.Queue).Set(1)
-	case cmdqtype.ObservedResumed:
+	case cmdq.ObservedResumed:
 		m.paused.WithLabelValues(o.Queue).Set(0)
 	}
 }
@@ -285,4 +285,4 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Metrics is an observer of the processor (cmdq.Config.Observers).
-var _ cmdqtype.Observer = (*Metrics)(nil)
+var _ cmdq.Observer = (*Metrics)(nil)

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -27,20 +27,20 @@ func TestProcessorMetrics(t *testing.T) {
 	if _, err := metrics.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
-	obs := func(o cmdqtype.Observation) { m.Observe(o) }
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A", Duration: 30 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A", Duration: 10 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedFailed, Type: "A", Duration: 20 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPoisoned, Type: ""})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedLeaseLost, Type: "A"})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Wait: 750 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Received: 3})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Wait: 1500 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Op: "dequeue"}) // not a metric
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPaused, Queue: "commands"})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: "commands", Paused: true, Wait: 1500 * time.Millisecond})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedPaused, Queue: "slow"})
-	obs(cmdqtype.Observation{Kind: cmdqtype.ObservedResumed, Queue: "slow"})
+	obs := func(o cmdq.Observation) { m.Observe(o) }
+	obs(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: "A", Duration: 30 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: "A", Duration: 10 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedFailed, Type: "A", Duration: 20 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPoisoned, Type: ""})
+	obs(cmdq.Observation{Kind: cmdq.ObservedLeaseLost, Type: "A"})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPolled, Queue: "commands", Wait: 750 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPolled, Queue: "commands", Received: 3})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPolled, Queue: "commands", Wait: 1500 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedAlert, Op: "dequeue"}) // not a metric
+	obs(cmdq.Observation{Kind: cmdq.ObservedPaused, Queue: "commands"})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPolled, Queue: "commands", Paused: true, Wait: 1500 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedPaused, Queue: "slow"})
+	obs(cmdq.Observation{Kind: cmdq.ObservedResumed, Queue: "slow"})
 	want := `
 # HELP cmdq_commands_completed_total Commands completed, by type.
 # TYPE cmdq_commands_completed_total counter
@@ -82,7 +82,7 @@ cmdq_queue_paused{queue="slow"} 0
 	}
 	// A nil *Metrics ignores every call.
 	var nilM *metrics.Metrics
-	nilM.Observe(cmdqtype.Observation{Kind: cmdqtype.ObservedCompleted, Type: "A"})
+	nilM.Observe(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: "A"})
 	nilM.StorageOp("x", nil)
 	nilM.WatchQueue(nil)
 }

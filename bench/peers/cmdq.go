@@ -77,7 +77,7 @@ func (in *cmdqInstance) Start(ctx context.Context, workers int, onStart func(job
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if err := cmdq.Register(c, func(_ context.Context, cj cmdqJob, _ *cmdq.Run) error {
+	if err := cmdq.Register(c, func(_ context.Context, cj cmdqJob, _ *cmdq.Attempt) error {
 		onStart(job(cj))
 		return nil
 	}); err != nil {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -34,7 +34,7 @@ func problemOf(t *testing.T, what string, r response, code int, typ string) clie
 	return p
 }
 
-func eventKinds(t *testing.T, base, token, id string) []cmdqtype.EventKind {
+func eventKinds(t *testing.T, base, token, id string) []cmdq.EventKind {
 	t.Helper()
 	r := do(t, http.MethodGet, base+"/v1/commands/"+id+"/events", token, "")
 	if r.code != http.StatusOK {
@@ -44,33 +44,33 @@ func eventKinds(t *testing.T, base, token, id string) []cmdqtype.EventKind {
 	if err := json.Unmarshal([]byte(r.body), &er); err != nil || er.ID != id {
 		t.Fatalf("GET events %s: %v %s", id, err, r.body)
 	}
-	var kinds []cmdqtype.EventKind
+	var kinds []cmdq.EventKind
 	for _, e := range er.Events {
 		kinds = append(kinds, e.Kind)
 	}
 	return kinds
 }
 
-func poisonList(t *testing.T, base, token, query string) cmdqtype.PoisonPage {
+func poisonList(t *testing.T, base, token, query string) cmdq.PoisonPage {
 	t.Helper()
 	r := do(t, http.MethodGet, base+"/v1/poison"+query, token, "")
 	if r.code != http.StatusOK {
 		t.Fatalf("GET /v1/poison%s: %d %s", query, r.code, r.body)
 	}
-	var p cmdqtype.PoisonPage
+	var p cmdq.PoisonPage
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		t.Fatalf("GET /v1/poison%s: %v %s", query, err, r.body)
 	}
 	return p
 }
 
-func hasEntry(p cmdqtype.PoisonPage, id string) (cmdqtype.PoisonEntry, bool) {
+func hasEntry(p cmdq.PoisonPage, id string) (cmdq.PoisonEntry, bool) {
 	for _, e := range p.Entries {
 		if e.CommandID == id {
 			return e, true
 		}
 	}
-	return cmdqtype.PoisonEntry{}, false
+	return cmdq.PoisonEntry{}, false
 }
 
 // TestServeAPI exercises every route and error case of a real `cmdq serve`
@@ -99,10 +99,10 @@ func testAPI(t *testing.T, base string) {
 		t.Fatalf("POST body %s (%v)", r.body, err)
 	}
 	waitState(t, base, "", id, "completed", 20*time.Second)
-	if got, want := eventKinds(t, base, "", id), []cmdqtype.EventKind{cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventStepCompleted, cmdqtype.EventCompleted}; !slices.Equal(got, want) {
+	if got, want := eventKinds(t, base, "", id), []cmdq.EventKind{cmdq.EventCreated, cmdq.EventStarted, cmdq.EventStepCompleted, cmdq.EventCompleted}; !slices.Equal(got, want) {
 		t.Errorf("events of demo.echo: %v, want %v", got, want)
 	}
-	var st cmdqtype.Status
+	var st cmdq.Status
 	r = do(t, http.MethodGet, base+"/v1/commands/"+id, "", "")
 	if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.Type != "demo.echo" || st.Attempts != 1 || st.Step != 1 || st.CreatedAt.IsZero() {
 		t.Errorf("GET command: %s (%v)", r.body, err)
@@ -188,7 +188,7 @@ func testAPI(t *testing.T, base string) {
 	if r.code != http.StatusAccepted {
 		t.Fatalf("requeue: %d %s", r.code, r.body)
 	}
-	if kinds := eventKinds(t, base, "", fid); !slices.Contains(kinds, cmdqtype.EventRequeued) {
+	if kinds := eventKinds(t, base, "", fid); !slices.Contains(kinds, cmdq.EventRequeued) {
 		t.Errorf("events after requeue: %v", kinds)
 	}
 	// It runs again (attempt 1 and 2 of the new message) and is poisoned again.
@@ -201,7 +201,7 @@ func testAPI(t *testing.T, base string) {
 		t.Errorf("after DELETE the command is %s, want discarded", s)
 	}
 	kinds := eventKinds(t, base, "", fid)
-	if n := strings.Count(strings.Join(toStrings(kinds), " "), string(cmdqtype.EventPoisoned)); n != 2 || kinds[len(kinds)-1] != cmdqtype.EventDiscarded {
+	if n := strings.Count(strings.Join(toStrings(kinds), " "), string(cmdq.EventPoisoned)); n != 2 || kinds[len(kinds)-1] != cmdq.EventDiscarded {
 		t.Errorf("events of the requeued and discarded command: %v", kinds)
 	}
 
@@ -216,7 +216,7 @@ func testAPI(t *testing.T, base string) {
 	_ = json.Unmarshal([]byte(r.body), &er)
 	var steps []int
 	for _, e := range er.Events {
-		if e.Kind == cmdqtype.EventStepCompleted {
+		if e.Kind == cmdq.EventStepCompleted {
 			steps = append(steps, e.Step*10+e.Attempt) // step and the attempt that did it
 		}
 	}
@@ -241,7 +241,7 @@ func testAPI(t *testing.T, base string) {
 	}
 }
 
-func toStrings(kinds []cmdqtype.EventKind) []string {
+func toStrings(kinds []cmdq.EventKind) []string {
 	out := make([]string, len(kinds))
 	for i, k := range kinds {
 		out[i] = string(k)

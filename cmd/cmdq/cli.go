@@ -21,7 +21,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/jsonview"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -33,31 +32,31 @@ const defaultServer = "http://127.0.0.1:8080"
 // backend is what the operator commands need: a cmdq server (HTTP) or a
 // store opened directly.
 type backend interface {
-	Issue(ctx context.Context, r cmdqtype.Raw) (id string, existing bool, err error)
-	Get(ctx context.Context, id string) (cmdqtype.Status, error)
-	Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
+	Issue(ctx context.Context, r cmdq.Raw) (id string, existing bool, err error)
+	Get(ctx context.Context, id string) (cmdq.Status, error)
+	Events(ctx context.Context, id string) ([]cmdq.Event, error)
 	// WaitSeen waits until the command is final, calling seen with each
 	// status before (a long-poll on a server, a watch of the store).
-	WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error)
+	WaitSeen(ctx context.Context, id string, seen func(cmdq.Status)) (cmdq.Status, error)
 	// Follow calls onEvent with the command's events after seq after as
 	// they happen, until it is final, and returns the final status (an
 	// event stream on a server, a watch of the store).
-	Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error)
-	ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error)
+	Follow(ctx context.Context, id string, after int64, onEvent func(cmdq.Event)) (cmdq.Status, error)
+	ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error)
 	// GetPoison returns a poison entry and its command's params (nil for
 	// the entry of a malformed message).
-	GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error)
+	GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, json.RawMessage, error)
 	Requeue(ctx context.Context, id string) error
 	Discard(ctx context.Context, id string) error
 	// Cancel, Queues, PauseQueue and ResumeQueue: control.go.
-	Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error)
+	Cancel(ctx context.Context, id string) (cmdq.CancelResult, error)
 	// RunNow makes a scheduled or retrying command due now (schedule.go).
-	RunNow(ctx context.Context, id string) (cmdqtype.Status, error)
-	Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error)
-	PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
-	ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error)
+	RunNow(ctx context.Context, id string) (cmdq.Status, error)
+	Queues(ctx context.Context) ([]cmdq.QueueInfo, error)
+	PauseQueue(ctx context.Context, name string) (cmdq.QueueInfo, error)
+	ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error)
 	// Periodic: periodic.go.
-	Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error)
+	Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
 	Close() error
 }
 
@@ -197,7 +196,7 @@ func (b httpBackend) wrap(err error) error {
 	return fmt.Errorf("%s %s: %w", strings.ToUpper(ue.Op), ue.URL, ue.Err)
 }
 
-func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
+func (b httpBackend) Issue(ctx context.Context, r cmdq.Raw) (string, bool, error) {
 	var opts []client.IssueOption
 	switch {
 	case !r.RunAt.IsZero():
@@ -213,32 +212,32 @@ func (b httpBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, e
 	return res.ID, res.Existing, b.wrap(err)
 }
 
-func (b httpBackend) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (b httpBackend) Get(ctx context.Context, id string) (cmdq.Status, error) {
 	s, err := b.c.Get(ctx, id)
 	return s, b.wrap(err)
 }
 
-func (b httpBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+func (b httpBackend) Events(ctx context.Context, id string) ([]cmdq.Event, error) {
 	e, err := b.c.Events(ctx, id)
 	return e, b.wrap(err)
 }
 
-func (b httpBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
+func (b httpBackend) WaitSeen(ctx context.Context, id string, seen func(cmdq.Status)) (cmdq.Status, error) {
 	st, err := b.c.WaitSeen(ctx, id, seen)
 	return st, b.wrap(err)
 }
 
-func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error) {
+func (b httpBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdq.Event)) (cmdq.Status, error) {
 	st, err := b.c.Follow(ctx, id, after, onEvent, nil)
 	return st, b.wrap(err)
 }
 
-func (b httpBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
+func (b httpBackend) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
 	p, err := b.c.ListPoison(ctx, q)
 	return p, b.wrap(err)
 }
 
-func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
+func (b httpBackend) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, json.RawMessage, error) {
 	p, err := b.c.GetPoisonParams(ctx, id)
 	return p.PoisonEntry, p.Params, b.wrap(err)
 }
@@ -262,10 +261,10 @@ type storeBackend struct {
 // wrapStore says a store's errors about a command in the words the
 // server's answers have (notFoundCommand).
 func wrapStore(err error) error {
-	if errors.Is(err, cmdqtype.ErrExpired) {
+	if errors.Is(err, cmdq.ErrExpired) {
 		return err // it says when the command was issued and its retention
 	}
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return &cliError{msg: notFoundCommand, err: err}
 	}
 	return err
@@ -273,39 +272,39 @@ func wrapStore(err error) error {
 
 // wrapStorePoison is wrapStore for a poison entry.
 func wrapStorePoison(err error) error {
-	if errors.Is(err, cmdqtype.ErrExpired) {
+	if errors.Is(err, cmdq.ErrExpired) {
 		return err
 	}
-	if errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, cmdq.ErrNotFound) || errors.Is(err, storage.ErrNotFound) {
 		return &cliError{msg: notFoundPoison, err: err}
 	}
 	return err
 }
 
-func (b *storeBackend) Issue(ctx context.Context, r cmdqtype.Raw) (string, bool, error) {
+func (b *storeBackend) Issue(ctx context.Context, r cmdq.Raw) (string, bool, error) {
 	res, err := b.c.IssueRaw(ctx, r)
 	return res.ID, res.Existing, err
 }
 
-func (b *storeBackend) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
-		return cmdqtype.Status{}, err
+func (b *storeBackend) Get(ctx context.Context, id string) (cmdq.Status, error) {
+	if err := cmdq.ValidateID(id); err != nil {
+		return cmdq.Status{}, err
 	}
 	s, err := b.c.Get(ctx, id)
 	return s, wrapStore(err)
 }
 
-func (b *storeBackend) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
+func (b *storeBackend) Events(ctx context.Context, id string) ([]cmdq.Event, error) {
+	if err := cmdq.ValidateID(id); err != nil {
 		return nil, err
 	}
 	e, err := b.c.Events(ctx, id)
 	return e, wrapStore(err)
 }
 
-func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqtype.Status)) (cmdqtype.Status, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
-		return cmdqtype.Status{}, err
+func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdq.Status)) (cmdq.Status, error) {
+	if err := cmdq.ValidateID(id); err != nil {
+		return cmdq.Status{}, err
 	}
 	w := b.c.Watch(id)
 	defer w.Close()
@@ -326,9 +325,9 @@ func (b *storeBackend) WaitSeen(ctx context.Context, id string, seen func(cmdqty
 	}
 }
 
-func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdqtype.Event)) (cmdqtype.Status, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
-		return cmdqtype.Status{}, err
+func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEvent func(cmdq.Event)) (cmdq.Status, error) {
+	if err := cmdq.ValidateID(id); err != nil {
+		return cmdq.Status{}, err
 	}
 	w := b.c.Watch(id)
 	defer w.Close()
@@ -360,20 +359,20 @@ func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEve
 	}
 }
 
-func (b *storeBackend) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
+func (b *storeBackend) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
 	return b.c.ListPoison(ctx, q)
 }
 
-func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, json.RawMessage, error) {
+func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, json.RawMessage, error) {
 	p, err := b.c.GetPoison(ctx, id)
 	if err != nil {
 		return p, nil, wrapStorePoison(err)
 	}
-	if cmdqtype.ValidateID(id) != nil {
+	if cmdq.ValidateID(id) != nil {
 		return p, nil, nil // a malformed message's entry: no stored command
 	}
 	_, params, err := b.c.GetParams(ctx, id)
-	if err != nil && !errors.Is(err, cmdqtype.ErrNotFound) {
+	if err != nil && !errors.Is(err, cmdq.ErrNotFound) {
 		return p, nil, err
 	}
 	return p, params, nil
@@ -453,7 +452,7 @@ Examples:
 			if !json.Valid([]byte(params)) {
 				return fmt.Errorf("--params %q is not valid JSON; pass an object such as '{\"ms\":500}'", params)
 			}
-			raw := cmdqtype.Raw{ID: cmdqtype.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
+			raw := cmdq.Raw{ID: cmdq.NormalizeID(id), Type: args[0], Params: json.RawMessage(params), CorrelationID: corr}
 			if err := scheduleFlags(cmd, at, in, &raw); err != nil {
 				return err
 			}
@@ -494,7 +493,7 @@ Examples:
 					return err
 				}
 				fmt.Fprintln(out, finalLine(paletteOf(out), st))
-				if st.State != cmdqtype.StateCompleted {
+				if st.State != cmdq.StateCompleted {
 					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
 						msg += ": " + term(st.LastError)
@@ -524,12 +523,12 @@ const exitInterrupted = 130
 
 // finalLine is the last line of `send --wait` and `status --watch`: the ID,
 // the state and the attempts (and the last step, for commands with steps).
-func finalLine(p palette, st cmdqtype.Status) string {
+func finalLine(p palette, st cmdq.Status) string {
 	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.State), term(string(st.State))), attemptsText(st))
 }
 
 // attemptsText is "attempts N" and, once a step is done, ", step M".
-func attemptsText(st cmdqtype.Status) string {
+func attemptsText(st cmdq.Status) string {
 	s := fmt.Sprintf("attempts %d", st.Attempts)
 	if st.Step > 0 {
 		s += fmt.Sprintf(", step %d", st.Step)
@@ -553,7 +552,7 @@ completed, poisoned, discarded or cancelled.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			id := cmdqtype.NormalizeID(args[0])
+			id := cmdq.NormalizeID(args[0])
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
 				st, err := b.Get(ctx, id)
@@ -566,8 +565,8 @@ completed, poisoned, discarded or cancelled.
 				}
 				if asJSON {
 					return writeJSON(out, struct {
-						cmdqtype.Status
-						Events []cmdqtype.Event `json:"events"`
+						cmdq.Status
+						Events []cmdq.Event `json:"events"`
 					}{st, evs})
 				}
 				printStatus(out, st)
@@ -578,7 +577,7 @@ completed, poisoned, discarded or cancelled.
 					return nil
 				}
 				if !st.State.Final() {
-					st, err = b.Follow(ctx, id, last, func(e cmdqtype.Event) { last = printEvents(out, []cmdqtype.Event{e}, last) })
+					st, err = b.Follow(ctx, id, last, func(e cmdq.Event) { last = printEvents(out, []cmdq.Event{e}, last) })
 					if ctx.Err() != nil {
 						return nil
 					}
@@ -612,13 +611,13 @@ func fmtTime(t time.Time) string {
 // started event is written lazily).
 const waitingNote = "waiting for a processor; a handler that is already running shows as running after about 1 s (the started event is written lazily)"
 
-func printStatus(w io.Writer, st cmdqtype.Status) {
+func printStatus(w io.Writer, st cmdq.Status) {
 	p := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
 	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.State), term(string(st.State))), attemptsText(st))
-	if st.State == cmdqtype.StatePending && st.Attempts == 0 {
+	if st.State == cmdq.StatePending && st.Attempts == 0 {
 		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
 	}
 	if line := dueLine(st, time.Now()); line != "" {
@@ -646,7 +645,7 @@ const maxOutputShown = 2048
 
 // outputText is a recorded output as status prints it: its compact JSON,
 // cut after maxOutputShown bytes with a note of its size.
-func outputText(out cmdqtype.JSON) string {
+func outputText(out cmdq.JSON) string {
 	if len(out) <= maxOutputShown {
 		return string(out)
 	}
@@ -658,7 +657,7 @@ func outputText(out cmdqtype.JSON) string {
 }
 
 // printEvents prints the events with Seq > after and returns the last Seq printed.
-func printEvents(w io.Writer, evs []cmdqtype.Event, after int64) int64 {
+func printEvents(w io.Writer, evs []cmdq.Event, after int64) int64 {
 	for _, e := range evs {
 		if e.Seq <= after {
 			continue
@@ -671,7 +670,7 @@ func printEvents(w io.Writer, evs []cmdqtype.Event, after int64) int64 {
 }
 
 // eventDetail is the readable rest of a timeline line.
-func eventDetail(e cmdqtype.Event) string {
+func eventDetail(e cmdq.Event) string {
 	var parts []string
 	if e.Attempt > 0 {
 		parts = append(parts, fmt.Sprintf("attempt %d", e.Attempt))
@@ -716,7 +715,7 @@ decoded). Entries stay until an operator requeues or removes them.
 func newPoisonLsCmd() *cobra.Command {
 	var (
 		f      remoteFlags
-		q      cmdqtype.PoisonQuery
+		q      cmdq.PoisonQuery
 		asJSON bool
 		wide   bool
 	)
@@ -760,7 +759,7 @@ func newPoisonLsCmd() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().StringVar(&q.Type, "type", "", "only entries of this command type (default all)")
-	c.Flags().IntVar(&q.Limit, "limit", cmdqtype.DefaultPoisonLimit, "most entries to list (at most 1000)")
+	c.Flags().IntVar(&q.Limit, "limit", cmdq.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
 	c.Flags().BoolVar(&wide, "wide", false, "print every column whole (the last error is otherwise shortened to fit the terminal's width, or COLUMNS)")
@@ -788,7 +787,7 @@ func newPoisonShowCmd() *cobra.Command {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			return f.withBackend(ctx, func(b backend) error {
-				id := cmdqtype.NormalizeID(args[0])
+				id := cmdq.NormalizeID(args[0])
 				p, params, err := b.GetPoison(ctx, id)
 				if err != nil {
 					return fmt.Errorf("poison entry %s: %w", id, err)
@@ -812,12 +811,12 @@ const maxParamsPrinted = 4096
 
 // printPoison prints one poison entry as labelled lines, its command's
 // params (laid out, bounded), and what to do next.
-func printPoison(w io.Writer, p cmdqtype.PoisonEntry, params json.RawMessage) {
+func printPoison(w io.Writer, p cmdq.PoisonEntry, params json.RawMessage) {
 	pal := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(p.CommandID))
 	fmt.Fprintf(tw, "type\t%s\n", term(p.Type))
-	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(cmdqtype.StatePoisoned), "poisoned"), p.DequeueCount)
+	fmt.Fprintf(tw, "status\t%s (dequeued %d times)\n", pal.state(string(cmdq.StatePoisoned), "poisoned"), p.DequeueCount)
 	fmt.Fprintf(tw, "reason\t%s\n", term(p.Reason))
 	if p.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(p.LastError))
@@ -859,7 +858,7 @@ func newPoisonActionCmd(action string) *cobra.Command {
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
-					id = cmdqtype.NormalizeID(id)
+					id = cmdq.NormalizeID(id)
 					var err error
 					if action == "rm" {
 						err = b.Discard(ctx, id)

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 )
@@ -81,8 +81,8 @@ func TestWorkerRunFor(t *testing.T) {
 			}
 			for _, id := range ids {
 				st := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
-				var s cmdqtype.Status
-				if err := json.Unmarshal([]byte(st.stdout), &s); err != nil || s.State != cmdqtype.StateCompleted {
+				var s cmdq.Status
+				if err := json.Unmarshal([]byte(st.stdout), &s); err != nil || s.State != cmdq.StateCompleted {
 					t.Errorf("after the worker, %s: %s (%v)", id, st.stdout, err)
 				}
 			}
@@ -172,7 +172,7 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Errorf("poison ls --type demo.echo: %q", r.stdout)
 	}
 	r = mustRun(t, env, "poison", "show", fid, "--json")
-	var pe cmdqtype.PoisonEntry
+	var pe cmdq.PoisonEntry
 	if err := json.Unmarshal([]byte(r.stdout), &pe); err != nil || pe.CommandID != fid || pe.Reason != "attempts exhausted" {
 		t.Errorf("poison show --json: %s (%v)", r.stdout, err)
 	}
@@ -197,7 +197,7 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Errorf("poison rm: %q", r.stdout)
 	}
 	r = mustRun(t, env, "poison", "ls", "--json")
-	var page cmdqtype.PoisonPage
+	var page cmdq.PoisonPage
 	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Entries) != 0 {
 		t.Errorf("poison ls --json after rm: %s (%v)", r.stdout, err)
 	}
@@ -265,8 +265,8 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	}
 	t.Logf("serve exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 	r := mustRun(t, nil, "status", id, "--json", "--store", "embedded", "--data", srv.Data)
-	var s cmdqtype.Status
-	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != cmdqtype.StateCompleted || s.Attempts != 1 {
+	var s cmdq.Status
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != cmdq.StateCompleted || s.Attempts != 1 {
 		t.Errorf("after the drain the command is %s (%v), want completed on attempt 1", r.stdout, err)
 	}
 }
@@ -342,8 +342,8 @@ func TestWorkerSharesAzureQueue(t *testing.T) {
 	}
 	for _, id := range ids {
 		r := mustRun(t, nil, append([]string{"status", id, "--json"}, store...)...)
-		var s cmdqtype.Status
-		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != cmdqtype.StateCompleted || s.Attempts != 1 {
+		var s cmdq.Status
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != cmdq.StateCompleted || s.Attempts != 1 {
 			t.Errorf("%s: %s (%v)", id, r.stdout, err)
 		}
 	}

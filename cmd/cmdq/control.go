@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // cmdq cancel and cmdq queue: cancelling commands, pausing and resuming
@@ -17,49 +16,49 @@ import (
 
 func init() { extraCommands = append(extraCommands, newCancelCmd, newQueueCmd) }
 
-func (b httpBackend) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error) {
+func (b httpBackend) Cancel(ctx context.Context, id string) (cmdq.CancelResult, error) {
 	r, err := b.c.Cancel(ctx, id)
 	return r, b.wrap(err)
 }
 
-func (b httpBackend) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+func (b httpBackend) Queues(ctx context.Context) ([]cmdq.QueueInfo, error) {
 	qs, err := b.c.Queues(ctx)
 	return qs, b.wrap(err)
 }
 
-func (b httpBackend) PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (b httpBackend) PauseQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	q, err := b.c.PauseQueue(ctx, name)
 	return q, b.wrap(err)
 }
 
-func (b httpBackend) ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (b httpBackend) ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	q, err := b.c.ResumeQueue(ctx, name)
 	return q, b.wrap(err)
 }
 
-func (b *storeBackend) Cancel(ctx context.Context, id string) (cmdqtype.CancelResult, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
-		return cmdqtype.CancelResult{}, err
+func (b *storeBackend) Cancel(ctx context.Context, id string) (cmdq.CancelResult, error) {
+	if err := cmdq.ValidateID(id); err != nil {
+		return cmdq.CancelResult{}, err
 	}
 	r, err := b.c.Cancel(ctx, id, b.by)
 	return r, wrapStore(err)
 }
 
-func (b *storeBackend) Queues(ctx context.Context) ([]cmdqtype.QueueInfo, error) {
+func (b *storeBackend) Queues(ctx context.Context) ([]cmdq.QueueInfo, error) {
 	return b.c.ListQueues(ctx)
 }
 
-func (b *storeBackend) PauseQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (b *storeBackend) PauseQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	return b.queueAction(ctx, name, b.c.PauseQueue)
 }
 
-func (b *storeBackend) ResumeQueue(ctx context.Context, name string) (cmdqtype.QueueInfo, error) {
+func (b *storeBackend) ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error) {
 	return b.queueAction(ctx, name, b.c.ResumeQueue)
 }
 
-func (b *storeBackend) queueAction(ctx context.Context, name string, act func(ctx context.Context, name, by string) (cmdq.QueueInfo, error)) (cmdqtype.QueueInfo, error) {
+func (b *storeBackend) queueAction(ctx context.Context, name string, act func(ctx context.Context, name, by string) (cmdq.QueueInfo, error)) (cmdq.QueueInfo, error) {
 	q, err := act(ctx, name, b.by)
-	if errors.Is(err, cmdqtype.ErrUnknownQueue) {
+	if errors.Is(err, cmdq.ErrUnknownQueue) {
 		return q, &cliError{msg: fmt.Sprintf("no queue %q is known here; `cmdq queue ls` lists the queues", name), err: err}
 	}
 	if err != nil {
@@ -90,7 +89,7 @@ processor must know of it first). It exits 1 if any cancel failed.
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
-					id = cmdqtype.NormalizeID(id)
+					id = cmdq.NormalizeID(id)
 					r, err := b.Cancel(ctx, id)
 					if err != nil {
 						errs = append(errs, fmt.Errorf("cancel %s: %w", id, err))
@@ -180,7 +179,7 @@ func newQueueActionCmd(action string) *cobra.Command {
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, name := range args {
-					var q cmdqtype.QueueInfo
+					var q cmdq.QueueInfo
 					var err error
 					if action == "pause" {
 						q, err = b.PauseQueue(ctx, name)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // TestCLICancelAndQueues runs `cmdq cancel` and `cmdq queue ls|pause|resume`
@@ -39,7 +39,7 @@ func TestCLICancelAndQueues(t *testing.T) {
 			}
 			waitState(t, srv.URL, "", sleeper, "cancelled", 30*time.Second)
 			st := statusOf(t, env, sleeper)
-			if st.State != cmdqtype.StateCancelled {
+			if st.State != cmdq.StateCancelled {
 				t.Fatalf("the cancelled sleeper is %s", st.State)
 			}
 			done := strings.Fields(mustRun(t, env, "send", "demo.echo", "--wait").stdout)[0]
@@ -56,12 +56,12 @@ func TestCLICancelAndQueues(t *testing.T) {
 			if !strings.Contains(r.stdout, "commands") || !strings.Contains(r.stdout, "paused") {
 				t.Fatalf("queue ls printed %q", r.stdout)
 			}
-			var qs []cmdqtype.QueueInfo
+			var qs []cmdq.QueueInfo
 			if err := json.Unmarshal([]byte(mustRun(t, env, "queue", "ls", "--json").stdout), &qs); err != nil || len(qs) != 1 || !qs[0].Paused {
 				t.Fatalf("queue ls --json: %+v %v", qs, err)
 			}
 			waiting := sendID(t, env, "demo.echo")
-			if st := statusOf(t, env, waiting); st.State != cmdqtype.StatePending {
+			if st := statusOf(t, env, waiting); st.State != cmdq.StatePending {
 				t.Fatalf("a command sent into the paused queue is %s", st.State)
 			}
 			mustRun(t, env, "queue", "resume", "commands")
@@ -82,7 +82,7 @@ func TestCLIQueueOnStore(t *testing.T) {
 	store := []string{"--store", "embedded", "--data", t.TempDir()}
 	id := sendID(t, nil, append([]string{"demo.echo"}, store...)...)
 	mustRun(t, nil, append([]string{"queue", "pause", "commands"}, store...)...)
-	var qs []cmdqtype.QueueInfo
+	var qs []cmdq.QueueInfo
 	if err := json.Unmarshal([]byte(mustRun(t, nil, append([]string{"queue", "ls", "--json"}, store...)...).stdout), &qs); err != nil ||
 		len(qs) != 1 || !qs[0].Paused || qs[0].Depth != 1 || !strings.HasPrefix(qs[0].By, "cli:") {
 		t.Fatalf("queue ls --json on the store: %+v %v", qs, err)
@@ -90,15 +90,15 @@ func TestCLIQueueOnStore(t *testing.T) {
 	if r := mustRun(t, nil, append([]string{"cancel", id}, store...)...); strings.TrimSpace(r.stdout) != id+" cancelled" {
 		t.Fatalf("cancel printed %q", r.stdout)
 	}
-	if st := statusOf(t, nil, id, store...); st.State != cmdqtype.StateCancelled {
+	if st := statusOf(t, nil, id, store...); st.State != cmdq.StateCancelled {
 		t.Fatalf("after cancel: %s", st.State)
 	}
 }
 
 // statusOf runs `cmdq status ID --json`.
-func statusOf(t *testing.T, env []string, id string, args ...string) cmdqtype.Status {
+func statusOf(t *testing.T, env []string, id string, args ...string) cmdq.Status {
 	t.Helper()
-	var st cmdqtype.Status
+	var st cmdq.Status
 	out := mustRun(t, env, append([]string{"status", id, "--json"}, args...)...).stdout
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json %q: %v", out, err)

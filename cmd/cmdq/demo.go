@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Demo handlers, registered by serve and worker unless --no-demo. Their retry
@@ -17,7 +16,7 @@ import (
 // default (cmdq.DefaultPoisonCeiling, 5 attempts).
 
 // demoRetry is the demo handlers' retry policy: 1 s ± 20 % after every failed attempt.
-var demoRetry = cmdqtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
+var demoRetry = cmdq.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}
 
 // demoMaxSleep bounds demo.sleep's ms (10 minutes).
 const demoMaxSleep = 10 * time.Minute
@@ -56,7 +55,7 @@ func (demoSteps) CommandType() string { return "demo.steps" }
 func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 	opts := cmdq.HandlerOptions{Retry: demoRetry, Lease: lease}
 	return errors.Join(
-		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoEcho, run *cmdq.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoEcho, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)
 			b, err := json.Marshal(cmd)
 			if err != nil {
@@ -71,7 +70,7 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 			}
 			return j.step(ctx, run, 1, "echo "+string(b))
 		}, opts),
-		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, run *cmdq.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSleep, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)
 			d := time.Duration(cmd.MS) * time.Millisecond
 			if cmd.MS < 0 || d > demoMaxSleep {
@@ -86,20 +85,20 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 				return fmt.Errorf("demo.sleep: interrupted: %w", ctx.Err())
 			}
 		}, opts),
-		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoFail, run *cmdq.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoFail, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)
-			if run.Attempt() <= cmd.Times {
-				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Attempt(), cmd.Times)
+			if run.Number() <= cmd.Times {
+				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Number(), cmd.Times)
 			}
 			return nil
 		}, opts),
-		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSteps, run *cmdq.Run) (err error) {
+		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSteps, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)
 			if cmd.Steps < 1 || cmd.Steps > 1000 {
 				return cmdq.Permanent(fmt.Errorf("demo.steps: steps %d is out of range 1..1000", cmd.Steps))
 			}
 			for s := run.LastStep() + 1; s <= cmd.Steps; s++ {
-				if s == cmd.FailAt && run.Attempt() == 1 {
+				if s == cmd.FailAt && run.Number() == 1 {
 					return fmt.Errorf("demo.steps: planned failure at step %d (the retry resumes here)", s)
 				}
 				if err := j.step(ctx, run, s, fmt.Sprintf("step %d of %d", s, cmd.Steps)); err != nil {

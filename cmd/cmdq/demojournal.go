@@ -59,12 +59,12 @@ type journalLine struct {
 	Err     string    `json:"err,omitempty"`
 }
 
-func (j *demoJournal) write(run *cmdq.Run, l journalLine) {
+func (j *demoJournal) write(run *cmdq.Attempt, l journalLine) {
 	if j == nil {
 		return
 	}
 	l.T, l.PID, l.Worker = time.Now().UTC(), j.pid, j.worker
-	l.ID, l.Type, l.Attempt = run.ID(), run.Type(), run.Attempt()
+	l.ID, l.Type, l.Attempt = run.ID(), run.Type(), run.Number()
 	b, err := json.Marshal(l)
 	if err != nil {
 		return
@@ -79,7 +79,7 @@ func (j *demoJournal) write(run *cmdq.Run, l journalLine) {
 
 // execution journals the start of a handler execution and returns the
 // function that journals its end; use as `defer j.execution(run)(&err)`.
-func (j *demoJournal) execution(run *cmdq.Run) func(*error) {
+func (j *demoJournal) execution(run *cmdq.Attempt) func(*error) {
 	if j == nil {
 		return func(*error) {}
 	}
@@ -97,7 +97,7 @@ func (j *demoJournal) execution(run *cmdq.Run) func(*error) {
 }
 
 // step runs run.CompleteStep(ctx, n, note), journalling before and after.
-func (j *demoJournal) step(ctx context.Context, run *cmdq.Run, n int, note string) error {
+func (j *demoJournal) step(ctx context.Context, run *cmdq.Attempt, n int, note string) error {
 	j.write(run, journalLine{Ev: "step", Step: n})
 	if err := run.CompleteStep(ctx, n, note); err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -31,7 +31,7 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 	const evil = "\u001b[31mFAKE\u001b[0m\rOVERWRITE"
 	const shown = `\x1b[31mFAKE\x1b[0m\rOVERWRITE`
 	s := apitest.Start(t, apitest.Options{})
-	res, err := s.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: "demo.echo", CorrelationID: evil})
+	res, err := s.Client.IssueRaw(context.Background(), cmdq.Raw{Type: "demo.echo", CorrelationID: evil})
 	if err != nil {
 		t.Fatal(err)
 	}

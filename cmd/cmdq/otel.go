@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // Tracing of serve and worker: spans are exported over OTLP/HTTP when the
@@ -103,12 +103,12 @@ func startTracing(ctx context.Context, log zerolog.Logger, what, worker string) 
 }
 
 // workerName is the processor's name for worker (--worker-id): itself,
-// or the processor's default (cmdqtype.DefaultWorker).
+// or the processor's default (cmdq.DefaultWorker).
 func workerName(worker string) string {
 	if worker != "" {
 		return worker
 	}
-	return cmdqtype.DefaultWorker()
+	return cmdq.DefaultWorker()
 }
 
 // stopTracing flushes and stops tp (nil: nothing to do), within 5 s.

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // Periodic commands: `cmdq periodic ls`, and serve's and worker's
@@ -19,12 +18,12 @@ import (
 
 func init() { extraCommands = append(extraCommands, newPeriodicCmd) }
 
-func (b httpBackend) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+func (b httpBackend) Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error) {
 	ps, err := b.c.Periodic(ctx)
 	return ps, b.wrap(err)
 }
 
-func (b *storeBackend) Periodic(ctx context.Context) ([]cmdqtype.PeriodicInfo, error) {
+func (b *storeBackend) Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error) {
 	return b.c.ListPeriodic(ctx)
 }
 
@@ -125,7 +124,7 @@ func registerPeriodic(c *cmdq.Client, specs []string) error {
 				continue
 			}
 		}
-		if err := cmdqtype.ValidateType(typ); err != nil {
+		if err := cmdq.ValidateType(typ); err != nil {
 			errs = append(errs, fmt.Errorf("--periodic %q: %w", s, err))
 			continue
 		}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 )
@@ -56,7 +55,7 @@ func TestCLIUniqueAndPeriodic(t *testing.T) {
 				}
 			}
 
-			var ps []cmdqtype.PeriodicInfo
+			var ps []cmdq.PeriodicInfo
 			waitFor(t, 30*time.Second, "periodic ls shows the heartbeat's last tick with its command", func() bool {
 				ps = nil
 				out := mustRun(t, env, "periodic", "ls", "--json").stdout

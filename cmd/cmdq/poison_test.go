@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
 )
 
@@ -18,7 +18,7 @@ func TestPoisonLsFitsWidth(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	long := "connection to billing.internal:443 failed: " + strings.Repeat("the upstream said no ", 30) + "END"
 	for range 3 {
-		res, err := s.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: "billing.ChargeCard"})
+		res, err := s.Client.IssueRaw(context.Background(), cmdq.Raw{Type: "billing.ChargeCard"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestPoisonShowParams(t *testing.T) {
 	small := `{"to":"ada@example.com","items":[{"sku":"A-1","qty":2}]}`
 	big := `{"blob":"` + strings.Repeat("x", 20000) + `","deep":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}`
 	for _, params := range []string{small, big} {
-		res, err := s.Client.IssueRaw(context.Background(), cmdqtype.Raw{Type: "shop.Order", Params: json.RawMessage(params)})
+		res, err := s.Client.IssueRaw(context.Background(), cmdq.Raw{Type: "shop.Order", Params: json.RawMessage(params)})
 		if err != nil {
 			t.Fatal(err)
 		}

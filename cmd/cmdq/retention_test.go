@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -21,8 +21,8 @@ func TestStatusOfExpiredCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	issued := time.Now().Add(-20 * 24 * time.Hour)
-	id := testenv.CompletedAt(t, st, cmdqtype.DefaultPrefix, issued, "demo.echo")
-	if n := testenv.OpenLog(t, st, cmdqtype.DefaultPrefix).Sweep(t); n != 1 {
+	id := testenv.CompletedAt(t, st, cmdq.DefaultPrefix, issued, "demo.echo")
+	if n := testenv.OpenLog(t, st, cmdq.DefaultPrefix).Sweep(t); n != 1 {
 		t.Fatalf("the sweep dropped %d day tables, want 1", n)
 	}
 	if err := st.Close(); err != nil {

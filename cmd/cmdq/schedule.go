@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // Scheduled commands in the CLI: send --at/--in (cli.go), the due line
@@ -18,7 +18,7 @@ func init() { extraCommands = append(extraCommands, newRunNowCmd) }
 
 // scheduleFlags puts send's --at and --in into raw: at most one of them,
 // --at an RFC 3339 time, --in a duration that is not negative.
-func scheduleFlags(cmd *cobra.Command, at string, in time.Duration, raw *cmdqtype.Raw) error {
+func scheduleFlags(cmd *cobra.Command, at string, in time.Duration, raw *cmdq.Raw) error {
 	atSet, inSet := cmd.Flags().Changed("at"), cmd.Flags().Changed("in")
 	switch {
 	case atSet && inSet:
@@ -39,8 +39,8 @@ func scheduleFlags(cmd *cobra.Command, at string, in time.Duration, raw *cmdqtyp
 
 // dueLine says when a scheduled or retrying command is due, for status:
 // "" for other commands.
-func dueLine(st cmdqtype.Status, now time.Time) string {
-	if st.RunAt.IsZero() || (st.State != cmdqtype.StateScheduled && st.State != cmdqtype.StateRetrying) {
+func dueLine(st cmdq.Status, now time.Time) string {
+	if st.RunAt.IsZero() || (st.State != cmdq.StateScheduled && st.State != cmdq.StateRetrying) {
 		return ""
 	}
 	d := st.RunAt.Sub(now).Round(time.Second)
@@ -50,14 +50,14 @@ func dueLine(st cmdqtype.Status, now time.Time) string {
 	return fmt.Sprintf("%s (in %s; cmdq run-now %s makes it due now)", fmtTime(st.RunAt), d, term(st.ID))
 }
 
-func (b httpBackend) RunNow(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (b httpBackend) RunNow(ctx context.Context, id string) (cmdq.Status, error) {
 	st, err := b.c.RunNow(ctx, id)
 	return st, b.wrap(err)
 }
 
-func (b *storeBackend) RunNow(ctx context.Context, id string) (cmdqtype.Status, error) {
-	if err := cmdqtype.ValidateID(id); err != nil {
-		return cmdqtype.Status{}, err
+func (b *storeBackend) RunNow(ctx context.Context, id string) (cmdq.Status, error) {
+	if err := cmdq.ValidateID(id); err != nil {
+		return cmdq.Status{}, err
 	}
 	st, err := b.c.RunNow(ctx, id, b.by)
 	return st, wrapStore(err)
@@ -82,7 +82,7 @@ the operator role.
 			return f.withBackend(ctx, func(b backend) error {
 				var errs []error
 				for _, id := range args {
-					id = cmdqtype.NormalizeID(id)
+					id = cmdq.NormalizeID(id)
 					if _, err := b.RunNow(ctx, id); err != nil {
 						errs = append(errs, fmt.Errorf("run-now %s: %w", id, err))
 						continue

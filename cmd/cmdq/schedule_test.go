@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // TestCLIScheduled runs `cmdq send --in/--at`, `cmdq status` and `cmdq
@@ -39,7 +39,7 @@ func TestCLIScheduled(t *testing.T) {
 				t.Fatalf("status of a scheduled command:\n%s", r.stdout)
 			}
 			sched := statusOf(t, env, soon)
-			if sched.State != cmdqtype.StateScheduled || sched.RunAt.IsZero() {
+			if sched.State != cmdq.StateScheduled || sched.RunAt.IsZero() {
 				t.Fatalf("status --json: %+v", sched)
 			}
 			waitState(t, srv.URL, "", soon, "completed", 30*time.Second)
@@ -52,14 +52,14 @@ func TestCLIScheduled(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, e := range evs {
-				if e.Kind == cmdqtype.EventStarted && e.Time.Before(sched.RunAt) {
+				if e.Kind == cmdq.EventStarted && e.Time.Before(sched.RunAt) {
 					t.Fatalf("started at %s, before its runAt %s", e.Time, sched.RunAt)
 				}
 			}
 
 			at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 			later := sendID(t, env, "demo.echo", "--at", at)
-			if st := statusOf(t, env, later); st.State != cmdqtype.StateScheduled || st.RunAt.Format(time.RFC3339) != at {
+			if st := statusOf(t, env, later); st.State != cmdq.StateScheduled || st.RunAt.Format(time.RFC3339) != at {
 				t.Fatalf("sent --at %s: %+v", at, st)
 			}
 			if r := mustRun(t, env, "run-now", later); strings.TrimSpace(r.stdout) != later+" is due now" {
@@ -97,7 +97,7 @@ func TestCLIScheduled(t *testing.T) {
 // queueDepth returns the depth of queue commands (`cmdq queue ls --json`).
 func queueDepth(t *testing.T, env []string) int {
 	t.Helper()
-	var qs []cmdqtype.QueueInfo
+	var qs []cmdq.QueueInfo
 	out := mustRun(t, env, "queue", "ls", "--json").stdout
 	if err := json.Unmarshal([]byte(out), &qs); err != nil || len(qs) != 1 {
 		t.Fatalf("queue ls --json %q: %v", out, err)
@@ -140,7 +140,7 @@ func TestServeRetriesOnTime(t *testing.T) {
 				t.Fatal(err)
 			}
 			created, completed := evs[0].Time, evs[len(evs)-1].Time
-			if evs[len(evs)-1].Kind != cmdqtype.EventCompleted || evs[len(evs)-1].Attempt != 3 {
+			if evs[len(evs)-1].Kind != cmdq.EventCompleted || evs[len(evs)-1].Attempt != 3 {
 				t.Fatalf("events %+v, want completed in attempt 3", evs)
 			}
 			if took := completed.Sub(created); took > 20*time.Second {

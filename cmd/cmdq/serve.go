@@ -19,7 +19,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/console"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -50,9 +49,9 @@ type procFlags struct {
 func (f *procFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.BoolVar(&f.noDemo, "no-demo", false, "do not register the demo handlers (demo.echo, demo.sleep, demo.fail, demo.steps)")
-	fl.IntVar(&f.concurrency, "concurrency", cmdqtype.DefaultConcurrency, "most handlers run at once")
-	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdqtype.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from 100ms)")
-	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdqtype.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
+	fl.IntVar(&f.concurrency, "concurrency", cmdq.DefaultConcurrency, "most handlers run at once")
+	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdq.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from 100ms)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdq.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")

@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -49,7 +48,7 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&f.kind, "store", defaultStore, "storage: embedded (a local data directory, one process) or azure (Azure Storage queues and tables)")
 	fl.StringVar(&f.data, "data", defaultDataDir, "directory of the embedded store (created if missing)")
-	fl.StringVar(&f.prefix, "prefix", cmdqtype.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
+	fl.StringVar(&f.prefix, "prefix", cmdq.DefaultPrefix, "prefix of the queue and table names (queue <prefix>-commands, tables <prefix>commands and <prefix>poison); lowercase letters and digits")
 	fl.Var((*connStrings)(&f.azConns), "azure-connection-string", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING); repeat it (or separate several with spaces or newlines in CMDQ_AZURE_CONNECTION_STRING) to spread the deployment over several storage accounts, the first one first, in the same order in every process; an account added later carries CmdqFrom=YYYY-MM-DD (docs/scaling.md)")
 	fl.StringVar(&f.shards, "shards", "", "shards of logical queues: queue=N,... (e.g. commands=4); give every process the same (docs/scaling.md). Default none: one storage queue each")
 	fl.StringVar(&f.azAccount, "azure-account", "", "Azure Storage account name, with --azure-key or --azure-identity")

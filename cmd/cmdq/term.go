@@ -10,7 +10,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq"
 )
 
 // On a terminal the CLI colours states and draws a progress line while
@@ -78,15 +78,15 @@ func (p palette) errorPrefix() string { return p.paint(sgrRed, "cmdq:") }
 // stateColor is the colour of a command state or event kind.
 func stateColor(s string) string {
 	switch s {
-	case string(cmdqtype.StateCompleted):
+	case string(cmdq.StateCompleted):
 		return sgrGreen
-	case string(cmdqtype.StatePoisoned), string(cmdqtype.EventFailed):
+	case string(cmdq.StatePoisoned), string(cmdq.EventFailed):
 		return sgrRed
-	case string(cmdqtype.StateRetrying), string(cmdqtype.EventRequeued):
+	case string(cmdq.StateRetrying), string(cmdq.EventRequeued):
 		return sgrYellow
-	case string(cmdqtype.StateRunning), string(cmdqtype.EventStarted):
+	case string(cmdq.StateRunning), string(cmdq.EventStarted):
 		return sgrCyan
-	case string(cmdqtype.StateDiscarded), string(cmdqtype.StateCancelled):
+	case string(cmdq.StateDiscarded), string(cmdq.StateCancelled):
 		return sgrDim
 	}
 	return ""
@@ -111,7 +111,7 @@ type progress struct {
 	start time.Time
 
 	mu    sync.Mutex
-	last  *cmdqtype.Status
+	last  *cmdq.Status
 	drawn bool
 	stop  chan struct{}
 }
@@ -146,7 +146,7 @@ func newProgress(w io.Writer) *progress {
 }
 
 // update redraws the line for st (and keeps it for the redraws).
-func (pr *progress) update(st cmdqtype.Status) {
+func (pr *progress) update(st cmdq.Status) {
 	if pr == nil {
 		return
 	}
@@ -159,12 +159,12 @@ func (pr *progress) update(st cmdqtype.Status) {
 // draw draws the line for st. It stays under 80 columns (a longer one
 // would wrap, and only its last row could be redrawn); the ID is on the
 // line above it. Caller holds pr.mu.
-func (pr *progress) draw(st cmdqtype.Status) {
+func (pr *progress) draw(st cmdq.Status) {
 	var what string
 	switch {
-	case st.State == cmdqtype.StatePending && st.Attempts == 0:
+	case st.State == cmdq.StatePending && st.Attempts == 0:
 		what = "a running handler shows after ~1 s"
-	case st.State == cmdqtype.StateRetrying:
+	case st.State == cmdq.StateRetrying:
 		what = fmt.Sprintf("attempt %d failed", st.Attempts)
 	case st.Attempts > 0:
 		what = fmt.Sprintf("attempt %d", st.Attempts)

@@ -142,7 +142,7 @@ var retryFast = cmdq.HandlerOptions{
 // handle is the ConvertBatch handler: it starts after the last completed step
 // (0 on the first attempt) and records a step after each converted file, so a
 // retry resumes at the file that failed.
-func (c *converter) handle(ctx context.Context, cmd ConvertBatch, run *cmdq.Run) error {
+func (c *converter) handle(ctx context.Context, cmd ConvertBatch, run *cmdq.Attempt) error {
 	for i := run.LastStep() + 1; i <= len(cmd.Files); i++ {
 		name := cmd.Files[i-1]
 		if err := c.convert(name, cmd.Format); err != nil {

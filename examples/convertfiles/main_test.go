@@ -11,7 +11,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/cmdqtest"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 )
 
 // TestResumesAtFailedFile runs the example: the first attempt converts files
@@ -26,7 +25,7 @@ func TestResumesAtFailedFile(t *testing.T) {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	st := rep.Status
-	if st.State != cmdqtype.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
+	if st.State != cmdq.StateCompleted || st.Attempts != 2 || st.Step != files || st.LastError != "" {
 		t.Fatalf("status = %+v, want completed after 2 attempts at step %d with no last error", st, files)
 	}
 
@@ -103,7 +102,7 @@ func TestNoFailureOneAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rep.Status; st.State != cmdqtype.StateCompleted || st.Attempts != 1 || st.Step != 5 {
+	if st := rep.Status; st.State != cmdq.StateCompleted || st.Attempts != 1 || st.Step != 5 {
 		t.Fatalf("status = %+v, want completed in 1 attempt at step 5", st)
 	}
 	got, err := os.ReadFile(filepath.Join(rep.OutputDir, "file-002.txt.reverse"))
@@ -124,7 +123,7 @@ func TestUnknownFormatPoisoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := rep.Status
-	if st.State != cmdqtype.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
+	if st.State != cmdq.StatePoisoned || st.Attempts != 1 || st.Step != 0 || !strings.Contains(st.LastError, `unknown format "pdf"`) {
 		t.Fatalf("status = %+v, want poisoned after 1 attempt naming the format", st)
 	}
 	last := rep.Events[len(rep.Events)-1]

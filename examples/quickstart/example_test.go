@@ -57,8 +57,8 @@ func Example() {
 	defer done()
 
 	// Handlers: a typed function per command type.
-	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Run) error {
-		fmt.Printf("handler: hello, %s (attempt %d)\n", cmd.Name, run.Attempt())
+	err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Attempt) error {
+		fmt.Printf("handler: hello, %s (attempt %d)\n", cmd.Name, run.Number())
 		return nil
 	})
 	if err != nil {
@@ -70,8 +70,8 @@ func Example() {
 	}
 
 	// Issue: stores the command and enqueues it, waking the processor at
-	// once. WithID makes the ID (and this output) fixed.
-	res, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.WithID("0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10"))
+	// once. CommandID makes the ID (and this output) fixed.
+	res, err := c.Issue(ctx, SendGreeting{Name: "Ada"}, cmdq.CommandID("0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func Example_poisonAndRequeue() {
 	defer done()
 
 	var configured atomic.Bool // the payment gateway's key is missing at first
-	err := cmdq.Register(c, func(ctx context.Context, cmd ChargeCard, run *cmdq.Run) error {
+	err := cmdq.Register(c, func(ctx context.Context, cmd ChargeCard, run *cmdq.Attempt) error {
 		if !configured.Load() {
 			// Retrying cannot help: poison at once for an operator to look at.
 			return cmdq.Permanent(errors.New("payment gateway key not configured"))
@@ -125,7 +125,7 @@ func Example_poisonAndRequeue() {
 	if err := c.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	res, err := c.Issue(ctx, ChargeCard{OrderID: "A-1001", Cents: 4200}, cmdq.WithID("5d2c8f0e-7b1a-4e3d-8c9f-0a1b2c3d4e5f"))
+	res, err := c.Issue(ctx, ChargeCard{OrderID: "A-1001", Cents: 4200}, cmdq.CommandID("5d2c8f0e-7b1a-4e3d-8c9f-0a1b2c3d4e5f"))
 	if err != nil {
 		log.Fatal(err)
 	}

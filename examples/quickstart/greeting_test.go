@@ -15,7 +15,7 @@ func TestGreeting(t *testing.T) {
 	t.Parallel()
 	c := cmdqtest.New(t)
 	var greeted []string
-	if err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, cmd SendGreeting, run *cmdq.Attempt) error {
 		greeted = append(greeted, cmd.Name)
 		return nil
 	}); err != nil {

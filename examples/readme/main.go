@@ -33,7 +33,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = cmdq.Register(c, func(ctx context.Context, cmd ResizeImage, run *cmdq.Run) error {
+	err = cmdq.Register(c, func(ctx context.Context, cmd ResizeImage, run *cmdq.Attempt) error {
 		// run.LastStep() and run.CompleteStep(ctx, n, note) make multi-step work resumable;
 		// return cmdq.Permanent(err) for what retrying cannot fix.
 		return resize(ctx, cmd.URL, cmd.Width)

@@ -22,8 +22,8 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/console"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -109,7 +109,7 @@ type Server struct {
 	Client *cmdq.Client
 	// Log writes the client's commands directly, as another process would
 	// (tests set up poison entries and events through it).
-	Log *testenv.Log
+	Log Log
 	// Metrics and Prom are the server's metrics and their private registry.
 	Metrics *metrics.Metrics
 	Prom    *prometheus.Registry
@@ -185,21 +185,21 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &Server{URL: hs.URL, HTTP: hs, Store: st, Client: c, Log: log, Metrics: m, Prom: prom}
+	return &Server{URL: hs.URL, HTTP: hs, Store: st, Client: c, Log: Log{log}, Metrics: m, Prom: prom}
 }
 
 // Poison moves command id to the poison table the way a processor does
 // (a poisoned event, projection poisoned, poison entry).
 func (s *Server) Poison(t testing.TB, id, reason, lastError string) {
 	t.Helper()
-	s.Log.Poison(t, id, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"})
+	s.Log.Poison(t, id, cmdq.PoisonEntry{DequeueCount: 5, Reason: reason, LastError: lastError, Worker: "apitest"})
 }
 
 // QueueCount returns the approximate number of messages on logical queue
 // name ("" = "commands").
 func (s *Server) QueueCount(t testing.TB, name string) int {
 	t.Helper()
-	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, cmdqtype.DefaultQueue))
+	n, err := s.Client.QueueDepth(context.Background(), cmp.Or(name, cmdq.DefaultQueue))
 	if err != nil {
 		t.Fatalf("apitest: queue depth: %v", err)
 	}
@@ -227,4 +227,38 @@ func StorageOps(t testing.TB, g prometheus.Gatherer, op string) float64 {
 		}
 	}
 	return v
+}
+
+// Log records events and poison entries directly, as a processor in
+// another process would (testenv.Log), given as cmdq's types.
+type Log struct{ *testenv.Log }
+
+// Append appends events to command id (one point read, one batch).
+func (l Log) Append(t testing.TB, id string, events ...cmdq.Event) {
+	t.Helper()
+	l.Log.Append(t, id, ModelEvents(events)...)
+}
+
+// Poison moves command id to the poison table with entry e, after events.
+func (l Log) Poison(t testing.TB, id string, e cmdq.PoisonEntry, events ...cmdq.Event) {
+	t.Helper()
+	l.Log.Poison(t, id, model.PoisonEntry(e), ModelEvents(events)...)
+}
+
+// PoisonMessage records a poison entry without a stored command (a
+// malformed message).
+func (l Log) PoisonMessage(t testing.TB, e cmdq.PoisonEntry) {
+	t.Helper()
+	l.Log.PoisonMessage(t, model.PoisonEntry(e))
+}
+
+// ModelEvents returns events as the engine's.
+func ModelEvents(events []cmdq.Event) []model.Event {
+	out := make([]model.Event, len(events))
+	for i, e := range events {
+		out[i] = model.Event{Seq: e.Seq, Kind: model.EventKind(e.Kind), Time: e.Time, Attempt: e.Attempt, Worker: e.Worker,
+			By: e.By, Step: e.Step, Note: e.Note, Error: e.Error, Reason: e.Reason, Detail: e.Detail,
+			MessageID: e.MessageID, RunAt: e.RunAt}
+	}
+	return out
 }

@@ -56,9 +56,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -142,7 +142,7 @@ type Config struct {
 	BatchSize int
 	// NewBatchThreshold is the processor's NewBatchThreshold, the most
 	// messages held beyond Concurrency (0 = its default, BatchSize;
-	// cmdqtype.NoThreshold for none).
+	// model.NoThreshold for none).
 	NewBatchThreshold int
 	// HandlerDuration is how long each handler takes (it waits, without
 	// using CPU). Default 0: a no-op handler.
@@ -275,7 +275,7 @@ type Result struct {
 	IdleReconcileOpsPerHour float64 `json:"idle_reconcile_ops_per_hour"`
 	// IdleHeartbeatOpsPerHour is the heartbeat's calls per hour of one
 	// running processor (per process, not per queue: not in
-	// IdleOpsPerHour): one upsert per cmdqtype.DefaultHeartbeatInterval
+	// IdleOpsPerHour): one upsert per model.DefaultHeartbeatInterval
 	// and the hourly clean-up query, each measured once.
 	IdleHeartbeatOpsPerHour float64 `json:"idle_heartbeat_ops_per_hour"`
 	// ReconcileOpsPerPassLoaded is one pending-scan pass on the bench's own
@@ -336,7 +336,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Issuers = DefaultIssuers
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = cmdqtype.DefaultBatchSize
+		c.BatchSize = model.DefaultBatchSize
 	}
 	if c.TrickleN == 0 {
 		c.TrickleN = DefaultTrickleNEmbedded
@@ -369,7 +369,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LatencyDuration = DefaultLatencyDuration
 	}
 	if c.MaxPollInterval == 0 {
-		c.MaxPollInterval = cmdqtype.DefaultMaxPollInterval
+		c.MaxPollInterval = model.DefaultMaxPollInterval
 	}
 	if c.IdleWindow == 0 {
 		c.IdleWindow = DefaultIdleWindow
@@ -403,8 +403,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Rate < 1 {
 		bad("rate %d: issue at least 1 command per second", c.Rate)
 	}
-	if c.MaxPollInterval < cmdqtype.DefaultMinPollInterval {
-		bad("max poll interval %s: use at least %s", c.MaxPollInterval, cmdqtype.DefaultMinPollInterval)
+	if c.MaxPollInterval < model.DefaultMinPollInterval {
+		bad("max poll interval %s: use at least %s", c.MaxPollInterval, model.DefaultMinPollInterval)
 	}
 	if c.IdleScale < 1 {
 		bad("idle scale %g: use at least 1", c.IdleScale)
@@ -622,7 +622,7 @@ func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
 func (e *env) registry() (*registry.Registry, error) {
 	reg := registry.NewRegistry()
 	d := e.cfg.HandlerDuration
-	err := registry.Register(reg, func(ctx context.Context, c benchCmd, _ *registry.Run) error {
+	err := registry.Register(reg, func(ctx context.Context, c benchCmd, _ *registry.Attempt) error {
 		if c.Sent != 0 {
 			e.lat.add(time.Since(time.Unix(0, c.Sent)))
 		}
@@ -647,15 +647,15 @@ func (e *env) registry() (*registry.Registry, error) {
 // metrics counts completed commands for the bench.
 type metrics struct {
 	completed *atomic.Int64
-	onPoll    func(cmdqtype.Observation)
+	onPoll    func(model.Observation)
 }
 
 // Observe counts completions, and passes dequeues to onPoll when set.
-func (m metrics) Observe(o cmdqtype.Observation) {
+func (m metrics) Observe(o model.Observation) {
 	switch {
-	case o.Kind == cmdqtype.ObservedCompleted:
+	case o.Kind == model.ObservedCompleted:
 		m.completed.Add(1)
-	case o.Kind == cmdqtype.ObservedPolled && m.onPoll != nil:
+	case o.Kind == model.ObservedPolled && m.onPoll != nil:
 		m.onPoll(o)
 	}
 }
@@ -672,13 +672,13 @@ func (s *started) stop() error {
 	return <-s.done
 }
 
-func (e *env) startProcessor(ctx context.Context, reg *registry.Registry, cfg processor.Config, onPoll func(cmdqtype.Observation)) (*started, error) {
+func (e *env) startProcessor(ctx context.Context, reg *registry.Registry, cfg processor.Config, onPoll func(model.Observation)) (*started, error) {
 	cfg.Observer = metrics{&e.completed, onPoll}
 	cfg.Worker = "bench"
 	if cfg.HeartbeatInterval == 0 {
 		// The heartbeat is a cost per process, not per command or queue:
 		// measured on its own (idle).
-		cfg.HeartbeatInterval = cmdqtype.NoHeartbeat
+		cfg.HeartbeatInterval = model.NoHeartbeat
 	}
 	p, err := processor.New(e.counted, reg, cfg)
 	if err != nil {
@@ -778,7 +778,7 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	began, cpu2 := time.Now(), cpuTime()
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: cfg.Prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
-		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile,
+		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: model.NoReconcile,
 	}, nil)
 	if err != nil {
 		stopProf()
@@ -874,13 +874,13 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 		}
 		sp, err := e.startProcessor(ctx, reg, processor.Config{
 			Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency, NewBatchThreshold: cfg.NewBatchThreshold,
-			MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile, NoFastPath: slow,
+			MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: model.NoReconcile, NoFastPath: slow,
 		}, nil)
 		if err != nil {
 			return nil, err
 		}
 		// Let the processor open its queue and go idle before counting.
-		if err := waitFor(ctx, cfg.Timeout, "first-delivery processor to poll", func() bool { return sp.p.Health().State != cmdqtype.ProcessorStarting }); err != nil {
+		if err := waitFor(ctx, cfg.Timeout, "first-delivery processor to poll", func() bool { return sp.p.Health().State != model.ProcessorStarting }); err != nil {
 			_ = sp.stop()
 			return nil, err
 		}
@@ -891,7 +891,7 @@ func (e *env) firstDelivery(ctx context.Context, burnShare float64) (*FirstDeliv
 			_ = sp.stop()
 			return nil, err
 		}
-		sp.p.Notify(cmdqtype.DefaultQueue)
+		sp.p.Notify(model.DefaultQueue)
 		err = waitFor(ctx, cfg.Timeout, "first-delivery commands", func() bool {
 			return sp.p.Stats().Completed >= int64(n) && sp.p.Health().InFlight == 0
 		})
@@ -1014,7 +1014,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	// A fresh prefix: an empty deployment, as an idle one is.
 	prefix := cfg.Prefix + "i"
-	minP := time.Duration(float64(cmdqtype.DefaultMinPollInterval) / cfg.IdleScale)
+	minP := time.Duration(float64(model.DefaultMinPollInterval) / cfg.IdleScale)
 	maxP := time.Duration(float64(cfg.MaxPollInterval) / cfg.IdleScale)
 	if minP <= 0 {
 		minP = 1
@@ -1030,7 +1030,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	}
 	marks := make(chan mark, 1)
 	var polls, capPolls, capWait atomic.Int64
-	onPoll := func(ev cmdqtype.Observation) {
+	onPoll := func(ev model.Observation) {
 		n := polls.Add(1) - 1
 		if n == int64(capAt) {
 			marks <- mark{ev.Time, e.counter.Snapshot()}
@@ -1043,7 +1043,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	e.logf("idle: poll schedule scaled 1/%g (cap %s stands for %s), watched %s", cfg.IdleScale, maxP, cfg.MaxPollInterval, cfg.IdleWindow)
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
-		MinPollInterval: minP, MaxPollInterval: maxP, ReconcileInterval: cmdqtype.NoReconcile,
+		MinPollInterval: minP, MaxPollInterval: maxP, ReconcileInterval: model.NoReconcile,
 	}, onPoll)
 	if err != nil {
 		return err
@@ -1101,7 +1101,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		if err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
-		opts := record.ReconcileOptions{MarkerGrace: cmdqtype.DefaultReconcileGrace, PendingGrace: cmdqtype.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
+		opts := record.ReconcileOptions{MarkerGrace: model.DefaultReconcileGrace, PendingGrace: model.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
 		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
@@ -1121,8 +1121,8 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	runsPerHour := float64(time.Hour) / float64(cmdqtype.DefaultReconcileInterval)
-	scanShare := float64(cmdqtype.DefaultReconcileInterval) / float64(cmdqtype.DefaultReconcileScanInterval)
+	runsPerHour := float64(time.Hour) / float64(model.DefaultReconcileInterval)
+	scanShare := float64(model.DefaultReconcileInterval) / float64(model.DefaultReconcileScanInterval)
 	res.IdleReconcileOpsPerHour = runsPerHour * ((1-scanShare)*float64(sum(markerOps)) + scanShare*float64(sum(scanOps)))
 	res.IdleOpsPerHour = res.IdlePollOpsPerHour + res.IdleReconcileOpsPerHour
 	// By kind: the same weights applied to each kind's count.
@@ -1141,20 +1141,20 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	before := e.counter.Snapshot()
-	if _, err := hb.WriteBeat(ctx, record.Beat{ID: "pbench", Name: "bench", State: "idle", Every: cmdqtype.DefaultHeartbeatInterval}); err != nil {
+	if _, err := hb.WriteBeat(ctx, record.Beat{ID: "pbench", Name: "bench", State: "idle", Every: model.DefaultHeartbeatInterval}); err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	beatOps := diff(before, e.counter.Snapshot())
 	before = e.counter.Snapshot()
-	if _, err := hb.DeleteBeatsBefore(ctx, time.Now().Add(-cmdqtype.ProcessorForgetAfter), "pbench"); err != nil {
+	if _, err := hb.DeleteBeatsBefore(ctx, time.Now().Add(-model.ProcessorForgetAfter), "pbench"); err != nil {
 		return fmt.Errorf("bench: heartbeat clean-up: %w", err)
 	}
 	cleanOps := diff(before, e.counter.Snapshot())
 	if err := hb.DeleteBeat(ctx, "pbench"); err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
-	res.IdleHeartbeatOpsPerHour = float64(time.Hour/cmdqtype.DefaultHeartbeatInterval)*float64(sum(beatOps)) +
-		float64(time.Hour/cmdqtype.ProcessorForgetAfter)*float64(sum(cleanOps))
+	res.IdleHeartbeatOpsPerHour = float64(time.Hour/model.DefaultHeartbeatInterval)*float64(sum(beatOps)) +
+		float64(time.Hour/model.ProcessorForgetAfter)*float64(sum(cleanOps))
 	// The pending scan on the loaded bench tables.
 	loaded, err := pass(cfg.Prefix, true)
 	if err != nil {
@@ -1178,14 +1178,14 @@ func (e *env) wake(ctx context.Context, reg *registry.Registry, prefix string) (
 	empty := make(chan struct{}, 16)
 	sp, err := e.startProcessor(ctx, reg, processor.Config{
 		Prefix: prefix, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
-		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdqtype.NoReconcile,
+		MinPollInterval: cfg.MaxPollInterval, MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: model.NoReconcile,
 		// Every poll that leaves the poller waiting (MinPollInterval is
 		// MaxPollInterval here: at least 48 s at the defaults) starts a
 		// sample: the first empty poll, and the poll that fetched the last
 		// sample's command (fewer than asked: the poller waits as after an
 		// empty poll). Waiting for an empty poll instead cost a whole
 		// scheduled interval per sample (two minutes a run).
-	}, func(ev cmdqtype.Observation) {
+	}, func(ev model.Observation) {
 		if ev.Err == nil && ev.Wait > 0 {
 			select {
 			case empty <- struct{}{}:

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -45,9 +45,9 @@ func checkRun(t *testing.T, r Result, n int) {
 	// per ControlInterval at most while it has work: one query per 9 s of
 	// the run, and one at its start.
 	phase := float64(n)/r.IssuedPerS + float64(n)/r.ProcessedPerS
-	maxQueries := (math.Ceil(phase/cmdqtype.ControlInterval.Seconds()) + 2) / float64(n)
+	maxQueries := (math.Ceil(phase/model.ControlInterval.Seconds()) + 2) / float64(n)
 	if q := r.OpsPerCommandByKind["query"]; q > maxQueries {
-		t.Errorf("query: %.5f per command, want at most %.5f (one pause check per %s of the %.1f s run, and one at its start)", q, maxQueries, cmdqtype.ControlInterval, phase)
+		t.Errorf("query: %.5f per command, want at most %.5f (one pause check per %s of the %.1f s run, and one at its start)", q, maxQueries, model.ControlInterval, phase)
 	}
 	for k := range r.OpsPerCommandByKind {
 		if _, ok := want[k]; !ok && k != "query" {

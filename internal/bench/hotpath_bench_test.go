@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -90,7 +90,7 @@ func BenchmarkProcess(b *testing.B) {
 	b.ResetTimer()
 	began, cpu := time.Now(), cpuTime()
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: model.NoReconcile,
 	}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -124,7 +124,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	sp, err := e.startProcessor(context.Background(), reg, processor.Config{
-		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: cmdqtype.NoReconcile,
+		Prefix: e.cfg.Prefix, Concurrency: DefaultConcurrency, ReconcileInterval: model.NoReconcile,
 	}, nil)
 	if err != nil {
 		b.Fatal(err)

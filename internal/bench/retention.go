@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // RetentionAhead is how far ahead of the real clock the retention phase
 // sets the sweep's clock: the completed retention (7 days), the issue
-// window (cmdqtype.IssueWindowPastDays, 2 days) and a day of clock skew —
+// window (model.IssueWindowPastDays, 2 days) and a day of clock skew —
 // 10 days, when every command of the run is past its retention and its day
 // table may go.
-const RetentionAhead = cmdqtype.DefaultCompletedRetention + (cmdqtype.IssueWindowPastDays+1)*24*time.Hour
+const RetentionAhead = model.DefaultCompletedRetention + (model.IssueWindowPastDays+1)*24*time.Hour
 
 // RetentionResult is what removing the run's commands after their
 // retention costs (docs/lifecycle.md, "Retention"): the retention sweep

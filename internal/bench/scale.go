@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -186,7 +186,7 @@ func scaleOnce(ctx context.Context, cfg ScaleConfig, accounts, shards int) (Scal
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "scale" + hex.EncodeToString(b[:])
-	sh := map[string]int{cmdqtype.DefaultQueue: shards}
+	sh := map[string]int{model.DefaultQueue: shards}
 	iss, err := issuer.NewIssuer(st, issuer.IssuerOptions{Prefix: prefix, Shards: sh})
 	if err != nil {
 		return run, err
@@ -211,11 +211,11 @@ func scaleOnce(ctx context.Context, cfg ScaleConfig, accounts, shards int) (Scal
 	run.IssuedPerS = float64(cfg.N) / elapsed.Seconds()
 	var completed atomic.Int64
 	reg := registry.NewRegistry()
-	if err := registry.Register(reg, func(context.Context, benchCmd, *registry.Run) error { return nil }, registry.Options{}); err != nil {
+	if err := registry.Register(reg, func(context.Context, benchCmd, *registry.Attempt) error { return nil }, registry.Options{}); err != nil {
 		return run, err
 	}
 	p, err := processor.New(st, reg, processor.Config{Prefix: prefix, Shards: sh, Worker: "bench", Concurrency: cfg.Concurrency,
-		ReconcileInterval: cmdqtype.NoReconcile, Observer: metrics{completed: &completed}})
+		ReconcileInterval: model.NoReconcile, Observer: metrics{completed: &completed}})
 	if err != nil {
 		return run, err
 	}

@@ -74,12 +74,16 @@ func (e *env) trickle(ctx context.Context) (*TrickleResult, error) {
 	var lat latencies
 	c, err := cmdq.New(e.counted, cmdq.Config{Prefix: cfg.Prefix + "h",
 		Worker: "bench", Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, NewBatchThreshold: cfg.NewBatchThreshold,
-		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdq.NoReconcile, Observers: []cmdq.Observer{metrics{completed: &completed}},
+		MaxPollInterval: cfg.MaxPollInterval, ReconcileInterval: cmdq.NoReconcile, Observers: []cmdq.Observer{cmdq.ObserverFunc(func(o cmdq.Observation) {
+			if o.Kind == cmdq.ObservedCompleted {
+				completed.Add(1)
+			}
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: trickle client: %w", err)
 	}
-	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *cmdq.Run) error {
+	if err := cmdq.Register(c, func(ctx context.Context, b benchCmd, _ *cmdq.Attempt) error {
 		if b.Sent != 0 {
 			lat.add(time.Since(time.Unix(0, b.Sent)))
 		}

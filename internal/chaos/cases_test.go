@@ -133,7 +133,7 @@ func TestDeleteRetryIsNotALostLease(t *testing.T) {
 	defer w.close()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
-	const n = 3 // cmdqtype.DefaultLostLeaseThreshold
+	const n = 3 // model.DefaultLostLeaseThreshold
 	w.net.failNext(svcQueue, n, true, func(r *http.Request) bool {
 		return r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/messages/")
 	})

@@ -307,7 +307,7 @@ func NotFound(err error) bool {
 }
 
 // ClientHealth is the default health of both handlers: the client's
-// processor (its state, whether it is healthy, its cmdq.Health as detail)
+// processor (its state, whether it is healthy, its cmdq.ProcessorHealth as detail)
 // when the client has handlers, else always healthy with state "ok".
 func ClientHealth(c *cmdq.Client) func() (state string, healthy bool, detail any) {
 	return func() (string, bool, any) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -22,14 +22,14 @@ func CompletedAt(t testing.TB, st storage.Store, prefix string, issued time.Time
 		t.Fatal(err)
 	}
 	id := record.NewDayID(issued)
-	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: cmdqtype.DefaultQueue}); err != nil {
+	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: model.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := old.Store.Load(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+	if err := old.Store.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return id

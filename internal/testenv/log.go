@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -34,7 +34,7 @@ func OpenLog(t testing.TB, st storage.Store, prefix string) *Log {
 // Append records events on command id after its last one, as a processor
 // does (one point read, one batch); a zero Time is now. It fails the test
 // on error, so call it from the test's goroutine.
-func (l *Log) Append(t testing.TB, id string, events ...cmdqtype.Event) {
+func (l *Log) Append(t testing.TB, id string, events ...model.Event) {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := l.r.Store.Load(ctx, id)
@@ -50,7 +50,7 @@ func (l *Log) Append(t testing.TB, id string, events ...cmdqtype.Event) {
 // events, then a poisoned event, the projection poisoned and the poison
 // entry e (its CommandID, Type and Queue taken from the command; a zero
 // PoisonedAt is now).
-func (l *Log) Poison(t testing.TB, id string, e cmdqtype.PoisonEntry, events ...cmdqtype.Event) {
+func (l *Log) Poison(t testing.TB, id string, e model.PoisonEntry, events ...model.Event) {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := l.r.Store.Load(ctx, id)
@@ -64,7 +64,7 @@ func (l *Log) Poison(t testing.TB, id string, e cmdqtype.PoisonEntry, events ...
 
 // PoisonMessage writes the poison entry of a queue message that names no
 // stored command (a malformed message), keyed by e.CommandID.
-func (l *Log) PoisonMessage(t testing.TB, e cmdqtype.PoisonEntry) {
+func (l *Log) PoisonMessage(t testing.TB, e model.PoisonEntry) {
 	t.Helper()
 	if err := l.r.Store.PoisonMessage(context.Background(), e); err != nil {
 		t.Fatalf("testenv: poison message %s: %v", e.CommandID, err)

@@ -16,8 +16,9 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Entity record layout, format 2:

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 var _ storage.Combiner = (*Store)(nil)

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Environment of the child process of TestKillWhileCreatingStore.

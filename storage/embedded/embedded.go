@@ -38,9 +38,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // ErrInUse is returned by Open when another Store (in this process or

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // checkIndex asserts that the visibility index holds exactly one entry per

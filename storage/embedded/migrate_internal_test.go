@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // dumpTables reads every entity of every table of s, by table.

@@ -13,11 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // ErrCorrupt is returned (wrapped) by Open when the data directory does not

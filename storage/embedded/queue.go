@@ -10,9 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // A message record: fixed header then the text.

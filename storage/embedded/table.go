@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 const (

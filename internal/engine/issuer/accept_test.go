@@ -8,14 +8,15 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
-	"github.com/google/uuid"
 )
 
 // Requests of the Azure driver that the fault proxy refuses.
@@ -99,7 +100,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	ctx := context.Background()
 	rq, rm := px.Add(enqueueReq, faultproxy.Refuse, -1), px.Add(markerReq, faultproxy.Refuse, -1)
 	res, err := is.Issue(ctx, chargeCard{"c1", 100})
-	if !errors.Is(err, cmdqtype.ErrNotAccepted) || errors.Is(err, cmdqtype.ErrEnqueueFailed) || res.ID == "" {
+	if !errors.Is(err, model.ErrNotAccepted) || errors.Is(err, model.ErrEnqueueFailed) || res.ID == "" {
 		t.Fatalf("Issue with enqueue and marker refused: %v (result %+v), want ErrNotAccepted and not ErrEnqueueFailed", err, res)
 	}
 	if rq.Hits() != 1 || rm.Hits() == 0 {
@@ -109,7 +110,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := r.Get(ctx, res.ID); err != nil || st.State != cmdqtype.StatePending {
+	if st, err := r.Get(ctx, res.ID); err != nil || st.State != model.StatePending {
 		t.Fatalf("stored command %+v %v", st, err)
 	}
 	if n := len(messages(t, direct, prefix+"-commands")); n != 0 || hasMarker(t, direct, prefix, res.ID) {
@@ -146,12 +147,12 @@ func TestEnqueueRetriedInBackground(t *testing.T) {
 	ctx := context.Background()
 	rq, rm := px.Add(enqueueReq, faultproxy.Refuse, -1), px.Add(markerReq, faultproxy.Refuse, -1)
 	unmarked, err := is.Issue(ctx, chargeCard{"c1", 1})
-	if !errors.Is(err, cmdqtype.ErrNotAccepted) {
+	if !errors.Is(err, model.ErrNotAccepted) {
 		t.Fatalf("issue 1: %v", err)
 	}
 	px.Remove(rm) // the table answers again, the queue does not
 	marked, err := is.Issue(ctx, chargeCard{"c2", 2})
-	if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || errors.Is(err, cmdqtype.ErrNotAccepted) {
+	if !errors.Is(err, model.ErrEnqueueFailed) || errors.Is(err, model.ErrNotAccepted) {
 		t.Fatalf("issue 2: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the background retry to mark command 1", func() bool { return hasMarker(t, direct, prefix, unmarked.ID) })

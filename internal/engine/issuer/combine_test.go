@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -47,7 +47,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := s.Load(ctx, res.ID)
-	if err != nil || rec.Status.State != cmdqtype.StatePending || string(rec.Params) != `{"customer":"b","cents":2}` {
+	if err != nil || rec.Status.State != model.StatePending || string(rec.Params) != `{"customer":"b","cents":2}` {
 		t.Fatalf("Load: %+v, %v; want pending with the params", rec, err)
 	}
 	q, err := st.Queue(ctx, names.Queue("commands"))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -24,16 +24,28 @@ type Command interface {
 // defaults (cmdq.CommandWithOptions).
 type CommandWithOptions interface {
 	Command
-	CommandOptions() cmdqtype.CommandOptions
+	CommandOptions() model.CommandOptions
 }
 
-// Declared returns the options cmd's type declares (CommandWithOptions),
-// or the zero cmdqtype.CommandOptions when it declares none.
-func Declared(cmd Command) cmdqtype.CommandOptions {
+// DeclaredFunc reads the options a command's type declares; ok is false
+// when it declares none. Package cmdq gives one that reads its own
+// CommandWithOptions (whose method returns cmdq.CommandOptions, a type
+// the engine cannot name): IssuerOptions.Declared, Registry.SetDeclared.
+type DeclaredFunc func(cmd Command) (o model.CommandOptions, ok bool)
+
+// Declared returns the options cmd's type declares: what also (when not
+// nil) reads, else CommandWithOptions's, else the zero
+// model.CommandOptions.
+func Declared(cmd Command, also DeclaredFunc) model.CommandOptions {
+	if also != nil {
+		if o, ok := also(cmd); ok {
+			return o
+		}
+	}
 	if w, ok := cmd.(CommandWithOptions); ok {
 		return w.CommandOptions()
 	}
-	return cmdqtype.CommandOptions{}
+	return model.CommandOptions{}
 }
 
 // NewDayID returns a new command ID that carries its issue day

@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
-	"github.com/google/uuid"
 )
 
 func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
@@ -88,10 +89,10 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 		return record.ReconcileReport{}, err
 	}
 	if opts.MarkerGrace == 0 {
-		opts.MarkerGrace = cmdqtype.DefaultReconcileGrace
+		opts.MarkerGrace = model.DefaultReconcileGrace
 	}
 	if opts.PendingGrace == 0 {
-		opts.PendingGrace = cmdqtype.DefaultReconcileStaleAfter
+		opts.PendingGrace = model.DefaultReconcileStaleAfter
 	}
 	enq := record.NewEnqueuer(st, names, rec, wake)
 	if wake != nil {
@@ -112,32 +113,32 @@ func reader(t *testing.T, env testenv.Env) *record.Reader {
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"a", "billing.ChargeCard", "A-b_c.9", "x" + strings.Repeat("y", 127)} {
-		if err := cmdqtype.ValidateType(ok); err != nil {
+		if err := model.ValidateType(ok); err != nil {
 			t.Errorf("ValidateType(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "9a", ".a", "a b", "a/b", "é", "x" + strings.Repeat("y", 128)} {
-		if err := cmdqtype.ValidateType(bad); !errors.Is(err, cmdqtype.ErrInvalidType) {
+		if err := model.ValidateType(bad); !errors.Is(err, model.ErrInvalidType) {
 			t.Errorf("ValidateType(%q): %v", bad, err)
 		}
 	}
 	id := uuid.NewString()
-	if err := cmdqtype.ValidateID(id); err != nil {
+	if err := model.ValidateID(id); err != nil {
 		t.Error(err)
 	}
 	for _, bad := range []string{"", strings.ToUpper(id), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", ""), "~unqueued", "x"} {
-		if err := cmdqtype.ValidateID(bad); !errors.Is(err, cmdqtype.ErrInvalidID) {
+		if err := model.ValidateID(bad); !errors.Is(err, model.ErrInvalidID) {
 			t.Errorf("ValidateID(%q): %v", bad, err)
 		}
 	}
-	if err := cmdqtype.ValidateID(uuid.NewString()); err != nil {
+	if err := model.ValidateID(uuid.NewString()); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
-	err := issuer.IssuerOptions{Prefix: "Bad-", MaxParamsBytes: cmdqtype.MaxParamsBytes + 1}.Validate()
+	err := issuer.IssuerOptions{Prefix: "Bad-", MaxParamsBytes: model.MaxParamsBytes + 1}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "MaxParamsBytes") {
 		t.Fatalf("want both problems reported: %v", err)
 	}
@@ -161,7 +162,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 		if c := env.Store.Counts(); c["Batch"] != 1 || c["Enqueue"] != 1 || c["Upsert"] != 1 || env.Store.Total() != 3 {
 			t.Fatalf("first Issue cost %s, want Batch=1 Enqueue=1 Upsert=1", env.Store)
 		}
-		if cmdqtype.ValidateID(res.ID) != nil || res.Existing || res.Queue != "commands" {
+		if model.ValidateID(res.ID) != nil || res.Existing || res.Queue != "commands" {
 			t.Fatalf("result %+v", res)
 		}
 		if got := n.get(); len(got) != 1 || got[0] != "commands" {
@@ -172,7 +173,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 			t.Fatalf("queue messages %+v", msgs)
 		}
 		st, err := reader(t, env).Get(ctx, res.ID)
-		if err != nil || st.State != cmdqtype.StatePending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
+		if err != nil || st.State != model.StatePending || st.CorrelationID != "req-7" || st.Type != "billing.ChargeCard" {
 			t.Fatalf("status %+v %v", st, err)
 		}
 		rec, _ := reader(t, env).Store.Load(ctx, res.ID)
@@ -213,7 +214,7 @@ func TestIdempotentIssue(t *testing.T) {
 			t.Fatalf("first issue %+v %v", first, err)
 		}
 		env.Store.Reset()
-		again, err := is.IssueRaw(ctx, cmdqtype.Raw{ID: id, Type: "billing.ChargeCard", Params: json.RawMessage(" {\n \"customer\": \"c1\", \"cents\": 1 }")})
+		again, err := is.IssueRaw(ctx, model.Raw{ID: id, Type: "billing.ChargeCard", Params: json.RawMessage(" {\n \"customer\": \"c1\", \"cents\": 1 }")})
 		if err != nil || again.ID != id || !again.Existing {
 			t.Fatalf("re-issue %+v %v", again, err)
 		}
@@ -228,7 +229,7 @@ func TestIdempotentIssue(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, env.Prefix+"-commands")), env.Store.Queued(t, env.Prefix+"-commands"); vis != 1 || all != 2 {
 			t.Fatalf("%d messages visible of %d, want the first visible and the second delayed", vis, all)
 		}
-		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != cmdqtype.EventRequeued || evs[1].By != record.IssuerBy {
+		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.IssuerBy {
 			t.Fatalf("events after the re-issue %+v, want created and requeued by the issuer", evs)
 		}
 		if len(n.get()) != 2 {
@@ -239,7 +240,7 @@ func TestIdempotentIssue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := reader(t, env).Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}); err != nil {
+		if err := reader(t, env).Store.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
@@ -250,10 +251,10 @@ func TestIdempotentIssue(t *testing.T) {
 		if c := env.Store.Counts(); c["Enqueue"] != 0 {
 			t.Fatalf("re-issue of a running command enqueued: %s", env.Store)
 		}
-		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, issuer.WithID(id)); !errors.Is(err, cmdqtype.ErrIDConflict) {
+		if _, err := is.Issue(ctx, chargeCard{"c1", 2}, issuer.WithID(id)); !errors.Is(err, model.ErrIDConflict) {
 			t.Fatalf("different params: %v", err)
 		}
-		if _, err := is.IssueRaw(ctx, cmdqtype.Raw{ID: id, Type: "billing.Other", Params: json.RawMessage(`{"customer":"c1","cents":1}`)}); !errors.Is(err, cmdqtype.ErrIDConflict) {
+		if _, err := is.IssueRaw(ctx, model.Raw{ID: id, Type: "billing.Other", Params: json.RawMessage(`{"customer":"c1","cents":1}`)}); !errors.Is(err, model.ErrIDConflict) {
 			t.Fatalf("different type: %v", err)
 		}
 	})
@@ -266,15 +267,15 @@ func TestIssueRejectsBadInput(t *testing.T) {
 		is, _ := newIssuer(t, env, func(o *issuer.IssuerOptions) { o.MaxParamsBytes = 1000 })
 		env.Store.Reset()
 		cases := []struct {
-			raw  cmdqtype.Raw
+			raw  model.Raw
 			want error
 			text string
 		}{
-			{cmdqtype.Raw{Type: "bad type"}, cmdqtype.ErrInvalidType, "letter"},
-			{cmdqtype.Raw{Type: "ok", ID: "NOT-A-UUID"}, cmdqtype.ErrInvalidID, "UUID"},
-			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, cmdqtype.ErrInvalidParams, "JSON"},
-			{cmdqtype.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, cmdqtype.ErrInvalidParams, "256"},
-			{cmdqtype.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, cmdqtype.ErrParamsTooLarge, "over the 1000-byte limit"},
+			{model.Raw{Type: "bad type"}, model.ErrInvalidType, "letter"},
+			{model.Raw{Type: "ok", ID: "NOT-A-UUID"}, model.ErrInvalidID, "UUID"},
+			{model.Raw{Type: "ok", Params: json.RawMessage(`{"a":`)}, model.ErrInvalidParams, "JSON"},
+			{model.Raw{Type: "ok", CorrelationID: strings.Repeat("c", 300)}, model.ErrInvalidParams, "256"},
+			{model.Raw{Type: "ok", Params: json.RawMessage(`{"s":"` + strings.Repeat("x", 1000) + `"}`)}, model.ErrParamsTooLarge, "over the 1000-byte limit"},
 		}
 		for _, c := range cases {
 			_, err := is.IssueRaw(ctx, c.raw)
@@ -282,14 +283,14 @@ func TestIssueRejectsBadInput(t *testing.T) {
 				t.Errorf("IssueRaw(%+v): %v, want %v mentioning %q", c.raw.Type, err, c.want, c.text)
 			}
 		}
-		if _, err := is.Issue(ctx, nil); !errors.Is(err, cmdqtype.ErrInvalidType) {
+		if _, err := is.Issue(ctx, nil); !errors.Is(err, model.ErrInvalidType) {
 			t.Errorf("Issue(nil): %v", err)
 		}
 		if env.Store.Total() != 0 {
 			t.Fatalf("bad input reached storage: %s", env.Store)
 		}
 		routed, _ := newIssuer(t, env, func(o *issuer.IssuerOptions) { o.Routes = routeFunc(func(string) string { return "Bad_Queue" }) })
-		if _, err := routed.IssueRaw(ctx, cmdqtype.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
+		if _, err := routed.IssueRaw(ctx, model.Raw{Type: "ok"}); !errors.Is(err, storage.ErrInvalidName) {
 			t.Errorf("bad route: %v", err)
 		}
 	})
@@ -299,14 +300,14 @@ func TestLargeParamsFit(t *testing.T) {
 	t.Parallel()
 	// The default limit must really fit in one entity on every driver, for
 	// ASCII (1 UTF-16 unit per byte) and for 2-byte UTF-8 characters.
-	ascii := `{"s":"` + strings.Repeat("x", cmdqtype.MaxParamsBytes-8) + `"}`
-	accented := `{"s":"` + strings.Repeat("é", (cmdqtype.MaxParamsBytes-8)/2) + `"}`
+	ascii := `{"s":"` + strings.Repeat("x", model.MaxParamsBytes-8) + `"}`
+	accented := `{"s":"` + strings.Repeat("é", (model.MaxParamsBytes-8)/2) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
 		is, _ := newIssuer(t, env, nil)
 		r := reader(t, env)
 		for _, p := range []string{ascii, accented} {
-			res, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "demo.Big", Params: json.RawMessage(p)})
+			res, err := is.IssueRaw(ctx, model.Raw{Type: "demo.Big", Params: json.RawMessage(p)})
 			if err != nil {
 				t.Fatalf("issue %d bytes: %v", len(p), err)
 			}
@@ -315,8 +316,8 @@ func TestLargeParamsFit(t *testing.T) {
 				t.Fatalf("round trip of %d bytes failed: %v", len(p), err)
 			}
 		}
-		_, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "demo.Big", Params: json.RawMessage(ascii[:len(ascii)-2] + `xx"}`)})
-		if !errors.Is(err, cmdqtype.ErrParamsTooLarge) || !strings.Contains(err.Error(), "512000") {
+		_, err := is.IssueRaw(ctx, model.Raw{Type: "demo.Big", Params: json.RawMessage(ascii[:len(ascii)-2] + `xx"}`)})
+		if !errors.Is(err, model.ErrParamsTooLarge) || !strings.Contains(err.Error(), "512000") {
 			t.Fatalf("just over the limit: %v", err)
 		}
 	})
@@ -334,7 +335,7 @@ func TestRouting(t *testing.T) {
 				return ""
 			})
 		})
-		res, err := is.IssueRaw(ctx, cmdqtype.Raw{Type: "slow.Report"})
+		res, err := is.IssueRaw(ctx, model.Raw{Type: "slow.Report"})
 		if err != nil || res.Queue != "slow" {
 			t.Fatalf("%+v %v", res, err)
 		}
@@ -360,17 +361,17 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		env.Store.FailEnqueue.Store(true)
 		res, err := is.Issue(ctx, chargeCard{"c9", 9})
 		env.Store.FailEnqueue.Store(false)
-		if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
+		if !errors.Is(err, model.ErrEnqueueFailed) || !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Issue with failing enqueue: %v", err)
 		}
-		if cmdqtype.ValidateID(res.ID) != nil {
+		if model.ValidateID(res.ID) != nil {
 			t.Fatalf("result ID %q", res.ID)
 		}
 		if len(n.get()) != 0 {
 			t.Fatal("Notify called after a failed enqueue")
 		}
 		r := reader(t, env)
-		if st, err := r.Get(ctx, res.ID); err != nil || st.State != cmdqtype.StatePending {
+		if st, err := r.Get(ctx, res.ID); err != nil || st.State != model.StatePending {
 			t.Fatalf("stored command %+v %v", st, err)
 		}
 		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); err != nil {
@@ -385,7 +386,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
 		}
 		// Past the grace period: enqueued, marker gone, Notify called.
-		later := func() time.Time { return time.Now().Add(cmdqtype.DefaultReconcileGrace + time.Second) }
+		later := func() time.Time { return time.Now().Add(model.DefaultReconcileGrace + time.Second) }
 		rn := &notes{}
 		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, rn.notify)
 		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
@@ -395,7 +396,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, queue)), env.Store.Queued(t, queue); vis != 0 || all != 1 {
 			t.Fatalf("messages after reconcile: %d visible of %d, want one, delayed", vis, all)
 		}
-		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != cmdqtype.EventRequeued || evs[1].By != record.ReconcilerBy {
+		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.ReconcilerBy {
 			t.Fatalf("events after reconcile %+v, want created and requeued by the reconciler", evs)
 		}
 		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
@@ -427,7 +428,7 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec, _ := r.Store.Load(ctx, res.ID)
-		if err := r.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+		if err := r.Store.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.Store.MarkUnqueued(ctx, res.ID, "commands"); err != nil {
@@ -462,7 +463,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		// A normally issued, completed command must not be touched.
 		done, _ := is.Issue(ctx, chargeCard{"c", 1})
 		rec, _ := r.Store.Load(ctx, done.ID)
-		_ = r.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
+		_ = r.Store.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1})
 		queue := env.Prefix + "-commands"
 		before := env.Store.Queued(t, queue)
 
@@ -471,7 +472,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
 			t.Fatalf("scan inside grace: %+v %v", rep, err)
 		}
-		later := time.Now().Add(cmdqtype.DefaultReconcileStaleAfter + time.Minute)
+		later := time.Now().Add(model.DefaultReconcileStaleAfter + time.Minute)
 		opts := record.ReconcileOptions{ScanPending: true, Now: func() time.Time { return later }}
 		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {
@@ -481,7 +482,7 @@ func TestReconcilePendingScan(t *testing.T) {
 			t.Fatalf("%d messages (%d visible), want %d and the new one delayed", all, vis, before+1)
 		}
 		evs, _ := r.Events(ctx, orphan)
-		if last := evs[len(evs)-1]; last.Kind != cmdqtype.EventRequeued || last.By != record.ReconcilerBy {
+		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != record.ReconcilerBy {
 			t.Fatalf("last event %+v", last)
 		}
 		// The requeued event moved UpdatedAt: the next run does not enqueue again.

@@ -6,10 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
-	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
-	"github.com/cmdq-dev/cmdq/storage/embedded"
 	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
 
 // TestReissueComparesCorrelationID: the same id with the same type and
@@ -28,7 +29,7 @@ func TestReissueComparesCorrelationID(t *testing.T) {
 	}
 	ctx := context.Background()
 	id := uuid.NewString()
-	raw := cmdqtype.Raw{ID: id, Type: "billing.ChargeCard", CorrelationID: "order-1"}
+	raw := model.Raw{ID: id, Type: "billing.ChargeCard", CorrelationID: "order-1"}
 	if _, err := is.IssueRaw(ctx, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestReissueComparesCorrelationID(t *testing.T) {
 	for _, corr := range []string{"order-2", ""} {
 		other := raw
 		other.CorrelationID = corr
-		if _, err := is.IssueRaw(ctx, other); !errors.Is(err, cmdqtype.ErrIDConflict) {
+		if _, err := is.IssueRaw(ctx, other); !errors.Is(err, model.ErrIDConflict) {
 			t.Errorf("correlation ID %q under an id issued with %q: %v, want ErrIDConflict", corr, raw.CorrelationID, err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -20,7 +20,7 @@ import (
 // declared types).
 type Router interface {
 	QueueOf(cmdType string) (queue string, ok bool)
-	// CheckParams returns an error wrapping cmdqtype.ErrInvalidParams
+	// CheckParams returns an error wrapping model.ErrInvalidParams
 	// when params do not decode into a known type's Go type; nil for an
 	// unknown type. Called for commands issued by type name (IssueRaw).
 	CheckParams(cmdType string, params []byte) error
@@ -28,7 +28,7 @@ type Router interface {
 
 // IssuerOptions configures an Issuer. The zero value works.
 type IssuerOptions struct {
-	// Prefix starts every storage name. Defaults to cmdqtype.DefaultPrefix ("cmdq").
+	// Prefix starts every storage name. Defaults to model.DefaultPrefix ("cmdq").
 	Prefix string
 	// Wake, if set, is called with the logical queue after each message the
 	// Issuer puts on a queue (for example (*processor.Processor).Notify, to
@@ -46,16 +46,19 @@ type IssuerOptions struct {
 	HandOff func(queue, cmdType string) HandOffSlot
 	// Routes, if set, routes every type it knows (QueueOf); other types go
 	// to the queue their Go type declares (CommandWithOptions, typed Issue
-	// only) or to cmdqtype.DefaultQueue. Default nil.
+	// only) or to model.DefaultQueue. Default nil.
 	Routes Router
+	// Declared, if set, reads the options typed commands declare in a form
+	// this package cannot name (package cmdq's CommandWithOptions).
+	Declared DeclaredFunc
 	// MaxParamsBytes limits the compact JSON parameters, in bytes. Defaults
-	// to cmdqtype.MaxParamsBytes (500 KiB), which is also the largest allowed value.
+	// to model.MaxParamsBytes (500 KiB), which is also the largest allowed value.
 	MaxParamsBytes int
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
 	// EnqueueRetry is the first delay of the Issuer's background retries of
-	// enqueues that failed after the command was stored (cmdqtype.ErrEnqueueFailed,
-	// cmdqtype.ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
+	// enqueues that failed after the command was stored (model.ErrEnqueueFailed,
+	// model.ErrNotAccepted): the Issuer tries again after EnqueueRetry, doubling
 	// up to MaxEnqueueRetry (1 minute), until the message is enqueued, for
 	// as long as the process lives (Close stops it). Each retry loads the
 	// command first and stops once it started (the failed enqueue had
@@ -114,11 +117,11 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, cmdqtype.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
+	if err := (record.Names{Prefix: cmp.Or(o.Prefix, model.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > cmdqtype.MaxParamsBytes {
-		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, cmdqtype.MaxParamsBytes, cmdqtype.MaxParamsBytes))
+	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > model.MaxParamsBytes {
+		errs = append(errs, fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", o.MaxParamsBytes, model.MaxParamsBytes, model.MaxParamsBytes))
 	}
 	if o.ManyConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("ManyConcurrency %d is negative (0 = the default, %d)", o.ManyConcurrency, DefaultManyConcurrency))
@@ -130,21 +133,21 @@ func (o IssuerOptions) Validate() error {
 }
 
 // IssueOption adjusts one Issue call.
-type IssueOption func(*cmdqtype.Raw)
+type IssueOption func(*model.Raw)
 
 // WithID sets the command ID (idempotency key): issuing again with the same
 // ID and parameters returns the existing command.
-func WithID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.ID = id } }
+func WithID(id string) IssueOption { return func(r *model.Raw) { r.ID = id } }
 
 // WithCorrelationID sets the correlation ID.
-func WithCorrelationID(id string) IssueOption { return func(r *cmdqtype.Raw) { r.CorrelationID = id } }
+func WithCorrelationID(id string) IssueOption { return func(r *model.Raw) { r.CorrelationID = id } }
 
-// At schedules the command at t (cmdqtype.Raw.RunAt).
-func At(t time.Time) IssueOption { return func(r *cmdqtype.Raw) { r.RunAt, r.Delay = t, 0 } }
+// At schedules the command at t (model.Raw.RunAt).
+func At(t time.Time) IssueOption { return func(r *model.Raw) { r.RunAt, r.Delay = t, 0 } }
 
-// After schedules the command d after it is issued (cmdqtype.Raw.Delay).
+// After schedules the command d after it is issued (model.Raw.Delay).
 func After(d time.Duration) IssueOption {
-	return func(r *cmdqtype.Raw) { r.Delay, r.RunAt = d, time.Time{} }
+	return func(r *model.Raw) { r.Delay, r.RunAt = d, time.Time{} }
 }
 
 // With returns cmd with issue options attached, for IssueMany (and Issue
@@ -209,8 +212,8 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.Prefix = cmp.Or(opts.Prefix, cmdqtype.DefaultPrefix)
-	opts.MaxParamsBytes = cmp.Or(opts.MaxParamsBytes, cmdqtype.MaxParamsBytes)
+	opts.Prefix = cmp.Or(opts.Prefix, model.DefaultPrefix)
+	opts.MaxParamsBytes = cmp.Or(opts.MaxParamsBytes, model.MaxParamsBytes)
 	opts.ManyConcurrency = cmp.Or(opts.ManyConcurrency, DefaultManyConcurrency)
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -271,53 +274,53 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 
 // Issue stores cmd (JSON-encoded) and enqueues it on its queue: the one
 // IssuerOptions.Routes gives its type, else the one its Go type declares
-// (CommandWithOptions), else cmdqtype.DefaultQueue. Cost: one table batch and one
+// (CommandWithOptions), else model.DefaultQueue. Cost: one table batch and one
 // enqueue (sent once, with no transport retries; one combined write on the
 // embedded store); re-issuing an existing ID costs one failed batch and one
 // point read, plus, while the command is pending and never started, a
 // recovery: one batch (a requeued event) and one enqueue delayed by
 // IssuerOptions.RecoveryDelay. Errors as IssueRaw.
-func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (cmdqtype.Result, error) {
-	raw, queue, err := encode(cmd, opts)
+func (i *Issuer) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (model.Result, error) {
+	raw, queue, err := encode(cmd, opts, i.opts.Declared)
 	if err != nil {
-		return cmdqtype.Result{}, err
+		return model.Result{}, err
 	}
 	return i.issue(ctx, raw, queue, true)
 }
 
-// encode turns a typed command (possibly wrapped by With) into its cmdqtype.Raw form
+// encode turns a typed command (possibly wrapped by With) into its model.Raw form
 // and the queue its Go type declares ("" if none).
-func encode(cmd Command, opts []IssueOption) (cmdqtype.Raw, string, error) {
+func encode(cmd Command, opts []IssueOption, declared DeclaredFunc) (model.Raw, string, error) {
 	cmd, wopts := unwrap(cmd)
 	if cmd == nil {
-		return cmdqtype.Raw{}, "", fmt.Errorf("%w: nil command", cmdqtype.ErrInvalidType)
+		return model.Raw{}, "", fmt.Errorf("%w: nil command", model.ErrInvalidType)
 	}
 	params, err := json.Marshal(cmd)
 	if err != nil {
-		return cmdqtype.Raw{}, "", fmt.Errorf("%w: encode %T: %w", cmdqtype.ErrInvalidParams, cmd, err)
+		return model.Raw{}, "", fmt.Errorf("%w: encode %T: %w", model.ErrInvalidParams, cmd, err)
 	}
-	raw := cmdqtype.Raw{Type: cmd.CommandType(), Params: params}
+	raw := model.Raw{Type: cmd.CommandType(), Params: params}
 	for _, o := range wopts {
 		o(&raw)
 	}
 	for _, o := range opts {
 		o(&raw)
 	}
-	return raw, Declared(cmd).Queue, nil
+	return raw, Declared(cmd, declared).Queue, nil
 }
 
 // IssueRaw stores and enqueues a command given as type and JSON parameters,
-// routed by IssuerOptions.Routes (else cmdqtype.DefaultQueue).
+// routed by IssuerOptions.Routes (else model.DefaultQueue).
 // passReference ends the error of params over a limit: what to do instead.
 const passReference = "store large data elsewhere (a blob, a file) and pass a reference to it in the params"
 
-// Errors: cmdqtype.ErrInvalidType, cmdqtype.ErrInvalidID, cmdqtype.ErrInvalidParams, cmdqtype.ErrParamsTooLarge,
-// cmdqtype.ErrIDConflict, cmdqtype.ErrEnqueueFailed (the command is stored, durably marked and
-// accepted; cmdqtype.Result.ID is valid and the reconciler enqueues it),
-// cmdqtype.ErrNotAccepted (stored, but neither enqueued nor marked: issue it again
-// with cmdqtype.Result.ID), and storage errors (nothing is stored, or it is unknown
+// Errors: model.ErrInvalidType, model.ErrInvalidID, model.ErrInvalidParams, model.ErrParamsTooLarge,
+// model.ErrIDConflict, model.ErrEnqueueFailed (the command is stored, durably marked and
+// accepted; model.Result.ID is valid and the reconciler enqueues it),
+// model.ErrNotAccepted (stored, but neither enqueued nor marked: issue it again
+// with model.Result.ID), and storage errors (nothing is stored, or it is unknown
 // whether it was: issue it again with the same ID).
-func (i *Issuer) IssueRaw(ctx context.Context, raw cmdqtype.Raw) (cmdqtype.Result, error) {
+func (i *Issuer) IssueRaw(ctx context.Context, raw model.Raw) (model.Result, error) {
 	return i.issue(ctx, raw, "", false)
 }
 
@@ -328,12 +331,12 @@ func (i *Issuer) IssueRaw(ctx context.Context, raw cmdqtype.Raw) (cmdqtype.Resul
 // elsewhere (Azure) up to IssuerOptions.ManyConcurrency Issue calls run at
 // once, their requests overlapping. Each command is issued as Issue would
 // (an existing ID is compared and answered Existing). results[i] is
-// cmds[i]'s cmdqtype.Result; a command that failed has an empty ID unless it was
-// stored (cmdqtype.ErrEnqueueFailed, cmdqtype.ErrNotAccepted). err joins every failure, each
+// cmds[i]'s model.Result; a command that failed has an empty ID unless it was
+// stored (model.ErrEnqueueFailed, model.ErrNotAccepted). err joins every failure, each
 // saying which command (index and type) and wrapping its error (errors.Is
 // works on the joined error).
-func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Result, error) {
-	results := make([]cmdqtype.Result, len(cmds))
+func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result, error) {
+	results := make([]model.Result, len(cmds))
 	errs := make([]error, len(cmds))
 	fail := func(n int, err error) {
 		typ := "<nil>"
@@ -346,13 +349,13 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Res
 	// in order, so it finds the earlier one (Existing, or a conflict).
 	type item struct {
 		n        int
-		raw      cmdqtype.Raw
+		raw      model.Raw
 		declared string
 	}
 	var firsts, repeats []item
 	seen := map[string]bool{}
 	for n, cmd := range cmds {
-		raw, declared, err := encode(cmd, nil)
+		raw, declared, err := encode(cmd, nil, i.opts.Declared)
 		key := raw.ID
 		if raw.UniqueKey != "" && checkUnique(raw) == nil {
 			key = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
@@ -425,29 +428,29 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]cmdqtype.Res
 }
 
 // route returns the logical queue of a command type: Routes, else the
-// queue its Go type declares, else cmdqtype.DefaultQueue.
+// queue its Go type declares, else model.DefaultQueue.
 func (i *Issuer) route(cmdType, declared string) string {
 	if i.opts.Routes != nil {
 		if q, ok := i.opts.Routes.QueueOf(cmdType); ok && q != "" {
 			return q
 		}
 	}
-	return cmp.Or(declared, cmdqtype.DefaultQueue)
+	return cmp.Or(declared, model.DefaultQueue)
 }
 
-func (i *Issuer) issue(ctx context.Context, raw cmdqtype.Raw, declared string, typed bool) (cmdqtype.Result, error) {
+func (i *Issuer) issue(ctx context.Context, raw model.Raw, declared string, typed bool) (model.Result, error) {
 	nc, err := i.prepare(raw, declared, typed)
 	if err != nil {
-		return cmdqtype.Result{}, err
+		return model.Result{}, err
 	}
 	return i.store(ctx, nc)
 }
 
 // store creates the prepared command nc and enqueues it.
-func (i *Issuer) store(ctx context.Context, nc prepared) (cmdqtype.Result, error) {
+func (i *Issuer) store(ctx context.Context, nc prepared) (model.Result, error) {
 	st, enq, err := i.log(ctx)
 	if err != nil {
-		return cmdqtype.Result{}, err
+		return model.Result{}, err
 	}
 	env, enqueued, err := enq.Create(ctx, nc.NewCommand)
 	return i.created(ctx, st, enq, nc, env, enqueued, err)
@@ -458,15 +461,15 @@ func (i *Issuer) store(ctx context.Context, nc prepared) (cmdqtype.Result, error
 // unique key, a command that exists under the ID is a duplicate
 // (Result.Duplicate) whatever its parameters, not a conflict. Cost as
 // Issue's; a duplicate costs one failed batch and one point read.
-func (i *Issuer) IssueDerived(ctx context.Context, cmd Command, id, correlationID string) (cmdqtype.Result, error) {
-	raw, declared, err := encode(cmd, nil)
+func (i *Issuer) IssueDerived(ctx context.Context, cmd Command, id, correlationID string) (model.Result, error) {
+	raw, declared, err := encode(cmd, nil, i.opts.Declared)
 	if err != nil {
-		return cmdqtype.Result{}, err
+		return model.Result{}, err
 	}
 	raw.ID, raw.CorrelationID, raw.UniqueKey, raw.UniqueWindow = id, correlationID, "", 0
 	nc, err := i.prepare(raw, declared, true)
 	if err != nil {
-		return cmdqtype.Result{}, err
+		return model.Result{}, err
 	}
 	nc.derived = true
 	return i.store(ctx, nc)
@@ -480,33 +483,33 @@ type prepared struct {
 	derived bool
 }
 
-// checkUnique validates a unique key and window (cmdqtype.ErrInvalidUnique).
-func checkUnique(raw cmdqtype.Raw) error {
+// checkUnique validates a unique key and window (model.ErrInvalidUnique).
+func checkUnique(raw model.Raw) error {
 	var errs []error
 	switch n := len(raw.UniqueKey); {
 	case n == 0:
-		errs = append(errs, fmt.Errorf("%w: a unique window (%s) needs a unique key: 1 to %d bytes, such as an order number", cmdqtype.ErrInvalidUnique, raw.UniqueWindow, cmdqtype.MaxUniqueKeyLength))
-	case n > cmdqtype.MaxUniqueKeyLength:
-		errs = append(errs, fmt.Errorf("%w: the unique key is %d bytes; the limit is %d (hash a longer key first)", cmdqtype.ErrInvalidUnique, n, cmdqtype.MaxUniqueKeyLength))
+		errs = append(errs, fmt.Errorf("%w: a unique window (%s) needs a unique key: 1 to %d bytes, such as an order number", model.ErrInvalidUnique, raw.UniqueWindow, model.MaxUniqueKeyLength))
+	case n > model.MaxUniqueKeyLength:
+		errs = append(errs, fmt.Errorf("%w: the unique key is %d bytes; the limit is %d (hash a longer key first)", model.ErrInvalidUnique, n, model.MaxUniqueKeyLength))
 	}
-	if w := raw.UniqueWindow; w < cmdqtype.MinUniqueWindow || w > cmdqtype.MaxUniqueWindow {
-		errs = append(errs, fmt.Errorf("%w: the unique window is %s; give a duration from %s to %s (such as 1h): issuing the same type and key again within it returns the first command", cmdqtype.ErrInvalidUnique, w, cmdqtype.MinUniqueWindow, "720h (30 days)"))
+	if w := raw.UniqueWindow; w < model.MinUniqueWindow || w > model.MaxUniqueWindow {
+		errs = append(errs, fmt.Errorf("%w: the unique window is %s; give a duration from %s to %s (such as 1h): issuing the same type and key again within it returns the first command", model.ErrInvalidUnique, w, model.MinUniqueWindow, "720h (30 days)"))
 	}
 	if raw.ID != "" {
-		errs = append(errs, fmt.Errorf("%w: a unique key derives the command ID; give either an ID or a unique key, not both", cmdqtype.ErrInvalidUnique))
+		errs = append(errs, fmt.Errorf("%w: a unique key derives the command ID; give either an ID or a unique key, not both", model.ErrInvalidUnique))
 	}
 	return errors.Join(errs...)
 }
 
 // prepare validates a command and returns what to store: its ID (a new one
 // when raw has none), compact parameters and queue.
-func (i *Issuer) prepare(raw cmdqtype.Raw, declared string, typed bool) (prepared, error) {
+func (i *Issuer) prepare(raw model.Raw, declared string, typed bool) (prepared, error) {
 	nc, err := i.prepareCommand(raw, declared, typed)
 	return prepared{NewCommand: nc, derived: raw.UniqueKey != ""}, err
 }
 
-func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (record.NewCommand, error) {
-	if err := cmdqtype.ValidateType(raw.Type); err != nil {
+func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (record.NewCommand, error) {
+	if err := model.ValidateType(raw.Type); err != nil {
 		return record.NewCommand{}, err
 	}
 	id := raw.ID
@@ -522,30 +525,30 @@ func (i *Issuer) prepareCommand(raw cmdqtype.Raw, declared string, typed bool) (
 	case id == "":
 		id = i.opts.NewID()
 	default:
-		if err := cmdqtype.ValidateID(id); err != nil {
+		if err := model.ValidateID(id); err != nil {
 			return record.NewCommand{}, err
 		}
 		if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
-			return record.NewCommand{}, fmt.Errorf("%w: %w", cmdqtype.ErrInvalidID, err)
+			return record.NewCommand{}, fmt.Errorf("%w: %w", model.ErrInvalidID, err)
 		}
 	}
-	runAt, err := cmdqtype.ValidSchedule(raw, i.opts.Now())
+	runAt, err := model.ValidSchedule(raw, i.opts.Now())
 	if err != nil {
 		return record.NewCommand{}, err
 	}
-	if len(raw.CorrelationID) > cmdqtype.MaxCorrelationIDLength {
-		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", cmdqtype.ErrInvalidParams, len(raw.CorrelationID), cmdqtype.MaxCorrelationIDLength)
+	if len(raw.CorrelationID) > model.MaxCorrelationIDLength {
+		return record.NewCommand{}, fmt.Errorf("%w: correlation ID is %d bytes; the limit is %d", model.ErrInvalidParams, len(raw.CorrelationID), model.MaxCorrelationIDLength)
 	}
 	params := []byte("{}")
 	if len(bytes.TrimSpace(raw.Params)) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, raw.Params); err != nil {
-			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", cmdqtype.ErrInvalidParams, err)
+			return record.NewCommand{}, fmt.Errorf("%w: params are not valid JSON: %w", model.ErrInvalidParams, err)
 		}
 		params = buf.Bytes()
 	}
 	if len(params) > i.opts.MaxParamsBytes {
-		return record.NewCommand{}, fmt.Errorf("%w: the params of %s are %d bytes of JSON, over the %d-byte limit: %s", cmdqtype.ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes, passReference)
+		return record.NewCommand{}, fmt.Errorf("%w: the params of %s are %d bytes of JSON, over the %d-byte limit: %s", model.ErrParamsTooLarge, raw.Type, len(params), i.opts.MaxParamsBytes, passReference)
 	}
 	if !typed && i.opts.Routes != nil {
 		// Issued by type name: the params must decode into the type's Go
@@ -579,10 +582,10 @@ const (
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env record.Envelope, enqueued bool, err error) (cmdqtype.Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env record.Envelope, enqueued bool, err error) (model.Result, error) {
 	nc := pc.NewCommand
 	id := nc.ID
-	res := cmdqtype.Result{ID: id, Queue: nc.Queue}
+	res := model.Result{ID: id, Queue: nc.Queue}
 	if !nc.RunAt.IsZero() {
 		res.RunAt = nc.RunAt.UTC().Truncate(time.Millisecond)
 	}
@@ -590,7 +593,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	case errors.Is(err, storage.ErrExists):
 		rec, lerr := st.Load(ctx, id)
 		if lerr != nil {
-			return cmdqtype.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
+			return model.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
 		}
 		switch {
 		case pc.derived && rec.Type == nc.Type:
@@ -598,7 +601,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 			// stands, whatever the parameters.
 			res.Duplicate = true
 		case rec.Type != nc.Type || rec.ParamsHash != record.HashParams(nc.Params) || rec.CorrelationID != nc.CorrelationID:
-			return cmdqtype.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", cmdqtype.ErrIDConflict, id, rec.Type)
+			return model.Result{}, fmt.Errorf("%w: command %s exists as %s with other params or another correlation ID; use a new ID for a different command", model.ErrIDConflict, id, rec.Type)
 		}
 		res.Existing, res.Queue, res.RunAt = true, rec.Queue, time.Time{}
 		// A duplicate re-enqueues only a command older than its recovery
@@ -606,7 +609,7 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		// background retry) is still on its way, and duplicates of a
 		// unique key or a tick come together by design.
 		young := pc.derived && i.opts.Now().Sub(rec.IssuedAt) < i.recoveryDelay(rec.Type)
-		if _, combined := i.st.(storage.Combiner); !combined && !young && rec.State == cmdqtype.StatePending && rec.Attempts == 0 {
+		if _, combined := i.st.(storage.Combiner); !combined && !young && rec.State == model.StatePending && rec.Attempts == 0 {
 			// The first issue may have stopped between storing the command
 			// and enqueueing it (a crashed process, a failed enqueue), and
 			// a caller retrying is exactly that case: make sure a message
@@ -621,10 +624,10 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 	case errors.Is(err, record.ErrParamsTooLarge):
 		// One sentence, without the storage layer's words (it wraps
 		// storage.ErrTooLarge; callers branch on ErrParamsTooLarge).
-		return cmdqtype.Result{}, fmt.Errorf("%w: the params of %s do not fit in one stored command (%d UTF-16 code units at most; a character outside the Basic Multilingual Plane counts as two): %s",
-			cmdqtype.ErrParamsTooLarge, nc.Type, record.MaxParamsChunks*record.ParamsChunkUnits, passReference)
+		return model.Result{}, fmt.Errorf("%w: the params of %s do not fit in one stored command (%d UTF-16 code units at most; a character outside the Basic Multilingual Plane counts as two): %s",
+			model.ErrParamsTooLarge, nc.Type, record.MaxParamsChunks*record.ParamsChunkUnits, passReference)
 	case err != nil:
-		return cmdqtype.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
+		return model.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
 	case enqueued:
 		return res, nil
 	}
@@ -646,9 +649,9 @@ func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
 
 // enqueue puts the first message of a stored command on its queue, with
 // no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
-// for the reconciler and returns cmdqtype.ErrEnqueueFailed (the command is
+// for the reconciler and returns model.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
-// cmdqtype.ErrNotAccepted. Either way the background retrier keeps trying.
+// model.ErrNotAccepted. Either way the background retrier keeps trying.
 func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
 	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
@@ -671,13 +674,13 @@ func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *record.Enqu
 }
 
 // failed handles a failed enqueue of a stored command: mark it for the
-// reconciler (cmdqtype.ErrEnqueueFailed) or, when the marker fails too,
-// cmdqtype.ErrNotAccepted; the background retrier keeps trying either way.
+// reconciler (model.ErrEnqueueFailed) or, when the marker fails too,
+// model.ErrNotAccepted; the background retrier keeps trying either way.
 func (i *Issuer) failed(ctx context.Context, st *record.Store, id, cmdType, queue string, err error) error {
 	if merr := st.MarkUnqueued(ctx, id, queue); merr != nil {
 		i.retry.add(id, cmdType, queue, false)
-		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", cmdqtype.ErrNotAccepted, id, errors.Join(err, merr))
+		return fmt.Errorf("%w: command %s is stored but neither enqueued nor marked for the reconciler; issue it again with the same ID: %w", model.ErrNotAccepted, id, errors.Join(err, merr))
 	}
 	i.retry.add(id, cmdType, queue, true)
-	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", cmdqtype.ErrEnqueueFailed, id, err)
+	return fmt.Errorf("%w: command %s is stored and marked; the reconciler will enqueue it: %w", model.ErrEnqueueFailed, id, err)
 }

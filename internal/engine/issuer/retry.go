@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -162,7 +162,7 @@ func (r *retrier) try(it retryItem) {
 	if err == nil {
 		rec, err = st.Load(ctx, it.id)
 	}
-	if err == nil && (rec.State != cmdqtype.StatePending || rec.Attempts != 0) {
+	if err == nil && (rec.State != model.StatePending || rec.Attempts != 0) {
 		// Started or finished: a message exists (or existed) for it after
 		// all (the failed enqueue had landed), so there is nothing to do.
 		r.forget(it.id)
@@ -175,7 +175,7 @@ func (r *retrier) try(it retryItem) {
 		// A recovery: the first enqueue may have landed after all.
 		_, _, err = enq.Recover(ctx, rec, record.IssuerBy, "enqueue failed at issue: enqueued again by the issuer's background retry", true)
 	}
-	if errors.Is(err, cmdqtype.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		r.forget(it.id) // never stored (or removed): nothing to enqueue
 		return
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // Schedule computes a periodic schedule's ticks. Tick times are the same
@@ -49,19 +49,19 @@ const MinInterval = time.Second
 // starts with CRON_TZ=Zone (or TZ=Zone); a descriptor (@yearly, @monthly,
 // @weekly, @daily or @midnight, @hourly); or an interval, "@every D" with
 // D a Go duration of at least 1 s. The error wraps
-// cmdqtype.ErrInvalidSchedule and says what the spec should look like.
+// model.ErrInvalidSchedule and says what the spec should look like.
 func Parse(spec string) (Schedule, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
-		return nil, fmt.Errorf("%w: empty spec; give a cron expression (\"*/5 * * * *\", or six fields with seconds first), a descriptor (@hourly, @daily) or an interval (@every 30s)", cmdqtype.ErrInvalidSchedule)
+		return nil, fmt.Errorf("%w: empty spec; give a cron expression (\"*/5 * * * *\", or six fields with seconds first), a descriptor (@hourly, @daily) or an interval (@every 30s)", model.ErrInvalidSchedule)
 	}
 	if rest, ok := strings.CutPrefix(s, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		if err != nil {
-			return nil, fmt.Errorf("%w: spec %q: the interval is not a duration (such as 2s, 15m or 1h30m): %w", cmdqtype.ErrInvalidSchedule, spec, err)
+			return nil, fmt.Errorf("%w: spec %q: the interval is not a duration (such as 2s, 15m or 1h30m): %w", model.ErrInvalidSchedule, spec, err)
 		}
 		if d < MinInterval {
-			return nil, fmt.Errorf("%w: spec %q: the interval %s is under %s", cmdqtype.ErrInvalidSchedule, spec, d, MinInterval)
+			return nil, fmt.Errorf("%w: spec %q: the interval %s is under %s", model.ErrInvalidSchedule, spec, d, MinInterval)
 		}
 		return interval(d), nil
 	}
@@ -70,7 +70,7 @@ func Parse(spec string) (Schedule, error) {
 	}
 	sch, err := parser.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec %q: %w; give a cron expression (\"*/5 * * * *\", or six fields with seconds first: \"*/2 * * * * *\"), a descriptor (@hourly, @daily) or an interval (@every 30s)", cmdqtype.ErrInvalidSchedule, spec, err)
+		return nil, fmt.Errorf("%w: spec %q: %w; give a cron expression (\"*/5 * * * *\", or six fields with seconds first: \"*/2 * * * * *\"), a descriptor (@hourly, @daily) or an interval (@every 30s)", model.ErrInvalidSchedule, spec, err)
 	}
 	return sch, nil
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
@@ -81,7 +81,7 @@ func equal(a, b []time.Time) bool {
 // TestParseRefuses: malformed specs wrap ErrInvalidSchedule.
 func TestParseRefuses(t *testing.T) {
 	for _, spec := range []string{"", "* * *", "61 * * * *", "@fortnightly", "@every", "@every 0s", "@every 999ms", "CRON_TZ=Nowhere/Atlantis 0 2 * * *"} {
-		if _, err := periodic.Parse(spec); !errors.Is(err, cmdqtype.ErrInvalidSchedule) {
+		if _, err := periodic.Parse(spec); !errors.Is(err, model.ErrInvalidSchedule) {
 			t.Errorf("Parse(%q): %v, want ErrInvalidSchedule", spec, err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestDerivedIDs(t *testing.T) {
 	if id == record.TickID("reports.nightly", tick.Add(time.Second)) || id == record.TickID("reports.other", tick) {
 		t.Fatal("tick IDs collide")
 	}
-	if cmdqtype.ValidateID(id) != nil {
+	if model.ValidateID(id) != nil {
 		t.Fatalf("tick ID %s is not a valid command ID", id)
 	}
 	u := record.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T10:05:00Z"))

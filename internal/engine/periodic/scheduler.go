@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -58,7 +58,7 @@ type Tick struct {
 
 // CatchUp issues, for each entry, up to CatchUp of its latest ticks at or
 // before now, after Since and within the issue window (from the start of
-// the day cmdqtype.CatchUpHorizonDays before now's), once each and all at
+// the day model.CatchUpHorizonDays before now's), once each and all at
 // once: a tick whose command exists costs what a duplicate costs. It
 // returns the ticks whose issue failed (Run tries them again).
 func CatchUp(ctx context.Context, entries []Entry, now time.Time, opts Options) []Tick {
@@ -159,9 +159,9 @@ func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, op
 
 // catchUpFloor is the time after which a start looks for missed ticks:
 // since, and not before the issue window (the start of the day
-// cmdqtype.CatchUpHorizonDays before now's).
+// model.CatchUpHorizonDays before now's).
 func catchUpFloor(since, now time.Time) time.Time {
-	floor := record.DayTime(record.DayOf(now) - cmdqtype.CatchUpHorizonDays).Add(-time.Nanosecond)
+	floor := record.DayTime(record.DayOf(now) - model.CatchUpHorizonDays).Add(-time.Nanosecond)
 	if since.After(floor) {
 		return since
 	}
@@ -179,7 +179,7 @@ func tryErr(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Option
 	id := record.TickID(e.Name, t)
 	err := e.Issue(ctx, id, t)
 	switch {
-	case err == nil || errors.Is(err, cmdqtype.ErrEnqueueFailed) || errors.Is(err, cmdqtype.ErrNotAccepted):
+	case err == nil || errors.Is(err, model.ErrEnqueueFailed) || errors.Is(err, model.ErrNotAccepted):
 		// Stored (a failed enqueue is retried by the issuer and the
 		// reconciler).
 		if catchUp {
@@ -189,7 +189,7 @@ func tryErr(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Option
 			opts.Issued(e.Name, t, catchUp)
 		}
 		return true, nil
-	case errors.Is(err, cmdqtype.ErrInvalidParams), errors.Is(err, cmdqtype.ErrParamsTooLarge), errors.Is(err, cmdqtype.ErrInvalidType), errors.Is(err, cmdqtype.ErrInvalidID):
+	case errors.Is(err, model.ErrInvalidParams), errors.Is(err, model.ErrParamsTooLarge), errors.Is(err, model.ErrInvalidType), errors.Is(err, model.ErrInvalidID):
 		opts.Logger.Error().Err(err).Str("periodic", e.Name).Time("tick", t).Msg("cmdq periodic: the tick's command cannot be issued")
 		return true, err
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -36,7 +36,7 @@ func benchProcess(b *testing.B, st storage.Store) {
 	all := make(chan struct{})
 	var once sync.Once
 	n := int64(b.N)
-	if err := registry.Register(reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+	if err := registry.Register(reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 		if done.Add(1) == n {
 			once.Do(func() { close(all) })
 		}
@@ -44,7 +44,7 @@ func benchProcess(b *testing.B, st storage.Store) {
 	}, registry.Options{}); err != nil {
 		b.Fatal(err)
 	}
-	p, err := processor.New(cs, reg, processor.Config{Prefix: prefix, ReconcileInterval: cmdqtype.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond})
+	p, err := processor.New(cs, reg, processor.Config{Prefix: prefix, ReconcileInterval: model.NoReconcile, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -47,7 +47,7 @@ func TestTrickleDequeuesCoalesced(t *testing.T) {
 	reg := registry.NewRegistry()
 	var handled atomic.Int64
 	all := make(chan struct{})
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 		if handled.Add(1) == n {
 			close(all)
 		}
@@ -55,9 +55,9 @@ func TestTrickleDequeuesCoalesced(t *testing.T) {
 	}, registry.Options{})
 	polled := make(chan struct{}, 1)
 	p, err := processor.New(counted, reg, processor.Config{
-		Prefix: prefix, ReconcileInterval: cmdqtype.NoReconcile,
+		Prefix: prefix, ReconcileInterval: model.NoReconcile,
 		MinPollInterval: time.Hour, MaxPollInterval: time.Hour,
-		Observer: onPoll(func(cmdqtype.Observation) {
+		Observer: onPoll(func(model.Observation) {
 			select {
 			case polled <- struct{}{}:
 			default:

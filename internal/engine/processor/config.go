@@ -5,151 +5,61 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/rs/zerolog"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
-// LeaseGrowth says how a command type's lease grows when its leases keep
-// being lost (a handler that outlives its lease, renewals that fail), and
-// how it shrinks back once they no longer are. A lease counts as lost only
-// when it really ended while this processor held the message (a queue call
+// LeaseGrowth is cmdq.LeaseGrowth (documented there; the same fields,
+// converted with a Go conversion). A lease counts as lost only when it
+// really ended while this processor held the message (a queue call
 // answered "stale receipt" or "no such message" after the lease's end as
 // this processor knew it); an answer that comes back earlier is the effect
 // of the call's own first try, landed with its answer lost, and is not a
-// loss. A grown lease applies to its own type only.
+// loss.
 type LeaseGrowth struct {
-	// Threshold is the number of lost leases of one type that triggers growth
-	// (default 3). The count restarts after each growth.
-	Threshold int
-	// Factor multiplies the lease at each growth and divides it at each
-	// shrink (default 2; must be > 1).
-	Factor float64
-	// MaxFactor bounds the grown lease to MaxFactor × the definition's lease
-	// (default 10), and never past cmdqtype.MaxLease (1 hour).
-	MaxFactor float64
-	// ShrinkAfter: a grown lease shrinks one step (÷ Factor, never below the
-	// definition's lease) after this many clean finishes of its type in a
-	// row (default 10).
+	Threshold   int
+	Factor      float64
+	MaxFactor   float64
 	ShrinkAfter int
-	// QuietPeriod: a grown lease also shrinks one step at the first clean
-	// finish this long after the type's last lost lease or lease change
-	// (default 10 minutes), so rarely run types shrink too.
 	QuietPeriod time.Duration
 }
 
-// Config configures a Processor. The zero Config is valid: every zero field
-// takes the default named in its comment.
+// Config configures a Processor. Its settings are the fields of
+// cmdq.Config of the same names, documented there with their defaults;
+// withDefaults applies the defaults (the model constants, the one home of
+// each) and Validate checks the ranges (cmdq.Config.Validate calls it).
+// The zero Config is valid. Below them are the switches the Client sets
+// for its own tests and benchmarks (tuning.Switches) and its hooks.
 type Config struct {
-	// Prefix names the queues (<prefix>-<queue>) and tables (<prefix>commands,
-	// <prefix>poison). Default cmdq.DefaultPrefix ("cmdq"). Lowercase
-	// letters and digits, starting with a letter, at most 40 characters.
-	// (cmdq.Config.Prefix sets it for a client's processor.)
-	Prefix string
-	// Shards is the number of shards of each logical queue it names
-	// (docs/scaling.md): the processor drains every shard of its queues,
-	// in turn. 0 or 1: one storage queue. At most 64. Default none.
-	Shards map[string]int
-	// Worker identifies this processor in events and logs. Default
-	// "<hostname>-<pid>".
-	Worker string
-	// BatchSize is how many messages one dequeue asks for, 1..32. Default 32.
-	BatchSize int
-	// NewBatchThreshold bounds the prefetch: the messages the processor
-	// holds beyond Concurrency (dequeued, waiting for a handler slot), so
-	// that the next batch is in hand when slots free up. The prefetch
-	// actually used is what Concurrency slots start within 500 ms at the
-	// average handler duration (HandlerDurationEstimate before the first),
-	// at most NewBatchThreshold: fast handlers get full batches fetched
-	// ahead, slow ones none (a worker with Concurrency 1 and 600 ms
-	// handlers holds one message at a time, and competing workers share the
-	// queue). A dequeue asks for min(BatchSize, Concurrency + prefetch −
-	// held) and is made when a full batch fits or a handler slot would stay
-	// idle. Default BatchSize (32). At most 10,000. Set cmdqtype.NoThreshold (-1)
-	// for no prefetch.
-	NewBatchThreshold int
-	// Concurrency is the most handlers this processor runs at once across all
-	// queues. Default 32. Dequeued messages beyond it wait for a slot; one
-	// still waiting when its lease would need renewing is released (made
-	// visible again) instead.
-	Concurrency int
-	// MinPollInterval is the wait after the first empty poll. Default 100 ms.
-	MinPollInterval time.Duration
-	// MaxPollInterval caps the empty-poll backoff, which doubles from
-	// MinPollInterval. Default 1 minute: an idle queue costs ~60 dequeues an hour.
-	MaxPollInterval time.Duration
-	// PollJitter is the fraction (0..1) of each wait that is randomized
-	// upwards: a wait w becomes a uniform value in [w, w×(1+PollJitter)],
-	// capped at MaxPollInterval (so an idle queue costs exactly one dequeue
-	// per MaxPollInterval).
-	// Default 0.2; registry.NoJitter (-1) disables randomization.
-	PollJitter float64
-	// PoisonCeiling, when > 0, overrides every definition's poison ceiling: a
-	// message dequeued more than this many times is poisoned without running.
-	// Default 0 (use each definition's ceiling).
-	PoisonCeiling int
-	// LeaseGrowth bounds how lost leases grow a type's lease.
-	LeaseGrowth LeaseGrowth
-	// DrainTimeout is how long Run lets running handlers finish after its
-	// context ends, before cancelling their contexts. Default 30 s.
-	DrainTimeout time.Duration
-	// StartedWriteDelay: a handler still running after this long gets its
-	// `started` event (and projection `running`) written on its own; faster
-	// handlers get it in their final batch, saving one write. Default 1 s.
-	StartedWriteDelay time.Duration
-	// HandlerDurationEstimate is RunFor's handler-duration guess until it has
-	// observed one. Default 1 s.
+	Prefix                  string
+	Shards                  map[string]int
+	Worker                  string
+	BatchSize               int
+	NewBatchThreshold       int
+	Concurrency             int
+	MinPollInterval         time.Duration
+	MaxPollInterval         time.Duration
+	PollJitter              float64
+	PoisonCeiling           int
+	LeaseGrowth             LeaseGrowth
+	DrainTimeout            time.Duration
+	StartedWriteDelay       time.Duration
 	HandlerDurationEstimate time.Duration
-	// Tolerance multiplies the average handler duration to get RunFor's
-	// safety margin. Default 1.5; at least 1.
-	Tolerance float64
-	// ReconcileInterval is how often the reconciler's marker query (which
-	// re-enqueues commands whose enqueue failed) runs while the processor is
-	// idle; Run also runs it once at start, and RunFor(d) runs it with
-	// probability d/ReconcileInterval, so scheduled runs cost what one
-	// long-lived processor does. Default 1 hour; cmdqtype.NoReconcile (-1) disables
-	// the reconciler.
-	ReconcileInterval time.Duration
-	// ReconcileActiveInterval is how often the marker query runs while the
-	// processor has work (a message was dequeued, or Notify called, since
-	// the last run); RunFor(d) runs it on its first work with probability
-	// d/ReconcileActiveInterval. The query also runs ReconcileGrace (+1 s)
-	// after storage faults clear. Default 5 minutes; at most
-	// ReconcileInterval.
+	Tolerance               float64
+	ReconcileInterval       time.Duration
 	ReconcileActiveInterval time.Duration
-	// ReconcileScanInterval is how often one of the reconciler's runs is the
-	// pending scan instead of the marker query: a whole-table query for
-	// commands still `pending` after ReconcileStaleAfter (left by a process
-	// that crashed between the issue batch and the enqueue). It costs one
-	// request per 1000 commands, so it runs rarely. Default 24 hours;
-	// cmdqtype.NoReconcile (-1) disables the scan. An idle processor thus costs one
-	// reconciler query an hour.
-	ReconcileScanInterval time.Duration
-	// ReconcileGrace is how old an enqueue-failure marker must be before the
-	// reconciler acts on it. Default 30 s.
-	ReconcileGrace time.Duration
-	// ReconcileStaleAfter is how old a `pending` command without a marker must
-	// be before the reconciler's whole-table scan re-enqueues it (a process
-	// that crashed between the issue batch and the enqueue). Default 15 min.
-	ReconcileStaleAfter time.Duration
-	// Retention is how long final commands are kept before the daily
-	// sweep (run with the pending scan, every ReconcileScanInterval)
-	// removes them; a command type's own registry.Options.Retention
-	// (or declared cmdq.CommandOptions.Retention) overrides it.
-	// Defaults: completed 7 days, discarded 30 days; poisoned commands are
-	// kept until discarded. See docs/lifecycle.md, "Retention".
-	Retention cmdqtype.Retention
-	// UnhealthyAfter is the number of consecutive infrastructure faults that
-	// make the processor unhealthy. Default 5.
-	UnhealthyAfter int
-	// ProbeTimeout bounds the readiness probe (CheckStorage): one
-	// ApproximateCount call, abandoned after this long whatever the
-	// driver's retries. Default 2 s.
-	ProbeTimeout time.Duration
-	// ProbeInterval: CheckStorage makes no call when a storage call of the
-	// processor succeeded within this long and none failed since; while
-	// storage is failing the processor probes every ProbeInterval on its
-	// own to notice its return (then wakes its pollers). Default 5 s.
-	ProbeInterval time.Duration
+	ReconcileScanInterval   time.Duration
+	ReconcileGrace          time.Duration
+	ReconcileStaleAfter     time.Duration
+	Retention               model.Retention
+	UnhealthyAfter          int
+	ProbeTimeout            time.Duration
+	ProbeInterval           time.Duration
+	HeartbeatInterval       time.Duration
+	Flywheel                bool
+	Logger                  zerolog.Logger
+
 	// NoFastPath turns the first delivery's fast path off: every delivery
 	// loads its command (one point read) before running the handler.
 	// Default false: the first delivery of an issue's own message, soon
@@ -178,23 +88,12 @@ type Config struct {
 	// ControlInterval is how stale the processor's knowledge of its queues'
 	// control rows (pause state, recent cancels) may be when it starts a
 	// command: an older one is read again first (one query for every
-	// queue). Default cmdqtype.ControlInterval (9 s); tests shorten it.
+	// queue). Default model.ControlInterval (9 s); tests shorten it.
 	ControlInterval time.Duration
-	// HeartbeatInterval is how often the running processor rewrites its
-	// heartbeat row (partition ~processors of the commands table: who and
-	// where it is, its state, in-flight count and queues; see heartbeat.go).
-	// Default cmdqtype.DefaultHeartbeatInterval (1 minute);
-	// cmdqtype.NoHeartbeat (-1) disables it.
-	HeartbeatInterval time.Duration
-	// Flywheel, when true, makes an unhealthy processor stop pulling work
-	// until ResetHealth is called. When false (default) it keeps pulling and
-	// becomes healthy again after the next successful storage operation.
-	Flywheel bool
-	// Logger receives the processor's logs. The zero Logger discards them.
-	Logger zerolog.Logger
-	// Observer receives every processing event (cmdqtype.Observation):
+
+	// Observer receives every processing event (model.Observation):
 	// metrics, logs, tracing. Default nil (none).
-	Observer cmdqtype.Observer
+	Observer model.Observer
 	// Changes, if set, receives every change this processor stores and
 	// every handler start and end (the Client's watchers). Default nil.
 	Changes ChangeObserver
@@ -216,8 +115,8 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchSize > 32 {
 		bad("BatchSize %d is outside 1..32 (0 = default 32)", c.BatchSize)
 	}
-	if c.NewBatchThreshold < cmdqtype.NoThreshold || c.NewBatchThreshold > cmdqtype.MaxNewBatchThreshold {
-		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, cmdqtype.MaxNewBatchThreshold)
+	if c.NewBatchThreshold < model.NoThreshold || c.NewBatchThreshold > model.MaxNewBatchThreshold {
+		bad("NewBatchThreshold %d is outside -1..%d (0 = default BatchSize, -1 = no prefetch)", c.NewBatchThreshold, model.MaxNewBatchThreshold)
 	}
 	if c.Concurrency < 0 {
 		bad("Concurrency %d is negative (0 = default 32)", c.Concurrency)
@@ -228,11 +127,11 @@ func (c Config) Validate() error {
 	if c.MaxPollInterval < 0 {
 		bad("MaxPollInterval %s is negative (0 = default 1m)", c.MaxPollInterval)
 	}
-	minP, maxP := orDur(c.MinPollInterval, cmdqtype.DefaultMinPollInterval), orDur(c.MaxPollInterval, cmdqtype.DefaultMaxPollInterval)
+	minP, maxP := orDur(c.MinPollInterval, model.DefaultMinPollInterval), orDur(c.MaxPollInterval, model.DefaultMaxPollInterval)
 	if minP > maxP {
 		bad("MinPollInterval %s exceeds MaxPollInterval %s", minP, maxP)
 	}
-	if c.PollJitter != cmdqtype.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
+	if c.PollJitter != model.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
 		bad("PollJitter %g is outside 0..1 (0 = default 0.2, -1 = none)", c.PollJitter)
 	}
 	if c.PoisonCeiling < 0 {
@@ -267,13 +166,13 @@ func (c Config) Validate() error {
 			bad("%s %s is negative (0 = default)", d.name, d.v)
 		}
 	}
-	if c.ReconcileInterval < 0 && c.ReconcileInterval != cmdqtype.NoReconcile {
+	if c.ReconcileInterval < 0 && c.ReconcileInterval != model.NoReconcile {
 		bad("ReconcileInterval %s is negative (0 = default 1h, -1 = disabled)", c.ReconcileInterval)
 	}
-	if c.HeartbeatInterval < 0 && c.HeartbeatInterval != cmdqtype.NoHeartbeat {
+	if c.HeartbeatInterval < 0 && c.HeartbeatInterval != model.NoHeartbeat {
 		bad("HeartbeatInterval %s is negative (0 = default 1m, -1 = disabled)", c.HeartbeatInterval)
 	}
-	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != cmdqtype.NoReconcile {
+	if c.ReconcileScanInterval < 0 && c.ReconcileScanInterval != model.NoReconcile {
 		bad("ReconcileScanInterval %s is negative (0 = default 24h, -1 = disabled)", c.ReconcileScanInterval)
 	}
 	if c.Tolerance != 0 && c.Tolerance < 1 {
@@ -295,64 +194,64 @@ func orDur(v, def time.Duration) time.Duration {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
-		c.Prefix = cmdqtype.DefaultPrefix
+		c.Prefix = model.DefaultPrefix
 	}
 	if c.Worker == "" {
-		c.Worker = cmdqtype.DefaultWorker()
+		c.Worker = model.DefaultWorker()
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = cmdqtype.DefaultBatchSize
+		c.BatchSize = model.DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = cmdqtype.DefaultConcurrency
+		c.Concurrency = model.DefaultConcurrency
 	}
 	switch c.NewBatchThreshold {
 	case 0:
 		c.NewBatchThreshold = c.BatchSize
-	case cmdqtype.NoThreshold:
+	case model.NoThreshold:
 		c.NewBatchThreshold = 0
 	}
-	c.MinPollInterval = orDur(c.MinPollInterval, cmdqtype.DefaultMinPollInterval)
-	c.MaxPollInterval = orDur(c.MaxPollInterval, cmdqtype.DefaultMaxPollInterval)
+	c.MinPollInterval = orDur(c.MinPollInterval, model.DefaultMinPollInterval)
+	c.MaxPollInterval = orDur(c.MaxPollInterval, model.DefaultMaxPollInterval)
 	switch c.PollJitter {
 	case 0:
-		c.PollJitter = cmdqtype.DefaultPollJitter
-	case cmdqtype.NoJitter:
+		c.PollJitter = model.DefaultPollJitter
+	case model.NoJitter:
 		c.PollJitter = 0
 	}
 	if c.LeaseGrowth.Threshold == 0 {
-		c.LeaseGrowth.Threshold = cmdqtype.DefaultLostLeaseThreshold
+		c.LeaseGrowth.Threshold = model.DefaultLostLeaseThreshold
 	}
 	if c.LeaseGrowth.Factor == 0 {
-		c.LeaseGrowth.Factor = cmdqtype.DefaultLeaseGrowthFactor
+		c.LeaseGrowth.Factor = model.DefaultLeaseGrowthFactor
 	}
 	if c.LeaseGrowth.MaxFactor == 0 {
-		c.LeaseGrowth.MaxFactor = cmdqtype.DefaultMaxLeaseFactor
+		c.LeaseGrowth.MaxFactor = model.DefaultMaxLeaseFactor
 	}
 	if c.LeaseGrowth.ShrinkAfter == 0 {
-		c.LeaseGrowth.ShrinkAfter = cmdqtype.DefaultLeaseShrinkAfter
+		c.LeaseGrowth.ShrinkAfter = model.DefaultLeaseShrinkAfter
 	}
-	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, cmdqtype.DefaultLeaseQuietPeriod)
-	c.DrainTimeout = orDur(c.DrainTimeout, cmdqtype.DefaultDrainTimeout)
-	c.StartedWriteDelay = orDur(c.StartedWriteDelay, cmdqtype.DefaultStartedWriteDelay)
-	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, cmdqtype.DefaultHandlerDurationEstimate)
+	c.LeaseGrowth.QuietPeriod = orDur(c.LeaseGrowth.QuietPeriod, model.DefaultLeaseQuietPeriod)
+	c.DrainTimeout = orDur(c.DrainTimeout, model.DefaultDrainTimeout)
+	c.StartedWriteDelay = orDur(c.StartedWriteDelay, model.DefaultStartedWriteDelay)
+	c.HandlerDurationEstimate = orDur(c.HandlerDurationEstimate, model.DefaultHandlerDurationEstimate)
 	if c.Tolerance == 0 {
-		c.Tolerance = cmdqtype.DefaultTolerance
+		c.Tolerance = model.DefaultTolerance
 	}
-	c.ReconcileInterval = orDur(c.ReconcileInterval, cmdqtype.DefaultReconcileInterval)
-	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, cmdqtype.DefaultReconcileActiveInterval)
+	c.ReconcileInterval = orDur(c.ReconcileInterval, model.DefaultReconcileInterval)
+	c.ReconcileActiveInterval = orDur(c.ReconcileActiveInterval, model.DefaultReconcileActiveInterval)
 	if c.ReconcileInterval > 0 {
 		c.ReconcileActiveInterval = min(c.ReconcileActiveInterval, c.ReconcileInterval)
 	}
-	c.ReconcileGrace = orDur(c.ReconcileGrace, cmdqtype.DefaultReconcileGrace)
-	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, cmdqtype.DefaultReconcileStaleAfter)
-	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, cmdqtype.DefaultReconcileScanInterval)
+	c.ReconcileGrace = orDur(c.ReconcileGrace, model.DefaultReconcileGrace)
+	c.ReconcileStaleAfter = orDur(c.ReconcileStaleAfter, model.DefaultReconcileStaleAfter)
+	c.ReconcileScanInterval = orDur(c.ReconcileScanInterval, model.DefaultReconcileScanInterval)
 	if c.UnhealthyAfter == 0 {
-		c.UnhealthyAfter = cmdqtype.DefaultUnhealthyAfter
+		c.UnhealthyAfter = model.DefaultUnhealthyAfter
 	}
-	c.ProbeTimeout = orDur(c.ProbeTimeout, cmdqtype.DefaultProbeTimeout)
-	c.ProbeInterval = orDur(c.ProbeInterval, cmdqtype.DefaultProbeInterval)
-	c.ControlInterval = orDur(c.ControlInterval, cmdqtype.ControlInterval)
-	c.HeartbeatInterval = orDur(c.HeartbeatInterval, cmdqtype.DefaultHeartbeatInterval)
+	c.ProbeTimeout = orDur(c.ProbeTimeout, model.DefaultProbeTimeout)
+	c.ProbeInterval = orDur(c.ProbeInterval, model.DefaultProbeInterval)
+	c.ControlInterval = orDur(c.ControlInterval, model.ControlInterval)
+	c.HeartbeatInterval = orDur(c.HeartbeatInterval, model.DefaultHeartbeatInterval)
 	return c
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -34,7 +34,7 @@ import (
 // maxClockSkew bounds the difference between two machines' clocks that the
 // fast path's cancel checks allow for (2 s, as the first delivery's age
 // check does).
-const maxClockSkew = cmdqtype.MaxClockSkew
+const maxClockSkew = model.MaxClockSkew
 
 // control is what the processor knows of its queues' control rows.
 type control struct {
@@ -151,14 +151,14 @@ func (p *Processor) changesLocked() []queueChange {
 // of a resumed queue.
 func (p *Processor) reportChanges(changes []queueChange) {
 	for _, c := range changes {
-		kind := cmdqtype.ObservedResumed
+		kind := model.ObservedResumed
 		if c.paused {
-			kind = cmdqtype.ObservedPaused
+			kind = model.ObservedPaused
 			p.cfg.Logger.Info().Str("queue", c.qr.name).Str("by", c.by).Msg("cmdq processor: queue paused; starting none of its commands")
 		} else {
 			p.cfg.Logger.Info().Str("queue", c.qr.name).Str("by", c.by).Msg("cmdq processor: queue resumed")
 		}
-		p.emit(cmdqtype.Observation{Kind: kind, Queue: c.qr.name, By: c.by})
+		p.emit(model.Observation{Kind: kind, Queue: c.qr.name, By: c.by})
 		select {
 		case c.qr.ctlWake <- struct{}{}:
 		default:
@@ -251,7 +251,7 @@ func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 		}
 		interval = min(2*interval, p.cfg.MaxPollInterval)
 		if paused := p.queuePaused(qr.name); paused || err != nil {
-			p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Queue: qr.name, Paused: paused, Err: err, Wait: p.jitter(interval)})
+			p.emit(model.Observation{Kind: model.ObservedPolled, Queue: qr.name, Paused: paused, Err: err, Wait: p.jitter(interval)})
 		}
 	}
 	return true
@@ -334,7 +334,7 @@ func (p *Processor) Cancelling(id string) {
 
 // Cancelled tells the processor that the cancel of command id is stored: a
 // handler of it that runs here has its context cancelled at once (the
-// cause wraps cmdqtype.ErrCancelled) and its attempt writes nothing more;
+// cause wraps model.ErrCancelled) and its attempt writes nothing more;
 // one about to start here does not start.
 func (p *Processor) Cancelled(id string) {
 	now := time.Now()
@@ -390,17 +390,17 @@ func (p *Processor) track(a *attempt) (untrack func()) {
 }
 
 // errCancelled: the command was cancelled while this attempt ran. It wraps
-// cmdqtype.ErrCancelled and cmdqtype.ErrSuperseded.
+// model.ErrCancelled and model.ErrSuperseded.
 var errCancelled = &cancelledError{}
 
 type cancelledError struct{}
 
 func (*cancelledError) Error() string {
-	return "processor: the command was cancelled while this attempt ran: " + cmdqtype.ErrCancelled.Error()
+	return "processor: the command was cancelled while this attempt ran: " + model.ErrCancelled.Error()
 }
 
 func (*cancelledError) Unwrap() []error {
-	return []error{cmdqtype.ErrCancelled, cmdqtype.ErrSuperseded}
+	return []error{model.ErrCancelled, model.ErrSuperseded}
 }
 
 // cancelled ends the attempt because its command was cancelled (unless it

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -17,7 +17,7 @@ import (
 
 // oneAtATime makes a processor take one message at a time.
 func oneAtATime(cfg processor.Config) processor.Config {
-	cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, cmdqtype.NoThreshold
+	cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, model.NoThreshold
 	return cfg
 }
 
@@ -42,7 +42,7 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 				reg := registry.NewRegistry()
 				var runs atomic.Int64
 				release := make(chan struct{})
-				register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+				register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 					runs.Add(1)
 					select {
 					case <-release:
@@ -55,8 +55,8 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 				p1 := newProc(t, e.store, reg, cfg)
 				start(t, p1)
 				id := e.issue(e.issuer(p1.Notify), okCmd{})
-				e.waitState(id, cmdqtype.StateRunning, 10*time.Second)
-				if evs := e.events(id); evs[len(evs)-1].Kind != cmdqtype.EventStarted || evs[len(evs)-1].MessageID == "" {
+				e.waitState(id, model.StateRunning, 10*time.Second)
+				if evs := e.events(id); evs[len(evs)-1].Kind != model.EventStarted || evs[len(evs)-1].MessageID == "" {
 					t.Fatalf("events %+v: want the started event to name its message", evs)
 				}
 
@@ -79,7 +79,7 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 				var got atomic.Int64
 				cfg2 := oneAtATime(e.cfg())
 				cfg2.Worker += "-2"
-				cfg2.Observer = onPoll(func(ev cmdqtype.Observation) { got.Add(int64(ev.Received)) })
+				cfg2.Observer = onPoll(func(ev model.Observation) { got.Add(int64(ev.Received)) })
 				p2 := newProc(t, e.open(), reg, cfg2)
 				start(t, p2)
 				eventually(t, 10*time.Second, "the second processor to take the second message", func() bool { return got.Load() == 1 })
@@ -91,11 +91,11 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 					return n == 1 // the first message, held by the first processor
 				})
 				close(release)
-				e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+				e.waitState(id, model.StateCompleted, 10*time.Second)
 				if n := runs.Load(); n != 1 {
 					t.Fatalf("the handler ran %d times, want once", n)
 				}
-				if k := kinds(e.events(id)); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+				if k := kinds(e.events(id)); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) {
 					t.Fatalf("events %v: the second message must record nothing", k)
 				}
 			})
@@ -114,7 +114,7 @@ func TestLoadedWhenStarted(t *testing.T) {
 		reg := registry.NewRegistry()
 		var runs1, runs2 atomic.Int64
 		release := make(chan struct{})
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs1.Add(1)
 			select {
 			case <-release:
@@ -122,7 +122,7 @@ func TestLoadedWhenStarted(t *testing.T) {
 			}
 			return nil
 		}, registry.Options{})
-		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Attempt) error {
 			runs2.Add(1)
 			return nil
 		}, registry.Options{})
@@ -130,7 +130,7 @@ func TestLoadedWhenStarted(t *testing.T) {
 		cfg := e.cfg()
 		cfg.Concurrency, cfg.BatchSize = 1, 1
 		cfg.HandlerDurationEstimate = 10 * time.Millisecond // holds more than its one slot starts
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
+		cfg.Observer = onPoll(func(ev model.Observation) { received.Add(int64(ev.Received)) })
 		// The slow path (load when the slot is free) is what this tests:
 		// the "elsewhere" below writes the command directly, which no
 		// delivery can do to a command whose issue message is fresh (see
@@ -148,12 +148,12 @@ func TestLoadedWhenStarted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.reader.Store.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
-			cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
+		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "other"},
+			model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
 			t.Fatal(err)
 		}
 		close(release)
-		e.waitState(busy, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(busy, model.StateCompleted, 10*time.Second)
 		e.waitQueueEmpty("commands", 10*time.Second)
 		if n := runs2.Load(); n != 0 {
 			t.Fatalf("the handler of a command completed elsewhere ran %d times", n)
@@ -172,7 +172,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			return nil
 		}, quickRecovery)
@@ -188,7 +188,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.reader.Store.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: record.ReconcilerBy}); err != nil {
+		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: record.ReconcilerBy}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
@@ -224,7 +224,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		cfg := oneAtATime(e.cfg())
 		cfg.StartedWriteDelay = time.Minute
 		var took1 atomic.Int64
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { took1.Add(int64(ev.Received)) })
+		cfg.Observer = onPoll(func(ev model.Observation) { took1.Add(int64(ev.Received)) })
 		p1 := newProc(t, st1, reg, cfg)
 		start(t, p1)
 		eventually(t, 10*time.Second, "the first processor to take a message", func() bool { return took1.Load() == 1 })
@@ -233,13 +233,13 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		cfg2.StartedWriteDelay = time.Minute
 		p2 := newProc(t, st2, reg, cfg2)
 		start(t, p2)
-		e.waitState(res.ID, cmdqtype.StateCompleted, 15*time.Second)
+		e.waitState(res.ID, model.StateCompleted, 15*time.Second)
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if n := runs.Load(); n != 1 {
 			t.Fatalf("the handler ran %d times for two messages of a requeued command, want once", n)
 		}
 		ks := kinds(e.events(res.ID))
-		if !equalKinds(ks, cmdqtype.EventCreated, cmdqtype.EventRequeued, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if !equalKinds(ks, model.EventCreated, model.EventRequeued, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", ks)
 		}
 	})

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -89,7 +89,7 @@ func (e *env) cfg() processor.Config {
 		MinPollInterval:   10 * time.Millisecond,
 		MaxPollInterval:   50 * time.Millisecond,
 		DrainTimeout:      2 * time.Second,
-		ReconcileInterval: cmdqtype.NoReconcile,
+		ReconcileInterval: model.NoReconcile,
 	}
 }
 
@@ -166,9 +166,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 }
 
 // waitState waits until the command reaches state.
-func (e *env) waitState(id string, state cmdqtype.State, timeout time.Duration) cmdqtype.Status {
+func (e *env) waitState(id string, state model.State, timeout time.Duration) model.Status {
 	e.t.Helper()
-	var st cmdqtype.Status
+	var st model.Status
 	eventually(e.t, timeout, fmt.Sprintf("command %s to be %s", id, state), func() bool {
 		var err error
 		st, err = e.reader.Get(context.Background(), id)
@@ -180,7 +180,7 @@ func (e *env) waitState(id string, state cmdqtype.State, timeout time.Duration) 
 	return st
 }
 
-func (e *env) events(id string) []cmdqtype.Event {
+func (e *env) events(id string) []model.Event {
 	e.t.Helper()
 	evs, err := e.reader.Events(context.Background(), id)
 	if err != nil {
@@ -189,15 +189,15 @@ func (e *env) events(id string) []cmdqtype.Event {
 	return evs
 }
 
-func kinds(evs []cmdqtype.Event) []cmdqtype.EventKind {
-	out := make([]cmdqtype.EventKind, len(evs))
+func kinds(evs []model.Event) []model.EventKind {
+	out := make([]model.EventKind, len(evs))
 	for i, e := range evs {
 		out[i] = e.Kind
 	}
 	return out
 }
 
-func equalKinds(got []cmdqtype.EventKind, want ...cmdqtype.EventKind) bool {
+func equalKinds(got []model.EventKind, want ...model.EventKind) bool {
 	if len(got) != len(want) {
 		return false
 	}
@@ -246,7 +246,7 @@ func register[T issuer.Command](t *testing.T, reg *registry.Registry, fn registr
 }
 
 // fastRetry retries after 20ms, without jitter.
-var fastRetry = cmdqtype.RetryPolicy{Base: 20 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: cmdqtype.NoJitter}
+var fastRetry = model.RetryPolicy{Base: 20 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: model.NoJitter}
 
 // faultyStore wraps a real store and fails chosen queue operations.
 type faultyStore struct {
@@ -288,9 +288,9 @@ func (q *faultyQueue) Dequeue(ctx context.Context, max int, vis time.Duration) (
 
 // onPoll returns an observer that calls f for every dequeue (an
 // ObservedPolled observation).
-func onPoll(f func(cmdqtype.Observation)) cmdqtype.Observer {
-	return cmdqtype.ObserverFunc(func(o cmdqtype.Observation) {
-		if o.Kind == cmdqtype.ObservedPolled {
+func onPoll(f func(model.Observation)) model.Observer {
+	return model.ObserverFunc(func(o model.Observation) {
+		if o.Kind == model.ObservedPolled {
 			f(o)
 		}
 	})

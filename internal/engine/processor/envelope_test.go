@@ -4,9 +4,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
-	"github.com/google/uuid"
 )
 
 // TestEnvelope: the queue message is {"id","type"}; the processor takes only

@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -35,7 +35,7 @@ func ExampleProcessor_RunFor() {
 	defer st.Close()
 
 	reg := registry.NewRegistry()
-	if err := registry.Register(reg, func(context.Context, ping, *registry.Run) error { return nil }); err != nil {
+	if err := registry.Register(reg, func(context.Context, ping, *registry.Attempt) error { return nil }); err != nil {
 		log.Fatal(err)
 	}
 	// Until it has timed a handler, RunFor keeps a margin of
@@ -61,7 +61,7 @@ func ExampleProcessor_RunFor() {
 	// Whether it stopped because the queue stayed empty (idle) or because
 	// the next handler might not finish in time (deadline) depends on the
 	// machine's load; either way it ended on its own.
-	fmt.Println("processed", sum.Processed, "completed", sum.Completed, "ended on its own:", sum.StoppedBecause != cmdqtype.StopCancelled)
+	fmt.Println("processed", sum.Processed, "completed", sum.Completed, "ended on its own:", sum.StoppedBecause != model.StopCancelled)
 	// Output:
 	// processed 2 completed 2 ended on its own: true
 }

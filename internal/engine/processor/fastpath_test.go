@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -59,13 +59,13 @@ func TestFirstDeliveryFastPath(t *testing.T) {
 		reg := registry.NewRegistry()
 		var runs runCounter
 		var seen sync.Map
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
 			seen.Store(run.ID(), c.N)
 			return nil
 		}, registry.Options{})
 		big := strings.Repeat("x", record.MaxFirstParamsBytes)
-		register(t, reg, func(ctx context.Context, c bigCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c bigCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
 			if c.S != big {
 				t.Errorf("big params arrived as %d bytes", len(c.S))
@@ -85,7 +85,7 @@ func TestFirstDeliveryFastPath(t *testing.T) {
 		}
 		bigID := e.issue(iss, bigCmd{S: big})
 		for _, id := range append(ids, bigID) {
-			e.waitState(id, cmdqtype.StateCompleted, 20*time.Second)
+			e.waitState(id, model.StateCompleted, 20*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
 		for i, id := range ids {
@@ -95,7 +95,7 @@ func TestFirstDeliveryFastPath(t *testing.T) {
 			if v, _ := seen.Load(id); v != i {
 				t.Fatalf("command %s got params n=%v, want %d", id, v, i)
 			}
-			if k := kinds(e.events(id)); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+			if k := kinds(e.events(id)); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) {
 				t.Fatalf("events %v", k)
 			}
 		}
@@ -132,7 +132,7 @@ func TestFastPathConflict(t *testing.T) {
 			eachDriver(t, func(t *testing.T, e *env) {
 				reg := registry.NewRegistry()
 				var runs atomic.Int64
-				register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+				register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 					runs.Add(1)
 					return nil
 				}, registry.Options{})
@@ -143,11 +143,11 @@ func TestFastPathConflict(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				evs := []cmdqtype.Event{{Kind: cmdqtype.EventRequeued, By: "test"}}
-				want := []cmdqtype.EventKind{cmdqtype.EventCreated, cmdqtype.EventRequeued, cmdqtype.EventStarted, cmdqtype.EventCompleted}
+				evs := []model.Event{{Kind: model.EventRequeued, By: "test"}}
+				want := []model.EventKind{model.EventCreated, model.EventRequeued, model.EventStarted, model.EventCompleted}
 				if final {
-					evs = []cmdqtype.Event{{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"}, {Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}}
-					want = []cmdqtype.EventKind{cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted}
+					evs = []model.Event{{Kind: model.EventStarted, Attempt: 1, Worker: "other"}, {Kind: model.EventCompleted, Attempt: 1, Worker: "other"}}
+					want = []model.EventKind{model.EventCreated, model.EventStarted, model.EventCompleted}
 				}
 				if err := e.reader.Store.Append(ctx, rec, evs...); err != nil {
 					t.Fatal(err)
@@ -155,7 +155,7 @@ func TestFastPathConflict(t *testing.T) {
 				start(t, p)
 				p.Notify("commands")
 				e.waitQueueEmpty("commands", 20*time.Second)
-				e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+				e.waitState(id, model.StateCompleted, 10*time.Second)
 				if got := p.Stats().FastPath; got != 1 {
 					t.Fatalf("fast-path deliveries %d, want 1", got)
 				}
@@ -180,7 +180,7 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs runCounter
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
 			return nil
 		}, registry.Options{})
@@ -201,13 +201,13 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 		}
 		start(t, p)
 		p.Notify("commands")
-		e.waitState(id, cmdqtype.StateCompleted, 20*time.Second)
+		e.waitState(id, model.StateCompleted, 20*time.Second)
 		e.waitQueueEmpty("commands", 20*time.Second) // the recovery message too
 		if r := runs.get(id); r != 1 {
 			t.Fatalf("ran %d times", r)
 		}
 		evs := e.events(id)
-		if countKind(evs, cmdqtype.EventStarted) != 1 || countKind(evs, cmdqtype.EventCompleted) != 1 {
+		if countKind(evs, model.EventStarted) != 1 || countKind(evs, model.EventCompleted) != 1 {
 			t.Fatalf("events %v", kinds(evs))
 		}
 		if st := p.Stats(); st.FastPath != 1 {
@@ -227,7 +227,7 @@ func TestFastPathTwoProcessors(t *testing.T) {
 		var steps sync.Map // id/step → count
 		newReg := func() *registry.Registry {
 			reg := registry.NewRegistry()
-			register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+			register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 				runs.add(run.ID())
 				for s := run.LastStep() + 1; s <= 2; s++ {
 					v, _ := steps.LoadOrStore(run.ID()+"/"+string(rune('0'+s)), new(atomic.Int64))
@@ -272,7 +272,7 @@ func TestFastPathTwoProcessors(t *testing.T) {
 			}
 		}
 		for _, id := range ids {
-			e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+			e.waitState(id, model.StateCompleted, 30*time.Second)
 		}
 		e.waitQueueEmpty("commands", 30*time.Second)
 		for _, id := range ids {
@@ -280,7 +280,7 @@ func TestFastPathTwoProcessors(t *testing.T) {
 				t.Fatalf("command %s ran %d times", id, r)
 			}
 			evs := e.events(id)
-			if countKind(evs, cmdqtype.EventStarted) != 1 || countKind(evs, cmdqtype.EventCompleted) != 1 || countKind(evs, cmdqtype.EventStepCompleted) != 2 {
+			if countKind(evs, model.EventStarted) != 1 || countKind(evs, model.EventCompleted) != 1 || countKind(evs, model.EventStepCompleted) != 2 {
 				t.Fatalf("command %s events %v", id, kinds(evs))
 			}
 			for s := 1; s <= 2; s++ {
@@ -325,15 +325,15 @@ func TestFastPathRedeliveryAfterLeaseExpired(t *testing.T) {
 		cfg.Worker = "w2-" + e.driver
 		p2 := newProc(t, e.open(), newReg(), cfg)
 		start(t, p2)
-		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 		if got := p2.Stats().FastPath; got != 0 {
 			t.Fatalf("redelivery took the fast path %d times", got)
 		}
 		if step1.Load() != 1 || attempts.Load() != 2 {
 			t.Fatalf("step 1 ran %d times in %d attempts; want once in 2", step1.Load(), attempts.Load())
 		}
-		want := []cmdqtype.EventKind{cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventStepCompleted,
-			cmdqtype.EventLeaseLost, cmdqtype.EventStarted, cmdqtype.EventStepCompleted, cmdqtype.EventCompleted}
+		want := []model.EventKind{model.EventCreated, model.EventStarted, model.EventStepCompleted,
+			model.EventLeaseLost, model.EventStarted, model.EventStepCompleted, model.EventCompleted}
 		evs := e.events(id)
 		if k := kinds(evs); !equalKinds(k, want...) {
 			t.Fatalf("events %v, want %v", k, want)
@@ -363,7 +363,7 @@ func newStepsInterrupted(lease time.Duration) *stepsInterrupted {
 
 func (h *stepsInterrupted) newReg(t *testing.T) *registry.Registry {
 	reg := registry.NewRegistry()
-	register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+	register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 		h.attempts.Add(1)
 		if run.LastStep() < 1 {
 			h.step1.Add(1)
@@ -371,7 +371,7 @@ func (h *stepsInterrupted) newReg(t *testing.T) *registry.Registry {
 				return err
 			}
 		}
-		if run.Attempt() == 1 {
+		if run.Number() == 1 {
 			h.once.Do(func() { close(h.blocked) })
 			<-ctx.Done()
 			return ctx.Err()

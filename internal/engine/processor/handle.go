@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -19,16 +19,16 @@ import (
 
 // errFinal: the command became final (completed, poisoned, discarded)
 // elsewhere while this attempt ran. It wraps registry.ErrSuperseded.
-var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", cmdqtype.ErrSuperseded)
+var errFinal = fmt.Errorf("processor: the command finished elsewhere while this attempt ran: %w", model.ErrSuperseded)
 
 // errTakenOver: another delivery of the command started it, or recorded
 // this attempt's lease as lost, while this attempt ran. It wraps
 // registry.ErrSuperseded.
-var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", cmdqtype.ErrSuperseded)
+var errTakenOver = fmt.Errorf("processor: another delivery took the command over while this attempt ran: %w", model.ErrSuperseded)
 
 // superseded reports whether err says the attempt is over (errFinal,
 // errTakenOver).
-func superseded(err error) bool { return errors.Is(err, cmdqtype.ErrSuperseded) }
+func superseded(err error) bool { return errors.Is(err, model.ErrSuperseded) }
 
 // errTimeout is the cancellation cause when a handler exceeds its Timeout.
 var errTimeout = errors.New("processor: handler timed out")
@@ -52,7 +52,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	env, err := parseMessage(m.Text)
 	if err != nil {
 		k.start(vis, "")
-		p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonMalformed, err, msgKey(m.ID))
+		p.poisonOrphan(s, qr, k, m, model.ReasonMalformed, err, msgKey(m.ID))
 		return
 	}
 	// The attempt number: the dequeue count, + 1 for a handed-off message
@@ -117,14 +117,14 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		if rec == nil {
 			ref = time.Now() // a requeue written after this load is not seen by it
 			if rec, err = p.st.Load(s.ops, env.ID); err != nil {
-				if errors.Is(err, cmdqtype.ErrExpired) {
+				if errors.Is(err, model.ErrExpired) {
 					// A late duplicate of a command removed after its retention:
 					// it was final, so there is nothing to run.
 					p.deleteMsg(s, k, env.Type)
 					return
 				}
-				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, cmdqtype.ErrNotFound) {
-					p.poisonOrphan(s, qr, k, m, cmdqtype.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
+				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound) {
+					p.poisonOrphan(s, qr, k, m, model.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
 					return
 				}
 				p.giveUp(s, k, "load", err)
@@ -159,7 +159,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	if fast {
 		s.counter.fast.Add(1)
 	}
-	if started := rec.Status.State == cmdqtype.StateRunning || rec.Status.State == cmdqtype.StateRetrying; started &&
+	if started := rec.Status.State == model.StateRunning || rec.Status.State == model.StateRetrying; started &&
 		(rec.Owner != "" && rec.Owner != m.ID || rec.Owner == "" && n == 1) {
 		// A command another message has started (its started event names
 		// that message; without one, a message never delivered before
@@ -179,20 +179,20 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// A requeued command (by an operator, the reconciler or the
 		// Issuer's recovery) may have more than one message: its first
 		// delivery claims it with the started event before running.
-		claim: rec.Status.State == cmdqtype.StatePending && rec.EventSeq > 1}
-	if rec.Status.State == cmdqtype.StatePending && !a.claim && known {
+		claim: rec.Status.State == model.StatePending && rec.EventSeq > 1}
+	if rec.Status.State == model.StatePending && !a.claim && known {
 		a.startedBy = ref.Add(p.minRecoveryDelay(def) - safety(def.Lease))
 	}
 	switch {
 	case rec.Type != env.Type:
-		a.poison(cmdqtype.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
+		a.poison(model.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
 		return
 	case !known:
-		a.poison(cmdqtype.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
+		a.poison(model.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
 		return
 	}
 	if ceiling := p.ceiling(def); n > int64(ceiling) {
-		a.poison(cmdqtype.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
+		a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
 		return
 	}
 
@@ -258,10 +258,10 @@ func parseMessage(text string) (record.Envelope, error) {
 	if err != nil {
 		return record.Envelope{}, err
 	}
-	if err := cmdqtype.ValidateID(env.ID); err != nil {
+	if err := model.ValidateID(env.ID); err != nil {
 		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
 	}
-	if err := cmdqtype.ValidateType(env.Type); err != nil {
+	if err := model.ValidateType(env.Type); err != nil {
 		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
 	}
 	return env, nil
@@ -349,7 +349,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	if len(text) > 1024 {
 		text = text[:1024] + "…"
 	}
-	entry := cmdqtype.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
+	entry := model.PoisonEntry{CommandID: key, DequeueCount: m.DequeueCount, Reason: reason,
 		LastError: fmt.Sprintf("%v; message %s text: %s", cause, m.ID, text), Queue: qr.name, Worker: p.cfg.Worker}
 	if env, err := parseMessage(m.Text); err == nil {
 		entry.Type = env.Type
@@ -360,7 +360,7 @@ func (p *Processor) poisonOrphan(s *session, qr *queueRunner, k *keeper, m stora
 	}
 	p.cfg.Logger.Warn().Str("message", m.ID).Str("reason", reason).Err(cause).Msg("cmdq processor: message poisoned")
 	s.counter.poisoned.Add(1)
-	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPoisoned, CommandID: entry.CommandID, Type: entry.Type, Queue: qr.name,
+	p.emit(model.Observation{Kind: model.ObservedPoisoned, CommandID: entry.CommandID, Type: entry.Type, Queue: qr.name,
 		Attempt: int(m.DequeueCount), Reason: reason, Err: cause})
 	p.deleteMsg(s, k, entry.Type)
 }
@@ -379,7 +379,7 @@ type attempt struct {
 
 	// loadedState and loadedAttempts are the command's status and attempts
 	// when this delivery loaded it (see supersededBy).
-	loadedState    cmdqtype.State
+	loadedState    model.State
 	loadedAttempts int
 	// claim: write started before running the handler (a requeued
 	// command, which may have more than one message).
@@ -408,7 +408,7 @@ type attempt struct {
 
 	// hrun is the handler's Run once the handler is invoked; outcome and
 	// outcomeErr are what became of the attempt (run.End reports them).
-	hrun       atomic.Pointer[registry.Run]
+	hrun       atomic.Pointer[registry.Attempt]
 	outcome    string
 	outcomeErr error
 	issueTrace string // the issuing trace's ID ("" = none); fixed
@@ -454,8 +454,8 @@ func logCmd(ev *zerolog.Event, id, traceID string) *zerolog.Event {
 
 func (a *attempt) worker() string { return a.p.cfg.Worker }
 
-func (a *attempt) startedEvent() cmdqtype.Event {
-	return cmdqtype.Event{Kind: cmdqtype.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker(), MessageID: a.msg.ID}
+func (a *attempt) startedEvent() model.Event {
+	return model.Event{Kind: model.EventStarted, Time: a.startedAt, Attempt: a.n, Worker: a.worker(), MessageID: a.msg.ID}
 }
 
 // maxLostEvents bounds the lease_lost events one delivery records for the
@@ -466,19 +466,19 @@ const maxLostEvents = 10
 // that left no outcome: attempts rec.Settled+1 … n-1 (at most the last
 // maxLostEvents of them). Their handlers may have run, so every extra run
 // is explained in the history. Caller holds a.mu.
-func (a *attempt) lostBefore() []cmdqtype.Event {
+func (a *attempt) lostBefore() []model.Event {
 	first := a.rec.Settled + 1
 	if first >= a.n {
 		return nil
 	}
 	from := max(first, a.n-maxLostEvents)
-	evs := make([]cmdqtype.Event, 0, a.n-from)
+	evs := make([]model.Event, 0, a.n-from)
 	for at := from; at < a.n; at++ {
 		note := fmt.Sprintf("delivery %d left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery %d", at, a.n)
 		if at == from && from > first {
 			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
 		}
-		evs = append(evs, cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
+		evs = append(evs, model.Event{Kind: model.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
 	return evs
 }
@@ -486,7 +486,7 @@ func (a *attempt) lostBefore() []cmdqtype.Event {
 // withStarted returns evs preceded by the lease_lost events of earlier
 // deliveries without an outcome and by the started event if the handler is
 // running and that event is not written yet. Caller holds a.mu.
-func (a *attempt) withStarted(evs ...cmdqtype.Event) []cmdqtype.Event {
+func (a *attempt) withStarted(evs ...model.Event) []model.Event {
 	pre := a.lostBefore()
 	if a.running && !a.startedWritten {
 		pre = append(pre, a.startedEvent())
@@ -498,8 +498,8 @@ func (a *attempt) withStarted(evs ...cmdqtype.Event) []cmdqtype.Event {
 }
 
 // leaseLostEvent is this delivery's own lease_lost event.
-func (a *attempt) leaseLostEvent(note string) cmdqtype.Event {
-	return cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
+func (a *attempt) leaseLostEvent(note string) model.Event {
+	return model.Event{Kind: model.EventLeaseLost, Attempt: a.n, Worker: a.worker(), Note: note}
 }
 
 // recordLost writes this delivery's lease_lost event (with what withStarted
@@ -586,20 +586,20 @@ func (a *attempt) retryConflict(ctx context.Context, try func() error) error {
 // holds a.mu.
 func (a *attempt) supersededBy(cur *record.Record) error {
 	switch {
-	case cur.Status.State == cmdqtype.StateCancelled:
+	case cur.Status.State == model.StateCancelled:
 		return errCancelled
 	case cur.Status.State.Final():
 		return errFinal
 	case cur.Settled >= a.n:
 		return errTakenOver
-	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning && cur.Owner == a.msg.ID && cur.Attempts == a.n:
+	case !a.startedWritten && cur.Status.State == model.StateRunning && cur.Owner == a.msg.ID && cur.Attempts == a.n:
 		// This attempt's own started event: an earlier write of it landed
 		// although its call failed (the answer lost, the retry refused).
 		// It is written; the attempt goes on.
 		a.startedWritten = true
 		return nil
-	case !a.startedWritten && cur.Status.State == cmdqtype.StateRunning &&
-		(a.loadedState != cmdqtype.StateRunning || cur.Attempts != a.loadedAttempts):
+	case !a.startedWritten && cur.Status.State == model.StateRunning &&
+		(a.loadedState != model.StateRunning || cur.Attempts != a.loadedAttempts):
 		return errTakenOver
 	}
 	return nil
@@ -630,7 +630,7 @@ func (a *attempt) written() {
 // writeLocked appends events, preceded by the started event if it is not
 // written yet, conditionally on the record's ETag, retrying on a conflict
 // (see retryConflict). Caller holds a.mu.
-func (a *attempt) writeLocked(ctx context.Context, evs ...cmdqtype.Event) error {
+func (a *attempt) writeLocked(ctx context.Context, evs ...model.Event) error {
 	return a.retryConflict(ctx, func() error {
 		if err := a.p.st.Append(ctx, a.rec, a.withStarted(evs...)...); err != nil {
 			return err
@@ -696,7 +696,7 @@ func (a *attempt) recordStep(ctx context.Context, step int, note string) error {
 	if a.finished {
 		return fmt.Errorf("processor: command %s: step %d recorded after the attempt finished", a.rec.ID, step)
 	}
-	err := a.writeLocked(ctx, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
+	err := a.writeLocked(ctx, model.Event{Kind: model.EventStepCompleted, Attempt: a.n, Worker: a.worker(), Step: step, Note: note})
 	if superseded(err) {
 		return fmt.Errorf("command %s is %s: %w", a.rec.ID, a.rec.Status.State, err)
 	}
@@ -715,9 +715,9 @@ func (a *attempt) finish(f func() error) error {
 }
 
 // poison moves the command to the poison table and deletes the message.
-func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
+func (a *attempt) poison(reason string, cause error, extra ...model.Event) {
 	p, s := a.p, a.s
-	entry := cmdqtype.PoisonEntry{DequeueCount: int64(a.n), Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
+	entry := model.PoisonEntry{DequeueCount: int64(a.n), Reason: reason, LastError: cause.Error(), Queue: a.qr.name, Worker: a.worker()}
 	err := a.finish(func() error {
 		return a.retryConflict(s.ops, func() error {
 			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)
@@ -735,7 +735,7 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 		a.ended(registry.OutcomePoisoned, cause)
 		logCmd(p.cfg.Logger.Warn(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Str("reason", reason).Err(cause).Msg("cmdq processor: command poisoned")
 		s.counter.poisoned.Add(1)
-		a.emit(cmdqtype.ObservedPoisoned, reason, cause)
+		a.emit(model.ObservedPoisoned, reason, cause)
 		p.ok()
 		p.deleteMsg(s, a.k, a.rec.Type)
 	case superseded(err):
@@ -750,7 +750,7 @@ func (a *attempt) poison(reason string, cause error, extra ...cmdqtype.Event) {
 // supersededOutcome is the outcome of an attempt that err (errFinal,
 // errTakenOver, errCancelled) ended.
 func supersededOutcome(err error) string {
-	if errors.Is(err, cmdqtype.ErrCancelled) {
+	if errors.Is(err, model.ErrCancelled) {
 		return registry.OutcomeCancelled
 	}
 	return registry.OutcomeSuperseded
@@ -814,7 +814,7 @@ func (a *attempt) run() {
 	a.mu.Lock()
 	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
 	a.mu.Unlock()
-	defer p.handlerStarted(cmdqtype.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
+	defer p.handlerStarted(model.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
 	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
 	if !a.claim && !a.startedBy.IsZero() {
 		deadline := time.AfterFunc(time.Until(a.startedBy), a.unclaimedTooLong)
@@ -900,7 +900,7 @@ func (a *attempt) run() {
 
 // invoke runs the handler inside its middleware (registry.Invoke),
 // turning a panic into an error and its stack.
-func invoke(ctx context.Context, reg *registry.Registry, def *registry.Definition, params []byte, run *registry.Run) (stack string, err error) {
+func invoke(ctx context.Context, reg *registry.Registry, def *registry.Definition, params []byte, run *registry.Attempt) (stack string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			stack = string(debug.Stack())
@@ -936,7 +936,7 @@ func (a *attempt) complete(output []byte) {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		a.emit(cmdqtype.ObservedCompleted, "", nil)
+		a.emit(model.ObservedCompleted, "", nil)
 		// The lease may have ended before the completion landed: when the
 		// delete finds the message taken, or when the lease could not be
 		// kept (lost, or a renewal's receipt unknown) and the completion
@@ -963,8 +963,8 @@ func (a *attempt) lostAfterCompletion() {
 }
 
 // completedEvent is the attempt's completed event.
-func (a *attempt) completedEvent() cmdqtype.Event {
-	return cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: a.n, Worker: a.worker()}
+func (a *attempt) completedEvent() model.Event {
+	return model.Event{Kind: model.EventCompleted, Attempt: a.n, Worker: a.worker()}
 }
 
 // withOutput puts the recorded output (nil: none) into the projection the
@@ -972,7 +972,7 @@ func (a *attempt) completedEvent() cmdqtype.Event {
 // Output), with no extra call. Set again before every try: a conflict
 // reloads the record. Caller holds a.mu.
 func (a *attempt) withOutput(output []byte) {
-	a.rec.Status.Output = cmdqtype.JSON(output)
+	a.rec.Status.Output = model.JSON(output)
 }
 
 // completed sets the attempt's outcome from the final batch's error.
@@ -1018,7 +1018,7 @@ func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 	switch {
 	case err == nil:
 		s.counter.completed.Add(1)
-		a.emit(cmdqtype.ObservedCompleted, "", nil)
+		a.emit(model.ObservedCompleted, "", nil)
 		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) || a.k.endedBefore(answered) {
 			a.lostAfterCompletion()
 		}
@@ -1037,7 +1037,7 @@ func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 // moment through the completer (storage.GroupCombiner: one write for the
 // group), else on its own through cb. Either way it returns once the
 // write is durable, and the record store's change hook has run.
-func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb storage.Combiner, queue, id, receipt string, evs ...cmdqtype.Event) (deleteErr, err error) {
+func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb storage.Combiner, queue, id, receipt string, evs ...model.Event) (deleteErr, err error) {
 	if p.completer != nil {
 		return p.completer.AppendAndDelete(ctx, rec, queue, id, receipt, evs...)
 	}
@@ -1053,18 +1053,18 @@ func (a *attempt) fail(herr error, stack string) {
 	// before, and from which an operator may make it due now (RunNow).
 	delay := def.Retry.Delay(a.n)
 	delay = min(max(delay, 0), storage.MaxVisibility)
-	failed := cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack,
+	failed := model.Event{Kind: model.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack,
 		RunAt: time.Now().Add(delay)}
 	var de *registry.DecodeError
 	switch ceiling := p.ceiling(def); {
 	case errors.As(herr, &de):
-		a.poison(cmdqtype.ReasonDecode, herr, failed)
+		a.poison(model.ReasonDecode, herr, failed)
 		return
 	case registry.IsPermanent(herr):
-		a.poison(cmdqtype.ReasonPermanent, herr, failed)
+		a.poison(model.ReasonPermanent, herr, failed)
 		return
 	case a.n >= ceiling:
-		a.poison(cmdqtype.ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
+		a.poison(model.ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
 		return
 	}
 	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
@@ -1080,7 +1080,7 @@ func (a *attempt) fail(herr error, stack string) {
 	}
 	a.ended(registry.OutcomeRetrying, herr)
 	s.counter.failed.Add(1)
-	a.emit(cmdqtype.ObservedFailed, "", herr)
+	a.emit(model.ObservedFailed, "", herr)
 	logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
 	receipt, held := a.k.stop()
 	if !held {

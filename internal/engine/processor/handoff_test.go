@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -35,16 +35,16 @@ func TestHandOff(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs runCounter
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
-			if run.Attempt() != 1 {
-				t.Errorf("attempt %d, want 1", run.Attempt())
+			if run.Number() != 1 {
+				t.Errorf("attempt %d, want 1", run.Number())
 			}
 			return nil
 		}, registry.Options{})
 		var received atomic.Int64
 		cfg := e.cfg()
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
+		cfg.Observer = onPoll(func(ev model.Observation) { received.Add(int64(ev.Received)) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
@@ -55,7 +55,7 @@ func TestHandOff(t *testing.T) {
 			ids[i] = e.issue(iss, okCmd{N: i})
 		}
 		for _, id := range ids {
-			e.waitState(id, cmdqtype.StateCompleted, 20*time.Second)
+			e.waitState(id, model.StateCompleted, 20*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
 		for _, id := range ids {
@@ -63,7 +63,7 @@ func TestHandOff(t *testing.T) {
 				t.Fatalf("command %s ran %d times", id, r)
 			}
 			evs := e.events(id)
-			if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[1].Attempt != 1 {
+			if k := kinds(evs); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) || evs[1].Attempt != 1 {
 				t.Fatalf("events %v (started attempt %d)", k, evs[1].Attempt)
 			}
 		}
@@ -105,7 +105,7 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 		reg := registry.NewRegistry()
 		release := make(chan struct{})
 		var started atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if started.Add(1) == 1 {
 				<-release
 			}
@@ -114,7 +114,7 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 		var received atomic.Int64
 		cfg := e.cfg()
 		cfg.Concurrency, cfg.BatchSize = 1, 1
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { received.Add(int64(ev.Received)) })
+		cfg.Observer = onPoll(func(ev model.Observation) { received.Add(int64(ev.Received)) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 10*time.Second, "the processor to take hand-offs", func() bool { return takesHandOffs(p) })
@@ -123,8 +123,8 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 		eventually(t, 10*time.Second, "the first handler to run", func() bool { return started.Load() == 1 })
 		second := e.issue(iss, okCmd{})
 		close(release)
-		e.waitState(first, cmdqtype.StateCompleted, 20*time.Second)
-		e.waitState(second, cmdqtype.StateCompleted, 20*time.Second)
+		e.waitState(first, model.StateCompleted, 20*time.Second)
+		e.waitState(second, model.StateCompleted, 20*time.Second)
 		if st := p.Stats(); st.HandedOff != 1 || received.Load() != 1 {
 			t.Fatalf("handed off %d, dequeued %d; want 1 each", st.HandedOff, received.Load())
 		}
@@ -161,7 +161,7 @@ func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 		cfg.Worker = "w2-" + e.driver
 		p2 := newProc(t, e.open(), newReg(), cfg)
 		start(t, p2)
-		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 		e.waitQueueEmpty("commands", 10*time.Second)
 		if st := p2.Stats(); st.FastPath != 0 || st.HandedOff != 0 {
 			t.Fatalf("redelivery: fast path %d, handed off %d; want 0", st.FastPath, st.HandedOff)
@@ -169,8 +169,8 @@ func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 		if step1.Load() != 1 || attempts.Load() != 2 {
 			t.Fatalf("step 1 ran %d times in %d attempts; want once in 2", step1.Load(), attempts.Load())
 		}
-		want := []cmdqtype.EventKind{cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventStepCompleted,
-			cmdqtype.EventLeaseLost, cmdqtype.EventStarted, cmdqtype.EventStepCompleted, cmdqtype.EventCompleted}
+		want := []model.EventKind{model.EventCreated, model.EventStarted, model.EventStepCompleted,
+			model.EventLeaseLost, model.EventStarted, model.EventStepCompleted, model.EventCompleted}
 		evs := e.events(id)
 		if k := kinds(evs); !equalKinds(k, want...) {
 			t.Fatalf("events %v, want %v", k, want)
@@ -195,7 +195,7 @@ func TestHandOffWhileStarting(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	e := newEnv(t, "embedded", st, func() storage.Store { return st })
 	reg := registry.NewRegistry()
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 	for i := range 30 {
 		p := newProc(t, e.store, reg, e.cfg())
 		var got atomic.Bool
@@ -216,10 +216,10 @@ func TestHandOffWhileStarting(t *testing.T) {
 	}
 }
 
-// takesHandOffs reports whether p's session is ready for hand-offs: cmdqtype.Stats
+// takesHandOffs reports whether p's session is ready for hand-offs: model.Stats
 // says Running as soon as Run has begun, before its queues are open and
-// hand-offs allowed; the health leaves cmdqtype.ProcessorStarting with the first poll, which
+// hand-offs allowed; the health leaves model.ProcessorStarting with the first poll, which
 // comes after that (a first issue in between is dequeued instead).
 func takesHandOffs(p *processor.Processor) bool {
-	return p.Stats().Running && p.Health().State != cmdqtype.ProcessorStarting
+	return p.Stats().Running && p.Health().State != model.ProcessorStarting
 }

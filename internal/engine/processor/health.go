@@ -6,13 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 type health struct {
 	mu          sync.Mutex
-	state       cmdqtype.ProcessorState // activity state (not unhealthy)
+	state       model.ProcessorState // activity state (not unhealthy)
 	since       time.Time
 	unhealthy   bool
 	unSince     time.Time
@@ -27,38 +27,38 @@ type health struct {
 }
 
 func newHealth() *health {
-	return &health{state: cmdqtype.ProcessorStarting, since: time.Now(), reset: make(chan struct{})}
+	return &health{state: model.ProcessorStarting, since: time.Now(), reset: make(chan struct{})}
 }
 
 // setLocked recomputes the activity state.
 func (h *health) recompute() {
-	var s cmdqtype.ProcessorState
+	var s model.ProcessorState
 	switch {
 	case h.stopped:
-		s = cmdqtype.ProcessorStopped
+		s = model.ProcessorStopped
 	case h.draining:
-		s = cmdqtype.ProcessorDraining
+		s = model.ProcessorDraining
 	case h.inFlight > 0:
-		s = cmdqtype.ProcessorWorking
+		s = model.ProcessorWorking
 	case h.polling > 0:
-		s = cmdqtype.ProcessorPolling
-	case h.state == cmdqtype.ProcessorStarting:
-		s = cmdqtype.ProcessorStarting
+		s = model.ProcessorPolling
+	case h.state == model.ProcessorStarting:
+		s = model.ProcessorStarting
 	default:
-		s = cmdqtype.ProcessorIdle
+		s = model.ProcessorIdle
 	}
 	if s != h.state {
 		h.state, h.since = s, time.Now()
 	}
 }
 
-func (h *health) snapshot() cmdqtype.Health {
+func (h *health) snapshot() model.Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := cmdqtype.Health{State: h.state, Since: h.since, LastError: h.lastErr, LastErrorAt: h.lastErrAt,
+	out := model.Health{State: h.state, Since: h.since, LastError: h.lastErr, LastErrorAt: h.lastErrAt,
 		ConsecutiveFaults: h.consecutive, InFlight: h.inFlight}
 	if h.unhealthy && !h.stopped {
-		out.State, out.Since = cmdqtype.ProcessorUnhealthy, h.unSince
+		out.State, out.Since = model.ProcessorUnhealthy, h.unSince
 	}
 	// Times as every other time cmdq shows: UTC, to the millisecond.
 	out.Since, out.LastErrorAt = msUTC(out.Since), msUTC(out.LastErrorAt)
@@ -90,7 +90,7 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 		ev = logCmd(ev, id, p.traceIDOf(id))
 	}
 	ev.Msg("cmdq processor: storage fault")
-	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedAlert, Time: now, Op: op, Queue: queue, CommandID: id, Err: err})
+	p.emit(model.Observation{Kind: model.ObservedAlert, Time: now, Op: op, Queue: queue, CommandID: id, Err: err})
 	p.probe.Failed()
 	h := p.health
 	h.mu.Lock()
@@ -103,7 +103,7 @@ func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) 
 	h.mu.Unlock()
 	if becameUnhealthy {
 		p.cfg.Logger.Error().Int("faults", p.cfg.UnhealthyAfter).Bool("flywheel", p.cfg.Flywheel).Msg("cmdq processor: unhealthy")
-		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Time: now, Op: op, Queue: queue, CommandID: id, Err: err, Health: p.Health()})
+		p.emit(model.Observation{Kind: model.ObservedHealth, Time: now, Op: op, Queue: queue, CommandID: id, Err: err, Health: p.Health()})
 	}
 }
 
@@ -120,7 +120,7 @@ func (p *Processor) ok() {
 	}
 	h.mu.Unlock()
 	if healed {
-		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Health: p.Health()})
+		p.emit(model.Observation{Kind: model.ObservedHealth, Health: p.Health()})
 	}
 	if recovered {
 		p.storageRecovered()
@@ -140,7 +140,7 @@ func (p *Processor) pulling() (bool, <-chan struct{}) {
 }
 
 // Health returns the processor's current state, last fault and since when.
-func (p *Processor) Health() cmdqtype.Health {
+func (p *Processor) Health() model.Health {
 	h := p.health.snapshot()
 	if r := p.Retention(); len(r.Pinned) > 0 || r.LastError != "" {
 		h.Retention = &r
@@ -161,7 +161,7 @@ func (p *Processor) ResetHealth() {
 	h.mu.Unlock()
 	p.cfg.Logger.Info().Msg("cmdq processor: health reset")
 	if was {
-		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedHealth, Health: p.Health()})
+		p.emit(model.Observation{Kind: model.ObservedHealth, Health: p.Health()})
 	}
 }
 

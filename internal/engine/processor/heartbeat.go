@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -16,7 +16,7 @@ import (
 // saying who and where it is and what it does (record.ProcessorPartition)
 // when the run starts and then once every HeartbeatInterval (1 minute by
 // default), and deletes it when the run ends. Once it has run for an
-// interval, and then about once every cmdqtype.ProcessorForgetAfter, it
+// interval, and then about once every model.ProcessorForgetAfter, it
 // also deletes the rows of processors gone for longer than that (killed or
 // crashed, so they never deleted theirs). Cost: one upsert per interval
 // (60 an hour), one query an hour (plus one delete per dead row found), and
@@ -38,8 +38,8 @@ func (p *Processor) InstanceID() string { return p.instance }
 
 // noteFailure records a failed or poisoned attempt's observation for the
 // heartbeat.
-func (p *Processor) noteFailure(o cmdqtype.Observation) {
-	f := record.Failure{CommandID: o.CommandID, Type: o.Type, Poisoned: o.Kind == cmdqtype.ObservedPoisoned, At: o.Time}
+func (p *Processor) noteFailure(o model.Observation) {
+	f := record.Failure{CommandID: o.CommandID, Type: o.Type, Poisoned: o.Kind == model.ObservedPoisoned, At: o.Time}
 	if o.Err != nil {
 		f.Error = o.Err.Error()
 		if len(f.Error) > 4096 {
@@ -56,7 +56,7 @@ func (p *Processor) noteFailure(o cmdqtype.Observation) {
 
 // beat returns the processor's heartbeat row as of now, its counts those
 // of the run s (prev: the counts the last beat reported).
-func (p *Processor) beat(s *session, started time.Time, prev cmdqtype.Stats) (record.Beat, cmdqtype.Stats) {
+func (p *Processor) beat(s *session, started time.Time, prev model.Stats) (record.Beat, model.Stats) {
 	h := p.Health()
 	host, _ := os.Hostname()
 	c := s.counts()
@@ -80,7 +80,7 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 	// A call may take the interval, at least 2 s (an interval that short is
 	// a test's: storage on a loaded machine answers slower), at most 10 s.
 	callTimeout := min(max(every, 2*time.Second), 10*time.Second)
-	var prev cmdqtype.Stats // the counts the last written beat reported
+	var prev model.Stats // the counts the last written beat reported
 	write := func() {
 		// Not canceled by the run's end: a write the client gave up on may
 		// still be applied by the service after the delete that follows,
@@ -124,16 +124,16 @@ func (p *Processor) heartbeatLoop(s *session, started time.Time) {
 				}
 			}
 			if err != nil {
-				p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: heartbeat row not deleted; listings show it gone after " + strconv.Itoa(cmdqtype.ProcessorGoneAfter) + " intervals")
+				p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: heartbeat row not deleted; listings show it gone after " + strconv.Itoa(model.ProcessorGoneAfter) + " intervals")
 			}
 			cancel()
 			return
 		case <-t.C:
 		}
 		write()
-		if now := time.Now(); now.Sub(cleaned) >= cmdqtype.ProcessorForgetAfter {
+		if now := time.Now(); now.Sub(cleaned) >= model.ProcessorForgetAfter {
 			ctx, cancel := context.WithTimeout(s.ops, callTimeout)
-			n, err := p.st.DeleteBeatsBefore(ctx, now.Add(-cmdqtype.ProcessorForgetAfter), p.instance)
+			n, err := p.st.DeleteBeatsBefore(ctx, now.Add(-model.ProcessorForgetAfter), p.instance)
 			cancel()
 			if err != nil {
 				// Tried again at the next interval, as a failed beat.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 )
@@ -22,14 +22,14 @@ import (
 func TestRetriedWriteNotDuplicated(t *testing.T) {
 	t.Parallel()
 	e, through, px := azureBehind(t)
-	batch := func(kind cmdqtype.EventKind) faultproxy.Match {
+	batch := func(kind model.EventKind) faultproxy.Match {
 		return faultproxy.Match{Method: "POST", Path: "$batch", Body: `"Kind":"` + string(kind) + `"`}
 	}
-	step := px.Add(batch(cmdqtype.EventStepCompleted), faultproxy.LoseAnswer, 1)
-	done := px.Add(batch(cmdqtype.EventCompleted), faultproxy.LoseAnswer, 1)
+	step := px.Add(batch(model.EventStepCompleted), faultproxy.LoseAnswer, 1)
+	done := px.Add(batch(model.EventCompleted), faultproxy.LoseAnswer, 1)
 	reg := registry.NewRegistry()
 	var runs atomic.Int64
-	register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+	register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 		runs.Add(1)
 		return run.CompleteStep(ctx, 1, "one")
 	}, registry.Options{})
@@ -39,10 +39,10 @@ func TestRetriedWriteNotDuplicated(t *testing.T) {
 	p := newProc(t, through, reg, cfg)
 	start(t, p)
 	id := e.issue(e.issuer(p.Notify), stepCmd{})
-	st := e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
+	st := e.waitState(id, model.StateCompleted, 15*time.Second)
 	e.waitQueueEmpty("commands", 10*time.Second)
 	evs := e.events(id)
-	if !equalKinds(kinds(evs), cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventStepCompleted, cmdqtype.EventCompleted) {
+	if !equalKinds(kinds(evs), model.EventCreated, model.EventStarted, model.EventStepCompleted, model.EventCompleted) {
 		t.Fatalf("events %v, want each once (the answers of %d step and %d completed batches were lost)", kinds(evs), step.Hits(), done.Hits())
 	}
 	if step.Hits() != 1 || done.Hits() != 1 || runs.Load() != 1 || m.completed.Load() != 1 || st.Step != 1 || st.Attempts != 1 {

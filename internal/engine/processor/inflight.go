@@ -1,7 +1,7 @@
 package processor
 
 import (
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // What the processor holds right now, and the in-process change feed: a
@@ -21,7 +21,7 @@ type ChangeObserver interface {
 	// poisoned, lease_lost events): st is its status after the write,
 	// events the events written, numbered, oldest first (nil when the
 	// write was recognised as landed only after a conflict).
-	CommandChanged(st cmdqtype.Status, events []cmdqtype.Event)
+	CommandChanged(st model.Status, events []model.Event)
 	// InFlightChanged is called when a handler of command id starts or
 	// ends on this processor (InFlight reports it meanwhile).
 	InFlightChanged(id string)
@@ -31,7 +31,7 @@ type ChangeObserver interface {
 // id now, and which attempt since when: the command is running although
 // its started event may not be written yet (it is written lazily). It
 // makes no storage call.
-func (p *Processor) InFlight(id string) (cmdqtype.InFlight, bool) {
+func (p *Processor) InFlight(id string) (model.InFlight, bool) {
 	p.claimMu.Lock()
 	defer p.claimMu.Unlock()
 	f, ok := p.handling[id]
@@ -42,7 +42,7 @@ func (p *Processor) InFlight(id string) (cmdqtype.InFlight, bool) {
 func (p *Processor) changes() ChangeObserver { return p.cfg.Changes }
 
 // commandChanged is the record store's change hook (record.Options.Changed).
-func (p *Processor) commandChanged(st cmdqtype.Status, events []cmdqtype.Event) {
+func (p *Processor) commandChanged(st model.Status, events []model.Event) {
 	if co := p.changes(); co != nil {
 		co.CommandChanged(st, events)
 	}
@@ -50,10 +50,10 @@ func (p *Processor) commandChanged(st cmdqtype.Status, events []cmdqtype.Event) 
 
 // handlerStarted records that f's handler runs now; the returned function
 // records its end.
-func (p *Processor) handlerStarted(f cmdqtype.InFlight) (ended func()) {
+func (p *Processor) handlerStarted(f model.InFlight) (ended func()) {
 	p.claimMu.Lock()
 	if p.handling == nil {
-		p.handling = map[string]cmdqtype.InFlight{}
+		p.handling = map[string]model.InFlight{}
 	}
 	p.handling[f.ID] = f
 	p.claimMu.Unlock()
@@ -61,7 +61,7 @@ func (p *Processor) handlerStarted(f cmdqtype.InFlight) (ended func()) {
 	if co != nil {
 		co.InFlightChanged(f.ID)
 	}
-	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedStarted, Time: f.Started, CommandID: f.ID, Type: f.Type, Queue: f.Queue, Attempt: f.Attempt})
+	p.emit(model.Observation{Kind: model.ObservedStarted, Time: f.Started, CommandID: f.ID, Type: f.Type, Queue: f.Queue, Attempt: f.Attempt})
 	return func() {
 		p.claimMu.Lock()
 		delete(p.handling, f.ID)

@@ -22,7 +22,7 @@ func TestLeaseGrowsAfterLostLeasesBounded(t *testing.T) {
 	}
 	defer st.Close()
 	reg := registry.NewRegistry()
-	if err := registry.Register(reg, func(context.Context, leaseCmd, *registry.Run) error { return nil }, registry.Options{Lease: 2 * time.Second}); err != nil {
+	if err := registry.Register(reg, func(context.Context, leaseCmd, *registry.Attempt) error { return nil }, registry.Options{Lease: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := New(st, reg, Config{LeaseGrowth: LeaseGrowth{Threshold: 2, Factor: 2, MaxFactor: 5}})

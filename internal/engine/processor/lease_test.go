@@ -9,8 +9,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -24,13 +24,13 @@ var errFlaky = errors.New("flaky downstream")
 // counts is an observer that counts lost leases, completions and failures.
 type counts struct{ lost, completed, failed atomic.Int64 }
 
-func (c *counts) Observe(o cmdqtype.Observation) {
+func (c *counts) Observe(o model.Observation) {
 	switch o.Kind {
-	case cmdqtype.ObservedCompleted:
+	case model.ObservedCompleted:
 		c.completed.Add(1)
-	case cmdqtype.ObservedFailed:
+	case model.ObservedFailed:
 		c.failed.Add(1)
-	case cmdqtype.ObservedLeaseLost:
+	case model.ObservedLeaseLost:
 		c.lost.Add(1)
 	}
 }
@@ -69,7 +69,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		e, through, px := azureBehind(t)
 		rule := px.Add(faultproxy.Match{Method: "DELETE", Path: "/messages/"}, faultproxy.LoseAnswer, 3)
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		m := &counts{}
 		cfg := e.cfg()
 		cfg.Observer, cfg.LeaseGrowth = m, processor.LeaseGrowth{Threshold: 1}
@@ -77,12 +77,12 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		start(t, p)
 		iss := e.issuer(p.Notify)
 		for i := range 3 {
-			e.waitState(e.issue(iss, okCmd{N: i}), cmdqtype.StateCompleted, 10*time.Second)
+			e.waitState(e.issue(iss, okCmd{N: i}), model.StateCompleted, 10*time.Second)
 		}
 		e.waitQueueEmpty("commands", 10*time.Second)
-		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != cmdqtype.DefaultLease {
+		if rule.Hits() != 3 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != model.DefaultLease {
 			t.Fatalf("%d deletes lost their answer (hidden answers %v): %d leases counted lost, lease %s (want 0 and %s)",
-				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), cmdqtype.DefaultLease)
+				rule.Hits(), rule.Answers(), m.lost.Load(), p.LeaseOf("test.ok"), model.DefaultLease)
 		}
 	})
 	t.Run("retry delay", func(t *testing.T) {
@@ -92,7 +92,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=1"}, faultproxy.LoseAnswer, 1)
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if runs.Add(1) == 1 {
 				return errFlaky
 			}
@@ -104,8 +104,8 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
-		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != cmdqtype.DefaultLease {
+		e.waitState(id, model.StateCompleted, 15*time.Second)
+		if rule.Hits() != 1 || runs.Load() != 2 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != model.DefaultLease {
 			t.Fatalf("retry delay answer lost %d times: ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
 	})
@@ -119,7 +119,7 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=4"}, faultproxy.LoseAnswer, 1)
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			select { // longer than the first renewal, at half the lease
 			case <-time.After(3 * lease / 4):
@@ -134,14 +134,14 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
+		e.waitState(id, model.StateCompleted, 15*time.Second)
 		// The message, renewed under a receipt the processor never learnt,
 		// reappears when that lease ends and is deleted without running.
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if rule.Hits() != 1 || runs.Load() != 1 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != lease {
 			t.Fatalf("renewal answer lost %d times: handler ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if k := kinds(e.events(id)); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -167,13 +167,13 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		const short, grown = 3 * time.Second, 60 * time.Second
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{Lease: grown / 10})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{Lease: grown / 10})
 		// Its own lease, shorter than the grown one and long enough that
 		// no renewal comes before its completion on a loaded Azurite.
-		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error { return nil }, registry.Options{Lease: grown / 3})
+		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error { return nil }, registry.Options{Lease: grown / 3})
 		started := make(chan struct{}, 4)
 		var otherRuns atomic.Int64
-		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Attempt) error {
 			if otherRuns.Add(1) == 1 {
 				started <- struct{}{}
 				<-ctx.Done() // the first processor dies with it in hand
@@ -192,11 +192,11 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		}
 		stop1 := start(t, p1)
 		iss := e.issuer(p1.Notify)
-		e.waitState(e.issue(iss, okCmd{}), cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(e.issue(iss, okCmd{}), model.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 1 {
 			t.Fatalf("a message of the grown type made %d UpdateVisibility calls, want 1 (taking the grown lease)", n)
 		}
-		e.waitState(e.issue(iss, stepCmd{}), cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(e.issue(iss, stepCmd{}), model.StateCompleted, 10*time.Second)
 		if n := updates.Swap(0); n != 0 {
 			t.Fatalf("a message of another type made %d UpdateVisibility calls, want 0", n)
 		}
@@ -208,7 +208,7 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 		if waited := time.Since(stopped); waited >= grown/2 {
 			t.Fatalf("the abandoned message reappeared after %s: it was leased for the grown %s, not its type's %s", waited, grown, short)
 		}
@@ -223,7 +223,7 @@ func TestGrownLeaseShrinks(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		const base = 2 * time.Second
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{Lease: base})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{Lease: base})
 		cfg := e.cfg()
 		cfg.LeaseGrowth = processor.LeaseGrowth{Threshold: 1, Factor: 2, MaxFactor: 4, ShrinkAfter: 3}
 		p := newProc(t, e.store, reg, cfg)
@@ -235,7 +235,7 @@ func TestGrownLeaseShrinks(t *testing.T) {
 		iss := e.issuer(p.Notify)
 		for _, want := range []time.Duration{2 * base, base, base} {
 			for i := range 3 {
-				e.waitState(e.issue(iss, okCmd{N: i}), cmdqtype.StateCompleted, 10*time.Second)
+				e.waitState(e.issue(iss, okCmd{N: i}), model.StateCompleted, 10*time.Second)
 			}
 			eventually(t, 5*time.Second, "the lease to be "+want.String(), func() bool { return p.LeaseOf("test.ok") == want })
 		}

@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 )
 
 // lostEvents returns the lease_lost events of evs.
-func lostEvents(evs []cmdqtype.Event) []cmdqtype.Event {
-	var out []cmdqtype.Event
+func lostEvents(evs []model.Event) []model.Event {
+	var out []model.Event
 	for _, e := range evs {
-		if e.Kind == cmdqtype.EventLeaseLost {
+		if e.Kind == model.EventLeaseLost {
 			out = append(out, e)
 		}
 	}
@@ -26,14 +26,14 @@ func lostEvents(evs []cmdqtype.Event) []cmdqtype.Event {
 // one per attempt with a started event, plus one per lease_lost event (a
 // delivery whose lease ended without its outcome, after which another
 // delivery may run the handler again).
-func explains(evs []cmdqtype.Event) int {
+func explains(evs []model.Event) int {
 	started := map[int]bool{}
 	n := 0
 	for _, e := range evs {
 		switch e.Kind {
-		case cmdqtype.EventStarted:
+		case model.EventStarted:
 			started[e.Attempt] = true
-		case cmdqtype.EventLeaseLost:
+		case model.EventLeaseLost:
 			n++
 		}
 	}
@@ -50,7 +50,7 @@ func TestLeaseLostRecordedForDeliveryWithoutOutcome(t *testing.T) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
 		blocked := make(chan struct{}, 1)
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if runs.Add(1) == 1 {
 				blocked <- struct{}{}
 				<-ctx.Done() // the first processor stops with it running
@@ -68,20 +68,20 @@ func TestLeaseLostRecordedForDeliveryWithoutOutcome(t *testing.T) {
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
-		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second) // after p1's lease ends
+		e.waitState(id, model.StateCompleted, 30*time.Second) // after p1's lease ends
 		evs := e.events(id)
 		lost := lostEvents(evs)
 		if len(lost) != 1 || lost[0].Attempt != 1 || lost[0].Worker != cfg.Worker || lost[0].Note == "" {
 			t.Fatalf("lease_lost events %+v, want one for attempt 1 by %s (events %v)", lost, cfg.Worker, kinds(evs))
 		}
-		if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventLeaseLost, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if k := kinds(evs); !equalKinds(k, model.EventCreated, model.EventLeaseLost, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 		if got := explains(evs); int(runs.Load()) > got {
 			t.Fatalf("handler ran %d times, the history explains %d (%v)", runs.Load(), got, kinds(evs))
 		}
 		st, _ := e.reader.Get(context.Background(), id)
-		if st.State != cmdqtype.StateCompleted || st.Attempts != 2 {
+		if st.State != model.StateCompleted || st.Attempts != 2 {
 			t.Fatalf("status %+v", st)
 		}
 	})
@@ -104,7 +104,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			var runs atomic.Int64
 			started1, started2, done2 := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			var id string
-			handler := func(ctx context.Context, c okCmd, run *registry.Run) error {
+			handler := func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 				if runs.Add(1) == 1 {
 					close(started1)
 					<-started2 // outlives its lease: the second delivery has begun
@@ -117,7 +117,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 				if first == "first delivery" {
 					eventually(t, 10*time.Second, "the first delivery's completion", func() bool {
 						st, _ := e.reader.Get(context.Background(), id)
-						return st.State == cmdqtype.StateCompleted
+						return st.State == model.StateCompleted
 					})
 				}
 				return nil
@@ -135,7 +135,7 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			// One message at a time: the first processor does not dequeue
 			// again while its handler runs (that would be its own delivery,
 			// which it leaves untouched, and an extra lease_lost event).
-			cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, cmdqtype.NoThreshold
+			cfg.Concurrency, cfg.BatchSize, cfg.NewBatchThreshold = 1, 1, model.NoThreshold
 			p1 := newProc(t, through, reg, cfg)
 			start(t, p1)
 			id = e.issue(e.issuer(p1.Notify), okCmd{})
@@ -146,11 +146,11 @@ func TestLeaseLostWhenHandlerOutlivesLease(t *testing.T) {
 			p2 := newProc(t, e.store, reg2, cfg2)
 			start(t, p2)
 			if first == "second delivery" {
-				e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
+				e.waitState(id, model.StateCompleted, 15*time.Second)
 				close(done2)
 			}
-			e.waitState(id, cmdqtype.StateCompleted, 15*time.Second)
-			var evs []cmdqtype.Event
+			e.waitState(id, model.StateCompleted, 15*time.Second)
+			var evs []model.Event
 			eventually(t, 10*time.Second, "a lease_lost event", func() bool {
 				evs = e.events(id)
 				return len(lostEvents(evs)) > 0
@@ -180,7 +180,7 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{PoisonCeiling: 2})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{PoisonCeiling: 2})
 		id := e.issue(e.issuer(nil), okCmd{})
 		q := e.queue("commands")
 		for range 2 {
@@ -194,12 +194,12 @@ func TestLeaseLostBeforeCeilingPoison(t *testing.T) {
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
+		e.waitState(id, model.StatePoisoned, 10*time.Second)
 		evs := e.events(id)
-		if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventLeaseLost, cmdqtype.EventLeaseLost, cmdqtype.EventPoisoned) {
+		if k := kinds(evs); !equalKinds(k, model.EventCreated, model.EventLeaseLost, model.EventLeaseLost, model.EventPoisoned) {
 			t.Fatalf("events %v", k)
 		}
-		if evs[1].Attempt != 1 || evs[2].Attempt != 2 || evs[3].Reason != cmdqtype.ReasonCeiling {
+		if evs[1].Attempt != 1 || evs[2].Attempt != 2 || evs[3].Reason != model.ReasonCeiling {
 			t.Fatalf("events %+v", evs)
 		}
 	})
@@ -226,7 +226,7 @@ func TestRenewalsFailingRecordLeaseLost(t *testing.T) {
 		after time.Duration // since the handler began (after its dequeue: the lease began before)
 	}
 	cancelled := make(chan cancel, 1)
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 		if runs.Add(1) == 1 {
 			began := time.Now()
 			<-ctx.Done()
@@ -249,9 +249,9 @@ func TestRenewalsFailingRecordLeaseLost(t *testing.T) {
 		t.Fatal("the handler was not cancelled while its renewals failed")
 	}
 	px.Remove(rule)
-	e.waitState(id, cmdqtype.StateCompleted, 20*time.Second)
+	e.waitState(id, model.StateCompleted, 20*time.Second)
 	evs := e.events(id)
-	if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventLeaseLost, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+	if k := kinds(evs); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventLeaseLost, model.EventStarted, model.EventCompleted) {
 		t.Fatalf("events %v, want created, started, lease_lost, started, completed", k)
 	}
 	if evs[2].Attempt != 1 || evs[4].Attempt != 2 || runs.Load() != 2 {

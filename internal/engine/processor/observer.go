@@ -3,14 +3,14 @@ package processor
 import (
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // emit passes o, with its Time and Worker set, to Config.Observer. A panic
 // in the observer is recovered and dropped, so a faulty observer cannot
 // kill a worker.
-func (p *Processor) emit(o cmdqtype.Observation) {
-	if o.Kind == cmdqtype.ObservedFailed || o.Kind == cmdqtype.ObservedPoisoned {
+func (p *Processor) emit(o model.Observation) {
+	if o.Kind == model.ObservedFailed || o.Kind == model.ObservedPoisoned {
 		p.noteFailure(o) // for the heartbeat (heartbeat.go)
 	}
 	if p.cfg.Observer == nil {
@@ -25,7 +25,7 @@ func (p *Processor) emit(o cmdqtype.Observation) {
 }
 
 // emitCommand emits an observation of kind about attempt a's command.
-func (a *attempt) emit(kind cmdqtype.ObservationKind, reason string, err error) {
-	a.p.emit(cmdqtype.Observation{Kind: kind, CommandID: a.rec.ID, Type: a.rec.Type, Queue: a.qr.name,
+func (a *attempt) emit(kind model.ObservationKind, reason string, err error) {
+	a.p.emit(model.Observation{Kind: kind, CommandID: a.rec.ID, Type: a.rec.Type, Queue: a.qr.name,
 		Attempt: a.n, Duration: a.dur, Reason: reason, Err: err})
 }

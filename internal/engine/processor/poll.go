@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -213,7 +213,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			wait = p.jitter(p.cfg.MinPollInterval)
 			interval = min(2*p.cfg.MinPollInterval, p.cfg.MaxPollInterval)
 		}
-		p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedPolled, Time: now, Queue: qr.name, Received: len(msgs), Err: err, Wait: wait})
+		p.emit(model.Observation{Kind: model.ObservedPolled, Time: now, Queue: qr.name, Received: len(msgs), Err: err, Wait: wait})
 		for _, m := range msgs {
 			p.dispatch(s, qr, m, sent, vis)
 		}

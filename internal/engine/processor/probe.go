@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -36,9 +36,9 @@ type StorageProbe struct {
 }
 
 // NewStorageProbe returns a probe of the queue that open opens (once). A
-// zero timeout or interval takes cmdqtype.DefaultProbeTimeout or cmdqtype.DefaultProbeInterval.
+// zero timeout or interval takes model.DefaultProbeTimeout or model.DefaultProbeInterval.
 func NewStorageProbe(open func(ctx context.Context) (storage.Queue, error), timeout, interval time.Duration) *StorageProbe {
-	return &StorageProbe{open: open, timeout: orDur(timeout, cmdqtype.DefaultProbeTimeout), interval: orDur(interval, cmdqtype.DefaultProbeInterval)}
+	return &StorageProbe{open: open, timeout: orDur(timeout, model.DefaultProbeTimeout), interval: orDur(interval, model.DefaultProbeInterval)}
 }
 
 // Succeeded records a storage call that succeeded at t.
@@ -66,7 +66,7 @@ func (sp *StorageProbe) Calls() int64 {
 }
 
 // Check reports whether storage answers: nil, or an error wrapping
-// cmdqtype.ErrStorageUnavailable. It returns within the probe timeout (or when ctx
+// model.ErrStorageUnavailable. It returns within the probe timeout (or when ctx
 // ends).
 func (sp *StorageProbe) Check(ctx context.Context) error {
 	for {
@@ -87,7 +87,7 @@ func (sp *StorageProbe) Check(ctx context.Context) error {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("%w: %w", cmdqtype.ErrStorageUnavailable, ctx.Err())
+				return fmt.Errorf("%w: %w", model.ErrStorageUnavailable, ctx.Err())
 			}
 		}
 		done := make(chan struct{})
@@ -118,14 +118,14 @@ func (sp *StorageProbe) probe(ctx context.Context) error {
 	if q == nil {
 		var err error
 		if q, err = sp.open(ctx); err != nil {
-			return fmt.Errorf("%w: open queue: %w", cmdqtype.ErrStorageUnavailable, err)
+			return fmt.Errorf("%w: open queue: %w", model.ErrStorageUnavailable, err)
 		}
 		sp.mu.Lock()
 		sp.q = q
 		sp.mu.Unlock()
 	}
 	if _, err := q.ApproximateCount(ctx); err != nil {
-		return fmt.Errorf("%w (no answer to a queue length query within %s): %w", cmdqtype.ErrStorageUnavailable, sp.timeout, err)
+		return fmt.Errorf("%w (no answer to a queue length query within %s): %w", model.ErrStorageUnavailable, sp.timeout, err)
 	}
 	return nil
 }

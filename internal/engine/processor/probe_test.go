@@ -9,8 +9,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -30,14 +30,14 @@ func TestCheckStorageCost(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		var calls atomic.Int64
 		cfg := e.cfg()
 		cfg.MaxPollInterval = time.Minute // idle: one poll a minute
 		cfg.MinPollInterval = time.Minute
 		cfg.ProbeInterval = 300 * time.Millisecond
 		var polled atomic.Bool // a poll answered (counting its call when it starts is too early)
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) {
+		cfg.Observer = onPoll(func(ev model.Observation) {
 			if ev.Err == nil {
 				polled.Store(true)
 			}
@@ -68,7 +68,7 @@ func TestCheckStorageCost(t *testing.T) {
 }
 
 // TestCheckStorageBounded: with storage black-holed (connections accepted,
-// nothing answered) the check answers cmdqtype.ErrStorageUnavailable within its
+// nothing answered) the check answers model.ErrStorageUnavailable within its
 // timeout, not after the driver's long retries; and nil once storage is
 // back.
 func TestCheckStorageBounded(t *testing.T) {
@@ -82,7 +82,7 @@ func TestCheckStorageBounded(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	e := newEnv(t, "azure", st, func() storage.Store { return st })
 	reg := registry.NewRegistry()
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 	cfg := e.cfg()
 	cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
 	cfg.ProbeInterval, cfg.ProbeTimeout = 200*time.Millisecond, 500*time.Millisecond
@@ -95,8 +95,8 @@ func TestCheckStorageBounded(t *testing.T) {
 		err2 = p.CheckStorage(context.Background())
 		return err2 != nil
 	})
-	if !errors.Is(err2, cmdqtype.ErrStorageUnavailable) {
-		t.Fatalf("check: %v, want cmdqtype.ErrStorageUnavailable", err2)
+	if !errors.Is(err2, model.ErrStorageUnavailable) {
+		t.Fatalf("check: %v, want model.ErrStorageUnavailable", err2)
 	}
 	nw.Restore(t)
 	eventually(t, 10*time.Second, "a healthy check after the black hole", func() bool { return p.CheckStorage(context.Background()) == nil })

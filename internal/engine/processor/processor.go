@@ -23,7 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -36,7 +36,7 @@ var (
 )
 
 // Processor pulls command messages and runs their handlers. Create it with
-// New; it is safe for concurrent use (Notify, cmdqtype.Health, ResetHealth may be
+// New; it is safe for concurrent use (Notify, model.Health, ResetHealth may be
 // called from any goroutine while Run or RunFor runs). Run and RunFor may be
 // called again after they return, but not concurrently.
 type Processor struct {
@@ -83,19 +83,19 @@ type Processor struct {
 	durN   int64
 
 	claimMu  sync.Mutex
-	claimed  map[string]uint64            // command IDs with a message in hand → the claim's token
-	claimSeq uint64                       // the last claim token
-	handling map[string]cmdqtype.InFlight // command IDs whose handler runs now (inflight.go)
-	attempts map[string]*attempt          // attempts about to run or running their handler (control.go)
+	claimed  map[string]uint64         // command IDs with a message in hand → the claim's token
+	claimSeq uint64                    // the last claim token
+	handling map[string]model.InFlight // command IDs whose handler runs now (inflight.go)
+	attempts map[string]*attempt       // attempts about to run or running their handler (control.go)
 
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
 	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 
-	// Live counts (cmdqtype.Stats): the running session and the finished ones.
+	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
 	current *session
-	past    cmdqtype.Stats
+	past    model.Stats
 
 	// The reconciler's schedule (reconcile.go).
 	active      atomic.Bool   // work since the last marker query
@@ -140,7 +140,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	cfg = cfg.withDefaults()
 	qnames := reg.Queues()
 	if len(qnames) == 0 {
-		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", cmdqtype.ErrNoHandlers)
+		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", model.ErrNoHandlers)
 	}
 	names := record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
 	if err := names.Validate(qnames...); err != nil {
@@ -202,8 +202,9 @@ func (p *Processor) Queues() []string {
 // storage name like "cmdq-commands") at once and resets its backoff.
 // Wake-ups are coalesced: those that arrive while a dequeue is out, however
 // many, cause one follow-up dequeue. It never blocks; unknown queues are
-// ignored. Pass it as issuer.Options.Notify
-// to an Issuer in the same process.
+// ignored. The Client passes it to its Issuer and reader as their wake
+// (issuer.IssuerOptions.Wake), so that an enqueue in the same process
+// wakes the poller.
 func (p *Processor) Notify(queue string) {
 	qr := p.byName[queue]
 	if qr == nil {
@@ -287,7 +288,7 @@ func (p *Processor) visibility(qr *queueRunner) time.Duration {
 		v = max(v, d.Lease)
 	}
 	if v == 0 {
-		v = cmdqtype.DefaultLease
+		v = model.DefaultLease
 	}
 	return v
 }
@@ -319,7 +320,7 @@ func (p *Processor) LeaseOf(cmdType string) time.Duration { return p.leaseFor(cm
 // threshold.
 func (p *Processor) leaseLost(k *keeper) {
 	cmdType := k.cmdType
-	p.emit(cmdqtype.Observation{Kind: cmdqtype.ObservedLeaseLost, CommandID: k.cmdID, Type: cmdType, Queue: k.queue})
+	p.emit(model.Observation{Kind: model.ObservedLeaseLost, CommandID: k.cmdID, Type: cmdType, Queue: k.queue})
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	ls := p.leases[cmdType]
@@ -334,7 +335,7 @@ func (p *Processor) leaseLost(k *keeper) {
 	}
 	ls.lost = 0
 	limit := time.Duration(float64(ls.base) * p.cfg.LeaseGrowth.MaxFactor)
-	limit = min(limit, cmdqtype.MaxLease)
+	limit = min(limit, model.MaxLease)
 	grown := min(time.Duration(float64(ls.current)*p.cfg.LeaseGrowth.Factor), limit)
 	if grown > ls.current {
 		p.cfg.Logger.Warn().Str("type", cmdType).Dur("from", ls.current).Dur("to", grown).Msg("cmdq processor: leases keep being lost; growing the lease")
@@ -397,7 +398,7 @@ func (p *Processor) ceiling(def *registry.Definition) int {
 	if def != nil && def.PoisonCeiling > 0 {
 		return def.PoisonCeiling
 	}
-	return cmdqtype.DefaultPoisonCeiling
+	return model.DefaultPoisonCeiling
 }
 
 // session is the state of one Run or RunFor.
@@ -414,7 +415,7 @@ type session struct {
 	release  bool // release interrupted messages (RunFor)
 
 	wg     sync.WaitGroup
-	reason atomic.Value // cmdqtype.StopReason
+	reason atomic.Value // model.StopReason
 	// jobs hands work to an idle handler goroutine (spawn); unbuffered: a
 	// send succeeds only when one is waiting.
 	jobs chan func()
@@ -424,7 +425,7 @@ type session struct {
 	hoMu     sync.Mutex
 	hoClosed bool
 	// hoOpen is set (under hoMu) once the session is ready: its contexts
-	// set and its queues open. The session is visible to cmdqtype.Stats (p.current)
+	// set and its queues open. The session is visible to model.Stats (p.current)
 	// before that, so HandOff checks it.
 	hoOpen  bool
 	counter struct {
@@ -438,7 +439,7 @@ type session struct {
 	}
 }
 
-func (s *session) stop(r cmdqtype.StopReason) {
+func (s *session) stop(r model.StopReason) {
 	s.reason.CompareAndSwap(nil, r)
 	s.stopTake()
 }
@@ -449,7 +450,7 @@ func (s *session) mayTake(p *Processor) bool {
 		return false
 	}
 	if s.timed && !time.Now().Add(p.margin()).Before(s.finishBy) {
-		s.stop(cmdqtype.StopDeadline)
+		s.stop(model.StopDeadline)
 		return false
 	}
 	return true
@@ -475,9 +476,9 @@ func (p *Processor) Run(ctx context.Context) error {
 // message is left leased: messages not started, and those whose handler was
 // cancelled, are made visible again at once. It also stops early when ctx
 // ends (draining as Run does, within the time left).
-func (p *Processor) RunFor(ctx context.Context, d time.Duration) (cmdqtype.Summary, error) {
+func (p *Processor) RunFor(ctx context.Context, d time.Duration) (model.Summary, error) {
 	if d <= 0 {
-		return cmdqtype.Summary{}, fmt.Errorf("%w: RunFor duration %s must be positive", ErrInvalidConfig, d)
+		return model.Summary{}, fmt.Errorf("%w: RunFor duration %s must be positive", ErrInvalidConfig, d)
 	}
 	return p.run(ctx, d)
 }
@@ -487,13 +488,13 @@ func reserveFor(d time.Duration) time.Duration {
 	return min(d/10, time.Second)
 }
 
-func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary, error) {
+func (p *Processor) run(ctx context.Context, d time.Duration) (model.Summary, error) {
 	if !p.running.CompareAndSwap(false, true) {
-		return cmdqtype.Summary{}, ErrRunning
+		return model.Summary{}, ErrRunning
 	}
 	defer p.running.Store(false)
 	start := time.Now()
-	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = cmdqtype.ProcessorStarting })
+	p.health.update(func(h *health) { h.stopped, h.draining = false, false; h.state = model.ProcessorStarting })
 	defer p.health.update(func(h *health) { h.stopped = true })
 
 	s := &session{jobs: make(chan func())}
@@ -522,10 +523,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	openCtx := ctx
 	if err := p.open(openCtx); err != nil {
 		p.fault(ctx, "open", "", "", err)
-		return cmdqtype.Summary{Duration: time.Since(start)}, err
+		return model.Summary{Duration: time.Since(start)}, err
 	}
 	if s.timed {
-		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(cmdqtype.StopDeadline); s.stopHard() })
+		t := time.AfterFunc(time.Until(s.finishBy), func() { s.stop(model.StopDeadline); s.stopHard() })
 		defer t.Stop()
 	}
 
@@ -554,7 +555,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 		pollers.Wait()
 		if s.take.Err() == nil {
 			// Every poller stopped on its own: idling no longer fits.
-			s.stop(cmdqtype.StopIdle)
+			s.stop(model.StopIdle)
 		}
 		background.Wait()
 		close(pollersDone)
@@ -563,9 +564,9 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	<-s.take.Done()
 	if ctx.Err() != nil && s.reason.Load() == nil {
 		if s.timed && !time.Now().Before(stopBefore) {
-			s.reason.CompareAndSwap(nil, cmdqtype.StopDeadline)
+			s.reason.CompareAndSwap(nil, model.StopDeadline)
 		} else {
-			s.reason.CompareAndSwap(nil, cmdqtype.StopCancelled)
+			s.reason.CompareAndSwap(nil, model.StopCancelled)
 		}
 	}
 	p.health.update(func(h *health) { h.draining = true })
@@ -607,10 +608,10 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (cmdqtype.Summary,
 	sum := summaryOf(s.counts())
 	sum.Duration = time.Since(start)
 	p.ended(s)
-	if r, ok := s.reason.Load().(cmdqtype.StopReason); ok {
+	if r, ok := s.reason.Load().(model.StopReason); ok {
 		sum.StoppedBecause = r
 	} else {
-		sum.StoppedBecause = cmdqtype.StopCancelled
+		sum.StoppedBecause = model.StopCancelled
 	}
 	return sum, nil
 }
@@ -641,9 +642,9 @@ func (p *Processor) unclaim(id string, tok uint64) {
 }
 
 // counts returns the session's counts so far.
-func (s *session) counts() cmdqtype.Stats {
+func (s *session) counts() model.Stats {
 	c := &s.counter
-	return cmdqtype.Stats{
+	return model.Stats{
 		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load() - c.hops.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
@@ -651,15 +652,15 @@ func (s *session) counts() cmdqtype.Stats {
 	}
 }
 
-// summaryOf returns the counts as a cmdqtype.Summary (without Duration and reason).
-func summaryOf(st cmdqtype.Stats) cmdqtype.Summary {
-	return cmdqtype.Summary{
+// summaryOf returns the counts as a model.Summary (without Duration and reason).
+func summaryOf(st model.Stats) model.Summary {
+	return model.Summary{
 		Processed: int(st.Processed), Completed: int(st.Completed), Failed: int(st.Failed), Poisoned: int(st.Poisoned),
 		Released: int(st.Released), Interrupted: int(st.Interrupted), Duplicates: int(st.Duplicates),
 	}
 }
 
-func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
+func plus(st, o model.Stats) model.Stats {
 	st.Processed += o.Processed
 	st.Completed += o.Completed
 	st.Failed += o.Failed
@@ -673,7 +674,7 @@ func plus(st, o cmdqtype.Stats) cmdqtype.Stats {
 	return st
 }
 
-// began makes s the running session for cmdqtype.Stats.
+// began makes s the running session for model.Stats.
 func (p *Processor) began(s *session) {
 	p.statsMu.Lock()
 	p.current = s
@@ -691,7 +692,7 @@ func (p *Processor) ended(s *session) {
 }
 
 // Stats returns the processor's counts since New, live while it runs.
-func (p *Processor) Stats() cmdqtype.Stats {
+func (p *Processor) Stats() model.Stats {
 	p.statsMu.Lock()
 	st := p.past
 	if p.current != nil {

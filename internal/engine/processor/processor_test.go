@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
@@ -20,18 +20,18 @@ func TestSuccess(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var got atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			got.Add(int64(c.N))
 			return nil
 		}, registry.Options{})
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{N: 7})
-		st := e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		st := e.waitState(id, model.StateCompleted, 10*time.Second)
 		if got.Load() != 7 || st.Attempts != 1 || st.Worker != "w-"+e.driver {
 			t.Fatalf("handler saw %d, status %+v", got.Load(), st)
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if k := kinds(e.events(id)); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 		e.waitQueueEmpty("commands", 5*time.Second)
@@ -43,11 +43,11 @@ func TestFailureThenSuccess(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if runs.Add(1) == 1 {
 				return errors.New("flaky downstream")
 			}
-			if run.Attempt() != 2 {
+			if run.Number() != 2 {
 				return registry.Permanent(errors.New("expected attempt 2"))
 			}
 			return nil
@@ -55,9 +55,9 @@ func TestFailureThenSuccess(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		st := e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		st := e.waitState(id, model.StateCompleted, 10*time.Second)
 		evs := e.events(id)
-		if !equalKinds(kinds(evs), cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventFailed, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if !equalKinds(kinds(evs), model.EventCreated, model.EventStarted, model.EventFailed, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", kinds(evs))
 		}
 		if evs[2].Error != "flaky downstream" || evs[2].Attempt != 1 || evs[4].Attempt != 2 || st.Attempts != 2 || st.LastError != "" {
@@ -74,7 +74,7 @@ func TestPoisonAfterCeiling(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			return errors.New("always broken")
 		}, registry.Options{PoisonCeiling: 3, Retry: fastRetry})
@@ -82,7 +82,7 @@ func TestPoisonAfterCeiling(t *testing.T) {
 		start(t, p)
 		before := time.Now().Add(-time.Second)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		st := e.waitState(id, cmdqtype.StatePoisoned, 30*time.Second) // three attempts and whole-second retry delays on a loaded Azurite
+		st := e.waitState(id, model.StatePoisoned, 30*time.Second) // three attempts and whole-second retry delays on a loaded Azurite
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if runs.Load() != 3 {
 			t.Fatalf("handler ran %d times, want exactly the ceiling 3", runs.Load())
@@ -94,12 +94,12 @@ func TestPoisonAfterCeiling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pe.CommandID != id || pe.Type != "test.ok" || pe.DequeueCount != 3 || pe.Reason != cmdqtype.ReasonAttemptsSpent ||
+		if pe.CommandID != id || pe.Type != "test.ok" || pe.DequeueCount != 3 || pe.Reason != model.ReasonAttemptsSpent ||
 			!strings.Contains(pe.LastError, "always broken") || pe.Queue != "commands" || pe.PoisonedAt.Before(before) || pe.Worker != "w-"+e.driver {
 			t.Fatalf("poison entry %+v", pe)
 		}
 		k := kinds(e.events(id))
-		if !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventFailed, cmdqtype.EventStarted, cmdqtype.EventFailed, cmdqtype.EventStarted, cmdqtype.EventFailed, cmdqtype.EventPoisoned) {
+		if !equalKinds(k, model.EventCreated, model.EventStarted, model.EventFailed, model.EventStarted, model.EventFailed, model.EventStarted, model.EventFailed, model.EventPoisoned) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -112,7 +112,7 @@ func TestPoisonCeilingOnDequeueCount(t *testing.T) {
 		// processors that crashed) is poisoned without running.
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { runs.Add(1); return nil }, registry.Options{PoisonCeiling: 2})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { runs.Add(1); return nil }, registry.Options{PoisonCeiling: 2})
 		id := e.issue(e.issuer(nil), okCmd{})
 		q := e.queue("commands")
 		for i := 0; i < 2; i++ { // two crashed attempts: dequeue, let the lease expire at once
@@ -126,9 +126,9 @@ func TestPoisonCeilingOnDequeueCount(t *testing.T) {
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
+		e.waitState(id, model.StatePoisoned, 10*time.Second)
 		pe, err := e.reader.GetPoison(context.Background(), id)
-		if err != nil || pe.Reason != cmdqtype.ReasonCeiling || pe.DequeueCount != 3 {
+		if err != nil || pe.Reason != model.ReasonCeiling || pe.DequeueCount != 3 {
 			t.Fatalf("poison entry %+v %v", pe, err)
 		}
 		if runs.Load() != 0 {
@@ -142,19 +142,19 @@ func TestPermanentPoisonsAtOnce(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			return registry.Permanent(errors.New("card declined"))
 		}, registry.Options{PoisonCeiling: 5, Retry: fastRetry})
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
+		e.waitState(id, model.StatePoisoned, 10*time.Second)
 		if runs.Load() != 1 {
 			t.Fatalf("handler ran %d times", runs.Load())
 		}
 		pe, err := e.reader.GetPoison(context.Background(), id)
-		if err != nil || pe.Reason != cmdqtype.ReasonPermanent || !strings.Contains(pe.LastError, "card declined") || pe.DequeueCount != 1 {
+		if err != nil || pe.Reason != model.ReasonPermanent || !strings.Contains(pe.LastError, "card declined") || pe.DequeueCount != 1 {
 			t.Fatalf("poison entry %+v %v", pe, err)
 		}
 		e.waitQueueEmpty("commands", 5*time.Second)
@@ -165,7 +165,7 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		// Unknown type: stored and enqueued by an issuer, no handler here.
 		unknown := e.issue(e.issuer(nil), otherCmd{})
 		// Undecodable params: a field test.ok does not have.
@@ -187,18 +187,18 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 		}
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
-		e.waitState(unknown, cmdqtype.StatePoisoned, 10*time.Second)
-		e.waitState(res.ID, cmdqtype.StatePoisoned, 10*time.Second)
+		e.waitState(unknown, model.StatePoisoned, 10*time.Second)
+		e.waitState(res.ID, model.StatePoisoned, 10*time.Second)
 		e.waitQueueEmpty("commands", 10*time.Second)
-		want := map[string]string{unknown: cmdqtype.ReasonUnknownType, res.ID: cmdqtype.ReasonDecode, ghost: cmdqtype.ReasonNoCommand}
+		want := map[string]string{unknown: model.ReasonUnknownType, res.ID: model.ReasonDecode, ghost: model.ReasonNoCommand}
 		var malformedID string
 		eventually(t, 5*time.Second, "the malformed message's poison entry", func() bool {
-			page, err := e.reader.ListPoison(context.Background(), cmdqtype.PoisonQuery{})
+			page, err := e.reader.ListPoison(context.Background(), model.PoisonQuery{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, pe := range page.Entries {
-				if pe.Reason == cmdqtype.ReasonMalformed {
+				if pe.Reason == model.ReasonMalformed {
 					malformedID = pe.CommandID
 					if !strings.Contains(pe.LastError, "this is not an envelope") {
 						t.Fatalf("malformed entry does not show the text: %+v", pe)
@@ -219,13 +219,13 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 		// Entries without a stored command cannot be requeued (nothing to
 		// run) but an operator can discard them.
 		for _, id := range []string{malformedID, ghost} {
-			if err := e.reader.Requeue(context.Background(), id, "op"); !errors.Is(err, cmdqtype.ErrNoCommand) {
+			if err := e.reader.Requeue(context.Background(), id, "op"); !errors.Is(err, model.ErrNoCommand) {
 				t.Fatalf("Requeue of orphan entry %s: %v, want ErrNoCommand", id, err)
 			}
 			if err := e.reader.Discard(context.Background(), id, "op"); err != nil {
 				t.Fatalf("Discard of orphan entry %s: %v", id, err)
 			}
-			if _, err := e.reader.GetPoison(context.Background(), id); !errors.Is(err, cmdqtype.ErrNotFound) {
+			if _, err := e.reader.GetPoison(context.Background(), id); !errors.Is(err, model.ErrNotFound) {
 				t.Fatalf("orphan entry %s still there after Discard: %v", id, err)
 			}
 		}
@@ -237,7 +237,7 @@ func TestPanicRecordedWithStack(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if runs.Add(1) == 1 {
 				panicInHandler()
 			}
@@ -246,9 +246,9 @@ func TestPanicRecordedWithStack(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(id, model.StateCompleted, 10*time.Second)
 		evs := e.events(id)
-		if !equalKinds(kinds(evs), cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventFailed, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if !equalKinds(kinds(evs), model.EventCreated, model.EventStarted, model.EventFailed, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", kinds(evs))
 		}
 		f := evs[2]
@@ -270,7 +270,7 @@ func TestLongHandlerRenewsLease(t *testing.T) {
 		const lease = 6 * time.Second
 		reg := registry.NewRegistry()
 		var running, maxRunning, runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			n := running.Add(1)
 			defer running.Add(-1)
@@ -295,11 +295,11 @@ func TestLongHandlerRenewsLease(t *testing.T) {
 		start(t, p1)
 		start(t, p2)
 		id := e.issue(e.issuer(nil), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 60*time.Second)
+		e.waitState(id, model.StateCompleted, 60*time.Second)
 		if runs.Load() != 1 || maxRunning.Load() != 1 {
 			t.Fatalf("handler ran %d times, at most %d at once", runs.Load(), maxRunning.Load())
 		}
-		if k := kinds(e.events(id)); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) {
+		if k := kinds(e.events(id)); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) {
 			t.Fatalf("events %v", k)
 		}
 	})
@@ -310,11 +310,11 @@ func TestRedeliveredCompletedNotRun(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { runs.Add(1); return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { runs.Add(1); return nil }, registry.Options{})
 		p := newProc(t, e.store, reg, e.cfg())
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(id, model.StateCompleted, 10*time.Second)
 		e.waitQueueEmpty("commands", 5*time.Second)
 		before := len(e.events(id))
 		// A duplicate message (e.g. the reconciler's, or a redelivery).
@@ -336,12 +336,12 @@ func TestMultiStepResumes(t *testing.T) {
 		var mu sync.Mutex
 		var stepsRun []int // (attempt*10 + step)
 		blocked := make(chan struct{}, 1)
-		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 			for s := run.LastStep() + 1; s <= 3; s++ {
 				mu.Lock()
-				stepsRun = append(stepsRun, run.Attempt()*10+s)
+				stepsRun = append(stepsRun, run.Number()*10+s)
 				mu.Unlock()
-				if run.Attempt() == 1 && s == 2 {
+				if run.Number() == 1 && s == 2 {
 					blocked <- struct{}{}
 					<-ctx.Done() // killed mid-way through step 2
 					return ctx.Err()
@@ -364,12 +364,12 @@ func TestMultiStepResumes(t *testing.T) {
 		}
 		stop1() // processor stopped: the handler is interrupted
 		st, _ := e.reader.Get(context.Background(), id)
-		if st.Step != 1 || st.State != cmdqtype.StateRunning {
+		if st.Step != 1 || st.State != model.StateRunning {
 			t.Fatalf("after interruption: %+v", st)
 		}
 		p2 := newProc(t, e.store, reg, cfg)
 		start(t, p2)
-		st = e.waitState(id, cmdqtype.StateCompleted, 30*time.Second) // p2 may wait out attempt 1's lease
+		st = e.waitState(id, model.StateCompleted, 30*time.Second) // p2 may wait out attempt 1's lease
 		mu.Lock()
 		got := slices.Clone(stepsRun)
 		mu.Unlock()
@@ -393,7 +393,7 @@ func TestDuplicateMessageNeverRunsTwiceAtOnce(t *testing.T) {
 		reg := registry.NewRegistry()
 		var runs, running, overlap atomic.Int64
 		release := make(chan struct{})
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			if running.Add(1) > 1 {
 				overlap.Add(1)
@@ -414,18 +414,18 @@ func TestDuplicateMessageNeverRunsTwiceAtOnce(t *testing.T) {
 		start(t, p)
 		eventually(t, 10*time.Second, "the handler to start", func() bool { return running.Load() == 1 })
 		close(release)
-		e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(id, model.StateCompleted, 10*time.Second)
 		e.waitQueueEmpty("commands", 15*time.Second)
 		if runs.Load() != 1 || overlap.Load() != 0 {
 			t.Fatalf("handler ran %d times, %d overlapping; want once", runs.Load(), overlap.Load())
 		}
-		if n := countKind(e.events(id), cmdqtype.EventCompleted); n != 1 {
+		if n := countKind(e.events(id), model.EventCompleted); n != 1 {
 			t.Fatalf("%d completed events", n)
 		}
 	})
 }
 
-func countKind(evs []cmdqtype.Event, k cmdqtype.EventKind) int {
+func countKind(evs []model.Event, k model.EventKind) int {
 	n := 0
 	for _, e := range evs {
 		if e.Kind == k {

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -116,7 +116,7 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 	if s.timed {
 		p.active.Store(false)
 		share := func(interval time.Duration) float64 { return float64(d) / float64(interval) }
-		if cfg.ReconcileScanInterval != cmdqtype.NoReconcile && rand.Float64() < share(cfg.ReconcileScanInterval) {
+		if cfg.ReconcileScanInterval != model.NoReconcile && rand.Float64() < share(cfg.ReconcileScanInterval) {
 			pass(true)
 		}
 		u := rand.Float64()
@@ -173,7 +173,7 @@ func (p *Processor) reconcileLoop(s *session, d time.Duration) {
 		if time.Now().Before(due) {
 			continue
 		}
-		scan := !s.timed && cfg.ReconcileScanInterval != cmdqtype.NoReconcile && time.Since(lastScan) >= cfg.ReconcileScanInterval
+		scan := !s.timed && cfg.ReconcileScanInterval != model.NoReconcile && time.Since(lastScan) >= cfg.ReconcileScanInterval
 		pass(scan)
 	}
 }

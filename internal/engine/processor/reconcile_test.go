@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -63,7 +63,7 @@ func TestReconcileSoonWhileActive(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 		var queries atomic.Int64
 		cfg := e.cfg()
 		cfg.StartedWriteDelay = quickStarted
@@ -75,8 +75,8 @@ func TestReconcileSoonWhileActive(t *testing.T) {
 		eventually(t, 10*time.Second, "the reconciler's pass at start", func() bool { return queries.Load() >= 1 })
 		stranded := e.strand()
 		// Work arrives: the processor is active.
-		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 2}), cmdqtype.StateCompleted, 10*time.Second)
-		e.waitState(stranded, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 2}), model.StateCompleted, 10*time.Second)
+		e.waitState(stranded, model.StateCompleted, 10*time.Second)
 	})
 }
 
@@ -90,7 +90,7 @@ func TestReconcileAgainAfterWaitingMarkers(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 		passes := &passLog{}
 		cfg := e.cfg()
 		cfg.Logger = zerolog.New(passes)
@@ -103,7 +103,7 @@ func TestReconcileAgainAfterWaitingMarkers(t *testing.T) {
 		stranded := e.strand()
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(stranded, cmdqtype.StateCompleted, 60*time.Second)
+		e.waitState(stranded, model.StateCompleted, 60*time.Second)
 		got := passes.get()
 		want := []reconciled{{Markers: 1, Waiting: 1}, {Markers: 1, Enqueued: 1}}
 		if !slices.Equal(got, want) {
@@ -166,7 +166,7 @@ func TestReconcileSoonAfterStorageRecovers(t *testing.T) {
 	e := newEnv(t, "azure", direct, func() storage.Store { return direct })
 
 	reg := registry.NewRegistry()
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 	var queries atomic.Int64
 	cfg := e.cfg()
 	cfg.StartedWriteDelay = quickStarted
@@ -182,7 +182,7 @@ func TestReconcileSoonAfterStorageRecovers(t *testing.T) {
 	eventually(t, 20*time.Second, "the processor to see the outage", func() bool { return p.Health().ConsecutiveFaults > 0 })
 	stranded := e.strand() // an Issuer elsewhere stored it and could not enqueue it
 	nw.Restore(t)
-	e.waitState(stranded, cmdqtype.StateCompleted, 20*time.Second)
+	e.waitState(stranded, model.StateCompleted, 20*time.Second)
 }
 
 // TestRunForReconcilesInProportion: RunFor(d) runs the marker query with
@@ -193,13 +193,13 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 		var queries atomic.Int64
 		cfg := e.cfg()
 		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = 30 * time.Second
 		cfg.ReconcileActiveInterval = 30 * time.Second
-		cfg.ReconcileScanInterval = cmdqtype.NoReconcile
+		cfg.ReconcileScanInterval = model.NoReconcile
 		cfg.ReconcileGrace = time.Nanosecond
 		cfg.HandlerDurationEstimate = 10 * time.Millisecond
 		p := newProc(t, countQueries(e.store, &queries), reg, cfg)
@@ -230,7 +230,7 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := e.reader.Get(context.Background(), stranded); st.State != cmdqtype.StateCompleted || sum.Completed != 1 {
+		if st, _ := e.reader.Get(context.Background(), stranded); st.State != model.StateCompleted || sum.Completed != 1 {
 			t.Fatalf("a 10s run with a 1s ReconcileInterval: command %s, summary %+v", st.State, sum)
 		}
 	})

@@ -13,25 +13,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
-	"github.com/google/uuid"
 )
 
-func rawCmd(typ, params string) cmdqtype.Raw {
-	return cmdqtype.Raw{Type: typ, Params: json.RawMessage(params)}
+func rawCmd(typ, params string) model.Raw {
+	return model.Raw{Type: typ, Params: json.RawMessage(params)}
 }
 
 func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			select { // one second of work
 			case <-time.After(time.Second):
 				return nil
@@ -59,7 +60,7 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 		if took >= 5*time.Second || sum.Duration >= 5*time.Second {
 			t.Fatalf("RunFor(5s) took %s", took)
 		}
-		if sum.Completed < 2 || sum.Completed > 8 || sum.StoppedBecause != cmdqtype.StopDeadline || sum.Failed != 0 || sum.Interrupted != 0 {
+		if sum.Completed < 2 || sum.Completed > 8 || sum.StoppedBecause != model.StopDeadline || sum.Failed != 0 || sum.Interrupted != 0 {
 			t.Fatalf("summary %+v", sum)
 		}
 		// Nothing is left leased: every unfinished message is visible now.
@@ -75,7 +76,7 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 		if len(peek) != n-sum.Completed || count != n-sum.Completed {
 			t.Fatalf("after RunFor: %d visible, %d in queue, want %d (summary %+v)", len(peek), count, n-sum.Completed, sum)
 		}
-		if h := p.Health(); h.State != cmdqtype.ProcessorStopped || h.InFlight != 0 {
+		if h := p.Health(); h.State != model.ProcessorStopped || h.InFlight != 0 {
 			t.Fatalf("health %+v", h)
 		}
 	})
@@ -89,13 +90,13 @@ func TestRunForIdleReturnsEarly(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		cfg := e.cfg()
 		cfg.MinPollInterval, cfg.MaxPollInterval = 200*time.Millisecond, 800*time.Millisecond
 		cfg.HandlerDurationEstimate = 100 * time.Millisecond
 		p := newProc(t, e.store, reg, cfg)
 		sum, err := p.RunFor(context.Background(), 2*time.Second)
-		if err != nil || sum.StoppedBecause != cmdqtype.StopIdle || sum.Duration >= 2*time.Second || sum.Processed != 0 {
+		if err != nil || sum.StoppedBecause != model.StopIdle || sum.Duration >= 2*time.Second || sum.Processed != 0 {
 			t.Fatalf("summary %+v err %v", sum, err)
 		}
 	})
@@ -105,16 +106,16 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		var mu sync.Mutex
-		var polls []cmdqtype.Observation
+		var polls []model.Observation
 		cfg := e.cfg()
 		cfg.MinPollInterval, cfg.MaxPollInterval = 20*time.Millisecond, 320*time.Millisecond
-		cfg.Observer = onPoll(func(ev cmdqtype.Observation) { mu.Lock(); polls = append(polls, ev); mu.Unlock() })
-		snapshot := func() []cmdqtype.Observation {
+		cfg.Observer = onPoll(func(ev model.Observation) { mu.Lock(); polls = append(polls, ev); mu.Unlock() })
+		snapshot := func() []model.Observation {
 			mu.Lock()
 			defer mu.Unlock()
-			return append([]cmdqtype.Observation(nil), polls...)
+			return append([]model.Observation(nil), polls...)
 		}
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
@@ -126,7 +127,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 			if ev.Received != 0 || ev.Err != nil {
 				t.Fatalf("poll %d: %+v", i, ev)
 			}
-			hi := min(time.Duration(float64(base)*(1+cmdqtype.DefaultPollJitter)), 320*time.Millisecond)
+			hi := min(time.Duration(float64(base)*(1+model.DefaultPollJitter)), 320*time.Millisecond)
 			if ev.Wait < base || ev.Wait > hi {
 				t.Fatalf("poll %d waits %s, want %s..%s (all %v)", i, ev.Wait, base, hi, waits(ps))
 			}
@@ -162,7 +163,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 	})
 }
 
-func waits(ps []cmdqtype.Observation) []time.Duration {
+func waits(ps []model.Observation) []time.Duration {
 	out := make([]time.Duration, len(ps))
 	for i, p := range ps {
 		out[i] = p.Wait
@@ -174,16 +175,16 @@ func TestNotifyWakesAtOnce(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		var polls atomic.Int64
 		cfg := e.cfg()
 		cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
-		cfg.Observer = onPoll(func(cmdqtype.Observation) { polls.Add(1) })
+		cfg.Observer = onPoll(func(model.Observation) { polls.Add(1) })
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		eventually(t, 5*time.Second, "the first poll", func() bool { return polls.Load() == 1 })
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, cmdqtype.StateCompleted, 5*time.Second) // far less than the minute's wait
+		e.waitState(id, model.StateCompleted, 5*time.Second) // far less than the minute's wait
 	})
 }
 
@@ -197,21 +198,21 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := iss.Issue(context.Background(), okCmd{N: 1})
-		if !errors.Is(err, cmdqtype.ErrEnqueueFailed) || res.ID == "" {
+		if !errors.Is(err, model.ErrEnqueueFailed) || res.ID == "" {
 			t.Fatalf("issue: %v %+v", err, res)
 		}
 		if n, _ := e.queue("commands").ApproximateCount(context.Background()); n != 0 {
 			t.Fatalf("queue has %d messages", n)
 		}
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 		cfg := e.cfg()
 		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = time.Hour // runs once at start
 		cfg.ReconcileGrace = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(res.ID, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(res.ID, model.StateCompleted, 10*time.Second)
 		cmds, err := e.store.Table(context.Background(), record.Names{Prefix: e.prefix}.CommandsTable())
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +238,7 @@ func TestReconcileScanSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, quickRecovery)
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, quickRecovery)
 		cfg := e.cfg()
 		cfg.StartedWriteDelay = quickStarted
 		cfg.ReconcileInterval = 50 * time.Millisecond
@@ -245,7 +246,7 @@ func TestReconcileScanSchedule(t *testing.T) {
 		cfg.ReconcileStaleAfter = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(id, model.StateCompleted, 10*time.Second)
 		// With a stale-after of 1 ns a slow run may scan (and requeue) more
 		// than once before the command starts; each requeue is a harmless
 		// duplicate. On a loaded machine a delivery's 1 s lease may also
@@ -253,15 +254,15 @@ func TestReconcileScanSchedule(t *testing.T) {
 		// the run). What matters: found by the scan, started once,
 		// completed once, after it started.
 		ks := kinds(e.events(id))
-		started, completed := slices.Index(ks, cmdqtype.EventStarted), slices.Index(ks, cmdqtype.EventCompleted)
-		if len(ks) < 4 || ks[0] != cmdqtype.EventCreated || ks[1] != cmdqtype.EventRequeued || started < 0 || completed < started {
+		started, completed := slices.Index(ks, model.EventStarted), slices.Index(ks, model.EventCompleted)
+		if len(ks) < 4 || ks[0] != model.EventCreated || ks[1] != model.EventRequeued || started < 0 || completed < started {
 			t.Fatalf("events %v, want created, requeued…, started, completed", ks)
 		}
 		for i, k := range ks[1:] {
 			switch {
-			case k == cmdqtype.EventStarted && i+1 != started, k == cmdqtype.EventCompleted && i+1 != completed:
+			case k == model.EventStarted && i+1 != started, k == model.EventCompleted && i+1 != completed:
 				t.Fatalf("events %v: started or completed twice", ks)
-			case k != cmdqtype.EventStarted && k != cmdqtype.EventCompleted && k != cmdqtype.EventRequeued && k != cmdqtype.EventLeaseLost:
+			case k != model.EventStarted && k != model.EventCompleted && k != model.EventRequeued && k != model.EventLeaseLost:
 				t.Fatalf("events %v: only requeued and lease_lost events may come beside started and completed", ks)
 			}
 		}
@@ -274,7 +275,7 @@ func TestTwoProcessorsEachCommandOnce(t *testing.T) {
 		const n = 500
 		reg := registry.NewRegistry()
 		var runs sync.Map
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			v, _ := runs.LoadOrStore(run.ID(), new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
 			return nil
@@ -314,7 +315,7 @@ func TestTwoProcessorsEachCommandOnce(t *testing.T) {
 			evs := e.events(id)
 			completed := 0
 			for _, ev := range evs {
-				if ev.Kind == cmdqtype.EventCompleted {
+				if ev.Kind == model.EventCompleted {
 					completed++
 					workers[ev.Worker]++
 				}
@@ -338,10 +339,10 @@ func TestPoisonListNewestFirst(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			return registry.Permanent(fmt.Errorf("bad %d", c.N))
 		}, registry.Options{})
-		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Attempt) error {
 			return registry.Permanent(errors.New("other bad"))
 		}, registry.Options{})
 		p := newProc(t, e.store, reg, e.cfg())
@@ -350,12 +351,12 @@ func TestPoisonListNewestFirst(t *testing.T) {
 		var ids []string
 		for i := 0; i < 3; i++ {
 			id := e.issue(iss, okCmd{N: i})
-			e.waitState(id, cmdqtype.StatePoisoned, 10*time.Second)
+			e.waitState(id, model.StatePoisoned, 10*time.Second)
 			ids = append(ids, id)
 		}
 		other := e.issue(iss, otherCmd{})
-		e.waitState(other, cmdqtype.StatePoisoned, 10*time.Second)
-		page, err := e.reader.ListPoison(context.Background(), cmdqtype.PoisonQuery{Type: "test.ok"})
+		e.waitState(other, model.StatePoisoned, 10*time.Second)
+		page, err := e.reader.ListPoison(context.Background(), model.PoisonQuery{Type: "test.ok"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +365,7 @@ func TestPoisonListNewestFirst(t *testing.T) {
 		}
 		for i, pe := range page.Entries {
 			want := ids[2-i]
-			if pe.CommandID != want || pe.Type != "test.ok" || pe.Reason != cmdqtype.ReasonPermanent ||
+			if pe.CommandID != want || pe.Type != "test.ok" || pe.Reason != model.ReasonPermanent ||
 				pe.LastError != fmt.Sprintf("permanent: bad %d", 2-i) || pe.DequeueCount != 1 || pe.Queue != "commands" || pe.PoisonedAt.IsZero() {
 				t.Fatalf("entry %d: %+v, want command %s", i, pe, want)
 			}
@@ -372,7 +373,7 @@ func TestPoisonListNewestFirst(t *testing.T) {
 				t.Fatalf("entries not newest first: %+v", page.Entries)
 			}
 		}
-		all, err := e.reader.ListPoison(context.Background(), cmdqtype.PoisonQuery{})
+		all, err := e.reader.ListPoison(context.Background(), model.PoisonQuery{})
 		if err != nil || len(all.Entries) != 4 || all.Entries[0].CommandID != other {
 			t.Fatalf("all entries %+v %v", all.Entries, err)
 		}
@@ -384,33 +385,33 @@ func TestHealthFaultsAndFlywheel(t *testing.T) {
 	eachDriver(t, func(t *testing.T, e *env) {
 		fs := &faultyStore{Store: e.store}
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		var alerts atomic.Int64
 		var unhealthyAlert atomic.Bool
 		cfg := e.cfg()
 		cfg.UnhealthyAfter, cfg.Flywheel = 3, true
-		cfg.Observer = cmdqtype.ObserverFunc(func(o cmdqtype.Observation) {
+		cfg.Observer = model.ObserverFunc(func(o model.Observation) {
 			switch {
-			case o.Kind == cmdqtype.ObservedAlert:
+			case o.Kind == model.ObservedAlert:
 				alerts.Add(1)
-			case o.Kind == cmdqtype.ObservedHealth && o.Health.State == cmdqtype.ProcessorUnhealthy:
+			case o.Kind == model.ObservedHealth && o.Health.State == model.ProcessorUnhealthy:
 				unhealthyAlert.Store(true)
 			}
 		})
 		p := newProc(t, fs, reg, cfg)
-		if h := p.Health(); h.State != cmdqtype.ProcessorStarting {
+		if h := p.Health(); h.State != model.ProcessorStarting {
 			t.Fatalf("health before start %+v", h)
 		}
 		fs.failDequeue.Store(true)
 		start(t, p)
-		eventually(t, 5*time.Second, "unhealthy", func() bool { return p.Health().State == cmdqtype.ProcessorUnhealthy })
+		eventually(t, 5*time.Second, "unhealthy", func() bool { return p.Health().State == model.ProcessorUnhealthy })
 		h := p.Health()
 		if !unhealthyAlert.Load() || alerts.Load() < 3 || h.ConsecutiveFaults < 3 || h.LastError == "" {
 			t.Fatalf("health %+v alerts %d", h, alerts.Load())
 		}
 		// Flywheel: no more pulling while unhealthy, even once storage is back.
 		fs.failDequeue.Store(false)
-		eventually(t, 2*time.Second, "the in-progress poll to end", func() bool { return p.Health().State == cmdqtype.ProcessorUnhealthy })
+		eventually(t, 2*time.Second, "the in-progress poll to end", func() bool { return p.Health().State == model.ProcessorUnhealthy })
 		id := e.issue(e.issuer(p.Notify), okCmd{})
 		polls := fs.dequeues.Load()
 		deadline := time.Now().Add(300 * time.Millisecond)
@@ -420,11 +421,11 @@ func TestHealthFaultsAndFlywheel(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if st, _ := e.reader.Get(context.Background(), id); st.State != cmdqtype.StatePending {
+		if st, _ := e.reader.Get(context.Background(), id); st.State != model.StatePending {
 			t.Fatalf("command ran while unhealthy: %+v", st)
 		}
 		p.ResetHealth()
-		e.waitState(id, cmdqtype.StateCompleted, 5*time.Second)
+		e.waitState(id, model.StateCompleted, 5*time.Second)
 		if !p.Health().Healthy() {
 			t.Fatalf("health after reset %+v", p.Health())
 		}
@@ -452,7 +453,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := processor.New(st, reg, processor.Config{}); !errors.Is(err, cmdqtype.ErrNoHandlers) {
+	if _, err := processor.New(st, reg, processor.Config{}); !errors.Is(err, model.ErrNoHandlers) {
 		t.Fatalf("empty registry: %v", err)
 	}
 }
@@ -467,7 +468,7 @@ func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
 		reg := registry.NewRegistry()
 		var running, peak atomic.Int64
 		release := make(chan struct{})
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			n := running.Add(1)
 			for {
 				p := peak.Load()
@@ -495,7 +496,7 @@ func TestPipelinedDequeueFillsConcurrency(t *testing.T) {
 		eventually(t, 10*time.Second, "all 8 handlers running at once", func() bool { return running.Load() == conc })
 		close(release)
 		for _, id := range ids {
-			e.waitState(id, cmdqtype.StateCompleted, 10*time.Second)
+			e.waitState(id, model.StateCompleted, 10*time.Second)
 		}
 		if peak.Load() != conc {
 			t.Fatalf("peak concurrency %d, want %d", peak.Load(), conc)

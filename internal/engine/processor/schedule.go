@@ -3,7 +3,7 @@ package processor
 import (
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -31,8 +31,8 @@ import (
 //     the poison ceiling, as any dequeue does).
 
 // holdLimit is how early a message may show up and be held until its
-// command is due rather than put back (cmdqtype.MaxClockSkew, 2 s).
-const holdLimit = cmdqtype.MaxClockSkew
+// command is due rather than put back (model.MaxClockSkew, 2 s).
+const holdLimit = model.MaxClockSkew
 
 // hold waits d (a message held until its command is due); false when the
 // session stops taking work first.
@@ -52,7 +52,7 @@ func (p *Processor) hold(s *session, d time.Duration) bool {
 func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env record.Envelope, m storage.Message, rec *record.Record) {
 	s.counter.hops.Add(1)
 	due := rec.Status.RunAt
-	if rec.Status.State == cmdqtype.StateRetrying {
+	if rec.Status.State == model.StateRetrying {
 		receipt, held := k.stop()
 		if !held {
 			return

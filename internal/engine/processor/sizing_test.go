@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -17,7 +17,7 @@ type sleepCmd struct {
 
 func (sleepCmd) CommandType() string { return "test.sleep" }
 
-func sleeper(ctx context.Context, c sleepCmd, run *registry.Run) error {
+func sleeper(ctx context.Context, c sleepCmd, run *registry.Attempt) error {
 	select {
 	case <-time.After(time.Duration(c.MS) * time.Millisecond):
 		return nil
@@ -32,7 +32,7 @@ func (e *env) completedBy(ids []string) map[string]int {
 	m := map[string]int{}
 	for _, id := range ids {
 		for _, ev := range e.events(id) {
-			if ev.Kind == cmdqtype.EventCompleted {
+			if ev.Kind == model.EventCompleted {
 				m[ev.Worker]++
 			}
 		}
@@ -65,7 +65,7 @@ func TestRunForWorksThroughWhatItHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("RunFor(6s), 13 × 600 ms at concurrency 1: %+v", sum)
-		if sum.StoppedBecause != cmdqtype.StopDeadline || sum.Completed < 2 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
+		if sum.StoppedBecause != model.StopDeadline || sum.Completed < 2 || sum.Processed != sum.Completed || sum.Released > 1 || sum.Interrupted != 0 {
 			t.Fatalf("summary %+v: want stopped by the deadline after at least 2 completions, nothing hoarded and released", sum)
 		}
 		q := e.queue("commands")
@@ -100,7 +100,7 @@ func TestCompetingWorkersShareQueue(t *testing.T) {
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
 		for _, id := range ids {
-			e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+			e.waitState(id, model.StateCompleted, 30*time.Second)
 		}
 		by := e.completedBy(ids)
 		if by["w-"+e.driver] < 3 || by[cfg.Worker] < 3 {
@@ -121,7 +121,7 @@ func TestWaitingMessageReleasedBeforeRenewal(t *testing.T) {
 		release := make(chan struct{})
 		var first atomic.Bool
 		var held atomic.Value // the ID of the command whose handler blocks
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			if first.CompareAndSwap(false, true) {
 				held.Store(run.ID())
 				select { // far longer than the others' leases
@@ -153,7 +153,7 @@ func TestWaitingMessageReleasedBeforeRenewal(t *testing.T) {
 				if id == held.Load() {
 					continue
 				}
-				if st, _ := e.reader.Get(context.Background(), id); st.State != cmdqtype.StateCompleted {
+				if st, _ := e.reader.Get(context.Background(), id); st.State != model.StateCompleted {
 					return false
 				}
 			}

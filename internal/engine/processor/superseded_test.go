@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -26,13 +26,13 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		then func(ctx context.Context, run *registry.Run) error
+		then func(ctx context.Context, run *registry.Attempt) error
 	}{
-		{"handler returns nil", func(ctx context.Context, run *registry.Run) error { return nil }},
-		{"handler returns its error", func(ctx context.Context, run *registry.Run) error { return ctx.Err() }},
-		{"handler records a step", func(ctx context.Context, run *registry.Run) error {
+		{"handler returns nil", func(ctx context.Context, run *registry.Attempt) error { return nil }},
+		{"handler returns its error", func(ctx context.Context, run *registry.Attempt) error { return ctx.Err() }},
+		{"handler records a step", func(ctx context.Context, run *registry.Attempt) error {
 			err := run.CompleteStep(context.WithoutCancel(ctx), 1, "after the end")
-			if !errors.Is(err, cmdqtype.ErrSuperseded) {
+			if !errors.Is(err, model.ErrSuperseded) {
 				return registry.Permanent(fmt.Errorf("CompleteStep after the command completed elsewhere: %v, want ErrSuperseded", err))
 			}
 			return nil
@@ -44,7 +44,7 @@ func TestSupersededAttemptWritesNothing(t *testing.T) {
 				reg := registry.NewRegistry()
 				running, elsewhere := make(chan struct{}), make(chan struct{})
 				var cause atomic.Value
-				register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+				register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 					close(running)
 					<-elsewhere
 					awaitCancel(ctx, &cause)
@@ -83,7 +83,7 @@ func TestStepWriteFindsCommandFinal(t *testing.T) {
 		running, elsewhere := make(chan struct{}), make(chan struct{})
 		stepErr := make(chan error, 1)
 		var cause atomic.Value
-		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Run) error {
+		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error {
 			close(running)
 			<-elsewhere
 			stepErr <- run.CompleteStep(ctx, 1, "after the end")
@@ -102,7 +102,7 @@ func TestStepWriteFindsCommandFinal(t *testing.T) {
 		close(elsewhere)
 		select {
 		case err := <-stepErr:
-			if !errors.Is(err, cmdqtype.ErrSuperseded) {
+			if !errors.Is(err, model.ErrSuperseded) {
 				t.Fatalf("CompleteStep on a command completed elsewhere: %v, want an error wrapping ErrSuperseded", err)
 			}
 		case <-time.After(20 * time.Second): // a bound, not a wait for an event
@@ -135,11 +135,11 @@ func completeElsewhere(t *testing.T, e *env, id, premise string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status.State != cmdqtype.StatePending {
+	if rec.Status.State != model.StatePending {
 		t.Fatalf("the attempt's started was written %s: %+v", premise, rec.Status)
 	}
-	if err := st.Append(context.Background(), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "other"},
-		cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
+	if err := st.Append(context.Background(), rec, model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "other"},
+		model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "other"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -153,14 +153,14 @@ func wantOnlyOthersCompletion(t *testing.T, e *env, id string, m *counts, cause 
 	t.Helper()
 	e.waitQueueEmpty("commands", 30*time.Second)
 	evs := e.events(id)
-	if k := kinds(evs); !equalKinds(k, cmdqtype.EventCreated, cmdqtype.EventStarted, cmdqtype.EventCompleted) || evs[2].Worker != "other" {
+	if k := kinds(evs); !equalKinds(k, model.EventCreated, model.EventStarted, model.EventCompleted) || evs[2].Worker != "other" {
 		t.Fatalf("events %v (%+v), want only the other delivery's started and completed", k, evs)
 	}
 	got, _ := e.reader.Get(context.Background(), id)
-	if got.State != cmdqtype.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
+	if got.State != model.StateCompleted || m.completed.Load() != 0 || m.failed.Load() != 0 {
 		t.Fatalf("status %+v; this processor counted %d completions and %d failures, want 0", got, m.completed.Load(), m.failed.Load())
 	}
-	if c, _ := cause.Load().(error); !errors.Is(c, cmdqtype.ErrSuperseded) {
+	if c, _ := cause.Load().(error); !errors.Is(c, model.ErrSuperseded) {
 		t.Fatalf("the handler's context ended with %v, want a cause wrapping cmdq.ErrSuperseded", c)
 	}
 }

@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // retention holds the sweep's state.
 type retention struct {
 	mu     sync.Mutex
-	status cmdqtype.RetentionStatus
+	status model.RetentionStatus
 }
 
 // retentionPolicy returns the record layer's policy: Config.Retention, with
@@ -75,7 +75,7 @@ func (p *Processor) sweep(ctx context.Context) {
 }
 
 // Retention returns what the retention sweeps of this processor did.
-func (p *Processor) Retention() cmdqtype.RetentionStatus {
+func (p *Processor) Retention() model.RetentionStatus {
 	p.retain.mu.Lock()
 	defer p.retain.mu.Unlock()
 	st := p.retain.status

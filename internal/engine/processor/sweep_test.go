@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -25,7 +25,7 @@ func (e *env) oldReader(at time.Time) *record.Reader {
 	return r
 }
 
-func (e *env) oldCommand(r *record.Reader, at time.Time, events ...cmdqtype.Event) string {
+func (e *env) oldCommand(r *record.Reader, at time.Time, events ...model.Event) string {
 	e.t.Helper()
 	ctx := context.Background()
 	id := record.NewDayID(at)
@@ -47,7 +47,7 @@ func (e *env) oldCommand(r *record.Reader, at time.Time, events ...cmdqtype.Even
 // TestProcessorSweeps: the processor's daily pass (the pending scan) runs
 // the retention sweep: a day table past retention is dropped, its poisoned
 // command moved to the base table (still readable), and a table pinned by
-// a command still running shows in cmdqtype.Health and Retention.
+// a command still running shows in model.Health and Retention.
 func TestProcessorSweeps(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
@@ -55,20 +55,20 @@ func TestProcessorSweeps(t *testing.T) {
 		d20 := time.Now().Add(-20 * 24 * time.Hour)
 		d30 := time.Now().Add(-30 * 24 * time.Hour)
 		old := e.oldReader(d20)
-		done := e.oldCommand(old, d20, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
+		done := e.oldCommand(old, d20, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1})
 		bad := e.oldCommand(old, d20)
 		rec, err := old.Store.Load(ctx, bad)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := old.Store.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: "ceiling"}); err != nil {
+		if err := old.Store.Poison(ctx, rec, model.PoisonEntry{DequeueCount: 5, Reason: "ceiling"}); err != nil {
 			t.Fatal(err)
 		}
-		stuck := e.oldCommand(e.oldReader(d30), d30, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1})
+		stuck := e.oldCommand(e.oldReader(d30), d30, model.Event{Kind: model.EventStarted, Attempt: 1})
 		pinned := record.Names{Prefix: e.prefix}.TableOf(stuck)
 
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		cfg := e.cfg()
 		cfg.ReconcileInterval = 50 * time.Millisecond
 		cfg.ReconcileScanInterval = 50 * time.Millisecond
@@ -82,13 +82,13 @@ func TestProcessorSweeps(t *testing.T) {
 		if h := p.Health(); h.Retention == nil || h.Retention.Pinned[pinned] != 1 {
 			t.Fatalf("Health().Retention = %+v, want %s pinned by 1 command", h.Retention, pinned)
 		}
-		if st, err := e.reader.Get(ctx, bad); err != nil || st.State != cmdqtype.StatePoisoned {
+		if st, err := e.reader.Get(ctx, bad); err != nil || st.State != model.StatePoisoned {
 			t.Fatalf("moved poisoned command: %+v %v", st, err)
 		}
-		if _, err := e.reader.Get(ctx, done); !errors.Is(err, cmdqtype.ErrExpired) {
+		if _, err := e.reader.Get(ctx, done); !errors.Is(err, model.ErrExpired) {
 			t.Fatalf("expired command: %v, want ErrExpired", err)
 		}
-		if st, err := e.reader.Get(ctx, stuck); err != nil || st.State != cmdqtype.StateRunning {
+		if st, err := e.reader.Get(ctx, stuck); err != nil || st.State != model.StateRunning {
 			t.Fatalf("command in the pinned table: %+v %v", st, err)
 		}
 		// A late duplicate message of the expired command is deleted
@@ -98,7 +98,7 @@ func TestProcessorSweeps(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 20*time.Second, "the expired command's message handled", func() bool { return p.Stats().Processed > before })
-		if _, err := e.reader.GetPoison(ctx, done); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := e.reader.GetPoison(ctx, done); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("poison entry for the expired command's message: %v, want none", err)
 		}
 		if s := p.Stats(); s.Completed != 0 || s.Poisoned != 0 {
@@ -155,7 +155,7 @@ func TestIdleCostWithRetention(t *testing.T) {
 			return nil
 		}})
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error { return nil }, registry.Options{})
+		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})
 		cfg := e.cfg()
 		cfg.MaxPollInterval = time.Hour // the pollers' calls are not what is measured
 		cfg.ReconcileInterval = 30 * time.Millisecond
@@ -180,9 +180,9 @@ func TestIdleCostWithRetention(t *testing.T) {
 		if !p.Retention().LastSweep.IsZero() {
 			t.Fatalf("an empty deployment's pass swept (%+v)", p.Retention())
 		}
-		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 1}), cmdqtype.StateCompleted, 10*time.Second)
+		e.waitState(e.issue(e.issuer(p.Notify), okCmd{N: 1}), model.StateCompleted, 10*time.Second)
 		eventually(t, 20*time.Second, "a sweep once there is a command", func() bool { return !p.Retention().LastSweep.IsZero() })
 	})
 }
 
-var _ = cmdqtype.NoReconcile
+var _ = model.NoReconcile

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -56,7 +56,7 @@ func TestHandlerGoroutinesReusedAndEnded(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	reg := registry.NewRegistry()
-	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Run) error {
+	register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 		mu.Lock()
 		seen[goroutineID()] = true
 		mu.Unlock()
@@ -72,7 +72,7 @@ func TestHandlerGoroutinesReusedAndEnded(t *testing.T) {
 	}
 	stop := start(t, p)
 	for _, id := range ids {
-		e.waitState(id, cmdqtype.StateCompleted, 30*time.Second)
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 	}
 	if g := handlerGoroutines(); g == 0 || g > n/4 {
 		t.Errorf("%d handler goroutines while running %d commands with Concurrency 4; want 1-%d (reused)", g, n, n/4)

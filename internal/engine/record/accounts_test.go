@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -71,7 +71,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	poisoned := issueAt(t, r1.Store, c, "demo.Bad")
 	poison(t, r1.Store, poisoned)
 	pending := issueAt(t, r1.Store, c, "demo.Wait")
-	if err := r1.Enqueue(ctx, pending, "demo.Wait", cmdqtype.DefaultQueue); err != nil {
+	if err := r1.Enqueue(ctx, pending, "demo.Wait", model.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
 	// Shared rows written before the account is added: a pause and a
@@ -80,7 +80,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	marked := issueAt(t, r1.Store, c, "demo.Wait")
-	if err := r1.MarkUnqueued(ctx, marked, cmdqtype.DefaultQueue); err != nil {
+	if err := r1.MarkUnqueued(ctx, marked, model.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
 
@@ -120,7 +120,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if err := r2.Requeue(ctx, poisoned, "test:op"); err != nil {
 		t.Fatal(err)
 	}
-	q, err := after.Queue(ctx, names.Queue(cmdqtype.DefaultQueue))
+	q, err := after.Queue(ctx, names.Queue(model.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 			t.Errorf("account %d still has %s after the sweep", i, table)
 		}
 	}
-	if _, err := r2.Get(ctx, done[0]); !errors.Is(err, cmdqtype.ErrExpired) {
+	if _, err := r2.Get(ctx, done[0]); !errors.Is(err, model.ErrExpired) {
 		t.Fatalf("Get after the sweep: %v, want ErrExpired", err)
 	}
 }

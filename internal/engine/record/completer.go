@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -66,7 +66,7 @@ type completion struct {
 // the storage queue named queue, written with the other completions ready
 // at the same moment in one durable write. Results and errors are
 // Store.AppendAndDelete's, and rec is updated in place the same way.
-func (c *Completer) AppendAndDelete(ctx context.Context, rec *Record, queue, id, popReceipt string, events ...cmdqtype.Event) (deleteErr, err error) {
+func (c *Completer) AppendAndDelete(ctx context.Context, rec *Record, queue, id, popReceipt string, events ...model.Event) (deleteErr, err error) {
 	ops, res, err := c.s.appendOps(rec, events)
 	if err != nil {
 		return nil, err

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
-	"github.com/google/uuid"
 )
 
 // gatedGroup holds every BatchDeleteMany until release is closed, counts
@@ -55,7 +56,7 @@ func TestCompleterGroups(t *testing.T) {
 	gate := &gatedGroup{GroupCombiner: st, release: make(chan struct{}), returned: map[string]bool{}}
 	var early, hooked atomic.Int32
 	names := record.Names{Prefix: "grp"}
-	s, err := record.Open(ctx, st, names, record.Options{Changed: func(status cmdqtype.Status, _ []cmdqtype.Event) {
+	s, err := record.Open(ctx, st, names, record.Options{Changed: func(status model.Status, _ []model.Event) {
 		gate.mu.Lock()
 		if !gate.returned[status.ID] {
 			early.Add(1)
@@ -67,11 +68,11 @@ func TestCompleterGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 50
-	queue := names.Queue(cmdqtype.DefaultQueue)
+	queue := names.Queue(model.DefaultQueue)
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = uuid.NewString()
-		if err := s.CreateAndEnqueue(ctx, record.NewCommand{ID: ids[i], Type: "t", Queue: cmdqtype.DefaultQueue}, st, queue, ids[i]); err != nil {
+		if err := s.CreateAndEnqueue(ctx, record.NewCommand{ID: ids[i], Type: "t", Queue: model.DefaultQueue}, st, queue, ids[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func TestCompleterGroups(t *testing.T) {
 	}
 	// Command 0 is written by someone else after its load: stale.
 	other := *recs[0]
-	if err := s.Append(ctx, &other, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
+	if err := s.Append(ctx, &other, model.Event{Kind: model.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
 		t.Fatal(err)
 	}
 	hooked.Store(0)
@@ -112,8 +113,8 @@ func TestCompleterGroups(t *testing.T) {
 			m := msgs[ids[i]]
 			var derr error
 			derr, errs[i] = c.AppendAndDelete(ctx, recs[i], queue, m.ID, m.PopReceipt,
-				cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w", MessageID: m.ID},
-				cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w"})
+				model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w", MessageID: m.ID},
+				model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "w"})
 			if derr != nil {
 				t.Errorf("command %d: delete: %v", i, derr)
 			}
@@ -145,11 +146,11 @@ func TestCompleterGroups(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("command %d: %v", i, errs[i])
 		}
-		if recs[i].Status.State != cmdqtype.StateCompleted {
+		if recs[i].Status.State != model.StateCompleted {
 			t.Fatalf("command %d: record says %s after the completion", i, recs[i].Status.State)
 		}
 		got, err := s.Load(ctx, ids[i])
-		if err != nil || got.Status.State != cmdqtype.StateCompleted || got.EventSeq != 3 {
+		if err != nil || got.Status.State != model.StateCompleted || got.EventSeq != 3 {
 			t.Fatalf("command %d as stored: %v seq %d, %v", i, got.Status.State, got.EventSeq, err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -85,7 +85,7 @@ func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error
 // answers (one upsert each), with Since after the newest Since read, so
 // that the newest row wins whatever the writers' clocks.
 func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by string) (QueueControl, error) {
-	if err := cmdqtype.ValidateQueue(queue); err != nil {
+	if err := model.ValidateQueue(queue); err != nil {
 		return QueueControl{}, err
 	}
 	verb := "pause"
@@ -138,24 +138,24 @@ func (s *Store) MarkCancelling(ctx context.Context, queue string) (time.Time, er
 // Cancel with nothing written. already is true when the command was
 // cancelled before (nothing written). A command that ended otherwise
 // (completed, poisoned, discarded) gives an error wrapping
-// cmdqtype.ErrNotCancellable; an unknown ID, ErrNotFound.
+// model.ErrNotCancellable; an unknown ID, ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *Record) error) (rec *Record, already bool, err error) {
 	if rec, err = s.Load(ctx, id); err != nil {
 		return nil, false, err
 	}
 	for try := 0; ; try++ {
 		switch st := rec.Status.State; {
-		case st == cmdqtype.StateCancelled:
+		case st == model.StateCancelled:
 			return rec, true, nil
 		case st.Final():
-			return rec, false, fmt.Errorf("%w: command %s is %s", cmdqtype.ErrNotCancellable, id, st)
+			return rec, false, fmt.Errorf("%w: command %s is %s", model.ErrNotCancellable, id, st)
 		}
 		if prepare != nil {
 			if err := prepare(ctx, rec); err != nil {
 				return nil, false, err
 			}
 		}
-		err = s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventCancelled, By: by})
+		err = s.Append(ctx, rec, model.Event{Kind: model.EventCancelled, By: by})
 		if err == nil {
 			return rec, false, nil
 		}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -446,7 +446,7 @@ func (e *Enqueuer) Hop(ctx context.Context, id, text, queue string, due time.Tim
 func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, again bool) (requeued, enqueued bool, err error) {
 	s := e.rec
 	for try := 0; ; try++ {
-		err = s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, Note: note})
+		err = s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, Note: note})
 		if err == nil {
 			break
 		}
@@ -457,7 +457,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		if !errors.As(err, &ce) || ce.Current == nil {
 			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
 		}
-		if cur := ce.Current; cur.Status.State != cmdqtype.StatePending || cur.Attempts != 0 || !again {
+		if cur := ce.Current; cur.Status.State != model.StatePending || cur.Attempts != 0 || !again {
 			return false, false, nil // started (or finished) meanwhile: it has a message; or another recovery's
 		}
 		rec = ce.Current
@@ -501,8 +501,8 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // with a requeued event (By = by, RunAt = now), the poison entry removed, a new message on the command's
 // queue (which wakes an in-process processor). Cost: 2 point reads + 1
 // batch + 1 delete + 1 enqueue.
-// Not poisoned → cmdqtype.ErrNotPoisoned; unknown → cmdqtype.ErrNotFound; an
-// entry with no stored command (a malformed message) → cmdqtype.ErrNoCommand:
+// Not poisoned → model.ErrNotPoisoned; unknown → model.ErrNotFound; an
+// entry with no stored command (a malformed message) → model.ErrNoCommand:
 // there is nothing to run, so fix the producer and Discard it.
 //
 // Of concurrent requeues of one command exactly one succeeds; the others
@@ -529,15 +529,15 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		return err
 	}
 	var delay time.Duration
-	if rec.Status.State == cmdqtype.StatePoisoned {
+	if rec.Status.State == model.StatePoisoned {
 		// Due now: the poisoning attempt's failed event named when a retry
 		// would have been due (the policy's delay, computed before the
 		// error was known to poison), and the command would otherwise wait
 		// for that time.
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, RunAt: s.nowUTC(), Note: "requeued from the poison table"}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, RunAt: s.nowUTC(), Note: "requeued from the poison table"}); err != nil {
 			var ce *ConflictError
-			if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != cmdqtype.StatePoisoned {
-				return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", cmdqtype.ErrNotPoisoned, id, ce.Current.Status.State)
+			if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != model.StatePoisoned {
+				return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", model.ErrNotPoisoned, id, ce.Current.Status.State)
 			}
 			return err
 		}
@@ -549,7 +549,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	// The claim: of the requeues that got this far, one removes the entry.
 	if err := s.poison.Delete(ctx, id, "", storage.IfMatchAny); err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
-			return fmt.Errorf("%w: command %s was requeued by someone else meanwhile", cmdqtype.ErrNotPoisoned, id)
+			return fmt.Errorf("%w: command %s was requeued by someone else meanwhile", model.ErrNotPoisoned, id)
 		}
 		return fmt.Errorf("cmdq: requeue %s: remove its poison entry: %w", id, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // ErrMalformedMessage: a queue message is not an Envelope.
@@ -247,8 +247,8 @@ func (f *First) Usable() bool {
 func FirstRecord(env Envelope) *Record {
 	f := env.First
 	issued := ms(f.IssuedAt)
-	st := cmdqtype.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
-	Apply(&st, cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: f.RunAt})
+	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
+	Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
 	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
 		TraceParent: f.TraceParent, TraceState: f.TraceState}

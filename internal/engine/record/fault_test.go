@@ -11,8 +11,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -40,11 +40,11 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	}
 	s := r.Store
 	id := uuid.NewString()
-	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Requeue", Queue: cmdqtype.DefaultQueue}); err != nil {
+	if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Requeue", Queue: model.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := s.Load(ctx, id)
-	if err := s.Poison(ctx, rec, cmdqtype.PoisonEntry{Reason: "permanent"}); err != nil {
+	if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "permanent"}); err != nil {
 		t.Fatal(err)
 	}
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
@@ -52,7 +52,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err == nil || !strings.Contains(err.Error(), "requeue it again") {
 		t.Fatalf("Requeue with the queue and the marker refused: %v, want an error saying to requeue again", err)
 	}
-	if got, _ := r.Get(ctx, id); got.State != cmdqtype.StatePending {
+	if got, _ := r.Get(ctx, id); got.State != model.StatePending {
 		t.Fatalf("status %s", got.State)
 	}
 	if _, err := r.GetPoison(ctx, id); err != nil {
@@ -63,7 +63,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err := r.Requeue(ctx, id, "carol"); err != nil {
 		t.Fatalf("second requeue: %v", err)
 	}
-	q, err := st.Queue(ctx, names.Queue(cmdqtype.DefaultQueue))
+	q, err := st.Queue(ctx, names.Queue(model.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +75,13 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	if err != nil || cerr != nil || len(msgs) != 0 || n != 1 {
 		t.Fatalf("queue after the second requeue: %d messages, visible %+v (%v %v); want one, delayed", n, msgs, err, cerr)
 	}
-	if _, err := r.GetPoison(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
+	if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("entry after the second requeue: %v", err)
 	}
 	evs, _ := r.Events(ctx, id)
 	n = 0
 	for _, e := range evs {
-		if e.Kind == cmdqtype.EventRequeued {
+		if e.Kind == model.EventRequeued {
 			n++
 		}
 	}
@@ -89,7 +89,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 		t.Fatalf("%d requeued events, want 1", n)
 	}
 	// Discard of such a command still answers "not poisoned".
-	if err := r.Discard(ctx, id, "carol"); !errors.Is(err, cmdqtype.ErrNotPoisoned) && !errors.Is(err, cmdqtype.ErrNotFound) {
+	if err := r.Discard(ctx, id, "carol"); !errors.Is(err, model.ErrNotPoisoned) && !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("discard: %v", err)
 	}
 }
@@ -120,14 +120,14 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	var id string
 	for range 3 {
 		id = record.NewDayID(issued)
-		if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Done", Queue: cmdqtype.DefaultQueue}); err != nil {
+		if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Done", Queue: model.DefaultQueue}); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := r.Store.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Store.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+		if err := r.Store.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // Command IDs that carry their issue day (docs/lifecycle.md, "Retention").
@@ -106,9 +106,9 @@ func IDDay(id string) (int, bool) {
 	return day, true
 }
 
-// CheckIssueWindow returns an error wrapping cmdqtype.ErrIDOutsideWindow when id
-// carries a day more than cmdqtype.IssueWindowPastDays before now's day or more
-// than cmdqtype.IssueWindowFutureDays after it; nil otherwise (IDs that carry no
+// CheckIssueWindow returns an error wrapping model.ErrIDOutsideWindow when id
+// carries a day more than model.IssueWindowPastDays before now's day or more
+// than model.IssueWindowFutureDays after it; nil otherwise (IDs that carry no
 // time are always accepted).
 func CheckIssueWindow(id string, now time.Time) error {
 	day, ok := IDDay(id)
@@ -116,10 +116,10 @@ func CheckIssueWindow(id string, now time.Time) error {
 		return nil
 	}
 	today := DayOf(now)
-	if day < today-cmdqtype.IssueWindowPastDays || day > today+cmdqtype.IssueWindowFutureDays {
+	if day < today-model.IssueWindowPastDays || day > today+model.IssueWindowFutureDays {
 		return fmt.Errorf("%w: ID %s carries the day %s, but IDs that carry a time (UUIDv7, or cmdq's UUIDv8) are accepted only from %d days before today (%s, UTC) to %d day after it, "+
 			"so that a re-issue with the same ID is always recognised; make a new UUIDv7 now, leave the ID empty to get one from cmdq, or use a UUIDv4 (kept in the base table)",
-			cmdqtype.ErrIDOutsideWindow, id, DayTime(day).Format(time.DateOnly), cmdqtype.IssueWindowPastDays, DayTime(today).Format(time.DateOnly), cmdqtype.IssueWindowFutureDays)
+			model.ErrIDOutsideWindow, id, DayTime(day).Format(time.DateOnly), model.IssueWindowPastDays, DayTime(today).Format(time.DateOnly), model.IssueWindowFutureDays)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
@@ -35,7 +35,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 			}
 			return id
 		}
-		app := func(id string, evs ...cmdqtype.Event) {
+		app := func(id string, evs ...model.Event) {
 			t.Helper()
 			rec, err := s.Load(ctx, id)
 			if err != nil {
@@ -45,8 +45,8 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		started := func(at time.Time, n int) cmdqtype.Event {
-			return cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: n, Time: at}
+		started := func(at time.Time, n int) model.Event {
+			return model.Event{Kind: model.EventStarted, Attempt: n, Time: at}
 		}
 		old := mk("Convert.Image", "images", "")
 		app(old, started(base.Add(time.Minute), 1))
@@ -56,18 +56,18 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		// the third.
 		c.set(base.Add(time.Minute))
 		a := mk("convert.image", "images", "order-1")
-		app(a, started(base.Add(time.Minute+time.Second), 1), cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Time: base.Add(time.Minute + 2*time.Second)})
+		app(a, started(base.Add(time.Minute+time.Second), 1), model.Event{Kind: model.EventCompleted, Attempt: 1, Time: base.Add(time.Minute + 2*time.Second)})
 		b := mk("CONVERT.video", "slow", "order-2")
-		app(b, started(base.Add(time.Minute+2*time.Second), 1), cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x", Time: base.Add(time.Minute + 3*time.Second)},
+		app(b, started(base.Add(time.Minute+2*time.Second), 1), model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x", Time: base.Add(time.Minute + 3*time.Second)},
 			started(base.Add(2*time.Minute), 2)) // a retry: not a first attempt
 		d := mk("mail.send", "commands", "order-1")
-		app(d, started(base.Add(time.Minute+10*time.Second), 1), cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x", Time: base.Add(time.Minute + 11*time.Second)},
-			cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Attempt: 1, Reason: "r", Time: base.Add(time.Minute + 11*time.Second)},
-			cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: "op", Time: base.Add(10 * time.Minute)},
+		app(d, started(base.Add(time.Minute+10*time.Second), 1), model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x", Time: base.Add(time.Minute + 11*time.Second)},
+			model.Event{Kind: model.EventPoisoned, Attempt: 1, Reason: "r", Time: base.Add(time.Minute + 11*time.Second)},
+			model.Event{Kind: model.EventRequeued, By: "op", Time: base.Add(10 * time.Minute)},
 			started(base.Add(10*time.Minute+4*time.Second), 1))
 		c.set(base.Add(12 * time.Minute))
 
-		q := cmdqtype.CommandQuery{Since: base, Newest: true, Summary: true, Interval: 5 * time.Minute, ParamsPreview: 20}
+		q := model.CommandQuery{Since: base, Newest: true, Summary: true, Interval: 5 * time.Minute, ParamsPreview: 20}
 		page, err := s.ListCommands(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		if sum.Latency.Started != 5 || sum.Latency.LatencyP50 != 4*time.Second {
 			t.Fatalf("range latency %+v", sum.Latency)
 		}
-		byType := map[string]cmdqtype.GroupCounts{}
+		byType := map[string]model.GroupCounts{}
 		for _, g := range sum.ByType {
 			byType[g.Name] = g
 		}
@@ -105,7 +105,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 			t.Fatalf("b's current attempt started %v, want its retry's start", got)
 		}
 
-		ids := func(q cmdqtype.CommandQuery) []string {
+		ids := func(q model.CommandQuery) []string {
 			t.Helper()
 			p, err := s.ListCommands(ctx, q)
 			if err != nil {
@@ -120,28 +120,28 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		}
 		sorted := func(xs ...string) []string { slices.Sort(xs); return xs }
 		// A type prefix in any case; with Type too, the type must match.
-		if got := ids(cmdqtype.CommandQuery{TypePrefix: "Convert.", Since: base, Newest: true}); !slices.Equal(got, sorted(old, a, b)) {
+		if got := ids(model.CommandQuery{TypePrefix: "Convert.", Since: base, Newest: true}); !slices.Equal(got, sorted(old, a, b)) {
 			t.Fatalf("type prefix Convert.: %v", got)
 		}
-		if got := ids(cmdqtype.CommandQuery{TypePrefix: "convert.I"}); !slices.Equal(got, sorted(old, a)) {
+		if got := ids(model.CommandQuery{TypePrefix: "convert.I"}); !slices.Equal(got, sorted(old, a)) {
 			t.Fatalf("type prefix convert.I (by ID): %v", got)
 		}
-		if got := ids(cmdqtype.CommandQuery{CorrelationID: "order-1", Summary: true, Since: base}); !slices.Equal(got, sorted(a, d)) {
+		if got := ids(model.CommandQuery{CorrelationID: "order-1", Summary: true, Since: base}); !slices.Equal(got, sorted(a, d)) {
 			t.Fatalf("correlation order-1: %v", got)
 		}
-		if got := ids(cmdqtype.CommandQuery{IDPrefix: strings.ToUpper(d[:14]), Newest: true}); !slices.Equal(got, []string{d}) {
+		if got := ids(model.CommandQuery{IDPrefix: strings.ToUpper(d[:14]), Newest: true}); !slices.Equal(got, []string{d}) {
 			t.Fatalf("ID prefix %s: %v", d[:14], got)
 		}
 		// Issued since the range's day: the old command's day table is not
 		// read at all.
 		env.Store.Reset()
-		if got := ids(cmdqtype.CommandQuery{IssuedSince: base.Add(-time.Hour), Since: base, Newest: true, Summary: true}); !slices.Equal(got, sorted(a, b, d)) {
+		if got := ids(model.CommandQuery{IssuedSince: base.Add(-time.Hour), Since: base, Newest: true, Summary: true}); !slices.Equal(got, sorted(a, b, d)) {
 			t.Fatalf("issued since: %v", got)
 		}
 		if n, tables := env.Store.Counts()["Query"], len(dayTables(t, env)); n != tables {
 			t.Fatalf("issued since the range's day: %d queries; want %d (the base table and today's, not the old day's of %d tables)", n, tables, tables+1)
 		}
-		if _, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Interval: 90 * time.Second}); err == nil {
+		if _, err := s.ListCommands(ctx, model.CommandQuery{Interval: 90 * time.Second}); err == nil {
 			t.Fatal("an interval of 90 s was accepted")
 		}
 	})

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -13,7 +13,7 @@ import (
 // message's ID) or one naming a command ID that is not stored. Only the
 // poison table is written (1 upsert); PoisonedAt defaults to now. The key
 // must be a valid table key.
-func (s *Store) PoisonMessage(ctx context.Context, entry cmdqtype.PoisonEntry) error {
+func (s *Store) PoisonMessage(ctx context.Context, entry model.PoisonEntry) error {
 	if err := storage.ValidateKey("PartitionKey", entry.CommandID); err != nil || entry.CommandID == "" {
 		return fmt.Errorf("%w: poison entry needs a valid key, got %q", storage.ErrInvalidArgument, entry.CommandID)
 	}

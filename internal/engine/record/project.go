@@ -3,36 +3,36 @@ package record
 import (
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // Apply folds one event into the projection s. The projection is derived from
-// the events only: replaying a command's events from a zero cmdqtype.Status (with ID,
+// the events only: replaying a command's events from a zero model.Status (with ID,
 // Type, CorrelationID and Queue set) yields its stored status.
-func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
+func Apply(s *model.Status, e model.Event) {
 	t := e.Time.UTC()
 	switch e.Kind {
-	case cmdqtype.EventCreated:
-		s.State = cmdqtype.StatePending
+	case model.EventCreated:
+		s.State = model.StatePending
 		s.CreatedAt = t
 		s.Attempts, s.Step, s.LastError = 0, 0, ""
 		s.RunAt = runAt(e)
-	case cmdqtype.EventStarted:
-		s.State = cmdqtype.StateRunning
+	case model.EventStarted:
+		s.State = model.StateRunning
 		if e.Attempt > 0 {
 			s.Attempts = e.Attempt
 		} else {
 			s.Attempts++
 		}
-	case cmdqtype.EventStepCompleted:
+	case model.EventStepCompleted:
 		if e.Step > s.Step {
 			s.Step = e.Step
 		}
 		if !s.State.Final() {
-			s.State = cmdqtype.StateRunning
+			s.State = model.StateRunning
 		}
-	case cmdqtype.EventFailed:
-		s.State = cmdqtype.StateRetrying
+	case model.EventFailed:
+		s.State = model.StateRetrying
 		s.LastError = e.Error
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
@@ -40,29 +40,29 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 		if !e.RunAt.IsZero() {
 			s.RunAt = runAt(e) // the next attempt's due time
 		}
-	case cmdqtype.EventCompleted:
-		s.State = cmdqtype.StateCompleted
+	case model.EventCompleted:
+		s.State = model.StateCompleted
 		s.LastError = ""
 		if e.Attempt > s.Attempts {
 			s.Attempts = e.Attempt
 		}
-	case cmdqtype.EventPoisoned:
-		s.State = cmdqtype.StatePoisoned
+	case model.EventPoisoned:
+		s.State = model.StatePoisoned
 		if e.Error != "" {
 			s.LastError = e.Error
 		}
-	case cmdqtype.EventRequeued:
-		s.State = cmdqtype.StatePending
+	case model.EventRequeued:
+		s.State = model.StatePending
 		s.Attempts = 0
 		s.LastError = ""
 		if !e.RunAt.IsZero() {
 			s.RunAt = runAt(e) // run-now: due from then
 		}
-	case cmdqtype.EventDiscarded:
-		s.State = cmdqtype.StateDiscarded
-	case cmdqtype.EventCancelled:
-		s.State = cmdqtype.StateCancelled
-	case cmdqtype.EventLeaseLost:
+	case model.EventDiscarded:
+		s.State = model.StateDiscarded
+	case model.EventCancelled:
+		s.State = model.StateCancelled
+	case model.EventLeaseLost:
 		// Explains a delivery without an outcome; the state stays.
 	}
 	if e.Worker != "" {
@@ -75,7 +75,7 @@ func Apply(s *cmdqtype.Status, e cmdqtype.Event) {
 
 // runAt is an event's RunAt as the projection keeps it (UTC, millisecond
 // precision; zero stays zero).
-func runAt(e cmdqtype.Event) time.Time {
+func runAt(e model.Event) time.Time {
 	if e.RunAt.IsZero() {
 		return time.Time{}
 	}

@@ -11,18 +11,18 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Get returns a command's status as a reader sees it now (one point read
 // of its command row; the parameters are not decoded): a pending command
-// whose run-at time is ahead is StateScheduled (cmdqtype.Status.AsOf).
+// whose run-at time is ahead is StateScheduled (model.Status.AsOf).
 // Unknown ID → error wrapping ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
+func (s *Store) Get(ctx context.Context, id string) (model.Status, error) {
 	e, _, err := s.getRow(ctx, id)
 	if err != nil {
-		return cmdqtype.Status{}, err
+		return model.Status{}, err
 	}
 	return decodeStatus(e).AsOf(s.now()), nil
 }
@@ -31,8 +31,8 @@ func (s *Store) Get(ctx context.Context, id string) (cmdqtype.Status, error) {
 func (s *Store) Now() time.Time { return s.now() }
 
 // listedStatus is a command's status in a listing: without its recorded
-// output (up to cmdqtype.MaxOutputBytes each; Get returns it).
-func listedStatus(e storage.Entity) cmdqtype.Status {
+// output (up to model.MaxOutputBytes each; Get returns it).
+func listedStatus(e storage.Entity) model.Status {
 	st := decodeStatus(e)
 	st.Output = ""
 	return st
@@ -41,8 +41,8 @@ func listedStatus(e storage.Entity) cmdqtype.Status {
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 events) of the ID's table, and of the base table when the
 // command is not there (moved by retention). Unknown ID → error wrapping
-// ErrNotFound (and cmdqtype.ErrExpired past retention).
-func (s *Store) Events(ctx context.Context, id string) ([]cmdqtype.Event, error) {
+// ErrNotFound (and model.ErrExpired past retention).
+func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -50,8 +50,8 @@ func (s *Store) Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 	if err != nil {
 		return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
 	}
-	read := func(tb storage.Table) ([]cmdqtype.Event, error) {
-		var out []cmdqtype.Event
+	read := func(tb storage.Table) ([]model.Event, error) {
+		var out []model.Event
 		q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
 		for {
 			page, err := tb.Query(ctx, q)
@@ -67,7 +67,7 @@ func (s *Store) Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 			q.Continuation = page.Continuation
 		}
 	}
-	var out []cmdqtype.Event
+	var out []model.Event
 	if day != nil {
 		if out, err = read(day); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return nil, err
@@ -95,11 +95,11 @@ func (s *Store) Events(ctx context.Context, id string) ([]cmdqtype.Event, error)
 	return out, nil
 }
 
-func decodeEvent(e storage.Entity) cmdqtype.Event {
+func decodeEvent(e storage.Entity) model.Event {
 	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
-	ev := cmdqtype.Event{
+	ev := model.Event{
 		Seq:     seq,
-		Kind:    cmdqtype.EventKind(str(e, "Kind")),
+		Kind:    model.EventKind(str(e, "Kind")),
 		Time:    timeProp(e, "Time"),
 		Attempt: int(intProp(e, "Attempt")),
 		Worker:  str(e, "Worker"),
@@ -121,28 +121,28 @@ func decodeEvent(e storage.Entity) cmdqtype.Event {
 // ListPoison lists poison entries newest first (by PoisonedAt, then command
 // ID), filtered by type, one page at a time. It reads the whole poison table
 // (one query per 1000 entries) and sorts in memory: poison tables are small.
-func (s *Store) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtype.PoisonPage, error) {
+func (s *Store) ListPoison(ctx context.Context, q model.PoisonQuery) (model.PoisonPage, error) {
 	limit := q.Limit
 	if limit == 0 {
-		limit = cmdqtype.DefaultPoisonLimit
+		limit = model.DefaultPoisonLimit
 	}
-	if limit < 0 || limit > cmdqtype.MaxPoisonLimit {
-		return cmdqtype.PoisonPage{}, fmt.Errorf("%w: poison limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, cmdqtype.MaxPoisonLimit)
+	if limit < 0 || limit > model.MaxPoisonLimit {
+		return model.PoisonPage{}, fmt.Errorf("%w: poison limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, model.MaxPoisonLimit)
 	}
 	offset := 0
 	if q.Continuation != "" {
 		n, err := strconv.Atoi(q.Continuation)
 		if err != nil || n < 0 {
-			return cmdqtype.PoisonPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", cmdqtype.ErrInvalidContinuation, q.Continuation)
+			return model.PoisonPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", model.ErrInvalidContinuation, q.Continuation)
 		}
 		offset = n
 	}
-	var all []cmdqtype.PoisonEntry
+	var all []model.PoisonEntry
 	sq := storage.Query{Top: 1000}
 	for {
 		page, err := s.poison.Query(ctx, sq)
 		if err != nil {
-			return cmdqtype.PoisonPage{}, fmt.Errorf("cmdq: list poison: %w", err)
+			return model.PoisonPage{}, fmt.Errorf("cmdq: list poison: %w", err)
 		}
 		for _, e := range page.Entities {
 			p := decodePoison(e)
@@ -161,7 +161,7 @@ func (s *Store) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtyp
 		}
 		return all[i].CommandID < all[j].CommandID
 	})
-	out := cmdqtype.PoisonPage{Entries: []cmdqtype.PoisonEntry{}}
+	out := model.PoisonPage{Entries: []model.PoisonEntry{}}
 	if offset >= len(all) {
 		return out, nil
 	}
@@ -175,16 +175,16 @@ func (s *Store) ListPoison(ctx context.Context, q cmdqtype.PoisonQuery) (cmdqtyp
 
 // GetPoison returns one poison entry (one point read). Unknown → error
 // wrapping ErrNotFound.
-func (s *Store) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry, error) {
+func (s *Store) GetPoison(ctx context.Context, id string) (model.PoisonEntry, error) {
 	if err := validID(id); err != nil {
-		return cmdqtype.PoisonEntry{}, err
+		return model.PoisonEntry{}, err
 	}
 	e, err := s.poison.Get(ctx, id, "")
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
-			return cmdqtype.PoisonEntry{}, fmt.Errorf("%w: no poison entry for %s (%w)", cmdqtype.ErrNotFound, id, err)
+			return model.PoisonEntry{}, fmt.Errorf("%w: no poison entry for %s (%w)", model.ErrNotFound, id, err)
 		}
-		return cmdqtype.PoisonEntry{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
+		return model.PoisonEntry{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
 	}
 	return decodePoison(e), nil
 }
@@ -197,25 +197,25 @@ func (s *Store) GetPoison(ctx context.Context, id string) (cmdqtype.PoisonEntry,
 //     resume it is returned (Requeue retries it); without, its entry stays;
 //   - the command is not final and at or before the attempt the entry
 //     names: a poison move in progress; its entry stays.
-func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, cmdqtype.PoisonEntry, error) {
+func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, model.PoisonEntry, error) {
 	entry, err := s.GetPoison(ctx, id)
 	if err != nil {
 		return nil, entry, err
 	}
 	rec, err := s.Load(ctx, id)
 	if err != nil {
-		if errors.Is(err, cmdqtype.ErrNotFound) {
-			return nil, entry, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", cmdqtype.ErrNoCommand, id, entry.Reason, err)
+		if errors.Is(err, model.ErrNotFound) {
+			return nil, entry, fmt.Errorf("%w: poison entry %s (%s) has no stored command to act on: %w", model.ErrNoCommand, id, entry.Reason, err)
 		}
 		return nil, entry, err
 	}
-	if rec.Status.State == cmdqtype.StatePending && rec.Attempts == 0 {
+	if rec.Status.State == model.StatePending && rec.Attempts == 0 {
 		if resume {
 			return rec, entry, nil
 		}
-		return nil, entry, fmt.Errorf("%w: command %s is pending (requeued)", cmdqtype.ErrNotPoisoned, id)
+		return nil, entry, fmt.Errorf("%w: command %s is pending (requeued)", model.ErrNotPoisoned, id)
 	}
-	if rec.Status.State != cmdqtype.StatePoisoned {
+	if rec.Status.State != model.StatePoisoned {
 		if !rec.Status.State.Final() && entry.Attempts > 0 && rec.Attempts <= entry.Attempts {
 			// The entry of the attempt being poisoned now: Poison writes it
 			// before the command's poisoned event, so that a poisoned
@@ -225,10 +225,10 @@ func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Reco
 			// crashed half-way leaves it too, and the command's next
 			// delivery poisons it again or runs an attempt past it (then
 			// the entry is stale and removed).
-			return nil, entry, fmt.Errorf("%w: command %s is being moved to the poison table (attempt %d); try again in a moment", cmdqtype.ErrNotPoisoned, id, entry.Attempts)
+			return nil, entry, fmt.Errorf("%w: command %s is being moved to the poison table (attempt %d); try again in a moment", model.ErrNotPoisoned, id, entry.Attempts)
 		}
 		_ = s.deletePoison(ctx, id)
-		return nil, entry, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", cmdqtype.ErrNotPoisoned, id, rec.Status.State)
+		return nil, entry, fmt.Errorf("%w: command %s is %s (its stale poison entry was removed)", model.ErrNotPoisoned, id, rec.Status.State)
 	}
 	return rec, entry, nil
 }
@@ -248,7 +248,7 @@ func (s *Store) deletePoison(ctx context.Context, id string) error {
 // stored) is simply removed.
 func (s *Store) Discard(ctx context.Context, id, by string) error {
 	rec, _, err := s.loadPoisoned(ctx, id, false)
-	if errors.Is(err, cmdqtype.ErrNoCommand) {
+	if errors.Is(err, model.ErrNoCommand) {
 		// A malformed message or one naming no stored command: there is no
 		// command to record the discard on, only the entry to remove.
 		return s.deletePoison(ctx, id)
@@ -256,10 +256,10 @@ func (s *Store) Discard(ctx context.Context, id, by string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventDiscarded, By: by, Reason: "discarded by operator"}); err != nil {
+	if err := s.Append(ctx, rec, model.Event{Kind: model.EventDiscarded, By: by, Reason: "discarded by operator"}); err != nil {
 		var ce *ConflictError
-		if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != cmdqtype.StatePoisoned {
-			return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", cmdqtype.ErrNotPoisoned, id, ce.Current.Status.State)
+		if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != model.StatePoisoned {
+			return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", model.ErrNotPoisoned, id, ce.Current.Status.State)
 		}
 		return err
 	}
@@ -270,34 +270,34 @@ func (s *Store) Discard(ctx context.Context, id, by string) error {
 // type, state and last change, one page at a time: a query of the command
 // rows of the whole table (one request per 1000 rows read, matching or
 // not), or of every row, events included, for a summary.
-func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdqtype.CommandPage, error) {
+func (s *Store) ListCommands(ctx context.Context, q model.CommandQuery) (model.CommandPage, error) {
 	limit := q.Limit
 	if limit == 0 {
-		limit = cmdqtype.DefaultCommandLimit
+		limit = model.DefaultCommandLimit
 	}
-	if limit < 0 || limit > cmdqtype.MaxCommandLimit {
-		return cmdqtype.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, cmdqtype.MaxCommandLimit)
+	if limit < 0 || limit > model.MaxCommandLimit {
+		return model.CommandPage{}, fmt.Errorf("%w: command limit %d is outside 1..%d", storage.ErrInvalidArgument, q.Limit, model.MaxCommandLimit)
 	}
 	if err := checkQuery(q); err != nil {
-		return cmdqtype.CommandPage{}, err
+		return model.CommandPage{}, err
 	}
 	if q.Newest || q.Summary {
 		return s.listAll(ctx, q, limit)
 	}
-	out := cmdqtype.CommandPage{Commands: []cmdqtype.Status{}}
+	out := model.CommandPage{Commands: []model.Status{}}
 	// The tables are read one after the other (the day tables, oldest
 	// first, then the base table); with day tables the continuation names
 	// the table it continues ("<table>|<storage continuation>").
 	names, err := s.tables.all(ctx)
 	if err != nil {
-		return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 	}
 	routed := s.tables.routed()
 	ti, cont := 0, q.Continuation
 	if routed && q.Continuation != "" {
 		name, c, ok := strings.Cut(q.Continuation, "|")
 		if !ok {
-			return cmdqtype.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", cmdqtype.ErrInvalidContinuation, q.Continuation)
+			return model.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", model.ErrInvalidContinuation, q.Continuation)
 		}
 		ti = sort.SearchStrings(names[:len(names)-1], name)
 		if name == s.commands.Name() {
@@ -328,7 +328,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 			continue
 		}
 		if err != nil {
-			return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+			return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
 		sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: cont}
 		for {
@@ -341,9 +341,9 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 			}
 			if err != nil {
 				if q.Continuation != "" && errors.Is(err, storage.ErrInvalidArgument) {
-					return cmdqtype.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", cmdqtype.ErrInvalidContinuation, q.Continuation)
+					return model.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", model.ErrInvalidContinuation, q.Continuation)
 				}
-				return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+				return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 			}
 			rows += len(page.Entities)
 			for _, e := range page.Entities {
@@ -376,7 +376,7 @@ func (s *Store) ListCommands(ctx context.Context, q cmdqtype.CommandQuery) (cmdq
 }
 
 // selected reports whether st matches q's filters (but its state).
-func selected(q cmdqtype.CommandQuery, st cmdqtype.Status) bool {
+func selected(q model.CommandQuery, st model.Status) bool {
 	return (q.Type == "" || st.Type == q.Type) && !st.UpdatedAt.Before(q.Since) &&
 		(q.TypePrefix == "" || hasPrefixFold(st.Type, q.TypePrefix)) &&
 		(q.CorrelationID == "" || st.CorrelationID == q.CorrelationID) &&
@@ -390,12 +390,12 @@ func hasPrefixFold(s, prefix string) bool {
 }
 
 // checkQuery checks the fields of q a listing validates.
-func checkQuery(q cmdqtype.CommandQuery) error {
+func checkQuery(q model.CommandQuery) error {
 	switch {
 	case q.Interval < 0 || q.Interval%time.Minute != 0:
 		return fmt.Errorf("%w: summary interval %s is not a whole number of minutes", storage.ErrInvalidArgument, q.Interval)
-	case q.ParamsPreview < 0 || q.ParamsPreview > cmdqtype.MaxParamsPreview:
-		return fmt.Errorf("%w: params preview %d is outside 0..%d", storage.ErrInvalidArgument, q.ParamsPreview, cmdqtype.MaxParamsPreview)
+	case q.ParamsPreview < 0 || q.ParamsPreview > model.MaxParamsPreview:
+		return fmt.Errorf("%w: params preview %d is outside 0..%d", storage.ErrInvalidArgument, q.ParamsPreview, model.MaxParamsPreview)
 	}
 	return nil
 }
@@ -437,9 +437,9 @@ func percentile(xs []time.Duration, p float64) time.Duration {
 }
 
 // latencyOf sorts samples and returns their latency figures.
-func latencyOf(samples []time.Duration) cmdqtype.Latency {
+func latencyOf(samples []time.Duration) model.Latency {
 	slices.Sort(samples)
-	return cmdqtype.Latency{Started: len(samples), LatencyP50: percentile(samples, 0.5), LatencyP95: percentile(samples, 0.95)}
+	return model.Latency{Started: len(samples), LatencyP50: percentile(samples, 0.5), LatencyP95: percentile(samples, 0.95)}
 }
 
 // partition is what listAll keeps of a command while it reads its events.
@@ -455,18 +455,18 @@ type partition struct {
 
 // group accumulates one type's or queue's outcomes.
 type group struct {
-	cmdqtype.GroupCounts
+	model.GroupCounts
 	samples []time.Duration
 }
 
 // listAll reads the whole selection (and, for a summary, every event row)
 // and returns one page of it, newest first or by ID.
-func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int) (cmdqtype.CommandPage, error) {
+func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (model.CommandPage, error) {
 	offset := 0
 	if q.Continuation != "" {
 		n, err := strconv.Atoi(q.Continuation)
 		if err != nil || n < 0 {
-			return cmdqtype.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", cmdqtype.ErrInvalidContinuation, q.Continuation)
+			return model.CommandPage{}, fmt.Errorf("%w: %q; pass the continuation of the previous page unchanged", model.ErrInvalidContinuation, q.Continuation)
 		}
 		offset = n
 	}
@@ -475,7 +475,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 	if every == 0 {
 		every = time.Minute
 	}
-	var sum *cmdqtype.CommandSummary
+	var sum *model.CommandSummary
 	var first time.Time
 	var samples [][]time.Duration // per interval
 	groups := [2]map[string]*group{{}, {}}
@@ -485,9 +485,9 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 			first = now.Add(-time.Hour)
 		}
 		first = first.UTC().Truncate(every)
-		sum = &cmdqtype.CommandSummary{Counts: map[cmdqtype.State]int{}, IntervalMS: every.Milliseconds()}
+		sum = &model.CommandSummary{Counts: map[model.State]int{}, IntervalMS: every.Milliseconds()}
 		for m := first; !m.After(now); m = m.Add(every) {
-			sum.Minutes = append(sum.Minutes, cmdqtype.MinuteCounts{Start: m})
+			sum.Minutes = append(sum.Minutes, model.MinuteCounts{Start: m})
 		}
 		samples = make([][]time.Duration, len(sum.Minutes))
 	}
@@ -496,7 +496,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		for i, name := range part.group {
 			g := groups[i][name]
 			if g == nil {
-				g = &group{GroupCounts: cmdqtype.GroupCounts{Name: name}}
+				g = &group{GroupCounts: model.GroupCounts{Name: name}}
 				groups[i][name] = g
 			}
 			out[i] = g
@@ -510,14 +510,14 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 	if !q.Summary {
 		sq.RowKeyPrefix = RowCommand
 	}
-	var all []cmdqtype.Status
+	var all []model.Status
 	previews := map[string]string{}
 	started := map[string]time.Time{}
 	rows, partial := 0, false
 	var part partition // the command whose rows are being read (its row comes first)
 	names, err := s.tables.all(ctx)
 	if err != nil {
-		return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 	}
 	// Newest first: read the newest day tables first, so that a ScanLimit
 	// keeps the recent commands; leave out the days before IssuedSince.
@@ -544,7 +544,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 			page, err = storage.Page{}, nil // dropped meanwhile
 		}
 		if err != nil {
-			return cmdqtype.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
+			return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
 		for _, e := range page.Entities {
 			switch {
@@ -555,7 +555,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 					continue
 				}
 				part.in = true
-				part.running = st.State == cmdqtype.StateRunning
+				part.running = st.State == model.StateRunning
 				if sum != nil {
 					sum.Counts[st.State]++
 					for _, g := range grp(&part) {
@@ -574,11 +574,11 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 					continue
 				}
 				at := timeProp(e, "Time")
-				kind := cmdqtype.EventKind(str(e, "Kind"))
+				kind := model.EventKind(str(e, "Kind"))
 				switch kind {
-				case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+				case model.EventCreated, model.EventRequeued:
 					part.enqueued = at
-				case cmdqtype.EventStarted:
+				case model.EventStarted:
 					part.started = at
 					if part.running && part.listed {
 						started[part.id] = at
@@ -591,22 +591,22 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 				m := &sum.Minutes[i]
 				gs := grp(&part)
 				switch kind {
-				case cmdqtype.EventCompleted:
+				case model.EventCompleted:
 					m.Completed++
 					for _, g := range gs {
 						g.Completed++
 					}
-				case cmdqtype.EventFailed:
+				case model.EventFailed:
 					m.Failed++
 					for _, g := range gs {
 						g.Failed++
 					}
-				case cmdqtype.EventPoisoned:
+				case model.EventPoisoned:
 					m.Poisoned++
 					for _, g := range gs {
 						g.Poisoned++
 					}
-				case cmdqtype.EventStarted:
+				case model.EventStarted:
 					// Issue (or requeue) → start of its first attempt.
 					if intProp(e, "Attempt") <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
 						d := at.Sub(part.enqueued)
@@ -639,12 +639,12 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 		}
 		sum.Latency = latencyOf(every)
 		for i, gs := range groups {
-			out := make([]cmdqtype.GroupCounts, 0, len(gs))
+			out := make([]model.GroupCounts, 0, len(gs))
 			for _, g := range gs {
 				g.Latency = latencyOf(g.samples)
 				out = append(out, g.GroupCounts)
 			}
-			slices.SortFunc(out, func(a, b cmdqtype.GroupCounts) int {
+			slices.SortFunc(out, func(a, b model.GroupCounts) int {
 				ea, eb := a.Completed+a.Failed+a.Poisoned, b.Completed+b.Failed+b.Poisoned
 				if ea != eb {
 					return eb - ea
@@ -669,7 +669,7 @@ func (s *Store) listAll(ctx context.Context, q cmdqtype.CommandQuery, limit int)
 			return all[i].ID < all[j].ID
 		})
 	}
-	out := cmdqtype.CommandPage{Commands: []cmdqtype.Status{}, Summary: sum}
+	out := model.CommandPage{Commands: []model.Status{}, Summary: sum}
 	if offset >= len(all) {
 		return out, nil
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -22,7 +22,7 @@ const ReconcilerBy = "reconciler"
 const IssuerBy = "issuer"
 
 // ReconcileOptions configures Reconcile. The graces have no defaults here:
-// the processor passes its Config's (cmdqtype.DefaultReconcileGrace and
+// the processor passes its Config's (model.DefaultReconcileGrace and
 // DefaultReconcileStaleAfter); zero or negative means none.
 type ReconcileOptions struct {
 	// MarkerGrace: re-enqueue a command with an unqueued marker once it has
@@ -111,11 +111,11 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				continue
 			}
 			rec, err := s.Load(ctx, id)
-			if err != nil && !errors.Is(err, cmdqtype.ErrNotFound) {
+			if err != nil && !errors.Is(err, model.ErrNotFound) {
 				errs = append(errs, err)
 				continue
 			}
-			pending := err == nil && rec.Status.State == cmdqtype.StatePending
+			pending := err == nil && rec.Status.State == model.StatePending
 			if pending && now().Sub(rec.UpdatedAt) < markerGrace {
 				rep.Waiting++
 				continue
@@ -218,7 +218,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 					// processor: it is stale only a grace after it.
 					upd = run
 				}
-				if cmdqtype.State(st) != cmdqtype.StatePending || now().Sub(upd) < pendingGrace || seen[row.PartitionKey] {
+				if model.State(st) != model.StatePending || now().Sub(upd) < pendingGrace || seen[row.PartitionKey] {
 					continue
 				}
 				rec, err := s.Load(ctx, row.PartitionKey)
@@ -226,7 +226,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 					errs = append(errs, err)
 					continue
 				}
-				if rec.Status.State != cmdqtype.StatePending || now().Sub(rec.Status.RunAt) < pendingGrace {
+				if rec.Status.State != model.StatePending || now().Sub(rec.Status.RunAt) < pendingGrace {
 					continue
 				}
 				// The conditional requeued batch claims the command (and moves

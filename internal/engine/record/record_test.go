@@ -10,12 +10,13 @@ import (
 	"time"
 	"unicode/utf16"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/google/uuid"
 )
 
 func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
@@ -38,7 +39,7 @@ func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
 func create(t *testing.T, s *record.Store, typ, params string) string {
 	t.Helper()
 	id := uuid.NewString()
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: cmdqtype.DefaultQueue}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: model.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -48,32 +49,32 @@ func TestApply(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	var s cmdqtype.Status
+	var s model.Status
 	settled := 0
 	steps := []struct {
-		ev       cmdqtype.Event
-		state    cmdqtype.State
+		ev       model.Event
+		state    model.State
 		attempts int
 		step     int
 		lastErr  string
 		settled  int
 	}{
-		{cmdqtype.Event{Kind: cmdqtype.EventCreated, Time: at(0)}, cmdqtype.StatePending, 0, 0, "", 0},
-		{cmdqtype.Event{Kind: cmdqtype.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, cmdqtype.StateRunning, 1, 0, "", 0},
-		{cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, cmdqtype.StateRunning, 1, 1, "", 0},
-		{cmdqtype.Event{Kind: cmdqtype.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, cmdqtype.StateRetrying, 1, 1, "boom", 1},
+		{model.Event{Kind: model.EventCreated, Time: at(0)}, model.StatePending, 0, 0, "", 0},
+		{model.Event{Kind: model.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, model.StateRunning, 1, 0, "", 0},
+		{model.Event{Kind: model.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, model.StateRunning, 1, 1, "", 0},
+		{model.Event{Kind: model.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, model.StateRetrying, 1, 1, "boom", 1},
 		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
-		{cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, cmdqtype.StateRetrying, 1, 1, "boom", 2},
-		{cmdqtype.Event{Kind: cmdqtype.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, cmdqtype.StateRunning, 3, 1, "boom", 2},
-		{cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Time: at(5), Step: 3}, cmdqtype.StateRunning, 3, 3, "boom", 2},
-		{cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Time: at(5), Step: 2}, cmdqtype.StateRunning, 3, 3, "boom", 2}, // never goes back
-		{cmdqtype.Event{Kind: cmdqtype.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, cmdqtype.StateRetrying, 3, 3, "again", 3},
-		{cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, cmdqtype.StatePoisoned, 3, 3, "again", 3},
-		{cmdqtype.Event{Kind: cmdqtype.EventRequeued, Time: at(8), By: "op"}, cmdqtype.StatePending, 0, 3, "", 0},
-		{cmdqtype.Event{Kind: cmdqtype.EventStarted, Time: at(9), Attempt: 1}, cmdqtype.StateRunning, 1, 3, "", 0},
-		{cmdqtype.Event{Kind: cmdqtype.EventCompleted, Time: at(10), Attempt: 1}, cmdqtype.StateCompleted, 1, 3, "", 1},
+		{model.Event{Kind: model.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, model.StateRetrying, 1, 1, "boom", 2},
+		{model.Event{Kind: model.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, model.StateRunning, 3, 1, "boom", 2},
+		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 3}, model.StateRunning, 3, 3, "boom", 2},
+		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 2}, model.StateRunning, 3, 3, "boom", 2}, // never goes back
+		{model.Event{Kind: model.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, model.StateRetrying, 3, 3, "again", 3},
+		{model.Event{Kind: model.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, model.StatePoisoned, 3, 3, "again", 3},
+		{model.Event{Kind: model.EventRequeued, Time: at(8), By: "op"}, model.StatePending, 0, 3, "", 0},
+		{model.Event{Kind: model.EventStarted, Time: at(9), Attempt: 1}, model.StateRunning, 1, 3, "", 0},
+		{model.Event{Kind: model.EventCompleted, Time: at(10), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
 		// A delivery whose lease ended after the completion: still completed.
-		{cmdqtype.Event{Kind: cmdqtype.EventLeaseLost, Time: at(11), Attempt: 1}, cmdqtype.StateCompleted, 1, 3, "", 1},
+		{model.Event{Kind: model.EventLeaseLost, Time: at(11), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
 	}
 	for i, st := range steps {
 		record.Apply(&s, st.ev)
@@ -89,20 +90,20 @@ func TestApply(t *testing.T) {
 	if !s.CreatedAt.Equal(t0) || s.Worker != "w2" { // an operator's requeue names no processor
 		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
 	}
-	var d cmdqtype.Status
-	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventCreated, Time: at(0)})
-	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Time: at(1)})
-	record.Apply(&d, cmdqtype.Event{Kind: cmdqtype.EventDiscarded, Time: at(2)})
-	if d.State != cmdqtype.StateDiscarded || !d.State.Final() || cmdqtype.StateRetrying.Final() {
+	var d model.Status
+	record.Apply(&d, model.Event{Kind: model.EventCreated, Time: at(0)})
+	record.Apply(&d, model.Event{Kind: model.EventPoisoned, Time: at(1)})
+	record.Apply(&d, model.Event{Kind: model.EventDiscarded, Time: at(2)})
+	if d.State != model.StateDiscarded || !d.State.Final() || model.StateRetrying.Final() {
 		t.Fatalf("discard: %+v", d)
 	}
 }
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	n := record.Names{Prefix: cmdqtype.DefaultPrefix}
-	if n.Queue(cmdqtype.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
-		t.Fatalf("default names: %s %s %s %s", n.Queue(cmdqtype.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
+	n := record.Names{Prefix: model.DefaultPrefix}
+	if n.Queue(model.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
+		t.Fatalf("default names: %s %s %s %s", n.Queue(model.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
 	}
 	if err := (record.Names{}).Validate(); !errors.Is(err, storage.ErrInvalidName) {
 		t.Fatalf("empty prefix: %v (the caller applies the default)", err)
@@ -138,7 +139,7 @@ func TestCreateLoad(t *testing.T) {
 		if c := env.Store.Counts(); c["Get"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Load cost %s, want Get=1 (one point read)", env.Store)
 		}
-		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.State != cmdqtype.StatePending ||
+		if rec.ID != id || rec.Type != "demo.Create" || string(rec.Params) != `{"a":1}` || rec.Status.State != model.StatePending ||
 			rec.CorrelationID != "corr-1" || rec.Queue != "commands" || rec.EventSeq != 1 || rec.ETag == "" ||
 			rec.ParamsHash != record.HashParams([]byte(`{"a":1}`)) || rec.CreatedAt.IsZero() || rec.CreatedAt.Location() != time.UTC {
 			t.Fatalf("loaded record: %+v", rec)
@@ -155,18 +156,18 @@ func TestCreateLoad(t *testing.T) {
 			t.Fatalf("Reader.Get %+v, Load %+v", got, rec.Status)
 		}
 		evs, err := r.Events(ctx, id)
-		if err != nil || len(evs) != 1 || evs[0].Kind != cmdqtype.EventCreated || evs[0].Seq != 1 {
+		if err != nil || len(evs) != 1 || evs[0].Kind != model.EventCreated || evs[0].Seq != 1 {
 			t.Fatalf("events %+v, %v", evs, err)
 		}
-		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: cmdqtype.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
+		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: model.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("second Create: %v, want ErrExists", err)
 		}
 		for _, bad := range []string{uuid.NewString(), "", record.UnqueuedPartition} {
-			if _, err := r.Get(ctx, bad); !errors.Is(err, cmdqtype.ErrNotFound) {
+			if _, err := r.Get(ctx, bad); !errors.Is(err, model.ErrNotFound) {
 				t.Fatalf("Get(%q): %v, want ErrNotFound", bad, err)
 			}
 		}
-		if _, err := r.Events(ctx, uuid.NewString()); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.Events(ctx, uuid.NewString()); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("Events(unknown): %v", err)
 		}
 	})
@@ -220,14 +221,14 @@ func TestParamsTooLarge(t *testing.T) {
 		ctx := ctxT(t)
 		id := uuid.NewString()
 		env.Store.Reset()
-		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: cmdqtype.DefaultQueue})
+		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: model.DefaultQueue})
 		if !errors.Is(err, record.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) || !strings.Contains(err.Error(), "524288") {
 			t.Fatalf("Create huge: %v", err)
 		}
 		if env.Store.Total() != 0 {
 			t.Fatalf("oversize Create reached storage: %s", env.Store)
 		}
-		if _, err := s.Load(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := s.Load(ctx, id); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("Load after failed Create: %v", err)
 		}
 	})
@@ -245,19 +246,19 @@ func TestAppendConflict(t *testing.T) {
 		}
 		b, _ := s.Load(ctx, id)
 		env.Store.Reset()
-		if err := s.Append(ctx, a, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w1"},
-			cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1, Worker: "w1"}); err != nil {
+		if err := s.Append(ctx, a, model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w1"},
+			model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "w1"}); err != nil {
 			t.Fatal(err)
 		}
 		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Append cost %s, want Batch=1", env.Store)
 		}
-		if a.Status.State != cmdqtype.StateCompleted || a.EventSeq != 3 || a.Attempts != 1 {
+		if a.Status.State != model.StateCompleted || a.EventSeq != 3 || a.Attempts != 1 {
 			t.Fatalf("record after Append: %+v", a)
 		}
 		before := *b
 		env.Store.Reset()
-		err = s.Append(ctx, b, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 2, Worker: "w2"})
+		err = s.Append(ctx, b, model.Event{Kind: model.EventStarted, Attempt: 2, Worker: "w2"})
 		if !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("stale Append: %v, want ErrConflict", err)
 		}
@@ -277,7 +278,7 @@ func TestAppendConflict(t *testing.T) {
 			t.Fatalf("failed Append changed the record")
 		}
 		got, err := r.Get(ctx, id)
-		if err != nil || got.State != cmdqtype.StateCompleted || got.Worker != "w1" {
+		if err != nil || got.State != model.StateCompleted || got.Worker != "w1" {
 			t.Fatalf("Get: %+v %v", got, err)
 		}
 		// The stored projection equals the replay of the stored events.
@@ -285,7 +286,7 @@ func TestAppendConflict(t *testing.T) {
 		if err != nil || len(evs) != 3 {
 			t.Fatalf("events: %d %v", len(evs), err)
 		}
-		replay := cmdqtype.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
+		replay := model.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
 		for _, e := range evs {
 			record.Apply(&replay, e)
 		}
@@ -295,7 +296,7 @@ func TestAppendConflict(t *testing.T) {
 		if err := s.Append(ctx, a); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Fatalf("Append without events: %v", err)
 		}
-		if err := s.Append(ctx, a, cmdqtype.Event{Kind: "bogus"}); !errors.Is(err, storage.ErrInvalidArgument) {
+		if err := s.Append(ctx, a, model.Event{Kind: "bogus"}); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Fatalf("Append bogus kind: %v", err)
 		}
 	})
@@ -314,10 +315,10 @@ func TestEventsPaging(t *testing.T) {
 		const total = 1 + 11*record.MaxEventsPerAppend // > 1000: more than one page
 		step := 0
 		for rec.EventSeq < total {
-			evs := make([]cmdqtype.Event, record.MaxEventsPerAppend)
+			evs := make([]model.Event, record.MaxEventsPerAppend)
 			for i := range evs {
 				step++
-				evs[i] = cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
+				evs[i] = model.Event{Kind: model.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
 			}
 			if err := s.Append(ctx, rec, evs...); err != nil {
 				t.Fatal(err)
@@ -338,7 +339,7 @@ func TestEventsPaging(t *testing.T) {
 			if e.Seq != int64(i+1) {
 				t.Fatalf("event %d has seq %d", i, e.Seq)
 			}
-			if i > 0 && (e.Kind != cmdqtype.EventStepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
+			if i > 0 && (e.Kind != model.EventStepCompleted || e.Step != i || e.Note != fmt.Sprint("step ", i)) {
 				t.Fatalf("event %d: %+v", i, e)
 			}
 		}
@@ -368,20 +369,20 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 				t.Fatal(err)
 			}
 			env.Store.Reset()
-			err = s.Poison(ctx, rec, cmdqtype.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
-				cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 6}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 6, Error: fmt.Sprint("err ", i)})
+			err = s.Poison(ctx, rec, model.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
+				model.Event{Kind: model.EventStarted, Attempt: 6}, model.Event{Kind: model.EventFailed, Attempt: 6, Error: fmt.Sprint("err ", i)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c := env.Store.Counts(); c["Upsert"] != 1 || c["Batch"] != 1 || env.Store.Total() != 2 {
 				t.Fatalf("Poison cost %s, want Upsert=1 Batch=1", env.Store)
 			}
-			if rec.Status.State != cmdqtype.StatePoisoned || rec.LastError != fmt.Sprint("err ", i) {
+			if rec.Status.State != model.StatePoisoned || rec.LastError != fmt.Sprint("err ", i) {
 				t.Fatalf("poisoned record %+v", rec)
 			}
 		}
 		// Newest first; type filter; paging.
-		page, err := r.ListPoison(ctx, cmdqtype.PoisonQuery{})
+		page, err := r.ListPoison(ctx, model.PoisonQuery{})
 		if err != nil || len(page.Entries) != 5 || page.Continuation != "" {
 			t.Fatalf("list all: %+v %v", page, err)
 		}
@@ -392,7 +393,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			}
 		}
 		var got []string
-		q := cmdqtype.PoisonQuery{Type: "demo.A", Limit: 2}
+		q := model.PoisonQuery{Type: "demo.A", Limit: 2}
 		for pages := 0; ; pages++ {
 			p, err := r.ListPoison(ctx, q)
 			if err != nil {
@@ -415,10 +416,10 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if strings.Join(got, ",") != strings.Join([]string{ids[4], ids[2], ids[0]}, ",") {
 			t.Fatalf("paged demo.A: %v", got)
 		}
-		if _, err := r.ListPoison(ctx, cmdqtype.PoisonQuery{Continuation: "nope"}); !errors.Is(err, cmdqtype.ErrInvalidContinuation) {
+		if _, err := r.ListPoison(ctx, model.PoisonQuery{Continuation: "nope"}); !errors.Is(err, model.ErrInvalidContinuation) {
 			t.Fatalf("bad continuation: %v", err)
 		}
-		if _, err := r.ListPoison(ctx, cmdqtype.PoisonQuery{Limit: 5000}); !errors.Is(err, storage.ErrInvalidArgument) {
+		if _, err := r.ListPoison(ctx, model.PoisonQuery{Limit: 5000}); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Fatalf("bad limit: %v", err)
 		}
 		entry, err := r.GetPoison(ctx, ids[1])
@@ -433,21 +434,21 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _ := r.Get(ctx, ids[1])
-		if st.State != cmdqtype.StatePending || st.Attempts != 0 || st.LastError != "" || st.Worker != "w" {
+		if st.State != model.StatePending || st.Attempts != 0 || st.LastError != "" || st.Worker != "w" {
 			t.Fatalf("after requeue: %+v", st)
 		}
 		evs, _ := r.Events(ctx, ids[1])
-		if last := evs[len(evs)-1]; last.Kind != cmdqtype.EventRequeued || last.By != "alice" || last.Worker != "" {
+		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != "alice" || last.Worker != "" {
 			t.Fatalf("last event %+v", last)
 		}
 		msgs := env.Store.Messages(t, queueName)
 		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != (record.Envelope{ID: ids[1], Type: "demo.B"}).Marshal() {
 			t.Fatalf("messages after requeue: %+v", msgs)
 		}
-		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("entry after requeue: %v", err)
 		}
-		if err := r.Requeue(ctx, ids[1], "alice"); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if err := r.Requeue(ctx, ids[1], "alice"); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("second requeue: %v", err)
 		}
 
@@ -455,13 +456,13 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := r.Discard(ctx, ids[3], "bob"); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := r.Get(ctx, ids[3]); st.State != cmdqtype.StateDiscarded {
+		if st, _ := r.Get(ctx, ids[3]); st.State != model.StateDiscarded {
 			t.Fatalf("after discard: %+v", st)
 		}
-		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("entry after discard: %v", err)
 		}
-		page, _ = r.ListPoison(ctx, cmdqtype.PoisonQuery{})
+		page, _ = r.ListPoison(ctx, model.PoisonQuery{})
 		if len(page.Entries) != 3 {
 			t.Fatalf("%d entries left, want 3", len(page.Entries))
 		}
@@ -471,16 +472,16 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		// claim), which queues the command without another requeued event.
 		other := create(t, s, "demo.A", `{}`)
 		orec, _ := s.Load(ctx, other)
-		if err := s.Poison(ctx, orec, cmdqtype.PoisonEntry{Reason: "x"}); err != nil {
+		if err := s.Poison(ctx, orec, model.PoisonEntry{Reason: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, orec, cmdqtype.Event{Kind: cmdqtype.EventRequeued}); err != nil {
+		if err := s.Append(ctx, orec, model.Event{Kind: model.EventRequeued}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) {
+		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
 			t.Fatalf("discard of pending command: %v", err)
 		}
 		if _, err := r.GetPoison(ctx, other); err != nil {
@@ -489,10 +490,10 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := r.Requeue(ctx, other, "bob"); err != nil {
 			t.Fatalf("requeue of a requeued command with its entry: %v", err)
 		}
-		if _, err := r.GetPoison(ctx, other); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, other); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("entry kept after the requeue: %v", err)
 		}
-		if evs, _ := r.Events(ctx, other); evs[len(evs)-1].Kind != cmdqtype.EventRequeued || evs[len(evs)-2].Kind != cmdqtype.EventPoisoned {
+		if evs, _ := r.Events(ctx, other); evs[len(evs)-1].Kind != model.EventRequeued || evs[len(evs)-2].Kind != model.EventPoisoned {
 			t.Fatalf("events %+v, want one requeued event after poisoned", evs)
 		}
 
@@ -500,16 +501,16 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		// acted on.
 		ran := create(t, s, "demo.A", `{}`)
 		rrec, _ := s.Load(ctx, ran)
-		if err := s.Append(ctx, rrec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}); err != nil {
+		if err := s.Append(ctx, rrec, model.Event{Kind: model.EventStarted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: ran, Properties: map[string]any{"CommandID": ran, "Type": "demo.A"}}, storage.Replace); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Discard(ctx, ran, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) {
+		if err := r.Discard(ctx, ran, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
 			t.Fatalf("discard of running command: %v", err)
 		}
-		if _, err := r.GetPoison(ctx, ran); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, ran); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("stale entry kept: %v", err)
 		}
 
@@ -520,21 +521,21 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		// requeue works.
 		moving := create(t, s, "demo.A", `{}`)
 		mrec, _ := s.Load(ctx, moving)
-		if err := s.Append(ctx, mrec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}); err != nil {
+		if err := s.Append(ctx, mrec, model.Event{Kind: model.EventStarted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: moving, Properties: map[string]any{"CommandID": moving, "Type": "demo.A", "Attempts": int32(1)}}, storage.Replace); err != nil {
 			t.Fatal(err)
 		}
 		for _, act := range []func(context.Context, string, string) error{r.Requeue, r.Discard} {
-			if err := act(ctx, moving, "bob"); !errors.Is(err, cmdqtype.ErrNotPoisoned) || !strings.Contains(err.Error(), "being moved") {
+			if err := act(ctx, moving, "bob"); !errors.Is(err, model.ErrNotPoisoned) || !strings.Contains(err.Error(), "being moved") {
 				t.Fatalf("requeue or discard during the move: %v, want ErrNotPoisoned (being moved)", err)
 			}
 			if _, err := r.GetPoison(ctx, moving); err != nil {
 				t.Fatalf("the entry of a move in progress was removed: %v", err)
 			}
 		}
-		if err := s.Poison(ctx, mrec, cmdqtype.PoisonEntry{DequeueCount: 1, Reason: "permanent", Worker: "w"}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "no"}); err != nil {
+		if err := s.Poison(ctx, mrec, model.PoisonEntry{DequeueCount: 1, Reason: "permanent", Worker: "w"}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "no"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.Requeue(ctx, moving, "bob"); err != nil {
@@ -551,13 +552,13 @@ func TestPoisonConflictRemovesEntry(t *testing.T) {
 		id := create(t, s, "demo.Race", `{}`)
 		stale, _ := s.Load(ctx, id)
 		fresh, _ := s.Load(ctx, id)
-		if err := s.Append(ctx, fresh, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+		if err := s.Append(ctx, fresh, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Poison(ctx, stale, cmdqtype.PoisonEntry{Reason: "ceiling"}); !errors.Is(err, storage.ErrConflict) {
+		if err := s.Poison(ctx, stale, model.PoisonEntry{Reason: "ceiling"}); !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("Poison on stale record: %v, want ErrConflict", err)
 		}
-		if _, err := r.GetPoison(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("poison entry of a completed command: %v", err)
 		}
 	})
@@ -571,7 +572,7 @@ func TestTruncatesLongText(t *testing.T) {
 		id := create(t, s, "demo.Long", `{}`)
 		rec, _ := s.Load(ctx, id)
 		long := strings.Repeat("é", 100_000)
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventFailed, Error: long, Detail: long}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Error: long, Detail: long}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -595,7 +596,7 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		ctx := ctxT(t)
 		id := create(t, s, "demo.Requeue", `{}`)
 		rec, _ := s.Load(ctx, id)
-		if err := s.Poison(ctx, rec, cmdqtype.PoisonEntry{Reason: "permanent"}); err != nil {
+		if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "permanent"}); err != nil {
 			t.Fatal(err)
 		}
 		env.Store.FailEnqueue.Store(true)
@@ -604,13 +605,13 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		if !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
 			t.Fatalf("Requeue with failing enqueue: %v", err)
 		}
-		if st, _ := r.Get(ctx, id); st.State != cmdqtype.StatePending {
+		if st, _ := r.Get(ctx, id); st.State != model.StatePending {
 			t.Fatalf("status %s, want pending", st.State)
 		}
 		if m, err := s.CommandsTable().Get(ctx, record.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
 			t.Fatalf("marker %+v %v", m, err)
 		}
-		if _, err := r.GetPoison(ctx, id); !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("poison entry kept: %v", err)
 		}
 	})
@@ -630,12 +631,12 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		past := rec.Status.CreatedAt.Add(-time.Hour)
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Time: past},
-			cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1, Time: past},
+			model.Event{Kind: model.EventFailed, Attempt: 1, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Poison(ctx, rec, cmdqtype.PoisonEntry{Reason: "test", DequeueCount: 1, PoisonedAt: past},
-			cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "boom again"}); err != nil {
+		if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "test", DequeueCount: 1, PoisonedAt: past},
+			model.Event{Kind: model.EventFailed, Attempt: 1, Error: "boom again"}); err != nil {
 			t.Fatal(err)
 		}
 		evs, err := r.Events(ctx, id)
@@ -707,8 +708,8 @@ func TestCommandRowLayout(t *testing.T) {
 		if rec.ETag != row.ETag {
 			t.Fatalf("Load ETag %q, stored row ETag %q", rec.ETag, row.ETag)
 		}
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1, Worker: "w1"},
-			cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w1"},
+			model.Event{Kind: model.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		row = rows()[record.RowCommand]
@@ -716,7 +717,7 @@ func TestCommandRowLayout(t *testing.T) {
 			row.Properties["ParamsHash"] != record.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
 		}
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 2, Worker: "w2", MessageID: "msg-2"}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 2, Worker: "w2", MessageID: "msg-2"}); err != nil {
 			t.Fatal(err)
 		}
 		// The started event names its queue message, which owns the
@@ -724,7 +725,7 @@ func TestCommandRowLayout(t *testing.T) {
 		if m = rows(); m[record.RowCommand].Properties["Owner"] != "msg-2" || m[record.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
 			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[record.RowCommand].Properties["Owner"], m[record.EventRowKey(4)].Properties["MessageID"], rec.Owner)
 		}
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
 		}
 		m = rows()
@@ -740,7 +741,7 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(back.Params) != `{"k":"v"}` || back.Type != "demo.Layout" || back.CorrelationID != "c-9" || back.Queue != "slow" ||
-			back.Status.State != cmdqtype.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 || back.Owner != "msg-2" {
+			back.Status.State != model.StateCompleted || back.Attempts != 2 || back.LastError != "" || back.Worker != "w2" || back.EventSeq != 5 || back.Settled != 2 || back.Owner != "msg-2" {
 			t.Fatalf("loaded after completion: %+v", back)
 		}
 		got, err := r.Get(ctx, id)
@@ -774,7 +775,7 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 			t.Fatal(err)
 		}
 		long := strings.Repeat("e", 3*record.MaxTextUnits)
-		if err := s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*record.MaxTextUnits), Error: long}); err != nil {
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*record.MaxTextUnits), Error: long}); err != nil {
 			t.Fatalf("append of a long error beside large params: %v", err)
 		}
 		back, err := s.Load(ctx, id)
@@ -784,7 +785,7 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if string(back.Params) != params {
 			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
 		}
-		if back.Status.State != cmdqtype.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= record.MaxTextUnits {
+		if back.Status.State != model.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= record.MaxTextUnits {
 			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), record.MaxTextUnits)
 		}
 		row, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
@@ -811,7 +812,7 @@ func TestListCommandsNewestAndSummary(t *testing.T) {
 		}
 		ctx := ctxT(t)
 		at := func(min int) { now = base.Add(time.Duration(min)*time.Minute + 5*time.Second) }
-		mk := func(typ string, min int, evs ...cmdqtype.Event) string {
+		mk := func(typ string, min int, evs ...model.Event) string {
 			t.Helper()
 			at(min)
 			id := create(t, s, typ, `{}`)
@@ -826,25 +827,25 @@ func TestListCommandsNewestAndSummary(t *testing.T) {
 			}
 			return id
 		}
-		old := mk("A", -90, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}) // before the hour
-		done := mk("A", 1, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1})
-		retrying := mk("A", 2, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
+		old := mk("A", -90, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}) // before the hour
+		done := mk("A", 1, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1})
+		retrying := mk("A", 2, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x"})
 		// Fails in minute 3, completes in minute 4 (the events say so; the
 		// command is counted once, completed).
-		rec := mk("B", 3, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 1, Error: "x"})
+		rec := mk("B", 3, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x"})
 		r, err := s.Load(ctx, rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		at(4)
-		if err := s.Append(ctx, r, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 2}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 2}); err != nil {
+		if err := s.Append(ctx, r, model.Event{Kind: model.EventStarted, Attempt: 2}, model.Event{Kind: model.EventCompleted, Attempt: 2}); err != nil {
 			t.Fatal(err)
 		}
 		pending := mk("A", 5)
 		at(6)
 		since := base // 30 minutes ago, whole minutes
 		env.Store.Reset()
-		page, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Since: since, Newest: true, Summary: true, Limit: 2})
+		page, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Summary: true, Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -852,7 +853,7 @@ func TestListCommandsNewestAndSummary(t *testing.T) {
 			t.Fatalf("newest first: %v (continuation %q), want %s %s", got, page.Continuation, pending, rec)
 		}
 		sum := page.Summary
-		if sum == nil || sum.Counts[cmdqtype.StateCompleted] != 2 || sum.Counts[cmdqtype.StateRetrying] != 1 || sum.Counts[cmdqtype.StatePending] != 1 || sum.Partial {
+		if sum == nil || sum.Counts[model.StateCompleted] != 2 || sum.Counts[model.StateRetrying] != 1 || sum.Counts[model.StatePending] != 1 || sum.Partial {
 			t.Fatalf("summary counts %+v (old %s must not count)", sum, old)
 		}
 		if sum.Rows < 5+12 || env.Store.Counts()["Query"] != 1 {
@@ -867,24 +868,24 @@ func TestListCommandsNewestAndSummary(t *testing.T) {
 				t.Errorf("minute %d: %v, want %v", i, got, want[i])
 			}
 		}
-		next, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Since: since, Newest: true, Limit: 2, Continuation: page.Continuation})
+		next, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Limit: 2, Continuation: page.Continuation})
 		if err != nil || len(next.Commands) != 2 || next.Commands[0].ID != retrying || next.Commands[1].ID != done || next.Continuation != "" {
 			t.Fatalf("second page: %+v %v", next, err)
 		}
 		// A type and a state filter: the counts keep every state of the type.
-		b, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Since: since, Newest: true, Summary: true, Type: "B", State: cmdqtype.StatePending})
-		if err != nil || len(b.Commands) != 0 || b.Summary.Counts[cmdqtype.StateCompleted] != 1 || len(b.Summary.Counts) != 1 {
+		b, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Summary: true, Type: "B", State: model.StatePending})
+		if err != nil || len(b.Commands) != 0 || b.Summary.Counts[model.StateCompleted] != 1 || len(b.Summary.Counts) != 1 {
 			t.Fatalf("type B, pending: %+v %v", b, err)
 		}
 		if b.Summary.Minutes[3].Failed != 1 || b.Summary.Minutes[1].Completed != 0 {
 			t.Fatalf("type B minutes: %+v", b.Summary.Minutes)
 		}
 		// A scan limit stops early and says so.
-		p, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Summary: true, ScanLimit: 1})
+		p, err := s.ListCommands(ctx, model.CommandQuery{Summary: true, ScanLimit: 1})
 		if err != nil || !p.Summary.Partial || p.Summary.Rows != 1 {
 			t.Fatalf("scan limit: %+v %v", p.Summary, err)
 		}
-		if _, err := s.ListCommands(ctx, cmdqtype.CommandQuery{Newest: true, Continuation: "x"}); !errors.Is(err, cmdqtype.ErrInvalidContinuation) {
+		if _, err := s.ListCommands(ctx, model.CommandQuery{Newest: true, Continuation: "x"}); !errors.Is(err, model.ErrInvalidContinuation) {
 			t.Fatalf("bad continuation: %v", err)
 		}
 	})
@@ -896,11 +897,11 @@ func TestChangedHook(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		type change struct {
-			st  cmdqtype.Status
-			evs []cmdqtype.Event
+			st  model.Status
+			evs []model.Event
 		}
 		var got []change
-		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Changed: func(st cmdqtype.Status, evs []cmdqtype.Event) {
+		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Changed: func(st model.Status, evs []model.Event) {
 			got = append(got, change{st, evs})
 		}})
 		if err != nil {
@@ -911,20 +912,20 @@ func TestChangedHook(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctxT(t), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
+		if err := s.Append(ctxT(t), rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Poison(ctxT(t), rec, cmdqtype.PoisonEntry{Reason: "r", DequeueCount: 1}); err != nil {
+		if err := s.Poison(ctxT(t), rec, model.PoisonEntry{Reason: "r", DequeueCount: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[0].st.State != cmdqtype.StateRunning || len(got[0].evs) != 2 || got[0].evs[0].Seq != 2 || got[0].evs[1].Seq != 3 ||
-			got[1].st.State != cmdqtype.StatePoisoned || len(got[1].evs) != 1 || got[1].evs[0].Kind != cmdqtype.EventPoisoned || got[1].evs[0].Seq != 4 {
+		if len(got) != 2 || got[0].st.State != model.StateRunning || len(got[0].evs) != 2 || got[0].evs[0].Seq != 2 || got[0].evs[1].Seq != 3 ||
+			got[1].st.State != model.StatePoisoned || len(got[1].evs) != 1 || got[1].evs[0].Kind != model.EventPoisoned || got[1].evs[0].Seq != 4 {
 			t.Fatalf("changes: %+v", got)
 		}
 		// A failed append reports nothing.
 		stale := *rec
 		stale.ETag = "W/\"stale\""
-		if err := s.Append(ctxT(t), &stale, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 2}); err == nil {
+		if err := s.Append(ctxT(t), &stale, model.Event{Kind: model.EventStarted, Attempt: 2}); err == nil {
 			t.Fatal("an append on a stale ETag landed")
 		}
 		if len(got) != 2 {

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Retention (docs/lifecycle.md, "Retention"): the defaults are
-// cmdqtype.DefaultCompletedRetention and cmdqtype.DefaultDiscardedRetention, and
-// cmdqtype.KeepForever keeps commands forever.
+// model.DefaultCompletedRetention and model.DefaultDiscardedRetention, and
+// model.KeepForever keeps commands forever.
 const (
 	// waitSlack: a day table whose final commands all expire within this
 	// time of now waits for them (a later sweep drops it) instead of moving
@@ -24,7 +24,7 @@ const (
 
 // RetentionPolicy is how long final commands are kept: Completed after
 // completing, Discarded after being discarded or cancelled (0 = the
-// default, cmdqtype.KeepForever = always). Poisoned commands are kept until an operator requeues or
+// default, model.KeepForever = always). Poisoned commands are kept until an operator requeues or
 // discards them. Of, when set, gives a command type's own retention (its
 // zero fields fall back to Completed and Discarded).
 type RetentionPolicy struct {
@@ -38,17 +38,17 @@ type RetentionPolicy struct {
 
 func (p RetentionPolicy) withDefaults() RetentionPolicy {
 	if p.Completed == 0 {
-		p.Completed = cmdqtype.DefaultCompletedRetention
+		p.Completed = model.DefaultCompletedRetention
 	}
 	if p.Discarded == 0 {
-		p.Discarded = cmdqtype.DefaultDiscardedRetention
+		p.Discarded = model.DefaultDiscardedRetention
 	}
 	return p
 }
 
 // keep returns how long a command of type t in state st is kept after its
-// last change (cmdqtype.KeepForever: always; 0: st is not final).
-func (p RetentionPolicy) keep(t string, st cmdqtype.State) time.Duration {
+// last change (model.KeepForever: always; 0: st is not final).
+func (p RetentionPolicy) keep(t string, st model.State) time.Duration {
 	c, d := p.Completed, p.Discarded
 	if p.Of != nil {
 		tc, td := p.Of(t)
@@ -60,12 +60,12 @@ func (p RetentionPolicy) keep(t string, st cmdqtype.State) time.Duration {
 		}
 	}
 	switch st {
-	case cmdqtype.StateCompleted:
+	case model.StateCompleted:
 		return c
-	case cmdqtype.StateDiscarded, cmdqtype.StateCancelled:
+	case model.StateDiscarded, model.StateCancelled:
 		return d
-	case cmdqtype.StatePoisoned:
-		return cmdqtype.KeepForever
+	case model.StatePoisoned:
+		return model.KeepForever
 	}
 	return 0
 }
@@ -84,10 +84,10 @@ func (p RetentionPolicy) shortest() time.Duration {
 
 // horizonDays returns how many days after its day a day table is first
 // considered by the sweeper: the shortest retention in whole days, at
-// least the issue window (cmdqtype.IssueWindowPastDays) plus a day for clock skew,
+// least the issue window (model.IssueWindowPastDays) plus a day for clock skew,
 // so that no re-issue within the window can find its table gone.
 func (p RetentionPolicy) horizonDays() int {
-	n := cmdqtype.IssueWindowPastDays + 1
+	n := model.IssueWindowPastDays + 1
 	if m := p.shortest(); m > 0 {
 		n = max(n, int((m+24*time.Hour-1)/(24*time.Hour)))
 	} else if m < 0 {
@@ -120,7 +120,7 @@ func (s *Store) goneErr(id string) error {
 		return notFound(id)
 	}
 	return fmt.Errorf("%w: command %s (issued %s) was removed after its retention (%s) (%w; %w)",
-		cmdqtype.ErrExpired, id, DayTime(day).Format(time.DateOnly), s.retention.describe(), cmdqtype.ErrNotFound, storage.ErrNotFound)
+		model.ErrExpired, id, DayTime(day).Format(time.DateOnly), s.retention.describe(), model.ErrNotFound, storage.ErrNotFound)
 }
 
 // sweepable reports whether the day table of id (which carries a day) may
@@ -128,7 +128,7 @@ func (s *Store) goneErr(id string) error {
 // commands out of it: it is past the issue window and a day of skew.
 func (s *Store) sweepable(id string) bool {
 	day, ok := IDDay(id)
-	return ok && day+cmdqtype.IssueWindowPastDays+1 < DayOf(s.now())
+	return ok && day+model.IssueWindowPastDays+1 < DayOf(s.now())
 }
 
 // SweepOptions configures Sweep.
@@ -298,7 +298,7 @@ func eachCommandRow(ctx context.Context, tb storage.Table, rep *SweepReport, vis
 
 // expiry returns when command row e expires (ok false: never, or not final).
 func expiry(pol RetentionPolicy, e storage.Entity) (at time.Time, final, ok bool) {
-	st := cmdqtype.State(str(e, "Status"))
+	st := model.State(str(e, "Status"))
 	if !st.Final() {
 		return time.Time{}, false, false
 	}
@@ -313,7 +313,7 @@ func expiry(pol RetentionPolicy, e storage.Entity) (at time.Time, final, ok bool
 // time more than waitSlack after now: it outlives its day table.
 func scheduledBeyond(e storage.Entity, now time.Time) bool {
 	run := timeProp(e, "RunAt")
-	return cmdqtype.State(str(e, "Status")) == cmdqtype.StatePending && run.Sub(now) > waitSlack
+	return model.State(str(e, "Status")) == model.StatePending && run.Sub(now) > waitSlack
 }
 
 func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, now time.Time, rep *SweepReport) error {

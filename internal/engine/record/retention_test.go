@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/google/uuid"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/google/uuid"
 )
 
 // clock is an injected clock (no test sleeps for retention).
@@ -47,7 +48,7 @@ func openAt(t *testing.T, env testenv.Env, c *clock) *record.Reader {
 func issueAt(t *testing.T, s *record.Store, c *clock, typ string) string {
 	t.Helper()
 	id := record.NewDayID(c.now())
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(`{"n":1}`), Queue: cmdqtype.DefaultQueue}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(`{"n":1}`), Queue: model.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -59,7 +60,7 @@ func complete(t *testing.T, s *record.Store, id string) {
 	if err != nil {
 		t.Fatalf("Load %s: %v", id, err)
 	}
-	if err := s.Append(ctxT(t), rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+	if err := s.Append(ctxT(t), rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 		t.Fatalf("complete %s: %v", id, err)
 	}
 }
@@ -70,8 +71,8 @@ func poison(t *testing.T, s *record.Store, id string) {
 	if err != nil {
 		t.Fatalf("Load %s: %v", id, err)
 	}
-	if err := s.Poison(ctxT(t), rec, cmdqtype.PoisonEntry{DequeueCount: 5, Reason: "ceiling"},
-		cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 5}, cmdqtype.Event{Kind: cmdqtype.EventFailed, Attempt: 5, Error: "boom"}); err != nil {
+	if err := s.Poison(ctxT(t), rec, model.PoisonEntry{DequeueCount: 5, Reason: "ceiling"},
+		model.Event{Kind: model.EventStarted, Attempt: 5}, model.Event{Kind: model.EventFailed, Attempt: 5, Error: "boom"}); err != nil {
 		t.Fatalf("poison %s: %v", id, err)
 	}
 }
@@ -96,7 +97,7 @@ func TestDayIDs(t *testing.T) {
 	n := record.Names{Prefix: "cmdq"}
 	id := record.NewDayID(day0)
 	u := uuid.MustParse(id)
-	if u.Version() != 8 || u.Variant() != uuid.RFC4122 || cmdqtype.ValidateID(id) != nil {
+	if u.Version() != 8 || u.Variant() != uuid.RFC4122 || model.ValidateID(id) != nil {
 		t.Fatalf("NewDayID = %s: version %d variant %v", id, u.Version(), u.Variant())
 	}
 	if d, ok := record.IDDay(id); !ok || d != record.DayOf(day0) || n.TableOf(id) != "cmdqcommands20260302" {
@@ -130,7 +131,7 @@ func TestDayIDs(t *testing.T) {
 	}
 	for _, off := range []time.Duration{-3 * day, 2 * day} {
 		err := record.CheckIssueWindow(record.NewDayID(day0.Add(off)), day0)
-		if !errors.Is(err, cmdqtype.ErrIDOutsideWindow) || !strings.Contains(err.Error(), "leave the ID empty") {
+		if !errors.Is(err, model.ErrIDOutsideWindow) || !strings.Contains(err.Error(), "leave the ID empty") {
 			t.Fatalf("offset %v: %v, want ErrOutsideWindow saying what to do", off, err)
 		}
 	}
@@ -141,7 +142,7 @@ func TestDayIDs(t *testing.T) {
 
 // TestSweepDropsExpiredDayTable: a day table whose commands are all
 // completed and past retention is dropped whole; its IDs then read as
-// expired (cmdqtype.ErrExpired, also ErrNotFound). A completed command with
+// expired (model.ErrExpired, also ErrNotFound). A completed command with
 // a UUIDv4 (base table) is deleted on its own; it then reads as not found.
 func TestSweepDropsExpiredDayTable(t *testing.T) {
 	t.Parallel()
@@ -156,7 +157,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 			ids = append(ids, id)
 		}
 		v4 := uuid.NewString()
-		if err := r.Store.Create(ctx, record.NewCommand{ID: v4, Type: "demo.Done", Queue: cmdqtype.DefaultQueue}); err != nil {
+		if err := r.Store.Create(ctx, record.NewCommand{ID: v4, Type: "demo.Done", Queue: model.DefaultQueue}); err != nil {
 			t.Fatal(err)
 		}
 		complete(t, r.Store, v4)
@@ -181,14 +182,14 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 		}
 		for _, id := range ids {
 			_, err := r.Get(ctx, id)
-			if !errors.Is(err, cmdqtype.ErrExpired) || !errors.Is(err, cmdqtype.ErrNotFound) || !strings.Contains(err.Error(), "2026-03-02") || !strings.Contains(err.Error(), "completed 7 days") {
+			if !errors.Is(err, model.ErrExpired) || !errors.Is(err, model.ErrNotFound) || !strings.Contains(err.Error(), "2026-03-02") || !strings.Contains(err.Error(), "completed 7 days") {
 				t.Fatalf("Get of an expired command: %v, want ErrExpired naming the day and the retention", err)
 			}
-			if _, err := r.Events(ctx, id); !errors.Is(err, cmdqtype.ErrExpired) {
+			if _, err := r.Events(ctx, id); !errors.Is(err, model.ErrExpired) {
 				t.Fatalf("Events of an expired command: %v", err)
 			}
 		}
-		if _, err := r.Get(ctx, v4); !errors.Is(err, cmdqtype.ErrNotFound) || errors.Is(err, cmdqtype.ErrExpired) {
+		if _, err := r.Get(ctx, v4); !errors.Is(err, model.ErrNotFound) || errors.Is(err, model.ErrExpired) {
 			t.Fatalf("Get of a deleted UUIDv4 command: %v, want ErrNotFound", err)
 		}
 		// The read did not bring the table back.
@@ -265,23 +266,23 @@ func TestSweepMovesPoisoned(t *testing.T) {
 			t.Fatalf("sweep: %+v %v, want 2 moved and %s dropped", rep, err, table)
 		}
 		st, err := r.Get(ctx, bad)
-		if err != nil || st.State != cmdqtype.StatePoisoned {
+		if err != nil || st.State != model.StatePoisoned {
 			t.Fatalf("poisoned command after the move: %+v %v", st, err)
 		}
 		after, err := r.Events(ctx, bad)
-		if err != nil || len(after) != len(before) || after[len(after)-1].Kind != cmdqtype.EventPoisoned {
+		if err != nil || len(after) != len(before) || after[len(after)-1].Kind != model.EventPoisoned {
 			t.Fatalf("events after the move: %+v %v (before: %d)", after, err, len(before))
 		}
-		if _, err := r.Get(ctx, done); !errors.Is(err, cmdqtype.ErrExpired) {
+		if _, err := r.Get(ctx, done); !errors.Is(err, model.ErrExpired) {
 			t.Fatalf("completed command: %v, want expired", err)
 		}
 		// Requeue works on the moved command: pending, a message enqueued.
-		queue := env.Prefix + "-" + cmdqtype.DefaultQueue
+		queue := env.Prefix + "-" + model.DefaultQueue
 		msgs := len(env.Store.Messages(t, queue))
 		if err := r.Requeue(ctx, bad, "op"); err != nil {
 			t.Fatalf("Requeue of a moved command: %v", err)
 		}
-		if st, err := r.Get(ctx, bad); err != nil || st.State != cmdqtype.StatePending {
+		if st, err := r.Get(ctx, bad); err != nil || st.State != model.StatePending {
 			t.Fatalf("after requeue: %+v %v", st, err)
 		}
 		if n := len(env.Store.Messages(t, queue)); n != msgs+1 {
@@ -294,7 +295,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		if err != nil || rep.Deleted != 0 {
 			t.Fatalf("sweep within the discarded retention: %+v %v", rep, err)
 		}
-		if st, err := r.Get(ctx, gone); err != nil || st.State != cmdqtype.StateDiscarded {
+		if st, err := r.Get(ctx, gone); err != nil || st.State != model.StateDiscarded {
 			t.Fatalf("discarded command: %+v %v", st, err)
 		}
 		c.add(15 * day)
@@ -302,10 +303,10 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		if err != nil || rep.Deleted != 1 {
 			t.Fatalf("sweep past the discarded retention: %+v %v", rep, err)
 		}
-		if _, err := r.Get(ctx, gone); !errors.Is(err, cmdqtype.ErrExpired) {
+		if _, err := r.Get(ctx, gone); !errors.Is(err, model.ErrExpired) {
 			t.Fatalf("discarded command past retention: %v, want expired", err)
 		}
-		if st, err := r.Get(ctx, bad); err != nil || st.State != cmdqtype.StatePending {
+		if st, err := r.Get(ctx, bad); err != nil || st.State != model.StatePending {
 			t.Fatalf("requeued command after sweeps: %+v %v", st, err)
 		}
 	})
@@ -348,10 +349,10 @@ func TestSweepPerTypeRetention(t *testing.T) {
 		if err != nil || rep.Moved != 1 || len(rep.Dropped) != 1 {
 			t.Fatalf("sweep: %+v %v, want the audit command moved and the table dropped", rep, err)
 		}
-		if st, err := r.Get(ctx, audit); err != nil || st.State != cmdqtype.StateCompleted {
+		if st, err := r.Get(ctx, audit); err != nil || st.State != model.StateCompleted {
 			t.Fatalf("audit command: %+v %v", st, err)
 		}
-		if _, err := r.Get(ctx, ping); !errors.Is(err, cmdqtype.ErrExpired) || !errors.Is(err, cmdqtype.ErrNotFound) {
+		if _, err := r.Get(ctx, ping); !errors.Is(err, model.ErrExpired) || !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("ping command: %v, want expired", err)
 		}
 	})
@@ -413,7 +414,7 @@ func TestConcurrentSweepersLoseNothing(t *testing.T) {
 		}
 		for _, id := range poisoned {
 			st, err := r.Get(ctx, id)
-			if err != nil || st.State != cmdqtype.StatePoisoned {
+			if err != nil || st.State != model.StatePoisoned {
 				t.Fatalf("poisoned %s: %+v %v", id, st, err)
 			}
 			evs, err := r.Events(ctx, id)
@@ -561,7 +562,7 @@ func TestCreateRecreatesMissingDayTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		second := issueAt(t, r.Store, c, "demo.Done")
-		if st, err := r.Get(ctx, second); err != nil || st.State != cmdqtype.StatePending {
+		if st, err := r.Get(ctx, second); err != nil || st.State != model.StatePending {
 			t.Fatalf("command issued after its day table was deleted: %+v %v", st, err)
 		}
 		if got := dayTables(t, env); !slices.Equal(got, []string{table}) {
@@ -588,13 +589,13 @@ func TestListCommandsAcrossTables(t *testing.T) {
 		}
 		for i := 0; i < 2; i++ {
 			id := uuid.NewString()
-			if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.A", Queue: cmdqtype.DefaultQueue}); err != nil {
+			if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.A", Queue: model.DefaultQueue}); err != nil {
 				t.Fatal(err)
 			}
 			want[id] = true
 		}
 		got := map[string]int{}
-		q := cmdqtype.CommandQuery{Limit: 2}
+		q := model.CommandQuery{Limit: 2}
 		for pages := 0; ; pages++ {
 			if pages > 10 {
 				t.Fatalf("more than 10 pages of 2 for %d commands", len(want))
@@ -619,7 +620,7 @@ func TestListCommandsAcrossTables(t *testing.T) {
 		if len(got) != len(want) {
 			t.Fatalf("listed %d commands, want %d", len(got), len(want))
 		}
-		all, err := r.ListCommands(ctx, cmdqtype.CommandQuery{Newest: true, Limit: 100})
+		all, err := r.ListCommands(ctx, model.CommandQuery{Newest: true, Limit: 100})
 		if err != nil || len(all.Commands) != len(want) {
 			t.Fatalf("newest first: %d commands %v, want %d", len(all.Commands), err, len(want))
 		}

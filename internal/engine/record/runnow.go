@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // RunNow makes command id, scheduled or retrying, due now, for by
 // (docs/lifecycle.md, "Run now"): it loads the command (one point read)
 // and, when it waits for its time — pending with a run-at time, or
 // retrying with its next attempt's due time, more than
-// cmdqtype.MaxClockSkew ahead by this Enqueuer's clock — appends a
+// model.MaxClockSkew ahead by this Enqueuer's clock — appends a
 // requeued event (By = by, RunAt = now) and the projection pending, due
 // now, in one batch conditional on the ETag it loaded, then enqueues a
 // fresh message, visible at once, through the one enqueue path (which
@@ -35,9 +35,9 @@ import (
 // queue's control row: cmdq.Client.RunNow).
 //
 // A command that is not waiting gives an error wrapping
-// cmdqtype.ErrNotWaiting (the command as loaded in rec); an unknown ID,
-// cmdqtype.ErrNotFound. A failed enqueue marks the command for the
-// reconciler and gives an error wrapping cmdqtype.ErrEnqueueFailed, with
+// model.ErrNotWaiting (the command as loaded in rec); an unknown ID,
+// model.ErrNotFound. A failed enqueue marks the command for the
+// reconciler and gives an error wrapping model.ErrEnqueueFailed, with
 // rec: the requeue is recorded and the command runs (the reconciler
 // enqueues it, or its old message comes at its old time).
 func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *Record) error) (*Record, error) {
@@ -57,7 +57,7 @@ func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx c
 			}
 		}
 		now := s.nowUTC()
-		err = s.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventRequeued, By: by, RunAt: now,
+		err = s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, RunAt: now,
 			Note: fmt.Sprintf("run now: was %s, due %s", was, rec.Status.RunAt.Format(time.RFC3339))})
 		if err == nil {
 			break
@@ -72,26 +72,26 @@ func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx c
 		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
 			err = errors.Join(err, merr)
 		}
-		return rec, fmt.Errorf("%w: command %s is due now, but its message could not be queued (the reconciler queues it; its old message still comes at its old time): %w", cmdqtype.ErrEnqueueFailed, id, err)
+		return rec, fmt.Errorf("%w: command %s is due now, but its message could not be queued (the reconciler queues it; its old message still comes at its old time): %w", model.ErrEnqueueFailed, id, err)
 	}
 	return rec, nil
 }
 
 // Waiting returns nil when command rec waits for its time at now (RunNow
 // may make it due now): pending with a run-at time, or retrying with its
-// next attempt's due time, more than cmdqtype.MaxClockSkew after now.
-// Otherwise an error wrapping cmdqtype.ErrNotWaiting that says why.
+// next attempt's due time, more than model.MaxClockSkew after now.
+// Otherwise an error wrapping model.ErrNotWaiting that says why.
 func Waiting(rec *Record, now time.Time) error {
 	st := rec.Status
 	switch {
-	case st.State != cmdqtype.StatePending && st.State != cmdqtype.StateRetrying:
-		return fmt.Errorf("%w: command %s is %s; only a scheduled or retrying command can be made due now", cmdqtype.ErrNotWaiting, rec.ID, st.AsOf(now).State)
-	case st.RunAt.IsZero() && st.State == cmdqtype.StatePending:
-		return fmt.Errorf("%w: command %s is pending (not scheduled): it starts as soon as a processor takes it", cmdqtype.ErrNotWaiting, rec.ID)
+	case st.State != model.StatePending && st.State != model.StateRetrying:
+		return fmt.Errorf("%w: command %s is %s; only a scheduled or retrying command can be made due now", model.ErrNotWaiting, rec.ID, st.AsOf(now).State)
+	case st.RunAt.IsZero() && st.State == model.StatePending:
+		return fmt.Errorf("%w: command %s is pending (not scheduled): it starts as soon as a processor takes it", model.ErrNotWaiting, rec.ID)
 	case st.RunAt.IsZero():
-		return fmt.Errorf("%w: command %s is retrying, but when its next attempt is due is not recorded (it failed before this version of cmdq); it starts when its retry delay ends", cmdqtype.ErrNotWaiting, rec.ID)
-	case !st.RunAt.After(now.Add(cmdqtype.MaxClockSkew)):
-		return fmt.Errorf("%w: command %s is %s and due at %s, within %s: it starts as soon as a processor takes it", cmdqtype.ErrNotWaiting, rec.ID, st.AsOf(now).State, st.RunAt.Format(time.RFC3339Nano), cmdqtype.MaxClockSkew)
+		return fmt.Errorf("%w: command %s is retrying, but when its next attempt is due is not recorded (it failed before this version of cmdq); it starts when its retry delay ends", model.ErrNotWaiting, rec.ID)
+	case !st.RunAt.After(now.Add(model.MaxClockSkew)):
+		return fmt.Errorf("%w: command %s is %s and due at %s, within %s: it starts as soon as a processor takes it", model.ErrNotWaiting, rec.ID, st.AsOf(now).State, st.RunAt.Format(time.RFC3339Nano), model.MaxClockSkew)
 	}
 	return nil
 }
@@ -100,8 +100,8 @@ func Waiting(rec *Record, now time.Time) error {
 // pending or retrying with a due time after now (a scheduled command, a
 // retry whose delay has not ended). See docs/lifecycle.md, "Scheduled
 // commands".
-func Due(st cmdqtype.Status, now time.Time) bool {
-	if st.State != cmdqtype.StatePending && st.State != cmdqtype.StateRetrying {
+func Due(st model.Status, now time.Time) bool {
+	if st.State != model.StatePending && st.State != model.StateRetrying {
 		return true
 	}
 	return !st.RunAt.After(now)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
@@ -15,7 +15,7 @@ import (
 func issueScheduled(t *testing.T, s *record.Store, c *clock, runAt time.Time) string {
 	t.Helper()
 	id := record.NewDayID(c.now())
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: "demo.Later", Params: []byte(`{}`), Queue: cmdqtype.DefaultQueue, RunAt: runAt}); err != nil {
+	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: "demo.Later", Params: []byte(`{}`), Queue: model.DefaultQueue, RunAt: runAt}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
@@ -46,7 +46,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 			t.Fatalf("sweep: %+v %v, want the scheduled command moved and its table dropped", rep, err)
 		}
 		st, err := r.Get(ctx, far)
-		if err != nil || st.State != cmdqtype.StateScheduled || !st.RunAt.Equal(runAt) {
+		if err != nil || st.State != model.StateScheduled || !st.RunAt.Equal(runAt) {
 			t.Fatalf("after the sweep: %+v %v, want scheduled at %s", st, err, runAt)
 		}
 		if evs, err := r.Events(ctx, far); err != nil || len(evs) != 1 || !evs[0].RunAt.Equal(runAt) {
@@ -58,10 +58,10 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		if err != nil || !record.Due(rec.Status, c.now()) {
 			t.Fatalf("at its time: %+v %v, want due", rec, err)
 		}
-		if err := r.Append(ctx, rec, cmdqtype.Event{Kind: cmdqtype.EventStarted, Attempt: 1}, cmdqtype.Event{Kind: cmdqtype.EventCompleted, Attempt: 1}); err != nil {
+		if err := r.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if st, err := r.Get(ctx, far); err != nil || st.State != cmdqtype.StateCompleted {
+		if st, err := r.Get(ctx, far); err != nil || st.State != model.StateCompleted {
 			t.Fatalf("completed: %+v %v", st, err)
 		}
 
@@ -89,7 +89,7 @@ func TestReconcileLeavesScheduled(t *testing.T) {
 		r := openAt(t, env, c)
 		runAt := c.now().Add(2 * time.Hour)
 		id := issueScheduled(t, r.Store, c, runAt)
-		opts := record.ReconcileOptions{ScanPending: true, SkipMarkers: true, PendingGrace: cmdqtype.DefaultReconcileStaleAfter, Now: c.now}
+		opts := record.ReconcileOptions{ScanPending: true, SkipMarkers: true, PendingGrace: model.DefaultReconcileStaleAfter, Now: c.now}
 
 		c.add(time.Hour)
 		rep, err := r.Reconcile(ctx, opts)

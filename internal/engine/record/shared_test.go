@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -61,7 +61,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	if _, err := r1.SetPaused(ctx, "held", true, "test:before"); err != nil {
 		t.Fatal(err)
 	}
-	sched, err := r1.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: cmdqtype.DefaultQueue}, "test")
+	sched, err := r1.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	}
 	create := func(s *record.Store, id string) {
 		t.Helper()
-		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Wait", Queue: cmdqtype.DefaultQueue}); err != nil {
+		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Wait", Queue: model.DefaultQueue}); err != nil {
 			t.Fatalf("Create %s: %v", id, err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	onSecond := idOn(during, 1)
 	create(r2.Store, onSecond) // the process's first Create of the day: it registers the day table
 	for _, id := range []string{onFirst, onSecond} {
-		if err := r2.MarkUnqueued(ctx, id, cmdqtype.DefaultQueue); err != nil {
+		if err := r2.MarkUnqueued(ctx, id, model.DefaultQueue); err != nil {
 			t.Fatalf("marker of %s with the first account down: %v", id, err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	if err != nil || len(beats) != 1 || beats[0].ID != "p-during" {
 		t.Fatalf("heartbeats with the first account down: %+v, %v", beats, err)
 	}
-	again, err := r2.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: cmdqtype.DefaultQueue}, "test")
+	again, err := r2.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
 	if err != nil || !again.Since.Equal(sched.Since) {
 		t.Fatalf("schedule with the first account down: %+v, %v; want Since %s kept", again, err, sched.Since)
 	}
@@ -149,7 +149,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	if err != nil || rep.Enqueued != 1 || rep.Unavailable != 0 {
 		t.Fatalf("reconcile after the return: %+v, %v; want the first account's command enqueued", rep, err)
 	}
-	q, err := during.Queue(ctx, names.Queue(cmdqtype.DefaultQueue))
+	q, err := during.Queue(ctx, names.Queue(model.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -22,11 +22,11 @@ import (
 // recorded (failed, completed, poisoned or lease_lost; created and requeued
 // start again from 0). A delivery of attempt n whose attempts settled+1..n-1
 // have no outcome records lease_lost events for them.
-func Settle(settled int, e cmdqtype.Event) int {
+func Settle(settled int, e model.Event) int {
 	switch e.Kind {
-	case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+	case model.EventCreated, model.EventRequeued:
 		return 0
-	case cmdqtype.EventFailed, cmdqtype.EventCompleted, cmdqtype.EventPoisoned, cmdqtype.EventLeaseLost:
+	case model.EventFailed, model.EventCompleted, model.EventPoisoned, model.EventLeaseLost:
 		return max(settled, e.Attempt)
 	}
 	return settled
@@ -44,11 +44,11 @@ var ErrFinal = errors.New("cmdq: command is final")
 // Own folds one event into owner, the queue message that owns the command
 // (Record.Owner): a started event's MessageID; none after created and
 // requeued.
-func Own(owner string, e cmdqtype.Event) string {
+func Own(owner string, e model.Event) string {
 	switch e.Kind {
-	case cmdqtype.EventCreated, cmdqtype.EventRequeued:
+	case model.EventCreated, model.EventRequeued:
 		return ""
-	case cmdqtype.EventStarted:
+	case model.EventStarted:
 		return e.MessageID
 	}
 	return owner
@@ -127,7 +127,7 @@ type NewCommand struct {
 // Record is a loaded command: its status, its parameters and the concurrency
 // token for the next write.
 type Record struct {
-	cmdqtype.Status
+	model.Status
 	// Params is the command's JSON parameters.
 	Params []byte
 	// ParamsHash is the hex SHA-256 of Params (for idempotent re-issue).
@@ -182,7 +182,7 @@ type Options struct {
 	// known). It is the in-process change feed (cmdq.Client wakes its
 	// watchers with it); it runs on the writer's goroutine and must not
 	// block. Default nil.
-	Changed func(st cmdqtype.Status, events []cmdqtype.Event)
+	Changed func(st model.Status, events []model.Event)
 	// RecoveryDelay returns the visibility delay of a recovery enqueue of a
 	// command type (Enqueuer's re-issues, retries, reconciles and repeated
 	// requeues): at least the type's lease and the processors'
@@ -206,7 +206,7 @@ type Options struct {
 type Store struct {
 	commands, poison storage.Table
 	now              func() time.Time
-	changed          func(cmdqtype.Status, []cmdqtype.Event)
+	changed          func(model.Status, []model.Event)
 	recovery         func(cmdType string) time.Duration
 	tables           *tables
 	retention        RetentionPolicy
@@ -437,8 +437,8 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		props[paramsProp(i)] = ch
 	}
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
-	st := cmdqtype.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
-	ev := cmdqtype.Event{Seq: 1, Kind: cmdqtype.EventCreated, Time: issued, RunAt: c.RunAt}
+	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
+	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
 	Apply(&st, ev)
 	wid := newWriteID()
 	putProjection(props, &st, 0, "", 1, wid)
@@ -478,7 +478,7 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) map[string]any {
+func projectionProps(st *model.Status, settled int, owner string, seq int64, writeID string) map[string]any {
 	props := make(map[string]any, projectionPropCount)
 	putProjection(props, st, settled, owner, seq, writeID)
 	return props
@@ -488,7 +488,7 @@ func projectionProps(st *cmdqtype.Status, settled int, owner string, seq int64, 
 const projectionPropCount = 12
 
 // putProjection writes the projection's properties into props.
-func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) {
+func putProjection(props map[string]any, st *model.Status, settled int, owner string, seq int64, writeID string) {
 	props["WriteID"] = writeID
 	props["Settled"] = int32(settled)
 	props["Owner"] = owner
@@ -505,7 +505,7 @@ func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner
 		// that never failed has none); it changes but is never cleared.
 		props["RunAt"] = ms(st.RunAt)
 	}
-	if st.State == cmdqtype.StateCompleted && len(st.Output) > 0 {
+	if st.State == model.StateCompleted && len(st.Output) > 0 {
 		// The completing attempt's recorded output (Run.SetOutput), in
 		// the final batch: only a completed command has one.
 		props["Output"] = string(st.Output)
@@ -516,7 +516,7 @@ func putProjection(props map[string]any, st *cmdqtype.Status, settled int, owner
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
+func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
 	props := projectionProps(st, settled, owner, seq, writeID)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
@@ -552,7 +552,7 @@ func projectionUpdate(rec *Record, st *cmdqtype.Status, settled int, owner strin
 	return row
 }
 
-func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
+func eventEntity(id string, e model.Event, writeID string) storage.Entity {
 	ent := storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
 		"WriteID": writeID,
 		"Kind":    string(e.Kind),
@@ -577,7 +577,7 @@ func eventEntity(id string, e cmdqtype.Event, writeID string) storage.Entity {
 // eventWho is what an event row's Worker property holds: the processor of
 // an attempt's event, or who requeued or discarded the command (Event.By):
 // the kind tells which (data layout unchanged since Event.By was added).
-func eventWho(e cmdqtype.Event) string {
+func eventWho(e model.Event) string {
 	if operatorEvent(e.Kind) {
 		return e.By
 	}
@@ -587,8 +587,8 @@ func eventWho(e cmdqtype.Event) string {
 // operatorEvent reports whether kind is written by an operator, a
 // program that cancels, or the reconciler (its row's Worker property is
 // Event.By).
-func operatorEvent(kind cmdqtype.EventKind) bool {
-	return kind == cmdqtype.EventRequeued || kind == cmdqtype.EventDiscarded || kind == cmdqtype.EventCancelled
+func operatorEvent(kind model.EventKind) bool {
+	return kind == model.EventRequeued || kind == model.EventDiscarded || kind == model.EventCancelled
 }
 
 const truncMark = "…[truncated]"
@@ -650,13 +650,13 @@ func timeProp(e storage.Entity, name string) time.Time {
 
 func validID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty command ID (%w)", cmdqtype.ErrNotFound, storage.ErrInvalidKey)
+		return fmt.Errorf("%w: empty command ID (%w)", model.ErrNotFound, storage.ErrInvalidKey)
 	}
 	return storage.ValidateKey("command ID", id)
 }
 
 func notFound(id string) error {
-	return fmt.Errorf("%w: %s (%w)", cmdqtype.ErrNotFound, id, storage.ErrNotFound)
+	return fmt.Errorf("%w: %s (%w)", model.ErrNotFound, id, storage.ErrNotFound)
 }
 
 // Load reads a command and its projection with one point read of its
@@ -675,7 +675,7 @@ func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
 // in: one point read of the ID's table (its day table, see Names.TableOf);
 // when the row is not there (the command was moved, or its day table
 // dropped), one more of the base table. A command that is in neither and
-// whose day is past retention gives an error wrapping cmdqtype.ErrExpired
+// whose day is past retention gives an error wrapping model.ErrExpired
 // (and ErrNotFound).
 func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.Table, error) {
 	if err := validID(id); err != nil {
@@ -724,11 +724,11 @@ func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error)
 }
 
 // decodeStatus reads the status (identity and projection) from a command row.
-func decodeStatus(e storage.Entity) cmdqtype.Status {
-	return cmdqtype.Status{
+func decodeStatus(e storage.Entity) model.Status {
+	return model.Status{
 		ID:            e.PartitionKey,
 		Type:          str(e, "Type"),
-		State:         cmdqtype.State(str(e, "Status")),
+		State:         model.State(str(e, "Status")),
 		Attempts:      int(intProp(e, "Attempts")),
 		Step:          int(intProp(e, "Step")),
 		LastError:     str(e, "LastError"),
@@ -755,20 +755,20 @@ func TraceIDOf(traceParent string) string {
 
 // outputProp reads the recorded output of a completed command ("" when
 // none).
-func outputProp(e storage.Entity) cmdqtype.JSON {
-	return cmdqtype.JSON(str(e, "Output"))
+func outputProp(e storage.Entity) model.JSON {
+	return model.JSON(str(e, "Output"))
 }
 
 // OutputFits returns nil when output fits in rec's command row beside its
 // parameters (one entity holds about 1 MiB: parameters near the largest
-// leave less room than cmdqtype.MaxOutputBytes), else an error wrapping
-// cmdqtype.ErrOutputTooLarge that says how much room there is.
+// leave less room than model.MaxOutputBytes), else an error wrapping
+// model.ErrOutputTooLarge that says how much room there is.
 func OutputFits(rec *Record, output []byte) error {
 	if len(output) == 0 {
 		return nil
 	}
 	st := rec.Status
-	st.State, st.Output = cmdqtype.StateCompleted, cmdqtype.JSON(output)
+	st.State, st.Output = model.StateCompleted, model.JSON(output)
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
 		"Type": rec.Type, "ParamsHash": rec.ParamsHash, "IssuedAt": rec.IssuedAt,
 		"CorrelationID": rec.CorrelationID, "Queue": rec.Queue,
@@ -780,7 +780,7 @@ func OutputFits(rec *Record, output []byte) error {
 	}
 	putProjection(row.Properties, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef")
 	if over := storage.EntitySize(row) - storage.MaxEntityBytes; over > 0 {
-		return fmt.Errorf("%w: the output of %d bytes does not fit in command %s's row beside its %d bytes of parameters (%d bytes over what one entity holds); record a smaller output", cmdqtype.ErrOutputTooLarge, len(output), rec.ID, len(rec.Params), over)
+		return fmt.Errorf("%w: the output of %d bytes does not fit in command %s's row beside its %d bytes of parameters (%d bytes over what one entity holds); record a smaller output", model.ErrOutputTooLarge, len(output), rec.ID, len(rec.Params), over)
 	}
 	return nil
 }
@@ -816,7 +816,7 @@ func settledProp(e storage.Entity) int {
 		return int(intProp(e, "Settled"))
 	}
 	n := int(intProp(e, "Attempts"))
-	if cmdqtype.State(str(e, "Status")) == cmdqtype.StateRunning {
+	if model.State(str(e, "Status")) == model.StateRunning {
 		n--
 	}
 	return max(n, 0)
@@ -840,7 +840,7 @@ func settledProp(e storage.Entity) int {
 // succeeds with rec updated to the reloaded command, so the events are never
 // appended twice. Otherwise the error wraps storage.ErrConflict and is a
 // *ConflictError carrying the reloaded command.
-func (s *Store) Append(ctx context.Context, rec *Record, events ...cmdqtype.Event) error {
+func (s *Store) Append(ctx context.Context, rec *Record, events ...model.Event) error {
 	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return err
@@ -880,7 +880,7 @@ func (e *ConflictError) Unwrap() []error { return []error{storage.ErrConflict, e
 // decides: when it fails (err, as Append's) nothing is deleted; when it
 // succeeds the delete's own failure (storage.ErrLeaseLost, ErrNotFound) is
 // returned as deleteErr.
-func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...cmdqtype.Event) (deleteErr, err error) {
+func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Combiner, queue, id, popReceipt string, events ...model.Event) (deleteErr, err error) {
 	ops, res, err := s.appendOps(rec, events)
 	if err != nil {
 		return nil, err
@@ -895,18 +895,18 @@ func (s *Store) AppendAndDelete(ctx context.Context, rec *Record, cb storage.Com
 
 // appendResult is what an append makes of a record when it lands.
 type appendResult struct {
-	st      cmdqtype.Status
+	st      model.Status
 	settled int
 	owner   string
 	seq     int64
 	wid     string
-	events  []cmdqtype.Event // as written: numbered and timed
+	events  []model.Event // as written: numbered and timed
 }
 
 // appendOps builds the batch of an append: the events and the Merge update
 // of the command row's projection, conditional on rec's ETag. It returns the
 // new projection, event number and the write's ID.
-func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.BatchOp, appendResult, error) {
+func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp, appendResult, error) {
 	if rec == nil || rec.ID == "" {
 		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
@@ -926,7 +926,7 @@ func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.Batch
 	settled, owner := rec.Settled, rec.Owner
 	seq := rec.EventSeq
 	ops := make([]storage.BatchOp, 0, len(events)+1)
-	written := make([]cmdqtype.Event, 0, len(events))
+	written := make([]model.Event, 0, len(events))
 	now := s.nowUTC()
 	// The event rows are appended under the command row's ETag: every
 	// write that adds an event moves it, so while it matches no row
@@ -962,7 +962,7 @@ func (s *Store) appendOps(rec *Record, events []cmdqtype.Event) ([]storage.Batch
 // checkFinal refuses events that would be written on top of a final
 // command (see ErrFinal). Each event is checked against the projection as
 // the events before it in the same append leave it.
-func checkFinal(rec *Record, events []cmdqtype.Event) error {
+func checkFinal(rec *Record, events []model.Event) error {
 	st := rec.Status
 	for _, e := range events {
 		if st.State.Final() && !allowedOnFinal(&st, e) {
@@ -977,12 +977,12 @@ func checkFinal(rec *Record, events []cmdqtype.Event) error {
 // allowedOnFinal reports whether e may follow the final projection st: an
 // operator's requeued or discarded on a poisoned command, or the lease_lost
 // of the attempt that completed it (written by its own worker).
-func allowedOnFinal(st *cmdqtype.Status, e cmdqtype.Event) bool {
+func allowedOnFinal(st *model.Status, e model.Event) bool {
 	switch e.Kind {
-	case cmdqtype.EventRequeued, cmdqtype.EventDiscarded:
-		return st.State == cmdqtype.StatePoisoned
-	case cmdqtype.EventLeaseLost:
-		return st.State == cmdqtype.StateCompleted && e.Attempt == st.Attempts && e.Worker == st.Worker
+	case model.EventRequeued, model.EventDiscarded:
+		return st.State == model.StatePoisoned
+	case model.EventLeaseLost:
+		return st.State == model.StateCompleted && e.Attempt == st.Attempts && e.Worker == st.Worker
 	}
 	return false
 }
@@ -1040,7 +1040,7 @@ func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64
 }
 
 // notify passes a landed write to Options.Changed.
-func (s *Store) notify(st cmdqtype.Status, events []cmdqtype.Event) {
+func (s *Store) notify(st model.Status, events []model.Event) {
 	if s.changed != nil {
 		s.changed(st, events)
 	}
@@ -1053,7 +1053,7 @@ func etagOrAny(etag string) string {
 	return etag
 }
 
-func poisonEntity(p cmdqtype.PoisonEntry) storage.Entity {
+func poisonEntity(p model.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
 		"CommandID":     p.CommandID,
 		"Type":          p.Type,
@@ -1069,25 +1069,25 @@ func poisonEntity(p cmdqtype.PoisonEntry) storage.Entity {
 }
 
 // paramsPreview returns the start of compact JSON params, at most
-// cmdqtype.PoisonParamsPreview bytes, cut at a character boundary (with
+// model.PoisonParamsPreview bytes, cut at a character boundary (with
 // "…" when cut).
 func paramsPreview(params []byte) string {
-	if len(params) <= cmdqtype.PoisonParamsPreview {
+	if len(params) <= model.PoisonParamsPreview {
 		return strings.ToValidUTF8(string(params), "")
 	}
-	cut := params[:cmdqtype.PoisonParamsPreview-len("…")]
+	cut := params[:model.PoisonParamsPreview-len("…")]
 	for len(cut) > 0 && !utf8.Valid(cut) {
 		cut = cut[:len(cut)-1]
 	}
 	return string(cut) + "…"
 }
 
-func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
+func decodePoison(e storage.Entity) model.PoisonEntry {
 	id := str(e, "CommandID")
 	if id == "" {
 		id = e.PartitionKey
 	}
-	return cmdqtype.PoisonEntry{
+	return model.PoisonEntry{
 		CommandID:     id,
 		Type:          str(e, "Type"),
 		DequeueCount:  intProp(e, "DequeueCount"),
@@ -1112,7 +1112,7 @@ func decodePoison(e storage.Entity) cmdqtype.PoisonEntry {
 // is written. The entry is written first so that a poisoned command is never missing
 // from the poison table (operators find it); a leftover entry of a command
 // that is not poisoned is cleaned up by Requeue or Discard.
-func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEntry, events ...cmdqtype.Event) error {
+func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry, events ...model.Event) error {
 	if rec == nil || rec.ID == "" {
 		return fmt.Errorf("%w: Poison needs a loaded record", storage.ErrInvalidArgument)
 	}
@@ -1127,7 +1127,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 		entry.PoisonedAt = s.nowUTC()
 	}
 	entry.PoisonedAt = ms(entry.PoisonedAt)
-	if err := checkFinal(rec, append(append([]cmdqtype.Event(nil), events...), cmdqtype.Event{Kind: cmdqtype.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
+	if err := checkFinal(rec, append(append([]model.Event(nil), events...), model.Event{Kind: model.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
 		return err // before the entry is written: a final command gets none
 	}
 	// The attempts as the command will say once poisoned, and the start of
@@ -1154,15 +1154,15 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
 		return fmt.Errorf("cmdq: write poison entry for command %s: %w", rec.ID, err)
 	}
-	evs := make([]cmdqtype.Event, 0, len(events)+1)
+	evs := make([]model.Event, 0, len(events)+1)
 	for _, e := range events {
 		if e.Time.IsZero() {
 			e.Time = entry.PoisonedAt
 		}
 		evs = append(evs, e)
 	}
-	evs = append(evs, cmdqtype.Event{
-		Kind: cmdqtype.EventPoisoned, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
+	evs = append(evs, model.Event{
+		Kind: model.EventPoisoned, Time: entry.PoisonedAt, Attempt: int(entry.DequeueCount),
 		Worker: entry.Worker, Reason: entry.Reason, Error: entry.LastError,
 	})
 	if err := s.Append(ctx, rec, evs...); err != nil {
@@ -1173,7 +1173,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry cmdqtype.PoisonEn
 		} else if c, lerr := s.Load(ctx, rec.ID); lerr == nil {
 			cur = c
 		}
-		if cur != nil && cur.Status.State != cmdqtype.StatePoisoned {
+		if cur != nil && cur.Status.State != model.StatePoisoned {
 			_ = s.poison.Delete(ctx, rec.ID, "", storage.IfMatchAny)
 		}
 		return err

@@ -10,11 +10,11 @@ import (
 // A retried attempt resumes after the last step a previous attempt
 // recorded: the processor passes it as RunInfo.LastStep and persists each
 // CompleteStep as a step_completed event before it returns.
-func ExampleRun_CompleteStep() {
+func ExampleAttempt_CompleteStep() {
 	steps := []string{"reserve stock", "charge card", "send receipt"}
-	handle := func(ctx context.Context, run *registry.Run) error {
+	handle := func(ctx context.Context, run *registry.Attempt) error {
 		for i := run.LastStep(); i < len(steps); i++ {
-			fmt.Printf("attempt %d: %s\n", run.Attempt(), steps[i])
+			fmt.Printf("attempt %d: %s\n", run.Number(), steps[i])
 			if err := run.CompleteStep(ctx, i+1, steps[i]); err != nil {
 				return err
 			}

@@ -1,14 +1,11 @@
-// Package handlers is the typed handler registry: Register[T] binds a
-// function to a command type, with per-type options (queue, poison ceiling,
-// lease, timeout, retry policy) over the ones the type declares; Declare[T]
-// records a type's routing without a handler (a process that only issues
-// it). The processor looks definitions up by type name and invokes them
-// with a Run, through which handlers record completed steps so a rerun
-// resumes where the last attempt stopped.
-//
-// Most programs register through the client of package cmdq
-// (cmdq.Register); the registry is for programs that assemble a processor
-// themselves.
+// Package registry is the typed handler registry: Register[T] binds a
+// function to a command type, with per-type options (queue, poison
+// ceiling, lease, timeout, retry policy) over the ones the type declares;
+// Declare[T] records a type's routing without a handler (a process that
+// only issues it). The processor looks definitions up by type name and
+// invokes them with an Attempt, through which handlers record completed
+// steps so a rerun resumes where the last attempt stopped. Package cmdq
+// registers through it (cmdq.Register, cmdq.Declare).
 package registry
 
 import (
@@ -17,46 +14,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // ErrUnknownType: no handler is registered for the command type (a
 // message of it is poisoned with this reason).
 var ErrUnknownType = errors.New("no handler registered for command type")
 
-// Options configures one command type's handling. Zero fields take the
-// type's declared options (cmdq.CommandWithOptions), then the defaults.
+// Options is cmdq.HandlerOptions (documented there) as the engine takes
+// it: zero fields take the type's declared options, then the defaults.
 type Options struct {
-	// Queue is the logical queue the type is routed to. Defaults to the
-	// type's declared queue, else cmdq.DefaultQueue ("commands"). Give
-	// slow commands their own queue so they do not share a lease.
-	Queue string
-	// PoisonCeiling is the most attempts (dequeues) before the command is
-	// poisoned without running. Defaults to the declared ceiling, else
-	// cmdq.DefaultPoisonCeiling (5).
-	PoisonCeiling int
-	// Lease is the visibility timeout taken on dequeue and renewed at half
-	// while the handler runs, at least 1 s. Defaults to the declared lease,
-	// else cmdq.DefaultLease (30 s).
-	Lease time.Duration
-	// Timeout bounds one attempt: the handler's context ends after it.
-	// Defaults to the declared timeout, else
-	// cmdq.DefaultTimeoutLeases × Lease.
-	Timeout time.Duration
-	// Retry sets the delay before a failed attempt is retried. Defaults to
-	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
-	Retry cmdqtype.RetryPolicy
-	// Retention is how long the type's final commands are kept. Zero
-	// fields take the declared retention, else the processor's
-	// (cmdq.Config.Retention: 7 days completed, 30 days discarded).
-	Retention cmdqtype.Retention
-	// MaxConcurrency, when above 0, is the most handlers of the type one
-	// processor runs at once. Defaults to the declared cap, else 0: none.
+	Queue          string
+	PoisonCeiling  int
+	Lease          time.Duration
+	Timeout        time.Duration
+	Retry          model.RetryPolicy
+	Retention      model.Retention
 	MaxConcurrency int
-	// Middleware wraps the type's handler, inside the registry's own
-	// (Registry.Use): the first is the outermost. Default none.
-	Middleware []Middleware
+	Middleware     []Middleware
 }
 
 // Middleware wraps one attempt's handler: it sees the decoded command
@@ -65,10 +41,10 @@ type Options struct {
 // should see. It may refuse (return an error without calling next:
 // Permanent poisons, any other error is retried), add to the context, and
 // observe or replace the result next returns.
-type Middleware func(ctx context.Context, cmd any, run *Run, next func(ctx context.Context) error) error
+type Middleware func(ctx context.Context, cmd any, run *Attempt, next func(ctx context.Context) error) error
 
 // chain runs cmd through mws and then handler (mws[0] outermost).
-func chain(ctx context.Context, mws []Middleware, cmd any, run *Run, handler func(ctx context.Context) error) error {
+func chain(ctx context.Context, mws []Middleware, cmd any, run *Attempt, handler func(ctx context.Context) error) error {
 	if len(mws) == 0 {
 		return handler(ctx)
 	}
@@ -78,13 +54,13 @@ func chain(ctx context.Context, mws []Middleware, cmd any, run *Run, handler fun
 }
 
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
-func (o Options) CommandOptions() cmdqtype.CommandOptions {
-	return cmdqtype.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
+func (o Options) CommandOptions() model.CommandOptions {
+	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
 		MaxConcurrency: o.MaxConcurrency}
 }
 
 // over returns o with its zero command fields taken from declared.
-func (o Options) over(declared cmdqtype.CommandOptions) Options {
+func (o Options) over(declared model.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
 	o.MaxConcurrency = c.MaxConcurrency
@@ -93,7 +69,7 @@ func (o Options) over(declared cmdqtype.CommandOptions) Options {
 
 // Handler handles one command of type T. run records steps and tells the
 // attempt number and the last completed step.
-type Handler[T issuer.Command] func(ctx context.Context, cmd T, run *Run) error
+type Handler[T issuer.Command] func(ctx context.Context, cmd T, run *Attempt) error
 
 // Definition is a registered (or declared) command type.
 type Definition struct {
@@ -102,7 +78,7 @@ type Definition struct {
 	// Options are the type's options with defaults applied.
 	Options
 	decode func(params []byte) (any, error)
-	invoke func(ctx context.Context, cmd any, run *Run) error // nil: declared only
+	invoke func(ctx context.Context, cmd any, run *Attempt) error // nil: declared only
 }
 
 // Handled reports whether the type has a handler here (Register), not only
@@ -115,6 +91,17 @@ type Registry struct {
 	mu   sync.RWMutex
 	defs map[string]*Definition
 	mws  []Middleware // Use: around every type's handler
+
+	declared issuer.DeclaredFunc // SetDeclared
+}
+
+// SetDeclared makes the registry read the options a registered or
+// declared type declares through f too (issuer.Declared). Set it before
+// registering.
+func (r *Registry) SetDeclared(f issuer.DeclaredFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.declared = f
 }
 
 // Use appends middleware that wraps every registered type's handler,

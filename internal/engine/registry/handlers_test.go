@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -34,10 +34,10 @@ func TestRegisterAndInvoke(t *testing.T) {
 	t.Parallel()
 	reg := registry.NewRegistry()
 	var got sendEmail
-	err := registry.Register(reg, func(ctx context.Context, cmd sendEmail, run *registry.Run) error {
+	err := registry.Register(reg, func(ctx context.Context, cmd sendEmail, run *registry.Attempt) error {
 		got = cmd
-		if run.ID() != "id-1" || run.Attempt() != 2 || run.Type() != "mail.Send" {
-			return fmt.Errorf("run %s %d %s", run.ID(), run.Attempt(), run.Type())
+		if run.ID() != "id-1" || run.Number() != 2 || run.Type() != "mail.Send" {
+			return fmt.Errorf("run %s %d %s", run.ID(), run.Number(), run.Type())
 		}
 		return nil
 	}, registry.Options{})
@@ -45,7 +45,7 @@ func TestRegisterAndInvoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var gotPtr *resize
-	if err := registry.Register(reg, func(ctx context.Context, cmd *resize, run *registry.Run) error {
+	if err := registry.Register(reg, func(ctx context.Context, cmd *resize, run *registry.Attempt) error {
 		gotPtr = cmd
 		return nil
 	}, registry.Options{Queue: "slow", Lease: 5 * time.Minute}); err != nil {
@@ -106,14 +106,14 @@ func TestRegisterAndInvoke(t *testing.T) {
 func TestRegisterErrors(t *testing.T) {
 	t.Parallel()
 	reg := registry.NewRegistry()
-	noop := func(context.Context, sendEmail, *registry.Run) error { return nil }
+	noop := func(context.Context, sendEmail, *registry.Attempt) error { return nil }
 	if err := registry.Register(reg, noop, registry.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := registry.Register(reg, noop, registry.Options{}); !errors.Is(err, cmdqtype.ErrDuplicateType) {
+	if err := registry.Register(reg, noop, registry.Options{}); !errors.Is(err, model.ErrDuplicateType) {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if err := registry.Register(reg, func(context.Context, badName, *registry.Run) error { return nil }, registry.Options{}); err == nil || !strings.Contains(err.Error(), "bad name") {
+	if err := registry.Register(reg, func(context.Context, badName, *registry.Attempt) error { return nil }, registry.Options{}); err == nil || !strings.Contains(err.Error(), "bad name") {
 		t.Fatalf("bad type name: %v", err)
 	}
 	if err := registry.Register[sendEmail](reg, nil, registry.Options{}); err == nil {
@@ -121,9 +121,9 @@ func TestRegisterErrors(t *testing.T) {
 	}
 	err := registry.Register(registry.NewRegistry(), noop, registry.Options{
 		Queue: "Bad Queue", PoisonCeiling: -1, Lease: time.Millisecond, Timeout: -time.Second,
-		Retry: cmdqtype.RetryPolicy{Multiplier: 0.5, Jitter: 3},
+		Retry: model.RetryPolicy{Multiplier: 0.5, Jitter: 3},
 	})
-	if !errors.Is(err, cmdqtype.ErrInvalidOptions) {
+	if !errors.Is(err, model.ErrInvalidOptions) {
 		t.Fatalf("invalid options: %v", err)
 	}
 	for _, want := range []string{"Queue", "PoisonCeiling", "Lease", "Timeout", "Multiplier", "Jitter"} {
@@ -170,7 +170,7 @@ func TestRunSteps(t *testing.T) {
 	if err := run.CompleteStep(ctx, 1, "redo"); err != nil || run.LastStep() != 3 {
 		t.Fatalf("repeated earlier step moved LastStep to %d (%v)", run.LastStep(), err)
 	}
-	if err := run.CompleteStep(ctx, 0, ""); !errors.Is(err, cmdqtype.ErrInvalidStep) {
+	if err := run.CompleteStep(ctx, 0, ""); !errors.Is(err, model.ErrInvalidStep) {
 		t.Fatalf("step 0: %v", err)
 	}
 	failing = true
@@ -185,7 +185,7 @@ func TestRunSteps(t *testing.T) {
 func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 	fixed := func(v float64) func() float64 { return func() float64 { return v } }
-	p := cmdqtype.RetryPolicy{Jitter: cmdqtype.NoJitter}
+	p := model.RetryPolicy{Jitter: model.NoJitter}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	for i, w := range want {
 		if d := p.Delay(i + 1); d != w {
@@ -202,16 +202,16 @@ func TestRetryPolicy(t *testing.T) {
 		t.Errorf("attempt 100000: %s, want the 5m cap", d)
 	}
 	// Jitter bounds: factor in [0.8, 1.2].
-	lo := cmdqtype.RetryPolicy{Rand: fixed(0)}.Delay(3)
-	hi := cmdqtype.RetryPolicy{Rand: fixed(0.999999)}.Delay(3)
-	mid := cmdqtype.RetryPolicy{Rand: fixed(0.5)}.Delay(3)
+	lo := model.RetryPolicy{Rand: fixed(0)}.Delay(3)
+	hi := model.RetryPolicy{Rand: fixed(0.999999)}.Delay(3)
+	mid := model.RetryPolicy{Rand: fixed(0.5)}.Delay(3)
 	if lo != 3200*time.Millisecond || mid != 4*time.Second || hi < 4799*time.Millisecond || hi > 4800*time.Millisecond {
 		t.Errorf("jitter: lo %s mid %s hi %s", lo, mid, hi)
 	}
 	// Default Rand stays within the bounds and actually varies.
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 200; i++ {
-		d := cmdqtype.RetryPolicy{}.Delay(2)
+		d := model.RetryPolicy{}.Delay(2)
 		if d < 1600*time.Millisecond || d > 2400*time.Millisecond {
 			t.Fatalf("delay %s outside [1.6s, 2.4s]", d)
 		}
@@ -220,14 +220,14 @@ func TestRetryPolicy(t *testing.T) {
 	if len(seen) < 10 {
 		t.Fatalf("jitter produced only %d distinct delays", len(seen))
 	}
-	custom := cmdqtype.RetryPolicy{Base: 100 * time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: cmdqtype.NoJitter}
+	custom := model.RetryPolicy{Base: 100 * time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: model.NoJitter}
 	if d := custom.Delay(3); d != 900*time.Millisecond {
 		t.Errorf("custom attempt 3: %s", d)
 	}
 	if d := custom.Delay(4); d != time.Second {
 		t.Errorf("custom attempt 4: %s", d)
 	}
-	if err := (cmdqtype.RetryPolicy{Base: time.Hour, Max: time.Minute}).Validate(); err == nil {
+	if err := (model.RetryPolicy{Base: time.Hour, Max: time.Minute}).Validate(); err == nil {
 		t.Error("Max < Base accepted")
 	}
 }

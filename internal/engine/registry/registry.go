@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // Register binds fn to T's command type (T's CommandType() on the zero
@@ -20,25 +20,25 @@ import (
 // (cmdq.CommandWithOptions), then the defaults. Parameters are decoded
 // into T with unknown fields rejected; a decode failure is a *DecodeError
 // (permanent). It fails for a nil registry or handler, an invalid type name,
-// a type registered twice (cmdqtype.ErrDuplicateType; a Declare of the type before
-// is replaced), or invalid options (cmdqtype.ErrInvalidOptions, every problem
+// a type registered twice (model.ErrDuplicateType; a Declare of the type before
+// is replaced), or invalid options (model.ErrInvalidOptions, every problem
 // listed).
 func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) error {
 	if reg == nil || fn == nil {
 		return errors.New("handlers: Register needs a registry (NewRegistry) and a handler function")
 	}
 	if len(opts) > 1 {
-		return fmt.Errorf("%w: Register takes at most one Options, got %d", cmdqtype.ErrInvalidOptions, len(opts))
+		return fmt.Errorf("%w: Register takes at most one Options, got %d", model.ErrInvalidOptions, len(opts))
 	}
 	var o Options
 	if len(opts) == 1 {
 		o = opts[0]
 	}
-	def, err := define[T](o)
+	def, err := define[T](reg, o)
 	if err != nil {
 		return err
 	}
-	def.invoke = func(ctx context.Context, cmd any, run *Run) error {
+	def.invoke = func(ctx context.Context, cmd any, run *Attempt) error {
 		v, ok := cmd.(T)
 		if !ok {
 			return Permanent(fmt.Errorf("handlers: %s handler got %T", def.Type, cmd))
@@ -48,7 +48,7 @@ func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) e
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	if prev, dup := reg.defs[def.Type]; dup && prev.Handled() {
-		return fmt.Errorf("%w: %s", cmdqtype.ErrDuplicateType, def.Type)
+		return fmt.Errorf("%w: %s", model.ErrDuplicateType, def.Type)
 	}
 	reg.defs[def.Type] = def
 	return nil
@@ -59,27 +59,27 @@ func Register[T issuer.Command](reg *Registry, fn Handler[T], opts ...Options) e
 // the HTTP API does) but does not run it. opts (at most one) override T's
 // declared options, as in Register. Params issued by type name are checked
 // to decode into T. A type already registered or declared gives
-// cmdqtype.ErrDuplicateType.
-func Declare[T issuer.Command](reg *Registry, opts ...cmdqtype.CommandOptions) error {
+// model.ErrDuplicateType.
+func Declare[T issuer.Command](reg *Registry, opts ...model.CommandOptions) error {
 	if reg == nil {
 		return errors.New("handlers: Declare needs a registry (NewRegistry)")
 	}
 	if len(opts) > 1 {
-		return fmt.Errorf("%w: Declare takes at most one CommandOptions, got %d", cmdqtype.ErrInvalidOptions, len(opts))
+		return fmt.Errorf("%w: Declare takes at most one CommandOptions, got %d", model.ErrInvalidOptions, len(opts))
 	}
 	var o Options
 	if len(opts) == 1 {
 		c := opts[0]
 		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency}
 	}
-	def, err := define[T](o)
+	def, err := define[T](reg, o)
 	if err != nil {
 		return err
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	if _, dup := reg.defs[def.Type]; dup {
-		return fmt.Errorf("%w: %s", cmdqtype.ErrDuplicateType, def.Type)
+		return fmt.Errorf("%w: %s", model.ErrDuplicateType, def.Type)
 	}
 	reg.defs[def.Type] = def
 	return nil
@@ -87,13 +87,16 @@ func Declare[T issuer.Command](reg *Registry, opts ...cmdqtype.CommandOptions) e
 
 // define returns T's definition (without a handler) with options o over T's
 // declared ones, defaults applied and validated.
-func define[T issuer.Command](o Options) (*Definition, error) {
+func define[T issuer.Command](reg *Registry, o Options) (*Definition, error) {
 	zero := zeroCommand[T]()
 	typeName := zero.CommandType()
-	if err := cmdqtype.ValidateType(typeName); err != nil {
+	if err := model.ValidateType(typeName); err != nil {
 		return nil, fmt.Errorf("handlers: register %T: %w", *new(T), err)
 	}
-	o = o.over(issuer.Declared(zero)).WithDefaults()
+	reg.mu.RLock()
+	declared := reg.declared
+	reg.mu.RUnlock()
+	o = o.over(issuer.Declared(zero, declared)).WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("handlers: register %s: %w", typeName, err)
 	}
@@ -196,7 +199,7 @@ func (r *Registry) QueueOf(cmdType string) (string, bool) {
 	return "", false
 }
 
-// CheckParams returns an error wrapping cmdqtype.ErrInvalidParams when
+// CheckParams returns an error wrapping model.ErrInvalidParams when
 // params do not decode into the Go type of cmdType (registered or
 // declared), naming the problem; nil for an unknown type or params that
 // decode. It makes the registry an issuer.Router.
@@ -211,7 +214,7 @@ func (r *Registry) CheckParams(cmdType string, params []byte) error {
 		if errors.As(err, &de) && de.Err != nil {
 			detail = strings.TrimPrefix(de.Err.Error(), "json: ")
 		}
-		return fmt.Errorf("%w: params do not match command type %s: %s", cmdqtype.ErrInvalidParams, cmdType, detail)
+		return fmt.Errorf("%w: params do not match command type %s: %s", model.ErrInvalidParams, cmdType, detail)
 	}
 	return nil
 }
@@ -225,7 +228,7 @@ func (d *Definition) Decode(params []byte) (any, error) { return d.decode(params
 // returns a *DecodeError without running it; a declared type without a
 // handler gives ErrUnknownType. A panic in the handler is not recovered
 // here (the processor recovers it and records the stack).
-func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error {
+func (d *Definition) Invoke(ctx context.Context, params []byte, run *Attempt) error {
 	return d.invokeWith(ctx, d.Middleware, params, run)
 }
 
@@ -235,11 +238,11 @@ func (d *Definition) Invoke(ctx context.Context, params []byte, run *Run) error 
 // middleware runs; a declared type without a handler gives ErrUnknownType.
 // A panic in a middleware or the handler is not recovered here (the
 // processor recovers it and records the stack).
-func (r *Registry) Invoke(ctx context.Context, d *Definition, params []byte, run *Run) error {
+func (r *Registry) Invoke(ctx context.Context, d *Definition, params []byte, run *Attempt) error {
 	return d.invokeWith(ctx, r.middleware(d), params, run)
 }
 
-func (d *Definition) invokeWith(ctx context.Context, mws []Middleware, params []byte, run *Run) error {
+func (d *Definition) invokeWith(ctx context.Context, mws []Middleware, params []byte, run *Attempt) error {
 	if d.invoke == nil {
 		return fmt.Errorf("%w: %s is only declared here", ErrUnknownType, d.Type)
 	}
@@ -264,7 +267,7 @@ func (o Options) WithDefaults() Options {
 }
 
 // Validate reports every problem with o (after defaults) at once; the error
-// wraps cmdqtype.ErrInvalidOptions. The queue is checked as a logical name (its
+// wraps model.ErrInvalidOptions. The queue is checked as a logical name (its
 // storage name "<prefix>-<queue>" is checked by the processor and the
 // client, which know the prefix).
 func (o Options) Validate() error {
@@ -279,5 +282,5 @@ func (o Options) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", cmdqtype.ErrInvalidOptions, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", model.ErrInvalidOptions, errors.Join(errs...))
 }

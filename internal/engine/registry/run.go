@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/cmdq-dev/cmdq/cmdqtype"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // RunInfo is what the processor tells a Run.
@@ -33,8 +33,8 @@ type RunInfo struct {
 	TraceParent, TraceState, TraceID string
 }
 
-// Run is one attempt of one command, handed to the handler.
-type Run struct {
+// Attempt is one attempt of one command, handed to the handler.
+type Attempt struct {
 	info RunInfo
 	// stepMu serialises CompleteStep's calls, held while a step is
 	// written (RunInfo.Record). mu guards the fields below it and is a
@@ -95,7 +95,7 @@ type Outcome struct {
 // on the processor's goroutine. Middleware that started something for the
 // attempt (a trace span) ends it there. Callbacks run in the order they
 // were registered; after End they run at once.
-func (r *Run) OnEnd(f func(Outcome)) {
+func (r *Attempt) OnEnd(f func(Outcome)) {
 	r.mu.Lock()
 	if !r.ended {
 		r.onEnd = append(r.onEnd, f)
@@ -109,7 +109,7 @@ func (r *Run) OnEnd(f func(Outcome)) {
 // End reports the attempt's outcome to the OnEnd callbacks (once; later
 // calls do nothing). The processor calls it for every attempt whose
 // handler it invoked.
-func (r *Run) End(o Outcome) {
+func (r *Attempt) End(o Outcome) {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
@@ -125,18 +125,20 @@ func (r *Run) End(o Outcome) {
 }
 
 // Queue returns the command's logical queue.
-func (r *Run) Queue() string { return r.info.Queue }
+func (r *Attempt) Queue() string { return r.info.Queue }
 
 // CorrelationID returns the command's correlation ID ("" = none).
-func (r *Run) CorrelationID() string { return r.info.CorrelationID }
+func (r *Attempt) CorrelationID() string { return r.info.CorrelationID }
 
 // Trace returns the W3C trace context the command was issued in ("" =
 // none).
-func (r *Run) Trace() (traceParent, traceState string) { return r.info.TraceParent, r.info.TraceState }
+func (r *Attempt) Trace() (traceParent, traceState string) {
+	return r.info.TraceParent, r.info.TraceState
+}
 
 // SetTraceID records the trace ID of the attempt's span (tracing
 // middleware), for the processor's log lines about the attempt.
-func (r *Run) SetTraceID(id [16]byte) {
+func (r *Attempt) SetTraceID(id [16]byte) {
 	r.mu.Lock()
 	r.traceID = id
 	r.mu.Unlock()
@@ -144,7 +146,7 @@ func (r *Run) SetTraceID(id [16]byte) {
 
 // TraceID returns the trace ID of the attempt's span (SetTraceID), else
 // the issuing trace's (RunInfo.TraceID), else "".
-func (r *Run) TraceID() string {
+func (r *Attempt) TraceID() string {
 	r.mu.Lock()
 	id := r.traceID
 	r.mu.Unlock()
@@ -155,24 +157,24 @@ func (r *Run) TraceID() string {
 }
 
 // SetOutput records v's JSON encoding as the attempt's output, stored with
-// the command's completion (at most cmdqtype.MaxOutputBytes of compact
-// JSON). Called again, the last value wins. An error (cmdqtype.ErrInvalidOutput,
-// cmdqtype.ErrOutputTooLarge) is returned and remembered: the attempt then
+// the command's completion (at most model.MaxOutputBytes of compact
+// JSON). Called again, the last value wins. An error (model.ErrInvalidOutput,
+// model.ErrOutputTooLarge) is returned and remembered: the attempt then
 // fails with it even if the handler returns nil; a later successful call
 // clears it.
-func (r *Run) SetOutput(v any) error {
+func (r *Attempt) SetOutput(v any) error {
 	b, err := json.Marshal(v)
 	if err == nil && !json.Valid(b) {
 		err = fmt.Errorf("not valid JSON")
 	}
 	if err != nil {
-		err = fmt.Errorf("%w: command %s (%s): %v; record a value json.Marshal accepts", cmdqtype.ErrInvalidOutput, r.info.ID, r.info.Type, err)
+		err = fmt.Errorf("%w: command %s (%s): %v; record a value json.Marshal accepts", model.ErrInvalidOutput, r.info.ID, r.info.Type, err)
 	} else {
 		var buf bytes.Buffer
 		_ = json.Compact(&buf, b) // valid: checked above
 		b = buf.Bytes()
-		if len(b) > cmdqtype.MaxOutputBytes {
-			err = fmt.Errorf("%w: command %s (%s) recorded %d bytes of JSON output; the limit is %d bytes (cmdq.MaxOutputBytes): record a reference (an ID, a URL) to a larger result instead", cmdqtype.ErrOutputTooLarge, r.info.ID, r.info.Type, len(b), cmdqtype.MaxOutputBytes)
+		if len(b) > model.MaxOutputBytes {
+			err = fmt.Errorf("%w: command %s (%s) recorded %d bytes of JSON output; the limit is %d bytes (cmdq.MaxOutputBytes): record a reference (an ID, a URL) to a larger result instead", model.ErrOutputTooLarge, r.info.ID, r.info.Type, len(b), model.MaxOutputBytes)
 		}
 	}
 	r.mu.Lock()
@@ -187,7 +189,7 @@ func (r *Run) SetOutput(v any) error {
 
 // Output returns the recorded output (nil: none) and the error of the last
 // SetOutput that failed since the last that succeeded.
-func (r *Run) Output() ([]byte, error) {
+func (r *Attempt) Output() ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.output, r.outputErr
@@ -195,20 +197,20 @@ func (r *Run) Output() ([]byte, error) {
 
 // NewRun returns a Run (used by the processor, and by tests calling handlers
 // directly).
-func NewRun(info RunInfo) *Run { return &Run{info: info, last: info.LastStep} }
+func NewRun(info RunInfo) *Attempt { return &Attempt{info: info, last: info.LastStep} }
 
 // ID returns the command ID.
-func (r *Run) ID() string { return r.info.ID }
+func (r *Attempt) ID() string { return r.info.ID }
 
 // Type returns the command type.
-func (r *Run) Type() string { return r.info.Type }
+func (r *Attempt) Type() string { return r.info.Type }
 
 // Attempt returns the attempt number (1 for the first).
-func (r *Run) Attempt() int { return r.info.Attempt }
+func (r *Attempt) Number() int { return r.info.Attempt }
 
 // LastStep returns the last completed step (0 = none): a rerun skips steps up
 // to it.
-func (r *Run) LastStep() int {
+func (r *Attempt) LastStep() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last
@@ -218,9 +220,9 @@ func (r *Run) LastStep() int {
 // before it returns. Cost: one table batch.
 // Steps may be recorded again (a rerun repeating a step) but LastStep never
 // goes down. A Record failure is returned and the step is not counted.
-func (r *Run) CompleteStep(ctx context.Context, n int, note string) error {
+func (r *Attempt) CompleteStep(ctx context.Context, n int, note string) error {
 	if n < 1 {
-		return fmt.Errorf("%w: step %d; steps are numbered from 1", cmdqtype.ErrInvalidStep, n)
+		return fmt.Errorf("%w: step %d; steps are numbered from 1", model.ErrInvalidStep, n)
 	}
 	r.stepMu.Lock()
 	defer r.stepMu.Unlock()

@@ -5,8 +5,6 @@ package tuning
 
 import (
 	"time"
-
-	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Switches turn engine features off. The zero value is what cmdq.New uses.
@@ -18,7 +16,7 @@ type Switches struct {
 	// to the Client's processor; every message is enqueued visible
 	// (docs/lifecycle.md, "In-process hand-off").
 	NoHandOff bool
-	// ControlInterval, when above 0, replaces cmdqtype.ControlInterval:
+	// ControlInterval, when above 0, replaces model.ControlInterval:
 	// how stale the processor's knowledge of its queues' control rows
 	// (pause state, recent cancels) may be when it starts a command, and
 	// how long a cancel of a young pending command waits for other
@@ -38,7 +36,3 @@ type Switches struct {
 	// ListPeriodic's): tests move it to make ticks be missed.
 	Now func() time.Time
 }
-
-// NewClient is cmdq.New with switches: it returns a *cmdq.Client (set by
-// package cmdq when it is loaded; cfg is a cmdq.Config).
-var NewClient func(st storage.Store, cfg any, sw Switches) (any, error)

@@ -1,4 +1,4 @@
-package cmdqtype
+package cmdq
 
 import "time"
 
@@ -95,5 +95,5 @@ type Observation struct {
 	// "delete", …).
 	Op string
 	// Health is the processor's health, for ObservedHealth.
-	Health Health
+	Health ProcessorHealth
 }

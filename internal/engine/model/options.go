@@ -1,4 +1,4 @@
-package cmdqtype
+package model
 
 import (
 	"errors"
@@ -26,83 +26,36 @@ func DefaultWorker() string {
 	return h + "-" + strconv.Itoa(os.Getpid())
 }
 
-// Defaults of the storage names and of CommandOptions: the one home of each.
+// Defaults of the storage names and of CommandOptions (documented in package cmdq).
 const (
-	// DefaultPrefix starts every storage name of a client, an Issuer or a
-	// processor that sets no prefix: queue "cmdq-commands", tables
-	// "cmdqcommands" and "cmdqpoison".
-	DefaultPrefix = "cmdq"
-	// DefaultQueue is the logical queue of a command type that declares
-	// none.
-	DefaultQueue = "commands"
-	// DefaultPoisonCeiling is the most attempts (dequeues) before a command
-	// is poisoned (5).
+	DefaultPrefix        = "cmdq"
+	DefaultQueue         = "commands"
 	DefaultPoisonCeiling = 5
-	// DefaultLease is the message visibility timeout while a handler runs
-	// (30 s); the processor renews it at half.
-	DefaultLease = 30 * time.Second
-	// DefaultTimeoutLeases: the default Timeout of one attempt is this many
-	// leases (10).
+	DefaultLease         = 30 * time.Second
 	DefaultTimeoutLeases = 10
 )
 
-// CommandOptions is what a command type declares about itself (see
-// CommandWithOptions): its queue and how its handler runs. Zero fields take
-// the defaults.
+// CommandOptions is the engine's copy of cmdq.CommandOptions (documented there).
 type CommandOptions struct {
-	// Queue is the logical queue the type is routed to. Defaults to
-	// DefaultQueue ("commands"). Give slow commands their own queue so they
-	// do not share a lease with fast ones.
-	Queue string
-	// PoisonCeiling is the most attempts (dequeues) before the command is
-	// poisoned without running. Defaults to DefaultPoisonCeiling (5).
-	PoisonCeiling int
-	// Lease is the visibility timeout taken on dequeue and renewed at half
-	// while the handler runs, at least 1 s. Defaults to DefaultLease (30 s).
-	Lease time.Duration
-	// Timeout bounds one attempt: the handler's context ends after it.
-	// Defaults to DefaultTimeoutLeases × Lease.
-	Timeout time.Duration
-	// Retention is how long the type's final commands are kept; its zero
-	// fields take cmdq.Config.Retention (by default
-	// 7 days for completed and 30 days for discarded commands).
-	Retention Retention
-	// MaxConcurrency, when above 0, is the most handlers of the type one
-	// processor runs at once (within cmdq.Config.Concurrency): the other
-	// types keep the rest of the handler slots. A message of the type
-	// that waits for one of its slots holds no handler slot and is
-	// released (made visible again) when its lease would need renewing.
-	// It caps one process; to cap the type across processes, route it to
-	// its own queue and run a known number of processes on it
-	// (docs/processor.md, "Per-type concurrency"). Defaults to 0: no cap.
+	Queue          string
+	PoisonCeiling  int
+	Lease          time.Duration
+	Timeout        time.Duration
+	Retention      Retention
 	MaxConcurrency int
 }
 
-// Retention says how long final commands are kept before they are removed
-// (docs/lifecycle.md, "Retention"). Poisoned commands are always kept until
-// an operator requeues or discards them. Removal is done by the processors'
-// daily sweep, so a command may outlive its retention by up to a day or
-// two (the sweep's schedule, the issue window).
+// Retention is the engine's copy of cmdq.Retention (documented there).
 type Retention struct {
-	// Completed is how long a completed command is kept after it
-	// completed. 0 = the default (DefaultCompletedRetention, 7 days);
-	// KeepForever = never removed.
 	Completed time.Duration
-	// Discarded is how long a discarded or cancelled command is kept after
-	// it was discarded or cancelled. 0 = the default
-	// (DefaultDiscardedRetention, 30 days);
-	// KeepForever = never removed.
 	Discarded time.Duration
 }
 
-// Retention defaults.
+// Retention defaults (documented in package cmdq).
 const (
-	// DefaultCompletedRetention is Retention.Completed's default: 7 days.
-	DefaultCompletedRetention = 7 * 24 * time.Hour
-	// DefaultDiscardedRetention is Retention.Discarded's default: 30 days.
-	DefaultDiscardedRetention = 30 * 24 * time.Hour
-	// KeepForever as a Retention field keeps those commands forever.
-	KeepForever time.Duration = -1
+	DefaultCompletedRetention               = 7 * 24 * time.Hour
+	DefaultDiscardedRetention               = 30 * 24 * time.Hour
+	KeepForever               time.Duration = -1
 )
 
 // Validate reports a negative retention other than KeepForever; the error
@@ -162,7 +115,7 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	return o
 }
 
-// maxLease is the longest Lease: the longest visibility timeout (7 days).
+// maxLease is the longest lease a type may set (CommandOptions.Lease).
 const maxLease = MaxDelay
 
 // Validate reports every problem with o (after defaults) at once; the error
@@ -195,9 +148,7 @@ func (o CommandOptions) Validate() error {
 	return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
 }
 
-// MaxQueueLength is the longest logical queue name (61: a storage queue
-// name is at most 63 characters, "<prefix>-<queue>" with a prefix of at
-// least one).
+// MaxQueueLength is documented in package cmdq.
 const MaxQueueLength = 61
 
 var queueRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9]|-[a-z0-9])*$`)
@@ -213,7 +164,7 @@ func ValidateQueue(name string) error {
 	return nil
 }
 
-// MaxTypeLength is the longest command type name, in characters.
+// MaxTypeLength is documented in package cmdq.
 const MaxTypeLength = 128
 
 var typeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,127}$`)
@@ -256,42 +207,27 @@ func NormalizeID(id string) string {
 	return low
 }
 
-// Defaults of RetryPolicy.
+// Defaults of RetryPolicy (documented in package cmdq).
 const (
-	// DefaultRetryBase is the delay after the first failed attempt.
-	DefaultRetryBase = time.Second
-	// DefaultRetryMax caps the delay (before jitter).
-	DefaultRetryMax = 5 * time.Minute
-	// DefaultRetryMultiplier grows the delay per attempt.
+	DefaultRetryBase       = time.Second
+	DefaultRetryMax        = 5 * time.Minute
 	DefaultRetryMultiplier = 2.0
-	// DefaultRetryJitter is the relative spread (±20 %).
-	DefaultRetryJitter = 0.2
+	DefaultRetryJitter     = 0.2
 )
 
-// RetryPolicy computes the delay before a failed attempt is retried:
-// Base × Multiplier^(attempt-1), capped at Max, then multiplied by a random
-// factor in [1-Jitter, 1+Jitter], and never above MaxDelay.
-// The zero value uses the defaults.
+// RetryPolicy is the engine's copy of cmdq.RetryPolicy (documented there).
 type RetryPolicy struct {
-	// Base is the delay after the first failed attempt (default 1 s).
-	Base time.Duration
-	// Max caps the delay before jitter (default 5 min; at most 7 days).
-	Max time.Duration
-	// Multiplier grows the delay per attempt (default 2; at least 1).
+	Base       time.Duration
+	Max        time.Duration
 	Multiplier float64
-	// Jitter is the relative spread, 0..1 (default 0.2; NoJitter for none).
-	Jitter float64
-	// Rand returns a number in [0,1) (default math/rand/v2.Float64); set it
-	// for deterministic tests.
-	Rand func() float64
+	Jitter     float64
+	Rand       func() float64
 }
 
-// MaxDelay is the longest retry delay, lease or visibility delay: 7 days,
-// the longest time a queue message can be kept invisible (Azure's limit,
-// storage.MaxVisibility).
+// MaxDelay is documented in package cmdq.
 const MaxDelay = 7 * 24 * time.Hour
 
-// NoJitter as RetryPolicy.Jitter disables jitter.
+// NoJitter is documented in package cmdq.
 const NoJitter = -1.0
 
 // WithDefaults returns p with zero fields set to their defaults.
@@ -356,14 +292,7 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	return time.Duration(d)
 }
 
-// Issue window: a command ID that carries a time (a UUIDv7, or a day ID
-// from cmdq.NewID) is accepted only when its day is at most
-// IssueWindowPastDays (2) before today (UTC) and at most
-// IssueWindowFutureDays (1) after it; other IDs are refused with an error
-// wrapping ErrInvalidID and ErrIDOutsideWindow. Within the window, issuing
-// the same ID again is always recognised as a re-issue (Result.Existing):
-// day tables are dropped only once the window has passed (plus one day
-// for clock skew between machines).
+// The issue window (documented in package cmdq).
 const (
 	IssueWindowPastDays   = 2
 	IssueWindowFutureDays = 1

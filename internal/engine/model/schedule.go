@@ -1,4 +1,4 @@
-package cmdqtype
+package model
 
 import (
 	"errors"
@@ -9,36 +9,19 @@ import (
 // Scheduled commands and run-now (docs/lifecycle.md, "Scheduled
 // commands").
 
-// MaxScheduleAhead is the furthest ahead a command may be scheduled
-// (Raw.RunAt, Raw.Delay): 2 years (730 days). Further is refused with
-// ErrInvalidSchedule.
+// MaxScheduleAhead is documented in package cmdq.
 const MaxScheduleAhead = 2 * 365 * 24 * time.Hour
 
-// StateScheduled: the command was issued with a run-at time that is still
-// ahead (Status.RunAt). It is pending with a future RunAt: derived when
-// the status is read, never stored (no write when it becomes due).
+// StateScheduled is documented in package cmdq.
 const StateScheduled State = "scheduled"
 
-// Sentinel errors of scheduling (test with errors.Is).
+// Sentinel errors of scheduling (documented in package cmdq).
 var (
-	// ErrInvalidSchedule: a command's run-at time or delay is not
-	// acceptable (both given, a negative delay, or more than
-	// MaxScheduleAhead ahead: nothing is stored; the HTTP API answers
-	// 400), or a periodic command's name or spec is malformed (a cron
-	// expression, descriptor or interval that does not parse), or the
-	// name is registered twice.
 	ErrInvalidSchedule = errors.New("cmdq: invalid schedule")
-	// ErrNotWaiting: RunNow of a command that is neither scheduled nor
-	// retrying with its next attempt more than MaxClockSkew away (it is
-	// pending or running, due already, or ended). The HTTP API answers
-	// 409.
-	ErrNotWaiting = errors.New("cmdq: command is not waiting for its time")
+	ErrNotWaiting      = errors.New("cmdq: command is not waiting for its time")
 )
 
-// MaxClockSkew is the difference between two machines' clocks cmdq
-// allows for where it compares times written by one with the clock of
-// another (the first delivery's fast path, cancels and run-now of
-// commands about to start): 2 s.
+// MaxClockSkew is documented in package cmdq.
 const MaxClockSkew = 2 * time.Second
 
 // Scheduled reports whether a command in status s is scheduled at now:

@@ -1,11 +1,12 @@
-package cmdqtype
+package cmdq
 
 import "time"
 
-// The processor's reports: its health, its counts, what a RunFor did.
+// The processor's reports: its health (Client.Health), its counts
+// (Client.Stats), what a RunFor did and the commands it runs now.
 
-// ProcessorState is what the processor is doing, reported by Health (a
-// command's lifecycle state is a State).
+// ProcessorState is what the processor is doing (ProcessorHealth.State;
+// a command's lifecycle state is a State).
 type ProcessorState string
 
 // The processor states.
@@ -29,8 +30,9 @@ const (
 	ProcessorUnhealthy ProcessorState = "unhealthy"
 )
 
-// Health is a snapshot of the processor's state.
-type Health struct {
+// ProcessorHealth is a snapshot of the Client's processor's state
+// (Client.Health; GET /readyz's detail).
+type ProcessorHealth struct {
 	// State is the current state.
 	State ProcessorState `json:"state"`
 	// Since is when the state was entered.
@@ -53,7 +55,7 @@ type Health struct {
 	Accounts []AccountHealth `json:"accounts,omitempty"`
 }
 
-// AccountHealth is one storage account's state (Health.Accounts).
+// AccountHealth is one storage account's state (ProcessorHealth.Accounts).
 type AccountHealth struct {
 	// Name identifies the account (its name and endpoint).
 	Name string `json:"name"`
@@ -67,7 +69,7 @@ type AccountHealth struct {
 }
 
 // Healthy reports whether h's state is anything but ProcessorUnhealthy.
-func (h Health) Healthy() bool { return h.State != ProcessorUnhealthy }
+func (h ProcessorHealth) Healthy() bool { return h.State != ProcessorUnhealthy }
 
 // StopReason says why RunFor returned.
 type StopReason string
@@ -82,8 +84,8 @@ const (
 	StopCancelled StopReason = "cancelled"
 )
 
-// Summary reports what a RunFor (or Run) did.
-type Summary struct {
+// RunForSummary reports what one RunFor did.
+type RunForSummary struct {
 	// Processed counts messages taken and finished (any outcome, including
 	// messages of already-final commands that were only deleted).
 	Processed int
@@ -105,12 +107,13 @@ type Summary struct {
 	StoppedBecause StopReason
 }
 
-// Stats are a processor's running counts since New, over all its Run and
-// RunFor calls (a RunFor's Summary counts that run only). Counts mean what
-// Summary's do. A count grows just after its outcome is stored, so a reader
+// ProcessorStats are the Client's processor's running counts since New,
+// over all its Start, Run and RunFor calls (Client.Stats; a RunFor's
+// RunForSummary counts that run only). Counts mean what RunForSummary's
+// do. A count grows just after its outcome is stored, so a reader
 // may see a command completed a moment before Stats counts it; once Run or
 // RunFor has returned, the counts are final.
-type Stats struct {
+type ProcessorStats struct {
 	// Processed counts messages taken and finished (any outcome, including
 	// messages of already-final commands that were only deleted).
 	Processed int64
@@ -122,14 +125,14 @@ type Stats struct {
 	// Interrupted counts handlers cancelled at the end of a run.
 	Interrupted int64
 	// Duplicates counts second messages for a command, as
-	// Summary.Duplicates.
+	// RunForSummary.Duplicates.
 	Duplicates int64
 	// FastPath counts first deliveries that ran their handler without
 	// loading the command (the fast path; docs/lifecycle.md, "First
 	// delivery"). Every other delivery made one point read first.
 	FastPath int64
-	// HandedOff counts messages an Issuer in this process handed to this
-	// processor right after enqueueing them (no dequeue; HandOff).
+	// HandedOff counts messages this Client issued and handed to its own
+	// processor right after enqueueing them (no dequeue).
 	HandedOff int64
 	// Hops counts messages of scheduled commands that showed up before
 	// their time and were put back on their queue until it (deleted and
@@ -143,9 +146,10 @@ type Stats struct {
 	Running bool
 }
 
-// RetentionStatus is what the processor's last retention sweep did (see
-// docs/lifecycle.md, "Retention"). The sweep runs with the reconciler's
-// pending scan, every ReconcileScanInterval (default 24 h).
+// RetentionStatus is what the processor's last retention sweep did
+// (ProcessorHealth.Retention; docs/lifecycle.md, "Retention"). The sweep
+// runs with the reconciler's pending scan, every
+// Config.ReconcileScanInterval (default 24 h).
 type RetentionStatus struct {
 	// LastSweep is when the last sweep ended (zero: none yet).
 	LastSweep time.Time `json:"lastSweep,omitzero"`
@@ -166,8 +170,9 @@ type RetentionStatus struct {
 	LastError string `json:"lastError,omitempty"`
 }
 
-// InFlight is a command whose handler this processor runs now.
-type InFlight struct {
+// RunningCommand is a command whose handler the Client's processor runs
+// now (Client.Running).
+type RunningCommand struct {
 	// ID and Type are the command's.
 	ID, Type string
 	// Queue is the command's logical queue.

@@ -1,0 +1,257 @@
+package cmdq
+
+import (
+	"context"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+)
+
+// Command is a command's parameters: a Go type whose CommandType names the
+// command type and whose JSON encoding is the parameters. CommandType must
+// be a constant for the type (it is called on the zero value, and on a new
+// zero element for a pointer type) and follow the naming rule: 1-128
+// characters, a letter, then letters, digits, '.', '_' or '-' (such as
+// "billing.ChargeCard").
+type Command interface {
+	CommandType() string
+}
+
+// CommandWithOptions is a Command whose type declares its queue and
+// handling defaults: CommandOptions is called on the zero value (like
+// CommandType) and must return the same options for every value of the
+// type. Issuing routes the command to its Queue even in a process that has
+// no handler for it; Register takes its fields as the defaults under
+// explicit HandlerOptions.
+type CommandWithOptions interface {
+	Command
+	CommandOptions() CommandOptions
+}
+
+// CommandOptions is what a command type declares about itself (see
+// CommandWithOptions): its queue and how its handler runs. Zero fields take
+// the defaults.
+type CommandOptions struct {
+	// Queue is the logical queue the type is routed to. Defaults to
+	// DefaultQueue ("commands"). Give slow commands their own queue so they
+	// do not share a lease with fast ones.
+	Queue string
+	// PoisonCeiling is the most attempts (dequeues) before the command is
+	// poisoned without running. Defaults to DefaultPoisonCeiling (5).
+	PoisonCeiling int
+	// Lease is the visibility timeout taken on dequeue and renewed at half
+	// while the handler runs, 1 s to 7 days. Defaults to DefaultLease
+	// (30 s).
+	Lease time.Duration
+	// Timeout bounds one attempt: the handler's context ends after it.
+	// Defaults to DefaultTimeoutLeases (10) × Lease.
+	Timeout time.Duration
+	// Retention is how long the type's final commands are kept; its zero
+	// fields take Config.Retention (by default 7 days for completed and 30
+	// days for discarded commands).
+	Retention Retention
+	// MaxConcurrency, when above 0, is the most handlers of the type one
+	// processor runs at once (within Config.Concurrency): the other types
+	// keep the rest of the handler slots. A message of the type that waits
+	// for one of its slots holds no handler slot and is released (made
+	// visible again) when its lease would need renewing. It caps one
+	// process; to cap the type across processes, route it to its own queue
+	// and run a known number of processes on it (docs/processor.md,
+	// "Per-type concurrency"). Defaults to 0: no cap.
+	MaxConcurrency int
+}
+
+// Defaults of CommandOptions and of the storage names.
+const (
+	// DefaultPrefix starts every storage name of a Client that sets no
+	// Config.Prefix: "cmdq" (queue "cmdq-commands", tables "cmdqcommands"
+	// and "cmdqpoison").
+	DefaultPrefix = model.DefaultPrefix
+	// DefaultQueue is the logical queue of a command type that declares
+	// none: "commands".
+	DefaultQueue = model.DefaultQueue
+	// DefaultPoisonCeiling is the most attempts (dequeues) before a command
+	// is poisoned: 5.
+	DefaultPoisonCeiling = model.DefaultPoisonCeiling
+	// DefaultLease is the message visibility timeout while a handler runs:
+	// 30 s; the processor renews it at half.
+	DefaultLease = model.DefaultLease
+	// DefaultTimeoutLeases: the default Timeout of one attempt is this many
+	// leases (10).
+	DefaultTimeoutLeases = model.DefaultTimeoutLeases
+	// MaxTypeLength is the longest command type name, in characters (128).
+	MaxTypeLength = model.MaxTypeLength
+	// MaxQueueLength is the longest logical queue name, in characters
+	// (61: the storage queue "<prefix>-<queue>" must fit 63).
+	MaxQueueLength = model.MaxQueueLength
+)
+
+// Retention says how long final commands are kept before they are removed
+// (docs/lifecycle.md, "Retention"): Config.Retention for every type,
+// CommandOptions.Retention and HandlerOptions.Retention for one. Poisoned
+// commands are always kept until an operator requeues or discards them.
+// Removal is done by the processors' daily sweep, so a command may outlive
+// its retention by up to a day or two (the sweep's schedule, the issue
+// window).
+type Retention struct {
+	// Completed is how long a completed command is kept after it
+	// completed. 0 = the default (DefaultCompletedRetention, 7 days);
+	// KeepForever = never removed.
+	Completed time.Duration
+	// Discarded is how long a discarded or cancelled command is kept after
+	// it was discarded or cancelled. 0 = the default
+	// (DefaultDiscardedRetention, 30 days); KeepForever = never removed.
+	Discarded time.Duration
+}
+
+// Retention defaults.
+const (
+	// DefaultCompletedRetention is Retention.Completed's default: 7 days.
+	DefaultCompletedRetention = model.DefaultCompletedRetention
+	// DefaultDiscardedRetention is Retention.Discarded's default: 30 days.
+	DefaultDiscardedRetention = model.DefaultDiscardedRetention
+	// KeepForever as a Retention field keeps those commands forever (-1).
+	KeepForever = model.KeepForever
+)
+
+// RetryPolicy computes the delay before a failed attempt is retried:
+// Base × Multiplier^(attempt-1), capped at Max, then multiplied by a random
+// factor in [1-Jitter, 1+Jitter], and never above MaxDelay. The zero value
+// uses the defaults: from 1 s, doubling, capped at 5 minutes, ±20 %.
+type RetryPolicy struct {
+	// Base is the delay after the first failed attempt (default 1 s).
+	Base time.Duration
+	// Max caps the delay before jitter (default 5 min; at most 7 days).
+	Max time.Duration
+	// Multiplier grows the delay per attempt (default 2; at least 1).
+	Multiplier float64
+	// Jitter is the relative spread, 0..1 (default 0.2; NoJitter for none).
+	Jitter float64
+	// Rand returns a number in [0,1) (default math/rand/v2.Float64); set it
+	// for deterministic tests.
+	Rand func() float64
+}
+
+// Delay returns the delay before the attempt after failed attempt n (from
+// 1) under p.
+func (p RetryPolicy) Delay(attempt int) time.Duration { return model.RetryPolicy(p).Delay(attempt) }
+
+// Limits of RetryPolicy.
+const (
+	// MaxDelay is the longest retry delay, lease or visibility delay: 7
+	// days, the longest time a queue message can be kept invisible (Azure's
+	// limit).
+	MaxDelay = model.MaxDelay
+	// NoJitter as RetryPolicy.Jitter disables jitter (-1).
+	NoJitter = model.NoJitter
+)
+
+// HandlerOptions configures a command type's handling (RegisterWith).
+// Zero fields take the type's declared options (CommandWithOptions), then
+// the defaults.
+type HandlerOptions struct {
+	// Queue is the logical queue the type is routed to. Defaults to the
+	// declared queue, else DefaultQueue ("commands"). Give slow commands
+	// their own queue so they do not share a lease with fast ones.
+	Queue string
+	// PoisonCeiling is the most attempts (dequeues) before the command is
+	// poisoned without running. Defaults to the declared ceiling, else
+	// DefaultPoisonCeiling (5).
+	PoisonCeiling int
+	// Lease is the visibility timeout taken on dequeue and renewed at half
+	// while the handler runs, 1 s to 7 days. Defaults to the declared
+	// lease, else DefaultLease (30 s).
+	Lease time.Duration
+	// Timeout bounds one attempt: the handler's context ends after it.
+	// Defaults to the declared timeout, else DefaultTimeoutLeases (10) ×
+	// Lease.
+	Timeout time.Duration
+	// Retry sets the delay before a failed attempt is retried. Defaults to
+	// exponential from 1 s, doubling, capped at 5 min, ±20 % jitter.
+	Retry RetryPolicy
+	// Retention is how long the type's final commands are kept. Zero
+	// fields take the declared retention, else Config.Retention (7 days
+	// completed, 30 days discarded).
+	Retention Retention
+	// MaxConcurrency, when above 0, is the most handlers of the type this
+	// Client's processor runs at once (within Config.Concurrency), so a
+	// slow type cannot take every handler slot: a message of the type that
+	// waits for one of its slots holds no handler slot, and is released
+	// (made visible again) when its lease would need renewing. It caps one
+	// process; to cap the type across processes, give it its own Queue and
+	// run a known number of processes on it (docs/processor.md). Defaults
+	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.
+	MaxConcurrency int
+	// Middleware wraps this type's handler, inside the Client's
+	// middleware (Config.Middleware, Client.Use): the first is the
+	// outermost (see Middleware). Defaults to none.
+	Middleware []Middleware
+}
+
+// Handler handles one command of type T: cmd is its decoded parameters,
+// a is the attempt (its number, its completed steps, its output). Return
+// nil for success, an error to retry (after the type's retry delay, until
+// the poison ceiling), or Permanent(err) to poison the command at once. A
+// panic is a failed attempt with its stack recorded.
+type Handler[T Command] func(ctx context.Context, cmd T, a *Attempt) error
+
+// Attempt is one attempt of one command, handed to its handler: what it
+// runs, its number, its completed steps and its output.
+type Attempt struct{ r *registry.Attempt }
+
+// ID returns the command ID.
+func (a *Attempt) ID() string { return a.r.ID() }
+
+// Type returns the command type.
+func (a *Attempt) Type() string { return a.r.Type() }
+
+// Number returns the attempt's number: 1 for the first, counting the
+// deliveries since the command was issued or last requeued.
+func (a *Attempt) Number() int { return a.r.Number() }
+
+// Queue returns the command's logical queue.
+func (a *Attempt) Queue() string { return a.r.Queue() }
+
+// CorrelationID returns the command's correlation ID ("" = none).
+func (a *Attempt) CorrelationID() string { return a.r.CorrelationID() }
+
+// SetOutput records v's JSON encoding as the command's output, returned
+// with its status once it completes (Status.Output; "output" in GET
+// /v1/commands/{id}). It is stored with the completion (in the final
+// batch: no extra storage call); a failed attempt's output is not kept,
+// so a retried command has the output of the attempt that completed.
+// Called again, the last value wins. At most MaxOutputBytes (32 KiB) of
+// compact JSON: above that, or for a value json.Marshal refuses, it
+// returns an error wrapping ErrOutputTooLarge or ErrInvalidOutput, and
+// the attempt fails with it even if the handler returns nil (a later
+// successful SetOutput clears it).
+func (a *Attempt) SetOutput(v any) error { return a.r.SetOutput(v) }
+
+// LastStep returns the last completed step (0 = none): a rerun skips the
+// steps up to it, so multi-step work resumes where it stopped.
+func (a *Attempt) LastStep() int { return a.r.LastStep() }
+
+// CompleteStep records step n (from 1) as completed, with an optional
+// note, before it returns: a step_completed event (one table batch). A
+// step may be recorded again (a rerun repeating it) but LastStep never
+// goes down. Errors: ErrInvalidStep for n < 1; ErrSuperseded when the
+// command finished elsewhere or another delivery took it over (return);
+// a storage error (the step is not counted).
+func (a *Attempt) CompleteStep(ctx context.Context, n int, note string) error {
+	return a.r.CompleteStep(ctx, n, note)
+}
+
+// Permanent marks a handler's error as permanent: the command is poisoned
+// at once instead of retried. Permanent(nil) is nil.
+func Permanent(err error) error { return registry.Permanent(err) }
+
+// ValidateType checks a command type name: 1-128 characters, a letter
+// first, then letters, digits, '.', '_' or '-'. The error wraps
+// ErrInvalidType and says what to send instead.
+func ValidateType(name string) error { return model.ValidateType(name) }
+
+// ValidateQueue checks a logical queue name: 1-61 lowercase letters,
+// digits and single hyphens, starting and ending with a letter or digit.
+// The error wraps ErrInvalidOptions.
+func ValidateQueue(name string) error { return model.ValidateQueue(name) }
