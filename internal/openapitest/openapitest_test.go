@@ -50,19 +50,19 @@ func TestCheck(t *testing.T) {
 		body   string
 		want   string
 	}{
-		{200, json, `{"id":"0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10"}`, `lacks required "kind"`},
-		{200, json, strings.Replace(okThing, `"kind":"a"`, `"kind":"c"`, 1), "is not one of"},
-		{200, json, strings.Replace(okThing, `"n":3`, `"n":3.5`, 1), "is number, want integer"},
-		{200, json, strings.Replace(okThing, `"n":3`, `"n":10`, 1), "above the maximum"},
-		{200, json, strings.Replace(okThing, `"opt":null`, `"extra":1`, 1), `has "extra"`},
-		{200, json, strings.Replace(okThing, `0b9f7a4e-3c1d`, `0b9f7a4e3c1d`, 1), "is not a UUID"},
-		{200, json, strings.Replace(okThing, `2026-01-02T03`, `2026-01-02 03`, 1), "date-time"},
-		{200, json, strings.Replace(okThing, `"abc"`, `"ABC"`, 1), "does not match"},
-		{200, json, strings.Replace(okThing, `"abc"`, `"abcdef"`, 1), "at most 5 allowed"},
-		{200, json, strings.Replace(okThing, `["x"]`, `["x","y","z"]`, 1), "at most 2 allowed"},
-		{200, json, strings.Replace(okThing, `["x"]`, `[1]`, 1), "tags[0]: is integer, want string"},
+		{200, json, `{"id":"0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10"}`, "missing property 'kind'"},
+		{200, json, strings.Replace(okThing, `"kind":"a"`, `"kind":"c"`, 1), "at '/kind': value must be one of"},
+		{200, json, strings.Replace(okThing, `"n":3`, `"n":3.5`, 1), "at '/n': got number, want integer"},
+		{200, json, strings.Replace(okThing, `"n":3`, `"n":10`, 1), "at '/n': maximum"},
+		{200, json, strings.Replace(okThing, `"opt":null`, `"extra":1`, 1), "additional properties 'extra' not allowed"},
+		{200, json, strings.Replace(okThing, `0b9f7a4e-3c1d`, `0b9f7a4e3c1d`, 1), "is not valid uuid"},
+		{200, json, strings.Replace(okThing, `2026-01-02T03`, `2026-01-02 03`, 1), "is not valid date-time"},
+		{200, json, strings.Replace(okThing, `"abc"`, `"ABC"`, 1), "does not match pattern"},
+		{200, json, strings.Replace(okThing, `"abc"`, `"abcdef"`, 1), "at '/name': maxLength"},
+		{200, json, strings.Replace(okThing, `["x"]`, `["x","y","z"]`, 1), "at '/tags': maxItems"},
+		{200, json, strings.Replace(okThing, `["x"]`, `[1]`, 1), "at '/tags/0': got number, want string"},
 		{200, http.Header{"Content-Type": {"application/json"}}, okThing, "required header X-Req"},
-		{200, http.Header{"Content-Type": {"application/json"}, "X-Req": {"0"}}, okThing, "below the minimum"},
+		{200, http.Header{"Content-Type": {"application/json"}, "X-Req": {"0"}}, okThing, "header X-Req: jsonschema validation failed with '#/paths/~1things~1%7Bid%7D/get/responses/200/headers/X-Req/schema'\n- at '': minimum: got 0, want 1"},
 		{200, http.Header{"Content-Type": {"text/html"}, "X-Req": {"1"}}, okThing, "text/html is not documented"},
 		{201, json, okThing, "201, which is not documented"},
 		{204, json, "x", "without a body"},
@@ -82,17 +82,29 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestLoadRefusesWhatItCannotCheck: a description whose rules would not
+// all be checked does not load.
 func TestLoadRefusesWhatItCannotCheck(t *testing.T) {
 	for _, c := range []struct{ from, to, want string }{
-		{`"maxItems": 2`, `"uniqueItems": true`, `keyword "uniqueItems"`},
-		{`"type": ["string", "null"]`, `"oneOf": [{"type": "string"}]`, `keyword "oneOf"`},
-		{`"format": "uuid"`, `"format": "email"`, `format "email"`},
-		{`"#/components/schemas/Thing"`, `"#/components/schemas/Nothing"`, "does not resolve"},
+		{`"required": ["id", "kind"]`, `"requried": ["id", "kind"]`, "at '/requried': false schema"},
+		{`"additionalProperties": false`, `"discriminator": {"propertyName": "kind"}`, "at '/discriminator': false schema"},
+		{`"minimum": 0, "maximum": 9`, `"minimum": 0, "maxmum": 9`, "at '/properties/n/maxmum': false schema"},
+		{`"format": "uuid"`, `"format": "currency"`, "at '/properties/id/format': value must be one of"},
+		{`"type": "integer", "minimum": 0`, `"type": "int", "minimum": 0`, "at '/properties/n/type': value must be one of"},
+		{`"pattern": "^[a-z]+$"`, `"pattern": "^[a-z+$"`, "'^[a-z+$' is not valid regex"},
+		{`"#/components/schemas/Thing"`, `"#/components/schemas/Nothing"`, "not found"},
+		{`"#/components/schemas/Thing"`, `"other.json#/Thing"`, `failing loading "https://openapitest.invalid/other.json"`},
 		{`"openapi": "3.1.0"`, `"openapi": "3.0.3"`, "want 3.1.x"},
 	} {
+		if !strings.Contains(small, c.from) {
+			t.Fatalf("small lacks %s", c.from)
+		}
 		_, err := Load([]byte(strings.Replace(small, c.from, c.to, 1)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s → %s: Load error %v, want %q", c.from, c.to, err, c.want)
 		}
+	}
+	if _, err := Load([]byte(strings.Replace(small, `"additionalProperties": false`, `"x-note": "ok", "additionalProperties": false`, 1))); err != nil {
+		t.Errorf("an x- extension in a schema: %v", err)
 	}
 }
