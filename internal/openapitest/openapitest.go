@@ -1,15 +1,33 @@
 // Package openapitest checks real HTTP responses against cmdq's OpenAPI 3.1
 // description (api/openapi.json): the status code must be documented for
 // the operation, the content type must be one it lists, the required
-// headers must be there and the body must validate against the schema.
+// headers must be there and valid against their schemas, and the body must
+// validate against the schema.
 //
-// The schemas are checked by a small validator for the subset of JSON
-// Schema 2020-12 the description uses: $ref (local), type, const, enum,
-// properties, required, additionalProperties, items, minItems, maxItems,
-// minimum, maximum, minLength, maxLength, pattern and format (date-time,
-// uuid, uri), plus the annotations description, examples and default. Load
-// refuses a description that uses any other keyword, so the validator can
-// never skip a rule silently.
+// Schemas are validated by github.com/santhosh-tekuri/jsonschema/v6, a full
+// JSON Schema 2020-12 implementation (the dialect of OpenAPI 3.1 schemas),
+// with format assertion on: every 2020-12 keyword is checked, and so is
+// every format the library knows (date-time, uuid and uri among them). The
+// whole description is one schema resource, so local references
+// (#/components/schemas/...) resolve; a reference that leaves the
+// description fails to load.
+//
+// Own code remains for what is OpenAPI rather than JSON Schema: routing a
+// request path to its path template and operation, the status code,
+// content type and required headers, and reading a header value as a
+// number when its schema wants an integer or number (HTTP headers are
+// strings; JSON Schema validates JSON values).
+//
+// And for one rule the library does not keep, that no rule written in the
+// description is skipped silently: JSON Schema ignores keywords it does
+// not define, and the library passes any value for a format it does not
+// know. So Load also checks every schema against two stricter
+// metaschemas (strictness below): one refuses a format the library
+// cannot assert, the other any keyword 2020-12 does not define (a
+// misspelled "requried", or OpenAPI's own discriminator, xml,
+// externalDocs and example, which nothing would check). Load also refuses
+// a $ref outside the schemas that does not resolve, and an OpenAPI
+// version other than 3.1.x.
 package openapitest
 
 import (
@@ -20,21 +38,21 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
-	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Spec is a loaded description. Check records which operations and which
 // of their documented responses were seen; it is safe for concurrent use.
 type Spec struct {
 	doc     map[string]any
-	ops     map[string]map[string]any // "METHOD /path/{template}" → operation
-	regexps map[string]*regexp.Regexp // "/path/{template}" → matcher
+	ops     map[string]map[string]any     // "METHOD /path/{template}" → operation
+	regexps map[string]*regexp.Regexp     // "/path/{template}" → matcher
+	schemas map[string]*jsonschema.Schema // JSON pointer of a schema in doc → compiled
 
 	mu   sync.Mutex
 	seen map[string]bool // "METHOD /path status"
@@ -42,19 +60,48 @@ type Spec struct {
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-// Load parses a description and checks that every schema uses only the
-// supported keywords and every $ref resolves.
+// docURL names the description as a schema resource. It is not a file
+// URL, so a reference to another document fails instead of reading a file.
+const docURL = "https://openapitest.invalid/openapi.json"
+
+// strictness holds two metaschemas every schema in the description must
+// also satisfy; each is the 2020-12 metaschema, applied to every subschema
+// through its dynamic anchor, plus one rule. formats: format names only
+// a format the library asserts. keywords: no keyword beyond those 2020-12
+// defines (x- extensions aside, which are not rules).
+var strictness = []struct{ id, schema, fault string }{
+	{"https://openapitest.invalid/formats", `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://openapitest.invalid/formats",
+  "$dynamicAnchor": "meta",
+  "$ref": "https://json-schema.org/draft/2020-12/schema",
+  "properties": {"format": {"enum": ["date-time", "date", "time", "duration", "period", "uuid", "uri",
+    "uri-reference", "iri", "iri-reference", "uri-template", "email", "hostname", "ipv4", "ipv6",
+    "json-pointer", "relative-json-pointer", "regex", "semver"]}}
+}`, "a format the validator cannot assert"},
+	{"https://openapitest.invalid/keywords", `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "https://openapitest.invalid/keywords",
+  "$dynamicAnchor": "meta",
+  "$ref": "https://json-schema.org/draft/2020-12/schema",
+  "patternProperties": {"^x-": true},
+  "unevaluatedProperties": false
+}`, "a keyword JSON Schema 2020-12 does not define (shown as 'false schema', with the keywords of the schemas around it)"},
+}
+
+// Load parses a description, checks that every $ref resolves and compiles
+// every schema in it.
 func Load(b []byte) (*Spec, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
 		return nil, fmt.Errorf("openapitest: parse: %w", err)
 	}
+	doc, _ := v.(map[string]any)
 	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
 		return nil, fmt.Errorf("openapitest: openapi is %q, want 3.1.x", v)
 	}
-	s := &Spec{doc: doc, ops: map[string]map[string]any{}, regexps: map[string]*regexp.Regexp{}, seen: map[string]bool{}}
+	s := &Spec{doc: doc, ops: map[string]map[string]any{}, regexps: map[string]*regexp.Regexp{},
+		schemas: map[string]*jsonschema.Schema{}, seen: map[string]bool{}}
 	paths, _ := doc["paths"].(map[string]any)
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("openapitest: no paths")
@@ -76,122 +123,136 @@ func Load(b []byte) (*Spec, error) {
 			}
 		}
 	}
+
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	metas := make([]*jsonschema.Schema, len(strictness))
+	for i, m := range strictness {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(m.schema))
+		if err == nil {
+			err = c.AddResource(m.id, v)
+		}
+		if err == nil {
+			metas[i], err = c.Compile(m.id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("openapitest: %s: %w", m.id, err)
+		}
+	}
+	if err := c.AddResource(docURL, doc); err != nil {
+		return nil, err
+	}
 	var errs []string
-	s.walkSchemas(doc, "#", &errs)
+	s.walk(doc, "", func(ptr string, sc any) {
+		// Compile first: it reports an invalid schema (against the
+		// 2020-12 metaschema, a bad pattern, a $ref that does not
+		// resolve) more clearly than the stricter metaschemas would.
+		compiled, err := c.Compile(docURL + "#" + urlFragment(ptr))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("#%s: %s", ptr, short(err)))
+			return
+		}
+		for i, m := range metas {
+			if err := m.Validate(sc); err != nil {
+				errs = append(errs, fmt.Sprintf("#%s: uses %s: %v", ptr, strictness[i].fault, err))
+				return
+			}
+		}
+		s.schemas[ptr] = compiled
+	}, &errs)
 	if len(errs) > 0 {
 		sort.Strings(errs)
-		return nil, fmt.Errorf("openapitest: the description uses what the validator does not check:\n%s", strings.Join(errs, "\n"))
+		return nil, fmt.Errorf("openapitest: the description cannot be checked:\n%s", strings.Join(errs, "\n"))
 	}
 	return s, nil
 }
 
-// schemaKeywords are the keywords the validator understands.
-var schemaKeywords = map[string]bool{
-	"$ref": true, "type": true, "const": true, "enum": true, "properties": true, "required": true,
-	"additionalProperties": true, "items": true, "minItems": true, "maxItems": true, "minimum": true, "maximum": true,
-	"minLength": true, "maxLength": true, "pattern": true, "format": true,
-	"description": true, "examples": true, "default": true,
-}
-
-var formats = map[string]bool{"date-time": true, "uuid": true, "uri": true}
-
-// walkSchemas finds every "schema" (and components.schemas entry) in v and
-// checks its keywords, recursively, and every $ref anywhere.
-func (s *Spec) walkSchemas(v any, at string, errs *[]string) {
+// walk calls schema for every schema in v (a "schema" member of an
+// OpenAPI object, and every components.schemas entry) with its JSON
+// pointer, and checks every $ref outside schemas.
+func (s *Spec) walk(v any, ptr string, schema func(ptr string, sc any), errs *[]string) {
 	switch x := v.(type) {
 	case map[string]any:
 		if r, ok := x["$ref"].(string); ok {
-			if _, err := s.resolve(r); err != nil {
-				*errs = append(*errs, at+": "+err.Error())
+			if _, _, err := s.resolve(r); err != nil {
+				*errs = append(*errs, "#"+ptr+": "+err.Error())
 			}
 		}
 		for k, c := range x {
+			p := ptr + "/" + escape(k)
 			switch {
 			case k == "schema":
-				s.checkSchema(c, at+"/schema", errs)
-			case k == "schemas" && at == "#/components":
-				for n, sc := range c.(map[string]any) {
-					s.checkSchema(sc, at+"/schemas/"+n, errs)
+				schema(p, c)
+			case k == "schemas" && ptr == "/components":
+				m, _ := c.(map[string]any)
+				for n, sc := range m {
+					schema(p+"/"+escape(n), sc)
 				}
 			default:
-				s.walkSchemas(c, at+"/"+k, errs)
+				s.walk(c, p, schema, errs)
 			}
 		}
 	case []any:
 		for i, c := range x {
-			s.walkSchemas(c, at+"/"+strconv.Itoa(i), errs)
+			s.walk(c, ptr+"/"+strconv.Itoa(i), schema, errs)
 		}
 	}
 }
 
-func (s *Spec) checkSchema(v any, at string, errs *[]string) {
-	sc, ok := v.(map[string]any)
-	if !ok {
-		*errs = append(*errs, at+": a schema must be an object")
-		return
-	}
-	for k, c := range sc {
-		if !schemaKeywords[k] {
-			*errs = append(*errs, fmt.Sprintf("%s: keyword %q", at, k))
-			continue
-		}
-		switch k {
-		case "$ref":
-			if _, err := s.resolve(c.(string)); err != nil {
-				*errs = append(*errs, at+": "+err.Error())
-			}
-		case "properties":
-			for n, p := range c.(map[string]any) {
-				s.checkSchema(p, at+"/properties/"+n, errs)
-			}
-		case "items":
-			s.checkSchema(c, at+"/items", errs)
-		case "additionalProperties":
-			if _, isBool := c.(bool); !isBool {
-				s.checkSchema(c, at+"/additionalProperties", errs)
-			}
-		case "format":
-			if !formats[c.(string)] {
-				*errs = append(*errs, fmt.Sprintf("%s: format %q", at, c))
-			}
-		case "pattern":
-			if _, err := regexp.Compile(c.(string)); err != nil {
-				*errs = append(*errs, fmt.Sprintf("%s: pattern: %v", at, err))
-			}
-		}
-	}
+// escape makes a JSON pointer token of a name.
+func escape(name string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
 }
 
-// resolve follows a local reference such as "#/components/schemas/Status".
-func (s *Spec) resolve(ref string) (any, error) {
+// urlFragment percent-encodes a JSON pointer for a URL fragment, token by
+// token ("{id}" → "%7Bid%7D"), as the library decodes it.
+func urlFragment(ptr string) string {
+	toks := strings.Split(ptr, "/")
+	for i, t := range toks {
+		toks[i] = url.PathEscape(t)
+	}
+	return strings.Join(toks, "/")
+}
+
+// resolve follows a local reference such as "#/components/schemas/Status"
+// and returns the value and its JSON pointer (without "#").
+func (s *Spec) resolve(ref string) (any, string, error) {
 	if !strings.HasPrefix(ref, "#/") {
-		return nil, fmt.Errorf("$ref %q is not local", ref)
+		return nil, "", fmt.Errorf("$ref %q is not local", ref)
 	}
 	var cur any = s.doc
 	for _, part := range strings.Split(ref[2:], "/") {
 		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("$ref %q does not resolve", ref)
+			return nil, "", fmt.Errorf("$ref %q does not resolve", ref)
 		}
 		if cur, ok = m[part]; !ok {
-			return nil, fmt.Errorf("$ref %q does not resolve", ref)
+			return nil, "", fmt.Errorf("$ref %q does not resolve", ref)
 		}
 	}
-	return cur, nil
+	return cur, ref[1:], nil
 }
 
-// deref follows $ref until an object without one.
-func (s *Spec) deref(v any) map[string]any {
+// deref returns the object at JSON pointer ptr, following $ref until an
+// object without one, and that object's pointer.
+func (s *Spec) deref(ptr string) (map[string]any, string) {
 	for range 10 {
+		v, _, err := s.resolve("#" + ptr)
+		if err != nil {
+			return nil, ptr
+		}
 		m, _ := v.(map[string]any)
 		r, ok := m["$ref"].(string)
 		if !ok {
-			return m
+			return m, ptr
 		}
-		v, _ = s.resolve(r)
+		if _, ptr, err = s.resolve(r); err != nil {
+			return nil, ptr
+		}
 	}
-	return nil
+	return nil, ptr
 }
 
 // Operations returns every documented operation as "METHOD /path", sorted.
@@ -266,59 +327,64 @@ func (s *Spec) Check(method, path string, code int, header http.Header, body []b
 		return fmt.Errorf("%s: not a documented operation", key)
 	}
 	rs := o["responses"].(map[string]any)
-	rv, ok := rs[strconv.Itoa(code)]
-	if !ok {
+	if _, ok := rs[strconv.Itoa(code)]; !ok {
 		return fmt.Errorf("%s answered %d, which is not documented (documented: %s)", key, code, strings.Join(sortedKeys(rs), ", "))
 	}
-	return s.checkResponse(fmt.Sprintf("%s %d", key, code), s.deref(rv), header, body)
+	ptr := "/paths/" + escape(tmpl) + "/" + strings.ToLower(method) + "/responses/" + strconv.Itoa(code)
+	return s.checkResponse(fmt.Sprintf("%s %d", key, code), ptr, header, body)
 }
 
 // CheckComponent validates a response against components.responses[name]
 // (for answers that belong to no operation, such as 405).
 func (s *Spec) CheckComponent(name string, header http.Header, body []byte) error {
-	r, err := s.resolve("#/components/responses/" + name)
+	_, ptr, err := s.resolve("#/components/responses/" + escape(name))
 	if err != nil {
 		return err
 	}
-	return s.checkResponse("components.responses."+name, s.deref(r), header, body)
+	return s.checkResponse("components.responses."+name, ptr, header, body)
 }
 
 // CheckSchema validates a JSON body against components.schemas[name] (for
 // answers that belong to no operation, such as a 405 Problem).
 func (s *Spec) CheckSchema(name string, body []byte) error {
-	if _, err := s.resolve("#/components/schemas/" + name); err != nil {
-		return err
+	sc, ok := s.schemas["/components/schemas/"+escape(name)]
+	if !ok {
+		return fmt.Errorf("components.schemas.%s is not in the description", name)
 	}
-	var val any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&val); err != nil {
+	val, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
 		return fmt.Errorf("components.schemas.%s: body is not JSON: %w", name, err)
 	}
-	if errs := s.validate(map[string]any{"$ref": "#/components/schemas/" + name}, val, "body"); len(errs) > 0 {
-		return fmt.Errorf("components.schemas.%s: the body does not match:\n  %s\nbody: %.600s", name, strings.Join(errs, "\n  "), body)
+	if err := sc.Validate(val); err != nil {
+		return fmt.Errorf("components.schemas.%s: the body does not match: %s\nbody: %.600s", name, short(err), body)
 	}
 	return nil
 }
 
-func (s *Spec) checkResponse(where string, r map[string]any, header http.Header, body []byte) error {
-	if hs, ok := r["headers"].(map[string]any); ok {
-		for name, hv := range hs {
-			h := s.deref(hv)
-			if req, _ := h["required"].(bool); req && header.Get(name) == "" {
-				return fmt.Errorf("%s: required header %s is missing", where, name)
+// checkResponse validates header and body against the response object at
+// JSON pointer ptr; where names it in errors and in Seen.
+func (s *Spec) checkResponse(where, ptr string, header http.Header, body []byte) error {
+	r, ptr := s.deref(ptr)
+	hs, _ := r["headers"].(map[string]any)
+	for _, name := range sortedKeys(hs) {
+		h, hptr := s.deref(ptr + "/headers/" + escape(name))
+		v := header.Get(name)
+		if req, _ := h["required"].(bool); req && v == "" {
+			return fmt.Errorf("%s: required header %s is missing", where, name)
+		}
+		sc, ok := s.schemas[hptr+"/schema"]
+		if v == "" || !ok {
+			continue
+		}
+		// A header is text; its schema may want a number.
+		var val any = v
+		if t, _ := s.deref(hptr + "/schema"); t["type"] == "integer" || t["type"] == "number" {
+			if _, err := strconv.ParseFloat(v, 64); err == nil && json.Valid([]byte(v)) {
+				val = json.Number(v)
 			}
-			if v := header.Get(name); v != "" {
-				if sc, ok := h["schema"]; ok {
-					var val any = v
-					if t, _ := s.deref(sc)["type"].(string); t == "integer" {
-						val = json.Number(v)
-					}
-					if errs := s.validate(sc, val, "header "+name); len(errs) > 0 {
-						return fmt.Errorf("%s: %s", where, strings.Join(errs, "; "))
-					}
-				}
-			}
+		}
+		if err := sc.Validate(val); err != nil {
+			return fmt.Errorf("%s: header %s: %s", where, name, short(err))
 		}
 	}
 	content, _ := r["content"].(map[string]any)
@@ -333,30 +399,31 @@ func (s *Spec) checkResponse(where string, r map[string]any, header http.Header,
 	if err != nil {
 		return fmt.Errorf("%s: Content-Type %q: %w", where, header.Get("Content-Type"), err)
 	}
-	media, ok := content[mt].(map[string]any)
-	if !ok {
+	if _, ok := content[mt]; !ok {
 		return fmt.Errorf("%s: Content-Type %s is not documented (documented: %s)", where, mt, strings.Join(sortedKeys(content), ", "))
 	}
-	sc, ok := media["schema"]
+	sc, ok := s.schemas[ptr+"/content/"+escape(mt)+"/schema"]
 	if !ok {
 		s.mark(where)
 		return nil
 	}
-	var val any
+	var val any = string(body)
 	if strings.HasSuffix(mt, "json") {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		if err := dec.Decode(&val); err != nil {
+		if val, err = jsonschema.UnmarshalJSON(bytes.NewReader(body)); err != nil {
 			return fmt.Errorf("%s: body is not JSON: %w", where, err)
 		}
-	} else {
-		val = string(body)
 	}
-	if errs := s.validate(sc, val, "body"); len(errs) > 0 {
-		return fmt.Errorf("%s: the body does not match the schema:\n  %s\nbody: %.600s", where, strings.Join(errs, "\n  "), body)
+	if err := sc.Validate(val); err != nil {
+		return fmt.Errorf("%s: the body does not match the schema: %s\nbody: %.600s", where, short(err), body)
 	}
 	s.mark(where)
 	return nil
+}
+
+// short is err's message with the description's URL left out: schema
+// locations read "#/components/schemas/…".
+func short(err error) string {
+	return strings.ReplaceAll(err.Error(), docURL, "")
 }
 
 func (s *Spec) mark(response string) {
@@ -372,150 +439,4 @@ func sortedKeys(m map[string]any) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// typeOf names a decoded JSON value's type as JSON Schema does.
-func typeOf(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case string:
-		return "string"
-	case json.Number:
-		if !strings.ContainsAny(x.String(), ".eE") {
-			return "integer"
-		}
-		return "number"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
-// validate checks v against schema sc; at names v in messages.
-func (s *Spec) validate(scv any, v any, at string) []string {
-	sc, _ := scv.(map[string]any)
-	if r, ok := sc["$ref"].(string); ok {
-		target, err := s.resolve(r)
-		if err != nil {
-			return []string{at + ": " + err.Error()}
-		}
-		return s.validate(target, v, at)
-	}
-	var errs []string
-	bad := func(f string, a ...any) { errs = append(errs, at+": "+fmt.Sprintf(f, a...)) }
-	if t, ok := sc["type"]; ok {
-		var allowed []string
-		switch x := t.(type) {
-		case string:
-			allowed = []string{x}
-		case []any:
-			for _, y := range x {
-				allowed = append(allowed, y.(string))
-			}
-		}
-		got := typeOf(v)
-		if !slices.Contains(allowed, got) && !(got == "integer" && slices.Contains(allowed, "number")) {
-			bad("is %s, want %s", got, strings.Join(allowed, " or "))
-			return errs
-		}
-	}
-	if c, ok := sc["const"]; ok && !jsonEqual(c, v) {
-		bad("is %v, want %v", v, c)
-	}
-	if e, ok := sc["enum"].([]any); ok && !slices.ContainsFunc(e, func(x any) bool { return jsonEqual(x, v) }) {
-		bad("%v is not one of %v", v, e)
-	}
-	switch x := v.(type) {
-	case string:
-		n := utf8.RuneCountInString(x)
-		if m, ok := num(sc["minLength"]); ok && float64(n) < m {
-			bad("is %d characters, at least %v wanted", n, m)
-		}
-		if m, ok := num(sc["maxLength"]); ok && float64(n) > m {
-			bad("is %d characters, at most %v allowed", n, m)
-		}
-		if p, ok := sc["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(x) {
-			bad("%q does not match %s", x, p)
-		}
-		switch sc["format"] {
-		case "date-time":
-			if _, err := time.Parse(time.RFC3339Nano, x); err != nil {
-				bad("%q is not an RFC 3339 date-time", x)
-			}
-		case "uuid":
-			if !uuidRE.MatchString(x) {
-				bad("%q is not a UUID", x)
-			}
-		case "uri":
-			if u, err := url.Parse(x); err != nil || u.Scheme == "" {
-				bad("%q is not an absolute URI", x)
-			}
-		}
-	case json.Number:
-		f, _ := x.Float64()
-		if m, ok := num(sc["minimum"]); ok && f < m {
-			bad("%v is below the minimum %v", x, m)
-		}
-		if m, ok := num(sc["maximum"]); ok && f > m {
-			bad("%v is above the maximum %v", x, m)
-		}
-	case []any:
-		if m, ok := num(sc["minItems"]); ok && float64(len(x)) < m {
-			bad("has %d items, at least %v wanted", len(x), m)
-		}
-		if m, ok := num(sc["maxItems"]); ok && float64(len(x)) > m {
-			bad("has %d items, at most %v allowed", len(x), m)
-		}
-		if it, ok := sc["items"]; ok {
-			for i, e := range x {
-				errs = append(errs, s.validate(it, e, fmt.Sprintf("%s[%d]", at, i))...)
-			}
-		}
-	case map[string]any:
-		props, _ := sc["properties"].(map[string]any)
-		if req, ok := sc["required"].([]any); ok {
-			for _, r := range req {
-				if _, ok := x[r.(string)]; !ok {
-					bad("lacks required %q", r)
-				}
-			}
-		}
-		for _, k := range sortedKeys(x) {
-			if p, ok := props[k]; ok {
-				errs = append(errs, s.validate(p, x[k], at+"."+k)...)
-				continue
-			}
-			switch ap := sc["additionalProperties"].(type) {
-			case bool:
-				if !ap {
-					bad("has %q, which the schema does not allow", k)
-				}
-			case map[string]any:
-				errs = append(errs, s.validate(ap, x[k], at+"."+k)...)
-			}
-		}
-	}
-	return errs
-}
-
-func num(v any) (float64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil
-}
-
-func jsonEqual(a, b any) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return bytes.Equal(x, y)
 }
