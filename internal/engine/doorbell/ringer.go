@@ -1,0 +1,373 @@
+package doorbell
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Peer is a processor that can be rung: its Bell's address and the
+// logical queues it polls.
+type Peer struct {
+	// Addr is its Bell's address (host:port).
+	Addr string
+	// Queues are the logical queues it polls.
+	Queues []string
+}
+
+// PeerSource lists the processors of the deployment (their heartbeat
+// rows: one storage query).
+type PeerSource func(ctx context.Context) ([]Peer, error)
+
+// Defaults of RingerOptions.
+const (
+	// DefaultRefresh is RingerOptions.Refresh's default: the peer list
+	// is read again when it is older than a minute and a ring needs it.
+	DefaultRefresh = time.Minute
+	// DefaultThrottle is RingerOptions.Throttle's default: 20 ms.
+	DefaultThrottle = 20 * time.Millisecond
+	// DefaultAckTimeout is RingerOptions.AckTimeout's default: 1 s.
+	DefaultAckTimeout = time.Second
+)
+
+// RingerOptions tunes a Ringer; zero fields take the defaults.
+type RingerOptions struct {
+	// Refresh is how old the peer list may be before a ring reads it
+	// again (in the background: the ring uses the list it has). The
+	// list is read only when a ring needs it, so a process that does not
+	// ring reads nothing. Default DefaultRefresh.
+	Refresh time.Duration
+	// Throttle bounds the wakes of one name to one peer: one at once,
+	// then at most one per Throttle (the last of those that came in
+	// between is sent at its end). Default DefaultThrottle.
+	Throttle time.Duration
+	// AckTimeout: a peer that acked none of its last two or more wakes,
+	// the first of them sent over AckTimeout ago, is unreachable.
+	// Default DefaultAckTimeout.
+	AckTimeout time.Duration
+	// Self is this process's own Bell's address, never rung (its
+	// processor is woken in-process). Default "".
+	Self string
+	// Logf, if set, receives a line when the peer list cannot be read.
+	Logf func(format string, args ...any)
+}
+
+// PeerStatus is what a Ringer knows of one peer's reachability.
+type PeerStatus struct {
+	// Addr is the peer's Bell's address.
+	Addr string
+	// LastRing and LastAck are when a wake was last sent to it and when it
+	// last acked one (zero: never).
+	LastRing, LastAck time.Time
+	// Unreachable is true when its last wakes (two or more, the first
+	// over AckTimeout ago) got no ack.
+	Unreachable bool
+}
+
+// Ringer sends wakes to the processors of a queue: the sending side, in
+// any process that makes work due. It is safe for concurrent use.
+type Ringer struct {
+	conn    *net.UDPConn
+	seal    sealer
+	sender  uint64
+	counter atomic.Uint64
+	src     PeerSource
+	opts    RingerOptions
+	now     func() time.Time
+
+	mu       sync.Mutex
+	peers    []Peer
+	loadedAt time.Time
+	loading  chan struct{} // closed when the load in progress ends
+	slots    map[slotKey]*slot
+	status   map[string]*peerState
+	pending  map[uint64]string // counter → addr of wakes not acked yet
+	closed   bool
+
+	done chan struct{}
+}
+
+type slotKey struct {
+	addr, name string
+	at         int64 // due time in 100 ms steps (0: now)
+}
+
+// slot throttles the wakes of one key.
+type slot struct {
+	sent     time.Time // the last wake sent
+	trailing bool      // one is scheduled at sent + Throttle
+	wake     Wake
+	to       *net.UDPAddr
+}
+
+type peerState struct {
+	lastRing, lastAck time.Time
+	unacked           int
+	firstUnacked      time.Time
+}
+
+// NewRinger returns a Ringer with the deployment's key, listing peers
+// with src. Close it when done.
+func NewRinger(key []byte, src PeerSource, opts RingerOptions) (*Ringer, error) {
+	return newRingerWith(key, src, opts, time.Now)
+}
+
+// newRingerWith is NewRinger with a clock.
+func newRingerWith(key []byte, src PeerSource, opts RingerOptions, now func() time.Time) (*Ringer, error) {
+	if len(key) == 0 {
+		return nil, errors.New("doorbell: a ringer needs the deployment's key")
+	}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+	if err != nil {
+		return nil, err
+	}
+	if opts.Refresh <= 0 {
+		opts.Refresh = DefaultRefresh
+	}
+	if opts.Throttle <= 0 {
+		opts.Throttle = DefaultThrottle
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = DefaultAckTimeout
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	r := &Ringer{conn: conn, seal: sealer{key: key}, sender: binary.BigEndian.Uint64(id[:]), src: src, opts: opts, now: now,
+		slots: map[slotKey]*slot{}, status: map[string]*peerState{}, pending: map[uint64]string{}, done: make(chan struct{})}
+	go r.readAcks()
+	return r, nil
+}
+
+// Close stops the Ringer: wakes still throttled are not sent.
+func (r *Ringer) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	err := r.conn.Close()
+	<-r.done
+	return err
+}
+
+// Ring wakes every peer that polls logical queue (but Self) with w: at
+// once, or at the end of the throttle of w's name to that peer. The
+// first ring of a Ringer reads the peer list (within ctx); later ones use
+// the list they have and read it again in the background when it is
+// older than Refresh. A datagram is sent before Ring returns (a short-
+// lived process may exit right after); only a throttled one waits.
+func (r *Ringer) Ring(ctx context.Context, logical string, w Wake) {
+	for _, p := range r.peersOf(ctx, logical) {
+		r.ringPeer(p.Addr, w)
+	}
+}
+
+// Peers returns the peer list as last read (nil before the first ring).
+func (r *Ringer) Peers() []Peer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.peers)
+}
+
+// Status returns what the Ringer knows of the peer at addr (ok false: it
+// never rang it).
+func (r *Ringer) Status(addr string) (PeerStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps, ok := r.status[addr]
+	if !ok {
+		return PeerStatus{Addr: addr}, false
+	}
+	return r.statusOf(addr, ps), true
+}
+
+// Statuses returns the status of every peer the Ringer rang.
+func (r *Ringer) Statuses() []PeerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PeerStatus, 0, len(r.status))
+	for addr, ps := range r.status {
+		out = append(out, r.statusOf(addr, ps))
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int {
+		switch {
+		case a.Addr < b.Addr:
+			return -1
+		case a.Addr > b.Addr:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (r *Ringer) statusOf(addr string, ps *peerState) PeerStatus {
+	return PeerStatus{Addr: addr, LastRing: ps.lastRing, LastAck: ps.lastAck,
+		Unreachable: ps.unacked >= 2 && r.now().Sub(ps.firstUnacked) > r.opts.AckTimeout}
+}
+
+// peersOf returns the peers that poll logical, reading the list first
+// when the Ringer has none, and in the background when it is stale.
+func (r *Ringer) peersOf(ctx context.Context, logical string) []Peer {
+	r.mu.Lock()
+	if r.loadedAt.IsZero() {
+		wait := r.startLoad()
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		r.mu.Lock()
+	} else if r.now().Sub(r.loadedAt) > r.opts.Refresh {
+		r.startLoad()
+	}
+	defer r.mu.Unlock()
+	var out []Peer
+	for _, p := range r.peers {
+		if p.Addr != "" && p.Addr != r.opts.Self && slices.Contains(p.Queues, logical) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startLoad starts reading the peer list unless a read is in progress,
+// and returns the channel closed when it ends. Caller holds r.mu.
+func (r *Ringer) startLoad() chan struct{} {
+	if r.loading != nil {
+		return r.loading
+	}
+	ch := make(chan struct{})
+	r.loading = ch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		peers, err := r.src(ctx)
+		cancel()
+		r.mu.Lock()
+		if err == nil {
+			r.peers = peers
+		} else if r.opts.Logf != nil {
+			r.opts.Logf("cmdq doorbell: the processors' list could not be read (%v); wakes go to the processors known, and processors still poll", err)
+		}
+		// A failed read is not retried before Refresh either: the
+		// processors' poll bound holds without wakes.
+		r.loadedAt = r.now()
+		r.loading = nil
+		r.mu.Unlock()
+		close(ch)
+	}()
+	return ch
+}
+
+// ringPeer sends w to the Bell at addr now, or once its name's throttle
+// to that peer ends.
+func (r *Ringer) ringPeer(addr string, w Wake) {
+	to, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return
+	}
+	k := slotKey{addr: addr, name: w.Name}
+	if !w.At.IsZero() {
+		k.at = w.At.UnixMilli()/100 + 1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	now := r.now()
+	s := r.slots[k]
+	if s == nil {
+		if len(r.slots) > 10000 {
+			r.sweepSlots(now)
+		}
+		s = &slot{}
+		r.slots[k] = s
+	}
+	s.wake, s.to = w, to
+	if wait := s.sent.Add(r.opts.Throttle).Sub(now); wait > 0 {
+		if !s.trailing {
+			s.trailing = true
+			time.AfterFunc(wait, func() { r.trail(s) })
+		}
+		return
+	}
+	s.sent = now
+	r.send(addr, to, w, now)
+}
+
+// trail sends a slot's throttled wake.
+func (r *Ringer) trail(s *slot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.trailing = false
+	if r.closed {
+		return
+	}
+	now := r.now()
+	s.sent = now
+	r.send(s.to.String(), s.to, s.wake, now)
+}
+
+// sweepSlots forgets the slots idle for over a second. Caller holds r.mu.
+func (r *Ringer) sweepSlots(now time.Time) {
+	for k, s := range r.slots {
+		if !s.trailing && now.Sub(s.sent) > time.Second {
+			delete(r.slots, k)
+		}
+	}
+}
+
+// send sends one wake. Caller holds r.mu.
+func (r *Ringer) send(addr string, to *net.UDPAddr, w Wake, now time.Time) {
+	c := r.counter.Add(1)
+	b, err := r.seal.encodeWake(header{sender: r.sender, counter: c}, now, w)
+	if err != nil {
+		return
+	}
+	ps := r.status[addr]
+	if ps == nil {
+		ps = &peerState{}
+		r.status[addr] = ps
+	}
+	ps.lastRing = now
+	if ps.unacked == 0 {
+		ps.firstUnacked = now
+	}
+	ps.unacked++
+	if len(r.pending) > 10000 {
+		clear(r.pending) // acks of these are then ignored: reachability is a hint too
+	}
+	r.pending[c] = addr
+	_, _ = r.conn.WriteToUDP(b, to)
+}
+
+func (r *Ringer) readAcks() {
+	defer close(r.done)
+	buf := make([]byte, 128)
+	for {
+		n, _, err := r.conn.ReadFromUDP(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		h, err := r.seal.decodeAck(buf[:n])
+		if err != nil || h.sender != r.sender {
+			continue
+		}
+		r.mu.Lock()
+		if addr, ok := r.pending[h.counter]; ok {
+			delete(r.pending, h.counter)
+			if ps := r.status[addr]; ps != nil {
+				ps.lastAck, ps.unacked = r.now(), 0
+			}
+		}
+		r.mu.Unlock()
+	}
+}
