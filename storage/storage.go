@@ -117,6 +117,27 @@ func IsExclusive(st Store) bool {
 	return ok && e.Exclusive()
 }
 
+// Secret is an optional interface of a Store whose credentials every
+// process that uses it holds alike (an Azure Storage account's shared
+// key): a secret derived from them lets those processes authenticate
+// what they send each other (cmdq's wake-ups between processes) with no
+// setting of its own. Wrappers of a store should implement it and answer
+// for the store they wrap.
+type Secret interface {
+	// SharedSecret returns a secret derived (one way) from the store's
+	// credentials, the same in every process that has them; nil when
+	// the credentials hold no shared key (Microsoft Entra ID tokens).
+	SharedSecret() []byte
+}
+
+// SharedSecret returns st's shared secret (Secret), nil when it has none.
+func SharedSecret(st Store) []byte {
+	if s, ok := st.(Secret); ok {
+		return s.SharedSecret()
+	}
+	return nil
+}
+
 // Limits shared by every driver: Azure Storage's service limits.
 const (
 	// MaxMessageBytes is the largest queue message text, in bytes (64 KiB).

@@ -43,6 +43,8 @@ package azure
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -211,6 +213,8 @@ type Store struct {
 	mu     sync.Mutex
 	queues map[string]*queue
 	tables map[string]*table
+
+	secret []byte // SharedSecret; nil without a shared key
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -249,6 +253,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	switch {
 	case cfg.ConnectionString != "":
 		cs := ExpandConnectionString(cfg.ConnectionString)
+		if name, key := connectionKey(cs); key != "" {
+			s.secret = sharedSecret(name, key)
+		}
 		if s.qsvc, err = azqueue.NewServiceClientFromConnectionString(cs, qopts); err != nil {
 			return nil, fmt.Errorf("azure: connection string (queue service): %w", err)
 		}
@@ -256,6 +263,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("azure: connection string (table service): %w", err)
 		}
 	case cfg.AccountKey != "":
+		s.secret = sharedSecret(cfg.AccountName, cfg.AccountKey)
 		qep, tep := endpoints(cfg)
 		qcred, err := azqueue.NewSharedKeyCredential(cfg.AccountName, cfg.AccountKey)
 		if err != nil {
@@ -281,6 +289,44 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// SharedSecret returns a secret derived from the account's name and shared
+// key (HMAC-SHA-256 keyed with the key), the same in every process that
+// has them; nil with Microsoft Entra ID credentials. The key itself cannot
+// be recovered from it. While an account's keys are rotated, processes on
+// the two keys derive two secrets (storage.Secret).
+func (s *Store) SharedSecret() []byte { return s.secret }
+
+// sharedSecret derives the secret of an account from its name and base64
+// shared key (nil when the key does not decode).
+func sharedSecret(name, key string) []byte {
+	k, err := base64.StdEncoding.DecodeString(key)
+	if err != nil || len(k) == 0 {
+		return nil
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("cmdq shared secret v1\x00"))
+	m.Write([]byte(name))
+	return m.Sum(nil)
+}
+
+// connectionKey returns a connection string's AccountName and AccountKey
+// ("" when it has none, as with a SAS).
+func connectionKey(cs string) (name, key string) {
+	for _, part := range strings.Split(cs, ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "accountname":
+			name = strings.TrimSpace(v)
+		case "accountkey":
+			key = strings.TrimSpace(v)
+		}
+	}
+	return name, key
 }
 
 func endpoints(cfg Config) (queueURL, tableURL string) {

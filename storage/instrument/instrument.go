@@ -130,6 +130,9 @@ type store struct {
 // Exclusive answers for the wrapped store (storage.Exclusive).
 func (w *store) Exclusive() bool { return storage.IsExclusive(w.s) }
 
+// SharedSecret answers for the wrapped store (storage.Secret).
+func (w *store) SharedSecret() []byte { return storage.SharedSecret(w.s) }
+
 // Members answers for the wrapped store (storage.Members): nil unless it
 // is spread over several.
 func (w *store) Members() []storage.MemberState { return storage.MembersOf(w.s) }

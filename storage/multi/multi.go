@@ -152,6 +152,10 @@ func New(members []Member, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// SharedSecret returns the first member's shared secret (storage.Secret):
+// every process of a deployment has the same members in the same order.
+func (s *Store) SharedSecret() []byte { return storage.SharedSecret(s.members[0].Store) }
+
 // Len returns the number of members.
 func (s *Store) Len() int { return len(s.members) }
 
