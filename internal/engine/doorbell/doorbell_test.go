@@ -294,8 +294,8 @@ func TestUnreachablePeer(t *testing.T) {
 	live, got := listen(t, testKey, BellOptions{})
 	c := &clock{t: time.Now()}
 	r, _ := ringerAt(t, testKey, RingerOptions{}, c.now, Peer{Addr: deadAddr, Queues: []string{"q"}}, Peer{Addr: live.Addr().String(), Queues: []string{"q"}})
-	r.Ring(context.Background(), "q", Wake{Name: "a"})
-	r.Ring(context.Background(), "q", Wake{Name: "b"})
+	r.RingAll(context.Background(), "q", Wake{Name: "a"})
+	r.RingAll(context.Background(), "q", Wake{Name: "b"})
 	next(t, got)
 	next(t, got)
 	until(t, "the live peer's acks", func() bool { s, _ := r.Status(live.Addr().String()); return !s.LastAck.IsZero() })
@@ -349,4 +349,65 @@ func TestFirstRingWaitsForThePeerList(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r2.Ring(ctx, "q", Wake{Name: "q"})
+}
+
+func TestRingTakesTurns(t *testing.T) {
+	a, gotA := listen(t, testKey, BellOptions{})
+	b, gotB := listen(t, testKey, BellOptions{})
+	r, _ := ringer(t, testKey, RingerOptions{}, Peer{Addr: a.Addr().String(), Queues: []string{"q"}}, Peer{Addr: b.Addr().String(), Queues: []string{"q"}})
+	for _, name := range []string{"1", "2", "3", "4"} {
+		r.Ring(context.Background(), "q", Wake{Name: name})
+	}
+	for _, got := range []chan Wake{gotA, gotA, gotB, gotB} {
+		next(t, got)
+	}
+	if n := r.Sent(); n != 4 {
+		t.Fatalf("sent %d wakes for 4 rings of peers that ack, want 4 (one each)", n)
+	}
+}
+
+func TestUnackedWakeGoesToTheNextPeer(t *testing.T) {
+	dead, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.LocalAddr().String()
+	_ = dead.Close()
+	live, got := listen(t, testKey, BellOptions{})
+	r, _ := ringer(t, testKey, RingerOptions{Retry: 20 * time.Millisecond}, Peer{Addr: deadAddr, Queues: []string{"q"}}, Peer{Addr: live.Addr().String(), Queues: []string{"q"}})
+	r.Ring(context.Background(), "q", Wake{Name: "q"}) // the dead peer's turn
+	if w := next(t, got); w.Name != "q" {
+		t.Fatalf("got %+v", w)
+	}
+	if s, _ := r.Status(deadAddr); s.LastRing.IsZero() || !s.LastAck.IsZero() {
+		t.Fatalf("the dead peer: %+v, want rung first and never acked", s)
+	}
+}
+
+func TestRingSkipsUnreachablePeers(t *testing.T) {
+	dead, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.LocalAddr().String()
+	_ = dead.Close()
+	live, got := listen(t, testKey, BellOptions{})
+	c := &clock{t: time.Now()}
+	r, _ := ringerAt(t, testKey, RingerOptions{Retry: time.Hour}, c.now, Peer{Addr: deadAddr, Queues: []string{"q"}}, Peer{Addr: live.Addr().String(), Queues: []string{"q"}})
+	r.RingAll(context.Background(), "q", Wake{Name: "a"})
+	r.RingAll(context.Background(), "q", Wake{Name: "b"})
+	next(t, got)
+	next(t, got)
+	until(t, "the live peer's two acks", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.pending) == 2 // the dead peer's
+	})
+	c.add(2 * DefaultAckTimeout)
+	for _, name := range []string{"1", "2", "3"} {
+		r.Ring(context.Background(), "q", Wake{Name: name})
+	}
+	for range 3 {
+		next(t, got) // no retry comes within the hour: each went to the live peer at once
+	}
 }

@@ -34,6 +34,8 @@ const (
 	DefaultThrottle = 20 * time.Millisecond
 	// DefaultAckTimeout is RingerOptions.AckTimeout's default: 1 s.
 	DefaultAckTimeout = time.Second
+	// DefaultRetry is RingerOptions.Retry's default: 250 ms.
+	DefaultRetry = 250 * time.Millisecond
 )
 
 // RingerOptions tunes a Ringer; zero fields take the defaults.
@@ -51,6 +53,10 @@ type RingerOptions struct {
 	// the first of them sent over AckTimeout ago, is unreachable.
 	// Default DefaultAckTimeout.
 	AckTimeout time.Duration
+	// Retry: a wake Ring sent to one peer that is not acked within Retry
+	// is sent to the next peer of the queue (each peer once). Default
+	// DefaultRetry.
+	Retry time.Duration
 	// Self is this process's own Bell's address, never rung (its
 	// processor is woken in-process). Default "".
 	Self string
@@ -84,11 +90,13 @@ type Ringer struct {
 	mu       sync.Mutex
 	peers    []Peer
 	loadedAt time.Time
-	loading  chan struct{} // closed when the load in progress ends
+	loading  chan struct{}  // closed when the load in progress ends
+	turn     map[string]int // logical queue → the next peer Ring tries
 	slots    map[slotKey]*slot
 	status   map[string]*peerState
-	pending  map[uint64]string // counter → addr of wakes not acked yet
+	pending  map[uint64]*sent // wakes not acked yet, by counter
 	closed   bool
+	nsent    atomic.Uint64 // datagrams sent
 
 	done chan struct{}
 }
@@ -104,6 +112,22 @@ type slot struct {
 	trailing bool      // one is scheduled at sent + Throttle
 	wake     Wake
 	to       *net.UDPAddr
+	addr     string
+	retry    *retry // the trailing wake's, when Ring sent it
+}
+
+// retry is what a wake Ring sent to one peer needs to go to the next
+// when it is not acked.
+type retry struct {
+	logical string
+	tried   []string
+}
+
+// sent is a wake not acked yet.
+type sent struct {
+	addr  string
+	wake  Wake
+	retry *retry // nil: no retry (RingAll)
 }
 
 type peerState struct {
@@ -136,10 +160,13 @@ func newRingerWith(key []byte, src PeerSource, opts RingerOptions, now func() ti
 	if opts.AckTimeout <= 0 {
 		opts.AckTimeout = DefaultAckTimeout
 	}
+	if opts.Retry <= 0 {
+		opts.Retry = DefaultRetry
+	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	r := &Ringer{conn: conn, seal: sealer{key: key}, sender: binary.BigEndian.Uint64(id[:]), src: src, opts: opts, now: now,
-		slots: map[slotKey]*slot{}, status: map[string]*peerState{}, pending: map[uint64]string{}, done: make(chan struct{})}
+		turn: map[string]int{}, slots: map[slotKey]*slot{}, status: map[string]*peerState{}, pending: map[uint64]*sent{}, done: make(chan struct{})}
 	go r.readAcks()
 	return r, nil
 }
@@ -154,17 +181,66 @@ func (r *Ringer) Close() error {
 	return err
 }
 
-// Ring wakes every peer that polls logical queue (but Self) with w: at
-// once, or at the end of the throttle of w's name to that peer. The
+// Ring wakes one peer that polls logical queue (never Self) with w: the
+// peers in turn, those found unreachable last; when the peer does not ack
+// within Retry, the next one (each peer once). One wake per issue keeps a
+// command at one dequeue, as without a doorbell; a processor that has more
+// work than it can start rings the others itself (RingAll). The wake goes
+// at once, or at the end of the throttle of w's name to that peer. The
 // first ring of a Ringer reads the peer list (within ctx); later ones use
-// the list they have and read it again in the background when it is
-// older than Refresh. A datagram is sent before Ring returns (a short-
-// lived process may exit right after); only a throttled one waits.
+// the list they have and read it again in the background when it is older
+// than Refresh. A datagram sent at once is sent before Ring returns (a
+// short-lived process may exit right after).
 func (r *Ringer) Ring(ctx context.Context, logical string, w Wake) {
-	for _, p := range r.peersOf(ctx, logical) {
-		r.ringPeer(p.Addr, w)
+	peers := r.peersOf(ctx, logical)
+	if len(peers) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ringNext(logical, w, peers, &retry{logical: logical})
+}
+
+// RingAll wakes every peer that polls logical queue (never Self) with w,
+// as Ring does one.
+func (r *Ringer) RingAll(ctx context.Context, logical string, w Wake) {
+	peers := r.peersOf(ctx, logical)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range peers {
+		r.ringPeer(p.Addr, w, nil)
 	}
 }
+
+// ringNext rings the next peer in turn that rt has not tried, preferring
+// reachable ones. Caller holds r.mu.
+func (r *Ringer) ringNext(logical string, w Wake, peers []Peer, rt *retry) {
+	start := r.turn[logical]
+	pick := -1
+	for pass := 0; pass < 2 && pick < 0; pass++ {
+		for i := range peers {
+			j := (start + i) % len(peers)
+			addr := peers[j].Addr
+			if slices.Contains(rt.tried, addr) {
+				continue
+			}
+			if ps := r.status[addr]; pass == 0 && ps != nil && r.statusOf(addr, ps).Unreachable {
+				continue
+			}
+			pick = j
+			break
+		}
+	}
+	if pick < 0 {
+		return
+	}
+	r.turn[logical] = pick + 1
+	rt.tried = append(rt.tried, peers[pick].Addr)
+	r.ringPeer(peers[pick].Addr, w, rt)
+}
+
+// Sent returns how many wakes the Ringer has sent.
+func (r *Ringer) Sent() uint64 { return r.nsent.Load() }
 
 // Peers returns the peer list as last read (nil before the first ring).
 func (r *Ringer) Peers() []Peer {
@@ -210,8 +286,9 @@ func (r *Ringer) statusOf(addr string, ps *peerState) PeerStatus {
 		Unreachable: ps.unacked >= 2 && r.now().Sub(ps.firstUnacked) > r.opts.AckTimeout}
 }
 
-// peersOf returns the peers that poll logical, reading the list first
-// when the Ringer has none, and in the background when it is stale.
+// peersOf returns the peers that poll logical (but Self), reading the
+// list first when the Ringer has none, and in the background when it is
+// stale.
 func (r *Ringer) peersOf(ctx context.Context, logical string) []Peer {
 	r.mu.Lock()
 	if r.loadedAt.IsZero() {
@@ -226,6 +303,11 @@ func (r *Ringer) peersOf(ctx context.Context, logical string) []Peer {
 		r.startLoad()
 	}
 	defer r.mu.Unlock()
+	return r.peersLocked(logical)
+}
+
+// peersLocked returns the peers of logical as listed. Caller holds r.mu.
+func (r *Ringer) peersLocked(logical string) []Peer {
 	var out []Peer
 	for _, p := range r.peers {
 		if p.Addr != "" && p.Addr != r.opts.Self && slices.Contains(p.Queues, logical) {
@@ -264,8 +346,12 @@ func (r *Ringer) startLoad() chan struct{} {
 }
 
 // ringPeer sends w to the Bell at addr now, or once its name's throttle
-// to that peer ends.
-func (r *Ringer) ringPeer(addr string, w Wake) {
+// to that peer ends; rt (nil for RingAll) lets an unacked wake go to the
+// next peer. Caller holds r.mu.
+func (r *Ringer) ringPeer(addr string, w Wake, rt *retry) {
+	if r.closed {
+		return
+	}
 	to, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return
@@ -273,11 +359,6 @@ func (r *Ringer) ringPeer(addr string, w Wake) {
 	k := slotKey{addr: addr, name: w.Name}
 	if !w.At.IsZero() {
 		k.at = w.At.UnixMilli()/100 + 1
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return
 	}
 	now := r.now()
 	s := r.slots[k]
@@ -288,8 +369,9 @@ func (r *Ringer) ringPeer(addr string, w Wake) {
 		s = &slot{}
 		r.slots[k] = s
 	}
-	s.wake, s.to = w, to
+	s.wake, s.to, s.addr = w, to, addr
 	if wait := s.sent.Add(r.opts.Throttle).Sub(now); wait > 0 {
+		s.retry = rt
 		if !s.trailing {
 			s.trailing = true
 			time.AfterFunc(wait, func() { r.trail(s) })
@@ -297,7 +379,7 @@ func (r *Ringer) ringPeer(addr string, w Wake) {
 		return
 	}
 	s.sent = now
-	r.send(addr, to, w, now)
+	r.send(addr, to, w, rt, now)
 }
 
 // trail sends a slot's throttled wake.
@@ -310,7 +392,8 @@ func (r *Ringer) trail(s *slot) {
 	}
 	now := r.now()
 	s.sent = now
-	r.send(s.to.String(), s.to, s.wake, now)
+	r.send(s.addr, s.to, s.wake, s.retry, now)
+	s.retry = nil
 }
 
 // sweepSlots forgets the slots idle for over a second. Caller holds r.mu.
@@ -322,8 +405,9 @@ func (r *Ringer) sweepSlots(now time.Time) {
 	}
 }
 
-// send sends one wake. Caller holds r.mu.
-func (r *Ringer) send(addr string, to *net.UDPAddr, w Wake, now time.Time) {
+// send sends one wake; with rt, one not acked within Retry goes to the
+// next peer. Caller holds r.mu.
+func (r *Ringer) send(addr string, to *net.UDPAddr, w Wake, rt *retry, now time.Time) {
 	c := r.counter.Add(1)
 	b, err := r.seal.encodeWake(header{sender: r.sender, counter: c}, now, w)
 	if err != nil {
@@ -342,8 +426,25 @@ func (r *Ringer) send(addr string, to *net.UDPAddr, w Wake, now time.Time) {
 	if len(r.pending) > 10000 {
 		clear(r.pending) // acks of these are then ignored: reachability is a hint too
 	}
-	r.pending[c] = addr
+	r.pending[c] = &sent{addr: addr, wake: w, retry: rt}
+	if rt != nil {
+		time.AfterFunc(r.opts.Retry, func() { r.unacked(c) })
+	}
+	r.nsent.Add(1)
 	_, _ = r.conn.WriteToUDP(b, to)
+}
+
+// unacked sends wake c to the next peer when it is still not acked.
+func (r *Ringer) unacked(c uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pending[c]
+	if p == nil || p.retry == nil || r.closed {
+		return
+	}
+	rt := p.retry
+	p.retry = nil // handed on once
+	r.ringNext(rt.logical, p.wake, r.peersLocked(rt.logical), rt)
 }
 
 func (r *Ringer) readAcks() {
@@ -362,9 +463,9 @@ func (r *Ringer) readAcks() {
 			continue
 		}
 		r.mu.Lock()
-		if addr, ok := r.pending[h.counter]; ok {
+		if p, ok := r.pending[h.counter]; ok {
 			delete(r.pending, h.counter)
-			if ps := r.status[addr]; ps != nil {
+			if ps := r.status[p.addr]; ps != nil {
 				ps.lastAck, ps.unacked = r.now(), 0
 			}
 		}

@@ -31,17 +31,19 @@ import (
 
 // The datagram layout (big-endian integers):
 //
-//	wake: "CQDB" | kind 1 | sender ID (8) | counter (8) | sent, unix ms (8)
-//	      | due, unix ms, 0 = now (8) | name length (1) | name | MAC (16)
+//	wake: "CQDB" | kind 1 or 3 | sender ID (8) | counter (8) | sent, unix
+//	      ms (8) | due, unix ms, 0 = now (8) | name length (1) | name | MAC
+//	      (16)
 //	ack:  "CQDB" | kind 2 | sender ID (8) | counter (8) | MAC (16)
 //
 // MAC is HMAC-SHA-256 over every byte before it, with the deployment's
 // key, cut to 16 bytes.
 const (
-	magic    = "CQDB"
-	kindWake = 1
-	kindAck  = 2
-	macLen   = 16
+	magic       = "CQDB"
+	kindWake    = 1
+	kindAck     = 2
+	kindControl = 3 // a wake whose queue was paused or resumed
+	macLen      = 16
 	// MaxNameLength is the longest queue name a wake carries: a storage
 	// queue name (63 characters).
 	MaxNameLength = 63
@@ -58,6 +60,9 @@ type Wake struct {
 	// At, when not zero, is when the work becomes due (a scheduled
 	// command, a retry): the processor wakes itself then.
 	At time.Time
+	// Control says the queue was paused or resumed: the processor reads
+	// the queues' control rows again.
+	Control bool
 }
 
 // Key derives the key of a deployment from a secret every process has (a
@@ -91,7 +96,11 @@ func (s sealer) encodeWake(h header, sent time.Time, w Wake) ([]byte, error) {
 	}
 	b := make([]byte, 0, maxDatagram)
 	b = append(b, magic...)
-	b = append(b, kindWake)
+	kind := byte(kindWake)
+	if w.Control {
+		kind = kindControl
+	}
+	b = append(b, kind)
 	b = binary.BigEndian.AppendUint64(b, h.sender)
 	b = binary.BigEndian.AppendUint64(b, h.counter)
 	b = binary.BigEndian.AppendUint64(b, uint64(sent.UnixMilli()))
@@ -109,7 +118,7 @@ func (s sealer) encodeWake(h header, sent time.Time, w Wake) ([]byte, error) {
 var errForged = errors.New("doorbell: not a datagram of this deployment")
 
 func (s sealer) decodeWake(b []byte) (header, time.Time, Wake, error) {
-	if len(b) < wakeHead+1+macLen || len(b) > maxDatagram || string(b[:4]) != magic || b[4] != kindWake {
+	if len(b) < wakeHead+1+macLen || len(b) > maxDatagram || string(b[:4]) != magic || (b[4] != kindWake && b[4] != kindControl) {
 		return header{}, time.Time{}, Wake{}, errForged
 	}
 	n := int(b[wakeHead-1])
@@ -122,7 +131,7 @@ func (s sealer) decodeWake(b []byte) (header, time.Time, Wake, error) {
 	}
 	h := header{sender: binary.BigEndian.Uint64(b[5:]), counter: binary.BigEndian.Uint64(b[13:])}
 	sent := time.UnixMilli(int64(binary.BigEndian.Uint64(b[21:])))
-	w := Wake{Name: string(b[wakeHead : wakeHead+n])}
+	w := Wake{Name: string(b[wakeHead : wakeHead+n]), Control: b[4] == kindControl}
 	if at := binary.BigEndian.Uint64(b[29:]); at != 0 {
 		w.At = time.UnixMilli(int64(at))
 	}
