@@ -9,42 +9,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
-	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
-
-// testControlInterval is the processors' ControlInterval in the tests of
-// cancels and pauses (and what a test's cancel of a young pending command
-// waits for them).
-const testControlInterval = 200 * time.Millisecond
-
-// newTuned is newClient with engine switches (internal/engine/tuning).
-func newTuned(t *testing.T, st storage.Store, prefix string, cfg cmdq.Config, sw tuning.Switches) *cmdq.Client {
-	t.Helper()
-	cfg.Prefix = prefix
-	if sw.ControlInterval == 0 {
-		sw.ControlInterval = testControlInterval
-	}
-	c, err := cmdq.NewTuned(st, cfg, sw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
-}
-
-// otherProcess returns a store handle on s's storage that this process's
-// in-process shortcuts do not recognise as s (Azure: a new client, as
-// another process has; embedded: the same store behind a wrapper, since
-// one data directory has one owner), so that two Clients on the two
-// handles only meet through storage, as two processes do.
-func otherProcess(t *testing.T, s store) storage.Store {
-	t.Helper()
-	if s.driver == "embedded" {
-		return instrument.Wrap(s.st, instrument.Hooks{})
-	}
-	return openStore(t, s.driver).st
-}
 
 // TestCancelPending: a pending command that is cancelled becomes
 // cancelled (a cancelled event by who cancelled it) and never runs: when a
@@ -172,18 +137,6 @@ func TestCancelRunningInProcess(t *testing.T) {
 			}
 		}
 	})
-}
-
-// waitFor receives from ch, failing the test after a minute.
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("timed out waiting until %s", what)
-		panic("unreachable")
-	}
 }
 
 // TestCancelRaceDecidedByETag: a cancel and a completion race on the

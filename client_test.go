@@ -2,12 +2,8 @@ package cmdq_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,95 +11,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
-	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
-
-func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// store is one driver's store for a test: a fresh embedded data directory,
-// or Azurite with a prefix of the test's own.
-type store struct {
-	driver string
-	st     storage.Store
-	prefix string
-}
-
-// eachDriver runs f as parallel subtests "embedded" and "azure".
-func eachDriver(t *testing.T, f func(t *testing.T, s store)) {
-	t.Helper()
-	for _, driver := range []string{"embedded", "azure"} {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			f(t, openStore(t, driver))
-		})
-	}
-}
-
-func openStore(t *testing.T, driver string) store {
-	t.Helper()
-	var st storage.Store
-	switch driver {
-	case "embedded":
-		s, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	case "azure":
-		s, err := azure.Open(context.Background(), azure.Config{ConnectionString: azurite.ConnectionString(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = s
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return store{driver: driver, st: st, prefix: "t" + hex.EncodeToString(b[:])}
-}
-
-// fast is a processor configuration for tests: short polls, no reconciler.
-func fast() cmdq.Config {
-	return cmdq.Config{Worker: "w-test", MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
-		DrainTimeout: 5 * time.Second, ReconcileInterval: cmdq.NoReconcile}
-}
-
-func newClient(t *testing.T, s store, cfg cmdq.Config) *cmdq.Client {
-	t.Helper()
-	cfg.Prefix = s.prefix
-	c, err := cmdq.New(s.st, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
-}
-
-// resize declares its queue and defaults.
-type resize struct {
-	URL string `json:"url"`
-}
-
-func (resize) CommandType() string { return "images.resize" }
-func (resize) CommandOptions() cmdq.CommandOptions {
-	return cmdq.CommandOptions{Queue: "images", Lease: 2 * time.Minute, PoisonCeiling: 3}
-}
-
-type greet struct {
-	Name string `json:"name"`
-}
-
-func (greet) CommandType() string { return "greet" }
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
@@ -213,14 +123,6 @@ func (o countCompleted) Observe(ob cmdq.Observation) {
 	if ob.Kind == cmdq.ObservedCompleted {
 		o.n.Add(1)
 	}
-}
-
-func kinds(evs []cmdq.Event) []cmdq.EventKind {
-	out := make([]cmdq.EventKind, len(evs))
-	for i, e := range evs {
-		out[i] = e.Kind
-	}
-	return out
 }
 
 // TestDeclaredRouting: a type that declares its queue is routed there by an

@@ -3,7 +3,6 @@ package cmdq_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,40 +11,6 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
-
-// startTimes records when each command's handler began, by ID.
-type startTimes struct {
-	mu sync.Mutex
-	at map[string][]time.Time
-}
-
-func (s *startTimes) add(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.at == nil {
-		s.at = map[string][]time.Time{}
-	}
-	s.at[id] = append(s.at[id], time.Now())
-}
-
-func (s *startTimes) of(id string) []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Time(nil), s.at[id]...)
-}
-
-// recordStarts registers a greet handler on c that notes when it began.
-func recordStarts(t *testing.T, c *cmdq.Client) *startTimes {
-	t.Helper()
-	st := &startTimes{}
-	if err := cmdq.Register(c, func(ctx context.Context, _ greet, run *cmdq.Attempt) error {
-		st.add(run.ID())
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // sleepUntil waits until t: what a test observes at a point in time
 // (not a synchronisation).

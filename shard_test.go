@@ -3,55 +3,12 @@ package cmdq_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
 )
-
-// shardJob is the command of the sharded-queue tests.
-type shardJob struct {
-	N     int  `json:"n"`
-	Quiet bool `json:"quiet"`
-}
-
-func (shardJob) CommandType() string { return "test.shardjob" }
-
-// order records the handler runs of shardJob, in order.
-type order struct {
-	mu   sync.Mutex
-	runs []shardJob
-	done chan struct{}
-	want int
-}
-
-func newOrder(want int) *order { return &order{done: make(chan struct{}), want: want} }
-
-func (o *order) handler(_ context.Context, j shardJob, _ *cmdq.Attempt) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.runs = append(o.runs, j)
-	if len(o.runs) == o.want {
-		close(o.done)
-	}
-	return nil
-}
-
-func (o *order) wait(t *testing.T, ctx context.Context) []shardJob {
-	t.Helper()
-	select {
-	case <-o.done:
-	case <-ctx.Done():
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		t.Fatalf("%d of %d commands ran before the test's deadline", len(o.runs), o.want)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return append([]shardJob(nil), o.runs...)
-}
 
 // TestShardsFairDrain: a queue of 4 shards, one of them flooded (200
 // commands issued by a process that does not shard, so all on shard 0, the

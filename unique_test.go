@@ -3,7 +3,6 @@ package cmdq_test
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,24 +10,6 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
-
-// testClock is a clock a test moves by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // countCommands returns the number of commands of type typ stored under
 // the client's prefix.

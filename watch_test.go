@@ -10,37 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
-
-// counting wraps s's store: the returned counter counts its point reads
-// (table gets) and table queries.
-type counts struct{ gets, queries atomic.Int64 }
-
-func counting(st storage.Store) (storage.Store, *counts) {
-	n := &counts{}
-	return instrument.Wrap(st, instrument.Hooks{After: func(c instrument.Call) {
-		switch c.Op {
-		case instrument.TableGet:
-			n.gets.Add(1)
-		case instrument.TableQuery:
-			n.queries.Add(1)
-		}
-	}}), n
-}
-
-// waitUntil polls cond every 10 ms until it holds, failing after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // blocking registers a greet handler on c that blocks until release is
 // closed.
