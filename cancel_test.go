@@ -9,42 +9,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
-	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
-
-// testControlInterval is the processors' ControlInterval in the tests of
-// cancels and pauses (and what a test's cancel of a young pending command
-// waits for them).
-const testControlInterval = 200 * time.Millisecond
-
-// newTuned is newClient with engine switches (internal/engine/tuning).
-func newTuned(t *testing.T, st storage.Store, prefix string, cfg cmdq.Config, sw tuning.Switches) *cmdq.Client {
-	t.Helper()
-	cfg.Prefix = prefix
-	if sw.ControlInterval == 0 {
-		sw.ControlInterval = testControlInterval
-	}
-	c, err := cmdq.NewTuned(st, cfg, sw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return c
-}
-
-// otherProcess returns a store handle on s's storage that this process's
-// in-process shortcuts do not recognise as s (Azure: a new client, as
-// another process has; embedded: the same store behind a wrapper, since
-// one data directory has one owner), so that two Clients on the two
-// handles only meet through storage, as two processes do.
-func otherProcess(t *testing.T, s store) storage.Store {
-	t.Helper()
-	if s.driver == "embedded" {
-		return instrument.Wrap(s.st, instrument.Hooks{})
-	}
-	return openStore(t, s.driver).st
-}
 
 // TestCancelPending: a pending command that is cancelled becomes
 // cancelled (a cancelled event by who cancelled it) and never runs: when a
@@ -172,18 +137,6 @@ func TestCancelRunningInProcess(t *testing.T) {
 			}
 		}
 	})
-}
-
-// waitFor receives from ch, failing the test after a minute.
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("timed out waiting until %s", what)
-		panic("unreachable")
-	}
 }
 
 // TestCancelRaceDecidedByETag: a cancel and a completion race on the
@@ -331,6 +284,156 @@ func TestCancelRunningElsewhere(t *testing.T) {
 		}
 		if k := kinds(evs); len(k) != 3 || k[1] != cmdq.EventStarted || k[2] != cmdq.EventCancelled {
 			t.Fatalf("events %v, want created, started, cancelled", k)
+		}
+	})
+}
+
+// TestRunNowScheduled: run-now of a scheduled command (from another
+// process, as the HTTP API's server would be) makes it due at once: it
+// completes long before its time, with a requeued event by who asked and
+// runAt = when; its old message, when it shows up at the old time, is
+// deleted without running (the handler runs once). Run-now of a command
+// that is not waiting (pending, completed) is ErrNotWaiting, of an unknown
+// one ErrNotFound.
+func TestRunNowScheduled(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
+		starts := recordStarts(t, c)
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctx, greet{Name: "soon"}, cmdq.After(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := newTuned(t, otherProcess(t, s), s.prefix, cmdq.Config{}, tuning.Switches{})
+		asked := time.Now()
+		st, err := op.RunNow(ctx, res.ID, "test:ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != cmdq.StatePending || st.RunAt.Before(asked.Add(-time.Second)) || st.RunAt.After(time.Now()) {
+			t.Fatalf("after run-now: %+v, want pending, due now", st)
+		}
+		done, err := c.Wait(ctx, res.ID)
+		if err != nil || done.State != cmdq.StateCompleted {
+			t.Fatalf("wait: %+v %v", done, err)
+		}
+		evs, err := c.Events(ctx, res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := kinds(evs); len(k) != 4 || k[1] != cmdq.EventRequeued || evs[1].By != "test:ops" || evs[1].RunAt.IsZero() {
+			t.Fatalf("events %v (%+v), want created, requeued by test:ops with runAt, started, completed", k, evs[1])
+		}
+		if started := evs[2].Time; started.After(asked.Add(4 * time.Second)) {
+			t.Fatalf("started at %s, not before its old time", started)
+		}
+		// The old message shows up at the old time and is deleted unrun.
+		q, err := c.StorageQueue(ctx, cmdq.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, time.Minute, "the old message is gone", func() bool {
+			n, err := q.ApproximateCount(ctx)
+			return err == nil && n == 0
+		})
+		if n := len(starts.of(res.ID)); n != 1 {
+			t.Fatalf("the handler ran %d times, want once", n)
+		}
+		if _, err := op.RunNow(ctx, res.ID, "test"); !errors.Is(err, cmdq.ErrNotWaiting) {
+			t.Fatalf("run-now of a completed command: %v, want ErrNotWaiting", err)
+		}
+		if _, err := op.RunNow(ctx, cmdq.NewID(), "test"); !errors.Is(err, cmdq.ErrNotFound) {
+			t.Fatalf("run-now of an unknown command: %v, want ErrNotFound", err)
+		}
+		plain, err := op.IssueRaw(ctx, cmdq.Raw{Type: "greet", Params: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.RunNow(ctx, plain.ID, "test"); !errors.Is(err, cmdq.ErrNotWaiting) {
+			t.Fatalf("run-now of a pending command: %v, want ErrNotWaiting", err)
+		}
+	})
+}
+
+// TestRunNowRetrying: a command whose first attempt failed waits an hour
+// for its retry (retrying, runAt in an hour); run-now makes it due at
+// once: it completes in attempt 1 of its requeue.
+func TestRunNowRetrying(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
+		var calls atomic.Int64
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, _ greet, run *cmdq.Attempt) error {
+			if calls.Add(1) == 1 {
+				return errors.New("not yet")
+			}
+			return nil
+		}, cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: time.Hour, Jitter: cmdq.NoJitter}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctx, greet{Name: "retry me"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st cmdq.Status
+		waitUntil(t, time.Minute, "the first attempt failed", func() bool {
+			st, err = c.Get(ctx, res.ID)
+			return err == nil && st.State == cmdq.StateRetrying
+		})
+		if d := time.Until(st.RunAt); d < 50*time.Minute || d > time.Hour {
+			t.Fatalf("retrying with runAt %s (in %s), want in about an hour", st.RunAt, d)
+		}
+		if _, err := c.RunNow(ctx, res.ID, "test:ops"); err != nil {
+			t.Fatal(err)
+		}
+		done, err := c.Wait(ctx, res.ID)
+		if err != nil || done.State != cmdq.StateCompleted || done.Attempts != 1 {
+			t.Fatalf("wait: %+v %v, want completed in attempt 1 after the requeue", done, err)
+		}
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("the handler ran %d times, want 2", n)
+		}
+	})
+}
+
+// TestCancelScheduled: a cancelled scheduled command never runs: its
+// message is deleted when it shows up at its time.
+func TestCancelScheduled(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		c := newTuned(t, s.st, s.prefix, fast(), tuning.Switches{})
+		starts := recordStarts(t, c)
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Issue(ctx, greet{Name: "never"}, cmdq.After(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := newTuned(t, otherProcess(t, s), s.prefix, cmdq.Config{}, tuning.Switches{})
+		got, err := op.Cancel(ctx, res.ID, "test:ops")
+		if err != nil || got.Status.State != cmdq.StateCancelled {
+			t.Fatalf("cancel: %+v %v", got, err)
+		}
+		q, err := c.StorageQueue(ctx, cmdq.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, time.Minute, "the cancelled command's message is gone", func() bool {
+			n, err := q.ApproximateCount(ctx)
+			return err == nil && n == 0
+		})
+		if n := len(starts.of(res.ID)); n != 0 {
+			t.Fatalf("the cancelled command ran %d times", n)
 		}
 	})
 }

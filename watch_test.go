@@ -4,43 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
-	"github.com/cmdq-dev/cmdq/storage"
-	"github.com/cmdq-dev/cmdq/storage/instrument"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
-
-// counting wraps s's store: the returned counter counts its point reads
-// (table gets) and table queries.
-type counts struct{ gets, queries atomic.Int64 }
-
-func counting(st storage.Store) (storage.Store, *counts) {
-	n := &counts{}
-	return instrument.Wrap(st, instrument.Hooks{After: func(c instrument.Call) {
-		switch c.Op {
-		case instrument.TableGet:
-			n.gets.Add(1)
-		case instrument.TableQuery:
-			n.queries.Add(1)
-		}
-	}}), n
-}
-
-// waitUntil polls cond every 10 ms until it holds, failing after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // blocking registers a greet handler on c that blocks until release is
 // closed.
@@ -335,5 +307,55 @@ func TestWatchNotFound(t *testing.T) {
 	}
 	if _, err := c.Wait(ctxT(t), cmdq.NewID()); !errors.Is(err, cmdq.ErrNotFound) {
 		t.Fatalf("Wait of an unknown command: %v", err)
+	}
+}
+
+// TestOutputFinalCache: a completed status is kept in the final cache
+// (read again without a storage call) when its output is small, and not
+// when it is over 1 KiB (read again: one point read), so that the cache's
+// memory stays bounded however large the outputs.
+func TestOutputFinalCache(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	ctx := ctxT(t)
+	cnt := testenv.NewCounting(s.st)
+	cfg := fast()
+	cfg.Prefix = s.prefix
+	c, err := cmdq.New(cnt, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
+		return run.SetOutput(strings.Repeat("y", len(g.Name)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{100, 2000} {
+		res, err := c.Issue(ctx, greet{Name: strings.Repeat("n", size)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := c.Wait(ctx, res.ID); err != nil || len(st.Output) != size+2 {
+			t.Fatalf("wait: output of %d bytes, %v; want %d", len(st.Output), err, size+2)
+		}
+		cnt.Reset()
+		if st, err := c.Get(ctx, res.ID); err != nil || len(st.Output) != size+2 {
+			t.Fatalf("get: output of %d bytes, %v", len(st.Output), err)
+		}
+		want := 0
+		if size+2 > 1024 {
+			want = 1
+		}
+		// Only point reads count: the processor's own calls (the delete
+		// of the message after completion, its polls, its pause check's
+		// query, its heartbeat) run beside the Get and are not the Get's;
+		// none of them is a point read while no message arrives.
+		if got := cnt.Counts()["Get"]; got != want {
+			t.Errorf("Get of a completed command with %d bytes of output: %d point reads (%s), want %d", size+2, got, cnt, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // problemOf checks that r is an RFC 9457 problem with code and type and
@@ -77,13 +78,10 @@ func hasEntry(p cmdq.PoisonPage, id string) (cmdq.PoisonEntry, bool) {
 // process, on the embedded store and on Azurite.
 func TestServeAPI(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"embedded", "azure"} {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			srv := startServe(t, serveOpts{azure: store == "azure", args: []string{"--poison-ceiling", "2"}})
-			testAPI(t, srv.URL)
-		})
-	}
+	testenv.EachDriver(t, func(t *testing.T, driver string) {
+		srv := startServe(t, serveOpts{azure: driver == "azure", args: []string{"--poison-ceiling", "2"}})
+		testAPI(t, srv.URL)
+	})
 }
 
 func testAPI(t *testing.T, base string) {

@@ -35,20 +35,34 @@ import (
 type Env struct {
 	// Driver is "embedded" or "azure".
 	Driver string
-	// Store is the counting wrapper around the real store.
+	// Store is the counting wrapper around the real store; Store.Store is
+	// the real store itself, uncounted (with the embedded driver's
+	// storage.Combiner, which the wrapper hides).
 	Store *Counting
 	// Prefix is a name prefix unique to the test (Azurite is shared by the
 	// test binary).
 	Prefix string
 }
 
-// Each runs fn as parallel subtests "embedded" and "azure".
+// drivers are the names of the real drivers, in the order Each runs them.
+var drivers = []string{"embedded", "azure"}
+
+// Each runs fn as parallel subtests "embedded" and "azure", each with a
+// fresh store of its driver (Open).
 func Each(t *testing.T, fn func(t *testing.T, env Env)) {
 	t.Helper()
-	for _, driver := range []string{"embedded", "azure"} {
+	EachDriver(t, func(t *testing.T, driver string) { fn(t, Open(t, driver)) })
+}
+
+// EachDriver runs fn as parallel subtests named for the drivers
+// ("embedded", "azure"), opening nothing: for a test that hands the
+// driver to something else to open (a `cmdq serve` process, say).
+func EachDriver(t *testing.T, fn func(t *testing.T, driver string)) {
+	t.Helper()
+	for _, driver := range drivers {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			fn(t, Open(t, driver))
+			fn(t, driver)
 		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/apitest"
-	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // orderCmd records an output: attempt 1 records one and fails (its output is
@@ -156,55 +155,5 @@ func TestOutputInvalid(t *testing.T) {
 	}
 	if err := <-errs; !errors.Is(err, cmdq.ErrInvalidOutput) {
 		t.Errorf("SetOutput(func): %v, want ErrInvalidOutput", err)
-	}
-}
-
-// TestOutputFinalCache: a completed status is kept in the final cache
-// (read again without a storage call) when its output is small, and not
-// when it is over 1 KiB (read again: one point read), so that the cache's
-// memory stays bounded however large the outputs.
-func TestOutputFinalCache(t *testing.T) {
-	t.Parallel()
-	s := openStore(t, "embedded")
-	ctx := ctxT(t)
-	cnt := testenv.NewCounting(s.st)
-	cfg := fast()
-	cfg.Prefix = s.prefix
-	c, err := cmdq.New(cnt, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	if err := cmdq.Register(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
-		return run.SetOutput(strings.Repeat("y", len(g.Name)))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, size := range []int{100, 2000} {
-		res, err := c.Issue(ctx, greet{Name: strings.Repeat("n", size)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st, err := c.Wait(ctx, res.ID); err != nil || len(st.Output) != size+2 {
-			t.Fatalf("wait: output of %d bytes, %v; want %d", len(st.Output), err, size+2)
-		}
-		cnt.Reset()
-		if st, err := c.Get(ctx, res.ID); err != nil || len(st.Output) != size+2 {
-			t.Fatalf("get: output of %d bytes, %v", len(st.Output), err)
-		}
-		want := 0
-		if size+2 > 1024 {
-			want = 1
-		}
-		// Only point reads count: the processor's own calls (the delete
-		// of the message after completion, its polls, its pause check's
-		// query, its heartbeat) run beside the Get and are not the Get's;
-		// none of them is a point read while no message arrives.
-		if got := cnt.Counts()["Get"]; got != want {
-			t.Errorf("Get of a completed command with %d bytes of output: %d point reads (%s), want %d", size+2, got, cnt, want)
-		}
 	}
 }

@@ -93,57 +93,6 @@ func TestPauseQueueDurable(t *testing.T) {
 	})
 }
 
-// observed collects one Client's observations of one kind set.
-type observed struct {
-	mu     sync.Mutex
-	events []cmdq.Observation
-	notify chan struct{}
-}
-
-func newObserved() *observed { return &observed{notify: make(chan struct{}, 1)} }
-
-func (o *observed) Observe(ob cmdq.Observation) {
-	o.mu.Lock()
-	o.events = append(o.events, ob)
-	o.mu.Unlock()
-	select {
-	case o.notify <- struct{}{}:
-	default:
-	}
-}
-
-// count returns how many observations since index from match f.
-func (o *observed) count(from int, f func(cmdq.Observation) bool) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
-	for _, ob := range o.events[min(from, len(o.events)):] {
-		if f(ob) {
-			n++
-		}
-	}
-	return n
-}
-
-func (o *observed) len() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.events)
-}
-
-// await waits (at most a minute) until cond holds.
-func (o *observed) await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(time.Minute)
-	for !cond() {
-		select {
-		case <-o.notify:
-		case <-deadline:
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 // TestPauseTwoProcessors: two processors on one queue, in two "processes"
 // (two Clients on their own store handles: two Azure clients on one
 // Azurite account). A pause through one reaches it at once and the other
