@@ -52,6 +52,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -66,7 +67,7 @@ import (
 type Client struct {
 	st    storage.Store
 	cfg   Config
-	names record.Names
+	names layout.Names
 	reg   *registry.Registry
 	tune  tuning.Switches
 
@@ -112,7 +113,7 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, model.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	cfg.Shards = maps.Clone(cfg.Shards)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
+	c := &Client{st: st, cfg: cfg, names: layout.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
 	c.reg.SetDeclared(declared)
 	tp := cfg.TracerProvider
 	if tp == nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -300,7 +301,7 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 			after = now.Add(-model.CatchUpHorizonDays * 24 * time.Hour)
 		}
 		if t := periodic.Prev(sched, after, now); !t.IsZero() {
-			info.LastTick = &TickInfo{At: t, ID: record.TickID(info.Name, t)}
+			info.LastTick = &TickInfo{At: t, ID: layout.TickID(info.Name, t)}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

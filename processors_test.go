@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
@@ -25,7 +26,7 @@ func TestProcessors(t *testing.T) {
 		// Rows of processors that stopped without deleting theirs: one
 		// gone for 5 minutes (three 1-minute intervals missed), one for
 		// two hours.
-		log, err := record.Open(ctx, s.st, record.Names{Prefix: s.prefix}, record.Options{})
+		log, err := record.Open(ctx, s.st, layout.Names{Prefix: s.prefix}, record.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

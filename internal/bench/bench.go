@@ -58,6 +58,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -607,7 +608,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 // run's cleanup; dropAzure deletes the base tables and queues).
 func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
 	for _, p := range prefixes {
-		names := record.Names{Prefix: p}
+		names := layout.Names{Prefix: p}
 		tables, _ := e.st.Tables(ctx, names.CommandsTable())
 		for _, t := range tables {
 			if _, ok := names.ParseDayTable(t); ok {
@@ -1096,7 +1097,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// run per ReconcileScanInterval is the pending scan instead.
 	pass := func(pfx string, scan bool) ([numOps]int64, error) {
 		before := e.counter.Snapshot()
-		names := record.Names{Prefix: pfx}
+		names := layout.Names{Prefix: pfx}
 		rec, err := record.Open(ctx, e.counted, names, record.Options{})
 		if err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
@@ -1136,7 +1137,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// The heartbeat of one running processor, as it schedules it: one
 	// upsert per interval, one clean-up (a query of the heartbeat rows,
 	// nothing to delete) an hour.
-	hb, err := record.Open(ctx, e.counted, record.Names{Prefix: prefix}, record.Options{})
+	hb, err := record.Open(ctx, e.counted, layout.Names{Prefix: prefix}, record.Options{})
 	if err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
@@ -51,7 +52,7 @@ type RetentionResult struct {
 // sweep's). It runs after the idle phase, whose pending scan on the loaded
 // tables needs them.
 func (e *env) retention(ctx context.Context) (*RetentionResult, error) {
-	names := record.Names{Prefix: e.cfg.Prefix}
+	names := layout.Names{Prefix: e.cfg.Prefix}
 	dayTables := func() ([]string, error) {
 		// The driver's listing, uncounted: the check is not the sweep's.
 		all, err := e.st.Tables(ctx, names.CommandsTable())

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -24,7 +25,7 @@ type Log struct {
 // OpenLog returns the Log of the commands under prefix on st.
 func OpenLog(t testing.TB, st storage.Store, prefix string) *Log {
 	t.Helper()
-	r, err := record.OpenReader(context.Background(), st, record.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := record.OpenReader(context.Background(), st, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("testenv: open the log of %q: %v", prefix, err)
 	}
@@ -85,9 +86,9 @@ func (l *Log) Sweep(t testing.TB) int {
 // DayID returns a new command ID that carries day's date, as cmdq.NewID
 // does for today: for tests of IDs issued on other days (the issue
 // window, retention).
-func DayID(day time.Time) string { return record.NewDayID(day) }
+func DayID(day time.Time) string { return layout.NewDayID(day) }
 
 // UnqueuedPartition is the partition of the commands table that holds the
 // enqueue-failure markers the reconciler reads (docs/lifecycle.md): a
 // fault proxy that refuses it makes marking fail.
-const UnqueuedPartition = record.UnqueuedPartition
+const UnqueuedPartition = layout.UnqueuedPartition

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -83,7 +84,7 @@ func (f routeFunc) CheckParams(string, []byte) error { return nil }
 // default graces where opts leaves them zero, waking wake (may be nil).
 func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
 	t.Helper()
-	names := record.Names{Prefix: prefix}
+	names := layout.Names{Prefix: prefix}
 	rec, err := record.Open(ctx, st, names, record.Options{Now: opts.Now})
 	if err != nil {
 		return record.ReconcileReport{}, err
@@ -103,7 +104,7 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 
 func reader(t *testing.T, env testenv.Env) *record.Reader {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := record.OpenReader(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 		}
 		// The issue's own message carries what its first delivery would
 		// read: the record it rebuilds equals the stored one, ETag included.
-		env2, err := record.ParseEnvelope(msgs[0].Text)
+		env2, err := layout.ParseEnvelope(msgs[0].Text)
 		if err != nil || env2.ID != res.ID || env2.Type != "billing.ChargeCard" || !env2.First.Usable() {
 			t.Fatalf("message %s: %+v, %v", msgs[0].Text, env2, err)
 		}
@@ -374,7 +375,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if st, err := r.Get(ctx, res.ID); err != nil || st.State != model.StatePending {
 			t.Fatalf("stored command %+v %v", st, err)
 		}
-		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); err != nil {
+		if _, err := r.Store.CommandsTable().Get(ctx, layout.UnqueuedPartition, res.ID); err != nil {
 			t.Fatalf("marker: %v", err)
 		}
 		if len(env.Store.Messages(t, queue)) != 0 {
@@ -399,7 +400,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.ReconcilerBy {
 			t.Fatalf("events after reconcile %+v, want created and requeued by the reconciler", evs)
 		}
-		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := r.Store.CommandsTable().Get(ctx, layout.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("marker after reconcile: %v", err)
 		}
 		if got := rn.get(); len(got) != 1 || got[0] != "commands" {
@@ -539,7 +540,7 @@ func TestIDsOrderedOnLocalStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := is.Issue(ctx, chargeCard{"c", -1})
-	if day, ok := record.IDDay(res.ID); err != nil || uuid.MustParse(res.ID).Version() != 8 || !ok || day != record.DayOf(time.Now()) {
+	if day, ok := layout.IDDay(res.ID); err != nil || uuid.MustParse(res.ID).Version() != 8 || !ok || day != layout.DayOf(time.Now()) {
 		t.Fatalf("issue on a plain store: %+v %v, want a version-8 ID carrying today", res, err)
 	}
 	is, err = issuer.NewIssuer(st, issuer.IssuerOptions{NewID: func() string { return "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" }})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -117,7 +118,7 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, model.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
+	if err := (layout.Names{Prefix: cmp.Or(o.Prefix, model.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > model.MaxParamsBytes {
@@ -180,7 +181,7 @@ func unwrap(cmd Command) (Command, []IssueOption) {
 type Issuer struct {
 	st    storage.Store
 	opts  IssuerOptions
-	names record.Names
+	names layout.Names
 
 	mu  sync.Mutex
 	rec *record.Store
@@ -228,7 +229,7 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if opts.EnqueueRetry == 0 {
 		opts.EnqueueRetry = DefaultEnqueueRetry
 	}
-	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
+	i := &Issuer{st: st, opts: opts, names: layout.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
 	i.retry.init(i)
 	return i, nil
 }
@@ -358,7 +359,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result
 		raw, declared, err := encode(cmd, nil, i.opts.Declared)
 		key := raw.ID
 		if raw.UniqueKey != "" && checkUnique(raw) == nil {
-			key = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+			key = layout.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
 		}
 		switch {
 		case err != nil:
@@ -401,7 +402,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result
 					fail(n, err)
 					continue
 				}
-				res, ierr := i.created(ctx, st, enq, pcs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
+				res, ierr := i.created(ctx, st, enq, pcs[k], layout.Envelope{}, cerrs[k] == nil, cerrs[k])
 				results[n] = res
 				if ierr != nil {
 					fail(n, ierr)
@@ -521,14 +522,14 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 		// The ID of the key's current window: it carries the day its
 		// bucket starts, which a window of more than two days may place
 		// before the issue window (the ID is cmdq's own, for now).
-		id = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+		id = layout.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
 	case id == "":
 		id = i.opts.NewID()
 	default:
 		if err := model.ValidateID(id); err != nil {
 			return record.NewCommand{}, err
 		}
-		if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
+		if err := layout.CheckIssueWindow(id, i.opts.Now()); err != nil {
 			return record.NewCommand{}, fmt.Errorf("%w: %w", model.ErrInvalidID, err)
 		}
 	}
@@ -582,7 +583,7 @@ const (
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env record.Envelope, enqueued bool, err error) (model.Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env layout.Envelope, enqueued bool, err error) (model.Result, error) {
 	nc := pc.NewCommand
 	id := nc.ID
 	res := model.Result{ID: id, Queue: nc.Queue}
@@ -625,14 +626,14 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		// One sentence, without the storage layer's words (it wraps
 		// storage.ErrTooLarge; callers branch on ErrParamsTooLarge).
 		return model.Result{}, fmt.Errorf("%w: the params of %s do not fit in one stored command (%d UTF-16 code units at most; a character outside the Basic Multilingual Plane counts as two): %s",
-			model.ErrParamsTooLarge, nc.Type, record.MaxParamsChunks*record.ParamsChunkUnits, passReference)
+			model.ErrParamsTooLarge, nc.Type, layout.MaxParamsChunks*layout.ParamsChunkUnits, passReference)
 	case err != nil:
 		return model.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
 	case enqueued:
 		return res, nil
 	}
 	if env.ID == "" {
-		env = record.Envelope{ID: id, Type: nc.Type}
+		env = layout.Envelope{ID: id, Type: nc.Type}
 	}
 	return res, i.enqueue(ctx, st, enq, env, nc.Queue)
 }
@@ -652,7 +653,7 @@ func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
 // for the reconciler and returns model.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // model.ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env layout.Envelope, queue string) error {
 	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
 		return nil

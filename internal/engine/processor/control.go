@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -297,7 +298,7 @@ func (p *Processor) releaseFor(s *session, k *keeper, d time.Duration) {
 // command young enough for the fast path marks the row and waits
 // ControlInterval before it is stored (cmdq.Client.Cancel), so no
 // delivery starts a cancelled command from its message.
-func (p *Processor) fastPathClear(env record.Envelope, queue string, lease time.Duration) bool {
+func (p *Processor) fastPathClear(env layout.Envelope, queue string, lease time.Duration) bool {
 	if env.First == nil {
 		return true // no fast path anyway
 	}

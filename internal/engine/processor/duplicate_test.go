@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -62,7 +63,7 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 
 				// The second message.
 				q := e.queue("commands")
-				if _, err := q.Enqueue(context.Background(), record.Envelope{ID: id, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+				if _, err := q.Enqueue(context.Background(), layout.Envelope{ID: id, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
 					t.Fatal(err)
 				}
 				if deliveredBefore {
@@ -191,7 +192,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: record.ReconcilerBy}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), layout.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
 			t.Fatal(err)
 		}
 		q := e.queue("commands")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -64,7 +65,7 @@ func TestFirstDeliveryFastPath(t *testing.T) {
 			seen.Store(run.ID(), c.N)
 			return nil
 		}, registry.Options{})
-		big := strings.Repeat("x", record.MaxFirstParamsBytes)
+		big := strings.Repeat("x", layout.MaxFirstParamsBytes)
 		register(t, reg, func(ctx context.Context, c bigCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
 			if c.S != big {
@@ -187,7 +188,7 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		id := e.issue(e.issuer(nil), okCmd{})
 		ctx := context.Background()
-		names := record.Names{Prefix: e.prefix}
+		names := layout.Names{Prefix: e.prefix}
 		rs, err := record.Open(ctx, e.store, names, record.Options{RecoveryDelay: func(string) time.Duration { return time.Second }})
 		if err != nil {
 			t.Fatal(err)
@@ -247,7 +248,7 @@ func TestFastPathTwoProcessors(t *testing.T) {
 		start(t, p1)
 		start(t, p2)
 		ctx := context.Background()
-		names := record.Names{Prefix: e.prefix}
+		names := layout.Names{Prefix: e.prefix}
 		rs, err := record.Open(ctx, e.store, names, record.Options{RecoveryDelay: func(string) time.Duration { return 2 * time.Second }})
 		if err != nil {
 			t.Fatal(err)

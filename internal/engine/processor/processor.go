@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -43,7 +44,7 @@ type Processor struct {
 	cfg    Config
 	store  storage.Store
 	reg    *registry.Registry
-	names  record.Names
+	names  layout.Names
 	health *health
 	probe  *StorageProbe
 	// instance is the processor's instance ID: its heartbeat row's key
@@ -142,7 +143,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	if len(qnames) == 0 {
 		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", model.ErrNoHandlers)
 	}
-	names := record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
+	names := layout.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
 	if err := names.Validate(qnames...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

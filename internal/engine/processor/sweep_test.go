@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -18,7 +19,7 @@ import (
 // oldReader writes commands as if it were at (an injected clock).
 func (e *env) oldReader(at time.Time) *record.Reader {
 	e.t.Helper()
-	r, err := record.OpenReader(context.Background(), e.store, record.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
+	r, err := record.OpenReader(context.Background(), e.store, layout.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func (e *env) oldReader(at time.Time) *record.Reader {
 func (e *env) oldCommand(r *record.Reader, at time.Time, events ...model.Event) string {
 	e.t.Helper()
 	ctx := context.Background()
-	id := record.NewDayID(at)
+	id := layout.NewDayID(at)
 	if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestProcessorSweeps(t *testing.T) {
 			t.Fatal(err)
 		}
 		stuck := e.oldCommand(e.oldReader(d30), d30, model.Event{Kind: model.EventStarted, Attempt: 1})
-		pinned := record.Names{Prefix: e.prefix}.TableOf(stuck)
+		pinned := layout.Names{Prefix: e.prefix}.TableOf(stuck)
 
 		reg := registry.NewRegistry()
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})

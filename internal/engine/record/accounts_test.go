@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -55,7 +56,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 		return s
 	}
 	prefix := fmt.Sprintf("acc%d", time.Now().UnixNano()%1e9)
-	names := record.Names{Prefix: prefix}
+	names := layout.Names{Prefix: prefix}
 	c := newClock(day0)
 	before := members(2, time.Time{})
 	r1, err := record.OpenReader(ctx, before, names, record.Options{Now: c.now}, nil)
@@ -130,7 +131,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	}
 	got := map[string]bool{}
 	for _, m := range ms {
-		env, err := record.ParseEnvelope(m.Text)
+		env, err := layout.ParseEnvelope(m.Text)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -55,7 +56,7 @@ func TestCompleterGroups(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	gate := &gatedGroup{GroupCombiner: st, release: make(chan struct{}), returned: map[string]bool{}}
 	var early, hooked atomic.Int32
-	names := record.Names{Prefix: "grp"}
+	names := layout.Names{Prefix: "grp"}
 	s, err := record.Open(ctx, st, names, record.Options{Changed: func(status model.Status, _ []model.Event) {
 		gate.mu.Lock()
 		if !gate.returned[status.ID] {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -41,8 +42,8 @@ type QueueControl struct {
 
 func decodeControl(e storage.Entity) QueueControl {
 	paused, _ := e.Properties["Paused"].(bool)
-	return QueueControl{Queue: e.RowKey, Paused: paused, Since: timeProp(e, "Since"), By: str(e, "By"),
-		CancelledAt: timeProp(e, "CancelledAt"), ETag: e.ETag}
+	return QueueControl{Queue: e.RowKey, Paused: paused, Since: layout.TimeProp(e, "Since"), By: layout.StrProp(e, "By"),
+		CancelledAt: layout.TimeProp(e, "CancelledAt"), ETag: e.ETag}
 }
 
 // ReadControl reads every queue's control row: one query of
@@ -103,13 +104,13 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by str
 		}
 	}
 	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{
-		"Paused": paused, "Since": now, "By": truncate(by, MaxTextUnits),
+		"Paused": paused, "Since": now, "By": layout.Truncate(by, layout.MaxTextUnits),
 	}}
 	etag, err := s.upsertShared(ctx, e)
 	if err != nil {
 		return QueueControl{}, fmt.Errorf("cmdq: %s queue %s: %w", verb, queue, err)
 	}
-	return QueueControl{Queue: queue, Paused: paused, Since: now, By: truncate(by, MaxTextUnits), ETag: etag}, nil
+	return QueueControl{Queue: queue, Paused: paused, Since: now, By: layout.Truncate(by, layout.MaxTextUnits), ETag: etag}, nil
 }
 
 // MarkCancelling records, in the control row of a logical queue, that a

@@ -2,11 +2,13 @@ package record
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -22,7 +24,7 @@ import (
 // Safe for concurrent use.
 type Enqueuer struct {
 	st      storage.Store
-	names   Names
+	names   layout.Names
 	rec     *Store
 	wake    func(queue string)
 	wakeAt  func(queue string, at time.Time)
@@ -37,7 +39,7 @@ type Enqueuer struct {
 // rec for the commands' records and markers. wake, if not nil, is called
 // with the logical queue after every message put on it; it must not block
 // (processor.Processor.Notify).
-func NewEnqueuer(st storage.Store, names Names, rec *Store, wake func(queue string)) *Enqueuer {
+func NewEnqueuer(st storage.Store, names layout.Names, rec *Store, wake func(queue string)) *Enqueuer {
 	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, horizon: storage.MaxVisibility, queues: map[string]storage.Queue{}}
 }
 
@@ -110,7 +112,7 @@ func (e *Enqueuer) slot(queue, cmdType string) Slot {
 }
 
 // Names returns the storage names the Enqueuer uses.
-func (e *Enqueuer) Names() Names { return e.names }
+func (e *Enqueuer) Names() layout.Names { return e.names }
 
 // Queue returns the storage queue of a logical queue (opened once).
 func (e *Enqueuer) Queue(ctx context.Context, logical string) (storage.Queue, error) {
@@ -190,12 +192,12 @@ func (e *Enqueuer) sentDelayed(queue, id string, at time.Time, d time.Duration, 
 // enqueues env, the issue's own message (EnqueueEnvelope). env carries what
 // the first delivery needs to run without loading the command
 // (FirstEnvelope). Errors are Store.Create's.
-func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enqueued bool, err error) {
+func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env layout.Envelope, enqueued bool, err error) {
 	nc = e.rec.StampIssued(nc)
 	if _, ok := e.st.(storage.Combiner); !ok {
 		etag, err := e.rec.CreateETag(ctx, nc)
 		if err != nil {
-			return Envelope{}, false, err
+			return layout.Envelope{}, false, err
 		}
 		return FirstEnvelope(nc, etag), false, nil
 	}
@@ -208,31 +210,31 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env Envelope, enq
 	}
 	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
 	if errs[0] != nil {
-		return Envelope{}, false, errs[0]
+		return layout.Envelope{}, false, errs[0]
 	}
-	return Envelope{ID: nc.ID, Type: nc.Type}, true, nil
+	return layout.Envelope{ID: nc.ID, Type: nc.Type}, true, nil
 }
 
 // createHandOff is Create on a Combiner with a reserved hand-off slot: the
 // command and its message, invisible for the slot's visibility and marked
 // handed off, in one durable write; the message is then handed to the
 // slot (no wake-up: nothing to dequeue).
-func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (Envelope, bool, error) {
+func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (layout.Envelope, bool, error) {
 	cb := e.st.(storage.Combiner)
 	ops, err := e.rec.CreateOps(nc)
 	if err != nil {
 		slot.Cancel()
-		return Envelope{}, false, err
+		return layout.Envelope{}, false, err
 	}
 	tb, err := e.rec.tables.forWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
 	if err != nil {
 		slot.Cancel()
-		return Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, CreateErr(nc.ID, err)
 	}
 	qname, shard, err := e.combinedQueue(ctx, nc.Queue)
 	if err != nil {
 		slot.Cancel()
-		return Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, CreateErr(nc.ID, err)
 	}
 	var text string
 	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
@@ -248,12 +250,12 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 	}
 	if err != nil {
 		slot.Cancel()
-		return Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, CreateErr(nc.ID, err)
 	}
 	m := res[0].Message
 	m.ID = shardID(shard, m.ID)
 	slot.Take(m, text, sent)
-	return Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
+	return layout.Envelope{ID: nc.ID, Type: nc.Type, HandedOff: true}, true, nil
 }
 
 // CreateMany stores new commands and their messages in one durable write
@@ -284,7 +286,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 			errs[i] = CreateErr(nc.ID, err)
 			continue
 		}
-		g := group{nc.Queue, tb.Name(), ms(nc.RunAt)}
+		g := group{nc.Queue, tb.Name(), layout.Millis(nc.RunAt)}
 		if _, seen := byGroup[g]; !seen {
 			groups = append(groups, g)
 		}
@@ -348,7 +350,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 // background retry, the reconciler: each a recovery enqueue, see Recover),
 // never a silent second message.
 func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error {
-	return e.enqueue(ctx, Envelope{ID: id, Type: cmdType}, queue, 0)
+	return e.enqueue(ctx, layout.Envelope{ID: id, Type: cmdType}, queue, 0)
 }
 
 // EnqueueEnvelope is Enqueue of the message env (the issue's own message,
@@ -363,7 +365,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error
 // off: it is enqueued invisible until its run-at time (at most the
 // horizon: it hops when it shows up early), and the in-process processor
 // is told when it becomes visible (SetWakeAt).
-func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue string) error {
+func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env layout.Envelope, queue string) error {
 	if env.First != nil && env.First.RunAt.After(time.Now()) {
 		return e.enqueue(ctx, env, queue, e.delayUntil(env.First.RunAt))
 	}
@@ -391,7 +393,7 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env Envelope, queue stri
 
 // enqueue is Enqueue with the message visible after delay (at most the
 // horizon).
-func (e *Enqueuer) enqueue(ctx context.Context, env Envelope, queue string, delay time.Duration) error {
+func (e *Enqueuer) enqueue(ctx context.Context, env layout.Envelope, queue string, delay time.Duration) error {
 	_, err := e.enqueueText(ctx, env.Marshal(), env.ID, queue, delay)
 	return err
 }
@@ -462,7 +464,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		}
 		rec = ce.Current
 	}
-	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, e.recoveryDelay(rec)); err != nil {
+	if err := e.enqueue(ctx, layout.Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, e.recoveryDelay(rec)); err != nil {
 		return true, false, err
 	}
 	return true, true, nil
@@ -553,7 +555,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		}
 		return fmt.Errorf("cmdq: requeue %s: remove its poison entry: %w", id, err)
 	}
-	err = e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
+	err = e.enqueue(ctx, layout.Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, delay)
 	if err == nil {
 		return nil
 	}
@@ -579,10 +581,31 @@ type Reader struct {
 
 // OpenReader opens the tables named by names on st and returns a Reader
 // whose enqueues wake wake (may be nil).
-func OpenReader(ctx context.Context, st storage.Store, names Names, opts Options, wake func(queue string)) (*Reader, error) {
+func OpenReader(ctx context.Context, st storage.Store, names layout.Names, opts Options, wake func(queue string)) (*Reader, error) {
 	s, err := Open(ctx, st, names, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Reader{Store: s, Enqueuer: NewEnqueuer(st, names, s, wake)}, nil
+}
+
+// FirstEnvelope returns the issue's own message of command nc, issued with
+// the a:cmd ETag etag: with First when its parameters fit
+// (MaxFirstParamsBytes), a plain envelope otherwise. nc.IssuedAt must be the
+// issue time that was stored.
+func FirstEnvelope(nc NewCommand, etag string) layout.Envelope {
+	env := layout.Envelope{ID: nc.ID, Type: nc.Type}
+	params := nc.Params
+	if len(params) == 0 {
+		params = []byte("{}")
+	}
+	if etag == "" || len(params) > layout.MaxFirstParamsBytes || !json.Valid(params) {
+		return env
+	}
+	env.First = &layout.First{ETag: etag, IssuedAt: layout.Millis(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,
+		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params)}
+	if !nc.RunAt.IsZero() {
+		env.First.RunAt = layout.Millis(nc.RunAt)
+	}
+	return env
 }

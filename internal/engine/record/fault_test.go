@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -33,7 +34,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
-	names := record.Names{Prefix: "t" + uuid.NewString()[:8]}
+	names := layout.Names{Prefix: "t" + uuid.NewString()[:8]}
 	r, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	rq := px.Add(faultproxy.Match{Method: "POST", Path: "/messages"}, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
+	rm := px.Add(faultproxy.Match{Path: layout.UnqueuedPartition}, faultproxy.Refuse, -1)
 	if err := r.Requeue(ctx, id, "carol"); err == nil || !strings.Contains(err.Error(), "requeue it again") {
 		t.Fatalf("Requeue with the queue and the marker refused: %v, want an error saying to requeue again", err)
 	}
@@ -110,7 +111,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
-	names := record.Names{Prefix: "t" + uuid.NewString()[:8]}
+	names := layout.Names{Prefix: "t" + uuid.NewString()[:8]}
 	issued := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 	now := issued
 	r, err := record.OpenReader(ctx, st, names, record.Options{Now: func() time.Time { return now }}, nil)
@@ -119,7 +120,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	}
 	var id string
 	for range 3 {
-		id = record.NewDayID(issued)
+		id = layout.NewDayID(issued)
 		if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "demo.Done", Queue: model.DefaultQueue}); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -29,7 +30,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		s := r.Store
 		mk := func(typ, queue, corr string) string {
 			t.Helper()
-			id := record.NewDayID(c.now())
+			id := layout.NewDayID(c.now())
 			if err := s.Create(ctx, record.NewCommand{ID: id, Type: typ, Params: []byte(`{"file":"` + strings.Repeat("x", 200) + `"}`), Queue: queue, CorrelationID: corr}); err != nil {
 				t.Fatal(err)
 			}

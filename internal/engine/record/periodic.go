@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -32,14 +33,14 @@ type Schedule struct {
 }
 
 func decodeSchedule(e storage.Entity) Schedule {
-	return Schedule{Name: e.RowKey, Spec: str(e, "Spec"), Type: str(e, "Type"), Queue: str(e, "Queue"),
-		CatchUp: int(intProp(e, "CatchUp")), Since: timeProp(e, "Since"), UpdatedAt: timeProp(e, "UpdatedAt"), UpdatedBy: str(e, "UpdatedBy")}
+	return Schedule{Name: e.RowKey, Spec: layout.StrProp(e, "Spec"), Type: layout.StrProp(e, "Type"), Queue: layout.StrProp(e, "Queue"),
+		CatchUp: int(layout.IntProp(e, "CatchUp")), Since: layout.TimeProp(e, "Since"), UpdatedAt: layout.TimeProp(e, "UpdatedAt"), UpdatedBy: layout.StrProp(e, "UpdatedBy")}
 }
 
 func (sc Schedule) entity() storage.Entity {
 	return storage.Entity{PartitionKey: PeriodicPartition, RowKey: sc.Name, Properties: map[string]any{
 		"Spec": sc.Spec, "Type": sc.Type, "Queue": sc.Queue, "CatchUp": int64(sc.CatchUp),
-		"Since": sc.Since, "UpdatedAt": sc.UpdatedAt, "UpdatedBy": truncate(sc.UpdatedBy, MaxTextUnits),
+		"Since": sc.Since, "UpdatedAt": sc.UpdatedAt, "UpdatedBy": layout.Truncate(sc.UpdatedBy, layout.MaxTextUnits),
 	}}
 }
 

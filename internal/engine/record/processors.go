@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -75,31 +76,31 @@ const MaxFailureUnits = 1024
 
 func beatEntity(b Beat) storage.Entity {
 	e := storage.Entity{PartitionKey: ProcessorPartition, RowKey: b.ID, Properties: map[string]any{
-		"Name": truncate(b.Name, MaxTextUnits), "Host": truncate(b.Host, MaxTextUnits), "PID": int64(b.PID),
+		"Name": layout.Truncate(b.Name, layout.MaxTextUnits), "Host": layout.Truncate(b.Host, layout.MaxTextUnits), "PID": int64(b.PID),
 		"State": b.State, "InFlight": int64(b.InFlight), "Concurrency": int64(b.Concurrency),
-		"Queues": strings.Join(b.Queues, ","), "Started": ms(b.Started), "Seen": ms(b.Seen),
+		"Queues": strings.Join(b.Queues, ","), "Started": layout.Millis(b.Started), "Seen": layout.Millis(b.Seen),
 		"Every":     b.Every.Milliseconds(),
 		"Completed": b.Completed, "Failed": b.Failed, "Poisoned": b.Poisoned,
 		"RecentCompleted": b.RecentCompleted, "RecentFailed": b.RecentFailed, "RecentPoisoned": b.RecentPoisoned,
 	}}
 	if f := b.LastFailure; f.CommandID != "" {
 		p := e.Properties
-		p["FailedID"], p["FailedType"], p["FailedError"], p["FailedPoisoned"], p["FailedAt"] = f.CommandID, f.Type, truncate(f.Error, MaxFailureUnits), f.Poisoned, ms(f.At)
+		p["FailedID"], p["FailedType"], p["FailedError"], p["FailedPoisoned"], p["FailedAt"] = f.CommandID, f.Type, layout.Truncate(f.Error, MaxFailureUnits), f.Poisoned, layout.Millis(f.At)
 	}
 	return e
 }
 
 func decodeBeat(e storage.Entity) Beat {
-	b := Beat{ID: e.RowKey, Name: str(e, "Name"), Host: str(e, "Host"), PID: int(intProp(e, "PID")), State: str(e, "State"),
-		InFlight: int(intProp(e, "InFlight")), Concurrency: int(intProp(e, "Concurrency")),
-		Started: timeProp(e, "Started"), Seen: timeProp(e, "Seen"), Every: time.Duration(intProp(e, "Every")) * time.Millisecond}
-	b.Completed, b.Failed, b.Poisoned = intProp(e, "Completed"), intProp(e, "Failed"), intProp(e, "Poisoned")
-	b.RecentCompleted, b.RecentFailed, b.RecentPoisoned = intProp(e, "RecentCompleted"), intProp(e, "RecentFailed"), intProp(e, "RecentPoisoned")
-	if id := str(e, "FailedID"); id != "" {
+	b := Beat{ID: e.RowKey, Name: layout.StrProp(e, "Name"), Host: layout.StrProp(e, "Host"), PID: int(layout.IntProp(e, "PID")), State: layout.StrProp(e, "State"),
+		InFlight: int(layout.IntProp(e, "InFlight")), Concurrency: int(layout.IntProp(e, "Concurrency")),
+		Started: layout.TimeProp(e, "Started"), Seen: layout.TimeProp(e, "Seen"), Every: time.Duration(layout.IntProp(e, "Every")) * time.Millisecond}
+	b.Completed, b.Failed, b.Poisoned = layout.IntProp(e, "Completed"), layout.IntProp(e, "Failed"), layout.IntProp(e, "Poisoned")
+	b.RecentCompleted, b.RecentFailed, b.RecentPoisoned = layout.IntProp(e, "RecentCompleted"), layout.IntProp(e, "RecentFailed"), layout.IntProp(e, "RecentPoisoned")
+	if id := layout.StrProp(e, "FailedID"); id != "" {
 		poisoned, _ := e.Properties["FailedPoisoned"].(bool)
-		b.LastFailure = Failure{CommandID: id, Type: str(e, "FailedType"), Error: str(e, "FailedError"), Poisoned: poisoned, At: timeProp(e, "FailedAt")}
+		b.LastFailure = Failure{CommandID: id, Type: layout.StrProp(e, "FailedType"), Error: layout.StrProp(e, "FailedError"), Poisoned: poisoned, At: layout.TimeProp(e, "FailedAt")}
 	}
-	if q := str(e, "Queues"); q != "" {
+	if q := layout.StrProp(e, "Queues"); q != "" {
 		b.Queues = strings.Split(q, ",")
 	}
 	return b
@@ -116,7 +117,7 @@ func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 	if b.Seen.IsZero() {
 		b.Seen = s.nowUTC()
 	}
-	b.Seen, b.Started = ms(b.Seen), ms(b.Started)
+	b.Seen, b.Started = layout.Millis(b.Seen), layout.Millis(b.Started)
 	var err error
 	if reps := s.sh.reps; reps != nil {
 		err = toOne(reps, storage.ReplicaOf(s.commands, b.ID), func(tb storage.Table) error {

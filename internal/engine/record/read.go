@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -52,7 +53,7 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	}
 	read := func(tb storage.Table) ([]model.Event, error) {
 		var out []model.Event
-		q := storage.Query{PartitionKey: id, RowKeyPrefix: EventRowPrefix, Top: 1000}
+		q := storage.Query{PartitionKey: id, RowKeyPrefix: layout.EventRowPrefix, Top: 1000}
 		for {
 			page, err := tb.Query(ctx, q)
 			if err != nil {
@@ -75,7 +76,7 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 		if len(out) > 0 && s.sweepable(id) {
 			// Moved commands leave their events behind until the day table
 			// is dropped: the command row says where the command is.
-			if _, gerr := day.Get(ctx, id, RowCommand); errors.Is(gerr, storage.ErrNotFound) {
+			if _, gerr := day.Get(ctx, id, layout.RowCommand); errors.Is(gerr, storage.ErrNotFound) {
 				out = nil
 			}
 		}
@@ -96,21 +97,21 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 }
 
 func decodeEvent(e storage.Entity) model.Event {
-	seq, _ := strconv.ParseInt(e.RowKey[len(EventRowPrefix):], 10, 64)
+	seq, _ := strconv.ParseInt(e.RowKey[len(layout.EventRowPrefix):], 10, 64)
 	ev := model.Event{
 		Seq:     seq,
-		Kind:    model.EventKind(str(e, "Kind")),
-		Time:    timeProp(e, "Time"),
-		Attempt: int(intProp(e, "Attempt")),
-		Worker:  str(e, "Worker"),
-		Step:    int(intProp(e, "Step")),
-		Note:    str(e, "Note"),
-		Error:   str(e, "Error"),
-		Reason:  str(e, "Reason"),
-		Detail:  str(e, "Detail"),
+		Kind:    model.EventKind(layout.StrProp(e, "Kind")),
+		Time:    layout.TimeProp(e, "Time"),
+		Attempt: int(layout.IntProp(e, "Attempt")),
+		Worker:  layout.StrProp(e, "Worker"),
+		Step:    int(layout.IntProp(e, "Step")),
+		Note:    layout.StrProp(e, "Note"),
+		Error:   layout.StrProp(e, "Error"),
+		Reason:  layout.StrProp(e, "Reason"),
+		Detail:  layout.StrProp(e, "Detail"),
 		// MessageID names the message that owns the command (started).
-		MessageID: str(e, "MessageID"),
-		RunAt:     timeProp(e, "RunAt"),
+		MessageID: layout.StrProp(e, "MessageID"),
+		RunAt:     layout.TimeProp(e, "RunAt"),
 	}
 	if operatorEvent(ev.Kind) {
 		ev.By, ev.Worker = ev.Worker, ""
@@ -330,7 +331,7 @@ func (s *Store) ListCommands(ctx context.Context, q model.CommandQuery) (model.C
 		if err != nil {
 			return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 		}
-		sq := storage.Query{RowKeyPrefix: RowCommand, Continuation: cont}
+		sq := storage.Query{RowKeyPrefix: layout.RowCommand, Continuation: cont}
 		for {
 			// A page never holds more rows than are still wanted, so the
 			// storage continuation is where the next page starts.
@@ -347,7 +348,7 @@ func (s *Store) ListCommands(ctx context.Context, q model.CommandQuery) (model.C
 			}
 			rows += len(page.Entities)
 			for _, e := range page.Entities {
-				if e.RowKey != RowCommand {
+				if e.RowKey != layout.RowCommand {
 					continue
 				}
 				st := listedStatus(e).AsOf(now)
@@ -403,7 +404,7 @@ func checkQuery(q model.CommandQuery) error {
 // previewOf returns the start of a command row's compact parameters, at
 // most n bytes (cut at a character boundary, with "…" when cut).
 func previewOf(e storage.Entity, n int) string {
-	p := str(e, paramsProp(0))
+	p := layout.StrProp(e, layout.ParamsProp(0))
 	if len(p) <= n {
 		return p
 	}
@@ -424,7 +425,7 @@ func (s *Store) dayBefore(name string, t time.Time) bool {
 	if !ok {
 		return false
 	}
-	return day < DayOf(t)
+	return day < layout.DayOf(t)
 }
 
 // percentile returns the p-th percentile (nearest rank) of sorted xs.
@@ -508,7 +509,7 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 		sq.Top = min(sq.Top, q.ScanLimit)
 	}
 	if !q.Summary {
-		sq.RowKeyPrefix = RowCommand
+		sq.RowKeyPrefix = layout.RowCommand
 	}
 	var all []model.Status
 	previews := map[string]string{}
@@ -548,7 +549,7 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 		}
 		for _, e := range page.Entities {
 			switch {
-			case e.RowKey == RowCommand:
+			case e.RowKey == layout.RowCommand:
 				st := listedStatus(e).AsOf(now)
 				part = partition{id: e.PartitionKey, group: [2]string{st.Type, st.Queue}}
 				if !selected(q, st) {
@@ -569,12 +570,12 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 						previews[st.ID] = previewOf(e, q.ParamsPreview)
 					}
 				}
-			case sum != nil && strings.HasPrefix(e.RowKey, EventRowPrefix):
+			case sum != nil && strings.HasPrefix(e.RowKey, layout.EventRowPrefix):
 				if e.PartitionKey != part.id || !part.in {
 					continue
 				}
-				at := timeProp(e, "Time")
-				kind := model.EventKind(str(e, "Kind"))
+				at := layout.TimeProp(e, "Time")
+				kind := model.EventKind(layout.StrProp(e, "Kind"))
 				switch kind {
 				case model.EventCreated, model.EventRequeued:
 					part.enqueued = at
@@ -608,7 +609,7 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 					}
 				case model.EventStarted:
 					// Issue (or requeue) → start of its first attempt.
-					if intProp(e, "Attempt") <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
+					if layout.IntProp(e, "Attempt") <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
 						d := at.Sub(part.enqueued)
 						samples[i] = append(samples[i], d)
 						for _, g := range gs {

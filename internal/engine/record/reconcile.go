@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -121,7 +122,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				continue
 			}
 			if !pending {
-				if err := mt.Delete(ctx, UnqueuedPartition, id, m.ETag); err == nil {
+				if err := mt.Delete(ctx, layout.UnqueuedPartition, id, m.ETag); err == nil {
 					rep.Cleared++
 				} else if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 					errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s: %w", id, err))
@@ -132,7 +133,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 			// whose claim lands enqueues. The marker stays until the
 			// message is on the queue, so a failed enqueue is retried by a
 			// later pass once the claim lapses.
-			claim := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
+			claim := storage.Entity{PartitionKey: layout.UnqueuedPartition, RowKey: id, Properties: map[string]any{markerClaimedAt: now().UTC()}}
 			etag, err := mt.Update(ctx, claim, storage.Merge, m.ETag)
 			if err != nil {
 				if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
@@ -150,7 +151,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 			if ok {
 				enqueued()
 			}
-			if err := mt.Delete(ctx, UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
+			if err := mt.Delete(ctx, layout.UnqueuedPartition, id, etag); err != nil && !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: delete marker %s after enqueueing: %w", id, err))
 			}
 		}
@@ -159,7 +160,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 	// several accounts each account's (shared.go), where a marker is
 	// claimed and deleted where it was found.
 	markers := func(mt storage.Table) error {
-		q := storage.Query{PartitionKey: UnqueuedPartition, Top: 1000}
+		q := storage.Query{PartitionKey: layout.UnqueuedPartition, Top: 1000}
 		for {
 			page, err := mt.Query(ctx, q)
 			if err != nil {
@@ -193,7 +194,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 
 	var days []string // day tables registered in the base table
 	scan := func(tbl storage.Table) {
-		q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
+		q := storage.Query{RowKeyPrefix: layout.RowCommand, Top: 1000}
 		for {
 			page, err := tbl.Query(ctx, q)
 			if errors.Is(err, storage.ErrNotFound) && tbl != s.CommandsTable() {
@@ -204,10 +205,10 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				break
 			}
 			for _, row := range page.Entities {
-				if d := dayTableOf(row); d != "" {
+				if d := layout.DayTableOf(row); d != "" {
 					days = append(days, d)
 				}
-				if row.RowKey != RowCommand {
+				if row.RowKey != layout.RowCommand {
 					continue
 				}
 				rep.Scanned++

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -29,7 +30,7 @@ func ctxT(t *testing.T) context.Context {
 
 func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := record.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader: %v", err)
 	}
@@ -43,82 +44,6 @@ func create(t *testing.T, s *record.Store, typ, params string) string {
 		t.Fatalf("Create: %v", err)
 	}
 	return id
-}
-
-func TestApply(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	var s model.Status
-	settled := 0
-	steps := []struct {
-		ev       model.Event
-		state    model.State
-		attempts int
-		step     int
-		lastErr  string
-		settled  int
-	}{
-		{model.Event{Kind: model.EventCreated, Time: at(0)}, model.StatePending, 0, 0, "", 0},
-		{model.Event{Kind: model.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, model.StateRunning, 1, 0, "", 0},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, model.StateRunning, 1, 1, "", 0},
-		{model.Event{Kind: model.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, model.StateRetrying, 1, 1, "boom", 1},
-		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
-		{model.Event{Kind: model.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, model.StateRetrying, 1, 1, "boom", 2},
-		{model.Event{Kind: model.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, model.StateRunning, 3, 1, "boom", 2},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 3}, model.StateRunning, 3, 3, "boom", 2},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 2}, model.StateRunning, 3, 3, "boom", 2}, // never goes back
-		{model.Event{Kind: model.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, model.StateRetrying, 3, 3, "again", 3},
-		{model.Event{Kind: model.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, model.StatePoisoned, 3, 3, "again", 3},
-		{model.Event{Kind: model.EventRequeued, Time: at(8), By: "op"}, model.StatePending, 0, 3, "", 0},
-		{model.Event{Kind: model.EventStarted, Time: at(9), Attempt: 1}, model.StateRunning, 1, 3, "", 0},
-		{model.Event{Kind: model.EventCompleted, Time: at(10), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
-		// A delivery whose lease ended after the completion: still completed.
-		{model.Event{Kind: model.EventLeaseLost, Time: at(11), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
-	}
-	for i, st := range steps {
-		record.Apply(&s, st.ev)
-		settled = record.Settle(settled, st.ev)
-		if s.State != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
-			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
-				i, st.ev.Kind, s.State, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
-		}
-		if !s.UpdatedAt.Equal(st.ev.Time) {
-			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
-		}
-	}
-	if !s.CreatedAt.Equal(t0) || s.Worker != "w2" { // an operator's requeue names no processor
-		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
-	}
-	var d model.Status
-	record.Apply(&d, model.Event{Kind: model.EventCreated, Time: at(0)})
-	record.Apply(&d, model.Event{Kind: model.EventPoisoned, Time: at(1)})
-	record.Apply(&d, model.Event{Kind: model.EventDiscarded, Time: at(2)})
-	if d.State != model.StateDiscarded || !d.State.Final() || model.StateRetrying.Final() {
-		t.Fatalf("discard: %+v", d)
-	}
-}
-
-func TestNames(t *testing.T) {
-	t.Parallel()
-	n := record.Names{Prefix: model.DefaultPrefix}
-	if n.Queue(model.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
-		t.Fatalf("default names: %s %s %s %s", n.Queue(model.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
-	}
-	if err := (record.Names{}).Validate(); !errors.Is(err, storage.ErrInvalidName) {
-		t.Fatalf("empty prefix: %v (the caller applies the default)", err)
-	}
-	if err := n.Validate("commands", "slow"); err != nil {
-		t.Fatal(err)
-	}
-	err := record.Names{Prefix: "Bad_Prefix"}.Validate()
-	if !errors.Is(err, storage.ErrInvalidName) {
-		t.Fatalf("bad prefix: %v", err)
-	}
-	err = n.Validate("UPPER", "a--b")
-	if !errors.Is(err, storage.ErrInvalidName) || !strings.Contains(err.Error(), "UPPER") || !strings.Contains(err.Error(), "a--b") {
-		t.Fatalf("bad queues should both be reported: %v", err)
-	}
 }
 
 func TestCreateLoad(t *testing.T) {
@@ -162,7 +87,7 @@ func TestCreateLoad(t *testing.T) {
 		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: model.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("second Create: %v, want ErrExists", err)
 		}
-		for _, bad := range []string{uuid.NewString(), "", record.UnqueuedPartition} {
+		for _, bad := range []string{uuid.NewString(), "", layout.UnqueuedPartition} {
 			if _, err := r.Get(ctx, bad); !errors.Is(err, model.ErrNotFound) {
 				t.Fatalf("Get(%q): %v, want ErrNotFound", bad, err)
 			}
@@ -194,7 +119,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		if string(rec.Params) != params {
 			t.Fatalf("params did not round-trip: %d bytes back, %d sent", len(rec.Params), len(params))
 		}
-		e, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
+		e, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +127,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		for k, v := range e.Properties {
 			if strings.HasPrefix(k, "Params") && k != "ParamsHash" {
 				n++
-				if u := len(utf16.Encode([]rune(v.(string)))); u > record.ParamsChunkUnits {
+				if u := len(utf16.Encode([]rune(v.(string)))); u > layout.ParamsChunkUnits {
 					t.Fatalf("%s has %d UTF-16 units", k, u)
 				}
 			}
@@ -215,7 +140,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 
 func TestParamsTooLarge(t *testing.T) {
 	t.Parallel()
-	params := `{"s":"` + strings.Repeat("x", record.MaxParamsChunks*record.ParamsChunkUnits) + `"}`
+	params := `{"s":"` + strings.Repeat("x", layout.MaxParamsChunks*layout.ParamsChunkUnits) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		_, s := open(t, env)
 		ctx := ctxT(t)
@@ -288,7 +213,7 @@ func TestAppendConflict(t *testing.T) {
 		}
 		replay := model.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
 		for _, e := range evs {
-			record.Apply(&replay, e)
+			layout.Apply(&replay, e)
 		}
 		if replay != got {
 			t.Fatalf("replay %+v != stored %+v", replay, got)
@@ -312,10 +237,10 @@ func TestEventsPaging(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const total = 1 + 11*record.MaxEventsPerAppend // > 1000: more than one page
+		const total = 1 + 11*layout.MaxEventsPerAppend // > 1000: more than one page
 		step := 0
 		for rec.EventSeq < total {
-			evs := make([]model.Event, record.MaxEventsPerAppend)
+			evs := make([]model.Event, layout.MaxEventsPerAppend)
 			for i := range evs {
 				step++
 				evs[i] = model.Event{Kind: model.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
@@ -354,7 +279,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		r, s := open(t, env)
 		ctx := ctxT(t)
-		names := record.Names{Prefix: env.Prefix}
+		names := layout.Names{Prefix: env.Prefix}
 		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
 		var ids []string
 		for i := 0; i < 5; i++ {
@@ -442,7 +367,7 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 			t.Fatalf("last event %+v", last)
 		}
 		msgs := env.Store.Messages(t, queueName)
-		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != (record.Envelope{ID: ids[1], Type: "demo.B"}).Marshal() {
+		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != (layout.Envelope{ID: ids[1], Type: "demo.B"}).Marshal() {
 			t.Fatalf("messages after requeue: %+v", msgs)
 		}
 		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, model.ErrNotFound) {
@@ -580,10 +505,10 @@ func TestTruncatesLongText(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := evs[1]
-		if n := len([]rune(e.Error)); n > record.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
+		if n := len([]rune(e.Error)); n > layout.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
 			t.Fatalf("error kept %d runes", n)
 		}
-		if n := len([]rune(e.Detail)); n > record.MaxDetailUnits || n < record.MaxDetailUnits-20 {
+		if n := len([]rune(e.Detail)); n > layout.MaxDetailUnits || n < layout.MaxDetailUnits-20 {
 			t.Fatalf("detail kept %d runes", n)
 		}
 	})
@@ -608,7 +533,7 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		if st, _ := r.Get(ctx, id); st.State != model.StatePending {
 			t.Fatalf("status %s, want pending", st.State)
 		}
-		if m, err := s.CommandsTable().Get(ctx, record.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
+		if m, err := s.CommandsTable().Get(ctx, layout.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
 			t.Fatalf("marker %+v %v", m, err)
 		}
 		if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
@@ -684,8 +609,8 @@ func TestCommandRowLayout(t *testing.T) {
 		if len(m) != 2 {
 			t.Fatalf("rows after Create: %v, want a:cmd and e:0000000001", keys(m))
 		}
-		row, ok := m[record.RowCommand]
-		if !ok || m[record.EventRowKey(1)].RowKey == "" {
+		row, ok := m[layout.RowCommand]
+		if !ok || m[layout.EventRowKey(1)].RowKey == "" {
 			t.Fatalf("rows after Create: %v", keys(m))
 		}
 		want := map[string]any{
@@ -697,8 +622,8 @@ func TestCommandRowLayout(t *testing.T) {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
 		}
-		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[record.EventRowKey(1)].Properties["WriteID"] != w {
-			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[record.EventRowKey(1)].Properties["WriteID"])
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[layout.EventRowKey(1)].Properties["WriteID"] != w {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[layout.EventRowKey(1)].Properties["WriteID"])
 		}
 
 		rec, err := s.Load(ctx, id)
@@ -712,7 +637,7 @@ func TestCommandRowLayout(t *testing.T) {
 			model.Event{Kind: model.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		row = rows()[record.RowCommand]
+		row = rows()[layout.RowCommand]
 		if row.Properties["LastError"] != "boom" || row.Properties["Status"] != "retrying" || row.Properties["Params"] != `{"k":"v"}` ||
 			row.Properties["ParamsHash"] != record.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
@@ -722,8 +647,8 @@ func TestCommandRowLayout(t *testing.T) {
 		}
 		// The started event names its queue message, which owns the
 		// command (a:cmd Owner) until its outcome.
-		if m = rows(); m[record.RowCommand].Properties["Owner"] != "msg-2" || m[record.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
-			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[record.RowCommand].Properties["Owner"], m[record.EventRowKey(4)].Properties["MessageID"], rec.Owner)
+		if m = rows(); m[layout.RowCommand].Properties["Owner"] != "msg-2" || m[layout.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
+			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[layout.RowCommand].Properties["Owner"], m[layout.EventRowKey(4)].Properties["MessageID"], rec.Owner)
 		}
 		if err := s.Append(ctx, rec, model.Event{Kind: model.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
@@ -732,7 +657,7 @@ func TestCommandRowLayout(t *testing.T) {
 		if len(m) != 6 {
 			t.Fatalf("rows after two appends: %v, want a:cmd and 5 events", keys(m))
 		}
-		row = m[record.RowCommand]
+		row = m[layout.RowCommand]
 		if v, ok := row.Properties["LastError"]; !ok || v != "" {
 			t.Fatalf("LastError after completion: %#v (present %v), want \"\"", v, ok)
 		}
@@ -765,7 +690,7 @@ func keys(m map[string]storage.Entity) []string {
 func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 	t.Parallel()
 	// 15.9 chunks of parameters: about 1,042,000 bytes of the 1 MiB row.
-	params := `{"s":"` + strings.Repeat("x", 15*record.ParamsChunkUnits+29_000) + `"}`
+	params := `{"s":"` + strings.Repeat("x", 15*layout.ParamsChunkUnits+29_000) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		_, s := open(t, env)
 		ctx := ctxT(t)
@@ -774,8 +699,8 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		long := strings.Repeat("e", 3*record.MaxTextUnits)
-		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*record.MaxTextUnits), Error: long}); err != nil {
+		long := strings.Repeat("e", 3*layout.MaxTextUnits)
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*layout.MaxTextUnits), Error: long}); err != nil {
 			t.Fatalf("append of a long error beside large params: %v", err)
 		}
 		back, err := s.Load(ctx, id)
@@ -785,10 +710,10 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if string(back.Params) != params {
 			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
 		}
-		if back.Status.State != model.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= record.MaxTextUnits {
-			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), record.MaxTextUnits)
+		if back.Status.State != model.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= layout.MaxTextUnits {
+			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), layout.MaxTextUnits)
 		}
-		row, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
+		row, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -806,7 +731,7 @@ func TestListCommandsNewestAndSummary(t *testing.T) {
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		base := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
 		var now time.Time
-		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Now: func() time.Time { return now }})
+		s, err := record.Open(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -901,7 +826,7 @@ func TestChangedHook(t *testing.T) {
 			evs []model.Event
 		}
 		var got []change
-		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Changed: func(st model.Status, evs []model.Event) {
+		s, err := record.Open(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Changed: func(st model.Status, evs []model.Event) {
 			got = append(got, change{st, evs})
 		}})
 		if err != nil {

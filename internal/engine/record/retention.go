@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -114,21 +115,21 @@ func (p RetentionPolicy) describe() string {
 // is in no table: ErrExpired once its day is past retention, else
 // ErrNotFound.
 func (s *Store) goneErr(id string) error {
-	day, ok := IDDay(id)
+	day, ok := layout.IDDay(id)
 	h := s.retention.horizonDays()
-	if !ok || h < 0 || day+h >= DayOf(s.now()) {
+	if !ok || h < 0 || day+h >= layout.DayOf(s.now()) {
 		return notFound(id)
 	}
 	return fmt.Errorf("%w: command %s (issued %s) was removed after its retention (%s) (%w; %w)",
-		model.ErrExpired, id, DayTime(day).Format(time.DateOnly), s.retention.describe(), model.ErrNotFound, storage.ErrNotFound)
+		model.ErrExpired, id, layout.DayTime(day).Format(time.DateOnly), s.retention.describe(), model.ErrNotFound, storage.ErrNotFound)
 }
 
 // sweepable reports whether the day table of id (which carries a day) may
 // be old enough for a sweeper (whatever its retention) to have moved
 // commands out of it: it is past the issue window and a day of skew.
 func (s *Store) sweepable(id string) bool {
-	day, ok := IDDay(id)
-	return ok && day+model.IssueWindowPastDays+1 < DayOf(s.now())
+	day, ok := layout.IDDay(id)
+	return ok && day+model.IssueWindowPastDays+1 < layout.DayOf(s.now())
 }
 
 // SweepOptions configures Sweep.
@@ -234,7 +235,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 		s.unregister(ctx, name, &rep)
 	}
 	if h >= 0 {
-		today := DayOf(now())
+		today := layout.DayOf(now())
 		for _, name := range days {
 			d, _ := s.names().ParseDayTable(name)
 			if d+h >= today {
@@ -258,14 +259,14 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 func (s *Store) unregister(ctx context.Context, name string, rep *SweepReport) {
 	if reps := s.sh.reps; reps != nil {
 		rep.Calls += len(reps)
-		_ = deleteReplicas(ctx, reps, DaysPartition, DayRowPrefix+name)
+		_ = deleteReplicas(ctx, reps, layout.DaysPartition, layout.DayRowPrefix+name)
 		return
 	}
 	rep.Calls++
-	_ = s.commands.Delete(ctx, DaysPartition, DayRowPrefix+name, storage.IfMatchAny)
+	_ = s.commands.Delete(ctx, layout.DaysPartition, layout.DayRowPrefix+name, storage.IfMatchAny)
 }
 
-func (s *Store) names() Names { return s.tables.names }
+func (s *Store) names() layout.Names { return s.tables.names }
 
 // eachCommandRow calls visit with every command row of tb, a page (1
 // call, up to 1000 rows) at a time, and returns the day tables registered
@@ -273,7 +274,7 @@ func (s *Store) names() Names { return s.tables.names }
 // only what it acts on, whatever the size of the day.
 func eachCommandRow(ctx context.Context, tb storage.Table, rep *SweepReport, visit func(storage.Entity)) (map[string]bool, error) {
 	days := map[string]bool{}
-	q := storage.Query{RowKeyPrefix: RowCommand, Top: 1000}
+	q := storage.Query{RowKeyPrefix: layout.RowCommand, Top: 1000}
 	for {
 		page, err := tb.Query(ctx, q)
 		rep.Calls++
@@ -281,10 +282,10 @@ func eachCommandRow(ctx context.Context, tb storage.Table, rep *SweepReport, vis
 			return nil, err
 		}
 		for _, e := range page.Entities {
-			if d := dayTableOf(e); d != "" {
+			if d := layout.DayTableOf(e); d != "" {
 				days[d] = true
 			}
-			if e.RowKey == RowCommand && e.PartitionKey != UnqueuedPartition {
+			if e.RowKey == layout.RowCommand && e.PartitionKey != layout.UnqueuedPartition {
 				rep.Scanned++
 				visit(e)
 			}
@@ -298,22 +299,22 @@ func eachCommandRow(ctx context.Context, tb storage.Table, rep *SweepReport, vis
 
 // expiry returns when command row e expires (ok false: never, or not final).
 func expiry(pol RetentionPolicy, e storage.Entity) (at time.Time, final, ok bool) {
-	st := model.State(str(e, "Status"))
+	st := model.State(layout.StrProp(e, "Status"))
 	if !st.Final() {
 		return time.Time{}, false, false
 	}
-	keep := pol.keep(str(e, "Type"), st)
+	keep := pol.keep(layout.StrProp(e, "Type"), st)
 	if keep < 0 {
 		return time.Time{}, true, false
 	}
-	return timeProp(e, "UpdatedAt").Add(keep), true, true
+	return layout.TimeProp(e, "UpdatedAt").Add(keep), true, true
 }
 
 // scheduledBeyond reports whether command row e is pending with a run-at
 // time more than waitSlack after now: it outlives its day table.
 func scheduledBeyond(e storage.Entity, now time.Time) bool {
-	run := timeProp(e, "RunAt")
-	return model.State(str(e, "Status")) == model.StatePending && run.Sub(now) > waitSlack
+	run := layout.TimeProp(e, "RunAt")
+	return model.State(layout.StrProp(e, "Status")) == model.StatePending && run.Sub(now) > waitSlack
 }
 
 func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, now time.Time, rep *SweepReport) error {
@@ -398,7 +399,7 @@ func (s *Store) move(ctx context.Context, tb storage.Table, cmd storage.Entity, 
 	var cur *storage.Entity
 	var events []storage.Entity
 	for i := range rows {
-		if rows[i].RowKey == RowCommand {
+		if rows[i].RowKey == layout.RowCommand {
 			cur = &rows[i]
 		} else {
 			events = append(events, rows[i])
@@ -424,21 +425,21 @@ func (s *Store) move(ctx context.Context, tb storage.Table, cmd storage.Entity, 
 		}
 		events = events[n:]
 	}
-	row := storage.Entity{PartitionKey: id, RowKey: RowCommand, Properties: maps.Clone(cur.Properties)}
+	row := storage.Entity{PartitionKey: id, RowKey: layout.RowCommand, Properties: maps.Clone(cur.Properties)}
 	_, err = s.commands.Insert(ctx, row)
 	rep.Calls++
 	if errors.Is(err, storage.ErrExists) {
 		// A copy is there: this write's (another sweeper's, or a move that
 		// lost a race before), or a newer one written since a move.
-		old, gerr := s.commands.Get(ctx, id, RowCommand)
+		old, gerr := s.commands.Get(ctx, id, layout.RowCommand)
 		rep.Calls++
 		if gerr != nil {
 			return fmt.Errorf("move %s: %w", id, gerr)
 		}
 		switch {
-		case str(old, "WriteID") == str(*cur, "WriteID"):
+		case layout.StrProp(old, "WriteID") == layout.StrProp(*cur, "WriteID"):
 			err = nil // the same version: copied already
-		case intProp(old, "EventSeq") > intProp(*cur, "EventSeq"):
+		case layout.IntProp(old, "EventSeq") > layout.IntProp(*cur, "EventSeq"):
 			return nil // moved and written since: the original is gone
 		default:
 			_, err = s.commands.Update(ctx, row, storage.Replace, old.ETag)
@@ -448,7 +449,7 @@ func (s *Store) move(ctx context.Context, tb storage.Table, cmd storage.Entity, 
 	if err != nil {
 		return fmt.Errorf("move %s: copy the command row: %w", id, err)
 	}
-	err = tb.Delete(ctx, id, RowCommand, cur.ETag)
+	err = tb.Delete(ctx, id, layout.RowCommand, cur.ETag)
 	rep.Calls++
 	switch {
 	case err == nil:
@@ -502,10 +503,10 @@ func (s *Store) deleteCommand(ctx context.Context, cmd storage.Entity, rep *Swee
 	if err != nil {
 		return fmt.Errorf("cmdq: sweep: read %s: %w", id, err)
 	}
-	ops := []storage.BatchOp{{Kind: storage.OpDelete, Entity: storage.Entity{PartitionKey: id, RowKey: RowCommand}, IfMatch: cmd.ETag}}
+	ops := []storage.BatchOp{{Kind: storage.OpDelete, Entity: storage.Entity{PartitionKey: id, RowKey: layout.RowCommand}, IfMatch: cmd.ETag}}
 	var rest []storage.BatchOp
 	for _, e := range rows {
-		if !strings.HasPrefix(e.RowKey, EventRowPrefix) {
+		if !strings.HasPrefix(e.RowKey, layout.EventRowPrefix) {
 			continue
 		}
 		op := storage.BatchOp{Kind: storage.OpDelete, Entity: storage.Entity{PartitionKey: id, RowKey: e.RowKey}, IfMatch: storage.IfMatchAny}

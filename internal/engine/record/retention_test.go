@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -36,7 +37,7 @@ const day = 24 * time.Hour
 
 func openAt(t *testing.T, env testenv.Env, c *clock) *record.Reader {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Now: c.now}, nil)
+	r, err := record.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader: %v", err)
 	}
@@ -47,7 +48,7 @@ func openAt(t *testing.T, env testenv.Env, c *clock) *record.Reader {
 // makes them) and returns its ID.
 func issueAt(t *testing.T, s *record.Store, c *clock, typ string) string {
 	t.Helper()
-	id := record.NewDayID(c.now())
+	id := layout.NewDayID(c.now())
 	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(`{"n":1}`), Queue: model.DefaultQueue}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -85,59 +86,11 @@ func dayTables(t *testing.T, env testenv.Env) []string {
 	}
 	var out []string
 	for _, n := range names {
-		if _, ok := (record.Names{Prefix: env.Prefix}).ParseDayTable(n); ok {
+		if _, ok := (layout.Names{Prefix: env.Prefix}).ParseDayTable(n); ok {
 			out = append(out, n)
 		}
 	}
 	return out
-}
-
-func TestDayIDs(t *testing.T) {
-	t.Parallel()
-	n := record.Names{Prefix: "cmdq"}
-	id := record.NewDayID(day0)
-	u := uuid.MustParse(id)
-	if u.Version() != 8 || u.Variant() != uuid.RFC4122 || model.ValidateID(id) != nil {
-		t.Fatalf("NewDayID = %s: version %d variant %v", id, u.Version(), u.Variant())
-	}
-	if d, ok := record.IDDay(id); !ok || d != record.DayOf(day0) || n.TableOf(id) != "cmdqcommands20260302" {
-		t.Fatalf("IDDay(%s) = %d %v, table %s", id, d, ok, n.TableOf(id))
-	}
-	v7 := uuid.Must(uuid.NewV7()).String()
-	if n.TableOf(v7) != n.DayTable(record.DayOf(time.Now())) {
-		t.Fatalf("TableOf(v7 %s) = %s", v7, n.TableOf(v7))
-	}
-	if v4 := uuid.NewString(); n.TableOf(v4) != "cmdqcommands" {
-		t.Fatalf("TableOf(v4) = %s, want the base table", n.TableOf(v4))
-	}
-	// A UUIDv7 of 1970 carries no plausible day: base table.
-	if old := "00000000-0001-7000-8000-000000000000"; n.TableOf(old) != "cmdqcommands" {
-		t.Fatalf("TableOf(%s) = %s, want the base table", old, n.TableOf(old))
-	}
-	if d, ok := n.ParseDayTable("cmdqcommands20260302"); !ok || d != record.DayOf(day0) {
-		t.Fatalf("ParseDayTable = %d %v", d, ok)
-	}
-	for _, bad := range []string{"cmdqcommands", "cmdqpoison", "cmdqcommands20261302", "cmdqxcommands20260302", "cmdqcommands2026030"} {
-		if _, ok := n.ParseDayTable(bad); ok {
-			t.Fatalf("ParseDayTable(%q) accepted", bad)
-		}
-	}
-	// The issue window: 2 days back, 1 ahead.
-	if err := record.CheckIssueWindow(record.NewDayID(day0.Add(-2*day)), day0); err != nil {
-		t.Fatalf("2 days back refused: %v", err)
-	}
-	if err := record.CheckIssueWindow(record.NewDayID(day0.Add(day)), day0); err != nil {
-		t.Fatalf("1 day ahead refused: %v", err)
-	}
-	for _, off := range []time.Duration{-3 * day, 2 * day} {
-		err := record.CheckIssueWindow(record.NewDayID(day0.Add(off)), day0)
-		if !errors.Is(err, model.ErrIDOutsideWindow) || !strings.Contains(err.Error(), "leave the ID empty") {
-			t.Fatalf("offset %v: %v, want ErrOutsideWindow saying what to do", off, err)
-		}
-	}
-	if err := record.CheckIssueWindow(uuid.NewString(), day0); err != nil {
-		t.Fatalf("UUIDv4 refused: %v", err)
-	}
 }
 
 // TestSweepDropsExpiredDayTable: a day table whose commands are all
@@ -161,7 +114,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		complete(t, r.Store, v4)
-		table := (record.Names{Prefix: env.Prefix}).TableOf(ids[0])
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(ids[0])
 		if got := dayTables(t, env); !slices.Equal(got, []string{table}) {
 			t.Fatalf("day tables %q, want [%s]", got, table)
 		}
@@ -216,7 +169,7 @@ func TestSweepKeepsPinnedTable(t *testing.T) {
 		done := issueAt(t, r.Store, c, "demo.Done")
 		complete(t, r.Store, done)
 		stuck := issueAt(t, r.Store, c, "demo.Stuck")
-		table := (record.Names{Prefix: env.Prefix}).TableOf(stuck)
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(stuck)
 		c.add(20 * day)
 		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
 		if err != nil || len(rep.Dropped) != 0 || rep.Pinned[table] != 1 {
@@ -259,7 +212,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		table := (record.Names{Prefix: env.Prefix}).TableOf(bad)
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(bad)
 		c.add(9 * day)
 		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
 		if err != nil || rep.Moved != 2 || !slices.Equal(rep.Dropped, []string{table}) {
@@ -329,7 +282,7 @@ func TestSweepPerTypeRetention(t *testing.T) {
 			}
 			return 0, 0
 		}, Min: time.Hour}
-		r, err := record.OpenReader(ctx, env.Store, record.Names{Prefix: env.Prefix}, record.Options{Now: c.now, Retention: pol}, nil)
+		r, err := record.OpenReader(ctx, env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now, Retention: pol}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +452,7 @@ func TestRetentionCost(t *testing.T) {
 		defer cancel()
 		cs := &countingStore{Counting: env.Store, extra: map[string]int{}, created: map[string]bool{}}
 		c := newClock(day0)
-		names := record.Names{Prefix: env.Prefix}
+		names := layout.Names{Prefix: env.Prefix}
 		r, err := record.OpenReader(ctx, cs, names, record.Options{Now: c.now}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -557,7 +510,7 @@ func TestCreateRecreatesMissingDayTable(t *testing.T) {
 		c := newClock(time.Now())
 		r := openAt(t, env, c)
 		first := issueAt(t, r.Store, c, "demo.Done")
-		table := (record.Names{Prefix: env.Prefix}).TableOf(first)
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(first)
 		if err := env.Store.DeleteTable(ctx, table); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
@@ -68,7 +69,7 @@ func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx c
 		}
 		rec = ce.Current
 	}
-	if err := e.enqueue(ctx, Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, 0); err != nil {
+	if err := e.enqueue(ctx, layout.Envelope{ID: rec.ID, Type: rec.Type}, rec.Queue, 0); err != nil {
 		if merr := s.MarkUnqueued(ctx, rec.ID, rec.Queue); merr != nil {
 			err = errors.Join(err, merr)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -14,7 +15,7 @@ import (
 // runAt, with an ID that carries c's day (as the Issuer makes them).
 func issueScheduled(t *testing.T, s *record.Store, c *clock, runAt time.Time) string {
 	t.Helper()
-	id := record.NewDayID(c.now())
+	id := layout.NewDayID(c.now())
 	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: "demo.Later", Params: []byte(`{}`), Queue: model.DefaultQueue, RunAt: runAt}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -38,7 +39,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		complete(t, r.Store, done)
 		runAt := day0.Add(60 * day)
 		far := issueScheduled(t, r.Store, c, runAt)
-		table := (record.Names{Prefix: env.Prefix}).TableOf(far)
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(far)
 
 		c.add(10 * day)
 		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
@@ -68,7 +69,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		// Due within the two-day slack: its table is pinned.
 		c.set(day0.Add(100 * day))
 		soon := issueScheduled(t, r.Store, c, c.now().Add(12*day))
-		soonTable := (record.Names{Prefix: env.Prefix}).TableOf(soon)
+		soonTable := (layout.Names{Prefix: env.Prefix}).TableOf(soon)
 		c.add(11 * day)
 		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
 		if err != nil || rep.Pinned[soonTable] != 1 || rep.Moved != 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -52,7 +53,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 		}
 		return s
 	}
-	names := record.Names{Prefix: fmt.Sprintf("sh%d", time.Now().UnixNano()%1e9)}
+	names := layout.Names{Prefix: fmt.Sprintf("sh%d", time.Now().UnixNano()%1e9)}
 	before := spread()
 	r1, err := record.OpenReader(ctx, before, names, record.Options{}, nil)
 	if err != nil {
@@ -67,7 +68,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	}
 	idOn := func(s *multi.Store, i int) string {
 		for {
-			if id := record.NewDayID(time.Now()); s.MemberOf(id) == i {
+			if id := layout.NewDayID(time.Now()); s.MemberOf(id) == i {
 				return id
 			}
 		}
@@ -106,7 +107,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	}
 	rep1 := storage.ReplicasOf(r2.CommandsTable())[1]
 	for _, id := range []string{onFirst, onSecond} {
-		if _, err := rep1.Get(ctx, record.UnqueuedPartition, id); err != nil {
+		if _, err := rep1.Get(ctx, layout.UnqueuedPartition, id); err != nil {
 			t.Fatalf("the marker of %s is not in the second account: %v", id, err)
 		}
 	}

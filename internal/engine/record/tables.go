@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -20,7 +20,7 @@ import (
 // that retention dropped.
 type tables struct {
 	st    storage.Store // nil: every command is in the base table
-	names Names
+	names layout.Names
 	base  storage.Table
 	now   func() time.Time
 
@@ -34,31 +34,11 @@ type tables struct {
 	at   time.Time                // when list was read
 }
 
-// DaysPartition is the base table's partition that registers the day
-// tables (docs/lifecycle.md, "Retention"): one row per day table, RowKey
-// DayRowPrefix + the table's name, property Table. Its row keys start
-// with RowCommand, so the pending scan's query of the base table's command
-// rows returns them in the same request: an idle deployment learns that
-// there is no day table to scan without listing the account's tables.
-const DaysPartition = "~days"
-
-// DayRowPrefix starts the row key of a day table's registration.
-const DayRowPrefix = RowCommand + "~"
-
-// dayTableOf returns the day table a registration row names ("" if e is
-// not one).
-func dayTableOf(e storage.Entity) string {
-	if e.PartitionKey != DaysPartition || !strings.HasPrefix(e.RowKey, DayRowPrefix) {
-		return ""
-	}
-	return e.RowKey[len(DayRowPrefix):]
-}
-
 // register upserts the registration of day table name into the base
 // table (over several accounts, into every account that answers, at once:
 // shared.go).
 func (t *tables) register(ctx context.Context, name string) error {
-	e := storage.Entity{PartitionKey: DaysPartition, RowKey: DayRowPrefix + name, Properties: map[string]any{"Table": name}}
+	e := storage.Entity{PartitionKey: layout.DaysPartition, RowKey: layout.DayRowPrefix + name, Properties: map[string]any{"Table": name}}
 	var err error
 	if reps := storage.ReplicasOf(t.base); reps != nil {
 		err = fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {

@@ -1,4 +1,4 @@
-package record
+package layout
 
 import (
 	"time"
@@ -79,5 +79,32 @@ func runAt(e model.Event) time.Time {
 	if e.RunAt.IsZero() {
 		return time.Time{}
 	}
-	return ms(e.RunAt)
+	return Millis(e.RunAt)
+}
+
+// Settle folds one event into settled, the last attempt whose outcome is
+// recorded (failed, completed, poisoned or lease_lost; created and requeued
+// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
+// have no outcome records lease_lost events for them.
+func Settle(settled int, e model.Event) int {
+	switch e.Kind {
+	case model.EventCreated, model.EventRequeued:
+		return 0
+	case model.EventFailed, model.EventCompleted, model.EventPoisoned, model.EventLeaseLost:
+		return max(settled, e.Attempt)
+	}
+	return settled
+}
+
+// Own folds one event into owner, the queue message that owns the command
+// (record.Record.Owner): a started event's MessageID; none after created and
+// requeued.
+func Own(owner string, e model.Event) string {
+	switch e.Kind {
+	case model.EventCreated, model.EventRequeued:
+		return ""
+	case model.EventStarted:
+		return e.MessageID
+	}
+	return owner
 }

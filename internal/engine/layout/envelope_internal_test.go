@@ -1,4 +1,4 @@
-package record
+package layout
 
 import (
 	"encoding/json"

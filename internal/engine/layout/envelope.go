@@ -1,4 +1,4 @@
-package record
+package layout
 
 import (
 	"bytes"
@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
 // ErrMalformedMessage: a queue message is not an Envelope.
@@ -201,27 +199,6 @@ func (e Envelope) marshalSlow() string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// FirstEnvelope returns the issue's own message of command nc, issued with
-// the a:cmd ETag etag: with First when its parameters fit
-// (MaxFirstParamsBytes), a plain envelope otherwise. nc.IssuedAt must be the
-// issue time that was stored.
-func FirstEnvelope(nc NewCommand, etag string) Envelope {
-	env := Envelope{ID: nc.ID, Type: nc.Type}
-	params := nc.Params
-	if len(params) == 0 {
-		params = []byte("{}")
-	}
-	if etag == "" || len(params) > MaxFirstParamsBytes || !json.Valid(params) {
-		return env
-	}
-	env.First = &First{ETag: etag, IssuedAt: ms(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,
-		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params)}
-	if !nc.RunAt.IsZero() {
-		env.First.RunAt = ms(nc.RunAt)
-	}
-	return env
-}
-
 // Ready returns when the command of the issue's own message f became (or
 // becomes) due: its run-at time when that is after the issue, else the
 // issue time.
@@ -236,22 +213,6 @@ func (f *First) Ready() time.Time {
 // fast path: an ETag, a queue, an issue time and parameters.
 func (f *First) Usable() bool {
 	return f != nil && f.ETag != "" && f.Queue != "" && !f.IssuedAt.IsZero() && len(f.Params) > 0
-}
-
-// FirstRecord builds the record of a command as its issue left it (pending,
-// attempts 0, step 0, event sequence 1, the issue's ETag) from the issue's
-// own message env (env.First.Usable()): what Load would return before
-// anyone else wrote the command. Every write on it is conditional on that
-// ETag, so a command written since makes the write conflict and the writer
-// decide from the command as it is.
-func FirstRecord(env Envelope) *Record {
-	f := env.First
-	issued := ms(f.IssuedAt)
-	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
-	Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
-	params := append([]byte(nil), f.Params...)
-	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
-		TraceParent: f.TraceParent, TraceState: f.TraceState}
 }
 
 // ParseEnvelope parses message text: a JSON object with "id" and "type",
