@@ -16,7 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 )
 
 // PeriodicOption adjusts one periodic schedule (Periodic).
@@ -166,7 +166,7 @@ func (c *Client) prepareSchedules(ctx context.Context) ([]periodic.Entry, error)
 	by := c.worker()
 	entries := make([]periodic.Entry, 0, len(scheds))
 	for _, s := range scheds {
-		row, err := r.StoreSchedule(ctx, record.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
+		row, err := r.StoreSchedule(ctx, shared.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
 		if err != nil {
 			return nil, err
 		}

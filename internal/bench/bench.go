@@ -63,6 +63,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -1142,7 +1143,7 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	before := e.counter.Snapshot()
-	if _, err := hb.WriteBeat(ctx, record.Beat{ID: "pbench", Name: "bench", State: "idle", Every: model.DefaultHeartbeatInterval}); err != nil {
+	if _, err := hb.WriteBeat(ctx, shared.Beat{ID: "pbench", Name: "bench", State: "idle", Every: model.DefaultHeartbeatInterval}); err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	beatOps := diff(before, e.counter.Snapshot())

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -40,7 +40,7 @@ const maxClockSkew = model.MaxClockSkew
 // control is what the processor knows of its queues' control rows.
 type control struct {
 	mu      sync.Mutex
-	rows    map[string]record.QueueControl
+	rows    map[string]shared.QueueControl
 	localAt map[string]time.Time // when a row was set in process (SetControl)
 	sent    time.Time            // send time of the last successful read (zero: never)
 	reading chan struct{}        // closed when the read in progress ends (nil: none)
@@ -170,7 +170,7 @@ func (p *Processor) reportChanges(changes []queueChange) {
 // SetControl tells the processor of a control row its process has just
 // written (cmdq.Client.PauseQueue, ResumeQueue): it acts on it at once,
 // without waiting for its next read of the rows.
-func (p *Processor) SetControl(c record.QueueControl) {
+func (p *Processor) SetControl(c shared.QueueControl) {
 	p.ctl.mu.Lock()
 	if old, ok := p.ctl.rows[c.Queue]; ok && old.CancelledAt.After(c.CancelledAt) {
 		c.CancelledAt = old.CancelledAt

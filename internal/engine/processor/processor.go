@@ -27,6 +27,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -53,7 +54,7 @@ type Processor struct {
 	// lastFailure is the last failed or poisoned attempt, for the
 	// heartbeat.
 	failMu      sync.Mutex
-	lastFailure record.Failure
+	lastFailure shared.Failure
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -152,7 +153,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]uint64{},
 		reconKick: make(chan struct{}, 1),
-		ctl: control{rows: map[string]record.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
+		ctl: control{rows: map[string]shared.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
 			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}

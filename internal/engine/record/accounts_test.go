@@ -13,6 +13,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/multi"
@@ -108,7 +109,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if err != nil || !rows["held"].Paused {
 		t.Fatalf("control rows after the account was added: %+v, %v; want held paused", rows, err)
 	}
-	if e, err := storage.ReplicasOf(r2.CommandsTable())[2].Get(ctx, record.ControlPartition, "held"); err != nil || e.Properties["Paused"] != true {
+	if e, err := storage.ReplicasOf(r2.CommandsTable())[2].Get(ctx, shared.ControlPartition, "held"); err != nil || e.Properties["Paused"] != true {
 		t.Fatalf("the new account's control row of held after a read: %v, %v; want paused", e.Properties, err)
 	}
 	rrep, err := r2.Reconcile(ctx, record.ReconcileOptions{MarkerGrace: time.Hour, Now: c.now})

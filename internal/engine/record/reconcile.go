@@ -8,6 +8,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -174,7 +175,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 		}
 	}
 	if !opts.SkipMarkers {
-		if reps := s.sh.reps; reps != nil {
+		if reps := s.Replicas(); reps != nil {
 			// One account at a time: the markers' loads and enqueues go
 			// to their commands' accounts anyway.
 			merrs := make([]error, len(reps))
@@ -184,7 +185,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 					rep.Unavailable++
 				}
 			}
-			if err := fromAny(merrs); err != nil {
+			if err := shared.FromAny(merrs); err != nil {
 				return rep, fmt.Errorf("cmdq: reconcile: list unqueued markers: %w", err)
 			}
 		} else if err := markers(tbl); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -257,9 +258,9 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 // leftover one is removed by the next sweep); over several accounts, from
 // each.
 func (s *Store) unregister(ctx context.Context, name string, rep *SweepReport) {
-	if reps := s.sh.reps; reps != nil {
+	if reps := s.Replicas(); reps != nil {
 		rep.Calls += len(reps)
-		_ = deleteReplicas(ctx, reps, layout.DaysPartition, layout.DayRowPrefix+name)
+		_ = shared.DeleteAll(ctx, reps, layout.DaysPartition, layout.DayRowPrefix+name)
 		return
 	}
 	rep.Calls++

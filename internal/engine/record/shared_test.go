@@ -11,6 +11,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -62,7 +63,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	if _, err := r1.SetPaused(ctx, "held", true, "test:before"); err != nil {
 		t.Fatal(err)
 	}
-	sched, err := r1.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
+	sched, err := r1.StoreSchedule(ctx, shared.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,14 +112,14 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 			t.Fatalf("the marker of %s is not in the second account: %v", id, err)
 		}
 	}
-	if _, err := r2.WriteBeat(ctx, record.Beat{ID: "p-during", Name: "w", State: "polling", Every: time.Minute}); err != nil {
+	if _, err := r2.WriteBeat(ctx, shared.Beat{ID: "p-during", Name: "w", State: "polling", Every: time.Minute}); err != nil {
 		t.Fatalf("heartbeat with the first account down: %v", err)
 	}
 	beats, err := r2.ReadBeats(ctx)
 	if err != nil || len(beats) != 1 || beats[0].ID != "p-during" {
 		t.Fatalf("heartbeats with the first account down: %+v, %v", beats, err)
 	}
-	again, err := r2.StoreSchedule(ctx, record.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
+	again, err := r2.StoreSchedule(ctx, shared.Schedule{Name: "tick", Spec: "@every 1h", Type: "demo.Tick", Queue: model.DefaultQueue}, "test")
 	if err != nil || !again.Since.Equal(sched.Since) {
 		t.Fatalf("schedule with the first account down: %+v, %v; want Since %s kept", again, err, sched.Since)
 	}
@@ -165,11 +166,11 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep0 := storage.ReplicasOf(r2.CommandsTable())[0]
-	row, err := rep0.Get(ctx, record.ControlPartition, "later")
+	row, err := rep0.Get(ctx, shared.ControlPartition, "later")
 	if err != nil || row.Properties["Paused"] != true {
 		t.Fatalf("the first account's row of the queue paused while it was down, after a read: %v, %v; want paused", row.Properties, err)
 	}
-	row, err = rep0.Get(ctx, record.ControlPartition, "held")
+	row, err = rep0.Get(ctx, shared.ControlPartition, "held")
 	if ca, _ := row.Properties["CancelledAt"].(time.Time); err != nil || ca.IsZero() {
 		t.Fatalf("the first account's row of held after a read: %v, %v; want the cancel mark", row.Properties, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -132,13 +133,13 @@ type Options struct {
 // Store writes command records: Create (issue), Load, Append (lifecycle
 // events) and Poison. It is safe for concurrent use.
 type Store struct {
-	commands, poison storage.Table
-	now              func() time.Time
-	changed          func(model.Status, []model.Event)
-	recovery         func(cmdType string) time.Duration
-	tables           *tables
-	retention        RetentionPolicy
-	sh               *shared // the shared partitions over several accounts (shared.go)
+	commands, poison   storage.Table
+	now                func() time.Time
+	changed            func(model.Status, []model.Event)
+	recovery           func(cmdType string) time.Duration
+	tables             *tables
+	retention          RetentionPolicy
+	*shared.Partitions // the shared partitions (over several accounts: shared.go)
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -149,7 +150,7 @@ func New(commands, poison storage.Table, opts Options) *Store {
 		now = time.Now
 	}
 	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults(),
-		sh: newShared(commands)}
+		Partitions: shared.New(commands, now)}
 	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
 	return s
 }
@@ -1056,8 +1057,8 @@ func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 		"MarkedAt": s.nowUTC(),
 	}}
 	var err error
-	if reps := s.sh.reps; reps != nil {
-		err = toOne(reps, storage.ReplicaOf(s.commands, id), func(tb storage.Table) error {
+	if reps := s.Replicas(); reps != nil {
+		err = shared.ToOne(reps, storage.ReplicaOf(s.commands, id), func(tb storage.Table) error {
 			_, err := tb.Upsert(ctx, e, storage.Replace)
 			return err
 		})
@@ -1077,8 +1078,8 @@ func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if reps := s.sh.reps; reps != nil {
-		if err := deleteReplicas(ctx, reps, layout.UnqueuedPartition, id); err != nil {
+	if reps := s.Replicas(); reps != nil {
+		if err := shared.DeleteAll(ctx, reps, layout.UnqueuedPartition, id); err != nil {
 			return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
 		}
 		return nil

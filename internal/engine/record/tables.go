@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -41,7 +42,7 @@ func (t *tables) register(ctx context.Context, name string) error {
 	e := storage.Entity{PartitionKey: layout.DaysPartition, RowKey: layout.DayRowPrefix + name, Properties: map[string]any{"Table": name}}
 	var err error
 	if reps := storage.ReplicasOf(t.base); reps != nil {
-		err = fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {
+		err = shared.FromAny(shared.Each(reps, func(_ int, tb storage.Table) error {
 			_, err := tb.Upsert(ctx, e, storage.Replace)
 			return err
 		}))

@@ -1,11 +1,13 @@
-package record
+package shared
 
 import (
 	"context"
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -23,7 +25,7 @@ import (
 //   - control rows: written to every member that answers; read from every
 //     member that answers and merged (the row with the newest Since gives
 //     the paused state, the latest CancelledAt is kept), a member that did
-//     not answer counting with the rows this Store last read from it (so a
+//     not answer counting with the rows this process last read from it (so a
 //     pause this process knew of holds while its member is down); a member
 //     found behind is repaired (a conditional write);
 //   - markers: written to the command's member, or the next that answers;
@@ -42,20 +44,31 @@ import (
 // A write or a read of a shared partition succeeds when one member
 // answers and every other failed as unavailable (storage.ErrUnavailable);
 // any other error fails it.
-type shared struct {
-	reps []storage.Table // the base table's replicas; nil: one store
+type Partitions struct {
+	commands storage.Table // the base commands table
+	now      func() time.Time
+	reps     []storage.Table // the base table's replicas; nil: one store
 
 	mu      sync.Mutex
 	ctlSeen []map[string]QueueControl // by replica: the control rows last read from it (nil: never)
 }
 
-func newShared(commands storage.Table) *shared {
+// New returns the shared partitions of the base commands table, on the
+// clock now.
+func New(commands storage.Table, now func() time.Time) *Partitions {
 	reps := storage.ReplicasOf(commands)
-	return &shared{reps: reps, ctlSeen: make([]map[string]QueueControl, len(reps))}
+	return &Partitions{commands: commands, now: now, reps: reps, ctlSeen: make([]map[string]QueueControl, len(reps))}
 }
 
-// eachReplica runs f on every replica at once; its errors, by replica.
-func eachReplica(reps []storage.Table, f func(i int, tb storage.Table) error) []error {
+// Replicas returns the base commands table's replicas over several
+// accounts (storage.ReplicasOf), or nil on one store.
+func (s *Partitions) Replicas() []storage.Table { return s.reps }
+
+// nowUTC is the clock as times are stored.
+func (s *Partitions) nowUTC() time.Time { return layout.Millis(s.now()) }
+
+// Each runs f on every replica at once; its errors, by replica.
+func Each(reps []storage.Table, f func(i int, tb storage.Table) error) []error {
 	errs := make([]error, len(reps))
 	var wg sync.WaitGroup
 	for i, tb := range reps {
@@ -69,10 +82,10 @@ func eachReplica(reps []storage.Table, f func(i int, tb storage.Table) error) []
 	return errs
 }
 
-// fromAny is the outcome of a call made on every replica: nil when one
+// FromAny is the outcome of a call made on every replica: nil when one
 // answered and every other failed as unavailable; else the first other
 // error, or (none answered) every unavailability.
-func fromAny(errs []error) error {
+func FromAny(errs []error) error {
 	answered := 0
 	var down []error
 	for _, err := range errs {
@@ -91,9 +104,9 @@ func fromAny(errs []error) error {
 	return nil
 }
 
-// toOne runs f on one replica: the member of key first, then the next
+// ToOne runs f on one replica: the member of key first, then the next
 // ones in turn while they fail as unavailable.
-func toOne(reps []storage.Table, start int, f func(tb storage.Table) error) error {
+func ToOne(reps []storage.Table, start int, f func(tb storage.Table) error) error {
 	var down []error
 	for k := range reps {
 		err := f(reps[(start+k)%len(reps)])
@@ -127,17 +140,17 @@ func queryPartition(ctx context.Context, tb storage.Table, pk string) ([]storage
 // replica (nil for one that did not answer), and the errors by replica.
 func queryReplicas(ctx context.Context, reps []storage.Table, pk string) ([][]storage.Entity, []error) {
 	rows := make([][]storage.Entity, len(reps))
-	errs := eachReplica(reps, func(i int, tb storage.Table) (err error) {
+	errs := Each(reps, func(i int, tb storage.Table) (err error) {
 		rows[i], err = queryPartition(ctx, tb, pk)
 		return err
 	})
 	return rows, errs
 }
 
-// deleteReplicas deletes row (pk, rk) in every replica (a missing row is
+// DeleteAll deletes row (pk, rk) in every replica (a missing row is
 // no error).
-func deleteReplicas(ctx context.Context, reps []storage.Table, pk, rk string) error {
-	return fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {
+func DeleteAll(ctx context.Context, reps []storage.Table, pk, rk string) error {
+	return FromAny(Each(reps, func(_ int, tb storage.Table) error {
 		if err := tb.Delete(ctx, pk, rk, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return err
 		}
@@ -146,10 +159,10 @@ func deleteReplicas(ctx context.Context, reps []storage.Table, pk, rk string) er
 }
 
 // readControlShared is ReadControl over replicas (see shared).
-func (s *Store) readControlShared(ctx context.Context) (map[string]QueueControl, error) {
-	reps := s.sh.reps
+func (s *Partitions) readControlShared(ctx context.Context) (map[string]QueueControl, error) {
+	reps := s.reps
 	rows, errs := queryReplicas(ctx, reps, ControlPartition)
-	if err := fromAny(errs); err != nil {
+	if err := FromAny(errs); err != nil {
 		return nil, err
 	}
 	fresh := make([]map[string]QueueControl, len(reps))
@@ -163,14 +176,14 @@ func (s *Store) readControlShared(ctx context.Context) (map[string]QueueControl,
 			fresh[i][c.Queue] = c
 		}
 	}
-	s.sh.mu.Lock()
+	s.mu.Lock()
 	for i, f := range fresh {
 		if f != nil {
-			s.sh.ctlSeen[i] = f
+			s.ctlSeen[i] = f
 		}
 	}
-	merged := mergeControl(s.sh.ctlSeen)
-	s.sh.mu.Unlock()
+	merged := mergeControl(s.ctlSeen)
+	s.mu.Unlock()
 	for i, f := range fresh {
 		if f == nil {
 			continue
@@ -239,9 +252,9 @@ func repairControl(ctx context.Context, tb storage.Table, c QueueControl, exists
 }
 
 // readBeatsShared is ReadBeats over replicas: a processor's newest row.
-func (s *Store) readBeatsShared(ctx context.Context) ([]Beat, error) {
-	rows, errs := queryReplicas(ctx, s.sh.reps, ProcessorPartition)
-	if err := fromAny(errs); err != nil {
+func (s *Partitions) readBeatsShared(ctx context.Context) ([]Beat, error) {
+	rows, errs := queryReplicas(ctx, s.reps, ProcessorPartition)
+	if err := FromAny(errs); err != nil {
 		return nil, err
 	}
 	byID := map[string]Beat{}
@@ -264,10 +277,10 @@ func (s *Store) readBeatsShared(ctx context.Context) ([]Beat, error) {
 // deleteBeatsBeforeShared is DeleteBeatsBefore over replicas: each
 // replica's rows written before cutoff (a stale copy included), in the
 // replicas that answer.
-func (s *Store) deleteBeatsBeforeShared(ctx context.Context, reps []storage.Table, rows [][]storage.Entity, errs []error, cutoffKeep func(Beat) bool) (int, error) {
+func (s *Partitions) deleteBeatsBeforeShared(ctx context.Context, reps []storage.Table, rows [][]storage.Entity, errs []error, cutoffKeep func(Beat) bool) (int, error) {
 	var mu sync.Mutex
 	n := 0
-	derrs := eachReplica(reps, func(i int, tb storage.Table) error {
+	derrs := Each(reps, func(i int, tb storage.Table) error {
 		if errs[i] != nil {
 			return errs[i]
 		}
@@ -284,13 +297,13 @@ func (s *Store) deleteBeatsBeforeShared(ctx context.Context, reps []storage.Tabl
 		}
 		return nil
 	})
-	return n, fromAny(derrs)
+	return n, FromAny(derrs)
 }
 
 // readSchedulesShared is ReadSchedules over replicas (see shared).
-func (s *Store) readSchedulesShared(ctx context.Context) ([]Schedule, error) {
-	rows, errs := queryReplicas(ctx, s.sh.reps, PeriodicPartition)
-	if err := fromAny(errs); err != nil {
+func (s *Partitions) readSchedulesShared(ctx context.Context) ([]Schedule, error) {
+	rows, errs := queryReplicas(ctx, s.reps, PeriodicPartition)
+	if err := FromAny(errs); err != nil {
 		return nil, err
 	}
 	var all [][]Schedule

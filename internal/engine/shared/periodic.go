@@ -1,4 +1,4 @@
-package record
+package shared
 
 import (
 	"context"
@@ -47,8 +47,8 @@ func (sc Schedule) entity() storage.Entity {
 // ReadSchedules reads every periodic schedule's row: one query of
 // PeriodicPartition (one request per 1000 schedules; over several
 // accounts, one per account at once, merged: see shared.go).
-func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
-	if s.sh.reps != nil {
+func (s *Partitions) ReadSchedules(ctx context.Context) ([]Schedule, error) {
+	if s.reps != nil {
 		out, err := s.readSchedulesShared(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("cmdq: read the periodic schedules: %w", err)
@@ -81,8 +81,8 @@ func (s *Store) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 // insert the same new row read the winner's. Over several accounts it
 // stores the row in every account that answers, at once (those calls in
 // each), and returns the row with the earliest Since.
-func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Schedule, error) {
-	reps := s.sh.reps
+func (s *Partitions) StoreSchedule(ctx context.Context, sc Schedule, by string) (Schedule, error) {
+	reps := s.reps
 	now := s.nowUTC()
 	if reps == nil {
 		return s.storeSchedule(ctx, s.commands, sc, by, now)
@@ -90,11 +90,11 @@ func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Sche
 	// One time for every replica: a schedule new in each gets the same
 	// Since there, whichever account is read later.
 	got := make([]Schedule, len(reps))
-	errs := eachReplica(reps, func(i int, tb storage.Table) (err error) {
+	errs := Each(reps, func(i int, tb storage.Table) (err error) {
 		got[i], err = s.storeSchedule(ctx, tb, sc, by, now)
 		return err
 	})
-	if err := fromAny(errs); err != nil {
+	if err := FromAny(errs); err != nil {
 		return Schedule{}, err
 	}
 	var out Schedule
@@ -107,7 +107,7 @@ func (s *Store) StoreSchedule(ctx context.Context, sc Schedule, by string) (Sche
 }
 
 // storeSchedule is StoreSchedule in table tb, at time now.
-func (s *Store) storeSchedule(ctx context.Context, tb storage.Table, sc Schedule, by string, now time.Time) (Schedule, error) {
+func (s *Partitions) storeSchedule(ctx context.Context, tb storage.Table, sc Schedule, by string, now time.Time) (Schedule, error) {
 	for try := 0; ; try++ {
 		e, err := tb.Get(ctx, PeriodicPartition, sc.Name)
 		switch {

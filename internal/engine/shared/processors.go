@@ -1,4 +1,4 @@
-package record
+package shared
 
 import (
 	"context"
@@ -110,7 +110,7 @@ func decodeBeat(e storage.Entity) Beat {
 // several accounts, to the account of its instance ID, or the next one
 // that answers (shared.go). Seen is set to now when zero; the row as
 // written is returned.
-func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
+func (s *Partitions) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 	if err := storage.ValidateKey("RowKey", b.ID); err != nil || b.ID == "" {
 		return b, fmt.Errorf("%w: processor instance ID %q", storage.ErrInvalidArgument, b.ID)
 	}
@@ -119,8 +119,8 @@ func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 	}
 	b.Seen, b.Started = layout.Millis(b.Seen), layout.Millis(b.Started)
 	var err error
-	if reps := s.sh.reps; reps != nil {
-		err = toOne(reps, storage.ReplicaOf(s.commands, b.ID), func(tb storage.Table) error {
+	if reps := s.reps; reps != nil {
+		err = ToOne(reps, storage.ReplicaOf(s.commands, b.ID), func(tb storage.Table) error {
 			_, err := tb.Upsert(ctx, beatEntity(b), storage.Replace)
 			return err
 		})
@@ -137,8 +137,8 @@ func (s *Store) WriteBeat(ctx context.Context, b Beat) (Beat, error) {
 // ProcessorPartition (one request per 1000 processors; over several
 // accounts, one per account at once, a processor's newest row winning),
 // in instance ID order.
-func (s *Store) ReadBeats(ctx context.Context) ([]Beat, error) {
-	if s.sh.reps != nil {
+func (s *Partitions) ReadBeats(ctx context.Context) ([]Beat, error) {
+	if s.reps != nil {
 		out, err := s.readBeatsShared(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("cmdq: read the processors' heartbeats: %w", err)
@@ -164,9 +164,9 @@ func (s *Store) ReadBeats(ctx context.Context) ([]Beat, error) {
 
 // DeleteBeat deletes a processor's heartbeat row (one delete; over
 // several accounts, one per account; a missing row is no error).
-func (s *Store) DeleteBeat(ctx context.Context, id string) error {
-	if reps := s.sh.reps; reps != nil {
-		if err := deleteReplicas(ctx, reps, ProcessorPartition, id); err != nil {
+func (s *Partitions) DeleteBeat(ctx context.Context, id string) error {
+	if reps := s.reps; reps != nil {
+		if err := DeleteAll(ctx, reps, ProcessorPartition, id); err != nil {
 			return fmt.Errorf("cmdq: delete the heartbeat of processor %s: %w", id, err)
 		}
 		return nil
@@ -183,10 +183,10 @@ func (s *Store) DeleteBeat(ctx context.Context, id string) error {
 // except keep's: one query of ProcessorPartition and one delete per row
 // removed; over several accounts, per account that answers, its rows
 // written before cutoff). It returns how many it deleted.
-func (s *Store) DeleteBeatsBefore(ctx context.Context, cutoff time.Time, keep string) (int, error) {
-	if reps := s.sh.reps; reps != nil {
+func (s *Partitions) DeleteBeatsBefore(ctx context.Context, cutoff time.Time, keep string) (int, error) {
+	if reps := s.reps; reps != nil {
 		rows, errs := queryReplicas(ctx, reps, ProcessorPartition)
-		if err := fromAny(errs); err != nil {
+		if err := FromAny(errs); err != nil {
 			return 0, fmt.Errorf("cmdq: read the processors' heartbeats: %w", err)
 		}
 		n, err := s.deleteBeatsBeforeShared(ctx, reps, rows, errs, func(b Beat) bool { return b.ID == keep || !b.Seen.Before(cutoff) })

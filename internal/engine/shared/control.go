@@ -1,8 +1,7 @@
-package record
+package shared
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 // cancelled, RowKey = the logical queue name; properties Paused (bool),
 // Since and By (the last pause or resume), CancelledAt (the last cancel of
 // a command that a delivery could still start from its issue's message
-// without reading it; see Store.MarkCancelling). A query of this one
+// without reading it; see MarkCancelling). A query of this one
 // partition reads every queue's row: what a processor's control read is.
 const ControlPartition = "~queues"
 
@@ -50,8 +49,8 @@ func decodeControl(e storage.Entity) QueueControl {
 // ControlPartition (one request per 1000 queues; over several accounts,
 // one per account at once, merged: see shared.go). Queues without a row
 // are missing from the map (not paused, nothing cancelled).
-func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error) {
-	if s.sh.reps != nil {
+func (s *Partitions) ReadControl(ctx context.Context) (map[string]QueueControl, error) {
+	if s.reps != nil {
 		out, err := s.readControlShared(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("cmdq: read the queues' control rows: %w", err)
@@ -85,7 +84,7 @@ func (s *Store) ReadControl(ctx context.Context) (map[string]QueueControl, error
 // one query per account) and writes the row to every account that
 // answers (one upsert each), with Since after the newest Since read, so
 // that the newest row wins whatever the writers' clocks.
-func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by string) (QueueControl, error) {
+func (s *Partitions) SetPaused(ctx context.Context, queue string, paused bool, by string) (QueueControl, error) {
 	if err := model.ValidateQueue(queue); err != nil {
 		return QueueControl{}, err
 	}
@@ -94,7 +93,7 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by str
 		verb = "resume"
 	}
 	now := s.nowUTC()
-	if s.sh.reps != nil {
+	if s.reps != nil {
 		cur, err := s.ReadControl(ctx)
 		if err != nil {
 			return QueueControl{}, fmt.Errorf("cmdq: %s queue %s: %w", verb, queue, err)
@@ -120,7 +119,7 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, by str
 // answers). A processor that reads the row afterwards loads
 // every command of the queue issued before then instead of starting it
 // from its message. It returns the time written.
-func (s *Store) MarkCancelling(ctx context.Context, queue string) (time.Time, error) {
+func (s *Partitions) MarkCancelling(ctx context.Context, queue string) (time.Time, error) {
 	now := s.nowUTC()
 	e := storage.Entity{PartitionKey: ControlPartition, RowKey: queue, Properties: map[string]any{"CancelledAt": now}}
 	if _, err := s.upsertShared(ctx, e); err != nil {
@@ -129,52 +128,13 @@ func (s *Store) MarkCancelling(ctx context.Context, queue string) (time.Time, er
 	return now, nil
 }
 
-// Cancel cancels command id for by: it loads the command (one point read)
-// and appends a cancelled event (By = by; one batch, conditional on the
-// ETag), which makes it final. On a conflict (the command was written
-// since it was loaded) it decides again on the command as reloaded: a
-// command that ended meanwhile is not cancelled. prepare, when set, is
-// called with the loaded command before each write (the caller's
-// in-process notices and waits, see cmdq.Client.Cancel); its error ends
-// Cancel with nothing written. already is true when the command was
-// cancelled before (nothing written). A command that ended otherwise
-// (completed, poisoned, discarded) gives an error wrapping
-// model.ErrNotCancellable; an unknown ID, ErrNotFound.
-func (s *Store) Cancel(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *Record) error) (rec *Record, already bool, err error) {
-	if rec, err = s.Load(ctx, id); err != nil {
-		return nil, false, err
-	}
-	for try := 0; ; try++ {
-		switch st := rec.Status.State; {
-		case st == model.StateCancelled:
-			return rec, true, nil
-		case st.Final():
-			return rec, false, fmt.Errorf("%w: command %s is %s", model.ErrNotCancellable, id, st)
-		}
-		if prepare != nil {
-			if err := prepare(ctx, rec); err != nil {
-				return nil, false, err
-			}
-		}
-		err = s.Append(ctx, rec, model.Event{Kind: model.EventCancelled, By: by})
-		if err == nil {
-			return rec, false, nil
-		}
-		var ce *ConflictError
-		if !errors.As(err, &ce) || ce.Current == nil || try >= 4 {
-			return nil, false, fmt.Errorf("cmdq: cancel command %s: %w", id, err)
-		}
-		rec = ce.Current
-	}
-}
-
 // upsertShared merges e into a row of a partition kept in every account
 // (shared.go): one upsert, or one per account (at once) over several,
 // written when one account answers. The ETag is the base table's ("" over
 // several accounts).
-func (s *Store) upsertShared(ctx context.Context, e storage.Entity) (string, error) {
-	if reps := s.sh.reps; reps != nil {
-		return "", fromAny(eachReplica(reps, func(_ int, tb storage.Table) error {
+func (s *Partitions) upsertShared(ctx context.Context, e storage.Entity) (string, error) {
+	if reps := s.reps; reps != nil {
+		return "", FromAny(Each(reps, func(_ int, tb storage.Table) error {
 			_, err := tb.Upsert(ctx, e, storage.Merge)
 			return err
 		}))
