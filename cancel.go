@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -71,7 +72,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (CancelResult, error
 // run-now: see guard.
 type firstGuard struct {
 	c      *Client
-	r      *record.Reader
+	r      *enqueue.Reader
 	marked bool
 }
 

@@ -57,10 +57,12 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
@@ -1103,8 +1105,8 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 		if err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
-		opts := record.ReconcileOptions{MarkerGrace: model.DefaultReconcileGrace, PendingGrace: model.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
-		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
+		opts := reconcile.Options{MarkerGrace: model.DefaultReconcileGrace, PendingGrace: model.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
+		if _, err := reconcile.Pass(ctx, enqueue.NewEnqueuer(e.counted, names, rec, nil), opts); err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
 		return diff(before, e.counter.Snapshot()), nil

@@ -11,9 +11,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -107,7 +109,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if rq.Hits() != 1 || rm.Hits() == 0 {
 		t.Fatalf("the proxy refused %d enqueues and %d marker writes; want one enqueue: it is sent without transport retries", rq.Hits(), rm.Hits())
 	}
-	r, err := record.OpenReader(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := enqueue.OpenReader(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +210,8 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	// The queue refuses, and so does any attempt to write the marker anew.
 	rq := px.Add(enqueueReq, faultproxy.Refuse, -1)
 	rm := px.Add(faultproxy.Match{Method: "PUT", Path: layout.UnqueuedPartition}, faultproxy.Refuse, -1)
-	opts := record.ReconcileOptions{MarkerGrace: -1}
-	rep, err := reconcile(t, ctx, through, prefix, opts, nil)
+	opts := reconcile.Options{MarkerGrace: -1}
+	rep, err := reconcilePass(t, ctx, through, prefix, opts, nil)
 	if err == nil || rep.Enqueued != 0 || rq.Hits() == 0 {
 		t.Fatalf("pass with the queue refusing: %+v %v", rep, err)
 	}
@@ -218,7 +220,7 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	}
 	px.Remove(rq)
 	px.Remove(rm)
-	rep, err = reconcile(t, ctx, through, prefix, opts, nil)
+	rep, err = reconcilePass(t, ctx, through, prefix, opts, nil)
 	if err != nil || rep.Enqueued != 1 {
 		t.Fatalf("second pass: %+v %v", rep, err)
 	}

@@ -14,9 +14,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -82,12 +84,12 @@ func (f routeFunc) CheckParams(string, []byte) error { return nil }
 
 // reconcile runs one reconciler pass on st for prefix, with the processor's
 // default graces where opts leaves them zero, waking wake (may be nil).
-func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
+func reconcilePass(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts reconcile.Options, wake func(string)) (reconcile.Report, error) {
 	t.Helper()
 	names := layout.Names{Prefix: prefix}
 	rec, err := record.Open(ctx, st, names, record.Options{Now: opts.Now})
 	if err != nil {
-		return record.ReconcileReport{}, err
+		return reconcile.Report{}, err
 	}
 	if opts.MarkerGrace == 0 {
 		opts.MarkerGrace = model.DefaultReconcileGrace
@@ -95,16 +97,16 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 	if opts.PendingGrace == 0 {
 		opts.PendingGrace = model.DefaultReconcileStaleAfter
 	}
-	enq := record.NewEnqueuer(st, names, rec, wake)
+	enq := enqueue.NewEnqueuer(st, names, rec, wake)
 	if wake != nil {
 		enq.SetWakeAt(func(q string, _ time.Time) { wake(q) }) // a recovery's message is delayed
 	}
-	return enq.Reconcile(ctx, opts)
+	return reconcile.Pass(ctx, enq, opts)
 }
 
-func reader(t *testing.T, env testenv.Env) *record.Reader {
+func reader(t *testing.T, env testenv.Env) *enqueue.Reader {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := enqueue.OpenReader(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +232,7 @@ func TestIdempotentIssue(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, env.Prefix+"-commands")), env.Store.Queued(t, env.Prefix+"-commands"); vis != 1 || all != 2 {
 			t.Fatalf("%d messages visible of %d, want the first visible and the second delayed", vis, all)
 		}
-		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.IssuerBy {
+		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != issuer.By {
 			t.Fatalf("events after the re-issue %+v, want created and requeued by the issuer", evs)
 		}
 		if len(n.get()) != 2 {
@@ -382,14 +384,14 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 			t.Fatal("message despite failed enqueue")
 		}
 		// Inside the grace period: left for later.
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{}, nil)
 		if err != nil || rep.Markers != 1 || rep.Waiting != 1 || rep.Enqueued != 0 {
 			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
 		}
 		// Past the grace period: enqueued, marker gone, Notify called.
 		later := func() time.Time { return time.Now().Add(model.DefaultReconcileGrace + time.Second) }
 		rn := &notes{}
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, rn.notify)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{Now: later}, rn.notify)
 		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
 			t.Fatalf("reconcile: %+v %v", rep, err)
 		}
@@ -397,7 +399,7 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, queue)), env.Store.Queued(t, queue); vis != 0 || all != 1 {
 			t.Fatalf("messages after reconcile: %d visible of %d, want one, delayed", vis, all)
 		}
-		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.ReconcilerBy {
+		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != reconcile.By {
 			t.Fatalf("events after reconcile %+v, want created and requeued by the reconciler", evs)
 		}
 		if _, err := r.Store.CommandsTable().Get(ctx, layout.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
@@ -408,8 +410,8 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		}
 		// Nothing left: one query.
 		env.Store.Reset()
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, nil)
-		if err != nil || rep != (record.ReconcileReport{}) {
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{Now: later}, nil)
+		if err != nil || rep != (reconcile.Report{}) {
 			t.Fatalf("idle reconcile: %+v %v", rep, err)
 		}
 		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
@@ -440,7 +442,7 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{MarkerGrace: -1}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{MarkerGrace: -1}, nil)
 		if err != nil || rep.Markers != 2 || rep.Cleared != 2 || rep.Enqueued != 0 {
 			t.Fatalf("%+v %v", rep, err)
 		}
@@ -469,13 +471,13 @@ func TestReconcilePendingScan(t *testing.T) {
 		before := env.Store.Queued(t, queue)
 
 		// Young pending commands are left alone.
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{ScanPending: true}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{ScanPending: true}, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
 			t.Fatalf("scan inside grace: %+v %v", rep, err)
 		}
 		later := time.Now().Add(model.DefaultReconcileStaleAfter + time.Minute)
-		opts := record.ReconcileOptions{ScanPending: true, Now: func() time.Time { return later }}
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		opts := reconcile.Options{ScanPending: true, Now: func() time.Time { return later }}
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {
 			t.Fatalf("scan: %+v %v", rep, err)
 		}
@@ -483,11 +485,11 @@ func TestReconcilePendingScan(t *testing.T) {
 			t.Fatalf("%d messages (%d visible), want %d and the new one delayed", all, vis, before+1)
 		}
 		evs, _ := r.Events(ctx, orphan)
-		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != record.ReconcilerBy {
+		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != reconcile.By {
 			t.Fatalf("last event %+v", last)
 		}
 		// The requeued event moved UpdatedAt: the next run does not enqueue again.
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 {
 			t.Fatalf("second scan: %+v %v", rep, err)
 		}
@@ -496,7 +498,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		// table, and the base table that holds the UUIDv4 orphan).
 		env.Store.Reset()
 		opts.SkipMarkers = true
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Markers != 0 || rep.Scanned != 2 || env.Store.Total() != 2 {
 			t.Fatalf("scan-only pass: %+v %v, cost %s (want 2 queries: day table and base table)", rep, err, env.Store)
 		}

@@ -10,11 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
+
+// By is the By recorded on the requeued events of the Issuer's recovery
+// enqueues (re-issues of a pending command, background retries).
+const By = "issuer"
 
 // Router routes command types to logical queues: QueueOf returns the queue
 // of a type it knows. *registry.Registry implements it (registered and
@@ -185,7 +190,7 @@ type Issuer struct {
 
 	mu  sync.Mutex
 	rec *record.Store
-	enq *record.Enqueuer
+	enq *enqueue.Enqueuer
 
 	retry retrier // background retries of failed enqueues
 }
@@ -249,7 +254,7 @@ func (i *Issuer) Close() error {
 
 // log returns the commands log and the enqueue path, opening the tables on
 // first use.
-func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, error) {
+func (i *Issuer) log(ctx context.Context) (*record.Store, *enqueue.Enqueuer, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.rec != nil {
@@ -259,11 +264,11 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
-	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	i.rec, i.enq = s, enqueue.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
 	i.enq.SetWakeAt(i.opts.WakeAt)
 	i.enq.SetHorizon(i.opts.HopHorizon)
 	if h := i.opts.HandOff; h != nil {
-		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
+		i.enq.SetHandOff(func(queue, cmdType string) enqueue.Slot {
 			if slot := h(queue, cmdType); slot != nil {
 				return slot
 			}
@@ -583,7 +588,7 @@ const (
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env layout.Envelope, enqueued bool, err error) (model.Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, pc prepared, env layout.Envelope, enqueued bool, err error) (model.Result, error) {
 	nc := pc.NewCommand
 	id := nc.ID
 	res := model.Result{ID: id, Queue: nc.Queue}
@@ -653,7 +658,7 @@ func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
 // for the reconciler and returns model.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // model.ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env layout.Envelope, queue string) error {
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, env layout.Envelope, queue string) error {
 	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
 		return nil
@@ -664,10 +669,10 @@ func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqu
 // recover re-enqueues the stored command rec (pending, never started) as a
 // recovery (record.Enqueuer.Recover). If that fails it marks the command,
 // as enqueue.
-func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *record.Enqueuer, rec *record.Record, note string) error {
+func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, rec *record.Record, note string) error {
 	// Again on a conflict with another recovery: the client was told it
 	// is accepted only once a message is on its way.
-	_, _, err := enq.Recover(ctx, rec, record.IssuerBy, note, true)
+	_, _, err := enq.Recover(ctx, rec, By, note, true)
 	if err == nil {
 		return nil
 	}

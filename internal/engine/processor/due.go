@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 )
 
 // Due means due (docs/processor.md, "Waking when a delay ends"): a
@@ -163,7 +163,7 @@ func latest(a, b time.Time) time.Time {
 // poller dequeues that shard first; else qr's name.
 func (p *Processor) wakeName(qr *queueRunner, msgID string) string {
 	if qr.shards > 1 {
-		return p.names.ShardQueue(qr.name, record.ShardOf(msgID))
+		return p.names.ShardQueue(qr.name, enqueue.ShardOf(msgID))
 	}
 	return qr.name
 }

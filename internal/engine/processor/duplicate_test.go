@@ -10,7 +10,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/instrument"
@@ -189,7 +189,7 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: record.ReconcilerBy}); err != nil {
+		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: reconcile.By}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.queue("commands").Enqueue(context.Background(), layout.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
@@ -197,7 +198,7 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if requeued, enqueued, err := record.NewEnqueuer(e.store, names, rs, nil).Recover(ctx, rec, "test", "second message", false); err != nil || !requeued || !enqueued {
+		if requeued, enqueued, err := enqueue.NewEnqueuer(e.store, names, rs, nil).Recover(ctx, rec, "test", "second message", false); err != nil || !requeued || !enqueued {
 			t.Fatalf("recover: %v %v %v", requeued, enqueued, err)
 		}
 		start(t, p)
@@ -253,7 +254,7 @@ func TestFastPathTwoProcessors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		enq := record.NewEnqueuer(e.store, names, rs, nil)
+		enq := enqueue.NewEnqueuer(e.store, names, rs, nil)
 		iss := e.issuer(func(q string) { p1.Notify(q); p2.Notify(q) })
 		const n = 40
 		ids := make([]string, n)

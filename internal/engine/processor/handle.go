@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -142,7 +143,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// however early its message shows up (docs/lifecycle.md,
 		// "Scheduled commands").
 		wait := time.Until(rec.Status.RunAt)
-		if record.Due(rec.Status, time.Now()) || wait <= 0 {
+		if enqueue.Due(rec.Status, time.Now()) || wait <= 0 {
 			break
 		}
 		if wait > holdLimit {

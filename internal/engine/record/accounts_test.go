@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -60,7 +62,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	names := layout.Names{Prefix: prefix}
 	c := newClock(day0)
 	before := members(2, time.Time{})
-	r1, err := record.OpenReader(ctx, before, names, record.Options{Now: c.now}, nil)
+	r1, err := enqueue.OpenReader(ctx, before, names, record.Options{Now: c.now}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	}
 
 	after := members(3, day0.Truncate(day).Add(3*day))
-	r2, err := record.OpenReader(ctx, after, names, record.Options{Now: c.now}, nil)
+	r2, err := enqueue.OpenReader(ctx, after, names, record.Options{Now: c.now}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if e, err := storage.ReplicasOf(r2.CommandsTable())[2].Get(ctx, shared.ControlPartition, "held"); err != nil || e.Properties["Paused"] != true {
 		t.Fatalf("the new account's control row of held after a read: %v, %v; want paused", e.Properties, err)
 	}
-	rrep, err := r2.Reconcile(ctx, record.ReconcileOptions{MarkerGrace: time.Hour, Now: c.now})
+	rrep, err := reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{MarkerGrace: time.Hour, Now: c.now})
 	if err != nil || rrep.Markers != 1 || rrep.Waiting != 1 {
 		t.Fatalf("reconcile after the account was added: %+v, %v; want the marker made before found (waiting its grace)", rrep, err)
 	}

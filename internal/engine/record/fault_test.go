@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -35,7 +36,7 @@ func TestRequeueNotStrandedWhenQueueAndMarkerFail(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
 	names := layout.Names{Prefix: "t" + uuid.NewString()[:8]}
-	r, err := record.OpenReader(ctx, st, names, record.Options{}, nil)
+	r, err := enqueue.OpenReader(ctx, st, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	names := layout.Names{Prefix: "t" + uuid.NewString()[:8]}
 	issued := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 	now := issued
-	r, err := record.OpenReader(ctx, st, names, record.Options{Now: func() time.Time { return now }}, nil)
+	r, err := enqueue.OpenReader(ctx, st, names, record.Options{Now: func() time.Time { return now }}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func (s *Store) Get(ctx context.Context, id string) (model.Status, error) {
 	if err != nil {
 		return model.Status{}, err
 	}
-	return decodeStatus(e).AsOf(s.now()), nil
+	return DecodeStatus(e).AsOf(s.now()), nil
 }
 
 // Now returns the Store's clock (Options.Now).
@@ -34,7 +34,7 @@ func (s *Store) Now() time.Time { return s.now() }
 // listedStatus is a command's status in a listing: without its recorded
 // output (up to model.MaxOutputBytes each; Get returns it).
 func listedStatus(e storage.Entity) model.Status {
-	st := decodeStatus(e)
+	st := DecodeStatus(e)
 	st.Output = ""
 	return st
 }
@@ -146,7 +146,7 @@ func (s *Store) ListPoison(ctx context.Context, q model.PoisonQuery) (model.Pois
 			return model.PoisonPage{}, fmt.Errorf("cmdq: list poison: %w", err)
 		}
 		for _, e := range page.Entities {
-			p := decodePoison(e)
+			p := DecodePoison(e)
 			if q.Type == "" || p.Type == q.Type {
 				all = append(all, p)
 			}
@@ -187,10 +187,10 @@ func (s *Store) GetPoison(ctx context.Context, id string) (model.PoisonEntry, er
 		}
 		return model.PoisonEntry{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
 	}
-	return decodePoison(e), nil
+	return DecodePoison(e), nil
 }
 
-// loadPoisoned checks that id has a poison entry and a poisoned projection,
+// LoadPoisoned checks that id has a poison entry and a poisoned projection,
 // and returns both. For a command that is not poisoned it returns
 // ErrNotPoisoned and removes the entry as stale, except in two cases:
 //   - the command is pending and never started: a requeue in progress, or
@@ -198,7 +198,7 @@ func (s *Store) GetPoison(ctx context.Context, id string) (model.PoisonEntry, er
 //     resume it is returned (Requeue retries it); without, its entry stays;
 //   - the command is not final and at or before the attempt the entry
 //     names: a poison move in progress; its entry stays.
-func (s *Store) loadPoisoned(ctx context.Context, id string, resume bool) (*Record, model.PoisonEntry, error) {
+func (s *Store) LoadPoisoned(ctx context.Context, id string, resume bool) (*Record, model.PoisonEntry, error) {
 	entry, err := s.GetPoison(ctx, id)
 	if err != nil {
 		return nil, entry, err
@@ -248,7 +248,7 @@ func (s *Store) deletePoison(ctx context.Context, id string) error {
 // stored command (a malformed message, or one naming a command that was never
 // stored) is simply removed.
 func (s *Store) Discard(ctx context.Context, id, by string) error {
-	rec, _, err := s.loadPoisoned(ctx, id, false)
+	rec, _, err := s.LoadPoisoned(ctx, id, false)
 	if errors.Is(err, model.ErrNoCommand) {
 		// A malformed message or one naming no stored command: there is no
 		// command to record the discard on, only the entry to remove.
@@ -289,11 +289,11 @@ func (s *Store) ListCommands(ctx context.Context, q model.CommandQuery) (model.C
 	// The tables are read one after the other (the day tables, oldest
 	// first, then the base table); with day tables the continuation names
 	// the table it continues ("<table>|<storage continuation>").
-	names, err := s.tables.all(ctx)
+	names, err := s.tables.All(ctx)
 	if err != nil {
 		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 	}
-	routed := s.tables.routed()
+	routed := s.tables.Routed()
 	ti, cont := 0, q.Continuation
 	if routed && q.Continuation != "" {
 		name, c, ok := strings.Cut(q.Continuation, "|")
@@ -324,7 +324,7 @@ func (s *Store) ListCommands(ctx context.Context, q model.CommandQuery) (model.C
 	rows := 0
 	now := s.now()
 	for ; ti < len(names); ti, cont = ti+1, "" {
-		tb, err := s.tables.table(ctx, names[ti])
+		tb, err := s.tables.Table(ctx, names[ti])
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -516,7 +516,7 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 	started := map[string]time.Time{}
 	rows, partial := 0, false
 	var part partition // the command whose rows are being read (its row comes first)
-	names, err := s.tables.all(ctx)
+	names, err := s.tables.All(ctx)
 	if err != nil {
 		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
 	}
@@ -529,7 +529,7 @@ func (s *Store) listAll(ctx context.Context, q model.CommandQuery, limit int) (m
 	tb := s.commands
 	next := func() bool {
 		for ; ti < len(names); ti++ {
-			t, err := s.tables.table(ctx, names[ti])
+			t, err := s.tables.Table(ctx, names[ti])
 			if err == nil {
 				tb = t
 				ti++

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -28,9 +29,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
+func open(t *testing.T, env testenv.Env) (*enqueue.Reader, *record.Store) {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := enqueue.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader: %v", err)
 	}

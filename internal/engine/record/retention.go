@@ -198,7 +198,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 	if opts.Retention != nil {
 		pol = opts.Retention.withDefaults()
 	}
-	if !s.tables.routed() {
+	if !s.tables.Routed() {
 		return rep, nil
 	}
 	h := pol.horizonDays()
@@ -214,7 +214,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 	if err != nil {
 		return rep, fmt.Errorf("cmdq: sweep %s: %w", s.commands.Name(), err)
 	}
-	days, err := s.tables.dayTables(ctx, true)
+	days, err := s.tables.List(ctx, true)
 	rep.Calls++
 	if err != nil {
 		return rep, err
@@ -226,7 +226,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepReport, erro
 	for _, name := range days {
 		if !registered[name] {
 			rep.Calls++
-			if err := s.tables.register(ctx, name); err != nil {
+			if err := s.tables.Register(ctx, name); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -319,7 +319,7 @@ func scheduledBeyond(e storage.Entity, now time.Time) bool {
 }
 
 func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, now time.Time, rep *SweepReport) error {
-	tb, err := s.tables.table(ctx, name)
+	tb, err := s.tables.Table(ctx, name)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil // dropped by another sweeper
 	}
@@ -370,7 +370,7 @@ func (s *Store) sweepDay(ctx context.Context, name string, pol RetentionPolicy, 
 	}
 	err = s.tables.st.DeleteTable(ctx, name)
 	rep.Calls++
-	s.tables.forget(name)
+	s.tables.Forget(name)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("cmdq: sweep: drop %s: %w", name, err)
 	}

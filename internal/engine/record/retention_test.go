@@ -13,8 +13,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -35,9 +37,9 @@ var day0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
 const day = 24 * time.Hour
 
-func openAt(t *testing.T, env testenv.Env, c *clock) *record.Reader {
+func openAt(t *testing.T, env testenv.Env, c *clock) *enqueue.Reader {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now}, nil)
+	r, err := enqueue.OpenReader(ctxT(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader: %v", err)
 	}
@@ -282,7 +284,7 @@ func TestSweepPerTypeRetention(t *testing.T) {
 			}
 			return 0, 0
 		}, Min: time.Hour}
-		r, err := record.OpenReader(ctx, env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now, Retention: pol}, nil)
+		r, err := enqueue.OpenReader(ctx, env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Now: c.now, Retention: pol}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,14 +455,14 @@ func TestRetentionCost(t *testing.T) {
 		cs := &countingStore{Counting: env.Store, extra: map[string]int{}, created: map[string]bool{}}
 		c := newClock(day0)
 		names := layout.Names{Prefix: env.Prefix}
-		r, err := record.OpenReader(ctx, cs, names, record.Options{Now: c.now}, nil)
+		r, err := enqueue.OpenReader(ctx, cs, names, record.Options{Now: c.now}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Idle, empty deployment: the daily pending scan is one query (the
 		// day tables are registered in the base table it reads).
 		cs.reset()
-		rep, err := r.Reconcile(ctx, record.ReconcileOptions{ScanPending: true, SkipMarkers: true, Now: c.now})
+		rep, err := reconcile.Pass(ctx, r.Enqueuer, reconcile.Options{ScanPending: true, SkipMarkers: true, Now: c.now})
 		if err != nil || cs.total() != 1 {
 			t.Fatalf("idle pending scan: %+v %v, cost %s, want 1 call", rep, err, cs)
 		}
@@ -494,7 +496,7 @@ func TestRetentionCost(t *testing.T) {
 		}
 		// Afterwards the idle scan is one call again.
 		cs.reset()
-		if _, err := r.Reconcile(ctx, record.ReconcileOptions{ScanPending: true, SkipMarkers: true, Now: c.now}); err != nil || cs.total() != 1 {
+		if _, err := reconcile.Pass(ctx, r.Enqueuer, reconcile.Options{ScanPending: true, SkipMarkers: true, Now: c.now}); err != nil || cs.total() != 1 {
 			t.Fatalf("idle pending scan after the sweep: %v, cost %s, want 1 call", err, cs)
 		}
 	})

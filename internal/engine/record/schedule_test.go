@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
@@ -56,7 +58,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		// Due: it runs from the base table, and its record is written there.
 		c.set(runAt.Add(time.Minute))
 		rec, err := r.Load(ctx, far)
-		if err != nil || !record.Due(rec.Status, c.now()) {
+		if err != nil || !enqueue.Due(rec.Status, c.now()) {
 			t.Fatalf("at its time: %+v %v, want due", rec, err)
 		}
 		if err := r.Append(ctx, rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
@@ -90,15 +92,15 @@ func TestReconcileLeavesScheduled(t *testing.T) {
 		r := openAt(t, env, c)
 		runAt := c.now().Add(2 * time.Hour)
 		id := issueScheduled(t, r.Store, c, runAt)
-		opts := record.ReconcileOptions{ScanPending: true, SkipMarkers: true, PendingGrace: model.DefaultReconcileStaleAfter, Now: c.now}
+		opts := reconcile.Options{ScanPending: true, SkipMarkers: true, PendingGrace: model.DefaultReconcileStaleAfter, Now: c.now}
 
 		c.add(time.Hour)
-		rep, err := r.Reconcile(ctx, opts)
+		rep, err := reconcile.Pass(ctx, r.Enqueuer, opts)
 		if err != nil || rep.Scanned != 1 || rep.Enqueued != 0 {
 			t.Fatalf("scan an hour before its time: %+v %v, want it left alone", rep, err)
 		}
 		c.set(runAt.Add(20 * time.Minute))
-		rep, err = r.Reconcile(ctx, opts)
+		rep, err = reconcile.Pass(ctx, r.Enqueuer, opts)
 		if err != nil || rep.Enqueued != 1 {
 			t.Fatalf("scan 20 minutes after its time: %+v %v, want it re-enqueued", rep, err)
 		}

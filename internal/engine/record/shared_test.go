@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -56,7 +58,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	}
 	names := layout.Names{Prefix: fmt.Sprintf("sh%d", time.Now().UnixNano()%1e9)}
 	before := spread()
-	r1, err := record.OpenReader(ctx, before, names, record.Options{}, nil)
+	r1, err := enqueue.OpenReader(ctx, before, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 
 	px.Refuse(t)
 	during := spread()
-	r2, err := record.OpenReader(ctx, during, names, record.Options{}, nil)
+	r2, err := enqueue.OpenReader(ctx, during, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader with the first account down: %v", err)
 	}
@@ -123,7 +125,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	if err != nil || !again.Since.Equal(sched.Since) {
 		t.Fatalf("schedule with the first account down: %+v, %v; want Since %s kept", again, err, sched.Since)
 	}
-	rep, err := r2.Reconcile(ctx, record.ReconcileOptions{})
+	rep, err := reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{})
 	if !errors.Is(err, storage.ErrUnavailable) {
 		t.Fatalf("reconcile with the first account down: %v, want the first account's command's load to fail as unavailable", err)
 	}
@@ -147,7 +149,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 			t.Fatalf("the first account did not come back: %v", err)
 		}
 	}
-	rep, err = r2.Reconcile(ctx, record.ReconcileOptions{ScanPending: false})
+	rep, err = reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{ScanPending: false})
 	if err != nil || rep.Enqueued != 1 || rep.Unavailable != 0 {
 		t.Fatalf("reconcile after the return: %+v, %v; want the first account's command enqueued", rep, err)
 	}
@@ -175,7 +177,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 		t.Fatalf("the first account's row of held after a read: %v, %v; want the cancel mark", row.Properties, err)
 	}
 	// Both accounts register the day table; the scan reads it once.
-	rep, err = r2.Reconcile(ctx, record.ReconcileOptions{ScanPending: true, SkipMarkers: true, PendingGrace: time.Hour})
+	rep, err = reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{ScanPending: true, SkipMarkers: true, PendingGrace: time.Hour})
 	if err != nil || rep.DayTables != 1 {
 		t.Fatalf("pending scan: %+v, %v; want one day table", rep, err)
 	}

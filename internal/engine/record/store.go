@@ -137,7 +137,7 @@ type Store struct {
 	now                func() time.Time
 	changed            func(model.Status, []model.Event)
 	recovery           func(cmdType string) time.Duration
-	tables             *tables
+	tables             *Tables
 	retention          RetentionPolicy
 	*shared.Partitions // the shared partitions (over several accounts: shared.go)
 }
@@ -151,7 +151,7 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	}
 	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults(),
 		Partitions: shared.New(commands, now)}
-	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
+	s.tables = &Tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
 	return s
 }
 
@@ -200,6 +200,10 @@ func (s *Store) CommandsTable() storage.Table { return s.commands }
 
 // PoisonTable returns the poison table.
 func (s *Store) PoisonTable() storage.Table { return s.poison }
+
+// Tables returns the commands tables: the base table and the day tables,
+// and which holds a command.
+func (s *Store) Tables() *Tables { return s.tables }
 
 func (s *Store) nowUTC() time.Time { return layout.Millis(s.now()) }
 
@@ -253,7 +257,7 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 	if err != nil {
 		return "", err
 	}
-	tb, err := s.tables.forWrite(ctx, c.ID)
+	tb, err := s.tables.ForWrite(ctx, c.ID)
 	if err != nil {
 		return "", createErr(c.ID, err)
 	}
@@ -281,7 +285,7 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	if err != nil {
 		return err
 	}
-	tb, err := s.tables.forWrite(ctx, c.ID)
+	tb, err := s.tables.ForWrite(ctx, c.ID)
 	if err != nil {
 		return createErr(c.ID, err)
 	}
@@ -586,8 +590,8 @@ func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error)
 	return tb, nil
 }
 
-// decodeStatus reads the status (identity and projection) from a command row.
-func decodeStatus(e storage.Entity) model.Status {
+// DecodeStatus reads the status (identity and projection) from a command row.
+func DecodeStatus(e storage.Entity) model.Status {
 	return model.Status{
 		ID:            e.PartitionKey,
 		Type:          layout.StrProp(e, "Type"),
@@ -658,7 +662,7 @@ func decodeRecord(e storage.Entity) *Record {
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:      decodeStatus(e),
+		Status:      DecodeStatus(e),
 		Params:      params,
 		ParamsHash:  layout.StrProp(e, "ParamsHash"),
 		IssuedAt:    layout.TimeProp(e, "IssuedAt"),
@@ -865,7 +869,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		return nil
 	}
 	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) &&
-		!(errors.Is(err, storage.ErrNotFound) && s.tables.routed()) {
+		!(errors.Is(err, storage.ErrNotFound) && s.tables.Routed()) {
 		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
 	}
 	// (With day tables, a command row gone from its table was moved to the
@@ -916,7 +920,9 @@ func etagOrAny(etag string) string {
 	return etag
 }
 
-func poisonEntity(p model.PoisonEntry) storage.Entity {
+// PoisonEntity returns the poison table's entry p (one row per command,
+// PartitionKey the command ID, RowKey "").
+func PoisonEntity(p model.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
 		"CommandID":     p.CommandID,
 		"Type":          p.Type,
@@ -945,7 +951,8 @@ func paramsPreview(params []byte) string {
 	return string(cut) + "…"
 }
 
-func decodePoison(e storage.Entity) model.PoisonEntry {
+// DecodePoison reads a poison table entry (PoisonEntity).
+func DecodePoison(e storage.Entity) model.PoisonEntry {
 	id := layout.StrProp(e, "CommandID")
 	if id == "" {
 		id = e.PartitionKey
@@ -1014,7 +1021,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 			entry.LastError = rec.LastError
 		}
 	}
-	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
+	if _, err := s.poison.Upsert(ctx, PoisonEntity(entry), storage.Replace); err != nil {
 		return fmt.Errorf("cmdq: write poison entry for command %s: %w", rec.ID, err)
 	}
 	evs := make([]model.Event, 0, len(events)+1)

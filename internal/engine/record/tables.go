@@ -13,13 +13,13 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// tables finds the table of a command ID (docs/lifecycle.md, "Retention"):
+// Tables finds the table of a command ID (docs/lifecycle.md, "Retention"):
 // its day table when the ID carries a day, else the base table. Day tables
 // are created on first write (one Table call per process and day table:
 // Azure's Create Table, cached), never on a read: a read of an old day
 // opens the table without creating it, so it cannot bring back a table
 // that retention dropped.
-type tables struct {
+type Tables struct {
 	st    storage.Store // nil: every command is in the base table
 	names layout.Names
 	base  storage.Table
@@ -31,14 +31,14 @@ type tables struct {
 
 	mu   sync.Mutex
 	open map[string]storage.Table // day tables created or found, by name
-	list []string                 // the last listing (see all)
+	list []string                 // the last listing (see List)
 	at   time.Time                // when list was read
 }
 
-// register upserts the registration of day table name into the base
+// Register upserts the registration of day table name into the base
 // table (over several accounts, into every account that answers, at once:
 // shared.go).
-func (t *tables) register(ctx context.Context, name string) error {
+func (t *Tables) Register(ctx context.Context, name string) error {
 	e := storage.Entity{PartitionKey: layout.DaysPartition, RowKey: layout.DayRowPrefix + name, Properties: map[string]any{"Table": name}}
 	var err error
 	if reps := storage.ReplicasOf(t.base); reps != nil {
@@ -59,12 +59,18 @@ func (t *tables) register(ctx context.Context, name string) error {
 // and the reconciler's scan (tables this process creates are added at once).
 const listTTL = time.Minute
 
-func (t *tables) routed() bool { return t.st != nil }
+// Routed reports whether commands are routed to day tables (false: a
+// Store made by New without Options.Store keeps every command in the base
+// table).
+func (t *Tables) Routed() bool { return t.st != nil }
 
-// forWrite returns the table to create command id in (creating its day
+// Names returns the storage names the tables are named by.
+func (t *Tables) Names() layout.Names { return t.names }
+
+// ForWrite returns the table to create command id in (creating its day
 // table on first use).
-func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error) {
-	if !t.routed() {
+func (t *Tables) ForWrite(ctx context.Context, id string) (storage.Table, error) {
+	if !t.Routed() {
 		return t.base, nil
 	}
 	name := t.names.TableOf(id)
@@ -82,7 +88,7 @@ func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error)
 	// Registered first: a crash in between leaves a registration of a
 	// table that does not exist (skipped, and removed by the sweep), never
 	// a table nobody scans. Both calls are made once per process and day.
-	if err := t.register(ctx, name); err != nil {
+	if err := t.Register(ctx, name); err != nil {
 		return nil, err
 	}
 	tb, err := t.st.Table(ctx, name)
@@ -103,13 +109,13 @@ func (t *tables) forWrite(ctx context.Context, id string) (storage.Table, error)
 
 // recreate forgets the cached handle of id's day table and creates the
 // table again (a write found it missing: dropped by hand, or an old handle).
-func (t *tables) recreate(ctx context.Context, id string) (storage.Table, error) {
-	t.forget(t.names.TableOf(id))
-	return t.forWrite(ctx, id)
+func (t *Tables) recreate(ctx context.Context, id string) (storage.Table, error) {
+	t.Forget(t.names.TableOf(id))
+	return t.ForWrite(ctx, id)
 }
 
-// forget drops the cached handle of a table (after DeleteTable).
-func (t *tables) forget(name string) {
+// Forget drops the cached handle of a table (after DeleteTable).
+func (t *Tables) Forget(name string) {
 	t.mu.Lock()
 	delete(t.open, name)
 	for i, n := range t.list {
@@ -125,8 +131,8 @@ func (t *tables) forget(name string) {
 // table may not exist (its calls then give storage.ErrNotFound), or
 // (nil, true, nil) when the driver knows it does not exist. It returns
 // (nil, false, nil) for an ID without a day: read the base table.
-func (t *tables) forRead(ctx context.Context, id string) (storage.Table, bool, error) {
-	if !t.routed() {
+func (t *Tables) forRead(ctx context.Context, id string) (storage.Table, bool, error) {
+	if !t.Routed() {
 		return nil, false, nil
 	}
 	name := t.names.TableOf(id)
@@ -149,10 +155,10 @@ func (t *tables) forRead(ctx context.Context, id string) (storage.Table, bool, e
 	return tb, true, nil
 }
 
-// dayTables lists the existing day tables of the prefix, oldest first (one
+// List lists the existing day tables of the prefix, oldest first (one
 // Tables call, reused for listTTL unless fresh).
-func (t *tables) dayTables(ctx context.Context, fresh bool) ([]string, error) {
-	if !t.routed() {
+func (t *Tables) List(ctx context.Context, fresh bool) ([]string, error) {
+	if !t.Routed() {
 		return nil, nil
 	}
 	t.mu.Lock()
@@ -179,10 +185,10 @@ func (t *tables) dayTables(ctx context.Context, fresh bool) ([]string, error) {
 	return append([]string(nil), days...), nil
 }
 
-// table returns a handle on an existing table by name (the base table,
+// Table returns a handle on an existing table by name (the base table,
 // a cached day table, or one opened without creating it).
-func (t *tables) table(ctx context.Context, name string) (storage.Table, error) {
-	if name == t.base.Name() || !t.routed() {
+func (t *Tables) Table(ctx context.Context, name string) (storage.Table, error) {
+	if name == t.base.Name() || !t.Routed() {
 		return t.base, nil
 	}
 	if tb, ok := t.cached(name); ok {
@@ -192,36 +198,19 @@ func (t *tables) table(ctx context.Context, name string) (storage.Table, error) 
 }
 
 // cached returns the handle of table name this process opened, if any.
-func (t *tables) cached(name string) (storage.Table, bool) {
+func (t *Tables) cached(name string) (storage.Table, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tb, ok := t.open[name]
 	return tb, ok
 }
 
-// all returns the commands tables to read in a whole-store listing: the
+// All returns the commands tables to read in a whole-store listing: the
 // day tables, oldest first, then the base table.
-func (t *tables) all(ctx context.Context) ([]string, error) {
-	days, err := t.dayTables(ctx, false)
+func (t *Tables) All(ctx context.Context) ([]string, error) {
+	days, err := t.List(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	return append(days, t.base.Name()), nil
-}
-
-// openDay opens day table name for the pending scan (nil when it does not
-// exist).
-func (s *Store) openDay(ctx context.Context, name string, errs *[]error) storage.Table {
-	if _, ok := s.tables.names.ParseDayTable(name); !ok {
-		return nil
-	}
-	tb, err := s.tables.table(ctx, name)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		*errs = append(*errs, fmt.Errorf("cmdq: reconcile: open %s: %w", name, err))
-		return nil
-	}
-	return tb
 }

@@ -1,4 +1,4 @@
-package record
+package enqueue
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // RunNow makes command id, scheduled or retrying, due now, for by
@@ -41,29 +42,29 @@ import (
 // reconciler and gives an error wrapping model.ErrEnqueueFailed, with
 // rec: the requeue is recorded and the command runs (the reconciler
 // enqueues it, or its old message comes at its old time).
-func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *Record) error) (*Record, error) {
+func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx context.Context, rec *record.Record) error) (*record.Record, error) {
 	s := e.rec
 	rec, err := s.Load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	for try := 0; ; try++ {
-		if err := Waiting(rec, s.now()); err != nil {
+		if err := Waiting(rec, s.Now()); err != nil {
 			return rec, err
 		}
-		was := rec.Status.AsOf(s.now()).State
+		was := rec.Status.AsOf(s.Now()).State
 		if prepare != nil {
 			if err := prepare(ctx, rec); err != nil {
 				return nil, err
 			}
 		}
-		now := s.nowUTC()
+		now := layout.Millis(s.Now())
 		err = s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, RunAt: now,
 			Note: fmt.Sprintf("run now: was %s, due %s", was, rec.Status.RunAt.Format(time.RFC3339))})
 		if err == nil {
 			break
 		}
-		var ce *ConflictError
+		var ce *record.ConflictError
 		if !errors.As(err, &ce) || ce.Current == nil || try >= 4 {
 			return nil, fmt.Errorf("cmdq: run command %s now: %w", id, err)
 		}
@@ -82,7 +83,7 @@ func (e *Enqueuer) RunNow(ctx context.Context, id, by string, prepare func(ctx c
 // may make it due now): pending with a run-at time, or retrying with its
 // next attempt's due time, more than model.MaxClockSkew after now.
 // Otherwise an error wrapping model.ErrNotWaiting that says why.
-func Waiting(rec *Record, now time.Time) error {
+func Waiting(rec *record.Record, now time.Time) error {
 	st := rec.Status
 	switch {
 	case st.State != model.StatePending && st.State != model.StateRetrying:

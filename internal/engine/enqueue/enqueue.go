@@ -1,4 +1,4 @@
-package record
+package enqueue
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -25,7 +26,7 @@ import (
 type Enqueuer struct {
 	st      storage.Store
 	names   layout.Names
-	rec     *Store
+	rec     *record.Store
 	wake    func(queue string)
 	wakeAt  func(queue string, at time.Time)
 	handOff func(queue, cmdType string) Slot
@@ -39,7 +40,7 @@ type Enqueuer struct {
 // rec for the commands' records and markers. wake, if not nil, is called
 // with the logical queue after every message put on it; it must not block
 // (processor.Processor.Notify).
-func NewEnqueuer(st storage.Store, names layout.Names, rec *Store, wake func(queue string)) *Enqueuer {
+func NewEnqueuer(st storage.Store, names layout.Names, rec *record.Store, wake func(queue string)) *Enqueuer {
 	return &Enqueuer{st: st, names: names, rec: rec, wake: wake, horizon: storage.MaxVisibility, queues: map[string]storage.Queue{}}
 }
 
@@ -110,6 +111,10 @@ func (e *Enqueuer) slot(queue, cmdType string) Slot {
 	}
 	return e.handOff(queue, cmdType)
 }
+
+// Store returns the store of the commands the Enqueuer enqueues (their
+// records and markers).
+func (e *Enqueuer) Store() *record.Store { return e.rec }
 
 // Names returns the storage names the Enqueuer uses.
 func (e *Enqueuer) Names() layout.Names { return e.names }
@@ -192,7 +197,7 @@ func (e *Enqueuer) sentDelayed(queue, id string, at time.Time, d time.Duration, 
 // enqueues env, the issue's own message (EnqueueEnvelope). env carries what
 // the first delivery needs to run without loading the command
 // (FirstEnvelope). Errors are Store.Create's.
-func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env layout.Envelope, enqueued bool, err error) {
+func (e *Enqueuer) Create(ctx context.Context, nc record.NewCommand) (env layout.Envelope, enqueued bool, err error) {
 	nc = e.rec.StampIssued(nc)
 	if _, ok := e.st.(storage.Combiner); !ok {
 		etag, err := e.rec.CreateETag(ctx, nc)
@@ -208,7 +213,7 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env layout.Envelo
 			return e.createHandOff(ctx, nc, slot)
 		}
 	}
-	errs, _ := e.CreateMany(ctx, []NewCommand{nc})
+	errs, _ := e.CreateMany(ctx, []record.NewCommand{nc})
 	if errs[0] != nil {
 		return layout.Envelope{}, false, errs[0]
 	}
@@ -219,22 +224,22 @@ func (e *Enqueuer) Create(ctx context.Context, nc NewCommand) (env layout.Envelo
 // command and its message, invisible for the slot's visibility and marked
 // handed off, in one durable write; the message is then handed to the
 // slot (no wake-up: nothing to dequeue).
-func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) (layout.Envelope, bool, error) {
+func (e *Enqueuer) createHandOff(ctx context.Context, nc record.NewCommand, slot Slot) (layout.Envelope, bool, error) {
 	cb := e.st.(storage.Combiner)
 	ops, err := e.rec.CreateOps(nc)
 	if err != nil {
 		slot.Cancel()
 		return layout.Envelope{}, false, err
 	}
-	tb, err := e.rec.tables.forWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
+	tb, err := e.rec.Tables().ForWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
 	if err != nil {
 		slot.Cancel()
-		return layout.Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, record.CreateErr(nc.ID, err)
 	}
 	qname, shard, err := e.combinedQueue(ctx, nc.Queue)
 	if err != nil {
 		slot.Cancel()
-		return layout.Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, record.CreateErr(nc.ID, err)
 	}
 	var text string
 	item := storage.CombinedItem{PartitionKey: nc.ID, Ops: ops, TextFunc: func(etags []string) string {
@@ -250,7 +255,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 	}
 	if err != nil {
 		slot.Cancel()
-		return layout.Envelope{}, false, CreateErr(nc.ID, err)
+		return layout.Envelope{}, false, record.CreateErr(nc.ID, err)
 	}
 	m := res[0].Message
 	m.ID = shardID(shard, m.ID)
@@ -265,7 +270,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc NewCommand, slot Slot) 
 // stores). errs[i] is ncs[i]'s error (as Create's; nil: stored and
 // enqueued). ok is false on a store that cannot: nothing is written and
 // the caller issues them one by one. Commands must have distinct IDs.
-func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []error, ok bool) {
+func (e *Enqueuer) CreateMany(ctx context.Context, ncs []record.NewCommand) (errs []error, ok bool) {
 	cb, isCombiner := e.st.(storage.Combiner)
 	if !isCombiner {
 		return nil, false
@@ -281,9 +286,9 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 	byGroup := map[group][]int{}
 	var groups []group
 	for i, nc := range ncs {
-		tb, err := e.rec.tables.forWrite(ctx, nc.ID)
+		tb, err := e.rec.Tables().ForWrite(ctx, nc.ID)
 		if err != nil {
-			errs[i] = CreateErr(nc.ID, err)
+			errs[i] = record.CreateErr(nc.ID, err)
 			continue
 		}
 		g := group{nc.Queue, tb.Name(), layout.Millis(nc.RunAt)}
@@ -322,9 +327,9 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []NewCommand) (errs []err
 		for k, i := range sent {
 			switch {
 			case err != nil:
-				errs[i] = CreateErr(ncs[i].ID, err)
+				errs[i] = record.CreateErr(ncs[i].ID, err)
 			case res[k].Err != nil:
-				errs[i] = CreateErr(ncs[i].ID, res[k].Err)
+				errs[i] = record.CreateErr(ncs[i].ID, res[k].Err)
 			default:
 				any = true
 			}
@@ -445,7 +450,7 @@ func (e *Enqueuer) Hop(ctx context.Context, id, text, queue string, due time.Tim
 // that the second is deleted unrun. See docs/lifecycle.md, "Duplicate
 // messages". requeued reports the requeued event written, enqueued the
 // message sent. Cost: 1 batch + 1 enqueue (+ 1 point read on a conflict).
-func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, again bool) (requeued, enqueued bool, err error) {
+func (e *Enqueuer) Recover(ctx context.Context, rec *record.Record, by, note string, again bool) (requeued, enqueued bool, err error) {
 	s := e.rec
 	for try := 0; ; try++ {
 		err = s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, Note: note})
@@ -455,7 +460,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 		if !errors.Is(err, storage.ErrConflict) || try > 0 {
 			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
 		}
-		var ce *ConflictError
+		var ce *record.ConflictError
 		if !errors.As(err, &ce) || ce.Current == nil {
 			return false, false, fmt.Errorf("cmdq: record the requeue of %s: %w", rec.ID, err)
 		}
@@ -476,7 +481,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *Record, by, note string, ag
 // and its first delivery may start it from what it carries (the fast
 // path) for half a lease: the second message becomes visible only once
 // that delivery has written its started event.
-func (e *Enqueuer) recoveryDelay(rec *Record) time.Duration {
+func (e *Enqueuer) recoveryDelay(rec *record.Record) time.Duration {
 	d := e.rec.RecoveryDelay(rec.Type)
 	if wait := time.Until(rec.Status.RunAt); wait > 0 {
 		d += wait
@@ -526,7 +531,7 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // docs/lifecycle.md, "Duplicate messages").
 func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	s := e.rec
-	rec, entry, err := s.loadPoisoned(ctx, id, true)
+	rec, entry, err := s.LoadPoisoned(ctx, id, true)
 	if err != nil {
 		return err
 	}
@@ -536,8 +541,8 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		// would have been due (the policy's delay, computed before the
 		// error was known to poison), and the command would otherwise wait
 		// for that time.
-		if err := s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, RunAt: s.nowUTC(), Note: "requeued from the poison table"}); err != nil {
-			var ce *ConflictError
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: by, RunAt: layout.Millis(s.Now()), Note: "requeued from the poison table"}); err != nil {
+			var ce *record.ConflictError
 			if errors.As(err, &ce) && ce.Current != nil && ce.Current.Status.State != model.StatePoisoned {
 				return fmt.Errorf("%w: command %s is %s: someone else requeued or discarded it meanwhile", model.ErrNotPoisoned, id, ce.Current.Status.State)
 			}
@@ -549,7 +554,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 		delay = e.recoveryDelay(rec)
 	}
 	// The claim: of the requeues that got this far, one removes the entry.
-	if err := s.poison.Delete(ctx, id, "", storage.IfMatchAny); err != nil {
+	if err := s.PoisonTable().Delete(ctx, id, "", storage.IfMatchAny); err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
 			return fmt.Errorf("%w: command %s was requeued by someone else meanwhile", model.ErrNotPoisoned, id)
 		}
@@ -566,7 +571,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	// Nothing would queue it soon: put the entry back, so that the
 	// operator sees it and can requeue again.
 	err = errors.Join(err, merr)
-	if _, perr := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); perr != nil {
+	if _, perr := s.PoisonTable().Upsert(ctx, record.PoisonEntity(entry), storage.Replace); perr != nil {
 		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued, marked for the reconciler nor put back in the poison table (the reconciler's pending scan will find it): %w", id, errors.Join(err, perr))
 	}
 	return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
@@ -575,14 +580,14 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 // Reader is a commands log's reads and operator actions: a Store (Get,
 // Events, ListPoison, GetPoison, Discard) and its Enqueuer (Requeue, Depth).
 type Reader struct {
-	*Store
+	*record.Store
 	*Enqueuer
 }
 
 // OpenReader opens the tables named by names on st and returns a Reader
 // whose enqueues wake wake (may be nil).
-func OpenReader(ctx context.Context, st storage.Store, names layout.Names, opts Options, wake func(queue string)) (*Reader, error) {
-	s, err := Open(ctx, st, names, opts)
+func OpenReader(ctx context.Context, st storage.Store, names layout.Names, opts record.Options, wake func(queue string)) (*Reader, error) {
+	s, err := record.Open(ctx, st, names, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +598,7 @@ func OpenReader(ctx context.Context, st storage.Store, names layout.Names, opts 
 // the a:cmd ETag etag: with First when its parameters fit
 // (MaxFirstParamsBytes), a plain envelope otherwise. nc.IssuedAt must be the
 // issue time that was stored.
-func FirstEnvelope(nc NewCommand, etag string) layout.Envelope {
+func FirstEnvelope(nc record.NewCommand, etag string) layout.Envelope {
 	env := layout.Envelope{ID: nc.ID, Type: nc.Type}
 	params := nc.Params
 	if len(params) == 0 {

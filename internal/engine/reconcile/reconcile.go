@@ -1,4 +1,4 @@
-package record
+package reconcile
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -15,18 +17,14 @@ import (
 // markerClaimedAt is the marker property a reconciler sets to claim it.
 const markerClaimedAt = "ClaimedAt"
 
-// ReconcilerBy is the By recorded on the requeued events of the
-// reconciler's recovery enqueues (markers and the pending scan).
-const ReconcilerBy = "reconciler"
+// By is the By recorded on the requeued events of the reconciler's
+// recovery enqueues (markers and the pending scan).
+const By = "reconciler"
 
-// IssuerBy is the By recorded on the requeued events of the Issuer's
-// recovery enqueues (re-issues of a pending command, background retries).
-const IssuerBy = "issuer"
-
-// ReconcileOptions configures Reconcile. The graces have no defaults here:
+// Options configures Pass. The graces have no defaults here:
 // the processor passes its Config's (model.DefaultReconcileGrace and
 // DefaultReconcileStaleAfter); zero or negative means none.
-type ReconcileOptions struct {
+type Options struct {
 	// MarkerGrace: re-enqueue a command with an unqueued marker once it has
 	// not been updated for this long.
 	MarkerGrace time.Duration
@@ -48,8 +46,8 @@ type ReconcileOptions struct {
 	Now func() time.Time
 }
 
-// ReconcileReport says what Reconcile did.
-type ReconcileReport struct {
+// Report says what Pass did.
+type Report struct {
 	// Markers is the number of unqueued markers found.
 	Markers int
 	// Enqueued is the number of messages enqueued (markers and scan).
@@ -70,16 +68,16 @@ type ReconcileReport struct {
 	Unavailable int
 }
 
-// Reconcile enqueues commands that were stored but never enqueued: those with
+// Pass enqueues commands that were stored but never enqueued: those with
 // a marker in partition "~unqueued" (cost: 1 query when there is none, 1
 // per account over several accounts, where an account that is down is
-// skipped and counted in ReconcileReport.Unavailable; per
+// skipped and counted in Report.Unavailable; per
 // marker 1 point read + 1 claim (a conditional update) + 1 batch with a
 // requeued event + 1 enqueue + 1 delete; a marker of a command that is no
 // longer pending costs 1 point read + 1 delete) and, with ScanPending,
 // those still pending after PendingGrace (per command found: 1 point read +
 // 1 batch with a requeued event + 1 enqueue). Each is a recovery: its
-// message is delayed by Store.RecoveryDelay (at least the type's lease)
+// message is delayed by record.Store.RecoveryDelay (at least the type's lease)
 // and its command is claimed by its
 // first delivery, so a message that existed after all does not run the
 // handler a second time (docs/lifecycle.md, "Duplicate messages").
@@ -87,14 +85,14 @@ type ReconcileReport struct {
 // by the conditional requeued batch, so only one of them enqueues. A marker
 // is removed only once its message is on the queue: a failed enqueue is
 // retried by a later pass once the claim is MarkerGrace old.
-func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (ReconcileReport, error) {
-	var rep ReconcileReport
+func Pass(ctx context.Context, e *enqueue.Enqueuer, opts Options) (Report, error) {
+	var rep Report
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	markerGrace, pendingGrace := max(opts.MarkerGrace, 0), max(opts.PendingGrace, 0)
-	s := e.rec
+	s := e.Store()
 	tbl := s.CommandsTable()
 	enqueued := func() { rep.Enqueued++ }
 
@@ -144,7 +142,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 			}
 			// A recovery: the command's first enqueue may have landed
 			// after all (its answer lost), so it may have a message.
-			_, ok, err := e.Recover(ctx, rec, ReconcilerBy, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", false)
+			_, ok, err := e.Recover(ctx, rec, By, "enqueue failed at issue (unqueued marker): re-enqueued by the reconciler", false)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("cmdq: reconcile: enqueue %s (its marker stays for a later pass): %w", id, err))
 				continue
@@ -234,7 +232,7 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 				// The conditional requeued batch claims the command (and moves
 				// UpdatedAt, so the next scan waits another grace period); a
 				// failed enqueue marks it.
-				requeued, ok, err := e.Recover(ctx, rec, ReconcilerBy, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", false)
+				requeued, ok, err := e.Recover(ctx, rec, By, "still pending after "+pendingGrace.String()+": re-enqueued by the reconciler", false)
 				switch {
 				case err != nil && requeued:
 					// Requeued, not enqueued: mark it for the marker query.
@@ -260,10 +258,27 @@ func (e *Enqueuer) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconc
 		scan(tbl)
 		rep.DayTables = len(days)
 		for _, d := range days {
-			if dt := s.openDay(ctx, d, &errs); dt != nil {
+			if dt := openDay(ctx, s, d, &errs); dt != nil {
 				scan(dt)
 			}
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// openDay opens day table name for the pending scan (nil when it does not
+// exist).
+func openDay(ctx context.Context, s *record.Store, name string, errs *[]error) storage.Table {
+	if _, ok := s.Tables().Names().ParseDayTable(name); !ok {
+		return nil
+	}
+	tb, err := s.Tables().Table(ctx, name)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("cmdq: reconcile: open %s: %w", name, err))
+		return nil
+	}
+	return tb
 }
