@@ -8,6 +8,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 )
 
 // RetentionAhead is how far ahead of the real clock the retention phase
@@ -36,7 +37,7 @@ type RetentionResult struct {
 	// after the sweep (Store.Tables).
 	DayTableGone bool `json:"day_table_gone"`
 	// SweepCalls is the sweep's own count of its calls
-	// (record.SweepReport.Calls); Calls.Total equals it when the bench
+	// (retention.Report.Calls); Calls.Total equals it when the bench
 	// counted every call.
 	SweepCalls int `json:"sweep_calls"`
 	// Calls is every storage call of the sweep, by kind (not per command).
@@ -78,7 +79,7 @@ func (e *env) retention(ctx context.Context) (*RetentionResult, error) {
 	later := time.Now().Add(RetentionAhead)
 	e.logf("retention: sweep of %d day table(s) with the clock %s ahead", len(before), RetentionAhead)
 	c0 := e.counter.Snapshot()
-	rep, err := rec.Sweep(ctx, record.SweepOptions{Now: func() time.Time { return later }})
+	rep, err := retention.Sweep(ctx, rec, retention.Options{Now: func() time.Time { return later }})
 	d := diff(c0, e.counter.Snapshot())
 	if err != nil {
 		return nil, fmt.Errorf("bench: retention sweep: %w", err)

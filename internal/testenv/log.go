@@ -9,6 +9,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -77,7 +78,7 @@ func (l *Log) PoisonMessage(t testing.TB, e model.PoisonEntry) {
 // returns how many day tables it dropped.
 func (l *Log) Sweep(t testing.TB) int {
 	t.Helper()
-	rep, err := l.r.Store.Sweep(context.Background(), record.SweepOptions{})
+	rep, err := retention.Sweep(context.Background(), l.r.Store, retention.Options{})
 	if err != nil {
 		t.Fatalf("testenv: sweep: %+v %v", rep, err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -101,8 +102,8 @@ type Processor struct {
 	current *session
 	past    model.Stats
 
-	recon  *reconcile.Loop // the reconciler's schedule (reconcile.go)
-	retain retention       // the retention sweep's state (sweep.go)
+	recon  *reconcile.Loop    // the reconciler's schedule (reconcile.go)
+	retain *retention.Sweeper // the retention sweeps and what they did (sweep.go)
 }
 
 type queueRunner struct {
@@ -156,6 +157,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}
 	p.recon = p.newReconciler()
+	p.retain = retention.NewSweeper(cfg.Logger)
 	for _, qn := range qnames {
 		qr := &queueRunner{name: qn, storage: names.Queue(qn), shards: names.ShardCount(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
 		p.queues = append(p.queues, qr)

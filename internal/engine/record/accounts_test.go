@@ -15,6 +15,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
@@ -155,7 +156,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	// Sweep, past the retention: the day table goes from every account.
 	table := names.TableOf(pending)
 	c.add(10 * day)
-	rep, err := r2.Store.Sweep(ctx, record.SweepOptions{})
+	rep, err := retention.Sweep(ctx, r2.Store, retention.Options{})
 	if err != nil || !slices.Contains(rep.Dropped, table) {
 		t.Fatalf("sweep: %+v, %v; want %s dropped", rep, err, table)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 )
@@ -136,7 +137,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 	table := names.TableOf(id)
 	now = issued.Add(10 * 24 * time.Hour) // past the 7 days of completed commands
 	scan := px.Add(faultproxy.Match{Service: faultproxy.Table, Method: "GET", Path: table + "()"}, faultproxy.Refuse, -1)
-	rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+	rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 	if err == nil || len(rep.Dropped) != 0 {
 		t.Fatalf("sweep with the day table's queries refused: %+v %v, want an error and nothing dropped", rep, err)
 	}
@@ -144,7 +145,7 @@ func TestSweepKeepsTableWhenItsScanFails(t *testing.T) {
 		t.Fatalf("day table %s after the failed sweep: listed %q (%v), want it kept", table, tables, err)
 	}
 	px.Remove(scan)
-	rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+	rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 	if err != nil || !slices.Equal(rep.Dropped, []string{table}) {
 		t.Fatalf("sweep once the queries go through: %+v %v, want %s dropped", rep, err, table)
 	}

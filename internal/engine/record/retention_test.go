@@ -18,6 +18,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -122,13 +123,13 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 		}
 		// Within the retention (6 days later): nothing is removed.
 		c.add(6 * day)
-		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep.Dropped) != 0 || rep.Deleted != 0 {
 			t.Fatalf("sweep within retention: %+v %v", rep, err)
 		}
 		// Past it: the table is dropped with one call, the v4 command deleted.
 		c.add(3 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) || rep.Deleted != 1 || rep.Moved != 0 || len(rep.Pinned) != 0 {
 			t.Fatalf("sweep past retention: %+v %v", rep, err)
 		}
@@ -152,7 +153,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 			t.Fatalf("a read recreated day tables: %q", got)
 		}
 		// A second sweep finds nothing to do.
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Listed != 0 || rep.Scanned != 0 {
 			t.Fatalf("second sweep: %+v %v", rep, err)
 		}
@@ -173,7 +174,7 @@ func TestSweepKeepsPinnedTable(t *testing.T) {
 		stuck := issueAt(t, r.Store, c, "demo.Stuck")
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(stuck)
 		c.add(20 * day)
-		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep.Dropped) != 0 || rep.Pinned[table] != 1 {
 			t.Fatalf("sweep: %+v %v, want %s pinned by 1 command", rep, err, table)
 		}
@@ -184,7 +185,7 @@ func TestSweepKeepsPinnedTable(t *testing.T) {
 		}
 		complete(t, r.Store, stuck)
 		c.add(8 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) {
 			t.Fatalf("sweep after it completed: %+v %v", rep, err)
 		}
@@ -216,7 +217,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		}
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(bad)
 		c.add(9 * day)
-		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Moved != 2 || !slices.Equal(rep.Dropped, []string{table}) {
 			t.Fatalf("sweep: %+v %v, want 2 moved and %s dropped", rep, err, table)
 		}
@@ -246,7 +247,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		// The requeued command is pending in the base table: kept. The
 		// discarded one stays until its 30 days have passed.
 		c.add(10 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Deleted != 0 {
 			t.Fatalf("sweep within the discarded retention: %+v %v", rep, err)
 		}
@@ -254,7 +255,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 			t.Fatalf("discarded command: %+v %v", st, err)
 		}
 		c.add(15 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Deleted != 1 {
 			t.Fatalf("sweep past the discarded retention: %+v %v", rep, err)
 		}
@@ -295,12 +296,12 @@ func TestSweepPerTypeRetention(t *testing.T) {
 		// Two days later the ping is past its hour, but the issue window
 		// (a re-issue of its ID must still find it) keeps the table.
 		c.add(2*day + 13*time.Hour)
-		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Tables != 0 || len(rep.Dropped) != 0 {
 			t.Fatalf("sweep inside the issue window: %+v %v", rep, err)
 		}
 		c.add(2 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Moved != 1 || len(rep.Dropped) != 1 {
 			t.Fatalf("sweep: %+v %v, want the audit command moved and the table dropped", rep, err)
 		}
@@ -335,14 +336,14 @@ func TestConcurrentSweepersLoseNothing(t *testing.T) {
 		c.add(9 * day)
 		const n = 3
 		var wg sync.WaitGroup
-		reps := make([]record.SweepReport, n)
+		reps := make([]retention.Report, n)
 		errs := make([]error, n)
 		for i := 0; i < n; i++ {
 			s := openAt(t, env, c) // separate processes' stores
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				reps[i], errs[i] = s.Store.Sweep(ctx, record.SweepOptions{})
+				reps[i], errs[i] = retention.Sweep(ctx, s.Store, retention.Options{})
 			}()
 		}
 		wg.Wait()
@@ -355,7 +356,7 @@ func TestConcurrentSweepersLoseNothing(t *testing.T) {
 			moved += reps[i].Moved
 		}
 		// A sweeper that lost a race leaves the table for the next sweep.
-		if rep, err := r.Store.Sweep(ctx, record.SweepOptions{}); err != nil {
+		if rep, err := retention.Sweep(ctx, r.Store, retention.Options{}); err != nil {
 			t.Fatalf("follow-up sweep: %v", err)
 		} else {
 			dropped += len(rep.Dropped)
@@ -482,7 +483,7 @@ func TestRetentionCost(t *testing.T) {
 		}
 		c.add(9 * day)
 		cs.reset()
-		rep2, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep2, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep2.Dropped) != 1 || rep2.Scanned != n {
 			t.Fatalf("sweep: %+v %v", rep2, err)
 		}

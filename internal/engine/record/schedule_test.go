@@ -10,6 +10,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(far)
 
 		c.add(10 * day)
-		rep, err := r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) || rep.Moved != 1 || len(rep.Pinned) != 0 {
 			t.Fatalf("sweep: %+v %v, want the scheduled command moved and its table dropped", rep, err)
 		}
@@ -73,7 +74,7 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		soon := issueScheduled(t, r.Store, c, c.now().Add(12*day))
 		soonTable := (layout.Names{Prefix: env.Prefix}).TableOf(soon)
 		c.add(11 * day)
-		rep, err = r.Store.Sweep(ctx, record.SweepOptions{})
+		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Pinned[soonTable] != 1 || rep.Moved != 0 {
 			t.Fatalf("sweep a day before it is due: %+v %v, want its table pinned", rep, err)
 		}

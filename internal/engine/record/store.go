@@ -149,7 +149,7 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults(),
+	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.WithDefaults(),
 		Partitions: shared.New(commands, now)}
 	s.tables = &Tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
 	return s

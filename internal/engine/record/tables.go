@@ -114,6 +114,14 @@ func (t *Tables) recreate(ctx context.Context, id string) (storage.Table, error)
 	return t.ForWrite(ctx, id)
 }
 
+// Drop deletes day table name (storage.Store.DeleteTable) and forgets
+// its handle, whatever the delete's outcome.
+func (t *Tables) Drop(ctx context.Context, name string) error {
+	err := t.st.DeleteTable(ctx, name)
+	t.Forget(name)
+	return err
+}
+
 // Forget drops the cached handle of a table (after DeleteTable).
 func (t *Tables) Forget(name string) {
 	t.mu.Lock()
