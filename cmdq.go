@@ -51,11 +51,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
@@ -74,7 +74,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	iss     *issuer.Issuer
-	log     *enqueue.Reader // opened on first use
+	log     *read.Reader // opened on first use
 	proc    *processor.Processor
 	probe   *processor.StorageProbe // readiness without a processor
 	running bool                    // Start, Run or RunFor in progress
@@ -194,14 +194,14 @@ func (c *Client) recoveryDelay(cmdType string) time.Duration {
 }
 
 // reader returns the commands log, opening its tables on first use.
-func (c *Client) reader(ctx context.Context) (*enqueue.Reader, error) {
+func (c *Client) reader(ctx context.Context) (*read.Reader, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.log != nil {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := enqueue.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
+	r, err := read.Open(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err

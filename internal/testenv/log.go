@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -21,13 +21,13 @@ import (
 // is pushed to a Client's watchers (as nothing another process writes is):
 // they find it by reading storage.
 type Log struct {
-	r *enqueue.Reader
+	r *read.Reader
 }
 
 // OpenLog returns the Log of the commands under prefix on st.
 func OpenLog(t testing.TB, st storage.Store, prefix string) *Log {
 	t.Helper()
-	r, err := enqueue.OpenReader(context.Background(), st, layout.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := read.Open(context.Background(), st, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("testenv: open the log of %q: %v", prefix, err)
 	}

@@ -5,9 +5,8 @@
 // queue by an Enqueuer, which knows the routing (the command ID routes the
 // message to its account), the shards of a logical queue (ShardedQueue) and
 // the in-process wake-up of a processor (or its hand-off slot). It also
-// owns the issue's own message (FirstEnvelope), the recovery enqueue of a
-// command that may have a message already (Recover), and Reader, a
-// commands log's reads and operator actions.
+// owns the issue's own message (FirstEnvelope) and the recovery enqueue of
+// a command that may have a message already (Recover).
 //
 // It does not decide when to recover (packages issuer and reconcile) nor
 // write the commands' rows itself (package record).

@@ -577,23 +577,6 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)
 }
 
-// Reader is a commands log's reads and operator actions: a Store (Get,
-// Events, ListPoison, GetPoison, Discard) and its Enqueuer (Requeue, Depth).
-type Reader struct {
-	*record.Store
-	*Enqueuer
-}
-
-// OpenReader opens the tables named by names on st and returns a Reader
-// whose enqueues wake wake (may be nil).
-func OpenReader(ctx context.Context, st storage.Store, names layout.Names, opts record.Options, wake func(queue string)) (*Reader, error) {
-	s, err := record.Open(ctx, st, names, opts)
-	if err != nil {
-		return nil, err
-	}
-	return &Reader{Store: s, Enqueuer: NewEnqueuer(st, names, s, wake)}, nil
-}
-
 // FirstEnvelope returns the issue's own message of command nc, issued with
 // the a:cmd ETag etag: with First when its parameters fit
 // (MaxFirstParamsBytes), a plain envelope otherwise. nc.IssuedAt must be the

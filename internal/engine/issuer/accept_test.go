@@ -11,10 +11,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
@@ -109,7 +109,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if rq.Hits() != 1 || rm.Hits() == 0 {
 		t.Fatalf("the proxy refused %d enqueues and %d marker writes; want one enqueue: it is sent without transport retries", rq.Hits(), rm.Hits())
 	}
-	r, err := enqueue.OpenReader(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := read.Open(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -104,9 +105,9 @@ func reconcilePass(t *testing.T, ctx context.Context, st storage.Store, prefix s
 	return reconcile.Pass(ctx, enq, opts)
 }
 
-func reader(t *testing.T, env testenv.Env) *enqueue.Reader {
+func reader(t *testing.T, env testenv.Env) *read.Reader {
 	t.Helper()
-	r, err := enqueue.OpenReader(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := read.Open(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

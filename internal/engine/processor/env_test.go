@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -37,7 +37,7 @@ type env struct {
 	// embedded: the same store, since one file has one owner).
 	open   func() storage.Store
 	prefix string
-	reader *enqueue.Reader
+	reader *read.Reader
 }
 
 var prefixSeq atomic.Int64
@@ -75,7 +75,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, e *env)) {
 
 func newEnv(t *testing.T, driver string, st storage.Store, open func() storage.Store) *env {
 	e := &env{t: t, driver: driver, store: st, open: open, prefix: newPrefix()}
-	r, err := enqueue.OpenReader(context.Background(), st, layout.Names{Prefix: e.prefix}, record.Options{}, nil)
+	r, err := read.Open(context.Background(), st, layout.Names{Prefix: e.prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

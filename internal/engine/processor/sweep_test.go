@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -18,16 +18,16 @@ import (
 )
 
 // oldReader writes commands as if it were at (an injected clock).
-func (e *env) oldReader(at time.Time) *enqueue.Reader {
+func (e *env) oldReader(at time.Time) *read.Reader {
 	e.t.Helper()
-	r, err := enqueue.OpenReader(context.Background(), e.store, layout.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
+	r, err := read.Open(context.Background(), e.store, layout.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return r
 }
 
-func (e *env) oldCommand(r *enqueue.Reader, at time.Time, events ...model.Event) string {
+func (e *env) oldCommand(r *read.Reader, at time.Time, events ...model.Event) string {
 	e.t.Helper()
 	ctx := context.Background()
 	id := layout.NewDayID(at)

@@ -14,6 +14,7 @@ import (
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -48,7 +49,7 @@ func (g *gatedGroup) BatchDeleteMany(ctx context.Context, items []storage.Delete
 // other command is completed and its message deleted.
 func TestCompleterGroups(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Ctx(t)
 	st, err := embedded.Open(filepath.Join(t.TempDir(), "data"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package record_test
+package shared_test
 
 import (
 	"errors"
@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/multi"
@@ -34,7 +35,7 @@ func (keep) Close() error { return nil }
 // from every account.
 func TestAccountAddedOldCommands(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Ctx(t)
 	var raw []storage.Store
 	for _, cs := range azurite.ConnectionStrings(t, 3) {
 		st, err := azure.Open(ctx, azure.Config{ConnectionString: cs})
@@ -61,21 +62,21 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("acc%d", time.Now().UnixNano()%1e9)
 	names := layout.Names{Prefix: prefix}
-	c := newClock(day0)
+	c := testenv.NewClock(day0)
 	before := members(2, time.Time{})
-	r1, err := enqueue.OpenReader(ctx, before, names, record.Options{Now: c.now}, nil)
+	r1, err := read.Open(ctx, before, names, record.Options{Now: c.Now}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var done []string
 	for range 8 {
-		id := issueAt(t, r1.Store, c, "demo.Done")
-		complete(t, r1.Store, id)
+		id := testenv.IssueAt(t, r1.Store, c, "demo.Done")
+		testenv.Complete(t, r1.Store, id)
 		done = append(done, id)
 	}
-	poisoned := issueAt(t, r1.Store, c, "demo.Bad")
-	poison(t, r1.Store, poisoned)
-	pending := issueAt(t, r1.Store, c, "demo.Wait")
+	poisoned := testenv.IssueAt(t, r1.Store, c, "demo.Bad")
+	testenv.PoisonAt5(t, r1.Store, poisoned)
+	pending := testenv.IssueAt(t, r1.Store, c, "demo.Wait")
 	if err := r1.Enqueue(ctx, pending, "demo.Wait", model.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +85,13 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if _, err := r1.SetPaused(ctx, "held", true, "test:before"); err != nil {
 		t.Fatal(err)
 	}
-	marked := issueAt(t, r1.Store, c, "demo.Wait")
+	marked := testenv.IssueAt(t, r1.Store, c, "demo.Wait")
 	if err := r1.MarkUnqueued(ctx, marked, model.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
 
 	after := members(3, day0.Truncate(day).Add(3*day))
-	r2, err := enqueue.OpenReader(ctx, after, names, record.Options{Now: c.now}, nil)
+	r2, err := read.Open(ctx, after, names, record.Options{Now: c.Now}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +116,11 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if e, err := storage.ReplicasOf(r2.CommandsTable())[2].Get(ctx, shared.ControlPartition, "held"); err != nil || e.Properties["Paused"] != true {
 		t.Fatalf("the new account's control row of held after a read: %v, %v; want paused", e.Properties, err)
 	}
-	rrep, err := reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{MarkerGrace: time.Hour, Now: c.now})
+	rrep, err := reconcile.Pass(ctx, r2.Enqueuer, reconcile.Options{MarkerGrace: time.Hour, Now: c.Now})
 	if err != nil || rrep.Markers != 1 || rrep.Waiting != 1 {
 		t.Fatalf("reconcile after the account was added: %+v, %v; want the marker made before found (waiting its grace)", rrep, err)
 	}
-	complete(t, r2.Store, marked)
+	testenv.Complete(t, r2.Store, marked)
 	// Requeue: the command is pending again and its message is in its own
 	// account, beside the pending command's.
 	if err := r2.Requeue(ctx, poisoned, "test:op"); err != nil {
@@ -151,11 +152,11 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	if !got[poisoned] || !got[pending] || len(ms) != 2 {
 		t.Fatalf("messages after the requeue: %v, want the requeued and the pending command's", got)
 	}
-	complete(t, r2.Store, poisoned)
-	complete(t, r2.Store, pending)
+	testenv.Complete(t, r2.Store, poisoned)
+	testenv.Complete(t, r2.Store, pending)
 	// Sweep, past the retention: the day table goes from every account.
 	table := names.TableOf(pending)
-	c.add(10 * day)
+	c.Add(10 * day)
 	rep, err := retention.Sweep(ctx, r2.Store, retention.Options{})
 	if err != nil || !slices.Contains(rep.Dropped, table) {
 		t.Fatalf("sweep: %+v, %v; want %s dropped", rep, err, table)

@@ -1,4 +1,4 @@
-package record_test
+package shared_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
-	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
@@ -58,7 +58,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 	}
 	names := layout.Names{Prefix: fmt.Sprintf("sh%d", time.Now().UnixNano()%1e9)}
 	before := spread()
-	r1, err := enqueue.OpenReader(ctx, before, names, record.Options{}, nil)
+	r1, err := read.Open(ctx, before, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSharedPartitionsFirstAccountDown(t *testing.T) {
 
 	px.Refuse(t)
 	during := spread()
-	r2, err := enqueue.OpenReader(ctx, during, names, record.Options{}, nil)
+	r2, err := read.Open(ctx, during, names, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("OpenReader with the first account down: %v", err)
 	}
