@@ -25,7 +25,7 @@
 //     pending scan instead of one of them). Then a processor
 //     whose poll interval is MaxPollInterval from the start is left idle and a
 //     command issued in process must reach its handler at once (Notify).
-//  6. retention: the retention sweep (record.Store.Sweep) runs once on the
+//  6. retention: the retention sweep (retention.Sweep) runs once on the
 //     bench's prefix with its clock RetentionAhead (10 days) ahead, as it
 //     would once every command of the run is past its retention; its
 //     calls are counted, divided by the commands it read, and the day

@@ -20,7 +20,7 @@ const RetentionAhead = model.DefaultCompletedRetention + (model.IssueWindowPastD
 
 // RetentionResult is what removing the run's commands after their
 // retention costs (docs/lifecycle.md, "Retention"): the retention sweep
-// (record.Store.Sweep, as the processor runs it) on the bench's own tables,
+// (retention.Sweep, as the processor runs it) on the bench's own tables,
 // its clock set RetentionAhead ahead, every storage call counted.
 type RetentionResult struct {
 	// Commands is the number of command rows the sweep read: the

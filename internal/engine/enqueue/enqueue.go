@@ -196,7 +196,7 @@ func (e *Enqueuer) sentDelayed(queue, id string, at time.Time, d time.Duration, 
 // reports enqueued; otherwise only the command is stored and the caller
 // enqueues env, the issue's own message (EnqueueEnvelope). env carries what
 // the first delivery needs to run without loading the command
-// (FirstEnvelope). Errors are Store.Create's.
+// (FirstEnvelope). Errors are record.Store.Create's.
 func (e *Enqueuer) Create(ctx context.Context, nc record.NewCommand) (env layout.Envelope, enqueued bool, err error) {
 	nc = e.rec.StampIssued(nc)
 	if _, ok := e.st.(storage.Combiner); !ok {
@@ -231,7 +231,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc record.NewCommand, slot
 		slot.Cancel()
 		return layout.Envelope{}, false, err
 	}
-	tb, err := e.rec.Tables().ForWrite(ctx, nc.ID) // the ID's day table (Names.TableOf)
+	tb, err := e.rec.Tables().ForWrite(ctx, nc.ID) // the ID's day table (layout.Names.TableOf)
 	if err != nil {
 		slot.Cancel()
 		return layout.Envelope{}, false, record.CreateErr(nc.ID, err)
@@ -442,7 +442,7 @@ func (e *Enqueuer) Hop(ctx context.Context, id, text, queue string, due time.Tim
 // wrote the command: one that started is left alone, nothing done, no
 // error; one still pending — another recovery's requeued — is requeued
 // once more with again, or left alone without), then enqueues its message
-// with a visibility delay of Store.RecoveryDelay (at least the type's
+// with a visibility delay of record.Store.RecoveryDelay (at least the type's
 // lease) and no transport retries. The requeued event makes the processor
 // claim the command with its started event before running it (a
 // conditional write), so that of two messages only one runs it; the delay
@@ -476,7 +476,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *record.Record, by, note str
 }
 
 // recoveryDelay is the visibility delay of a recovery message of rec:
-// Store.RecoveryDelay of its type, counted from its run-at time when that
+// record.Store.RecoveryDelay of its type, counted from its run-at time when that
 // is ahead — the issue's own message may exist and becomes visible then,
 // and its first delivery may start it from what it carries (the fast
 // path) for half a lease: the second message becomes visible only once
@@ -527,7 +527,7 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // fails, the reconciler's pending scan finds the command): a Requeue of a
 // command that is pending and never started since (with its entry)
 // enqueues it without another requeued event, its message delayed by
-// Store.RecoveryDelay (the first enqueue may have landed after all; see
+// record.Store.RecoveryDelay (the first enqueue may have landed after all; see
 // docs/lifecycle.md, "Duplicate messages").
 func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	s := e.rec

@@ -110,7 +110,7 @@ type IssuerOptions struct {
 	// HopHorizon, when above 0, is the longest visibility delay of a
 	// message (default and at most storage.MaxVisibility, 7 days): a
 	// command scheduled later is enqueued with it and hops when it shows
-	// up (record.Enqueuer.SetHorizon). Tests shorten it; the processors
+	// up (enqueue.Enqueuer.SetHorizon). Tests shorten it; the processors
 	// must use the same.
 	HopHorizon time.Duration
 }
@@ -463,7 +463,7 @@ func (i *Issuer) store(ctx context.Context, nc prepared) (model.Result, error) {
 }
 
 // IssueDerived issues cmd under id, an ID cmdq derived from what the
-// command stands for (a periodic schedule's tick, record.TickID): as for a
+// command stands for (a periodic schedule's tick, layout.TickID): as for a
 // unique key, a command that exists under the ID is a duplicate
 // (Result.Duplicate) whatever its parameters, not a conflict. Cost as
 // Issue's; a duplicate costs one failed batch and one point read.
@@ -654,7 +654,7 @@ func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
 }
 
 // enqueue puts the first message of a stored command on its queue, with
-// no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
+// no transport retries (enqueue.Enqueuer.Enqueue). If that fails it marks the command
 // for the reconciler and returns model.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // model.ErrNotAccepted. Either way the background retrier keeps trying.
@@ -667,7 +667,7 @@ func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *enqueue.Enq
 }
 
 // recover re-enqueues the stored command rec (pending, never started) as a
-// recovery (record.Enqueuer.Recover). If that fails it marks the command,
+// recovery (enqueue.Enqueuer.Recover). If that fails it marks the command,
 // as enqueue.
 func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, rec *record.Record, note string) error {
 	// Again on a conflict with another recovery: the client was told it

@@ -14,7 +14,7 @@ import (
 
 // Entry is one schedule the Scheduler runs.
 type Entry struct {
-	// Name names the schedule (record.TickID derives from it).
+	// Name names the schedule (layout.TickID derives from it).
 	Name string
 	// Schedule computes its ticks.
 	Schedule Schedule

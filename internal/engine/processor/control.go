@@ -16,7 +16,7 @@ import (
 // queues"; docs/lifecycle.md for the rows).
 //
 // The processor starts a command only while what it knows of its queues'
-// control rows was read (one query of record.ControlPartition, for every
+// control rows was read (one query of shared.ControlPartition, for every
 // queue at once) less than ControlInterval ago; an older knowledge is read
 // again first. So a pause stored at time t stops every processor from
 // starting that queue's commands by t + ControlInterval (9 s), a busy

@@ -13,7 +13,7 @@ import (
 )
 
 // The heartbeat: while a Run or RunFor runs, the processor writes a row
-// saying who and where it is and what it does (record.ProcessorPartition)
+// saying who and where it is and what it does (shared.ProcessorPartition)
 // when the run starts and then once every HeartbeatInterval (1 minute by
 // default), and deletes it when the run ends. Once it has run for an
 // interval, and then about once every model.ProcessorForgetAfter, it

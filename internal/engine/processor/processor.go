@@ -112,7 +112,7 @@ type queueRunner struct {
 	q       storage.Queue
 	sq      *enqueue.ShardedQueue // q when the queue has several shards, else nil
 	shards  int                   // its number of shards (1: not sharded)
-	hint    atomic.Uint64         // the shards named by wake-ups not yet polled (bit i: shard i; at most record.MaxShards = 64)
+	hint    atomic.Uint64         // the shards named by wake-ups not yet polled (bit i: shard i; at most layout.MaxShards = 64)
 	defs    []*registry.Definition
 	wake    chan struct{}
 	ctlWake chan struct{} // its paused state changed (control.go)

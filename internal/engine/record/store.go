@@ -87,7 +87,7 @@ type Record struct {
 	TraceParent, TraceState string
 
 	// table is the table the command was loaded from (nil: the table
-	// of its ID, see Names.TableOf).
+	// of its ID, see layout.Names.TableOf).
 	table storage.Table
 }
 
@@ -119,7 +119,7 @@ type Options struct {
 	RecoveryDelay func(cmdType string) time.Duration
 	// Store and Names, when Store is set, route each command to the table
 	// of its ID (its day table, or the base commands table: see
-	// Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
+	// layout.Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
 	// a Store made by New without them keeps every command in the base
 	// table.
 	Store storage.Store
@@ -539,7 +539,7 @@ func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
 }
 
 // getRow reads the command row of id and returns it with the table it is
-// in: one point read of the ID's table (its day table, see Names.TableOf);
+// in: one point read of the ID's table (its day table, see layout.Names.TableOf);
 // when the row is not there (the command was moved, or its day table
 // dropped), one more of the base table. A command that is in neither and
 // whose day is past retention gives an error wrapping model.ErrExpired
