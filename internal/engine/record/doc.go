@@ -5,9 +5,9 @@
 // marks it for the reconciler when its enqueue failed, discards and
 // cancels it, and reads a command's status, its events and its poison
 // entry. Completer groups the final writes of concurrent completions.
-// Tables routes each command to the table of its ID (its day table,
-// created on first write, or the base table). The retention policy lives
-// here too, for the error of a read of a command removed by retention.
+// It writes each command in the table of its ID (package days: its day
+// table, created on first write, or the base table). The retention policy
+// lives here, for the error of a read of a command removed by retention.
 //
 // A Store embeds the shared partitions (package shared: control rows,
 // heartbeats, periodic schedules). It puts nothing on a queue (package

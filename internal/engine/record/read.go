@@ -36,7 +36,7 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
-	day, hasDay, err := s.tables.forRead(ctx, id)
+	day, hasDay, err := s.tables.ForRead(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/days"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
@@ -137,7 +138,7 @@ type Store struct {
 	now                func() time.Time
 	changed            func(model.Status, []model.Event)
 	recovery           func(cmdType string) time.Duration
-	tables             *Tables
+	tables             *days.Tables
 	retention          RetentionPolicy
 	*shared.Partitions // the shared partitions (over several accounts: shared.go)
 }
@@ -151,7 +152,7 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	}
 	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.WithDefaults(),
 		Partitions: shared.New(commands, now)}
-	s.tables = &Tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
+	s.tables = days.New(opts.Store, opts.Names, commands, now)
 	return s
 }
 
@@ -203,7 +204,7 @@ func (s *Store) PoisonTable() storage.Table { return s.poison }
 
 // Tables returns the commands tables: the base table and the day tables,
 // and which holds a command.
-func (s *Store) Tables() *Tables { return s.tables }
+func (s *Store) Tables() *days.Tables { return s.tables }
 
 func (s *Store) nowUTC() time.Time { return layout.Millis(s.now()) }
 
@@ -265,7 +266,7 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 	if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
 		// The day table is gone (dropped by hand, or this handle is
 		// older than a delete): create it again, once.
-		if tb, err = s.tables.recreate(ctx, c.ID); err == nil {
+		if tb, err = s.tables.Recreate(ctx, c.ID); err == nil {
 			etags, err = tb.Batch(ctx, c.ID, ops)
 		}
 	}
@@ -548,7 +549,7 @@ func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.
 	if err := validID(id); err != nil {
 		return storage.Entity{}, nil, err
 	}
-	day, hasDay, err := s.tables.forRead(ctx, id)
+	day, hasDay, err := s.tables.ForRead(ctx, id)
 	if err != nil {
 		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
 	}
@@ -580,7 +581,7 @@ func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error)
 	if rec.table != nil {
 		return rec.table, nil
 	}
-	tb, _, err := s.tables.forRead(ctx, rec.ID)
+	tb, _, err := s.tables.ForRead(ctx, rec.ID)
 	if err != nil {
 		return nil, err
 	}

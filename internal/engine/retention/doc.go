@@ -8,6 +8,6 @@
 // The policy itself (record.RetentionPolicy: how long each kind of final
 // command is kept) is the store's, which also uses it to tell a command
 // removed by retention (model.ErrExpired) from an unknown one. Which table
-// holds a command (the day tables, created on first write) is the store's
-// too (record.Tables).
+// holds a command (the day tables, created on first write) is package
+// days'.
 package retention

@@ -1,4 +1,4 @@
-package record
+package days
 
 import (
 	"context"
@@ -33,6 +33,13 @@ type Tables struct {
 	open map[string]storage.Table // day tables created or found, by name
 	list []string                 // the last listing (see List)
 	at   time.Time                // when list was read
+}
+
+// New returns the tables of the commands named by names on st,
+// with base the base commands table and now the clock (of the listing's
+// reuse). A nil st keeps every command in the base table.
+func New(st storage.Store, names layout.Names, base storage.Table, now func() time.Time) *Tables {
+	return &Tables{st: st, names: names, base: base, now: now, open: map[string]storage.Table{}}
 }
 
 // Register upserts the registration of day table name into the base
@@ -107,9 +114,9 @@ func (t *Tables) ForWrite(ctx context.Context, id string) (storage.Table, error)
 	return tb, nil
 }
 
-// recreate forgets the cached handle of id's day table and creates the
+// Recreate forgets the cached handle of id's day table and creates the
 // table again (a write found it missing: dropped by hand, or an old handle).
-func (t *Tables) recreate(ctx context.Context, id string) (storage.Table, error) {
+func (t *Tables) Recreate(ctx context.Context, id string) (storage.Table, error) {
 	t.Forget(t.names.TableOf(id))
 	return t.ForWrite(ctx, id)
 }
@@ -135,11 +142,11 @@ func (t *Tables) Forget(name string) {
 	t.mu.Unlock()
 }
 
-// forRead returns id's day table and true when the ID carries a day; the
+// ForRead returns id's day table and true when the ID carries a day; the
 // table may not exist (its calls then give storage.ErrNotFound), or
 // (nil, true, nil) when the driver knows it does not exist. It returns
 // (nil, false, nil) for an ID without a day: read the base table.
-func (t *Tables) forRead(ctx context.Context, id string) (storage.Table, bool, error) {
+func (t *Tables) ForRead(ctx context.Context, id string) (storage.Table, bool, error) {
 	if !t.Routed() {
 		return nil, false, nil
 	}
