@@ -136,3 +136,10 @@ func DayTables(t testing.TB, env Env) []string {
 	}
 	return out
 }
+
+// Day0 is the issue day of the engine tests' commands (a Monday, 10:00
+// UTC), and Day a day.
+var Day0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// Day is 24 hours.
+const Day = 24 * time.Hour

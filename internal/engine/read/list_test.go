@@ -29,7 +29,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
 		base := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
-		c := testenv.NewClock(base.Add(-3 * day)) // an old command, three days before
+		c := testenv.NewClock(base.Add(-3 * testenv.Day)) // an old command, three days before
 		r := testenv.OpenAt(t, env, c)
 		s := r.Store
 		mk := func(typ, queue, corr string) string {
@@ -84,7 +84,7 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		m0, m2 := sum.Minutes[0], sum.Minutes[2]
 		// old started three days and a minute after its issue: a sample
 		// too (its first attempt), the slowest.
-		if m0.Completed != 1 || m0.Failed != 2 || m0.Poisoned != 1 || m0.Started != 4 || m0.LatencyP50 != 2*time.Second || m0.LatencyP95 != 3*day+time.Minute {
+		if m0.Completed != 1 || m0.Failed != 2 || m0.Poisoned != 1 || m0.Started != 4 || m0.LatencyP50 != 2*time.Second || m0.LatencyP95 != 3*testenv.Day+time.Minute {
 			t.Fatalf("first interval %+v", m0)
 		}
 		if m2.Started != 1 || m2.LatencyP50 != 4*time.Second || m2.LatencyP95 != 4*time.Second || sum.Minutes[1].Started != 0 {
@@ -252,13 +252,13 @@ func TestListCommandsAcrossTables(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		want := map[string]bool{}
 		for i := 0; i < 3; i++ {
 			want[testenv.IssueAt(t, r.Store, c, "demo.A")] = true
 		}
-		c.Add(day)
+		c.Add(testenv.Day)
 		for i := 0; i < 2; i++ {
 			want[testenv.IssueAt(t, r.Store, c, "demo.A")] = true
 		}

@@ -30,7 +30,7 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		var ids []string
 		for i := 0; i < 3; i++ {
@@ -48,13 +48,13 @@ func TestSweepDropsExpiredDayTable(t *testing.T) {
 			t.Fatalf("day tables %q, want [%s]", got, table)
 		}
 		// Within the retention (6 days later): nothing is removed.
-		c.Add(6 * day)
+		c.Add(6 * testenv.Day)
 		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep.Dropped) != 0 || rep.Deleted != 0 {
 			t.Fatalf("sweep within retention: %+v %v", rep, err)
 		}
 		// Past it: the table is dropped with one call, the v4 command deleted.
-		c.Add(3 * day)
+		c.Add(3 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) || rep.Deleted != 1 || rep.Moved != 0 || len(rep.Pinned) != 0 {
 			t.Fatalf("sweep past retention: %+v %v", rep, err)
@@ -93,13 +93,13 @@ func TestSweepKeepsPinnedTable(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		done := testenv.IssueAt(t, r.Store, c, "demo.Done")
 		testenv.Complete(t, r.Store, done)
 		stuck := testenv.IssueAt(t, r.Store, c, "demo.Stuck")
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(stuck)
-		c.Add(20 * day)
+		c.Add(20 * testenv.Day)
 		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep.Dropped) != 0 || rep.Pinned[table] != 1 {
 			t.Fatalf("sweep: %+v %v, want %s pinned by 1 command", rep, err, table)
@@ -110,7 +110,7 @@ func TestSweepKeepsPinnedTable(t *testing.T) {
 			}
 		}
 		testenv.Complete(t, r.Store, stuck)
-		c.Add(8 * day)
+		c.Add(8 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) {
 			t.Fatalf("sweep after it completed: %+v %v", rep, err)
@@ -126,7 +126,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		done := testenv.IssueAt(t, r.Store, c, "demo.Done")
 		testenv.Complete(t, r.Store, done)
@@ -142,7 +142,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 			t.Fatal(err)
 		}
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(bad)
-		c.Add(9 * day)
+		c.Add(9 * testenv.Day)
 		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Moved != 2 || !slices.Equal(rep.Dropped, []string{table}) {
 			t.Fatalf("sweep: %+v %v, want 2 moved and %s dropped", rep, err, table)
@@ -172,7 +172,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		}
 		// The requeued command is pending in the base table: kept. The
 		// discarded one stays until its 30 days have passed.
-		c.Add(10 * day)
+		c.Add(10 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Deleted != 0 {
 			t.Fatalf("sweep within the discarded retention: %+v %v", rep, err)
@@ -180,7 +180,7 @@ func TestSweepMovesPoisoned(t *testing.T) {
 		if st, err := r.Get(ctx, gone); err != nil || st.State != model.StateDiscarded {
 			t.Fatalf("discarded command: %+v %v", st, err)
 		}
-		c.Add(15 * day)
+		c.Add(15 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Deleted != 1 {
 			t.Fatalf("sweep past the discarded retention: %+v %v", rep, err)
@@ -201,11 +201,11 @@ func TestSweepPerTypeRetention(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		pol := record.RetentionPolicy{Of: func(typ string) (time.Duration, time.Duration) {
 			switch typ {
 			case "demo.Audit":
-				return 90 * day, 0
+				return 90 * testenv.Day, 0
 			case "demo.Ping":
 				return time.Hour, 0
 			}
@@ -221,12 +221,12 @@ func TestSweepPerTypeRetention(t *testing.T) {
 		testenv.Complete(t, r.Store, ping)
 		// Two days later the ping is past its hour, but the issue window
 		// (a re-issue of its ID must still find it) keeps the table.
-		c.Add(2*day + 13*time.Hour)
+		c.Add(2*testenv.Day + 13*time.Hour)
 		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Tables != 0 || len(rep.Dropped) != 0 {
 			t.Fatalf("sweep inside the issue window: %+v %v", rep, err)
 		}
-		c.Add(2 * day)
+		c.Add(2 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Moved != 1 || len(rep.Dropped) != 1 {
 			t.Fatalf("sweep: %+v %v, want the audit command moved and the table dropped", rep, err)
@@ -247,7 +247,7 @@ func TestConcurrentSweepersLoseNothing(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		var poisoned []string
 		for i := 0; i < 40; i++ {
@@ -259,7 +259,7 @@ func TestConcurrentSweepersLoseNothing(t *testing.T) {
 				testenv.Complete(t, r.Store, id)
 			}
 		}
-		c.Add(9 * day)
+		c.Add(9 * testenv.Day)
 		const n = 3
 		var wg sync.WaitGroup
 		reps := make([]retention.Report, n)
@@ -380,7 +380,7 @@ func TestRetentionCost(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		cs := &countingStore{Counting: env.Store, extra: map[string]int{}, created: map[string]bool{}}
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		names := layout.Names{Prefix: env.Prefix}
 		r, err := read.Open(ctx, cs, names, record.Options{Now: c.Now}, nil)
 		if err != nil {
@@ -407,7 +407,7 @@ func TestRetentionCost(t *testing.T) {
 		for _, id := range ids {
 			testenv.Complete(t, r.Store, id)
 		}
-		c.Add(9 * day)
+		c.Add(9 * testenv.Day)
 		cs.reset()
 		rep2, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || len(rep2.Dropped) != 1 || rep2.Scanned != n {

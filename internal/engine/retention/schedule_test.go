@@ -23,15 +23,15 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := testenv.Ctx(t)
-		c := testenv.NewClock(day0)
+		c := testenv.NewClock(testenv.Day0)
 		r := testenv.OpenAt(t, env, c)
 		done := testenv.IssueAt(t, r.Store, c, "demo.Done")
 		testenv.Complete(t, r.Store, done)
-		runAt := day0.Add(60 * day)
+		runAt := testenv.Day0.Add(60 * testenv.Day)
 		far := testenv.IssueScheduled(t, r.Store, c, runAt)
 		table := (layout.Names{Prefix: env.Prefix}).TableOf(far)
 
-		c.Add(10 * day)
+		c.Add(10 * testenv.Day)
 		rep, err := retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || !slices.Equal(rep.Dropped, []string{table}) || rep.Moved != 1 || len(rep.Pinned) != 0 {
 			t.Fatalf("sweep: %+v %v, want the scheduled command moved and its table dropped", rep, err)
@@ -57,10 +57,10 @@ func TestSweepMovesFarScheduled(t *testing.T) {
 		}
 
 		// Due within the two-day slack: its table is pinned.
-		c.Set(day0.Add(100 * day))
-		soon := testenv.IssueScheduled(t, r.Store, c, c.Now().Add(12*day))
+		c.Set(testenv.Day0.Add(100 * testenv.Day))
+		soon := testenv.IssueScheduled(t, r.Store, c, c.Now().Add(12*testenv.Day))
 		soonTable := (layout.Names{Prefix: env.Prefix}).TableOf(soon)
-		c.Add(11 * day)
+		c.Add(11 * testenv.Day)
 		rep, err = retention.Sweep(ctx, r.Store, retention.Options{})
 		if err != nil || rep.Pinned[soonTable] != 1 || rep.Moved != 0 {
 			t.Fatalf("sweep a day before it is due: %+v %v, want its table pinned", rep, err)

@@ -62,7 +62,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("acc%d", time.Now().UnixNano()%1e9)
 	names := layout.Names{Prefix: prefix}
-	c := testenv.NewClock(day0)
+	c := testenv.NewClock(testenv.Day0)
 	before := members(2, time.Time{})
 	r1, err := read.Open(ctx, before, names, record.Options{Now: c.Now}, nil)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	after := members(3, day0.Truncate(day).Add(3*day))
+	after := members(3, testenv.Day0.Truncate(testenv.Day).Add(3*testenv.Day))
 	r2, err := read.Open(ctx, after, names, record.Options{Now: c.Now}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestAccountAddedOldCommands(t *testing.T) {
 	testenv.Complete(t, r2.Store, pending)
 	// Sweep, past the retention: the day table goes from every account.
 	table := names.TableOf(pending)
-	c.Add(10 * day)
+	c.Add(10 * testenv.Day)
 	rep, err := retention.Sweep(ctx, r2.Store, retention.Options{})
 	if err != nil || !slices.Contains(rep.Dropped, table) {
 		t.Fatalf("sweep: %+v, %v; want %s dropped", rep, err, table)
