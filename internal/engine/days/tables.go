@@ -44,7 +44,7 @@ func New(st storage.Store, names layout.Names, base storage.Table, now func() ti
 
 // Register upserts the registration of day table name into the base
 // table (over several accounts, into every account that answers, at once:
-// shared.go).
+// package shared).
 func (t *Tables) Register(ctx context.Context, name string) error {
 	e := storage.Entity{PartitionKey: layout.DaysPartition, RowKey: layout.DayRowPrefix + name, Properties: map[string]any{"Table": name}}
 	var err error

@@ -156,7 +156,7 @@ func Pass(ctx context.Context, e *enqueue.Enqueuer, opts Options) (Report, error
 		}
 	}
 	// markers handles the markers of table mt: the base table, or over
-	// several accounts each account's (shared.go), where a marker is
+	// several accounts each account's (package shared), where a marker is
 	// claimed and deleted where it was found.
 	markers := func(mt storage.Table) error {
 		q := storage.Query{PartitionKey: layout.UnqueuedPartition, Top: 1000}

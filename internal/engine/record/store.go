@@ -140,7 +140,7 @@ type Store struct {
 	recovery           func(cmdType string) time.Duration
 	tables             *days.Tables
 	retention          RetentionPolicy
-	*shared.Partitions // the shared partitions (over several accounts: shared.go)
+	*shared.Partitions // the shared partitions (package shared)
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -1055,7 +1055,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 // MarkUnqueued records that the command id was stored but its enqueue failed
 // (an upsert into partition UnqueuedPartition, property Queue); the
 // reconciler re-enqueues it. Over several accounts the marker goes to the
-// command's account, or the next one that answers (shared.go).
+// command's account, or the next one that answers (package shared).
 func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 	if err := validID(id); err != nil {
 		return err
