@@ -8,6 +8,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -71,7 +72,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (CancelResult, error
 // run-now: see guard.
 type firstGuard struct {
 	c      *Client
-	r      *record.Reader
+	r      *read.Reader
 	marked bool
 }
 

@@ -52,8 +52,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
@@ -66,13 +68,13 @@ import (
 type Client struct {
 	st    storage.Store
 	cfg   Config
-	names record.Names
+	names layout.Names
 	reg   *registry.Registry
 	tune  tuning.Switches
 
 	mu      sync.Mutex
 	iss     *issuer.Issuer
-	log     *record.Reader // opened on first use
+	log     *read.Reader // opened on first use
 	proc    *processor.Processor
 	probe   *processor.StorageProbe // readiness without a processor
 	running bool                    // Start, Run or RunFor in progress
@@ -112,7 +114,7 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, model.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	cfg.Shards = maps.Clone(cfg.Shards)
-	c := &Client{st: st, cfg: cfg, names: record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
+	c := &Client{st: st, cfg: cfg, names: layout.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
 	c.reg.SetDeclared(declared)
 	tp := cfg.TracerProvider
 	if tp == nil {
@@ -192,14 +194,14 @@ func (c *Client) recoveryDelay(cmdType string) time.Duration {
 }
 
 // reader returns the commands log, opening its tables on first use.
-func (c *Client) reader(ctx context.Context) (*record.Reader, error) {
+func (c *Client) reader(ctx context.Context) (*read.Reader, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.log != nil {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := record.OpenReader(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
+	r, err := read.Open(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -270,13 +271,13 @@ func (c Config) processor() processor.Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err)) }
-	if err := (record.Names{Prefix: cmp.Or(c.Prefix, model.DefaultPrefix)}).Validate(); err != nil {
+	if err := (layout.Names{Prefix: cmp.Or(c.Prefix, model.DefaultPrefix)}).Validate(); err != nil {
 		bad(fmt.Errorf("Prefix: %w", err))
 	}
 	for q, n := range c.Shards {
 		if err := model.ValidateQueue(q); err != nil {
 			bad(fmt.Errorf("shards: %w", err))
-		} else if err := (record.Names{Prefix: cmp.Or(c.Prefix, model.DefaultPrefix), Shards: map[string]int{q: n}}).Validate(q); err != nil {
+		} else if err := (layout.Names{Prefix: cmp.Or(c.Prefix, model.DefaultPrefix), Shards: map[string]int{q: n}}).Validate(q); err != nil {
 			bad(fmt.Errorf("shards: %w", err))
 		}
 	}

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 )
 
 // PeriodicOption adjusts one periodic schedule (Periodic).
@@ -165,7 +166,7 @@ func (c *Client) prepareSchedules(ctx context.Context) ([]periodic.Entry, error)
 	by := c.worker()
 	entries := make([]periodic.Entry, 0, len(scheds))
 	for _, s := range scheds {
-		row, err := r.StoreSchedule(ctx, record.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
+		row, err := r.StoreSchedule(ctx, shared.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +301,7 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 			after = now.Add(-model.CatchUpHorizonDays * 24 * time.Hour)
 		}
 		if t := periodic.Prev(sched, after, now); !t.IsZero() {
-			info.LastTick = &TickInfo{At: t, ID: record.TickID(info.Name, t)}
+			info.LastTick = &TickInfo{At: t, ID: layout.TickID(info.Name, t)}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 )
 
 // TestProcessors: a running processor is listed by every Client on the
@@ -25,12 +27,12 @@ func TestProcessors(t *testing.T) {
 		// Rows of processors that stopped without deleting theirs: one
 		// gone for 5 minutes (three 1-minute intervals missed), one for
 		// two hours.
-		log, err := record.Open(ctx, s.st, record.Names{Prefix: s.prefix}, record.Options{})
+		log, err := record.Open(ctx, s.st, layout.Names{Prefix: s.prefix}, record.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		for _, b := range []record.Beat{
+		for _, b := range []shared.Beat{
 			{ID: "pdead5min", Name: "old-worker", Host: "elsewhere", PID: 7, State: "working", InFlight: 3, Queues: []string{"commands"}, Started: now.Add(-time.Hour), Seen: now.Add(-5 * time.Minute), Every: time.Minute},
 			{ID: "pdead2h", Name: "older-worker", Host: "elsewhere", State: "idle", Seen: now.Add(-2 * time.Hour), Every: time.Minute},
 		} {
@@ -78,7 +80,7 @@ func TestProcessors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return len(ps) == 2 && !slices.ContainsFunc(beats, func(b record.Beat) bool { return b.ID == "pdead2h" }) &&
+			return len(ps) == 2 && !slices.ContainsFunc(beats, func(b shared.Beat) bool { return b.ID == "pdead2h" }) &&
 				ps[0].Totals.Poisoned == 1 // the beat after both ended
 		})
 		live, gone := ps[0], ps[1]

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -132,7 +132,7 @@ func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 	return out, nil
 }
 
-func queueInfo(name string, row record.QueueControl) QueueInfo {
+func queueInfo(name string, row shared.QueueControl) QueueInfo {
 	return QueueInfo{Name: name, Depth: -1, Paused: row.Paused, Since: row.Since, By: row.By}
 }
 

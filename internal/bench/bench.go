@@ -25,7 +25,7 @@
 //     pending scan instead of one of them). Then a processor
 //     whose poll interval is MaxPollInterval from the start is left idle and a
 //     command issued in process must reach its handler at once (Notify).
-//  6. retention: the retention sweep (record.Store.Sweep) runs once on the
+//  6. retention: the retention sweep (retention.Sweep) runs once on the
 //     bench's prefix with its clock RetentionAhead (10 days) ahead, as it
 //     would once every command of the run is past its retention; its
 //     calls are counted, divided by the commands it read, and the day
@@ -57,11 +57,15 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite/emulator"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/azure"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -607,7 +611,7 @@ func (e *env) open(ctx context.Context) (func(), error) {
 // run's cleanup; dropAzure deletes the base tables and queues).
 func (e *env) dropDayTables(ctx context.Context, prefixes ...string) {
 	for _, p := range prefixes {
-		names := record.Names{Prefix: p}
+		names := layout.Names{Prefix: p}
 		tables, _ := e.st.Tables(ctx, names.CommandsTable())
 		for _, t := range tables {
 			if _, ok := names.ParseDayTable(t); ok {
@@ -1096,13 +1100,13 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// run per ReconcileScanInterval is the pending scan instead.
 	pass := func(pfx string, scan bool) ([numOps]int64, error) {
 		before := e.counter.Snapshot()
-		names := record.Names{Prefix: pfx}
+		names := layout.Names{Prefix: pfx}
 		rec, err := record.Open(ctx, e.counted, names, record.Options{})
 		if err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
-		opts := record.ReconcileOptions{MarkerGrace: model.DefaultReconcileGrace, PendingGrace: model.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
-		if _, err := record.NewEnqueuer(e.counted, names, rec, nil).Reconcile(ctx, opts); err != nil {
+		opts := reconcile.Options{MarkerGrace: model.DefaultReconcileGrace, PendingGrace: model.DefaultReconcileStaleAfter, ScanPending: scan, SkipMarkers: scan}
+		if _, err := reconcile.Pass(ctx, enqueue.NewEnqueuer(e.counted, names, rec, nil), opts); err != nil {
 			return [numOps]int64{}, fmt.Errorf("bench: reconcile pass: %w", err)
 		}
 		return diff(before, e.counter.Snapshot()), nil
@@ -1136,12 +1140,12 @@ func (e *env) idle(ctx context.Context, res *Result) error {
 	// The heartbeat of one running processor, as it schedules it: one
 	// upsert per interval, one clean-up (a query of the heartbeat rows,
 	// nothing to delete) an hour.
-	hb, err := record.Open(ctx, e.counted, record.Names{Prefix: prefix}, record.Options{})
+	hb, err := record.Open(ctx, e.counted, layout.Names{Prefix: prefix}, record.Options{})
 	if err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	before := e.counter.Snapshot()
-	if _, err := hb.WriteBeat(ctx, record.Beat{ID: "pbench", Name: "bench", State: "idle", Every: model.DefaultHeartbeatInterval}); err != nil {
+	if _, err := hb.WriteBeat(ctx, shared.Beat{ID: "pbench", Name: "bench", State: "idle", Every: model.DefaultHeartbeatInterval}); err != nil {
 		return fmt.Errorf("bench: heartbeat: %w", err)
 	}
 	beatOps := diff(before, e.counter.Snapshot())

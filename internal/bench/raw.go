@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/v2"
 	"github.com/google/uuid"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 )
 
 // rawResult is the raw pipeline's throughput.
@@ -75,7 +75,7 @@ func rawBaseline(ctx context.Context, conn string, cfg Config) (rawResult, error
 					fail(fmt.Errorf("bench: raw baseline: insert: %w", err))
 					return
 				}
-				msg := record.Envelope{ID: id, Type: "bench.noop"}.Marshal()
+				msg := layout.Envelope{ID: id, Type: "bench.noop"}.Marshal()
 				if _, err := q.EnqueueMessage(ictx, msg, nil); err != nil {
 					fail(fmt.Errorf("bench: raw baseline: enqueue: %w", err))
 					return
@@ -103,7 +103,7 @@ func rawBaseline(ctx context.Context, conn string, cfg Config) (rawResult, error
 		errOnce.Do(func() { first = err; pcancel() })
 	}
 	handle := func(m *azqueue.DequeuedMessage) error {
-		env, err := record.ParseEnvelope(*m.MessageText)
+		env, err := layout.ParseEnvelope(*m.MessageText)
 		if err != nil {
 			return err
 		}

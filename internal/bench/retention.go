@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 )
 
 // RetentionAhead is how far ahead of the real clock the retention phase
@@ -18,7 +20,7 @@ const RetentionAhead = model.DefaultCompletedRetention + (model.IssueWindowPastD
 
 // RetentionResult is what removing the run's commands after their
 // retention costs (docs/lifecycle.md, "Retention"): the retention sweep
-// (record.Store.Sweep, as the processor runs it) on the bench's own tables,
+// (retention.Sweep, as the processor runs it) on the bench's own tables,
 // its clock set RetentionAhead ahead, every storage call counted.
 type RetentionResult struct {
 	// Commands is the number of command rows the sweep read: the
@@ -35,7 +37,7 @@ type RetentionResult struct {
 	// after the sweep (Store.Tables).
 	DayTableGone bool `json:"day_table_gone"`
 	// SweepCalls is the sweep's own count of its calls
-	// (record.SweepReport.Calls); Calls.Total equals it when the bench
+	// (retention.Report.Calls); Calls.Total equals it when the bench
 	// counted every call.
 	SweepCalls int `json:"sweep_calls"`
 	// Calls is every storage call of the sweep, by kind (not per command).
@@ -51,7 +53,7 @@ type RetentionResult struct {
 // sweep's). It runs after the idle phase, whose pending scan on the loaded
 // tables needs them.
 func (e *env) retention(ctx context.Context) (*RetentionResult, error) {
-	names := record.Names{Prefix: e.cfg.Prefix}
+	names := layout.Names{Prefix: e.cfg.Prefix}
 	dayTables := func() ([]string, error) {
 		// The driver's listing, uncounted: the check is not the sweep's.
 		all, err := e.st.Tables(ctx, names.CommandsTable())
@@ -77,7 +79,7 @@ func (e *env) retention(ctx context.Context) (*RetentionResult, error) {
 	later := time.Now().Add(RetentionAhead)
 	e.logf("retention: sweep of %d day table(s) with the clock %s ahead", len(before), RetentionAhead)
 	c0 := e.counter.Snapshot()
-	rep, err := rec.Sweep(ctx, record.SweepOptions{Now: func() time.Time { return later }})
+	rep, err := retention.Sweep(ctx, rec, retention.Options{Now: func() time.Time { return later }})
 	d := diff(c0, e.counter.Snapshot())
 	if err != nil {
 		return nil, fmt.Errorf("bench: retention sweep: %w", err)

@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -211,7 +212,7 @@ func readSnapshot(ctx context.Context, st storage.Store, prefix string, shards i
 	if err != nil {
 		return nil, err
 	}
-	q, err := record.OpenQueue(ctx, st, record.Names{Prefix: prefix, Shards: map[string]int{commandsQueue: shards}}, commandsQueue)
+	q, err := enqueue.OpenQueue(ctx, st, layout.Names{Prefix: prefix, Shards: map[string]int{commandsQueue: shards}}, commandsQueue)
 	if err != nil {
 		return nil, err
 	}

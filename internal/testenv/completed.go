@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -17,11 +19,11 @@ import (
 func CompletedAt(t testing.TB, st storage.Store, prefix string, issued time.Time, typ string) string {
 	t.Helper()
 	ctx := context.Background()
-	old, err := record.OpenReader(ctx, st, record.Names{Prefix: prefix}, record.Options{Now: func() time.Time { return issued }}, nil)
+	old, err := read.Open(ctx, st, layout.Names{Prefix: prefix}, record.Options{Now: func() time.Time { return issued }}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := record.NewDayID(issued)
+	id := layout.NewDayID(issued)
 	if err := old.Store.Create(ctx, record.NewCommand{ID: id, Type: typ, Queue: model.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -18,13 +21,13 @@ import (
 // is pushed to a Client's watchers (as nothing another process writes is):
 // they find it by reading storage.
 type Log struct {
-	r *record.Reader
+	r *read.Reader
 }
 
 // OpenLog returns the Log of the commands under prefix on st.
 func OpenLog(t testing.TB, st storage.Store, prefix string) *Log {
 	t.Helper()
-	r, err := record.OpenReader(context.Background(), st, record.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := read.Open(context.Background(), st, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatalf("testenv: open the log of %q: %v", prefix, err)
 	}
@@ -75,7 +78,7 @@ func (l *Log) PoisonMessage(t testing.TB, e model.PoisonEntry) {
 // returns how many day tables it dropped.
 func (l *Log) Sweep(t testing.TB) int {
 	t.Helper()
-	rep, err := l.r.Store.Sweep(context.Background(), record.SweepOptions{})
+	rep, err := retention.Sweep(context.Background(), l.r.Store, retention.Options{})
 	if err != nil {
 		t.Fatalf("testenv: sweep: %+v %v", rep, err)
 	}
@@ -85,9 +88,9 @@ func (l *Log) Sweep(t testing.TB) int {
 // DayID returns a new command ID that carries day's date, as cmdq.NewID
 // does for today: for tests of IDs issued on other days (the issue
 // window, retention).
-func DayID(day time.Time) string { return record.NewDayID(day) }
+func DayID(day time.Time) string { return layout.NewDayID(day) }
 
 // UnqueuedPartition is the partition of the commands table that holds the
 // enqueue-failure markers the reconciler reads (docs/lifecycle.md): a
 // fault proxy that refuses it makes marking fail.
-const UnqueuedPartition = record.UnqueuedPartition
+const UnqueuedPartition = layout.UnqueuedPartition

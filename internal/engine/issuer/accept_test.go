@@ -12,7 +12,10 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/faultproxy"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -22,7 +25,7 @@ import (
 // Requests of the Azure driver that the fault proxy refuses.
 var (
 	enqueueReq = faultproxy.Match{Method: "POST", Path: "/messages"}
-	markerReq  = faultproxy.Match{Path: record.UnqueuedPartition}
+	markerReq  = faultproxy.Match{Path: layout.UnqueuedPartition}
 )
 
 // proxied opens an Azure store on Azurite through an HTTP fault proxy, with
@@ -73,11 +76,11 @@ func queued(t *testing.T, st storage.Store, queue string) int {
 
 func hasMarker(t *testing.T, st storage.Store, prefix, id string) bool {
 	t.Helper()
-	tbl, err := st.Table(context.Background(), record.Names{Prefix: prefix}.CommandsTable())
+	tbl, err := st.Table(context.Background(), layout.Names{Prefix: prefix}.CommandsTable())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tbl.Get(context.Background(), record.UnqueuedPartition, id)
+	_, err = tbl.Get(context.Background(), layout.UnqueuedPartition, id)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		t.Fatal(err)
 	}
@@ -106,7 +109,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	if rq.Hits() != 1 || rm.Hits() == 0 {
 		t.Fatalf("the proxy refused %d enqueues and %d marker writes; want one enqueue: it is sent without transport retries", rq.Hits(), rm.Hits())
 	}
-	r, err := record.OpenReader(ctx, direct, record.Names{Prefix: prefix}, record.Options{}, nil)
+	r, err := read.Open(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +196,7 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	through, direct, px := proxied(t)
 	prefix := "t" + uuid.NewString()[:8]
 	ctx := context.Background()
-	s, err := record.Open(ctx, direct, record.Names{Prefix: prefix}, record.Options{})
+	s, err := record.Open(ctx, direct, layout.Names{Prefix: prefix}, record.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +209,9 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	}
 	// The queue refuses, and so does any attempt to write the marker anew.
 	rq := px.Add(enqueueReq, faultproxy.Refuse, -1)
-	rm := px.Add(faultproxy.Match{Method: "PUT", Path: record.UnqueuedPartition}, faultproxy.Refuse, -1)
-	opts := record.ReconcileOptions{MarkerGrace: -1}
-	rep, err := reconcile(t, ctx, through, prefix, opts, nil)
+	rm := px.Add(faultproxy.Match{Method: "PUT", Path: layout.UnqueuedPartition}, faultproxy.Refuse, -1)
+	opts := reconcile.Options{MarkerGrace: -1}
+	rep, err := reconcilePass(t, ctx, through, prefix, opts, nil)
 	if err == nil || rep.Enqueued != 0 || rq.Hits() == 0 {
 		t.Fatalf("pass with the queue refusing: %+v %v", rep, err)
 	}
@@ -217,7 +220,7 @@ func TestReconcileKeepsMarkerWhenEnqueueFails(t *testing.T) {
 	}
 	px.Remove(rq)
 	px.Remove(rm)
-	rep, err = reconcile(t, ctx, through, prefix, opts, nil)
+	rep, err = reconcilePass(t, ctx, through, prefix, opts, nil)
 	if err != nil || rep.Enqueued != 1 {
 		t.Fatalf("second pass: %+v %v", rep, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -41,7 +42,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 	if len(notified) != 2 || notified[1] != "commands" {
 		t.Errorf("Notify calls %q, want two for queue commands", notified)
 	}
-	names := record.Names{Prefix: "comb"}
+	names := layout.Names{Prefix: "comb"}
 	s, err := record.Open(ctx, st, names, record.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func TestIssueCombinedIsOneCommit(t *testing.T) {
 	if err != nil || len(msgs) != 2 {
 		t.Fatalf("Dequeue: %d messages, %v; want 2", len(msgs), err)
 	}
-	env, err := record.ParseEnvelope(msgs[1].Text)
+	env, err := layout.ParseEnvelope(msgs[1].Text)
 	if err != nil || env.ID != res.ID || env.Type != "billing.ChargeCard" {
 		t.Errorf("second message %q (%v), want the envelope of %s", msgs[1].Text, err, res.ID)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // Command is a command's parameters (cmdq.Command). CommandType names the
@@ -50,7 +50,7 @@ func Declared(cmd Command, also DeclaredFunc) model.CommandOptions {
 
 // NewDayID returns a new command ID that carries its issue day
 // (record.NewDayID).
-func NewDayID(now time.Time) string { return record.NewDayID(now) }
+func NewDayID(now time.Time) string { return layout.NewDayID(now) }
 
 // NewOrderedID returns a new time-ordered command ID (UUID version 7: IDs
 // made later sort after earlier ones). It falls back to a random UUIDv4 if

@@ -14,8 +14,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -81,12 +85,12 @@ func (f routeFunc) CheckParams(string, []byte) error { return nil }
 
 // reconcile runs one reconciler pass on st for prefix, with the processor's
 // default graces where opts leaves them zero, waking wake (may be nil).
-func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts record.ReconcileOptions, wake func(string)) (record.ReconcileReport, error) {
+func reconcilePass(t *testing.T, ctx context.Context, st storage.Store, prefix string, opts reconcile.Options, wake func(string)) (reconcile.Report, error) {
 	t.Helper()
-	names := record.Names{Prefix: prefix}
+	names := layout.Names{Prefix: prefix}
 	rec, err := record.Open(ctx, st, names, record.Options{Now: opts.Now})
 	if err != nil {
-		return record.ReconcileReport{}, err
+		return reconcile.Report{}, err
 	}
 	if opts.MarkerGrace == 0 {
 		opts.MarkerGrace = model.DefaultReconcileGrace
@@ -94,16 +98,16 @@ func reconcile(t *testing.T, ctx context.Context, st storage.Store, prefix strin
 	if opts.PendingGrace == 0 {
 		opts.PendingGrace = model.DefaultReconcileStaleAfter
 	}
-	enq := record.NewEnqueuer(st, names, rec, wake)
+	enq := enqueue.NewEnqueuer(st, names, rec, wake)
 	if wake != nil {
 		enq.SetWakeAt(func(q string, _ time.Time) { wake(q) }) // a recovery's message is delayed
 	}
-	return enq.Reconcile(ctx, opts)
+	return reconcile.Pass(ctx, enq, opts)
 }
 
-func reader(t *testing.T, env testenv.Env) *record.Reader {
+func reader(t *testing.T, env testenv.Env) *read.Reader {
 	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
+	r, err := read.Open(ctxT(t), env.Store.Store, layout.Names{Prefix: env.Prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +187,7 @@ func TestIssueCostAndMessage(t *testing.T) {
 		}
 		// The issue's own message carries what its first delivery would
 		// read: the record it rebuilds equals the stored one, ETag included.
-		env2, err := record.ParseEnvelope(msgs[0].Text)
+		env2, err := layout.ParseEnvelope(msgs[0].Text)
 		if err != nil || env2.ID != res.ID || env2.Type != "billing.ChargeCard" || !env2.First.Usable() {
 			t.Fatalf("message %s: %+v, %v", msgs[0].Text, env2, err)
 		}
@@ -229,7 +233,7 @@ func TestIdempotentIssue(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, env.Prefix+"-commands")), env.Store.Queued(t, env.Prefix+"-commands"); vis != 1 || all != 2 {
 			t.Fatalf("%d messages visible of %d, want the first visible and the second delayed", vis, all)
 		}
-		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.IssuerBy {
+		if evs, _ := reader(t, env).Events(ctx, id); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != issuer.By {
 			t.Fatalf("events after the re-issue %+v, want created and requeued by the issuer", evs)
 		}
 		if len(n.get()) != 2 {
@@ -374,21 +378,21 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if st, err := r.Get(ctx, res.ID); err != nil || st.State != model.StatePending {
 			t.Fatalf("stored command %+v %v", st, err)
 		}
-		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); err != nil {
+		if _, err := r.Store.CommandsTable().Get(ctx, layout.UnqueuedPartition, res.ID); err != nil {
 			t.Fatalf("marker: %v", err)
 		}
 		if len(env.Store.Messages(t, queue)) != 0 {
 			t.Fatal("message despite failed enqueue")
 		}
 		// Inside the grace period: left for later.
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{}, nil)
 		if err != nil || rep.Markers != 1 || rep.Waiting != 1 || rep.Enqueued != 0 {
 			t.Fatalf("reconcile inside grace: %+v %v", rep, err)
 		}
 		// Past the grace period: enqueued, marker gone, Notify called.
 		later := func() time.Time { return time.Now().Add(model.DefaultReconcileGrace + time.Second) }
 		rn := &notes{}
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, rn.notify)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{Now: later}, rn.notify)
 		if err != nil || rep.Markers != 1 || rep.Enqueued != 1 {
 			t.Fatalf("reconcile: %+v %v", rep, err)
 		}
@@ -396,10 +400,10 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		if vis, all := len(env.Store.Messages(t, queue)), env.Store.Queued(t, queue); vis != 0 || all != 1 {
 			t.Fatalf("messages after reconcile: %d visible of %d, want one, delayed", vis, all)
 		}
-		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != record.ReconcilerBy {
+		if evs, _ := r.Events(ctx, res.ID); len(evs) != 2 || evs[1].Kind != model.EventRequeued || evs[1].By != reconcile.By {
 			t.Fatalf("events after reconcile %+v, want created and requeued by the reconciler", evs)
 		}
-		if _, err := r.Store.CommandsTable().Get(ctx, record.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := r.Store.CommandsTable().Get(ctx, layout.UnqueuedPartition, res.ID); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("marker after reconcile: %v", err)
 		}
 		if got := rn.get(); len(got) != 1 || got[0] != "commands" {
@@ -407,8 +411,8 @@ func TestEnqueueFailureAndReconcile(t *testing.T) {
 		}
 		// Nothing left: one query.
 		env.Store.Reset()
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{Now: later}, nil)
-		if err != nil || rep != (record.ReconcileReport{}) {
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{Now: later}, nil)
+		if err != nil || rep != (reconcile.Report{}) {
 			t.Fatalf("idle reconcile: %+v %v", rep, err)
 		}
 		if c := env.Store.Counts(); c["Query"] != 1 || env.Store.Total() != 1 {
@@ -439,7 +443,7 @@ func TestReconcileClearsMarkerOfFinishedCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		env.Store.Reset()
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{MarkerGrace: -1}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{MarkerGrace: -1}, nil)
 		if err != nil || rep.Markers != 2 || rep.Cleared != 2 || rep.Enqueued != 0 {
 			t.Fatalf("%+v %v", rep, err)
 		}
@@ -468,13 +472,13 @@ func TestReconcilePendingScan(t *testing.T) {
 		before := env.Store.Queued(t, queue)
 
 		// Young pending commands are left alone.
-		rep, err := reconcile(t, ctx, env.Store, env.Prefix, record.ReconcileOptions{ScanPending: true}, nil)
+		rep, err := reconcilePass(t, ctx, env.Store, env.Prefix, reconcile.Options{ScanPending: true}, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Scanned != 2 {
 			t.Fatalf("scan inside grace: %+v %v", rep, err)
 		}
 		later := time.Now().Add(model.DefaultReconcileStaleAfter + time.Minute)
-		opts := record.ReconcileOptions{ScanPending: true, Now: func() time.Time { return later }}
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		opts := reconcile.Options{ScanPending: true, Now: func() time.Time { return later }}
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 1 || rep.Scanned != 2 {
 			t.Fatalf("scan: %+v %v", rep, err)
 		}
@@ -482,11 +486,11 @@ func TestReconcilePendingScan(t *testing.T) {
 			t.Fatalf("%d messages (%d visible), want %d and the new one delayed", all, vis, before+1)
 		}
 		evs, _ := r.Events(ctx, orphan)
-		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != record.ReconcilerBy {
+		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != reconcile.By {
 			t.Fatalf("last event %+v", last)
 		}
 		// The requeued event moved UpdatedAt: the next run does not enqueue again.
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 {
 			t.Fatalf("second scan: %+v %v", rep, err)
 		}
@@ -495,7 +499,7 @@ func TestReconcilePendingScan(t *testing.T) {
 		// table, and the base table that holds the UUIDv4 orphan).
 		env.Store.Reset()
 		opts.SkipMarkers = true
-		rep, err = reconcile(t, ctx, env.Store, env.Prefix, opts, nil)
+		rep, err = reconcilePass(t, ctx, env.Store, env.Prefix, opts, nil)
 		if err != nil || rep.Enqueued != 0 || rep.Markers != 0 || rep.Scanned != 2 || env.Store.Total() != 2 {
 			t.Fatalf("scan-only pass: %+v %v, cost %s (want 2 queries: day table and base table)", rep, err, env.Store)
 		}
@@ -539,7 +543,7 @@ func TestIDsOrderedOnLocalStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := is.Issue(ctx, chargeCard{"c", -1})
-	if day, ok := record.IDDay(res.ID); err != nil || uuid.MustParse(res.ID).Version() != 8 || !ok || day != record.DayOf(time.Now()) {
+	if day, ok := layout.IDDay(res.ID); err != nil || uuid.MustParse(res.ID).Version() != 8 || !ok || day != layout.DayOf(time.Now()) {
 		t.Fatalf("issue on a plain store: %+v %v, want a version-8 ID carrying today", res, err)
 	}
 	is, err = issuer.NewIssuer(st, issuer.IssuerOptions{NewID: func() string { return "0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10" }})

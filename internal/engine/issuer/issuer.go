@@ -10,10 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
 )
+
+// By is the By recorded on the requeued events of the Issuer's recovery
+// enqueues (re-issues of a pending command, background retries).
+const By = "issuer"
 
 // Router routes command types to logical queues: QueueOf returns the queue
 // of a type it knows. *registry.Registry implements it (registered and
@@ -104,7 +110,7 @@ type IssuerOptions struct {
 	// HopHorizon, when above 0, is the longest visibility delay of a
 	// message (default and at most storage.MaxVisibility, 7 days): a
 	// command scheduled later is enqueued with it and hops when it shows
-	// up (record.Enqueuer.SetHorizon). Tests shorten it; the processors
+	// up (enqueue.Enqueuer.SetHorizon). Tests shorten it; the processors
 	// must use the same.
 	HopHorizon time.Duration
 }
@@ -117,7 +123,7 @@ const DefaultManyConcurrency = 32
 // Validate reports every problem with the options at once.
 func (o IssuerOptions) Validate() error {
 	var errs []error
-	if err := (record.Names{Prefix: cmp.Or(o.Prefix, model.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
+	if err := (layout.Names{Prefix: cmp.Or(o.Prefix, model.DefaultPrefix), Shards: o.Shards}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxParamsBytes < 0 || o.MaxParamsBytes > model.MaxParamsBytes {
@@ -180,11 +186,11 @@ func unwrap(cmd Command) (Command, []IssueOption) {
 type Issuer struct {
 	st    storage.Store
 	opts  IssuerOptions
-	names record.Names
+	names layout.Names
 
 	mu  sync.Mutex
 	rec *record.Store
-	enq *record.Enqueuer
+	enq *enqueue.Enqueuer
 
 	retry retrier // background retries of failed enqueues
 }
@@ -228,7 +234,7 @@ func NewIssuer(st storage.Store, opts IssuerOptions) (*Issuer, error) {
 	if opts.EnqueueRetry == 0 {
 		opts.EnqueueRetry = DefaultEnqueueRetry
 	}
-	i := &Issuer{st: st, opts: opts, names: record.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
+	i := &Issuer{st: st, opts: opts, names: layout.Names{Prefix: opts.Prefix, Shards: opts.Shards}}
 	i.retry.init(i)
 	return i, nil
 }
@@ -248,7 +254,7 @@ func (i *Issuer) Close() error {
 
 // log returns the commands log and the enqueue path, opening the tables on
 // first use.
-func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, error) {
+func (i *Issuer) log(ctx context.Context) (*record.Store, *enqueue.Enqueuer, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.rec != nil {
@@ -258,11 +264,11 @@ func (i *Issuer) log(ctx context.Context) (*record.Store, *record.Enqueuer, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("commands: %w", err)
 	}
-	i.rec, i.enq = s, record.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
+	i.rec, i.enq = s, enqueue.NewEnqueuer(i.st, i.names, s, i.opts.Wake)
 	i.enq.SetWakeAt(i.opts.WakeAt)
 	i.enq.SetHorizon(i.opts.HopHorizon)
 	if h := i.opts.HandOff; h != nil {
-		i.enq.SetHandOff(func(queue, cmdType string) record.Slot {
+		i.enq.SetHandOff(func(queue, cmdType string) enqueue.Slot {
 			if slot := h(queue, cmdType); slot != nil {
 				return slot
 			}
@@ -358,7 +364,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result
 		raw, declared, err := encode(cmd, nil, i.opts.Declared)
 		key := raw.ID
 		if raw.UniqueKey != "" && checkUnique(raw) == nil {
-			key = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+			key = layout.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
 		}
 		switch {
 		case err != nil:
@@ -401,7 +407,7 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result
 					fail(n, err)
 					continue
 				}
-				res, ierr := i.created(ctx, st, enq, pcs[k], record.Envelope{}, cerrs[k] == nil, cerrs[k])
+				res, ierr := i.created(ctx, st, enq, pcs[k], layout.Envelope{}, cerrs[k] == nil, cerrs[k])
 				results[n] = res
 				if ierr != nil {
 					fail(n, ierr)
@@ -457,7 +463,7 @@ func (i *Issuer) store(ctx context.Context, nc prepared) (model.Result, error) {
 }
 
 // IssueDerived issues cmd under id, an ID cmdq derived from what the
-// command stands for (a periodic schedule's tick, record.TickID): as for a
+// command stands for (a periodic schedule's tick, layout.TickID): as for a
 // unique key, a command that exists under the ID is a duplicate
 // (Result.Duplicate) whatever its parameters, not a conflict. Cost as
 // Issue's; a duplicate costs one failed batch and one point read.
@@ -521,14 +527,14 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 		// The ID of the key's current window: it carries the day its
 		// bucket starts, which a window of more than two days may place
 		// before the issue window (the ID is cmdq's own, for now).
-		id = record.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
+		id = layout.UniqueID(raw.Type, raw.UniqueKey, raw.UniqueWindow, i.opts.Now())
 	case id == "":
 		id = i.opts.NewID()
 	default:
 		if err := model.ValidateID(id); err != nil {
 			return record.NewCommand{}, err
 		}
-		if err := record.CheckIssueWindow(id, i.opts.Now()); err != nil {
+		if err := layout.CheckIssueWindow(id, i.opts.Now()); err != nil {
 			return record.NewCommand{}, fmt.Errorf("%w: %w", model.ErrInvalidID, err)
 		}
 	}
@@ -582,7 +588,7 @@ const (
 // CreateMany) returned err and, without one, enqueued or not: an existing
 // ID is compared (and re-enqueued while pending and never started), a
 // stored command not yet enqueued is enqueued.
-func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqueuer, pc prepared, env record.Envelope, enqueued bool, err error) (model.Result, error) {
+func (i *Issuer) created(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, pc prepared, env layout.Envelope, enqueued bool, err error) (model.Result, error) {
 	nc := pc.NewCommand
 	id := nc.ID
 	res := model.Result{ID: id, Queue: nc.Queue}
@@ -625,14 +631,14 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *record.Enqu
 		// One sentence, without the storage layer's words (it wraps
 		// storage.ErrTooLarge; callers branch on ErrParamsTooLarge).
 		return model.Result{}, fmt.Errorf("%w: the params of %s do not fit in one stored command (%d UTF-16 code units at most; a character outside the Basic Multilingual Plane counts as two): %s",
-			model.ErrParamsTooLarge, nc.Type, record.MaxParamsChunks*record.ParamsChunkUnits, passReference)
+			model.ErrParamsTooLarge, nc.Type, layout.MaxParamsChunks*layout.ParamsChunkUnits, passReference)
 	case err != nil:
 		return model.Result{}, fmt.Errorf("commands: store command %s: %w", id, err)
 	case enqueued:
 		return res, nil
 	}
 	if env.ID == "" {
-		env = record.Envelope{ID: id, Type: nc.Type}
+		env = layout.Envelope{ID: id, Type: nc.Type}
 	}
 	return res, i.enqueue(ctx, st, enq, env, nc.Queue)
 }
@@ -648,11 +654,11 @@ func (i *Issuer) recoveryDelay(cmdType string) time.Duration {
 }
 
 // enqueue puts the first message of a stored command on its queue, with
-// no transport retries (record.Enqueuer.Enqueue). If that fails it marks the command
+// no transport retries (enqueue.Enqueuer.Enqueue). If that fails it marks the command
 // for the reconciler and returns model.ErrEnqueueFailed (the command is
 // accepted); if the marker cannot be written either it returns
 // model.ErrNotAccepted. Either way the background retrier keeps trying.
-func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqueuer, env record.Envelope, queue string) error {
+func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, env layout.Envelope, queue string) error {
 	err := enq.EnqueueEnvelope(ctx, env, queue)
 	if err == nil {
 		return nil
@@ -661,12 +667,12 @@ func (i *Issuer) enqueue(ctx context.Context, st *record.Store, enq *record.Enqu
 }
 
 // recover re-enqueues the stored command rec (pending, never started) as a
-// recovery (record.Enqueuer.Recover). If that fails it marks the command,
+// recovery (enqueue.Enqueuer.Recover). If that fails it marks the command,
 // as enqueue.
-func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *record.Enqueuer, rec *record.Record, note string) error {
+func (i *Issuer) recover(ctx context.Context, st *record.Store, enq *enqueue.Enqueuer, rec *record.Record, note string) error {
 	// Again on a conflict with another recovery: the client was told it
 	// is accepted only once a message is on its way.
-	_, _, err := enq.Recover(ctx, rec, record.IssuerBy, note, true)
+	_, _, err := enq.Recover(ctx, rec, By, note, true)
 	if err == nil {
 		return nil
 	}

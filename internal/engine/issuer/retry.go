@@ -173,7 +173,7 @@ func (r *retrier) try(it retryItem) {
 	}
 	if err == nil {
 		// A recovery: the first enqueue may have landed after all.
-		_, _, err = enq.Recover(ctx, rec, record.IssuerBy, "enqueue failed at issue: enqueued again by the issuer's background retry", true)
+		_, _, err = enq.Recover(ctx, rec, By, "enqueue failed at issue: enqueued again by the issuer's background retry", true)
 	}
 	if errors.Is(err, model.ErrNotFound) {
 		r.forget(it.id) // never stored (or removed): nothing to enqueue

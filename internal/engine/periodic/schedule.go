@@ -3,7 +3,7 @@
 // or an interval), computes its ticks, and runs a scheduler that issues
 // each tick's command when it is due. Several processes may run the same
 // schedule: a tick's command ID derives from the schedule's name and the
-// tick time (record.TickID), so their issues collapse on the ID and
+// tick time (layout.TickID), so their issues collapse on the ID and
 // exactly one command exists per tick, with no leader
 // (docs/lifecycle.md, "Periodic commands").
 package periodic

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/periodic"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 func at(s string) time.Time {
@@ -92,35 +92,35 @@ func TestParseRefuses(t *testing.T) {
 // and change with each input.
 func TestDerivedIDs(t *testing.T) {
 	tick := at("2026-03-01T02:00:00Z")
-	id := record.TickID("reports.nightly", tick)
-	if id != record.TickID("reports.nightly", tick.In(time.FixedZone("x", 3600))) {
+	id := layout.TickID("reports.nightly", tick)
+	if id != layout.TickID("reports.nightly", tick.In(time.FixedZone("x", 3600))) {
 		t.Fatal("a tick's ID depends on the time's zone")
 	}
-	if day, ok := record.IDDay(id); !ok || day != record.DayOf(tick) {
-		t.Fatalf("tick ID %s carries day %d %v, want %d", id, day, ok, record.DayOf(tick))
+	if day, ok := layout.IDDay(id); !ok || day != layout.DayOf(tick) {
+		t.Fatalf("tick ID %s carries day %d %v, want %d", id, day, ok, layout.DayOf(tick))
 	}
-	if id == record.TickID("reports.nightly", tick.Add(time.Second)) || id == record.TickID("reports.other", tick) {
+	if id == layout.TickID("reports.nightly", tick.Add(time.Second)) || id == layout.TickID("reports.other", tick) {
 		t.Fatal("tick IDs collide")
 	}
 	if model.ValidateID(id) != nil {
 		t.Fatalf("tick ID %s is not a valid command ID", id)
 	}
-	u := record.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T10:05:00Z"))
-	if u != record.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T10:59:59.999Z")) {
+	u := layout.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T10:05:00Z"))
+	if u != layout.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T10:59:59.999Z")) {
 		t.Fatal("one hour's bucket gives two IDs")
 	}
 	for _, other := range []string{
-		record.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T11:00:00Z")),
-		record.UniqueID("orders.Ship", "order-43", time.Hour, at("2026-03-01T10:05:00Z")),
-		record.UniqueID("orders.Bill", "order-42", time.Hour, at("2026-03-01T10:05:00Z")),
-		record.UniqueID("orders.Ship", "order-42", 2*time.Hour, at("2026-03-01T10:05:00Z")),
+		layout.UniqueID("orders.Ship", "order-42", time.Hour, at("2026-03-01T11:00:00Z")),
+		layout.UniqueID("orders.Ship", "order-43", time.Hour, at("2026-03-01T10:05:00Z")),
+		layout.UniqueID("orders.Bill", "order-42", time.Hour, at("2026-03-01T10:05:00Z")),
+		layout.UniqueID("orders.Ship", "order-42", 2*time.Hour, at("2026-03-01T10:05:00Z")),
 	} {
 		if other == u {
 			t.Fatal("unique IDs of another bucket, key, type or window collide")
 		}
 	}
-	week := record.UniqueID("orders.Ship", "k", 7*24*time.Hour, at("2026-03-05T10:00:00Z")) // a Thursday
-	if day, _ := record.IDDay(week); record.DayTime(day).Weekday() != time.Monday {
-		t.Fatalf("a week's bucket starts on %s, want Monday", record.DayTime(day).Weekday())
+	week := layout.UniqueID("orders.Ship", "k", 7*24*time.Hour, at("2026-03-05T10:00:00Z")) // a Thursday
+	if day, _ := layout.IDDay(week); layout.DayTime(day).Weekday() != time.Monday {
+		t.Fatalf("a week's bucket starts on %s, want Monday", layout.DayTime(day).Weekday())
 	}
 }

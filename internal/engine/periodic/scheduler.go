@@ -8,13 +8,13 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // Entry is one schedule the Scheduler runs.
 type Entry struct {
-	// Name names the schedule (record.TickID derives from it).
+	// Name names the schedule (layout.TickID derives from it).
 	Name string
 	// Schedule computes its ticks.
 	Schedule Schedule
@@ -161,7 +161,7 @@ func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, op
 // since, and not before the issue window (the start of the day
 // model.CatchUpHorizonDays before now's).
 func catchUpFloor(since, now time.Time) time.Time {
-	floor := record.DayTime(record.DayOf(now) - model.CatchUpHorizonDays).Add(-time.Nanosecond)
+	floor := layout.DayTime(layout.DayOf(now) - model.CatchUpHorizonDays).Add(-time.Nanosecond)
 	if since.After(floor) {
 		return since
 	}
@@ -176,7 +176,7 @@ func try(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) 
 }
 
 func tryErr(ctx context.Context, e Entry, t time.Time, catchUp bool, opts Options) (bool, error) {
-	id := record.TickID(e.Name, t)
+	id := layout.TickID(e.Name, t)
 	err := e.Issue(ctx, id, t)
 	switch {
 	case err == nil || errors.Is(err, model.ErrEnqueueFailed) || errors.Is(err, model.ErrNotAccepted):

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -15,7 +16,7 @@ import (
 // queues"; docs/lifecycle.md for the rows).
 //
 // The processor starts a command only while what it knows of its queues'
-// control rows was read (one query of record.ControlPartition, for every
+// control rows was read (one query of shared.ControlPartition, for every
 // queue at once) less than ControlInterval ago; an older knowledge is read
 // again first. So a pause stored at time t stops every processor from
 // starting that queue's commands by t + ControlInterval (9 s), a busy
@@ -39,7 +40,7 @@ const maxClockSkew = model.MaxClockSkew
 // control is what the processor knows of its queues' control rows.
 type control struct {
 	mu      sync.Mutex
-	rows    map[string]record.QueueControl
+	rows    map[string]shared.QueueControl
 	localAt map[string]time.Time // when a row was set in process (SetControl)
 	sent    time.Time            // send time of the last successful read (zero: never)
 	reading chan struct{}        // closed when the read in progress ends (nil: none)
@@ -169,7 +170,7 @@ func (p *Processor) reportChanges(changes []queueChange) {
 // SetControl tells the processor of a control row its process has just
 // written (cmdq.Client.PauseQueue, ResumeQueue): it acts on it at once,
 // without waiting for its next read of the rows.
-func (p *Processor) SetControl(c record.QueueControl) {
+func (p *Processor) SetControl(c shared.QueueControl) {
 	p.ctl.mu.Lock()
 	if old, ok := p.ctl.rows[c.Queue]; ok && old.CancelledAt.After(c.CancelledAt) {
 		c.CancelledAt = old.CancelledAt
@@ -297,7 +298,7 @@ func (p *Processor) releaseFor(s *session, k *keeper, d time.Duration) {
 // command young enough for the fast path marks the row and waits
 // ControlInterval before it is stored (cmdq.Client.Cancel), so no
 // delivery starts a cancelled command from its message.
-func (p *Processor) fastPathClear(env record.Envelope, queue string, lease time.Duration) bool {
+func (p *Processor) fastPathClear(env layout.Envelope, queue string, lease time.Duration) bool {
 	if env.First == nil {
 		return true // no fast path anyway
 	}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 )
 
 // Due means due (docs/processor.md, "Waking when a delay ends"): a
@@ -66,7 +66,7 @@ type dueKey struct {
 }
 
 // WakeAt wakes the poller of queue (a logical or storage name) at at: a
-// message put on it becomes visible then (record.Enqueuer.SetWakeAt; the
+// message put on it becomes visible then (enqueue.Enqueuer.SetWakeAt; the
 // Client wires its Issuer's and its own enqueues to it). A time not ahead
 // wakes it at once (Notify). It never blocks; unknown queues are ignored.
 func (p *Processor) WakeAt(queue string, at time.Time) {
@@ -159,11 +159,11 @@ func latest(a, b time.Time) time.Time {
 }
 
 // wakeName is the name that wakes qr's poller for the message msgID:
-// on a sharded queue its shard's storage name (record.ShardOf), so that the
+// on a sharded queue its shard's storage name (enqueue.ShardOf), so that the
 // poller dequeues that shard first; else qr's name.
 func (p *Processor) wakeName(qr *queueRunner, msgID string) string {
 	if qr.shards > 1 {
-		return p.names.ShardQueue(qr.name, record.ShardOf(msgID))
+		return p.names.ShardQueue(qr.name, enqueue.ShardOf(msgID))
 	}
 	return qr.name
 }

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/instrument"
@@ -62,7 +63,7 @@ func TestSecondMessageOfRunningCommandNotRun(t *testing.T) {
 
 				// The second message.
 				q := e.queue("commands")
-				if _, err := q.Enqueue(context.Background(), record.Envelope{ID: id, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+				if _, err := q.Enqueue(context.Background(), layout.Envelope{ID: id, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
 					t.Fatal(err)
 				}
 				if deliveredBefore {
@@ -188,10 +189,10 @@ func TestRequeuedCommandRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: record.ReconcilerBy}); err != nil {
+		if err := e.reader.Store.Append(context.Background(), rec, model.Event{Kind: model.EventRequeued, By: reconcile.By}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), layout.Envelope{ID: res.ID, Type: okCmd{}.CommandType()}.Marshal(), 0, storage.NoExpiry); err != nil {
 			t.Fatal(err)
 		}
 		q := e.queue("commands")

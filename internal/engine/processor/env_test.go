@@ -14,8 +14,10 @@ import (
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -35,7 +37,7 @@ type env struct {
 	// embedded: the same store, since one file has one owner).
 	open   func() storage.Store
 	prefix string
-	reader *record.Reader
+	reader *read.Reader
 }
 
 var prefixSeq atomic.Int64
@@ -73,7 +75,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, e *env)) {
 
 func newEnv(t *testing.T, driver string, st storage.Store, open func() storage.Store) *env {
 	e := &env{t: t, driver: driver, store: st, open: open, prefix: newPrefix()}
-	r, err := record.OpenReader(context.Background(), st, record.Names{Prefix: e.prefix}, record.Options{}, nil)
+	r, err := read.Open(context.Background(), st, layout.Names{Prefix: e.prefix}, record.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func (e *env) issue(i *issuer.Issuer, cmd issuer.Command) string {
 
 func (e *env) queue(name string) storage.Queue {
 	e.t.Helper()
-	q, err := e.store.Queue(context.Background(), record.Names{Prefix: e.prefix}.Queue(name))
+	q, err := e.store.Queue(context.Background(), layout.Names{Prefix: e.prefix}.Queue(name))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 )
 
 // TestEnvelope: the queue message is {"id","type"}; the processor takes only
@@ -15,7 +15,7 @@ import (
 func TestEnvelope(t *testing.T) {
 	t.Parallel()
 	id := uuid.NewString()
-	e := record.Envelope{ID: id, Type: "billing.ChargeCard"}
+	e := layout.Envelope{ID: id, Type: "billing.ChargeCard"}
 	text := e.Marshal()
 	if text != `{"id":"`+id+`","type":"billing.ChargeCard"}` {
 		t.Fatalf("envelope text %s", text)
@@ -26,7 +26,7 @@ func TestEnvelope(t *testing.T) {
 	}
 	for _, bad := range []string{"", "{", "[]", `{"id":"` + id + `"}`, `{"id":"x","type":"a"}`, `{"id":"` + id + `","type":"a","extra":1}`,
 		`{"id":"` + id + `","type":"a"} {}`, `{"id":"` + id + `","type":"9"}`} {
-		if _, err := processor.ParseMessage(bad); !errors.Is(err, record.ErrMalformedMessage) {
+		if _, err := processor.ParseMessage(bad); !errors.Is(err, layout.ErrMalformedMessage) {
 			t.Errorf("ParseEnvelope(%q): %v", bad, err)
 		}
 	}

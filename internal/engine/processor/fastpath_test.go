@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -64,7 +66,7 @@ func TestFirstDeliveryFastPath(t *testing.T) {
 			seen.Store(run.ID(), c.N)
 			return nil
 		}, registry.Options{})
-		big := strings.Repeat("x", record.MaxFirstParamsBytes)
+		big := strings.Repeat("x", layout.MaxFirstParamsBytes)
 		register(t, reg, func(ctx context.Context, c bigCmd, run *registry.Attempt) error {
 			runs.add(run.ID())
 			if c.S != big {
@@ -187,7 +189,7 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 		p := newProc(t, e.store, reg, e.cfg())
 		id := e.issue(e.issuer(nil), okCmd{})
 		ctx := context.Background()
-		names := record.Names{Prefix: e.prefix}
+		names := layout.Names{Prefix: e.prefix}
 		rs, err := record.Open(ctx, e.store, names, record.Options{RecoveryDelay: func(string) time.Duration { return time.Second }})
 		if err != nil {
 			t.Fatal(err)
@@ -196,7 +198,7 @@ func TestFastPathRecoveryMessageRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if requeued, enqueued, err := record.NewEnqueuer(e.store, names, rs, nil).Recover(ctx, rec, "test", "second message", false); err != nil || !requeued || !enqueued {
+		if requeued, enqueued, err := enqueue.NewEnqueuer(e.store, names, rs, nil).Recover(ctx, rec, "test", "second message", false); err != nil || !requeued || !enqueued {
 			t.Fatalf("recover: %v %v %v", requeued, enqueued, err)
 		}
 		start(t, p)
@@ -247,12 +249,12 @@ func TestFastPathTwoProcessors(t *testing.T) {
 		start(t, p1)
 		start(t, p2)
 		ctx := context.Background()
-		names := record.Names{Prefix: e.prefix}
+		names := layout.Names{Prefix: e.prefix}
 		rs, err := record.Open(ctx, e.store, names, record.Options{RecoveryDelay: func(string) time.Duration { return 2 * time.Second }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		enq := record.NewEnqueuer(e.store, names, rs, nil)
+		enq := enqueue.NewEnqueuer(e.store, names, rs, nil)
 		iss := e.issuer(func(q string) { p1.Notify(q); p2.Notify(q) })
 		const n = 40
 		ids := make([]string, n)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -141,7 +143,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		// however early its message shows up (docs/lifecycle.md,
 		// "Scheduled commands").
 		wait := time.Until(rec.Status.RunAt)
-		if record.Due(rec.Status, time.Now()) || wait <= 0 {
+		if enqueue.Due(rec.Status, time.Now()) || wait <= 0 {
 			break
 		}
 		if wait > holdLimit {
@@ -217,7 +219,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 // event (docs/lifecycle.md, "Duplicate messages"). A command written by
 // anyone since the issue makes the attempt's first write conflict; the
 // attempt then goes on from the command as reloaded, by the usual rules.
-func (p *Processor) firstRecord(env record.Envelope, m storage.Message, n int64, direct bool, sent time.Time, vis time.Duration, def *registry.Definition, known bool) *record.Record {
+func (p *Processor) firstRecord(env layout.Envelope, m storage.Message, n int64, direct bool, sent time.Time, vis time.Duration, def *registry.Definition, known bool) *record.Record {
 	// The first run of the message: its first dequeue, or its hand-off
 	// (a handed-off message dequeued later is attempt 2 or more).
 	first := direct || (m.DequeueCount == 1 && !env.HandedOff)
@@ -253,16 +255,16 @@ func fastPathAge(lease time.Duration) time.Duration {
 
 // parseMessage parses and checks a queue message: an Envelope with a valid
 // command ID and type. Errors wrap record.ErrMalformedMessage.
-func parseMessage(text string) (record.Envelope, error) {
-	env, err := record.ParseEnvelope(text)
+func parseMessage(text string) (layout.Envelope, error) {
+	env, err := layout.ParseEnvelope(text)
 	if err != nil {
-		return record.Envelope{}, err
+		return layout.Envelope{}, err
 	}
 	if err := model.ValidateID(env.ID); err != nil {
-		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+		return layout.Envelope{}, fmt.Errorf("%w: %w", layout.ErrMalformedMessage, err)
 	}
 	if err := model.ValidateType(env.Type); err != nil {
-		return record.Envelope{}, fmt.Errorf("%w: %w", record.ErrMalformedMessage, err)
+		return layout.Envelope{}, fmt.Errorf("%w: %w", layout.ErrMalformedMessage, err)
 	}
 	return env, nil
 }

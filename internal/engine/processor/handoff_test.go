@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
@@ -69,7 +69,7 @@ func TestHandOff(t *testing.T) {
 		}
 		// A handed-off command is stored where every reader and the
 		// retention sweep look: its ID's day table, not the base table.
-		names := record.Names{Prefix: e.prefix}
+		names := layout.Names{Prefix: e.prefix}
 		base, err := e.store.Table(context.Background(), names.CommandsTable())
 		if err != nil {
 			t.Fatal(err)
@@ -83,10 +83,10 @@ func TestHandOff(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := dt.Get(context.Background(), id, record.RowCommand); err != nil {
+			if _, err := dt.Get(context.Background(), id, layout.RowCommand); err != nil {
 				t.Fatalf("command %s is not in its day table %s: %v", id, day, err)
 			}
-			if _, err := base.Get(context.Background(), id, record.RowCommand); !errors.Is(err, storage.ErrNotFound) {
+			if _, err := base.Get(context.Background(), id, layout.RowCommand); !errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("command %s in the base table too (or %v)", id, err)
 			}
 		}

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 )
 
 // The heartbeat: while a Run or RunFor runs, the processor writes a row
-// saying who and where it is and what it does (record.ProcessorPartition)
+// saying who and where it is and what it does (shared.ProcessorPartition)
 // when the run starts and then once every HeartbeatInterval (1 minute by
 // default), and deletes it when the run ends. Once it has run for an
 // interval, and then about once every model.ProcessorForgetAfter, it
@@ -39,7 +39,7 @@ func (p *Processor) InstanceID() string { return p.instance }
 // noteFailure records a failed or poisoned attempt's observation for the
 // heartbeat.
 func (p *Processor) noteFailure(o model.Observation) {
-	f := record.Failure{CommandID: o.CommandID, Type: o.Type, Poisoned: o.Kind == model.ObservedPoisoned, At: o.Time}
+	f := shared.Failure{CommandID: o.CommandID, Type: o.Type, Poisoned: o.Kind == model.ObservedPoisoned, At: o.Time}
 	if o.Err != nil {
 		f.Error = o.Err.Error()
 		if len(f.Error) > 4096 {
@@ -56,14 +56,14 @@ func (p *Processor) noteFailure(o model.Observation) {
 
 // beat returns the processor's heartbeat row as of now, its counts those
 // of the run s (prev: the counts the last beat reported).
-func (p *Processor) beat(s *session, started time.Time, prev model.Stats) (record.Beat, model.Stats) {
+func (p *Processor) beat(s *session, started time.Time, prev model.Stats) (shared.Beat, model.Stats) {
 	h := p.Health()
 	host, _ := os.Hostname()
 	c := s.counts()
 	p.failMu.Lock()
 	last := p.lastFailure
 	p.failMu.Unlock()
-	return record.Beat{ID: p.instance, Name: p.cfg.Worker, Host: host, PID: os.Getpid(), State: string(h.State),
+	return shared.Beat{ID: p.instance, Name: p.cfg.Worker, Host: host, PID: os.Getpid(), State: string(h.State),
 		InFlight: h.InFlight, Concurrency: p.cfg.Concurrency, Queues: p.Queues(), Started: started,
 		Every: p.cfg.HeartbeatInterval, Completed: c.Completed, Failed: c.Failed, Poisoned: c.Poisoned,
 		RecentCompleted: c.Completed - prev.Completed, RecentFailed: c.Failed - prev.Failed, RecentPoisoned: c.Poisoned - prev.Poisoned,

@@ -23,9 +23,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/reconcile"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
+	"github.com/cmdq-dev/cmdq/internal/engine/retention"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -43,7 +48,7 @@ type Processor struct {
 	cfg    Config
 	store  storage.Store
 	reg    *registry.Registry
-	names  record.Names
+	names  layout.Names
 	health *health
 	probe  *StorageProbe
 	// instance is the processor's instance ID: its heartbeat row's key
@@ -52,7 +57,7 @@ type Processor struct {
 	// lastFailure is the last failed or poisoned attempt, for the
 	// heartbeat.
 	failMu      sync.Mutex
-	lastFailure record.Failure
+	lastFailure shared.Failure
 
 	queues []*queueRunner
 	byName map[string]*queueRunner // logical and storage names
@@ -60,7 +65,7 @@ type Processor struct {
 	openOnce sync.Mutex
 	opened   bool
 	st       *record.Store
-	enq      *record.Enqueuer // the reconciler's enqueues wake this processor
+	enq      *enqueue.Enqueuer // the reconciler's enqueues wake this processor
 	// completer groups the final writes of concurrent completions (nil:
 	// each is its own write; see complete).
 	completer *record.Completer
@@ -97,20 +102,17 @@ type Processor struct {
 	current *session
 	past    model.Stats
 
-	// The reconciler's schedule (reconcile.go).
-	active      atomic.Bool   // work since the last marker query
-	recoveredAt atomic.Int64  // UnixNano of the last fault → success transition
-	reconKick   chan struct{} // wakes the reconciler to recompute its schedule
-	retain      retention     // the retention sweep's state (sweep.go)
+	recon  *reconcile.Loop    // the reconciler's schedule (reconcile.go)
+	retain *retention.Sweeper // the retention sweeps and what they did (sweep.go)
 }
 
 type queueRunner struct {
 	name    string // logical name
 	storage string // storage name
 	q       storage.Queue
-	sq      *record.ShardedQueue // q when the queue has several shards, else nil
-	shards  int                  // its number of shards (1: not sharded)
-	hint    atomic.Uint64        // the shards named by wake-ups not yet polled (bit i: shard i; at most record.MaxShards = 64)
+	sq      *enqueue.ShardedQueue // q when the queue has several shards, else nil
+	shards  int                   // its number of shards (1: not sharded)
+	hint    atomic.Uint64         // the shards named by wake-ups not yet polled (bit i: shard i; at most layout.MaxShards = 64)
 	defs    []*registry.Definition
 	wake    chan struct{}
 	ctlWake chan struct{} // its paused state changed (control.go)
@@ -142,7 +144,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 	if len(qnames) == 0 {
 		return nil, fmt.Errorf("%w: register at least one handler (cmdq.Register) first", model.ErrNoHandlers)
 	}
-	names := record.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
+	names := layout.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}
 	if err := names.Validate(qnames...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -150,11 +152,12 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]uint64{},
-		reconKick: make(chan struct{}, 1),
-		ctl: control{rows: map[string]record.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
+		ctl: control{rows: map[string]shared.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
 			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
 	}
+	p.recon = p.newReconciler()
+	p.retain = retention.NewSweeper(cfg.Logger)
 	for _, qn := range qnames {
 		qr := &queueRunner{name: qn, storage: names.Queue(qn), shards: names.ShardCount(qn), wake: make(chan struct{}, 1), capacity: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1)}
 		p.queues = append(p.queues, qr)
@@ -249,15 +252,15 @@ func (p *Processor) open(ctx context.Context) error {
 		return fmt.Errorf("processor: open table %s: %w", p.names.PoisonTable(), err)
 	}
 	for _, qr := range p.queues {
-		q, err := record.OpenQueue(ctx, p.store, p.names, qr.name) // its shards when it has several
+		q, err := enqueue.OpenQueue(ctx, p.store, p.names, qr.name) // its shards when it has several
 		if err != nil {
 			return fmt.Errorf("processor: open queue %s: %w", qr.storage, err)
 		}
 		qr.q = q
-		qr.sq, _ = q.(*record.ShardedQueue)
+		qr.sq, _ = q.(*enqueue.ShardedQueue)
 	}
 	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
-	p.enq = record.NewEnqueuer(p.store, p.names, p.st, p.Notify)
+	p.enq = enqueue.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.enq.SetWakeAt(p.WakeAt)
 	p.enq.SetHorizon(p.cfg.HopHorizon)
 	if gc, ok := p.store.(storage.GroupCombiner); ok && !p.cfg.NoGroupCommit {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
-	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 )
 
@@ -182,7 +182,7 @@ func TestMalformedAndUnknownPoisoned(t *testing.T) {
 		}
 		// Valid envelope for a command that does not exist.
 		ghost := "0b7c4f8e-2f47-4f4e-9a39-6b0b9f7c1d2e"
-		if _, err := q.Enqueue(context.Background(), record.Envelope{ID: ghost, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
+		if _, err := q.Enqueue(context.Background(), layout.Envelope{ID: ghost, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p := newProc(t, e.store, reg, e.cfg())
@@ -318,7 +318,7 @@ func TestRedeliveredCompletedNotRun(t *testing.T) {
 		e.waitQueueEmpty("commands", 5*time.Second)
 		before := len(e.events(id))
 		// A duplicate message (e.g. the reconciler's, or a redelivery).
-		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), layout.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p.Notify("commands")
@@ -407,7 +407,7 @@ func TestDuplicateMessageNeverRunsTwiceAtOnce(t *testing.T) {
 			}
 		}, registry.Options{Lease: time.Second})
 		id := e.issue(e.issuer(nil), okCmd{N: 1})
-		if _, err := e.queue("commands").Enqueue(context.Background(), record.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
+		if _, err := e.queue("commands").Enqueue(context.Background(), layout.Envelope{ID: id, Type: "test.ok"}.Marshal(), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		p := newProc(t, e.store, reg, e.cfg())

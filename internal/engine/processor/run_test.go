@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
@@ -213,12 +214,12 @@ func TestEnqueueFailureReconciled(t *testing.T) {
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
 		e.waitState(res.ID, model.StateCompleted, 10*time.Second)
-		cmds, err := e.store.Table(context.Background(), record.Names{Prefix: e.prefix}.CommandsTable())
+		cmds, err := e.store.Table(context.Background(), layout.Names{Prefix: e.prefix}.CommandsTable())
 		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 5*time.Second, "the unqueued marker to be removed", func() bool {
-			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: record.UnqueuedPartition})
+			page, err := cmds.Query(context.Background(), storage.Query{PartitionKey: layout.UnqueuedPartition})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package processor
 import (
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -49,7 +50,7 @@ func (p *Processor) hold(s *session, d time.Duration) bool {
 
 // notDue puts back the message m of command rec, which is not due for
 // longer than holdLimit (see above).
-func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env record.Envelope, m storage.Message, rec *record.Record) {
+func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env layout.Envelope, m storage.Message, rec *record.Record) {
 	s.counter.hops.Add(1)
 	due := rec.Status.RunAt
 	if rec.Status.State == model.StateRetrying {

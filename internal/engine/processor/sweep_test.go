@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -16,19 +18,19 @@ import (
 )
 
 // oldReader writes commands as if it were at (an injected clock).
-func (e *env) oldReader(at time.Time) *record.Reader {
+func (e *env) oldReader(at time.Time) *read.Reader {
 	e.t.Helper()
-	r, err := record.OpenReader(context.Background(), e.store, record.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
+	r, err := read.Open(context.Background(), e.store, layout.Names{Prefix: e.prefix}, record.Options{Now: func() time.Time { return at }}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return r
 }
 
-func (e *env) oldCommand(r *record.Reader, at time.Time, events ...model.Event) string {
+func (e *env) oldCommand(r *read.Reader, at time.Time, events ...model.Event) string {
 	e.t.Helper()
 	ctx := context.Background()
-	id := record.NewDayID(at)
+	id := layout.NewDayID(at)
 	if err := r.Store.Create(ctx, record.NewCommand{ID: id, Type: "test.ok", Params: []byte(`{"n":1}`), Queue: "commands"}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestProcessorSweeps(t *testing.T) {
 			t.Fatal(err)
 		}
 		stuck := e.oldCommand(e.oldReader(d30), d30, model.Event{Kind: model.EventStarted, Attempt: 1})
-		pinned := record.Names{Prefix: e.prefix}.TableOf(stuck)
+		pinned := layout.Names{Prefix: e.prefix}.TableOf(stuck)
 
 		reg := registry.NewRegistry()
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{})

@@ -11,8 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
 	"github.com/cmdq-dev/cmdq/storage/embedded"
 )
@@ -47,7 +49,7 @@ func (g *gatedGroup) BatchDeleteMany(ctx context.Context, items []storage.Delete
 // other command is completed and its message deleted.
 func TestCompleterGroups(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := testenv.Ctx(t)
 	st, err := embedded.Open(filepath.Join(t.TempDir(), "data"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestCompleterGroups(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	gate := &gatedGroup{GroupCombiner: st, release: make(chan struct{}), returned: map[string]bool{}}
 	var early, hooked atomic.Int32
-	names := record.Names{Prefix: "grp"}
+	names := layout.Names{Prefix: "grp"}
 	s, err := record.Open(ctx, st, names, record.Options{Changed: func(status model.Status, _ []model.Event) {
 		gate.mu.Lock()
 		if !gate.returned[status.ID] {

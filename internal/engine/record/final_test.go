@@ -18,9 +18,9 @@ import (
 func TestAppendRefusedOnFinal(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Final", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Final", `{}`)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestAppendRefusedOnFinal(t *testing.T) {
 		}
 
 		// A poisoned command takes an operator's requeued, not attempt events.
-		id2 := create(t, s, "demo.Final", `{"n":2}`)
+		id2 := testenv.Create(t, s, "demo.Final", `{"n":2}`)
 		rec2, err := s.Load(ctx, id2)
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestAppendRefusedOnFinal(t *testing.T) {
 			t.Fatalf("requeue: %v", err)
 		}
 		// And a discarded command takes nothing.
-		id3 := create(t, s, "demo.Final", `{"n":3}`)
+		id3 := testenv.Create(t, s, "demo.Final", `{"n":3}`)
 		rec3, _ := s.Load(ctx, id3)
 		if err := s.Poison(ctx, rec3, model.PoisonEntry{DequeueCount: 6, Reason: "ceiling", Worker: "w1"}); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ func (s *Store) PoisonMessage(ctx context.Context, entry model.PoisonEntry) erro
 	if entry.PoisonedAt.IsZero() {
 		entry.PoisonedAt = s.nowUTC()
 	}
-	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
+	if _, err := s.poison.Upsert(ctx, PoisonEntity(entry), storage.Replace); err != nil {
 		return fmt.Errorf("cmdq: write poison entry for message %s: %w", entry.CommandID, err)
 	}
 	return nil

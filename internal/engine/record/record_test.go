@@ -1,10 +1,10 @@
 package record_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/internal/azurite"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
@@ -21,113 +22,13 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(azurite.Main(m)) }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func open(t *testing.T, env testenv.Env) (*record.Reader, *record.Store) {
-	t.Helper()
-	r, err := record.OpenReader(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{}, nil)
-	if err != nil {
-		t.Fatalf("OpenReader: %v", err)
-	}
-	return r, r.Store
-}
-
-func create(t *testing.T, s *record.Store, typ, params string) string {
-	t.Helper()
-	id := uuid.NewString()
-	if err := s.Create(ctxT(t), record.NewCommand{ID: id, Type: typ, Params: []byte(params), CorrelationID: "corr-1", Queue: model.DefaultQueue}); err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	return id
-}
-
-func TestApply(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	var s model.Status
-	settled := 0
-	steps := []struct {
-		ev       model.Event
-		state    model.State
-		attempts int
-		step     int
-		lastErr  string
-		settled  int
-	}{
-		{model.Event{Kind: model.EventCreated, Time: at(0)}, model.StatePending, 0, 0, "", 0},
-		{model.Event{Kind: model.EventStarted, Time: at(1), Attempt: 1, Worker: "w1"}, model.StateRunning, 1, 0, "", 0},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(2), Attempt: 1, Step: 1}, model.StateRunning, 1, 1, "", 0},
-		{model.Event{Kind: model.EventFailed, Time: at(3), Attempt: 1, Error: "boom"}, model.StateRetrying, 1, 1, "boom", 1},
-		// Delivery 2 left no outcome; delivery 3 says so. The state stays.
-		{model.Event{Kind: model.EventLeaseLost, Time: at(4), Attempt: 2, Note: "no outcome"}, model.StateRetrying, 1, 1, "boom", 2},
-		{model.Event{Kind: model.EventStarted, Time: at(4), Attempt: 3, Worker: "w2"}, model.StateRunning, 3, 1, "boom", 2},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 3}, model.StateRunning, 3, 3, "boom", 2},
-		{model.Event{Kind: model.EventStepCompleted, Time: at(5), Step: 2}, model.StateRunning, 3, 3, "boom", 2}, // never goes back
-		{model.Event{Kind: model.EventFailed, Time: at(6), Attempt: 3, Error: "again"}, model.StateRetrying, 3, 3, "again", 3},
-		{model.Event{Kind: model.EventPoisoned, Time: at(7), Attempt: 3, Reason: "ceiling"}, model.StatePoisoned, 3, 3, "again", 3},
-		{model.Event{Kind: model.EventRequeued, Time: at(8), By: "op"}, model.StatePending, 0, 3, "", 0},
-		{model.Event{Kind: model.EventStarted, Time: at(9), Attempt: 1}, model.StateRunning, 1, 3, "", 0},
-		{model.Event{Kind: model.EventCompleted, Time: at(10), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
-		// A delivery whose lease ended after the completion: still completed.
-		{model.Event{Kind: model.EventLeaseLost, Time: at(11), Attempt: 1}, model.StateCompleted, 1, 3, "", 1},
-	}
-	for i, st := range steps {
-		record.Apply(&s, st.ev)
-		settled = record.Settle(settled, st.ev)
-		if s.State != st.state || s.Attempts != st.attempts || s.Step != st.step || s.LastError != st.lastErr || settled != st.settled {
-			t.Fatalf("after event %d (%s): got status=%s attempts=%d step=%d lastError=%q settled=%d; want %s %d %d %q %d",
-				i, st.ev.Kind, s.State, s.Attempts, s.Step, s.LastError, settled, st.state, st.attempts, st.step, st.lastErr, st.settled)
-		}
-		if !s.UpdatedAt.Equal(st.ev.Time) {
-			t.Fatalf("after event %d: UpdatedAt %v, want %v", i, s.UpdatedAt, st.ev.Time)
-		}
-	}
-	if !s.CreatedAt.Equal(t0) || s.Worker != "w2" { // an operator's requeue names no processor
-		t.Fatalf("CreatedAt %v Worker %q", s.CreatedAt, s.Worker)
-	}
-	var d model.Status
-	record.Apply(&d, model.Event{Kind: model.EventCreated, Time: at(0)})
-	record.Apply(&d, model.Event{Kind: model.EventPoisoned, Time: at(1)})
-	record.Apply(&d, model.Event{Kind: model.EventDiscarded, Time: at(2)})
-	if d.State != model.StateDiscarded || !d.State.Final() || model.StateRetrying.Final() {
-		t.Fatalf("discard: %+v", d)
-	}
-}
-
-func TestNames(t *testing.T) {
-	t.Parallel()
-	n := record.Names{Prefix: model.DefaultPrefix}
-	if n.Queue(model.DefaultQueue) != "cmdq-commands" || n.Queue("slow") != "cmdq-slow" || n.CommandsTable() != "cmdqcommands" || n.PoisonTable() != "cmdqpoison" {
-		t.Fatalf("default names: %s %s %s %s", n.Queue(model.DefaultQueue), n.Queue("slow"), n.CommandsTable(), n.PoisonTable())
-	}
-	if err := (record.Names{}).Validate(); !errors.Is(err, storage.ErrInvalidName) {
-		t.Fatalf("empty prefix: %v (the caller applies the default)", err)
-	}
-	if err := n.Validate("commands", "slow"); err != nil {
-		t.Fatal(err)
-	}
-	err := record.Names{Prefix: "Bad_Prefix"}.Validate()
-	if !errors.Is(err, storage.ErrInvalidName) {
-		t.Fatalf("bad prefix: %v", err)
-	}
-	err = n.Validate("UPPER", "a--b")
-	if !errors.Is(err, storage.ErrInvalidName) || !strings.Contains(err.Error(), "UPPER") || !strings.Contains(err.Error(), "a--b") {
-		t.Fatalf("bad queues should both be reported: %v", err)
-	}
-}
-
 func TestCreateLoad(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
 		env.Store.Reset()
-		id := create(t, s, "demo.Create", `{"a":1}`)
+		id := testenv.Create(t, s, "demo.Create", `{"a":1}`)
 		if c := env.Store.Counts(); c["Batch"] != 1 || env.Store.Total() != 1 {
 			t.Fatalf("Create cost %s, want Batch=1", env.Store)
 		}
@@ -162,7 +63,7 @@ func TestCreateLoad(t *testing.T) {
 		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Create", Queue: model.DefaultQueue}); !errors.Is(err, storage.ErrExists) {
 			t.Fatalf("second Create: %v, want ErrExists", err)
 		}
-		for _, bad := range []string{uuid.NewString(), "", record.UnqueuedPartition} {
+		for _, bad := range []string{uuid.NewString(), "", layout.UnqueuedPartition} {
 			if _, err := r.Get(ctx, bad); !errors.Is(err, model.ErrNotFound) {
 				t.Fatalf("Get(%q): %v, want ErrNotFound", bad, err)
 			}
@@ -184,9 +85,9 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 	sb.WriteString(`"}`)
 	params := sb.String()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		_, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Big", params)
+		_, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Big", params)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -194,7 +95,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		if string(rec.Params) != params {
 			t.Fatalf("params did not round-trip: %d bytes back, %d sent", len(rec.Params), len(params))
 		}
-		e, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
+		e, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +103,7 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 		for k, v := range e.Properties {
 			if strings.HasPrefix(k, "Params") && k != "ParamsHash" {
 				n++
-				if u := len(utf16.Encode([]rune(v.(string)))); u > record.ParamsChunkUnits {
+				if u := len(utf16.Encode([]rune(v.(string)))); u > layout.ParamsChunkUnits {
 					t.Fatalf("%s has %d UTF-16 units", k, u)
 				}
 			}
@@ -215,10 +116,10 @@ func TestParamsSplitRoundTrip(t *testing.T) {
 
 func TestParamsTooLarge(t *testing.T) {
 	t.Parallel()
-	params := `{"s":"` + strings.Repeat("x", record.MaxParamsChunks*record.ParamsChunkUnits) + `"}`
+	params := `{"s":"` + strings.Repeat("x", layout.MaxParamsChunks*layout.ParamsChunkUnits) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		_, s := open(t, env)
-		ctx := ctxT(t)
+		_, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
 		id := uuid.NewString()
 		env.Store.Reset()
 		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: model.DefaultQueue})
@@ -237,9 +138,9 @@ func TestParamsTooLarge(t *testing.T) {
 func TestAppendConflict(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Append", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Append", `{}`)
 		a, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +189,7 @@ func TestAppendConflict(t *testing.T) {
 		}
 		replay := model.Status{ID: id, Type: got.Type, CorrelationID: got.CorrelationID, Queue: got.Queue}
 		for _, e := range evs {
-			record.Apply(&replay, e)
+			layout.Apply(&replay, e)
 		}
 		if replay != got {
 			t.Fatalf("replay %+v != stored %+v", replay, got)
@@ -305,17 +206,17 @@ func TestAppendConflict(t *testing.T) {
 func TestEventsPaging(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Steps", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Steps", `{}`)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		const total = 1 + 11*record.MaxEventsPerAppend // > 1000: more than one page
+		const total = 1 + 11*layout.MaxEventsPerAppend // > 1000: more than one page
 		step := 0
 		for rec.EventSeq < total {
-			evs := make([]model.Event, record.MaxEventsPerAppend)
+			evs := make([]model.Event, layout.MaxEventsPerAppend)
 			for i := range evs {
 				step++
 				evs[i] = model.Event{Kind: model.EventStepCompleted, Step: step, Note: fmt.Sprint("step ", step)}
@@ -349,207 +250,12 @@ func TestEventsPaging(t *testing.T) {
 	})
 }
 
-func TestPoisonRequeueDiscard(t *testing.T) {
-	t.Parallel()
-	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		names := record.Names{Prefix: env.Prefix}
-		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
-		var ids []string
-		for i := 0; i < 5; i++ {
-			typ := "demo.A"
-			if i%2 == 1 {
-				typ = "demo.B"
-			}
-			id := create(t, s, typ, `{}`)
-			ids = append(ids, id)
-			rec, err := s.Load(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			env.Store.Reset()
-			err = s.Poison(ctx, rec, model.PoisonEntry{DequeueCount: 6, Reason: "ceiling", PoisonedAt: base.Add(time.Duration(i) * time.Minute), Worker: "w"},
-				model.Event{Kind: model.EventStarted, Attempt: 6}, model.Event{Kind: model.EventFailed, Attempt: 6, Error: fmt.Sprint("err ", i)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c := env.Store.Counts(); c["Upsert"] != 1 || c["Batch"] != 1 || env.Store.Total() != 2 {
-				t.Fatalf("Poison cost %s, want Upsert=1 Batch=1", env.Store)
-			}
-			if rec.Status.State != model.StatePoisoned || rec.LastError != fmt.Sprint("err ", i) {
-				t.Fatalf("poisoned record %+v", rec)
-			}
-		}
-		// Newest first; type filter; paging.
-		page, err := r.ListPoison(ctx, model.PoisonQuery{})
-		if err != nil || len(page.Entries) != 5 || page.Continuation != "" {
-			t.Fatalf("list all: %+v %v", page, err)
-		}
-		for i, e := range page.Entries {
-			want := ids[4-i]
-			if e.CommandID != want || e.DequeueCount != 6 || e.Reason != "ceiling" || e.Queue != "commands" || e.LastError != fmt.Sprint("err ", 4-i) {
-				t.Fatalf("entry %d: %+v, want command %s", i, e, want)
-			}
-		}
-		var got []string
-		q := model.PoisonQuery{Type: "demo.A", Limit: 2}
-		for pages := 0; ; pages++ {
-			p, err := r.ListPoison(ctx, q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(p.Entries) > 2 || pages > 3 {
-				t.Fatalf("page too large or too many pages: %+v", p)
-			}
-			for _, e := range p.Entries {
-				if e.Type != "demo.A" {
-					t.Fatalf("filter leaked %+v", e)
-				}
-				got = append(got, e.CommandID)
-			}
-			if p.Continuation == "" {
-				break
-			}
-			q.Continuation = p.Continuation
-		}
-		if strings.Join(got, ",") != strings.Join([]string{ids[4], ids[2], ids[0]}, ",") {
-			t.Fatalf("paged demo.A: %v", got)
-		}
-		if _, err := r.ListPoison(ctx, model.PoisonQuery{Continuation: "nope"}); !errors.Is(err, model.ErrInvalidContinuation) {
-			t.Fatalf("bad continuation: %v", err)
-		}
-		if _, err := r.ListPoison(ctx, model.PoisonQuery{Limit: 5000}); !errors.Is(err, storage.ErrInvalidArgument) {
-			t.Fatalf("bad limit: %v", err)
-		}
-		entry, err := r.GetPoison(ctx, ids[1])
-		if err != nil || entry.Type != "demo.B" || !entry.PoisonedAt.Equal(base.Add(time.Minute)) || entry.Worker != "w" {
-			t.Fatalf("GetPoison: %+v %v", entry, err)
-		}
-
-		// Requeue: pending, requeued event, new message, entry gone.
-		queueName := names.Queue("commands")
-		before := len(env.Store.Messages(t, queueName))
-		if err := r.Requeue(ctx, ids[1], "alice"); err != nil {
-			t.Fatal(err)
-		}
-		st, _ := r.Get(ctx, ids[1])
-		if st.State != model.StatePending || st.Attempts != 0 || st.LastError != "" || st.Worker != "w" {
-			t.Fatalf("after requeue: %+v", st)
-		}
-		evs, _ := r.Events(ctx, ids[1])
-		if last := evs[len(evs)-1]; last.Kind != model.EventRequeued || last.By != "alice" || last.Worker != "" {
-			t.Fatalf("last event %+v", last)
-		}
-		msgs := env.Store.Messages(t, queueName)
-		if len(msgs) != before+1 || msgs[len(msgs)-1].Text != (record.Envelope{ID: ids[1], Type: "demo.B"}).Marshal() {
-			t.Fatalf("messages after requeue: %+v", msgs)
-		}
-		if _, err := r.GetPoison(ctx, ids[1]); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("entry after requeue: %v", err)
-		}
-		if err := r.Requeue(ctx, ids[1], "alice"); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("second requeue: %v", err)
-		}
-
-		// Discard.
-		if err := r.Discard(ctx, ids[3], "bob"); err != nil {
-			t.Fatal(err)
-		}
-		if st, _ := r.Get(ctx, ids[3]); st.State != model.StateDiscarded {
-			t.Fatalf("after discard: %+v", st)
-		}
-		if _, err := r.GetPoison(ctx, ids[3]); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("entry after discard: %v", err)
-		}
-		page, _ = r.ListPoison(ctx, model.PoisonQuery{})
-		if len(page.Entries) != 3 {
-			t.Fatalf("%d entries left, want 3", len(page.Entries))
-		}
-
-		// The entry of a command requeued and never started since is left
-		// to a requeue (one may be in progress: removing the entry is its
-		// claim), which queues the command without another requeued event.
-		other := create(t, s, "demo.A", `{}`)
-		orec, _ := s.Load(ctx, other)
-		if err := s.Poison(ctx, orec, model.PoisonEntry{Reason: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Append(ctx, orec, model.Event{Kind: model.EventRequeued}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
-			t.Fatalf("discard of pending command: %v", err)
-		}
-		if _, err := r.GetPoison(ctx, other); err != nil {
-			t.Fatalf("entry of a requeued command removed by a discard: %v", err)
-		}
-		if err := r.Requeue(ctx, other, "bob"); err != nil {
-			t.Fatalf("requeue of a requeued command with its entry: %v", err)
-		}
-		if _, err := r.GetPoison(ctx, other); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("entry kept after the requeue: %v", err)
-		}
-		if evs, _ := r.Events(ctx, other); evs[len(evs)-1].Kind != model.EventRequeued || evs[len(evs)-2].Kind != model.EventPoisoned {
-			t.Fatalf("events %+v, want one requeued event after poisoned", evs)
-		}
-
-		// A stale entry of a command that ran since is cleaned up, not
-		// acted on.
-		ran := create(t, s, "demo.A", `{}`)
-		rrec, _ := s.Load(ctx, ran)
-		if err := s.Append(ctx, rrec, model.Event{Kind: model.EventStarted, Attempt: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: ran, Properties: map[string]any{"CommandID": ran, "Type": "demo.A"}}, storage.Replace); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Discard(ctx, ran, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
-			t.Fatalf("discard of running command: %v", err)
-		}
-		if _, err := r.GetPoison(ctx, ran); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("stale entry kept: %v", err)
-		}
-
-		// A move in progress: Poison has written the entry of attempt 1 of
-		// a running command, not yet its poisoned event. A requeue or a
-		// discard then is refused and keeps the entry (removing it would
-		// leave the command poisoned with none); once the move ends, the
-		// requeue works.
-		moving := create(t, s, "demo.A", `{}`)
-		mrec, _ := s.Load(ctx, moving)
-		if err := s.Append(ctx, mrec, model.Event{Kind: model.EventStarted, Attempt: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: moving, Properties: map[string]any{"CommandID": moving, "Type": "demo.A", "Attempts": int32(1)}}, storage.Replace); err != nil {
-			t.Fatal(err)
-		}
-		for _, act := range []func(context.Context, string, string) error{r.Requeue, r.Discard} {
-			if err := act(ctx, moving, "bob"); !errors.Is(err, model.ErrNotPoisoned) || !strings.Contains(err.Error(), "being moved") {
-				t.Fatalf("requeue or discard during the move: %v, want ErrNotPoisoned (being moved)", err)
-			}
-			if _, err := r.GetPoison(ctx, moving); err != nil {
-				t.Fatalf("the entry of a move in progress was removed: %v", err)
-			}
-		}
-		if err := s.Poison(ctx, mrec, model.PoisonEntry{DequeueCount: 1, Reason: "permanent", Worker: "w"}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "no"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Requeue(ctx, moving, "bob"); err != nil {
-			t.Fatalf("requeue once the move ended: %v", err)
-		}
-	})
-}
-
 func TestPoisonConflictRemovesEntry(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Race", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Race", `{}`)
 		stale, _ := s.Load(ctx, id)
 		fresh, _ := s.Load(ctx, id)
 		if err := s.Append(ctx, fresh, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}); err != nil {
@@ -567,9 +273,9 @@ func TestPoisonConflictRemovesEntry(t *testing.T) {
 func TestTruncatesLongText(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Long", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Long", `{}`)
 		rec, _ := s.Load(ctx, id)
 		long := strings.Repeat("é", 100_000)
 		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Error: long, Detail: long}); err != nil {
@@ -580,39 +286,11 @@ func TestTruncatesLongText(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := evs[1]
-		if n := len([]rune(e.Error)); n > record.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
+		if n := len([]rune(e.Error)); n > layout.MaxTextUnits || !strings.HasSuffix(e.Error, "[truncated]") {
 			t.Fatalf("error kept %d runes", n)
 		}
-		if n := len([]rune(e.Detail)); n > record.MaxDetailUnits || n < record.MaxDetailUnits-20 {
+		if n := len([]rune(e.Detail)); n > layout.MaxDetailUnits || n < layout.MaxDetailUnits-20 {
 			t.Fatalf("detail kept %d runes", n)
-		}
-	})
-}
-
-func TestRequeueEnqueueFailureMarks(t *testing.T) {
-	t.Parallel()
-	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Requeue", `{}`)
-		rec, _ := s.Load(ctx, id)
-		if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "permanent"}); err != nil {
-			t.Fatal(err)
-		}
-		env.Store.FailEnqueue.Store(true)
-		err := r.Requeue(ctx, id, "carol")
-		env.Store.FailEnqueue.Store(false)
-		if !errors.Is(err, testenv.ErrInjected) || !strings.Contains(err.Error(), "reconciler") {
-			t.Fatalf("Requeue with failing enqueue: %v", err)
-		}
-		if st, _ := r.Get(ctx, id); st.State != model.StatePending {
-			t.Fatalf("status %s, want pending", st.State)
-		}
-		if m, err := s.CommandsTable().Get(ctx, record.UnqueuedPartition, id); err != nil || m.Properties["Queue"] != "commands" {
-			t.Fatalf("marker %+v %v", m, err)
-		}
-		if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
-			t.Fatalf("poison entry kept: %v", err)
 		}
 	})
 }
@@ -623,9 +301,9 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 func TestEventTimesNeverGoBack(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.Times", `{}`)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.Times", `{}`)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -661,8 +339,8 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 func TestCommandRowLayout(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		r, s := open(t, env)
-		ctx := ctxT(t)
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
 		id := uuid.NewString()
 		env.Store.Reset()
 		if err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Layout", Params: []byte(`{"k":"v"}`), CorrelationID: "c-9", Queue: "slow"}); err != nil {
@@ -684,8 +362,8 @@ func TestCommandRowLayout(t *testing.T) {
 		if len(m) != 2 {
 			t.Fatalf("rows after Create: %v, want a:cmd and e:0000000001", keys(m))
 		}
-		row, ok := m[record.RowCommand]
-		if !ok || m[record.EventRowKey(1)].RowKey == "" {
+		row, ok := m[layout.RowCommand]
+		if !ok || m[layout.EventRowKey(1)].RowKey == "" {
 			t.Fatalf("rows after Create: %v", keys(m))
 		}
 		want := map[string]any{
@@ -697,8 +375,8 @@ func TestCommandRowLayout(t *testing.T) {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
 		}
-		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[record.EventRowKey(1)].Properties["WriteID"] != w {
-			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[record.EventRowKey(1)].Properties["WriteID"])
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[layout.EventRowKey(1)].Properties["WriteID"] != w {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[layout.EventRowKey(1)].Properties["WriteID"])
 		}
 
 		rec, err := s.Load(ctx, id)
@@ -712,7 +390,7 @@ func TestCommandRowLayout(t *testing.T) {
 			model.Event{Kind: model.EventFailed, Attempt: 1, Worker: "w1", Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		row = rows()[record.RowCommand]
+		row = rows()[layout.RowCommand]
 		if row.Properties["LastError"] != "boom" || row.Properties["Status"] != "retrying" || row.Properties["Params"] != `{"k":"v"}` ||
 			row.Properties["ParamsHash"] != record.HashParams([]byte(`{"k":"v"}`)) || row.ETag != rec.ETag {
 			t.Fatalf("a:cmd after failed attempt: %v (etag %q, record %q)", row.Properties, row.ETag, rec.ETag)
@@ -722,8 +400,8 @@ func TestCommandRowLayout(t *testing.T) {
 		}
 		// The started event names its queue message, which owns the
 		// command (a:cmd Owner) until its outcome.
-		if m = rows(); m[record.RowCommand].Properties["Owner"] != "msg-2" || m[record.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
-			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[record.RowCommand].Properties["Owner"], m[record.EventRowKey(4)].Properties["MessageID"], rec.Owner)
+		if m = rows(); m[layout.RowCommand].Properties["Owner"] != "msg-2" || m[layout.EventRowKey(4)].Properties["MessageID"] != "msg-2" || rec.Owner != "msg-2" {
+			t.Fatalf("owner after started: a:cmd %#v, event %#v, record %q", m[layout.RowCommand].Properties["Owner"], m[layout.EventRowKey(4)].Properties["MessageID"], rec.Owner)
 		}
 		if err := s.Append(ctx, rec, model.Event{Kind: model.EventCompleted, Attempt: 2, Worker: "w2"}); err != nil {
 			t.Fatal(err)
@@ -732,7 +410,7 @@ func TestCommandRowLayout(t *testing.T) {
 		if len(m) != 6 {
 			t.Fatalf("rows after two appends: %v, want a:cmd and 5 events", keys(m))
 		}
-		row = m[record.RowCommand]
+		row = m[layout.RowCommand]
 		if v, ok := row.Properties["LastError"]; !ok || v != "" {
 			t.Fatalf("LastError after completion: %#v (present %v), want \"\"", v, ok)
 		}
@@ -765,17 +443,17 @@ func keys(m map[string]storage.Entity) []string {
 func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 	t.Parallel()
 	// 15.9 chunks of parameters: about 1,042,000 bytes of the 1 MiB row.
-	params := `{"s":"` + strings.Repeat("x", 15*record.ParamsChunkUnits+29_000) + `"}`
+	params := `{"s":"` + strings.Repeat("x", 15*layout.ParamsChunkUnits+29_000) + `"}`
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		_, s := open(t, env)
-		ctx := ctxT(t)
-		id := create(t, s, "demo.BigErr", params)
+		_, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := testenv.Create(t, s, "demo.BigErr", params)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		long := strings.Repeat("e", 3*record.MaxTextUnits)
-		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*record.MaxTextUnits), Error: long}); err != nil {
+		long := strings.Repeat("e", 3*layout.MaxTextUnits)
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventFailed, Attempt: 1, Worker: strings.Repeat("w", 3*layout.MaxTextUnits), Error: long}); err != nil {
 			t.Fatalf("append of a long error beside large params: %v", err)
 		}
 		back, err := s.Load(ctx, id)
@@ -785,108 +463,15 @@ func TestLongErrorFitsBesideLargeParams(t *testing.T) {
 		if string(back.Params) != params {
 			t.Fatalf("params changed: %d bytes back, %d sent", len(back.Params), len(params))
 		}
-		if back.Status.State != model.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= record.MaxTextUnits {
-			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), record.MaxTextUnits)
+		if back.Status.State != model.StateRetrying || !strings.HasSuffix(back.LastError, "[truncated]") || len(back.LastError) >= layout.MaxTextUnits {
+			t.Fatalf("status %s, LastError of %d bytes (want cut below %d)", back.Status.State, len(back.LastError), layout.MaxTextUnits)
 		}
-		row, err := s.CommandsTable().Get(ctx, id, record.RowCommand)
+		row, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := storage.EntitySize(row); n > storage.MaxEntityBytes {
 			t.Fatalf("row is %d bytes", n)
-		}
-	})
-}
-
-// TestListCommandsNewestAndSummary: a listing newest first, since a time,
-// with the counts per state and the outcomes per minute read from the
-// events, on both drivers.
-func TestListCommandsNewestAndSummary(t *testing.T) {
-	t.Parallel()
-	testenv.Each(t, func(t *testing.T, env testenv.Env) {
-		base := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
-		var now time.Time
-		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Now: func() time.Time { return now }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := ctxT(t)
-		at := func(min int) { now = base.Add(time.Duration(min)*time.Minute + 5*time.Second) }
-		mk := func(typ string, min int, evs ...model.Event) string {
-			t.Helper()
-			at(min)
-			id := create(t, s, typ, `{}`)
-			rec, err := s.Load(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range evs {
-				if err := s.Append(ctx, rec, e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return id
-		}
-		old := mk("A", -90, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1}) // before the hour
-		done := mk("A", 1, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventCompleted, Attempt: 1})
-		retrying := mk("A", 2, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x"})
-		// Fails in minute 3, completes in minute 4 (the events say so; the
-		// command is counted once, completed).
-		rec := mk("B", 3, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventFailed, Attempt: 1, Error: "x"})
-		r, err := s.Load(ctx, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at(4)
-		if err := s.Append(ctx, r, model.Event{Kind: model.EventStarted, Attempt: 2}, model.Event{Kind: model.EventCompleted, Attempt: 2}); err != nil {
-			t.Fatal(err)
-		}
-		pending := mk("A", 5)
-		at(6)
-		since := base // 30 minutes ago, whole minutes
-		env.Store.Reset()
-		page, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Summary: true, Limit: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := []string{page.Commands[0].ID, page.Commands[1].ID}; got[0] != pending || got[1] != rec || page.Continuation != "2" {
-			t.Fatalf("newest first: %v (continuation %q), want %s %s", got, page.Continuation, pending, rec)
-		}
-		sum := page.Summary
-		if sum == nil || sum.Counts[model.StateCompleted] != 2 || sum.Counts[model.StateRetrying] != 1 || sum.Counts[model.StatePending] != 1 || sum.Partial {
-			t.Fatalf("summary counts %+v (old %s must not count)", sum, old)
-		}
-		if sum.Rows < 5+12 || env.Store.Counts()["Query"] != 1 {
-			t.Fatalf("%d rows read in %s: want every row of the table, in one query", sum.Rows, env.Store)
-		}
-		if len(sum.Minutes) != 7 || !sum.Minutes[0].Start.Equal(base) {
-			t.Fatalf("minutes from %s to now: %+v", base, sum.Minutes)
-		}
-		want := map[int][3]int{1: {1, 0, 0}, 2: {0, 1, 0}, 3: {0, 1, 0}, 4: {1, 0, 0}}
-		for i, m := range sum.Minutes {
-			if got := [3]int{m.Completed, m.Failed, m.Poisoned}; got != want[i] {
-				t.Errorf("minute %d: %v, want %v", i, got, want[i])
-			}
-		}
-		next, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Limit: 2, Continuation: page.Continuation})
-		if err != nil || len(next.Commands) != 2 || next.Commands[0].ID != retrying || next.Commands[1].ID != done || next.Continuation != "" {
-			t.Fatalf("second page: %+v %v", next, err)
-		}
-		// A type and a state filter: the counts keep every state of the type.
-		b, err := s.ListCommands(ctx, model.CommandQuery{Since: since, Newest: true, Summary: true, Type: "B", State: model.StatePending})
-		if err != nil || len(b.Commands) != 0 || b.Summary.Counts[model.StateCompleted] != 1 || len(b.Summary.Counts) != 1 {
-			t.Fatalf("type B, pending: %+v %v", b, err)
-		}
-		if b.Summary.Minutes[3].Failed != 1 || b.Summary.Minutes[1].Completed != 0 {
-			t.Fatalf("type B minutes: %+v", b.Summary.Minutes)
-		}
-		// A scan limit stops early and says so.
-		p, err := s.ListCommands(ctx, model.CommandQuery{Summary: true, ScanLimit: 1})
-		if err != nil || !p.Summary.Partial || p.Summary.Rows != 1 {
-			t.Fatalf("scan limit: %+v %v", p.Summary, err)
-		}
-		if _, err := s.ListCommands(ctx, model.CommandQuery{Newest: true, Continuation: "x"}); !errors.Is(err, model.ErrInvalidContinuation) {
-			t.Fatalf("bad continuation: %v", err)
 		}
 	})
 }
@@ -901,21 +486,21 @@ func TestChangedHook(t *testing.T) {
 			evs []model.Event
 		}
 		var got []change
-		s, err := record.Open(ctxT(t), env.Store, record.Names{Prefix: env.Prefix}, record.Options{Changed: func(st model.Status, evs []model.Event) {
+		s, err := record.Open(testenv.Ctx(t), env.Store, layout.Names{Prefix: env.Prefix}, record.Options{Changed: func(st model.Status, evs []model.Event) {
 			got = append(got, change{st, evs})
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := create(t, s, "A", `{}`)
-		rec, err := s.Load(ctxT(t), id)
+		id := testenv.Create(t, s, "A", `{}`)
+		rec, err := s.Load(testenv.Ctx(t), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctxT(t), rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
+		if err := s.Append(testenv.Ctx(t), rec, model.Event{Kind: model.EventStarted, Attempt: 1}, model.Event{Kind: model.EventStepCompleted, Attempt: 1, Step: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Poison(ctxT(t), rec, model.PoisonEntry{Reason: "r", DequeueCount: 1}); err != nil {
+		if err := s.Poison(testenv.Ctx(t), rec, model.PoisonEntry{Reason: "r", DequeueCount: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 2 || got[0].st.State != model.StateRunning || len(got[0].evs) != 2 || got[0].evs[0].Seq != 2 || got[0].evs[1].Seq != 3 ||
@@ -925,11 +510,35 @@ func TestChangedHook(t *testing.T) {
 		// A failed append reports nothing.
 		stale := *rec
 		stale.ETag = "W/\"stale\""
-		if err := s.Append(ctxT(t), &stale, model.Event{Kind: model.EventStarted, Attempt: 2}); err == nil {
+		if err := s.Append(testenv.Ctx(t), &stale, model.Event{Kind: model.EventStarted, Attempt: 2}); err == nil {
 			t.Fatal("an append on a stale ETag landed")
 		}
 		if len(got) != 2 {
 			t.Fatalf("a failed append was reported: %+v", got[2:])
+		}
+	})
+}
+
+// TestCreateRecreatesMissingDayTable: a day table deleted under a process
+// that has it open (by hand, or by another process) is created again by the
+// next insert, which is retried once.
+func TestCreateRecreatesMissingDayTable(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := testenv.Ctx(t)
+		c := testenv.NewClock(time.Now())
+		r := testenv.OpenAt(t, env, c)
+		first := testenv.IssueAt(t, r.Store, c, "demo.Done")
+		table := (layout.Names{Prefix: env.Prefix}).TableOf(first)
+		if err := env.Store.DeleteTable(ctx, table); err != nil {
+			t.Fatal(err)
+		}
+		second := testenv.IssueAt(t, r.Store, c, "demo.Done")
+		if st, err := r.Get(ctx, second); err != nil || st.State != model.StatePending {
+			t.Fatalf("command issued after its day table was deleted: %+v %v", st, err)
+		}
+		if got := testenv.DayTables(t, env); !slices.Equal(got, []string{table}) {
+			t.Fatalf("day tables %q, want [%s] again", got, table)
 		}
 	})
 }

@@ -8,29 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/days"
+	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
 	"github.com/cmdq-dev/cmdq/storage"
 )
-
-// Settle folds one event into settled, the last attempt whose outcome is
-// recorded (failed, completed, poisoned or lease_lost; created and requeued
-// start again from 0). A delivery of attempt n whose attempts settled+1..n-1
-// have no outcome records lease_lost events for them.
-func Settle(settled int, e model.Event) int {
-	switch e.Kind {
-	case model.EventCreated, model.EventRequeued:
-		return 0
-	case model.EventFailed, model.EventCompleted, model.EventPoisoned, model.EventLeaseLost:
-		return max(settled, e.Attempt)
-	}
-	return settled
-}
 
 // ErrFinal: Append or Poison refused to write an attempt's event (started,
 // step_completed, failed, completed, poisoned, lease_lost) to a command
@@ -40,64 +28,6 @@ func Settle(settled int, e model.Event) int {
 // lease_lost of the attempt that completed the command (its lease ended
 // before its message was deleted).
 var ErrFinal = errors.New("cmdq: command is final")
-
-// Own folds one event into owner, the queue message that owns the command
-// (Record.Owner): a started event's MessageID; none after created and
-// requeued.
-func Own(owner string, e model.Event) string {
-	switch e.Kind {
-	case model.EventCreated, model.EventRequeued:
-		return ""
-	case model.EventStarted:
-		return e.MessageID
-	}
-	return owner
-}
-
-// Row keys and partitions of the data layout (contract: operators read them).
-const (
-	// RowCommand is the command's row: the immutable command (type, params,
-	// issued-at, correlation ID, queue) and its projection (status, attempts,
-	// …) in one entity. Its ETag guards every write to the command.
-	RowCommand = "a:cmd"
-	// EventRowPrefix starts every event row key: "e:" + 10-digit sequence.
-	EventRowPrefix = "e:"
-	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
-	// for commands whose enqueue failed after they were stored.
-	UnqueuedPartition = "~unqueued"
-)
-
-// Size limits of stored values.
-const (
-	// ParamsChunkUnits is the most UTF-16 code units per Params property
-	// (32768 units = the 64 KiB string limit).
-	ParamsChunkUnits = storage.MaxPropertyBytes / 2
-	// MaxParamsChunks is the most Params properties (Params, Params1 …
-	// Params15): 16 × 32768 units, about what one 1 MiB entity holds.
-	MaxParamsChunks = 16
-	// MaxTextUnits bounds error, note and reason texts (8192 UTF-16 units);
-	// longer ones are truncated with a marker.
-	MaxTextUnits = 8192
-	// MaxDetailUnits bounds Event.Detail (stack traces), 16384 UTF-16 units.
-	MaxDetailUnits = 16384
-	// MaxEventsPerAppend is the most events one Append writes (one batch
-	// holds 100 operations; one is the update of the command row).
-	MaxEventsPerAppend = storage.MaxBatchOps - 1
-)
-
-// EventRowKey returns the row key of event seq: "e:" + 10 zero-padded digits.
-func EventRowKey(seq int64) string {
-	if seq < 0 || seq > 9_999_999_999 {
-		return fmt.Sprintf("%s%010d", EventRowPrefix, seq)
-	}
-	var b [len(EventRowPrefix) + 10]byte
-	n := copy(b[:], EventRowPrefix)
-	for i := len(b) - 1; i >= n; i-- {
-		b[i] = byte('0' + seq%10)
-		seq /= 10
-	}
-	return string(b[:])
-}
 
 // NewCommand is what Store.Create writes.
 type NewCommand struct {
@@ -140,7 +70,7 @@ type Record struct {
 	// EventSeq is the sequence number of the last event.
 	EventSeq int64
 	// Settled is the last attempt whose outcome (failed, completed,
-	// poisoned or lease_lost) is recorded (see Settle); 0 after created and
+	// poisoned or lease_lost) is recorded (see layout.Settle); 0 after created and
 	// requeued.
 	Settled int
 	// WriteID identifies the last write that landed on the command (the
@@ -151,14 +81,14 @@ type Record struct {
 	// command's current attempt (the last started event's MessageID; ""
 	// when pending, or when that event carried none). That message is
 	// deleted only once the command is final, so a delivery of another
-	// message for a started command is a duplicate (see Own).
+	// message for a started command is a duplicate (see layout.Own).
 	Owner string
 	// TraceParent and TraceState are the W3C trace context the command
 	// was issued in ("" = none; see NewCommand).
 	TraceParent, TraceState string
 
 	// table is the table the command was loaded from (nil: the table
-	// of its ID, see Names.TableOf).
+	// of its ID, see layout.Names.TableOf).
 	table storage.Table
 }
 
@@ -190,11 +120,11 @@ type Options struct {
 	RecoveryDelay func(cmdType string) time.Duration
 	// Store and Names, when Store is set, route each command to the table
 	// of its ID (its day table, or the base commands table: see
-	// Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
+	// layout.Names.TableOf and docs/lifecycle.md, "Retention"). Open sets them;
 	// a Store made by New without them keeps every command in the base
 	// table.
 	Store storage.Store
-	Names Names
+	Names layout.Names
 	// Retention is how long final commands are kept (for the error of a
 	// read of an expired command, and the sweeper's defaults). The zero
 	// value is the defaults (DefaultRetention).
@@ -204,13 +134,13 @@ type Options struct {
 // Store writes command records: Create (issue), Load, Append (lifecycle
 // events) and Poison. It is safe for concurrent use.
 type Store struct {
-	commands, poison storage.Table
-	now              func() time.Time
-	changed          func(model.Status, []model.Event)
-	recovery         func(cmdType string) time.Duration
-	tables           *tables
-	retention        RetentionPolicy
-	sh               *shared // the shared partitions over several accounts (shared.go)
+	commands, poison   storage.Table
+	now                func() time.Time
+	changed            func(model.Status, []model.Event)
+	recovery           func(cmdType string) time.Duration
+	tables             *days.Tables
+	retention          RetentionPolicy
+	*shared.Partitions // the shared partitions (package shared)
 }
 
 // New returns a Store on the commands and poison tables (see Names and
@@ -220,9 +150,9 @@ func New(commands, poison storage.Table, opts Options) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.withDefaults(),
-		sh: newShared(commands)}
-	s.tables = &tables{st: opts.Store, names: opts.Names, base: commands, now: now, open: map[string]storage.Table{}}
+	s := &Store{commands: commands, poison: poison, now: now, changed: opts.Changed, recovery: opts.RecoveryDelay, retention: opts.Retention.WithDefaults(),
+		Partitions: shared.New(commands, now)}
+	s.tables = days.New(opts.Store, opts.Names, commands, now)
 	return s
 }
 
@@ -240,7 +170,7 @@ func (s *Store) RecoveryDelay(cmdType string) time.Duration {
 
 // Open opens (creating if needed) the tables named by names on st and returns
 // a Store on them.
-func Open(ctx context.Context, st storage.Store, names Names, opts Options) (*Store, error) {
+func Open(ctx context.Context, st storage.Store, names layout.Names, opts Options) (*Store, error) {
 	c, p, err := OpenTables(ctx, st, names)
 	if err != nil {
 		return nil, err
@@ -251,7 +181,7 @@ func Open(ctx context.Context, st storage.Store, names Names, opts Options) (*St
 
 // OpenTables opens (creating if needed) the commands and poison tables named
 // by names.
-func OpenTables(ctx context.Context, st storage.Store, names Names) (commands, poison storage.Table, err error) {
+func OpenTables(ctx context.Context, st storage.Store, names layout.Names) (commands, poison storage.Table, err error) {
 	if err := names.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -272,9 +202,11 @@ func (s *Store) CommandsTable() storage.Table { return s.commands }
 // PoisonTable returns the poison table.
 func (s *Store) PoisonTable() storage.Table { return s.poison }
 
-func (s *Store) nowUTC() time.Time { return ms(s.now()) }
+// Tables returns the commands tables: the base table and the day tables,
+// and which holds a command.
+func (s *Store) Tables() *days.Tables { return s.tables }
 
-func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+func (s *Store) nowUTC() time.Time { return layout.Millis(s.now()) }
 
 // HashParams returns the hex SHA-256 of params, as stored in ParamsHash.
 func HashParams(params []byte) string {
@@ -285,7 +217,7 @@ func HashParams(params []byte) string {
 // ErrParamsTooLarge: the parameters do not fit in one entity (more than
 // MaxParamsChunks × ParamsChunkUnits UTF-16 units). It wraps storage.ErrTooLarge.
 var ErrParamsTooLarge = fmt.Errorf("%w: params exceed %d UTF-16 code units (%d properties of %d units: what one entity holds)",
-	storage.ErrTooLarge, MaxParamsChunks*ParamsChunkUnits, MaxParamsChunks, ParamsChunkUnits)
+	storage.ErrTooLarge, layout.MaxParamsChunks*layout.ParamsChunkUnits, layout.MaxParamsChunks, layout.ParamsChunkUnits)
 
 // splitParams splits s into chunks of at most ParamsChunkUnits UTF-16 units,
 // at rune boundaries.
@@ -297,24 +229,17 @@ func splitParams(s string) ([]string, error) {
 		if n < 0 {
 			n = 1
 		}
-		if units+n > ParamsChunkUnits {
+		if units+n > layout.ParamsChunkUnits {
 			chunks = append(chunks, s[start:i])
 			start, units = i, 0
 		}
 		units += n
 	}
 	chunks = append(chunks, s[start:])
-	if len(chunks) > MaxParamsChunks {
+	if len(chunks) > layout.MaxParamsChunks {
 		return nil, ErrParamsTooLarge
 	}
 	return chunks, nil
-}
-
-func paramsProp(i int) string {
-	if i == 0 {
-		return "Params"
-	}
-	return "Params" + strconv.Itoa(i)
 }
 
 // Create writes a new command in one batch: the command row (the command
@@ -333,7 +258,7 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 	if err != nil {
 		return "", err
 	}
-	tb, err := s.tables.forWrite(ctx, c.ID)
+	tb, err := s.tables.ForWrite(ctx, c.ID)
 	if err != nil {
 		return "", createErr(c.ID, err)
 	}
@@ -341,7 +266,7 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 	if errors.Is(err, storage.ErrNotFound) && tb != s.commands {
 		// The day table is gone (dropped by hand, or this handle is
 		// older than a delete): create it again, once.
-		if tb, err = s.tables.recreate(ctx, c.ID); err == nil {
+		if tb, err = s.tables.Recreate(ctx, c.ID); err == nil {
 			etags, err = tb.Batch(ctx, c.ID, ops)
 		}
 	}
@@ -361,7 +286,7 @@ func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.C
 	if err != nil {
 		return err
 	}
-	tb, err := s.tables.forWrite(ctx, c.ID)
+	tb, err := s.tables.ForWrite(ctx, c.ID)
 	if err != nil {
 		return createErr(c.ID, err)
 	}
@@ -376,7 +301,7 @@ func (s *Store) StampIssued(c NewCommand) NewCommand {
 	if c.IssuedAt.IsZero() {
 		c.IssuedAt = s.nowUTC()
 	}
-	c.IssuedAt = ms(c.IssuedAt)
+	c.IssuedAt = layout.Millis(c.IssuedAt)
 	return c
 }
 
@@ -418,7 +343,7 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if queue == "" {
 		return nil, fmt.Errorf("%w: command %s has no queue (callers route it: cmdq.DefaultQueue unless declared)", storage.ErrInvalidArgument, c.ID)
 	}
-	issued := ms(c.IssuedAt)
+	issued := layout.Millis(c.IssuedAt)
 	if c.IssuedAt.IsZero() {
 		issued = s.nowUTC()
 	}
@@ -430,16 +355,16 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	props["CorrelationID"] = c.CorrelationID
 	props["Queue"] = queue
 	if !c.RunAt.IsZero() {
-		c.RunAt = ms(c.RunAt)
+		c.RunAt = layout.Millis(c.RunAt)
 	}
 	putTrace(props, c.TraceParent, c.TraceState)
 	for i, ch := range chunks {
-		props[paramsProp(i)] = ch
+		props[layout.ParamsProp(i)] = ch
 	}
-	cmd := storage.Entity{PartitionKey: c.ID, RowKey: RowCommand, Properties: props}
+	cmd := storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Properties: props}
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
-	Apply(&st, ev)
+	layout.Apply(&st, ev)
 	wid := newWriteID()
 	putProjection(props, &st, 0, "", 1, wid)
 	if err := storage.ValidateEntity(cmd); err != nil {
@@ -495,15 +420,15 @@ func putProjection(props map[string]any, st *model.Status, settled int, owner st
 	props["Status"] = string(st.State)
 	props["Attempts"] = int32(st.Attempts)
 	props["Step"] = int32(st.Step)
-	props["LastError"] = truncate(st.LastError, MaxTextUnits)
-	props["CreatedAt"] = ms(st.CreatedAt)
-	props["UpdatedAt"] = ms(st.UpdatedAt)
-	props["Worker"] = truncate(st.Worker, MaxTextUnits)
+	props["LastError"] = layout.Truncate(st.LastError, layout.MaxTextUnits)
+	props["CreatedAt"] = layout.Millis(st.CreatedAt)
+	props["UpdatedAt"] = layout.Millis(st.UpdatedAt)
+	props["Worker"] = layout.Truncate(st.Worker, layout.MaxTextUnits)
 	props["EventSeq"] = seq
 	if !st.RunAt.IsZero() {
 		// Written only once set (a command issued without a run-at time
 		// that never failed has none); it changes but is never cleared.
-		props["RunAt"] = ms(st.RunAt)
+		props["RunAt"] = layout.Millis(st.RunAt)
 	}
 	if st.State == model.StateCompleted && len(st.Output) > 0 {
 		// The completing attempt's recorded output (Run.SetOutput), in
@@ -518,14 +443,14 @@ func putProjection(props map[string]any, st *model.Status, settled int, owner st
 // leave less room than MaxTextUnits).
 func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
 	props := projectionProps(st, settled, owner, seq, writeID)
-	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: props}
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
 	const slack = 64 * 1024
 	if 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack {
 		return row
 	}
-	full := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+	full := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: map[string]any{
 		"Type":          rec.Type,
 		"ParamsHash":    rec.ParamsHash,
 		"IssuedAt":      rec.IssuedAt,
@@ -535,7 +460,7 @@ func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, 
 	putTrace(full.Properties, rec.TraceParent, rec.TraceState)
 	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
 	for i, ch := range chunks {
-		full.Properties[paramsProp(i)] = ch
+		full.Properties[layout.ParamsProp(i)] = ch
 	}
 	maps.Copy(full.Properties, props)
 	over := storage.EntitySize(full) - storage.MaxEntityBytes
@@ -544,32 +469,32 @@ func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, 
 			break
 		}
 		s := props[name].(string)
-		units := utf16Units(s)
-		keep := max(units-(over+1)/2, utf16Units(truncMark))
-		props[name] = truncate(s, keep)
-		over -= 2 * (units - utf16Units(props[name].(string)))
+		units := layout.UTF16Units(s)
+		keep := max(units-(over+1)/2, layout.UTF16Units(layout.TruncMark))
+		props[name] = layout.Truncate(s, keep)
+		over -= 2 * (units - layout.UTF16Units(props[name].(string)))
 	}
 	return row
 }
 
 func eventEntity(id string, e model.Event, writeID string) storage.Entity {
-	ent := storage.Entity{PartitionKey: id, RowKey: EventRowKey(e.Seq), Properties: map[string]any{
+	ent := storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Properties: map[string]any{
 		"WriteID": writeID,
 		"Kind":    string(e.Kind),
-		"Time":    ms(e.Time),
+		"Time":    layout.Millis(e.Time),
 		"Attempt": int32(e.Attempt),
-		"Worker":  truncate(eventWho(e), MaxTextUnits),
+		"Worker":  layout.Truncate(eventWho(e), layout.MaxTextUnits),
 		"Step":    int32(e.Step),
-		"Note":    truncate(e.Note, MaxTextUnits),
-		"Error":   truncate(e.Error, MaxTextUnits),
-		"Reason":  truncate(e.Reason, MaxTextUnits),
-		"Detail":  truncate(e.Detail, MaxDetailUnits),
+		"Note":    layout.Truncate(e.Note, layout.MaxTextUnits),
+		"Error":   layout.Truncate(e.Error, layout.MaxTextUnits),
+		"Reason":  layout.Truncate(e.Reason, layout.MaxTextUnits),
+		"Detail":  layout.Truncate(e.Detail, layout.MaxDetailUnits),
 		// A queue message ID is at most a few hundred characters (Azure:
 		// a GUID; the embedded store: a UUID).
-		"MessageID": truncate(e.MessageID, MaxTextUnits),
+		"MessageID": layout.Truncate(e.MessageID, layout.MaxTextUnits),
 	}}
 	if !e.RunAt.IsZero() {
-		ent.Properties["RunAt"] = ms(e.RunAt)
+		ent.Properties["RunAt"] = layout.Millis(e.RunAt)
 	}
 	return ent
 }
@@ -589,63 +514,6 @@ func eventWho(e model.Event) string {
 // Event.By).
 func operatorEvent(kind model.EventKind) bool {
 	return kind == model.EventRequeued || kind == model.EventDiscarded || kind == model.EventCancelled
-}
-
-const truncMark = "…[truncated]"
-
-// truncate cuts s to at most max UTF-16 units (at a rune boundary), ending
-// in a marker when cut.
-func truncate(s string, max int) string {
-	if len(s) <= max || utf16Units(s) <= max { // UTF-8 bytes ≥ UTF-16 units
-		return s
-	}
-	limit := max - utf16Units(truncMark)
-	units := 0
-	for i, r := range s {
-		n := utf16.RuneLen(r)
-		if n < 0 {
-			n = 1
-		}
-		if units+n > limit {
-			return s[:i] + truncMark
-		}
-		units += n
-	}
-	return s
-}
-
-func utf16Units(s string) int {
-	n := 0
-	for _, r := range s {
-		if k := utf16.RuneLen(r); k > 0 {
-			n += k
-		} else {
-			n++
-		}
-	}
-	return n
-}
-
-func str(e storage.Entity, name string) string {
-	s, _ := e.Properties[name].(string)
-	return s
-}
-
-func intProp(e storage.Entity, name string) int64 {
-	switch v := e.Properties[name].(type) {
-	case int32:
-		return int64(v)
-	case int64:
-		return v
-	case float64:
-		return int64(v)
-	}
-	return 0
-}
-
-func timeProp(e storage.Entity, name string) time.Time {
-	t, _ := e.Properties[name].(time.Time)
-	return t.UTC()
 }
 
 func validID(id string) error {
@@ -672,7 +540,7 @@ func (s *Store) Load(ctx context.Context, id string) (*Record, error) {
 }
 
 // getRow reads the command row of id and returns it with the table it is
-// in: one point read of the ID's table (its day table, see Names.TableOf);
+// in: one point read of the ID's table (its day table, see layout.Names.TableOf);
 // when the row is not there (the command was moved, or its day table
 // dropped), one more of the base table. A command that is in neither and
 // whose day is past retention gives an error wrapping model.ErrExpired
@@ -681,12 +549,12 @@ func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.
 	if err := validID(id); err != nil {
 		return storage.Entity{}, nil, err
 	}
-	day, hasDay, err := s.tables.forRead(ctx, id)
+	day, hasDay, err := s.tables.ForRead(ctx, id)
 	if err != nil {
 		return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
 	}
 	if day != nil {
-		e, err := day.Get(ctx, id, RowCommand)
+		e, err := day.Get(ctx, id, layout.RowCommand)
 		if err == nil {
 			return e, day, nil
 		}
@@ -694,7 +562,7 @@ func (s *Store) getRow(ctx context.Context, id string) (storage.Entity, storage.
 			return storage.Entity{}, nil, fmt.Errorf("cmdq: load command %s: %w", id, err)
 		}
 	}
-	e, err := s.commands.Get(ctx, id, RowCommand)
+	e, err := s.commands.Get(ctx, id, layout.RowCommand)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
 			if hasDay {
@@ -713,7 +581,7 @@ func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error)
 	if rec.table != nil {
 		return rec.table, nil
 	}
-	tb, _, err := s.tables.forRead(ctx, rec.ID)
+	tb, _, err := s.tables.ForRead(ctx, rec.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -723,23 +591,23 @@ func (s *Store) tableOf(ctx context.Context, rec *Record) (storage.Table, error)
 	return tb, nil
 }
 
-// decodeStatus reads the status (identity and projection) from a command row.
-func decodeStatus(e storage.Entity) model.Status {
+// DecodeStatus reads the status (identity and projection) from a command row.
+func DecodeStatus(e storage.Entity) model.Status {
 	return model.Status{
 		ID:            e.PartitionKey,
-		Type:          str(e, "Type"),
-		State:         model.State(str(e, "Status")),
-		Attempts:      int(intProp(e, "Attempts")),
-		Step:          int(intProp(e, "Step")),
-		LastError:     str(e, "LastError"),
-		CreatedAt:     timeProp(e, "CreatedAt"),
-		UpdatedAt:     timeProp(e, "UpdatedAt"),
-		Worker:        str(e, "Worker"),
-		CorrelationID: str(e, "CorrelationID"),
-		Queue:         str(e, "Queue"),
-		RunAt:         timeProp(e, "RunAt"),
+		Type:          layout.StrProp(e, "Type"),
+		State:         model.State(layout.StrProp(e, "Status")),
+		Attempts:      int(layout.IntProp(e, "Attempts")),
+		Step:          int(layout.IntProp(e, "Step")),
+		LastError:     layout.StrProp(e, "LastError"),
+		CreatedAt:     layout.TimeProp(e, "CreatedAt"),
+		UpdatedAt:     layout.TimeProp(e, "UpdatedAt"),
+		Worker:        layout.StrProp(e, "Worker"),
+		CorrelationID: layout.StrProp(e, "CorrelationID"),
+		Queue:         layout.StrProp(e, "Queue"),
+		RunAt:         layout.TimeProp(e, "RunAt"),
 		Output:        outputProp(e),
-		TraceID:       TraceIDOf(str(e, "TraceParent")),
+		TraceID:       TraceIDOf(layout.StrProp(e, "TraceParent")),
 	}
 }
 
@@ -756,7 +624,7 @@ func TraceIDOf(traceParent string) string {
 // outputProp reads the recorded output of a completed command ("" when
 // none).
 func outputProp(e storage.Entity) model.JSON {
-	return model.JSON(str(e, "Output"))
+	return model.JSON(layout.StrProp(e, "Output"))
 }
 
 // OutputFits returns nil when output fits in rec's command row beside its
@@ -769,14 +637,14 @@ func OutputFits(rec *Record, output []byte) error {
 	}
 	st := rec.Status
 	st.State, st.Output = model.StateCompleted, model.JSON(output)
-	row := storage.Entity{PartitionKey: rec.ID, RowKey: RowCommand, Properties: map[string]any{
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: map[string]any{
 		"Type": rec.Type, "ParamsHash": rec.ParamsHash, "IssuedAt": rec.IssuedAt,
 		"CorrelationID": rec.CorrelationID, "Queue": rec.Queue,
 	}}
 	putTrace(row.Properties, rec.TraceParent, rec.TraceState)
 	chunks, _ := splitParams(string(rec.Params))
 	for i, ch := range chunks {
-		row.Properties[paramsProp(i)] = ch
+		row.Properties[layout.ParamsProp(i)] = ch
 	}
 	putProjection(row.Properties, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef")
 	if over := storage.EntitySize(row) - storage.MaxEntityBytes; over > 0 {
@@ -787,25 +655,25 @@ func OutputFits(rec *Record, output []byte) error {
 
 func decodeRecord(e storage.Entity) *Record {
 	var params []byte
-	for i := 0; i < MaxParamsChunks; i++ {
-		v, ok := e.Properties[paramsProp(i)].(string)
+	for i := 0; i < layout.MaxParamsChunks; i++ {
+		v, ok := e.Properties[layout.ParamsProp(i)].(string)
 		if !ok {
 			break
 		}
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:      decodeStatus(e),
+		Status:      DecodeStatus(e),
 		Params:      params,
-		ParamsHash:  str(e, "ParamsHash"),
-		IssuedAt:    timeProp(e, "IssuedAt"),
+		ParamsHash:  layout.StrProp(e, "ParamsHash"),
+		IssuedAt:    layout.TimeProp(e, "IssuedAt"),
 		ETag:        e.ETag,
-		EventSeq:    intProp(e, "EventSeq"),
+		EventSeq:    layout.IntProp(e, "EventSeq"),
 		Settled:     settledProp(e),
-		Owner:       str(e, "Owner"),
-		WriteID:     str(e, "WriteID"),
-		TraceParent: str(e, "TraceParent"),
-		TraceState:  str(e, "TraceState"),
+		Owner:       layout.StrProp(e, "Owner"),
+		WriteID:     layout.StrProp(e, "WriteID"),
+		TraceParent: layout.StrProp(e, "TraceParent"),
+		TraceState:  layout.StrProp(e, "TraceState"),
 	}
 }
 
@@ -813,10 +681,10 @@ func decodeRecord(e storage.Entity) *Record {
 // the projection (a running attempt has no outcome yet).
 func settledProp(e storage.Entity) int {
 	if _, ok := e.Properties["Settled"]; ok {
-		return int(intProp(e, "Settled"))
+		return int(layout.IntProp(e, "Settled"))
 	}
-	n := int(intProp(e, "Attempts"))
-	if model.State(str(e, "Status")) == model.StateRunning {
+	n := int(layout.IntProp(e, "Attempts"))
+	if model.State(layout.StrProp(e, "Status")) == model.StateRunning {
 		n--
 	}
 	return max(n, 0)
@@ -910,8 +778,8 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 	if rec == nil || rec.ID == "" {
 		return nil, appendResult{}, fmt.Errorf("%w: Append needs a loaded record", storage.ErrInvalidArgument)
 	}
-	if len(events) == 0 || len(events) > MaxEventsPerAppend {
-		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, MaxEventsPerAppend, len(events))
+	if len(events) == 0 || len(events) > layout.MaxEventsPerAppend {
+		return nil, appendResult{}, fmt.Errorf("%w: Append takes 1-%d events, got %d", storage.ErrInvalidArgument, layout.MaxEventsPerAppend, len(events))
 	}
 	for _, e := range events {
 		if !e.Kind.Valid() {
@@ -941,15 +809,15 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 		if e.Time.IsZero() {
 			e.Time = now
 		}
-		e.Time = ms(e.Time)
+		e.Time = layout.Millis(e.Time)
 		// The history reads in order: no event is older than the one
 		// before it (clocks of different workers may disagree).
 		if e.Time.Before(st.UpdatedAt) {
 			e.Time = st.UpdatedAt
 		}
-		Apply(&st, e)
-		settled = Settle(settled, e)
-		owner = Own(owner, e)
+		layout.Apply(&st, e)
+		settled = layout.Settle(settled, e)
+		owner = layout.Own(owner, e)
 		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid), AssumeAbsent: guarded})
 		written = append(written, e)
 	}
@@ -969,7 +837,7 @@ func checkFinal(rec *Record, events []model.Event) error {
 			return fmt.Errorf("%w: command %s is %s; a %s event (attempt %d, worker %q) is not written on top of it: the attempt that wants to write it is over (a processor deletes its message; an operator reloads the command)",
 				ErrFinal, rec.ID, st.State, e.Kind, e.Attempt, e.Worker)
 		}
-		Apply(&st, e)
+		layout.Apply(&st, e)
 	}
 	return nil
 }
@@ -1002,7 +870,7 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		return nil
 	}
 	if !errors.Is(err, storage.ErrConflict) && !errors.Is(err, storage.ErrExists) &&
-		!(errors.Is(err, storage.ErrNotFound) && s.tables.routed()) {
+		!(errors.Is(err, storage.ErrNotFound) && s.tables.Routed()) {
 		return fmt.Errorf("cmdq: append to command %s: %w", rec.ID, err)
 	}
 	// (With day tables, a command row gone from its table was moved to the
@@ -1035,8 +903,8 @@ func (s *Store) landed(ctx context.Context, cur *Record, wid string, first int64
 	if err != nil {
 		return false
 	}
-	e, err := tb.Get(ctx, cur.ID, EventRowKey(first))
-	return err == nil && str(e, "WriteID") == wid
+	e, err := tb.Get(ctx, cur.ID, layout.EventRowKey(first))
+	return err == nil && layout.StrProp(e, "WriteID") == wid
 }
 
 // notify passes a landed write to Options.Changed.
@@ -1053,16 +921,18 @@ func etagOrAny(etag string) string {
 	return etag
 }
 
-func poisonEntity(p model.PoisonEntry) storage.Entity {
+// PoisonEntity returns the poison table's entry p (one row per command,
+// PartitionKey the command ID, RowKey "").
+func PoisonEntity(p model.PoisonEntry) storage.Entity {
 	return storage.Entity{PartitionKey: p.CommandID, RowKey: "", Properties: map[string]any{
 		"CommandID":     p.CommandID,
 		"Type":          p.Type,
 		"DequeueCount":  p.DequeueCount,
-		"Reason":        truncate(p.Reason, MaxTextUnits),
-		"LastError":     truncate(p.LastError, MaxTextUnits),
-		"PoisonedAt":    ms(p.PoisonedAt),
+		"Reason":        layout.Truncate(p.Reason, layout.MaxTextUnits),
+		"LastError":     layout.Truncate(p.LastError, layout.MaxTextUnits),
+		"PoisonedAt":    layout.Millis(p.PoisonedAt),
 		"Queue":         p.Queue,
-		"Worker":        truncate(p.Worker, MaxTextUnits),
+		"Worker":        layout.Truncate(p.Worker, layout.MaxTextUnits),
 		"Attempts":      int32(p.Attempts),
 		"ParamsPreview": p.ParamsPreview,
 	}}
@@ -1082,22 +952,23 @@ func paramsPreview(params []byte) string {
 	return string(cut) + "…"
 }
 
-func decodePoison(e storage.Entity) model.PoisonEntry {
-	id := str(e, "CommandID")
+// DecodePoison reads a poison table entry (PoisonEntity).
+func DecodePoison(e storage.Entity) model.PoisonEntry {
+	id := layout.StrProp(e, "CommandID")
 	if id == "" {
 		id = e.PartitionKey
 	}
 	return model.PoisonEntry{
 		CommandID:     id,
-		Type:          str(e, "Type"),
-		DequeueCount:  intProp(e, "DequeueCount"),
-		Reason:        str(e, "Reason"),
-		LastError:     str(e, "LastError"),
-		PoisonedAt:    timeProp(e, "PoisonedAt"),
-		Queue:         str(e, "Queue"),
-		Worker:        str(e, "Worker"),
-		Attempts:      int(intProp(e, "Attempts")),
-		ParamsPreview: str(e, "ParamsPreview"),
+		Type:          layout.StrProp(e, "Type"),
+		DequeueCount:  layout.IntProp(e, "DequeueCount"),
+		Reason:        layout.StrProp(e, "Reason"),
+		LastError:     layout.StrProp(e, "LastError"),
+		PoisonedAt:    layout.TimeProp(e, "PoisonedAt"),
+		Queue:         layout.StrProp(e, "Queue"),
+		Worker:        layout.StrProp(e, "Worker"),
+		Attempts:      int(layout.IntProp(e, "Attempts")),
+		ParamsPreview: layout.StrProp(e, "ParamsPreview"),
 	}
 }
 
@@ -1126,7 +997,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 	if entry.PoisonedAt.IsZero() {
 		entry.PoisonedAt = s.nowUTC()
 	}
-	entry.PoisonedAt = ms(entry.PoisonedAt)
+	entry.PoisonedAt = layout.Millis(entry.PoisonedAt)
 	if err := checkFinal(rec, append(append([]model.Event(nil), events...), model.Event{Kind: model.EventPoisoned, Attempt: int(entry.DequeueCount), Worker: entry.Worker})); err != nil {
 		return err // before the entry is written: a final command gets none
 	}
@@ -1135,7 +1006,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 	// commands.
 	proj := rec.Status
 	for _, e := range events {
-		Apply(&proj, e)
+		layout.Apply(&proj, e)
 	}
 	entry.Attempts = proj.Attempts
 	if entry.ParamsPreview == "" {
@@ -1151,7 +1022,7 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 			entry.LastError = rec.LastError
 		}
 	}
-	if _, err := s.poison.Upsert(ctx, poisonEntity(entry), storage.Replace); err != nil {
+	if _, err := s.poison.Upsert(ctx, PoisonEntity(entry), storage.Replace); err != nil {
 		return fmt.Errorf("cmdq: write poison entry for command %s: %w", rec.ID, err)
 	}
 	evs := make([]model.Event, 0, len(events)+1)
@@ -1184,18 +1055,18 @@ func (s *Store) Poison(ctx context.Context, rec *Record, entry model.PoisonEntry
 // MarkUnqueued records that the command id was stored but its enqueue failed
 // (an upsert into partition UnqueuedPartition, property Queue); the
 // reconciler re-enqueues it. Over several accounts the marker goes to the
-// command's account, or the next one that answers (shared.go).
+// command's account, or the next one that answers (package shared).
 func (s *Store) MarkUnqueued(ctx context.Context, id, queue string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	e := storage.Entity{PartitionKey: UnqueuedPartition, RowKey: id, Properties: map[string]any{
+	e := storage.Entity{PartitionKey: layout.UnqueuedPartition, RowKey: id, Properties: map[string]any{
 		"Queue":    queue,
 		"MarkedAt": s.nowUTC(),
 	}}
 	var err error
-	if reps := s.sh.reps; reps != nil {
-		err = toOne(reps, storage.ReplicaOf(s.commands, id), func(tb storage.Table) error {
+	if reps := s.Replicas(); reps != nil {
+		err = shared.ToOne(reps, storage.ReplicaOf(s.commands, id), func(tb storage.Table) error {
 			_, err := tb.Upsert(ctx, e, storage.Replace)
 			return err
 		})
@@ -1215,14 +1086,30 @@ func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if reps := s.sh.reps; reps != nil {
-		if err := deleteReplicas(ctx, reps, UnqueuedPartition, id); err != nil {
+	if reps := s.Replicas(); reps != nil {
+		if err := shared.DeleteAll(ctx, reps, layout.UnqueuedPartition, id); err != nil {
 			return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
 		}
 		return nil
 	}
-	if err := s.commands.Delete(ctx, UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
+	if err := s.commands.Delete(ctx, layout.UnqueuedPartition, id, storage.IfMatchAny); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("cmdq: clear unqueued marker of command %s: %w", id, err)
 	}
 	return nil
+}
+
+// FirstRecord builds the record of a command as its issue left it (pending,
+// attempts 0, step 0, event sequence 1, the issue's ETag) from the issue's
+// own message env (env.First.Usable()): what Load would return before
+// anyone else wrote the command. Every write on it is conditional on that
+// ETag, so a command written since makes the write conflict and the writer
+// decide from the command as it is.
+func FirstRecord(env layout.Envelope) *Record {
+	f := env.First
+	issued := layout.Millis(f.IssuedAt)
+	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
+	layout.Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
+	params := append([]byte(nil), f.Params...)
+	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
+		TraceParent: f.TraceParent, TraceState: f.TraceState}
 }
