@@ -90,6 +90,8 @@ type Client struct {
 	hub *hub // watched commands and final statuses (watch.go)
 
 	tracer trace.Tracer // Config.TracerProvider's (trace.go)
+
+	bell bell // wake-ups between processes (doorbell.go)
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and
@@ -133,6 +135,7 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	if c.hub.final.maxAge < 0 {
 		c.hub.final.maxAge = max(cmp.Or(r.Completed, model.DefaultCompletedRetention), cmp.Or(r.Discarded, model.DefaultDiscardedRetention))
 	}
+	c.bell.key = bellKey(st, cfg)
 	c.iss = c.newIssuer()
 	return c, nil
 }
@@ -152,20 +155,24 @@ func (c *Client) newIssuer() *issuer.Issuer {
 // Prefix returns the storage name prefix.
 func (c *Client) Prefix() string { return c.cfg.Prefix }
 
-// wake wakes the poller of an in-process processor: the enqueue path calls
-// it for every message put on a queue.
+// wake wakes the poller of an in-process processor, and rings one in
+// another process (doorbell.go): the enqueue path calls it for every
+// message put on a queue.
 func (c *Client) wake(queue string) {
 	if p := c.procLive.Load(); p != nil {
 		p.Notify(queue)
 	}
+	c.ringFor(queue, time.Time{})
 }
 
 // wakeAt tells the in-process processor that a message put on queue
-// becomes visible at at: it wakes itself then (due means due).
+// becomes visible at at: it wakes itself then (due means due); and rings
+// one in another process with that time (doorbell.go).
 func (c *Client) wakeAt(queue string, at time.Time) {
 	if p := c.procLive.Load(); p != nil {
 		p.WakeAt(queue, at)
 	}
+	c.ringFor(queue, at)
 }
 
 // handOff reserves a handler slot of the in-process processor for an

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -176,6 +177,15 @@ type Config struct {
 	// disables it. Defaults to 1 minute.
 	HeartbeatInterval time.Duration
 
+	// --- Wake-ups between processes (docs/processor.md, "Wake-ups") ---
+
+	// Doorbell says how this Client's processor hears, and this Client
+	// rings, the wake-ups that make a command issued in one process start
+	// at once on an idle processor in another (a web tier and workers).
+	// The zero value works on one machine; give Doorbell.Listen for
+	// workers on other machines.
+	Doorbell Doorbell
+
 	// --- Watching (Wait, Watch, and the HTTP API's long-polls) ---
 
 	// WaitPollInterval is how often, at most, storage is read for a
@@ -226,6 +236,44 @@ type Config struct {
 	// trace.
 	TraceLinkOnly bool
 }
+
+// Doorbell configures the wake-ups between processes (Config.Doorbell).
+// A process that makes work due on a queue (an issue, a requeue, a
+// run-now, a resume, a periodic tick) rings a processor of that queue in
+// another process, which dequeues at once instead of at the end of its
+// poll backoff (up to MaxPollInterval). A wake is one UDP datagram that
+// names only the queue, authenticated with a secret the deployment
+// shares; it costs no storage call, and the processors' list it is sent
+// by is read at most once a minute while this Client rings (one query).
+// A wake is a hint: a lost or forged one changes only timing, and without
+// any every processor still polls. On the embedded store (one process)
+// nothing is listened on or sent.
+type Doorbell struct {
+	// Listen is the UDP address (host:port) the processor listens on for
+	// wakes while it runs (Start, Run, RunFor); port 0 picks a free one.
+	// Defaults to "127.0.0.1:0": processes on this machine only. Give
+	// "0.0.0.0:7311" (or another port) for processes on other machines,
+	// and open it to them.
+	Listen string
+	// Advertise is the address other processes ring, published in the
+	// processor's heartbeat row. Defaults to the address listened on,
+	// with an unspecified host (0.0.0.0, ::) replaced by the machine's
+	// first non-loopback address. Give it behind NAT, or as a pod's IP.
+	Advertise string
+	// Secret authenticates the wakes; every process of the deployment
+	// needs the same. Defaults to one derived from the store's shared key
+	// (storage.Secret: an Azure account key) and Prefix. Without either
+	// (a store on Microsoft Entra ID credentials and no Secret) no wake is
+	// sent or heard, and the Client says so in its log.
+	Secret []byte
+	// Off turns the wake-ups between processes off: processes find work
+	// by polling only. Defaults to false.
+	Off bool
+}
+
+// DefaultDoorbellListen is Doorbell.Listen's default: loopback, a free
+// port.
+const DefaultDoorbellListen = "127.0.0.1:0"
 
 // LeaseGrowth says how a command type's lease grows when its leases keep
 // being lost (a handler that outlives its lease, renewals that fail), and
@@ -292,6 +340,16 @@ func (c Config) Validate() error {
 	}
 	if c.WaitPollInterval < 0 || c.WaitMaxPollInterval < 0 {
 		bad(fmt.Errorf("WaitPollInterval %s and WaitMaxPollInterval %s must not be negative (0 = the defaults, %s and %s)", c.WaitPollInterval, c.WaitMaxPollInterval, DefaultWaitPollInterval, DefaultWaitMaxPollInterval))
+	}
+	if d := c.Doorbell; d.Listen != "" {
+		if _, _, err := net.SplitHostPort(d.Listen); err != nil {
+			bad(fmt.Errorf("Doorbell.Listen %q: %w; give host:port, such as 0.0.0.0:7311 (port 0 picks a free one)", d.Listen, err))
+		}
+	}
+	if d := c.Doorbell; d.Advertise != "" {
+		if _, port, err := net.SplitHostPort(d.Advertise); err != nil || port == "0" || port == "" {
+			bad(fmt.Errorf("Doorbell.Advertise %q: give the host:port other machines reach the listener on, such as 10.0.0.5:7311", d.Advertise))
+		}
 	}
 	for i, o := range c.Observers {
 		if o == nil {

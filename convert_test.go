@@ -3,6 +3,7 @@ package cmdq
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,8 +138,12 @@ func TestConversionsCarryEveryField(t *testing.T) {
 		"registry.Options": filled[HandlerOptions](t).engine(),
 	} {
 		for _, p := range missing(reflect.ValueOf(got), name) {
-			if p == "HandlerOptions.Middleware" {
+			switch {
+			case p == "HandlerOptions.Middleware":
 				continue // left out on purpose (Client.Lookup)
+			case strings.HasSuffix(p, ".Waiting") || p == "ProcessorHealth.Wake" || p == "ProcessorHealth.Unreachable" ||
+				p == "Observation.Health.Wake" || p == "Observation.Health.Unreachable":
+				continue // the Client's own, not the engine's
 			}
 			t.Errorf("%s is not carried over", p)
 		}
@@ -169,6 +174,7 @@ func TestEnumsMatchTheEngine(t *testing.T) {
 		{string(ObservedLeaseLost), string(model.ObservedLeaseLost)}, {string(ObservedPolled), string(model.ObservedPolled)},
 		{string(ObservedAlert), string(model.ObservedAlert)}, {string(ObservedHealth), string(model.ObservedHealth)},
 		{string(ObservedPaused), string(model.ObservedPaused)}, {string(ObservedResumed), string(model.ObservedResumed)},
+		{string(ObservedWake), string(model.ObservedWake)}, {string(ObservedRing), string(model.ObservedRing)},
 	}
 	for _, p := range pairs {
 		if p.root != p.engine {

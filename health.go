@@ -49,6 +49,14 @@ type ProcessorHealth struct {
 	// look: day tables pinned by commands that are not final, or an error
 	// (nil otherwise).
 	Retention *RetentionStatus `json:"retention,omitempty"`
+	// Wake is the address this Client's processor listens on for
+	// wake-ups from other processes while it runs ("" when it does not:
+	// not running, the doorbell off, no secret, the embedded store).
+	Wake string `json:"wake,omitempty"`
+	// Unreachable are the doorbell addresses of the processors this
+	// Client rang whose last wake-ups went unacked (Processors says which
+	// processors they are); their commands start at their next poll.
+	Unreachable []string `json:"unreachable,omitempty"`
 	// Accounts is the state of each storage account of a store spread
 	// over several (storage/multi), in its order; nil for one account.
 	// A failing account is named here while the others keep working.

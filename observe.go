@@ -60,6 +60,15 @@ const (
 	// paused, is resumed (By names who resumed it). CommandID and Type are
 	// empty.
 	ObservedResumed ObservationKind = "resumed"
+	// ObservedWake: the processor's doorbell got a datagram (Reason: the
+	// result, "accepted", "forged", "replayed", "stale" or "limited";
+	// Queue: the queue it names, unless forged or limited). CommandID and
+	// Type are empty (docs/processor.md, "Wake-ups").
+	ObservedWake ObservationKind = "wake"
+	// ObservedRing: this Client rang the processors of Queue in other
+	// processes (one wake-up, or one to each for a pause, a resume or more
+	// work than a processor can start). CommandID and Type are empty.
+	ObservedRing ObservationKind = "ring"
 )
 
 // Observation is one processing event (see ObservationKind for which

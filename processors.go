@@ -29,6 +29,7 @@ func (c *Client) Processors(ctx context.Context) ([]ProcessorInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.keepBeats(beats) // fresh rows for the doorbell and the statuses' reasons
 	now := time.Now()
 	local := ""
 	var live model.Health
@@ -55,6 +56,8 @@ func (c *Client) Processors(ctx context.Context) ([]ProcessorInfo, error) {
 		if f := b.LastFailure; f.CommandID != "" {
 			info.LastFailure = &Failure{CommandID: f.CommandID, Type: f.Type, Error: f.Error, Poisoned: f.Poisoned, At: f.At}
 		}
+		info.Wake = b.Wake
+		_, info.WakeUnreachable = c.wakeStatus(b.Wake)
 		switch {
 		case b.ID == local:
 			info.Local, info.State, info.InFlight = true, string(live.State), live.InFlight
@@ -147,6 +150,16 @@ type ProcessorInfo struct {
 	// LastFailure is its run's last failed or poisoned attempt (nil when
 	// none), as of LastSeen.
 	LastFailure *Failure `json:"lastFailure,omitempty"`
+	// Wake is the address its doorbell listens on for wake-ups from other
+	// processes ("" when it has none: the doorbell off, no secret, the
+	// embedded store).
+	Wake string `json:"wake,omitempty"`
+	// WakeUnreachable is true when this Client rang it and its last
+	// wake-ups went unacked (two or more, the first over a second ago): a
+	// firewall, an address it cannot be reached at (Doorbell.Advertise),
+	// or a processor that is gone. Its commands still start at its next
+	// poll.
+	WakeUnreachable bool `json:"wakeUnreachable,omitempty"`
 }
 
 // OutcomeCounts count completed commands, failed attempts and poisoned

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/doorbell"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 	"github.com/cmdq-dev/cmdq/internal/engine/shared"
@@ -62,6 +63,12 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool, by str
 	}
 	for _, p := range processor.Local(c.st) {
 		p.SetControl(row)
+	}
+	if c.bell.key != nil {
+		// Every processor of the queue in other processes reads the
+		// change at once (a resumed one dequeues then), not within
+		// ControlInterval or its poll backoff.
+		c.ring(name, doorbell.Wake{Name: name, Control: true}, true)
 	}
 	return QueueInfo{Name: name, Depth: -1, Paused: row.Paused, Since: row.Since, By: row.By}, nil
 }

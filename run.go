@@ -111,6 +111,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	cfg.ControlInterval = c.tune.ControlInterval
 	cfg.HopHorizon = c.tune.HopHorizon
 	cfg.Changes = changes{c}
+	cfg.Doorbell = c.processorDoorbell()
 	if len(c.cfg.Observers) > 0 {
 		cfg.Observer = observers(c.cfg.Observers)
 	}
@@ -249,7 +250,9 @@ func (c *Client) Health() ProcessorHealth {
 	h := ProcessorHealth{State: ProcessorStopped}
 	if p := c.procLive.Load(); p != nil {
 		h = healthOut(p.Health())
+		h.Wake = p.WakeAddr()
 	}
+	h.Unreachable = c.unreachable()
 	for _, m := range storage.MembersOf(c.st) {
 		h.Accounts = append(h.Accounts, AccountHealth{Name: m.Name, Healthy: m.Healthy, Since: m.Since, LastError: m.LastError})
 	}

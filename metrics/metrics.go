@@ -59,6 +59,8 @@ type Metrics struct {
 	poll      *prometheus.GaugeVec
 	paused    *prometheus.GaugeVec
 	ops       *prometheus.CounterVec
+	wakes     *prometheus.CounterVec
+	rings     *prometheus.CounterVec
 	depth     *depthCollector
 
 	typesMu sync.RWMutex
@@ -152,13 +154,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while the processor knows the queue as paused (it starts none of its commands), else 0."}, []string{"queue"}),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "storage_operations_total",
 			Help: "Storage operations (each is one billable transaction on Azure), by operation and result (ok, error)."}, []string{"op", "result"}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "doorbell_wakes_total",
+			Help: "Datagrams the processor's doorbell got from other processes, by result: accepted, forged (not of this deployment), replayed, stale (sent too far from this clock) or limited (over the rate)."}, []string{"result"}),
+		rings: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "doorbell_rings_total",
+			Help: "Times this process rang the processors of a queue in other processes (an issue, a requeue, a resume, more work than its processor can start), by queue."}, []string{"queue"}),
 		labels: map[string]bool{},
 		depth: &depthCollector{
 			desc: prometheus.NewDesc("cmdq_queue_depth", "Approximate number of messages in the queue (sampled; cached for a few seconds).", []string{"queue"}, nil),
 			ttl:  DefaultQueueDepthTTL,
 		},
 	}
-	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.paused, m.ops, m.depth} {
+	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.paused, m.ops, m.wakes, m.rings, m.depth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -175,7 +181,8 @@ func (m *Metrics) CommandIssued(typ string) {
 
 // Observe records one processing event (cmdq.Observer): completions,
 // failed attempts, poisonings and handler durations by type, lost leases,
-// dequeues by queue and result, the poller's wait, and paused queues.
+// dequeues by queue and result, the poller's wait, paused queues, and the
+// wake-ups between processes heard and rung.
 // Other kinds are ignored.
 func (m *Metrics) Observe(o cmdq.Observation) {
 	if m == nil {
@@ -212,6 +219,10 @@ func (m *Metrics) Observe(o cmdq.Observation) {
 		m.paused.WithLabelValues(o.Queue).Set(1)
 	case cmdq.ObservedResumed:
 		m.paused.WithLabelValues(o.Queue).Set(0)
+	case cmdq.ObservedWake:
+		m.wakes.WithLabelValues(o.Reason).Inc()
+	case cmdq.ObservedRing:
+		m.rings.WithLabelValues(o.Queue).Inc()
 	}
 }
 

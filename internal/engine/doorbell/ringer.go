@@ -36,6 +36,10 @@ const (
 	DefaultAckTimeout = time.Second
 	// DefaultRetry is RingerOptions.Retry's default: 250 ms.
 	DefaultRetry = 250 * time.Millisecond
+	// IdleClose: a Ringer that sent nothing for this long closes its
+	// socket (and its ack reader), and opens one again at its next wake:
+	// one that is dropped without Close holds nothing for long.
+	IdleClose = time.Minute
 )
 
 // RingerOptions tunes a Ringer; zero fields take the defaults.
@@ -79,7 +83,6 @@ type PeerStatus struct {
 // Ringer sends wakes to the processors of a queue: the sending side, in
 // any process that makes work due. It is safe for concurrent use.
 type Ringer struct {
-	conn    *net.UDPConn
 	seal    sealer
 	sender  uint64
 	counter atomic.Uint64
@@ -96,9 +99,11 @@ type Ringer struct {
 	status   map[string]*peerState
 	pending  map[uint64]*sent // wakes not acked yet, by counter
 	closed   bool
+	conn     *net.UDPConn  // nil while idle (IdleClose)
+	connDone chan struct{} // closed when conn's ack reader ends
+	lastSend time.Time
+	idle     *time.Timer
 	nsent    atomic.Uint64 // datagrams sent
-
-	done chan struct{}
 }
 
 type slotKey struct {
@@ -147,10 +152,6 @@ func newRingerWith(key []byte, src PeerSource, opts RingerOptions, now func() ti
 	if len(key) == 0 {
 		return nil, errors.New("doorbell: a ringer needs the deployment's key")
 	}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
-	if err != nil {
-		return nil, err
-	}
 	if opts.Refresh <= 0 {
 		opts.Refresh = DefaultRefresh
 	}
@@ -165,19 +166,60 @@ func newRingerWith(key []byte, src PeerSource, opts RingerOptions, now func() ti
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	r := &Ringer{conn: conn, seal: sealer{key: key}, sender: binary.BigEndian.Uint64(id[:]), src: src, opts: opts, now: now,
-		turn: map[string]int{}, slots: map[slotKey]*slot{}, status: map[string]*peerState{}, pending: map[uint64]*sent{}, done: make(chan struct{})}
-	go r.readAcks()
+	r := &Ringer{seal: sealer{key: key}, sender: binary.BigEndian.Uint64(id[:]), src: src, opts: opts, now: now,
+		turn: map[string]int{}, slots: map[slotKey]*slot{}, status: map[string]*peerState{}, pending: map[uint64]*sent{}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.openLocked(); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// openLocked opens the socket wakes are sent from and acks read on, and
+// its reader. Caller holds r.mu.
+func (r *Ringer) openLocked() error {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+	if err != nil {
+		return err
+	}
+	r.conn, r.connDone = conn, make(chan struct{})
+	go r.readAcks(conn, r.connDone)
+	r.lastSend = r.now()
+	r.idle = time.AfterFunc(IdleClose, r.closeIfIdle)
+	return nil
+}
+
+// closeIfIdle closes the socket when nothing was sent for IdleClose.
+func (r *Ringer) closeIfIdle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil || r.closed {
+		return
+	}
+	if left := IdleClose - r.now().Sub(r.lastSend); left > 0 {
+		r.idle.Reset(left)
+		return
+	}
+	_ = r.conn.Close()
+	r.conn = nil
 }
 
 // Close stops the Ringer: wakes still throttled are not sent.
 func (r *Ringer) Close() error {
 	r.mu.Lock()
 	r.closed = true
+	conn, done := r.conn, r.connDone
+	r.conn = nil
+	if r.idle != nil {
+		r.idle.Stop()
+	}
 	r.mu.Unlock()
-	err := r.conn.Close()
-	<-r.done
+	if conn == nil {
+		return nil
+	}
+	err := conn.Close()
+	<-done
 	return err
 }
 
@@ -430,6 +472,12 @@ func (r *Ringer) send(addr string, to *net.UDPAddr, w Wake, rt *retry, now time.
 	if rt != nil {
 		time.AfterFunc(r.opts.Retry, func() { r.unacked(c) })
 	}
+	if r.conn == nil {
+		if err := r.openLocked(); err != nil {
+			return
+		}
+	}
+	r.lastSend = now
 	r.nsent.Add(1)
 	_, _ = r.conn.WriteToUDP(b, to)
 }
@@ -447,11 +495,11 @@ func (r *Ringer) unacked(c uint64) {
 	r.ringNext(rt.logical, p.wake, r.peersLocked(rt.logical), rt)
 }
 
-func (r *Ringer) readAcks() {
-	defer close(r.done)
+func (r *Ringer) readAcks(conn *net.UDPConn, done chan struct{}) {
+	defer close(done)
 	buf := make([]byte, 128)
 	for {
-		n, _, err := r.conn.ReadFromUDP(buf)
+		n, _, err := conn.ReadFromUDP(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return

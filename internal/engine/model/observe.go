@@ -28,6 +28,8 @@ const (
 	ObservedHealth    ObservationKind = "health"
 	ObservedPaused    ObservationKind = "paused"
 	ObservedResumed   ObservationKind = "resumed"
+	ObservedWake      ObservationKind = "wake"
+	ObservedRing      ObservationKind = "ring"
 )
 
 // Observation is the engine's copy of cmdq.Observation (documented there).

@@ -60,6 +60,10 @@ type Config struct {
 	Flywheel                bool
 	Logger                  zerolog.Logger
 
+	// Doorbell is the wake-ups between processes (doorbell.go): the
+	// Client fills it from cmdq.Config.Doorbell and its store.
+	Doorbell Doorbell
+
 	// NoFastPath turns the first delivery's fast path off: every delivery
 	// loads its command (one point read) before running the handler.
 	// Default false: the first delivery of an issue's own message, soon

@@ -67,7 +67,7 @@ func (p *Processor) beat(s *session, started time.Time, prev model.Stats) (share
 		InFlight: h.InFlight, Concurrency: p.cfg.Concurrency, Queues: p.Queues(), Started: started,
 		Every: p.cfg.HeartbeatInterval, Completed: c.Completed, Failed: c.Failed, Poisoned: c.Poisoned,
 		RecentCompleted: c.Completed - prev.Completed, RecentFailed: c.Failed - prev.Failed, RecentPoisoned: c.Poisoned - prev.Poisoned,
-		LastFailure: last}, c
+		LastFailure: last, Wake: p.WakeAddr()}, c
 }
 
 // heartbeatLoop writes the heartbeat of the run s (begun at started) until

@@ -217,6 +217,11 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		for _, m := range msgs {
 			p.dispatch(s, qr, m, sent, vis)
 		}
+		if full && p.saturated() {
+			// More work than free slots: the idle processors of the queue
+			// in other processes take part (doorbell.go).
+			p.ringPeers(qr)
+		}
 		if wait <= 0 {
 			continue
 		}

@@ -102,6 +102,7 @@ type Processor struct {
 	current *session
 	past    model.Stats
 
+	bell   bellState          // the running session's doorbell (doorbell.go)
 	recon  *reconcile.Loop    // the reconciler's schedule (reconcile.go)
 	retain *retention.Sweeper // the retention sweeps and what they did (sweep.go)
 }
@@ -534,6 +535,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (model.Summary, er
 	}
 
 	defer p.register()() // in-process cancels and pauses reach it (control.go)
+	defer p.openBell()() // other processes' wake-ups (doorbell.go), before the heartbeat publishes it
 	s.hoMu.Lock()
 	s.hoOpen = true // hand-offs may start (see HandOff)
 	s.hoMu.Unlock()

@@ -20,8 +20,9 @@ import (
 // Seen (when the row was written), Every (the heartbeat interval, in
 // milliseconds), the run's counts (Completed, Failed, Poisoned) and those
 // of the last interval (RecentCompleted, …), and its last failure
-// (FailedID, FailedType, FailedError, FailedPoisoned, FailedAt). A running processor rewrites its
-// row at most once a HeartbeatInterval; a clean stop deletes it; rows not
+// (FailedID, FailedType, FailedError, FailedPoisoned, FailedAt), and Wake
+// (the address its doorbell listens on; docs/processor.md, "Wake-ups").
+// A running processor rewrites its row at most once a HeartbeatInterval; a clean stop deletes it; rows not
 // written for a long time are deleted by the next processor that cleans
 // up (DeleteBeatsBefore). A query of this one partition reads every
 // processor: what cmdq.Client.Processors costs.
@@ -61,6 +62,9 @@ type Beat struct {
 	// LastFailure is the run's last failed or poisoned attempt (its
 	// command ID empty when none).
 	LastFailure Failure
+	// Wake is the address (host:port) its doorbell listens on for
+	// wake-ups from other processes ("" when it has none).
+	Wake string
 }
 
 // Failure is one failed or poisoned attempt a heartbeat reports.
@@ -80,6 +84,7 @@ func beatEntity(b Beat) storage.Entity {
 		"State": b.State, "InFlight": int64(b.InFlight), "Concurrency": int64(b.Concurrency),
 		"Queues": strings.Join(b.Queues, ","), "Started": layout.Millis(b.Started), "Seen": layout.Millis(b.Seen),
 		"Every":     b.Every.Milliseconds(),
+		"Wake":      b.Wake,
 		"Completed": b.Completed, "Failed": b.Failed, "Poisoned": b.Poisoned,
 		"RecentCompleted": b.RecentCompleted, "RecentFailed": b.RecentFailed, "RecentPoisoned": b.RecentPoisoned,
 	}}
@@ -100,6 +105,7 @@ func decodeBeat(e storage.Entity) Beat {
 		poisoned, _ := e.Properties["FailedPoisoned"].(bool)
 		b.LastFailure = Failure{CommandID: id, Type: layout.StrProp(e, "FailedType"), Error: layout.StrProp(e, "FailedError"), Poisoned: poisoned, At: layout.TimeProp(e, "FailedAt")}
 	}
+	b.Wake = layout.StrProp(e, "Wake")
 	if q := layout.StrProp(e, "Queues"); q != "" {
 		b.Queues = strings.Split(q, ",")
 	}
