@@ -151,7 +151,7 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix, Shards: shards})
+	c, err := cmdq.New(st, cmdq.Config{Prefix: f.store.prefix, Shards: shards, Doorbell: cmdq.Doorbell{Secret: f.store.secret()}})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

@@ -109,3 +109,16 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 		}, opts),
 	)
 }
+
+// declareDemo declares the demo types on c without their handlers (serve
+// --no-processor: the web tier routes them and checks their params; the
+// workers run them), with the lease registerDemo gives them.
+func declareDemo(c *cmdq.Client, lease time.Duration) error {
+	opts := cmdq.CommandOptions{Lease: lease}
+	return errors.Join(
+		cmdq.DeclareWith[demoEcho](c, opts),
+		cmdq.DeclareWith[demoSleep](c, opts),
+		cmdq.DeclareWith[demoFail](c, opts),
+		cmdq.DeclareWith[demoSteps](c, opts),
+	)
+}

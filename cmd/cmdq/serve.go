@@ -31,11 +31,16 @@ const defaultAddr = "127.0.0.1:8080"
 type procFlags struct {
 	noDemo          bool
 	concurrency     int
+	minPollInterval time.Duration
 	maxPollInterval time.Duration
 	drainTimeout    time.Duration
 	poisonCeiling   int
 	worker          string
 	periodic        []string
+
+	doorbellListen    string
+	doorbellAdvertise string
+	noDoorbell        bool
 
 	// Test instrumentation for the reliability suite (internal/chaos),
 	// hidden from --help.
@@ -44,13 +49,21 @@ type procFlags struct {
 
 	// tracer, when set, is the Client's TracerProvider (setupTracing).
 	tracer *sdktrace.TracerProvider
+
+	// declareOnly declares the demo types instead of registering their
+	// handlers (serve --no-processor).
+	declareOnly bool
 }
 
 func (f *procFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.BoolVar(&f.noDemo, "no-demo", false, "do not register the demo handlers (demo.echo, demo.sleep, demo.fail, demo.steps)")
 	fl.IntVar(&f.concurrency, "concurrency", cmdq.DefaultConcurrency, "most handlers run at once")
-	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdq.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from 100ms)")
+	fl.DurationVar(&f.minPollInterval, "min-poll-interval", cmdq.DefaultMinPollInterval, "wait after the first empty poll of a queue, doubling up to --max-poll-interval")
+	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdq.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from --min-poll-interval); a wake-up from another process ends it at once")
+	fl.StringVar(&f.doorbellListen, "doorbell-listen", cmdq.DefaultDoorbellListen, "UDP address the processor hears wake-ups from other processes on (port 0: a free one); the default serves processes on this machine only: give 0.0.0.0:7311 for workers on other machines and open that port to the web tier")
+	fl.StringVar(&f.doorbellAdvertise, "doorbell-advertise", "", "address other processes ring (host:port), published in the heartbeat row. Default none: the address listened on, with 0.0.0.0 replaced by this machine's first non-loopback address; give it behind NAT or as a pod's IP")
+	fl.BoolVar(&f.noDoorbell, "no-doorbell", false, "send and hear no wake-ups between processes: find work by polling only")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdq.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
@@ -93,8 +106,10 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		Shards:          shards,
 		Worker:          f.worker,
 		Concurrency:     f.concurrency,
+		MinPollInterval: f.minPollInterval,
 		MaxPollInterval: f.maxPollInterval,
 		DrainTimeout:    f.drainTimeout,
+		Doorbell:        cmdq.Doorbell{Listen: f.doorbellListen, Advertise: f.doorbellAdvertise, Secret: sf.secret(), Off: f.noDoorbell},
 		PoisonCeiling:   f.poisonCeiling,
 		Logger:          log,
 		RecoveryDelay:   recovery,
@@ -113,6 +128,12 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		return nil, nil, err
 	}
 	if f.noDemo {
+		return c, closer, nil
+	}
+	if f.declareOnly {
+		if err := declareDemo(c, f.demoLease); err != nil {
+			return nil, nil, fmt.Errorf("declare demo types: %w", err)
+		}
 		return c, closer, nil
 	}
 	var j *demoJournal
@@ -151,6 +172,7 @@ type serveFlags struct {
 	recovery     time.Duration
 	corsOrigins  string
 	allowedHosts string
+	noProcessor  bool
 }
 
 // serverWriteTimeout is the http.Server's WriteTimeout; --request-timeout
@@ -179,6 +201,11 @@ By default it uses the embedded store in ./cmdq-data, listens on
                                        and the retry resumes from step M
 Demo retries come after about a second.
 
+With --no-processor it is the web tier of the production shape: the API and
+the console only, no handler and no processor; workers (cmdq worker) on this
+or other machines run the commands, woken at once by a wake-up from this
+process (see --doorbell-listen on the workers, and docs/operations.md).
+
 Without --tokens the server only listens on a loopback address; any other
 --addr needs --tokens (or CMDQ_TOKENS), or --insecure to run without
 authentication. SIGINT or SIGTERM stops taking requests and work, lets running
@@ -198,6 +225,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 	c.Flags().StringVar(&f.allowedHosts, "allowed-hosts", "", "without --tokens: comma-separated host names besides loopback ones that requests may name in their Host header (\"*\" = any); others get 421 (DNS rebinding). Default none; with --insecure a non-wildcard --addr IP is added")
 	c.Flags().StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated web origins (scheme://host[:port]) whose browser pages may call the API (CORS); default none: only same-origin pages and non-browser clients")
 	c.Flags().DurationVar(&f.reqTimeout, "request-timeout", api.DefaultRequestTimeout, "deadline of every HTTP request (at most 50s); storage that does not answer in time gets the client a 503 with Retry-After")
+	c.Flags().BoolVar(&f.noProcessor, "no-processor", false, "the web tier: serve the API and the console only, running no handler and no processor (workers run them: cmdq worker); the demo types are declared, so their params are still checked")
 	addRecoveryFlag(c, &f.recovery)
 	return c
 }
@@ -276,6 +304,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := checkRecovery(f.recovery); err != nil {
 		return err
 	}
+	if f.noProcessor && len(f.proc.periodic) > 0 {
+		return errors.New("--periodic needs a processor: give it to the workers (cmdq worker --periodic …), not to serve --no-processor")
+	}
+	f.proc.declareOnly = f.noProcessor
 	raw, err := f.store.open(ctx)
 	if err != nil {
 		return err
@@ -300,7 +332,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	defer func() { _ = closeClient() }()
 	defer func() { _ = c.Stop(context.Background()) }() // before the store closes
-	if !c.Handles() {
+	if !c.Handles() && !f.noProcessor {
 		log.Warn().Msg("cmdq serve: no handlers registered (--no-demo): serving the API only; commands stay pending until a processor with handlers runs")
 	}
 	// Only known types get their own label; others count as "other".
@@ -316,7 +348,13 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	// storage problem ends serve here, before it listens.
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer pcancel()
-	if err := c.Start(pctx); err != nil {
+	if f.noProcessor {
+		// The web tier runs no processor: storage must answer before it
+		// listens all the same.
+		if err := c.CheckStorage(ctx); err != nil {
+			return fmt.Errorf("storage: %w", describeStoreErr(err))
+		}
+	} else if err := c.Start(pctx); err != nil {
 		return fmt.Errorf("start: %w", describeStoreErr(err))
 	}
 
@@ -335,7 +373,12 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	base := "http://" + ln.Addr().String()
 	ev := log.Info().Str("url", base).Str("ui", base+"/ui/").Str("store", f.store.kind).Str("prefix", c.Prefix()).
-		Strs("handlers", c.Types()).Bool("auth", len(tokens) > 0)
+		Bool("auth", len(tokens) > 0)
+	if f.noProcessor {
+		ev = ev.Bool("processor", false).Strs("declared", c.Types())
+	} else {
+		ev = ev.Strs("handlers", c.Types())
+	}
 	if ps := c.PeriodicNames(); len(ps) > 0 {
 		ev = ev.Strs("periodic", ps)
 	}

@@ -42,6 +42,7 @@ type storeFlags struct {
 	azQueueEndpoint  string
 	azTableEndpoint  string
 	embeddedLockWait time.Duration
+	doorbellSecret   string
 }
 
 func (f *storeFlags) add(c *cobra.Command) {
@@ -56,6 +57,16 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl.BoolVar(&f.azIdentity, "azure-identity", false, "authenticate with Microsoft Entra ID (DefaultAzureCredential: environment, workload identity, managed identity, Azure CLI), with --azure-account")
 	fl.StringVar(&f.azQueueEndpoint, "azure-queue-endpoint", "", "Queue service URL (default https://<account>.queue.core.windows.net)")
 	fl.StringVar(&f.azTableEndpoint, "azure-table-endpoint", "", "Table service URL (default https://<account>.table.core.windows.net)")
+	fl.StringVar(&f.doorbellSecret, "doorbell-secret", "", "secret of the wake-ups between processes (docs/operations.md, \"The production shape\"): the same in every process of the deployment. Default none: derived from the Azure account key; with --azure-identity there is none, and processes find work by polling only")
+}
+
+// doorbellSecret returns --doorbell-secret as Doorbell.Secret (nil: derive
+// it from the store).
+func (f *storeFlags) secret() []byte {
+	if f.doorbellSecret == "" {
+		return nil
+	}
+	return []byte(f.doorbellSecret)
 }
 
 // errStoreInUse is returned when the embedded store is held by another process.
