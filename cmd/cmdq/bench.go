@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -101,6 +103,69 @@ bench<random> and raw<random> (and deletes them at the end).`,
 	fl.IntVar(&scale.Runs, "runs", 3, "scale mode: burn-downs of each setup")
 	fl.Float64Var(&minRatio, "min-scale-ratio", 0, "scale mode: fail (exit status 3) when the scaled median over the base median is below this (0 = no check)")
 	fl.Float64Var(&maxSpread, "max-account-spread", 0, "scale mode: fail (exit status 3) when the accounts' call counts differ by more than this fraction of the largest (0 = no check)")
+	c.AddCommand(newBenchTopologyCmd())
+	return c
+}
+
+// newBenchTopologyCmd builds `cmdq bench topology`.
+func newBenchTopologyCmd() *cobra.Command {
+	var cfg bench.TopologyConfig
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "topology",
+		Short: "Measure the production shape: issue → start across processes, and a burst shared by workers",
+		Long: `topology runs the production shape on Azure Storage (Azurite from
+tools/azurite unless AZURE_STORAGE_CONNECTION_STRING or
+--azure-connection-string is set): this process issues without a processor
+(a web tier) and --workers cmdq worker processes (this binary) run the demo
+handlers at their defaults. After --idle, it issues --singles commands one at a
+time, each after a random pause of --min-spacing to --max-spacing, and reports
+the time from each issue to its handler's start (p50, p99, max); then a burst
+of --burst demo.sleep commands of --burst-sleep, with its time against the
+ideal (burst × sleep / all slots) and each worker's share. --no-doorbell gives
+the figure without wake-ups between processes. See docs/performance.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Binary = bin
+			if !asJSON {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			res, err := bench.RunTopology(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "doorbell %v, %d workers × %d slots, idle %.0fs\n", res.Doorbell, res.Workers, res.Slots, res.IdleSeconds)
+			fmt.Fprintf(cmd.OutOrStdout(), "  issue → start  p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d singles (first after the idle time: %.1f ms)\n",
+				res.StartP50MS, res.StartP99MS, res.StartMaxMS, res.Singles, res.FirstStartMS)
+			fmt.Fprintf(cmd.OutOrStdout(), "  issuer         %d storage calls for %d singles (%d of them queries: the processors' list)\n", res.IssuerCalls, res.Singles, res.IssuerQueries)
+			if res.Burst > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "  burst          %d in %.1f s, ideal %.1f s (%.2f×)\n", res.Burst, res.BurstSeconds, res.IdealSeconds, res.BurstRatio)
+				for _, sh := range res.BurstShares {
+					fmt.Fprintf(cmd.OutOrStdout(), "    %-12s %4d (%.0f %%)\n", sh.Worker, sh.Commands, 100*sh.Fraction)
+				}
+			}
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&cfg.ConnectionString, "azure-connection-string", "", "Azure Storage connection string (default: $AZURE_STORAGE_CONNECTION_STRING, else Azurite started from tools/azurite)")
+	fl.IntVar(&cfg.Workers, "workers", bench.DefaultTopologyWorkers, "cmdq worker processes")
+	fl.IntVar(&cfg.Slots, "slots", bench.DefaultTopologySlots, "each worker's --concurrency")
+	fl.DurationVar(&cfg.Idle, "idle", bench.DefaultTopologyIdle, "how long the workers idle before the first issue")
+	fl.IntVar(&cfg.Singles, "singles", bench.DefaultTopologySingles, "commands issued one at a time")
+	fl.DurationVar(&cfg.MinSpacing, "min-spacing", time.Second, "shortest pause before a single")
+	fl.DurationVar(&cfg.MaxSpacing, "max-spacing", 10*time.Second, "longest pause before a single")
+	fl.IntVar(&cfg.Burst, "burst", bench.DefaultTopologyBurst, "commands in the burst (negative: no burst)")
+	fl.DurationVar(&cfg.BurstSleep, "burst-sleep", bench.DefaultTopologySleep, "each burst command's handler time")
+	fl.BoolVar(&cfg.NoDoorbell, "no-doorbell", false, "workers and issuer without wake-ups between processes: the figure without the doorbell")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return c
 }
 
