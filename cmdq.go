@@ -91,7 +91,8 @@ type Client struct {
 
 	tracer trace.Tracer // Config.TracerProvider's (trace.go)
 
-	bell bell // wake-ups between processes (doorbell.go)
+	bell     bell     // wake-ups between processes (doorbell.go)
+	controls controls // the queues' control rows for Status.Waiting (waiting.go)
 }
 
 // New returns a Client on st. It validates cfg but does no I/O: queues and

@@ -64,6 +64,7 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool, by str
 	for _, p := range processor.Local(c.st) {
 		p.SetControl(row)
 	}
+	c.keepControl(row)
 	if c.bell.key != nil {
 		// Every processor of the queue in other processes reads the
 		// change at once (a resumed one dequeues then), not within

@@ -185,7 +185,52 @@ type Status struct {
 	// digits; "" when it was issued outside one): its attempts' spans
 	// are in that trace (docs/operations.md, "Tracing").
 	TraceID string `json:"traceId,omitempty"`
+	// Waiting says why a command that is neither running nor final has
+	// not started, as this Client sees it when it reads the status: nil
+	// for a running or final command (docs/lifecycle.md, "Why a command
+	// waits"). Listings leave it out.
+	Waiting *Waiting `json:"waiting,omitempty"`
 }
+
+// Waiting says why a command waits (Status.Waiting).
+type Waiting struct {
+	// Reason is why: one of the WaitReason values.
+	Reason WaitReason `json:"reason"`
+	// Until is when the command becomes due (WaitScheduled,
+	// WaitRetrying).
+	Until time.Time `json:"until,omitzero"`
+	// By and Since say who paused the command's queue, and when
+	// (WaitPaused).
+	By    string    `json:"by,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+}
+
+// WaitReason says why a command waits (Waiting.Reason).
+type WaitReason string
+
+// The reasons a command waits, in the order they are checked.
+const (
+	// WaitScheduled: issued with a run-at time that is still ahead
+	// (Until).
+	WaitScheduled WaitReason = "scheduled"
+	// WaitRetrying: an attempt failed; the next one is due at Until.
+	WaitRetrying WaitReason = "retrying"
+	// WaitPaused: its queue is paused (By, Since); it starts once the
+	// queue is resumed.
+	WaitPaused WaitReason = "paused"
+	// WaitNoProcessor: due, but no live processor polls its queue (no
+	// heartbeat of the last three intervals names it): it starts when a
+	// processor of its queue runs.
+	WaitNoProcessor WaitReason = "no_processor"
+	// WaitSlot: due, and every processor of its queue was running as
+	// many handlers as it has slots (at its last heartbeat; for this
+	// Client's own processor, now): it starts when a handler slot frees.
+	WaitSlot WaitReason = "slot"
+	// WaitDue: due, and a processor of its queue has free slots: it
+	// starts at that processor's next dequeue (at once when it was woken;
+	// docs/processor.md, "Wake-ups").
+	WaitDue WaitReason = "due"
+)
 
 // JSON is a JSON value kept as its compact text (Status.Output): it
 // encodes as that value, not as a string, and "" is none (encoded as
@@ -244,7 +289,11 @@ func (c *Client) Get(ctx context.Context, id string) (Status, error) {
 	if st, ok := c.cachedFinal(id); ok {
 		return st, nil
 	}
-	return c.readStatus(ctx, id)
+	st, err := c.readStatus(ctx, id)
+	if err != nil {
+		return st, err
+	}
+	return c.withWaiting(ctx, st), nil
 }
 
 // GetParams returns a command's status and its JSON parameters: the same
@@ -258,7 +307,7 @@ func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMess
 	if err != nil {
 		return Status{}, nil, err
 	}
-	return statusOut(rec.Status).AsOf(time.Now()), json.RawMessage(rec.Params), nil
+	return c.withWaiting(ctx, statusOut(rec.Status).AsOf(time.Now())), json.RawMessage(rec.Params), nil
 }
 
 // Events returns a command's lifecycle events, oldest first (one query per
@@ -269,6 +318,9 @@ func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
 		return nil, err
 	}
 	evs, err := r.Events(ctx, id)
+	if n := len(evs); n > 0 {
+		c.hub.sawEvent(id, evs[n-1].Time)
+	}
 	return eventsOut(evs), err
 }
 
@@ -297,6 +349,9 @@ func (c *Client) Statuses(ctx context.Context, ids ...string) (map[string]Status
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			st, err := c.readStatus(ctx, id)
+			if err == nil {
+				st = c.withWaiting(ctx, st)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

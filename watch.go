@@ -49,8 +49,10 @@ func immutable(s State) bool {
 // string): it changes whenever anything in the status changes, and two
 // equal statuses have the same one. The HTTP API sends it in the ETag
 // header of a status and compares If-None-Match with it; Watch.Next takes
-// it.
+// it. It covers the stored status: Waiting, which the Client works out
+// when it reads the status, is not part of it.
 func ETag(st Status) string {
+	st.Waiting = nil
 	b, _ := json.Marshal(st) // a Status always encodes
 	sum := sha256.Sum256(b)
 	return `"` + hex.EncodeToString(sum[:12]) + `"`
@@ -269,6 +271,22 @@ func (h *hub) push(ms model.Status, mevents []model.Event) {
 	}
 }
 
+// sawEvent tells the watchers of id that an event of time at was read: a
+// watched status older than it (a change made by another process, which
+// the watch finds by polling) is read again as soon as the minimum
+// interval allows, so that a status and the events read beside it agree
+// (a command shows running once its started event can be read).
+func (h *hub) sawEvent(id string, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.entries[id]
+	if e == nil || !e.known || !e.st.UpdatedAt.Before(at) || immutable(e.st.State) {
+		return
+	}
+	e.demand = true
+	e.poke()
+}
+
 // inFlightChanged wakes the watchers of id: a handler started or ended on
 // this Client's processor (Client.Running changed; the status did not).
 func (h *hub) inFlightChanged(id string) {
@@ -324,7 +342,7 @@ func (w *Watch) Current(ctx context.Context) (Status, string, <-chan struct{}, e
 		if e.known {
 			st, tag, ch := e.st, e.etag, e.changed
 			h.mu.Unlock()
-			return st, tag, ch, nil
+			return h.c.withWaiting(ctx, st), tag, ch, nil
 		}
 		if e.reads > w.since && e.err != nil {
 			err := e.err

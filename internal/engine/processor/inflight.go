@@ -71,3 +71,14 @@ func (p *Processor) handlerStarted(f model.InFlight) (ended func()) {
 		}
 	}
 }
+
+// Holds reports whether this processor holds a message of command id that
+// waits for a handler slot (dequeued or handed off, its handler not
+// started yet).
+func (p *Processor) Holds(id string) bool {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	_, claimed := p.claimed[id]
+	_, running := p.handling[id]
+	return claimed && !running
+}

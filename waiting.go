@@ -1,0 +1,156 @@
+package cmdq
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
+)
+
+// Why a command waits (Status.Waiting; docs/lifecycle.md, "Why a command
+// waits"): what the Client reads for a status that is neither running nor
+// final, in order: its run-at or retry time; its queue's paused state
+// (the queues' control rows, read at most once per ControlInterval, 9 s);
+// whether this Client's processor holds it for a slot; and the live
+// processors of its queue and their slots (the heartbeat rows, read at
+// most once a minute and shared with the doorbell). A status read of a
+// waiting command therefore adds at most one query per 9 s and one a
+// minute per Client, however many are read; a running or final one adds
+// nothing.
+
+// controls keeps the queues' control rows for the statuses' reasons.
+type controls struct {
+	mu       sync.Mutex
+	rows     map[string]shared.QueueControl
+	readAt   time.Time     // when rows were read (zero: never)
+	failedAt time.Time     // when the last read failed: not tried again for ControlInterval
+	reading  chan struct{} // closed when the read in progress ends
+}
+
+// withWaiting returns st with Waiting set (nil for a running or final
+// command). A read that fails leaves its part out: the reason is a hint.
+func (c *Client) withWaiting(ctx context.Context, st Status) Status {
+	st.Waiting = c.waiting(ctx, st)
+	return st
+}
+
+func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
+	now := time.Now()
+	switch st.State {
+	case StateScheduled:
+		return &Waiting{Reason: WaitScheduled, Until: st.RunAt}
+	case StateRetrying:
+		if st.RunAt.After(now) {
+			return &Waiting{Reason: WaitRetrying, Until: st.RunAt}
+		}
+	case StatePending:
+	default:
+		return nil
+	}
+	if row, ok := c.control(ctx, st.Queue); ok && row.Paused {
+		return &Waiting{Reason: WaitPaused, By: row.By, Since: row.Since}
+	}
+	p := c.procLive.Load()
+	if p != nil {
+		if _, running := p.InFlight(st.ID); running {
+			return nil // its started event is not written yet (it is, lazily)
+		}
+		if p.Holds(st.ID) {
+			return &Waiting{Reason: WaitSlot}
+		}
+	}
+	beats, err := c.readBeats(ctx)
+	if err != nil {
+		return &Waiting{Reason: WaitDue}
+	}
+	self := ""
+	polls, free := false, false
+	if p != nil && c.Stats().Running && p.Polls(st.Queue) {
+		self = p.InstanceID()
+		polls, free = true, !p.Saturated()
+	}
+	for _, b := range beats {
+		if b.ID == self || beatGone(b, now) || !slices.Contains(b.Queues, st.Queue) {
+			continue
+		}
+		polls = true
+		free = free || b.InFlight < b.Concurrency
+	}
+	switch {
+	case !polls:
+		return &Waiting{Reason: WaitNoProcessor}
+	case !free:
+		return &Waiting{Reason: WaitSlot}
+	}
+	return &Waiting{Reason: WaitDue}
+}
+
+// control returns queue's control row as last read, reading the rows
+// again (one query, shared by every caller at a time) when they are older
+// than ControlInterval; ok is false when they cannot be read.
+func (c *Client) control(ctx context.Context, queue string) (shared.QueueControl, bool) {
+	ct := &c.controls
+	ct.mu.Lock()
+	if !ct.readAt.IsZero() && time.Since(ct.readAt) < c.controlInterval() {
+		row := ct.rows[queue]
+		ct.mu.Unlock()
+		return row, true
+	}
+	if time.Since(ct.failedAt) < c.controlInterval() {
+		ct.mu.Unlock()
+		return shared.QueueControl{}, false
+	}
+	wait := ct.reading
+	if wait == nil {
+		wait = make(chan struct{})
+		ct.reading = wait
+		go c.loadControls(ctx, wait)
+	}
+	ct.mu.Unlock()
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return shared.QueueControl{}, false
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.readAt.IsZero() {
+		return shared.QueueControl{}, false
+	}
+	return ct.rows[queue], true
+}
+
+// keepControl keeps a control row this Client has just written (a pause
+// or resume through it).
+func (c *Client) keepControl(row shared.QueueControl) {
+	ct := &c.controls
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.rows == nil {
+		return // not read yet: the first read finds it
+	}
+	ct.rows[row.Queue] = row
+}
+
+// loadControls reads the control rows (one query) and closes done.
+func (c *Client) loadControls(ctx context.Context, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var rows map[string]shared.QueueControl
+	r, err := c.reader(ctx)
+	if err == nil {
+		rows, err = r.ReadControl(ctx)
+	}
+	ct := &c.controls
+	ct.mu.Lock()
+	if err == nil {
+		ct.rows, ct.readAt = rows, time.Now()
+	} else {
+		ct.failedAt = time.Now()
+	}
+	ct.reading = nil
+	ct.mu.Unlock()
+	close(done)
+}
