@@ -333,6 +333,16 @@ func (c *Client) Watch(id string) *Watch { return c.hub.watch(id) }
 // error wrapping ErrNotFound; a storage failure before the status was ever
 // read → that error; ctx ending first → ctx's error.
 func (w *Watch) Current(ctx context.Context) (Status, string, <-chan struct{}, error) {
+	st, tag, ch, err := w.current(ctx)
+	if err == nil {
+		st = w.h.c.withWaiting(ctx, st)
+	}
+	return st, tag, ch, err
+}
+
+// current is Current without Status.Waiting (Wait, which returns final
+// statuses only, needs no reason).
+func (w *Watch) current(ctx context.Context) (Status, string, <-chan struct{}, error) {
 	if w.fixed != nil {
 		return *w.fixed, ETag(*w.fixed), nil, nil
 	}
@@ -342,7 +352,7 @@ func (w *Watch) Current(ctx context.Context) (Status, string, <-chan struct{}, e
 		if e.known {
 			st, tag, ch := e.st, e.etag, e.changed
 			h.mu.Unlock()
-			return h.c.withWaiting(ctx, st), tag, ch, nil
+			return st, tag, ch, nil
 		}
 		if e.reads > w.since && e.err != nil {
 			err := e.err
@@ -571,7 +581,7 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 	w := c.Watch(id)
 	defer w.Close()
 	for {
-		st, _, changed, err := w.Current(ctx)
+		st, _, changed, err := w.current(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return st, fmt.Errorf("cmdq: wait for %s: %w", id, ctx.Err())

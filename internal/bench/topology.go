@@ -95,7 +95,6 @@ type TopologyResult struct {
 	BurstShares   []Share `json:"burstShares"`
 	IssuerCalls   int     `json:"issuerCalls"`   // the issuing process's storage calls over the singles
 	IssuerQueries int     `json:"issuerQueries"` // of which queries (the processors' list)
-	RingsSent     uint64  `json:"ringsSent"`
 }
 
 // Share is one worker's part of the burst.
