@@ -223,6 +223,15 @@ func TestProductionShape(t *testing.T) {
 		}
 	}
 
+	// A short-lived issuer (cmdq send on the store) rings too: its one
+	// wake goes before it exits.
+	t0 := time.Now()
+	sent := mustRun(t, []string{"CMDQ_AZURE_CONNECTION_STRING=" + azurite.ConnectionString(t)},
+		"send", "demo.echo", "--store", "azure", "--prefix", prefix)
+	if ev := startedEvent(t, web.URL, strings.TrimSpace(sent.stdout)); ev.Time.Sub(t0) > 2*time.Second {
+		t.Errorf("a command sent by cmdq send started %s after the process began, want within 2 s", ev.Time.Sub(t0))
+	}
+
 	// A burst of 40 half-second sleeps on 2 × 4 slots: both take part.
 	ids := make([]string, 40)
 	for i := range ids {
