@@ -1,7 +1,7 @@
 // Package issuer is the command side of cmdq's engine: the Issuer that
-// validates a command, stores it and enqueues it (through the record
-// layer's one enqueue path), and retries failed enqueues in the
-// background. Programs issue through package cmdq's Client.
+// validates a command, stores it and enqueues it (through the one enqueue
+// path, package enqueue), and retries failed enqueues in the background.
+// Programs issue through package cmdq's Client.
 package issuer
 
 import (
