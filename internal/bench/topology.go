@@ -347,7 +347,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 type topologyWorker struct {
 	cmd    *exec.Cmd
 	name   string
-	logs   *bufio.Scanner
 	done   chan error
 	readyC chan struct{}
 }
