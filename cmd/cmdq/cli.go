@@ -427,7 +427,10 @@ func newSendCmd() *cobra.Command {
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
 discarded or cancelled, and prints the final status; it exits 1 unless the command
-completed. Ctrl-C ends the wait, not the command: it exits 130 and says how
+completed. While it waits it says on stderr why the command has not started
+("cmdq: waiting: …": its queue is paused, no processor polls it, it is
+scheduled or retrying; a free slot or a processor's next poll after 2 s).
+Ctrl-C ends the wait, not the command: it exits 130 and says how
 to follow the command.
 
 With --at TIME (RFC 3339, such as 2026-05-01T09:00:00Z) or --in DURATION
@@ -477,7 +480,12 @@ Examples:
 					return nil
 				}
 				pr := newProgress(cmd.ErrOrStderr())
-				st, err := b.WaitSeen(ctx, gotID, pr.update)
+				notes := &waitNotes{w: cmd.ErrOrStderr(), pr: pr}
+				st, err := b.WaitSeen(ctx, gotID, func(st cmdq.Status) {
+					pr.update(st)
+					notes.update(st)
+				})
+				notes.stop()
 				pr.clear()
 				if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 					// Ctrl-C (or SIGTERM): only the wait ends.
@@ -546,8 +554,11 @@ func newStatusCmd() *cobra.Command {
 		Use:   "status ID",
 		Short: "Show a command's status and its events as a timeline (--watch: follow it)",
 		Long: `status prints a command's current status and its lifecycle events, oldest
-first. With --watch it keeps printing new events until the command is
-completed, poisoned, discarded or cancelled.
+first. A command that has not started says why it waits: scheduled until a
+time, retrying at a time, its queue paused (by whom, since when), no
+processor polling its queue, every processor of its queue busy, or due (a
+processor takes it at its next poll). With --watch it keeps printing new
+events until the command is completed, poisoned, discarded or cancelled.
 ` + remoteHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -607,21 +618,23 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(timeLayout)
 }
 
-// waitingNote explains a pending command that has not started (the
-// started event is written lazily).
-const waitingNote = "waiting for a processor; a handler that is already running shows as running after about 1 s (the started event is written lazily)"
-
 func printStatus(w io.Writer, st cmdq.Status) {
 	p := paletteOf(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "command\t%s\n", term(st.ID))
 	fmt.Fprintf(tw, "type\t%s\n", term(st.Type))
 	fmt.Fprintf(tw, "status\t%s (%s)\n", p.state(string(st.State), term(string(st.State))), attemptsText(st))
-	if st.State == cmdq.StatePending && st.Attempts == 0 {
-		fmt.Fprintf(tw, "note\t%s\n", waitingNote)
-	}
-	if line := dueLine(st, time.Now()); line != "" {
-		fmt.Fprintf(tw, "due\t%s\n", line)
+	now := time.Now()
+	switch {
+	case st.Waiting != nil:
+		fmt.Fprintf(tw, "waiting\t%s\n", waitingText(st, now))
+	case st.State == cmdq.StateScheduled:
+		// A server that does not say why a command waits (an older one).
+		if line := dueLine(st, now); line != "" {
+			fmt.Fprintf(tw, "due\t%s\n", line)
+		}
+	case st.State == cmdq.StatePending || st.State == cmdq.StateRetrying:
+		fmt.Fprintf(tw, "note\t%s\n", takenNote)
 	}
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", term(st.LastError))

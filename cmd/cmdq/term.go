@@ -162,22 +162,48 @@ func (pr *progress) update(st cmdq.Status) {
 func (pr *progress) draw(st cmdq.Status) {
 	var what string
 	switch {
-	case st.State == cmdq.StatePending && st.Attempts == 0:
-		what = "a running handler shows after ~1 s"
-	case st.State == cmdq.StateRetrying:
-		what = fmt.Sprintf("attempt %d failed", st.Attempts)
+	case st.Waiting != nil:
+		what = waitingShort(st, time.Now())
+	case st.State == cmdq.StatePending || st.State == cmdq.StateRetrying:
+		what = "taken; a running handler shows after ~1 s"
 	case st.Attempts > 0:
 		what = fmt.Sprintf("attempt %d", st.Attempts)
 	}
 	if st.Step > 0 {
 		what += fmt.Sprintf(", step %d done", st.Step)
 	}
-	line := fmt.Sprintf("waiting %.1fs: %s", time.Since(pr.start).Seconds(), pr.p.state(string(st.State), term(string(st.State))))
+	head := fmt.Sprintf("waiting %.1fs: ", time.Since(pr.start).Seconds())
+	state := term(string(st.State))
+	what = strings.TrimPrefix(what, ", ")
+	// " (" and ")" around what.
+	if room := maxProgress - len([]rune(head+state)) - 3; len([]rune(what)) > room {
+		what = string([]rune(what)[:max(room-1, 0)]) + "…"
+	}
+	line := head + pr.p.state(string(st.State), state)
 	if what != "" {
-		line += " " + pr.p.dim("("+strings.TrimPrefix(what, ", ")+")")
+		line += " " + pr.p.dim("("+what+")")
 	}
 	fmt.Fprint(pr.w, eraseLine+line)
 	pr.drawn = true
+}
+
+// maxProgress is the most columns the progress line takes (a longer one
+// would wrap on an 80-column terminal).
+const maxProgress = 79
+
+// println prints a line of its own above the progress line, which is
+// drawn again below it.
+func (pr *progress) println(line string) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.drawn {
+		fmt.Fprint(pr.w, eraseLine)
+	}
+	fmt.Fprintln(pr.w, line)
+	pr.drawn = false
+	if pr.last != nil {
+		pr.draw(*pr.last)
+	}
 }
 
 // clear stops the redraws and erases the line, so what follows starts on
