@@ -275,9 +275,15 @@ type commandBody struct {
 	ParamsCut   bool // Params holds only the first maxParamsShown bytes
 	Events      []cmdq.Event
 	Poison      *cmdq.PoisonEntry
-	// Waiting: pending and never started (since creation or the last
-	// requeue); the page explains the lazy started event.
-	Waiting bool
+	// Waiting says why the command has not started (Status.Waiting; nil
+	// when it waits for nothing: running, final, or just taken by a
+	// processor).
+	Waiting *cmdq.Waiting
+	// NextAttempt is the number of the command's next attempt.
+	NextAttempt int
+	// Taken: pending or retrying, yet waiting for nothing: a processor
+	// has just taken it (the page explains the lazy started event).
+	Taken bool
 	// RetryFrom and RetryTo bound when the next attempt becomes due, when
 	// this server knows the type's retry policy.
 	RetryFrom, RetryTo time.Time
@@ -333,7 +339,8 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.State == cmdq.StatePending && st.Attempts == 0, Final: st.State.Final()}
+	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.Waiting, Final: st.State.Final(),
+		NextAttempt: st.Attempts + 1, Taken: st.Waiting == nil && (st.State == cmdq.StatePending || st.State == cmdq.StateRetrying)}
 	if len(params) > 0 {
 		// Bounded before it is done: at most maxParamsShown bytes laid out,
 		// nesting past jsonview.DefaultMaxDepth not indented further.
@@ -356,7 +363,7 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	}
 	if st.State == cmdq.StatePending || st.State == cmdq.StateRetrying {
 		if f, ok := d.src.InFlight(id); ok {
-			b.Running, b.RunningNote, b.Waiting = &f, runningNote(f, d.now()), false
+			b.Running, b.RunningNote, b.Waiting, b.Taken = &f, runningNote(f, d.now()), nil, false
 		}
 	}
 	if st.State == cmdq.StateRetrying {

@@ -110,9 +110,10 @@ func TestDashboardRequeueFromCommandPage(t *testing.T) {
 	}
 }
 
-// TestDashboardCommandExplains: a pending command that never started says
-// why it may still be running; a retrying command shows when its next
-// attempt is due when the server knows the type's retry policy.
+// TestDashboardCommandExplains: a pending command says why it waits (here
+// no processor polls its queue); a retrying command says when its next
+// attempt is due, and shows the window its retry policy gives when the
+// server knows the type's.
 func TestDashboardCommandExplains(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
@@ -123,8 +124,10 @@ func TestDashboardCommandExplains(t *testing.T) {
 
 	id := issueParams(t, srv, "images.resize", `{}`) // resize has no field n
 	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
-	contains(t, p, "Status pending", "Waiting for a processor, or just taken by one: no attempt is recorded since it was issued.",
-		"shows up here as running after about 1 s")
+	contains(t, p, "Status pending", "Waiting: no processor polls queue commands (no live heartbeat names it); it starts when one does (start one: cmdq worker , or cmdq serve ).")
+	if w := elements(p.doc, "dd", func(n *html.Node) bool { return attr(n, "id") == "waiting" }); len(w) != 1 || attr(w[0], "data-reason") != "no_processor" {
+		t.Fatal("the waiting note does not name its reason, no_processor")
+	}
 	if live := elements(p.doc, "div", func(n *html.Node) bool { return attr(n, "id") == "live" }); len(live) != 1 || attr(live[0], "data-refresh") != "2" {
 		t.Fatal("a pending command's page does not refresh every 2 s")
 	}
@@ -135,11 +138,13 @@ func TestDashboardCommandExplains(t *testing.T) {
 	failedAt := time.Now().UTC().Truncate(time.Millisecond)
 	// Both at failedAt: an event without a time gets the store's clock,
 	// and a later event is never stored earlier than the one before it.
+	dueAt := failedAt.Add(time.Hour)
 	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w", Time: failedAt},
-		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt})
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 1, Worker: "w", Error: "busy", Time: failedAt, RunAt: dueAt})
 	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
-	if strings.Contains(text(p.doc), "Waiting for a processor") {
-		t.Fatal("a retrying command still says it waits for a first attempt")
+	contains(t, p, "Waiting: retrying: attempt 2 at "+dueAt.Format("2006-01-02 15:04:05.000Z")+" ( in ")
+	if strings.Contains(text(p.doc), "no processor polls") {
+		t.Fatal("a retrying command not yet due still says no processor polls its queue")
 	}
 	// Base 1 h ± 50 %: due between 30 min and 90 min after the failure.
 	next := elements(p.doc, "dd", func(n *html.Node) bool { return attr(n, "id") == "next-attempt" })
@@ -403,7 +408,8 @@ func storageCalls(t *testing.T, srv *apitest.Server) map[string]int {
 func TestDashboardPageCosts(t *testing.T) {
 	t.Parallel()
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens()})
-	done, poisoned := issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
+	done, poisoned, waiting := issue(t, srv, "Alpha"), issue(t, srv, "Alpha"), issue(t, srv, "Alpha")
+	srv.Log.Append(t, done, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1}, cmdq.Event{Kind: cmdq.EventCompleted, Attempt: 1})
 	poisonAt(t, srv, poisoned, time.Now(), "x")
 	op := newBrowser(t, srv.URL)
 	op.post("/ui/login", url.Values{"token": {apitest.OperatorToken}}).location(t, http.StatusSeeOther)
@@ -422,6 +428,12 @@ func TestDashboardPageCosts(t *testing.T) {
 		{"poison entry", func() page { return op.get("/ui/poison/" + poisoned) }, map[string]int{"table_get": 2}},
 		{"poison list", func() page { return op.get("/ui/poison") }, map[string]int{"table_query": 1}},
 		{"command page", func() page { return op.get("/ui/commands/" + done) }, map[string]int{"table_get": 1, "table_query": 1}},
+		// A command that waits: why (Status.Waiting) adds a query of the
+		// queues' control rows, at most once per 9 s, and one of the
+		// heartbeat rows at most once a minute (read above by the
+		// overview's processors).
+		{"command page (waiting, control rows not read in 9 s)", func() page { return op.get("/ui/commands/" + waiting) }, map[string]int{"table_get": 1, "table_query": 2}},
+		{"command page (waiting, again)", func() page { return op.get("/ui/commands/" + waiting) }, map[string]int{"table_get": 1, "table_query": 1}},
 		{"command page (poisoned, operator)", func() page { return op.get("/ui/commands/" + poisoned) }, map[string]int{"table_get": 2, "table_query": 1}},
 		{"command page (poisoned, reader)", func() page { return reader.get("/ui/commands/" + poisoned) }, map[string]int{"table_get": 1, "table_query": 1}},
 		{"discard confirmation", func() page { return op.get("/ui/poison/" + poisoned + "/discard") }, map[string]int{"table_get": 1}},
