@@ -308,15 +308,25 @@ func NotFound(err error) bool {
 
 // ClientHealth is the default health of both handlers: the client's
 // processor (its state, whether it is healthy, its cmdq.ProcessorHealth as detail)
-// when the client has handlers, else always healthy with state "ok".
+// when the client has handlers, else always healthy with state "ok" and,
+// as detail, the storage accounts' states and the doorbells of other
+// processes' processors that did not ack this client's wake-ups, when
+// there are any (nil otherwise).
 func ClientHealth(c *cmdq.Client) func() (state string, healthy bool, detail any) {
 	return func() (string, bool, any) {
 		h := c.Health()
 		if !c.Handles() {
+			detail := map[string]any{}
 			if len(h.Accounts) > 0 {
-				return "ok", true, map[string]any{"accounts": h.Accounts}
+				detail["accounts"] = h.Accounts
 			}
-			return "ok", true, nil
+			if len(h.Unreachable) > 0 {
+				detail["unreachable"] = h.Unreachable
+			}
+			if len(detail) == 0 {
+				return "ok", true, nil
+			}
+			return "ok", true, detail
 		}
 		return string(h.State), h.Healthy(), h
 	}
