@@ -66,6 +66,9 @@ type overviewBody struct {
 	Processors    []cmdq.ProcessorInfo
 	ProcessorsErr string
 	Running       int
+	// Unreachable counts the processors whose doorbell this server rang
+	// without an ack (ProcessorInfo.WakeUnreachable).
+	Unreachable int
 	// Throughput sums the running processors' outcomes over their last
 	// heartbeat interval; Per names that interval ("minute").
 	Throughput cmdq.OutcomeCounts
@@ -168,6 +171,9 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		b.Processors = ps
 		per := time.Duration(0)
 		for _, p := range ps {
+			if p.WakeUnreachable {
+				b.Unreachable++
+			}
 			if p.Gone {
 				continue
 			}

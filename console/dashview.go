@@ -165,6 +165,8 @@ var healthLabels = map[string]string{
 	"lastErrorAt":       "Last fault at",
 	"consecutiveFaults": "Faults in a row",
 	"inFlight":          "Messages in flight",
+	"wake":              "Doorbell listens on",
+	"unreachable":       "Doorbells not acking",
 }
 
 // healthRows turns a HealthFunc's detail into labelled lines, in the order
@@ -215,12 +217,28 @@ func healthRows(detail any) []healthRow {
 			row.Value = map[bool]string{true: "yes", false: "no"}[x]
 		case nil:
 			row.Value = "—"
+		case []any:
+			row.Value = listText(x, raw)
 		default:
 			row.Value = string(raw)
 		}
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// listText is a list of strings as a health row shows it ("a, b");
+// any other list as its JSON (raw).
+func listText(list []any, raw json.RawMessage) string {
+	parts := make([]string, len(list))
+	for i, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return string(raw)
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ", ")
 }
 
 // humanize turns a JSON field name such as "queueDepth" into "Queue depth".
