@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
@@ -36,15 +37,20 @@ func TestReadyzNamesDoorbells(t *testing.T) {
 			Unreachable []string `json:"unreachable"`
 		} `json:"detail"`
 	}
-	if err := json.Unmarshal(c.expect(http.StatusOK, http.MethodGet, "/readyz", "", "").body, &h); err != nil {
-		t.Fatal(err)
-	}
+	var ps client.ProcessorsResponse
+	// The processor's run opens its doorbell, then writes its heartbeat.
+	waitFor(t, 30*time.Second, "/readyz names the doorbell and the processors' list has it", func() bool {
+		h.Detail.Wake, ps.Processors = "", nil
+		if err := json.Unmarshal(c.expect(http.StatusOK, http.MethodGet, "/readyz", "", "").body, &h); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "").body, &ps); err != nil {
+			t.Fatal(err)
+		}
+		return h.Detail.Wake != "" && len(ps.Processors) > 0
+	})
 	if _, _, err := net.SplitHostPort(h.Detail.Wake); err != nil {
 		t.Fatalf("/readyz detail wake %q: want the doorbell's host:port (%v)", h.Detail.Wake, err)
-	}
-	var ps client.ProcessorsResponse
-	if err := json.Unmarshal(c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "").body, &ps); err != nil {
-		t.Fatal(err)
 	}
 	if len(ps.Processors) != 1 || !ps.Processors[0].Local || ps.Processors[0].Wake != h.Detail.Wake || ps.Processors[0].WakeUnreachable {
 		t.Fatalf("processors %+v, want this server's, with the doorbell %s of /readyz", ps.Processors, h.Detail.Wake)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"golang.org/x/net/html"
 
@@ -44,12 +45,16 @@ func TestConsoleOverviewDoorbells(t *testing.T) {
 	worker := apitest.Start(t, apitest.Options{Store: env.Store.Store, Prefix: env.Prefix, Config: cmdq.Config{Worker: "ui-worker"}, Setup: func(c *cmdq.Client) error {
 		return cmdq.Register(c, func(context.Context, resize, *cmdq.Attempt) error { return nil })
 	}})
-	wake := worker.Client.Health().Wake
-	if wake == "" {
-		t.Fatal("the processor on Azurite listens for no wake-ups")
-	}
-	p := newBrowser(t, worker.URL).get("/ui/").want(t, http.StatusOK)
-	rows := elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "processor") })
+	// The processor's run opens its doorbell, then writes its heartbeat.
+	var wake string
+	var p page
+	var rows []*html.Node
+	waitFor(t, 30*time.Second, "the processor listens for wake-ups and is listed", func() bool {
+		wake = worker.Client.Health().Wake
+		p = newBrowser(t, worker.URL).get("/ui/").want(t, http.StatusOK)
+		rows = elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "processor") })
+		return wake != "" && len(rows) > 0
+	})
 	if len(rows) != 1 || cells(rows[0])[5] != wake || hasClass(rows[0], "unreachable") {
 		t.Fatalf("processor rows %d, want one with its doorbell %s under Wake-ups:\n%s", len(rows), wake, text(p.doc))
 	}
