@@ -538,7 +538,10 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 			return record.NewCommand{}, fmt.Errorf("%w: %w", model.ErrInvalidID, err)
 		}
 	}
-	runAt, err := model.ValidSchedule(raw, i.opts.Now())
+	// One clock read for the issue time and the run-at time a delay
+	// counts from: the status's runAt is its createdAt plus the delay.
+	now := i.opts.Now()
+	runAt, err := model.ValidSchedule(raw, now)
 	if err != nil {
 		return record.NewCommand{}, err
 	}
@@ -568,7 +571,7 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, RunAt: runAt}
+	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, IssuedAt: now, RunAt: runAt}
 	if raw.TraceParent != "" && len(raw.TraceParent) <= maxTraceParent && len(raw.TraceState) <= maxTraceState {
 		nc.TraceParent, nc.TraceState = raw.TraceParent, raw.TraceState
 	}
