@@ -109,12 +109,15 @@ func (c *Client) ring(logical string, w doorbell.Wake, all bool) {
 	// lived process (cmdq send) may exit right after its issue.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	rang := false
 	if all {
-		r.RingAll(ctx, logical, w)
+		rang = r.RingAll(ctx, logical, w) > 0
 	} else {
-		r.Ring(ctx, logical, w)
+		rang = r.Ring(ctx, logical, w)
 	}
-	c.observe(model.Observation{Kind: model.ObservedRing, Queue: logical})
+	if rang {
+		c.observe(model.Observation{Kind: model.ObservedRing, Queue: logical})
+	}
 }
 
 // ringFor rings for a message put on a queue (wake name name, due at at;
@@ -184,7 +187,9 @@ func (c *Client) peers(ctx context.Context) ([]doorbell.Peer, error) {
 }
 
 // beatGone reports whether b's processor stopped without deleting its row
-// (no heartbeat for ProcessorGoneAfter intervals).
+// (no heartbeat for ProcessorGoneAfter intervals): Processors reports it
+// gone, the doorbell does not ring it, and it polls no queue for
+// Status.Waiting.
 func beatGone(b shared.Beat, now time.Time) bool {
 	every := b.Every
 	if every <= 0 {

@@ -61,7 +61,7 @@ func (c *Client) Processors(ctx context.Context) ([]ProcessorInfo, error) {
 		switch {
 		case b.ID == local:
 			info.Local, info.State, info.InFlight = true, string(live.State), live.InFlight
-		case age > time.Duration(model.ProcessorGoneAfter)*every:
+		case beatGone(b, now):
 			info.Gone, info.State = true, "gone"
 		}
 		out = append(out, info)

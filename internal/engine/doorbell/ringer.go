@@ -232,26 +232,29 @@ func (r *Ringer) Close() error {
 // first ring of a Ringer reads the peer list (within ctx); later ones use
 // the list they have and read it again in the background when it is older
 // than Refresh. A datagram sent at once is sent before Ring returns (a
-// short-lived process may exit right after).
-func (r *Ringer) Ring(ctx context.Context, logical string, w Wake) {
+// short-lived process may exit right after). It reports whether a peer
+// was rung (false: none polls the queue).
+func (r *Ringer) Ring(ctx context.Context, logical string, w Wake) bool {
 	peers := r.peersOf(ctx, logical)
 	if len(peers) == 0 {
-		return
+		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ringNext(logical, w, peers, &retry{logical: logical})
+	return true
 }
 
 // RingAll wakes every peer that polls logical queue (never Self) with w,
-// as Ring does one.
-func (r *Ringer) RingAll(ctx context.Context, logical string, w Wake) {
+// as Ring does one, and returns how many it rang.
+func (r *Ringer) RingAll(ctx context.Context, logical string, w Wake) int {
 	peers := r.peersOf(ctx, logical)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range peers {
 		r.ringPeer(p.Addr, w, nil)
 	}
+	return len(peers)
 }
 
 // ringNext rings the next peer in turn that rt has not tried, preferring
