@@ -60,6 +60,16 @@ type CommandOptions struct {
 	// and run a known number of processes on it (docs/processor.md,
 	// "Per-type concurrency"). Defaults to 0: no cap.
 	MaxConcurrency int
+	// GlobalConcurrency, when above 0, is the most handlers of the type
+	// that run at once across every process on every machine sharing the
+	// store and Config.Prefix (1 to MaxGlobalConcurrency, 1000). Each run
+	// holds a permit (a table row whose expiry follows the message's
+	// lease, so a killed process's permit frees itself within a lease and
+	// 2 s); a message that finds every permit held waits for one holding
+	// no handler slot and spending no attempt. It costs two storage calls
+	// per command (take and give back) and one per lease renewal
+	// (docs/processor.md, "Global concurrency"). Defaults to 0: no limit.
+	GlobalConcurrency int
 }
 
 // Defaults of CommandOptions and of the storage names.
@@ -82,6 +92,9 @@ const (
 	DefaultTimeoutLeases = model.DefaultTimeoutLeases
 	// MaxTypeLength is the longest command type name, in characters (128).
 	MaxTypeLength = model.MaxTypeLength
+	// MaxGlobalConcurrency is the highest GlobalConcurrency a type may
+	// set: 1000.
+	MaxGlobalConcurrency = model.MaxGlobalConcurrency
 	// MaxQueueLength is the longest logical queue name, in characters
 	// (61: the storage queue "<prefix>-<queue>" must fit 63).
 	MaxQueueLength = model.MaxQueueLength
@@ -183,6 +196,12 @@ type HandlerOptions struct {
 	// run a known number of processes on it (docs/processor.md). Defaults
 	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.
 	MaxConcurrency int
+	// GlobalConcurrency, when above 0, is the most handlers of the type
+	// that run at once across every process sharing the store and prefix
+	// (see CommandOptions.GlobalConcurrency; Config.GlobalConcurrency
+	// overrides it per type). Defaults to the declared limit, else 0: no
+	// limit.
+	GlobalConcurrency int
 	// Middleware wraps this type's handler, inside the Client's
 	// middleware (Config.Middleware, Client.Use): the first is the
 	// outermost (see Middleware). Defaults to none.

@@ -101,6 +101,16 @@ type Config struct {
 	// a message dequeued more than this many times is poisoned without
 	// running. Defaults to 0: each type's own (HandlerOptions.PoisonCeiling).
 	PoisonCeiling int
+	// GlobalConcurrency, per command type, overrides the type's
+	// HandlerOptions.GlobalConcurrency in this Client's processor: the
+	// most handlers of the type that run at once across every process
+	// (1 to MaxGlobalConcurrency; 0 lifts the type's limit here). Every
+	// process that runs the type should say the same: the limit is
+	// counted in shared permit rows, and each process takes at most its
+	// own limit's worth. A type named here must be registered. `cmdq
+	// serve` and `cmdq worker` set it with --global-concurrency type=N.
+	// Defaults to nil: each type's own.
+	GlobalConcurrency map[string]int
 	// LeaseGrowth bounds how a type's lease grows when its leases keep
 	// being lost, and how it shrinks back.
 	LeaseGrowth LeaseGrowth
@@ -302,7 +312,7 @@ func (c Config) processor() processor.Config {
 	return processor.Config{
 		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
-		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling,
+		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling, GlobalConcurrency: c.GlobalConcurrency,
 		LeaseGrowth:  processor.LeaseGrowth(c.LeaseGrowth),
 		DrainTimeout: c.DrainTimeout, StartedWriteDelay: c.StartedWriteDelay,
 		HandlerDurationEstimate: c.HandlerDurationEstimate, Tolerance: c.Tolerance,

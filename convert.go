@@ -17,20 +17,21 @@ import (
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: model.RetryPolicy(o.Retry), Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		Middleware: middleware(o.Middleware)}
+		GlobalConcurrency: o.GlobalConcurrency, Middleware: middleware(o.Middleware)}
 }
 
 // handlerOptions returns the registry's options as HandlerOptions
 // (Middleware left out).
 func handlerOptions(o registry.Options) HandlerOptions {
 	return HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency}
+		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
+		GlobalConcurrency: o.GlobalConcurrency}
 }
 
 // engine returns o as the engine's.
 func (o CommandOptions) engine() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency}
+		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency}
 }
 
 // declared returns the options cmd's type declares (CommandWithOptions),

@@ -73,7 +73,8 @@ func (c *Client) processorDoorbell() processor.Doorbell {
 		return processor.Doorbell{}
 	}
 	return processor.Doorbell{Key: c.bell.key, Listen: c.cfg.Doorbell.Listen, Advertise: c.cfg.Doorbell.Advertise,
-		Ring: func(logical string) { c.ring(logical, doorbell.Wake{Name: logical}, true) }}
+		Ring:       func(logical string) { c.ring(logical, doorbell.Wake{Name: logical}, true) },
+		RingPermit: func(logical string) { c.ring(logical, doorbell.Wake{Name: logical, Permit: true}, true) }}
 }
 
 // theRinger returns the Client's Ringer, made on first use (nil without a

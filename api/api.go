@@ -263,6 +263,7 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
 	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})
 	route("/v1/processors", map[string]http.HandlerFunc{http.MethodGet: s.listProcessors})
+	route("/v1/limits", map[string]http.HandlerFunc{http.MethodGet: s.listLimits})
 	doc, err := openAPIFor(cfg.BasePath)
 	if err != nil {
 		return nil, fmt.Errorf("api: the embedded OpenAPI description: %w", err)
@@ -277,7 +278,7 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison, /v1/queues and /v1/periodic (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no route %s; the API's routes are under /v1/commands, /v1/poison, /v1/queues, /v1/periodic, /v1/processors and /v1/limits (see docs/api.md; the operator console, package console, is mounted at /ui/)", quoteClip(r.URL.Path))))
 	})
 	return httpserve.Wrap(mux, httpserve.Options{Name: "cmdq api", Settings: set, Guard: s.guard, LongLived: longLived, Extra: extraTime, Check: s.check, Log: cfg.Logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, TooLarge: tooLarge(cfg.MaxBodyBytes).Detail}), nil

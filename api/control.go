@@ -117,6 +117,11 @@ func (s *server) listProcessors(w http.ResponseWriter, r *http.Request) {
 	listFor(s, w, r, s.cfg.Client.Processors, func(ps []cmdq.ProcessorInfo) any { return client.ProcessorsResponse{Processors: ps} })
 }
 
+// listLimits is GET /v1/limits.
+func (s *server) listLimits(w http.ResponseWriter, r *http.Request) {
+	listFor(s, w, r, s.cfg.Client.Limits, func(ls []cmdq.LimitInfo) any { return client.LimitsResponse{Limits: ls} })
+}
+
 // listFor answers a reader's GET of a listing: list's items (an empty
 // list, never null) wrapped in their response type by wrap.
 func listFor[T any](s *server, w http.ResponseWriter, r *http.Request, list func(context.Context) ([]T, error), wrap func([]T) any) {

@@ -23,6 +23,24 @@ type ProcessorsResponse struct {
 	Processors []cmdq.ProcessorInfo `json:"processors"`
 }
 
+// LimitsResponse is the body of GET /v1/limits (a wire type: the server
+// writes it).
+type LimitsResponse struct {
+	// Limits are the globally limited command types and the permits held,
+	// by type name.
+	Limits []cmdq.LimitInfo `json:"limits"`
+}
+
+// Limits lists the command types with a global concurrency limit and the
+// permits held under each (GET /v1/limits).
+func (c *Remote) Limits(ctx context.Context) ([]cmdq.LimitInfo, error) {
+	var res LimitsResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/limits", nil, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Limits, nil
+}
+
 // Processors lists every processor on the server's store (every process
 // and machine) from their heartbeat rows: name, host, state, messages in
 // flight, queues, last seen, and whether it is gone (GET

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ type procFlags struct {
 	poisonCeiling   int
 	worker          string
 	periodic        []string
+	globalLimits    []string
 
 	doorbellListen    string
 	doorbellAdvertise string
@@ -68,10 +70,38 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
+	fl.StringArrayVar(&f.globalLimits, "global-concurrency", nil, "cap a command type across every process: TYPE=N runs at most N handlers of TYPE at once on every machine sharing the store and prefix (1-1000; 0 lifts the type's own limit here); repeat for more types. Give every process the same. Default none: each type's own (HandlerOptions.GlobalConcurrency)")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
 	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
 	_ = fl.MarkHidden("demo-journal")
 	_ = fl.MarkHidden("demo-lease")
+}
+
+// parseGlobalLimits parses the --global-concurrency values (TYPE=N).
+func parseGlobalLimits(vals []string) (map[string]int, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, v := range vals {
+		t, n, ok := strings.Cut(v, "=")
+		t = strings.TrimSpace(t)
+		limit, err := strconv.Atoi(strings.TrimSpace(n))
+		if !ok || t == "" || err != nil {
+			return nil, fmt.Errorf("--global-concurrency %q: give TYPE=N, such as demo.sleep=2", v)
+		}
+		if err := cmdq.ValidateType(t); err != nil {
+			return nil, fmt.Errorf("--global-concurrency %q: %w", v, err)
+		}
+		if limit < 0 || limit > cmdq.MaxGlobalConcurrency {
+			return nil, fmt.Errorf("--global-concurrency %q: N must be 1 to %d (0 lifts the type's own limit)", v, cmdq.MaxGlobalConcurrency)
+		}
+		if _, dup := out[t]; dup {
+			return nil, fmt.Errorf("--global-concurrency: %s given twice", t)
+		}
+		out[t] = limit
+	}
+	return out, nil
 }
 
 // addRecoveryFlag adds --recovery-delay (serve and worker) to c.
@@ -101,18 +131,23 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	if f.demoLease < 0 {
 		return nil, nil, fmt.Errorf("--demo-lease %s: must not be negative", f.demoLease)
 	}
+	limits, err := parseGlobalLimits(f.globalLimits)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg := cmdq.Config{
-		Prefix:          prefix,
-		Shards:          shards,
-		Worker:          f.worker,
-		Concurrency:     f.concurrency,
-		MinPollInterval: f.minPollInterval,
-		MaxPollInterval: f.maxPollInterval,
-		DrainTimeout:    f.drainTimeout,
-		Doorbell:        cmdq.Doorbell{Listen: f.doorbellListen, Advertise: f.doorbellAdvertise, Secret: sf.secret(), Off: f.noDoorbell},
-		PoisonCeiling:   f.poisonCeiling,
-		Logger:          log,
-		RecoveryDelay:   recovery,
+		Prefix:            prefix,
+		Shards:            shards,
+		Worker:            f.worker,
+		Concurrency:       f.concurrency,
+		MinPollInterval:   f.minPollInterval,
+		MaxPollInterval:   f.maxPollInterval,
+		DrainTimeout:      f.drainTimeout,
+		Doorbell:          cmdq.Doorbell{Listen: f.doorbellListen, Advertise: f.doorbellAdvertise, Secret: sf.secret(), Off: f.noDoorbell},
+		PoisonCeiling:     f.poisonCeiling,
+		GlobalConcurrency: limits,
+		Logger:            log,
+		RecoveryDelay:     recovery,
 	}
 	if o != nil {
 		cfg.Observers = []cmdq.Observer{o}

@@ -411,3 +411,17 @@ func TestRingSkipsUnreachablePeers(t *testing.T) {
 		next(t, got) // no retry comes within the hour: each went to the live peer at once
 	}
 }
+
+// TestPermitWakeArrivesBesideAPlainOne: a permit wake says what it is, and
+// is throttled apart from plain wakes of the same queue (one does not
+// replace the other).
+func TestPermitWakeArrivesBesideAPlainOne(t *testing.T) {
+	b, got := listen(t, testKey, BellOptions{})
+	r, _ := ringer(t, testKey, RingerOptions{Throttle: time.Hour}, Peer{Addr: b.Addr().String(), Queues: []string{"q"}})
+	r.RingAll(context.Background(), "q", Wake{Name: "q"})
+	r.RingAll(context.Background(), "q", Wake{Name: "q", Permit: true})
+	first, second := next(t, got), next(t, got)
+	if first.Permit == second.Permit || first.Control || second.Control {
+		t.Fatalf("got %+v and %+v, want one plain wake and one permit wake", first, second)
+	}
+}

@@ -109,6 +109,7 @@ type Ringer struct {
 type slotKey struct {
 	addr, name string
 	at         int64 // due time in 100 ms steps (0: now)
+	kind       byte  // kindWake, kindControl or kindPermit: one kind does not replace another
 }
 
 // slot throttles the wakes of one key.
@@ -401,7 +402,13 @@ func (r *Ringer) ringPeer(addr string, w Wake, rt *retry) {
 	if err != nil {
 		return
 	}
-	k := slotKey{addr: addr, name: w.Name}
+	k := slotKey{addr: addr, name: w.Name, kind: kindWake}
+	switch {
+	case w.Control:
+		k.kind = kindControl
+	case w.Permit:
+		k.kind = kindPermit
+	}
 	if !w.At.IsZero() {
 		k.at = w.At.UnixMilli()/100 + 1
 	}

@@ -31,7 +31,7 @@ import (
 
 // The datagram layout (big-endian integers):
 //
-//	wake: "CQDB" | kind 1 or 3 | sender ID (8) | counter (8) | sent, unix
+//	wake: "CQDB" | kind 1, 3 or 4 | sender ID (8) | counter (8) | sent, unix
 //	      ms (8) | due, unix ms, 0 = now (8) | name length (1) | name | MAC
 //	      (16)
 //	ack:  "CQDB" | kind 2 | sender ID (8) | counter (8) | MAC (16)
@@ -43,6 +43,7 @@ const (
 	kindWake    = 1
 	kindAck     = 2
 	kindControl = 3 // a wake whose queue was paused or resumed
+	kindPermit  = 4 // a permit of a globally limited type on the queue was given back
 	macLen      = 16
 	// MaxNameLength is the longest queue name a wake carries: a storage
 	// queue name (63 characters).
@@ -63,6 +64,10 @@ type Wake struct {
 	// Control says the queue was paused or resumed: the processor reads
 	// the queues' control rows again.
 	Control bool
+	// Permit says a permit of a globally limited command type routed to
+	// the queue was given back: the processor's messages waiting for one
+	// try again (no poll of the queue). Not with Control.
+	Permit bool
 }
 
 // Key derives the key of a deployment from a secret every process has (a
@@ -97,8 +102,11 @@ func (s sealer) encodeWake(h header, sent time.Time, w Wake) ([]byte, error) {
 	b := make([]byte, 0, maxDatagram)
 	b = append(b, magic...)
 	kind := byte(kindWake)
-	if w.Control {
+	switch {
+	case w.Control:
 		kind = kindControl
+	case w.Permit:
+		kind = kindPermit
 	}
 	b = append(b, kind)
 	b = binary.BigEndian.AppendUint64(b, h.sender)
@@ -118,7 +126,7 @@ func (s sealer) encodeWake(h header, sent time.Time, w Wake) ([]byte, error) {
 var errForged = errors.New("doorbell: not a datagram of this deployment")
 
 func (s sealer) decodeWake(b []byte) (header, time.Time, Wake, error) {
-	if len(b) < wakeHead+1+macLen || len(b) > maxDatagram || string(b[:4]) != magic || (b[4] != kindWake && b[4] != kindControl) {
+	if len(b) < wakeHead+1+macLen || len(b) > maxDatagram || string(b[:4]) != magic || (b[4] != kindWake && b[4] != kindControl && b[4] != kindPermit) {
 		return header{}, time.Time{}, Wake{}, errForged
 	}
 	n := int(b[wakeHead-1])
@@ -131,7 +139,7 @@ func (s sealer) decodeWake(b []byte) (header, time.Time, Wake, error) {
 	}
 	h := header{sender: binary.BigEndian.Uint64(b[5:]), counter: binary.BigEndian.Uint64(b[13:])}
 	sent := time.UnixMilli(int64(binary.BigEndian.Uint64(b[21:])))
-	w := Wake{Name: string(b[wakeHead : wakeHead+n]), Control: b[4] == kindControl}
+	w := Wake{Name: string(b[wakeHead : wakeHead+n]), Control: b[4] == kindControl, Permit: b[4] == kindPermit}
 	if at := binary.BigEndian.Uint64(b[29:]); at != 0 {
 		w.At = time.UnixMilli(int64(at))
 	}

@@ -37,12 +37,13 @@ const (
 
 // CommandOptions is the engine's copy of cmdq.CommandOptions (documented there).
 type CommandOptions struct {
-	Queue          string
-	PoisonCeiling  int
-	Lease          time.Duration
-	Timeout        time.Duration
-	Retention      Retention
-	MaxConcurrency int
+	Queue             string
+	PoisonCeiling     int
+	Lease             time.Duration
+	Timeout           time.Duration
+	Retention         Retention
+	MaxConcurrency    int
+	GlobalConcurrency int
 }
 
 // Retention is the engine's copy of cmdq.Retention (documented there).
@@ -112,6 +113,9 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.MaxConcurrency == 0 {
 		o.MaxConcurrency = base.MaxConcurrency
 	}
+	if o.GlobalConcurrency == 0 {
+		o.GlobalConcurrency = base.GlobalConcurrency
+	}
 	return o
 }
 
@@ -142,10 +146,25 @@ func (o CommandOptions) Validate() error {
 	if o.MaxConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("option MaxConcurrency %d: must not be negative (0 = no cap)", o.MaxConcurrency))
 	}
+	if err := ValidateGlobalConcurrency(o.GlobalConcurrency); err != nil {
+		errs = append(errs, fmt.Errorf("option GlobalConcurrency: %w", err))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+}
+
+// MaxGlobalConcurrency is documented in package cmdq.
+const MaxGlobalConcurrency = 1000
+
+// ValidateGlobalConcurrency checks a global concurrency limit: 0 (none)
+// to MaxGlobalConcurrency.
+func ValidateGlobalConcurrency(n int) error {
+	if n < 0 || n > MaxGlobalConcurrency {
+		return fmt.Errorf("%d: must be 1 to %d handlers across every process (0 = no limit)", n, MaxGlobalConcurrency)
+	}
+	return nil
 }
 
 // MaxQueueLength is documented in package cmdq.

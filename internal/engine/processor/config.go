@@ -42,6 +42,7 @@ type Config struct {
 	MaxPollInterval         time.Duration
 	PollJitter              float64
 	PoisonCeiling           int
+	GlobalConcurrency       map[string]int
 	LeaseGrowth             LeaseGrowth
 	DrainTimeout            time.Duration
 	StartedWriteDelay       time.Duration
@@ -137,6 +138,13 @@ func (c Config) Validate() error {
 	}
 	if c.PollJitter != model.NoJitter && (c.PollJitter < 0 || c.PollJitter >= 1) {
 		bad("PollJitter %g is outside 0..1 (0 = default 0.2, -1 = none)", c.PollJitter)
+	}
+	for t, n := range c.GlobalConcurrency {
+		if err := model.ValidateType(t); err != nil {
+			bad("GlobalConcurrency: %v", err)
+		} else if err := model.ValidateGlobalConcurrency(n); err != nil {
+			bad("GlobalConcurrency of %s: %v", t, err)
+		}
 	}
 	if c.PoisonCeiling < 0 {
 		bad("PoisonCeiling %d is negative (0 = each definition's ceiling)", c.PoisonCeiling)

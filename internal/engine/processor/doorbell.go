@@ -37,6 +37,10 @@ type Doorbell struct {
 	// processor calls it when it dequeued a full batch while its handler
 	// slots are all taken (at most once per ringEvery per queue).
 	Ring func(logical string)
+	// RingPermit, if set, sends a permit wake to every other processor of
+	// logical queue: the processor calls it when it gave back a permit of
+	// a globally limited type (permits.go) that no message here waits for.
+	RingPermit func(logical string)
 }
 
 // ringEvery bounds how often a processor rings its peers of one queue when
@@ -131,6 +135,8 @@ func (p *Processor) woken(w doorbell.Wake) {
 	switch {
 	case w.Control:
 		p.controlWoken(qr)
+	case w.Permit:
+		p.permitWoken(qr.name)
 	case !w.At.IsZero():
 		p.WakeAt(w.Name, w.At)
 	default:

@@ -85,12 +85,26 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	}
 	k.start(lease, env.Type)
 
+	// A type with a global limit takes a permit first, waiting for one
+	// holding no handler slot (permits.go); it is given back at the
+	// outcome. The slot's wait counts from the permit.
+	slotSent, slotVis := sent, vis
+	if g := p.gates[env.Type]; g != nil && known {
+		h, ok := p.takePermit(s, k, g, env.ID)
+		if !ok {
+			return
+		}
+		k.onRenewed(func(lease time.Duration) { p.renewPermit(s.ops, h, lease) })
+		defer p.givePermit(s, h)
+		slotSent, slotVis = time.Now(), k.currentLease()
+	}
+
 	// Wait for a handler slot; stop taking work releases the message, and
 	// so does a wait that reaches the time its lease would need renewing:
 	// a message is not hoarded by a processor that cannot start it. The
 	// command is loaded once the slot is taken, so what the delivery
 	// decides from (and runs on) is as fresh as it can be.
-	free, ok := p.takeSlot(s, k, env.Type, sent, vis)
+	free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
 	if !ok {
 		return
 	}

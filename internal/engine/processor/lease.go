@@ -52,8 +52,10 @@ type keeper struct {
 	orphaned bool // our own renewal landed unanswered: the lease is ours until expires, its receipt unknown
 	failing  bool // the last renewal failed (a fault): the lease may end at expires
 	stopped  bool
-	onLost   func(cause error) // cancels the handler
-	onRenew  func()            // each renewal: write the started event if it is not written yet
+	onLost   func(cause error)         // cancels the handler
+	onRenew  func()                    // each renewal: write the started event if it is not written yet
+	renewed  func(lease time.Duration) // each renewal: renew what follows the lease (a permit)
+	goneCh   chan struct{}             // closed when the lease is lost or orphaned (lostCh)
 	cmdType  string
 	stopCh   chan struct{}
 	doneCh   chan struct{}
@@ -65,7 +67,7 @@ type keeper struct {
 // sent at sent.
 func newKeeper(p *Processor, ctx context.Context, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) *keeper {
 	k := &keeper{p: p, q: qr.q, queue: qr.name, id: m.ID, ctx: ctx, receipt: m.PopReceipt,
-		expires: sent.Add(vis), lease: vis, stopCh: make(chan struct{}), doneCh: make(chan struct{})}
+		expires: sent.Add(vis), lease: vis, stopCh: make(chan struct{}), doneCh: make(chan struct{}), goneCh: make(chan struct{})}
 	return k
 }
 
@@ -141,9 +143,12 @@ func (k *keeper) renew() (again bool) {
 	case err == nil:
 		k.receipt, k.expires, k.failing = nr, sent.Add(lease), false
 		k.renewals++
-		onRenew := k.onRenew
+		onRenew, renewed := k.onRenew, k.renewed
 		k.mu.Unlock()
 		k.p.ok()
+		if renewed != nil {
+			go renewed(lease)
+		}
 		if onRenew != nil {
 			// The first renewal writes started (a handler that runs that
 			// long); later ones retry it if it failed, so a running
@@ -159,11 +164,13 @@ func (k *keeper) renew() (again bool) {
 		// completed command's message is then deleted without running).
 		k.orphaned = true
 		k.expires = sent.Add(lease)
+		close(k.goneCh)
 		k.mu.Unlock()
 		logCmd(k.p.cfg.Logger.Debug(), k.cmdID, k.p.traceIDOf(k.cmdID)).Str("type", k.cmdType).Msg("cmdq processor: a renewal landed but its answer was lost; keeping the lease until it ends")
 		return false
 	case staleReceipt(err):
 		k.lost = true
+		close(k.goneCh)
 		onLost := k.onLost
 		k.mu.Unlock()
 		k.p.leaseLost(k)
@@ -238,6 +245,25 @@ func (k *keeper) loop() {
 		}
 		next = time.Now().Add(max(lease/10, 50*time.Millisecond))
 	}
+}
+
+// lostCh returns a channel closed when the lease is lost, or renewed
+// under a receipt this keeper does not know (orphaned), by a renewal.
+func (k *keeper) lostCh() <-chan struct{} { return k.goneCh }
+
+// currentLease returns the lease the keeper renews.
+func (k *keeper) currentLease() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lease
+}
+
+// onRenewed sets what each successful renewal also does, with the lease
+// it took (nil: nothing).
+func (k *keeper) onRenewed(f func(lease time.Duration)) {
+	k.mu.Lock()
+	k.renewed = f
+	k.mu.Unlock()
 }
 
 func (k *keeper) renewalCount() int {

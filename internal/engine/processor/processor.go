@@ -96,6 +96,7 @@ type Processor struct {
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
 	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
+	gates     map[string]*gate         // the permits of types with a GlobalConcurrency (permits.go)
 
 	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -155,7 +156,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		leases: map[string]*leaseState{}, claimed: map[string]uint64{},
 		ctl: control{rows: map[string]shared.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
 			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
-		typeSlots: map[string]chan struct{}{}, parked: map[string]int{},
+		typeSlots: map[string]chan struct{}{}, parked: map[string]int{}, gates: map[string]*gate{},
 	}
 	p.recon = p.newReconciler()
 	p.retain = retention.NewSweeper(cfg.Logger)
@@ -184,6 +185,18 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		p.leases[t] = &leaseState{base: def.Lease, current: def.Lease}
 		if def.MaxConcurrency > 0 {
 			p.typeSlots[t] = make(chan struct{}, def.MaxConcurrency)
+		}
+		limit := def.GlobalConcurrency
+		if n, ok := cfg.GlobalConcurrency[t]; ok {
+			limit = n
+		}
+		if limit > 0 {
+			p.gates[t] = newGate(t, def.Queue, limit)
+		}
+	}
+	for t := range cfg.GlobalConcurrency {
+		if def, ok := reg.Lookup(t); !ok || !def.Handled() {
+			return nil, fmt.Errorf("%w: GlobalConcurrency names command type %q, which has no handler here; register it, or remove it from the limits", ErrInvalidConfig, t)
 		}
 	}
 	return p, nil

@@ -25,14 +25,15 @@ var ErrUnknownType = errors.New("no handler registered for command type")
 // Options is cmdq.HandlerOptions (documented there) as the engine takes
 // it: zero fields take the type's declared options, then the defaults.
 type Options struct {
-	Queue          string
-	PoisonCeiling  int
-	Lease          time.Duration
-	Timeout        time.Duration
-	Retry          model.RetryPolicy
-	Retention      model.Retention
-	MaxConcurrency int
-	Middleware     []Middleware
+	Queue             string
+	PoisonCeiling     int
+	Lease             time.Duration
+	Timeout           time.Duration
+	Retry             model.RetryPolicy
+	Retention         model.Retention
+	MaxConcurrency    int
+	GlobalConcurrency int
+	Middleware        []Middleware
 }
 
 // Middleware wraps one attempt's handler: it sees the decoded command
@@ -56,14 +57,14 @@ func chain(ctx context.Context, mws []Middleware, cmd any, run *Attempt, handler
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
-		MaxConcurrency: o.MaxConcurrency}
+		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency}
 }
 
 // over returns o with its zero command fields taken from declared.
 func (o Options) over(declared model.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
-	o.MaxConcurrency = c.MaxConcurrency
+	o.MaxConcurrency, o.GlobalConcurrency = c.MaxConcurrency, c.GlobalConcurrency
 	return o
 }
 

@@ -1,0 +1,106 @@
+package cmdq
+
+import (
+	"context"
+	"sort"
+	"time"
+)
+
+// LimitInfo is one command type's global concurrency limit and the
+// permits held under it (Client.Limits; GET /v1/limits).
+type LimitInfo struct {
+	// Type is the command type.
+	Type string `json:"type"`
+	// Queue is its logical queue ("" for a type this Client does not
+	// know).
+	Queue string `json:"queue,omitempty"`
+	// Limit is its GlobalConcurrency as this Client applies it
+	// (Config.GlobalConcurrency over HandlerOptions.GlobalConcurrency); 0
+	// for a type this Client does not limit but whose permits are held
+	// by processors that do.
+	Limit int `json:"limit"`
+	// InUse counts the permits held and not expired.
+	InUse int `json:"inUse"`
+	// Waiting counts the type's messages waiting for a permit in this
+	// Client's processor (other processes' waits are not stored).
+	Waiting int `json:"waitingHere"`
+	// Permits are the permits held, by slot (expired ones included, until
+	// a taker replaces them).
+	Permits []PermitInfo `json:"permits"`
+}
+
+// PermitInfo is one permit of a globally limited type (LimitInfo).
+type PermitInfo struct {
+	// Slot is the permit's number, 0 to the limit-1.
+	Slot int `json:"slot"`
+	// Worker is the holding processor's name; Processor its instance ID
+	// (ProcessorInfo.ID).
+	Worker    string `json:"worker"`
+	Processor string `json:"processor"`
+	// CommandID is the command the holder runs under it.
+	CommandID string `json:"commandId"`
+	// Since is when it was taken; Expires when it frees itself unless its
+	// holder renews it (with the message's lease), UTC.
+	Since   time.Time `json:"since"`
+	Expires time.Time `json:"expires"`
+	// Expired is true once Expires (plus the 2 s allowed for clock skew)
+	// has passed: the holder is gone or late, and the next taker replaces
+	// it.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// Limits returns every command type with a global concurrency limit that
+// this Client knows, and every type whose permits are held, with the
+// permits in use, by type name. Cost: one query (the permits'
+// partition).
+func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	perms, err := r.ReadPermits(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*LimitInfo{}
+	for _, t := range c.reg.Types() {
+		def, ok := c.reg.Lookup(t)
+		if !ok {
+			continue
+		}
+		limit := def.GlobalConcurrency
+		if n, ok := c.cfg.GlobalConcurrency[t]; ok {
+			limit = n
+		}
+		if limit > 0 {
+			by[t] = &LimitInfo{Type: t, Queue: def.Queue, Limit: limit, Permits: []PermitInfo{}}
+		}
+	}
+	if p := c.procLive.Load(); p != nil {
+		for _, s := range p.Permits() {
+			if li := by[s.Type]; li != nil {
+				li.Waiting = s.Waiting
+			}
+		}
+	}
+	now := time.Now()
+	for _, pm := range perms {
+		li := by[pm.Type]
+		if li == nil {
+			li = &LimitInfo{Type: pm.Type, Permits: []PermitInfo{}}
+			by[pm.Type] = li
+		}
+		expired := pm.Expired(now)
+		if !expired {
+			li.InUse++
+		}
+		li.Permits = append(li.Permits, PermitInfo{Slot: pm.Slot, Worker: pm.Worker, Processor: pm.Holder, CommandID: pm.Command,
+			Since: pm.Since.UTC(), Expires: pm.Expires.UTC(), Expired: expired})
+	}
+	out := make([]LimitInfo, 0, len(by))
+	for _, li := range by {
+		out = append(out, *li)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, nil
+}

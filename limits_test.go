@@ -1,0 +1,261 @@
+package cmdq_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
+)
+
+// charge is a command type the tests limit across processes.
+type charge struct {
+	N int `json:"n"`
+}
+
+func (charge) CommandType() string { return "payments.charge" }
+
+// peakGauge counts the handlers running at once, across every Client of a
+// test, and its peak.
+type peakGauge struct {
+	mu            sync.Mutex
+	running, peak int
+	reached       chan struct{} // closed when running first reaches want
+	want          int
+}
+
+func newPeakGauge(want int) *peakGauge { return &peakGauge{reached: make(chan struct{}), want: want} }
+
+func (g *peakGauge) enter() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running++
+	g.peak = max(g.peak, g.running)
+	if g.running == g.want {
+		select {
+		case <-g.reached:
+		default:
+			close(g.reached)
+		}
+	}
+}
+
+func (g *peakGauge) leave() {
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+}
+
+func (g *peakGauge) get() (running, peak int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running, g.peak
+}
+
+// TestGlobalConcurrency: a type limited to 2 across three Clients that
+// meet only through storage (three processes, for the permits) never runs
+// more than 2 handlers at once over 30 commands of 300 ms, and reaches 2;
+// while the permits are held, the waiting messages hold no handler slot
+// (another type completes on every Client) and spend no attempt (every
+// command completes with one started event and no failure); at the end no
+// permit is left.
+func TestGlobalConcurrency(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		gauge := newPeakGauge(2)
+		hold := make(chan struct{}) // the first handlers hold their permits until closed
+		var clients []*cmdq.Client
+		for i := range 3 {
+			st := s.st
+			if i > 0 {
+				st = otherProcess(t, s)
+			}
+			cfg := fast()
+			cfg.Worker = "w" + string(rune('1'+i))
+			cfg.Concurrency = 4
+			cfg.Prefix = s.prefix
+			c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, cfg)
+			if err := cmdq.RegisterWith(c, func(ctx context.Context, ch charge, _ *cmdq.Attempt) error {
+				gauge.enter()
+				defer gauge.leave()
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				t := time.NewTimer(300 * time.Millisecond) // the work
+				defer t.Stop()
+				select {
+				case <-t.C:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, cmdq.HandlerOptions{GlobalConcurrency: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		ids := make([]string, 30)
+		for i := range ids {
+			res, err := clients[i%3].Issue(ctx, charge{N: i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = res.ID
+		}
+		select {
+		case <-gauge.reached:
+		case <-time.After(time.Minute):
+			t.Fatal("two handlers of the limited type never ran at once")
+		}
+		// Two hold the permits; the other 28 wait, holding no handler
+		// slot: another type completes on every Client meanwhile.
+		for _, c := range clients {
+			res, err := c.Issue(ctx, greet{Name: "through"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Wait(ctx, res.ID); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("another type while the permits are held: %+v %v", st, err)
+			}
+		}
+		limits, err := clients[0].Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(limits) != 1 || limits[0].Type != "payments.charge" || limits[0].Limit != 2 || limits[0].InUse != 2 || len(limits[0].Permits) != 2 {
+			t.Fatalf("Limits while both permits are held: %+v", limits)
+		}
+		if r, p := gauge.get(); r != 2 || p != 2 {
+			t.Fatalf("%d handlers running (peak %d) while the permits are held, want 2", r, p)
+		}
+		close(hold)
+		for _, id := range ids {
+			st, err := clients[0].Wait(ctx, id)
+			if err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("command %s: %+v %v", id, st, err)
+			}
+			evs, err := clients[0].Events(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := 0
+			for _, e := range evs {
+				switch e.Kind {
+				case cmdq.EventStarted:
+					started++
+				case cmdq.EventFailed, cmdq.EventLeaseLost:
+					t.Errorf("command %s: %s event %+v: waiting for a permit must not fail an attempt", id, e.Kind, e)
+				}
+			}
+			if started != 1 {
+				t.Errorf("command %s: %d started events, want 1 (a wait spends no attempt): %v", id, started, kinds(evs))
+			}
+		}
+		if _, p := gauge.get(); p != 2 {
+			t.Fatalf("peak %d handlers of a type limited to 2", p)
+		}
+		waitUntil(t, 30*time.Second, "every permit given back", func() bool {
+			ls, err := clients[1].Limits(ctx)
+			return err == nil && len(ls) == 1 && ls[0].InUse == 0 && len(ls[0].Permits) == 0
+		})
+	})
+}
+
+// TestGlobalConcurrencyPermitOfAGoneProcess: the permit row a killed
+// process leaves (its holder never renews or gives it back) frees itself
+// when it expires: a command of a type limited to 1 waits for it, starts
+// after its expiry (plus the 2 s allowed for clock skew), and completes.
+func TestGlobalConcurrencyPermitOfAGoneProcess(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		tb, err := s.st.Table(ctx, s.prefix+"commands")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := shared.New(tb, time.Now)
+		expires := time.Now().Add(time.Second).Truncate(time.Millisecond)
+		if _, err := parts.TakePermit(ctx, shared.Permit{Type: "payments.charge", Slot: 0, Holder: "pgone", Worker: "killed", Command: "c-of-the-dead", Expires: expires}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fast()
+		cfg.GlobalConcurrency = map[string]int{"payments.charge": 1} // the operator's override
+		c := newClient(t, s, cfg)
+		if err := cmdq.Register(c, func(context.Context, charge, *cmdq.Attempt) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := c.Limits(ctx)
+		if err != nil || len(ls) != 1 || ls[0].Limit != 1 || len(ls[0].Permits) != 1 || ls[0].Permits[0].Worker != "killed" {
+			t.Fatalf("Limits with the gone process's permit: %+v %v", ls, err)
+		}
+		res, err := c.Issue(ctx, charge{N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Wait(ctx, res.ID)
+		if err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("status %+v %v, want completed once the gone process's permit expired", st, err)
+		}
+		evs, err := c.Events(ctx, res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Kind == cmdq.EventStarted && e.Time.Before(expires.Add(2*time.Second)) {
+				t.Fatalf("started at %s, before the gone holder's permit expired (%s + 2s)", e.Time, expires)
+			}
+		}
+		waitUntil(t, 30*time.Second, "the permit given back", func() bool {
+			ps, err := parts.ReadPermits(ctx, "payments.charge")
+			return err == nil && len(ps) == 0
+		})
+	})
+}
+
+// TestGlobalConcurrencyBadInput: a limit out of range or for a type
+// without a handler is refused with an error that says what to do, and
+// changes nothing.
+func TestGlobalConcurrencyBadInput(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, "embedded")
+	c := newClient(t, s, fast())
+	err := cmdq.RegisterWith(c, func(context.Context, charge, *cmdq.Attempt) error { return nil }, cmdq.HandlerOptions{GlobalConcurrency: -1})
+	if !errors.Is(err, cmdq.ErrInvalidOptions) || !strings.Contains(err.Error(), "GlobalConcurrency") {
+		t.Fatalf("GlobalConcurrency -1: %v", err)
+	}
+	if _, ok := c.Lookup("payments.charge"); ok {
+		t.Fatal("a refused registration registered the type")
+	}
+	for _, bad := range []map[string]int{{"payments.charge": 1001}, {"payments.charge": -2}, {"": 2}} {
+		cfg := fast()
+		cfg.GlobalConcurrency = bad
+		if err := cfg.Validate(); !errors.Is(err, cmdq.ErrInvalidConfig) || !strings.Contains(err.Error(), "GlobalConcurrency") {
+			t.Errorf("Config.GlobalConcurrency %v: %v", bad, err)
+		}
+	}
+	cfg := fast()
+	cfg.GlobalConcurrency = map[string]int{"no.such.type": 2}
+	c2 := newClient(t, s, cfg)
+	if err := cmdq.Register(c2, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Start(ctxT(t)); err == nil || !strings.Contains(err.Error(), "no.such.type") {
+		t.Fatalf("Start with a limit for a type without a handler: %v", err)
+	}
+}
