@@ -47,7 +47,7 @@ func declared(cmd issuer.Command) (model.CommandOptions, bool) {
 func statusOut(s model.Status) Status {
 	return Status{ID: s.ID, Type: s.Type, State: State(s.State), Attempts: s.Attempts, Step: s.Step,
 		LastError: s.LastError, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Worker: s.Worker,
-		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID}
+		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID, OrderKey: s.OrderKey}
 }
 
 func eventOut(e model.Event) Event {

@@ -73,6 +73,15 @@ var (
 	// MaxUniqueWindow, or a unique key given together with an ID. Nothing
 	// is stored; the HTTP API answers 400.
 	ErrInvalidUnique = model.ErrInvalidUnique
+	// ErrInvalidOrderKey: an order key (OrderKey, "orderKey") that is
+	// empty or longer than MaxOrderKeyLength. Nothing is stored; the HTTP
+	// API answers 400.
+	ErrInvalidOrderKey = model.ErrInvalidOrderKey
+	// ErrOrderKeyQueue: the order key's commands so far are on another
+	// queue than this command's type is routed to; a key's commands must
+	// share a queue (docs/lifecycle.md, "Order keys"). Nothing is stored;
+	// the HTTP API answers 400.
+	ErrOrderKeyQueue = model.ErrOrderKeyQueue
 )
 
 // Sentinel errors of registering and running handlers (test with

@@ -14,8 +14,8 @@ import (
 // Issuing: a command's options (ID, correlation ID, schedule, unique
 // key), its result, and the Client's Issue, IssueRaw and IssueMany.
 
-// IssueOption adjusts one issue (CommandID, CorrelationID, UniqueKey, At,
-// After). Given twice, the last one wins.
+// IssueOption adjusts one issue (CommandID, CorrelationID, UniqueKey,
+// OrderKey, At, After). Given twice, the last one wins.
 type IssueOption func(*Raw)
 
 // CommandID sets the command ID (a lowercase canonical UUID, such as one
@@ -45,6 +45,20 @@ func CorrelationID(id string) IssueOption { return func(r *Raw) { r.CorrelationI
 func UniqueKey(key string, window time.Duration) IssueOption {
 	return func(r *Raw) { r.UniqueKey, r.UniqueWindow = key, window }
 }
+
+// OrderKey makes the command one of the commands ordered by key (an
+// aggregate's ID, say): the commands issued with the same key run one at a
+// time, in issue order, whatever their types, across every process on
+// every machine sharing the store and prefix. The head of a key (the
+// oldest of its commands not yet final) holds it through its retries; a
+// completed, poisoned or cancelled head hands it to the next. key is 1 to
+// MaxOrderKeyLength (256) bytes of any kind; the key's commands must share
+// a queue (ErrOrderKeyQueue otherwise). Bad input fails with
+// ErrInvalidOrderKey and stores nothing. Cost: two storage calls at the
+// issue (the key's tail row read and one batch), and at the processor a
+// point read of the command, one query per start (is it the head?) and
+// one batch when it ends (docs/lifecycle.md, "Order keys").
+func OrderKey(key string) IssueOption { return func(r *Raw) { r.OrderKey = key } }
 
 // At schedules the command at t: it is StateScheduled until then and
 // never starts before t (by the processor's clock), and starts within
@@ -109,6 +123,9 @@ func NormalizeID(id string) string { return model.NormalizeID(id) }
 // code units is what one entity holds; a UTF-8 byte never takes more than one
 // UTF-16 unit, so 500 KiB of JSON always fits.
 const MaxParamsBytes = model.MaxParamsBytes
+
+// MaxOrderKeyLength is the longest order key (OrderKey), in bytes (256).
+const MaxOrderKeyLength = model.MaxOrderKeyLength
 
 // MaxCorrelationIDLength is the longest correlation ID, in bytes (256).
 const MaxCorrelationIDLength = model.MaxCorrelationIDLength
@@ -182,6 +199,13 @@ type Raw struct {
 	// behalf of another trace (a value that does not parse is ignored).
 	// Not compared on a re-issue of the same ID. Default "": the context's.
 	TraceParent, TraceState string
+	// OrderKey, when set, orders the command among every command issued
+	// with the same key, whatever its type: they run one at a time, in
+	// issue order, across every process (OrderKey; docs/lifecycle.md,
+	// "Order keys"). 1 to MaxOrderKeyLength (256) bytes; the key's
+	// commands must share a queue. Not compared on a re-issue of the same
+	// ID. Default "": none.
+	OrderKey string
 }
 
 // Limits of unique commands (Raw.UniqueKey, Raw.UniqueWindow).

@@ -68,11 +68,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 		if !ok {
 			continue
 		}
-		limit := def.GlobalConcurrency
-		if n, ok := c.cfg.GlobalConcurrency[t]; ok {
-			limit = n
-		}
-		if limit > 0 {
+		if limit := c.globalLimit(t); limit > 0 {
 			by[t] = &LimitInfo{Type: t, Queue: def.Queue, Limit: limit, Permits: []PermitInfo{}}
 		}
 	}

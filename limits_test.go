@@ -3,6 +3,7 @@ package cmdq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +142,23 @@ func TestGlobalConcurrency(t *testing.T) {
 		if r, p := gauge.get(); r != 2 || p != 2 {
 			t.Fatalf("%d handlers running (peak %d) while the permits are held, want 2", r, p)
 		}
+		// A waiting command's status says why, and who holds the permits.
+		waiting := 0
+		for _, id := range ids {
+			st, err := clients[2].Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := st.Waiting; w != nil && w.Reason == cmdq.WaitPermit {
+				if w.Held != 2 || w.Limit != 2 || len(w.HeldBy) != 2 {
+					t.Fatalf("waiting for a permit: %+v, want 2 of 2 held, by two processors", w)
+				}
+				waiting++
+			}
+		}
+		if waiting != 28 {
+			t.Fatalf("%d statuses say they wait for a permit while 2 run, want 28", waiting)
+		}
 		close(hold)
 		for _, id := range ids {
 			st, err := clients[0].Wait(ctx, id)
@@ -258,4 +276,180 @@ func TestGlobalConcurrencyBadInput(t *testing.T) {
 	if err := c2.Start(ctxT(t)); err == nil || !strings.Contains(err.Error(), "no.such.type") {
 		t.Fatalf("Start with a limit for a type without a handler: %v", err)
 	}
+}
+
+// deposit and withdraw are two command types of one aggregate (an
+// account), ordered by the account's ID (Key).
+type deposit struct {
+	Key string `json:"key"`
+	Seq int    `json:"seq"`
+}
+
+func (deposit) CommandType() string { return "acct.deposit" }
+
+type withdraw struct {
+	Key string `json:"key"`
+	Seq int    `json:"seq"`
+}
+
+func (withdraw) CommandType() string { return "acct.withdraw" }
+
+// orderLog records the handler runs of ordered commands, across Clients.
+type orderLog struct {
+	mu      sync.Mutex
+	running map[string]int   // by key
+	overlap []string         // runs that started while another of their key ran
+	starts  map[string][]int // by key: the seq of each start, in start order
+}
+
+func newOrderLog() *orderLog {
+	return &orderLog{running: map[string]int{}, starts: map[string][]int{}}
+}
+
+func (l *orderLog) run(ctx context.Context, key string, seq int, work time.Duration) error {
+	l.mu.Lock()
+	l.running[key]++
+	if l.running[key] > 1 {
+		l.overlap = append(l.overlap, fmt.Sprintf("%s: seq %d started while another ran", key, seq))
+	}
+	l.starts[key] = append(l.starts[key], seq)
+	l.mu.Unlock()
+	t := time.NewTimer(work) // the work
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	l.running[key]--
+	l.mu.Unlock()
+	return ctx.Err()
+}
+
+// TestOrderKey: 12 commands of two types on one order key, issued in turn
+// by two Clients that meet only through storage (two processes), run one
+// at a time in issue order, each once, while another key's 12 run the
+// same way beside them; a command of the key routed to another queue is
+// refused with ErrOrderKeyQueue, and bad keys with ErrInvalidOrderKey,
+// storing nothing.
+func TestOrderKey(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		log := newOrderLog()
+		var clients []*cmdq.Client
+		for i := range 2 {
+			st := s.st
+			if i > 0 {
+				st = otherProcess(t, s)
+			}
+			cfg := fast()
+			cfg.Worker = fmt.Sprintf("w%d", i+1)
+			cfg.Concurrency = 8
+			c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, cfg)
+			if err := cmdq.Register(c, func(ctx context.Context, d deposit, _ *cmdq.Attempt) error {
+				return log.run(ctx, d.Key, d.Seq, 30*time.Millisecond)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdq.Register(c, func(ctx context.Context, w withdraw, _ *cmdq.Attempt) error {
+				return log.run(ctx, w.Key, w.Seq, 30*time.Millisecond)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdq.Register(c, func(context.Context, resize, *cmdq.Attempt) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error {
+				return cmdq.Permanent(errors.New("refused"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		keys := []string{"account/ÄÖ #1?", "account-2"} // any bytes make a key
+		var ids []string
+		for i := range 12 {
+			for _, key := range keys {
+				var cmd cmdq.Command = deposit{Key: key, Seq: i}
+				if i%3 == 2 {
+					cmd = withdraw{Key: key, Seq: i}
+				}
+				res, err := clients[i%2].Issue(ctx, cmd, cmdq.OrderKey(key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, res.ID)
+			}
+		}
+		for _, id := range ids {
+			st, err := clients[0].Wait(ctx, id)
+			if err != nil || st.State != cmdq.StateCompleted || st.OrderKey == "" {
+				t.Fatalf("command %s: %+v %v", id, st, err)
+			}
+			if st.Attempts != 1 {
+				t.Errorf("command %s: %d attempts, want 1 (a wait for its turn spends none)", id, st.Attempts)
+			}
+		}
+		log.mu.Lock()
+		if len(log.overlap) > 0 {
+			t.Errorf("commands of one key ran at once: %v", log.overlap)
+		}
+		for _, key := range keys {
+			got := log.starts[key]
+			if len(got) != 12 {
+				t.Errorf("key %q: %d starts %v, want 12 (each once)", key, len(got), got)
+				continue
+			}
+			for i, seq := range got {
+				if seq != i {
+					t.Errorf("key %q started %v, want issue order 0..11", key, got)
+					break
+				}
+			}
+		}
+		log.mu.Unlock()
+
+		// The key's commands are on queue "commands"; resize is routed
+		// to "images": refused while the key has commands not yet final.
+		blocker, err := clients[0].Issue(ctx, deposit{Key: "k3", Seq: 0}, cmdq.OrderKey("k3"), cmdq.After(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clients[1].Issue(ctx, resize{URL: "x"}, cmdq.OrderKey("k3")); !errors.Is(err, cmdq.ErrOrderKeyQueue) {
+			t.Fatalf("an order key's command on another queue: %v, want ErrOrderKeyQueue", err)
+		}
+		if _, err := clients[0].Issue(ctx, deposit{}, cmdq.OrderKey(strings.Repeat("k", cmdq.MaxOrderKeyLength+1))); !errors.Is(err, cmdq.ErrInvalidOrderKey) {
+			t.Errorf("an order key over %d bytes: %v, want ErrInvalidOrderKey", cmdq.MaxOrderKeyLength, err)
+		}
+		// A cancelled head hands the key to the next; so does a poisoned
+		// one (its retries would have held it).
+		next, err := clients[1].Issue(ctx, deposit{Key: "k3", Seq: 1}, cmdq.OrderKey("k3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := clients[1].Get(ctx, next.ID); err != nil || st.Waiting == nil || st.Waiting.Reason != cmdq.WaitOrder ||
+			st.Waiting.Command != blocker.ID || st.Waiting.Key != "k3" {
+			t.Fatalf("status of a command behind a scheduled head: %+v %v, want waiting for %s on k3", st, err, blocker.ID)
+		}
+		if _, err := clients[0].Cancel(ctx, blocker.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		bad, err := clients[0].Issue(ctx, greet{Name: "poison"}, cmdq.OrderKey("k4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := clients[1].Issue(ctx, deposit{Key: "k4", Seq: 1}, cmdq.OrderKey("k4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, want := range map[string]cmdq.State{next.ID: cmdq.StateCompleted, bad.ID: cmdq.StatePoisoned, after.ID: cmdq.StateCompleted} {
+			if st, err := clients[0].Wait(ctx, id); err != nil || st.State != want {
+				t.Fatalf("command %s: %+v %v, want %s", id, st, err, want)
+			}
+		}
+	})
 }

@@ -185,6 +185,9 @@ type Status struct {
 	// digits; "" when it was issued outside one): its attempts' spans
 	// are in that trace (docs/operations.md, "Tracing").
 	TraceID string `json:"traceId,omitempty"`
+	// OrderKey is the command's order key (OrderKey), if any: the
+	// commands sharing it run one at a time, in issue order.
+	OrderKey string `json:"orderKey,omitempty"`
 	// Waiting says why a command that is neither running nor final has
 	// not started, as this Client sees it when it reads the status: nil
 	// for a running or final command (docs/lifecycle.md, "Why a command
@@ -203,6 +206,16 @@ type Waiting struct {
 	// (WaitPaused).
 	By    string    `json:"by,omitempty"`
 	Since time.Time `json:"since,omitzero"`
+	// Command and Key: the head of the command's order key, which runs
+	// first, and the key (WaitOrder).
+	Command string `json:"command,omitempty"`
+	Key     string `json:"key,omitempty"`
+	// Held and Limit: the permits of the command's type held and its
+	// global concurrency limit, and HeldBy the processors that hold them
+	// (WaitPermit).
+	Held   int      `json:"held,omitempty"`
+	Limit  int      `json:"limit,omitempty"`
+	HeldBy []string `json:"heldBy,omitempty"`
 }
 
 // WaitReason says why a command waits (Waiting.Reason).
@@ -222,6 +235,14 @@ const (
 	// heartbeat of the last three intervals names it): it starts when a
 	// processor of its queue runs.
 	WaitNoProcessor WaitReason = "no_processor"
+	// WaitOrder: due, and another command of its order key (Command) is
+	// the key's head: it starts once the head is final (docs/lifecycle.md,
+	// "Order keys").
+	WaitOrder WaitReason = "order"
+	// WaitPermit: due, its type has a global concurrency limit (Limit),
+	// and every permit is held (Held, HeldBy): it starts when one is
+	// given back (docs/processor.md, "Global concurrency").
+	WaitPermit WaitReason = "permit"
 	// WaitSlot: due, and every processor of its queue was running as
 	// many handlers as it has slots (at its last heartbeat; for this
 	// Client's own processor, now): it starts when a handler slot frees.

@@ -57,6 +57,13 @@ func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
 		if _, running := p.InFlight(st.ID); running {
 			return nil // its started event is not written yet (it is, lazily)
 		}
+	}
+	if w, taken := c.waitingForTurn(ctx, st, now); taken {
+		return nil // it holds a permit: a processor runs it, its started event not written yet
+	} else if w != nil {
+		return w
+	}
+	if p != nil {
 		if p.Holds(st.ID) {
 			return &Waiting{Reason: WaitSlot}
 		}
@@ -85,6 +92,60 @@ func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
 		return &Waiting{Reason: WaitSlot}
 	}
 	return &Waiting{Reason: WaitDue}
+}
+
+// waitingForTurn says whether st waits for its order key's head (one
+// query) or for a permit of its type (one query), nil when neither (or a
+// read failed); taken is true when st holds a permit (it runs).
+func (c *Client) waitingForTurn(ctx context.Context, st Status, now time.Time) (w *Waiting, taken bool) {
+	var r interface {
+		ReadOrderHead(ctx context.Context, key string) (shared.OrderHead, bool, error)
+		ReadPermits(ctx context.Context, cmdType string) ([]shared.Permit, error)
+	}
+	if st.OrderKey != "" || c.globalLimit(st.Type) > 0 {
+		rd, err := c.reader(ctx)
+		if err != nil {
+			return nil, false
+		}
+		r = rd
+	}
+	if st.OrderKey != "" {
+		if head, ok, err := r.ReadOrderHead(ctx, st.OrderKey); err == nil && ok && head.Command != st.ID {
+			return &Waiting{Reason: WaitOrder, Command: head.Command, Key: st.OrderKey}, false
+		}
+	}
+	if limit := c.globalLimit(st.Type); limit > 0 {
+		perms, err := r.ReadPermits(ctx, st.Type)
+		if err != nil {
+			return nil, false
+		}
+		w := &Waiting{Reason: WaitPermit, Limit: limit}
+		for _, pm := range perms {
+			if pm.Command == st.ID {
+				return nil, true
+			}
+			if !pm.Expired(now) {
+				w.Held++
+				w.HeldBy = append(w.HeldBy, pm.Worker)
+			}
+		}
+		if w.Held >= limit {
+			return w, false
+		}
+	}
+	return nil, false
+}
+
+// globalLimit returns cmdType's global concurrency limit as this Client
+// applies it (0: none, or a type it does not know).
+func (c *Client) globalLimit(cmdType string) int {
+	if n, ok := c.cfg.GlobalConcurrency[cmdType]; ok {
+		return n
+	}
+	if def, ok := c.reg.Lookup(cmdType); ok {
+		return def.GlobalConcurrency
+	}
+	return 0
 }
 
 // control returns queue's control row as last read, reading the rows

@@ -376,7 +376,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	// The W3C trace context of the caller (traceparent, tracestate): the
 	// issue's span is its child and the command's attempts join its trace
 	// (a header that does not parse is ignored).
-	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey, RunAt: runAt, Delay: delay,
+	raw := cmdq.Raw{ID: req.ID, Type: req.Type, Params: req.Params, CorrelationID: req.CorrelationID, UniqueKey: req.UniqueKey, OrderKey: req.OrderKey, RunAt: runAt, Delay: delay,
 		TraceParent: r.Header.Get("Traceparent"), TraceState: strings.Join(r.Header.Values("Tracestate"), ",")}
 	if req.UniqueWindow != "" {
 		raw.UniqueWindow, _ = time.ParseDuration(req.UniqueWindow) // DecodeIssueRequest checked it
@@ -387,6 +387,10 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, cmdq.ErrInvalidUnique):
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
 			client.FieldError{Pointer: "#/uniqueKey", Detail: clipText(paramsDetail(err))}))
+		return
+	case errors.Is(err, cmdq.ErrInvalidOrderKey), errors.Is(err, cmdq.ErrOrderKeyQueue):
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
+			client.FieldError{Pointer: "#/orderKey", Detail: clipText(paramsDetail(err))}))
 		return
 	case errors.Is(err, cmdq.ErrInvalidSchedule):
 		ptr := "#/runAt"

@@ -29,7 +29,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // maxBytes (0 = DefaultMaxBodyBytes). Unknown fields, trailing data, keys
 // repeated in one object or differing only in case, top-level fields not
 // spelled exactly (type, params, id, correlationId, uniqueKey, uniqueWindow,
-// runAt, delay), a missing or malformed type, params that are not a JSON
+// orderKey, runAt, delay), a missing or malformed type, params that are not a JSON
 // object, an id that is not a canonical lowercase UUID, a runAt that is not
 // an RFC 3339 time, a delay that is not a Go duration or is negative, and
 // runAt with delay are rejected with a 400 Problem listing every
@@ -113,6 +113,9 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		}
 	}
 	errs = append(errs, checkUnique(req)...)
+	if n := len(req.OrderKey); n > cmdq.MaxOrderKeyLength || n == 0 && bytes.Contains(data, []byte(`"orderKey"`)) && orderKeyGiven(data) {
+		errs = append(errs, client.FieldError{Pointer: "#/orderKey", Detail: fmt.Sprintf("orderKey is %d bytes; give 1 to %d (an aggregate's ID, say), or leave it out", n, cmdq.MaxOrderKeyLength)})
+	}
 	if len(req.CorrelationID) > cmdq.MaxCorrelationIDLength {
 		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdq.MaxCorrelationIDLength)})
 	}
@@ -190,10 +193,21 @@ func jsonProblem(err error) *client.Problem {
 		return newProblem(client.ProblemInvalidRequest, "the body ends in the middle of the JSON object; send complete JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id, correlationId, uniqueKey, uniqueWindow, runAt and delay", quoteClip(name)),
+		return newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown field %s; the fields are type, params, id, correlationId, uniqueKey, uniqueWindow, orderKey, runAt and delay", quoteClip(name)),
 			client.FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
 	return newProblem(client.ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
+}
+
+// orderKeyGiven reports whether the body's object has an orderKey field
+// (an empty one is refused, not taken as none).
+func orderKeyGiven(data []byte) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil {
+		return false
+	}
+	_, ok := fields["orderKey"]
+	return ok
 }
 
 // checkContentType accepts application/json and any application/*+json;
@@ -214,7 +228,7 @@ func checkContentType(r *http.Request) *client.Problem {
 
 // issueFields are the top-level fields of a POST /v1/commands body, as they
 // must be spelled.
-var issueFields = []string{"type", "params", "id", "correlationId", "uniqueKey", "uniqueWindow", "runAt", "delay"}
+var issueFields = []string{"type", "params", "id", "correlationId", "uniqueKey", "uniqueWindow", "orderKey", "runAt", "delay"}
 
 // checkKeys rejects what encoding/json would silently resolve: a key that
 // appears twice in one object (the last one would win, while another

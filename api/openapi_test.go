@@ -116,6 +116,16 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		t.Fatalf("unique: first %s, duplicate %s: want the same id, duplicate true on the second", uniq.body, dup.body)
 	}
 	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","uniqueKey":"order-42","uniqueWindow":"0s"}`, bearer(apitest.IssuerToken)...)
+	// Order keys: one given is shown in the status; an empty one is a 400.
+	ordered := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","orderKey":"account-7"}`, bearer(apitest.IssuerToken)...)
+	var oi client.IssueResponse
+	if err := json.Unmarshal(ordered.body, &oi); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+oi.ID, "", "", bearer(apitest.ReaderToken)...); !strings.Contains(string(st.body), `"orderKey":"account-7"`) {
+		t.Fatalf("status of an ordered command: %s", st.body)
+	}
+	c.expect(http.StatusBadRequest, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo","orderKey":""}`, bearer(apitest.IssuerToken)...)
 
 	// Read: the status with its ETag, 304 for it, a long-poll that
 	// answers at once (the client has another status).

@@ -130,6 +130,11 @@ type IssueRequest struct {
 	// truncated to a multiple of it (1h buckets start on the hour).
 	// Required with uniqueKey.
 	UniqueWindow string `json:"uniqueWindow,omitempty"`
+	// OrderKey orders the command among the commands issued with the same
+	// key, whatever their types: they run one at a time, in issue order,
+	// across every process (docs/lifecycle.md, "Order keys"). 1-256 bytes;
+	// the key's commands must share a queue (400 otherwise). Optional.
+	OrderKey string `json:"orderKey,omitempty"`
 	// RunAt schedules the command: an RFC 3339 time (such as
 	// "2026-05-01T09:00:00Z") before which it does not start, at most 2
 	// years ahead. Optional; not together with Delay. The At option sets

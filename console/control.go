@@ -315,11 +315,14 @@ func (d *dashboard) cancelWhy(r *http.Request, err error) string {
 // queuesBody is the body of the queues view.
 type queuesBody struct {
 	Queues  []cmdq.QueueInfo
+	Limits  []cmdq.LimitInfo
 	Refresh int
 }
 
 // queues shows GET /ui/queues: every queue the server knows, its depth
-// and whether it is paused, with a Pause or Resume button for operators.
+// and whether it is paused, with a Pause or Resume button for operators,
+// and the command types with a global concurrency limit: their permits in
+// use and who holds them.
 func (d *dashboard) queues(w http.ResponseWriter, r *http.Request) {
 	v, ok := d.require(w, r, RoleReader)
 	if !ok {
@@ -330,7 +333,12 @@ func (d *dashboard) queues(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, v, err)
 		return
 	}
-	pd := d.data(v, "Queues", "queues", queuesBody{Queues: qs, Refresh: refreshQueues})
+	ls, err := d.src.Limits(r.Context())
+	if err != nil {
+		d.fail(w, r, v, err)
+		return
+	}
+	pd := d.data(v, "Queues", "queues", queuesBody{Queues: qs, Limits: ls, Refresh: refreshQueues})
 	pd.Flash = d.takeFlash(w, r, v)
 	d.render(w, r, http.StatusOK, "queues", pd)
 }

@@ -62,6 +62,9 @@ type dashSource interface {
 	// tick: one query of the schedules' rows and one point read per
 	// schedule.
 	ListPeriodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
+	// Limits lists the globally limited types and their permits: one
+	// query.
+	Limits(ctx context.Context) ([]cmdq.LimitInfo, error)
 	// PauseQueue and ResumeQueue change a queue's pause for by: one
 	// upsert (and a listing of the store's queues for a queue the server's
 	// types do not route to).
@@ -163,6 +166,10 @@ func (s clientSource) ListQueues(ctx context.Context) ([]cmdq.QueueInfo, error) 
 
 func (s clientSource) ListPeriodic(ctx context.Context) ([]cmdq.PeriodicInfo, error) {
 	return s.c.ListPeriodic(ctx)
+}
+
+func (s clientSource) Limits(ctx context.Context) ([]cmdq.LimitInfo, error) {
+	return s.c.Limits(ctx)
 }
 
 func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error) {

@@ -204,7 +204,7 @@ func (b httpBackend) Issue(ctx context.Context, r cmdq.Raw) (string, bool, error
 	case r.Delay != 0:
 		opts = append(opts, client.After(r.Delay))
 	}
-	req := client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID, UniqueKey: r.UniqueKey}
+	req := client.IssueRequest{Type: r.Type, Params: r.Params, ID: r.ID, CorrelationID: r.CorrelationID, UniqueKey: r.UniqueKey, OrderKey: r.OrderKey}
 	if r.UniqueKey != "" || r.UniqueWindow != 0 {
 		req.UniqueWindow = r.UniqueWindow.String()
 	}
@@ -419,6 +419,7 @@ func newSendCmd() *cobra.Command {
 		in      time.Duration
 
 		unique       string
+		orderKey     string
 		uniqueWindow time.Duration
 	)
 	c := &cobra.Command{
@@ -465,6 +466,10 @@ Examples:
 					return errors.New("--unique and --unique-window go together: --unique KEY --unique-window 1h (issuing the same type and KEY again within the window returns the first command)")
 				}
 				raw.UniqueKey, raw.UniqueWindow = unique, uniqueWindow
+				if cmd.Flags().Changed("order-key") && orderKey == "" {
+					return errors.New("--order-key is empty: give the key of the commands this one is ordered with (an aggregate's ID, say), or leave the flag out")
+				}
+				raw.OrderKey = orderKey
 				gotID, existing, err := b.Issue(ctx, raw)
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
@@ -516,6 +521,7 @@ Examples:
 	c.Flags().StringVar(&params, "params", "{}", "command parameters, a JSON object")
 	c.Flags().StringVar(&id, "id", "", "command ID, a UUID (upper case is read as lower case; default: a new one); sending the same ID, params and correlation ID again returns the existing command")
 	c.Flags().StringVar(&corr, "correlation-id", "", "correlation ID carried with the command (default none)")
+	c.Flags().StringVar(&orderKey, "order-key", "", "order key: the commands sent with the same key run one at a time, in the order they were sent, whatever their types, across every process (default none)")
 	c.Flags().StringVar(&unique, "unique", "", "unique key: sending the same type and key again within --unique-window returns the first command (whatever the params) instead of a second one (default none)")
 	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")

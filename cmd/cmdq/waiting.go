@@ -49,6 +49,14 @@ func waitingText(st cmdq.Status, now time.Time) string {
 		return paused + fmt.Sprintf("; it starts when the queue is resumed (cmdq queue resume %s)", q)
 	case cmdq.WaitNoProcessor:
 		return fmt.Sprintf("no processor polls queue \"%s\" (no live heartbeat names it); it starts when one does (start one: cmdq worker, or cmdq serve)", q)
+	case cmdq.WaitOrder:
+		return fmt.Sprintf("behind command %s on order key %q: the key's commands run one at a time, in issue order; it starts once that one is final", w.Command, term(w.Key))
+	case cmdq.WaitPermit:
+		by := ""
+		if len(w.HeldBy) > 0 {
+			by = " by " + term(strings.Join(w.HeldBy, ", "))
+		}
+		return fmt.Sprintf("waiting for a permit of %s (%d of %d held%s); it starts when one is given back", term(st.Type), w.Held, w.Limit, by)
 	case cmdq.WaitSlot:
 		return fmt.Sprintf("every processor of queue \"%s\" is busy; it starts when a handler slot frees", q)
 	case cmdq.WaitDue:
@@ -74,6 +82,10 @@ func waitingShort(st cmdq.Status, now time.Time) string {
 		return "its queue is paused"
 	case w.Reason == cmdq.WaitNoProcessor:
 		return "no processor polls its queue"
+	case w.Reason == cmdq.WaitOrder:
+		return "behind another command of its order key"
+	case w.Reason == cmdq.WaitPermit:
+		return fmt.Sprintf("waiting for a permit (%d of %d held)", w.Held, w.Limit)
 	case w.Reason == cmdq.WaitSlot:
 		return "every processor of its queue is busy"
 	case w.Reason == cmdq.WaitDue:

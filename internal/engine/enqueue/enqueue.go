@@ -587,7 +587,9 @@ func FirstEnvelope(nc record.NewCommand, etag string) layout.Envelope {
 	if len(params) == 0 {
 		params = []byte("{}")
 	}
-	if etag == "" || len(params) > layout.MaxFirstParamsBytes || !json.Valid(params) {
+	if etag == "" || len(params) > layout.MaxFirstParamsBytes || !json.Valid(params) || nc.OrderKey != "" {
+		// A command with an order key is loaded by its first delivery
+		// too: the key and its place are read from its row.
 		return env
 	}
 	env.First = &layout.First{ETag: etag, IssuedAt: layout.Millis(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,

@@ -400,6 +400,19 @@ func (i *Issuer) IssueMany(ctx context.Context, cmds ...Command) ([]model.Result
 			st, enq, err := i.log(ctx)
 			var cerrs []error
 			if err == nil {
+				// Commands with an order key join it first, in the
+				// order given; one that cannot join is not created.
+				joined := ncs[:0:0]
+				jidx, jpcs := idx[:0:0], pcs[:0:0]
+				for k := range ncs {
+					if jerr := i.joinOrder(ctx, st, &ncs[k]); jerr != nil {
+						fail(idx[k], jerr)
+						continue
+					}
+					pcs[k].NewCommand = ncs[k]
+					joined, jidx, jpcs = append(joined, ncs[k]), append(jidx, idx[k]), append(jpcs, pcs[k])
+				}
+				ncs, idx, pcs = joined, jidx, jpcs
 				cerrs, _ = enq.CreateMany(ctx, ncs)
 			}
 			for k, n := range idx {
@@ -458,8 +471,25 @@ func (i *Issuer) store(ctx context.Context, nc prepared) (model.Result, error) {
 	if err != nil {
 		return model.Result{}, err
 	}
+	if err := i.joinOrder(ctx, st, &nc.NewCommand); err != nil {
+		return model.Result{}, err
+	}
 	env, enqueued, err := enq.Create(ctx, nc.NewCommand)
 	return i.created(ctx, st, enq, nc, env, enqueued, err)
+}
+
+// joinOrder gives nc its place in its order key, if it has one, before
+// it is stored (shared.AppendOrder: two storage calls).
+func (i *Issuer) joinOrder(ctx context.Context, st *record.Store, nc *record.NewCommand) error {
+	if nc.OrderKey == "" {
+		return nil
+	}
+	seq, err := st.AppendOrder(ctx, nc.OrderKey, nc.Queue, nc.ID, nc.Type)
+	if err != nil {
+		return err
+	}
+	nc.OrderSeq = seq
+	return nil
 }
 
 // IssueDerived issues cmd under id, an ID cmdq derived from what the
@@ -572,6 +602,12 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
 	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, IssuedAt: now, RunAt: runAt}
+	if raw.OrderKey != "" {
+		if err := model.ValidateOrderKey(raw.OrderKey); err != nil {
+			return record.NewCommand{}, err
+		}
+		nc.OrderKey = raw.OrderKey
+	}
 	if raw.TraceParent != "" && len(raw.TraceParent) <= maxTraceParent && len(raw.TraceState) <= maxTraceState {
 		nc.TraceParent, nc.TraceState = raw.TraceParent, raw.TraceState
 	}

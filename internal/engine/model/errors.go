@@ -24,6 +24,8 @@ var (
 	ErrEnqueueFailed   = errors.New("cmdq: enqueue failed")
 	ErrNotAccepted     = errors.New("cmdq: command stored but not accepted (neither enqueued nor marked for the reconciler)")
 	ErrInvalidUnique   = errors.New("cmdq: invalid unique key or window")
+	ErrInvalidOrderKey = errors.New("cmdq: invalid order key")
+	ErrOrderKeyQueue   = errors.New("cmdq: order key used on another queue")
 )
 
 // Sentinel errors of registering and running handlers (documented in package cmdq).

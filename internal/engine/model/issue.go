@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -31,6 +32,19 @@ type Raw struct {
 	RunAt                   time.Time
 	Delay                   time.Duration
 	TraceParent, TraceState string
+	OrderKey                string
+}
+
+// MaxOrderKeyLength is documented in package cmdq.
+const MaxOrderKeyLength = 256
+
+// ValidateOrderKey checks an order key: 1 to MaxOrderKeyLength bytes. The
+// error wraps ErrInvalidOrderKey.
+func ValidateOrderKey(key string) error {
+	if n := len(key); n == 0 || n > MaxOrderKeyLength {
+		return fmt.Errorf("%w: the order key is %d bytes; give 1 to %d (an aggregate's ID, say; hash a longer key first)", ErrInvalidOrderKey, n, MaxOrderKeyLength)
+	}
+	return nil
 }
 
 // Limits of unique commands (documented in package cmdq).

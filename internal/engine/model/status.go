@@ -88,6 +88,7 @@ type Status struct {
 	RunAt         time.Time `json:"runAt,omitzero"`
 	Output        JSON      `json:"output,omitempty"`
 	TraceID       string    `json:"traceId,omitempty"`
+	OrderKey      string    `json:"orderKey,omitempty"`
 }
 
 // JSON is the engine's copy of cmdq.JSON (documented there).

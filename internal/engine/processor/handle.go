@@ -87,38 +87,63 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 
 	// A type with a global limit takes a permit first, waiting for one
 	// holding no handler slot (permits.go); it is given back at the
-	// outcome. The slot's wait counts from the permit.
+	// outcome. Then the handler slot: stop taking work releases the
+	// message, and so does a wait that reaches the time its lease would
+	// need renewing: a message is not hoarded by a processor that cannot
+	// start it. The command is loaded once the slot is taken, so what the
+	// delivery decides from (and runs on) is as fresh as it can be. A
+	// command with an order key that is not its key's head gives both
+	// back and waits for its turn (order.go), then starts over.
 	slotSent, slotVis := sent, vis
-	if g := p.gates[env.Type]; g != nil && known {
-		h, ok := p.takePermit(s, k, g, env.ID)
+	for {
+		var h *permitHold
+		if g := p.gates[env.Type]; g != nil && known {
+			if h, ok = p.takePermit(s, k, g, env.ID); !ok {
+				return
+			}
+			k.onRenewed(func(lease time.Duration) { p.renewPermit(s.ops, h, lease) })
+			slotSent, slotVis = time.Now(), k.currentLease()
+		}
+		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
 		if !ok {
+			if h != nil {
+				k.onRenewed(nil)
+				p.givePermit(s, h)
+			}
 			return
 		}
-		k.onRenewed(func(lease time.Duration) { p.renewPermit(s.ops, h, lease) })
-		defer p.givePermit(s, h)
+		wait := p.deliver(s, qr, k, env, m, n, direct, sent, vis, def, known, tok)
+		free()
+		if h != nil {
+			k.onRenewed(nil)
+			p.givePermit(s, h)
+		}
+		if wait == nil || !p.awaitOrder(s, k, wait) {
+			return
+		}
 		slotSent, slotVis = time.Now(), k.currentLease()
 	}
+}
 
-	// Wait for a handler slot; stop taking work releases the message, and
-	// so does a wait that reaches the time its lease would need renewing:
-	// a message is not hoarded by a processor that cannot start it. The
-	// command is loaded once the slot is taken, so what the delivery
-	// decides from (and runs on) is as fresh as it can be.
-	free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
-	if !ok {
-		return
-	}
-	defer free()
+// deliver loads the command of message m (env, attempt n), decides what
+// the delivery does and does it: run its handler, or delete, hop,
+// release or poison the message. It holds a handler slot (and the
+// command type's permit, if it has a global limit). It returns, instead,
+// what to wait for when the command has an order key whose head is
+// another command: the caller gives the slot back and waits.
+func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.Envelope, m storage.Message, n int64, direct bool,
+	sent time.Time, vis time.Duration, def *registry.Definition, known bool, tok uint64) *orderWait {
+	var err error
 	var rec *record.Record
 	var ref time.Time // see attempt.startedBy
 	fast := false
 	for {
 		if !s.mayTake(p) {
 			p.release(s, k)
-			return
+			return nil
 		}
 		if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
-			return
+			return nil
 		}
 		rec, fast = nil, false
 		if !known || p.fastPathClear(env, qr.name, def.Lease) {
@@ -137,20 +162,21 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 					// A late duplicate of a command removed after its retention:
 					// it was final, so there is nothing to run.
 					p.deleteMsg(s, k, env.Type)
-					return
+					return nil
 				}
 				if errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound) {
 					p.poisonOrphan(s, qr, k, m, model.ReasonNoCommand, fmt.Errorf("no command %s of type %s is stored in table %s: %w", env.ID, env.Type, p.names.TableOf(env.ID), err), env.ID)
-					return
+					return nil
 				}
 				p.giveUp(s, k, "load", err)
-				return
+				return nil
 			}
 		}
 		if rec.Status.State.Final() {
 			// Redelivered (a duplicate, or a lease lost after the final write).
 			p.deleteMsg(s, k, rec.Type)
-			return
+			p.leaveOrder(s, rec) // left already, unless the last delivery was cut short
+			return nil
 		}
 		// Due means due: a scheduled command, or a retry whose delay has
 		// not ended, never starts before its time by this machine's clock,
@@ -162,14 +188,14 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		}
 		if wait > holdLimit {
 			p.notDue(s, qr, k, env, m, rec)
-			return
+			return nil
 		}
 		// Due within the clocks' skew: hold the message (and its slot)
 		// until then, and decide again from scratch (the control rows, the
 		// fast path or a fresh load).
 		if !p.hold(s, wait) {
 			p.release(s, k)
-			return
+			return nil
 		}
 	}
 	if fast {
@@ -188,7 +214,18 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		s.counter.duplicates.Add(1)
 		logCmd(p.cfg.Logger.Debug(), rec.ID, record.TraceIDOf(rec.TraceParent)).Str("type", rec.Type).Str("status", string(rec.Status.State)).Msg("cmdq processor: a second message for a command another message runs; deleted without running")
 		p.deleteMsg(s, k, rec.Type)
-		return
+		return nil
+	}
+	if rec.OrderKey != "" && known && rec.Type == env.Type {
+		// One command of an order key runs at a time: its head.
+		w, err := p.orderTurn(s, qr, rec)
+		if err != nil {
+			p.giveUp(s, k, "order key", err)
+			return nil
+		}
+		if w != nil {
+			return w
+		}
 	}
 	a := &attempt{p: p, s: s, qr: qr, k: k, def: def, rec: rec, msg: m, n: int(n), claimTok: tok, issueTrace: record.TraceIDOf(rec.TraceParent),
 		loadedState: rec.Status.State, loadedAttempts: rec.Attempts,
@@ -202,17 +239,22 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	switch {
 	case rec.Type != env.Type:
 		a.poison(model.ReasonTypeMismatch, fmt.Errorf("message says type %q, the stored command is %q", env.Type, rec.Type))
-		return
 	case !known:
 		a.poison(model.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
-		return
+	default:
+		if ceiling := p.ceiling(def); n > int64(ceiling) {
+			a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
+		} else {
+			a.run()
+		}
 	}
-	if ceiling := p.ceiling(def); n > int64(ceiling) {
-		a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
-		return
+	if rec.OrderKey != "" {
+		// A command that became final here hands its key to the next.
+		if cur := a.current(); cur.Status.State.Final() {
+			p.leaveOrder(s, cur)
+		}
 	}
-
-	a.run()
+	return nil
 }
 
 // firstRecord returns the command as its issue left it, built from the
@@ -432,6 +474,13 @@ type attempt struct {
 
 // ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
 // once the attempt is over).
+// current returns the command as the attempt last wrote or read it.
+func (a *attempt) current() *record.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rec
+}
+
 func (a *attempt) ended(kind string, err error) { a.outcome, a.outcomeErr = kind, err }
 
 // traceID is the trace ID for the attempt's log lines: its span's, else

@@ -103,8 +103,11 @@ func (p *Processor) Permits() []PermitState {
 }
 
 // permitWoken acts on a permit wake of queue (another process gave a
-// permit back): the waiting messages of its limited types try again.
+// permit back, or a command of an order key left it): the waiting
+// messages of its limited types, and those waiting for an order key's
+// head, try again.
 func (p *Processor) permitWoken(queue string) {
+	p.order.wakeAll()
 	for _, g := range p.gates {
 		if g.queue == queue && g.waiting.Load() > 0 {
 			g.wake()

@@ -97,6 +97,7 @@ type Processor struct {
 	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 	gates     map[string]*gate         // the permits of types with a GlobalConcurrency (permits.go)
+	order     orderGates               // deliveries waiting for their order key's head (order.go)
 
 	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex

@@ -52,6 +52,11 @@ type NewCommand struct {
 	// carried by the issue's own message, so that every attempt's span
 	// joins the issuing trace.
 	TraceParent, TraceState string
+	// OrderKey and OrderSeq, when OrderKey is set, are the command's order
+	// key and its place in the key's order (shared.AppendOrder, written
+	// before the command): stored as properties OrderKey and OrderSeq.
+	OrderKey string
+	OrderSeq int64
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -86,6 +91,9 @@ type Record struct {
 	// TraceParent and TraceState are the W3C trace context the command
 	// was issued in ("" = none; see NewCommand).
 	TraceParent, TraceState string
+	// OrderSeq is the command's place in its order key's order
+	// (Status.OrderKey; 0 when it has none).
+	OrderSeq int64
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see layout.Names.TableOf).
@@ -358,11 +366,14 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 		c.RunAt = layout.Millis(c.RunAt)
 	}
 	putTrace(props, c.TraceParent, c.TraceState)
+	if c.OrderKey != "" {
+		props["OrderKey"], props["OrderSeq"] = c.OrderKey, c.OrderSeq
+	}
 	for i, ch := range chunks {
 		props[layout.ParamsProp(i)] = ch
 	}
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Properties: props}
-	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent)}
+	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
 	layout.Apply(&st, ev)
 	wid := newWriteID()
@@ -608,6 +619,7 @@ func DecodeStatus(e storage.Entity) model.Status {
 		RunAt:         layout.TimeProp(e, "RunAt"),
 		Output:        outputProp(e),
 		TraceID:       TraceIDOf(layout.StrProp(e, "TraceParent")),
+		OrderKey:      layout.StrProp(e, "OrderKey"),
 	}
 }
 
@@ -674,6 +686,7 @@ func decodeRecord(e storage.Entity) *Record {
 		WriteID:     layout.StrProp(e, "WriteID"),
 		TraceParent: layout.StrProp(e, "TraceParent"),
 		TraceState:  layout.StrProp(e, "TraceState"),
+		OrderSeq:    layout.IntProp(e, "OrderSeq"),
 	}
 }
 

@@ -1,0 +1,263 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
+	"github.com/cmdq-dev/cmdq/internal/engine/shared"
+	"github.com/cmdq-dev/cmdq/storage"
+)
+
+// Order keys (docs/lifecycle.md, "Order keys"): the commands issued with
+// one order key run one at a time, in issue order, whatever their types.
+// Each has a place in its key (shared.AppendOrder, at the issue); the
+// lowest place not yet final is the key's head, the only one that may
+// run. A delivery of another command of the key gives its handler slot
+// (and permit) back and waits, holding its message (the keeper renews the
+// lease, so no attempt is spent), until it is the head: it reads the head
+// again when a command of the key leaves it in this process, when
+// another process says one left (a permit wake of the queue), or after a
+// backoff from orderRetryMin to orderRetryMax. A head that stays the
+// same for orderCheckAfter is looked at: a command that is final (its
+// leave was cut short) or was never stored (its issue failed after it
+// joined) is taken out of the key.
+//
+// Storage calls: one query per start of a command of a key (is it the
+// head?), one batch when it becomes final (its leave); while waiting,
+// one query per retry and a point read of a head that stays.
+
+const (
+	orderRetryMin   = 100 * time.Millisecond
+	orderRetryMax   = 2 * time.Second
+	orderCheckAfter = 2 * time.Second
+	// orderGhostAfter: a head whose command is not stored this long after
+	// it joined its key is an issue that failed after joining.
+	orderGhostAfter = time.Minute
+)
+
+// orderWait is what a delivery of a command waits for: its turn in its
+// order key.
+type orderWait struct {
+	key, id, queue string
+	seq            int64
+	head           shared.OrderHead
+}
+
+// orderGates are the waits of this processor, by order key.
+type orderGates struct {
+	mu sync.Mutex
+	by map[string]*orderGate
+}
+
+// orderGate is one order key's waits here.
+type orderGate struct {
+	n    int           // deliveries waiting (guarded by orderGates.mu)
+	turn chan struct{} // cap 1: the waiting delivery that reads the head
+	poke chan struct{} // closed (and replaced) when a command of the key leaves here
+}
+
+func (o *orderGates) enter(key string) *orderGate {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.by == nil {
+		o.by = map[string]*orderGate{}
+	}
+	g := o.by[key]
+	if g == nil {
+		g = &orderGate{turn: make(chan struct{}, 1), poke: make(chan struct{})}
+		o.by[key] = g
+	}
+	g.n++
+	return g
+}
+
+func (o *orderGates) exit(key string, g *orderGate) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if g.n--; g.n == 0 {
+		delete(o.by, key)
+	}
+}
+
+func (o *orderGates) poked(g *orderGate) <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return g.poke
+}
+
+// wake wakes the waits of key here; false when there are none.
+func (o *orderGates) wake(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	g := o.by[key]
+	if g == nil {
+		return false
+	}
+	close(g.poke)
+	g.poke = make(chan struct{})
+	return true
+}
+
+// wakeAll wakes every wait here (a permit wake: another process's command
+// left a key, which one is not said).
+func (o *orderGates) wakeAll() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, g := range o.by {
+		close(g.poke)
+		g.poke = make(chan struct{})
+	}
+}
+
+// orderTurn reads rec's order key's head: nil when rec is the head (it
+// may run), else what to wait for. A command that has no place in its key
+// (it left when it was poisoned, and an operator requeued it) joins it
+// again at its end.
+func (p *Processor) orderTurn(s *session, qr *queueRunner, rec *record.Record) (*orderWait, error) {
+	head, ok, err := p.st.ReadOrderHead(s.ops, rec.OrderKey)
+	if err != nil {
+		return nil, err
+	}
+	if ok && head.Command == rec.ID {
+		return nil, nil
+	}
+	seq := rec.OrderSeq
+	if !ok || head.Seq > seq {
+		// Not in the key (its place is before the head's, or the key is
+		// empty): join it again.
+		if seq, err = p.st.AppendOrder(s.ops, rec.OrderKey, qr.name, rec.ID, rec.Type); err != nil {
+			return nil, err
+		}
+		if head, ok, err = p.st.ReadOrderHead(s.ops, rec.OrderKey); err != nil {
+			return nil, err
+		}
+		if !ok || head.Command == rec.ID {
+			return nil, nil
+		}
+	}
+	return &orderWait{key: rec.OrderKey, id: rec.ID, queue: qr.name, seq: seq, head: head}, nil
+}
+
+// awaitOrder waits until w's command is its key's head (see the top of
+// this file), holding its message but no handler slot. false: the session
+// stopped taking work (the message is released) or the lease was lost.
+func (p *Processor) awaitOrder(s *session, k *keeper, w *orderWait) bool {
+	g := p.order.enter(w.key)
+	defer p.order.exit(w.key, g)
+	parked := p.park(orderParkKey, 2*p.cfg.Concurrency)
+	defer func() {
+		if parked {
+			p.unpark(orderParkKey)
+		}
+	}()
+	select {
+	case g.turn <- struct{}{}:
+	case <-s.take.Done():
+		p.release(s, k)
+		return false
+	case <-k.lostCh():
+		return false
+	}
+	defer func() { <-g.turn }()
+	backoff := orderRetryMin
+	head, since, checked := w.head, time.Now(), time.Time{}
+	for {
+		poke := p.order.poked(g)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+			backoff = min(2*backoff, orderRetryMax)
+		case <-poke:
+			t.Stop()
+			backoff = orderRetryMin
+		case <-s.take.Done():
+			t.Stop()
+			p.release(s, k)
+			return false
+		case <-k.lostCh():
+			t.Stop()
+			return false
+		}
+		cur, ok, err := p.st.ReadOrderHead(s.ops, w.key)
+		switch {
+		case err != nil:
+			if s.ops.Err() != nil {
+				return false
+			}
+			p.fault(s.ops, "read an order key's head", w.queue, w.id, err)
+			continue
+		case !ok || cur.Command == w.id || cur.Seq > w.seq:
+			// Its turn (or it is no longer in the key: the delivery finds
+			// out and joins again).
+			return true
+		case cur.Seq != head.Seq:
+			head, since, checked = cur, time.Now(), time.Time{}
+			continue
+		}
+		if time.Since(since) >= orderCheckAfter && time.Since(checked) >= orderCheckAfter {
+			checked = time.Now()
+			if p.clearHead(s.ops, w.key, cur) {
+				backoff = orderRetryMin
+			}
+		}
+	}
+}
+
+// orderParkKey is the parked count of deliveries waiting for their order
+// key's head (park), apart from those waiting for a slot or a permit.
+const orderParkKey = "\x00order"
+
+// clearHead looks at head, a head that stays: when its command is final,
+// or was never stored though it joined long ago, it is taken out of the
+// key (true). One point read, and a batch when it leaves.
+func (p *Processor) clearHead(ctx context.Context, key string, head shared.OrderHead) bool {
+	rec, err := p.st.Load(ctx, head.Command)
+	switch {
+	case err == nil && !rec.Status.State.Final():
+		return false
+	case err == nil && rec.Status.State != model.StateCompleted && rec.Status.State != model.StatePoisoned &&
+		time.Since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew:
+		// Cancelled (or discarded) while a handler of it may still run
+		// elsewhere: that one learns of it at its next lease renewal, and
+		// ends within a lease.
+		return false
+	case err == nil, errors.Is(err, model.ErrExpired):
+	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound):
+		if time.Since(head.Since) < orderGhostAfter {
+			return false
+		}
+	default:
+		return false
+	}
+	if err := p.st.LeaveOrder(ctx, key, head.Seq, head.Command); err != nil {
+		return false
+	}
+	p.cfg.Logger.Info().Str("command", head.Command).Msg("cmdq processor: took a command that is final, or was never stored, out of its order key")
+	return true
+}
+
+// leaveOrder takes rec, final, out of its order key (one batch) and wakes
+// whoever waits for the key: a delivery here, or else the other
+// processors of its queue (a permit wake). A leave that fails is logged:
+// a waiting delivery clears the head (clearHead).
+func (p *Processor) leaveOrder(s *session, rec *record.Record) {
+	if rec.OrderKey == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ops), 10*time.Second)
+	err := p.st.LeaveOrder(ctx, rec.OrderKey, rec.OrderSeq, rec.ID)
+	cancel()
+	if err != nil {
+		p.cfg.Logger.Warn().Err(err).Str("command", rec.ID).Msg("cmdq processor: a final command did not leave its order key; the next command's delivery takes it out")
+		return
+	}
+	if !p.order.wake(rec.OrderKey) {
+		if ring := p.cfg.Doorbell.RingPermit; ring != nil {
+			go ring(rec.Queue)
+		}
+	}
+}
