@@ -650,6 +650,9 @@ func printStatus(w io.Writer, st cmdq.Status) {
 	if st.CorrelationID != "" {
 		fmt.Fprintf(tw, "correlation\t%s\n", term(st.CorrelationID))
 	}
+	if st.OrderKey != "" {
+		fmt.Fprintf(tw, "order key\t%s\n", term(st.OrderKey))
+	}
 	if st.TraceID != "" {
 		fmt.Fprintf(tw, "trace\t%s\n", term(st.TraceID))
 	}

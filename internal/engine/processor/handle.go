@@ -224,6 +224,19 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 			return nil
 		}
 		if w != nil {
+			// It waits parked: holding no slot and not counted as held, so
+			// that the poller goes on fetching (the key's head among
+			// others).
+			w.parked = p.park(orderParkKey, p.orderParkLimit())
+			if !w.parked && rec.Status.State == model.StatePending && rec.Owner == "" {
+				// As many wait here already: put it back on its queue
+				// until later (a hop: a fresh dequeue count, so the wait
+				// spends no attempt), so that waiting messages never keep
+				// the poller from fetching their heads.
+				s.counter.hops.Add(1)
+				p.hopTo(s, qr, k, env, m, rec, time.Now().Add(orderHopDelay(rec.IssuedAt)))
+				return nil
+			}
 			return w
 		}
 	}

@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 // lease, so no attempt is spent), until it is the head: it reads the head
 // again when a command of the key leaves it in this process, when
 // another process says one left (a permit wake of the queue), or after a
-// backoff from orderRetryMin to orderRetryMax. A head that stays the
+// backoff from orderRetryMin to orderRetryMax (one waiting delivery per
+// key and process reads the head at a time, and tells the one it finds
+// is the head when that one waits here too). A head that stays the
 // same for orderCheckAfter is looked at: a command that is final (its
 // leave was cut short) or was never stored (its issue failed after it
 // joined) is taken out of the key.
@@ -45,7 +48,22 @@ type orderWait struct {
 	key, id, queue string
 	seq            int64
 	head           shared.OrderHead
+	parked         bool // parked by deliver (park): awaitOrder unparks it
 }
+
+// orderHopDelay is how long a waiting message that finds as many waiting
+// in its process already (orderParkLimit) is put back for: an eighth of
+// its command's age (a long wait so far says a long backlog ahead),
+// 500 ms to 10 s, ±20 %.
+func orderHopDelay(issued time.Time) time.Duration {
+	d := min(max(time.Since(issued)/8, 500*time.Millisecond), 10*time.Second)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// orderParkLimit is the most deliveries a process keeps waiting for their
+// order keys' heads: 4 × Concurrency, at least 64. Each renews its
+// message's lease (one call per half lease).
+func (p *Processor) orderParkLimit() int { return max(4*p.cfg.Concurrency, 64) }
 
 // orderGates are the waits of this processor, by order key.
 type orderGates struct {
@@ -58,9 +76,15 @@ type orderGate struct {
 	n    int           // deliveries waiting (guarded by orderGates.mu)
 	turn chan struct{} // cap 1: the waiting delivery that reads the head
 	poke chan struct{} // closed (and replaced) when a command of the key leaves here
+	// heads: each waiting delivery's channel, by command ID, closed when
+	// the delivery that reads the head finds that command is the head
+	// (guarded by orderGates.mu).
+	heads map[string]chan struct{}
 }
 
-func (o *orderGates) enter(key string) *orderGate {
+// enter registers a delivery of command id waiting for key's head; its
+// channel is closed when another waiting delivery finds id is the head.
+func (o *orderGates) enter(key, id string) (*orderGate, chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.by == nil {
@@ -68,18 +92,32 @@ func (o *orderGates) enter(key string) *orderGate {
 	}
 	g := o.by[key]
 	if g == nil {
-		g = &orderGate{turn: make(chan struct{}, 1), poke: make(chan struct{})}
+		g = &orderGate{turn: make(chan struct{}, 1), poke: make(chan struct{}), heads: map[string]chan struct{}{}}
 		o.by[key] = g
 	}
 	g.n++
-	return g
+	me := make(chan struct{})
+	g.heads[id] = me
+	return g, me
 }
 
-func (o *orderGates) exit(key string, g *orderGate) {
+func (o *orderGates) exit(key, id string, g *orderGate) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	delete(g.heads, id)
 	if g.n--; g.n == 0 {
 		delete(o.by, key)
+	}
+}
+
+// headFound tells the delivery of command id waiting here, if any, that
+// it is its key's head.
+func (o *orderGates) headFound(g *orderGate, id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ch := g.heads[id]; ch != nil {
+		close(ch)
+		delete(g.heads, id)
 	}
 }
 
@@ -146,16 +184,15 @@ func (p *Processor) orderTurn(s *session, qr *queueRunner, rec *record.Record) (
 // this file), holding its message but no handler slot. false: the session
 // stopped taking work (the message is released) or the lease was lost.
 func (p *Processor) awaitOrder(s *session, k *keeper, w *orderWait) bool {
-	g := p.order.enter(w.key)
-	defer p.order.exit(w.key, g)
-	parked := p.park(orderParkKey, 2*p.cfg.Concurrency)
-	defer func() {
-		if parked {
-			p.unpark(orderParkKey)
-		}
-	}()
+	g, me := p.order.enter(w.key, w.id)
+	defer p.order.exit(w.key, w.id, g)
+	if w.parked {
+		defer p.unpark(orderParkKey)
+	}
 	select {
 	case g.turn <- struct{}{}:
+	case <-me:
+		return true // the delivery that reads the head found it is this one
 	case <-s.take.Done():
 		p.release(s, k)
 		return false
@@ -195,9 +232,12 @@ func (p *Processor) awaitOrder(s *session, k *keeper, w *orderWait) bool {
 			// out and joins again).
 			return true
 		case cur.Seq != head.Seq:
+			// Another command's turn: when it waits here, tell it.
+			p.order.headFound(g, cur.Command)
 			head, since, checked = cur, time.Now(), time.Time{}
 			continue
 		}
+		p.order.headFound(g, cur.Command)
 		if time.Since(since) >= orderCheckAfter && time.Since(checked) >= orderCheckAfter {
 			checked = time.Now()
 			if p.clearHead(s.ops, w.key, cur) {

@@ -102,6 +102,27 @@ func (p *Processor) Permits() []PermitState {
 	return out
 }
 
+// clearPermits gives back every permit in the store (one query and one
+// delete each): on a store only this process uses, they were left by an
+// earlier process that was killed, and would hold their types until they
+// expired.
+func (p *Processor) clearPermits(ctx context.Context) {
+	perms, err := p.st.ReadPermits(ctx, "")
+	if err != nil {
+		p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: the permits of an earlier process were not read; they free themselves when they expire")
+		return
+	}
+	for _, pm := range perms {
+		if err := p.st.ReleasePermit(ctx, pm); err != nil {
+			p.cfg.Logger.Warn().Err(err).Msg("cmdq processor: a permit of an earlier process was not given back; it frees itself when it expires")
+			return
+		}
+	}
+	if len(perms) > 0 {
+		p.cfg.Logger.Info().Int("permits", len(perms)).Msg("cmdq processor: gave back the permits an earlier process left in this store")
+	}
+}
+
 // permitWoken acts on a permit wake of queue (another process gave a
 // permit back, or a command of an order key left it): the waiting
 // messages of its limited types, and those waiting for an order key's

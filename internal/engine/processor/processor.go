@@ -282,6 +282,11 @@ func (p *Processor) open(ctx context.Context) error {
 		p.completer = record.NewCompleter(p.st, gc)
 	}
 	p.poison = poison
+	if len(p.gates) > 0 && storage.IsExclusive(p.store) {
+		// No other process uses the store: a permit in it was left by an
+		// earlier process here, killed (permits.go).
+		p.clearPermits(ctx)
+	}
 	p.opened = true
 	return nil
 }

@@ -71,13 +71,24 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env layout.En
 		p.wakeAt(qr, p.wakeName(qr, k.id), latest(answered.Add(delay), visible))
 		return
 	}
-	text := m.Text
 	if env.First == nil {
 		// A second message (a recovery): it becomes visible a recovery
 		// delay after the run-at time, when the issue's own message, if
 		// it exists, has been started from what it carries.
 		due = due.Add(p.RecoveryDelay(rec.Type))
 	}
+	if !p.hopTo(s, qr, k, env, m, rec, due) {
+		return
+	}
+	p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Time("runAt", rec.Status.RunAt).Msg("cmdq processor: a scheduled command's message showed up early; put back until its time")
+}
+
+// hopTo puts the message m of command rec (not started) back on its
+// queue, invisible until due: a delete and an enqueue of a new message
+// (a fresh dequeue count). It reports whether the new message is on the
+// queue (else the reconciler is told, or the old one reappears).
+func (p *Processor) hopTo(s *session, qr *queueRunner, k *keeper, env layout.Envelope, m storage.Message, rec *record.Record, due time.Time) bool {
+	text := m.Text
 	if env.HandedOff {
 		plain := env
 		plain.HandedOff = false
@@ -85,7 +96,7 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env layout.En
 	}
 	receipt, held := k.stop()
 	if !held {
-		return
+		return false
 	}
 	err := k.q.Delete(s.ops, k.id, receipt)
 	switch {
@@ -93,24 +104,24 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env layout.En
 		p.ok()
 	case staleReceipt(err):
 		if k.settle(err, time.Now()) {
-			return // the lease had ended: another delivery holds the message and hops it
+			return false // the lease had ended: another delivery holds the message and hops it
 		}
 		// Answered while the lease was ours: the delete's first try
 		// landed (the message is gone), or the message reappears. The
 		// reconciler finds out and recovers the command if it has no
 		// message (a recovery's message is claimed by its delivery).
 		p.markUnqueued(s, qr, rec)
-		return
+		return false
 	default:
 		p.fault(s.ops, "hop: delete", qr.name, rec.ID, err)
-		return // the message reappears when its lease ends, and hops then
+		return false // the message reappears when its lease ends, and hops then
 	}
 	if _, err := p.enq.Hop(s.ops, rec.ID, text, qr.name, due); err != nil {
 		p.fault(s.ops, "hop: enqueue", qr.name, rec.ID, err)
 		p.markUnqueued(s, qr, rec)
-		return
+		return false
 	}
-	p.cfg.Logger.Debug().Str("command", rec.ID).Str("type", rec.Type).Time("runAt", rec.Status.RunAt).Msg("cmdq processor: a scheduled command's message showed up early; put back until its time")
+	return true
 }
 
 // markUnqueued marks command rec for the reconciler: its message may be
