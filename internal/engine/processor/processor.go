@@ -96,6 +96,7 @@ type Processor struct {
 	ctl       control                  // the queues' control rows, in-process cancels (control.go)
 	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
+	w         *weighted                // the handler slots' scheduler with QueueWeights (weights.go; guarded by holdMu), else nil
 
 	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -121,6 +122,7 @@ type queueRunner struct {
 	mu       sync.Mutex
 	inflight int
 	capacity chan struct{}
+	wi       int // its index in p.queues and p.w.qs
 }
 
 type leaseState struct {
@@ -169,6 +171,17 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		}
 	}
 	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
+	if len(cfg.QueueWeights) > 0 {
+		if err := UnknownWeights(cfg.QueueWeights, reg); err != nil {
+			return nil, err
+		}
+		if len(p.queues) > 1 {
+			p.w = newWeighted(p.Queues(), cfg.QueueWeights, cfg.Concurrency)
+		}
+	}
+	for i, qr := range p.queues {
+		qr.wi = i
+	}
 	first := p.queues[0]
 	p.probe = NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
 		return store.Queue(ctx, first.storage) // the driver's cached handle once opened
