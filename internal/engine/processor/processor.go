@@ -554,6 +554,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (model.Summary, er
 	s.hoMu.Unlock()
 
 	var pollers, background sync.WaitGroup
+	p.weightedBegin() // with QueueWeights: every poller is about to look (weights.go)
 	for _, qr := range p.queues {
 		pollers.Add(1)
 		go func() { defer pollers.Done(); p.poll(s, qr) }()

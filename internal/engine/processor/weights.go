@@ -87,6 +87,7 @@ type wqueue struct {
 	started int   // its messages holding a handler slot
 	waiting []chan struct{}
 	wanting bool // its poller waits for places to dequeue into
+	fresh   bool // its poller has not looked for places yet this session (it is about to)
 	ready   bool // its last dequeue brought as many messages as it asked for
 }
 
@@ -236,7 +237,7 @@ func (w *weighted) places(i, prefetch, concurrency, batch int) int {
 		return 0
 	}
 	for j, r := range w.qs {
-		if j != i && (r.held > r.started || r.wanting) && w.before(j, w.eff(j), i, w.eff(i)) {
+		if j != i && (r.held > r.started || r.wanting || r.fresh) && w.before(j, w.eff(j), i, w.eff(i)) {
 			return 0
 		}
 	}
@@ -244,8 +245,11 @@ func (w *weighted) places(i, prefetch, concurrency, batch int) int {
 }
 
 // wins returns how many of f free slots queue i would get (at most
-// limit) if the queues waiting to dequeue (i among them) took them in
+// limit) if the queues waiting to dequeue (i among them, and those whose
+// pollers are about to look at the start of a session) took them in
 // stride order, after the starts of the messages every queue has in hand.
+// (Without the fresh pollers, the first poller of a session to look
+// would take every free slot.)
 func (w *weighted) wins(i, f, limit int) int {
 	pass := make([]int64, len(w.qs))
 	for j, r := range w.qs {
@@ -255,7 +259,7 @@ func (w *weighted) wins(i, f, limit int) int {
 	for range f {
 		best := -1
 		for j, r := range w.qs {
-			if (j == i || r.wanting) && (best < 0 || w.before(j, pass[j], best, pass[best])) {
+			if (j == i || r.wanting || r.fresh) && (best < 0 || w.before(j, pass[j], best, pass[best])) {
 				best = j
 			}
 		}
@@ -315,6 +319,7 @@ func (p *Processor) weightedReserve(s *session, qr *queueRunner) int {
 	q := p.w.qs[qr.wi]
 	for {
 		p.holdMu.Lock()
+		q.fresh = false
 		n := p.w.places(qr.wi, p.prefetch(), p.cfg.Concurrency, p.cfg.BatchSize)
 		if n > 0 {
 			q.wanting = false
@@ -335,6 +340,19 @@ func (p *Processor) weightedReserve(s *session, qr *queueRunner) int {
 			return 0
 		}
 	}
+}
+
+// weightedBegin marks every queue's poller about to look for places, at
+// the start of a session (before they run).
+func (p *Processor) weightedBegin() {
+	if p.w == nil {
+		return
+	}
+	p.holdMu.Lock()
+	for _, q := range p.w.qs {
+		q.fresh = true
+	}
+	p.holdMu.Unlock()
 }
 
 // weightedSlot waits for a handler slot for a message of qr, in stride

@@ -178,6 +178,22 @@ func TestWeightedPlacesWithoutPrefetch(t *testing.T) {
 			t.Fatalf("places of %s with every slot's message in hand: %d, want 0", w.qs[i].name, n)
 		}
 	}
+
+	// At the start of a session every poller is about to look: the first
+	// to look (low) takes its turn of the free slots only, not all 4.
+	w = sixThreeOne(4)
+	for _, q := range w.qs {
+		q.fresh = true
+	}
+	w.qs[2].fresh = false
+	if n := w.places(2, 0, 4, 32); n != 1 {
+		t.Fatalf("places of low, first to look in a session: %d, want 1", n)
+	}
+	// Alone (the others' pollers gone to wait), it takes every free slot.
+	w.qs[0].fresh, w.qs[1].fresh = false, false
+	if n := w.places(2, 0, 4, 32); n != 4 {
+		t.Fatalf("places of low, the only queue looking: %d, want 4", n)
+	}
 }
 
 // TestWeightedPlacesPrefetchShares: with a prefetch, a queue with no
