@@ -320,9 +320,13 @@ func (c *Client) editable() error {
 }
 
 // checkQueues checks the storage names of every known queue with the
-// prefix (Start: a long prefix leaves less room for queue names).
+// prefix (Start: a long prefix leaves less room for queue names), and that
+// Config.QueueWeights names only known queues.
 func (c *Client) checkQueues() error {
 	if err := c.names.Validate(c.Queues()...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := processor.UnknownWeights(c.cfg.QueueWeights, c.reg); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil

@@ -72,6 +72,21 @@ type Config struct {
 	// fetched ahead, slow ones none. At most 10,000; NoThreshold (-1) for
 	// no prefetch. Defaults to BatchSize.
 	NewBatchThreshold int
+	// QueueWeights shares the processor between the queues it polls:
+	// queue name → weight, 1..MaxQueueWeight. Under saturation (more
+	// ready work than handler slots on every queue) the processor starts
+	// commands from the queues in proportion to their weights (6:3:1
+	// gives 60 %, 30 % and 10 % of the starts); a queue with no ready work
+	// lends its share to the others, and a queue with work waiting is
+	// never starved: between two of its starts the other queues start at
+	// most Σ(w + ⌊w/own weight⌋ + 1) commands over their weights w (20
+	// for the lightest of 6:3:1; docs/processor.md, "Queue weights"). A
+	// polled queue left out weighs 1; a processor that polls one queue
+	// ignores them. Every named queue must be one a registered or
+	// declared type routes to: Start, Run and RunFor refuse weights for
+	// unknown queues (ErrInvalidConfig). Default none: the queues take
+	// handler slots as their messages come, first come, first served.
+	QueueWeights map[string]int
 	// MinPollInterval is the wait after the first empty poll of a queue;
 	// it doubles after each empty poll up to MaxPollInterval and is back
 	// to MinPollInterval after a message. Defaults to 100 ms.
@@ -321,6 +336,7 @@ func (c Config) processor() processor.Config {
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: model.Retention(c.Retention),
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
 		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
+		QueueWeights: c.QueueWeights,
 	}
 }
 
@@ -416,6 +432,8 @@ const (
 	DefaultBatchSize = model.DefaultBatchSize
 	// MaxNewBatchThreshold is the largest Config.NewBatchThreshold (10,000).
 	MaxNewBatchThreshold = model.MaxNewBatchThreshold
+	// MaxQueueWeight is the largest weight in Config.QueueWeights (1,000).
+	MaxQueueWeight = model.MaxQueueWeight
 	// DefaultMinPollInterval is Config.MinPollInterval's default: 100 ms.
 	DefaultMinPollInterval = model.DefaultMinPollInterval
 	// DefaultMaxPollInterval is Config.MaxPollInterval's default: 1 minute.

@@ -375,3 +375,39 @@ func TestWorkerRecoveryDelayFlag(t *testing.T) {
 		t.Fatalf("worker --recovery-delay: %+v, want a flag defaulting to 30s", f)
 	}
 }
+
+// TestQueueWeightsFlag: a malformed --queue-weights, a weight outside
+// 1..1000 and a weight for a queue no command type of the process routes
+// to stop worker and serve before they start (exit 1, a message naming
+// the problem); a good one (the demo types' queue) runs.
+func TestQueueWeightsFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cmd, value, want string
+	}{
+		{"worker", "critical", "give queue=WEIGHT pairs"},
+		{"worker", "commands=x", "give queue=WEIGHT pairs"},
+		{"worker", "commands=1,commands=2", "given twice"},
+		{"worker", "commands=0", `QueueWeights["commands"] = 0 is outside 1..1000`},
+		{"serve", "commands=-3", `QueueWeights["commands"] = -3 is outside 1..1000`},
+		{"worker", "Bad=2", `queue "Bad"`},
+		{"worker", "commands=6,critical=3", "weights for unknown queues critical"},
+		{"serve", "critical=3", "weights for unknown queues critical"},
+	} {
+		data := t.TempDir()
+		args := []string{c.cmd, "--data", data, "--queue-weights", c.value}
+		if c.cmd == "serve" {
+			args = append(args, "--addr", "127.0.0.1:0")
+		} else {
+			args = append(args, "--run-for", "5s")
+		}
+		r := runCmdq(t, 20*time.Second, nil, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("cmdq %s --queue-weights %s: exit %d, stderr %q, want 1 and %q", c.cmd, c.value, r.code, r.stderr, c.want)
+		}
+	}
+	r := runCmdq(t, 20*time.Second, nil, "worker", "--data", t.TempDir(), "--queue-weights", "commands=3", "--run-for", "2s")
+	if r.code != 0 || !summaryLine.MatchString(r.stdout) {
+		t.Fatalf("worker --queue-weights commands=3: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ const defaultAddr = "127.0.0.1:8080"
 type procFlags struct {
 	noDemo          bool
 	concurrency     int
+	queueWeights    string
 	minPollInterval time.Duration
 	maxPollInterval time.Duration
 	drainTimeout    time.Duration
@@ -61,6 +64,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl := c.Flags()
 	fl.BoolVar(&f.noDemo, "no-demo", false, "do not register the demo handlers (demo.echo, demo.sleep, demo.fail, demo.steps)")
 	fl.IntVar(&f.concurrency, "concurrency", cmdq.DefaultConcurrency, "most handlers run at once")
+	fl.StringVar(&f.queueWeights, "queue-weights", "", "share the handlers between queues under saturation: queue=WEIGHT,... (e.g. critical=6,default=3,low=1: 60/30/10 % of the starts while every queue has more work than slots; a queue with no work lends its share, and none is starved); weights 1..1000, a queue left out weighs 1. Default none: first come, first served")
 	fl.DurationVar(&f.minPollInterval, "min-poll-interval", cmdq.DefaultMinPollInterval, "wait after the first empty poll of a queue, doubling up to --max-poll-interval")
 	fl.DurationVar(&f.maxPollInterval, "max-poll-interval", cmdq.DefaultMaxPollInterval, "longest wait between polls of an empty queue (backoff from --min-poll-interval); a wake-up from another process ends it at once")
 	fl.StringVar(&f.doorbellListen, "doorbell-listen", cmdq.DefaultDoorbellListen, "UDP address the processor hears wake-ups from other processes on (port 0: a free one); the default serves processes on this machine only: give 0.0.0.0:7311 for workers on other machines and open that port to the web tier")
@@ -135,11 +139,16 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	if err != nil {
 		return nil, nil, err
 	}
+	weights, err := weightMap(f.queueWeights)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg := cmdq.Config{
 		Prefix:            prefix,
 		Shards:            shards,
 		Worker:            f.worker,
 		Concurrency:       f.concurrency,
+		QueueWeights:      weights,
 		MinPollInterval:   f.minPollInterval,
 		MaxPollInterval:   f.maxPollInterval,
 		DrainTimeout:      f.drainTimeout,
@@ -163,11 +172,17 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		return nil, nil, err
 	}
 	if f.noDemo {
+		if err := checkWeightQueues(c, f.queueWeights, weights); err != nil {
+			return nil, nil, err
+		}
 		return c, closer, nil
 	}
 	if f.declareOnly {
 		if err := declareDemo(c, f.demoLease); err != nil {
 			return nil, nil, fmt.Errorf("declare demo types: %w", err)
+		}
+		if err := checkWeightQueues(c, f.queueWeights, weights); err != nil {
+			return nil, nil, err
 		}
 		return c, closer, nil
 	}
@@ -182,7 +197,60 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		_ = closer()
 		return nil, nil, fmt.Errorf("register demo handlers: %w", err)
 	}
+	if err := checkWeightQueues(c, f.queueWeights, weights); err != nil {
+		_ = closer()
+		return nil, nil, err
+	}
 	return c, closer, nil
+}
+
+// weightMap parses --queue-weights (queue=WEIGHT,...).
+func weightMap(s string) (map[string]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, e := range splitList(s) {
+		q, n, ok := strings.Cut(e, "=")
+		q = strings.TrimSpace(q)
+		w, err := strconv.Atoi(strings.TrimSpace(n))
+		if !ok || err != nil || q == "" {
+			return nil, fmt.Errorf("--queue-weights %q: give queue=WEIGHT pairs separated by commas, each weight a whole number 1..%d (e.g. critical=6,default=3,low=1)", s, cmdq.MaxQueueWeight)
+		}
+		if _, dup := out[q]; dup {
+			return nil, fmt.Errorf("--queue-weights %q: queue %s is given twice; give each queue once", s, q)
+		}
+		out[q] = w
+	}
+	if err := (cmdq.Config{QueueWeights: out}).Validate(); err != nil {
+		return nil, fmt.Errorf("--queue-weights %q: %w", s, err)
+	}
+	return out, nil
+}
+
+// checkWeightQueues refuses --queue-weights naming a queue no type of c
+// (registered or declared) routes to, before anything starts.
+func checkWeightQueues(c *cmdq.Client, flag string, weights map[string]int) error {
+	known := map[string]bool{}
+	for _, t := range c.Types() {
+		if info, ok := c.Lookup(t); ok {
+			known[info.Options.Queue] = true
+		}
+	}
+	var unknown []string
+	for _, q := range slices.Sorted(maps.Keys(weights)) {
+		if !known[q] {
+			unknown = append(unknown, q)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	names := "none"
+	if len(known) > 0 {
+		names = strings.Join(slices.Sorted(maps.Keys(known)), ", ")
+	}
+	return fmt.Errorf("--queue-weights %q: weights for unknown queues %s: no command type of this process routes to them (its types' queues: %s); leave them out", flag, strings.Join(unknown, ", "), names)
 }
 
 // observer returns o as a cmdq.Observer, or nil for a nil o (an

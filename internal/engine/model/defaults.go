@@ -30,6 +30,7 @@ const (
 // Special values of Config fields (documented in package cmdq).
 const (
 	MaxNewBatchThreshold               = 10000
+	MaxQueueWeight                     = 1000
 	NoThreshold                        = -1
 	NoReconcile          time.Duration = -1
 )

@@ -3,6 +3,8 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -60,6 +62,14 @@ type Config struct {
 	HeartbeatInterval       time.Duration
 	Flywheel                bool
 	Logger                  zerolog.Logger
+	// QueueWeights shares the handler slots between the queues the
+	// processor polls in proportion under saturation (weights.go;
+	// docs/processor.md, "Queue weights"): queue → weight, 1..
+	// model.MaxQueueWeight; a polled queue left out weighs 1. New refuses
+	// a weight for a queue no registered or declared type routes to.
+	// Default nil: no weights, the queues take slots as their messages
+	// come (first come, first served).
+	QueueWeights map[string]int
 
 	// Doorbell is the wake-ups between processes (doorbell.go): the
 	// Client fills it from cmdq.Config.Doorbell and its store.
@@ -192,6 +202,14 @@ func (c Config) Validate() error {
 	}
 	if c.UnhealthyAfter < 0 {
 		bad("UnhealthyAfter %d is negative (0 = default 5)", c.UnhealthyAfter)
+	}
+	for _, q := range slices.Sorted(maps.Keys(c.QueueWeights)) {
+		if err := model.ValidateQueue(q); err != nil {
+			bad("QueueWeights: %v", err)
+		}
+		if w := c.QueueWeights[q]; w < 1 || w > model.MaxQueueWeight {
+			bad("QueueWeights[%q] = %d is outside 1..%d; a weight is a share (critical=6,default=3,low=1), and a queue left out weighs 1", q, w, model.MaxQueueWeight)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -98,7 +98,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	for {
 		var h *permitHold
 		if g := p.gates[env.Type]; g != nil && known {
-			if h, ok = p.takePermit(s, k, g, env.ID); !ok {
+			if h, ok = p.takePermit(s, qr, k, g, env.ID); !ok {
 				return
 			}
 			k.onRenewed(func(lease time.Duration) { p.renewPermit(s.ops, h, lease) })
@@ -118,7 +118,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			k.onRenewed(nil)
 			p.givePermit(s, h)
 		}
-		if wait == nil || !p.awaitOrder(s, k, wait) {
+		if wait == nil || !p.awaitOrder(s, qr, k, wait) {
 			return
 		}
 		slotSent, slotVis = time.Now(), k.currentLease()
@@ -227,7 +227,7 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 			// It waits parked: holding no slot and not counted as held, so
 			// that the poller goes on fetching (the key's head among
 			// others).
-			w.parked = p.park(orderParkKey, p.orderParkLimit())
+			w.parked = p.park(qr, orderParkKey, p.orderParkLimit())
 			if !w.parked && rec.Status.State == model.StatePending && rec.Owner == "" {
 				// As many wait here already: put it back on its queue
 				// until later (a hop: a fresh dequeue count, so the wait

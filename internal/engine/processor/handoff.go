@@ -60,6 +60,9 @@ func (p *Processor) HandOff(queue, cmdType string) issuer.HandOffSlot {
 	}
 	p.busy++
 	p.held++
+	if p.w != nil {
+		p.w.qs[qr.wi].held++
+	}
 	p.holdMu.Unlock()
 	s.wg.Add(1) // Run waits for it (see session.closeHandOff)
 	return &handOff{p: p, s: s, qr: qr, lease: p.leaseFor(cmdType)}
@@ -102,7 +105,7 @@ func (h *handOff) Cancel() {
 		h.p.holdMu.Lock()
 		h.p.busy--
 		h.p.holdMu.Unlock()
-		h.p.unreserve(1)
+		h.p.unreserve(h.qr, 1)
 		h.s.wg.Done()
 	})
 }

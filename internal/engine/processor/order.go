@@ -183,11 +183,11 @@ func (p *Processor) orderTurn(s *session, qr *queueRunner, rec *record.Record) (
 // awaitOrder waits until w's command is its key's head (see the top of
 // this file), holding its message but no handler slot. false: the session
 // stopped taking work (the message is released) or the lease was lost.
-func (p *Processor) awaitOrder(s *session, k *keeper, w *orderWait) bool {
+func (p *Processor) awaitOrder(s *session, qr *queueRunner, k *keeper, w *orderWait) bool {
 	g, me := p.order.enter(w.key, w.id)
 	defer p.order.exit(w.key, w.id, g)
 	if w.parked {
-		defer p.unpark(orderParkKey)
+		defer p.unpark(qr, orderParkKey)
 	}
 	select {
 	case g.turn <- struct{}{}:

@@ -140,13 +140,13 @@ func (p *Processor) permitWoken(queue string) {
 // holds, waiting as long as it takes (see the top of this file). ok is
 // false when the wait ended without one: the session stopped taking work
 // (the message is released) or the message's lease was lost.
-func (p *Processor) takePermit(s *session, k *keeper, g *gate, cmdID string) (h *permitHold, ok bool) {
+func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, cmdID string) (h *permitHold, ok bool) {
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
 	parked := false
 	defer func() {
 		if parked {
-			p.unpark(permitParkKey + g.typ)
+			p.unpark(qr, permitParkKey+g.typ)
 		}
 	}()
 	select {
@@ -157,7 +157,7 @@ func (p *Processor) takePermit(s *session, k *keeper, g *gate, cmdID string) (h 
 		// poller goes on fetching other work. Past the bound the
 		// message waits counted as held (the poller's prefetch bound
 		// then stops fetching): it is never released for it.
-		parked = p.park(permitParkKey+g.typ, 2*p.cfg.Concurrency)
+		parked = p.park(qr, permitParkKey+g.typ, 2*p.cfg.Concurrency)
 		select {
 		case g.turn <- struct{}{}:
 		case <-s.take.Done():
@@ -183,7 +183,7 @@ func (p *Processor) takePermit(s *session, k *keeper, g *gate, cmdID string) (h 
 			p.fault(s.ops, "take a permit", g.queue, cmdID, err)
 		}
 		if !parked {
-			parked = p.park(permitParkKey+g.typ, 2*p.cfg.Concurrency)
+			parked = p.park(qr, permitParkKey+g.typ, 2*p.cfg.Concurrency)
 		}
 		wait := backoff
 		if !next.IsZero() {

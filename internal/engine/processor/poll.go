@@ -50,8 +50,12 @@ func (p *Processor) prefetch() int {
 // to BatchSize of them for one dequeue of qr: it holds at most Concurrency
 // + prefetch messages (dequeued and not finished), and fetches when a full
 // batch fits or a handler slot would otherwise stay idle. It returns 0 when
-// the session stops taking work.
+// the session stops taking work. With QueueWeights, weightedReserve
+// decides instead (weights.go).
 func (p *Processor) reserve(s *session, qr *queueRunner) int {
+	if p.w != nil {
+		return p.weightedReserve(s, qr)
+	}
 	for {
 		p.holdMu.Lock()
 		limit := p.cfg.Concurrency + p.prefetch()
@@ -71,13 +75,16 @@ func (p *Processor) reserve(s *session, qr *queueRunner) int {
 	}
 }
 
-// unreserve gives back n reserved (or held) message places.
-func (p *Processor) unreserve(n int) {
+// unreserve gives back n reserved (or held) message places of qr.
+func (p *Processor) unreserve(qr *queueRunner, n int) {
 	if n <= 0 {
 		return
 	}
 	p.holdMu.Lock()
 	p.held -= n
+	if p.w != nil {
+		p.w.qs[qr.wi].held -= n
+	}
 	p.holdMu.Unlock()
 	for _, qr := range p.queues {
 		select {
@@ -103,7 +110,7 @@ func (p *Processor) done(qr *queueRunner) {
 	p.busy--
 	p.holdMu.Unlock()
 	p.health.update(func(h *health) { h.inFlight-- })
-	p.unreserve(1)
+	p.unreserve(qr, 1)
 }
 
 // poll is one queue's poller: it dequeues as many messages as the processor
@@ -148,12 +155,12 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			return
 		}
 		if !s.mayTake(p) {
-			p.unreserve(n)
+			p.unreserve(qr, n)
 			return
 		}
 		if !p.mayDequeue(s, qr, busy) {
 			// Paused: no dequeue until it is resumed (control.go).
-			p.unreserve(n)
+			p.unreserve(qr, n)
 			if !p.whilePaused(s, qr) {
 				return
 			}
@@ -176,7 +183,8 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			msgs, err = qr.q.Dequeue(s.ops, n, vis)
 		}
 		p.health.update(func(h *health) { h.polling-- })
-		p.unreserve(n - len(msgs))
+		p.dequeued(qr, n, len(msgs), err)
+		p.unreserve(qr, n-len(msgs))
 		busy = len(msgs) > 0
 		now := time.Now()
 		var wait time.Duration
@@ -391,7 +399,7 @@ func (p *Processor) dispatch(s *session, qr *queueRunner, m storage.Message, sen
 // drain ends, and a release that comes after leaves the message to
 // reappear when its dequeue's visibility ends. Cost: 1 UpdateVisibility.
 func (p *Processor) releaseLate(s *session, qr *queueRunner, m storage.Message) {
-	defer p.unreserve(1)
+	defer p.unreserve(qr, 1)
 	s.counter.released.Add(1)
 	if _, _, err := qr.q.UpdateVisibility(s.ops, m.ID, m.PopReceipt, 0); err != nil && !expected(err) {
 		p.fault(s.ops, "release", qr.name, "", err)

@@ -98,6 +98,7 @@ type Processor struct {
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 	gates     map[string]*gate         // the permits of types with a GlobalConcurrency (permits.go)
 	order     orderGates               // deliveries waiting for their order key's head (order.go)
+	w         *weighted                // the handler slots' scheduler with QueueWeights (weights.go; guarded by holdMu), else nil
 
 	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -123,6 +124,7 @@ type queueRunner struct {
 	mu       sync.Mutex
 	inflight int
 	capacity chan struct{}
+	wi       int // its index in p.queues and p.w.qs
 }
 
 type leaseState struct {
@@ -171,6 +173,17 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		}
 	}
 	sort.Slice(p.queues, func(i, j int) bool { return p.queues[i].name < p.queues[j].name })
+	if len(cfg.QueueWeights) > 0 {
+		if err := UnknownWeights(cfg.QueueWeights, reg); err != nil {
+			return nil, err
+		}
+		if len(p.queues) > 1 {
+			p.w = newWeighted(p.Queues(), cfg.QueueWeights, cfg.Concurrency)
+		}
+	}
+	for i, qr := range p.queues {
+		qr.wi = i
+	}
 	first := p.queues[0]
 	p.probe = NewStorageProbe(func(ctx context.Context) (storage.Queue, error) {
 		return store.Queue(ctx, first.storage) // the driver's cached handle once opened
@@ -560,6 +573,7 @@ func (p *Processor) run(ctx context.Context, d time.Duration) (model.Summary, er
 	s.hoMu.Unlock()
 
 	var pollers, background sync.WaitGroup
+	p.weightedBegin() // with QueueWeights: every poller is about to look (weights.go)
 	for _, qr := range p.queues {
 		pollers.Add(1)
 		go func() { defer pollers.Done(); p.poll(s, qr) }()

@@ -22,41 +22,53 @@ import "time"
 // back.
 func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Time, vis time.Duration) (free func(), ok bool) {
 	deadline := sent.Add(vis / 2)
+	qr := p.byName[k.queue]
 	typed := p.typeSlots[cmdType]
 	if typed != nil {
 		select {
 		case typed <- struct{}{}:
 		default:
-			if !p.park(cmdType, cap(typed)) {
+			if !p.park(qr, cmdType, cap(typed)) {
 				p.releaseFor(s, k, max(time.Until(deadline), 0))
 				return nil, false
 			}
 			got, _ := waitSlot(s, typed, deadline)
-			p.unpark(cmdType)
+			p.unpark(qr, cmdType)
 			if !got {
 				p.release(s, k)
 				return nil, false
 			}
 		}
 	}
-	select {
-	case p.sem <- struct{}{}:
-	default:
-		if got, late := waitSlot(s, p.sem, deadline); !got {
-			if late {
-				// Handlers are slower than the average says: no prefetch
-				// until one finishes.
-				p.overheld.Store(true)
-			}
-			if typed != nil {
-				<-typed
-			}
-			p.release(s, k)
-			return nil, false
+	got, late := true, false
+	if p.w != nil {
+		// QueueWeights: the slot goes by the queues' turns (weights.go).
+		got, late = p.weightedSlot(s, qr, deadline)
+	} else {
+		select {
+		case p.sem <- struct{}{}:
+		default:
+			got, late = waitSlot(s, p.sem, deadline)
 		}
 	}
+	if !got {
+		if late {
+			// Handlers are slower than the average says: no prefetch
+			// until one finishes.
+			p.overheld.Store(true)
+		}
+		if typed != nil {
+			<-typed
+		}
+		p.release(s, k)
+		return nil, false
+	}
 	return func() {
-		<-p.sem
+		if p.w != nil {
+			p.weightedFree(qr)
+		} else {
+			<-p.sem
+		}
 		if typed != nil {
 			<-typed
 		}
@@ -78,10 +90,10 @@ func waitSlot(s *session, slots chan struct{}, deadline time.Time) (got, late bo
 	}
 }
 
-// park notes a message of cmdType that waits for one of its type's slots,
+// park notes a message of cmdType (on qr) that waits for one of its type's slots,
 // unless limit of them wait already (false). A parked message is not held
 // and holds no handler slot: the pollers may fetch in its place.
-func (p *Processor) park(cmdType string, limit int) bool {
+func (p *Processor) park(qr *queueRunner, cmdType string, limit int) bool {
 	p.holdMu.Lock()
 	if p.parked[cmdType] >= limit {
 		p.holdMu.Unlock()
@@ -90,6 +102,9 @@ func (p *Processor) park(cmdType string, limit int) bool {
 	p.parked[cmdType]++
 	p.held--
 	p.busy--
+	if p.w != nil {
+		p.w.qs[qr.wi].held--
+	}
 	p.holdMu.Unlock()
 	for _, qr := range p.queues {
 		select {
@@ -102,11 +117,14 @@ func (p *Processor) park(cmdType string, limit int) bool {
 
 // unpark ends a park: the message is held again (it runs, or it is
 // released and then finished as any held message is).
-func (p *Processor) unpark(cmdType string) {
+func (p *Processor) unpark(qr *queueRunner, cmdType string) {
 	p.holdMu.Lock()
 	p.parked[cmdType]--
 	p.held++
 	p.busy++
+	if p.w != nil {
+		p.w.qs[qr.wi].held++
+	}
 	p.holdMu.Unlock()
 }
 
