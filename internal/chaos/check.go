@@ -98,6 +98,10 @@ type Report struct {
 	PoisonedByLostDeliveries int
 	// ClientRetries counts POSTs after the first, over all commands.
 	ClientRetries int64
+	// Limit is demo.sleep's global concurrency limit in the run (0: none);
+	// LimitPeak the most demo.sleep handlers the journal shows at once.
+	// Ordered counts the commands with an order key (flow.go).
+	Limit, LimitPeak, Ordered int
 
 	// Executions counts journalled handler executions; Extra those that
 	// were not a retry after a recorded failure, split by explanation
@@ -166,6 +170,9 @@ func (r *Report) Figures() string {
 	}
 	fmt.Fprintf(&b, "  kills %d (processes that exited on their own: %d); faults %d [%s]; 503 answers injected %d\n",
 		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
+	if r.Limit > 0 || r.Ordered > 0 {
+		fmt.Fprintf(&b, "  flow control: %s limited to %d, at most %d ran at once; %d commands on %d order keys\n", limitedType, r.Limit, r.LimitPeak, r.Ordered, orderKeys)
+	}
 	fmt.Fprintf(&b, "  settled in %s; left on the queue %d; reconciler markers left %d; leases grown %d times; journal lines %d (unreadable %d)\n",
 		r.SettleTime.Round(100*time.Millisecond), r.LeftOnQueue, r.MarkersLeft, r.LeaseGrowths, r.JournalLines, r.JournalBad)
 	for i, n := range r.Notes {
@@ -270,6 +277,8 @@ func check(r *Report, cmds []*command, snap *snapshot, j *journal, ps procInfo) 
 		checkSchedule(r, add, c, h, j.byID[c.ID])
 	}
 	checkPauses(r, add, j)
+	checkLimit(r, add, r.Limit, cmds, j, ps)
+	checkOrder(r, add, cmds, snap, j, ps)
 
 	// The poison table holds exactly the poisoned commands.
 	for id, e := range snap.poison {

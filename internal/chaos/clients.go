@@ -33,6 +33,9 @@ type command struct {
 	// Delay, when above 0, is the delay the command is issued with
 	// (schedule.go): no handler of it may begin before its runAt.
 	Delay time.Duration
+	// OrderKey, when set, is the order key the command is issued with
+	// (flow.go).
+	OrderKey string
 
 	mu         sync.Mutex
 	accepted   bool

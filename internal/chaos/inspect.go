@@ -75,6 +75,9 @@ type history struct {
 	// RunAt is the command row's run-at time (zero: none).
 	RunAt  time.Time
 	Events []event
+	// OrderKey and OrderSeq are the command's order key and place (flow.go).
+	OrderKey string
+	OrderSeq int64
 }
 
 // outcome returns the event recording the outcome of the attempt
@@ -184,6 +187,7 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.Type, h.Status, h.LastError = strProp(e, "Type"), strProp(e, "Status"), strProp(e, "LastError")
 				h.Attempts, h.Step = int(intProp(e, "Attempts")), int(intProp(e, "Step"))
 				h.RunAt = timeProp(e, "RunAt")
+				h.OrderKey, h.OrderSeq = strProp(e, "OrderKey"), intProp(e, "OrderSeq")
 			case strings.HasPrefix(e.RowKey, rowEventPrefix):
 				h.Events = append(h.Events, event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
 					Attempt: int(intProp(e, "Attempt")), Worker: strProp(e, "Worker"), Step: int(intProp(e, "Step")),

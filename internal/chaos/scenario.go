@@ -133,6 +133,13 @@ type Scenario struct {
 	// hour, longer than the run, so that they end still scheduled
 	// (default 0: none).
 	Scheduled float64
+	// Limit, when above 0, caps demo.sleep across every process
+	// (--global-concurrency demo.sleep=Limit) and the check holds the
+	// journal to it (flow.go). Default 0: none.
+	Limit int
+	// Ordered is the share (0..1) of the commands due at once that carry
+	// one of orderKeys order keys (flow.go). Default 0: none.
+	Ordered float64
 }
 
 func (sc *Scenario) defaults() {
@@ -207,6 +214,7 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	rng := rand.New(rand.NewPCG(sc.Seed, 1))
 	cmds := mix(rng, sc.Commands, sc.MaxSleep, sc.Cancels)
 	schedule(rand.New(rand.NewPCG(sc.Seed, 96)), cmds, sc.Scheduled)
+	order(rand.New(rand.NewPCG(sc.Seed, 97)), cmds, sc.Ordered)
 	cl := newClients("http://"+w.addr, w.tl)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -309,7 +317,7 @@ func (w *world) close() {
 // stops every process cleanly, reads storage and the journal, and checks
 // the invariants.
 func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Report {
-	rep := &Report{Scenario: w.sc.Name, Seed: w.sc.Seed, Faults: w.faults}
+	rep := &Report{Scenario: w.sc.Name, Seed: w.sc.Seed, Faults: w.faults, Limit: w.sc.Limit}
 	settleStart := time.Now()
 	// A process that exits on its own while the commands settle is
 	// restarted, as a service manager would.
@@ -474,6 +482,9 @@ func (w *world) args(role string) ([]string, error) {
 	}
 	if w.sc.Shards > 1 {
 		args = append(args, "--shards", fmt.Sprintf("%s=%d", commandsQueue, w.sc.Shards))
+	}
+	if w.sc.Limit > 0 {
+		args = append(args, "--global-concurrency", fmt.Sprintf("%s=%d", limitedType, w.sc.Limit))
 	}
 	return append(args, "--log-format", "json", "--worker-id", "{worker}",
 		"--demo-journal", w.journal, "--demo-lease", w.sc.Lease.String(),
