@@ -33,6 +33,7 @@ const (
 	DefaultPoisonCeiling = 5
 	DefaultLease         = 30 * time.Second
 	DefaultTimeoutLeases = 10
+	DefaultMaxDeferrals  = 20
 )
 
 // CommandOptions is the engine's copy of cmdq.CommandOptions (documented there).
@@ -43,6 +44,7 @@ type CommandOptions struct {
 	Timeout        time.Duration
 	Retention      Retention
 	MaxConcurrency int
+	MaxDeferrals   int
 }
 
 // Retention is the engine's copy of cmdq.Retention (documented there).
@@ -85,6 +87,9 @@ func (o CommandOptions) WithDefaults() CommandOptions {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeoutLeases * o.Lease
 	}
+	if o.MaxDeferrals == 0 {
+		o.MaxDeferrals = DefaultMaxDeferrals
+	}
 	return o
 }
 
@@ -112,8 +117,14 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.MaxConcurrency == 0 {
 		o.MaxConcurrency = base.MaxConcurrency
 	}
+	if o.MaxDeferrals == 0 {
+		o.MaxDeferrals = base.MaxDeferrals
+	}
 	return o
 }
+
+// MaxDeferralsLimit is documented in package cmdq.
+const MaxDeferralsLimit = 10000
 
 // maxLease is the longest lease a type may set (CommandOptions.Lease).
 const maxLease = MaxDelay
@@ -141,6 +152,9 @@ func (o CommandOptions) Validate() error {
 	}
 	if o.MaxConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("option MaxConcurrency %d: must not be negative (0 = no cap)", o.MaxConcurrency))
+	}
+	if o.MaxDeferrals < 0 || o.MaxDeferrals > MaxDeferralsLimit {
+		errs = append(errs, fmt.Errorf("option MaxDeferrals %d: must be between 1 and %d (0 = default %d)", o.MaxDeferrals, MaxDeferralsLimit, DefaultMaxDeferrals))
 	}
 	if len(errs) == 0 {
 		return nil
