@@ -101,6 +101,11 @@ type Config struct {
 	// a message dequeued more than this many times is poisoned without
 	// running. Defaults to 0: each type's own (HandlerOptions.PoisonCeiling).
 	PoisonCeiling int
+	// MaxDeferrals, when above 0, overrides every type's MaxDeferrals:
+	// how many deferrals (RetryAfter) of a command do not count toward
+	// its poison ceiling (at most MaxDeferralsLimit, 10000). Defaults to
+	// 0: each type's own (HandlerOptions.MaxDeferrals, default 20).
+	MaxDeferrals int
 	// LeaseGrowth bounds how a type's lease grows when its leases keep
 	// being lost, and how it shrinks back.
 	LeaseGrowth LeaseGrowth
@@ -302,7 +307,7 @@ func (c Config) processor() processor.Config {
 	return processor.Config{
 		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
-		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling,
+		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling, MaxDeferrals: c.MaxDeferrals,
 		LeaseGrowth:  processor.LeaseGrowth(c.LeaseGrowth),
 		DrainTimeout: c.DrainTimeout, StartedWriteDelay: c.StartedWriteDelay,
 		HandlerDurationEstimate: c.HandlerDurationEstimate, Tolerance: c.Tolerance,

@@ -17,20 +17,21 @@ import (
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: model.RetryPolicy(o.Retry), Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		Middleware: middleware(o.Middleware)}
+		MaxDeferrals: o.MaxDeferrals, Middleware: middleware(o.Middleware)}
 }
 
 // handlerOptions returns the registry's options as HandlerOptions
 // (Middleware left out).
 func handlerOptions(o registry.Options) HandlerOptions {
 	return HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency}
+		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
+		MaxDeferrals: o.MaxDeferrals}
 }
 
 // engine returns o as the engine's.
 func (o CommandOptions) engine() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency}
+		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency, MaxDeferrals: o.MaxDeferrals}
 }
 
 // declared returns the options cmd's type declares (CommandWithOptions),
@@ -46,7 +47,8 @@ func declared(cmd issuer.Command) (model.CommandOptions, bool) {
 func statusOut(s model.Status) Status {
 	return Status{ID: s.ID, Type: s.Type, State: State(s.State), Attempts: s.Attempts, Step: s.Step,
 		LastError: s.LastError, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Worker: s.Worker,
-		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID}
+		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID,
+		Deferrals: s.Deferrals, deferred: s.Deferred}
 }
 
 func eventOut(e model.Event) Event {
