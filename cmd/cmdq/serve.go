@@ -35,6 +35,7 @@ type procFlags struct {
 	maxPollInterval time.Duration
 	drainTimeout    time.Duration
 	poisonCeiling   int
+	maxDeferrals    int
 	worker          string
 	periodic        []string
 
@@ -66,6 +67,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.BoolVar(&f.noDoorbell, "no-doorbell", false, "send and hear no wake-ups between processes: find work by polling only")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdq.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
+	fl.IntVar(&f.maxDeferrals, "max-deferrals", 0, "override every command type's MaxDeferrals (deferrals by a handler's RetryAfter that do not count toward the poison ceiling), up to 10000; 0 keeps each type's own (20 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
@@ -111,6 +113,7 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		DrainTimeout:    f.drainTimeout,
 		Doorbell:        cmdq.Doorbell{Listen: f.doorbellListen, Advertise: f.doorbellAdvertise, Secret: sf.secret(), Off: f.noDoorbell},
 		PoisonCeiling:   f.poisonCeiling,
+		MaxDeferrals:    f.maxDeferrals,
 		Logger:          log,
 		RecoveryDelay:   recovery,
 	}
