@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // deferJob is the command of the RetryAfter tests.
@@ -269,3 +270,69 @@ func TestRetryAfterError(t *testing.T) {
 type deferCause struct{ s string }
 
 func (e *deferCause) Error() string { return e.s }
+
+// TestRetryAfterCostsWhatAFailureCosts: a command deferred once, then
+// completed, makes the same outcome writes as one that failed once, then
+// completed — 3 batches (the issue, the attempt's outcome with its
+// started event, the completion), 1 UpdateVisibility (the delay), 1
+// enqueue and 1 delete — so the deferral count costs no storage call of
+// its own. Both stores (counted by testenv; the started event's own
+// write is put off past the handlers, so it rides with the outcome).
+func TestRetryAfterCostsWhatAFailureCosts(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		counts := map[string]map[string]int{}
+		for _, how := range []string{"failed", "deferred"} {
+			ctx := ctxT(t)
+			cfg := fast()
+			cfg.Prefix = env.Prefix + how[:1]
+			cfg.StartedWriteDelay = time.Minute
+			c, err := cmdq.New(env.Store, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			if err := cmdq.RegisterWith(c, func(ctx context.Context, _ deferJob, a *cmdq.Attempt) error {
+				switch {
+				case calls.Add(1) > 1:
+					return nil
+				case how == "deferred":
+					return cmdq.RetryAfter(deferDelay, errBusy)
+				}
+				return errBusy
+			}, cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: deferDelay, Max: deferDelay, Jitter: cmdq.NoJitter}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			env.Store.Reset()
+			res, err := c.Issue(ctx, deferJob{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Wait(ctx, res.ID)
+			if err != nil || st.State != cmdq.StateCompleted || st.Attempts != 2 {
+				t.Fatalf("%s once: %+v %v, want completed on attempt 2", how, st, err)
+			}
+			if err := c.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			counts[how] = env.Store.Counts()
+			evs, err := c.Events(ctx, res.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := countKinds(evs); n[cmdq.EventKind(how)] != 1 {
+				t.Fatalf("%s once: events %v", how, kinds(evs))
+			}
+		}
+		for _, op := range []string{"Batch", "UpdateVisibility", "Enqueue", "DeleteMessage"} {
+			want := map[string]int{"Batch": 3, "UpdateVisibility": 1, "Enqueue": 1, "DeleteMessage": 1}[op]
+			if f, d := counts["failed"][op], counts["deferred"][op]; f != want || d != want {
+				t.Errorf("%s: %d after a failure, %d after a deferral; want %d each (all counts: failed %v, deferred %v)", op, f, d, want, counts["failed"], counts["deferred"])
+			}
+		}
+		t.Logf("storage calls, fail once then complete: %v; defer once then complete: %v", counts["failed"], counts["deferred"])
+	})
+}
