@@ -196,7 +196,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	// Deferrals (RetryAfter, up to the type's MaxDeferrals) do not count
 	// toward the ceiling.
 	if ceiling, deferrals := p.ceiling(def), min(rec.Deferrals, p.maxDeferrals(def)); n-int64(deferrals) > int64(ceiling) {
-		a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times, %d deferrals not counted), over the poison ceiling of %d; last error: %s", n-int64(deferrals), m.DequeueCount, deferrals, ceiling, rec.LastError))
+		dequeued := fmt.Sprintf("dequeued %d times", m.DequeueCount)
+		if deferrals > 0 {
+			dequeued += fmt.Sprintf(", %d deferrals not counted", deferrals)
+		}
+		a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (%s), over the poison ceiling of %d; last error: %s", n-int64(deferrals), dequeued, ceiling, rec.LastError))
 		return
 	}
 
