@@ -70,6 +70,12 @@ type CommandOptions struct {
 	// per command (take and give back) and one per lease renewal
 	// (docs/processor.md, "Global concurrency"). Defaults to 0: no limit.
 	GlobalConcurrency int
+	// MaxDeferrals is how many deferrals (a handler returning
+	// RetryAfter) since the command was issued or last requeued do not
+	// count toward its poison ceiling; later ones count as failed
+	// attempts. 1 to MaxDeferralsLimit (10000). Defaults to
+	// DefaultMaxDeferrals (20).
+	MaxDeferrals int
 }
 
 // Defaults of CommandOptions and of the storage names.
@@ -90,6 +96,11 @@ const (
 	// DefaultTimeoutLeases: the default Timeout of one attempt is this many
 	// leases (10).
 	DefaultTimeoutLeases = model.DefaultTimeoutLeases
+	// DefaultMaxDeferrals is how many deferrals (RetryAfter) of a command
+	// do not count toward its poison ceiling: 20.
+	DefaultMaxDeferrals = model.DefaultMaxDeferrals
+	// MaxDeferralsLimit is the largest MaxDeferrals: 10000.
+	MaxDeferralsLimit = model.MaxDeferralsLimit
 	// MaxTypeLength is the longest command type name, in characters (128).
 	MaxTypeLength = model.MaxTypeLength
 	// MaxGlobalConcurrency is the highest GlobalConcurrency a type may
@@ -202,6 +213,12 @@ type HandlerOptions struct {
 	// overrides it per type). Defaults to the declared limit, else 0: no
 	// limit.
 	GlobalConcurrency int
+	// MaxDeferrals is how many deferrals (a handler returning
+	// RetryAfter) since the command was issued or last requeued do not
+	// count toward its poison ceiling; later ones count as failed
+	// attempts. 1 to MaxDeferralsLimit (10000). Defaults to the declared
+	// number (CommandOptions.MaxDeferrals), else DefaultMaxDeferrals (20).
+	MaxDeferrals int
 	// Middleware wraps this type's handler, inside the Client's
 	// middleware (Config.Middleware, Client.Use): the first is the
 	// outermost (see Middleware). Defaults to none.
@@ -211,7 +228,8 @@ type HandlerOptions struct {
 // Handler handles one command of type T: cmd is its decoded parameters,
 // a is the attempt (its number, its completed steps, its output). Return
 // nil for success, an error to retry (after the type's retry delay, until
-// the poison ceiling), or Permanent(err) to poison the command at once. A
+// the poison ceiling), RetryAfter(d, err) to retry after d without
+// spending an attempt, or Permanent(err) to poison the command at once. A
 // panic is a failed attempt with its stack recorded.
 type Handler[T Command] func(ctx context.Context, cmd T, a *Attempt) error
 
@@ -264,6 +282,28 @@ func (a *Attempt) CompleteStep(ctx context.Context, n int, note string) error {
 // Permanent marks a handler's error as permanent: the command is poisoned
 // at once instead of retried. Permanent(nil) is nil.
 func Permanent(err error) error { return registry.Permanent(err) }
+
+// RetryAfter defers the command: returned by a handler (say, when a
+// downstream answered 429 with Retry-After), the command is retried after
+// d instead of its retry delay, recorded as a deferred event (with the
+// error, and the retry time in RunAt), and the attempt does not count
+// toward its poison ceiling. That holds for the type's first
+// MaxDeferrals deferrals (HandlerOptions.MaxDeferrals, default 20) since
+// the command was issued or last requeued; after them a deferral counts
+// as a failed attempt (a failed event that says so; still retried after
+// d), so a command that defers forever ends poisoned. d is at most
+// MaxDelay (7 days; longer is cut to it); d <= 0 retries after the type's
+// retry delay (RetryPolicy), still as a deferral. Permanent wins over
+// it, whichever wraps the other.
+//
+// The error wraps err, so errors.Is and errors.As see through it; err
+// may be nil (the deferred event's error then only says "retry after
+// d"). IsRetryAfter tells a RetryAfter error and its d.
+func RetryAfter(d time.Duration, err error) error { return registry.RetryAfter(d, err) }
+
+// IsRetryAfter reports whether err is, or wraps, an error made by
+// RetryAfter, and its delay d (as given, before any cut).
+func IsRetryAfter(err error) (d time.Duration, ok bool) { return registry.IsRetryAfter(err) }
 
 // ValidateType checks a command type name: 1-128 characters, a letter
 // first, then letters, digits, '.', '_' or '-'. The error wraps

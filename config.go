@@ -126,6 +126,11 @@ type Config struct {
 	// serve` and `cmdq worker` set it with --global-concurrency type=N.
 	// Defaults to nil: each type's own.
 	GlobalConcurrency map[string]int
+	// MaxDeferrals, when above 0, overrides every type's MaxDeferrals:
+	// how many deferrals (RetryAfter) of a command do not count toward
+	// its poison ceiling (at most MaxDeferralsLimit, 10000). Defaults to
+	// 0: each type's own (HandlerOptions.MaxDeferrals, default 20).
+	MaxDeferrals int
 	// LeaseGrowth bounds how a type's lease grows when its leases keep
 	// being lost, and how it shrinks back.
 	LeaseGrowth LeaseGrowth
@@ -327,7 +332,7 @@ func (c Config) processor() processor.Config {
 	return processor.Config{
 		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
-		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling, GlobalConcurrency: c.GlobalConcurrency,
+		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling, GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals,
 		LeaseGrowth:  processor.LeaseGrowth(c.LeaseGrowth),
 		DrainTimeout: c.DrainTimeout, StartedWriteDelay: c.StartedWriteDelay,
 		HandlerDurationEstimate: c.HandlerDurationEstimate, Tolerance: c.Tolerance,

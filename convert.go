@@ -17,7 +17,7 @@ import (
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: model.RetryPolicy(o.Retry), Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		GlobalConcurrency: o.GlobalConcurrency, Middleware: middleware(o.Middleware)}
+		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Middleware: middleware(o.Middleware)}
 }
 
 // handlerOptions returns the registry's options as HandlerOptions
@@ -25,13 +25,13 @@ func (o HandlerOptions) engine() registry.Options {
 func handlerOptions(o registry.Options) HandlerOptions {
 	return HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		GlobalConcurrency: o.GlobalConcurrency}
+		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals}
 }
 
 // engine returns o as the engine's.
 func (o CommandOptions) engine() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
-		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency}
+		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals}
 }
 
 // declared returns the options cmd's type declares (CommandWithOptions),
@@ -47,7 +47,8 @@ func declared(cmd issuer.Command) (model.CommandOptions, bool) {
 func statusOut(s model.Status) Status {
 	return Status{ID: s.ID, Type: s.Type, State: State(s.State), Attempts: s.Attempts, Step: s.Step,
 		LastError: s.LastError, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Worker: s.Worker,
-		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID, OrderKey: s.OrderKey}
+		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID, OrderKey: s.OrderKey,
+		Deferrals: s.Deferrals, deferred: s.Deferred}
 }
 
 func eventOut(e model.Event) Event {

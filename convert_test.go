@@ -163,6 +163,7 @@ func TestEnumsMatchTheEngine(t *testing.T) {
 		{string(EventCompleted), string(model.EventCompleted)}, {string(EventPoisoned), string(model.EventPoisoned)},
 		{string(EventLeaseLost), string(model.EventLeaseLost)}, {string(EventRequeued), string(model.EventRequeued)},
 		{string(EventDiscarded), string(model.EventDiscarded)}, {string(EventCancelled), string(model.EventCancelled)},
+		{string(EventDeferred), string(model.EventDeferred)}, {string(ObservedDeferred), string(model.ObservedDeferred)},
 		{string(ProcessorStarting), string(model.ProcessorStarting)}, {string(ProcessorPolling), string(model.ProcessorPolling)},
 		{string(ProcessorWorking), string(model.ProcessorWorking)}, {string(ProcessorIdle), string(model.ProcessorIdle)},
 		{string(ProcessorDraining), string(model.ProcessorDraining)}, {string(ProcessorStopped), string(model.ProcessorStopped)},

@@ -303,3 +303,55 @@ func ExampleClient_Stats() {
 	// running: true
 	// running: false - completed: 2 - in flight: 0
 }
+
+// errRateLimited is what a rate-limited downstream answers.
+var errRateLimited = errors.New("rate limited")
+
+// A handler whose downstream answers "429, retry after 20 ms" defers the
+// command with RetryAfter: it is retried after that delay, recorded as a
+// deferred event, and the attempt does not count toward its poison
+// ceiling. errors.Is and IsRetryAfter see through the wrapper.
+func ExampleRetryAfter() {
+	ctx := context.Background()
+	c, done := exampleClient(cmdq.Config{})
+	defer done()
+
+	var calls atomic.Int32
+	if err := cmdq.Register(c, func(ctx context.Context, g SendGreeting, a *cmdq.Attempt) error {
+		if calls.Add(1) == 1 {
+			return cmdq.RetryAfter(20*time.Millisecond, errRateLimited) // say, a 429 with Retry-After
+		}
+		return nil
+	}); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	res, err := c.Issue(ctx, SendGreeting{Name: "Ada"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := c.Wait(ctx, res.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	evs, err := c.Events(ctx, res.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == cmdq.EventDeferred {
+			fmt.Printf("%s: %s, due %s later\n", e.Kind, e.Error, e.RunAt.Sub(e.Time))
+		}
+	}
+	fmt.Printf("%s after %d attempts, %d of them deferred\n", st.State, st.Attempts, st.Deferrals)
+
+	err = cmdq.RetryAfter(time.Minute, errRateLimited)
+	d, ok := cmdq.IsRetryAfter(err)
+	fmt.Println(errors.Is(err, errRateLimited), d, ok)
+	// Output:
+	// deferred: retry after 20ms: rate limited, due 20ms later
+	// completed after 2 attempts, 1 of them deferred
+	// true 1m0s true
+}

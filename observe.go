@@ -32,6 +32,12 @@ const (
 	// ObservedFailed: an attempt failed and will be retried (Attempt,
 	// Duration, Err).
 	ObservedFailed ObservationKind = "failed"
+	// ObservedDeferred: the handler deferred the attempt (RetryAfter) and
+	// the deferral is stored: the command is retried after its delay,
+	// and the attempt did not count toward the poison ceiling (Attempt,
+	// Duration, Err; IsRetryAfter(Err) gives the delay). A deferral past
+	// MaxDeferrals is ObservedFailed.
+	ObservedDeferred ObservationKind = "deferred"
 	// ObservedPoisoned: the command moved to the poison table (Attempt,
 	// Reason, Err when an attempt's error poisoned it; Duration when a
 	// handler ran). Type is "" for a malformed message.

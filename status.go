@@ -86,12 +86,19 @@ const (
 	// EventCancelled: someone (By = who) cancelled the command (Reason
 	// says in which state: pending, running or retrying); it is final.
 	EventCancelled EventKind = "cancelled"
+	// EventDeferred: the handler deferred the attempt (RetryAfter) with
+	// Error; the command is retrying, due at RunAt (the event's Time plus
+	// the delay), and the attempt does not count toward the poison
+	// ceiling. Detail says which deferral it is of how many MaxDeferrals
+	// allows. A deferral past them is recorded as failed instead.
+	EventDeferred EventKind = "deferred"
 )
 
 // Valid reports whether k is one of the lifecycle events.
 func (k EventKind) Valid() bool {
 	switch k {
-	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded, EventCancelled:
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded, EventCancelled,
+		EventDeferred:
 		return true
 	}
 	return false
@@ -188,6 +195,12 @@ type Status struct {
 	// OrderKey is the command's order key (OrderKey), if any: the
 	// commands sharing it run one at a time, in issue order.
 	OrderKey string `json:"orderKey,omitempty"`
+	// Deferrals counts the deferred events (RetryAfter) since the command
+	// was created or last requeued: attempts that did not count toward
+	// the poison ceiling, which applies to Attempts − Deferrals.
+	Deferrals int `json:"deferrals,omitempty"`
+	// deferred: the last outcome is a deferred event (for Waiting).
+	deferred bool
 	// Waiting says why a command that is neither running nor final has
 	// not started, as this Client sees it when it reads the status: nil
 	// for a running or final command (docs/lifecycle.md, "Why a command
@@ -200,7 +213,7 @@ type Waiting struct {
 	// Reason is why: one of the WaitReason values.
 	Reason WaitReason `json:"reason"`
 	// Until is when the command becomes due (WaitScheduled,
-	// WaitRetrying).
+	// WaitRetrying, WaitDeferred).
 	Until time.Time `json:"until,omitzero"`
 	// By and Since say who paused the command's queue, and when
 	// (WaitPaused).
@@ -228,6 +241,9 @@ const (
 	WaitScheduled WaitReason = "scheduled"
 	// WaitRetrying: an attempt failed; the next one is due at Until.
 	WaitRetrying WaitReason = "retrying"
+	// WaitDeferred: the handler deferred its last attempt (RetryAfter);
+	// the next one is due at Until.
+	WaitDeferred WaitReason = "deferred"
 	// WaitPaused: its queue is paused (By, Since); it starts once the
 	// queue is resumed.
 	WaitPaused WaitReason = "paused"

@@ -60,6 +60,10 @@ const (
 	// OutcomeRetrying: the failure is stored; the command runs again after
 	// its retry delay.
 	OutcomeRetrying = registry.OutcomeRetrying
+	// OutcomeDeferred: the deferral (RetryAfter) is stored; the command
+	// runs again after its delay, and the attempt did not count toward
+	// the poison ceiling.
+	OutcomeDeferred = registry.OutcomeDeferred
 	// OutcomePoisoned: the command moved to the poison table.
 	OutcomePoisoned = registry.OutcomePoisoned
 	// OutcomeLeaseLost: the lease ended while the handler ran; another

@@ -42,6 +42,9 @@ func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
 	case StateScheduled:
 		return &Waiting{Reason: WaitScheduled, Until: st.RunAt}
 	case StateRetrying:
+		if st.RunAt.After(now) && st.deferred {
+			return &Waiting{Reason: WaitDeferred, Until: st.RunAt}
+		}
 		if st.RunAt.After(now) {
 			return &Waiting{Reason: WaitRetrying, Until: st.RunAt}
 		}

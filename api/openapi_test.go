@@ -146,6 +146,21 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired, "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusGone, http.MethodGet, "/v1/commands/"+expired+"/events", "", "", bearer(apitest.ReaderToken)...)
 
+	// Deferred: a command whose handler deferred (RetryAfter): retrying,
+	// with its deferrals, waiting for the reason "deferred"; its events.
+	deferredCmd := c.expect(http.StatusAccepted, http.MethodPost, "/v1/commands", jsonCT, `{"type":"demo.echo"}`, bearer(apitest.IssuerToken)...)
+	var di client.IssueResponse
+	if err := json.Unmarshal(deferredCmd.body, &di); err != nil {
+		t.Fatal(err)
+	}
+	srv.Log.Append(t, di.ID, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"},
+		cmdq.Event{Kind: cmdq.EventDeferred, Attempt: 1, Worker: "w", Error: "retry after 1h0m0s: 429", Detail: "deferral 1 of at most 20", RunAt: time.Now().Add(time.Hour)})
+	ds := c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+di.ID, "", "", bearer(apitest.ReaderToken)...)
+	if !strings.Contains(string(ds.body), `"deferrals":1`) || !strings.Contains(string(ds.body), `"reason":"deferred"`) {
+		t.Fatalf("status of a deferred command: %s", ds.body)
+	}
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands/"+di.ID+"/events", "", "", bearer(apitest.ReaderToken)...)
+
 	// Poison: a poisoned command with a step, an error and a stack.
 	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w"},
 		cmdq.Event{Kind: cmdq.EventStepCompleted, Attempt: 1, Worker: "w", Step: 1, Note: "n"},

@@ -375,8 +375,13 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	if st.State == cmdq.StateRetrying {
 		if p, ok := d.src.RetryPolicy(st.Type); ok {
 			for i := len(evs) - 1; i >= 0; i-- {
+				if evs[i].Kind == cmdq.EventDeferred {
+					break // retried at its RunAt, not by the policy (Waiting says when)
+				}
 				if evs[i].Kind == cmdq.EventFailed {
-					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt, evs[i].Time)
+					// The policy's delay goes by the attempts that count:
+					// deferrals (RetryAfter) do not.
+					b.RetryFrom, b.RetryTo = retryWindow(p, evs[i].Attempt-st.Deferrals, evs[i].Time)
 					b.RetryDue, b.RetryOpen = d.now().After(b.RetryTo), d.now().After(b.RetryFrom)
 					break
 				}

@@ -96,6 +96,7 @@ var badgeClass = map[string]string{
 	"pending": "s-pending", "running": "s-running", "retrying": "s-retrying", "completed": "s-completed",
 	"poisoned": "s-poisoned", "discarded": "s-discarded", "cancelled": "s-discarded", "paused": "s-retrying",
 	"created": "s-other", "started": "s-started", "step_completed": "s-other", "failed": "s-failed", "requeued": "s-pending",
+	"deferred": "s-retrying",
 	"starting": "s-pending", "polling": "s-running", "working": "s-working", "idle": "s-healthy", "draining": "s-draining",
 	"stopped": "s-stopped", "unhealthy": "s-unhealthy", "ok": "s-healthy", "gone": "s-discarded",
 }

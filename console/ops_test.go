@@ -166,6 +166,48 @@ func TestDashboardCommandExplains(t *testing.T) {
 	}
 }
 
+// TestDashboardCommandDeferred: a command whose handler deferred
+// (RetryAfter) says so while it waits — the deferral's due time, no retry
+// window guessed from the policy, its deferrals beside the attempts, a
+// deferred badge in the timeline — and a failure after a deferral gets the
+// policy's window by the attempts that count (the first: 30 to 90 min at
+// 1 h ± 50 %, not the second's 1 to 3 h).
+func TestDashboardCommandDeferred(t *testing.T) {
+	t.Parallel()
+	srv := apitest.Start(t, apitest.Options{Idle: true, Setup: func(c *cmdq.Client) error {
+		return cmdq.RegisterWith(c, func(context.Context, resize, *cmdq.Attempt) error { return nil },
+			cmdq.HandlerOptions{Retry: cmdq.RetryPolicy{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.5}})
+	}})
+	b := newBrowser(t, srv.URL)
+	id := issueParams(t, srv, "images.resize", `{}`)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	dueAt := at.Add(30 * time.Minute)
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 1, Worker: "w", Time: at},
+		cmdq.Event{Kind: cmdq.EventDeferred, Attempt: 1, Worker: "w", Error: "retry after 30m0s: 429", Time: at, RunAt: dueAt})
+	p := b.get("/ui/commands/"+id).want(t, http.StatusOK)
+	contains(t, p, "Waiting: deferred by its handler ( RetryAfter ): attempt 2 at "+dueAt.Format("2006-01-02 15:04:05.000Z")+" ( in ",
+		"(1 deferred by the handler: not counted toward the poison ceiling)")
+	if w := elements(p.doc, "dd", func(n *html.Node) bool { return attr(n, "id") == "waiting" }); len(w) != 1 || attr(w[0], "data-reason") != "deferred" {
+		t.Fatal("the waiting note does not name its reason, deferred")
+	}
+	if strings.Contains(text(p.doc), "Next attempt") {
+		t.Fatal("a deferred command shows a next attempt guessed from the retry policy")
+	}
+	badges := elements(p.doc, "span", func(n *html.Node) bool { return attr(n, "class") == "badge s-retrying" && text(n) == "deferred" })
+	if len(badges) != 1 {
+		t.Fatalf("the timeline has %d deferred badges, want 1", len(badges))
+	}
+
+	srv.Log.Append(t, id, cmdq.Event{Kind: cmdq.EventStarted, Attempt: 2, Worker: "w", Time: at},
+		cmdq.Event{Kind: cmdq.EventFailed, Attempt: 2, Worker: "w", Error: "busy", Time: at, RunAt: at.Add(time.Hour)})
+	p = b.get("/ui/commands/"+id).want(t, http.StatusOK)
+	next := elements(p.doc, "dd", func(n *html.Node) bool { return attr(n, "id") == "next-attempt" })
+	want := "(from " + at.Add(30*time.Minute).Format("2006-01-02 15:04:05.000Z") + " to " + at.Add(90*time.Minute).Format("2006-01-02 15:04:05.000Z")
+	if len(next) != 1 || !strings.Contains(text(next[0]), want) {
+		t.Fatalf("next attempt after a deferral and a failure: %v; want the first attempt's window %q", next, want)
+	}
+}
+
 // resize is the command type of TestDashboardCommandExplains; its params
 // are issue's {"n":1} (the Client checks that they decode).
 type resize struct {

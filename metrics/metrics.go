@@ -39,7 +39,8 @@ const DefaultQueueDepthTTL = 5 * time.Second
 //
 //	commands_issued_total{type}          commands issued (via the API)
 //	commands_completed_total{type}       commands completed
-//	commands_failed_total{type}          failed attempts (each retry counts)
+//	commands_failed_total{type}          failed attempts (each retry counts; deferrals do not)
+//	commands_deferred_total{type}        deferred attempts (RetryAfter) that did not count toward the poison ceiling
 //	commands_poisoned_total{type}        commands moved to the poison table
 //	handler_duration_seconds{type}       handler run time (success or failure)
 //	polls_total{queue,result}            dequeues by the processor; result empty|messages, or paused (a read of a paused queue's control row in place of a dequeue)
@@ -52,6 +53,7 @@ type Metrics struct {
 	issued    *prometheus.CounterVec
 	completed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
+	deferred  *prometheus.CounterVec
 	poisoned  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	polls     *prometheus.CounterVec
@@ -139,6 +141,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Commands completed, by type."}, []string{"type"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_failed_total",
 			Help: "Failed handler attempts (each retry counts), by type."}, []string{"type"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_deferred_total",
+			Help: "Handler attempts deferred with RetryAfter that did not count toward the poison ceiling, by type."}, []string{"type"}),
 		poisoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_poisoned_total",
 			Help: "Commands moved to the poison table, by type."}, []string{"type"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cmdq", Name: "handler_duration_seconds",
@@ -164,7 +168,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			ttl:  DefaultQueueDepthTTL,
 		},
 	}
-	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.paused, m.ops, m.wakes, m.rings, m.depth} {
+	for _, c := range []prometheus.Collector{m.issued, m.completed, m.failed, m.deferred, m.poisoned, m.duration, m.polls, m.leaseLost, m.poll, m.paused, m.ops, m.wakes, m.rings, m.depth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -180,7 +184,7 @@ func (m *Metrics) CommandIssued(typ string) {
 }
 
 // Observe records one processing event (cmdq.Observer): completions,
-// failed attempts, poisonings and handler durations by type, lost leases,
+// failed and deferred attempts, poisonings and handler durations by type, lost leases,
 // dequeues by queue and result, the poller's wait, paused queues, and the
 // wake-ups between processes heard and rung.
 // Other kinds are ignored.
@@ -196,6 +200,10 @@ func (m *Metrics) Observe(o cmdq.Observation) {
 	case cmdq.ObservedFailed:
 		typ := m.typeLabel(o.Type)
 		m.failed.WithLabelValues(typ).Inc()
+		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
+	case cmdq.ObservedDeferred:
+		typ := m.typeLabel(o.Type)
+		m.deferred.WithLabelValues(typ).Inc()
 		m.duration.WithLabelValues(typ).Observe(o.Duration.Seconds())
 	case cmdq.ObservedPoisoned:
 		typ := m.typeLabel(o.Type)

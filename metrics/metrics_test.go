@@ -31,6 +31,7 @@ func TestProcessorMetrics(t *testing.T) {
 	obs(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: "A", Duration: 30 * time.Millisecond})
 	obs(cmdq.Observation{Kind: cmdq.ObservedCompleted, Type: "A", Duration: 10 * time.Millisecond})
 	obs(cmdq.Observation{Kind: cmdq.ObservedFailed, Type: "A", Duration: 20 * time.Millisecond})
+	obs(cmdq.Observation{Kind: cmdq.ObservedDeferred, Type: "A", Duration: 5 * time.Millisecond}) // not a failure
 	obs(cmdq.Observation{Kind: cmdq.ObservedPoisoned, Type: ""})
 	obs(cmdq.Observation{Kind: cmdq.ObservedLeaseLost, Type: "A"})
 	obs(cmdq.Observation{Kind: cmdq.ObservedPolled, Queue: "commands", Wait: 750 * time.Millisecond})
@@ -45,6 +46,9 @@ func TestProcessorMetrics(t *testing.T) {
 # HELP cmdq_commands_completed_total Commands completed, by type.
 # TYPE cmdq_commands_completed_total counter
 cmdq_commands_completed_total{type="A"} 2
+# HELP cmdq_commands_deferred_total Handler attempts deferred with RetryAfter that did not count toward the poison ceiling, by type.
+# TYPE cmdq_commands_deferred_total counter
+cmdq_commands_deferred_total{type="A"} 1
 # HELP cmdq_commands_failed_total Failed handler attempts (each retry counts), by type.
 # TYPE cmdq_commands_failed_total counter
 cmdq_commands_failed_total{type="A"} 1
@@ -68,17 +72,17 @@ cmdq_queue_paused{queue="commands"} 1
 cmdq_queue_paused{queue="slow"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"cmdq_commands_completed_total", "cmdq_commands_failed_total", "cmdq_commands_poisoned_total",
+		"cmdq_commands_completed_total", "cmdq_commands_deferred_total", "cmdq_commands_failed_total", "cmdq_commands_poisoned_total",
 		"cmdq_lease_lost_total", "cmdq_poll_interval_seconds", "cmdq_polls_total", "cmdq_queue_paused"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(reg, "cmdq_handler_duration_seconds"); n != 1 {
 		t.Fatalf("handler duration series: %d", n)
 	}
-	// Three handler runs of A (two completed, one failed) are in its
-	// histogram; the poisoning without a handler run is not.
-	if got := histCount(t, reg, "cmdq_handler_duration_seconds"); got != 3 {
-		t.Fatalf("handler durations observed: %d, want 3", got)
+	// Four handler runs of A (two completed, one failed, one deferred)
+	// are in its histogram; the poisoning without a handler run is not.
+	if got := histCount(t, reg, "cmdq_handler_duration_seconds"); got != 4 {
+		t.Fatalf("handler durations observed: %d, want 4", got)
 	}
 	// A nil *Metrics ignores every call.
 	var nilM *metrics.Metrics

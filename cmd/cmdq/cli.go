@@ -541,9 +541,14 @@ func finalLine(p palette, st cmdq.Status) string {
 	return fmt.Sprintf("%s %s (%s)", term(st.ID), p.state(string(st.State), term(string(st.State))), attemptsText(st))
 }
 
-// attemptsText is "attempts N" and, once a step is done, ", step M".
+// attemptsText is "attempts N", " (K deferred)" when the handler deferred
+// some (RetryAfter: they do not count toward the poison ceiling) and, once
+// a step is done, ", step M".
 func attemptsText(st cmdq.Status) string {
 	s := fmt.Sprintf("attempts %d", st.Attempts)
+	if st.Deferrals > 0 {
+		s += fmt.Sprintf(" (%d deferred)", st.Deferrals)
+	}
 	if st.Step > 0 {
 		s += fmt.Sprintf(", step %d", st.Step)
 	}

@@ -39,6 +39,7 @@ type procFlags struct {
 	maxPollInterval time.Duration
 	drainTimeout    time.Duration
 	poisonCeiling   int
+	maxDeferrals    int
 	worker          string
 	periodic        []string
 	globalLimits    []string
@@ -72,6 +73,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.BoolVar(&f.noDoorbell, "no-doorbell", false, "send and hear no wake-ups between processes: find work by polling only")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", cmdq.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long running handlers may finish")
 	fl.IntVar(&f.poisonCeiling, "poison-ceiling", 0, "override every command type's poison ceiling (attempts before poisoning); 0 keeps each type's own (5 for the demo handlers)")
+	fl.IntVar(&f.maxDeferrals, "max-deferrals", 0, "override every command type's MaxDeferrals (deferrals by a handler's RetryAfter that do not count toward the poison ceiling), up to 10000; 0 keeps each type's own (20 for the demo handlers)")
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
 	fl.StringArrayVar(&f.globalLimits, "global-concurrency", nil, "cap a command type across every process: TYPE=N runs at most N handlers of TYPE at once on every machine sharing the store and prefix (1-1000; 0 lifts the type's own limit here); repeat for more types. Give every process the same. Default none: each type's own (HandlerOptions.GlobalConcurrency)")
@@ -154,6 +156,7 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		DrainTimeout:      f.drainTimeout,
 		Doorbell:          cmdq.Doorbell{Listen: f.doorbellListen, Advertise: f.doorbellAdvertise, Secret: sf.secret(), Off: f.noDoorbell},
 		PoisonCeiling:     f.poisonCeiling,
+		MaxDeferrals:      f.maxDeferrals,
 		GlobalConcurrency: limits,
 		Logger:            log,
 		RecoveryDelay:     recovery,

@@ -82,7 +82,7 @@ func stateColor(s string) string {
 		return sgrGreen
 	case string(cmdq.StatePoisoned), string(cmdq.EventFailed):
 		return sgrRed
-	case string(cmdq.StateRetrying), string(cmdq.EventRequeued):
+	case string(cmdq.StateRetrying), string(cmdq.EventRequeued), string(cmdq.EventDeferred):
 		return sgrYellow
 	case string(cmdq.StateRunning), string(cmdq.EventStarted):
 		return sgrCyan

@@ -34,6 +34,9 @@ func waitingText(st cmdq.Status, now time.Time) string {
 		return fmt.Sprintf("scheduled for %s (%s; cmdq run-now %s makes it due now)", fmtTime(w.Until), untilText(w.Until, now), id)
 	case cmdq.WaitRetrying:
 		return fmt.Sprintf("retrying: attempt %d at %s (%s; cmdq run-now %s makes it due now)", st.Attempts+1, fmtTime(w.Until), untilText(w.Until, now), id)
+	case cmdq.WaitDeferred:
+		return fmt.Sprintf("deferred by its handler (RetryAfter): attempt %d at %s (%s; %d deferrals, which do not count toward the poison ceiling; cmdq run-now %s makes it due now)",
+			st.Attempts+1, fmtTime(w.Until), untilText(w.Until, now), st.Deferrals, id)
 	case cmdq.WaitPaused:
 		var who []string
 		if w.By != "" {
@@ -76,6 +79,8 @@ func waitingShort(st cmdq.Status, now time.Time) string {
 		return "scheduled, due " + untilText(w.Until, now)
 	case w.Reason == cmdq.WaitRetrying:
 		return fmt.Sprintf("attempt %d failed; next %s", st.Attempts, untilText(w.Until, now))
+	case w.Reason == cmdq.WaitDeferred:
+		return fmt.Sprintf("attempt %d deferred; next %s", st.Attempts, untilText(w.Until, now))
 	case w.Reason == cmdq.WaitPaused && w.By != "":
 		return "its queue is paused by " + oneLine(term(w.By), 24)
 	case w.Reason == cmdq.WaitPaused:
@@ -170,7 +175,7 @@ func (n *waitNotes) update(st cmdq.Status) {
 	}
 	now, delay := time.Now(), cmp.Or(n.delay, noteDelay)
 	switch w.Reason {
-	case cmdq.WaitScheduled, cmdq.WaitRetrying:
+	case cmdq.WaitScheduled, cmdq.WaitRetrying, cmdq.WaitDeferred:
 		if w.Until.Sub(now) > delay {
 			n.say(waitingText(st, now))
 		}

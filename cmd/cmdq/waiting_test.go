@@ -162,6 +162,8 @@ func TestWaitingText(t *testing.T) {
 			"scheduled for 2026-11-28 14:59:30.000Z (in 59m30s; cmdq run-now 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 makes it due now)", "scheduled, due in 59m30s"},
 		{st(cmdq.StateRetrying, 1, cmdq.Waiting{Reason: cmdq.WaitRetrying, Until: now.Add(2*time.Hour + 30*time.Minute)}),
 			"retrying: attempt 2 at 2026-11-28 16:30:00.000Z (in 2h30m; cmdq run-now 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 makes it due now)", "attempt 1 failed; next in 2h30m"},
+		{deferredSt(st(cmdq.StateRetrying, 3, cmdq.Waiting{Reason: cmdq.WaitDeferred, Until: now.Add(30 * time.Second)}), 2),
+			"deferred by its handler (RetryAfter): attempt 4 at 2026-11-28 14:00:30.000Z (in 30s; 2 deferrals, which do not count toward the poison ceiling; cmdq run-now 0b9f7a4e-3c1d-4e2a-9f61-2d8c5b7e4a10 makes it due now)", "attempt 3 deferred; next in 30s"},
 		{st(cmdq.StatePending, 0, cmdq.Waiting{Reason: cmdq.WaitPaused, By: "ops:alice", Since: since}),
 			`its queue "commands" is paused (by ops:alice since 2026-11-28 13:02:11.000Z); it starts when the queue is resumed (cmdq queue resume commands)`, "its queue is paused by ops:alice"},
 		{st(cmdq.StatePending, 0, cmdq.Waiting{Reason: cmdq.WaitPaused}),
@@ -200,5 +202,23 @@ func TestWaitingText(t *testing.T) {
 		`cmdq: waiting: every processor of queue "commands" is busy; it starts when a handler slot frees` + "\n"
 	if got := out.String(); got != want {
 		t.Errorf("notes:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// deferredSt returns st with n deferrals.
+func deferredSt(st cmdq.Status, n int) cmdq.Status {
+	st.Deferrals = n
+	return st
+}
+
+// TestAttemptsTextDeferred: the status line counts the deferrals among
+// the attempts, and says nothing of them when there are none.
+func TestAttemptsTextDeferred(t *testing.T) {
+	t.Parallel()
+	if got := attemptsText(cmdq.Status{Attempts: 7, Deferrals: 6, Step: 2}); got != "attempts 7 (6 deferred), step 2" {
+		t.Errorf("attemptsText with deferrals: %q", got)
+	}
+	if got := attemptsText(cmdq.Status{Attempts: 2}); got != "attempts 2" {
+		t.Errorf("attemptsText without: %q", got)
 	}
 }

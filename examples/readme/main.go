@@ -35,7 +35,8 @@ func main() {
 	}
 	err = cmdq.Register(c, func(ctx context.Context, cmd ResizeImage, run *cmdq.Attempt) error {
 		// run.LastStep() and run.CompleteStep(ctx, n, note) make multi-step work resumable;
-		// return cmdq.Permanent(err) for what retrying cannot fix.
+		// return cmdq.Permanent(err) for what retrying cannot fix, and
+		// cmdq.RetryAfter(d, err) to retry after d without spending an attempt (a 429).
 		return resize(ctx, cmd.URL, cmd.Width)
 	})
 	if err != nil {

@@ -11,11 +11,14 @@ import (
 // Type, CorrelationID and Queue set) yields its stored status.
 func Apply(s *model.Status, e model.Event) {
 	t := e.Time.UTC()
+	if e.Kind != model.EventStepCompleted && e.Kind != model.EventLeaseLost {
+		s.Deferred = false // set again below by a deferred event
+	}
 	switch e.Kind {
 	case model.EventCreated:
 		s.State = model.StatePending
 		s.CreatedAt = t
-		s.Attempts, s.Step, s.LastError = 0, 0, ""
+		s.Attempts, s.Step, s.LastError, s.Deferrals = 0, 0, "", 0
 		s.RunAt = runAt(e)
 	case model.EventStarted:
 		s.State = model.StateRunning
@@ -40,6 +43,19 @@ func Apply(s *model.Status, e model.Event) {
 		if !e.RunAt.IsZero() {
 			s.RunAt = runAt(e) // the next attempt's due time
 		}
+	case model.EventDeferred:
+		// A deferral (RetryAfter) that does not count toward the poison
+		// ceiling: retrying, due at RunAt.
+		s.State = model.StateRetrying
+		s.LastError = e.Error
+		if e.Attempt > s.Attempts {
+			s.Attempts = e.Attempt
+		}
+		if !e.RunAt.IsZero() {
+			s.RunAt = runAt(e)
+		}
+		s.Deferrals++
+		s.Deferred = true
 	case model.EventCompleted:
 		s.State = model.StateCompleted
 		s.LastError = ""
@@ -53,7 +69,7 @@ func Apply(s *model.Status, e model.Event) {
 		}
 	case model.EventRequeued:
 		s.State = model.StatePending
-		s.Attempts = 0
+		s.Attempts, s.Deferrals = 0, 0
 		s.LastError = ""
 		if !e.RunAt.IsZero() {
 			s.RunAt = runAt(e) // run-now: due from then
@@ -83,14 +99,14 @@ func runAt(e model.Event) time.Time {
 }
 
 // Settle folds one event into settled, the last attempt whose outcome is
-// recorded (failed, completed, poisoned or lease_lost; created and requeued
+// recorded (failed, deferred, completed, poisoned or lease_lost; created and requeued
 // start again from 0). A delivery of attempt n whose attempts settled+1..n-1
 // have no outcome records lease_lost events for them.
 func Settle(settled int, e model.Event) int {
 	switch e.Kind {
 	case model.EventCreated, model.EventRequeued:
 		return 0
-	case model.EventFailed, model.EventCompleted, model.EventPoisoned, model.EventLeaseLost:
+	case model.EventFailed, model.EventDeferred, model.EventCompleted, model.EventPoisoned, model.EventLeaseLost:
 		return max(settled, e.Attempt)
 	}
 	return settled

@@ -61,3 +61,44 @@ func TestApply(t *testing.T) {
 		t.Fatalf("discard: %+v", d)
 	}
 }
+
+// TestApplyDeferred: a deferred event makes the command retrying, due at
+// its RunAt, settles its attempt and counts one deferral; the count
+// survives a failure and a lease_lost (the flag Deferred only lasts until
+// the next outcome or start), and created and requeued start it again.
+func TestApplyDeferred(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var s model.Status
+	settled := 0
+	steps := []struct {
+		ev        model.Event
+		state     model.State
+		attempts  int
+		deferrals int
+		deferred  bool
+		settled   int
+	}{
+		{model.Event{Kind: model.EventCreated, Time: at(0)}, model.StatePending, 0, 0, false, 0},
+		{model.Event{Kind: model.EventStarted, Time: at(1), Attempt: 1}, model.StateRunning, 1, 0, false, 0},
+		{model.Event{Kind: model.EventDeferred, Time: at(2), Attempt: 1, Error: "429", RunAt: at(32)}, model.StateRetrying, 1, 1, true, 1},
+		{model.Event{Kind: model.EventLeaseLost, Time: at(33), Attempt: 2}, model.StateRetrying, 1, 1, true, 2},
+		{model.Event{Kind: model.EventStarted, Time: at(34), Attempt: 3}, model.StateRunning, 3, 1, false, 2},
+		{model.Event{Kind: model.EventDeferred, Time: at(35), Attempt: 3, Error: "429", RunAt: at(65)}, model.StateRetrying, 3, 2, true, 3},
+		{model.Event{Kind: model.EventStarted, Time: at(66), Attempt: 4}, model.StateRunning, 4, 2, false, 3},
+		{model.Event{Kind: model.EventFailed, Time: at(67), Attempt: 4, Error: "boom", RunAt: at(68)}, model.StateRetrying, 4, 2, false, 4},
+		{model.Event{Kind: model.EventRequeued, Time: at(69), By: "op"}, model.StatePending, 0, 0, false, 0},
+	}
+	for i, st := range steps {
+		layout.Apply(&s, st.ev)
+		settled = layout.Settle(settled, st.ev)
+		if s.State != st.state || s.Attempts != st.attempts || s.Deferrals != st.deferrals || s.Deferred != st.deferred || settled != st.settled {
+			t.Fatalf("after event %d (%s): got status=%s attempts=%d deferrals=%d deferred=%v settled=%d; want %s %d %d %v %d",
+				i, st.ev.Kind, s.State, s.Attempts, s.Deferrals, s.Deferred, settled, st.state, st.attempts, st.deferrals, st.deferred, st.settled)
+		}
+		if st.ev.Kind == model.EventDeferred && (!s.RunAt.Equal(st.ev.RunAt) || s.LastError != st.ev.Error) {
+			t.Fatalf("after event %d: RunAt %v LastError %q, want the deferral's %v %q", i, s.RunAt, s.LastError, st.ev.RunAt, st.ev.Error)
+		}
+	}
+}

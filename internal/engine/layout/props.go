@@ -32,6 +32,12 @@ func IntProp(e storage.Entity, name string) int64 {
 	return 0
 }
 
+// BoolProp returns e's boolean property name (false when missing).
+func BoolProp(e storage.Entity, name string) bool {
+	b, _ := e.Properties[name].(bool)
+	return b
+}
+
 // TimeProp returns e's time property name in UTC (zero when missing).
 func TimeProp(e storage.Entity, name string) time.Time {
 	t, _ := e.Properties[name].(time.Time)

@@ -30,6 +30,7 @@ const (
 	ObservedResumed   ObservationKind = "resumed"
 	ObservedWake      ObservationKind = "wake"
 	ObservedRing      ObservationKind = "ring"
+	ObservedDeferred  ObservationKind = "deferred"
 )
 
 // Observation is the engine's copy of cmdq.Observation (documented there).

@@ -33,6 +33,7 @@ const (
 	DefaultPoisonCeiling = 5
 	DefaultLease         = 30 * time.Second
 	DefaultTimeoutLeases = 10
+	DefaultMaxDeferrals  = 20
 )
 
 // CommandOptions is the engine's copy of cmdq.CommandOptions (documented there).
@@ -44,6 +45,7 @@ type CommandOptions struct {
 	Retention         Retention
 	MaxConcurrency    int
 	GlobalConcurrency int
+	MaxDeferrals      int
 }
 
 // Retention is the engine's copy of cmdq.Retention (documented there).
@@ -86,6 +88,9 @@ func (o CommandOptions) WithDefaults() CommandOptions {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeoutLeases * o.Lease
 	}
+	if o.MaxDeferrals == 0 {
+		o.MaxDeferrals = DefaultMaxDeferrals
+	}
 	return o
 }
 
@@ -116,8 +121,14 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.GlobalConcurrency == 0 {
 		o.GlobalConcurrency = base.GlobalConcurrency
 	}
+	if o.MaxDeferrals == 0 {
+		o.MaxDeferrals = base.MaxDeferrals
+	}
 	return o
 }
+
+// MaxDeferralsLimit is documented in package cmdq.
+const MaxDeferralsLimit = 10000
 
 // maxLease is the longest lease a type may set (CommandOptions.Lease).
 const maxLease = MaxDelay
@@ -148,6 +159,9 @@ func (o CommandOptions) Validate() error {
 	}
 	if err := ValidateGlobalConcurrency(o.GlobalConcurrency); err != nil {
 		errs = append(errs, fmt.Errorf("option GlobalConcurrency: %w", err))
+	}
+	if o.MaxDeferrals < 0 || o.MaxDeferrals > MaxDeferralsLimit {
+		errs = append(errs, fmt.Errorf("option MaxDeferrals %d: must be between 1 and %d (0 = default %d)", o.MaxDeferrals, MaxDeferralsLimit, DefaultMaxDeferrals))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -44,12 +44,14 @@ const (
 	EventRequeued      EventKind = "requeued"
 	EventDiscarded     EventKind = "discarded"
 	EventCancelled     EventKind = "cancelled"
+	EventDeferred      EventKind = "deferred"
 )
 
 // Valid reports whether k is one of the lifecycle events.
 func (k EventKind) Valid() bool {
 	switch k {
-	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded, EventCancelled:
+	case EventCreated, EventStarted, EventStepCompleted, EventFailed, EventCompleted, EventPoisoned, EventLeaseLost, EventRequeued, EventDiscarded, EventCancelled,
+		EventDeferred:
 		return true
 	}
 	return false
@@ -89,6 +91,11 @@ type Status struct {
 	Output        JSON      `json:"output,omitempty"`
 	TraceID       string    `json:"traceId,omitempty"`
 	OrderKey      string    `json:"orderKey,omitempty"`
+	Deferrals     int       `json:"deferrals,omitempty"`
+	// Deferred: the command is retrying after a deferral (its last
+	// outcome is a deferred event). Not part of cmdq.Status: the Client
+	// reads it for Status.Waiting.
+	Deferred bool `json:"-"`
 }
 
 // JSON is the engine's copy of cmdq.JSON (documented there).

@@ -45,6 +45,7 @@ type Config struct {
 	PollJitter              float64
 	PoisonCeiling           int
 	GlobalConcurrency       map[string]int
+	MaxDeferrals            int
 	LeaseGrowth             LeaseGrowth
 	DrainTimeout            time.Duration
 	StartedWriteDelay       time.Duration
@@ -158,6 +159,9 @@ func (c Config) Validate() error {
 	}
 	if c.PoisonCeiling < 0 {
 		bad("PoisonCeiling %d is negative (0 = each definition's ceiling)", c.PoisonCeiling)
+	}
+	if c.MaxDeferrals < 0 || c.MaxDeferrals > model.MaxDeferralsLimit {
+		bad("MaxDeferrals %d is outside 0..%d (0 = each definition's own)", c.MaxDeferrals, model.MaxDeferralsLimit)
 	}
 	if c.LeaseGrowth.Threshold < 0 {
 		bad("LeaseGrowth.Threshold %d is negative (0 = default 3)", c.LeaseGrowth.Threshold)

@@ -255,8 +255,14 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 	case !known:
 		a.poison(model.ReasonUnknownType, fmt.Errorf("%w: %q (queue %s); register a handler for it on every processor that polls this queue", registry.ErrUnknownType, env.Type, qr.name))
 	default:
-		if ceiling := p.ceiling(def); n > int64(ceiling) {
-			a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (dequeued %d times), over the poison ceiling of %d; last error: %s", n, m.DequeueCount, ceiling, rec.LastError))
+		// Deferrals (RetryAfter, up to the type's MaxDeferrals) do not
+		// count toward the ceiling.
+		if ceiling, deferrals := p.ceiling(def), min(rec.Deferrals, p.maxDeferrals(def)); n-int64(deferrals) > int64(ceiling) {
+			dequeued := fmt.Sprintf("dequeued %d times", m.DequeueCount)
+			if deferrals > 0 {
+				dequeued += fmt.Sprintf(", %d deferrals not counted", deferrals)
+			}
+			a.poison(model.ReasonCeiling, fmt.Errorf("attempt %d (%s), over the poison ceiling of %d; last error: %s", n-int64(deferrals), dequeued, ceiling, rec.LastError))
 		} else {
 			a.run()
 		}
@@ -1123,29 +1129,62 @@ func (p *Processor) appendAndDelete(ctx context.Context, rec *record.Record, cb 
 }
 
 // fail records a failed attempt: poisoned if permanent or the attempts are
-// spent, otherwise a failed event and the retry delay on the message.
+// spent, otherwise a failed event and the retry delay on the message. A
+// deferral (registry.RetryAfter) within the type's MaxDeferrals is
+// recorded as a deferred event instead, retried after its own delay and
+// not counted toward the poison ceiling; past them it counts as a failed
+// attempt (retried after its delay all the same).
 func (a *attempt) fail(herr error, stack string) {
 	p, s, def := a.p, a.s, a.def
-	// The retry delay is chosen first: the failed event records when the
-	// next attempt is due (Status.RunAt), which no delivery starts it
-	// before, and from which an operator may make it due now (RunNow).
-	delay := def.Retry.Delay(a.n)
+	ceiling, maxDeferrals := p.ceiling(def), p.maxDeferrals(def)
+	a.mu.Lock()
+	deferrals := min(a.rec.Deferrals, maxDeferrals) // so far: not counted
+	a.mu.Unlock()
+	// This attempt's number toward the ceiling, if it counts.
+	counted := a.n - deferrals
+	// The retry delay is chosen first: the event records when the next
+	// attempt is due (Status.RunAt), which no delivery starts it before,
+	// and from which an operator may make it due now (RunNow).
+	delay := def.Retry.Delay(counted)
+	ev := model.Event{Kind: model.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack}
+	d, deferral := registry.IsRetryAfter(herr)
+	if deferral {
+		if d > 0 { // d <= 0: the type's retry delay
+			delay = d
+		}
+		delay = min(delay, model.MaxDelay)
+		if deferrals < maxDeferrals {
+			ev.Kind = model.EventDeferred
+			ev.Detail = fmt.Sprintf("deferred by RetryAfter for %s: deferral %d of at most %d (MaxDeferrals); not counted toward the poison ceiling of %d",
+				delay, deferrals+1, maxDeferrals, ceiling)
+		} else {
+			ev.Detail = fmt.Sprintf("deferred by RetryAfter for %s, but the %d deferrals MaxDeferrals allows are spent: counted as failed attempt %d of at most %d",
+				delay, maxDeferrals, counted, ceiling)
+		}
+	}
 	delay = min(max(delay, 0), storage.MaxVisibility)
-	failed := model.Event{Kind: model.EventFailed, Attempt: a.n, Worker: a.worker(), Error: herr.Error(), Detail: stack,
-		RunAt: time.Now().Add(delay)}
+	// The event's time is the decision's: its RunAt is that time plus the
+	// delay (the message's delay counts from later, when it is set).
+	ev.Time = time.Now()
+	ev.RunAt = ev.Time.Add(delay)
 	var de *registry.DecodeError
-	switch ceiling := p.ceiling(def); {
+	switch {
 	case errors.As(herr, &de):
-		a.poison(model.ReasonDecode, herr, failed)
+		a.poison(model.ReasonDecode, herr, ev)
 		return
 	case registry.IsPermanent(herr):
-		a.poison(model.ReasonPermanent, herr, failed)
+		a.poison(model.ReasonPermanent, herr, ev)
 		return
-	case a.n >= ceiling:
-		a.poison(model.ReasonAttemptsSpent, fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr), failed)
+	case ev.Kind == model.EventDeferred:
+	case counted >= ceiling:
+		cause := fmt.Errorf("attempt %d of at most %d failed: %w", a.n, ceiling, herr)
+		if deferrals > 0 {
+			cause = fmt.Errorf("attempt %d of at most %d failed (delivery %d; %d deferrals did not count): %w", counted, ceiling, a.n, deferrals, herr)
+		}
+		a.poison(model.ReasonAttemptsSpent, cause, ev)
 		return
 	}
-	err := a.finish(func() error { return a.writeLocked(s.ops, failed) })
+	err := a.finish(func() error { return a.writeLocked(s.ops, ev) })
 	switch {
 	case superseded(err):
 		a.ended(supersededOutcome(err), err)
@@ -1153,13 +1192,19 @@ func (a *attempt) fail(herr error, stack string) {
 		return
 	case err != nil:
 		a.ended(registry.OutcomeUnrecorded, err)
-		p.giveUp(s, a.k, "write failed", err)
+		p.giveUp(s, a.k, "write "+string(ev.Kind), err)
 		return
 	}
-	a.ended(registry.OutcomeRetrying, herr)
-	s.counter.failed.Add(1)
-	a.emit(model.ObservedFailed, "", herr)
-	logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
+	if ev.Kind == model.EventDeferred {
+		a.ended(registry.OutcomeDeferred, herr)
+		a.emit(model.ObservedDeferred, "", herr)
+		logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Dur("delay", delay).Err(herr).Msg("cmdq processor: attempt deferred; will retry")
+	} else {
+		a.ended(registry.OutcomeRetrying, herr)
+		s.counter.failed.Add(1)
+		a.emit(model.ObservedFailed, "", herr)
+		logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Err(herr).Msg("cmdq processor: attempt failed; will retry")
+	}
 	receipt, held := a.k.stop()
 	if !held {
 		return

@@ -437,6 +437,18 @@ func (p *Processor) ceiling(def *registry.Definition) int {
 	return model.DefaultPoisonCeiling
 }
 
+// maxDeferrals returns how many deferrals (registry.RetryAfter) of a
+// command of def's type do not count toward its poison ceiling.
+func (p *Processor) maxDeferrals(def *registry.Definition) int {
+	if p.cfg.MaxDeferrals > 0 {
+		return p.cfg.MaxDeferrals
+	}
+	if def != nil && def.MaxDeferrals > 0 {
+		return def.MaxDeferrals
+	}
+	return model.DefaultMaxDeferrals
+}
+
 // session is the state of one Run or RunFor.
 type session struct {
 	take     context.Context // ends when no more work is taken

@@ -21,7 +21,7 @@ import (
 )
 
 // ErrFinal: Append or Poison refused to write an attempt's event (started,
-// step_completed, failed, completed, poisoned, lease_lost) to a command
+// step_completed, failed, deferred, completed, poisoned, lease_lost) to a command
 // whose loaded projection is final (completed, poisoned, discarded): the
 // attempt is over and must write nothing more. Two events stay allowed: an
 // operator's requeued or discarded on a poisoned command, and the
@@ -446,6 +446,20 @@ func putProjection(props map[string]any, st *model.Status, settled int, owner st
 		// the final batch: only a completed command has one.
 		props["Output"] = string(st.Output)
 	}
+	if st.Deferrals > 0 || st.Deferred {
+		putDeferrals(props, st)
+	}
+}
+
+// putDeferrals writes the deferrals (RetryAfter) of the projection:
+// Deferrals, the deferred events since the command was created or last
+// requeued (the processor's ceiling check subtracts them from the attempt
+// number), and Deferred, whether the last outcome is one. A command that
+// never deferred has neither property; once written they are written by
+// every later projection update (zeros after a requeue).
+func putDeferrals(props map[string]any, st *model.Status) {
+	props["Deferrals"] = int32(st.Deferrals)
+	props["Deferred"] = st.Deferred
 }
 
 // projectionUpdate returns the Merge update of rec's command row to
@@ -454,6 +468,9 @@ func putProjection(props map[string]any, st *model.Status, settled int, owner st
 // leave less room than MaxTextUnits).
 func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
 	props := projectionProps(st, settled, owner, seq, writeID)
+	if rec.Deferrals > 0 || rec.Deferred {
+		putDeferrals(props, st) // clear them (a Merge keeps what it does not write)
+	}
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
@@ -620,6 +637,8 @@ func DecodeStatus(e storage.Entity) model.Status {
 		Output:        outputProp(e),
 		TraceID:       TraceIDOf(layout.StrProp(e, "TraceParent")),
 		OrderKey:      layout.StrProp(e, "OrderKey"),
+		Deferrals:     int(layout.IntProp(e, "Deferrals")),
+		Deferred:      layout.BoolProp(e, "Deferred"),
 	}
 }
 

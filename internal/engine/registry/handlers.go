@@ -34,6 +34,7 @@ type Options struct {
 	MaxConcurrency    int
 	GlobalConcurrency int
 	Middleware        []Middleware
+	MaxDeferrals      int
 }
 
 // Middleware wraps one attempt's handler: it sees the decoded command
@@ -57,7 +58,7 @@ func chain(ctx context.Context, mws []Middleware, cmd any, run *Attempt, handler
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
-		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency}
+		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals}
 }
 
 // over returns o with its zero command fields taken from declared.
@@ -65,6 +66,7 @@ func (o Options) over(declared model.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
 	o.MaxConcurrency, o.GlobalConcurrency = c.MaxConcurrency, c.GlobalConcurrency
+	o.MaxDeferrals = c.MaxDeferrals
 	return o
 }
 
@@ -155,6 +157,39 @@ func IsPermanent(err error) bool {
 	var p *permanentError
 	var d *DecodeError
 	return errors.As(err, &p) || errors.As(err, &d)
+}
+
+// RetryAfter marks err as a deferral: the command is retried after d
+// instead of its retry delay, and the attempt does not count toward its
+// poison ceiling while the type's deferrals last (Options.MaxDeferrals).
+// The error wraps err (errors.Is and errors.As see through it); err may be
+// nil.
+func RetryAfter(d time.Duration, err error) error {
+	return &retryAfterError{d: d, err: err}
+}
+
+type retryAfterError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryAfterError) Error() string {
+	if e.err == nil {
+		return "retry after " + e.d.String()
+	}
+	return "retry after " + e.d.String() + ": " + e.err.Error()
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// IsRetryAfter reports whether err (or an error it wraps) was made by
+// RetryAfter, and with which delay (the outermost one).
+func IsRetryAfter(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.d, true
+	}
+	return 0, false
 }
 
 // DecodeError: the parameters do not decode into the handler's type. It is

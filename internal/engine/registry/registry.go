@@ -70,7 +70,8 @@ func Declare[T issuer.Command](reg *Registry, opts ...model.CommandOptions) erro
 	var o Options
 	if len(opts) == 1 {
 		c := opts[0]
-		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency, GlobalConcurrency: c.GlobalConcurrency}
+		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency,
+			GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals}
 	}
 	def, err := define[T](reg, o)
 	if err != nil {

@@ -61,6 +61,10 @@ const (
 	// OutcomeRetrying: the failure is stored; the command is retried after
 	// its retry delay.
 	OutcomeRetrying = "retrying"
+	// OutcomeDeferred: the deferral (RetryAfter) is stored; the command is
+	// retried after its delay, and the attempt did not count toward the
+	// poison ceiling.
+	OutcomeDeferred = "deferred"
 	// OutcomePoisoned: the command moved to the poison table (a permanent
 	// error, undecodable params, or the last attempt the ceiling allows).
 	OutcomePoisoned = "poisoned"
