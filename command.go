@@ -76,6 +76,15 @@ type CommandOptions struct {
 	// attempts. 1 to MaxDeferralsLimit (10000). Defaults to
 	// DefaultMaxDeferrals (20).
 	MaxDeferrals int
+	// Rate, when not zero, is the most handler starts of the type in any
+	// window of Rate.Per across every process on every machine sharing the
+	// store and Config.Prefix, such as Rate{Limit: 10, Per: time.Second}.
+	// A message that finds no token free waits for the next holding no
+	// handler slot and spending no attempt. It costs one or two storage
+	// calls per grant of tokens, a grant serving up to a tenth of Limit
+	// messages waiting at once (docs/processor.md, "Rate limits").
+	// Defaults to the zero Rate: no rate limit.
+	Rate Rate
 }
 
 // Defaults of CommandOptions and of the storage names.
@@ -219,6 +228,12 @@ type HandlerOptions struct {
 	// attempts. 1 to MaxDeferralsLimit (10000). Defaults to the declared
 	// number (CommandOptions.MaxDeferrals), else DefaultMaxDeferrals (20).
 	MaxDeferrals int
+	// Rate, when not zero, is the most handler starts of the type in any
+	// window of Rate.Per across every process sharing the store and
+	// prefix (see CommandOptions.Rate; Config.Rates overrides it per
+	// type). Defaults to the declared rate, else the zero Rate: no rate
+	// limit.
+	Rate Rate
 	// Middleware wraps this type's handler, inside the Client's
 	// middleware (Config.Middleware, Client.Use): the first is the
 	// outermost (see Middleware). Defaults to none.

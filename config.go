@@ -131,6 +131,15 @@ type Config struct {
 	// its poison ceiling (at most MaxDeferralsLimit, 10000). Defaults to
 	// 0: each type's own (HandlerOptions.MaxDeferrals, default 20).
 	MaxDeferrals int
+	// Rates, per command type, overrides the type's HandlerOptions.Rate in
+	// this Client's processor: at most Limit handler starts of the type in
+	// any window of Per across every process (Limit at least 1, Per
+	// MinRatePer to MaxRatePer). Every process that runs the type should
+	// say the same: the tokens are counted in a shared ledger row, and
+	// each process applies its own rate to it. A type named here must be
+	// registered. `cmdq serve` and `cmdq worker` set it with --rate
+	// TYPE=N/DURATION. Defaults to nil: each type's own.
+	Rates map[string]Rate
 	// LeaseGrowth bounds how a type's lease grows when its leases keep
 	// being lost, and how it shrinks back.
 	LeaseGrowth LeaseGrowth
@@ -333,6 +342,7 @@ func (c Config) processor() processor.Config {
 		Prefix: c.Prefix, Shards: c.Shards, Worker: c.Worker, BatchSize: c.BatchSize, NewBatchThreshold: c.NewBatchThreshold,
 		Concurrency: c.Concurrency, MinPollInterval: c.MinPollInterval, MaxPollInterval: c.MaxPollInterval,
 		PollJitter: c.PollJitter, PoisonCeiling: c.PoisonCeiling, GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals,
+		Rates:        engineRates(c.Rates),
 		LeaseGrowth:  processor.LeaseGrowth(c.LeaseGrowth),
 		DrainTimeout: c.DrainTimeout, StartedWriteDelay: c.StartedWriteDelay,
 		HandlerDurationEstimate: c.HandlerDurationEstimate, Tolerance: c.Tolerance,

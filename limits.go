@@ -7,7 +7,8 @@ import (
 )
 
 // LimitInfo is one command type's global concurrency limit and the
-// permits held under it (Client.Limits; GET /v1/limits).
+// permits held under it, and its rate limit (Client.Limits; GET
+// /v1/limits).
 type LimitInfo struct {
 	// Type is the command type.
 	Type string `json:"type"`
@@ -16,8 +17,8 @@ type LimitInfo struct {
 	Queue string `json:"queue,omitempty"`
 	// Limit is its GlobalConcurrency as this Client applies it
 	// (Config.GlobalConcurrency over HandlerOptions.GlobalConcurrency); 0
-	// for a type this Client does not limit but whose permits are held
-	// by processors that do.
+	// for a type this Client does not limit (one with a rate only, or
+	// whose permits are held by processors that limit it).
 	Limit int `json:"limit"`
 	// InUse counts the permits held and not expired.
 	InUse int `json:"inUse"`
@@ -27,6 +28,10 @@ type LimitInfo struct {
 	// Permits are the permits held, by slot (expired ones included, until
 	// a taker replaces them).
 	Permits []PermitInfo `json:"permits"`
+	// Rate is its rate limit and its use, for a type this Client rates
+	// (Config.Rates over HandlerOptions.Rate) or whose ledger holds
+	// tokens that still count; nil for none.
+	Rate *RateInfo `json:"rate,omitempty"`
 }
 
 // PermitInfo is one permit of a globally limited type (LimitInfo).
@@ -49,10 +54,11 @@ type PermitInfo struct {
 	Expired bool `json:"expired,omitempty"`
 }
 
-// Limits returns every command type with a global concurrency limit that
-// this Client knows, and every type whose permits are held, with the
-// permits in use, by type name. Cost: one query (the permits'
-// partition).
+// Limits returns every command type with a global concurrency limit or a
+// rate that this Client knows, every type whose permits are held, and
+// every type whose rate ledger holds tokens that still count, with the
+// permits in use and the rate's use, by type name. Cost: two queries
+// (the permits' partition and the rate ledgers').
 func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
@@ -92,6 +98,9 @@ func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 		}
 		li.Permits = append(li.Permits, PermitInfo{Slot: pm.Slot, Worker: pm.Worker, Processor: pm.Holder, CommandID: pm.Command,
 			Since: pm.Since.UTC(), Expires: pm.Expires.UTC(), Expired: expired})
+	}
+	if err := c.addRates(ctx, r, by); err != nil {
+		return nil, err
 	}
 	out := make([]LimitInfo, 0, len(by))
 	for _, li := range by {

@@ -110,6 +110,7 @@ func (c *Client) processor() (*processor.Processor, error) {
 	cfg.NoFastPath, cfg.NoHandOff = c.tune.NoFastPath, c.tune.NoHandOff
 	cfg.ControlInterval = c.tune.ControlInterval
 	cfg.HopHorizon = c.tune.HopHorizon
+	cfg.RateToken = c.tune.RateToken
 	cfg.Changes = changes{c}
 	cfg.Doorbell = c.processorDoorbell()
 	if len(c.cfg.Observers) > 0 {

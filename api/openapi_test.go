@@ -266,7 +266,8 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	// server whose client runs handlers (its heartbeat row, live).
 	c.expect(http.StatusOK, http.MethodGet, "/v1/processors", "", "", bearer(apitest.ReaderToken)...)
 	working := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
-		return cmdq.RegisterWith(c, func(context.Context, alpha, *cmdq.Attempt) error { return nil }, cmdq.HandlerOptions{GlobalConcurrency: 3})
+		return cmdq.RegisterWith(c, func(context.Context, alpha, *cmdq.Attempt) error { return nil },
+			cmdq.HandlerOptions{GlobalConcurrency: 3, Rate: cmdq.Rate{Limit: 5, Per: time.Second}})
 	}})
 	wc := specClient{t, spec, working.URL}
 	// The processor's first heartbeat is written once it runs, which on a
@@ -284,10 +285,11 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// Limits: the working server's limited type, no permit held.
+	// Limits: the working server's limited and rated type, no permit held.
 	var limits client.LimitsResponse
 	if err := json.Unmarshal(wc.expect(http.StatusOK, http.MethodGet, "/v1/limits", "", "", bearer(apitest.ReaderToken)...).body, &limits); err != nil ||
-		len(limits.Limits) != 1 || limits.Limits[0].Limit != 3 || limits.Limits[0].Permits == nil {
+		len(limits.Limits) != 1 || limits.Limits[0].Limit != 3 || limits.Limits[0].Permits == nil ||
+		limits.Limits[0].Rate == nil || limits.Limits[0].Rate.Limit != 5 || limits.Limits[0].Rate.PerMS != 1000 {
 		t.Fatalf("GET /v1/limits on a server with a limited type: %+v, %v", limits, err)
 	}
 	c.expect(http.StatusOK, http.MethodGet, "/v1/limits", "", "", bearer(apitest.ReaderToken)...)

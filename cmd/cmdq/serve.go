@@ -43,6 +43,7 @@ type procFlags struct {
 	worker          string
 	periodic        []string
 	globalLimits    []string
+	rates           []string
 
 	doorbellListen    string
 	doorbellAdvertise string
@@ -77,6 +78,7 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.worker, "worker-id", "", "name of this processor in events and logs (default <hostname>-<pid>)")
 	fl.StringArrayVar(&f.periodic, "periodic", nil, "issue a periodic command: NAME;SPEC;TYPE[;PARAMS], SPEC a cron expression (UTC; six fields with seconds first), @hourly/@daily/… or @every DURATION, e.g. 'heartbeat;@every 1m;demo.echo;{\"n\":1}'; repeat for more. Every process given the same NAME issues its ticks, one command per tick (docs/lifecycle.md). Default none")
 	fl.StringArrayVar(&f.globalLimits, "global-concurrency", nil, "cap a command type across every process: TYPE=N runs at most N handlers of TYPE at once on every machine sharing the store and prefix (1-1000; 0 lifts the type's own limit here); repeat for more types. Give every process the same. Default none: each type's own (HandlerOptions.GlobalConcurrency)")
+	fl.StringArrayVar(&f.rates, "rate", nil, "rate-limit a command type across every process: TYPE=N/DURATION starts at most N handlers of TYPE in any window of DURATION on every machine sharing the store and prefix, e.g. demo.sleep=10/1s (N at least 1, DURATION 1ms to 366 days); repeat for more types. Give every process the same. Default none: each type's own (HandlerOptions.Rate)")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
 	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
 	_ = fl.MarkHidden("demo-journal")
@@ -145,6 +147,10 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	if err != nil {
 		return nil, nil, err
 	}
+	rates, err := parseRates(f.rates)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg := cmdq.Config{
 		Prefix:            prefix,
 		Shards:            shards,
@@ -158,6 +164,7 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		PoisonCeiling:     f.poisonCeiling,
 		MaxDeferrals:      f.maxDeferrals,
 		GlobalConcurrency: limits,
+		Rates:             rates,
 		Logger:            log,
 		RecoveryDelay:     recovery,
 	}
@@ -410,6 +417,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := checkRecovery(f.recovery); err != nil {
 		return err
 	}
+	if _, err := parseRates(f.proc.rates); err != nil { // before the store is opened: a bad value changes nothing
+		return err
+	}
 	if f.noProcessor && len(f.proc.periodic) > 0 {
 		return errors.New("--periodic needs a processor: give it to the workers (cmdq worker --periodic …), not to serve --no-processor")
 	}
@@ -660,6 +670,9 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 		return fmt.Errorf("--run-for %s: must not be negative", f.runFor)
 	}
 	if err := checkRecovery(f.recovery); err != nil {
+		return err
+	}
+	if _, err := parseRates(f.proc.rates); err != nil { // before the store is opened: a bad value changes nothing
 		return err
 	}
 	st, err := f.store.open(ctx)

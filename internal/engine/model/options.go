@@ -46,6 +46,7 @@ type CommandOptions struct {
 	MaxConcurrency    int
 	GlobalConcurrency int
 	MaxDeferrals      int
+	Rate              Rate
 }
 
 // Retention is the engine's copy of cmdq.Retention (documented there).
@@ -124,6 +125,9 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.MaxDeferrals == 0 {
 		o.MaxDeferrals = base.MaxDeferrals
 	}
+	if o.Rate.IsZero() {
+		o.Rate = base.Rate
+	}
 	return o
 }
 
@@ -162,6 +166,9 @@ func (o CommandOptions) Validate() error {
 	}
 	if o.MaxDeferrals < 0 || o.MaxDeferrals > MaxDeferralsLimit {
 		errs = append(errs, fmt.Errorf("option MaxDeferrals %d: must be between 1 and %d (0 = default %d)", o.MaxDeferrals, MaxDeferralsLimit, DefaultMaxDeferrals))
+	}
+	if err := ValidateRate(o.Rate); err != nil {
+		errs = append(errs, fmt.Errorf("option Rate %w", err))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -46,6 +46,7 @@ type Config struct {
 	PoisonCeiling           int
 	GlobalConcurrency       map[string]int
 	MaxDeferrals            int
+	Rates                   map[string]model.Rate
 	LeaseGrowth             LeaseGrowth
 	DrainTimeout            time.Duration
 	StartedWriteDelay       time.Duration
@@ -75,6 +76,11 @@ type Config struct {
 	// Doorbell is the wake-ups between processes (doorbell.go): the
 	// Client fills it from cmdq.Config.Doorbell and its store.
 	Doorbell Doorbell
+
+	// RateToken, when set, is called when a message of a rated type takes
+	// its token (rates.go), with its type, its command ID and its grant's
+	// stamp (tests check the bound with it; tuning.Switches.RateToken).
+	RateToken func(cmdType, id string, stamp time.Time)
 
 	// NoFastPath turns the first delivery's fast path off: every delivery
 	// loads its command (one point read) before running the handler.
@@ -155,6 +161,15 @@ func (c Config) Validate() error {
 			bad("GlobalConcurrency: %v", err)
 		} else if err := model.ValidateGlobalConcurrency(n); err != nil {
 			bad("GlobalConcurrency of %s: %v", t, err)
+		}
+	}
+	for t, r := range c.Rates {
+		if err := model.ValidateType(t); err != nil {
+			bad("Rates: %v", err)
+		} else if r.IsZero() {
+			bad("Rates of %s: %s: Limit 0 must be at least 1 start per interval, Per a positive interval (leave the type out for its own rate)", t, r)
+		} else if err := model.ValidateRate(r); err != nil {
+			bad("Rates of %s: %v", t, err)
 		}
 	}
 	if c.PoisonCeiling < 0 {

@@ -105,6 +105,11 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			slotSent, slotVis = time.Now(), k.currentLease()
 		}
 		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
+		if ok && known && p.rates[env.Type] != nil {
+			// A type with a rate takes a token with its slot in hand,
+			// waiting for one holding no slot (rates.go).
+			free, ok = p.takeToken(s, k, p.rates[env.Type], env.ID, free)
+		}
 		if !ok {
 			if h != nil {
 				k.onRenewed(nil)

@@ -99,6 +99,7 @@ type Processor struct {
 	gates     map[string]*gate         // the permits of types with a GlobalConcurrency (permits.go)
 	order     orderGates               // deliveries waiting for their order key's head (order.go)
 	w         *weighted                // the handler slots' scheduler with QueueWeights (weights.go; guarded by holdMu), else nil
+	rates     map[string]*rater        // the tokens of types with a Rate (rates.go)
 
 	// Live counts (model.Stats): the running session and the finished ones.
 	statsMu sync.Mutex
@@ -212,6 +213,9 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		if def, ok := reg.Lookup(t); !ok || !def.Handled() {
 			return nil, fmt.Errorf("%w: GlobalConcurrency names command type %q, which has no handler here; register it, or remove it from the limits", ErrInvalidConfig, t)
 		}
+	}
+	if err := p.setupRates(reg); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

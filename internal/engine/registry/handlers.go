@@ -33,6 +33,7 @@ type Options struct {
 	Retention         model.Retention
 	MaxConcurrency    int
 	GlobalConcurrency int
+	Rate              model.Rate
 	Middleware        []Middleware
 	MaxDeferrals      int
 }
@@ -58,14 +59,14 @@ func chain(ctx context.Context, mws []Middleware, cmd any, run *Attempt, handler
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
-		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals}
+		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: o.Rate}
 }
 
 // over returns o with its zero command fields taken from declared.
 func (o Options) over(declared model.CommandOptions) Options {
 	c := o.CommandOptions().Over(declared)
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
-	o.MaxConcurrency, o.GlobalConcurrency = c.MaxConcurrency, c.GlobalConcurrency
+	o.MaxConcurrency, o.GlobalConcurrency, o.Rate = c.MaxConcurrency, c.GlobalConcurrency, c.Rate
 	o.MaxDeferrals = c.MaxDeferrals
 	return o
 }

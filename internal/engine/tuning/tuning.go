@@ -32,6 +32,11 @@ type Switches struct {
 	// loaded the command and before it writes the cancelled event (tests
 	// let another write land in between).
 	BeforeCancelWrite func(id string)
+	// RateToken, when set, is called when a message of a rated type
+	// (cmdq.Rate) takes its token in the Client's processor, with its
+	// type, its command ID and when its grant counts from (tests check
+	// the rate's bound with it).
+	RateToken func(cmdType, id string, stamp time.Time)
 	// Now, when set, is the periodic scheduler's clock (and
 	// ListPeriodic's): tests move it to make ticks be missed.
 	Now func() time.Time
