@@ -3,6 +3,7 @@ package cmdq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
+	"github.com/cmdq-dev/cmdq/internal/testenv"
 )
 
 // apiCall is a command type the tests rate-limit across processes.
@@ -301,4 +303,57 @@ func TestRateBadInput(t *testing.T) {
 	if err := c2.Start(ctxT(t)); err == nil || !strings.Contains(err.Error(), "no.such.type") {
 		t.Fatalf("Start with a rate for a type without a handler: %v", err)
 	}
+}
+
+// TestRateCalls: a command of a rated type whose tokens are free costs one
+// storage call more than a plain one (the ledger's conditional write; the
+// first grant's read and insert are spread over the 40), measured as
+// TestFlowControlCalls measures the other limits: 40 commands issued one
+// at a time in process, both stores behind the counting wrapper.
+func TestRateCalls(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := ctxT(t)
+		done := newObserved()
+		cfg := fast()
+		cfg.Prefix = env.Prefix
+		cfg.Doorbell.Off = true
+		// Polls only at the start: the commands are handed off in process.
+		cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
+		cfg.Observers = []cmdq.Observer{done}
+		c, err := cmdq.New(env.Store, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmdq.RegisterWith(c, func(context.Context, apiCall, *cmdq.Attempt) error { return nil },
+			cmdq.HandlerOptions{Rate: cmdq.Rate{Limit: 1000, Per: time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		completed := func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedCompleted }
+		perCommand := func(issue func(i int) error) float64 {
+			mark := done.len()
+			env.Store.Reset()
+			for i := range n {
+				if err := issue(i); err != nil {
+					t.Fatal(err)
+				}
+				done.await(t, "the command completes", func() bool { return done.count(mark, completed) > i })
+			}
+			return float64(env.Store.Total()) / n
+		}
+		plain := perCommand(func(i int) error { _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); return err })
+		rated := perCommand(func(i int) error { _, err := c.Issue(ctx, apiCall{N: i}); return err })
+		t.Logf("storage calls per command: plain %.2f, rate %.2f (+%.2f)", plain, rated, rated-plain)
+		if d := rated - plain; d < 0.75 || d > 1.4 {
+			t.Errorf("a command of a rated type costs %.2f calls more than a plain one, want 1 (the ledger's write)", d)
+		}
+	})
 }

@@ -48,7 +48,8 @@ import (
 // Storage calls: a token from this process's block none; a grant one
 // conditional write of the ledger when this process's copy is current
 // (its own last write), else one point read and one write; each write
-// lost to another process's adds a read and a write. A wait costs none.
+// lost to another process's adds a read and a write. A wait makes no
+// ledger call (the keeper renews the waiting message's lease).
 
 // maxRateTries bounds the reads and writes of one try for a grant that
 // keep losing to other processes' writes; the try then waits a few ms.
