@@ -97,3 +97,26 @@ func TestDeclaredParamsChecked(t *testing.T) {
 		}
 	})
 }
+
+// TestDeclareWithKeepsEveryOption: a type declared with options (not
+// registered) keeps every one of them, as Lookup shows.
+func TestDeclareWithKeepsEveryOption(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, openStore(t, "embedded"), fast())
+	opts := cmdq.CommandOptions{Queue: "mail", PoisonCeiling: 4, Lease: 45 * time.Second, Timeout: 5 * time.Minute,
+		Retention: cmdq.Retention{Completed: 2 * time.Hour, Discarded: 3 * time.Hour}, MaxConcurrency: 3,
+		GlobalConcurrency: 2, MaxDeferrals: 7, Rate: cmdq.Rate{Limit: 5, Per: time.Second}}
+	if err := cmdq.DeclareWith[greet](c, opts); err != nil {
+		t.Fatal(err)
+	}
+	info, ok := c.Lookup("greet")
+	if !ok || info.Handled {
+		t.Fatalf("Lookup: %+v %v, want a declared type", info, ok)
+	}
+	got := info.Options
+	if got.Queue != opts.Queue || got.PoisonCeiling != opts.PoisonCeiling || got.Lease != opts.Lease || got.Timeout != opts.Timeout ||
+		got.Retention != opts.Retention || got.MaxConcurrency != opts.MaxConcurrency || got.GlobalConcurrency != opts.GlobalConcurrency ||
+		got.MaxDeferrals != opts.MaxDeferrals || got.Rate != opts.Rate {
+		t.Fatalf("declared options %+v came back as %+v", opts, got)
+	}
+}

@@ -71,7 +71,7 @@ func Declare[T issuer.Command](reg *Registry, opts ...model.CommandOptions) erro
 	if len(opts) == 1 {
 		c := opts[0]
 		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency,
-			GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals, Rate: c.Rate}
+			Retention: c.Retention, GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals, Rate: c.Rate}
 	}
 	def, err := define[T](reg, o)
 	if err != nil {
