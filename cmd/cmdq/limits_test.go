@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +103,37 @@ func TestGlobalConcurrencyAcrossWorkers(t *testing.T) {
 		r = do(t, http.MethodGet, web.URL+"/v1/limits", "", "")
 		ls.Limits = nil
 		_ = json.Unmarshal([]byte(r.body), &ls)
+	}
+}
+
+// TestGlobalConcurrencyFlag: a malformed --global-concurrency stops serve
+// and worker before anything is opened (the data directory is not
+// created), with a message that says what to give; a good one runs.
+func TestGlobalConcurrencyFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ cmd, value, want string }{
+		{"worker", "demo.sleep", "give TYPE=N, such as demo.sleep=2"},
+		{"worker", "demo.sleep=x", "give TYPE=N, such as demo.sleep=2"},
+		{"serve", "demo.sleep=1001", "N must be 1 to 1000"},
+		{"worker", "1bad=2", "--global-concurrency \"1bad=2\""},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := []string{c.cmd, "--data", data, "--global-concurrency", c.value}
+		if c.cmd == "serve" {
+			args = append(args, "--addr", "127.0.0.1:0")
+		} else {
+			args = append(args, "--run-for", "5s")
+		}
+		r := runCmdq(t, 20*time.Second, nil, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("cmdq %s --global-concurrency %s: exit %d, stderr %q, want 1 and %q", c.cmd, c.value, r.code, r.stderr, c.want)
+		}
+		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cmdq %s --global-concurrency %s created its data directory (%v)", c.cmd, c.value, err)
+		}
+	}
+	r := runCmdq(t, 20*time.Second, nil, "worker", "--data", t.TempDir(), "--global-concurrency", "demo.sleep=2", "--run-for", "2s")
+	if r.code != 0 || !summaryLine.MatchString(r.stdout) {
+		t.Fatalf("worker --global-concurrency demo.sleep=2: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }

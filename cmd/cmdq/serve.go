@@ -420,6 +420,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if _, err := parseRates(f.proc.rates); err != nil { // before the store is opened: a bad value changes nothing
 		return err
 	}
+	if _, err := parseGlobalLimits(f.proc.globalLimits); err != nil { // likewise
+		return err
+	}
 	if f.noProcessor && len(f.proc.periodic) > 0 {
 		return errors.New("--periodic needs a processor: give it to the workers (cmdq worker --periodic …), not to serve --no-processor")
 	}
@@ -673,6 +676,9 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 		return err
 	}
 	if _, err := parseRates(f.proc.rates); err != nil { // before the store is opened: a bad value changes nothing
+		return err
+	}
+	if _, err := parseGlobalLimits(f.proc.globalLimits); err != nil { // likewise
 		return err
 	}
 	st, err := f.store.open(ctx)
