@@ -316,3 +316,47 @@ func recordStarts(t *testing.T, c *cmdq.Client) *startTimes {
 	}
 	return st
 }
+
+// callsMeter is a Client on env's counting store that polls only at its
+// start (the commands are handed off in process, or found by that poll),
+// rings no doorbell, and counts completions, for the tests that measure
+// storage calls per command.
+type callsMeter struct {
+	c    *cmdq.Client
+	env  testenv.Env
+	done *observed
+}
+
+func newCallsMeter(t *testing.T, env testenv.Env) *callsMeter {
+	t.Helper()
+	m := &callsMeter{env: env, done: newObserved()}
+	cfg := fast()
+	cfg.Prefix = env.Prefix
+	cfg.Doorbell.Off = true
+	cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
+	cfg.Observers = []cmdq.Observer{m.done}
+	c, err := cmdq.New(env.Store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	m.c = c
+	return m
+}
+
+// perCommand issues 40 commands one at a time (issue(i)), each waited for
+// until it completes, and returns the storage calls per command.
+func (m *callsMeter) perCommand(t *testing.T, issue func(i int) error) float64 {
+	t.Helper()
+	const n = 40
+	completed := func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedCompleted }
+	mark := m.done.len()
+	m.env.Store.Reset()
+	for i := range n {
+		if err := issue(i); err != nil {
+			t.Fatal(err)
+		}
+		m.done.await(t, "the command completes", func() bool { return m.done.count(mark, completed) > i })
+	}
+	return float64(m.env.Store.Total()) / n
+}

@@ -475,18 +475,8 @@ func TestFlowControlCalls(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
-		done := newObserved()
-		cfg := fast()
-		cfg.Prefix = env.Prefix
-		cfg.Doorbell.Off = true
-		// Polls only at the start: the commands are handed off in process.
-		cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
-		cfg.Observers = []cmdq.Observer{done}
-		c, err := cmdq.New(env.Store, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		m := newCallsMeter(t, env)
+		c := m.c
 		if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -499,22 +489,9 @@ func TestFlowControlCalls(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		const n = 40
-		completed := func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedCompleted }
-		perCommand := func(issue func(i int) error) float64 {
-			mark := done.len()
-			env.Store.Reset()
-			for i := range n {
-				if err := issue(i); err != nil {
-					t.Fatal(err)
-				}
-				done.await(t, "the command completes", func() bool { return done.count(mark, completed) > i })
-			}
-			return float64(env.Store.Total()) / n
-		}
-		plain := perCommand(func(i int) error { _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); return err })
-		limited := perCommand(func(i int) error { _, err := c.Issue(ctx, charge{N: i}); return err })
-		ordered := perCommand(func(i int) error {
+		plain := m.perCommand(t, func(i int) error { _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); return err })
+		limited := m.perCommand(t, func(i int) error { _, err := c.Issue(ctx, charge{N: i}); return err })
+		ordered := m.perCommand(t, func(i int) error {
 			_, err := c.Issue(ctx, deposit{Seq: i}, cmdq.OrderKey(fmt.Sprintf("acct-%d", i)))
 			return err
 		})

@@ -314,18 +314,8 @@ func TestRateCalls(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
 		ctx := ctxT(t)
-		done := newObserved()
-		cfg := fast()
-		cfg.Prefix = env.Prefix
-		cfg.Doorbell.Off = true
-		// Polls only at the start: the commands are handed off in process.
-		cfg.MinPollInterval, cfg.MaxPollInterval = time.Minute, time.Minute
-		cfg.Observers = []cmdq.Observer{done}
-		c, err := cmdq.New(env.Store, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+		m := newCallsMeter(t, env)
+		c := m.c
 		if err := cmdq.Register(c, func(context.Context, greet, *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -336,21 +326,8 @@ func TestRateCalls(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		const n = 40
-		completed := func(o cmdq.Observation) bool { return o.Kind == cmdq.ObservedCompleted }
-		perCommand := func(issue func(i int) error) float64 {
-			mark := done.len()
-			env.Store.Reset()
-			for i := range n {
-				if err := issue(i); err != nil {
-					t.Fatal(err)
-				}
-				done.await(t, "the command completes", func() bool { return done.count(mark, completed) > i })
-			}
-			return float64(env.Store.Total()) / n
-		}
-		plain := perCommand(func(i int) error { _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); return err })
-		rated := perCommand(func(i int) error { _, err := c.Issue(ctx, apiCall{N: i}); return err })
+		plain := m.perCommand(t, func(i int) error { _, err := c.Issue(ctx, greet{Name: fmt.Sprint(i)}); return err })
+		rated := m.perCommand(t, func(i int) error { _, err := c.Issue(ctx, apiCall{N: i}); return err })
 		t.Logf("storage calls per command: plain %.2f, rate %.2f (+%.2f)", plain, rated, rated-plain)
 		if d := rated - plain; d < 0.75 || d > 1.4 {
 			t.Errorf("a command of a rated type costs %.2f calls more than a plain one, want 1 (the ledger's write)", d)
