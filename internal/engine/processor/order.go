@@ -189,14 +189,11 @@ func (p *Processor) awaitOrder(s *session, qr *queueRunner, k *keeper, w *orderW
 	if w.parked {
 		defer p.unpark(qr, orderParkKey)
 	}
-	select {
-	case g.turn <- struct{}{}:
-	case <-me:
+	switch p.awaitTurn(s, k, g.turn, me) {
+	case waitCame:
+	case waitWoken:
 		return true // the delivery that reads the head found it is this one
-	case <-s.take.Done():
-		p.release(s, k)
-		return false
-	case <-k.lostCh():
+	default:
 		return false
 	}
 	defer func() { <-g.turn }()
@@ -204,19 +201,12 @@ func (p *Processor) awaitOrder(s *session, qr *queueRunner, k *keeper, w *orderW
 	head, since, checked := w.head, time.Now(), time.Time{}
 	for {
 		poke := p.order.poked(g)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
+		switch p.pause(s, k, backoff, poke) {
+		case waitCame:
 			backoff = min(2*backoff, orderRetryMax)
-		case <-poke:
-			t.Stop()
+		case waitWoken:
 			backoff = orderRetryMin
-		case <-s.take.Done():
-			t.Stop()
-			p.release(s, k)
-			return false
-		case <-k.lostCh():
-			t.Stop()
+		default:
 			return false
 		}
 		cur, ok, err := p.st.ReadOrderHead(s.ops, w.key)

@@ -158,12 +158,7 @@ func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, 
 		// message waits counted as held (the poller's prefetch bound
 		// then stops fetching): it is never released for it.
 		parked = p.park(qr, permitParkKey+g.typ, 2*p.cfg.Concurrency)
-		select {
-		case g.turn <- struct{}{}:
-		case <-s.take.Done():
-			p.release(s, k)
-			return nil, false
-		case <-k.lostCh():
+		if p.awaitTurn(s, k, g.turn, nil) != waitCame {
 			return nil, false
 		}
 	}
@@ -189,19 +184,12 @@ func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, 
 		if !next.IsZero() {
 			wait = min(wait, max(time.Until(next), time.Millisecond))
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
+		switch p.pause(s, k, wait, poke) {
+		case waitCame:
 			backoff = min(2*backoff, permitRetryMax)
-		case <-poke:
-			t.Stop()
+		case waitWoken:
 			backoff = permitRetryMin
-		case <-s.take.Done():
-			t.Stop()
-			p.release(s, k)
-			return nil, false
-		case <-k.lostCh():
-			t.Stop()
+		default:
 			return nil, false
 		}
 	}

@@ -168,12 +168,7 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 		free()
 		free = nil
 		parked = p.park(qr, key, 2*p.cfg.Concurrency)
-		select {
-		case r.turn <- struct{}{}:
-		case <-s.take.Done():
-			p.release(s, k)
-			return nil, false
-		case <-k.lostCh():
+		if p.awaitTurn(s, k, r.turn, nil) != waitCame {
 			return nil, false
 		}
 	}
@@ -212,15 +207,7 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 		if !parked {
 			parked = p.park(qr, key, 2*p.cfg.Concurrency)
 		}
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-t.C:
-		case <-s.take.Done():
-			t.Stop()
-			p.release(s, k)
-			return nil, false
-		case <-k.lostCh():
-			t.Stop()
+		if p.pause(s, k, wait, nil) != waitCame {
 			return nil, false
 		}
 	}
