@@ -29,6 +29,18 @@ type CommandWithOptions interface {
 	CommandOptions() CommandOptions
 }
 
+// LimitKeyer is a Command whose values name a limit key: the tenant, the
+// customer or the account whose commands share a per-key limit
+// (CommandOptions.GlobalConcurrencyPerKey, CommandOptions.RatePerKey).
+// LimitKey is called on the decoded parameters of each delivery before
+// its handler starts; "" means no per-key limit for that command. Any
+// string is a key (it is stored hashed, with its first 256 characters for
+// display).
+type LimitKeyer interface {
+	Command
+	LimitKey() string
+}
+
 // CommandOptions is what a command type declares about itself (see
 // CommandWithOptions): its queue and how its handler runs. Zero fields take
 // the defaults.
@@ -85,6 +97,24 @@ type CommandOptions struct {
 	// messages waiting at once (docs/processor.md, "Rate limits").
 	// Defaults to the zero Rate: no rate limit.
 	Rate Rate
+	// GlobalConcurrencyPerKey, when above 0, is the most handlers of the
+	// type that run at once for one limit key (a tenant, a customer)
+	// across every process sharing the store and Config.Prefix (1 to
+	// MaxGlobalConcurrency, 1000). The key is the command's LimitKey
+	// method's answer (the type must be a LimitKeyer; a command whose key
+	// is "" is not limited per key). It holds its own permit, beside the
+	// type's (GlobalConcurrency) when the type has both, and costs what a
+	// type-wide permit costs, plus a point read of the command when its
+	// message does not carry its parameters (docs/processor.md, "Per-key
+	// limits"). Defaults to 0: no per-key limit.
+	GlobalConcurrencyPerKey int
+	// RatePerKey, when not zero, is the most handler starts of the type in
+	// any window of RatePerKey.Per for one limit key (the command's
+	// LimitKey method, as for GlobalConcurrencyPerKey), across every
+	// process sharing the store and Config.Prefix: one ledger per key,
+	// kept as the type's Rate keeps its own. Defaults to the zero Rate: no
+	// per-key rate limit.
+	RatePerKey Rate
 }
 
 // Defaults of CommandOptions and of the storage names.
@@ -234,6 +264,17 @@ type HandlerOptions struct {
 	// type). Defaults to the declared rate, else the zero Rate: no rate
 	// limit.
 	Rate Rate
+	// GlobalConcurrencyPerKey, when above 0, is the most handlers of the
+	// type that run at once for one limit key (the command's LimitKey
+	// method) across every process sharing the store and prefix (see
+	// CommandOptions.GlobalConcurrencyPerKey). Defaults to the declared
+	// limit, else 0: no per-key limit.
+	GlobalConcurrencyPerKey int
+	// RatePerKey, when not zero, is the most handler starts of the type in
+	// any window of RatePerKey.Per for one limit key (see
+	// CommandOptions.RatePerKey). Defaults to the declared rate, else the
+	// zero Rate: no per-key rate limit.
+	RatePerKey Rate
 	// Middleware wraps this type's handler, inside the Client's
 	// middleware (Config.Middleware, Client.Use): the first is the
 	// outermost (see Middleware). Defaults to none.

@@ -17,7 +17,8 @@ import (
 func (o HandlerOptions) engine() registry.Options {
 	return registry.Options{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: model.RetryPolicy(o.Retry), Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: model.Rate(o.Rate), Middleware: middleware(o.Middleware)}
+		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: model.Rate(o.Rate), Middleware: middleware(o.Middleware),
+		GlobalConcurrencyPerKey: o.GlobalConcurrencyPerKey, RatePerKey: model.Rate(o.RatePerKey)}
 }
 
 // handlerOptions returns the registry's options as HandlerOptions
@@ -25,14 +26,15 @@ func (o HandlerOptions) engine() registry.Options {
 func handlerOptions(o registry.Options) HandlerOptions {
 	return HandlerOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retry: RetryPolicy(o.Retry), Retention: Retention(o.Retention), MaxConcurrency: o.MaxConcurrency,
-		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: Rate(o.Rate)}
+		GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: Rate(o.Rate),
+		GlobalConcurrencyPerKey: o.GlobalConcurrencyPerKey, RatePerKey: Rate(o.RatePerKey)}
 }
 
 // engine returns o as the engine's.
 func (o CommandOptions) engine() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout,
 		Retention: model.Retention(o.Retention), MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals,
-		Rate: model.Rate(o.Rate)}
+		Rate: model.Rate(o.Rate), GlobalConcurrencyPerKey: o.GlobalConcurrencyPerKey, RatePerKey: model.Rate(o.RatePerKey)}
 }
 
 // declared returns the options cmd's type declares (CommandWithOptions),

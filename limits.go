@@ -32,12 +32,37 @@ type LimitInfo struct {
 	// (Config.Rates over HandlerOptions.Rate) or whose ledger holds
 	// tokens that still count; nil for none.
 	Rate *RateInfo `json:"rate,omitempty"`
+	// KeyLimit is its GlobalConcurrencyPerKey as this Client applies it
+	// (0: none known here).
+	KeyLimit int `json:"keyLimit,omitempty"`
+	// KeyRate is its RatePerKey as this Client applies it (Used and
+	// NextFree unset: each key's are in Keys); nil for none known here.
+	KeyRate *RateInfo `json:"keyRate,omitempty"`
+	// Keys are its limit keys that hold permits or have rate tokens that
+	// still count, by key (empty for a type not limited per key).
+	Keys []KeyInfo `json:"keys,omitempty"`
+}
+
+// KeyInfo is one busy limit key of a type limited per key (LimitInfo.Keys).
+type KeyInfo struct {
+	// Key is the limit key (its first 256 characters).
+	Key string `json:"key"`
+	// InUse counts its permits held and not expired (they are listed in
+	// LimitInfo.Permits with this Key).
+	InUse int `json:"inUse"`
+	// RateUsed counts its rate tokens that still count; RateNextFree is
+	// when its next start is free (UTC; zero when it has no ledger).
+	RateUsed     int       `json:"rateUsed"`
+	RateNextFree time.Time `json:"rateNextFree,omitzero"`
 }
 
 // PermitInfo is one permit of a globally limited type (LimitInfo).
 type PermitInfo struct {
 	// Slot is the permit's number, 0 to the limit-1.
 	Slot int `json:"slot"`
+	// Key is the limit key of a per-key permit (GlobalConcurrencyPerKey),
+	// "" for one of the type's own.
+	Key string `json:"key,omitempty"`
 	// Worker is the holding processor's name; Processor its instance ID
 	// (ProcessorInfo.ID).
 	Worker    string `json:"worker"`
@@ -74,8 +99,8 @@ func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 		if !ok {
 			continue
 		}
-		if limit := c.globalLimit(t); limit > 0 {
-			by[t] = &LimitInfo{Type: t, Queue: def.Queue, Limit: limit, Permits: []PermitInfo{}}
+		if limit := c.globalLimit(t); limit > 0 || def.GlobalConcurrencyPerKey > 0 {
+			by[t] = &LimitInfo{Type: t, Queue: def.Queue, Limit: limit, KeyLimit: def.GlobalConcurrencyPerKey, Permits: []PermitInfo{}}
 		}
 	}
 	if p := c.procLive.Load(); p != nil {
@@ -93,10 +118,14 @@ func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 			by[pm.Type] = li
 		}
 		expired := pm.Expired(now)
-		if !expired {
+		switch {
+		case expired:
+		case pm.Key != "":
+			keyInfo(li, pm.Key).InUse++
+		default:
 			li.InUse++
 		}
-		li.Permits = append(li.Permits, PermitInfo{Slot: pm.Slot, Worker: pm.Worker, Processor: pm.Holder, CommandID: pm.Command,
+		li.Permits = append(li.Permits, PermitInfo{Slot: pm.Slot, Key: pm.Key, Worker: pm.Worker, Processor: pm.Holder, CommandID: pm.Command,
 			Since: pm.Since.UTC(), Expires: pm.Expires.UTC(), Expired: expired})
 	}
 	if err := c.addRates(ctx, r, by); err != nil {
@@ -104,8 +133,20 @@ func (c *Client) Limits(ctx context.Context) ([]LimitInfo, error) {
 	}
 	out := make([]LimitInfo, 0, len(by))
 	for _, li := range by {
+		sort.Slice(li.Keys, func(i, j int) bool { return li.Keys[i].Key < li.Keys[j].Key })
 		out = append(out, *li)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, nil
+}
+
+// keyInfo returns li's entry for key, added when missing.
+func keyInfo(li *LimitInfo, key string) *KeyInfo {
+	for i := range li.Keys {
+		if li.Keys[i].Key == key {
+			return &li.Keys[i]
+		}
+	}
+	li.Keys = append(li.Keys, KeyInfo{Key: key})
+	return &li.Keys[len(li.Keys)-1]
 }

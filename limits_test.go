@@ -486,6 +486,9 @@ func TestFlowControlCalls(t *testing.T) {
 		if err := cmdq.Register(c, func(context.Context, deposit, *cmdq.Attempt) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
+		if err := cmdq.RegisterWith(c, func(context.Context, tenantJob, *cmdq.Attempt) error { return nil }, cmdq.HandlerOptions{GlobalConcurrencyPerKey: 100}); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -495,7 +498,12 @@ func TestFlowControlCalls(t *testing.T) {
 			_, err := c.Issue(ctx, deposit{Seq: i}, cmdq.OrderKey(fmt.Sprintf("acct-%d", i)))
 			return err
 		})
-		t.Logf("storage calls per command: plain %.2f, global limit %.2f (+%.2f), order key %.2f (+%.2f)", plain, limited, limited-plain, ordered, ordered-plain)
+		perKey := m.perCommand(t, func(i int) error { _, err := c.Issue(ctx, tenantJob{Tenant: fmt.Sprint(i % 7), N: i}); return err })
+		t.Logf("storage calls per command: plain %.2f, global limit %.2f (+%.2f), order key %.2f (+%.2f), per-key limit %.2f (+%.2f)",
+			plain, limited, limited-plain, ordered, ordered-plain, perKey, perKey-plain)
+		if d := perKey - plain; d < 1.7 || d > 2.4 {
+			t.Errorf("a command of a type limited per key costs %.2f calls more than a plain one, want 2 (take and give back; its message carries its key's parameters)", d)
+		}
 		if d := limited - plain; d < 1.7 || d > 2.4 {
 			t.Errorf("a command of a limited type costs %.2f calls more than a plain one, want 2 (take and give back)", d)
 		}

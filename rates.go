@@ -95,6 +95,11 @@ func (c *Client) addRates(ctx context.Context, r *read.Reader, by map[string]*Li
 			li.Queue = q
 			li.Rate = &RateInfo{Limit: rt.Limit, PerMS: rt.Per.Milliseconds(), NextFree: now.UTC()}
 		}
+		if def, ok := c.reg.Lookup(t); ok && !def.RatePerKey.IsZero() {
+			li := info(t)
+			li.Queue = def.Queue
+			li.KeyRate = &RateInfo{Limit: def.RatePerKey.Limit, PerMS: def.RatePerKey.Per.Milliseconds()}
+		}
 	}
 	if p := c.procLive.Load(); p != nil {
 		for _, s := range p.Rates() {
@@ -105,6 +110,19 @@ func (c *Client) addRates(ctx context.Context, r *read.Reader, by map[string]*Li
 	}
 	for _, l := range ledgers {
 		rt := shared.Rate{Limit: l.Rate.Limit, Per: l.Rate.Per}
+		if l.Key != "" {
+			if li := by[l.Type]; li != nil && li.KeyRate != nil {
+				rt = shared.Rate{Limit: li.KeyRate.Limit, Per: time.Duration(li.KeyRate.PerMS) * time.Millisecond}
+			}
+			if rt.Limit < 1 || rt.Per <= 0 {
+				continue
+			}
+			if used := l.Used(now, rt); used > 0 {
+				ki := keyInfo(info(l.Type), l.Key)
+				ki.RateUsed, ki.RateNextFree = used, l.NextFree(now, rt).UTC()
+			}
+			continue
+		}
 		if li := by[l.Type]; li != nil && li.Rate != nil {
 			rt = shared.Rate{Limit: li.Rate.Limit, Per: time.Duration(li.Rate.PerMS) * time.Millisecond}
 		}

@@ -220,12 +220,14 @@ type Waiting struct {
 	By    string    `json:"by,omitempty"`
 	Since time.Time `json:"since,omitzero"`
 	// Command and Key: the head of the command's order key, which runs
-	// first, and the key (WaitOrder).
+	// first, and the key (WaitOrder). Key is also the command's limit key
+	// when it waits for a permit of that key (WaitPermit, under
+	// GlobalConcurrencyPerKey).
 	Command string `json:"command,omitempty"`
 	Key     string `json:"key,omitempty"`
-	// Held and Limit: the permits of the command's type held and its
-	// global concurrency limit, and HeldBy the processors that hold them
-	// (WaitPermit).
+	// Held and Limit: the permits of the command's type (or of its limit
+	// key, when Key is set) held and its global concurrency limit, and
+	// HeldBy the processors that hold them (WaitPermit).
 	Held   int      `json:"held,omitempty"`
 	Limit  int      `json:"limit,omitempty"`
 	HeldBy []string `json:"heldBy,omitempty"`

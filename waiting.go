@@ -98,27 +98,26 @@ func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
 }
 
 // waitingForTurn says whether st waits for its order key's head (one
-// query) or for a permit of its type (one query), nil when neither (or a
-// read failed); taken is true when st holds a permit (it runs).
+// query), for a permit of its limit key (a point read for its parameters
+// and one query) or for a permit of its type (one query), nil when none
+// (or a read failed); taken is true when st holds a permit (it runs).
 func (c *Client) waitingForTurn(ctx context.Context, st Status, now time.Time) (w *Waiting, taken bool) {
-	var r interface {
-		ReadOrderHead(ctx context.Context, key string) (shared.OrderHead, bool, error)
-		ReadPermits(ctx context.Context, cmdType string) ([]shared.Permit, error)
+	def, _ := c.reg.Lookup(st.Type)
+	perKey := def != nil && def.KeyLimited() && def.GlobalConcurrencyPerKey > 0
+	if st.OrderKey == "" && c.globalLimit(st.Type) == 0 && !perKey {
+		return nil, false
 	}
-	if st.OrderKey != "" || c.globalLimit(st.Type) > 0 {
-		rd, err := c.reader(ctx)
-		if err != nil {
-			return nil, false
-		}
-		r = rd
+	r, err := c.reader(ctx)
+	if err != nil {
+		return nil, false
 	}
 	if st.OrderKey != "" {
 		if head, ok, err := r.ReadOrderHead(ctx, st.OrderKey); err == nil && ok && head.Command != st.ID {
 			return &Waiting{Reason: WaitOrder, Command: head.Command, Key: st.OrderKey}, false
 		}
 	}
-	if limit := c.globalLimit(st.Type); limit > 0 {
-		perms, err := r.ReadPermits(ctx, st.Type)
+	held := func(scope string, limit int) (*Waiting, bool) {
+		perms, err := r.ReadPermits(ctx, scope)
 		if err != nil {
 			return nil, false
 		}
@@ -135,6 +134,24 @@ func (c *Client) waitingForTurn(ctx context.Context, st Status, now time.Time) (
 		if w.Held >= limit {
 			return w, false
 		}
+		return nil, false
+	}
+	if perKey {
+		// Its key's permit is taken first: a command that waits for it
+		// holds none of its type's.
+		if rec, err := r.Load(ctx, st.ID); err == nil {
+			if key := def.LimitKey(rec.Params); key != "" {
+				if w, taken := held(shared.Scope(st.Type, key), def.GlobalConcurrencyPerKey); w != nil || taken {
+					if w != nil {
+						w.Key = key
+					}
+					return w, taken
+				}
+			}
+		}
+	}
+	if limit := c.globalLimit(st.Type); limit > 0 {
+		return held(st.Type, limit)
 	}
 	return nil, false
 }

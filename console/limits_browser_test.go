@@ -22,6 +22,16 @@ type limitedHold struct {
 
 func (limitedHold) CommandType() string { return "demo.limited" }
 
+// tenantHold is demo.hold limited to 1 at a time per tenant.
+type tenantHold struct {
+	Key    string `json:"key"`
+	Tenant string `json:"tenant"`
+}
+
+func (tenantHold) CommandType() string { return "demo.tenant" }
+
+func (h tenantHold) LimitKey() string { return h.Tenant }
+
 // TestBrowserFlowControl: in a real browser (headless Chromium), with one
 // command of a type limited to 1 running and another waiting, and a
 // command behind the running head of its order key: the Queues page lists
@@ -37,6 +47,16 @@ func TestBrowserFlowControl(t *testing.T) {
 	run := uuid.NewString()[:8]
 	srv := apitest.Start(t, apitest.Options{Tokens: apitest.Tokens(), Setup: func(c *cmdq.Client) error {
 		if err := registerDemo(c); err != nil {
+			return err
+		}
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, cmd tenantHold, _ *cmdq.Attempt) error {
+			select {
+			case <-holdChan(cmd.Key):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, cmdq.HandlerOptions{GlobalConcurrencyPerKey: 1}); err != nil {
 			return err
 		}
 		return cmdq.RegisterWith(c, func(ctx context.Context, cmd limitedHold, _ *cmdq.Attempt) error {
@@ -62,6 +82,8 @@ func TestBrowserFlowControl(t *testing.T) {
 	head := issue(fmt.Sprintf(`{"type":"demo.hold","params":{"key":"%s-c"},"orderKey":"account-%s"}`, run, run))
 	waitRunning(t, srv, head)
 	behind := issue(fmt.Sprintf(`{"type":"demo.sleep","params":{"ms":10},"orderKey":"account-%s"}`, run))
+	tenant := issue(fmt.Sprintf(`{"type":"demo.tenant","params":{"key":"%s-d","tenant":"acme-%s"}}`, run, run))
+	waitRunning(t, srv, tenant)
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -90,6 +112,11 @@ func TestBrowserFlowControl(t *testing.T) {
 	if !link {
 		t.Fatal("the permit's command is not linked")
 	}
+	keyed := op.textOf("tr.limit:nth-child(2)")
+	if !strings.Contains(keyed, "demo.tenant") || !strings.Contains(keyed, "at most 1 per key") || !strings.Contains(keyed, "acme-"+run+": 1 held") ||
+		!strings.Contains(keyed, "(key acme-"+run+") → "+tenant) {
+		t.Fatalf("the Queues page's per-key limit row says %q, want demo.tenant, at most 1 per key, acme-%s holding 1 for %s", keyed, run, tenant)
+	}
 	op.shoot(dir, "queues-global-limits")
 
 	op.run(chromedp.Navigate(srv.URL+"/ui/commands/"+waiter), chromedp.WaitVisible(`#waiting`, chromedp.ByQuery))
@@ -111,10 +138,10 @@ func TestBrowserFlowControl(t *testing.T) {
 	}
 	op.shoot(dir, "command-waiting-order", summaryCheck)
 
-	for _, k := range []string{"-a", "-b", "-c"} {
+	for _, k := range []string{"-a", "-b", "-c", "-d"} {
 		release(run + k)
 	}
-	for _, id := range []string{holder, waiter, head, behind} {
+	for _, id := range []string{holder, waiter, head, behind, tenant} {
 		waitState(t, srv, id, cmdq.StateCompleted, time.Minute)
 	}
 }

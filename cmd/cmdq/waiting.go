@@ -59,6 +59,9 @@ func waitingText(st cmdq.Status, now time.Time) string {
 		if len(w.HeldBy) > 0 {
 			by = " by " + term(strings.Join(w.HeldBy, ", "))
 		}
+		if w.Key != "" {
+			return fmt.Sprintf("waiting for a permit of %s for key %s (%d of %d held%s); it starts when one is given back", term(st.Type), term(w.Key), w.Held, w.Limit, by)
+		}
 		return fmt.Sprintf("waiting for a permit of %s (%d of %d held%s); it starts when one is given back", term(st.Type), w.Held, w.Limit, by)
 	case cmdq.WaitSlot:
 		return fmt.Sprintf("every processor of queue \"%s\" is busy; it starts when a handler slot frees", q)

@@ -47,6 +47,10 @@ type CommandOptions struct {
 	GlobalConcurrency int
 	MaxDeferrals      int
 	Rate              Rate
+	// Per limit key (the command's LimitKey method): documented in
+	// package cmdq.
+	GlobalConcurrencyPerKey int
+	RatePerKey              Rate
 }
 
 // Retention is the engine's copy of cmdq.Retention (documented there).
@@ -128,6 +132,12 @@ func (o CommandOptions) Over(base CommandOptions) CommandOptions {
 	if o.Rate.IsZero() {
 		o.Rate = base.Rate
 	}
+	if o.GlobalConcurrencyPerKey == 0 {
+		o.GlobalConcurrencyPerKey = base.GlobalConcurrencyPerKey
+	}
+	if o.RatePerKey.IsZero() {
+		o.RatePerKey = base.RatePerKey
+	}
 	return o
 }
 
@@ -169,6 +179,12 @@ func (o CommandOptions) Validate() error {
 	}
 	if err := ValidateRate(o.Rate); err != nil {
 		errs = append(errs, fmt.Errorf("option Rate %w", err))
+	}
+	if err := ValidateGlobalConcurrency(o.GlobalConcurrencyPerKey); err != nil {
+		errs = append(errs, fmt.Errorf("option GlobalConcurrencyPerKey: %w", err))
+	}
+	if err := ValidateRate(o.RatePerKey); err != nil {
+		errs = append(errs, fmt.Errorf("option RatePerKey %w", err))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,35 +95,80 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 	// delivery decides from (and runs on) is as fresh as it can be. A
 	// command with an order key that is not its key's head gives both
 	// back and waits for its turn (order.go), then starts over.
+	// A type limited per key reads the command's limit key first, and
+	// takes its key's permit before its type's (keys.go).
+	var keyGate *gate
+	var keyRater *rater
+	var hop func() bool
+	if known && def.KeyLimited() {
+		if key, rec := p.limitKeyOf(s, env, def); key != "" {
+			hop = p.keyHop(s, qr, k, env, m, rec)
+			if def.GlobalConcurrencyPerKey > 0 {
+				g, done := p.gateOf(def, key)
+				defer done()
+				keyGate = g
+			}
+			if !def.RatePerKey.IsZero() {
+				r, done := p.raterOf(def, key)
+				defer done()
+				keyRater = r
+			}
+		}
+	}
+	var gates []*gate
+	if keyGate != nil {
+		gates = append(gates, keyGate)
+	}
+	if g := p.gates[env.Type]; g != nil && known {
+		gates = append(gates, g)
+	}
+	typeRater := p.rates[env.Type]
+	if !known {
+		typeRater = nil
+	}
 	slotSent, slotVis := sent, vis
 	for {
-		var h *permitHold
-		if g := p.gates[env.Type]; g != nil && known {
-			if h, ok = p.takePermit(s, qr, k, g, env.ID); !ok {
+		var holds []*permitHold
+		giveBack := func() {
+			if len(holds) > 0 {
+				k.onRenewed(nil)
+				for _, h := range holds {
+					p.givePermit(s, h)
+				}
+			}
+		}
+		for _, g := range gates {
+			var gateHop func() bool
+			if g == keyGate {
+				gateHop = hop
+			}
+			h, ok := p.takePermit(s, qr, k, g, env.ID, gateHop)
+			if !ok {
+				giveBack()
 				return
 			}
-			k.onRenewed(func(lease time.Duration) { p.renewPermit(s.ops, h, lease) })
+			holds = append(holds, h)
+			held := slices.Clone(holds)
+			k.onRenewed(func(lease time.Duration) {
+				for _, h := range held {
+					p.renewPermit(s.ops, h, lease)
+				}
+			})
 			slotSent, slotVis = time.Now(), k.currentLease()
 		}
 		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
-		if ok && known && p.rates[env.Type] != nil {
-			// A type with a rate takes a token with its slot in hand,
-			// waiting for one holding no slot (rates.go).
-			free, ok = p.takeToken(s, k, p.rates[env.Type], env.ID, free)
+		if ok {
+			// A type with a rate takes its tokens with its slot in hand,
+			// waiting for them holding no slot (rates.go).
+			free, ok = p.takeTokens(s, k, env.ID, free, typeRater, keyRater, hop)
 		}
 		if !ok {
-			if h != nil {
-				k.onRenewed(nil)
-				p.givePermit(s, h)
-			}
+			giveBack()
 			return
 		}
 		wait := p.deliver(s, qr, k, env, m, n, direct, sent, vis, def, known, tok)
 		free()
-		if h != nil {
-			k.onRenewed(nil)
-			p.givePermit(s, h)
-		}
+		giveBack()
 		if wait == nil || !p.awaitOrder(s, qr, k, wait) {
 			return
 		}

@@ -40,6 +40,7 @@ const (
 // them.
 type gate struct {
 	typ   string
+	key   string // the limit key of a per-key gate (keys.go), "" for the type's
 	queue string // its logical queue
 	limit int
 	turn  chan struct{} // cap 1: the waiting message whose turn it is to try
@@ -55,6 +56,18 @@ type gate struct {
 
 func newGate(typ, queue string, limit int) *gate {
 	return &gate{typ: typ, queue: queue, limit: limit, turn: make(chan struct{}, 1), mine: map[int]bool{}, poke: make(chan struct{})}
+}
+
+// scope is what the gate's permits limit (shared.Scope).
+func (g *gate) scope() string { return shared.Scope(g.typ, g.key) }
+
+// parkKey is the park key of the gate's waiting messages: one per type,
+// and one for every key of a type.
+func (g *gate) parkKey() string {
+	if g.key != "" {
+		return keyedParkKey(g.typ)
+	}
+	return permitParkKey + g.typ
 }
 
 // poked returns the channel the next wake closes.
@@ -134,19 +147,26 @@ func (p *Processor) permitWoken(queue string) {
 			g.wake()
 		}
 	}
+	for _, g := range p.keyedGates(queue) {
+		if g.waiting.Load() > 0 {
+			g.wake()
+		}
+	}
 }
 
 // takePermit takes a permit of g for the command cmdID whose message k
 // holds, waiting as long as it takes (see the top of this file). ok is
 // false when the wait ended without one: the session stopped taking work
-// (the message is released) or the message's lease was lost.
-func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, cmdID string) (h *permitHold, ok bool) {
+// (the message is released), the message's lease was lost, or hop (nil:
+// none) put the message back on its queue because as many wait parked
+// already (keys.go).
+func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, cmdID string, hop func() bool) (h *permitHold, ok bool) {
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
 	parked := false
 	defer func() {
 		if parked {
-			p.unpark(qr, permitParkKey+g.typ)
+			p.unpark(qr, g.parkKey())
 		}
 	}()
 	select {
@@ -157,7 +177,10 @@ func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, 
 		// poller goes on fetching other work. Past the bound the
 		// message waits counted as held (the poller's prefetch bound
 		// then stops fetching): it is never released for it.
-		parked = p.park(qr, permitParkKey+g.typ, 2*p.cfg.Concurrency)
+		if parked = p.park(qr, g.parkKey(), 2*p.cfg.Concurrency); !parked && hop != nil {
+			hop()
+			return nil, false
+		}
 		if p.awaitTurn(s, k, g.turn, nil) != waitCame {
 			return nil, false
 		}
@@ -178,7 +201,10 @@ func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, 
 			p.fault(s.ops, "take a permit", g.queue, cmdID, err)
 		}
 		if !parked {
-			parked = p.park(qr, permitParkKey+g.typ, 2*p.cfg.Concurrency)
+			if parked = p.park(qr, g.parkKey(), 2*p.cfg.Concurrency); !parked && hop != nil {
+				hop()
+				return nil, false
+			}
 		}
 		wait := backoff
 		if !next.IsZero() {
@@ -205,7 +231,7 @@ const permitParkKey = "\x00permit "
 // zero, is when a held permit will have expired (worth a try then).
 func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease time.Duration) (perm shared.Permit, next time.Time, err error) {
 	now := time.Now()
-	want := shared.Permit{Type: g.typ, Holder: p.instance, Worker: p.cfg.Worker, Command: cmdID, Expires: now.Add(lease)}
+	want := shared.Permit{Type: g.typ, Key: g.key, Holder: p.instance, Worker: p.cfg.Worker, Command: cmdID, Expires: now.Add(lease)}
 	g.mu.Lock()
 	known := map[int]bool{} // held as last read (a stale read only skips a guess)
 	for _, v := range g.view {
@@ -233,7 +259,7 @@ func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease 
 			return shared.Permit{}, time.Time{}, err
 		}
 	}
-	view, err := p.st.ReadPermits(ctx, g.typ)
+	view, err := p.st.ReadPermits(ctx, g.scope())
 	if err != nil {
 		return shared.Permit{}, time.Time{}, err
 	}
@@ -265,7 +291,7 @@ func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease 
 		case old.Expired(now):
 			perm, err = p.st.TakeOverPermit(ctx, old, want)
 			if err == nil {
-				p.cfg.Logger.Info().Str("type", g.typ).Str("holder", old.Worker).Str("command", old.Command).
+				p.cfg.Logger.Info().Str("type", g.typ).Str("key", g.key).Str("holder", old.Worker).Str("command", old.Command).
 					Msg("cmdq processor: took over a permit its holder did not renew (gone, or its clock far behind)")
 			}
 		default:

@@ -97,6 +97,7 @@ type Processor struct {
 	due       dueTimes                 // wake-ups when delays this process set end (due.go)
 	typeSlots map[string]chan struct{} // per-type handler slots of types with a MaxConcurrency (slots.go)
 	gates     map[string]*gate         // the permits of types with a GlobalConcurrency (permits.go)
+	keys      keyLimits                // the permits and tokens of limit keys in use (keys.go)
 	order     orderGates               // deliveries waiting for their order key's head (order.go)
 	w         *weighted                // the handler slots' scheduler with QueueWeights (weights.go; guarded by holdMu), else nil
 	rates     map[string]*rater        // the tokens of types with a Rate (rates.go)
@@ -299,7 +300,7 @@ func (p *Processor) open(ctx context.Context) error {
 		p.completer = record.NewCompleter(p.st, gc)
 	}
 	p.poison = poison
-	if len(p.gates) > 0 && storage.IsExclusive(p.store) {
+	if (len(p.gates) > 0 || p.keyLimitsUsed()) && storage.IsExclusive(p.store) {
 		// No other process uses the store: a permit in it was left by an
 		// earlier process here, killed (permits.go).
 		p.clearPermits(ctx)

@@ -62,6 +62,7 @@ const rateParkKey = "\x00rate "
 // rater is one rated type's tokens as this processor sees them.
 type rater struct {
 	typ   string
+	key   string // the limit key of a per-key rater (keys.go), "" for the type's
 	queue string // its logical queue
 	rate  shared.Rate
 	turn  chan struct{} // cap 1: the waiting message whose turn it is to try
@@ -143,14 +144,18 @@ func (p *Processor) setupRates(reg *registry.Registry) error {
 // holds, with a handler slot in hand (free gives it back), waiting as
 // long as it takes (see the top of this file). It returns what gives the
 // slot back then (the slot is given back during a wait, and another
-// taken after it). ok is false when the wait ended without one: the
-// session stopped taking work (the message is released), the message's
-// lease was lost, or a wait for the slot ended (takeSlot); no slot is
-// held then.
-func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, free func()) (_ func(), ok bool) {
+// taken after it), and the stamp of the token's grant. ok is false when
+// the wait ended without one: the session stopped taking work (the
+// message is released), the message's lease was lost, a wait for the slot
+// ended (takeSlot), or hop (nil: none) put the message back on its queue
+// because as many wait parked already (keys.go); no slot is held then.
+func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, free func(), hop func() bool) (_ func(), stamp time.Time, ok bool) {
 	r.waiting.Add(1)
 	defer r.waiting.Add(-1)
 	key := rateParkKey + r.typ
+	if r.key != "" {
+		key = keyedParkKey(r.typ)
+	}
 	qr := p.byName[k.queue]
 	parked := false
 	unpark := func() {
@@ -167,9 +172,12 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 		// slot, parked (up to a bound) as a message waiting for a permit.
 		free()
 		free = nil
-		parked = p.park(qr, key, 2*p.cfg.Concurrency)
+		if parked = p.park(qr, key, 2*p.cfg.Concurrency); !parked && hop != nil {
+			hop()
+			return nil, time.Time{}, false
+		}
 		if p.awaitTurn(s, k, r.turn, nil) != waitCame {
-			return nil, false
+			return nil, time.Time{}, false
 		}
 	}
 	defer func() { <-r.turn }()
@@ -179,7 +187,7 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 			unpark()
 			f, ok := p.takeSlot(s, k, r.typ, time.Now(), k.currentLease())
 			if !ok {
-				return nil, false
+				return nil, time.Time{}, false
 			}
 			free = f
 		}
@@ -189,14 +197,14 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 			if f := p.cfg.RateToken; f != nil {
 				f(r.typ, cmdID, stamp)
 			}
-			return free, true
+			return free, stamp, true
 		}
 		free()
 		free = nil
 		wait := time.Until(next)
 		if err != nil {
 			if s.ops.Err() != nil {
-				return nil, false
+				return nil, time.Time{}, false
 			}
 			p.fault(s.ops, "take a rate token", r.queue, cmdID, err)
 			wait = backoff
@@ -205,10 +213,13 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 			backoff = permitRetryMin
 		}
 		if !parked {
-			parked = p.park(qr, key, 2*p.cfg.Concurrency)
+			if parked = p.park(qr, key, 2*p.cfg.Concurrency); !parked && hop != nil {
+				hop()
+				return nil, time.Time{}, false
+			}
 		}
 		if p.pause(s, k, wait, nil) != waitCame {
-			return nil, false
+			return nil, time.Time{}, false
 		}
 	}
 }
@@ -252,7 +263,7 @@ func (p *Processor) tryToken(ctx context.Context, r *rater) (stamp, next time.Ti
 	want := p.rateBlock(r)
 	for range maxRateTries {
 		if !known {
-			if l, err = p.st.ReadRate(ctx, r.typ); err != nil {
+			if l, err = p.st.ReadRate(ctx, r.typ, r.key); err != nil {
 				p.forgetLedger(r)
 				return time.Time{}, time.Time{}, err
 			}

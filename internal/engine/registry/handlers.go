@@ -36,6 +36,15 @@ type Options struct {
 	Rate              model.Rate
 	Middleware        []Middleware
 	MaxDeferrals      int
+	// GlobalConcurrencyPerKey and RatePerKey limit the commands of one
+	// limit key (the command's LimitKey method, LimitKeyer).
+	GlobalConcurrencyPerKey int
+	RatePerKey              model.Rate
+}
+
+// LimitKeyer is a command whose values name a limit key (cmdq.LimitKeyer).
+type LimitKeyer interface {
+	LimitKey() string
 }
 
 // Middleware wraps one attempt's handler: it sees the decoded command
@@ -59,7 +68,8 @@ func chain(ctx context.Context, mws []Middleware, cmd any, run *Attempt, handler
 // CommandOptions returns the fields o shares with cmdq.CommandOptions.
 func (o Options) CommandOptions() model.CommandOptions {
 	return model.CommandOptions{Queue: o.Queue, PoisonCeiling: o.PoisonCeiling, Lease: o.Lease, Timeout: o.Timeout, Retention: o.Retention,
-		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: o.Rate}
+		MaxConcurrency: o.MaxConcurrency, GlobalConcurrency: o.GlobalConcurrency, MaxDeferrals: o.MaxDeferrals, Rate: o.Rate,
+		GlobalConcurrencyPerKey: o.GlobalConcurrencyPerKey, RatePerKey: o.RatePerKey}
 }
 
 // over returns o with its zero command fields taken from declared.
@@ -68,6 +78,7 @@ func (o Options) over(declared model.CommandOptions) Options {
 	o.Queue, o.PoisonCeiling, o.Lease, o.Timeout, o.Retention = c.Queue, c.PoisonCeiling, c.Lease, c.Timeout, c.Retention
 	o.MaxConcurrency, o.GlobalConcurrency, o.Rate = c.MaxConcurrency, c.GlobalConcurrency, c.Rate
 	o.MaxDeferrals = c.MaxDeferrals
+	o.GlobalConcurrencyPerKey, o.RatePerKey = c.GlobalConcurrencyPerKey, c.RatePerKey
 	return o
 }
 
@@ -82,12 +93,37 @@ type Definition struct {
 	// Options are the type's options with defaults applied.
 	Options
 	decode func(params []byte) (any, error)
+	keyed  bool                                                   // the type is a LimitKeyer
 	invoke func(ctx context.Context, cmd any, run *Attempt) error // nil: declared only
 }
 
 // Handled reports whether the type has a handler here (Register), not only
 // a declaration (Declare).
 func (d *Definition) Handled() bool { return d.invoke != nil }
+
+// KeyLimited reports whether the type limits its commands per limit key
+// (GlobalConcurrencyPerKey or RatePerKey).
+func (d *Definition) KeyLimited() bool {
+	return d.keyed && (d.GlobalConcurrencyPerKey > 0 || !d.RatePerKey.IsZero())
+}
+
+// LimitKey returns the limit key of the command with these parameters:
+// its LimitKey method's answer, "" (no per-key limit applies) for a type
+// that is not a LimitKeyer or parameters that do not decode (the attempt
+// then fails on them).
+func (d *Definition) LimitKey(params []byte) string {
+	if !d.keyed || d.decode == nil {
+		return ""
+	}
+	v, err := d.decode(params)
+	if err != nil {
+		return ""
+	}
+	if k, ok := v.(LimitKeyer); ok {
+		return k.LimitKey()
+	}
+	return ""
+}
 
 // Registry maps command types to definitions. Register everything before the
 // processor starts; lookups are safe for concurrent use.

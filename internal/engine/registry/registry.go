@@ -71,7 +71,8 @@ func Declare[T issuer.Command](reg *Registry, opts ...model.CommandOptions) erro
 	if len(opts) == 1 {
 		c := opts[0]
 		o = Options{Queue: c.Queue, PoisonCeiling: c.PoisonCeiling, Lease: c.Lease, Timeout: c.Timeout, MaxConcurrency: c.MaxConcurrency,
-			Retention: c.Retention, GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals, Rate: c.Rate}
+			Retention: c.Retention, GlobalConcurrency: c.GlobalConcurrency, MaxDeferrals: c.MaxDeferrals, Rate: c.Rate,
+			GlobalConcurrencyPerKey: c.GlobalConcurrencyPerKey, RatePerKey: c.RatePerKey}
 	}
 	def, err := define[T](reg, o)
 	if err != nil {
@@ -101,8 +102,13 @@ func define[T issuer.Command](reg *Registry, o Options) (*Definition, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("handlers: register %s: %w", typeName, err)
 	}
+	_, keyed := any(zero).(LimitKeyer)
+	if !keyed && (o.GlobalConcurrencyPerKey > 0 || !o.RatePerKey.IsZero()) {
+		return nil, fmt.Errorf("handlers: register %s: %w: GlobalConcurrencyPerKey and RatePerKey need the command's limit key: give %T a method LimitKey() string (such as the tenant's ID), or use GlobalConcurrency and Rate, which limit the whole type", typeName, model.ErrInvalidOptions, zero)
+	}
 	return &Definition{
 		Type:    typeName,
+		keyed:   keyed,
 		Options: o,
 		decode: func(params []byte) (any, error) {
 			var v T

@@ -2,6 +2,8 @@ package shared
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -33,10 +35,35 @@ const PermitPartition = "~permits"
 // ErrConflict underneath).
 var ErrPermitHeld = errors.New("cmdq: permit held")
 
+// MaxKeyDisplay is how many characters of a limit key a permit or a rate
+// ledger keeps for display (the key itself is stored hashed: Scope).
+const MaxKeyDisplay = 256
+
+// Scope names what a permit or a rate ledger limits: the command type,
+// or for a per-key limit the type, "~" and the first 20 bytes of the
+// key's SHA-256 in hex (a type name has no "~", and any key fits a row
+// key this way).
+func Scope(cmdType, key string) string {
+	if key == "" {
+		return cmdType
+	}
+	sum := sha256.Sum256([]byte(key))
+	return cmdType + "~" + hex.EncodeToString(sum[:20])
+}
+
+// splitScope returns a scope's type ("" key hash for a type-wide one).
+func splitScope(scope string) (cmdType string, keyed bool) {
+	t, _, keyed := strings.Cut(scope, "~")
+	return t, keyed
+}
+
 // Permit is one permit row.
 type Permit struct {
 	// Type is the command type the permit is for.
 	Type string
+	// Key is the limit key of a per-key permit (its first MaxKeyDisplay
+	// characters as read back), "" for a type-wide one.
+	Key string
 	// Slot is the permit's number, 0 to the limit-1.
 	Slot int
 	// Holder is the holding processor's instance ID.
@@ -61,15 +88,22 @@ func (p Permit) Expired(now time.Time) bool {
 	return now.After(p.Expires.Add(model.MaxClockSkew))
 }
 
-func permitKey(cmdType string, slot int) string {
-	return cmdType + ":" + fmt.Sprintf("%03d", slot)
+// Scope is what the permit limits (Scope of its type and key).
+func (p Permit) Scope() string { return Scope(p.Type, p.Key) }
+
+func permitKey(scope string, slot int) string {
+	return scope + ":" + fmt.Sprintf("%03d", slot)
 }
 
 func permitEntity(p Permit) storage.Entity {
-	return storage.Entity{PartitionKey: PermitPartition, RowKey: permitKey(p.Type, p.Slot), Properties: map[string]any{
+	props := map[string]any{
 		"Holder": p.Holder, "Worker": layout.Truncate(p.Worker, layout.MaxTextUnits), "Command": p.Command,
 		"Since": layout.Millis(p.Since), "Expires": layout.Millis(p.Expires),
-	}}
+	}
+	if p.Key != "" {
+		props["Key"] = layout.Truncate(p.Key, MaxKeyDisplay)
+	}
+	return storage.Entity{PartitionKey: PermitPartition, RowKey: permitKey(p.Scope(), p.Slot), Properties: props}
 }
 
 func decodePermit(e storage.Entity) (Permit, bool) {
@@ -81,7 +115,15 @@ func decodePermit(e storage.Entity) (Permit, bool) {
 	if err != nil {
 		return Permit{}, false
 	}
-	return Permit{Type: e.RowKey[:i], Slot: slot, Holder: layout.StrProp(e, "Holder"), Worker: layout.StrProp(e, "Worker"),
+	typ, keyed := splitScope(e.RowKey[:i])
+	key := ""
+	if keyed {
+		key = layout.StrProp(e, "Key")
+		if key == "" {
+			key = e.RowKey[len(typ)+1 : i] // a row without its key: the hash stands for it
+		}
+	}
+	return Permit{Type: typ, Key: key, Slot: slot, Holder: layout.StrProp(e, "Holder"), Worker: layout.StrProp(e, "Worker"),
 		Command: layout.StrProp(e, "Command"), Since: layout.TimeProp(e, "Since"), Expires: layout.TimeProp(e, "Expires"), ETag: e.ETag}, true
 }
 
@@ -116,7 +158,7 @@ func (s *Partitions) TakePermit(ctx context.Context, p Permit) (Permit, error) {
 // holder: one update conditional on old's ETag. A permit renewed, given
 // back or taken over since gives an error wrapping ErrPermitHeld.
 func (s *Partitions) TakeOverPermit(ctx context.Context, old, p Permit) (Permit, error) {
-	p.Type, p.Slot = old.Type, old.Slot
+	p.Type, p.Key, p.Slot = old.Type, old.Key, old.Slot
 	if p.Since.IsZero() {
 		p.Since = s.nowUTC()
 	}
@@ -153,19 +195,20 @@ func (s *Partitions) RenewPermit(ctx context.Context, p Permit, expires time.Tim
 // permit taken over since (it had expired) is left to its new holder and
 // is not an error.
 func (s *Partitions) ReleasePermit(ctx context.Context, p Permit) error {
-	err := s.permits().Delete(ctx, PermitPartition, permitKey(p.Type, p.Slot), p.ETag)
+	err := s.permits().Delete(ctx, PermitPartition, permitKey(p.Scope(), p.Slot), p.ETag)
 	if err == nil || errors.Is(err, storage.ErrConflict) || errors.Is(err, storage.ErrNotFound) {
 		return nil
 	}
 	return fmt.Errorf("cmdq: give back a permit of %s: %w", p.Type, err)
 }
 
-// ReadPermits reads the permits in use of cmdType ("" = of every type):
-// one query (one request per 1000 permits), in type and slot order.
-func (s *Partitions) ReadPermits(ctx context.Context, cmdType string) ([]Permit, error) {
+// ReadPermits reads the permits in use of scope (Scope: a type's own, or
+// one key's of a type; "" = every permit): one query (one request per
+// 1000 permits), in scope and slot order.
+func (s *Partitions) ReadPermits(ctx context.Context, scope string) ([]Permit, error) {
 	q := storage.Query{PartitionKey: PermitPartition, Top: 1000}
-	if cmdType != "" {
-		q.RowKeyPrefix = cmdType + ":"
+	if scope != "" {
+		q.RowKeyPrefix = scope + ":"
 	}
 	var out []Permit
 	for {

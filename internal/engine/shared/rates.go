@@ -16,7 +16,9 @@ import (
 
 // RatePartition holds the ledgers of the command types with a rate limit,
 // in the base commands table (data layout, docs/processor.md "Rate
-// limits"): one row per type, RowKey the type; properties Grants (the
+// limits"): one row per type, RowKey the type (for a per-key rate the
+// type and the key's hash: Scope; property Key holds the key's first
+// MaxKeyDisplay characters); properties Grants (the
 // grants that still count: "<unix ms>:<tokens>" pairs, comma-separated,
 // oldest first), Limit and PerMs (the rate of the last writer, for
 // readers that do not rate the type themselves). A process takes tokens
@@ -72,6 +74,8 @@ type RateGrant struct {
 type RateLedger struct {
 	// Type is the command type.
 	Type string
+	// Key is the limit key of a per-key ledger, "" for the type's own.
+	Key string
 	// Grants are the grants that still counted when it was last written,
 	// oldest first.
 	Grants []RateGrant
@@ -130,7 +134,7 @@ func (l RateLedger) Take(now time.Time, r Rate, want int, lead time.Duration) (n
 	if at.Before(now.Add(max(lead, 0))) {
 		at = at.Add(time.Millisecond) // stored in whole ms: rounded up, so that it counts no shorter
 	}
-	out = RateLedger{Type: l.Type, Rate: r, ETag: l.ETag}
+	out = RateLedger{Type: l.Type, Key: l.Key, Rate: r, ETag: l.ETag}
 	for _, g := range l.Grants {
 		if g.At.After(from) {
 			out.Grants = append(out.Grants, g)
@@ -189,22 +193,34 @@ func decodeGrants(s string) []RateGrant {
 }
 
 func rateEntity(l RateLedger) storage.Entity {
-	return storage.Entity{PartitionKey: RatePartition, RowKey: l.Type, Properties: map[string]any{
+	props := map[string]any{
 		"Grants": encodeGrants(l.Grants), "Limit": int64(l.Rate.Limit), "PerMs": l.Rate.Per.Milliseconds(),
-	}}
+	}
+	if l.Key != "" {
+		props["Key"] = layout.Truncate(l.Key, MaxKeyDisplay)
+	}
+	return storage.Entity{PartitionKey: RatePartition, RowKey: Scope(l.Type, l.Key), Properties: props}
 }
 
 func decodeRate(e storage.Entity) RateLedger {
-	return RateLedger{Type: e.RowKey, Grants: decodeGrants(layout.StrProp(e, "Grants")), ETag: e.ETag,
+	typ, keyed := splitScope(e.RowKey)
+	key := ""
+	if keyed {
+		if key = layout.StrProp(e, "Key"); key == "" {
+			key = e.RowKey[len(typ)+1:]
+		}
+	}
+	return RateLedger{Type: typ, Key: key, Grants: decodeGrants(layout.StrProp(e, "Grants")), ETag: e.ETag,
 		Rate: Rate{Limit: int(layout.IntProp(e, "Limit")), Per: time.Duration(layout.IntProp(e, "PerMs")) * time.Millisecond}}
 }
 
-// ReadRate reads cmdType's ledger: one point read. A type without one
-// gives an empty ledger (ETag "").
-func (s *Partitions) ReadRate(ctx context.Context, cmdType string) (RateLedger, error) {
-	e, err := s.permits().Get(ctx, RatePartition, cmdType)
+// ReadRate reads cmdType's ledger (key "") or the ledger of one of its
+// limit keys: one point read. One not written yet gives an empty ledger
+// (ETag "").
+func (s *Partitions) ReadRate(ctx context.Context, cmdType, key string) (RateLedger, error) {
+	e, err := s.permits().Get(ctx, RatePartition, Scope(cmdType, key))
 	if errors.Is(err, storage.ErrNotFound) {
-		return RateLedger{Type: cmdType}, nil
+		return RateLedger{Type: cmdType, Key: key}, nil
 	}
 	if err != nil {
 		return RateLedger{}, fmt.Errorf("cmdq: read the rate ledger of %s: %w", cmdType, err)
@@ -237,7 +253,7 @@ func (s *Partitions) WriteRate(ctx context.Context, l RateLedger) (RateLedger, e
 	return l, nil
 }
 
-// ReadRates reads every type's ledger: one query (one request per 1000
+// ReadRates reads every ledger (types' and keys'): one query (one request per 1000
 // types), by type name.
 func (s *Partitions) ReadRates(ctx context.Context) ([]RateLedger, error) {
 	q := storage.Query{PartitionKey: RatePartition, Top: 1000}

@@ -133,7 +133,7 @@ func TestRateLedgerShared(t *testing.T) {
 					t.Fatal("a take lost 10 writes in a row with one writer at a time")
 				}
 				if !tk.known {
-					if tk.view, err = tk.parts.ReadRate(ctx, "payments.charge"); err != nil {
+					if tk.view, err = tk.parts.ReadRate(ctx, "payments.charge", ""); err != nil {
 						t.Fatal(err)
 					}
 					tk.known = true
