@@ -196,8 +196,18 @@ func TestRateLimit(t *testing.T) {
 			}
 		}
 		most, _ := mostInWindow(all, rate.Per, startOf, every)
-		// 50 tokens with at most 10 in any window of 1.1 s: the last start is
-		// at least 4 × 1.1 s after the first grant's stamp.
+		// 50 tokens with at most 10 in any window of 1.1 s: the 41st grant
+		// is stamped at least 4 × 1.1 s after the first (the bound on
+		// grants, exact whatever the load), and the last start comes at
+		// least 4 s after the first grant (the bound on starts).
+		stamps := make([]time.Time, 0, len(all))
+		for _, r := range all {
+			stamps = append(stamps, r.stamp)
+		}
+		sort.Slice(stamps, func(i, j int) bool { return stamps[i].Before(stamps[j]) })
+		if span := stamps[len(stamps)-1].Sub(stamps[0]); span < 4*(rate.Per+allowance)-time.Millisecond {
+			t.Errorf("the last of 50 grants was stamped %s after the first, want at least 4.4s at 10 per second", span)
+		}
 		if span := last.Sub(first); span < 4*time.Second {
 			t.Errorf("the last of 50 starts came %s after the first grant, want at least 4s at 10 per second", span)
 		}

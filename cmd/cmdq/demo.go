@@ -34,9 +34,12 @@ type demoSleep struct {
 
 func (demoSleep) CommandType() string { return "demo.sleep" }
 
-// demoFail fails its first Times attempts, then completes.
+// demoFail fails its first Times attempts, then completes. With DeferMS
+// above 0 it defers them instead (cmdq.RetryAfter by that many
+// milliseconds), which do not count toward the poison ceiling.
 type demoFail struct {
-	Times int `json:"times"`
+	Times   int `json:"times"`
+	DeferMS int `json:"deferMs,omitempty"`
 }
 
 func (demoFail) CommandType() string { return "demo.fail" }
@@ -87,10 +90,17 @@ func registerDemo(c *cmdq.Client, lease time.Duration, j *demoJournal) error {
 		}, opts),
 		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoFail, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)
-			if run.Number() <= cmd.Times {
-				return fmt.Errorf("demo.fail: planned failure %d of %d", run.Number(), cmd.Times)
+			d := time.Duration(cmd.DeferMS) * time.Millisecond
+			if cmd.DeferMS < 0 || d > demoMaxSleep {
+				return cmdq.Permanent(fmt.Errorf("demo.fail: deferMs %d is out of range 0..%d", cmd.DeferMS, demoMaxSleep.Milliseconds()))
 			}
-			return nil
+			if run.Number() > cmd.Times {
+				return nil
+			}
+			if d > 0 {
+				return cmdq.RetryAfter(d, fmt.Errorf("demo.fail: planned deferral %d of %d", run.Number(), cmd.Times))
+			}
+			return fmt.Errorf("demo.fail: planned failure %d of %d", run.Number(), cmd.Times)
 		}, opts),
 		cmdq.RegisterWith(c, func(ctx context.Context, cmd demoSteps, run *cmdq.Attempt) (err error) {
 			defer j.execution(run)(&err)

@@ -81,8 +81,12 @@ func mix(rng *rand.Rand, n int, maxSleep time.Duration, cancels float64) []*comm
 		case r < 55:
 			ms := rng.IntN(int(maxSleep/time.Millisecond) + 1)
 			c.Type, c.Params = "demo.sleep", fmt.Sprintf(`{"ms":%d}`, ms)
-		case r < 70:
+		case r < 63:
 			c.Type, c.Params = "demo.fail", fmt.Sprintf(`{"times":%d}`, rng.IntN(3))
+		case r < 70:
+			// Deferrals (RetryAfter) past the poison ceiling: they do not
+			// count toward it (up to MaxDeferrals, 20), so it completes.
+			c.Type, c.Params = "demo.fail", fmt.Sprintf(`{"times":%d,"deferMs":%d}`, demoCeiling+rng.IntN(3), 50+rng.IntN(250))
 		case r < 75:
 			c.Type, c.Params = "demo.fail", fmt.Sprintf(`{"times":%d}`, demoCeiling+rng.IntN(3))
 			c.WantPoison = true
