@@ -132,7 +132,14 @@ func TestGlobalConcurrencyFlag(t *testing.T) {
 			t.Errorf("cmdq %s --global-concurrency %s created its data directory (%v)", c.cmd, c.value, err)
 		}
 	}
-	r := runCmdq(t, 20*time.Second, nil, "worker", "--data", t.TempDir(), "--global-concurrency", "demo.sleep=2", "--run-for", "2s")
+	// A type without a handler here: one clear line per flag, before the
+	// worker runs.
+	r := runCmdq(t, 20*time.Second, nil, "worker", "--data", t.TempDir(), "--global-concurrency", "no.such=2", "--rate", "other.type=1/1s", "--run-for", "5s")
+	if r.code != 1 || !strings.Contains(r.stderr, `--global-concurrency: command type "no.such" has no handler in this process (its handled types: demo.echo, demo.fail, demo.sleep, demo.steps)`) ||
+		!strings.Contains(r.stderr, `--rate: command type "other.type" has no handler`) || strings.Contains(r.stderr, "running until") || strings.Contains(r.stderr, "processor: processor") {
+		t.Errorf("worker with limits for types it does not handle: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmdq(t, 20*time.Second, nil, "worker", "--data", t.TempDir(), "--global-concurrency", "demo.sleep=2", "--run-for", "2s")
 	if r.code != 0 || !summaryLine.MatchString(r.stdout) {
 		t.Fatalf("worker --global-concurrency demo.sleep=2: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -182,7 +182,7 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		return nil, nil, err
 	}
 	if f.noDemo {
-		if err := checkWeightQueues(c, f.queueWeights, weights); err != nil {
+		if err := errors.Join(checkWeightQueues(c, f.queueWeights, weights), checkLimitTypes(c, limits, rates)); err != nil {
 			return nil, nil, err
 		}
 		return c, closer, nil
@@ -207,11 +207,38 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 		_ = closer()
 		return nil, nil, fmt.Errorf("register demo handlers: %w", err)
 	}
-	if err := checkWeightQueues(c, f.queueWeights, weights); err != nil {
+	if err := errors.Join(checkWeightQueues(c, f.queueWeights, weights), checkLimitTypes(c, limits, rates)); err != nil {
 		_ = closer()
 		return nil, nil, err
 	}
 	return c, closer, nil
+}
+
+// checkLimitTypes refuses --global-concurrency and --rate for types that
+// have no handler in this process, before the store is used.
+func checkLimitTypes(c *cmdq.Client, limits map[string]int, rates map[string]cmdq.Rate) error {
+	handled := []string{}
+	for _, t := range c.Types() {
+		if info, ok := c.Lookup(t); ok && info.Handled {
+			handled = append(handled, t)
+		}
+	}
+	names := "none"
+	if len(handled) > 0 {
+		names = strings.Join(handled, ", ")
+	}
+	var errs []error
+	for _, flag := range []struct {
+		name  string
+		types []string
+	}{{"--global-concurrency", slices.Sorted(maps.Keys(limits))}, {"--rate", slices.Sorted(maps.Keys(rates))}} {
+		for _, t := range flag.types {
+			if !slices.Contains(handled, t) {
+				errs = append(errs, fmt.Errorf("%s: command type %q has no handler in this process (its handled types: %s); leave it out, or run it where its handler is registered", flag.name, t, names))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // weightMap parses --queue-weights (queue=WEIGHT,...).
@@ -526,7 +553,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	}
 	pcancel()
 	if err := c.Stop(shctx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("processor: %w", err)
+		runErr = processorErr(err)
 	}
 	if runErr != nil {
 		return runErr
@@ -725,7 +752,7 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	if f.runFor == 0 {
 		log.Info().Str("store", f.store.kind).Strs("handlers", c.Types()).Strs("periodic", c.PeriodicNames()).Msg("cmdq worker: running until SIGINT/SIGTERM")
 		if err := c.Run(ctx); err != nil {
-			return fmt.Errorf("processor: %w", describeStoreErr(err))
+			return processorErr(describeStoreErr(err))
 		}
 		log.Info().Msg("cmdq worker: stopped")
 		return nil
@@ -739,10 +766,19 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 	}
 	sum, err := c.RunFor(ctx, d)
 	if err != nil {
-		return fmt.Errorf("processor: %w", describeStoreErr(err))
+		return processorErr(describeStoreErr(err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "cmdq worker: processed %d (completed %d, failed %d, poisoned %d, released %d, interrupted %d) in %s; stopped: %s\n",
 		sum.Processed, sum.Completed, sum.Failed, sum.Poisoned, sum.Released, sum.Interrupted,
 		sum.Duration.Round(time.Millisecond), sum.StoppedBecause)
 	return nil
+}
+
+// processorErr says err came from the processor, once (the processor's
+// own errors start with "processor: " already).
+func processorErr(err error) error {
+	if strings.HasPrefix(err.Error(), "processor: ") {
+		return err
+	}
+	return fmt.Errorf("processor: %w", err)
 }
