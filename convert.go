@@ -134,7 +134,7 @@ func healthOut(h model.Health) ProcessorHealth {
 
 func summaryOut(s model.Summary) RunForSummary {
 	return RunForSummary{Processed: s.Processed, Completed: s.Completed, Failed: s.Failed, Poisoned: s.Poisoned,
-		Released: s.Released, Interrupted: s.Interrupted, Duplicates: s.Duplicates, Duration: s.Duration,
+		Released: s.Released, Interrupted: s.Interrupted, Duplicates: s.Duplicates, Deferred: s.Deferred, Duration: s.Duration,
 		StoppedBecause: StopReason(s.StoppedBecause)}
 }
 

@@ -109,6 +109,10 @@ type RunForSummary struct {
 	// was already handling (left invisible until their lease ends), and
 	// those whose command another message started (deleted unrun).
 	Duplicates int
+	// Deferred counts attempts a handler deferred with RetryAfter, which
+	// are not in Failed (one past the type's MaxDeferrals is a failed
+	// attempt, counted in Failed).
+	Deferred int
 	// Duration is how long the run took.
 	Duration time.Duration
 	// StoppedBecause says why it stopped.
@@ -148,6 +152,9 @@ type ProcessorStats struct {
 	// commands"), and early messages of retrying commands made invisible
 	// again until their retry is due. Not counted in Processed.
 	Hops int64
+	// Deferred counts attempts a handler deferred with RetryAfter, as
+	// RunForSummary.Deferred.
+	Deferred int64
 	// InFlight is the number of messages dequeued and not yet finished now.
 	InFlight int
 	// Running reports whether Run or RunFor is in progress.

@@ -164,6 +164,12 @@ func TestRetryAfterPastMaxDeferrals(t *testing.T) {
 		if err != nil || st.State != cmdq.StatePoisoned || st.Attempts != 5 || st.Deferrals != 2 {
 			t.Fatalf("status %+v (%v), want poisoned after 5 attempts, 2 of them deferrals; events %v", st, err, kinds(evs))
 		}
+		// The processor's counts tell deferrals from failed attempts
+		// (the poisoning attempt is counted as poisoned).
+		waitUntil(t, 30*time.Second, "Stats count 2 deferrals and 2 failed attempts", func() bool {
+			s := c.Stats()
+			return s.Deferred == 2 && s.Failed == 2 && s.Poisoned == 1
+		})
 		want := []cmdq.EventKind{cmdq.EventCreated,
 			cmdq.EventStarted, cmdq.EventDeferred, cmdq.EventStarted, cmdq.EventDeferred,
 			cmdq.EventStarted, cmdq.EventFailed, cmdq.EventStarted, cmdq.EventFailed, cmdq.EventStarted, cmdq.EventFailed,

@@ -323,7 +323,7 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 	last := ""
 	for _, e := range h.Events {
 		switch e.Kind {
-		case "completed", "poisoned", "discarded", "requeued", "failed", "cancelled":
+		case "completed", "poisoned", "discarded", "requeued", "failed", "deferred", "cancelled":
 			last = e.Kind
 		}
 	}
@@ -373,8 +373,8 @@ func checkCommand(r *Report, add func(inv, id, format string, args ...any), c *c
 	// Extra executions must be explained.
 	for i := 1; i < len(xs); i++ {
 		prev, x := xs[i-1], xs[i]
-		if o := h.outcome(prev.Worker, prev.Attempt); o != nil && o.Kind == "failed" && prev.End >= 0 && prev.End < x.Begin {
-			continue // a retry after a recorded failure
+		if o := h.outcome(prev.Worker, prev.Attempt); o != nil && (o.Kind == "failed" || o.Kind == "deferred") && prev.End >= 0 && prev.End < x.Begin {
+			continue // a retry after a recorded failure or deferral
 		}
 		r.Extra++
 		switch why := explain(h, prev, x, ps); why {
@@ -472,7 +472,7 @@ func lostDeliveries(h *history) (lost int, ok bool) {
 			case "lease_lost":
 				lost++
 				found = true
-			case "failed":
+			case "failed", "deferred":
 				found = true
 			}
 			if found {

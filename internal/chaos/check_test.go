@@ -446,3 +446,21 @@ func TestCheckSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckDeferralIsARetry: an execution after a recorded deferral
+// (RetryAfter) is a retry, as one after a failure is, not a duplicate to
+// explain; without the deferred event it is one.
+func TestCheckDeferralIsARetry(t *testing.T) {
+	t.Parallel()
+	c := acceptedCmd("c1", "demo.fail", `{"times":1,"deferMs":100}`, false)
+	xs := []*execution{run("w1.1", 1, 1, 1, 2, "retry after 100ms"), run("w1.1", 2, 2, 3, 4, "")}
+	h := &history{ID: "c1", Found: true, Status: "completed", Events: []event{ev("1", "created", "", 0, 0),
+		ev("2", "started", "w1.1", 1, 0), ev("3", "deferred", "w1.1", 1, 0), ev("4", "started", "w1.1", 2, 0), ev("5", "completed", "w1.1", 2, 0)}}
+	if r := runCheck(t, c, h, xs, fakeProcs{}, nil); r.Extra != 0 || len(r.Violations) != 0 {
+		t.Fatalf("after a deferral: extra %d, violations %v; want a plain retry", r.Extra, r.Violations)
+	}
+	h.Events = append(h.Events[:2:2], h.Events[3:]...)
+	if r := runCheck(t, c, h, xs, fakeProcs{}, nil); r.Extra != 1 || len(r.Violations) != 1 {
+		t.Fatalf("without the deferred event: extra %d, violations %v; want an unexplained duplicate", r.Extra, r.Violations)
+	}
+}

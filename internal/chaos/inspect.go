@@ -85,7 +85,7 @@ type history struct {
 func (h *history) outcome(worker string, attempt int) *event {
 	for i := range h.Events {
 		e := &h.Events[i]
-		if e.Worker == worker && e.Attempt == attempt && (e.Kind == "completed" || e.Kind == "failed" || e.Kind == "poisoned") {
+		if e.Worker == worker && e.Attempt == attempt && (e.Kind == "completed" || e.Kind == "failed" || e.Kind == "deferred" || e.Kind == "poisoned") {
 			return e
 		}
 	}

@@ -58,6 +58,7 @@ type Summary struct {
 	Released                    int
 	Interrupted                 int
 	Duplicates                  int
+	Deferred                    int
 	Duration                    time.Duration
 	StoppedBecause              StopReason
 }
@@ -72,6 +73,7 @@ type Stats struct {
 	FastPath                    int64
 	HandedOff                   int64
 	Hops                        int64
+	Deferred                    int64
 	InFlight                    int
 	Running                     bool
 }

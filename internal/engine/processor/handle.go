@@ -1248,6 +1248,7 @@ func (a *attempt) fail(herr error, stack string) {
 	}
 	if ev.Kind == model.EventDeferred {
 		a.ended(registry.OutcomeDeferred, herr)
+		s.counter.deferred.Add(1)
 		a.emit(model.ObservedDeferred, "", herr)
 		logCmd(p.cfg.Logger.Info(), a.rec.ID, a.traceID()).Str("type", a.rec.Type).Int("attempt", a.n).Dur("delay", delay).Err(herr).Msg("cmdq processor: attempt deferred; will retry")
 	} else {

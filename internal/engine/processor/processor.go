@@ -489,6 +489,8 @@ type session struct {
 		handedOff atomic.Int64
 		// hops counts messages put back until their time (schedule.go).
 		hops atomic.Int64
+		// deferred counts attempts deferred by RetryAfter (not in failed).
+		deferred atomic.Int64
 	}
 }
 
@@ -703,7 +705,7 @@ func (s *session) counts() model.Stats {
 		Processed: c.processed.Load() - c.released.Load() - c.interrupted.Load() - c.duplicates.Load() - c.hops.Load(),
 		Completed: c.completed.Load(), Failed: c.failed.Load(), Poisoned: c.poisoned.Load(),
 		Released: c.released.Load(), Interrupted: c.interrupted.Load(), Duplicates: c.duplicates.Load(),
-		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(), Hops: c.hops.Load(),
+		FastPath: c.fast.Load(), HandedOff: c.handedOff.Load(), Hops: c.hops.Load(), Deferred: c.deferred.Load(),
 	}
 }
 
@@ -711,7 +713,7 @@ func (s *session) counts() model.Stats {
 func summaryOf(st model.Stats) model.Summary {
 	return model.Summary{
 		Processed: int(st.Processed), Completed: int(st.Completed), Failed: int(st.Failed), Poisoned: int(st.Poisoned),
-		Released: int(st.Released), Interrupted: int(st.Interrupted), Duplicates: int(st.Duplicates),
+		Released: int(st.Released), Interrupted: int(st.Interrupted), Duplicates: int(st.Duplicates), Deferred: int(st.Deferred),
 	}
 }
 
@@ -726,6 +728,7 @@ func plus(st, o model.Stats) model.Stats {
 	st.FastPath += o.FastPath
 	st.HandedOff += o.HandedOff
 	st.Hops += o.Hops
+	st.Deferred += o.Deferred
 	return st
 }
 
