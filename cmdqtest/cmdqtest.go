@@ -15,6 +15,14 @@
 //
 // To test code that issues without running the handlers, call it with the
 // Client and check with RequireIssued.
+//
+// The Client runs on a test Clock (ClockOf): retry delays pass without
+// waiting (the kit advances the clock when only waiting is left), and
+// ClockOf(c).Advance(d) makes a command scheduled within d, or a periodic
+// tick, due at once. Work runs one handler without a store, and its
+// options inject faults (Redeliver, DeliverConcurrently,
+// LoseLeaseAfterStep, CancelAfterStep, FailWrites) to prove the handler
+// idempotent. See docs/testing.md.
 package cmdqtest
 
 import (
