@@ -111,14 +111,14 @@ func (g *firstGuard) guard(ctx context.Context, rec *record.Record) error {
 	// Every processor that may start the command from its message
 	// without reading it reads the control rows at least once per
 	// ControlInterval: after that long, each has seen the mark.
-	all := time.Now().Add(c.controlInterval() + controlMargin)
+	all := c.now().Add(c.controlInterval() + controlMargin)
 	if !earliest.Before(all) {
 		return nil // it cannot start before every processor knows
 	}
 	if all.Before(until) {
 		until = all
 	}
-	if d := time.Until(until); d > 0 {
+	if d := until.Sub(c.now()); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -153,7 +153,7 @@ func (c *Client) fastPathUntil(rec *record.Record) (until, earliest time.Time, y
 	if rec.Status.State != model.StatePending || rec.Attempts != 0 {
 		return time.Time{}, time.Time{}, false
 	}
-	now := time.Now()
+	now := c.now()
 	ready, earliest := rec.CreatedAt, now
 	if rec.Status.RunAt.After(ready) {
 		ready = rec.Status.RunAt
@@ -207,7 +207,7 @@ func (c *Client) RunNow(ctx context.Context, id, by string) (Status, error) {
 	if rec == nil {
 		return Status{}, err
 	}
-	return statusOut(rec.Status.AsOf(time.Now())), err
+	return statusOut(rec.Status.AsOf(c.now())), err
 }
 
 // Control: cancelling commands and pausing queues (docs/lifecycle.md,

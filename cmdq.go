@@ -145,7 +145,7 @@ func (c *Client) newIssuer() *issuer.Issuer {
 	iss, err := issuer.NewIssuer(c.st, issuer.IssuerOptions{
 		Prefix: c.cfg.Prefix, Shards: c.cfg.Shards, Wake: c.wake, HandOff: c.handOff, Routes: c.reg, Declared: declared,
 		MaxParamsBytes: c.cfg.MaxParamsBytes, EnqueueRetry: c.cfg.EnqueueRetry,
-		RecoveryDelay: c.recoveryDelay, Now: c.tune.Now, WakeAt: c.wakeAt, HopHorizon: c.tune.HopHorizon,
+		RecoveryDelay: c.recoveryDelay, Now: c.now, WakeAt: c.wakeAt, HopHorizon: c.tune.HopHorizon,
 	})
 	if err != nil {
 		panic(err) // New validated every option
@@ -209,7 +209,7 @@ func (c *Client) reader(ctx context.Context) (*read.Reader, error) {
 		return c.log, nil
 	}
 	// Its requeues and discards are pushed to the watchers (watch.go).
-	r, err := read.Open(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.tune.Now,
+	r, err := read.Open(ctx, c.st, c.names, record.Options{Changed: c.hub.push, RecoveryDelay: c.recoveryDelay, Now: c.now,
 		Retention: record.RetentionPolicy{Completed: c.cfg.Retention.Completed, Discarded: c.cfg.Retention.Discarded}}, c.wake)
 	if err != nil {
 		return nil, err

@@ -339,6 +339,11 @@ func (a *Attempt) CompleteStep(ctx context.Context, n int, note string) error {
 // at once instead of retried. Permanent(nil) is nil.
 func Permanent(err error) error { return registry.Permanent(err) }
 
+// IsPermanent reports whether err is, or wraps, an error made by
+// Permanent (or a decode error of the command's parameters): a handler
+// returning it has its command poisoned at once.
+func IsPermanent(err error) bool { return registry.IsPermanent(err) }
+
 // RetryAfter defers the command: returned by a handler (say, when a
 // downstream answered 429 with Retry-After), the command is retried after
 // d instead of its retry delay, recorded as a deferred event (with the

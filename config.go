@@ -274,6 +274,16 @@ type Config struct {
 	// the issue and every attempt (retries and requeues included) are one
 	// trace.
 	TraceLinkOnly bool
+
+	// --- Testing ---
+
+	// Clock is the time the Client runs on: the times it stores (issue,
+	// events, run-at), retry delays, leases, scheduled commands and
+	// periodic ticks, and its processor's waits for them. The store must
+	// run on the same clock (embedded.Options.Now). For tests:
+	// cmdqtest.New sets a cmdqtest.Clock, which a test moves ahead
+	// (Advance) instead of waiting. Defaults to nil: the system clock.
+	Clock Clock
 }
 
 // Doorbell configures the wake-ups between processes (Config.Doorbell).
@@ -351,7 +361,7 @@ func (c Config) processor() processor.Config {
 		ReconcileStaleAfter: c.ReconcileStaleAfter, Retention: model.Retention(c.Retention),
 		UnhealthyAfter: c.UnhealthyAfter, ProbeTimeout: c.ProbeTimeout, ProbeInterval: c.ProbeInterval,
 		Flywheel: c.Flywheel, Logger: c.Logger, HeartbeatInterval: c.HeartbeatInterval,
-		QueueWeights: c.QueueWeights,
+		QueueWeights: c.QueueWeights, Clock: engineClockOf(c.Clock),
 	}
 }
 

@@ -206,3 +206,58 @@ func TestLibraryUsesOTelAPIOnly(t *testing.T) {
 		t.Error("the library does not depend on go.opentelemetry.io/otel/trace: is tracing built in?")
 	}
 }
+
+// TestOutsideTestKit runs examples/testkit, a module of its own that tests
+// its handlers with cmdqtest only, the way a program's module does: copied
+// to a temporary directory with its replace directive pointing at this
+// checkout (and cmdq's go.sum), `go test` there must pass: a handler that
+// always fails is poisoned after 5 attempts with Drain under 2 s of wall
+// time, and a command scheduled an hour ahead runs when the test moves
+// the clock. Its figures are logged.
+func TestOutsideTestKit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a module: not with -short")
+	}
+	t.Parallel()
+	repo, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join("examples", "testkit")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "go.mod" {
+			b = []byte(strings.Replace(string(b), "=> ../..", "=> "+repo, 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off", "CMDQ_REQUIRE_AZURITE=", "AZURE_STORAGE_CONNECTION_STRING="}
+	out := goCmd(t, dir, env, "test", "-count=1", "-v", ".")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "payment_test.go") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	for _, name := range []string{"TestPoisonedAfterFiveAttempts", "TestScheduledHourAhead"} {
+		if !strings.Contains(out, "--- PASS: "+name) {
+			t.Errorf("examples/testkit: %s did not pass:\n%s", name, out)
+		}
+	}
+}

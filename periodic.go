@@ -211,7 +211,7 @@ func (c *Client) periodicOptions() periodic.Options {
 	if drain <= 0 {
 		drain = model.DefaultDrainTimeout
 	}
-	return periodic.Options{Logger: c.cfg.Logger, Now: c.now, Drain: drain}
+	return periodic.Options{Logger: c.cfg.Logger, Now: c.now, Clock: engineClockOf(c.cfg.Clock), Drain: drain}
 }
 
 // runScheduler runs the scheduler from cu in the background until ctx
@@ -232,14 +232,6 @@ func (c *Client) runScheduler(ctx context.Context, cu caughtUp) *schedulerRun {
 		c.mu.Unlock()
 	}()
 	return run
-}
-
-// now is the periodic scheduler's clock.
-func (c *Client) now() time.Time {
-	if f := c.tune.Now; f != nil {
-		return f()
-	}
-	return time.Now()
 }
 
 // ListPeriodic returns every periodic schedule, sorted by name: those

@@ -346,7 +346,7 @@ func (c *Client) GetParams(ctx context.Context, id string) (Status, json.RawMess
 	if err != nil {
 		return Status{}, nil, err
 	}
-	return c.withWaiting(ctx, statusOut(rec.Status).AsOf(time.Now())), json.RawMessage(rec.Params), nil
+	return c.withWaiting(ctx, statusOut(rec.Status).AsOf(c.now())), json.RawMessage(rec.Params), nil
 }
 
 // Events returns a command's lifecycle events, oldest first (one query per

@@ -37,7 +37,7 @@ func (c *Client) withWaiting(ctx context.Context, st Status) Status {
 }
 
 func (c *Client) waiting(ctx context.Context, st Status) *Waiting {
-	now := time.Now()
+	now := c.now()
 	switch st.State {
 	case StateScheduled:
 		return &Waiting{Reason: WaitScheduled, Until: st.RunAt}

@@ -247,7 +247,7 @@ func (h *hub) read(e *entry) {
 // push records a change this Client stored (the change feed): st is the
 // command's status after it, events the events written (nil: unknown).
 func (h *hub) push(ms model.Status, mevents []model.Event) {
-	st, events := statusOut(ms).AsOf(time.Now()), eventsOut(mevents)
+	st, events := statusOut(ms).AsOf(h.c.now()), eventsOut(mevents)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if immutable(st.State) {

@@ -15,6 +15,14 @@
 //
 // To test code that issues without running the handlers, call it with the
 // Client and check with RequireIssued.
+//
+// The Client runs on a test Clock (ClockOf): retry delays pass without
+// waiting (the kit advances the clock when only waiting is left), and
+// ClockOf(c).Advance(d) makes a command scheduled within d, or a periodic
+// tick, due at once. Work runs one handler without a store, and its
+// options inject faults (Redeliver, DeliverConcurrently,
+// LoseLeaseAfterStep, CancelAfterStep, FailWrites) to prove the handler
+// idempotent. See docs/testing.md.
 package cmdqtest
 
 import (
@@ -25,6 +33,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,26 +55,93 @@ const (
 	MaxPollInterval = 100 * time.Millisecond
 )
 
+// Option changes how New and NewWith make a test Client.
+type Option func(*options)
+
+type options struct {
+	clock  *Clock
+	manual bool
+}
+
+// WithClock makes the test Client run on clk instead of a Clock of its
+// own: several Clients (or a Client and the code under test) on one
+// clock. Default: each Client has its own (ClockOf).
+func WithClock(clk *Clock) Option { return func(o *options) { o.clock = clk } }
+
+// ManualClock turns the kit's automatic advance off: the Client's Clock
+// moves with real time and with the test's Advance only, so a retry waits
+// its whole delay unless the test moves the clock. Default: the kit
+// advances it (see New).
+func ManualClock() Option { return func(o *options) { o.manual = true } }
+
+// kits are the test Clients' clocks (ClockOf), removed when the test ends.
+var kits sync.Map // *cmdq.Client → cmdq.Clock
+
+// ClockOf returns the Clock a test Client made by New or NewWith runs on,
+// or nil for any other Client (or one given a cmdq.Config.Clock that is
+// not a *Clock).
+func ClockOf(c *cmdq.Client) *Clock {
+	v, _ := kits.Load(c)
+	clk, _ := v.(*Clock)
+	return clk
+}
+
+// now returns the time on c's clock.
+func now(c *cmdq.Client) time.Time {
+	if v, ok := kits.Load(c); ok {
+		return v.(cmdq.Clock).Now()
+	}
+	return time.Now()
+}
+
 // New returns a Client on a fresh embedded store in t.TempDir(), with
-// fast polls (MinPollInterval to MaxPollInterval), the reconciler off and
-// the worker named "cmdqtest". Register handlers on it, then Drain (or
+// fast polls (MinPollInterval to MaxPollInterval), the reconciler off, the
+// worker named "cmdqtest" and a Clock of its own (ClockOf) that the store
+// and the Client both run on. Register handlers on it, then Drain (or
 // Start it yourself). When the test ends it is stopped and its store
 // closed.
-func New(t testing.TB) *cmdq.Client {
+//
+// Retries do not wait in real time: while the Client processes, whenever
+// its processor finds its queues empty and no handler runs, and no
+// command is due, the kit advances the clock to the earliest retry, or to
+// the earliest scheduled command due within Timeout (1 minute) of the
+// clock. So a type with the default retry policy (5 attempts, 1 s
+// doubling) is poisoned in a fraction of a second. A command scheduled
+// further ahead, and a periodic schedule's ticks, wait for the test to
+// move the clock (ClockOf(c).Advance). ManualClock turns this off.
+func New(t testing.TB, opts ...Option) *cmdq.Client {
 	t.Helper()
-	return NewWith(t, cmdq.Config{})
+	return NewWith(t, cmdq.Config{}, opts...)
 }
 
 // NewWith is New with a configuration: where cfg leaves them zero, polls
-// are fast, the reconciler is off and the worker is named "cmdqtest".
-func NewWith(t testing.TB, cfg cmdq.Config) *cmdq.Client {
+// are fast, the reconciler is off, the worker is named "cmdqtest" and the
+// clock is a new Clock (or the one WithClock gives). A cfg.Clock that is
+// not a *Clock is used as it is, never advanced by the kit.
+func NewWith(t testing.TB, cfg cmdq.Config, opts ...Option) *cmdq.Client {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c := cfg
 	c.MinPollInterval = cmp.Or(c.MinPollInterval, MinPollInterval)
 	c.MaxPollInterval = cmp.Or(c.MaxPollInterval, max(MaxPollInterval, c.MinPollInterval))
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, cmdq.NoReconcile)
 	c.Worker = cmp.Or(c.Worker, "cmdqtest")
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), nil)
+	if c.Clock == nil {
+		if o.clock == nil {
+			o.clock = NewClock()
+		}
+		c.Clock = o.clock
+	}
+	clk, _ := c.Clock.(*Clock)
+	var adv *advancer
+	if clk != nil && !o.manual {
+		adv = &advancer{clk: clk, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		c.Observers = append(append([]cmdq.Observer(nil), c.Observers...), adv)
+	}
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "cmdq-data"), &embedded.Options{Now: c.Clock.Now})
 	if err != nil {
 		t.Fatalf("cmdqtest: open a store: %v", err)
 	}
@@ -78,12 +154,92 @@ func NewWith(t testing.TB, cfg cmdq.Config) *cmdq.Client {
 	if err != nil {
 		t.Fatalf("cmdqtest: %v", err)
 	}
+	kits.Store(client, c.Clock)
 	t.Cleanup(func() {
+		kits.Delete(client)
 		if err := client.Stop(context.Background()); err != nil {
 			t.Errorf("cmdqtest: stop the client: %v", err)
 		}
 	})
+	if adv != nil {
+		adv.c = client
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); adv.loop() }()
+		t.Cleanup(func() { close(adv.done); <-stopped })
+	}
 	return client
+}
+
+// advancer is the kit's automatic advance of a test Client's clock (New).
+type advancer struct {
+	c    *cmdq.Client
+	clk  *Clock
+	kick chan struct{} // an empty poll happened (capacity one)
+	done chan struct{}
+}
+
+// Observe kicks the advancer after a poll that found nothing.
+func (a *advancer) Observe(o cmdq.Observation) {
+	if o.Kind == cmdq.ObservedPolled && o.Received == 0 && o.Err == nil {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *advancer) loop() {
+	for {
+		select {
+		case <-a.done:
+			return
+		case <-a.kick:
+			if a.c != nil {
+				a.step()
+			}
+		}
+	}
+}
+
+// step advances the clock when the Client only waits: its processor runs
+// no handler and no command is due or running; then to the earliest retry,
+// or scheduled command due within Timeout of the clock.
+func (a *advancer) step() {
+	if st := a.c.Stats(); !st.Running || st.InFlight > 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := a.clk.Now()
+	var next time.Time
+	q := cmdq.CommandQuery{}
+	for {
+		page, err := a.c.ListCommands(ctx, q)
+		if err != nil {
+			return
+		}
+		for _, s := range page.Commands {
+			if s.State.Final() {
+				continue
+			}
+			if s.State == cmdq.StateRunning || !s.RunAt.After(now) {
+				return // something runs, or is due: the processor takes it
+			}
+			if s.State == cmdq.StateScheduled && s.RunAt.After(now.Add(Timeout)) {
+				continue // far ahead: for the test to Advance to
+			}
+			if next.IsZero() || s.RunAt.Before(next) {
+				next = s.RunAt
+			}
+		}
+		if page.Continuation == "" {
+			break
+		}
+		q.Continuation = page.Continuation
+	}
+	if !next.IsZero() {
+		a.clk.AdvanceTo(next)
+	}
 }
 
 // ctx returns a context bounded by Timeout and the test's deadline.
@@ -100,10 +256,12 @@ func ctx(t testing.TB) (context.Context, context.CancelFunc) {
 // Drain processes every command issued so far (and those its handlers
 // issue) until none is pending, running or retrying, and returns their
 // final statuses in ID order. It starts c if it is not processing yet (c
-// needs handlers for every type issued); retries take their policy's
-// delays, scheduled commands their time. A command scheduled later than
-// Timeout from now is not waited for: it is returned scheduled. It fails
-// the test after Timeout, naming the commands still not final.
+// needs handlers for every type issued); on a Client of New, retries and
+// commands scheduled within Timeout run without waiting (the kit advances
+// its clock), and a command scheduled later than Timeout from the clock's
+// now is not waited for: it is returned scheduled (Advance the clock,
+// then Drain again). It fails the test after Timeout (real time), naming
+// the commands still not final.
 func Drain(t testing.TB, c *cmdq.Client) []cmdq.Status {
 	t.Helper()
 	ctx, cancel := ctx(t)
@@ -112,7 +270,9 @@ func Drain(t testing.TB, c *cmdq.Client) []cmdq.Status {
 		if !c.Handles() {
 			t.Fatal("cmdqtest.Drain: the client has no handlers; register them with cmdq.Register first")
 		}
-		if err := c.Start(ctx); err != nil && !errors.Is(err, cmdq.ErrStarted) {
+		// Processing goes on after Drain returns (until the test ends):
+		// Drain again, or Wait, after moving the clock.
+		if err := c.Start(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, cmdq.ErrStarted) {
 			t.Fatalf("cmdqtest.Drain: start: %v", err)
 		}
 	}
@@ -120,7 +280,7 @@ func Drain(t testing.TB, c *cmdq.Client) []cmdq.Status {
 		all := list(t, ctx, c, cmdq.CommandQuery{})
 		var open []cmdq.Status
 		for _, s := range all {
-			if !s.State.Final() && !(s.State == cmdq.StateScheduled && s.RunAt.After(time.Now().Add(Timeout))) {
+			if !s.State.Final() && !(s.State == cmdq.StateScheduled && s.RunAt.After(now(c).Add(Timeout))) {
 				open = append(open, s)
 			}
 		}

@@ -160,3 +160,119 @@ func TestDrainNeedsHandlers(t *testing.T) {
 		t.Fatalf("Drain without handlers: %q", msg)
 	}
 }
+
+type broken struct{}
+
+func (broken) CommandType() string { return "shop.broken" }
+
+// TestPoisonWithoutWaiting: a type with the default retry policy (5
+// attempts, 1 s doubling: 15 s of delays) is poisoned after its five
+// attempts without the test waiting for the delays: the kit advances the
+// client's clock by at least their sum.
+func TestPoisonWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	c := cmdqtest.New(t)
+	if err := cmdq.Register(c, func(context.Context, broken, *cmdq.Attempt) error {
+		return errors.New("always fails")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Issue(context.Background(), broken{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmdqtest.Drain(t, c)
+	took := time.Since(start)
+	st := cmdqtest.RequireState(t, c, res.ID, cmdq.StatePoisoned)
+	if st.Attempts != 5 {
+		t.Fatalf("poisoned after %d attempts, want 5", st.Attempts)
+	}
+	// The events' times are the clock's: from the first failure to the
+	// poisoning, the four retry delays passed on it; the clock was moved
+	// ahead by all of that but the wall time Drain took.
+	evs := cmdqtest.RequireEvents(t, c, res.ID, cmdq.EventCreated,
+		cmdq.EventStarted, cmdq.EventFailed, cmdq.EventStarted, cmdq.EventFailed, cmdq.EventStarted, cmdq.EventFailed,
+		cmdq.EventStarted, cmdq.EventFailed, cmdq.EventStarted, cmdq.EventFailed, cmdq.EventPoisoned)
+	span := evs[len(evs)-1].Time.Sub(evs[2].Time)
+	if ahead := cmdqtest.ClockOf(c).Ahead(); span < 5*time.Second || ahead < span-took {
+		t.Fatalf("the retries took %s on the clock, which is %s ahead after %s of wall time: they waited in real time", span, ahead, took)
+	}
+	t.Logf("poisoned after 5 attempts (%s of retry delays on the clock) in %s of wall time", span, took)
+}
+
+type report struct{}
+
+func (report) CommandType() string { return "shop.report" }
+
+// TestAdvanceRunsScheduled: a command scheduled an hour ahead stays
+// scheduled (the kit does not jump that far by itself) until the test
+// moves the clock an hour; then it runs.
+func TestAdvanceRunsScheduled(t *testing.T) {
+	t.Parallel()
+	c := cmdqtest.New(t)
+	ran := make(chan struct{}, 1)
+	if err := cmdq.Register(c, func(context.Context, report, *cmdq.Attempt) error {
+		ran <- struct{}{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Issue(context.Background(), report{}, cmdq.After(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := cmdqtest.Drain(t, c)
+	if len(all) != 1 || all[0].State != cmdq.StateScheduled {
+		t.Fatalf("Drain before the hour: %+v, want the command scheduled", all)
+	}
+	select {
+	case <-ran:
+		t.Fatal("the handler ran before the clock moved")
+	default:
+	}
+	cmdqtest.ClockOf(c).Advance(time.Hour)
+	cmdqtest.Drain(t, c)
+	cmdqtest.RequireState(t, c, res.ID, cmdq.StateCompleted)
+	cmdqtest.RequireEvents(t, c, res.ID, cmdq.EventCreated, cmdq.EventStarted, cmdq.EventCompleted)
+}
+
+// TestAdvanceTicksPeriodic: a periodic schedule's tick comes when the
+// test moves the clock past it.
+func TestAdvanceTicksPeriodic(t *testing.T) {
+	t.Parallel()
+	c := cmdqtest.New(t)
+	if err := cmdq.Register(c, func(context.Context, report, *cmdq.Attempt) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Periodic("shop.hourly", "@hourly", report{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmdqtest.Timeout)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if all := cmdqtest.Drain(t, c); len(all) != 0 {
+		t.Fatalf("%d commands before the clock moved, want none", len(all))
+	}
+	cmdqtest.ClockOf(c).Advance(time.Hour)
+	for {
+		page, err := c.ListCommands(ctx, cmdq.CommandQuery{Type: "shop.report"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Commands) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no tick issued after the clock moved an hour")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	all := cmdqtest.Drain(t, c)
+	if len(all) != 1 || all[0].State != cmdq.StateCompleted {
+		t.Fatalf("after the hour: %+v, want one completed tick", all)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
@@ -33,6 +34,21 @@ type Tables struct {
 	open map[string]storage.Table // day tables created or found, by name
 	list []string                 // the last listing (see List)
 	at   time.Time                // when list was read
+	gen  int64                    // created's count for the base table when list was read
+}
+
+// created counts, per base table name, the day tables created in this
+// process (ForWrite): a listing older than a creation by another Tables
+// of this process (a Client's Issuer and its reader each have one) is
+// read again, so that a command issued here is listed at once. A key is
+// a base table's name: another store's base table of the same name only
+// costs a listing more, once per day table created.
+var created sync.Map // base table name → *atomic.Int64
+
+// createdCount returns the creation counter of base table name.
+func createdCount(name string) *atomic.Int64 {
+	v, _ := created.LoadOrStore(name, new(atomic.Int64))
+	return v.(*atomic.Int64)
 }
 
 // New returns the tables of the commands named by names on st,
@@ -63,7 +79,8 @@ func (t *Tables) Register(ctx context.Context, name string) error {
 }
 
 // listTTL is how long a listing of the day tables is reused by ListCommands
-// and the reconciler's scan (tables this process creates are added at once).
+// and the reconciler's scan (tables this process creates are added at once, in
+// every Tables of the process: created).
 const listTTL = time.Minute
 
 // Routed reports whether commands are routed to day tables (false: a
@@ -102,6 +119,7 @@ func (t *Tables) ForWrite(ctx context.Context, id string) (storage.Table, error)
 	if err != nil {
 		return nil, fmt.Errorf("cmdq: open day table %q: %w", name, err)
 	}
+	createdCount(t.base.Name()).Add(1)
 	t.mu.Lock()
 	t.open[name] = tb
 	if !t.at.IsZero() {
@@ -176,8 +194,9 @@ func (t *Tables) List(ctx context.Context, fresh bool) ([]string, error) {
 	if !t.Routed() {
 		return nil, nil
 	}
+	gen := createdCount(t.base.Name()).Load()
 	t.mu.Lock()
-	if !fresh && !t.at.IsZero() && t.now().Sub(t.at) < listTTL {
+	if !fresh && !t.at.IsZero() && t.now().Sub(t.at) < listTTL && t.gen == gen {
 		out := append([]string(nil), t.list...)
 		t.mu.Unlock()
 		return out, nil
@@ -195,7 +214,7 @@ func (t *Tables) List(ctx context.Context, fresh bool) ([]string, error) {
 	}
 	sort.Strings(days) // yyyymmdd: oldest first
 	t.mu.Lock()
-	t.list, t.at = days, t.now()
+	t.list, t.at, t.gen = days, t.now(), gen
 	t.mu.Unlock()
 	return append([]string(nil), days...), nil
 }

@@ -71,13 +71,17 @@ func (e *Enqueuer) Horizon() time.Duration { return e.horizon }
 // now visible at due (rounded up to the millisecond, at most the
 // horizon; 0 when due is not ahead).
 func (e *Enqueuer) delayUntil(due time.Time) time.Duration {
-	d := time.Until(due)
+	d := due.Sub(e.now())
 	if d <= 0 {
 		return 0
 	}
 	d = (d + time.Millisecond - 1).Truncate(time.Millisecond)
 	return min(d, e.horizon)
 }
+
+// now returns the current time on the clock of the commands' records
+// (record.Options.Now): delays and due times count on it.
+func (e *Enqueuer) now() time.Time { return e.rec.Now() }
 
 // Slot is a handler slot of a processor in this process, reserved for the
 // issue's own message of a command about to be enqueued (the in-process
@@ -206,7 +210,7 @@ func (e *Enqueuer) Create(ctx context.Context, nc record.NewCommand) (env layout
 		}
 		return FirstEnvelope(nc, etag), false, nil
 	}
-	if !nc.RunAt.After(time.Now()) {
+	if !nc.RunAt.After(e.now()) {
 		// A scheduled command is never handed off: it waits on its
 		// queue, invisible until its time.
 		if slot := e.slot(nc.Queue, nc.Type); slot != nil {
@@ -248,7 +252,7 @@ func (e *Enqueuer) createHandOff(ctx context.Context, nc record.NewCommand, slot
 		text = env.Marshal()
 		return text
 	}}
-	sent := time.Now()
+	sent := e.now()
 	res, err := cb.BatchEnqueueMany(ctx, tb.Name(), qname, []storage.CombinedItem{item}, slot.Visibility(), storage.NoExpiry)
 	if err == nil {
 		err = res[0].Err
@@ -322,7 +326,7 @@ func (e *Enqueuer) CreateMany(ctx context.Context, ncs []record.NewCommand) (err
 		if err == nil {
 			res, err = cb.BatchEnqueueMany(ctx, g.table, qname, items, delay, storage.NoExpiry)
 		}
-		at := time.Now() // answered
+		at := e.now() // answered
 		any := false
 		for k, i := range sent {
 			switch {
@@ -371,7 +375,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, id, cmdType, queue string) error
 // horizon: it hops when it shows up early), and the in-process processor
 // is told when it becomes visible (SetWakeAt).
 func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env layout.Envelope, queue string) error {
-	if env.First != nil && env.First.RunAt.After(time.Now()) {
+	if env.First != nil && env.First.RunAt.After(e.now()) {
 		return e.enqueue(ctx, env, queue, e.delayUntil(env.First.RunAt))
 	}
 	if env.First != nil && !env.HandedOff {
@@ -383,7 +387,7 @@ func (e *Enqueuer) EnqueueEnvelope(ctx context.Context, env layout.Envelope, que
 				return err
 			}
 			b, _ := storage.CallBudgetFrom(ctx)
-			text, sent := env.Marshal(), time.Now()
+			text, sent := env.Marshal(), e.now()
 			m, err := q.Enqueue(storage.WithRoutingKey(storage.WithCallBudget(ctx, b.PerTry, 0), env.ID), text, slot.Visibility(), storage.NoExpiry)
 			if err != nil {
 				slot.Cancel()
@@ -420,7 +424,7 @@ func (e *Enqueuer) enqueueText(ctx context.Context, text, routeKey, queue string
 	if err != nil {
 		return 0, err
 	}
-	e.sentDelayed(queue, m.ID, time.Now(), delay, m.NextVisibleAt)
+	e.sentDelayed(queue, m.ID, e.now(), delay, m.NextVisibleAt)
 	return delay, nil
 }
 
@@ -483,7 +487,7 @@ func (e *Enqueuer) Recover(ctx context.Context, rec *record.Record, by, note str
 // that delivery has written its started event.
 func (e *Enqueuer) recoveryDelay(rec *record.Record) time.Duration {
 	d := e.rec.RecoveryDelay(rec.Type)
-	if wait := time.Until(rec.Status.RunAt); wait > 0 {
+	if wait := rec.Status.RunAt.Sub(e.now()); wait > 0 {
 		d += wait
 	}
 	return d

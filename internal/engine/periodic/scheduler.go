@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/clock"
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
@@ -31,8 +32,12 @@ type Entry struct {
 
 // Options configures a Scheduler.
 type Options struct {
-	// Now returns the current time. Defaults to time.Now.
+	// Now returns the current time. Defaults to Clock's.
 	Now func() time.Time
+	// Clock is the clock the ticks come on: Run's timer to the next tick
+	// and the waits between the tries of a failed tick run on it. Default
+	// nil: the system clock (clock.Real).
+	Clock clock.Clock
 	// Logger receives failed issues (warn) and catch-ups (info).
 	Logger zerolog.Logger
 	// RetryBase is the first delay between the tries of a tick whose issue
@@ -89,8 +94,9 @@ func CatchUp(ctx context.Context, entries []Entry, now time.Time, opts Options) 
 }
 
 func (o Options) withDefaults() Options {
+	o.Clock = clock.Or(o.Clock)
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = o.Clock.Now
 	}
 	if o.RetryBase <= 0 {
 		o.RetryBase = time.Second
@@ -128,7 +134,7 @@ func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, op
 	for i := range entries {
 		last[i] = start.UTC()
 	}
-	timer := time.NewTimer(time.Hour)
+	timer := opts.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		now := opts.Now().UTC()
@@ -152,7 +158,7 @@ func Run(ctx context.Context, entries []Entry, start time.Time, retry []Tick, op
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
@@ -235,12 +241,12 @@ func issue(ctx, ictx context.Context, e Entry, t time.Time, catchUp bool, opts O
 			return
 		}
 		opts.Logger.Warn().Err(err).Str("periodic", e.Name).Time("tick", t).Int("try", try).Dur("retry_in", wait).Msg("cmdq periodic: issuing a tick failed; trying again")
-		tm := time.NewTimer(wait)
+		tm := opts.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			tm.Stop()
 			return
-		case <-tm.C:
+		case <-tm.C():
 		}
 		wait *= 2
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/clock"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 )
 
@@ -112,6 +113,13 @@ type Config struct {
 	// command: an older one is read again first (one query for every
 	// queue). Default model.ControlInterval (9 s); tests shorten it.
 	ControlInterval time.Duration
+	// Clock is the time the processor runs on: due times, leases, retry
+	// delays, held and hopped messages and its waits for them (a run's
+	// deadline, its drain, probes and heartbeats keep the system clock).
+	// The Client sets it from cmdq.Config.Clock; its store, Issuer and
+	// records must use the same. Default nil: the system clock
+	// (clock.Real).
+	Clock clock.Clock
 
 	// Observer receives every processing event (model.Observation):
 	// metrics, logs, tracing. Default nil (none).
@@ -302,5 +310,6 @@ func (c Config) withDefaults() Config {
 	c.ProbeInterval = orDur(c.ProbeInterval, model.DefaultProbeInterval)
 	c.ControlInterval = orDur(c.ControlInterval, model.ControlInterval)
 	c.HeartbeatInterval = orDur(c.HeartbeatInterval, model.DefaultHeartbeatInterval)
+	c.Clock = clock.Or(c.Clock)
 	return c
 }

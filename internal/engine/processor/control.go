@@ -312,7 +312,7 @@ func (p *Processor) fastPathClear(env layout.Envelope, queue string, lease time.
 		return false
 	case !at.IsZero() && !at.Before(issued.Add(-maxClockSkew)):
 		return false
-	case time.Since(ready) > fastPathAge(lease)+maxClockSkew:
+	case p.since(ready) > fastPathAge(lease)+maxClockSkew:
 		return false
 	}
 	return true

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/clock"
 	"github.com/cmdq-dev/cmdq/internal/engine/enqueue"
 )
 
@@ -56,7 +57,7 @@ type dueTimes struct {
 	mu    sync.Mutex
 	heap  dueHeap
 	set   map[dueKey]bool
-	timer *time.Timer
+	timer clock.Timer
 	armed time.Time // when timer fires (zero: not armed)
 }
 
@@ -82,7 +83,7 @@ func (p *Processor) WakeAt(queue string, at time.Time) {
 // shard that holds the message (dequeued first).
 func (p *Processor) wakeAt(qr *queueRunner, name string, at time.Time) {
 	at = at.Add(dueSlack)
-	if !at.After(time.Now()) {
+	if !at.After(p.now()) {
 		p.Notify(name)
 		return
 	}
@@ -114,9 +115,9 @@ func (p *Processor) armLocked() {
 		return // armed for it (or earlier) already
 	}
 	d.armed = first
-	wait := time.Until(first)
+	wait := p.until(first)
 	if d.timer == nil {
-		d.timer = time.AfterFunc(wait, p.dueFired)
+		d.timer = p.cfg.Clock.AfterFunc(wait, p.dueFired)
 		return
 	}
 	d.timer.Reset(wait)
@@ -126,7 +127,7 @@ func (p *Processor) armLocked() {
 // for the next one.
 func (p *Processor) dueFired() {
 	d := &p.due
-	now := time.Now()
+	now := p.now()
 	var wake []string
 	d.mu.Lock()
 	d.armed = time.Time{}

@@ -154,7 +154,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 					p.renewPermit(s.ops, h, lease)
 				}
 			})
-			slotSent, slotVis = time.Now(), k.currentLease()
+			slotSent, slotVis = p.now(), k.currentLease()
 		}
 		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
 		if ok {
@@ -172,7 +172,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		if wait == nil || !p.awaitOrder(s, qr, k, wait) {
 			return
 		}
-		slotSent, slotVis = time.Now(), k.currentLease()
+		slotSent, slotVis = p.now(), k.currentLease()
 	}
 }
 
@@ -207,7 +207,7 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 			ref = env.First.Ready().Add(-maxClockSkew)
 		}
 		if rec == nil {
-			ref = time.Now() // a requeue written after this load is not seen by it
+			ref = p.now() // a requeue written after this load is not seen by it
 			if rec, err = p.st.Load(s.ops, env.ID); err != nil {
 				if errors.Is(err, model.ErrExpired) {
 					// A late duplicate of a command removed after its retention:
@@ -233,8 +233,8 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 		// not ended, never starts before its time by this machine's clock,
 		// however early its message shows up (docs/lifecycle.md,
 		// "Scheduled commands").
-		wait := time.Until(rec.Status.RunAt)
-		if enqueue.Due(rec.Status, time.Now()) || wait <= 0 {
+		wait := p.until(rec.Status.RunAt)
+		if enqueue.Due(rec.Status, p.now()) || wait <= 0 {
 			break
 		}
 		if wait > holdLimit {
@@ -285,7 +285,7 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 				// spends no attempt), so that waiting messages never keep
 				// the poller from fetching their heads.
 				s.counter.hops.Add(1)
-				p.hopTo(s, qr, k, env, m, rec, time.Now().Add(orderHopDelay(rec.IssuedAt)))
+				p.hopTo(s, qr, k, env, m, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
 				return nil
 			}
 			return w
@@ -358,13 +358,13 @@ func (p *Processor) firstRecord(env layout.Envelope, m storage.Message, n int64,
 		// this machine's clock, so one clock skew less). Before it, the
 		// record only serves to see that it is not due (a hop, a hold):
 		// nothing is written from it.
-		age := time.Since(f.RunAt)
+		age := p.since(f.RunAt)
 		if age > fastPathAge(def.Lease)-maxClockSkew {
 			return nil
 		}
 		return record.FirstRecord(env)
 	}
-	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + time.Since(sent)
+	age := m.NextVisibleAt.Add(-vis).Sub(m.InsertedAt) + p.since(sent)
 	if limit := fastPathAge(def.Lease); limit <= 0 || age < -time.Second || age > limit {
 		return nil
 	}
@@ -443,7 +443,7 @@ func (p *Processor) deleteMsg(s *session, k *keeper, cmdType string) (lost bool)
 		return false
 	}
 	err := k.q.Delete(s.ops, k.id, receipt)
-	return p.deleted(s, k, cmdType, err, time.Now())
+	return p.deleted(s, k, cmdType, err, p.now())
 }
 
 // deleted records the outcome of deleting a finished message (answered at
@@ -901,7 +901,7 @@ func (a *attempt) run() {
 	defer cancelT()
 
 	a.mu.Lock()
-	a.startedAt = time.Now()
+	a.startedAt = p.now()
 	a.running = true
 	a.cancel = cancel
 	a.mu.Unlock()
@@ -915,13 +915,13 @@ func (a *attempt) run() {
 	// (the message reappears; its next delivery runs it). Seen in the
 	// chaos suite on Azurite: a renewal timed out, the handler began 0.7 s
 	// after another worker's delivery of the same message had begun.
-	lost := a.k.lost || !time.Now().Before(a.k.expires)
+	lost := a.k.lost || !p.now().Before(a.k.expires)
 	a.k.mu.Unlock()
 	if lost {
 		a.k.stop()
 		return
 	}
-	if !a.startedBy.IsZero() && time.Until(a.startedBy) < a.startedWriteIn()+safety(a.def.Lease) {
+	if !a.startedBy.IsZero() && p.until(a.startedBy) < a.startedWriteIn()+safety(a.def.Lease) {
 		// Too late to run unclaimed: started would be written (after
 		// StartedWriteDelay, or at the first renewal) too close to
 		// startedBy, or past it.
@@ -950,9 +950,9 @@ func (a *attempt) run() {
 	lastStep, id, typ, params := a.rec.Step, a.rec.ID, a.rec.Type, a.rec.Params
 	a.mu.Unlock()
 	defer p.handlerStarted(model.InFlight{ID: id, Type: typ, Queue: a.qr.name, Attempt: a.n, Started: a.startedAt, Worker: a.worker()})()
-	startedTimer := time.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
+	startedTimer := p.cfg.Clock.AfterFunc(p.cfg.StartedWriteDelay, a.writeStarted)
 	if !a.claim && !a.startedBy.IsZero() {
-		deadline := time.AfterFunc(time.Until(a.startedBy), a.unclaimedTooLong)
+		deadline := p.cfg.Clock.AfterFunc(p.until(a.startedBy), a.unclaimedTooLong)
 		defer deadline.Stop()
 	}
 	a.mu.Lock()
@@ -966,7 +966,7 @@ func (a *attempt) run() {
 	defer func() { run.End(registry.Outcome{Kind: a.outcome, Err: a.outcomeErr}) }()
 
 	stack, herr := invoke(hctx, p.reg, def, params, run)
-	dur := time.Since(a.startedAt)
+	dur := p.since(a.startedAt)
 	a.dur = dur
 	startedTimer.Stop()
 	cause := context.Cause(hctx)
@@ -1064,7 +1064,7 @@ func (a *attempt) complete(output []byte) {
 			a.written()
 			return nil
 		})
-		answered = time.Now()
+		answered = p.now()
 		return err
 	})
 	a.completed(err)
@@ -1141,7 +1141,7 @@ func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 			var err error
 			a.withOutput(output)
 			deleteErr, err = p.appendAndDelete(s.ops, a.rec, cb, a.k.q.Name(), a.k.id, receipt, a.withStarted(ev)...)
-			answered = time.Now()
+			answered = p.now()
 			if err != nil {
 				return err
 			}
@@ -1216,7 +1216,7 @@ func (a *attempt) fail(herr error, stack string) {
 	delay = min(max(delay, 0), storage.MaxVisibility)
 	// The event's time is the decision's: its RunAt is that time plus the
 	// delay (the message's delay counts from later, when it is set).
-	ev.Time = time.Now()
+	ev.Time = p.now()
 	ev.RunAt = ev.Time.Add(delay)
 	var de *registry.DecodeError
 	switch {
@@ -1266,7 +1266,7 @@ func (a *attempt) fail(herr error, stack string) {
 	// leave the message hidden for a whole lease (a second message).
 	p.unclaim(a.rec.ID, a.claimTok)
 	_, visible, err := a.k.q.UpdateVisibility(s.ops, a.k.id, receipt, delay)
-	answered := time.Now()
+	answered := p.now()
 	switch {
 	case err == nil:
 		p.leaseClean(a.rec.Type)
@@ -1278,7 +1278,7 @@ func (a *attempt) fail(herr error, stack string) {
 	case staleReceipt(err):
 		// Answered while the lease was ours: this call's first try landed
 		// (the delay is set). Later: the lease had ended (a loss).
-		if !a.k.settle(err, time.Now()) {
+		if !a.k.settle(err, p.now()) {
 			p.leaseClean(a.rec.Type)
 		}
 	default:

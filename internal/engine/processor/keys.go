@@ -157,7 +157,7 @@ func (p *Processor) keyHop(s *session, qr *queueRunner, k *keeper, env layout.En
 		plain.HandedOff = false
 		m.Text = plain.Marshal()
 		s.counter.hops.Add(1)
-		return p.hopTo(s, qr, k, plain, m, rec, time.Now().Add(orderHopDelay(rec.IssuedAt)))
+		return p.hopTo(s, qr, k, plain, m, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
 	}
 }
 

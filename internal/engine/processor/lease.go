@@ -124,11 +124,11 @@ func (k *keeper) renew() (again bool) {
 	// A renewal that has not answered shortly before the lease ends is no
 	// use (and must not keep the handler running past it): give up then,
 	// so that the loop cancels the handler in time.
-	ctx, cancel := context.WithDeadline(k.ctx, expires.Add(-safety(lease)/2))
-	sent := time.Now()
+	ctx, cancel := context.WithTimeout(k.ctx, k.p.until(expires.Add(-safety(lease)/2)))
+	sent := k.p.now()
 	nr, _, err := k.q.UpdateVisibility(ctx, k.id, receipt, lease)
 	cancel()
-	answered := time.Now()
+	answered := k.p.now()
 	k.mu.Lock()
 	if k.stopped {
 		// Finished while renewing: keep the new receipt for nothing; the
@@ -193,18 +193,18 @@ func (k *keeper) renew() (again bool) {
 func (k *keeper) loop() {
 	defer close(k.doneCh)
 	k.mu.Lock()
-	next := time.Now().Add(k.lease / 2)
-	if until := time.Until(k.expires); until > 0 && until < k.lease {
-		next = time.Now().Add(until / 2)
+	next := k.p.now().Add(k.lease / 2)
+	if until := k.p.until(k.expires); until > 0 && until < k.lease {
+		next = k.p.now().Add(until / 2)
 	}
 	k.mu.Unlock()
 	for {
-		t := time.NewTimer(time.Until(next))
+		t := k.p.cfg.Clock.NewTimer(k.p.until(next))
 		select {
 		case <-k.stopCh:
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		k.mu.Lock()
 		if k.stopped || k.lost {
@@ -232,18 +232,18 @@ func (k *keeper) loop() {
 			continue
 		}
 		if k.renewalCount() > renewals {
-			next = time.Now().Add(lease / 2)
+			next = k.p.now().Add(lease / 2)
 			continue
 		}
 		// The renewal failed (a fault): retry soon, and give up shortly
 		// before the lease would end.
-		if !time.Now().Add(safety(lease)).Before(expires) {
+		if !k.p.now().Add(safety(lease)).Before(expires) {
 			if onLost != nil {
 				onLost(errLeaseExpiring)
 			}
 			return
 		}
-		next = time.Now().Add(max(lease/10, 50*time.Millisecond))
+		next = k.p.now().Add(max(lease/10, 50*time.Millisecond))
 	}
 }
 

@@ -250,7 +250,7 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 	case err == nil && !rec.Status.State.Final():
 		return false
 	case err == nil && rec.Status.State != model.StateCompleted && rec.Status.State != model.StatePoisoned &&
-		time.Since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew:
+		p.since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew:
 		// Cancelled (or discarded) while a handler of it may still run
 		// elsewhere: that one learns of it at its next lease renewal, and
 		// ends within a lease.

@@ -174,7 +174,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		rewoken = false
 		shard := r.next(qr, woke)
 		p.health.update(func(h *health) { h.polling++ })
-		vis, sent := p.visibility(qr), time.Now()
+		vis, sent := p.visibility(qr), p.now()
 		var msgs []storage.Message
 		var err error
 		if qr.sq != nil {
@@ -186,7 +186,7 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 		p.dequeued(qr, n, len(msgs), err)
 		p.unreserve(qr, n-len(msgs))
 		busy = len(msgs) > 0
-		now := time.Now()
+		now := p.now()
 		var wait time.Duration
 		full, more := r.done(qr, err, len(msgs), n)
 		switch {
@@ -252,9 +252,9 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 			}
 			continue
 		}
-		t := time.NewTimer(wait)
+		t := p.cfg.Clock.NewTimer(wait)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-qr.wake:
 			interval = p.cfg.MinPollInterval
 			rewoken = true

@@ -292,7 +292,7 @@ func (p *Processor) open(ctx context.Context) error {
 		qr.q = q
 		qr.sq, _ = q.(*enqueue.ShardedQueue)
 	}
-	p.st = record.New(cmds, poison, record.Options{Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
+	p.st = record.New(cmds, poison, record.Options{Now: p.cfg.Clock.Now, Changed: p.commandChanged, RecoveryDelay: p.RecoveryDelay, Store: p.store, Names: p.names, Retention: p.retentionPolicy()})
 	p.enq = enqueue.NewEnqueuer(p.store, p.names, p.st, p.Notify)
 	p.enq.SetWakeAt(p.WakeAt)
 	p.enq.SetHorizon(p.cfg.HopHorizon)

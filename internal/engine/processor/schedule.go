@@ -38,10 +38,10 @@ const holdLimit = model.MaxClockSkew
 // hold waits d (a message held until its command is due); false when the
 // session stops taking work first.
 func (p *Processor) hold(s *session, d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := p.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-s.take.Done():
 		return false
@@ -58,9 +58,9 @@ func (p *Processor) notDue(s *session, qr *queueRunner, k *keeper, env layout.En
 		if !held {
 			return
 		}
-		delay := min(time.Until(due), storage.MaxVisibility)
+		delay := min(p.until(due), storage.MaxVisibility)
 		_, visible, err := k.q.UpdateVisibility(s.ops, k.id, receipt, delay)
-		answered := time.Now() // the delay counts from before it: a wake-up then is not early
+		answered := p.now() // the delay counts from before it: a wake-up then is not early
 		if err != nil {
 			if !expected(err) {
 				p.fault(s.ops, "retry delay", qr.name, rec.ID, err)
@@ -103,7 +103,7 @@ func (p *Processor) hopTo(s *session, qr *queueRunner, k *keeper, env layout.Env
 	case err == nil:
 		p.ok()
 	case staleReceipt(err):
-		if k.settle(err, time.Now()) {
+		if k.settle(err, p.now()) {
 			return false // the lease had ended: another delivery holds the message and hops it
 		}
 		// Answered while the lease was ours: the delete's first try

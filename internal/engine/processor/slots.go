@@ -29,10 +29,10 @@ func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Ti
 		case typed <- struct{}{}:
 		default:
 			if !p.park(qr, cmdType, cap(typed)) {
-				p.releaseFor(s, k, max(time.Until(deadline), 0))
+				p.releaseFor(s, k, max(p.until(deadline), 0))
 				return nil, false
 			}
-			got, _ := waitSlot(s, typed, deadline)
+			got, _ := p.waitSlot(s, typed, deadline)
 			p.unpark(qr, cmdType)
 			if !got {
 				p.release(s, k)
@@ -48,7 +48,7 @@ func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Ti
 		select {
 		case p.sem <- struct{}{}:
 		default:
-			got, late = waitSlot(s, p.sem, deadline)
+			got, late = p.waitSlot(s, p.sem, deadline)
 		}
 	}
 	if !got {
@@ -77,15 +77,15 @@ func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Ti
 
 // waitSlot waits for a place in slots until deadline or until the session
 // stops taking work; late says the deadline passed.
-func waitSlot(s *session, slots chan struct{}, deadline time.Time) (got, late bool) {
-	t := time.NewTimer(time.Until(deadline))
+func (p *Processor) waitSlot(s *session, slots chan struct{}, deadline time.Time) (got, late bool) {
+	t := p.cfg.Clock.NewTimer(p.until(deadline))
 	defer t.Stop()
 	select {
 	case slots <- struct{}{}:
 		return true, false
 	case <-s.take.Done():
 		return false, false
-	case <-t.C:
+	case <-t.C():
 		return false, true
 	}
 }

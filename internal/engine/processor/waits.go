@@ -37,10 +37,10 @@ func (p *Processor) awaitTurn(s *session, k *keeper, turn chan struct{}, woken <
 
 // pause waits d, or until woken closes (nil: never).
 func (p *Processor) pause(s *session, k *keeper, d time.Duration, woken <-chan struct{}) waitEnd {
-	t := time.NewTimer(max(d, 0))
+	t := p.cfg.Clock.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return waitCame
 	case <-woken:
 		return waitWoken

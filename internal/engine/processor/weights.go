@@ -372,13 +372,13 @@ func (p *Processor) weightedSlot(s *session, qr *queueRunner, deadline time.Time
 		return true, false
 	default:
 	}
-	t := time.NewTimer(time.Until(deadline))
+	t := p.cfg.Clock.NewTimer(p.until(deadline))
 	defer t.Stop()
 	select {
 	case <-ch:
 		return true, false
 	case <-s.take.Done():
-	case <-t.C:
+	case <-t.C():
 		late = true
 	}
 	p.holdMu.Lock()

@@ -42,7 +42,8 @@ type Options struct {
 	// finds marked commands too once they are PendingGrace old, so a pass
 	// that scans need not also pay for the marker query). Default false.
 	SkipMarkers bool
-	// Now returns the current time (default time.Now).
+	// Now returns the current time (default: the clock of the
+	// Enqueuer's record store, record.Options.Now).
 	Now func() time.Time
 }
 
@@ -89,7 +90,7 @@ func Pass(ctx context.Context, e *enqueue.Enqueuer, opts Options) (Report, error
 	var rep Report
 	now := opts.Now
 	if now == nil {
-		now = time.Now
+		now = e.Store().Now
 	}
 	markerGrace, pendingGrace := max(opts.MarkerGrace, 0), max(opts.PendingGrace, 0)
 	s := e.Store()

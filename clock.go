@@ -1,0 +1,66 @@
+package cmdq
+
+import (
+	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/clock"
+)
+
+// Clock is the time a Client runs on (Config.Clock): the times it stores
+// (issue, events, run-at), the retry delays, leases, scheduled commands
+// and periodic ticks it counts, and its processor's waits for them.
+// cmdqtest.Clock is one for tests: it moves ahead on demand, so that a
+// retry, a scheduled command or a periodic tick is due without waiting.
+// A Clock must be safe for concurrent use.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a timer that sends the time on its C once d has
+	// passed on the clock, as time.NewTimer does.
+	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine once d has passed on the
+	// clock, as time.AfterFunc does; the Timer's C returns nil.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a timer of a Clock, with time.Timer's methods.
+type Timer interface {
+	// C returns the channel the timer sends the time on (nil for a
+	// Clock.AfterFunc timer).
+	C() <-chan time.Time
+	// Stop stops the timer; false if it had fired or was stopped.
+	Stop() bool
+	// Reset makes the timer fire d from now on its clock; false if it
+	// had fired or was stopped.
+	Reset(d time.Duration) bool
+}
+
+// engineClock is a Config.Clock as the engine's clock.Clock.
+type engineClock struct{ c Clock }
+
+func (e engineClock) Now() time.Time                       { return e.c.Now() }
+func (e engineClock) NewTimer(d time.Duration) clock.Timer { return e.c.NewTimer(d) }
+func (e engineClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return e.c.AfterFunc(d, f)
+}
+
+// engineClockOf returns c as the engine's clock: nil (the engine's
+// default, the system clock) when c is nil.
+func engineClockOf(c Clock) clock.Clock {
+	if c == nil {
+		return nil
+	}
+	return engineClock{c}
+}
+
+// now returns the current time on the Client's clock (tuning's Now, then
+// Config.Clock, then the system clock).
+func (c *Client) now() time.Time {
+	if f := c.tune.Now; f != nil {
+		return f()
+	}
+	if c.cfg.Clock != nil {
+		return c.cfg.Clock.Now()
+	}
+	return time.Now()
+}
