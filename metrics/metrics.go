@@ -39,7 +39,7 @@ const DefaultQueueDepthTTL = 5 * time.Second
 //
 //	commands_issued_total{type}          commands issued (via the API)
 //	commands_completed_total{type}       commands completed
-//	commands_failed_total{type}          failed attempts (each retry counts; deferrals do not)
+//	commands_failed_total{type}          failed attempts that will be retried (deferrals and the poisoning attempt do not count)
 //	commands_deferred_total{type}        deferred attempts (RetryAfter) that did not count toward the poison ceiling
 //	commands_poisoned_total{type}        commands moved to the poison table
 //	handler_duration_seconds{type}       handler run time (success or failure)
@@ -140,7 +140,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_completed_total",
 			Help: "Commands completed, by type."}, []string{"type"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_failed_total",
-			Help: "Failed handler attempts (each retry counts), by type."}, []string{"type"}),
+			Help: "Failed handler attempts that will be retried, by type (an attempt whose failure poisons the command counts in cmdq_commands_poisoned_total instead)."}, []string{"type"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_deferred_total",
 			Help: "Handler attempts deferred with RetryAfter that did not count toward the poison ceiling, by type."}, []string{"type"}),
 		poisoned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cmdq", Name: "commands_poisoned_total",

@@ -49,7 +49,7 @@ cmdq_commands_completed_total{type="A"} 2
 # HELP cmdq_commands_deferred_total Handler attempts deferred with RetryAfter that did not count toward the poison ceiling, by type.
 # TYPE cmdq_commands_deferred_total counter
 cmdq_commands_deferred_total{type="A"} 1
-# HELP cmdq_commands_failed_total Failed handler attempts (each retry counts), by type.
+# HELP cmdq_commands_failed_total Failed handler attempts that will be retried, by type (an attempt whose failure poisons the command counts in cmdq_commands_poisoned_total instead).
 # TYPE cmdq_commands_failed_total counter
 cmdq_commands_failed_total{type="A"} 1
 # HELP cmdq_commands_poisoned_total Commands moved to the poison table, by type.
