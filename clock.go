@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/clock"
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Clock is the time a Client runs on (Config.Clock): the times it stores
@@ -63,4 +65,49 @@ func (c *Client) now() time.Time {
 		return c.cfg.Clock.Now()
 	}
 	return time.Now()
+}
+
+// serviceClock is the Client's clock on a store whose service has a
+// clock of its own (storage.ServerClock: Azure Storage's Date header):
+// this machine's time moved by the service's offset from it, once the
+// offset passes serviceClockMin (below it, the Date header's whole
+// seconds say nothing sure, and the skew the engine allows everywhere,
+// model.MaxClockSkew, covers it). Durations are this machine's.
+type serviceClock struct {
+	st    storage.Store
+	local time.Duration // tests: this machine's clock as that far ahead (tuning.LocalClockOffset)
+}
+
+// serviceClockMin is the smallest offset a serviceClock applies: 1 s.
+const serviceClockMin = time.Second
+
+func (s serviceClock) offset() time.Duration {
+	o, _, ok := storage.ClockOffset(s.st)
+	if !ok || o.Abs() <= serviceClockMin {
+		return 0
+	}
+	return o
+}
+
+func (s serviceClock) Now() time.Time                 { return time.Now().Add(s.local + s.offset()) }
+func (s serviceClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+func (s serviceClock) AfterFunc(d time.Duration, f func()) Timer {
+	return sysTimer{time.AfterFunc(d, f)}
+}
+
+type sysTimer struct{ t *time.Timer }
+
+func (t sysTimer) C() <-chan time.Time        { return t.t.C }
+func (t sysTimer) Stop() bool                 { return t.t.Stop() }
+func (t sysTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+// clockOffset returns the storage service's clock offset from this
+// machine's as the Client sees it, and whether it is past the skew the
+// engine allows (model.MaxClockSkew, 2 s).
+func (c *Client) clockOffset() (offset time.Duration, skewed bool) {
+	o, _, ok := storage.ClockOffset(c.st)
+	if !ok {
+		return 0, false
+	}
+	return o, o.Abs() > model.MaxClockSkew
 }

@@ -117,6 +117,14 @@ func newClient(st storage.Store, cfg Config, tune tuning.Switches) (*Client, err
 	cfg.StartedWriteDelay = cmp.Or(cfg.StartedWriteDelay, model.DefaultStartedWriteDelay)
 	cfg.Observers = append([]Observer(nil), cfg.Observers...)
 	cfg.Shards = maps.Clone(cfg.Shards)
+	if cfg.Clock == nil {
+		if _, is := st.(storage.ServerClock); is {
+			// The storage service keeps a clock every process sees: run on
+			// it, so that machines whose clocks disagree agree on run-at
+			// times, leases and permits (clock.go).
+			cfg.Clock = serviceClock{st: st, local: tune.LocalClockOffset}
+		}
+	}
 	c := &Client{st: st, cfg: cfg, names: layout.Names{Prefix: cfg.Prefix, Shards: cfg.Shards}, reg: registry.NewRegistry(), tune: tune}
 	c.reg.SetDeclared(declared)
 	tp := cfg.TracerProvider

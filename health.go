@@ -57,6 +57,17 @@ type ProcessorHealth struct {
 	// Client rang whose last wake-ups went unacked (Processors says which
 	// processors they are); their commands start at their next poll.
 	Unreachable []string `json:"unreachable,omitempty"`
+	// ClockOffset is how far the storage service's clock is ahead of this
+	// machine's (negative: behind), estimated from its responses (Azure
+	// Storage's Date header); 0 for a store without a clock of its own
+	// (the embedded store). Past 1 s the Client runs on the service's
+	// time. ClockOffsetMS is the same in milliseconds (JSON).
+	ClockOffset   time.Duration `json:"-"`
+	ClockOffsetMS int64         `json:"clockOffsetMs,omitempty"`
+	// ClockSkewed is true when ClockOffset is past the 2 s of skew the
+	// engine allows between processes: cmdq corrects for it, but this
+	// machine's time sync (NTP) needs a look.
+	ClockSkewed bool `json:"clockSkewed,omitempty"`
 	// Accounts is the state of each storage account of a store spread
 	// over several (storage/multi), in its order; nil for one account.
 	// A failing account is named here while the others keep working.

@@ -81,6 +81,9 @@ func (c *Client) prepare(ctx context.Context) (*processor.Processor, error) {
 		return nil, fmt.Errorf("cmdq: open tables: %w", err)
 	}
 	r, _ := c.reader(ctx)
+	if o, skewed := c.clockOffset(); skewed {
+		c.cfg.Logger.Warn().Dur("offset", o).Msg("cmdq: this machine's clock is off from the storage service's by more than 2 s (offset: the service's ahead of ours); cmdq runs on the service's time, but the machine's time sync (NTP) needs a look")
+	}
 	for _, q := range c.Queues() {
 		if _, err := r.Queue(ctx, q); err != nil {
 			return nil, fmt.Errorf("cmdq: open queue %s: %w", c.names.Queue(q), err)
@@ -254,6 +257,8 @@ func (c *Client) Health() ProcessorHealth {
 		h.Wake = p.WakeAddr()
 	}
 	h.Unreachable = c.unreachable()
+	h.ClockOffset, h.ClockSkewed = c.clockOffset()
+	h.ClockOffsetMS = h.ClockOffset.Milliseconds()
 	for _, m := range storage.MembersOf(c.st) {
 		h.Accounts = append(h.Accounts, AccountHealth{Name: m.Name, Healthy: m.Healthy, Since: m.Since, LastError: m.LastError})
 	}

@@ -130,6 +130,29 @@ type Secret interface {
 	SharedSecret() []byte
 }
 
+// ServerClock is an optional interface of a Store whose service keeps a
+// clock of its own that every process sharing it sees (Azure Storage: the
+// Date header of each response): cmdq runs on the service's time, so that
+// processes whose clocks disagree agree on run-at times, leases and
+// permits. Wrappers of a store should implement it and answer for the
+// store they wrap.
+type ServerClock interface {
+	// ClockOffset estimates how far the service's clock is ahead of this
+	// machine's (negative: behind), from the responses seen so far, and
+	// how far off the estimate may be (the Date header has whole
+	// seconds). ok is false before the first response.
+	ClockOffset() (offset, uncertainty time.Duration, ok bool)
+}
+
+// ClockOffset returns st's ServerClock estimate (ok false for a store
+// without one, or before its first response).
+func ClockOffset(st Store) (offset, uncertainty time.Duration, ok bool) {
+	if c, is := st.(ServerClock); is {
+		return c.ClockOffset()
+	}
+	return 0, 0, false
+}
+
 // SharedSecret returns st's shared secret (Secret), nil when it has none.
 func SharedSecret(st Store) []byte {
 	if s, ok := st.(Secret); ok {

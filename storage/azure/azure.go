@@ -215,6 +215,8 @@ type Store struct {
 	tables map[string]*table
 
 	secret []byte // SharedSecret; nil without a shared key
+
+	clock *serverClock // the service's clock (clock.go)
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -244,11 +246,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if retry.TryTimeout == 0 {
 		retry.TryTimeout = DefaultTryTimeout
 	}
-	co := azcore.ClientOptions{Retry: retry, PerCallPolicies: []policy.Policy{hookPolicy{retry: retry}}}
+	sc := &serverClock{}
+	co := azcore.ClientOptions{Retry: retry, PerCallPolicies: []policy.Policy{hookPolicy{retry: retry}},
+		PerRetryPolicies: []policy.Policy{clockPolicy{sc}}}
 	qopts := &azqueue.ClientOptions{ClientOptions: co}
 	topts := &aztables.ClientOptions{ClientOptions: co}
 
-	s := &Store{queues: map[string]*queue{}, tables: map[string]*table{}}
+	s := &Store{queues: map[string]*queue{}, tables: map[string]*table{}, clock: sc}
 	var err error
 	switch {
 	case cfg.ConnectionString != "":

@@ -130,6 +130,11 @@ type store struct {
 // Exclusive answers for the wrapped store (storage.Exclusive).
 func (w *store) Exclusive() bool { return storage.IsExclusive(w.s) }
 
+// ClockOffset answers for the wrapped store (storage.ServerClock).
+func (w *store) ClockOffset() (offset, uncertainty time.Duration, ok bool) {
+	return storage.ClockOffset(w.s)
+}
+
 // SharedSecret answers for the wrapped store (storage.Secret).
 func (w *store) SharedSecret() []byte { return storage.SharedSecret(w.s) }
 

@@ -152,6 +152,12 @@ func New(members []Member, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// ClockOffset answers for the first member (storage.ServerClock): the
+// account that holds the permits and the ledgers.
+func (s *Store) ClockOffset() (offset, uncertainty time.Duration, ok bool) {
+	return storage.ClockOffset(s.members[0].Store)
+}
+
 // SharedSecret returns the first member's shared secret (storage.Secret):
 // every process of a deployment has the same members in the same order.
 func (s *Store) SharedSecret() []byte { return storage.SharedSecret(s.members[0].Store) }

@@ -182,7 +182,7 @@ func (p *Processor) takeTokens(s *session, k *keeper, cmdID string, free func(),
 		if free, _, ok = p.takeToken(s, k, typeRater, cmdID, free, nil); !ok {
 			return nil, false
 		}
-		if keyRater == nil || time.Since(keyStamp) < keyRater.rate.StartAllowance()/2 {
+		if keyRater == nil || p.now().Sub(keyStamp) < keyRater.rate.StartAllowance()/2 {
 			return free, true
 		}
 	}

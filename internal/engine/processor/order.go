@@ -257,7 +257,7 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 		return false
 	case err == nil, errors.Is(err, model.ErrExpired):
 	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound):
-		if time.Since(head.Since) < orderGhostAfter {
+		if p.now().Sub(head.Since) < orderGhostAfter {
 			return false
 		}
 	default:

@@ -208,7 +208,7 @@ func (p *Processor) takePermit(s *session, qr *queueRunner, k *keeper, g *gate, 
 		}
 		wait := backoff
 		if !next.IsZero() {
-			wait = min(wait, max(time.Until(next), time.Millisecond))
+			wait = min(wait, max(next.Sub(p.now()), time.Millisecond))
 		}
 		switch p.pause(s, k, wait, poke) {
 		case waitCame:
@@ -230,7 +230,7 @@ const permitParkKey = "\x00permit "
 // type's permits and a take of a free or expired one. next, when not
 // zero, is when a held permit will have expired (worth a try then).
 func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease time.Duration) (perm shared.Permit, next time.Time, err error) {
-	now := time.Now()
+	now := p.now()
 	want := shared.Permit{Type: g.typ, Key: g.key, Holder: p.instance, Worker: p.cfg.Worker, Command: cmdID, Expires: now.Add(lease)}
 	g.mu.Lock()
 	known := map[int]bool{} // held as last read (a stale read only skips a guess)
@@ -263,7 +263,7 @@ func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease 
 	if err != nil {
 		return shared.Permit{}, time.Time{}, err
 	}
-	now = time.Now()
+	now = p.now()
 	bySlot := map[int]shared.Permit{}
 	held := 0
 	for _, v := range view {
@@ -284,7 +284,7 @@ func (p *Processor) tryPermit(ctx context.Context, g *gate, cmdID string, lease 
 	for slot := range g.limit {
 		old, taken := bySlot[slot]
 		want.Slot = slot
-		want.Expires = time.Now().Add(lease)
+		want.Expires = p.now().Add(lease)
 		switch {
 		case !taken:
 			perm, err = p.st.TakePermit(ctx, want)
@@ -326,7 +326,7 @@ func (p *Processor) renewPermit(ctx context.Context, h *permitHold, lease time.D
 	if h.done || h.lost {
 		return
 	}
-	perm, err := p.st.RenewPermit(ctx, h.perm, time.Now().Add(lease))
+	perm, err := p.st.RenewPermit(ctx, h.perm, p.now().Add(lease))
 	switch {
 	case err == nil:
 		h.perm = perm

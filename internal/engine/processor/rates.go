@@ -201,7 +201,7 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 		}
 		free()
 		free = nil
-		wait := time.Until(next)
+		wait := next.Sub(p.now())
 		if err != nil {
 			if s.ops.Err() != nil {
 				return nil, time.Time{}, false
@@ -243,7 +243,7 @@ func (p *Processor) freshControl(ctx context.Context) {
 // next, when not zero, is when one is free (none was taken).
 func (p *Processor) tryToken(ctx context.Context, r *rater) (stamp, next time.Time, err error) {
 	r.mu.Lock()
-	now := time.Now()
+	now := p.now()
 	if r.pool > 0 && now.Before(r.poolBy) {
 		r.pool--
 		stamp = r.poolAt
@@ -269,14 +269,14 @@ func (p *Processor) tryToken(ctx context.Context, r *rater) (stamp, next time.Ti
 			}
 			known = true
 		}
-		now = time.Now()
+		now = p.now()
 		n, out, nf := l.Take(now, r.rate, want, r.lead())
 		if n == 0 {
 			p.keepLedger(r, l, 0, time.Time{})
 			return time.Time{}, nf, nil
 		}
 		written, err := p.st.WriteRate(ctx, out)
-		r.wroteIn(time.Since(now))
+		r.wroteIn(p.now().Sub(now))
 		if errors.Is(err, shared.ErrRateChanged) {
 			known = false
 			continue
@@ -293,7 +293,7 @@ func (p *Processor) tryToken(ctx context.Context, r *rater) (stamp, next time.Ti
 	}
 	// Lost every write to other processes: try again in a moment.
 	p.forgetLedger(r)
-	return time.Time{}, time.Now().Add(time.Millisecond + rand.N(20*time.Millisecond)), nil
+	return time.Time{}, p.now().Add(time.Millisecond + rand.N(20*time.Millisecond)), nil
 }
 
 // keepLedger notes the ledger as read or written, and the extra tokens

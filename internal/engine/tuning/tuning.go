@@ -40,4 +40,10 @@ type Switches struct {
 	// Now, when set, is the periodic scheduler's clock (and
 	// ListPeriodic's): tests move it to make ticks be missed.
 	Now func() time.Time
+	// LocalClockOffset, when not zero, moves this machine's clock as a
+	// Client on a store with a clock of its own (storage.ServerClock)
+	// sees it: a machine whose clock is that far ahead (tests of clock
+	// skew; the store should report its offset as measured by such a
+	// clock).
+	LocalClockOffset time.Duration
 }
