@@ -147,7 +147,7 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 			p.release(s, k)
 			return nil
 		}
-		if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
+		if !p.startGate(s, qr, k, m, direct, tok) { // a paused queue starts nothing (control.go)
 			return nil
 		}
 		rec, fast = nil, false
