@@ -1,6 +1,8 @@
 package cmdq
 
 import (
+	"time"
+
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
 	"github.com/cmdq-dev/cmdq/internal/engine/registry"
@@ -48,6 +50,12 @@ func declared(cmd issuer.Command) (model.CommandOptions, bool) {
 }
 
 func statusOut(s model.Status) Status {
+	if s.State.Final() {
+		// A final command is due for nothing: the stored RunAt (its
+		// run-at time, a retry's that never came) is history, kept in its
+		// events.
+		s.RunAt = time.Time{}
+	}
 	return Status{ID: s.ID, Type: s.Type, State: State(s.State), Attempts: s.Attempts, Step: s.Step,
 		LastError: s.LastError, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, Worker: s.Worker,
 		CorrelationID: s.CorrelationID, Queue: s.Queue, RunAt: s.RunAt, Output: JSON(s.Output), TraceID: s.TraceID, OrderKey: s.OrderKey,

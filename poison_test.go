@@ -134,3 +134,63 @@ func TestRequeueWakesProcessor(t *testing.T) {
 		}
 	})
 }
+
+// TestFinalStatusHasNoRunAt: a poisoned command (a permanent error, and
+// the last attempt the ceiling allows failing) has no runAt in its status
+// and its poisoning attempt's failed event names no retry: none comes.
+// Before, both carried the retry delay computed before the error was
+// known to poison, and the CLI showed it as "due". A completed scheduled
+// command's status has none either (its run-at time stays in its created
+// event).
+func TestFinalStatusHasNoRunAt(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		cfg := fast()
+		cfg.PoisonCeiling = 1
+		c := newClient(t, s, cfg)
+		if err := cmdq.Register(c, func(ctx context.Context, cmd greet, run *cmdq.Attempt) error {
+			switch cmd.Name {
+			case "permanent":
+				return cmdq.Permanent(errors.New("not configured"))
+			case "spent":
+				return errors.New("try again")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"permanent", "spent", "scheduled"} {
+			var opts []cmdq.IssueOption
+			if name == "scheduled" {
+				opts = append(opts, cmdq.After(50*time.Millisecond))
+			}
+			res, err := c.Issue(ctx, greet{Name: name}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Wait(ctx, res.ID)
+			if err != nil || !st.State.Final() {
+				t.Fatalf("%s: %+v %v", name, st, err)
+			}
+			if !st.RunAt.IsZero() {
+				t.Errorf("%s: final (%s) status has runAt %s", name, st.State, st.RunAt)
+			}
+			if got, err := c.Get(ctx, res.ID); err != nil || !got.RunAt.IsZero() {
+				t.Errorf("%s: Get: runAt %s %v", name, got.RunAt, err)
+			}
+			evs, err := c.Events(ctx, res.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if e.Kind == cmdq.EventFailed && !e.RunAt.IsZero() {
+					t.Errorf("%s: the poisoning attempt's failed event names a retry at %s", name, e.RunAt)
+				}
+			}
+		}
+	})
+}

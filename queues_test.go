@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -317,6 +318,106 @@ func TestPauseCheckCost(t *testing.T) {
 			t.Fatalf("300 commands in %s made %d table queries, want at most %d (one control read per %s)", elapsed.Round(time.Millisecond), q, limit, cmdq.ControlInterval)
 		} else {
 			t.Logf("300 commands in %s: %d control reads", elapsed.Round(time.Millisecond), q)
+		}
+	})
+}
+
+// TestPauseResumeTakesReleasedBack (issue 32, finding 2): deliveries of a
+// queue that is paused while they wait for a handler slot (their type's
+// three, held by blocking handlers) are released
+// unstarted; when the queue is resumed they start at once, as the
+// deliveries they were (attempt 1, no lease_lost: no handler ran). Before,
+// each stayed invisible for ControlInterval (9 s; 2 min here) and its
+// next dequeue was attempt 2, with a lease_lost event for attempt 1.
+func TestPauseResumeTakesReleasedBack(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		cfg := fast()
+		cfg.Concurrency = 8
+		c := newTuned(t, s.st, s.prefix, cfg, tuning.Switches{ControlInterval: 2 * time.Minute})
+		gate, blocking := make(chan struct{}), make(chan struct{}, 3)
+		var gateOnce sync.Once
+		t.Cleanup(func() { gateOnce.Do(func() { close(gate) }) })
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, g greet, run *cmdq.Attempt) error {
+			if g.Name == "block" {
+				blocking <- struct{}{}
+				<-gate
+			}
+			return nil
+		}, cmdq.HandlerOptions{MaxConcurrency: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var blocks []string
+		for range 3 {
+			res, err := c.Issue(ctx, greet{Name: "block"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks = append(blocks, res.ID)
+			waitFor(t, blocking, "a blocking handler to start")
+		}
+		// Three more wait for the type's slots (3), dequeued (invisible)
+		// and parked.
+		var ids []string
+		for i := range 3 {
+			res, err := c.Issue(ctx, greet{Name: "n" + strconv.Itoa(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, res.ID)
+		}
+		q, err := c.StorageQueue(ctx, cmdq.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 30*time.Second, "the three to be dequeued", func() bool {
+			msgs, err := q.Peek(ctx, 32)
+			return err == nil && len(msgs) == 0
+		})
+		if _, err := c.PauseQueue(ctx, cmdq.DefaultQueue, "test:pauser"); err != nil {
+			t.Fatal(err)
+		}
+		released := c.Stats().Released
+		gateOnce.Do(func() { close(gate) })
+		for _, id := range blocks {
+			if st, err := c.Wait(ctx, id); err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("blocking command: %+v %v", st, err)
+			}
+		}
+		waitUntil(t, 30*time.Second, "the three to be released (paused)", func() bool { return c.Stats().Released >= released+3 })
+		for _, id := range ids {
+			if st, err := c.Get(ctx, id); err != nil || st.State != cmdq.StatePending {
+				t.Fatalf("%s while paused: %+v %v, want pending", id, st, err)
+			}
+		}
+		if _, err := c.ResumeQueue(ctx, cmdq.DefaultQueue, "test:pauser"); err != nil {
+			t.Fatal(err)
+		}
+		// Within a minute: well before the 2 min the released messages
+		// stay invisible for.
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for _, id := range ids {
+			st, err := c.Wait(wctx, id)
+			if err != nil || st.State != cmdq.StateCompleted {
+				t.Fatalf("%s after the resume: %+v %v, want completed at once", id, st, err)
+			}
+			if st.Attempts != 1 {
+				t.Errorf("%s completed at attempt %d, want 1 (released unstarted, taken back)", id, st.Attempts)
+			}
+			evs, err := c.Events(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if e.Kind == cmdq.EventLeaseLost {
+					t.Errorf("%s: lease_lost although no handler ran before: %+v", id, e)
+				}
+			}
 		}
 	})
 }

@@ -177,9 +177,16 @@ func TestRetryAfterPastMaxDeferrals(t *testing.T) {
 		if got := kinds(evs); len(got) != len(want) || strings.Join(strs(got), " ") != strings.Join(strs(want), " ") {
 			t.Fatalf("events %v, want %v", got, want)
 		}
-		for _, e := range evs {
-			if e.Kind == cmdq.EventFailed && (!strings.Contains(e.Detail, "the 2 deferrals MaxDeferrals allows are spent") || !e.RunAt.Equal(e.Time.Add(deferDelay))) {
+		for i, e := range evs {
+			if e.Kind != cmdq.EventFailed {
+				continue
+			}
+			poisoning := i+1 < len(evs) && evs[i+1].Kind == cmdq.EventPoisoned
+			if !strings.Contains(e.Detail, "the 2 deferrals MaxDeferrals allows are spent") || !poisoning && !e.RunAt.Equal(e.Time.Add(deferDelay)) {
 				t.Fatalf("failed event %+v: want it to say the deferrals are spent, due after the deferral's delay", e)
+			}
+			if poisoning && !e.RunAt.IsZero() {
+				t.Fatalf("the poisoning attempt's failed event %+v names a retry (none comes)", e)
 			}
 		}
 		last := evs[len(evs)-1]

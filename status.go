@@ -179,7 +179,8 @@ type Status struct {
 	// RunAt is when the command is due (UTC): the run-at time it was
 	// issued with (State StateScheduled until then), the time a retrying
 	// command's next attempt is due, or the time an operator made it due
-	// (run-now). Zero for a command issued without one that never failed.
+	// (run-now). Zero for a command issued without one that never failed,
+	// and for a final command (State.Final: nothing is due).
 	RunAt time.Time `json:"runAt,omitzero"`
 	// Output is the JSON output the completing attempt recorded
 	// (Attempt.SetOutput, at most MaxOutputBytes), stored with the command's

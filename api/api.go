@@ -420,9 +420,11 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 			client.FieldError{Pointer: "#/params", Detail: "too large"}))
 		return
 	case errors.Is(err, cmdq.ErrIDOutsideWindow):
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window (%d days before today to %d day after, UTC): leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
-			cmdq.IssueWindowPastDays, cmdq.IssueWindowFutureDays),
-			client.FieldError{Pointer: "#/id", Detail: "outside the issue window"}))
+		today := time.Now().UTC().Truncate(24 * time.Hour)
+		from, to := today.AddDate(0, 0, -cmdq.IssueWindowPastDays), today.AddDate(0, 0, cmdq.IssueWindowFutureDays)
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("the id carries a date outside the issue window: an id that carries a time (a UUIDv7, or cmdq's UUIDv8) is accepted only when it is dated from %s to %s (UTC: %d days before today to %d day after); leave the id out to get a new one, or send a new UUIDv7 or a UUIDv4",
+			from.Format(time.DateOnly), to.Format(time.DateOnly), cmdq.IssueWindowPastDays, cmdq.IssueWindowFutureDays),
+			client.FieldError{Pointer: "#/id", Detail: fmt.Sprintf("outside the issue window (%s to %s, UTC)", from.Format(time.DateOnly), to.Format(time.DateOnly))}))
 		return
 	case errors.Is(err, cmdq.ErrInvalidParams):
 		// The params do not decode into the type's Go type (the Issuer

@@ -81,7 +81,19 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 	if p := checkKeys(data); p != nil {
 		return client.IssueRequest{}, p
 	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(data, &fields) // cannot fail: Decode accepted data
+	if p := loneSurrogate(fields); p != nil {
+		return client.IssueRequest{}, p
+	}
 	var errs []client.FieldError
+	for _, name := range optionalTextFields {
+		if string(fields[name]) == `""` {
+			// "" is not "absent": say so, rather than read it as absent
+			// (and, for delay, miss that runAt came with it).
+			errs = append(errs, client.FieldError{Pointer: "#/" + name, Detail: fmt.Sprintf("%s is an empty string; leave the field out, or give a value", name)})
+		}
+	}
 	switch {
 	case req.Type == "":
 		errs = append(errs, client.FieldError{Pointer: "#/type", Detail: "type is required: the command type name, for example \"SendEmail\""})
@@ -113,13 +125,13 @@ func decodeIssueBytes(data []byte) (client.IssueRequest, *client.Problem) {
 		}
 	}
 	errs = append(errs, checkUnique(req)...)
-	if n := len(req.OrderKey); n > cmdq.MaxOrderKeyLength || n == 0 && bytes.Contains(data, []byte(`"orderKey"`)) && orderKeyGiven(data) {
+	if n := len(req.OrderKey); n > cmdq.MaxOrderKeyLength || n == 0 && fields["orderKey"] != nil {
 		errs = append(errs, client.FieldError{Pointer: "#/orderKey", Detail: fmt.Sprintf("orderKey is %d bytes; give 1 to %d (an aggregate's ID, say), or leave it out", n, cmdq.MaxOrderKeyLength)})
 	}
 	if len(req.CorrelationID) > cmdq.MaxCorrelationIDLength {
 		errs = append(errs, client.FieldError{Pointer: "#/correlationId", Detail: fmt.Sprintf("correlationId is %d bytes; the limit is %d", len(req.CorrelationID), cmdq.MaxCorrelationIDLength)})
 	}
-	errs = append(errs, scheduleErrors(req)...)
+	errs = append(errs, scheduleErrors(req, fields)...)
 	if len(errs) > 0 {
 		detail := errs[0].Detail
 		if len(errs) > 1 {
@@ -145,8 +157,66 @@ func notUTF8(data []byte) *client.Problem {
 		client.FieldError{Pointer: "#", Detail: "not UTF-8"})
 }
 
+// optionalTextFields are the optional string fields for which "" is not a
+// value: sent empty, they are a 400 (orderKey's own check says the same).
+var optionalTextFields = []string{"uniqueKey", "uniqueWindow", "runAt", "delay"}
+
+// loneSurrogate is the 400 of a body with a \u escape of a lone UTF-16
+// surrogate ("\ud800"): encoding/json decodes it as U+FFFD, another text
+// than the one sent, as it does with bytes that are not UTF-8 (notUTF8). It
+// names the top-level field that holds it; nil when there is none.
+func loneSurrogate(fields map[string]json.RawMessage) *client.Problem {
+	for _, name := range issueFields {
+		if raw, ok := fields[name]; ok && hasLoneSurrogate(raw) {
+			return newProblem(client.ProblemInvalidRequest, name+` contains a \u escape of a lone UTF-16 surrogate (\ud800-\udfff without its pair), which is not a character; send UTF-8 JSON (binary data can travel base64-encoded)`,
+				client.FieldError{Pointer: "#/" + name, Detail: "lone surrogate escape"})
+		}
+	}
+	return nil
+}
+
+// hasLoneSurrogate reports whether the valid JSON value raw has, in a
+// string, a \u escape of a high surrogate not followed by one of a low
+// surrogate, or of a low surrogate not preceded by a high one.
+func hasLoneSurrogate(raw []byte) bool {
+	hex4 := func(i int) (rune, bool) { // the 4 hex digits of a \u escape at raw[i]
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			in = !in
+		case in && c == '\\':
+			r, ok := hex4(i)
+			if !ok {
+				i++ // another escape: skip its character
+				continue
+			}
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return true // a low surrogate with no high one before it
+			case r >= 0xd800 && r <= 0xdbff:
+				lo, ok := hex4(i + 6)
+				if !ok || lo < 0xdc00 || lo > 0xdfff {
+					return true
+				}
+				i += 11 // the pair
+			default:
+				i += 5
+			}
+		}
+	}
+	return false
+}
+
 // checkUnique checks uniqueKey and uniqueWindow: both or neither, the key
 // 1-256 bytes, the window a duration from 1s to 720h, no id with them.
+// Empty ones are refused before (optionalTextFields).
 func checkUnique(req client.IssueRequest) []client.FieldError {
 	if req.UniqueKey == "" && req.UniqueWindow == "" {
 		return nil
@@ -197,17 +267,6 @@ func jsonProblem(err error) *client.Problem {
 			client.FieldError{Pointer: clipPointer("#/" + escapePointer(name)), Detail: "unknown field"})
 	}
 	return newProblem(client.ProblemInvalidRequest, "the body is not a valid request: "+clipText(err.Error()))
-}
-
-// orderKeyGiven reports whether the body's object has an orderKey field
-// (an empty one is refused, not taken as none).
-func orderKeyGiven(data []byte) bool {
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(data, &fields) != nil {
-		return false
-	}
-	_, ok := fields["orderKey"]
-	return ok
 }
 
 // checkContentType accepts application/json and any application/*+json;
@@ -342,7 +401,7 @@ var clipPointer = httpserve.ClipText
 // (DecodeIssueRequest checked their form): zero when absent.
 func ScheduleOf(req client.IssueRequest) (runAt time.Time, delay time.Duration) {
 	if req.RunAt != "" {
-		runAt, _ = time.Parse(time.RFC3339Nano, req.RunAt)
+		runAt, _ = client.ParseRunAt(req.RunAt)
 	}
 	if req.Delay != "" {
 		delay, _ = time.ParseDuration(req.Delay)
@@ -350,14 +409,15 @@ func ScheduleOf(req client.IssueRequest) (runAt time.Time, delay time.Duration) 
 	return runAt, delay
 }
 
-// scheduleErrors checks runAt and delay: an RFC 3339 time, a Go duration
-// that is not negative, not both. (How far ahead is the Issuer's check,
-// against its clock: cmdq.ValidSchedule.)
-func scheduleErrors(req client.IssueRequest) []client.FieldError {
+// scheduleErrors checks runAt and delay: a strict RFC 3339 time
+// (client.ParseRunAt), a Go duration that is not negative, not both (given
+// at all, empty or not: fields holds the body's top-level fields). (How
+// far ahead is the Issuer's check, against its clock: cmdq.ValidSchedule.)
+func scheduleErrors(req client.IssueRequest, fields map[string]json.RawMessage) []client.FieldError {
 	var errs []client.FieldError
 	if req.RunAt != "" {
-		if _, err := time.Parse(time.RFC3339Nano, req.RunAt); err != nil {
-			errs = append(errs, client.FieldError{Pointer: "#/runAt", Detail: fmt.Sprintf("runAt %s is not an RFC 3339 time; send a time such as \"2026-05-01T09:00:00Z\" (UTC) or \"2026-05-01T11:00:00+02:00\"", quoteClip(req.RunAt))})
+		if _, err := client.ParseRunAt(req.RunAt); err != nil {
+			errs = append(errs, client.FieldError{Pointer: "#/runAt", Detail: fmt.Sprintf("runAt %s is not an RFC 3339 time; send a time such as \"2026-05-01T09:00:00Z\" (UTC) or \"2026-05-01T11:00:00+02:00\" (a T between date and time, a '.' before a fraction, Z or an offset from -23:59 to +23:59)", quoteClip(req.RunAt))})
 		}
 	}
 	if req.Delay != "" {
@@ -369,7 +429,8 @@ func scheduleErrors(req client.IssueRequest) []client.FieldError {
 			errs = append(errs, client.FieldError{Pointer: "#/delay", Detail: fmt.Sprintf("delay %s is negative; send a delay of 0 or more (such as \"90s\"), or a runAt time", quoteClip(req.Delay))})
 		}
 	}
-	if req.RunAt != "" && req.Delay != "" {
+	given := func(name string) bool { v, ok := fields[name]; return ok && string(v) != "null" }
+	if given("runAt") && given("delay") {
 		errs = append(errs, client.FieldError{Pointer: "#/delay", Detail: "runAt and delay were both given; send one of them (runAt: when to run, delay: how long from now)"})
 	}
 	return errs

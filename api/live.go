@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -129,21 +130,43 @@ func (s *server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duratio
 		if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
 			continue
 		}
-		secs, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
-		if err != nil || secs < 0 {
+		d, ok := preferWait(strings.Trim(strings.TrimSpace(val), `"`), s.cfg.MaxWait)
+		if !ok {
 			return 0, nil // a preference that does not parse is ignored (RFC 7240)
 		}
-		d := min(time.Duration(secs)*time.Second, s.cfg.MaxWait)
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int((d+time.Second-1)/time.Second)))
 		return d, nil
 	}
 	return 0, nil
 }
 
+// preferWait reads a Prefer wait's delta-seconds (RFC 7240: one or more
+// digits), capped at limit however many digits it has (a number past what
+// an int64 holds included); ok is false when v is not digits.
+func preferWait(v string, limit time.Duration) (d time.Duration, ok bool) {
+	if v == "" {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs > int64(limit/time.Second) {
+		return limit, true // out of range: more than any maximum
+	}
+	return min(time.Duration(secs)*time.Second, limit), true
+}
+
 // parseWait parses a wait: a Go duration ("30s", "1m", "500ms") or whole
-// seconds ("30").
+// seconds ("30"). A number of seconds past what a time.Duration holds is
+// an error (it would wrap around).
 func parseWait(v string) (time.Duration, error) {
 	if n, err := strconv.Atoi(v); err == nil {
+		if n > int(math.MaxInt64/int64(time.Second)) || n < 0 {
+			return -1, fmt.Errorf("wait %d s is out of range", n)
+		}
 		return time.Duration(n) * time.Second, nil
 	}
 	return time.ParseDuration(v)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/cmdq-dev/cmdq"
@@ -145,6 +146,67 @@ type IssueRequest struct {
 	// 2 years. Optional; not together with RunAt. The After option sets
 	// it.
 	Delay string `json:"delay,omitempty"`
+}
+
+// ParseRunAt parses a run-at time as the API reads IssueRequest.RunAt:
+// strict RFC 3339 (section 5.6), "2026-05-01T09:00:00Z" or
+// "2026-05-01T11:00:00.250+02:00" — a "T" between date and time, a "." before
+// a fraction, and "Z" or an offset of at most 23:59. Go's time.Parse alone
+// also takes a comma before the fraction and offsets such as +24:00, which
+// are not RFC 3339; the error says what to send.
+func ParseRunAt(s string) (time.Time, error) {
+	if !rfc3339Form(s) {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time; send one such as \"2026-05-01T09:00:00Z\" (UTC) or \"2026-05-01T11:00:00+02:00\" (a T between date and time, a '.' before a fraction, Z or an offset from -23:59 to +23:59)", clip(s))
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (%w); send one such as \"2026-05-01T09:00:00Z\" (UTC) or \"2026-05-01T11:00:00+02:00\"", clip(s), err)
+	}
+	return t, nil
+}
+
+// rfc3339Form reports whether s has the form of an RFC 3339 date-time:
+// YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM), the offset's hours 00-23 and
+// minutes 00-59 (time.Parse checks the other fields' ranges).
+func rfc3339Form(s string) bool {
+	digits := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return len(s) > 0
+	}
+	if len(s) < len("2006-01-02T15:04:05Z") || !digits(s[0:4]) || s[4] != '-' || !digits(s[5:7]) || s[7] != '-' || !digits(s[8:10]) ||
+		s[10] != 'T' || !digits(s[11:13]) || s[13] != ':' || !digits(s[14:16]) || s[16] != ':' || !digits(s[17:19]) {
+		return false
+	}
+	rest := s[19:]
+	if rest[0] == '.' {
+		i := 1
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 1 {
+			return false
+		}
+		rest = rest[i:]
+	}
+	if rest == "Z" {
+		return true
+	}
+	if len(rest) != 6 || (rest[0] != '+' && rest[0] != '-') || !digits(rest[1:3]) || rest[3] != ':' || !digits(rest[4:6]) {
+		return false
+	}
+	return rest[1:3] <= "23" && rest[4:6] <= "59"
+}
+
+// clip keeps a quoted value short.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // IssueOption adjusts an IssueRequest (Remote.Issue).

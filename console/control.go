@@ -152,6 +152,7 @@ func (d *dashboard) cancelForm(w http.ResponseWriter, r *http.Request, v viewer)
 	var ids []string
 	seen := map[string]bool{}
 	for _, id := range r.PostForm["id"] {
+		id = cmdq.NormalizeID(id) // upper case is the same ID, as on the single routes
 		if cmdq.ValidateID(id) != nil {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid command ID", fmt.Sprintf("%s is not a command ID.", httpserve.QuoteClip(id)), "Use the checkboxes of the commands view.")
 			return nil, false

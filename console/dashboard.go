@@ -480,11 +480,57 @@ func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, pag
 		_, _ = w.Write([]byte("the page failed to render; reference " + ref + " is in the server's log\n"))
 		return
 	}
+	out := showBidi(buf.Bytes())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
 	if r.Method != http.MethodHead {
-		_, _ = w.Write(buf.Bytes())
+		_, _ = w.Write(out)
 	}
+}
+
+// showBidi returns page (HTML that html/template wrote) with every
+// Unicode bidirectional control in its text — U+061C, U+200E, U+200F,
+// U+202A-U+202E, U+2066-U+2069, which reorder the text around them and so
+// can make user data (params, output, errors, keys) read as something
+// else — written out as its escape, "\u202e", so that it shows instead of
+// acting. The templates' own text has none; text in tags (attribute
+// values) is left as it is. page itself when it has none.
+func showBidi(page []byte) []byte {
+	var out []byte
+	inTag := false
+	last := 0
+	for i := 0; i < len(page); {
+		c := page[i]
+		switch {
+		case c == '<':
+			inTag = true
+		case c == '>':
+			inTag = false
+		case !inTag && (c == 0xe2 || c == 0xd8):
+			r, n := utf8.DecodeRune(page[i:])
+			if bidiControl(r) {
+				if out == nil {
+					out = make([]byte, 0, len(page)+64)
+				}
+				out = append(out, page[last:i]...)
+				out = fmt.Appendf(out, `\u%04x`, r)
+				i += n
+				last = i
+				continue
+			}
+		}
+		i++
+	}
+	if out == nil {
+		return page
+	}
+	return append(out, page[last:]...)
+}
+
+// bidiControl reports whether r is a Unicode bidirectional formatting
+// character (showBidi).
+func bidiControl(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
 
 // tooMany renders the 429 page of a client refused after repeated failed

@@ -562,6 +562,7 @@ func (d *dashboard) bulkForm(w http.ResponseWriter, r *http.Request, v viewer) (
 	do, typ = r.PostFormValue("do"), strings.TrimSpace(r.PostFormValue("type"))
 	seen := map[string]bool{}
 	for _, id := range r.PostForm["id"] {
+		id = cmdq.NormalizeID(id) // upper case is the same ID, as on the single routes
 		if !validPoisonID(id) {
 			d.errorPage(w, r, v, http.StatusBadRequest, "Invalid ID", fmt.Sprintf("%s cannot name a poison entry.", httpserve.QuoteClip(id)), "Use the checkboxes on the poison list.")
 			return "", "", nil, false

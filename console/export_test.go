@@ -19,3 +19,6 @@ func SetDashboardClock(now func() time.Time) (restore func()) {
 // every handler (the API's too), and returns a function restoring it.
 // Tests that use it must not run in parallel.
 func SetAuthClock(now func() time.Time) (restore func()) { return httpserve.SetAuthClock(now) }
+
+// ShowBidi is showBidi, for the render test of the escaping.
+var ShowBidi = showBidi

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/client"
 )
 
 // Scheduled commands in the CLI: send --at/--in (cli.go), the due line
@@ -28,7 +29,7 @@ func scheduleFlags(cmd *cobra.Command, at string, in time.Duration, raw *cmdq.Ra
 	case inSet:
 		raw.Delay = in
 	case atSet:
-		t, err := time.Parse(time.RFC3339Nano, at)
+		t, err := client.ParseRunAt(at) // strict RFC 3339, as the API reads runAt
 		if err != nil {
 			return fmt.Errorf("--at %q is not an RFC 3339 time; give a time such as 2026-05-01T09:00:00Z (UTC) or 2026-05-01T11:00:00+02:00", at)
 		}

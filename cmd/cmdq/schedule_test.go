@@ -77,6 +77,8 @@ func TestCLIScheduled(t *testing.T) {
 				says string
 			}{
 				{[]string{"--at", "tomorrow"}, "RFC 3339"},
+				{[]string{"--at", time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04:05") + "+24:00"}, "RFC 3339"},
+				{[]string{"--at", time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04:05") + ",5Z"}, "RFC 3339"},
 				{[]string{"--in", "-5s"}, "negative"},
 				{[]string{"--in", "5s", "--at", at}, "one of them"},
 				{[]string{"--in", "5"}, "duration"},

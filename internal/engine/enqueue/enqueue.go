@@ -522,8 +522,12 @@ func (e *Enqueuer) Depth(ctx context.Context, logical string) (int, error) {
 // writes), and the poison entry is removed before the enqueue, by exactly
 // one requeue (the others find it gone): only that one enqueues. (A requeue
 // that loads the command just after another one's requeued event, while
-// the entry is still there, takes the path of a requeue after a failed
-// one, below; the entry's removal keeps it from enqueueing a second time.)
+// the entry is still there, gets ErrNotPoisoned at once: it neither
+// removes the entry nor enqueues, so the other one enqueues the command,
+// visible at once. Only an entry put back by a failed requeue, marked
+// record.RequeueFailedProp, or one left by a requeue that died half-way
+// (record.RequeueInFlight) takes the path of a requeue after a failed one,
+// below.)
 //
 // If the enqueue fails the command (already pending) is marked for the
 // reconciler and the error says so. If the marker cannot be written either,
@@ -575,7 +579,7 @@ func (e *Enqueuer) Requeue(ctx context.Context, id, by string) error {
 	// Nothing would queue it soon: put the entry back, so that the
 	// operator sees it and can requeue again.
 	err = errors.Join(err, merr)
-	if _, perr := s.PoisonTable().Upsert(ctx, record.PoisonEntity(entry), storage.Replace); perr != nil {
+	if _, perr := s.PoisonTable().Upsert(ctx, record.RequeueFailedEntity(entry), storage.Replace); perr != nil {
 		return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued, marked for the reconciler nor put back in the poison table (the reconciler's pending scan will find it): %w", id, errors.Join(err, perr))
 	}
 	return fmt.Errorf("cmdq: requeue %s: command is pending but could not be queued nor marked for the reconciler; requeue it again: %w", id, err)

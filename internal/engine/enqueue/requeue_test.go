@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/internal/engine/read"
+	"github.com/cmdq-dev/cmdq/internal/engine/record"
 	"github.com/cmdq-dev/cmdq/internal/testenv"
 	"github.com/cmdq-dev/cmdq/storage"
+	"github.com/cmdq-dev/cmdq/storage/instrument"
 )
 
 func TestPoisonRequeueDiscard(t *testing.T) {
@@ -133,8 +137,11 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		}
 
 		// The entry of a command requeued and never started since is left
-		// to a requeue (one may be in progress: removing the entry is its
-		// claim), which queues the command without another requeued event.
+		// to a requeue. Without the mark of a failed requeue, another
+		// requeue is in progress (it removes the entry and enqueues): this
+		// one does neither. With the mark (the entry put back by a requeue
+		// that could neither enqueue nor mark it), a requeue queues the
+		// command without another requeued event.
 		other := testenv.Create(t, s, "demo.A", `{}`)
 		orec, _ := s.Load(ctx, other)
 		if err := s.Poison(ctx, orec, model.PoisonEntry{Reason: "x"}); err != nil {
@@ -143,7 +150,13 @@ func TestPoisonRequeueDiscard(t *testing.T) {
 		if err := s.Append(ctx, orec, model.Event{Kind: model.EventRequeued}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A"}}, storage.Replace); err != nil {
+		if err := r.Requeue(ctx, other, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
+			t.Fatalf("requeue while another one is in progress: %v, want ErrNotPoisoned", err)
+		}
+		if _, err := r.GetPoison(ctx, other); err != nil {
+			t.Fatalf("the entry of a requeue in progress was removed: %v", err)
+		}
+		if _, err := s.PoisonTable().Upsert(ctx, storage.Entity{PartitionKey: other, Properties: map[string]any{"CommandID": other, "Type": "demo.A", record.RequeueFailedProp: true}}, storage.Replace); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.Discard(ctx, other, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
@@ -233,6 +246,106 @@ func TestRequeueEnqueueFailureMarks(t *testing.T) {
 		}
 		if _, err := r.GetPoison(ctx, id); !errors.Is(err, model.ErrNotFound) {
 			t.Fatalf("poison entry kept: %v", err)
+		}
+	})
+}
+
+// TestConcurrentRequeueEnqueuesAtOnce: of two requeues of one poisoned
+// command, the second loads it after the first wrote its requeued event
+// and before the first removed the entry (held there by a gate on the
+// store). The second must leave it to the first (ErrNotPoisoned), which
+// enqueues the command visible at once; it used to remove the entry
+// itself and enqueue a recovery message invisible for a lease, so the
+// command started a lease late.
+func TestConcurrentRequeueEnqueuesAtOnce(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := testenv.Ctx(t)
+		names := layout.Names{Prefix: env.Prefix}
+		var gated atomic.Bool
+		blocked, release := make(chan struct{}), make(chan struct{})
+		st := instrument.Wrap(env.Store, instrument.Hooks{Before: func(op instrument.Op) error {
+			if op == instrument.TableDelete && gated.CompareAndSwap(true, false) {
+				close(blocked)
+				<-release
+			}
+			return nil
+		}})
+		r, err := read.Open(ctx, st, names, record.Options{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := r.Store
+		id := testenv.Create(t, s, "demo.Requeue", `{}`)
+		rec, _ := s.Load(ctx, id)
+		if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "permanent"}); err != nil {
+			t.Fatal(err)
+		}
+		queue := names.Queue(model.DefaultQueue)
+		before := env.Store.Queued(t, queue)
+		gated.Store(true)
+		first := make(chan error, 1)
+		go func() { first <- r.Requeue(ctx, id, "alice") }()
+		select {
+		case <-blocked: // the first wrote its requeued event and is about to remove the entry
+		case err := <-first:
+			t.Fatalf("the first requeue ended before removing the entry: %v", err)
+		}
+		second := r.Requeue(ctx, id, "bob")
+		close(release)
+		if err := <-first; err != nil {
+			t.Fatalf("first requeue: %v (second: %v)", err, second)
+		}
+		if !errors.Is(second, model.ErrNotPoisoned) {
+			t.Fatalf("second requeue: %v, want ErrNotPoisoned", second)
+		}
+		if n := env.Store.Queued(t, queue); n != before+1 {
+			t.Fatalf("%d messages after the requeues, want %d", n, before+1)
+		}
+		if msgs := env.Store.Messages(t, queue); len(msgs) != 1 {
+			t.Fatalf("%d visible messages after the requeues, want 1 (due at once)", len(msgs))
+		}
+		evs, _ := r.Events(ctx, id)
+		n := 0
+		for _, e := range evs {
+			if e.Kind == model.EventRequeued {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d requeued events, want 1", n)
+		}
+	})
+}
+
+// TestRequeueAfterHalfDoneRequeue: a requeue that wrote its requeued event
+// and then stopped (its process died) leaves the entry without the mark
+// of a failed requeue; once that is older than record.RequeueInFlight, a
+// requeue enqueues the command (a recovery message, delayed).
+func TestRequeueAfterHalfDoneRequeue(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		ctx := testenv.Ctx(t)
+		clock := testenv.NewClock(time.Now())
+		r := testenv.OpenAt(t, env, clock)
+		s := r.Store
+		id := testenv.Create(t, s, "demo.Requeue", `{}`)
+		rec, _ := s.Load(ctx, id)
+		if err := s.Poison(ctx, rec, model.PoisonEntry{Reason: "permanent"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, rec, model.Event{Kind: model.EventRequeued, By: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Requeue(ctx, id, "bob"); !errors.Is(err, model.ErrNotPoisoned) {
+			t.Fatalf("requeue just after another's requeued event: %v, want ErrNotPoisoned", err)
+		}
+		clock.Add(record.RequeueInFlight + time.Second)
+		if err := r.Requeue(ctx, id, "bob"); err != nil {
+			t.Fatalf("requeue after a requeue that stopped half-way: %v", err)
+		}
+		if n := env.Store.Queued(t, layout.Names{Prefix: env.Prefix}.Queue(model.DefaultQueue)); n != 1 {
+			t.Fatalf("%d messages, want 1", n)
 		}
 	})
 }

@@ -109,9 +109,15 @@ func IDDay(id string) (int, bool) {
 // CheckIssueWindow returns an error wrapping model.ErrIDOutsideWindow when id
 // carries a day more than model.IssueWindowPastDays before now's day or more
 // than model.IssueWindowFutureDays after it; nil otherwise (IDs that carry no
-// time are always accepted).
+// time are always accepted). Every UUIDv7 carries a time, also one dated
+// before FirstDay or after LastDay (1970, 2527): such an ID is outside the
+// window too. A UUIDv8 carries one only in cmdq's layout with a plausible
+// day (IDDay); others are not cmdq's and carry none.
 func CheckIssueWindow(id string, now time.Time) error {
 	day, ok := IDDay(id)
+	if !ok {
+		day, ok = v7Day(id)
+	}
 	if !ok {
 		return nil
 	}
@@ -122,6 +128,18 @@ func CheckIssueWindow(id string, now time.Time) error {
 			model.ErrIDOutsideWindow, id, DayTime(day).Format(time.DateOnly), model.IssueWindowPastDays, DayTime(today).Format(time.DateOnly), model.IssueWindowFutureDays)
 	}
 	return nil
+}
+
+// v7Day returns the day a UUIDv7 carries, whatever it is, and true; false
+// for any other ID.
+func v7Day(id string) (int, bool) {
+	b, ok := parseUUID(id)
+	if !ok || b[8]&0xc0 != 0x80 || b[6]>>4 != 7 {
+		return 0, false
+	}
+	var ms [8]byte
+	copy(ms[2:], b[0:6])
+	return int(binary.BigEndian.Uint64(ms[:]) / msPerDay), true
 }
 
 // DayTable returns the name of the commands table of day d:

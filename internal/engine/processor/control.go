@@ -46,6 +46,9 @@ type control struct {
 	reading chan struct{}        // closed when the read in progress ends (nil: none)
 	readErr error                // the error of the last read
 	known   map[string]bool      // the paused state last reported, by queue
+	// released are the deliveries of each paused queue released
+	// unstarted (startGate), taken back when it is resumed.
+	released map[string][]pausedRelease
 
 	// Cancels in this process (cmdq.Client.Cancel): IDs being cancelled
 	// (no fast path for them) and IDs whose cancel is stored (a handler
@@ -126,11 +129,30 @@ func (p *Processor) readControl(ctx context.Context) error {
 	return err
 }
 
+// pausedRelease is a delivery of a paused queue that startGate released
+// unstarted: the message (with the receipt of the release), whether it
+// was handed off, and the lease it was held with. When the queue is
+// resumed it is taken back with that receipt (retake): no dequeue, so its
+// dequeue count — the attempt number — stays, and no lease_lost is
+// recorded for a delivery that never ran.
+type pausedRelease struct {
+	m      storage.Message
+	direct bool
+	lease  time.Duration
+}
+
+// maxPausedReleases bounds the released deliveries remembered per queue
+// (1024): past it the oldest are forgotten (they are dequeued again after
+// the resume, as any message is).
+const maxPausedReleases = 1024
+
 // queueChange is a queue whose paused state changed as far as this
 // processor knows.
 type queueChange struct {
 	qr     *queueRunner
 	paused bool
+	// retake are its deliveries released while it was paused (resumed).
+	retake []pausedRelease
 	by     string
 }
 
@@ -142,7 +164,12 @@ func (p *Processor) changesLocked() []queueChange {
 		r := p.ctl.rows[qr.name]
 		if p.ctl.known[qr.name] != r.Paused {
 			p.ctl.known[qr.name] = r.Paused
-			out = append(out, queueChange{qr: qr, paused: r.Paused, by: r.By})
+			c := queueChange{qr: qr, paused: r.Paused, by: r.By}
+			if !r.Paused {
+				c.retake = p.ctl.released[qr.name]
+				delete(p.ctl.released, qr.name)
+			}
+			out = append(out, c)
 		}
 	}
 	return out
@@ -164,6 +191,64 @@ func (p *Processor) reportChanges(changes []queueChange) {
 		case c.qr.ctlWake <- struct{}{}:
 		default:
 		}
+		p.retake(c.qr, c.retake)
+	}
+}
+
+// retake takes back deliveries of qr released while it was paused (see
+// pausedRelease), now that it is resumed: each is made invisible for its
+// lease again with the receipt of its release (one UpdateVisibility) and
+// handled as it was delivered, dequeue count and attempt unchanged. One
+// that someone else dequeued since (a processor that did not know of the
+// pause), or that is gone, is left to them. Nothing is taken back once the
+// session stops taking work: those messages become visible by themselves.
+func (p *Processor) retake(qr *queueRunner, rs []pausedRelease) {
+	if len(rs) == 0 {
+		return
+	}
+	p.statsMu.Lock()
+	s := p.current
+	p.statsMu.Unlock()
+	if s == nil {
+		return
+	}
+	for _, r := range rs {
+		s.hoMu.Lock()
+		ok := s.hoOpen && !s.hoClosed && s.mayTake(p)
+		if ok {
+			s.wg.Add(1) // Run waits for it, as for a hand-off
+		}
+		s.hoMu.Unlock()
+		if !ok {
+			return
+		}
+		p.holdMu.Lock()
+		p.busy++
+		p.held++
+		if p.w != nil {
+			p.w.qs[qr.wi].held++
+		}
+		p.holdMu.Unlock()
+		qr.mu.Lock()
+		qr.inflight++
+		qr.mu.Unlock()
+		p.health.update(func(hl *health) { hl.inFlight++ })
+		p.markActive()
+		s.spawn(func() {
+			defer s.wg.Done()
+			defer p.done(qr)
+			sent := time.Now()
+			receipt, visible, err := qr.q.UpdateVisibility(s.ops, r.m.ID, r.m.PopReceipt, r.lease)
+			if err != nil {
+				if !expected(err) && s.ops.Err() == nil {
+					p.fault(s.ops, "take back a released message", qr.name, "", err)
+				}
+				return
+			}
+			m := r.m
+			m.PopReceipt, m.NextVisibleAt = receipt, visible
+			p.handle(s, qr, m, sent, r.lease, r.direct)
+		})
 	}
 }
 
@@ -258,21 +343,60 @@ func (p *Processor) whilePaused(s *session, qr *queueRunner) bool {
 	return true
 }
 
-// startGate is asked by a delivery before it starts (after it took its
-// handler slot): the control rows are read first when stale; a delivery
-// of a paused queue is released (visible again after ControlInterval, when
-// every processor knows of the pause) and one whose read failed is given
-// up (its message reappears when its lease ends), as a failed load is.
-func (p *Processor) startGate(s *session, qr *queueRunner, k *keeper) bool {
+// startGate is asked by a delivery of message m (direct: handed off;
+// tok: its claim of the command) before it starts (after it took its handler slot): the control rows are
+// read first when stale; a delivery of a paused queue is released
+// (visible again after ControlInterval, when every processor knows of the
+// pause) and remembered, to be taken back at once when the queue is
+// resumed (retake); one whose read failed is given up (its message
+// reappears when its lease ends), as a failed load is.
+func (p *Processor) startGate(s *session, qr *queueRunner, k *keeper, m storage.Message, direct bool, tok uint64) bool {
 	if err := p.ensureControl(s.ops); err != nil {
 		p.giveUp(s, k, "read control", err)
 		return false
 	}
 	if p.queuePaused(qr.name) {
-		p.releaseFor(s, k, p.cfg.ControlInterval)
+		p.releasePaused(s, qr, k, m, direct, tok)
 		return false
 	}
 	return true
+}
+
+// releasePaused releases the delivery of m (a paused queue's), visible
+// again after ControlInterval, and remembers it for retake; when the queue
+// was resumed meanwhile, it is taken back at once. The delivery's claim
+// of the command (tok) ends first, so that the delivery that takes it back
+// can claim it.
+func (p *Processor) releasePaused(s *session, qr *queueRunner, k *keeper, m storage.Message, direct bool, tok uint64) {
+	lease := k.currentLease()
+	receipt, held := k.stop()
+	s.counter.released.Add(1)
+	if !held {
+		return
+	}
+	receipt, visible, err := k.q.UpdateVisibility(s.ops, k.id, receipt, p.cfg.ControlInterval)
+	if err != nil {
+		if !expected(err) {
+			p.fault(s.ops, "release", k.queue, k.cmdID, err)
+		}
+		return
+	}
+	m.PopReceipt, m.NextVisibleAt = receipt, visible
+	p.unclaim(k.cmdID, tok)
+	r := pausedRelease{m: m, direct: direct, lease: lease}
+	p.ctl.mu.Lock()
+	paused := p.ctl.known[qr.name] && p.ctl.rows[qr.name].Paused
+	if paused {
+		rs := append(p.ctl.released[qr.name], r)
+		if len(rs) > maxPausedReleases {
+			rs = rs[len(rs)-maxPausedReleases:]
+		}
+		p.ctl.released[qr.name] = rs
+	}
+	p.ctl.mu.Unlock()
+	if !paused {
+		p.retake(qr, []pausedRelease{r}) // resumed meanwhile
+	}
 }
 
 // releaseFor makes a message visible again after d (a delivery of a paused

@@ -193,7 +193,7 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 			p.release(s, k)
 			return nil
 		}
-		if !p.startGate(s, qr, k) { // a paused queue starts nothing (control.go)
+		if !p.startGate(s, qr, k, m, direct, tok) { // a paused queue starts nothing (control.go)
 			return nil
 		}
 		rec, fast = nil, false
@@ -1218,13 +1218,16 @@ func (a *attempt) fail(herr error, stack string) {
 	// delay (the message's delay counts from later, when it is set).
 	ev.Time = p.now()
 	ev.RunAt = ev.Time.Add(delay)
+	// A poisoning attempt's failed event names no retry: none comes.
+	noRetry := ev
+	noRetry.RunAt = time.Time{}
 	var de *registry.DecodeError
 	switch {
 	case errors.As(herr, &de):
-		a.poison(model.ReasonDecode, herr, ev)
+		a.poison(model.ReasonDecode, herr, noRetry)
 		return
 	case registry.IsPermanent(herr):
-		a.poison(model.ReasonPermanent, herr, ev)
+		a.poison(model.ReasonPermanent, herr, noRetry)
 		return
 	case ev.Kind == model.EventDeferred:
 	case counted >= ceiling:
@@ -1232,7 +1235,7 @@ func (a *attempt) fail(herr error, stack string) {
 		if deferrals > 0 {
 			cause = fmt.Errorf("attempt %d of at most %d failed (delivery %d; %d deferrals did not count): %w", counted, ceiling, a.n, deferrals, herr)
 		}
-		a.poison(model.ReasonAttemptsSpent, cause, ev)
+		a.poison(model.ReasonAttemptsSpent, cause, noRetry)
 		return
 	}
 	err := a.finish(func() error { return a.writeLocked(s.ops, ev) })

@@ -159,7 +159,7 @@ func New(store storage.Store, reg *registry.Registry, cfg Config) (*Processor, e
 		cfg: cfg, store: store, reg: reg, names: names, health: newHealth(), instance: newInstanceID(),
 		byName: map[string]*queueRunner{}, sem: make(chan struct{}, cfg.Concurrency),
 		leases: map[string]*leaseState{}, claimed: map[string]uint64{},
-		ctl: control{rows: map[string]shared.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{},
+		ctl: control{rows: map[string]shared.QueueControl{}, localAt: map[string]time.Time{}, known: map[string]bool{}, released: map[string][]pausedRelease{},
 			cancelling: map[string]time.Time{}, cancelled: map[string]time.Time{}},
 		typeSlots: map[string]chan struct{}{}, parked: map[string]int{}, gates: map[string]*gate{},
 	}

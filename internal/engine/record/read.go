@@ -114,29 +114,68 @@ func (s *Store) GetPoison(ctx context.Context, id string) (model.PoisonEntry, er
 	if err := validID(id); err != nil {
 		return model.PoisonEntry{}, err
 	}
+	e, err := s.poisonEntity(ctx, id)
+	if err != nil {
+		return model.PoisonEntry{}, err
+	}
+	return DecodePoison(e), nil
+}
+
+// poisonEntity reads id's poison table entity (one point read). Unknown →
+// error wrapping ErrNotFound.
+func (s *Store) poisonEntity(ctx context.Context, id string) (storage.Entity, error) {
 	e, err := s.poison.Get(ctx, id, "")
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
-			return model.PoisonEntry{}, fmt.Errorf("%w: no poison entry for %s (%w)", model.ErrNotFound, id, err)
+			return storage.Entity{}, fmt.Errorf("%w: no poison entry for %s (%w)", model.ErrNotFound, id, err)
 		}
-		return model.PoisonEntry{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
+		return storage.Entity{}, fmt.Errorf("cmdq: get poison entry %s: %w", id, err)
 	}
-	return DecodePoison(e), nil
+	return e, nil
+}
+
+// RequeueInFlight is how long after a requeue's requeued event a poison
+// entry still there without the RequeueFailed mark is taken for that
+// requeue still in progress (it removes the entry, then enqueues) rather
+// than for one that stopped half-way (its process died): 1 minute, far
+// more than a requeue takes.
+const RequeueInFlight = time.Minute
+
+// RequeueFailedProp is the property a poison entry put back by a requeue
+// whose enqueue and marker both failed carries (true): the command is
+// pending with no message, and the next requeue enqueues it
+// (RequeueFailedEntity).
+const RequeueFailedProp = "RequeueFailed"
+
+// RequeueFailedEntity is the poison entity of entry put back by a requeue
+// that could neither enqueue the command nor mark it for the reconciler.
+func RequeueFailedEntity(entry model.PoisonEntry) storage.Entity {
+	e := PoisonEntity(entry)
+	e.Properties[RequeueFailedProp] = true
+	return e
 }
 
 // LoadPoisoned checks that id has a poison entry and a poisoned projection,
 // and returns both. For a command that is not poisoned it returns
 // ErrNotPoisoned and removes the entry as stale, except in two cases:
 //   - the command is pending and never started: a requeue in progress, or
-//     one whose enqueue failed and that kept its entry for a retry. With
-//     resume it is returned (Requeue retries it); without, its entry stays;
+//     one whose enqueue failed and that kept its entry for a retry (the
+//     entry then carries RequeueFailedProp). Its entry stays. With resume,
+//     a command whose entry has the mark, or whose requeue is older than
+//     RequeueInFlight (a requeue that died half-way), is returned (Requeue
+//     retries it); otherwise another requeue is still in progress (it
+//     removes the entry and enqueues the command at once): ErrNotPoisoned;
 //   - the command is not final and at or before the attempt the entry
 //     names: a poison move in progress; its entry stays.
 func (s *Store) LoadPoisoned(ctx context.Context, id string, resume bool) (*Record, model.PoisonEntry, error) {
-	entry, err := s.GetPoison(ctx, id)
-	if err != nil {
-		return nil, entry, err
+	if err := validID(id); err != nil {
+		return nil, model.PoisonEntry{}, err
 	}
+	ent, err := s.poisonEntity(ctx, id)
+	if err != nil {
+		return nil, model.PoisonEntry{}, err
+	}
+	entry := DecodePoison(ent)
 	rec, err := s.Load(ctx, id)
 	if err != nil {
 		if errors.Is(err, model.ErrNotFound) {
@@ -145,8 +184,17 @@ func (s *Store) LoadPoisoned(ctx context.Context, id string, resume bool) (*Reco
 		return nil, entry, err
 	}
 	if rec.Status.State == model.StatePending && rec.Attempts == 0 {
-		if resume {
+		failed, _ := ent.Properties[RequeueFailedProp].(bool)
+		if resume && (failed || s.now().Sub(rec.Status.UpdatedAt) > RequeueInFlight) {
 			return rec, entry, nil
+		}
+		if resume {
+			// Another requeue wrote its requeued event and is about to
+			// remove the entry and enqueue the command: taking this path
+			// would remove the entry first and enqueue a recovery message,
+			// delayed by a lease (docs/lifecycle.md, "Duplicate
+			// messages"), and the other requeue would enqueue nothing.
+			return nil, entry, fmt.Errorf("%w: command %s was requeued by someone else meanwhile", model.ErrNotPoisoned, id)
 		}
 		return nil, entry, fmt.Errorf("%w: command %s is pending (requeued)", model.ErrNotPoisoned, id)
 	}
