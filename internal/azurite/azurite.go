@@ -222,7 +222,7 @@ func (r *Restartable) Start(tb testing.TB) {
 	if r.inst != nil {
 		return
 	}
-	inst, err := emulator.StartWith(emulator.Options{Location: r.loc, BlobPort: r.ports[0], QueuePort: r.ports[1], TablePort: r.ports[2]})
+	inst, err := emulator.StartWith(emulator.Options{Location: r.loc, QueuePort: r.ports[1], TablePort: r.ports[2]}) // a new blob port: unused, and maybe taken since
 	if err != nil {
 		tb.Fatalf("azurite: start again: %v", err)
 	}

@@ -140,6 +140,12 @@ type Scenario struct {
 	// Ordered is the share (0..1) of the commands due at once that carry
 	// one of orderKeys order keys (flow.go). Default 0: none.
 	Ordered float64
+	// Skews are the clock skews of workers w1, w2, … (StoreAzure): each
+	// runs as a machine whose clock is that far ahead (negative: behind)
+	// would (cmdq worker --test-clock-skew). The checks hold as for any
+	// run; not-early compares the handlers' real begin times with run-at
+	// times. Default none.
+	Skews []time.Duration
 }
 
 func (sc *Scenario) defaults() {
@@ -317,7 +323,7 @@ func (w *world) close() {
 // stops every process cleanly, reads storage and the journal, and checks
 // the invariants.
 func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Report {
-	rep := &Report{Scenario: w.sc.Name, Seed: w.sc.Seed, Faults: w.faults, Limit: w.sc.Limit}
+	rep := &Report{Scenario: w.sc.Name, Seed: w.sc.Seed, Faults: w.faults, Limit: w.sc.Limit, Skews: w.sc.Skews}
 	settleStart := time.Now()
 	// A process that exits on its own while the commands settle is
 	// restarted, as a service manager would.
@@ -466,6 +472,10 @@ func (w *world) args(role string) ([]string, error) {
 		args = append(args, w.sc.ServeArgs...)
 	} else {
 		args = []string{"worker"}
+		var i int
+		if _, err := fmt.Sscanf(role, "w%d", &i); err == nil && i >= 1 && i <= len(w.sc.Skews) && w.sc.Skews[i-1] != 0 {
+			args = append(args, "--test-clock-skew", w.sc.Skews[i-1].String())
+		}
 	}
 	switch w.sc.Store {
 	case StoreEmbedded:
@@ -857,7 +867,7 @@ func (a *azuriteCtl) start() error {
 		return nil
 	}
 	// Node can take long to start on a loaded machine: wait for it.
-	o := emulator.Options{Location: a.loc, BlobPort: a.ports[0], QueuePort: a.ports[1], TablePort: a.ports[2], Timeout: 2 * time.Minute}
+	o := emulator.Options{Location: a.loc, QueuePort: a.ports[1], TablePort: a.ports[2], Timeout: 2 * time.Minute} // a new blob port: unused, and maybe taken since
 	var errs []error
 	for try := 0; try < 5; try++ {
 		inst, err := emulator.StartWith(o)

@@ -149,10 +149,12 @@ type Options struct {
 	// its metadata every 5 seconds and on a clean exit, so Stop, a SIGKILL,
 	// may lose the last seconds). Default "": in memory.
 	Location string
-	// BlobPort, QueuePort and TablePort, when all > 0, are the loopback
-	// ports to listen on (pass a previous instance's Ports to come back on
-	// the same endpoints); a port in use fails StartWith. Default 0: free
-	// ports, retried a few times.
+	// QueuePort and TablePort, when both > 0, are the loopback ports to
+	// listen on (pass a previous instance's Ports to come back on the same
+	// endpoints); a port in use fails StartWith. BlobPort likewise, or 0
+	// with them: a free port for the blob service, which cmdq does not use
+	// (a blob port taken since the last start then costs nothing but a new
+	// try). Default all 0: free ports, retried a few times.
 	BlobPort, QueuePort, TablePort int
 	// Timeout is how long StartWith waits for the ports to accept
 	// connections (a loaded machine can take longer to start node).
@@ -170,9 +172,9 @@ func Start() (*Instance, error) { return StartWith(Options{}) }
 // StartWith is Start with options: a persistent data directory and fixed
 // ports (see Options). With fixed ports it makes a single attempt.
 func StartWith(o Options) (*Instance, error) {
-	fixed := o.BlobPort > 0 && o.QueuePort > 0 && o.TablePort > 0
+	fixed := o.QueuePort > 0 && o.TablePort > 0
 	if !fixed && (o.BlobPort != 0 || o.QueuePort != 0 || o.TablePort != 0) {
-		return nil, fmt.Errorf("emulator options: set BlobPort, QueuePort and TablePort together (got %d, %d, %d)", o.BlobPort, o.QueuePort, o.TablePort)
+		return nil, fmt.Errorf("emulator options: set QueuePort and TablePort together (got blob %d, queue %d, table %d)", o.BlobPort, o.QueuePort, o.TablePort)
 	}
 	bin, err := Bin()
 	if err != nil {
@@ -184,7 +186,7 @@ func StartWith(o Options) (*Instance, error) {
 		}
 	}
 	attempts := startAttempts
-	if fixed {
+	if fixed && o.BlobPort > 0 {
 		attempts = 1
 	}
 	var errs []error
@@ -246,12 +248,19 @@ func (i *Instance) Output() string { return i.out.String() }
 
 func startOnce(bin string, o Options) (*Instance, error) {
 	blobPort, queuePort, tablePort := o.BlobPort, o.QueuePort, o.TablePort
-	if blobPort == 0 {
+	switch {
+	case queuePort == 0:
 		ports, err := freePorts(3)
 		if err != nil {
 			return nil, err
 		}
 		blobPort, queuePort, tablePort = ports[0], ports[1], ports[2]
+	case blobPort == 0:
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		blobPort = ports[0]
 	}
 	dir, err := os.MkdirTemp("", "cmdq-azurite-")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,8 +110,9 @@ func TestStartAndStop(t *testing.T) {
 }
 
 // TestPersistentRestart stops an emulator with a Location (Shutdown) and
-// starts it again on the same ports: the queue message and the table entity
-// written before are there.
+// starts it again on the same queue and table ports, its old blob port
+// taken by another process meanwhile (a new one is chosen: cmdq uses no
+// blob): the queue message and the table entity written before are there.
 func TestPersistentRestart(t *testing.T) {
 	if _, err := Bin(); err != nil {
 		if os.Getenv("CMDQ_REQUIRE_AZURITE") == "1" {
@@ -149,13 +151,18 @@ func TestPersistentRestart(t *testing.T) {
 		t.Fatalf("Shutdown: %v; output:\n%s", err, inst.Output())
 	}
 	b, qp, tp := inst.Ports()
-	again, err := StartWith(Options{Location: loc, BlobPort: b, QueuePort: qp, TablePort: tp})
+	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(b)))
+	if err != nil {
+		t.Fatalf("take the old blob port: %v", err)
+	}
+	defer taken.Close()
+	again, err := StartWith(Options{Location: loc, QueuePort: qp, TablePort: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer again.Stop()
-	if again.ConnectionString != inst.ConnectionString {
-		t.Fatalf("restarted on %q, want the same endpoints %q", again.ConnectionString, inst.ConnectionString)
+	if _, q2, t2 := again.Ports(); q2 != qp || t2 != tp {
+		t.Fatalf("restarted on queue %d, table %d, want the same %d, %d", q2, t2, qp, tp)
 	}
 	st, err = azure.Open(ctx, azure.Config{ConnectionString: again.ConnectionString})
 	if err != nil {
@@ -186,9 +193,11 @@ func TestPersistentRestart(t *testing.T) {
 
 func TestStartWithPartialPorts(t *testing.T) {
 	t.Parallel()
-	_, err := StartWith(Options{QueuePort: 10001})
-	if err == nil || !strings.Contains(err.Error(), "set BlobPort, QueuePort and TablePort together") {
-		t.Fatalf("StartWith with only QueuePort set: error %v, want one asking for all three ports", err)
+	for _, o := range []Options{{QueuePort: 10001}, {BlobPort: 10000, TablePort: 10002}} {
+		_, err := StartWith(o)
+		if err == nil || !strings.Contains(err.Error(), "set QueuePort and TablePort together") {
+			t.Fatalf("StartWith %+v: error %v, want one asking for both the queue and the table port", o, err)
+		}
 	}
 }
 
