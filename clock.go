@@ -69,8 +69,8 @@ func (c *Client) now() time.Time {
 
 // serviceClock is the Client's clock on a store whose service has a
 // clock of its own (storage.ServerClock: Azure Storage's Date header):
-// this machine's time moved by the service's offset from it, once the
-// offset passes serviceClockMin (below it, the Date header's whole
+// this machine's time moved by the service's offset from it (its lower
+// bound), once the offset passes serviceClockMin (below it, the Date header's whole
 // seconds say nothing sure, and the skew the engine allows everywhere,
 // model.MaxClockSkew, covers it). Durations are this machine's.
 type serviceClock struct {
@@ -82,11 +82,15 @@ type serviceClock struct {
 const serviceClockMin = time.Second
 
 func (s serviceClock) offset() time.Duration {
-	o, _, ok := storage.ClockOffset(s.st)
+	o, u, ok := storage.ClockOffset(s.st)
 	if !ok || o.Abs() <= serviceClockMin {
 		return 0
 	}
-	return o
+	// The offset's lower bound: the time this gives is never ahead of
+	// the service's, so nothing starts early by it; it may be behind by
+	// the estimate's width (about a round trip once a few responses have
+	// narrowed it).
+	return o - u
 }
 
 func (s serviceClock) Now() time.Time                 { return time.Now().Add(s.local + s.offset()) }

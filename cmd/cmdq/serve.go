@@ -23,6 +23,8 @@ import (
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/console"
+	"github.com/cmdq-dev/cmdq/internal/engine/tuning"
+	"github.com/cmdq-dev/cmdq/internal/testhook"
 	"github.com/cmdq-dev/cmdq/metrics"
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -44,6 +46,7 @@ type procFlags struct {
 	periodic        []string
 	globalLimits    []string
 	rates           []string
+	testClockSkew   time.Duration
 
 	doorbellListen    string
 	doorbellAdvertise string
@@ -81,6 +84,8 @@ func (f *procFlags) add(c *cobra.Command) {
 	fl.StringArrayVar(&f.rates, "rate", nil, "rate-limit a command type across every process: TYPE=N/DURATION starts at most N handlers of TYPE in any window of DURATION on every machine sharing the store and prefix, e.g. demo.sleep=10/1s (N at least 1, DURATION 1ms to 366 days); repeat for more types. Give every process the same. Default none: each type's own (HandlerOptions.Rate)")
 	fl.StringVar(&f.demoJournal, "demo-journal", "", "test instrumentation: append one JSON line per demo handler execution, step and end to this file")
 	fl.DurationVar(&f.demoLease, "demo-lease", 0, "test instrumentation: the demo handlers' lease (0 = the default, 30s)")
+	fl.DurationVar(&f.testClockSkew, "test-clock-skew", 0, "test instrumentation: run as a machine whose clock is this far ahead (negative: behind) would, on a store with a clock of its own (Azure)")
+	_ = fl.MarkHidden("test-clock-skew")
 	_ = fl.MarkHidden("demo-journal")
 	_ = fl.MarkHidden("demo-lease")
 }
@@ -174,7 +179,7 @@ func (f *procFlags) client(st storage.Store, sf *storeFlags, log zerolog.Logger,
 	if f.tracer != nil {
 		cfg.TracerProvider = f.tracer
 	}
-	c, err := cmdq.New(st, cfg)
+	c, err := newCmdqClient(st, cfg, f.testClockSkew)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -782,3 +787,32 @@ func processorErr(err error) error {
 	}
 	return fmt.Errorf("processor: %w", err)
 }
+
+// newCmdqClient is cmdq.New, or with --test-clock-skew (the reliability
+// suite's instrumentation) a Client as a machine whose clock is off by
+// skew runs it: its clock that far off, and its store's measured offset
+// from the service's clock that much less (storage.ServerClock).
+func newCmdqClient(st storage.Store, cfg cmdq.Config, skew time.Duration) (*cmdq.Client, error) {
+	if skew == 0 {
+		return cmdq.New(st, cfg)
+	}
+	c, err := testhook.NewClient(skewedStore{Store: st, by: skew}, cfg, tuning.Switches{LocalClockOffset: skew})
+	if err != nil {
+		return nil, err
+	}
+	return c.(*cmdq.Client), nil
+}
+
+// skewedStore is st as a machine whose clock is off by "by" measures the
+// service's clock; it answers storage.Secret for st.
+type skewedStore struct {
+	storage.Store
+	by time.Duration
+}
+
+func (s skewedStore) ClockOffset() (offset, uncertainty time.Duration, ok bool) {
+	o, u, ok := storage.ClockOffset(s.Store)
+	return o - s.by, u, ok
+}
+
+func (s skewedStore) SharedSecret() []byte { return storage.SharedSecret(s.Store) }

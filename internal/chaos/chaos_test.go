@@ -61,7 +61,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{2 * time.Second, 6 * time.Second}, Settle: 90 * time.Second},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 80 * time.Second, Commands: 900, Workers: 3, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
 				KillEvery: [2]time.Duration{5 * time.Second, 12 * time.Second}, FaultEvery: [2]time.Duration{2 * time.Second, 5 * time.Second},
-				Settle: 90 * time.Second},
+				Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Settle: 90 * time.Second},
 		}, nil
 	case "smoke":
 		return []Scenario{
@@ -69,7 +69,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 6 * time.Second}, Settle: time.Minute},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 30 * time.Second, Commands: 250, Workers: 3, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
 				KillEvery: [2]time.Duration{4 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
-				Settle: time.Minute},
+				Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Settle: time.Minute},
 		}, nil
 	case "medium":
 		return []Scenario{
@@ -77,7 +77,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 2 * time.Minute},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 4 * time.Minute, Commands: 4000, Workers: 3, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
 				KillEvery: [2]time.Duration{4 * time.Second, 10 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 4 * time.Second},
-				FaultLoops: 2, Settle: 3 * time.Minute},
+				FaultLoops: 2, Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Settle: 3 * time.Minute},
 		}, nil
 	case "long":
 		return []Scenario{
@@ -85,7 +85,7 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, Settle: 3 * time.Minute},
 			{Name: "azure-kills-faults", Store: StoreAzure, Seed: seed, Chaos: 12 * time.Minute, Commands: 14000, Workers: 3, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
 				KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
-				FaultLoops: 3, Settle: 5 * time.Minute},
+				FaultLoops: 3, Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Settle: 5 * time.Minute},
 		}, nil
 	}
 	return nil, &formError{form}

@@ -102,6 +102,8 @@ type Report struct {
 	// LimitPeak the most demo.sleep handlers the journal shows at once.
 	// Ordered counts the commands with an order key (flow.go).
 	Limit, LimitPeak, Ordered int
+	// Skews are the workers' clock skews (Scenario.Skews).
+	Skews []time.Duration
 
 	// Executions counts journalled handler executions; Extra those that
 	// were not a retry after a recorded failure, split by explanation
@@ -170,6 +172,9 @@ func (r *Report) Figures() string {
 	}
 	fmt.Fprintf(&b, "  kills %d (processes that exited on their own: %d); faults %d [%s]; 503 answers injected %d\n",
 		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
+	if len(r.Skews) > 0 {
+		fmt.Fprintf(&b, "  clock skews (w1, w2, …): %v, run on the storage service's clock\n", r.Skews)
+	}
 	if r.Limit > 0 || r.Ordered > 0 {
 		fmt.Fprintf(&b, "  flow control: %s limited to %d, at most %d ran at once; %d commands on %d order keys\n", limitedType, r.Limit, r.LimitPeak, r.Ordered, orderKeys)
 	}
