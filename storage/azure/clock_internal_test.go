@@ -31,7 +31,7 @@ func TestServerClockEstimate(t *testing.T) {
 	// Our clock steps 5 minutes ahead: the next sample starts again.
 	sent := t0.Add(time.Hour)
 	c.sample(sent.Add(20*time.Millisecond).Truncate(time.Second), sent.Add(5*time.Minute), sent.Add(5*time.Minute+40*time.Millisecond))
-	if off, unc, _ := c.offset(); (off+5*time.Minute).Abs() > unc+time.Second {
+	if off, unc, _ := c.offset(); (off + 5*time.Minute).Abs() > unc+time.Second {
 		t.Fatalf("after our clock stepped 5 min ahead: %s ± %s, want about -5m", off, unc)
 	}
 }
