@@ -18,6 +18,8 @@ import (
 
 const (
 	readmePath  = "../../README.md"
+	// cliDocPath is the CLI's page, with the main flags' table.
+	cliDocPath = "../../docs/cli.md"
 	configPath  = "../../docs/configuration.md"
 	tourHeading = "## Two-minute tour"
 	// tourBase is the server address the README's commands use.
@@ -277,18 +279,18 @@ func TestReadmeTour(t *testing.T) {
 // configRow is one row of a flag table in README.md.
 var configRow = regexp.MustCompile("^\\| `(--[a-z-]+)` \\| `(CMDQ_[A-Z_]+)` \\| ([^|]+) \\| ([^|]+) \\|$")
 
-// TestReadmeConfigTable checks the README's configuration table against the
+// TestCLIDocConfigTable checks docs/cli.md's table of the main flags (it was the README's) against the
 // binary's flags: each flag exists on the commands listed, its environment
 // variable is the one applyEnv reads, and the default is the flag's default.
-func TestReadmeConfigTable(t *testing.T) {
+func TestCLIDocConfigTable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(readmePath)
+	doc, err := os.ReadFile(cliDocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := newRootCmd()
 	rows := 0
-	for i, l := range strings.Split(string(readme), "\n") {
+	for i, l := range strings.Split(string(doc), "\n") {
 		m := configRow.FindStringSubmatch(l)
 		if m == nil {
 			continue
@@ -296,12 +298,12 @@ func TestReadmeConfigTable(t *testing.T) {
 		rows++
 		flag, env, def, cmds := strings.TrimPrefix(m[1], "--"), m[2], strings.TrimSpace(m[3]), strings.TrimSpace(m[4])
 		if envName(flag) != env {
-			t.Errorf("README.md:%d: --%s reads %s, not %s", i+1, flag, envName(flag), env)
+			t.Errorf("docs/cli.md:%d: --%s reads %s, not %s", i+1, flag, envName(flag), env)
 		}
 		for _, name := range strings.Split(cmds, ",") {
 			c, _, err := root.Find([]string{strings.TrimSpace(name)})
 			if err != nil || c == root {
-				t.Errorf("README.md:%d: no command %q", i+1, name)
+				t.Errorf("docs/cli.md:%d: no command %q", i+1, name)
 				continue
 			}
 			targets := []*cobra.Command{c}
@@ -314,27 +316,27 @@ func TestReadmeConfigTable(t *testing.T) {
 		}
 	}
 	if rows < 10 {
-		t.Fatalf("found only %d configuration rows in README.md", rows)
+		t.Fatalf("found only %d configuration rows in docs/cli.md", rows)
 	}
 }
 
-// checkDefault checks one README row's default against command c's flag.
+// checkDefault checks one row's default against command c's flag.
 func checkDefault(t *testing.T, line int, c *cobra.Command, flag, def string) {
 	t.Helper()
 	i := line - 1
 	f := lookupFlag(c, flag)
 	if f == nil {
-		t.Errorf("README.md:%d: cmdq %s has no --%s", i+1, c.CommandPath(), flag)
+		t.Errorf("docs/cli.md:%d: cmdq %s has no --%s", i+1, c.CommandPath(), flag)
 		return
 	}
 	want := ""
 	if strings.HasPrefix(def, "`") {
 		want = strings.Trim(strings.Fields(def)[0], "`")
 	} else if !strings.HasPrefix(def, "(none") {
-		t.Errorf("README.md:%d: default %q is neither `value` nor (none…)", i+1, def)
+		t.Errorf("docs/cli.md:%d: default %q is neither `value` nor (none…)", i+1, def)
 	}
 	if f.DefValue != want {
-		t.Errorf("README.md:%d: %s --%s defaults to %q, README says %q", i+1, c.CommandPath(), flag, f.DefValue, want)
+		t.Errorf("docs/cli.md:%d: %s --%s defaults to %q, docs/cli.md says %q", i+1, c.CommandPath(), flag, f.DefValue, want)
 	}
 }
 
