@@ -595,13 +595,11 @@ func FirstEnvelope(nc record.NewCommand, etag string) layout.Envelope {
 	if len(params) == 0 {
 		params = []byte("{}")
 	}
-	if etag == "" || len(params) > layout.MaxFirstParamsBytes || !json.Valid(params) || nc.OrderKey != "" {
-		// A command with an order key is loaded by its first delivery
-		// too: the key and its place are read from its row.
+	if etag == "" || len(params) > layout.MaxFirstParamsBytes || !json.Valid(params) {
 		return env
 	}
 	env.First = &layout.First{ETag: etag, IssuedAt: layout.Millis(nc.IssuedAt), Queue: nc.Queue, CorrelationID: nc.CorrelationID,
-		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params)}
+		TraceParent: nc.TraceParent, TraceState: nc.TraceState, Params: json.RawMessage(params), OrderKey: nc.OrderKey, OrderSeq: nc.OrderSeq}
 	if !nc.RunAt.IsZero() {
 		env.First.RunAt = layout.Millis(nc.RunAt)
 	}

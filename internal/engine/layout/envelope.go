@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -75,6 +76,11 @@ type First struct {
 	// millisecond precision; zero: none): the delivery starts it no
 	// earlier, and measures the fast path's age from it.
 	RunAt time.Time `json:"runAt,omitzero"`
+	// OrderKey and OrderSeq are the command's order key and its place in
+	// it ("" and 0: none), as its row holds them: the first delivery
+	// checks its turn without the point read.
+	OrderKey string `json:"orderKey,omitempty"`
+	OrderSeq int64  `json:"orderSeq,omitempty"`
 }
 
 // Marshal returns the message text. Parameters are written as they are
@@ -161,6 +167,16 @@ func (e Envelope) appendFast(b []byte) (_ []byte, ok bool) {
 			b = append(b, `,"runAt":"`...)
 			b = f.RunAt.AppendFormat(b, time.RFC3339Nano)
 			b = append(b, '"')
+		}
+		if f.OrderKey != "" {
+			b = append(b, `,"orderKey":`...)
+			if b, good = appendPlainString(b, f.OrderKey); !good {
+				return nil, false
+			}
+		}
+		if f.OrderSeq != 0 {
+			b = append(b, `,"orderSeq":`...)
+			b = strconv.AppendInt(b, f.OrderSeq, 10)
 		}
 		b = append(b, '}')
 	}

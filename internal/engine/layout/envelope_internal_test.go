@@ -143,3 +143,23 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 	})
 }
+
+// TestEnvelopeOrderKeyFastPath: an issue's message with an order key and
+// its place marshals as encoding/json does, on the fast path for a plain
+// key, and back through ParseEnvelope.
+func TestEnvelopeOrderKeyFastPath(t *testing.T) {
+	at := time.Date(2026, 11, 28, 12, 0, 0, 123000000, time.UTC)
+	for i, key := range []string{"account-42", `quo"te`, "ünï-key"} {
+		e := Envelope{ID: "x", Type: "t", First: &First{ETag: "1", IssuedAt: at, Queue: "q", Params: json.RawMessage("{}"), OrderKey: key, OrderSeq: 1234567890123}}
+		if got, want := e.Marshal(), e.marshalSlow(); got != want {
+			t.Errorf("case %d: Marshal = %s, encoding/json = %s", i, got, want)
+		}
+		if _, ok := e.appendFast(nil); ok != (i < 2) {
+			t.Errorf("case %d: fast path %v for key %q", i, ok, key)
+		}
+		back, err := ParseEnvelope(e.Marshal())
+		if err != nil || back.First == nil || back.First.OrderKey != key || back.First.OrderSeq != 1234567890123 {
+			t.Errorf("case %d: parsed back %+v %v", i, back.First, err)
+		}
+	}
+}

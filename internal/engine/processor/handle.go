@@ -285,7 +285,8 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 				// spends no attempt), so that waiting messages never keep
 				// the poller from fetching their heads.
 				s.counter.hops.Add(1)
-				p.hopTo(s, qr, k, env, m, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
+				plain, pm := withoutFirst(env, m)
+				p.hopTo(s, qr, k, plain, pm, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
 				return nil
 			}
 			return w

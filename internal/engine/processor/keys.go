@@ -152,13 +152,22 @@ func (p *Processor) keyHop(s *session, qr *queueRunner, k *keeper, env layout.En
 		return nil
 	}
 	return func() bool {
-		plain := env
-		plain.First = nil // the next delivery loads the command: the copy is old by then
-		plain.HandedOff = false
-		m.Text = plain.Marshal()
+		plain, pm := withoutFirst(env, m)
 		s.counter.hops.Add(1)
-		return p.hopTo(s, qr, k, plain, m, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
+		return p.hopTo(s, qr, k, plain, pm, rec, p.now().Add(orderHopDelay(rec.IssuedAt)))
 	}
+}
+
+// withoutFirst returns the message m (of envelope env) as a hop of a
+// waiting command re-sends it: without First, so that its next delivery
+// loads the command (the copy is old by then, and the hop's new
+// message would pass for a young first delivery).
+func withoutFirst(env layout.Envelope, m storage.Message) (layout.Envelope, storage.Message) {
+	plain := env
+	plain.First = nil
+	plain.HandedOff = false
+	m.Text = plain.Marshal()
+	return plain, m
 }
 
 // takeTokens takes the tokens a start of cmdID needs with its handler

@@ -1139,9 +1139,9 @@ func (s *Store) ClearUnqueued(ctx context.Context, id string) error {
 func FirstRecord(env layout.Envelope) *Record {
 	f := env.First
 	issued := layout.Millis(f.IssuedAt)
-	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent)}
+	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent), OrderKey: f.OrderKey}
 	layout.Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
 	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
-		TraceParent: f.TraceParent, TraceState: f.TraceState}
+		TraceParent: f.TraceParent, TraceState: f.TraceState, OrderSeq: f.OrderSeq}
 }
