@@ -87,14 +87,35 @@ func scenarios(form string, seed uint64) ([]Scenario, error) {
 				KillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second}, FaultEvery: [2]time.Duration{1 * time.Second, 3 * time.Second},
 				FaultLoops: 3, Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Settle: 5 * time.Minute},
 		}, nil
+	case "soak":
+		d := soakDuration()
+		n := int(4 * d.Seconds()) // 4 commands a second
+		return []Scenario{
+			{Name: "embedded-soak", Store: StoreEmbedded, Seed: seed, Chaos: d, Commands: n, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
+				Lease: 4 * time.Second, KillEvery: [2]time.Duration{3 * time.Second, 9 * time.Second}, Settle: 5 * time.Minute},
+			{Name: "azure-soak", Store: StoreAzure, Seed: seed, Chaos: d, Commands: n, Workers: 3, Cancels: 0.12, Pauses: true, Scheduled: 0.15, Limit: 3, Ordered: 0.1,
+				KillEvery: [2]time.Duration{6 * time.Second, 18 * time.Second}, FaultEvery: [2]time.Duration{6 * time.Second, 18 * time.Second},
+				Skews: []time.Duration{5 * time.Minute, -5 * time.Minute}, Spare: []string{"serve", "w3"}, Sample: min(30*time.Second, max(time.Second, d/60)), Settle: 5 * time.Minute},
+		}, nil
 	}
 	return nil, &formError{form}
+}
+
+// EnvSoak sets the soak's chaos time (CMDQ_CHAOS=soak): a duration,
+// default 1h.
+const EnvSoak = "CMDQ_SOAK"
+
+func soakDuration() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(EnvSoak)); err == nil && d > 0 {
+		return d
+	}
+	return time.Hour
 }
 
 type formError struct{ form string }
 
 func (e *formError) Error() string {
-	return EnvForm + "=" + strconv.Quote(e.form) + ": use short (the default), smoke, medium or long"
+	return EnvForm + "=" + strconv.Quote(e.form) + ": use short (the default), smoke, medium, long or soak"
 }
 
 // TestChaos runs the form CMDQ_CHAOS names (short by default): the embedded
@@ -113,7 +134,7 @@ func (e *formError) Error() string {
 // docs/reliability.md were taken.
 func TestChaos(t *testing.T) {
 	form := os.Getenv(EnvForm)
-	together := form == "" || form == "short" || form == "smoke"
+	together := form == "" || form == "short" || form == "smoke" || form == "soak"
 	if together {
 		t.Parallel()
 	}

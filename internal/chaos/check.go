@@ -104,6 +104,8 @@ type Report struct {
 	Limit, LimitPeak, Ordered int
 	// Skews are the workers' clock skews (Scenario.Skews).
 	Skews []time.Duration
+	// Mem are the spared roles' memory samples (Scenario.Sample).
+	Mem []MemSeries
 
 	// Executions counts journalled handler executions; Extra those that
 	// were not a retry after a recorded failure, split by explanation
@@ -172,6 +174,10 @@ func (r *Report) Figures() string {
 	}
 	fmt.Fprintf(&b, "  kills %d (processes that exited on their own: %d); faults %d [%s]; 503 answers injected %d\n",
 		r.Kills, r.SelfExits, r.FaultsTotal(), strings.Join(fs, ", "), r.Injected503)
+	lines, _ := memFigures(r.Mem)
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  memory: %s\n", l)
+	}
 	if len(r.Skews) > 0 {
 		fmt.Fprintf(&b, "  clock skews (w1, w2, …): %v, run on the storage service's clock\n", r.Skews)
 	}

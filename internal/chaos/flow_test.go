@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestCheckFlowControl: the flow-control checks find what breaks them and
@@ -58,5 +60,29 @@ func TestCheckFlowControl(t *testing.T) {
 	}
 	if got := ordered([2]int{10, 20}, [2]int{0, 5}); !slices.Contains(got, InvOrder) {
 		t.Errorf("the later place running first not found: %v", got)
+	}
+}
+
+// TestMemFigures: the soak's drift compares the second tenth of the
+// samples (after the warm-up) with the last, and a leak is a process that,
+// at rest after the run, has more than leakMargin goroutines beyond its
+// start — not one whose goroutines follow the load.
+func TestMemFigures(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	series := func(g func(i int) int, idle int) MemSeries {
+		m := MemSeries{Role: "w3", Idle: &MemSample{At: t0.Add(time.Hour), RSSKiB: 40 << 10, Goroutines: idle}}
+		for i := range 100 {
+			m.Samples = append(m.Samples, MemSample{At: t0.Add(time.Duration(i) * 30 * time.Second), RSSKiB: 40 << 10, Goroutines: g(i)})
+		}
+		return m
+	}
+	underLoad := series(func(i int) int { return 30 + 2*i }, 34)
+	leak := series(func(i int) int { return 30 + 2*i }, 30+leakMargin+1)
+	if lines, leaks := memFigures([]MemSeries{underLoad}); len(leaks) != 0 || len(lines) != 1 || !strings.Contains(lines[0], "at rest: goroutines 30 at the start, 34 after the settle") {
+		t.Fatalf("goroutines that follow the load and return: leaks %v (%v)", leaks, lines)
+	}
+	if _, leaks := memFigures([]MemSeries{leak}); len(leaks) != 1 {
+		t.Fatalf("%d goroutines at rest after starting with 30: leaks %v, want one", 30+leakMargin+1, leaks)
 	}
 }

@@ -146,6 +146,11 @@ type Scenario struct {
 	// run; not-early compares the handlers' real begin times with run-at
 	// times. Default none.
 	Skews []time.Duration
+	// Spare are roles the kill loop never kills ("serve", "w3"); Sample,
+	// when set, is how often their resident memory and goroutines are
+	// sampled during the chaos (soak.go). Default none.
+	Spare  []string
+	Sample time.Duration
 }
 
 func (sc *Scenario) defaults() {
@@ -198,11 +203,13 @@ type world struct {
 	downProbes []*command // the commands accountDown issued (under mu)
 	outages    []string   // what each account outage saw (under mu)
 
-	mu       sync.Mutex
-	downTill map[string]time.Time // role → not restarted before
-	stopping bool
-	faults   map[string]int
-	kills    int
+	mu           sync.Mutex
+	downTill     map[string]time.Time // role → not restarted before
+	stopping     bool
+	faults       map[string]int
+	kills        int
+	mem          []MemSeries       // the spared roles' samples (soak.go)
+	metricsAddrs map[string]string // the spared workers' --metrics-addr
 }
 
 // Run runs the scenario and returns its report; a harness failure (not an
@@ -245,6 +252,10 @@ func (sc Scenario) Run(tb testing.TB) *Report {
 	if sc.AccountDown[1] > 0 || sc.FirstAccountDown[1] > 0 {
 		bg.Add(1)
 		go func() { defer bg.Done(); w.accountOutages(chaosCtx, cl) }()
+	}
+	if sc.Sample > 0 && len(sc.Spare) > 0 {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.sampleLoop(chaosCtx) }()
 	}
 	if sc.Store == StoreAzure && sc.FaultEvery[1] > 0 {
 		for i := range sc.FaultLoops {
@@ -339,7 +350,11 @@ func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Repor
 	} else {
 		w.tl.logf("settle: every accepted command is final after %s", rep.SettleTime.Round(time.Millisecond))
 	}
+	if w.sc.Sample > 0 {
+		w.sampleIdle(ctx)
+	}
 	w.mu.Lock()
+	rep.Mem = slices.Clone(w.mem)
 	w.stopping = true
 	w.mu.Unlock()
 	// Stop cleanly (SIGTERM: the processes drain and record what they
@@ -375,6 +390,10 @@ func (w *world) finish(ctx context.Context, cl *clients, cmds []*command) *Repor
 		rep.Injected503 = w.net.injected503()
 	}
 	rep.Duration = time.Since(w.started)
+	_, leaks := memFigures(rep.Mem)
+	for _, l := range leaks {
+		rep.Violations = append(rep.Violations, Violation{Invariant: InvLeak, Detail: l})
+	}
 	w.keep = len(rep.Violations) > 0
 	if w.keep {
 		w.explainViolations(rep, snap, j)
@@ -476,6 +495,19 @@ func (w *world) args(role string) ([]string, error) {
 		if _, err := fmt.Sscanf(role, "w%d", &i); err == nil && i >= 1 && i <= len(w.sc.Skews) && w.sc.Skews[i-1] != 0 {
 			args = append(args, "--test-clock-skew", w.sc.Skews[i-1].String())
 		}
+		if w.sc.Sample > 0 && w.spared(role) {
+			if w.metricsAddrs == nil {
+				w.metricsAddrs = map[string]string{}
+			}
+			if w.metricsAddrs[role] == "" {
+				port, err := freePort()
+				if err != nil {
+					return nil, err
+				}
+				w.metricsAddrs[role] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			}
+			args = append(args, "--metrics-addr", w.metricsAddrs[role])
+		}
 	}
 	switch w.sc.Store {
 	case StoreEmbedded:
@@ -567,6 +599,9 @@ func (w *world) killLoop(ctx context.Context, rng *rand.Rand) {
 			} else {
 				role = roles[rng.IntN(len(roles))]
 			}
+		}
+		if w.spared(role) {
+			continue
 		}
 		p := w.ps.current(role)
 		if p == nil || !p.alive() {
