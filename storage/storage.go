@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -217,7 +218,8 @@ func FormatBytes(n uint64) string {
 		div *= unit
 		exp++
 	}
-	v := float64(n) / float64(div)
+	// Cut, not rounded: a byte short of 256 MiB reads 255.9 MiB.
+	v := math.Floor(float64(n)/float64(div)*10) / 10
 	s := strconv.FormatFloat(v, 'f', 1, 64)
 	if strings.HasSuffix(s, ".0") {
 		s = s[:len(s)-2]
