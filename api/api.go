@@ -336,12 +336,16 @@ func (s *server) storageFull(w http.ResponseWriter, r *http.Request, err error) 
 	writeProblem(w, r, newProblem(client.ProblemStorageFull, clipText(fullText(err))+fmt.Sprintf("; nothing was stored: retry in %d seconds, after space is freed", RetryAfterSeconds)))
 }
 
-// fullText is a storage-full error from the storage sentinel's text on
-// (it names the directory, its free space and what is needed).
+// fullText is a storage-full error from the storage sentinel's text to
+// the end of its first clause (it names the directory, its free space
+// and what is needed).
 func fullText(err error) string {
 	msg := err.Error()
 	if i := strings.Index(msg, storage.ErrFull.Error()); i >= 0 {
 		msg = msg[i:]
+	}
+	if i := strings.Index(msg, ";"); i >= 0 {
+		msg = msg[:i]
 	}
 	return msg
 }
