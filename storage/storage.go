@@ -221,10 +221,7 @@ func FormatBytes(n uint64) string {
 	// Cut, not rounded: a byte short of 256 MiB reads 255.9 MiB.
 	v := math.Floor(float64(n)/float64(div)*10) / 10
 	s := strconv.FormatFloat(v, 'f', 1, 64)
-	if strings.HasSuffix(s, ".0") {
-		s = s[:len(s)-2]
-	}
-	return s + " " + string("KMGTP"[exp]) + "iB"
+	return strings.TrimSuffix(s, ".0") + " " + string("KMGTP"[exp]) + "iB"
 }
 
 // Limits shared by every driver: Azure Storage's service limits.
