@@ -35,6 +35,17 @@ type Config struct {
 	// MaxParamsBytes limits a command's compact JSON parameters, in bytes.
 	// Defaults to MaxParamsBytes (500 KiB), also the largest allowed value.
 	MaxParamsBytes int
+	// IssueHeadroom is the free space, in bytes, that issuing keeps on
+	// the embedded store's disk above the store's own reserve
+	// (embedded.Options.Reserve): while less than reserve plus headroom
+	// is free, Issue, IssueRaw and IssueMany fail with ErrStorageFull
+	// and store nothing, while the processor goes on recording the work
+	// already accepted in the space between (it stops at the reserve).
+	// Checking costs no storage call (a cached statfs). Default
+	// DefaultIssueHeadroom (64 MiB); NoIssueHeadroom (-1) for none
+	// (issues are refused at the reserve). Stores that keep no data on a
+	// local disk (Azure) never refuse.
+	IssueHeadroom int64
 	// EnqueueRetry is the first delay of the background retries of
 	// enqueues that failed after a command was stored (doubling up to 1
 	// minute, while the Client lives). Negative disables them (the
@@ -383,6 +394,9 @@ func (c Config) Validate() error {
 	if err := c.processor().Validate(); err != nil {
 		bad(err)
 	}
+	if c.IssueHeadroom < NoIssueHeadroom {
+		bad(fmt.Errorf("IssueHeadroom %d is negative; use 0 for the default (%d bytes), NoIssueHeadroom (-1) for none, or a byte count", c.IssueHeadroom, DefaultIssueHeadroom))
+	}
 	if c.MaxParamsBytes < 0 || c.MaxParamsBytes > model.MaxParamsBytes {
 		bad(fmt.Errorf("MaxParamsBytes %d is outside 0..%d (0 = the default, %d bytes: what one table entity holds)", c.MaxParamsBytes, model.MaxParamsBytes, model.MaxParamsBytes))
 	}
@@ -487,6 +501,11 @@ const (
 	// DefaultReconcileStaleAfter is Config.ReconcileStaleAfter's default:
 	// 15 minutes.
 	DefaultReconcileStaleAfter = model.DefaultReconcileStaleAfter
+	// DefaultIssueHeadroom is Config.IssueHeadroom's default: 64 MiB.
+	DefaultIssueHeadroom int64 = 64 << 20
+	// NoIssueHeadroom as Config.IssueHeadroom refuses issues only when
+	// the store refuses every write (at its reserve).
+	NoIssueHeadroom int64 = -1
 	// DefaultUnhealthyAfter is Config.UnhealthyAfter's default: 5 faults.
 	DefaultUnhealthyAfter = model.DefaultUnhealthyAfter
 	// DefaultProbeTimeout is Config.ProbeTimeout's default: 2 s.

@@ -126,7 +126,7 @@ func groupsOut(gs []model.GroupCounts) []GroupCounts {
 
 func healthOut(h model.Health) ProcessorHealth {
 	out := ProcessorHealth{State: ProcessorState(h.State), Since: h.Since, LastError: h.LastError, LastErrorAt: h.LastErrorAt,
-		ConsecutiveFaults: h.ConsecutiveFaults, InFlight: h.InFlight}
+		ConsecutiveFaults: h.ConsecutiveFaults, InFlight: h.InFlight, StorageFull: h.StorageFull}
 	if h.Retention != nil {
 		r := RetentionStatus(*h.Retention)
 		out.Retention = &r

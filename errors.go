@@ -1,6 +1,9 @@
 package cmdq
 
-import "github.com/cmdq-dev/cmdq/internal/engine/model"
+import (
+	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/storage"
+)
 
 // Sentinel errors of reading and operating (test with errors.Is).
 var (
@@ -123,6 +126,18 @@ var (
 	// ErrStorageUnavailable: storage did not answer the readiness probe
 	// (Client.CheckStorage) in time.
 	ErrStorageUnavailable = model.ErrStorageUnavailable
+	// ErrStorageFull: the embedded store's disk is (nearly) full, so the
+	// write was refused before anything was stored: Issue, IssueRaw and
+	// IssueMany while less than the store's reserve plus
+	// Config.IssueHeadroom is free, every other write (cancel, requeue,
+	// a processor's record of an attempt) while less than the reserve is
+	// free (embedded.Options.Reserve). Reads go on. Writes are accepted
+	// again by themselves within about a second of space returning:
+	// retry later. The error names the data directory and its free
+	// space. It is storage.ErrFull, so a driver's error matches it too.
+	// The HTTP API answers 507 Insufficient Storage with Retry-After;
+	// CheckStorage reports it (the server is not ready).
+	ErrStorageFull = storage.ErrFull
 )
 
 // Sentinel errors of scheduling (test with errors.Is).

@@ -72,6 +72,13 @@ type ProcessorHealth struct {
 	// over several (storage/multi), in its order; nil for one account.
 	// A failing account is named here while the others keep working.
 	Accounts []AccountHealth `json:"accounts,omitempty"`
+	// StorageFull, while the embedded store refuses writes because its
+	// disk is (nearly) full (ErrStorageFull), says so: the data
+	// directory, its free space and the space needed. The processor
+	// takes no work meanwhile (it could not record it) and takes work
+	// again by itself within about a second of space returning. Empty
+	// otherwise. The processor stays healthy: this is no fault.
+	StorageFull string `json:"storageFull,omitempty"`
 }
 
 // AccountHealth is one storage account's state (ProcessorHealth.Accounts).

@@ -3,12 +3,14 @@ package cmdq
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/issuer"
 	"github.com/cmdq-dev/cmdq/internal/engine/model"
+	"github.com/cmdq-dev/cmdq/storage"
 )
 
 // Issuing: a command's options (ID, correlation ID, schedule, unique
@@ -275,6 +277,9 @@ func (c *Client) issuer() *issuer.Issuer {
 // trace; the trace context (that span's, else ctx's) is stored with the
 // command, and every attempt's span joins it.
 func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (Result, error) {
+	if err := c.issueSpace(); err != nil {
+		return Result{}, err
+	}
 	if cmd == nil {
 		res, err := c.issuer().Issue(ctx, cmd, engineOptions(opts)...)
 		return Result(res), err
@@ -294,6 +299,9 @@ func (c *Client) Issue(ctx context.Context, cmd Command, opts ...IssueOption) (R
 // to "commands". Errors as Issue. Its span's parent is the trace context
 // raw names (Raw.TraceParent), else ctx's.
 func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
+	if err := c.issueSpace(); err != nil {
+		return Result{}, err
+	}
 	span, parent, state := c.startIssue(ctx, raw.Type, raw.TraceParent, raw.TraceState)
 	raw.TraceParent, raw.TraceState = parent, state
 	mres, err := c.issuer().IssueRaw(ctx, model.Raw(raw))
@@ -313,6 +321,9 @@ func (c *Client) IssueRaw(ctx context.Context, raw Raw) (Result, error) {
 // Each command's issue is a span "cmdq issue TYPE" in ctx's trace, as
 // Issue's.
 func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, error) {
+	if err := c.issueSpace(); err != nil {
+		return make([]Result, len(cmds)), fmt.Errorf("cmdq: issue %d commands: none stored: %w", len(cmds), err)
+	}
 	ecmds := make([]issuer.Command, len(cmds))
 	spans := make([]trace.Span, len(cmds))
 	corrs := make([]*string, len(cmds))
@@ -346,4 +357,21 @@ func (c *Client) IssueMany(ctx context.Context, cmds ...Command) ([]Result, erro
 		endIssue(span, cmds[i].CommandType(), deref(corrs[i]), r, ierr)
 	}
 	return res, err
+}
+
+// issueSpace returns an error wrapping ErrStorageFull while the store's
+// disk has less than its reserve plus Config.IssueHeadroom free (no
+// storage call: the store's cached probe).
+func (c *Client) issueSpace() error {
+	h := c.cfg.IssueHeadroom
+	switch {
+	case h == 0:
+		h = DefaultIssueHeadroom
+	case h < 0:
+		h = 0
+	}
+	if err := storage.CheckSpace(c.st, uint64(h)); err != nil {
+		return fmt.Errorf("cmdq: issue refused, nothing stored: %w", err)
+	}
+	return nil
 }

@@ -285,8 +285,13 @@ func (c *Client) Stats() ProcessorStats {
 // CheckStorage tells within about 2 s whether storage answers: the
 // readiness probe (processor.CheckStorage; without a processor, a
 // probe of the default queue). It makes no storage call when one succeeded
-// within the last 5 s. The error wraps ErrStorageUnavailable.
+// within the last 5 s. The error wraps ErrStorageUnavailable, or
+// ErrStorageFull while the embedded store's disk is too full to accept
+// new commands (see Config.IssueHeadroom; no storage call).
 func (c *Client) CheckStorage(ctx context.Context) error {
+	if err := c.issueSpace(); err != nil {
+		return err
+	}
 	err := c.checkStorage(ctx)
 	if err != nil && someAccountHealthy(c.st) {
 		// Several accounts, and one answers: the commands on the others

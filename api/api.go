@@ -312,6 +312,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, newProblem(client.ProblemNotFound, "no command with this ID; check the ID (IDs from another cmdq prefix or storage account are not visible here; final commands are removed after their retention: completed ones after 7 days, discarded ones after 30, by default)"))
 	case errors.Is(err, cmdq.ErrNotPoisoned):
 		writeProblem(w, r, newProblem(client.ProblemConflict, "the command is not poisoned (it may have been requeued or discarded already); GET /v1/commands/{id} shows its state"))
+	case errors.Is(err, cmdq.ErrStorageFull):
+		s.storageFull(w, r, err)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the response.
 		writeProblem(w, r, newProblem(client.ProblemUnavailable, "the request was canceled"))
@@ -324,6 +326,28 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error().Err(err).Str("ref", ref).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: request failed")
 		writeProblem(w, r, newProblem(client.ProblemInternal, "the server could not complete the request (storage may be unavailable); retry later. Reference "+ref+" is in the server's log"))
 	}
+}
+
+// storageFull answers a write the store refused for lack of disk space:
+// 507 with Retry-After, the detail naming the data directory and its
+// free space (cmdq.ErrStorageFull).
+func (s *server) storageFull(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Warn().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("cmdq api: storage full; write refused")
+	writeProblem(w, r, newProblem(client.ProblemStorageFull, clipText(fullText(err))+fmt.Sprintf("; nothing was stored: retry in %d seconds, after space is freed", RetryAfterSeconds)))
+}
+
+// fullText is a storage-full error from the storage sentinel's text to
+// the end of its first clause (it names the directory, its free space
+// and what is needed).
+func fullText(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, storage.ErrFull.Error()); i >= 0 {
+		msg = msg[i:]
+	}
+	if i := strings.Index(msg, ";"); i >= 0 {
+		msg = msg[:i]
+	}
+	return msg
 }
 
 // logCmd adds a command's ID and, when it has one, its trace ID to a log
@@ -399,6 +423,9 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 		}
 		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, clipText(trimPrefix(err)),
 			client.FieldError{Pointer: ptr, Detail: "at most 2 years ahead"}))
+		return
+	case errors.Is(err, cmdq.ErrStorageFull) && res.ID == "":
+		s.storageFull(w, r, err)
 		return
 	case errors.Is(err, cmdq.ErrNotAccepted):
 		// Stored, but neither enqueued nor marked for the reconciler:
@@ -649,7 +676,14 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(client.ProblemUnavailable, fmt.Sprintf("the service is %s; GET /healthz shows the last fault", h.State)))
 		return
 	}
-	if err := s.cfg.Ready(r.Context()); err != nil {
+	if err := s.cfg.Ready(r.Context()); errors.Is(err, cmdq.ErrStorageFull) {
+		why := "the store's disk is full (GET /healthz with a reader token names the directory)"
+		if _, p := s.guard.Auth.Check(r, RoleReader); p == nil {
+			why = fullText(err)
+		}
+		writeProblem(w, r, newProblem(client.ProblemUnavailable, "not ready: "+clipText(why)+"; new commands are refused (507) until space is freed, reads are served"))
+		return
+	} else if err != nil {
 		s.log.Debug().Err(err).Msg("cmdq api: not ready")
 		writeProblem(w, r, newProblem(client.ProblemUnavailable, "storage is not answering; the server is not ready until it does"))
 		return

@@ -8,7 +8,8 @@
 // Every method returns an *Error for an HTTP error response; test it with
 // errors.Is against cmdq.ErrNotFound (the same value as
 // cmdq.ErrNotFound: 404 and 410), ErrGone, ErrConflict, ErrUnauthorized,
-// ErrForbidden, ErrInvalid and ErrUnavailable, or errors.As to read the
+// ErrForbidden, ErrInvalid, ErrUnavailable and cmdq.ErrStorageFull (507:
+// the server's disk is full), or errors.As to read the
 // problem's detail.
 //
 // The package imports nothing of cmdq but the plain types of cmdqtype, so
@@ -70,7 +71,7 @@ type Error struct {
 	// code, Type the problem type URI (the Problem* constants), Detail what
 	// to change, Errors the field problems when the server named fields.
 	Problem
-	// RetryAfter is the server's Retry-After (on 429 and 503), 0 when it
+	// RetryAfter is the server's Retry-After (on 429, 503 and 507), 0 when it
 	// sent none.
 	RetryAfter time.Duration
 	// Method and URL identify the request.
@@ -104,6 +105,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == http.StatusForbidden
 	case ErrInvalid:
 		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge || e.Status == http.StatusUnsupportedMediaType
+	case cmdq.ErrStorageFull:
+		return e.Status == http.StatusInsufficientStorage
 	case ErrUnavailable:
 		return e.Status == http.StatusTooManyRequests || e.Status == http.StatusInternalServerError || e.Status == http.StatusBadGateway ||
 			e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout

@@ -66,6 +66,12 @@ const (
 	// service is unhealthy or storage is not answering (503, with
 	// Retry-After).
 	ProblemUnavailable = problemBase + "unavailable"
+	// ProblemStorageFull: the embedded store's disk is (nearly) full, so
+	// the write was refused and nothing was stored (507 Insufficient
+	// Storage, with Retry-After). Detail names the data directory and
+	// its free space. Reads go on; writes are accepted again by
+	// themselves once space is freed.
+	ProblemStorageFull = problemBase + "storage-full"
 	// ProblemInternal: an unexpected server-side failure (500). Detail carries
 	// a reference that is also in the server's log.
 	ProblemInternal = problemBase + "internal"

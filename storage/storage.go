@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -49,6 +51,12 @@ var (
 	// throttling or a 5xx answer), after the driver's retries. Retrying
 	// later may succeed; nothing says whether a write was applied.
 	ErrUnavailable = errors.New("storage: service unavailable")
+	// ErrFull: the store refused a write because the disk under it is
+	// (nearly) full: its free space is below the store's reserve (the
+	// embedded driver; see Space). Nothing was written. Reads go on, and
+	// writes are accepted again by themselves once space is freed;
+	// retrying later may succeed.
+	ErrFull = errors.New("storage: disk full")
 )
 
 // Store hands out queues and tables by name. Queue and Table create the
@@ -159,6 +167,84 @@ func SharedSecret(st Store) []byte {
 		return s.SharedSecret()
 	}
 	return nil
+}
+
+// Space is an optional interface of a Store that keeps its data on a local
+// disk (the embedded driver): it refuses every write, with an error
+// wrapping ErrFull, while the free space of that disk is below its
+// reserve, so that the engine never meets a full disk. Wrappers of a store
+// should implement it and answer for the store they wrap.
+type Space interface {
+	// Space reports the store's free space as last probed. It makes no
+	// storage call: the driver probes the disk (a statfs) at most every
+	// second, and every 100 ms while it is short of space.
+	Space() SpaceStatus
+}
+
+// SpaceStatus is the free space of a store's disk (Space).
+type SpaceStatus struct {
+	// Dir is the store's data directory; empty when the store keeps no
+	// data on a local disk (a wrapper of such a store).
+	Dir string
+	// Free is the space, in bytes, that the store's process may still
+	// write on Dir's volume.
+	Free uint64
+	// Reserve is the free space, in bytes, below which the store refuses
+	// writes (0: it never refuses).
+	Reserve uint64
+	// Err is a failed probe (writes are not refused for it), nil
+	// otherwise.
+	Err error
+}
+
+// SpaceOf returns st's space (Space); ok is false when st does not keep
+// its data on a local disk (nothing to check).
+func SpaceOf(st Store) (status SpaceStatus, ok bool) {
+	if s, is := st.(Space); is {
+		sp := s.Space()
+		return sp, sp.Dir != ""
+	}
+	return SpaceStatus{}, false
+}
+
+// CheckSpace returns nil while st accepts writes with headroom bytes to
+// spare above its reserve, and otherwise an error wrapping ErrFull that
+// names the directory, its free space and the space needed. A store
+// without Space (Azure) always has room.
+func CheckSpace(st Store, headroom uint64) error {
+	sp, ok := SpaceOf(st)
+	if !ok || sp.Reserve == 0 && headroom == 0 || sp.Err != nil {
+		return nil
+	}
+	need := sp.Reserve + headroom
+	if sp.Free >= need {
+		return nil
+	}
+	return FullError(sp.Dir, sp.Free, need)
+}
+
+// FullError is the error (wrapping ErrFull) of a write refused because
+// dir has free bytes free and the write needs need.
+func FullError(dir string, free, need uint64) error {
+	return fmt.Errorf("%w: %s has %s free, below the %s it needs to accept writes; free space on that volume (delete files, grow it) and writes resume by themselves within a second",
+		ErrFull, dir, FormatBytes(free), FormatBytes(need))
+}
+
+// FormatBytes writes n bytes in binary units: 512 B, 3.2 MiB, 1.5 GiB.
+func FormatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	// Cut, not rounded: a byte short of 256 MiB reads 255.9 MiB.
+	v := math.Floor(float64(n)/float64(div)*10) / 10
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " " + string("KMGTP"[exp]) + "iB"
 }
 
 // Limits shared by every driver: Azure Storage's service limits.

@@ -361,6 +361,7 @@ handlers finish (--drain-timeout) and exits 0.`,
 		},
 	}
 	f.store.add(c)
+	f.store.addReserve(c)
 	f.log.add(c)
 	f.proc.add(c)
 	c.Flags().StringVar(&f.addr, "addr", defaultAddr, "HTTP listen address host:port (port 0 picks a free port; the log says which)")
@@ -468,6 +469,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 			log.Error().Err(err).Msg("cmdq serve: close store")
 		}
 	}()
+	if err := checkSpace(raw); err != nil {
+		return err
+	}
 	if f.proc.tracer, err = startTracing(ctx, log, "cmdq serve", f.proc.worker); err != nil {
 		return err
 	}
@@ -688,6 +692,7 @@ Without --run-for it runs until SIGINT or SIGTERM, then drains.`,
 		},
 	}
 	f.store.add(c)
+	f.store.addReserve(c)
 	f.log.add(c)
 	f.proc.add(c)
 	c.Flags().DurationVar(&f.runFor, "run-for", 0, "process for at most this long, then exit 0 with a summary (0 = until SIGINT/SIGTERM)")
@@ -722,6 +727,9 @@ func runWorker(ctx context.Context, cmd *cobra.Command, f *workerFlags) error {
 			log.Error().Err(err).Msg("cmdq worker: close store")
 		}
 	}()
+	if err := checkSpace(st); err != nil {
+		return err
+	}
 	if f.proc.tracer, err = startTracing(ctx, log, "cmdq worker", f.proc.worker); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,7 @@ type storeFlags struct {
 	azTableEndpoint  string
 	embeddedLockWait time.Duration
 	doorbellSecret   string
+	reserve          string // --reserve (serve and worker), "" elsewhere: the default
 }
 
 func (f *storeFlags) add(c *cobra.Command) {
@@ -58,6 +60,48 @@ func (f *storeFlags) add(c *cobra.Command) {
 	fl.StringVar(&f.azQueueEndpoint, "azure-queue-endpoint", "", "Queue service URL (default https://<account>.queue.core.windows.net)")
 	fl.StringVar(&f.azTableEndpoint, "azure-table-endpoint", "", "Table service URL (default https://<account>.table.core.windows.net)")
 	fl.StringVar(&f.doorbellSecret, "doorbell-secret", "", "secret of the wake-ups between processes (docs/operations.md, \"The production shape\"): the same in every process of the deployment. Default none: derived from the Azure account key; with --azure-identity there is none, and processes find work by polling only")
+}
+
+// defaultReserve is --reserve's default (embedded.DefaultReserve).
+const defaultReserve = "256MiB"
+
+// addReserve adds --reserve (serve and worker: the processes that write).
+func (f *storeFlags) addReserve(c *cobra.Command) {
+	c.Flags().StringVar(&f.reserve, "reserve", defaultReserve, "free space the embedded store keeps on its volume, such as 256MiB or 2GiB: below it every write is refused "+
+		"(POST /v1/commands answers 507, the processor takes no work; reads go on) until space is freed, and serve and worker do not start; "+
+		"new commands are refused 64 MiB earlier (docs/operations.md, \"A full disk\"). 0 turns the check off")
+}
+
+// parseSize reads a byte count: digits with an optional unit B, KiB,
+// MiB, GiB or TiB (KB, MB, GB, TB and K, M, G, T are read as the binary
+// units too).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size; write a byte count such as 256MiB, 2GiB or 0", s)
+	}
+	shift := map[string]uint{"": 0, "b": 0, "k": 10, "kb": 10, "kib": 10, "m": 20, "mb": 20, "mib": 20, "g": 30, "gb": 30, "gib": 30, "t": 40, "tb": 40, "tib": 40}
+	sh, ok := shift[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if !ok || n > (1<<62)>>sh {
+		return 0, fmt.Errorf("%q is not a size; write a byte count such as 256MiB, 2GiB or 0", s)
+	}
+	return n << sh, nil
+}
+
+// checkSpace refuses to start a process that writes (serve, worker) on an
+// embedded store whose disk has less free space than its reserve.
+func checkSpace(st storage.Store) error {
+	sp, ok := storage.SpaceOf(st)
+	if !ok || sp.Err != nil || sp.Free >= sp.Reserve {
+		return nil
+	}
+	return fmt.Errorf("%w: the embedded store in %s needs at least %s free to start (--reserve), and its volume has %s: free %s there (delete files, grow the volume), or lower --reserve",
+		cmdq.ErrStorageFull, sp.Dir, storage.FormatBytes(sp.Reserve), storage.FormatBytes(sp.Free), storage.FormatBytes(sp.Reserve-sp.Free))
 }
 
 // doorbellSecret returns --doorbell-secret as Doorbell.Secret (nil: derive
@@ -80,7 +124,15 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 	switch f.kind {
 	case "embedded":
 		path := f.data
-		st, err := embedded.Open(path, &embedded.Options{LockTimeout: f.embeddedLockWait})
+		opts := &embedded.Options{LockTimeout: f.embeddedLockWait}
+		if f.reserve != "" {
+			n, err := parseSize(f.reserve)
+			if err != nil {
+				return nil, fmt.Errorf("--reserve: %w", err)
+			}
+			opts.Reserve = cmp.Or(n, -1) // 0: the check off
+		}
+		st, err := embedded.Open(path, opts)
 		if errors.Is(err, embedded.ErrInUse) {
 			return nil, fmt.Errorf("%w: %s is held by another process (a running `cmdq serve` or `cmdq worker`); "+
 				"the embedded store belongs to one process, so talk to that server with --server URL instead, or stop it first: %w", errStoreInUse, path, err)

@@ -28,6 +28,7 @@ var problemTitles = map[string]string{
 	client.ProblemMethodNotAllowed:     "Method not allowed",
 	client.ProblemConflict:             "Conflict",
 	client.ProblemUnavailable:          "Service unavailable",
+	client.ProblemStorageFull:          "Insufficient storage",
 	client.ProblemInternal:             "Internal server error",
 }
 
@@ -46,6 +47,7 @@ var problemStatus = map[string]int{
 	client.ProblemMethodNotAllowed:     http.StatusMethodNotAllowed,
 	client.ProblemConflict:             http.StatusConflict,
 	client.ProblemUnavailable:          http.StatusServiceUnavailable,
+	client.ProblemStorageFull:          http.StatusInsufficientStorage,
 	client.ProblemInternal:             http.StatusInternalServerError,
 }
 
@@ -93,7 +95,8 @@ func bound(p *client.Problem) {
 // WriteProblem writes p as the response (application/problem+json),
 // filling Instance from the request and bounding what p carries: a
 // rejected input is quoted only in part, so an answer never grows with the
-// request. A 503 gets Retry-After (RetryAfterSeconds) unless it has one.
+// request. A 503 or 507 gets Retry-After (RetryAfterSeconds) unless it
+// has one.
 func WriteProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
 	if p.Instance == "" && r != nil {
 		p.Instance = r.URL.Path
@@ -106,7 +109,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
 	}
 	w.Header().Set("Content-Type", client.ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if p.Status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+	if (p.Status == http.StatusServiceUnavailable || p.Status == http.StatusInsufficientStorage) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 	}
 	w.WriteHeader(p.Status)

@@ -69,6 +69,22 @@ type Options struct {
 	// SkipVerify skips the checksum verification of every data file at
 	// Open (see Open). Default false: verify.
 	SkipVerify bool
+	// Reserve is the free space, in bytes, the store keeps on its data
+	// directory's volume: while less is free, every write fails at once
+	// with an error wrapping storage.ErrFull (nothing is written; reads
+	// go on), so the engine never meets a full disk, which it does not
+	// survive. Writes are accepted again by themselves once space is
+	// freed (the free space is probed at most every second, every 100 ms
+	// while less than twice the reserve is free). Deleting a queue or a
+	// table is always accepted: it is how space is freed. Default
+	// DefaultReserve (256 MiB); a negative value turns the check off.
+	Reserve int64
+	// FreeSpace reports the bytes this process may still write on the
+	// volume of dir (the data directory). Default: the file system's
+	// answer (statfs: the blocks available to unprivileged users).
+	// Deployments whose real limit is another one (a quota) may supply
+	// their own, as may tests.
+	FreeSpace func(dir string) (uint64, error)
 	// Now is the clock used for visibility, expiry and timestamps. Default
 	// time.Now. Tests may supply a fake clock; it must return times after
 	// 1970.
@@ -92,6 +108,8 @@ type Store struct {
 	guard *manifestGuard
 	// wal records the live write-ahead log files (walguard.go).
 	wal *walGuard
+	// space refuses writes while the disk is short of space (space.go).
+	space *spaceProbe
 	// names is the property name dictionary of the entity records
 	// (codec.go).
 	names *names
@@ -303,6 +321,17 @@ func (s *Store) apply(b *pebble.Batch) error { return s.applyN(b, 1) }
 // completions): the sync hold counts n waiting writes. The caller passes
 // the same n to syncWaitN.
 func (s *Store) applyN(b *pebble.Batch, n int64) error {
+	if err := s.space.check(); err != nil {
+		return fmt.Errorf("embedded: write: %w", err)
+	}
+	return s.applyAnyway(b, n)
+}
+
+// applyFreeing is apply for a write that frees space (the deletion of a
+// queue or a table): it is accepted whatever the free space.
+func (s *Store) applyFreeing(b *pebble.Batch) error { return s.applyAnyway(b, 1) }
+
+func (s *Store) applyAnyway(b *pebble.Batch, n int64) error {
 	if f := s.failed.Load(); f != nil {
 		return *f
 	}

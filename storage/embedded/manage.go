@@ -91,7 +91,7 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 		q.mu.Lock()
 		q.deleted.Store(true)
 	}
-	err := s.apply(b)
+	err := s.applyFreeing(b)
 	if q != nil {
 		q.mu.Unlock()
 		s.queues.Delete(name)
@@ -158,7 +158,7 @@ func (s *Store) DeleteTable(ctx context.Context, name string) error {
 		}
 		return true
 	})
-	err = s.apply(b)
+	err = s.applyFreeing(b)
 	for i := range s.parts {
 		s.parts[i].Unlock()
 	}

@@ -127,6 +127,9 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Reserve == 0 {
+		o.Reserve = DefaultReserve
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
@@ -246,6 +249,14 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		return nil, err
 	}
 	s := newStore(db, lock, dir, o, fs)
+	free := o.FreeSpace
+	if free == nil {
+		free = func(dir string) (uint64, error) {
+			du, err := fs.GetDiskUsage(dir)
+			return du.AvailBytes, err
+		}
+	}
+	s.space = newSpaceProbe(dir, o.Reserve, free, logger.Errorf)
 	if s.names, err = loadNames(s); err != nil {
 		return nil, err
 	}

@@ -138,6 +138,13 @@ func (w *store) ClockOffset() (offset, uncertainty time.Duration, ok bool) {
 // SharedSecret answers for the wrapped store (storage.Secret).
 func (w *store) SharedSecret() []byte { return storage.SharedSecret(w.s) }
 
+// Space answers for the wrapped store (storage.Space): the zero status
+// when it keeps no data on a local disk.
+func (w *store) Space() storage.SpaceStatus {
+	sp, _ := storage.SpaceOf(w.s)
+	return sp
+}
+
 // Members answers for the wrapped store (storage.Members): nil unless it
 // is spread over several.
 func (w *store) Members() []storage.MemberState { return storage.MembersOf(w.s) }

@@ -28,6 +28,7 @@ type Health struct {
 	InFlight          int              `json:"inFlight"`
 	Retention         *RetentionStatus `json:"retention,omitempty"`
 	Accounts          []AccountHealth  `json:"accounts,omitempty"`
+	StorageFull       string           `json:"storageFull,omitempty"`
 }
 
 // AccountHealth is the engine's copy of cmdq.AccountHealth (documented there).

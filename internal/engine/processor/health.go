@@ -24,6 +24,7 @@ type health struct {
 	draining    bool
 	stopped     bool
 	reset       chan struct{} // closed and replaced by ResetHealth
+	storageFull string        // why the store refuses writes (space.go), "" while it accepts them
 }
 
 func newHealth() *health {
@@ -56,7 +57,7 @@ func (h *health) snapshot() model.Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := model.Health{State: h.state, Since: h.since, LastError: h.lastErr, LastErrorAt: h.lastErrAt,
-		ConsecutiveFaults: h.consecutive, InFlight: h.inFlight}
+		ConsecutiveFaults: h.consecutive, InFlight: h.inFlight, StorageFull: h.storageFull}
 	if h.unhealthy && !h.stopped {
 		out.State, out.Since = model.ProcessorUnhealthy, h.unSince
 	}
@@ -84,6 +85,12 @@ func expected(err error) bool {
 
 // fault records an infrastructure fault: logs it, alerts, counts it.
 func (p *Processor) fault(ctx context.Context, op, queue, id string, err error) {
+	if errors.Is(err, storage.ErrFull) {
+		// Not a fault: the store refuses writes until space is freed
+		// (space.go); the attempt is run again once its lease ends.
+		p.noteSpace(err)
+		return
+	}
 	now := time.Now()
 	ev := p.cfg.Logger.Error().Err(err).Str("op", op).Str("queue", queue)
 	if id != "" {

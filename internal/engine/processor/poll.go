@@ -150,6 +150,9 @@ func (p *Processor) poll(s *session, qr *queueRunner) {
 				return
 			}
 		}
+		if !p.roomToTake(s) {
+			return
+		}
 		n := p.reserve(s, qr)
 		if n == 0 {
 			return
