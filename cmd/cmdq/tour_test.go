@@ -17,9 +17,9 @@ import (
 )
 
 const (
-	readmePath  = "../../README.md"
+	readmePath = "../../README.md"
 	// cliDocPath is the CLI's page, with the main flags' table.
-	cliDocPath = "../../docs/cli.md"
+	cliDocPath  = "../../docs/cli.md"
 	configPath  = "../../docs/configuration.md"
 	tourHeading = "## Two-minute tour"
 	// tourBase is the server address the README's commands use.
