@@ -224,7 +224,11 @@ func TestNetStall(t *testing.T) {
 	}
 	nw.Restore(t)
 	for name, c := range map[string]net.Conn{"held": held, "fresh": fresh} {
-		if n, err := readErr(c, 10*time.Second); n != 0 || err != io.EOF {
+		// Closed: a FIN (EOF), or a reset when the proxy closed the socket
+		// with the swallowed bytes still unread in its receive buffer (the
+		// kernel then sends RST; on a loaded machine the pump may not have
+		// read them yet).
+		if n, err := readErr(c, 10*time.Second); n != 0 || (err != io.EOF && !errors.Is(err, syscall.ECONNRESET)) {
 			t.Fatalf("%s connection after the black hole: %d bytes, %v; want it closed", name, n, err)
 		}
 	}
