@@ -81,7 +81,7 @@ func TestProcessors(t *testing.T) {
 				t.Fatal(err)
 			}
 			return len(ps) == 2 && !slices.ContainsFunc(beats, func(b shared.Beat) bool { return b.ID == "pdead2h" }) &&
-				ps[0].Totals.Poisoned == 1 // the beat after both ended
+				ps[0].Totals.Poisoned == 1 && ps[0].Totals.Completed == 1 // the beat after both were counted (a count grows just after its outcome is stored: Wait may return first)
 		})
 		live, gone := ps[0], ps[1]
 		if live.Name != "w-heart" || live.Host != host || live.PID != os.Getpid() || live.Gone || live.Local ||
