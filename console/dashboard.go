@@ -95,6 +95,7 @@ var dashboardFuncs = template.FuncMap{
 	"badge":       badge,
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,
+	"fmtDur":      fmtDur,
 	"asset":       assetURL,
 	"plural":      pluralAny,
 }

@@ -280,7 +280,11 @@ type commandBody struct {
 	ParamsBytes int
 	ParamsCut   bool // Params holds only the first maxParamsShown bytes
 	Events      []cmdq.Event
-	Poison      *cmdq.PoisonEntry
+	// Rows are Events with their durations (each attempt's, each step's);
+	// Total is the command's, from created to final or to now.
+	Rows   []timelineRow
+	Total  commandTotal
+	Poison *cmdq.PoisonEntry
 	// Waiting says why the command has not started (Status.Waiting; nil
 	// when it waits for nothing: running, final, or just taken by a
 	// processor).
@@ -347,6 +351,8 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	}
 	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.Waiting, Final: st.State.Final(),
 		NextAttempt: st.Attempts + 1, Taken: st.Waiting == nil && (st.State == cmdq.StatePending || st.State == cmdq.StateRetrying)}
+	now := d.now()
+	b.Rows, b.Total = timelineRows(evs, st.State == cmdq.StateRunning, now), totalOf(st, evs, now)
 	if len(params) > 0 {
 		// Bounded before it is done: at most maxParamsShown bytes laid out,
 		// nesting past jsonview.DefaultMaxDepth not indented further.
