@@ -102,7 +102,7 @@ var dashboardFuncs = template.FuncMap{
 
 // dashboardPages are the page templates, each the layout plus one page file.
 var dashboardPages = func() map[string]*template.Template {
-	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
+	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html", "templates/depth.html"))
 	pages := map[string]*template.Template{}
 	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow"} {
 		t := template.Must(layout.Clone())
