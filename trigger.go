@@ -117,11 +117,11 @@ func (c *Client) scheduleCommand(ctx context.Context, name string) (issuer.Comma
 			continue
 		}
 		if row.Params == nil {
-			who := "the process that runs it"
+			who := "a process that runs it"
 			if row.UpdatedBy != "" {
-				who = "process " + row.UpdatedBy + " (or another that runs it)"
+				who = "process " + layout.Truncate(row.UpdatedBy, 128) + " (or another that runs it)"
 			}
-			return nil, fmt.Errorf("%w: schedule %s was stored by a version that kept no parameters; trigger it from %s, or restart one process that runs it once so that it stores them", ErrNoScheduleParams, name, who)
+			return nil, fmt.Errorf("%w: schedule %s was stored by a version that kept no parameters in its row; trigger it from %s, or restart one process that runs it once so that it stores them", ErrNoScheduleParams, name, who)
 		}
 		return storedCommand{typ: row.Type, queue: row.Queue, params: row.Params}, nil
 	}
