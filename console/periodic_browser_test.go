@@ -169,8 +169,10 @@ func TestBrowserPeriodic(t *testing.T) {
 		t.Fatalf("the operator's rows %q: want legacy.weekly to say restart, reports.nightly to offer Trigger now", rows)
 	}
 	op.shoot(dir, "periodic")
-	op.run(chromedp.Navigate(srv.URL+"/ui/periodic/reports.nightly"), chromedp.WaitVisible(`#trigger`, chromedp.ByQuery))
+	op.run(chromedp.Navigate(srv.URL+"/ui/periodic/demo.heartbeat"), chromedp.WaitVisible(`#trigger`, chromedp.ByQuery))
+	waitLinkedTicks(t, op, 5)
 	op.shoot(dir, "periodic-schedule")
+	op.run(chromedp.Navigate(srv.URL+"/ui/periodic/reports.nightly"), chromedp.WaitVisible(`#trigger`, chromedp.ByQuery))
 	op.step("press Trigger now…", chromedp.Click(`#trigger`, chromedp.ByQuery))
 	op.run(chromedp.WaitVisible(`button.primary`, chromedp.ByQuery))
 	if txt := op.text(); !strings.Contains(txt, "Trigger reports.nightly now?") || !strings.Contains(txt, "built from its stored row") {
