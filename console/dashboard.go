@@ -130,6 +130,8 @@ type dashboard struct {
 	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
 
 	flashes flashes // one-time messages after actions (flash.go)
+
+	tput throughputCache // the overview's recent outcomes (throughput.go)
 }
 
 // health is the service's health as the overview shows it.

@@ -74,6 +74,9 @@ type overviewBody struct {
 	Throughput cmdq.OutcomeCounts
 	Totals     cmdq.OutcomeCounts // since each running processor's run started
 	Per        string
+	// Recent are the commands' outcomes of the last minutes, from the
+	// commands tables (they survive a processor's restart).
+	Recent throughput
 	// Failures are the newest failed or poisoned attempts the processors
 	// report and (operators) the newest poison entries.
 	Failures []recentFailure
@@ -195,6 +198,10 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		failures = append(failures, recentFailure{At: e.PoisonedAt, CommandID: e.CommandID, Type: e.Type, Error: errorCore(e.LastError), Poisoned: true, Entry: true, Where: e.Worker})
 	}
 	b.Failures = newestFailures(failures)
+	b.Recent = d.throughput(ctx)
+	if b.Recent.Err != nil {
+		d.log.Error().Err(b.Recent.Err).Msg("cmdq console: recent outcomes")
+	}
 	for _, q := range queues {
 		n, err := d.src.QueueDepth(ctx, q)
 		qd := queueDepth{Name: q, Depth: n}
