@@ -18,9 +18,10 @@ const (
 	// throughputSpan is how far back the overview counts: 5 min, from
 	// the start of that minute (so 5 to 6 min).
 	throughputSpan = 5 * time.Minute
-	// throughputMaxAge is how long one read serves the overview (30 s):
-	// at most two reads a minute, whoever watches.
-	throughputMaxAge = 30 * time.Second
+	// throughputMaxAge is how long one read serves the overview (10 s):
+	// at most six reads a minute, whoever watches (what one tab of the
+	// Commands page's 1 h range costs).
+	throughputMaxAge = 10 * time.Second
 )
 
 // throughput is one read of the recent outcomes.

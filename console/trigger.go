@@ -35,7 +35,9 @@ type scheduleBody struct {
 }
 
 // scheduleURL is a schedule's page.
-func (d *dashboard) scheduleURL(name string) string { return d.base + "/periodic/" + url.PathEscape(name) }
+func (d *dashboard) scheduleURL(name string) string {
+	return d.base + "/periodic/" + url.PathEscape(name)
+}
 
 // scheduleName reads and checks {name}; on failure it writes a 400 page.
 func (d *dashboard) scheduleName(w http.ResponseWriter, r *http.Request, v viewer) (string, bool) {
