@@ -166,7 +166,11 @@ func (c *Client) prepareSchedules(ctx context.Context) ([]periodic.Entry, error)
 	by := c.worker()
 	entries := make([]periodic.Entry, 0, len(scheds))
 	for _, s := range scheds {
-		row, err := r.StoreSchedule(ctx, shared.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp}, by)
+		params, err := issuer.Params(s.cmd)
+		if err != nil {
+			return nil, fmt.Errorf("periodic %s: %w", s.name, err)
+		}
+		row, err := r.StoreSchedule(ctx, shared.Schedule{Name: s.name, Spec: s.spec, Type: s.typ, Queue: s.queue, CatchUp: s.catchUp, Params: params}, by)
 		if err != nil {
 			return nil, err
 		}
@@ -242,6 +246,130 @@ func (c *Client) runScheduler(ctx context.Context, cu caughtUp) *schedulerRun {
 // rows and one point read per schedule with a latest tick (none for a
 // tick command read final before: Config.FinalCache).
 func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
+	byName, err := c.periodicInfos(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PeriodicInfo, 0, len(byName))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	now := c.now().UTC()
+	for _, info := range byName {
+		for _, t := range c.ticksOf(info, 1, now) {
+			info.LastTick = &TickInfo{At: t, ID: layout.TickID(info.Name, t)}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := c.readTick(ctx, info.LastTick)
+				mu.Lock()
+				defer mu.Unlock()
+				errs = append(errs, err)
+			}()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("cmdq: list periodic schedules: %w", err)
+	}
+	for _, info := range byName {
+		out = append(out, *info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// MaxRecentTicks is the most ticks GetPeriodic reads (20).
+const MaxRecentTicks = 20
+
+// GetPeriodic returns periodic schedule name as ListPeriodic lists it,
+// with its latest ticks (up to ticks of them, at most MaxRecentTicks, the
+// ticks of its spec at or before now since Since, newest first) in
+// RecentTicks, each with its command's state or Missed; LastTick is the
+// first of them. Triggered ticks (TriggerPeriodic) are not among them:
+// their times are not the spec's. ErrNotFound when neither the store nor
+// this Client knows the schedule. Cost: one query of the schedules' rows
+// and one point read per tick (none for a tick command read final
+// before: Config.FinalCache).
+func (c *Client) GetPeriodic(ctx context.Context, name string, ticks int) (PeriodicInfo, error) {
+	if ticks < 0 || ticks > MaxRecentTicks {
+		return PeriodicInfo{}, fmt.Errorf("%w: %d recent ticks; give 0 to %d", ErrInvalidSchedule, ticks, MaxRecentTicks)
+	}
+	byName, err := c.periodicInfos(ctx)
+	if err != nil {
+		return PeriodicInfo{}, err
+	}
+	info, ok := byName[name]
+	if !ok {
+		return PeriodicInfo{}, fmt.Errorf("%w: no periodic schedule %s is registered here or stored (GET /v1/periodic lists them)", ErrNotFound, name)
+	}
+	ts := c.ticksOf(info, max(ticks, 1), c.now().UTC())
+	if len(ts) == 0 {
+		return *info, nil
+	}
+	info.RecentTicks = make([]TickInfo, len(ts))
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		info.RecentTicks[len(ts)-1-i] = TickInfo{At: t, ID: layout.TickID(name, t)}
+	}
+	for i := range info.RecentTicks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.readTick(ctx, &info.RecentTicks[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return PeriodicInfo{}, fmt.Errorf("cmdq: periodic schedule %s: %w", name, err)
+	}
+	last := info.RecentTicks[0]
+	info.LastTick = &last
+	if ticks == 0 {
+		info.RecentTicks = nil
+	}
+	return *info, nil
+}
+
+// ticksOf returns up to n of info's latest ticks at or before now since
+// its Since (at most CatchUpHorizonDays back when Since is unknown),
+// oldest first; none for a spec that does not parse (info.Error says
+// why), and sets info.NextTick.
+func (c *Client) ticksOf(info *PeriodicInfo, n int, now time.Time) []time.Time {
+	sched, err := periodic.Parse(info.Spec)
+	if err != nil {
+		info.Error = err.Error()
+		return nil
+	}
+	info.NextTick = sched.Next(now)
+	after := info.Since
+	if after.IsZero() {
+		after = now.Add(-model.CatchUpHorizonDays * 24 * time.Hour)
+	}
+	return periodic.Last(sched, n, after, now)
+}
+
+// readTick fills tick's State (or Missed) from its command: one point
+// read (none for a command read final before).
+func (c *Client) readTick(ctx context.Context, tick *TickInfo) error {
+	st, err := c.Get(ctx, tick.ID)
+	switch {
+	case err == nil:
+		tick.State = st.State
+	case errors.Is(err, ErrNotFound):
+		tick.Missed = true
+	default:
+		return err
+	}
+	return nil
+}
+
+// periodicInfos returns every schedule the store or this Client knows, by
+// name, without ticks: one query of the schedules' rows.
+func (c *Client) periodicInfos(ctx context.Context) (map[string]*PeriodicInfo, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
 		return nil, err
@@ -253,9 +381,10 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	byName := map[string]*PeriodicInfo{}
 	for _, row := range rows {
 		byName[row.Name] = &PeriodicInfo{Name: row.Name, Spec: row.Spec, Type: row.Type, Queue: row.Queue, CatchUp: row.CatchUp,
-			Since: row.Since, UpdatedAt: row.UpdatedAt, UpdatedBy: row.UpdatedBy}
+			Since: row.Since, UpdatedAt: row.UpdatedAt, UpdatedBy: row.UpdatedBy, CanTrigger: row.Params != nil}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, s := range c.schedules {
 		info, ok := byName[s.name]
 		if !ok || info.Spec != s.spec {
@@ -270,58 +399,9 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 			}
 			byName[s.name] = info
 		}
-		info.Local = true
+		info.Local, info.CanTrigger = true, true
 	}
-	c.mu.Unlock()
-	out := make([]PeriodicInfo, 0, len(byName))
-	now := c.now().UTC()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, info := range byName {
-		sched, err := periodic.Parse(info.Spec)
-		if err != nil {
-			info.Error = err.Error()
-			out = append(out, *info)
-			continue
-		}
-		info.NextTick = sched.Next(now)
-		after := info.Since
-		if after.IsZero() {
-			after = now.Add(-model.CatchUpHorizonDays * 24 * time.Hour)
-		}
-		if t := periodic.Prev(sched, after, now); !t.IsZero() {
-			info.LastTick = &TickInfo{At: t, ID: layout.TickID(info.Name, t)}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				st, err := c.Get(ctx, info.LastTick.ID)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					info.LastTick.State = st.State
-				case errors.Is(err, ErrNotFound):
-					info.LastTick.Missed = true
-				default:
-					errs = append(errs, err)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("cmdq: list periodic schedules: %w", err)
-	}
-	for _, info := range byName {
-		if info.Error == "" {
-			out = append(out, *info)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return byName, nil
 }
 
 // PeriodicNames returns the names of the periodic schedules registered on
@@ -367,9 +447,17 @@ type PeriodicInfo struct {
 	// Local is true when this process registered the schedule
 	// (Client.Periodic); false for one only stored by another process.
 	Local bool `json:"local"`
+	// CanTrigger is true when TriggerPeriodic can issue the schedule's
+	// command here: this process runs it, or its stored row holds the
+	// command's parameters (rows stored by versions before them do not:
+	// restart a process that runs it once).
+	CanTrigger bool `json:"canTrigger"`
 	// LastTick is the latest tick at or before now since Since, with its
 	// command; nil when there was none yet.
 	LastTick *TickInfo `json:"lastTick,omitempty"`
+	// RecentTicks are the latest ticks, newest first, each with its
+	// command (GetPeriodic only; empty in ListPeriodic).
+	RecentTicks []TickInfo `json:"recentTicks,omitempty"`
 	// NextTick is the next tick after now (UTC); zero when the spec never
 	// fires again.
 	NextTick time.Time `json:"nextTick,omitzero"`
@@ -392,6 +480,10 @@ type TickInfo struct {
 	// running the schedule was down at its time (a later start may still
 	// catch it up), or it is being issued right now.
 	Missed bool `json:"missed,omitempty"`
+	// Duplicate is true, from TriggerPeriodic, when the tick's command
+	// existed already (the same trigger time again): nothing new was
+	// issued.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // Limits and defaults of periodic schedules.

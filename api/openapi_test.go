@@ -250,6 +250,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	if !strings.Contains(string(r.body), `"name":"demo.hourly"`) || !strings.Contains(string(r.body), `"missed":true`) {
 		t.Fatalf("GET /v1/periodic: %s, want demo.hourly with its last tick missed", r.body)
 	}
+	exerciseTrigger(t, c, srv)
 	r = c.expect(http.StatusOK, http.MethodPost, "/v1/queues/commands/pause", "", "", bearer(apitest.OperatorToken)...)
 	if !strings.Contains(string(r.body), `"paused":true`) {
 		t.Fatalf("pause: %s", r.body)

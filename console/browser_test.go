@@ -425,7 +425,13 @@ var shootTime time.Duration
 // viewport only) go to $CMDQ_DOCS_SCREENSHOTS when it is set, by file
 // name: how docs/img/ is made (see docs/dashboard.md).
 var docsShots = map[string]string{"overview": "overview.png", "commands": "commands.png", "poison-entry": "poison-entry.png",
-	"command-running-pending": "command-running.png", "poison-list": "poison-list.png"}
+	"command-running-pending": "command-running.png", "poison-list": "poison-list.png",
+	"periodic": "periodic.png", "periodic-schedule": "periodic-schedule.png", "periodic-trigger": "periodic-trigger.png",
+	"command-durations": "command-durations.png"}
+
+// docsPhoneShots are the pages whose 390×844 light screenshots go to
+// $CMDQ_DOCS_SCREENSHOTS, as docsShots.
+var docsPhoneShots = map[string]string{"periodic-schedule": "periodic-phone.png", "command-durations": "command-durations-phone.png"}
 
 // waitURL waits until the tab has loaded a page whose URL contains part
 // (after a click or a form submission navigates it; evaluations fail
@@ -514,6 +520,13 @@ func (tb *tab) shoot(dir, name string, extra ...string) {
 			}
 			if err := os.WriteFile(filepath.Join(dir, file), png, 0o644); err != nil {
 				tb.t.Fatal(err)
+			}
+			if docs := os.Getenv("CMDQ_DOCS_SCREENSHOTS"); docs != "" && docsPhoneShots[name] != "" && sz.w == 390 && scheme == "light" {
+				var shot []byte
+				tb.step(name+" docs phone screenshot", chromedp.CaptureScreenshot(&shot))
+				if err := os.WriteFile(filepath.Join(docs, docsPhoneShots[name]), shot, 0o644); err != nil {
+					tb.t.Fatal(err)
+				}
 			}
 			if docs := os.Getenv("CMDQ_DOCS_SCREENSHOTS"); docs != "" && docsShots[name] != "" && sz.w == 1280 && scheme == "light" {
 				var shot []byte

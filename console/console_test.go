@@ -443,12 +443,12 @@ func TestDashboardCommandPage(t *testing.T) {
 		t.Fatalf("timeline %v, want %v", kinds, want)
 	}
 	failed := cells(rows[3])
-	if failed[3] != "1" || failed[4] != "host-a" || !strings.Contains(failed[5], "panic: nil map") {
+	if !strings.HasPrefix(failed[3], "attempt 1 took ") || failed[4] != "1" || failed[5] != "host-a" || !strings.Contains(failed[6], "panic: nil map") {
 		t.Fatalf("failed row %q", failed)
 	}
 	// The step and its note are told apart: "step 1 completed", then the
 	// note on its own ("step 1 step 1 of 4" ran together before).
-	if c := cells(rows[2]); c[5] != "file 1 converted" || len(elements(rows[2], "q", nil)) != 1 {
+	if c := cells(rows[2]); !strings.HasPrefix(c[3], "step took ") || c[6] != "file 1 converted" || len(elements(rows[2], "q", nil)) != 1 {
 		t.Fatalf("step row %q", c)
 	}
 	details := elements(rows[3], "details", nil)

@@ -95,15 +95,18 @@ var dashboardFuncs = template.FuncMap{
 	"badge":       badge,
 	"eventTitle":  eventTitle,
 	"eventBadge":  eventBadge,
-	"asset":       assetURL,
-	"plural":      pluralAny,
+	"fmtDur":      fmtDur,
+	// parseTime reads an RFC 3339 time (zero when it is not one).
+	"parseTime": func(s string) time.Time { t, _ := time.Parse(time.RFC3339Nano, s); return t },
+	"asset":     assetURL,
+	"plural":    pluralAny,
 }
 
 // dashboardPages are the page templates, each the layout plus one page file.
 var dashboardPages = func() map[string]*template.Template {
-	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html"))
+	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html", "templates/depth.html"))
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow"} {
+	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow", "schedule", "trigger"} {
 		t := template.Must(layout.Clone())
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
@@ -127,6 +130,8 @@ type dashboard struct {
 	revoked   map[string]int64 // nonces of logged-out sessions → their expiry (Unix seconds)
 
 	flashes flashes // one-time messages after actions (flash.go)
+
+	tput throughputCache // the overview's recent outcomes (throughput.go)
 }
 
 // health is the service's health as the overview shows it.
@@ -225,6 +230,9 @@ func (d *dashboard) mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /ui/commands/bulk/run", h(d.cancelRun))
 	mux.HandleFunc("GET /ui/queues", h(d.queues))
 	mux.HandleFunc("GET /ui/periodic", h(d.periodic))
+	mux.HandleFunc("GET /ui/periodic/{name}", h(d.schedule)) // trigger.go
+	mux.HandleFunc("GET /ui/periodic/{name}/trigger", h(d.confirmTrigger))
+	mux.HandleFunc("POST /ui/periodic/{name}/trigger", h(d.triggerSchedule))
 	mux.HandleFunc("POST /ui/queues/{name}/pause", h(d.queueAction(true)))
 	mux.HandleFunc("POST /ui/queues/{name}/resume", h(d.queueAction(false)))
 	mux.HandleFunc("GET /ui/login", h(d.loginForm))

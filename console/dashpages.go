@@ -74,6 +74,9 @@ type overviewBody struct {
 	Throughput cmdq.OutcomeCounts
 	Totals     cmdq.OutcomeCounts // since each running processor's run started
 	Per        string
+	// Recent are the commands' outcomes of the last minutes, from the
+	// commands tables (they survive a processor's restart).
+	Recent throughput
 	// Failures are the newest failed or poisoned attempts the processors
 	// report and (operators) the newest poison entries.
 	Failures []recentFailure
@@ -195,6 +198,10 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		failures = append(failures, recentFailure{At: e.PoisonedAt, CommandID: e.CommandID, Type: e.Type, Error: errorCore(e.LastError), Poisoned: true, Entry: true, Where: e.Worker})
 	}
 	b.Failures = newestFailures(failures)
+	b.Recent = d.throughput(ctx)
+	if b.Recent.Err != nil {
+		d.log.Error().Err(b.Recent.Err).Msg("cmdq console: recent outcomes")
+	}
 	for _, q := range queues {
 		n, err := d.src.QueueDepth(ctx, q)
 		qd := queueDepth{Name: q, Depth: n}
@@ -280,7 +287,11 @@ type commandBody struct {
 	ParamsBytes int
 	ParamsCut   bool // Params holds only the first maxParamsShown bytes
 	Events      []cmdq.Event
-	Poison      *cmdq.PoisonEntry
+	// Rows are Events with their durations (each attempt's, each step's);
+	// Total is the command's, from created to final or to now.
+	Rows   []timelineRow
+	Total  commandTotal
+	Poison *cmdq.PoisonEntry
 	// Waiting says why the command has not started (Status.Waiting; nil
 	// when it waits for nothing: running, final, or just taken by a
 	// processor).
@@ -347,6 +358,8 @@ func (d *dashboard) command(w http.ResponseWriter, r *http.Request) {
 	}
 	b := commandBody{Status: st, Events: evs, ParamsBytes: len(params), Waiting: st.Waiting, Final: st.State.Final(),
 		NextAttempt: st.Attempts + 1, Taken: st.Waiting == nil && (st.State == cmdq.StatePending || st.State == cmdq.StateRetrying)}
+	now := d.now()
+	b.Rows, b.Total = timelineRows(evs, st.State == cmdq.StateRunning, now), totalOf(st, evs, now)
 	if len(params) > 0 {
 		// Bounded before it is done: at most maxParamsShown bytes laid out,
 		// nesting past jsonview.DefaultMaxDepth not indented further.

@@ -62,6 +62,14 @@ type dashSource interface {
 	// tick: one query of the schedules' rows and one point read per
 	// schedule.
 	ListPeriodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
+	// GetPeriodic returns one schedule with its latest n ticks: one query
+	// of the schedules' rows and one point read per tick.
+	GetPeriodic(ctx context.Context, name string, n int) (cmdq.PeriodicInfo, error)
+	// TriggerPeriodic issues schedule name's command as the tick of at
+	// (zero: now) for by: one issue (a batch and an enqueue), plus one
+	// query of the schedules' rows for a schedule this server does not
+	// run.
+	TriggerPeriodic(ctx context.Context, name, by string, at time.Time) (cmdq.TickInfo, error)
 	// Limits lists the globally limited types and their permits: one
 	// query.
 	Limits(ctx context.Context) ([]cmdq.LimitInfo, error)
@@ -178,4 +186,12 @@ func (s clientSource) PauseQueue(ctx context.Context, name, by string) (cmdq.Que
 
 func (s clientSource) ResumeQueue(ctx context.Context, name, by string) (cmdq.QueueInfo, error) {
 	return s.c.ResumeQueue(ctx, name, by)
+}
+
+func (s clientSource) GetPeriodic(ctx context.Context, name string, n int) (cmdq.PeriodicInfo, error) {
+	return s.c.GetPeriodic(ctx, name, n)
+}
+
+func (s clientSource) TriggerPeriodic(ctx context.Context, name, by string, at time.Time) (cmdq.TickInfo, error) {
+	return s.c.TriggerPeriodicAt(ctx, name, by, at)
 }

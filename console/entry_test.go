@@ -190,7 +190,7 @@ func TestConsoleOverviewProcessors(t *testing.T) {
 	b := newBrowser(t, srv.URL)
 	var p page
 	deadline := time.Now().Add(30 * time.Second)
-	const totals = "Since they started: 1 completed, 0 failed attempts, 1 poisoned."
+	const totals = "1 completed, 0 failed attempts, 1 poisoned since each started."
 	for {
 		p = b.get("/ui/").want(t, http.StatusOK)
 		// Both outcomes in the totals: a heartbeat may carry one before
@@ -215,13 +215,17 @@ func TestConsoleOverviewProcessors(t *testing.T) {
 	if got := strings.Join(strings.Fields(text(p.doc)), " "); !strings.Contains(got, totals) {
 		t.Fatalf("the overview does not say %q:\n%s", totals, got)
 	}
-	// The last interval's throughput: at most the totals, in three parts.
+	// The throughput now: the commands' own events of the last minutes,
+	// in three parts, whatever the heartbeats carried; it says its age.
 	var done, failedN, poisoned int
 	if got := strings.Join(strings.Fields(byID(p, "throughput")), " "); func() bool {
 		n, err := fmt.Sscanf(got, "%d completed %d failed attempts %d poisoned", &done, &failedN, &poisoned)
-		return err != nil || n != 3 || done > 1 || failedN != 0 || poisoned > 1
+		return err != nil || n != 3 || done != 1 || failedN != 1 || poisoned != 1
 	}() {
-		t.Fatalf("throughput %q, want the last interval's counts, at most the totals (1 completed, 0 failed attempts, 1 poisoned)", got)
+		t.Fatalf("throughput %q, want the stored events: 1 completed, 1 failed attempt (the permanent failure), 1 poisoned", got)
+	}
+	if age := strings.Join(strings.Fields(byID(p, "throughput-age")), " "); !strings.Contains(age, "from the commands' own events") || !strings.Contains(age, "read ") {
+		t.Fatalf("the throughput does not say where it comes from and how old it is: %q", age)
 	}
 	fails := elements(p.doc, "tr", func(n *html.Node) bool { return hasClass(n, "failure") })
 	if len(fails) != 1 || !strings.Contains(text(fails[0]), bad) || !strings.Contains(text(fails[0]), "permanent: resize: unlucky number") {

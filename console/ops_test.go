@@ -458,14 +458,17 @@ func TestDashboardPageCosts(t *testing.T) {
 	reader := newBrowser(t, srv.URL)
 	reader.post("/ui/login", url.Values{"token": {apitest.ReaderToken}}).location(t, http.StatusSeeOther)
 	tok := csrf(t, op.get("/ui/poison").want(t, http.StatusOK))
+	var readAt time.Time // when the reader's overview read the throughput
 	for _, c := range []struct {
 		name string
 		view func() page
 		want map[string]int
 	}{
-		// The processors' heartbeats: one query; operators also read the
-		// poison table.
-		{"overview (reader)", func() page { return reader.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 1}},
+		// The processors' heartbeats: one query; the throughput: one
+		// query per recent commands table (today's and the base table),
+		// shared by every view for 10 s (the operator's comes within
+		// them); operators also read the poison table.
+		{"overview (reader)", func() page { readAt = time.Now(); return reader.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 3}},
 		{"overview (operator)", func() page { return op.get("/ui/") }, map[string]int{"queue_count": 1, "table_query": 2}},
 		{"poison entry", func() page { return op.get("/ui/poison/" + poisoned) }, map[string]int{"table_get": 2}},
 		{"poison list", func() page { return op.get("/ui/poison") }, map[string]int{"table_query": 1}},
@@ -495,6 +498,9 @@ func TestDashboardPageCosts(t *testing.T) {
 		before := storageCalls(t, srv)
 		c.view().want(t, http.StatusOK)
 		after := storageCalls(t, srv)
+		if c.name == "overview (operator)" && time.Since(readAt) >= 10*time.Second {
+			c.want["table_query"] += 2 // a loaded machine: the reader's read of the throughput is over 10 s old
+		}
 		got := map[string]int{}
 		for k, v := range after {
 			if d := v - before[k]; d != 0 {

@@ -5,6 +5,9 @@
 package issuer
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -61,4 +64,23 @@ func NewOrderedID() string {
 		return uuid.NewString()
 	}
 	return u.String()
+}
+
+// Params returns cmd's parameters as an issue stores them: the compact
+// JSON encoding of the command (inside a With wrapper). Errors wrap
+// model.ErrInvalidParams.
+func Params(cmd Command) (json.RawMessage, error) {
+	cmd, _ = unwrap(cmd)
+	if cmd == nil {
+		return nil, fmt.Errorf("%w: nil command", model.ErrInvalidParams)
+	}
+	raw, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode %T: %w", model.ErrInvalidParams, cmd, err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, fmt.Errorf("%w: encode %T: %w", model.ErrInvalidParams, cmd, err)
+	}
+	return buf.Bytes(), nil
 }

@@ -1,10 +1,13 @@
 package shared
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf16"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -15,7 +18,10 @@ import (
 // row per schedule name that a process ever ran, RowKey = the name;
 // properties Spec, Type, Queue, CatchUp, Since (when the schedule, with
 // this spec, was first stored: no tick before it is issued), UpdatedAt and
-// UpdatedBy (the last process that stored it). Ticks write nothing here: a
+// UpdatedBy (the last process that stored it), and Params, Params1 … (the
+// command's compact JSON parameters, in chunks as a command row's, so
+// that any process can trigger a tick; absent in rows stored by versions
+// before them). Ticks write nothing here: a
 // tick's command ID derives from the name and the tick time. A query of
 // this one partition lists every schedule (GET /v1/periodic).
 const PeriodicPartition = "~periodic"
@@ -30,18 +36,60 @@ type Schedule struct {
 	Since     time.Time
 	UpdatedAt time.Time
 	UpdatedBy string
+	// Params are the tick command's compact JSON parameters; nil when the
+	// row holds none (stored by an older version, or too large for it).
+	Params json.RawMessage
 }
 
 func decodeSchedule(e storage.Entity) Schedule {
-	return Schedule{Name: e.RowKey, Spec: layout.StrProp(e, "Spec"), Type: layout.StrProp(e, "Type"), Queue: layout.StrProp(e, "Queue"),
+	sc := Schedule{Name: e.RowKey, Spec: layout.StrProp(e, "Spec"), Type: layout.StrProp(e, "Type"), Queue: layout.StrProp(e, "Queue"),
 		CatchUp: int(layout.IntProp(e, "CatchUp")), Since: layout.TimeProp(e, "Since"), UpdatedAt: layout.TimeProp(e, "UpdatedAt"), UpdatedBy: layout.StrProp(e, "UpdatedBy")}
+	for i := 0; i < layout.MaxParamsChunks; i++ {
+		v, ok := e.Properties[layout.ParamsProp(i)].(string)
+		if !ok {
+			break
+		}
+		sc.Params = append(sc.Params, v...)
+	}
+	return sc
 }
 
 func (sc Schedule) entity() storage.Entity {
-	return storage.Entity{PartitionKey: PeriodicPartition, RowKey: sc.Name, Properties: map[string]any{
+	e := storage.Entity{PartitionKey: PeriodicPartition, RowKey: sc.Name, Properties: map[string]any{
 		"Spec": sc.Spec, "Type": sc.Type, "Queue": sc.Queue, "CatchUp": int64(sc.CatchUp),
 		"Since": sc.Since, "UpdatedAt": sc.UpdatedAt, "UpdatedBy": layout.Truncate(sc.UpdatedBy, layout.MaxTextUnits),
 	}}
+	if chunks, ok := paramsChunks(string(sc.Params)); ok && len(sc.Params) > 0 {
+		for i, ch := range chunks {
+			e.Properties[layout.ParamsProp(i)] = ch
+		}
+		if storage.EntitySize(e) > storage.MaxEntityBytes {
+			for i := range chunks {
+				delete(e.Properties, layout.ParamsProp(i)) // too large for the row: stored without
+			}
+		}
+	}
+	return e
+}
+
+// paramsChunks splits s into properties of at most layout.ParamsChunkUnits
+// UTF-16 units each; ok is false when it takes more than
+// layout.MaxParamsChunks.
+func paramsChunks(s string) (chunks []string, ok bool) {
+	start, units := 0, 0
+	for i, r := range s {
+		n := utf16.RuneLen(r)
+		if n < 0 {
+			n = 1
+		}
+		if units+n > layout.ParamsChunkUnits {
+			chunks = append(chunks, s[start:i])
+			start, units = i, 0
+		}
+		units += n
+	}
+	chunks = append(chunks, s[start:])
+	return chunks, len(chunks) <= layout.MaxParamsChunks
 }
 
 // ReadSchedules reads every periodic schedule's row: one query of
@@ -76,8 +124,10 @@ func (s *Partitions) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 // (sc.Since, UpdatedAt and UpdatedBy are set here) and returns the row as
 // stored. Cost: one point read; plus one insert the first time, or one
 // update when the spec, type, queue or catch-up changed (a changed spec
-// starts Since anew: ticks of the old spec are not caught up). Nothing is
-// written when the stored row already says the same. Processes racing to
+// starts Since anew: ticks of the old spec are not caught up), or when
+// sc.Params (when not nil) differ from the row's (a row stored without
+// them gets them). Nothing is written when the stored row already says
+// the same. Processes racing to
 // insert the same new row read the winner's. Over several accounts it
 // stores the row in every account that answers, at once (those calls in
 // each), and returns the row with the earliest Since.
@@ -125,7 +175,8 @@ func (s *Partitions) storeSchedule(ctx context.Context, tb storage.Table, sc Sch
 			return Schedule{}, fmt.Errorf("cmdq: read periodic schedule %s: %w", sc.Name, err)
 		}
 		old := decodeSchedule(e)
-		if old.Spec == sc.Spec && old.Type == sc.Type && old.Queue == sc.Queue && old.CatchUp == sc.CatchUp {
+		if old.Spec == sc.Spec && old.Type == sc.Type && old.Queue == sc.Queue && old.CatchUp == sc.CatchUp &&
+			(sc.Params == nil || bytes.Equal(old.Params, sc.Params)) {
 			return old, nil
 		}
 		sc.Since = old.Since
