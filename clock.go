@@ -93,17 +93,14 @@ func (s serviceClock) offset() time.Duration {
 	return o - u
 }
 
-func (s serviceClock) Now() time.Time                 { return time.Now().Add(s.local + s.offset()) }
-func (s serviceClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+func (s serviceClock) Now() time.Time { return time.Now().Add(s.local + s.offset()) }
+
+// NewTimer and AfterFunc are the system clock's (durations are this
+// machine's): clock.Real's timers have Timer's methods.
+func (s serviceClock) NewTimer(d time.Duration) Timer { return clock.Real.NewTimer(d) }
 func (s serviceClock) AfterFunc(d time.Duration, f func()) Timer {
-	return sysTimer{time.AfterFunc(d, f)}
+	return clock.Real.AfterFunc(d, f)
 }
-
-type sysTimer struct{ t *time.Timer }
-
-func (t sysTimer) C() <-chan time.Time        { return t.t.C }
-func (t sysTimer) Stop() bool                 { return t.t.Stop() }
-func (t sysTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 
 // clockOffset returns the storage service's clock offset from this
 // machine's as the Client sees it, and whether it is past the skew the

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"strings"
 	"time"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/days"
@@ -228,23 +227,10 @@ var ErrParamsTooLarge = fmt.Errorf("%w: params exceed %d UTF-16 code units (%d p
 	storage.ErrTooLarge, layout.MaxParamsChunks*layout.ParamsChunkUnits, layout.MaxParamsChunks, layout.ParamsChunkUnits)
 
 // splitParams splits s into chunks of at most ParamsChunkUnits UTF-16 units,
-// at rune boundaries.
+// at rune boundaries (layout.SplitParams).
 func splitParams(s string) ([]string, error) {
-	var chunks []string
-	start, units := 0, 0
-	for i, r := range s {
-		n := utf16.RuneLen(r)
-		if n < 0 {
-			n = 1
-		}
-		if units+n > layout.ParamsChunkUnits {
-			chunks = append(chunks, s[start:i])
-			start, units = i, 0
-		}
-		units += n
-	}
-	chunks = append(chunks, s[start:])
-	if len(chunks) > layout.MaxParamsChunks {
+	chunks, ok := layout.SplitParams(s)
+	if !ok {
 		return nil, ErrParamsTooLarge
 	}
 	return chunks, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf16"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
 	"github.com/cmdq-dev/cmdq/storage"
@@ -72,25 +71,8 @@ func (sc Schedule) entity() storage.Entity {
 	return e
 }
 
-// paramsChunks splits s into properties of at most layout.ParamsChunkUnits
-// UTF-16 units each; ok is false when it takes more than
-// layout.MaxParamsChunks.
-func paramsChunks(s string) (chunks []string, ok bool) {
-	start, units := 0, 0
-	for i, r := range s {
-		n := utf16.RuneLen(r)
-		if n < 0 {
-			n = 1
-		}
-		if units+n > layout.ParamsChunkUnits {
-			chunks = append(chunks, s[start:i])
-			start, units = i, 0
-		}
-		units += n
-	}
-	chunks = append(chunks, s[start:])
-	return chunks, len(chunks) <= layout.MaxParamsChunks
-}
+// paramsChunks is layout.SplitParams.
+func paramsChunks(s string) (chunks []string, ok bool) { return layout.SplitParams(s) }
 
 // ReadSchedules reads every periodic schedule's row: one query of
 // PeriodicPartition (one request per 1000 schedules; over several
