@@ -3,6 +3,7 @@ package azure
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -23,6 +24,11 @@ type serverClock struct {
 	mu     sync.Mutex
 	lo, hi time.Duration // the offset's bounds so far
 	ok     bool
+
+	// The answer, kept for offset without the lock: a Client reads it at
+	// every Now.
+	mid, half atomic.Int64
+	known     atomic.Bool
 }
 
 // sample notes a response dated date, sent at sent and received at recv
@@ -36,19 +42,20 @@ func (c *serverClock) sample(date, sent, recv time.Time) {
 	defer c.mu.Unlock()
 	if !c.ok || lo > c.hi || hi < c.lo {
 		c.lo, c.hi, c.ok = lo, hi, true
-		return
+	} else {
+		c.lo, c.hi = max(c.lo, lo), min(c.hi, hi)
 	}
-	c.lo, c.hi = max(c.lo, lo), min(c.hi, hi)
+	c.mid.Store(int64((c.lo + c.hi) / 2))
+	c.half.Store(int64((c.hi - c.lo) / 2))
+	c.known.Store(true)
 }
 
 // offset returns the middle of the bounds and half their width.
 func (c *serverClock) offset() (offset, uncertainty time.Duration, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.ok {
+	if !c.known.Load() {
 		return 0, 0, false
 	}
-	return (c.lo + c.hi) / 2, (c.hi - c.lo) / 2, true
+	return time.Duration(c.mid.Load()), time.Duration(c.half.Load()), true
 }
 
 // clockPolicy samples the Date header of every try (a per-retry policy:
