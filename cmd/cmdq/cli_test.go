@@ -100,10 +100,10 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Errorf("serve's listening line does not give the /ui/ URL:\n%s", srv.stderr.String())
 	}
 
-	// send --wait: the ID, then the final status.
+	// send --wait: the ID, then the final status and the output.
 	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 2 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" {
+	if len(lines) != 3 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" || lines[2] != `output {"hello":"cli"}` {
 		t.Fatalf("send --wait output %q", r.stdout)
 	}
 	echoID := lines[0]
