@@ -367,8 +367,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	}
 	if types := s.cfg.Client.Types(); len(types) > 0 {
 		if _, ok := s.cfg.Client.Lookup(req.Type); !ok {
-			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
-				client.FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
+			writeProblem(w, r, unknownTypeProblem(req.Type, types))
 			return
 		}
 	}

@@ -72,7 +72,8 @@ func TestCLIUsageMistakes(t *testing.T) {
 }
 
 // TestCLIServerAddress: --server takes a bare host:port; a web server that
-// is not the cmdq API (an HTML page) is said in one line, without its body.
+// is not the cmdq API (an HTML page) is said in one line, without its body;
+// an unknown type is one line with a did-you-mean.
 func TestCLIServerAddress(t *testing.T) {
 	t.Parallel()
 	p := startServe(t, serveOpts{})
@@ -80,6 +81,12 @@ func TestCLIServerAddress(t *testing.T) {
 	id := sendID(t, nil, "demo.echo", "--server", hostPort)
 	if st := statusOf(t, nil, id, "--server", hostPort+"/"); st.ID != id {
 		t.Fatalf("status through --server %s: %+v", hostPort, st)
+	}
+	// An unknown type: one line, said once, with the nearest type.
+	r := runCmdq(t, 30*time.Second, nil, "send", "demo.ecko", "--server", hostPort)
+	if r.code != 1 || strings.Count(r.stderr, "\n") != 1 || strings.Count(r.stderr, "unknown command type") != 1 || strings.Contains(r.stderr, "no handler is registered") ||
+		!strings.Contains(r.stderr, `unknown command type "demo.ecko" (did you mean demo.echo?); this server's types: demo.echo, demo.fail, demo.sleep, demo.steps`) {
+		t.Errorf("send of an unknown type: exit %d\n%s", r.code, r.stderr)
 	}
 	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
