@@ -117,6 +117,9 @@ type remoteFlags struct {
 	token  string
 	store  storeFlags
 	cmd    *cobra.Command
+	// readOnly: the command only reads; a store is opened without
+	// creating anything in it (readonly.go).
+	readOnly bool
 }
 
 func (f *remoteFlags) add(c *cobra.Command) {
@@ -153,7 +156,7 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 		}
 		return httpBackend{c: c, url: base}, nil
 	}
-	st, err := f.store.open(ctx)
+	st, err := f.store.openMode(ctx, f.readOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +406,13 @@ func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEve
 }
 
 func (b *storeBackend) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
-	return b.c.ListPoison(ctx, q)
+	p, err := b.c.ListPoison(ctx, q)
+	if errors.Is(err, storage.ErrNotFound) {
+		// Opened read-only, the poison table does not exist until a
+		// command is poisoned.
+		return cmdq.PoisonPage{Entries: []cmdq.PoisonEntry{}}, nil
+	}
+	return p, err
 }
 
 func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, json.RawMessage, error) {
@@ -677,6 +686,7 @@ events until the command is completed, poisoned, discarded or cancelled.
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events as they happen (an event stream from the server) until the command is completed, poisoned, discarded or cancelled")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the status and events as JSON")
 	return c
@@ -849,6 +859,7 @@ func newPoisonLsCmd() *cobra.Command {
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().StringVar(&q.Type, "type", "", "only entries of this command type (default all)")
 	c.Flags().IntVar(&q.Limit, "limit", cmdq.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
@@ -892,6 +903,7 @@ func newPoisonShowCmd() *cobra.Command {
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&asJSON, "json", false, "print the entry as JSON")
 	return c
 }

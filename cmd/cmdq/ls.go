@@ -162,6 +162,7 @@ are applied to the rows read, so a selective one reads on (one query per
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	fl := c.Flags()
 	fl.StringVar(&state, "state", "", "only commands in this state: pending, scheduled, running, retrying, completed, poisoned, discarded or cancelled (default all)")
 	fl.StringVar(&q.Type, "type", "", "only commands of this type (default all)")

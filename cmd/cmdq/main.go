@@ -69,6 +69,7 @@ func run(args []string) int {
 	if err == nil {
 		return 0
 	}
+	err = storageRefused(err)
 	var ue *usageError
 	if errors.As(err, &ue) {
 		ue.report(stderr)
