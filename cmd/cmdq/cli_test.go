@@ -284,9 +284,11 @@ func TestEnvOverridesDefaultsAndFlagsWin(t *testing.T) {
 	if !strings.Contains(r.stdout, `"status": "pending"`) {
 		t.Errorf("status via env-selected store: %s", r.stdout)
 	}
-	// --data on the command line wins over CMDQ_DATA: another (empty) store.
-	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", t.TempDir())
-	if r.code != 1 || !strings.Contains(r.stderr, "no command with this ID") {
+	// --data on the command line wins over CMDQ_DATA: another (empty)
+	// directory, which status reads without making a store of it.
+	other := t.TempDir()
+	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", other)
+	if r.code != 1 || !strings.Contains(r.stderr, "no cmdq store in "+other+": nothing issued yet?") {
 		t.Errorf("--data over CMDQ_DATA: exit %d stderr %q", r.code, r.stderr)
 	}
 	r = runCmdq(t, 20*time.Second, []string{"CMDQ_RUN_FOR=soon"}, "worker", "--data", dir)
