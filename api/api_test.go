@@ -336,8 +336,8 @@ func TestMethodNotAllowed(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	id := uuid.NewString()
 	cases := []struct{ method, path, allow string }{
-		{http.MethodGet, "/v1/commands", "POST"},
-		{http.MethodDelete, "/v1/commands", "POST"},
+		{http.MethodPut, "/v1/commands", "GET, HEAD, POST"},
+		{http.MethodDelete, "/v1/commands", "GET, HEAD, POST"},
 		{http.MethodPost, "/v1/commands/" + id, "GET, HEAD"},
 		{http.MethodPut, "/v1/commands/" + id + "/events", "GET, HEAD"},
 		{http.MethodPost, "/v1/poison", "GET, HEAD"},
