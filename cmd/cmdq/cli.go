@@ -454,10 +454,11 @@ func (f *remoteFlags) withBackend(ctx context.Context, fn func(b backend) error)
 }
 
 const remoteHelp = `
-It talks to a cmdq server (--server URL, --token) or opens a store directly
-(--store embedded --data DIR, or --store azure). With neither, it uses the
-server at ` + defaultServer + `. The embedded store belongs to one process:
-while ` + "`cmdq serve`" + ` holds it, use --server.`
+It talks to a cmdq server (--server URL or host:port, --token) or opens a
+store directly (--data DIR, which implies --store embedded, or --store
+azure). With neither, it uses the server at ` + defaultServer + `. The
+embedded store belongs to one process: while ` + "`cmdq serve`" + ` holds it, use
+--server.`
 
 func newSendCmd() *cobra.Command {
 	var (

@@ -62,9 +62,9 @@ func newLsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ls",
 		Short: "List commands by state, type, queue, correlation ID and issue time, a page at a time",
-		Long: `ls lists commands in ID order, filtered by --state, --type, --queue, --correlation-id and the time
-they were issued (--since, --until: an RFC 3339 time or how long ago, such
-as 2h). It prints --limit commands (default 50, at most 1000), then, when
+		Long: `ls lists commands in ID order, filtered by --state, --type, --queue,
+--correlation-id and the time they were issued (--since, --until: an RFC
+3339 time or how long ago, such as 2h). It prints --limit commands (default 50, at most 1000), then, when
 there are more, the flag that continues the listing (--page TOKEN); --all
 prints every page. --json prints the page as JSON (with --all: every
 command in one "commands" array).
