@@ -89,7 +89,7 @@ func poisonPageOut(p model.PoisonPage) PoisonPage {
 func (q CommandQuery) engine() model.CommandQuery {
 	return model.CommandQuery{Type: q.Type, State: model.State(q.State), Limit: q.Limit, Continuation: q.Continuation,
 		Since: q.Since, Newest: q.Newest, Summary: q.Summary, ScanLimit: q.ScanLimit, TypePrefix: q.TypePrefix,
-		CorrelationID: q.CorrelationID, IDPrefix: q.IDPrefix, IssuedSince: q.IssuedSince, Interval: q.Interval,
+		CorrelationID: q.CorrelationID, IDPrefix: q.IDPrefix, IssuedSince: q.IssuedSince, IssuedBefore: q.IssuedBefore, Queue: q.Queue, Interval: q.Interval,
 		ParamsPreview: q.ParamsPreview}
 }
 

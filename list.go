@@ -62,6 +62,11 @@ type CommandQuery struct {
 	// "Retention"), a listing of recent commands reads the recent tables
 	// only.
 	IssuedSince time.Time
+	// IssuedBefore, when set, keeps only commands issued before it.
+	IssuedBefore time.Time
+	// Queue, when set, keeps only commands of this logical queue (the
+	// queue their type is registered on, "commands" by default).
+	Queue string
 	// Interval is the width of the summary's intervals (Summary.Minutes):
 	// 0 = one minute; at least one minute, a whole number of minutes.
 	Interval time.Duration

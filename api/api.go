@@ -250,7 +250,7 @@ func New(cfg Config) (http.Handler, error) {
 			writeProblem(w, r, newProblem(client.ProblemMethodNotAllowed, fmt.Sprintf("%s does not accept %s; use %s", path, quoteClip(r.Method), allowed)))
 		})
 	}
-	route("/v1/commands", map[string]http.HandlerFunc{http.MethodPost: s.issue})
+	route("/v1/commands", map[string]http.HandlerFunc{http.MethodGet: s.listCommands, http.MethodPost: s.issue})
 	route("/v1/commands/{id}", map[string]http.HandlerFunc{http.MethodGet: s.get})
 	route("/v1/commands/{id}/events", map[string]http.HandlerFunc{http.MethodGet: s.events})
 	route("/v1/poison", map[string]http.HandlerFunc{http.MethodGet: s.listPoison})
@@ -392,8 +392,7 @@ func (s *server) issue(w http.ResponseWriter, r *http.Request) {
 	}
 	if types := s.cfg.Client.Types(); len(types) > 0 {
 		if _, ok := s.cfg.Client.Lookup(req.Type); !ok {
-			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown command type %s; registered types: %s", quoteClip(req.Type), strings.Join(types, ", ")),
-				client.FieldError{Pointer: "#/type", Detail: "no handler is registered for this type"}))
+			writeProblem(w, r, unknownTypeProblem(req.Type, types))
 			return
 		}
 	}

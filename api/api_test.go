@@ -257,6 +257,12 @@ func TestIssueKnownTypes(t *testing.T) {
 	if p.Errors[0].Pointer != "#/type" || !strings.Contains(p.Detail, "SendEmail") {
 		t.Fatalf("unknown type problem %+v should name the registered types", p)
 	}
+	if want := `unknown command type "SendMail" (did you mean SendEmail?); this server's types: SendEmail`; p.Detail != want {
+		t.Fatalf("unknown type detail %q, want %q", p.Detail, want)
+	}
+	if p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"billing.Refund","params":{}}`), 400, client.ProblemInvalidRequest); strings.Contains(p.Detail, "did you mean") {
+		t.Fatalf("a type far from every registered one gets a suggestion: %q", p.Detail)
+	}
 	p = problem(t, post(t, s.URL+"/v1/commands", `{"type":"SendEmail","params":{"to":"a@example.com","cc":"b"}}`), 400, client.ProblemInvalidRequest)
 	if p.Errors[0].Pointer != "#/params" || !strings.Contains(p.Detail, "cc") {
 		t.Fatalf("unknown param problem %+v", p)
@@ -330,8 +336,8 @@ func TestMethodNotAllowed(t *testing.T) {
 	s := apitest.Start(t, apitest.Options{})
 	id := uuid.NewString()
 	cases := []struct{ method, path, allow string }{
-		{http.MethodGet, "/v1/commands", "POST"},
-		{http.MethodDelete, "/v1/commands", "POST"},
+		{http.MethodPut, "/v1/commands", "GET, HEAD, POST"},
+		{http.MethodDelete, "/v1/commands", "GET, HEAD, POST"},
 		{http.MethodPost, "/v1/commands/" + id, "GET, HEAD"},
 		{http.MethodPut, "/v1/commands/" + id + "/events", "GET, HEAD"},
 		{http.MethodPost, "/v1/poison", "GET, HEAD"},

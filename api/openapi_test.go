@@ -175,6 +175,14 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		t.Fatalf("poison page %s: %v", page.body, err)
 	}
 	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/poison?limit=0", "", "", bearer(apitest.OperatorToken)...)
+	// The command listing: a page with a continuation, filtered, and a bad state.
+	list := c.expect(http.StatusOK, http.MethodGet, "/v1/commands?limit=1", "", "", bearer(apitest.ReaderToken)...)
+	var lp cmdq.CommandPage
+	if err := json.Unmarshal(list.body, &lp); err != nil || len(lp.Commands) != 1 || lp.Continuation == "" {
+		t.Fatalf("command page %s: %v", list.body, err)
+	}
+	c.expect(http.StatusOK, http.MethodGet, "/v1/commands?type=demo.echo&state=completed&queue=commands&correlationId=c-1&since=2020-01-01T00:00:00Z&until=2999-01-01T00:00:00Z&continuation="+url.QueryEscape(lp.Continuation), "", "", bearer(apitest.ReaderToken)...)
+	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/commands?state=done&since=yesterday", "", "", bearer(apitest.ReaderToken)...)
 	c.expect(http.StatusOK, http.MethodGet, "/v1/poison/"+id, "", "", bearer(apitest.OperatorToken)...)
 	c.expect(http.StatusUnsupportedMediaType, http.MethodPost, "/v1/poison/"+id+"/requeue", "text/plain", "x", bearer(apitest.OperatorToken)...)
 	r = c.expect(http.StatusAccepted, http.MethodPost, "/v1/poison/"+id+"/requeue", "", "", bearer(apitest.OperatorToken)...)
@@ -329,7 +337,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	if r.code != http.StatusMethodNotAllowed {
 		t.Fatalf("PUT /v1/commands: %d", r.code)
 	}
-	if err := spec.CheckSchema("Problem", r.body); err != nil || r.header.Get("Allow") != "POST" || r.header.Get("Content-Type") != client.ProblemContentType {
+	if err := spec.CheckSchema("Problem", r.body); err != nil || r.header.Get("Allow") != "GET, HEAD, POST" || r.header.Get("Content-Type") != client.ProblemContentType {
 		t.Fatalf("405: %v, Allow %q, Content-Type %q", err, r.header.Get("Allow"), r.header.Get("Content-Type"))
 	}
 

@@ -57,6 +57,8 @@ type backend interface {
 	ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error)
 	// Periodic: periodic.go.
 	Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
+	// ListCommands: ls.go.
+	ListCommands(ctx context.Context, q cmdq.CommandQuery) (cmdq.CommandPage, error)
 	Close() error
 }
 
@@ -115,6 +117,9 @@ type remoteFlags struct {
 	token  string
 	store  storeFlags
 	cmd    *cobra.Command
+	// readOnly: the command only reads; a store is opened without
+	// creating anything in it (readonly.go).
+	readOnly bool
 }
 
 func (f *remoteFlags) add(c *cobra.Command) {
@@ -127,10 +132,19 @@ func (f *remoteFlags) add(c *cobra.Command) {
 // open returns the backend: the server given by --server; else the store
 // given by --store; else the default server.
 func (f *remoteFlags) open(ctx context.Context) (backend, error) {
-	if f.cmd.Flags().Changed("server") || !f.cmd.Flags().Changed("store") {
-		base := f.server
-		if base == "" {
-			base = defaultServer
+	fl := f.cmd.Flags()
+	// --data names an embedded store: it implies --store embedded.
+	direct := fl.Changed("store") || fl.Changed("data")
+	if fl.Changed("server") && direct {
+		return nil, &usageError{cmd: f.cmd, msg: "give --server (talk to a server) or --store/--data (open a store directly), not both (CMDQ_SERVER, CMDQ_STORE and CMDQ_DATA count as given)"}
+	}
+	if !direct {
+		base := defaultServer
+		if f.server != "" {
+			var err error
+			if base, err = serverURL(f.server); err != nil {
+				return nil, &usageError{cmd: f.cmd, msg: err.Error()}
+			}
 		}
 		var opts []client.Option
 		if f.token != "" {
@@ -142,7 +156,7 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 		}
 		return httpBackend{c: c, url: base}, nil
 	}
-	st, err := f.store.open(ctx)
+	st, err := f.store.openMode(ctx, f.readOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +171,28 @@ func (f *remoteFlags) open(ctx context.Context) (backend, error) {
 		return nil, err
 	}
 	return &storeBackend{st: st, c: c, by: operatorName()}, nil
+}
+
+// serverURL reads --server: a base URL, or a bare host:port (http is
+// assumed). The console's address (…/ui/) is refused with the base URL
+// to give instead.
+func serverURL(s string) (string, error) {
+	raw := strings.TrimSpace(s)
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("--server %q: give the server's base URL, such as %s, or its host:port", s, defaultServer)
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	if path == "/ui" || strings.HasSuffix(path, "/ui") || strings.Contains(path, "/ui/") {
+		base := *u
+		base.Path = path[:strings.Index(path+"/", "/ui/")]
+		return "", fmt.Errorf("--server %q is the console's address; give the server's base URL, such as %s", s, base.String())
+	}
+	u.Path = path
+	return u.String(), nil
 }
 
 // operatorName names the CLI user in requeued and discarded events.
@@ -183,8 +219,18 @@ func (b httpBackend) wrap(err error) error {
 		return nil
 	}
 	var ce *client.Error
+	if errors.As(err, &ce) && ce.Problem.Type == "" {
+		// Not a problem document: not the cmdq API answering (a proxy,
+		// the console, another web server). Its body is no message.
+		return &cliError{msg: fmt.Sprintf("%s answered %d %s, not as the cmdq API does: is it a cmdq server's base URL (such as %s)? Give that with --server or CMDQ_SERVER",
+			b.url, ce.Status, http.StatusText(ce.Status), defaultServer), err: err}
+	}
 	if errors.As(err, &ce) {
 		return &cliError{msg: problemText(ce.Problem), err: err}
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return &cliError{msg: fmt.Sprintf("%s answered with something that is not JSON, not as the cmdq API does: is it a cmdq server's base URL (such as %s)? Give that with --server or CMDQ_SERVER", b.url, defaultServer), err: err}
 	}
 	var ue *url.Error
 	if !errors.As(err, &ue) {
@@ -360,7 +406,13 @@ func (b *storeBackend) Follow(ctx context.Context, id string, after int64, onEve
 }
 
 func (b *storeBackend) ListPoison(ctx context.Context, q cmdq.PoisonQuery) (cmdq.PoisonPage, error) {
-	return b.c.ListPoison(ctx, q)
+	p, err := b.c.ListPoison(ctx, q)
+	if errors.Is(err, storage.ErrNotFound) {
+		// Opened read-only, the poison table does not exist until a
+		// command is poisoned.
+		return cmdq.PoisonPage{Entries: []cmdq.PoisonEntry{}}, nil
+	}
+	return p, err
 }
 
 func (b *storeBackend) GetPoison(ctx context.Context, id string) (cmdq.PoisonEntry, json.RawMessage, error) {
@@ -402,10 +454,11 @@ func (f *remoteFlags) withBackend(ctx context.Context, fn func(b backend) error)
 }
 
 const remoteHelp = `
-It talks to a cmdq server (--server URL, --token) or opens a store directly
-(--store embedded --data DIR, or --store azure). With neither, it uses the
-server at ` + defaultServer + `. The embedded store belongs to one process:
-while ` + "`cmdq serve`" + ` holds it, use --server.`
+It talks to a cmdq server (--server URL or host:port, --token) or opens a
+store directly (--data DIR, which implies --store embedded, or --store
+azure). With neither, it uses the server at ` + defaultServer + `. The
+embedded store belongs to one process: while ` + "`cmdq serve`" + ` holds it, use
+--server.`
 
 func newSendCmd() *cobra.Command {
 	var (
@@ -414,6 +467,7 @@ func newSendCmd() *cobra.Command {
 		id      string
 		corr    string
 		wait    bool
+		asJSON  bool
 		timeout time.Duration
 		at      string
 		in      time.Duration
@@ -427,8 +481,10 @@ func newSendCmd() *cobra.Command {
 		Short: "Issue a command and print its ID (--wait: wait until it ends; --at/--in: schedule it)",
 		Long: `send issues a command of type TYPE with JSON params and prints its ID on
 stdout. With --wait it then waits until the command is completed, poisoned,
-discarded or cancelled, and prints the final status; it exits 1 unless the command
-completed. While it waits it says on stderr why the command has not started
+discarded or cancelled, and prints the final status and the command's output
+(a line "output {...}", when its handler recorded one); it exits 1 unless the
+command completed. --json prints JSON instead: {"id","existing"}, or with
+--wait the final status with the output. While it waits it says on stderr why the command has not started
 ("cmdq: waiting: …": its queue is paused, no processor polls it, it is
 scheduled or retrying; a free slot or a processor's next poll after 2 s).
 Ctrl-C ends the wait, not the command: it exits 130 and says how
@@ -474,7 +530,9 @@ Examples:
 				if err != nil {
 					return fmt.Errorf("send %s: %w", args[0], err)
 				}
-				fmt.Fprintln(out, term(gotID))
+				if !asJSON {
+					fmt.Fprintln(out, term(gotID))
+				}
 				switch {
 				case existing && unique != "":
 					fmt.Fprintf(cmd.ErrOrStderr(), "cmdq: duplicate: a %s command with unique key %s already exists in this %s window; nothing new was issued\n", term(args[0]), term(unique), uniqueWindow)
@@ -482,6 +540,12 @@ Examples:
 					fmt.Fprintln(cmd.ErrOrStderr(), "cmdq: a command with this ID and params already existed; nothing new was issued")
 				}
 				if !wait {
+					if asJSON {
+						return writeJSON(out, struct {
+							ID       string `json:"id"`
+							Existing bool   `json:"existing"`
+						}{gotID, existing})
+					}
 					return nil
 				}
 				pr := newProgress(cmd.ErrOrStderr())
@@ -505,7 +569,16 @@ Examples:
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(out, finalLine(paletteOf(out), st))
+				if asJSON {
+					if err := writeJSON(out, st); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(out, finalLine(paletteOf(out), st))
+					if st.Output != "" {
+						fmt.Fprintf(out, "output %s\n", term(outputText(st.Output)))
+					}
+				}
 				if st.State != cmdq.StateCompleted {
 					msg := fmt.Sprintf("command %s ended %s", term(st.ID), term(string(st.State)))
 					if st.LastError != "" {
@@ -524,7 +597,8 @@ Examples:
 	c.Flags().StringVar(&orderKey, "order-key", "", "order key: the commands sent with the same key run one at a time, in the order they were sent, whatever their types, across every process (default none)")
 	c.Flags().StringVar(&unique, "unique", "", "unique key: sending the same type and key again within --unique-window returns the first command (whatever the params) instead of a second one (default none)")
 	c.Flags().DurationVar(&uniqueWindow, "unique-window", 0, "the unique key's window, 1s to 720h: a bucket of the UTC time truncated to a multiple of it (1h: from the hour)")
-	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server)")
+	c.Flags().BoolVar(&wait, "wait", false, "wait until the command is completed, poisoned, discarded or cancelled (a long-poll of the server), then print its final state and its output")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of the ID: {\"id\",\"existing\"}, or with --wait the final status (with the output)")
 	c.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0 = no limit)")
 	c.Flags().StringVar(&at, "at", "", "schedule the command at this time, RFC 3339 (such as 2026-05-01T09:00:00Z; default: now)")
 	c.Flags().DurationVar(&in, "in", 0, "schedule the command this long from now (such as 90s or 2h30m; default: now)")
@@ -613,6 +687,7 @@ events until the command is completed, poisoned, discarded or cancelled.
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&watch, "watch", false, "keep printing new events as they happen (an event stream from the server) until the command is completed, poisoned, discarded or cancelled")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the status and events as JSON")
 	return c
@@ -778,18 +853,19 @@ func newPoisonLsCmd() *cobra.Command {
 				// then the reason make room for the last error.
 				table(out, rows, columns(out), wide, []int{2, 3, 4}, 30)
 				if page.Continuation != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", term(page.Continuation))
+					fmt.Fprintf(cmd.ErrOrStderr(), "more entries: add --continuation %s\n", shellQuote(term(page.Continuation)))
 				}
 				return nil
 			})
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().StringVar(&q.Type, "type", "", "only entries of this command type (default all)")
 	c.Flags().IntVar(&q.Limit, "limit", cmdq.DefaultPoisonLimit, "most entries to list (at most 1000)")
 	c.Flags().StringVar(&q.Continuation, "continuation", "", "continue a previous listing from its token")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the page as JSON")
-	c.Flags().BoolVar(&wide, "wide", false, "print every column whole (the last error is otherwise shortened to fit the terminal's width, or COLUMNS)")
+	c.Flags().BoolVar(&wide, "wide", false, "print every column whole on a terminal too (the last error is otherwise shortened to fit its width, or COLUMNS; through a pipe rows are whole)")
 	return c
 }
 
@@ -828,6 +904,7 @@ func newPoisonShowCmd() *cobra.Command {
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&asJSON, "json", false, "print the entry as JSON")
 	return c
 }

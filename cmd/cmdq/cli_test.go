@@ -100,10 +100,10 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Errorf("serve's listening line does not give the /ui/ URL:\n%s", srv.stderr.String())
 	}
 
-	// send --wait: the ID, then the final status.
+	// send --wait: the ID, then the final status and the output.
 	r := mustRun(t, env, "send", "demo.echo", "--params", `{"hello":"cli"}`, "--wait")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 2 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" {
+	if len(lines) != 3 || !uuidLine.MatchString(lines[0]) || lines[1] != lines[0]+" completed (attempts 1, step 1)" || lines[2] != `output {"hello":"cli"}` {
 		t.Fatalf("send --wait output %q", r.stdout)
 	}
 	echoID := lines[0]
@@ -284,9 +284,11 @@ func TestEnvOverridesDefaultsAndFlagsWin(t *testing.T) {
 	if !strings.Contains(r.stdout, `"status": "pending"`) {
 		t.Errorf("status via env-selected store: %s", r.stdout)
 	}
-	// --data on the command line wins over CMDQ_DATA: another (empty) store.
-	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", t.TempDir())
-	if r.code != 1 || !strings.Contains(r.stderr, "no command with this ID") {
+	// --data on the command line wins over CMDQ_DATA: another (empty)
+	// directory, which status reads without making a store of it.
+	other := t.TempDir()
+	r = runCmdq(t, 20*time.Second, env, "status", id, "--data", other)
+	if r.code != 1 || !strings.Contains(r.stderr, "no cmdq store in "+other+": nothing issued yet?") {
 		t.Errorf("--data over CMDQ_DATA: exit %d stderr %q", r.code, r.stderr)
 	}
 	r = runCmdq(t, 20*time.Second, []string{"CMDQ_RUN_FOR=soon"}, "worker", "--data", dir)

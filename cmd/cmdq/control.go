@@ -160,6 +160,7 @@ func newQueueLsCmd() *cobra.Command {
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&asJSON, "json", false, "print the queues as JSON")
 	return c
 }

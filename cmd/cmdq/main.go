@@ -69,6 +69,12 @@ func run(args []string) int {
 	if err == nil {
 		return 0
 	}
+	err = storageRefused(err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		ue.report(stderr)
+		return exitUsage
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
@@ -109,6 +115,7 @@ Every flag can also be set with the environment variable CMDQ_<FLAG>
 		root.AddCommand(f())
 	}
 	annotateEnv(root)
+	strictUsage(root)
 	return root
 }
 

@@ -89,6 +89,7 @@ func newPeriodicLsCmd() *cobra.Command {
 		},
 	}
 	f.add(c)
+	f.readOnly = true
 	c.Flags().BoolVar(&asJSON, "json", false, "print the schedules as JSON (each with its last tick's command ID)")
 	return c
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // TestPoisonLsFitsWidth: poison ls fits the terminal's width (COLUMNS):
-// the last error is shortened ("…"), and --wide prints it whole.
+// the last error is shortened ("…"), and --wide prints it whole; through
+// a pipe, without COLUMNS, rows are whole.
 func TestPoisonLsFitsWidth(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
@@ -44,6 +45,12 @@ func TestPoisonLsFitsWidth(t *testing.T) {
 	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[1], long) {
 		t.Errorf("--wide does not print the whole last error:\n%s", r.stdout)
+	}
+	// Through a pipe, without COLUMNS: rows are whole (poison ls | grep).
+	r = mustRun(t, nil, append([]string{"poison", "ls"}, srv...)...)
+	lines = strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], long) || !strings.Contains(lines[0], "DEQUEUES") {
+		t.Errorf("poison ls through a pipe is cut:\n%s", r.stdout)
 	}
 }
 

@@ -683,7 +683,10 @@ Azure Storage queue (--store azure); the embedded store belongs to one process.
 With --run-for D it processes for at most D and exits 0 before D has passed
 (counted from process start), printing a one-line summary: for schedulers that
 start a job every minute, use --run-for 55s. It stops taking work when the next
-handler might not finish in time and leaves no message leased.
+handler might not finish in time and leaves no message leased. It also stops
+early when idle: once its queues are empty and its next poll (backing off up
+to --max-poll-interval) would come after the time is up. The summary ends with
+why it stopped: deadline, idle or cancelled (a signal).
 
 Without --run-for it runs until SIGINT or SIGTERM, then drains.`,
 		Args: cobra.NoArgs,
@@ -695,7 +698,7 @@ Without --run-for it runs until SIGINT or SIGTERM, then drains.`,
 	f.store.addReserve(c)
 	f.log.add(c)
 	f.proc.add(c)
-	c.Flags().DurationVar(&f.runFor, "run-for", 0, "process for at most this long, then exit 0 with a summary (0 = until SIGINT/SIGTERM)")
+	c.Flags().DurationVar(&f.runFor, "run-for", 0, "process for at most this long, then exit 0 with a summary; it stops sooner when its queues are empty and its next poll would come too late (0 = until SIGINT/SIGTERM)")
 	addRecoveryFlag(c, &f.recovery)
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the same as serve's /metrics, without authentication) on GET http://ADDR/metrics, e.g. 127.0.0.1:9090; port 0 picks a free port (the log says which). Default none")
 	return c

@@ -118,12 +118,23 @@ var errStoreInUse = errors.New("embedded store in use")
 
 // open opens the store the flags name.
 func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
+	return f.openMode(ctx, false)
+}
+
+// openMode opens the store the flags name; readOnly opens it without
+// creating anything (readonly.go) and says when there is nothing in it.
+func (f *storeFlags) openMode(ctx context.Context, readOnly bool) (storage.Store, error) {
 	if err := (cmdq.Config{Prefix: f.prefix}).Validate(); err != nil {
 		return nil, fmt.Errorf("--prefix %q: %w (use lowercase letters and digits, starting with a letter)", f.prefix, err)
 	}
 	switch f.kind {
 	case "embedded":
 		path := f.data
+		if readOnly {
+			if err := noEmbeddedStore(path); err != nil {
+				return nil, err
+			}
+		}
 		opts := &embedded.Options{LockTimeout: f.embeddedLockWait}
 		if f.reserve != "" {
 			n, err := parseSize(f.reserve)
@@ -144,7 +155,11 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 	case "azure":
 		conns := f.azConns
 		if len(conns) > 1 {
-			return openAccounts(ctx, conns)
+			st, err := openAccounts(ctx, conns)
+			if err != nil || !readOnly {
+				return st, err
+			}
+			return readOnlyAzure(ctx, st, f.prefix)
 		}
 		cfg := azure.Config{
 			AccountName:   f.azAccount,
@@ -176,6 +191,9 @@ func (f *storeFlags) open(ctx context.Context) (storage.Store, error) {
 		st, err := azure.Open(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("open Azure Storage: %w", err)
+		}
+		if readOnly {
+			return readOnlyAzure(ctx, st, f.prefix)
 		}
 		return st, nil
 	default:

@@ -8,12 +8,9 @@ import (
 	"unicode/utf8"
 )
 
-// defaultColumns is the width tables are fitted to when neither COLUMNS
-// nor a terminal says (output to a pipe or a file).
-const defaultColumns = 100
-
 // columns is the width w's tables must fit: COLUMNS when set, else the
-// terminal's width, else defaultColumns.
+// terminal's width when w is a terminal; 0 (no limit: rows whole) when w
+// is a pipe or a file, so `cmdq poison ls | grep` sees every column.
 func columns(w io.Writer) int {
 	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
 		return n
@@ -24,12 +21,16 @@ func columns(w io.Writer) int {
 				return n
 			}
 		}
+		return ttyDefaultColumns
 	}
-	return defaultColumns
+	return 0
 }
 
+// ttyDefaultColumns is the width of a terminal that does not say its own.
+const ttyDefaultColumns = 80
+
 // table lays out rows (the first is the header) in columns two spaces
-// apart. Unless wide, lines fit width: the columns listed in drop (by
+// apart. Unless wide or width is 0, lines fit width: the columns listed in drop (by
 // index, least useful first) are left out, one after the other, while the
 // last column would get fewer than minLast characters, and the last column
 // is then cut (with "…"). Cells are single-line text, already escaped for
@@ -59,7 +60,7 @@ func table(w io.Writer, rows [][]string, width int, wide bool, drop []int, minLa
 		return f
 	}
 	last := widths[n-1]
-	if !wide {
+	if !wide && width > 0 {
 		for _, i := range drop {
 			if width-fixed() >= min(minLast, last) {
 				break

@@ -226,7 +226,7 @@ func TestReadmeTour(t *testing.T) {
 		all.WriteString(s.text + "\n")
 	}
 	for _, want := range []string{`"type":"demo.echo"`, `"type":"demo.fail","params":{"times":10}`, `"type":"demo.steps"`,
-		"/v1/poison", "/requeue", "/events", "Accept: text/event-stream", "-X DELETE", goRunCmdq + "send", goRunCmdq + "status", goRunCmdq + "poison ls"} {
+		"/v1/poison", "/requeue", "/events", "Accept: text/event-stream", "-X DELETE", goRunCmdq + "send", goRunCmdq + "status", goRunCmdq + "poison ls", goRunCmdq + "ls --state"} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("README tour no longer contains %q", want)
 		}

@@ -172,6 +172,8 @@ type CommandQuery struct {
 	CorrelationID string
 	IDPrefix      string
 	IssuedSince   time.Time
+	IssuedBefore  time.Time
+	Queue         string
 	Interval      time.Duration
 	ParamsPreview int
 }

@@ -137,6 +137,19 @@ func TestListCommandsFiltersAndLatency(t *testing.T) {
 		if got := ids(model.CommandQuery{IDPrefix: strings.ToUpper(d[:14]), Newest: true}); !slices.Equal(got, []string{d}) {
 			t.Fatalf("ID prefix %s: %v", d[:14], got)
 		}
+		// A queue, and issued before a time, in both orders.
+		if got := ids(model.CommandQuery{Queue: "images"}); !slices.Equal(got, sorted(old, a)) {
+			t.Fatalf("queue images (by ID): %v", got)
+		}
+		if got := ids(model.CommandQuery{Queue: "slow", Newest: true}); !slices.Equal(got, []string{b}) {
+			t.Fatalf("queue slow (newest): %v", got)
+		}
+		if got := ids(model.CommandQuery{IssuedBefore: base}); !slices.Equal(got, []string{old}) {
+			t.Fatalf("issued before the range (by ID): %v", got)
+		}
+		if got := ids(model.CommandQuery{IssuedSince: base, IssuedBefore: base.Add(time.Hour), Queue: "commands", Newest: true}); !slices.Equal(got, []string{d}) {
+			t.Fatalf("issued in the range, queue commands: %v", got)
+		}
 		// Issued since the range's day: the old command's day table is not
 		// read at all.
 		env.Store.Reset()

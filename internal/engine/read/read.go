@@ -216,7 +216,9 @@ func selected(q model.CommandQuery, st model.Status) bool {
 		(q.TypePrefix == "" || hasPrefixFold(st.Type, q.TypePrefix)) &&
 		(q.CorrelationID == "" || st.CorrelationID == q.CorrelationID) &&
 		(q.IDPrefix == "" || hasPrefixFold(st.ID, q.IDPrefix)) &&
-		(q.IssuedSince.IsZero() || !st.CreatedAt.Before(q.IssuedSince))
+		(q.IssuedSince.IsZero() || !st.CreatedAt.Before(q.IssuedSince)) &&
+		(q.IssuedBefore.IsZero() || st.CreatedAt.Before(q.IssuedBefore)) &&
+		(q.Queue == "" || st.Queue == q.Queue)
 }
 
 // hasPrefixFold reports whether s starts with prefix, ignoring case.
