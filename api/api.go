@@ -260,6 +260,7 @@ func New(cfg Config) (http.Handler, error) {
 	route("/v1/commands/{id}/run-now", map[string]http.HandlerFunc{http.MethodPost: s.runNow})
 	route("/v1/queues", map[string]http.HandlerFunc{http.MethodGet: s.listQueues})
 	route("/v1/periodic", map[string]http.HandlerFunc{http.MethodGet: s.listPeriodic})
+	route("/v1/periodic/{name}", map[string]http.HandlerFunc{http.MethodGet: s.getPeriodic})
 	route("/v1/periodic/{name}/trigger", map[string]http.HandlerFunc{http.MethodPost: s.triggerPeriodic})
 	route("/v1/queues/{name}/pause", map[string]http.HandlerFunc{http.MethodPost: s.pauseQueue})
 	route("/v1/queues/{name}/resume", map[string]http.HandlerFunc{http.MethodPost: s.resumeQueue})

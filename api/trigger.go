@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,4 +90,53 @@ func (s *server) triggerPeriodic(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info().Str("periodic", name).Str("command", tick.ID).Str("by", who).Msg("cmdq api: periodic schedule triggered")
 	writeJSON(w, http.StatusAccepted, tick)
+}
+
+// DefaultRecentTicks is how many ticks GET /v1/periodic/{name} returns
+// when the request names no `ticks` (10; at most cmdq.MaxRecentTicks).
+const DefaultRecentTicks = 10
+
+// getPeriodic is GET /v1/periodic/{name}?ticks=N (reader): the schedule as
+// GET /v1/periodic lists it, with its latest N ticks of the spec (default
+// DefaultRecentTicks, 0 to cmdq.MaxRecentTicks), newest first, each with
+// its command's state or missed (cmdq.Client.GetPeriodic). 404 for an
+// unknown schedule.
+func (s *server) getPeriodic(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorize(w, r, RoleReader); !ok {
+		return
+	}
+	name := r.PathValue("name")
+	if err := cmdq.ValidateType(name); err != nil {
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a schedule name; names are 1-%d characters: a letter, then letters, digits, '.', '_' or '-'; GET /v1/periodic lists them", quoteClip(name), cmdq.MaxPeriodicNameLength),
+			client.FieldError{Pointer: "path:name", Detail: "not a schedule name"}))
+		return
+	}
+	ticks := DefaultRecentTicks
+	for k := range r.URL.Query() {
+		if k != "ticks" {
+			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("unknown query parameter %s; GET /v1/periodic/{name} takes only ticks", quoteClip(k)),
+				client.FieldError{Pointer: "query:" + clipText(k), Detail: "unknown query parameter; use ticks"}))
+			return
+		}
+	}
+	if v := r.URL.Query().Get("ticks"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > cmdq.MaxRecentTicks {
+			d := fmt.Sprintf("ticks must be a whole number from 0 to %d (default %d)", cmdq.MaxRecentTicks, DefaultRecentTicks)
+			writeProblem(w, r, newProblem(client.ProblemInvalidRequest, d, client.FieldError{Pointer: "query:ticks", Detail: d}))
+			return
+		}
+		ticks = n
+	}
+	info, err := s.cfg.Client.GetPeriodic(r.Context(), name, ticks)
+	switch {
+	case err == nil:
+	case errors.Is(err, cmdq.ErrNotFound):
+		writeProblem(w, r, newProblem(client.ProblemNotFound, fmt.Sprintf("no periodic schedule %s is registered on this server or stored; GET /v1/periodic lists them", quoteClip(name))))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
 }

@@ -57,4 +57,18 @@ func exerciseTrigger(t *testing.T, c specClient, srv *apitest.Server) {
 	}
 	// A reader may not trigger.
 	c.expect(http.StatusForbidden, http.MethodPost, "/v1/periodic/demo.hourly/trigger", "", "", "Authorization", "Bearer "+apitest.ReaderToken)
+
+	// GET /v1/periodic/{name}: the schedule with its latest ticks.
+	rd := []string{"Authorization", "Bearer " + apitest.ReaderToken}
+	r = c.expect(http.StatusOK, http.MethodGet, "/v1/periodic/demo.hourly?ticks=2", "", "", rd...)
+	var info cmdq.PeriodicInfo
+	if err := json.Unmarshal(r.body, &info); err != nil || info.Name != "demo.hourly" || info.Spec == "" || len(info.RecentTicks) > 2 || info.NextTick.IsZero() {
+		t.Fatalf("GET /v1/periodic/demo.hourly?ticks=2: %s %v", r.body, err)
+	}
+	c.expect(http.StatusOK, http.MethodGet, "/v1/periodic/demo.hourly", "", "", rd...)
+	c.expect(http.StatusNotFound, http.MethodGet, "/v1/periodic/no.such", "", "", rd...)
+	c.expect(http.StatusBadRequest, http.MethodGet, "/v1/periodic/9bad", "", "", rd...)
+	for _, q := range []string{"ticks=21", "ticks=-1", "ticks=x", "tick=2"} {
+		c.expect(http.StatusBadRequest, http.MethodGet, "/v1/periodic/demo.hourly?"+q, "", "", rd...)
+	}
 }

@@ -2,8 +2,12 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/cmdq-dev/cmdq"
 )
@@ -116,4 +120,44 @@ func (c *Remote) RunNow(ctx context.Context, id string) (cmdq.Status, error) {
 	var st cmdq.Status
 	_, err := c.do(ctx, http.MethodPost, "/v1/commands/"+url.PathEscape(id)+"/run-now", nil, nil, &st)
 	return st, err
+}
+
+// GetPeriodic returns periodic schedule name with its latest ticks of the
+// spec, newest first, in RecentTicks (GET /v1/periodic/{name}?ticks=N):
+// ticks of them, 0 to cmdq.MaxRecentTicks (the server's default, 10,
+// when ticks is negative). An unknown schedule gives ErrNotFound, an
+// invalid name or count ErrInvalid.
+func (c *Remote) GetPeriodic(ctx context.Context, name string, ticks int) (cmdq.PeriodicInfo, error) {
+	var q url.Values
+	if ticks >= 0 {
+		q = url.Values{"ticks": {strconv.Itoa(ticks)}}
+	}
+	var info cmdq.PeriodicInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/periodic/"+url.PathEscape(name), q, nil, &info)
+	return info, err
+}
+
+// TriggerPeriodic issues periodic schedule name's command now as a tick
+// (POST /v1/periodic/{name}/trigger; operator role) and returns the tick:
+// its time, its command's ID and state pending. at is the trigger time
+// (zero: the server's now); giving the At a first trigger returned
+// repeats it and returns the same tick with Duplicate set, issuing
+// nothing, so a retried trigger runs the command once. An unknown
+// schedule gives ErrNotFound; a time more than cmdq.MaxTriggerAge ago
+// ErrInvalid; a schedule stored only by an old version without its
+// parameters ErrConflict.
+func (c *Remote) TriggerPeriodic(ctx context.Context, name string, at time.Time) (cmdq.TickInfo, error) {
+	var body []byte
+	if !at.IsZero() {
+		b, err := json.Marshal(struct {
+			At time.Time `json:"at"`
+		}{at.UTC()})
+		if err != nil {
+			return cmdq.TickInfo{}, fmt.Errorf("cmdq client: %w", err)
+		}
+		body = b
+	}
+	var tick cmdq.TickInfo
+	_, err := c.do(ctx, http.MethodPost, "/v1/periodic/"+url.PathEscape(name)+"/trigger", nil, body, &tick)
+	return tick, err
 }

@@ -57,6 +57,8 @@ type backend interface {
 	ResumeQueue(ctx context.Context, name string) (cmdq.QueueInfo, error)
 	// Periodic: periodic.go.
 	Periodic(ctx context.Context) ([]cmdq.PeriodicInfo, error)
+	GetPeriodic(ctx context.Context, name string, ticks int) (cmdq.PeriodicInfo, error)
+	TriggerPeriodic(ctx context.Context, name string, at time.Time) (cmdq.TickInfo, error)
 	// ListCommands: ls.go.
 	ListCommands(ctx context.Context, q cmdq.CommandQuery) (cmdq.CommandPage, error)
 	Close() error

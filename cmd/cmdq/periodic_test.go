@@ -23,7 +23,11 @@ import (
 // command's ID and say it is a duplicate, whatever the params; a window of
 // 0 or a key without a window is refused with a clear error and stores
 // nothing; periodic ls lists the server's schedule with a last tick that
-// has a command and its next tick.
+// has a command and its next tick; periodic show lists its latest ticks
+// newest first; periodic trigger issues a tick now, the same --at again
+// issues nothing, an unknown name exits 1 and a missing one 2; on Azure
+// trigger works on the store directly too (the command rebuilt from the
+// schedule's stored row).
 func TestCLIUniqueAndPeriodic(t *testing.T) {
 	t.Parallel()
 	for _, az := range []bool{false, true} {
@@ -33,7 +37,8 @@ func TestCLIUniqueAndPeriodic(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := startServe(t, serveOpts{azure: az, args: []string{"--periodic", `heartbeat;@every 1s;demo.echo;{"beat":true}`}})
+			prefix := randomPrefix()
+			srv := startServe(t, serveOpts{azure: az, args: []string{"--periodic", `heartbeat;@every 1s;demo.echo;{"beat":true}`, "--prefix", prefix}})
 			env := []string{"CMDQ_SERVER=" + srv.URL}
 
 			first := sendID(t, env, "demo.echo", "--params", `{"n":1}`, "--unique", "order-42", "--unique-window", "1h")
@@ -75,6 +80,61 @@ func TestCLIUniqueAndPeriodic(t *testing.T) {
 			for _, want := range []string{"NAME", "NEXT TICK", "heartbeat", "@every 1s", "demo.echo", "commands"} {
 				if !strings.Contains(table, want) {
 					t.Fatalf("periodic ls printed %q, missing %q", table, want)
+				}
+			}
+
+			var info cmdq.PeriodicInfo
+			out := mustRun(t, env, "periodic", "show", "heartbeat", "--ticks", "3", "--json").stdout
+			if err := json.Unmarshal([]byte(out), &info); err != nil {
+				t.Fatalf("periodic show --json %q: %v", out, err)
+			}
+			if n := len(info.RecentTicks); n < 1 || n > 3 || info.LastTick == nil || info.RecentTicks[0].ID != info.LastTick.ID {
+				t.Fatalf("periodic show --ticks 3: %d ticks, last %+v: want 1 to 3, the newest the last tick", n, info.LastTick)
+			}
+			for i := 1; i < len(info.RecentTicks); i++ {
+				if !info.RecentTicks[i].At.Before(info.RecentTicks[i-1].At) {
+					t.Fatalf("periodic show: ticks not newest first: %+v", info.RecentTicks)
+				}
+			}
+			table = mustRun(t, env, "periodic", "show", "heartbeat").stdout
+			for _, want := range []string{"spec:", "@every 1s", "next tick:", "TICK", "COMMAND", "STATE"} {
+				if !strings.Contains(table, want) {
+					t.Fatalf("periodic show printed %q, missing %q", table, want)
+				}
+			}
+
+			var tick cmdq.TickInfo
+			out = mustRun(t, env, "periodic", "trigger", "heartbeat", "--json").stdout
+			if err := json.Unmarshal([]byte(out), &tick); err != nil {
+				t.Fatalf("periodic trigger --json %q: %v", out, err)
+			}
+			if tick.ID == "" || tick.Duplicate || tick.State != cmdq.StatePending {
+				t.Fatalf("periodic trigger: %+v, want a new pending tick", tick)
+			}
+			if st := statusOf(t, env, tick.ID); st.Type != "demo.echo" || st.CorrelationID != "periodic:heartbeat@"+tick.At.UTC().Format(time.RFC3339Nano) {
+				t.Fatalf("the triggered tick's command: %+v", st)
+			}
+			again := mustRun(t, env, "periodic", "trigger", "heartbeat", "--at", tick.At.Format(time.RFC3339Nano)).stdout
+			if !strings.Contains(again, tick.ID) || !strings.Contains(again, "nothing new issued") {
+				t.Fatalf("the same trigger again printed %q, want the first tick's command %s and that nothing new was issued", again, tick.ID)
+			}
+			r = runCmdq(t, 30*time.Second, env, "periodic", "trigger", "nosuch")
+			if r.code != 1 || !strings.Contains(r.stderr, "no periodic schedule") {
+				t.Fatalf("trigger of an unknown schedule: exit %d, stderr %q: want exit 1 saying there is no such schedule", r.code, r.stderr)
+			}
+			r = runCmdq(t, 30*time.Second, env, "periodic", "show")
+			if r.code != exitUsage || !strings.Contains(r.stderr, "schedule's name") {
+				t.Fatalf("periodic show without a name: exit %d, stderr %q: want exit %d asking for the schedule's name", r.code, r.stderr, exitUsage)
+			}
+			if az {
+				storeEnv := []string{"CMDQ_AZURE_CONNECTION_STRING=" + azurite.ConnectionString(t)}
+				out := mustRun(t, storeEnv, "periodic", "trigger", "heartbeat", "--store", "azure", "--prefix", prefix).stdout
+				if !strings.Contains(out, "heartbeat triggered at") {
+					t.Fatalf("trigger on the store printed %q", out)
+				}
+				id := strings.TrimSpace(out[strings.LastIndex(out, " "):])
+				if st := statusOf(t, env, id); st.Type != "demo.echo" || !strings.HasPrefix(st.CorrelationID, "periodic:heartbeat@") {
+					t.Fatalf("the tick triggered on the store: %+v", st)
 				}
 			}
 		})

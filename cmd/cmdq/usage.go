@@ -47,6 +47,7 @@ var argNouns = map[string]string{
 	"ID":       "the command ID",
 	"ID...":    "one or more command IDs",
 	"TYPE":     "the command type (such as demo.echo)",
+	"NAME":     "the schedule's name (`cmdq periodic ls` lists them)",
 	"QUEUE...": "one or more queue names (`cmdq queue ls` lists them)",
 }
 
