@@ -427,11 +427,11 @@ var shootTime time.Duration
 var docsShots = map[string]string{"overview": "overview.png", "commands": "commands.png", "poison-entry": "poison-entry.png",
 	"command-running-pending": "command-running.png", "poison-list": "poison-list.png",
 	"periodic": "periodic.png", "periodic-schedule": "periodic-schedule.png", "periodic-trigger": "periodic-trigger.png",
-	"command-durations": "command-durations.png"}
+	"command-durations": "command-durations.png", "confirm-bulk": "bulk-confirm.png"}
 
 // docsPhoneShots are the pages whose 390×844 light screenshots go to
 // $CMDQ_DOCS_SCREENSHOTS, as docsShots.
-var docsPhoneShots = map[string]string{"periodic-schedule": "periodic-phone.png", "command-durations": "command-durations-phone.png"}
+var docsPhoneShots = map[string]string{"periodic-schedule": "periodic-phone.png", "command-durations": "command-durations-phone.png", "command": "command-phone.png"}
 
 // waitURL waits until the tab has loaded a page whose URL contains part
 // (after a click or a form submission navigates it; evaluations fail
