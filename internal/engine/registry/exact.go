@@ -280,3 +280,101 @@ func jsonKind(t reflect.Type) string {
 	}
 	return "another JSON value"
 }
+
+// keyNames is every JSON field name of the structs reachable from a type
+// (through pointers, slices, arrays, maps and struct fields; not inside
+// opaque types), for exactKeysFast; usable is false when two of them
+// differ but fold to each other (then only the full check decides).
+type keyNames struct {
+	names  map[string]struct{}
+	usable bool
+}
+
+var keyNamesCache sync.Map // reflect.Type → *keyNames
+
+func keyNamesOf(t reflect.Type) *keyNames {
+	if k, ok := keyNamesCache.Load(t); ok {
+		return k.(*keyNames)
+	}
+	k := &keyNames{names: map[string]struct{}{}, usable: true}
+	seen := map[reflect.Type]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || seen[t] || opaque(t) {
+			return
+		}
+		seen[t] = true
+		switch t.Kind() {
+		case reflect.Struct:
+			for name, ft := range fieldsOf(t) {
+				k.names[name] = struct{}{}
+				walk(ft)
+			}
+		case reflect.Slice, reflect.Array, reflect.Map:
+			walk(t.Elem())
+		}
+	}
+	walk(t)
+	for a := range k.names {
+		for b := range k.names {
+			if a != b && strings.EqualFold(a, b) {
+				k.usable = false
+			}
+		}
+	}
+	keyNamesCache.Store(t, k)
+	return k
+}
+
+// exactKeysFast reports whether params certainly passes checkExactKeys
+// along t, without a decoder: every object key in params is, spelt
+// exactly, a field name of t's structs, and no two of those names fold to
+// each other. Then no key can fold to a field it does not equal. False
+// means "not known": checkExactKeys decides (a key with an escape, a key
+// of a map or of an opaque value that is no field name, an unterminated
+// string). Other invalid JSON may pass: the decoder reports it.
+func exactKeysFast(t reflect.Type, params []byte) bool {
+	k := keyNamesOf(t)
+	if !k.usable {
+		return false
+	}
+	for i := 0; i < len(params); i++ {
+		if params[i] != '"' {
+			continue
+		}
+		start := i + 1
+		end := -1
+		escaped := false
+		for j := start; j < len(params); j++ {
+			if params[j] == '\\' {
+				escaped = true
+				j++ // the escaped byte
+				continue
+			}
+			if params[j] == '"' {
+				end = j
+				break
+			}
+		}
+		if end < 0 {
+			return false
+		}
+		i = end
+		j := end + 1
+		for j < len(params) && (params[j] == ' ' || params[j] == '\t' || params[j] == '\n' || params[j] == '\r') {
+			j++
+		}
+		if j < len(params) && params[j] == ':' {
+			if escaped {
+				return false // a key spelt with an escape
+			}
+			if _, ok := k.names[string(params[start:end])]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -65,3 +65,42 @@ func TestCheckExactKeys(t *testing.T) {
 		}
 	}
 }
+
+type foldPair struct {
+	A string `json:"k"`
+	B string `json:"K"`
+}
+
+// TestExactKeysFast: the decoder-free check passes the plain params a
+// handler gets (so the full walk is skipped) and never passes params the
+// full check refuses: a folded key, one with an escape, a map key or an
+// opaque value's key that is no field name, a type whose names fold to
+// each other.
+func TestExactKeysFast(t *testing.T) {
+	typ := reflect.TypeFor[exactCmd]()
+	for _, fast := range []string{
+		`{}`, `{"ms":1,"id":"x","count":"5","Untaged":"u"}`,
+		"{\"inner\" :\n{\"name\":\"a \\\" b\"},\"list\":[{\"name\":\"b\"}],\"ptr\":{\"name\":\"d\"}}",
+		`{"when":"2024-01-01T00:00:00Z","raw":{"name":1},"any":["ms"]}`,
+	} {
+		if !exactKeysFast(typ, []byte(fast)) {
+			t.Errorf("%s: not passed by the fast check", fast)
+		}
+		if err := checkExactKeys(typ, []byte(fast)); err != nil {
+			t.Errorf("%s: the full check refuses it: %v", fast, err)
+		}
+	}
+	for _, slow := range []string{
+		`{"mſ":3000}`, `{"MS":1}`, `{"ID":"x"}`, `{"inner":{"NAME":"a"}}`,
+		`{"list":[{"name":"a"},{"Name":"b"}]}`, `{"byKey":{"k":{"nAme":"c"}}}`,
+		`{"untaged":"u"}`, `{"m\u0073":1}`, `{"byKey":{"MS":{"name":"c"}}}`,
+		`{"any":{"NAME":2}}`, `{"unknown":1}`, `{"ms`, `{"a\"b":1}`,
+	} {
+		if exactKeysFast(typ, []byte(slow)) {
+			t.Errorf("%s: passed by the fast check", slow)
+		}
+	}
+	if exactKeysFast(reflect.TypeFor[foldPair](), []byte(`{"k":"a"}`)) {
+		t.Error(`a type with fields "k" and "K": passed by the fast check`)
+	}
+}
