@@ -492,25 +492,31 @@ func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, 
 }
 
 func eventEntity(id string, e model.Event, writeID string) storage.Entity {
-	ent := storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Properties: map[string]any{
-		"WriteID": writeID,
-		"Kind":    string(e.Kind),
-		"Time":    layout.Millis(e.Time),
-		"Attempt": int32(e.Attempt),
-		"Worker":  layout.Truncate(eventWho(e), layout.MaxTextUnits),
-		"Step":    int32(e.Step),
-		"Note":    layout.Truncate(e.Note, layout.MaxTextUnits),
-		"Error":   layout.Truncate(e.Error, layout.MaxTextUnits),
-		"Reason":  layout.Truncate(e.Reason, layout.MaxTextUnits),
-		"Detail":  layout.Truncate(e.Detail, layout.MaxDetailUnits),
-		// A queue message ID is at most a few hundred characters (Azure:
-		// a GUID; the embedded store: a UUID).
-		"MessageID": layout.Truncate(e.MessageID, layout.MaxTextUnits),
-	}}
-	if !e.RunAt.IsZero() {
-		ent.Properties["RunAt"] = layout.Millis(e.RunAt)
+	p := make(map[string]any, 8)
+	p["WriteID"] = writeID
+	p["Kind"] = string(e.Kind)
+	p["Time"] = layout.Millis(e.Time)
+	p["Attempt"] = int32(e.Attempt)
+	put := func(name, v string, units int) {
+		if v != "" {
+			p[name] = layout.Truncate(v, units)
+		}
 	}
-	return ent
+	put("Worker", eventWho(e), layout.MaxTextUnits)
+	if e.Step != 0 {
+		p["Step"] = int32(e.Step)
+	}
+	put("Note", e.Note, layout.MaxTextUnits)
+	put("Error", e.Error, layout.MaxTextUnits)
+	put("Reason", e.Reason, layout.MaxTextUnits)
+	put("Detail", e.Detail, layout.MaxDetailUnits)
+	// A queue message ID is at most a few hundred characters (Azure: a
+	// GUID; the embedded store: a UUID).
+	put("MessageID", e.MessageID, layout.MaxTextUnits)
+	if !e.RunAt.IsZero() {
+		p["RunAt"] = layout.Millis(e.RunAt)
+	}
+	return storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Properties: p}
 }
 
 // eventWho is what an event row's Worker property holds: the processor of
