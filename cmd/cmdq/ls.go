@@ -14,6 +14,7 @@ import (
 
 	"github.com/cmdq-dev/cmdq"
 	"github.com/cmdq-dev/cmdq/client"
+	"github.com/cmdq-dev/cmdq/internal/suggest"
 )
 
 // cmdq ls: the commands, a page at a time, through a server
@@ -91,7 +92,7 @@ are applied to the rows read, so a selective one reads on (one query per
 				}
 				if !known {
 					msg := fmt.Sprintf("--state %q is not a state", state)
-					if s := closest(state, names); s != "" {
+					if s := suggest.Closest(state, names); s != "" {
 						msg += fmt.Sprintf(" (did you mean %s?)", s)
 					}
 					return &usageError{cmd: cmd, msg: msg + "; use one of " + strings.Join(names, ", ")}

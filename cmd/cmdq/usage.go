@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cmdq-dev/cmdq/internal/suggest"
 )
 
 // Usage mistakes (a missing or extra argument, an unknown subcommand or
@@ -132,7 +134,7 @@ func groupCommand(c *cobra.Command) {
 			return &usageError{cmd: cmd, full: true, msg: fmt.Sprintf("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(subcommands(cmd), ", "))}
 		}
 		msg := fmt.Sprintf("unknown command %q for %s", args[0], cmd.CommandPath())
-		if s := closest(args[0], subcommands(cmd)); s != "" {
+		if s := suggest.Closest(args[0], subcommands(cmd)); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s %s?)", cmd.CommandPath(), s)
 		}
 		return &usageError{msg: msg + fmt.Sprintf("; run '%s --help'", cmd.CommandPath())}
@@ -148,43 +150,4 @@ func subcommands(cmd *cobra.Command) []string {
 		}
 	}
 	return subs
-}
-
-// closest returns the name in names nearest to s by edit distance (case
-// folded), when it is near enough to be a likely typo; "" otherwise.
-func closest(s string, names []string) string {
-	best, bestD := "", -1
-	ls := strings.ToLower(s)
-	for _, n := range names {
-		d := editDistance(ls, strings.ToLower(n))
-		if bestD < 0 || d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if bestD < 0 || bestD > max(2, len([]rune(s))/3) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in runes.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
