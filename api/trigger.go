@@ -33,10 +33,8 @@ func (s *server) triggerPeriodic(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := r.PathValue("name")
-	if err := cmdq.ValidateType(name); err != nil {
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a schedule name; names are 1-%d characters: a letter, then letters, digits, '.', '_' or '-'; GET /v1/periodic lists them", quoteClip(name), cmdq.MaxPeriodicNameLength),
-			client.FieldError{Pointer: "path:name", Detail: "not a schedule name"}))
+	name, ok := scheduleName(w, r)
+	if !ok {
 		return
 	}
 	var req triggerRequest
@@ -92,6 +90,18 @@ func (s *server) triggerPeriodic(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, tick)
 }
 
+// scheduleName returns the request's {name}, or answers 400 when it is no
+// schedule name.
+func scheduleName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if err := cmdq.ValidateType(name); err != nil {
+		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a schedule name; names are 1-%d characters: a letter, then letters, digits, '.', '_' or '-'; GET /v1/periodic lists them", quoteClip(name), cmdq.MaxPeriodicNameLength),
+			client.FieldError{Pointer: "path:name", Detail: "not a schedule name"}))
+		return "", false
+	}
+	return name, true
+}
+
 // DefaultRecentTicks is how many ticks GET /v1/periodic/{name} returns
 // when the request names no `ticks` (10; at most cmdq.MaxRecentTicks).
 const DefaultRecentTicks = 10
@@ -105,10 +115,8 @@ func (s *server) getPeriodic(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, RoleReader); !ok {
 		return
 	}
-	name := r.PathValue("name")
-	if err := cmdq.ValidateType(name); err != nil {
-		writeProblem(w, r, newProblem(client.ProblemInvalidRequest, fmt.Sprintf("%s is not a schedule name; names are 1-%d characters: a letter, then letters, digits, '.', '_' or '-'; GET /v1/periodic lists them", quoteClip(name), cmdq.MaxPeriodicNameLength),
-			client.FieldError{Pointer: "path:name", Detail: "not a schedule name"}))
+	name, ok := scheduleName(w, r)
+	if !ok {
 		return
 	}
 	ticks := DefaultRecentTicks
