@@ -247,7 +247,7 @@ func (h *hub) read(e *entry) {
 // push records a change this Client stored (the change feed): st is the
 // command's status after it, events the events written (nil: unknown).
 func (h *hub) push(ms model.Status, mevents []model.Event) {
-	st, events := statusOut(ms).AsOf(h.c.now()), eventsOut(mevents)
+	st := statusOut(ms).AsOf(h.c.now())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if immutable(st.State) {
@@ -260,7 +260,9 @@ func (h *hub) push(ms model.Status, mevents []model.Event) {
 	if e.known && (ETag(st) == e.etag || st.UpdatedAt.Before(e.st.UpdatedAt)) {
 		return // known already, or older than what a read found
 	}
-	// The pushed events continue the shared list when it was current.
+	// The pushed events continue the shared list when it was current
+	// (converted only for a watched command).
+	events := eventsOut(mevents)
 	appendEvents := e.evOK && e.evVer == e.ver && len(events) > 0 && events[0].Seq == lastSeq(e.evs)+1
 	h.set(e, st)
 	e.err = nil
