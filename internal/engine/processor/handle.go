@@ -623,14 +623,17 @@ func (a *attempt) lostBefore() []model.Event {
 // deliveries without an outcome and by the started event if the handler is
 // running and that event is not written yet. Caller holds a.mu.
 func (a *attempt) withStarted(evs ...model.Event) []model.Event {
-	pre := a.lostBefore()
-	if a.running && !a.startedWritten {
-		pre = append(pre, a.startedEvent())
-	}
-	if len(pre) == 0 {
+	lost := a.lostBefore()
+	started := a.running && !a.startedWritten
+	if len(lost) == 0 && !started {
 		return evs
 	}
-	return append(pre, evs...)
+	out := make([]model.Event, 0, len(lost)+1+len(evs))
+	out = append(out, lost...)
+	if started {
+		out = append(out, a.startedEvent())
+	}
+	return append(out, evs...)
 }
 
 // leaseLostEvent is this delivery's own lease_lost event.
