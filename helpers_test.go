@@ -360,3 +360,36 @@ func (m *callsMeter) perCommand(t *testing.T, issue func(i int) error) float64 {
 	}
 	return float64(m.env.Store.Total()) / n
 }
+
+// completedStartedOnce waits until each command of ids is completed and
+// checks that it started once, with no failed or lease_lost event: what
+// it waited for (a permit, a token) spent no attempt. It returns each
+// command's started event time.
+func completedStartedOnce(ctx context.Context, t *testing.T, c *cmdq.Client, ids []string, what string) map[string]time.Time {
+	t.Helper()
+	startedAt := map[string]time.Time{}
+	for _, id := range ids {
+		st, err := c.Wait(ctx, id)
+		if err != nil || st.State != cmdq.StateCompleted {
+			t.Fatalf("command %s: %+v %v", id, st, err)
+		}
+		evs, err := c.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := 0
+		for _, e := range evs {
+			switch e.Kind {
+			case cmdq.EventStarted:
+				started++
+				startedAt[id] = e.Time
+			case cmdq.EventFailed, cmdq.EventLeaseLost:
+				t.Errorf("command %s: %s event %+v: %s must not fail an attempt", id, e.Kind, e, what)
+			}
+		}
+		if started != 1 {
+			t.Errorf("command %s: %d started events, want 1 (a wait spends no attempt): %v", id, started, kinds(evs))
+		}
+	}
+	return startedAt
+}

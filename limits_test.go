@@ -161,28 +161,7 @@ func TestGlobalConcurrency(t *testing.T) {
 			t.Fatalf("%d statuses say they wait for a permit while 2 run, want 28", waiting)
 		}
 		close(hold)
-		for _, id := range ids {
-			st, err := clients[0].Wait(ctx, id)
-			if err != nil || st.State != cmdq.StateCompleted {
-				t.Fatalf("command %s: %+v %v", id, st, err)
-			}
-			evs, err := clients[0].Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			started := 0
-			for _, e := range evs {
-				switch e.Kind {
-				case cmdq.EventStarted:
-					started++
-				case cmdq.EventFailed, cmdq.EventLeaseLost:
-					t.Errorf("command %s: %s event %+v: waiting for a permit must not fail an attempt", id, e.Kind, e)
-				}
-			}
-			if started != 1 {
-				t.Errorf("command %s: %d started events, want 1 (a wait spends no attempt): %v", id, started, kinds(evs))
-			}
-		}
+		completedStartedOnce(ctx, t, clients[0], ids, "waiting for a permit")
 		if _, p := gauge.get(); p != 2 {
 			t.Fatalf("peak %d handlers of a type limited to 2", p)
 		}

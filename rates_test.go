@@ -134,30 +134,7 @@ func TestRateLimit(t *testing.T) {
 			}
 			ids[i] = res.ID
 		}
-		evStart := map[string]time.Time{}
-		for _, id := range ids {
-			st, err := clients[0].Wait(ctx, id)
-			if err != nil || st.State != cmdq.StateCompleted {
-				t.Fatalf("command %s: %+v %v", id, st, err)
-			}
-			evs, err := clients[0].Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			started := 0
-			for _, e := range evs {
-				switch e.Kind {
-				case cmdq.EventStarted:
-					started++
-					evStart[id] = e.Time
-				case cmdq.EventFailed, cmdq.EventLeaseLost:
-					t.Errorf("command %s: %s event %+v: waiting for a token must not fail an attempt", id, e.Kind, e)
-				}
-			}
-			if started != 1 {
-				t.Errorf("command %s: %d started events, want 1 (a wait spends no attempt): %v", id, started, kinds(evs))
-			}
-		}
+		evStart := completedStartedOnce(ctx, t, clients[0], ids, "waiting for a token")
 		mu.Lock()
 		defer mu.Unlock()
 		var all, byEvent []rateRun
