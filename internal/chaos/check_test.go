@@ -130,6 +130,36 @@ func TestCheckPoisonedByLostDeliveries(t *testing.T) {
 	}
 }
 
+// TestCheckPoisonedAfterSummarisedLostDeliveries: a delivery that finds
+// more than 10 deliveries without an outcome records lease_lost for the
+// last 10 and names the earlier ones in the first one's note (the
+// processor's lostBefore); those count as lost deliveries too (the
+// one-hour soak's no-op command dequeued 13 times under overload). The
+// same history without the note is a violation.
+func TestCheckPoisonedAfterSummarisedLostDeliveries(t *testing.T) {
+	t.Parallel()
+	for _, withNote := range []bool{true, false} {
+		c := acceptedCmd("c1", "demo.echo", `{"n":3040}`, false)
+		evs := []event{ev("1", "created", "", 0, 0)}
+		for a := 3; a <= 12; a++ {
+			e := ev(fmt.Sprint(a), "lease_lost", "w3.1", a, 0)
+			if a == 3 && withNote {
+				e.Note = "delivery 3 left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery 13 (deliveries 1-2 left none either)"
+			}
+			evs = append(evs, e)
+		}
+		evs = append(evs, event{Seq: "e:13", Kind: "poisoned", Worker: "w3.1", Attempt: 13, Reason: "poison ceiling exceeded"})
+		h := &history{ID: "c1", Found: true, Status: "poisoned", Events: evs}
+		r := runCheck(t, c, h, nil, fakeProcs{}, map[string]poisonEntry{"c1": {CommandID: "c1", Reason: "poison ceiling exceeded"}})
+		if withNote && (len(r.Violations) != 0 || r.PoisonedByLostDeliveries != 1) {
+			t.Fatalf("with the note: violations %v, poisoned by lost deliveries %d; want none and 1", r.Violations, r.PoisonedByLostDeliveries)
+		}
+		if !withNote && (len(r.Violations) != 1 || r.Violations[0].Invariant != InvDesignedOutcome) {
+			t.Fatalf("without the note: violations %v, want one %s", r.Violations, InvDesignedOutcome)
+		}
+	}
+}
+
 func TestCheckFindsEachViolation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
