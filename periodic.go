@@ -250,30 +250,18 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]PeriodicInfo, 0, len(byName))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
+	var last []*TickInfo
 	now := c.now().UTC()
 	for _, info := range byName {
 		for _, t := range c.ticksOf(info, 1, now) {
 			info.LastTick = &TickInfo{At: t, ID: layout.TickID(info.Name, t)}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := c.readTick(ctx, info.LastTick)
-				mu.Lock()
-				defer mu.Unlock()
-				errs = append(errs, err)
-			}()
+			last = append(last, info.LastTick)
 		}
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := c.readTicks(ctx, last); err != nil {
 		return nil, fmt.Errorf("cmdq: list periodic schedules: %w", err)
 	}
+	out := make([]PeriodicInfo, 0, len(byName))
 	for _, info := range byName {
 		out = append(out, *info)
 	}
@@ -310,20 +298,12 @@ func (c *Client) GetPeriodic(ctx context.Context, name string, ticks int) (Perio
 		return *info, nil
 	}
 	info.RecentTicks = make([]TickInfo, len(ts))
-	errs := make([]error, len(ts))
-	var wg sync.WaitGroup
+	recent := make([]*TickInfo, len(ts))
 	for i, t := range ts {
 		info.RecentTicks[len(ts)-1-i] = TickInfo{At: t, ID: layout.TickID(name, t)}
+		recent[len(ts)-1-i] = &info.RecentTicks[len(ts)-1-i]
 	}
-	for i := range info.RecentTicks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.readTick(ctx, &info.RecentTicks[i])
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := c.readTicks(ctx, recent); err != nil {
 		return PeriodicInfo{}, fmt.Errorf("cmdq: periodic schedule %s: %w", name, err)
 	}
 	last := info.RecentTicks[0]
@@ -352,8 +332,20 @@ func (c *Client) ticksOf(info *PeriodicInfo, n int, now time.Time) []time.Time {
 	return periodic.Last(sched, n, after, now)
 }
 
-// readTick fills tick's State (or Missed) from its command: one point
-// read (none for a command read final before).
+// readTicks fills each tick's State (or Missed) from its command, the
+// reads side by side: one point read each (none for a command read final
+// before).
+func (c *Client) readTicks(ctx context.Context, ticks []*TickInfo) error {
+	errs := make([]error, len(ticks))
+	var wg sync.WaitGroup
+	for i, t := range ticks {
+		wg.Go(func() { errs[i] = c.readTick(ctx, t) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readTick fills tick's State (or Missed) from its command.
 func (c *Client) readTick(ctx context.Context, tick *TickInfo) error {
 	st, err := c.Get(ctx, tick.ID)
 	switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmdq-dev/cmdq"
+	"github.com/cmdq-dev/cmdq/api"
 	"github.com/cmdq-dev/cmdq/client"
 )
 
@@ -126,7 +127,7 @@ read per tick.
 	f.add(c)
 	f.readOnly = true
 	c.Flags().BoolVar(&asJSON, "json", false, "print the schedule and its ticks as JSON")
-	c.Flags().IntVar(&ticks, "ticks", 10, fmt.Sprintf("how many of the latest ticks to show (0 to %d)", cmdq.MaxRecentTicks))
+	c.Flags().IntVar(&ticks, "ticks", api.DefaultRecentTicks, fmt.Sprintf("how many of the latest ticks to show (0 to %d)", cmdq.MaxRecentTicks))
 	return c
 }
 

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cmdq-dev/cmdq/internal/engine/processor"
 )
 
 // Invariant names: stable, used in reports and docs/reliability.md.
@@ -475,13 +477,12 @@ func lostDeliveries(h *history) (lost int, ok bool) {
 	}
 	// A delivery that finds more than 10 deliveries without an outcome
 	// records lease_lost for the last 10 and names the earlier ones in the
-	// first one's note (processor.lostBefore): "(deliveries 1-2 left none
-	// either)".
+	// first one's note (processor.LostRangeNote).
 	summed := map[int]bool{}
 	for _, e := range h.Events[from:] {
 		var lo, hi int
 		if i := strings.Index(e.Note, "(deliveries "); e.Kind == "lease_lost" && i >= 0 {
-			if n, _ := fmt.Sscanf(e.Note[i:], "(deliveries %d-%d left none either)", &lo, &hi); n == 2 {
+			if n, _ := fmt.Sscanf(e.Note[i:], processor.LostRangeNote, &lo, &hi); n == 2 {
 				for a := lo; a <= hi; a++ {
 					summed[a] = true
 				}

@@ -598,6 +598,12 @@ func (a *attempt) startedEvent() model.Event {
 // deliveries before it (10).
 const maxLostEvents = 10
 
+// LostRangeNote is what the first of those events' note adds (a format
+// of the first and last delivery numbers) when earlier deliveries left no
+// outcome either: they get no event of their own. The reliability suite's
+// checker reads it.
+const LostRangeNote = "(deliveries %d-%d left none either)"
+
 // lostBefore returns lease_lost events for the deliveries before this one
 // that left no outcome: attempts rec.Settled+1 … n-1 (at most the last
 // maxLostEvents of them). Their handlers may have run, so every extra run
@@ -612,7 +618,7 @@ func (a *attempt) lostBefore() []model.Event {
 	for at := from; at < a.n; at++ {
 		note := fmt.Sprintf("delivery %d left no outcome (its processor lost the lease, stopped or crashed, or released it unstarted); the handler may have run; found by delivery %d", at, a.n)
 		if at == from && from > first {
-			note += fmt.Sprintf(" (deliveries %d-%d left none either)", first, from-1)
+			note += " " + fmt.Sprintf(LostRangeNote, first, from-1)
 		}
 		evs = append(evs, model.Event{Kind: model.EventLeaseLost, Attempt: at, Worker: a.worker(), Note: note})
 	}
