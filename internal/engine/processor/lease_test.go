@@ -112,11 +112,12 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 	t.Run("renewal", func(t *testing.T) {
 		t.Parallel()
 		e, through, px := azureBehind(t)
-		// 4 s: the renewal (at 2 s) and its retry have until shortly
-		// before the lease's end to be answered; with 2 s a loaded Azurite
-		// answered the retry after it, a loss.
-		const lease = 4 * time.Second
-		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=4"}, faultproxy.LoseAnswer, 1)
+		// 10 s: the renewal (at 5 s) and the transport's retry after its
+		// lost answer have 4.5 s to be answered; with 2 s, and then 4 s
+		// (1.8 s), a loaded machine answered the retry after the lease's
+		// end, a loss.
+		const lease = 10 * time.Second
+		rule := px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/", Query: "visibilitytimeout=10"}, faultproxy.LoseAnswer, 1)
 		reg := registry.NewRegistry()
 		var runs atomic.Int64
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
@@ -134,10 +135,10 @@ func TestLostAnswerIsNotALostLease(t *testing.T) {
 		p := newProc(t, through, reg, cfg)
 		start(t, p)
 		id := e.issue(e.issuer(p.Notify), okCmd{})
-		e.waitState(id, model.StateCompleted, 15*time.Second)
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 		// The message, renewed under a receipt the processor never learnt,
 		// reappears when that lease ends and is deleted without running.
-		e.waitQueueEmpty("commands", 15*time.Second)
+		e.waitQueueEmpty("commands", 30*time.Second)
 		if rule.Hits() != 1 || runs.Load() != 1 || m.lost.Load() != 0 || p.LeaseOf("test.ok") != lease {
 			t.Fatalf("renewal answer lost %d times: handler ran %d times, %d leases counted lost, lease %s", rule.Hits(), runs.Load(), m.lost.Load(), p.LeaseOf("test.ok"))
 		}

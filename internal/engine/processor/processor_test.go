@@ -263,13 +263,15 @@ func panicInHandler() { panic("boom") }
 func TestLongHandlerRenewsLease(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
-		// 6 s: a renewal at half the lease has 2.7 s to answer (with 1 s,
-		// 0.45 s was too little for a loaded Azurite, and with 3 s, 1.4 s
-		// was once, beside a CPU hog: the handler was cancelled and ran
-		// again).
-		const lease = 6 * time.Second
+		// 10 s: each renewal, sent at half the lease, has 4.5 s to be
+		// answered. The handler runs until its lease was renewed twice
+		// (longer than one lease), not for a wall-clock time: with a 6 s
+		// lease and 18 s of work, a CI machine running every package's
+		// Azurite at once once let a renewal miss its 2.7 s, and the
+		// completion was then counted as a lost lease.
+		const lease = 10 * time.Second
 		reg := registry.NewRegistry()
-		var running, maxRunning, runs atomic.Int64
+		var running, maxRunning, runs, renewals atomic.Int64
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			runs.Add(1)
 			n := running.Add(1)
@@ -280,18 +282,22 @@ func TestLongHandlerRenewsLease(t *testing.T) {
 					break
 				}
 			}
-			select { // the work: three leases long
-			case <-time.After(3 * lease):
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for renewals.Load() < 2 { // the work: until two renewals kept it
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
+			return nil
 		}, registry.Options{Lease: lease, Timeout: 10 * lease})
 		cfg := e.cfg()
 		cfg.StartedWriteDelay = 100 * time.Millisecond
-		p1 := newProc(t, e.store, reg, cfg)
+		p1 := newProc(t, countUpdates(e.store, &renewals), reg, cfg)
 		cfg.Worker += "-2"
-		p2 := newProc(t, e.open(), reg, cfg)
+		p2 := newProc(t, countUpdates(e.open(), &renewals), reg, cfg)
 		start(t, p1)
 		start(t, p2)
 		id := e.issue(e.issuer(nil), okCmd{})
