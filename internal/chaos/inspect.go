@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 const (
 	rowCommand        = "a:cmd"
 	rowEventPrefix    = "e:"
+	completedAtProp   = "CompletedAt" // on a started row: its attempt's completion, the next event, has no row
 	unqueuedPartition = "~unqueued"
 	commandsQueue     = "commands" // the demo handlers' logical queue
 )
@@ -154,6 +156,15 @@ func strProp(e storage.Entity, name string) string {
 	return s
 }
 
+// nextEventKey returns the row key of the event after the one of row key k.
+func nextEventKey(k string) string {
+	n, err := strconv.ParseInt(strings.TrimPrefix(k, rowEventPrefix), 10, 64)
+	if err != nil {
+		return k + "+1"
+	}
+	return fmt.Sprintf("%s%010d", rowEventPrefix, n+1)
+}
+
 func intProp(e storage.Entity, name string) int64 {
 	switch v := e.Properties[name].(type) {
 	case int32:
@@ -189,9 +200,13 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.RunAt = timeProp(e, "RunAt")
 				h.OrderKey, h.OrderSeq = strProp(e, "OrderKey"), intProp(e, "OrderSeq")
 			case strings.HasPrefix(e.RowKey, rowEventPrefix):
-				h.Events = append(h.Events, event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
+				ev := event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
 					Attempt: int(intProp(e, "Attempt")), Worker: strProp(e, "Worker"), Step: int(intProp(e, "Step")),
-					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason"), RunAt: timeProp(e, "RunAt")})
+					Note: strProp(e, "Note"), Error: strProp(e, "Error"), Reason: strProp(e, "Reason"), RunAt: timeProp(e, "RunAt")}
+				h.Events = append(h.Events, ev)
+				if done := timeProp(e, completedAtProp); !done.IsZero() && ev.Kind == "started" {
+					h.Events = append(h.Events, event{Seq: nextEventKey(e.RowKey), Kind: "completed", Time: done, Attempt: ev.Attempt, Worker: ev.Worker})
+				}
 			}
 		}
 		if page.Continuation == "" {

@@ -15,6 +15,12 @@ const (
 	RowCommand = "a:cmd"
 	// EventRowPrefix starts every event row key: "e:" + 10-digit sequence.
 	EventRowPrefix = "e:"
+	// CompletedAtProp, on a started event's row, says that the attempt
+	// completed at that time and that its completed event (numbered one
+	// more, the same attempt and worker, no other property) has no row
+	// of its own: a handler that starts and completes inside one write
+	// records both events in one row, read back as two.
+	CompletedAtProp = "CompletedAt"
 	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
 	// for commands whose enqueue failed after they were stored.
 	UnqueuedPartition = "~unqueued"

@@ -352,6 +352,50 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 	started := map[string]time.Time{}
 	rows, partial := 0, false
 	var part partition // the command whose rows are being read (its row comes first)
+	// countEvent adds an event of the command being read to the summary.
+	countEvent := func(kind model.EventKind, at time.Time, attempt int64) {
+		switch kind {
+		case model.EventCreated, model.EventRequeued:
+			part.enqueued = at
+		case model.EventStarted:
+			part.started = at
+			if part.running && part.listed {
+				started[part.id] = at
+			}
+		}
+		i := int(at.Sub(first) / every)
+		if at.Before(first) || i >= len(sum.Minutes) {
+			return
+		}
+		m := &sum.Minutes[i]
+		gs := grp(&part)
+		switch kind {
+		case model.EventCompleted:
+			m.Completed++
+			for _, g := range gs {
+				g.Completed++
+			}
+		case model.EventFailed:
+			m.Failed++
+			for _, g := range gs {
+				g.Failed++
+			}
+		case model.EventPoisoned:
+			m.Poisoned++
+			for _, g := range gs {
+				g.Poisoned++
+			}
+		case model.EventStarted:
+			// Issue (or requeue) → start of its first attempt.
+			if attempt <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
+				d := at.Sub(part.enqueued)
+				samples[i] = append(samples[i], d)
+				for _, g := range gs {
+					g.samples = append(g.samples, d)
+				}
+			}
+		}
+	}
 	names, err := s.Tables().All(ctx)
 	if err != nil {
 		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
@@ -410,48 +454,10 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 				if e.PartitionKey != part.id || !part.in {
 					continue
 				}
-				at := layout.TimeProp(e, "Time")
-				kind := model.EventKind(layout.StrProp(e, "Kind"))
-				switch kind {
-				case model.EventCreated, model.EventRequeued:
-					part.enqueued = at
-				case model.EventStarted:
-					part.started = at
-					if part.running && part.listed {
-						started[part.id] = at
-					}
-				}
-				i := int(at.Sub(first) / every)
-				if at.Before(first) || i >= len(sum.Minutes) {
-					continue
-				}
-				m := &sum.Minutes[i]
-				gs := grp(&part)
-				switch kind {
-				case model.EventCompleted:
-					m.Completed++
-					for _, g := range gs {
-						g.Completed++
-					}
-				case model.EventFailed:
-					m.Failed++
-					for _, g := range gs {
-						g.Failed++
-					}
-				case model.EventPoisoned:
-					m.Poisoned++
-					for _, g := range gs {
-						g.Poisoned++
-					}
-				case model.EventStarted:
-					// Issue (or requeue) → start of its first attempt.
-					if layout.IntProp(e, "Attempt") <= 1 && !part.enqueued.IsZero() && !at.Before(part.enqueued) {
-						d := at.Sub(part.enqueued)
-						samples[i] = append(samples[i], d)
-						for _, g := range gs {
-							g.samples = append(g.samples, d)
-						}
-					}
+				attempt := layout.IntProp(e, "Attempt")
+				countEvent(model.EventKind(layout.StrProp(e, "Kind")), layout.TimeProp(e, "Time"), attempt)
+				if done := layout.TimeProp(e, layout.CompletedAtProp); !done.IsZero() {
+					countEvent(model.EventCompleted, done, attempt) // the row holds the attempt's completion too
 				}
 			}
 		}

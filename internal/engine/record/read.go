@@ -49,7 +49,7 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 				return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
 			}
 			for _, e := range page.Entities {
-				out = append(out, decodeEvent(e))
+				out = appendEvents(out, e)
 			}
 			if page.Continuation == "" {
 				return out, nil
@@ -83,6 +83,18 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	return out, nil
+}
+
+// appendEvents appends the events of event row e to out: one, or two for
+// a started row that holds its attempt's completion
+// (layout.CompletedAtProp).
+func appendEvents(out []model.Event, e storage.Entity) []model.Event {
+	ev := decodeEvent(e)
+	out = append(out, ev)
+	if done := layout.TimeProp(e, layout.CompletedAtProp); !done.IsZero() && ev.Kind == model.EventStarted {
+		out = append(out, model.Event{Seq: ev.Seq + 1, Kind: model.EventCompleted, Time: done, Attempt: ev.Attempt, Worker: ev.Worker})
+	}
+	return out
 }
 
 func decodeEvent(e storage.Entity) model.Event {

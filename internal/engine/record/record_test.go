@@ -542,3 +542,101 @@ func TestCreateRecreatesMissingDayTable(t *testing.T) {
 		}
 	})
 }
+
+// TestCompletionSharesStartedRow: an attempt that starts and completes in
+// one append writes one event row (the started row carries CompletedAt),
+// read back as two events with their own numbers and times; a completion
+// that says more than its time (a note), or follows another attempt's
+// start, or comes in a later append, keeps a row of its own.
+func TestCompletionSharesStartedRow(t *testing.T) {
+	t.Parallel()
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		r, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		rows := func(id string) []storage.Entity {
+			t.Helper()
+			page, err := s.CommandsTable().Query(ctx, storage.Query{PartitionKey: id, RowKeyPrefix: layout.EventRowPrefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return page.Entities
+		}
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		started := model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w1", Time: at, MessageID: "m1"}
+		completed := model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "w1", Time: at.Add(7 * time.Millisecond)}
+
+		id := testenv.Create(t, s, "demo.OneRow", `{}`)
+		rec, err := s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, rec, started, completed); err != nil {
+			t.Fatal(err)
+		}
+		got := rows(id)
+		if len(got) != 2 || got[1].RowKey != layout.EventRowKey(2) || !layout.TimeProp(got[1], layout.CompletedAtProp).Equal(completed.Time) {
+			t.Fatalf("event rows %+v, want created and one started row with CompletedAt %s", got, completed.Time)
+		}
+		evs, err := r.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []model.Event{
+			{Seq: 2, Kind: model.EventStarted, Time: at, Attempt: 1, Worker: "w1", MessageID: "m1"},
+			{Seq: 3, Kind: model.EventCompleted, Time: completed.Time, Attempt: 1, Worker: "w1"},
+		}
+		if len(evs) != 3 || evs[0].Kind != model.EventCreated || !equalEvents(evs[1:], want) {
+			t.Fatalf("events %+v, want created then %+v", evs, want)
+		}
+		if rec.EventSeq != 3 || rec.Status.State != model.StateCompleted {
+			t.Fatalf("record after the append: seq %d, state %s", rec.EventSeq, rec.Status.State)
+		}
+
+		for name, evs := range map[string][]model.Event{
+			"a note on the completion": {started, {Kind: model.EventCompleted, Attempt: 1, Worker: "w1", Note: "done late"}},
+			"another attempt's start":  {{Kind: model.EventStarted, Attempt: 2, Worker: "w1"}, completed},
+			"another worker's start":   {{Kind: model.EventStarted, Attempt: 1, Worker: "w2"}, completed},
+		} {
+			id := testenv.Create(t, s, "demo.TwoRows", `{}`)
+			rec, err := s.Load(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Append(ctx, rec, evs...); err != nil {
+				t.Fatal(err)
+			}
+			if got := rows(id); len(got) != 3 || layout.TimeProp(got[1], layout.CompletedAtProp) != (time.Time{}) {
+				t.Fatalf("%s: %d event rows (%+v), want 3 without CompletedAt", name, len(got), got)
+			}
+			back, err := r.Events(ctx, id)
+			if err != nil || len(back) != 3 || back[2].Kind != model.EventCompleted || back[2].Seq != 3 || back[2].Note != evs[1].Note {
+				t.Fatalf("%s: events %+v, %v", name, back, err)
+			}
+		}
+
+		// Started alone (a long handler), completed by a later append.
+		id = testenv.Create(t, s, "demo.Later", `{}`)
+		rec, err = s.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, rec, started); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, rec, completed); err != nil {
+			t.Fatal(err)
+		}
+		if got := rows(id); len(got) != 3 {
+			t.Fatalf("started and completed in two appends: %d event rows, want 3", len(got))
+		}
+	})
+}
+
+// equalEvents compares events field by field (times with Equal).
+func equalEvents(a, b []model.Event) bool {
+	return slices.EqualFunc(a, b, func(x, y model.Event) bool {
+		tx, ty := x.Time, y.Time
+		x.Time, y.Time = time.Time{}, time.Time{}
+		return x == y && tx.Equal(ty)
+	})
+}

@@ -519,6 +519,15 @@ func eventEntity(id string, e model.Event, writeID string) storage.Entity {
 	return storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Properties: p}
 }
 
+// completesStarted reports whether e is the plain completion of the
+// attempt that started with prev, written in the same append: its row can
+// be prev's (layout.CompletedAtProp), as nothing but its time differs.
+func completesStarted(prev, e model.Event) bool {
+	return prev.Kind == model.EventStarted && e.Kind == model.EventCompleted && e.Seq == prev.Seq+1 &&
+		e.Attempt == prev.Attempt && e.Worker == prev.Worker && e.By == "" && e.Step == 0 && e.Note == "" &&
+		e.Error == "" && e.Reason == "" && e.Detail == "" && e.MessageID == "" && e.RunAt.IsZero()
+}
+
 // eventWho is what an event row's Worker property holds: the processor of
 // an attempt's event, or who requeued or discarded the command (Event.By):
 // the kind tells which (data layout unchanged since Event.By was added).
@@ -842,7 +851,12 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 		layout.Apply(&st, e)
 		settled = layout.Settle(settled, e)
 		owner = layout.Own(owner, e)
-		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid), AssumeAbsent: guarded})
+		if n := len(written); n > 0 && completesStarted(written[n-1], e) {
+			// One row for both (layout.CompletedAtProp).
+			ops[len(ops)-1].Entity.Properties[layout.CompletedAtProp] = e.Time
+		} else {
+			ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid), AssumeAbsent: guarded})
+		}
 		written = append(written, e)
 	}
 	// Merge: the command's own properties (params, …) are neither resent
