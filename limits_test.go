@@ -333,9 +333,12 @@ func TestOrderKey(t *testing.T) {
 			cfg.Worker = fmt.Sprintf("w%d", i+1)
 			cfg.Concurrency = 8
 			c := newClient(t, store{driver: s.driver, st: st, prefix: s.prefix}, cfg)
-			if err := cmdq.Register(c, func(ctx context.Context, d deposit, _ *cmdq.Attempt) error {
+			// An hour's lease: the cancelled scheduled head below hands
+			// its key on at once (it cannot be running), not a lease
+			// after the cancel, the wait for a head that may be.
+			if err := cmdq.RegisterWith(c, func(ctx context.Context, d deposit, _ *cmdq.Attempt) error {
 				return log.run(ctx, d.Key, d.Seq, 30*time.Millisecond)
-			}); err != nil {
+			}, cmdq.HandlerOptions{Lease: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			if err := cmdq.Register(c, func(ctx context.Context, w withdraw, _ *cmdq.Attempt) error {
@@ -411,8 +414,8 @@ func TestOrderKey(t *testing.T) {
 		if _, err := clients[0].Issue(ctx, deposit{}, cmdq.OrderKey(strings.Repeat("k", cmdq.MaxOrderKeyLength+1))); !errors.Is(err, cmdq.ErrInvalidOrderKey) {
 			t.Errorf("an order key over %d bytes: %v, want ErrInvalidOrderKey", cmdq.MaxOrderKeyLength, err)
 		}
-		// A cancelled head hands the key to the next; so does a poisoned
-		// one (its retries would have held it).
+		// A cancelled head that had not come due hands the key to the
+		// next; so does a poisoned one (its retries would have held it).
 		next, err := clients[1].Issue(ctx, deposit{Key: "k3", Seq: 1}, cmdq.OrderKey("k3"))
 		if err != nil {
 			t.Fatal(err)

@@ -250,7 +250,7 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 	case err == nil && !rec.Status.State.Final():
 		return false
 	case err == nil && rec.Status.State != model.StateCompleted && rec.Status.State != model.StatePoisoned &&
-		p.since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew:
+		p.since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew && !neverDelivered(rec.Status):
 		// Cancelled (or discarded) while a handler of it may still run
 		// elsewhere: that one learns of it at its next lease renewal, and
 		// ends within a lease.
@@ -268,6 +268,18 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 	}
 	p.cfg.Logger.Info().Str("command", head.Command).Msg("cmdq processor: took a command that is final, or was never stored, out of its order key")
 	return true
+}
+
+// neverDelivered reports whether st, final, is a command no handler can
+// have run: it has no attempt and was due (RunAt, from its creation) well
+// after it became final. Its message was invisible until then (the
+// storage service's clock), and no processor takes a command that is not
+// due by its own clock (at most maxClockSkew off, as is the clock of the
+// process that cancelled it), so no delivery of it can have started — a
+// cancelled scheduled head hands its key on at once instead of a lease
+// after the cancel.
+func neverDelivered(st model.Status) bool {
+	return st.Attempts == 0 && st.RunAt.After(st.UpdatedAt.Add(2*maxClockSkew))
 }
 
 // leaveOrder takes rec, final, out of its order key (one batch) and wakes
