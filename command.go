@@ -240,8 +240,8 @@ type HandlerOptions struct {
 	// MaxConcurrency, when above 0, is the most handlers of the type this
 	// Client's processor runs at once (within Config.Concurrency), so a
 	// slow type cannot take every handler slot: a message of the type that
-	// waits for one of its slots holds no handler slot, and is released
-	// (made visible again) when its lease would need renewing. It caps one
+	// waits for one of its slots holds no handler slot and keeps its lease
+	// (renewed), so the wait spends no attempt however long it is. It caps one
 	// process; to cap the type across processes, give it its own Queue and
 	// run a known number of processes on it (docs/processor.md). Defaults
 	// to the declared cap (CommandOptions.MaxConcurrency), else 0: no cap.

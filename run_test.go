@@ -200,6 +200,72 @@ func (slowJob) CommandOptions() cmdq.CommandOptions {
 // waiting messages of the capped type hold none); released, every one
 // completes, still 2 at a time at most. A cap set at Register overrides
 // the declared one; a negative one is refused.
+// cappedJob is capped at one handler at once, with a ceiling of 2 and a
+// one-second lease.
+type cappedJob struct {
+	N int `json:"n"`
+}
+
+func (cappedJob) CommandType() string { return "jobs.capped" }
+
+// TestMaxConcurrencyBacklog: a backlog of a capped type waits for its
+// slot holding its messages (their leases renewed), so each command runs
+// once, as attempt 1, however long it waits. Its messages used to be put
+// back when a wait reached half the lease, and each put back counted a
+// dequeue toward the poison ceiling: with a ceiling of 2, most of the
+// backlog was poisoned without running (20 of 30 at the default ceiling).
+func TestMaxConcurrencyBacklog(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, func(t *testing.T, s store) {
+		ctx := ctxT(t)
+		cfg := fast()
+		cfg.Concurrency = 4
+		c := newClient(t, s, cfg)
+		var mu sync.Mutex
+		running, peak := 0, 0
+		if err := cmdq.RegisterWith(c, func(ctx context.Context, j cappedJob, _ *cmdq.Attempt) error {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}()
+			select { // the work: longer than half the lease, for ten of them
+			case <-time.After(100 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, cmdq.HandlerOptions{MaxConcurrency: 1, PoisonCeiling: 2, Lease: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for i := range 10 {
+			res, err := c.Issue(ctx, cappedJob{N: i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, res.ID)
+		}
+		for _, id := range ids {
+			if st, err := c.Wait(ctx, id); err != nil || st.State != cmdq.StateCompleted || st.Attempts != 1 {
+				t.Fatalf("command %s: %+v %v, want completed at attempt 1", id, st, err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if peak != 1 {
+			t.Fatalf("%d capped handlers ran at once, want 1", peak)
+		}
+	})
+}
+
 func TestMaxConcurrency(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, s store) {

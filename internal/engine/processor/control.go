@@ -399,19 +399,6 @@ func (p *Processor) releasePaused(s *session, qr *queueRunner, k *keeper, m stor
 	}
 }
 
-// releaseFor makes a message visible again after d (a delivery of a paused
-// queue: not started).
-func (p *Processor) releaseFor(s *session, k *keeper, d time.Duration) {
-	receipt, held := k.stop()
-	s.counter.released.Add(1)
-	if !held {
-		return
-	}
-	if _, _, err := k.q.UpdateVisibility(s.ops, k.id, receipt, d); err != nil && !expected(err) {
-		p.fault(s.ops, "release", k.queue, k.cmdID, err)
-	}
-}
-
 // fastPathClear reports whether a first delivery of env may still start
 // from what its message carries, as far as cancels go: not while the
 // command is being cancelled in this process, not when the queue's

@@ -10,16 +10,22 @@ import "time"
 // with visibility vis by a call sent at sent): first one of its type's
 // slots, when the type has a MaxConcurrency, then one of the processor's.
 //
-// A message waiting for its type's slot is parked: it holds none of the
-// processor's slots and does not count as held (so the poller goes on
-// fetching messages of the other types), and at most MaxConcurrency
-// messages of a type are parked at a time: one that finds as many parked
-// already is released at once, invisible until about when it would have
-// stopped waiting. When the session stops taking work, or a wait reaches
-// the time the message's lease would need renewing (half of it), the
-// message is released (visible again at once) and ok is false: a message
-// is not hoarded by a processor that cannot start it. free gives the slots
-// back.
+// A message waiting for its type's slot holds none of the processor's
+// slots and keeps its lease (the keeper renews it): it is never put back
+// for the wait, as a put back would count a dequeue toward the poison
+// ceiling without an attempt (a backlog of a capped type was poisoned
+// unrun). Up to typeParkLimit such messages of a type are parked: not
+// counted as held, so the poller goes on fetching (the other types'
+// messages start at once); past it a message waits counted as held, and
+// the poller's prefetch bound then stops fetching, as for a permit
+// (permits.go). When the session stops taking work the message is
+// released (visible again at once) and ok is false.
+//
+// A message waiting for one of the processor's slots (handlers slower
+// than the prefetch expected) is released when the wait reaches the time
+// its lease would need renewing (half of it, from sent or from the end of
+// a wait for its type's slot): a message is not hoarded by a processor
+// whose handlers are all busy. free gives the slots back.
 func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Time, vis time.Duration) (free func(), ok bool) {
 	deadline := sent.Add(vis / 2)
 	qr := p.byName[k.queue]
@@ -28,16 +34,15 @@ func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Ti
 		select {
 		case typed <- struct{}{}:
 		default:
-			if !p.park(qr, cmdType, cap(typed)) {
-				p.releaseFor(s, k, max(p.until(deadline), 0))
-				return nil, false
+			parked := p.park(qr, cmdType, p.typeParkLimit())
+			end := p.awaitTurn(s, k, typed, nil)
+			if parked {
+				p.unpark(qr, cmdType)
 			}
-			got, _ := p.waitSlot(s, typed, deadline)
-			p.unpark(qr, cmdType)
-			if !got {
-				p.release(s, k)
-				return nil, false
+			if end != waitCame {
+				return nil, false // released (stopped taking work), or the lease is lost
 			}
+			deadline = p.now().Add(k.currentLease() / 2)
 		}
 	}
 	got, late := true, false
@@ -89,6 +94,10 @@ func (p *Processor) waitSlot(s *session, slots chan struct{}, deadline time.Time
 		return false, true
 	}
 }
+
+// typeParkLimit is how many messages of one capped type may wait for its
+// slots parked (2 × Concurrency, as for a permit).
+func (p *Processor) typeParkLimit() int { return 2 * p.cfg.Concurrency }
 
 // park notes a message of cmdType (on qr) that waits for one of its type's slots,
 // unless limit of them wait already (false). A parked message is not held
