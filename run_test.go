@@ -200,8 +200,7 @@ func (slowJob) CommandOptions() cmdq.CommandOptions {
 // waiting messages of the capped type hold none); released, every one
 // completes, still 2 at a time at most. A cap set at Register overrides
 // the declared one; a negative one is refused.
-// cappedJob is capped at one handler at once, with a ceiling of 2 and a
-// one-second lease.
+// cappedJob is capped at one handler at once, with a ceiling of 2.
 type cappedJob struct {
 	N int `json:"n"`
 }
@@ -223,6 +222,9 @@ func TestMaxConcurrencyBacklog(t *testing.T) {
 		c := newClient(t, s, cfg)
 		var mu sync.Mutex
 		running, peak := 0, 0
+		// A 10 s lease: renewals of the waiting messages have 4.5 s to be
+		// answered (with 1 s, a loaded Azurite missed one and a command
+		// ran as attempt 2); the old put back came after 5 s of waiting.
 		if err := cmdq.RegisterWith(c, func(ctx context.Context, j cappedJob, _ *cmdq.Attempt) error {
 			mu.Lock()
 			running++
@@ -233,13 +235,13 @@ func TestMaxConcurrencyBacklog(t *testing.T) {
 				running--
 				mu.Unlock()
 			}()
-			select { // the work: longer than half the lease, for ten of them
-			case <-time.After(100 * time.Millisecond):
+			select { // the work: ten of them take longer than half the lease
+			case <-time.After(700 * time.Millisecond):
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}, cmdq.HandlerOptions{MaxConcurrency: 1, PoisonCeiling: 2, Lease: time.Second}); err != nil {
+		}, cmdq.HandlerOptions{MaxConcurrency: 1, PoisonCeiling: 2, Lease: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Start(ctx); err != nil {

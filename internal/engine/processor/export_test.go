@@ -10,3 +10,11 @@ func (p *Processor) CountLostLeases(cmdType string, n int) {
 
 // ParseMessage parses and checks a queue message as the processor does.
 var ParseMessage = parseMessage
+
+// Parked returns how many messages of cmdType wait parked for one of its
+// MaxConcurrency slots.
+func (p *Processor) Parked(cmdType string) int {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	return p.parked[cmdType]
+}

@@ -127,8 +127,13 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 		typeRater = nil
 	}
 	slotSent, slotVis := sent, vis
+	// A capped type that also takes permits takes its MaxConcurrency slot
+	// first: a message waiting for its type's slot holds no permit that
+	// another process's handler could use.
+	typeFirst := known && len(gates) > 0 && p.typeSlots[env.Type] != nil
 	for {
 		var holds []*permitHold
+		typeHeld := false
 		giveBack := func() {
 			if len(holds) > 0 {
 				k.onRenewed(nil)
@@ -136,6 +141,12 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 					p.givePermit(s, h)
 				}
 			}
+		}
+		if typeFirst {
+			if _, ok := p.takeTypeSlot(s, k, env.Type); !ok {
+				return
+			}
+			typeHeld = true
 		}
 		for _, g := range gates {
 			var gateHop func() bool
@@ -145,6 +156,9 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			h, ok := p.takePermit(s, qr, k, g, env.ID, gateHop)
 			if !ok {
 				giveBack()
+				if typeHeld {
+					p.freeTypeSlot(env.Type)
+				}
 				return
 			}
 			holds = append(holds, h)
@@ -156,7 +170,7 @@ func (p *Processor) handle(s *session, qr *queueRunner, m storage.Message, sent 
 			})
 			slotSent, slotVis = p.now(), k.currentLease()
 		}
-		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis)
+		free, ok := p.takeSlot(s, k, env.Type, slotSent, slotVis, typeHeld)
 		if ok {
 			// A type with a rate takes its tokens with its slot in hand,
 			// waiting for them holding no slot (rates.go).

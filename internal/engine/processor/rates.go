@@ -185,7 +185,7 @@ func (p *Processor) takeToken(s *session, k *keeper, r *rater, cmdID string, fre
 	for {
 		if free == nil {
 			unpark()
-			f, ok := p.takeSlot(s, k, r.typ, p.now(), k.currentLease())
+			f, ok := p.takeSlot(s, k, r.typ, p.now(), k.currentLease(), false)
 			if !ok {
 				return nil, time.Time{}, false
 			}

@@ -8,40 +8,25 @@ import "time"
 
 // takeSlot waits for a handler slot for a message of cmdType (dequeued
 // with visibility vis by a call sent at sent): first one of its type's
-// slots, when the type has a MaxConcurrency, then one of the processor's.
-//
-// A message waiting for its type's slot holds none of the processor's
-// slots and keeps its lease (the keeper renews it): it is never put back
-// for the wait, as a put back would count a dequeue toward the poison
-// ceiling without an attempt (a backlog of a capped type was poisoned
-// unrun). Up to typeParkLimit such messages of a type are parked: not
-// counted as held, so the poller goes on fetching (the other types'
-// messages start at once); past it a message waits counted as held, and
-// the poller's prefetch bound then stops fetching, as for a permit
-// (permits.go). When the session stops taking work the message is
-// released (visible again at once) and ok is false.
+// slots, when the type has a MaxConcurrency (takeTypeSlot; typeHeld: the
+// caller took it already), then one of the processor's.
 //
 // A message waiting for one of the processor's slots (handlers slower
 // than the prefetch expected) is released when the wait reaches the time
 // its lease would need renewing (half of it, from sent or from the end of
 // a wait for its type's slot): a message is not hoarded by a processor
-// whose handlers are all busy. free gives the slots back.
-func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Time, vis time.Duration) (free func(), ok bool) {
+// whose handlers are all busy. free gives the slots back, the type's too
+// when the caller took it.
+func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Time, vis time.Duration, typeHeld bool) (free func(), ok bool) {
 	deadline := sent.Add(vis / 2)
 	qr := p.byName[k.queue]
 	typed := p.typeSlots[cmdType]
-	if typed != nil {
-		select {
-		case typed <- struct{}{}:
-		default:
-			parked := p.park(qr, cmdType, p.typeParkLimit())
-			end := p.awaitTurn(s, k, typed, nil)
-			if parked {
-				p.unpark(qr, cmdType)
-			}
-			if end != waitCame {
-				return nil, false // released (stopped taking work), or the lease is lost
-			}
+	if typed != nil && !typeHeld {
+		waited, ok := p.takeTypeSlot(s, k, cmdType)
+		if !ok {
+			return nil, false
+		}
+		if waited {
 			deadline = p.now().Add(k.currentLease() / 2)
 		}
 	}
@@ -80,6 +65,42 @@ func (p *Processor) takeSlot(s *session, k *keeper, cmdType string, sent time.Ti
 	}, true
 }
 
+// takeTypeSlot takes one of cmdType's MaxConcurrency slots (the type has
+// a cap), waiting for one when they are all taken (waited).
+//
+// A message waiting for its type's slot holds none of the processor's
+// slots and keeps its lease (the keeper renews it): it is never released
+// or put back for the wait, as either would count a dequeue toward the
+// poison ceiling without an attempt (a backlog of a capped type was
+// poisoned unrun). Up to typeParkLimit such messages of a type are
+// parked: not counted as held, so the poller goes on fetching (the other
+// types' messages start at once); past it a message waits counted as
+// held, and the poller's prefetch bound then stops fetching, as for a
+// permit (permits.go). ok is false when the session stopped taking work
+// (the message is released, visible again at once) or the lease was lost.
+func (p *Processor) takeTypeSlot(s *session, k *keeper, cmdType string) (waited, ok bool) {
+	typed := p.typeSlots[cmdType]
+	select {
+	case typed <- struct{}{}:
+		return false, true
+	default:
+	}
+	qr := p.byName[k.queue]
+	parked := p.park(qr, cmdType, p.typeParkLimit())
+	end := p.awaitTurn(s, k, typed, nil)
+	if parked {
+		p.unpark(qr, cmdType)
+	}
+	return true, end == waitCame
+}
+
+// typeParkLimit is how many messages of one capped type may wait for its
+// slots parked (2 × Concurrency, as for a permit).
+func (p *Processor) typeParkLimit() int { return 2 * p.cfg.Concurrency }
+
+// freeTypeSlot gives back one of cmdType's slots taken by takeTypeSlot.
+func (p *Processor) freeTypeSlot(cmdType string) { <-p.typeSlots[cmdType] }
+
 // waitSlot waits for a place in slots until deadline or until the session
 // stops taking work; late says the deadline passed.
 func (p *Processor) waitSlot(s *session, slots chan struct{}, deadline time.Time) (got, late bool) {
@@ -94,10 +115,6 @@ func (p *Processor) waitSlot(s *session, slots chan struct{}, deadline time.Time
 		return false, true
 	}
 }
-
-// typeParkLimit is how many messages of one capped type may wait for its
-// slots parked (2 × Concurrency, as for a permit).
-func (p *Processor) typeParkLimit() int { return 2 * p.cfg.Concurrency }
 
 // park notes a message of cmdType (on qr) that waits for one of its type's slots,
 // unless limit of them wait already (false). A parked message is not held
