@@ -219,13 +219,17 @@ func TestPauseTwoProcessors(t *testing.T) {
 				t.Errorf("command %s started %d times, want once", id, started[id])
 			}
 		}
+		mu.Unlock()
+		// Each processor observes the resume at its next control read;
+		// the other may have drained the queue first.
 		for i, o := range obs {
-			if o.count(0, func(ob cmdq.Observation) bool {
-				return ob.Kind == cmdq.ObservedResumed && ob.By == "test:resumer"
-			}) == 0 {
-				t.Errorf("processor %d did not observe the resume", i)
-			}
+			waitUntil(t, 30*time.Second, fmt.Sprintf("processor %d to observe the resume", i), func() bool {
+				return o.count(0, func(ob cmdq.Observation) bool {
+					return ob.Kind == cmdq.ObservedResumed && ob.By == "test:resumer"
+				}) > 0
+			})
 		}
+		mu.Lock()
 	})
 }
 
