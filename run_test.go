@@ -220,21 +220,13 @@ func TestMaxConcurrencyBacklog(t *testing.T) {
 		cfg := fast()
 		cfg.Concurrency = 4
 		c := newClient(t, s, cfg)
-		var mu sync.Mutex
-		running, peak := 0, 0
+		gauge := newPeakGauge(1)
 		// A 10 s lease: renewals of the waiting messages have 4.5 s to be
 		// answered (with 1 s, a loaded Azurite missed one and a command
 		// ran as attempt 2); the old put back came after 5 s of waiting.
 		if err := cmdq.RegisterWith(c, func(ctx context.Context, j cappedJob, _ *cmdq.Attempt) error {
-			mu.Lock()
-			running++
-			peak = max(peak, running)
-			mu.Unlock()
-			defer func() {
-				mu.Lock()
-				running--
-				mu.Unlock()
-			}()
+			gauge.enter()
+			defer gauge.leave()
 			select { // the work: ten of them take longer than half the lease
 			case <-time.After(700 * time.Millisecond):
 				return nil
@@ -260,9 +252,7 @@ func TestMaxConcurrencyBacklog(t *testing.T) {
 				t.Fatalf("command %s: %+v %v, want completed at attempt 1", id, st, err)
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if peak != 1 {
+		if _, peak := gauge.get(); peak != 1 {
 			t.Fatalf("%d capped handlers ran at once, want 1", peak)
 		}
 	})
