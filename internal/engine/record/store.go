@@ -520,10 +520,11 @@ func eventEntity(id string, e model.Event, writeID string) storage.Entity {
 }
 
 // completesStarted reports whether e is the plain completion of the
-// attempt that started with prev, written in the same append: its row can
-// be prev's (layout.CompletedAtProp), as nothing but its time differs.
+// attempt that started with prev, the event before it in the same append
+// (so numbered one more): its row can be prev's
+// (layout.CompletedAtProp), as nothing but its time differs.
 func completesStarted(prev, e model.Event) bool {
-	return prev.Kind == model.EventStarted && e.Kind == model.EventCompleted && e.Seq == prev.Seq+1 &&
+	return prev.Kind == model.EventStarted && e.Kind == model.EventCompleted &&
 		e.Attempt == prev.Attempt && e.Worker == prev.Worker && e.By == "" && e.Step == 0 && e.Note == "" &&
 		e.Error == "" && e.Reason == "" && e.Detail == "" && e.MessageID == "" && e.RunAt.IsZero()
 }
