@@ -348,6 +348,13 @@ type Entity struct {
 	// Properties holds the custom properties (at most MaxProperties). Names
 	// PartitionKey, RowKey, Timestamp and ETag are reserved.
 	Properties map[string]any
+	// Props, when not nil, holds the custom properties of a write instead
+	// of Properties (which must then be nil), in typed form: no map and
+	// no boxed values to build, and a driver may encode them as they are
+	// (the embedded store does). Names must be distinct; the same rules
+	// and limits apply. Drivers never fill Props on a read: reads return
+	// Properties.
+	Props []Prop
 }
 
 // UpdateMode says how an update combines with the stored entity.

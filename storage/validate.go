@@ -113,10 +113,33 @@ var reservedProps = map[string]bool{"PartitionKey": true, "RowKey": true, "Times
 // with 4 bytes of length, 8 for int64/float64/time, 4 for int32, 1 for bool).
 func EntitySize(e Entity) int {
 	n := 4 + 2*utf16Len(e.PartitionKey) + 2*utf16Len(e.RowKey)
+	if e.Props != nil {
+		for _, p := range e.Props {
+			n += 8 + 2*utf16Len(p.Name) + propSize(p)
+		}
+		return n
+	}
 	for name, v := range e.Properties {
 		n += 8 + 2*utf16Len(name) + valueSize(v)
 	}
 	return n
+}
+
+// propSize is valueSize for a Prop.
+func propSize(p Prop) int {
+	switch p.kind {
+	case KindString:
+		return 4 + 2*utf16Len(p.str)
+	case KindBinary:
+		return 4 + len(p.str)
+	case KindBool:
+		return 1
+	case KindInt32:
+		return 4
+	case KindInt64, KindFloat64, KindTime:
+		return 8
+	}
+	return 0
 }
 
 func valueSize(v any) int {
@@ -170,49 +193,97 @@ func checkEntity(e Entity) (int, error) {
 	if err := ValidateKey("RowKey", e.RowKey); err != nil {
 		return 0, err
 	}
-	if len(e.Properties) > MaxProperties {
-		return 0, fmt.Errorf("%w: entity (%q, %q) has %d properties; the limit is %d", ErrTooLarge, e.PartitionKey, e.RowKey, len(e.Properties), MaxProperties)
+	if e.Props != nil && e.Properties != nil {
+		return 0, fmt.Errorf("%w: entity (%q, %q) has both Props and Properties; give its properties in one of them", ErrInvalidArgument, e.PartitionKey, e.RowKey)
+	}
+	if n := e.PropCount(); n > MaxProperties {
+		return 0, fmt.Errorf("%w: entity (%q, %q) has %d properties; the limit is %d", ErrTooLarge, e.PartitionKey, e.RowKey, n, MaxProperties)
 	}
 	// One pass: each name and value is checked and sized once (the size
 	// as EntitySize counts it).
 	size := 4 + 2*utf16Len(e.PartitionKey) + 2*utf16Len(e.RowKey)
+	if e.Props != nil {
+		for i, p := range e.Props {
+			if err := checkPropName(p.Name); err != nil {
+				return 0, err
+			}
+			if p.kind == 0 {
+				return 0, fmt.Errorf("%w: property %q is a zero Prop; build it with StringProp, Int64Prop, ... or PropOf", ErrInvalidArgument, p.Name)
+			}
+			if err := checkSize(p.Name, p.kind, propSize(p)); err != nil {
+				return 0, err
+			}
+			if dupProp(e.Props, i) {
+				return 0, fmt.Errorf("%w: entity (%q, %q) has property %q twice in Props", ErrInvalidArgument, e.PartitionKey, e.RowKey, p.Name)
+			}
+			size += 8 + 2*len(p.Name) + propSize(p) // a valid name is ASCII
+		}
+	}
 	for name, v := range e.Properties {
-		if name == "" || len(name) > MaxPropertyNameBytes {
-			return 0, fmt.Errorf("%w: property name %q must be 1-%d characters", ErrInvalidArgument, name, MaxPropertyNameBytes)
+		if err := checkPropName(name); err != nil {
+			return 0, err
 		}
-		if reservedProps[name] {
-			return 0, fmt.Errorf("%w: property name %q is reserved", ErrInvalidArgument, name)
-		}
-		if !validPropertyName(name) {
-			return 0, fmt.Errorf("%w: property name %q must start with a letter or underscore and contain only letters, digits and underscores", ErrInvalidArgument, name)
-		}
-		size += 8 + 2*len(name) // a valid name is ASCII
-		switch x := v.(type) {
+		var kind PropKind
+		switch v.(type) {
 		case string:
-			sz := 2 * utf16Len(x)
-			if sz > MaxPropertyBytes {
-				return 0, fmt.Errorf("%w: string property %q is %d bytes in UTF-16; the limit is %d bytes (64 KiB, 32768 UTF-16 code units)", ErrTooLarge, name, sz, MaxPropertyBytes)
-			}
-			size += 4 + sz
+			kind = KindString
 		case []byte:
-			if len(x) > MaxPropertyBytes {
-				return 0, fmt.Errorf("%w: binary property %q is %d bytes; the limit is %d bytes (64 KiB)", ErrTooLarge, name, len(x), MaxPropertyBytes)
-			}
-			size += 4 + len(x)
-		case bool:
-			size++
-		case int32:
-			size += 4
-		case int64, float64, time.Time:
-			size += 8
+			kind = KindBinary
+		case bool, int32, int64, float64, time.Time:
+			kind = KindBool // fixed size: no limit to check
 		default:
 			return 0, fmt.Errorf("%w: property %q has type %T; use string, []byte, bool, int32, int64, float64 or time.Time", ErrInvalidArgument, name, v)
 		}
+		vs := valueSize(v)
+		if err := checkSize(name, kind, vs); err != nil {
+			return 0, err
+		}
+		size += 8 + 2*len(name) + vs // a valid name is ASCII
 	}
 	if size > MaxEntityBytes {
 		return 0, fmt.Errorf("%w: entity (%q, %q) is %d bytes; the limit is %d bytes (1 MiB)", ErrTooLarge, e.PartitionKey, e.RowKey, size, MaxEntityBytes)
 	}
 	return size, nil
+}
+
+// checkPropName checks a property's name.
+func checkPropName(name string) error {
+	if name == "" || len(name) > MaxPropertyNameBytes {
+		return fmt.Errorf("%w: property name %q must be 1-%d characters", ErrInvalidArgument, name, MaxPropertyNameBytes)
+	}
+	if reservedProps[name] {
+		return fmt.Errorf("%w: property name %q is reserved", ErrInvalidArgument, name)
+	}
+	if !validPropertyName(name) {
+		return fmt.Errorf("%w: property name %q must start with a letter or underscore and contain only letters, digits and underscores", ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+// checkSize checks the size of a string or binary value (size as
+// valueSize counts it: 4 bytes of length and the value).
+func checkSize(name string, kind PropKind, size int) error {
+	switch kind {
+	case KindString:
+		if sz := size - 4; sz > MaxPropertyBytes {
+			return fmt.Errorf("%w: string property %q is %d bytes in UTF-16; the limit is %d bytes (64 KiB, 32768 UTF-16 code units)", ErrTooLarge, name, sz, MaxPropertyBytes)
+		}
+	case KindBinary:
+		if sz := size - 4; sz > MaxPropertyBytes {
+			return fmt.Errorf("%w: binary property %q is %d bytes; the limit is %d bytes (64 KiB)", ErrTooLarge, name, sz, MaxPropertyBytes)
+		}
+	}
+	return nil
+}
+
+// dupProp reports whether ps[i]'s name appears before i in ps.
+func dupProp(ps []Prop, i int) bool {
+	for _, q := range ps[:i] {
+		if q.Name == ps[i].Name {
+			return true
+		}
+	}
+	return false
 }
 
 func validPropertyName(name string) bool {

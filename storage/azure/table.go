@@ -40,9 +40,9 @@ const edmTime = "2006-01-02T15:04:05.0000000Z"
 // encodeEntity writes e as Table service JSON with OData type annotations
 // for the types JSON cannot carry (binary, int64, date-time, double).
 func encodeEntity(e storage.Entity) ([]byte, error) {
-	m := make(map[string]any, 2+2*len(e.Properties))
+	m := make(map[string]any, 2+2*e.PropCount())
 	m["PartitionKey"], m["RowKey"] = e.PartitionKey, e.RowKey
-	for name, v := range e.Properties {
+	for name, v := range e.All() {
 		var typ string
 		switch x := v.(type) {
 		case string, bool, int32:

@@ -196,11 +196,11 @@ func (n *nameSnap) name(id uint64) ([]byte, bool) {
 	return n.bytes[id-1], true
 }
 
-// encProp is one property being encoded.
+// encProp is one property being encoded: its dictionary id (0: written
+// in full) and its index in the entity's properties.
 type encProp struct {
-	id   uint64 // 0: written in full
-	name string
-	v    any
+	id uint64
+	i  int
 }
 
 // compareKeys orders properties: dictionary names by id, then the others
@@ -221,37 +221,58 @@ func compareKeys(aid uint64, aname []byte, bid uint64, bname []byte) int {
 // lists the names whose dictionary entries must be written with the
 // record (names.stage).
 func (d *names) encode(ts time.Time, props map[string]any) (rec []byte, fresh []string) {
-	var buf [24]encProp
+	var buf [24]storage.Prop
+	ps := buf[:0]
+	for name, v := range props {
+		p, _ := storage.PropOf(name, v) // validated: no error
+		ps = append(ps, p)
+	}
+	return d.encodeProps(ts, ps)
+}
+
+// encodeEntity encodes e's properties (validated): Props, or Properties
+// when it has none.
+func (d *names) encodeEntity(ts time.Time, e storage.Entity) (rec []byte, fresh []string) {
+	if e.Props != nil {
+		return d.encodeProps(ts, e.Props)
+	}
+	return d.encode(ts, e.Properties)
+}
+
+// encodeProps is encode for properties in typed form (distinct names).
+func (d *names) encodeProps(ts time.Time, props []storage.Prop) (rec []byte, fresh []string) {
+	var buf [32]encProp
 	ps := buf[:0]
 	size := 1 + 8 + uvarintLen(len(props)) // the exact size: one allocation
-	for name, v := range props {
-		id, isFresh := d.id(name)
+	for i := range props {
+		p := &props[i]
+		id, isFresh := d.id(p.Name)
 		if isFresh {
-			fresh = append(fresh, name)
+			fresh = append(fresh, p.Name)
 		}
-		ps = append(ps, encProp{id, name, v})
+		ps = append(ps, encProp{id, i})
 		if id != 0 {
 			size += uvarintLen(int(id << 1))
 		} else {
-			size += uvarintLen(len(name)<<1|1) + len(name)
+			size += uvarintLen(len(p.Name)<<1|1) + len(p.Name)
 		}
 		size++
-		switch x := v.(type) {
-		case string:
-			if traceParentForm(x) {
+		switch p.Kind() {
+		case storage.KindString:
+			if x := p.Str(); traceParentForm(x) {
 				size += traceParentBytes
 			} else {
 				size += uvarintLen(len(x)) + len(x)
 			}
-		case []byte:
-			size += uvarintLen(len(x)) + len(x)
-		case bool:
+		case storage.KindBinary:
+			size += uvarintLen(len(p.BinaryString())) + len(p.BinaryString())
+		case storage.KindBool:
 			size++
-		case int32:
+		case storage.KindInt32:
 			size += 4
-		case int64, float64:
+		case storage.KindInt64, storage.KindFloat64:
 			size += 8
-		case time.Time:
+		case storage.KindTime:
 			size += 12
 		}
 	}
@@ -259,54 +280,58 @@ func (d *names) encode(ts time.Time, props map[string]any) (rec []byte, fresh []
 		if a.id != 0 || b.id != 0 {
 			return compareKeys(a.id, nil, b.id, nil)
 		}
-		return cmp.Compare(a.name, b.name)
+		return cmp.Compare(props[a.i].Name, props[b.i].Name)
 	})
 	b := make([]byte, 9, size)
 	b[0] = tagV2
 	putI64(b[1:], ts.UnixNano())
 	b = binary.AppendUvarint(b, uint64(len(ps)))
-	for _, p := range ps {
-		if p.id != 0 {
-			b = binary.AppendUvarint(b, p.id<<1)
+	for _, e := range ps {
+		p := &props[e.i]
+		if e.id != 0 {
+			b = binary.AppendUvarint(b, e.id<<1)
 		} else {
-			b = binary.AppendUvarint(b, uint64(len(p.name))<<1|1)
-			b = append(b, p.name...)
+			b = binary.AppendUvarint(b, uint64(len(p.Name))<<1|1)
+			b = append(b, p.Name...)
 		}
-		b = appendValue(b, p.v)
+		b = appendProp(b, p)
 	}
 	return b, fresh
 }
 
-// appendValue appends a property's type byte and value.
-func appendValue(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case string:
+// appendProp appends a property's type byte and value.
+func appendProp(b []byte, p *storage.Prop) []byte {
+	switch p.Kind() {
+	case storage.KindString:
+		x := p.Str()
 		if traceParentForm(x) {
 			return appendTraceParent(append(b, tTraceParent), x)
 		}
 		b = append(b, tString)
 		b = binary.AppendUvarint(b, uint64(len(x)))
 		b = append(b, x...)
-	case []byte:
+	case storage.KindBinary:
+		x := p.BinaryString()
 		b = append(b, tBinary)
 		b = binary.AppendUvarint(b, uint64(len(x)))
 		b = append(b, x...)
-	case bool:
-		if x {
+	case storage.KindBool:
+		if p.Bool() {
 			b = append(b, tBool, 1)
 		} else {
 			b = append(b, tBool, 0)
 		}
-	case int32:
+	case storage.KindInt32:
 		b = append(b, tInt32)
-		b = binary.BigEndian.AppendUint32(b, uint32(x))
-	case int64:
+		b = binary.BigEndian.AppendUint32(b, uint32(p.Int()))
+	case storage.KindInt64:
 		b = append(b, tInt64)
-		b = binary.BigEndian.AppendUint64(b, uint64(x))
-	case float64:
+		b = binary.BigEndian.AppendUint64(b, uint64(p.Int()))
+	case storage.KindFloat64:
 		b = append(b, tFloat64)
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-	case time.Time:
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(p.Float()))
+	case storage.KindTime:
+		x := p.Time()
 		b = append(b, tTime)
 		b = binary.BigEndian.AppendUint64(b, uint64(x.Unix()))
 		b = binary.BigEndian.AppendUint32(b, uint32(x.Nanosecond()))

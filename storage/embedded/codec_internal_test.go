@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,42 @@ func testEncodeExactSize(t *testing.T, d *names) {
 	}
 	if len(got) != len(props) || got["Long"] != props["Long"] || got["S"] != "short" {
 		t.Fatalf("round trip: got %d properties", len(got))
+	}
+}
+
+// TestEncodePropsMatchesEncode: a record encoded from Props is byte for
+// byte the record encoded from the same Properties, whatever their order.
+func TestEncodePropsMatchesEncode(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		d := testNames(t, full)
+		props := map[string]any{
+			"S": "short", "Empty": "", "B": []byte{1, 2, 3}, "T": true, "F": false, "I": int32(-7),
+			"L": int64(1 << 40), "D": 2.5, "At": time.Unix(1_700_000_000, 5), "Zero": time.Time{},
+			strings.Repeat("N", 200): "a long name", "TP": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		}
+		want, _ := d.encode(time.Unix(0, 42), props)
+		var ps []storage.Prop
+		for name, v := range props {
+			p, err := storage.PropOf(name, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		for i := range 3 {
+			rand.Shuffle(len(ps), func(a, b int) { ps[a], ps[b] = ps[b], ps[a] })
+			got, _ := d.encodeProps(time.Unix(0, 42), ps)
+			if !bytes.Equal(got, want) || len(got) != cap(got) {
+				t.Fatalf("full=%v order %d: Props encode to %x (cap %d), Properties to %x", full, i, got, cap(got), want)
+			}
+		}
+		_, back, err := d.decode(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if z := back["Zero"].(time.Time); !z.IsZero() {
+			t.Fatalf("the zero time came back as %s", z)
+		}
 	}
 }
 

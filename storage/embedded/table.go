@@ -367,7 +367,7 @@ func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.
 		tb.ts[i] = t.s.timestamp()
 		if op.Kind != storage.OpDelete {
 			var fresh []string
-			tb.pre[i], fresh = t.s.names.encode(tb.ts[i], op.Entity.Properties)
+			tb.pre[i], fresh = t.s.names.encodeEntity(tb.ts[i], op.Entity)
 			tb.fresh = append(tb.fresh, fresh...)
 			tb.etags[i] = etagOf(tb.ts[i].UnixNano())
 		}

@@ -16,6 +16,7 @@ import (
 func tableCases() []testCase {
 	return []testCase{
 		{"PropertyTypes", testTablePropertyTypes},
+		{"TypedProps", testTableTypedProps},
 		{"InsertDuplicate", testTableInsertDuplicate},
 		{"GetMissing", testTableGetMissing},
 		{"ETagChangesOnEveryWrite", testTableETagChanges},

@@ -21,6 +21,7 @@ func validationCases() []testCase {
 		{"PropertyTooLarge", testValidationPropertyTooLarge},
 		{"TooManyProperties", testValidationTooManyProperties},
 		{"PropertyTypesAndNames", testValidationPropertyTypesAndNames},
+		{"TypedProps", testValidationTypedProps},
 		{"BatchSize", testValidationBatchSize},
 		{"BatchCrossPartition", testValidationBatchCrossPartition},
 		{"BatchDuplicateRowKey", testValidationBatchDuplicateRowKey},

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -341,29 +341,37 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if c.IssuedAt.IsZero() {
 		issued = s.nowUTC()
 	}
-	// One map, sized for the command's properties and the projection's.
-	props := make(map[string]any, 7+len(chunks)+projectionPropCount)
-	props["Type"] = c.Type
-	props["ParamsHash"] = HashParams(params)
-	props["IssuedAt"] = issued
-	props["CorrelationID"] = c.CorrelationID
-	props["Queue"] = queue
+	// One slice, sized for the command's properties and the projection's.
+	n := 5 + len(chunks) + projectionSize(&model.Status{RunAt: c.RunAt}, false)
+	if c.TraceParent != "" {
+		n += 2
+	}
+	if c.OrderKey != "" {
+		n += 2
+	}
+	props := make([]storage.Prop, 0, n)
+	props = append(props,
+		storage.StringProp("Type", c.Type),
+		storage.StringProp("ParamsHash", HashParams(params)),
+		storage.TimeProp("IssuedAt", issued),
+		storage.StringProp("CorrelationID", c.CorrelationID),
+		storage.StringProp("Queue", queue))
 	if !c.RunAt.IsZero() {
 		c.RunAt = layout.Millis(c.RunAt)
 	}
-	putTrace(props, c.TraceParent, c.TraceState)
+	props = appendTrace(props, c.TraceParent, c.TraceState)
 	if c.OrderKey != "" {
-		props["OrderKey"], props["OrderSeq"] = c.OrderKey, c.OrderSeq
+		props = append(props, storage.StringProp("OrderKey", c.OrderKey), storage.Int64Prop("OrderSeq", c.OrderSeq))
 	}
 	for i, ch := range chunks {
-		props[layout.ParamsProp(i)] = ch
+		props = append(props, storage.StringProp(layout.ParamsProp(i), ch))
 	}
-	cmd := storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Properties: props}
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
 	layout.Apply(&st, ev)
 	wid := newWriteID()
-	putProjection(props, &st, 0, "", 1, wid)
+	props = appendProjection(props, &st, 0, "", 1, wid)
+	cmd := storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Props: props}
 	if err := storage.ValidateEntity(cmd); err != nil {
 		if errors.Is(err, storage.ErrTooLarge) {
 			return nil, fmt.Errorf("cmdq: create command %s: %w (%w)", c.ID, ErrParamsTooLarge, err)
@@ -377,17 +385,18 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	return ops, nil
 }
 
-// putTrace writes the command's trace context into the command row's
+// appendTrace appends the command's trace context to the command row's
 // properties: TraceParent and TraceState, each only when set (a command
 // issued outside a trace adds nothing to its row).
-func putTrace(props map[string]any, parent, state string) {
+func appendTrace(props []storage.Prop, parent, state string) []storage.Prop {
 	if parent == "" {
-		return
+		return props
 	}
-	props["TraceParent"] = parent
+	props = append(props, storage.StringProp("TraceParent", parent))
 	if state != "" {
-		props["TraceState"] = state
+		props = append(props, storage.StringProp("TraceState", state))
 	}
+	return props
 }
 
 // newWriteID returns a random write ID (16 hex digits).
@@ -400,41 +409,59 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *model.Status, settled int, owner string, seq int64, writeID string) map[string]any {
-	props := make(map[string]any, projectionPropCount)
-	putProjection(props, st, settled, owner, seq, writeID)
+func projectionProps(st *model.Status, settled int, owner string, seq int64, writeID string, clearDeferrals bool) []storage.Prop {
+	props := make([]storage.Prop, 0, projectionSize(st, clearDeferrals))
+	props = appendProjection(props, st, settled, owner, seq, writeID)
+	if clearDeferrals && !(st.Deferrals > 0 || st.Deferred) {
+		props = appendDeferrals(props, st) // clear them (a Merge keeps what it does not write)
+	}
 	return props
 }
 
-// projectionPropCount is the number of properties putProjection writes.
-const projectionPropCount = 12
+// projectionSize is the number of properties appendProjection appends
+// for st, or at most that (and the deferrals when clearDeferrals).
+func projectionSize(st *model.Status, clearDeferrals bool) int {
+	n := 11
+	if !st.RunAt.IsZero() {
+		n++
+	}
+	if len(st.Output) > 0 {
+		n++
+	}
+	if clearDeferrals || st.Deferrals > 0 || st.Deferred {
+		n += 2
+	}
+	return n
+}
 
-// putProjection writes the projection's properties into props.
-func putProjection(props map[string]any, st *model.Status, settled int, owner string, seq int64, writeID string) {
-	props["WriteID"] = writeID
-	props["Settled"] = int32(settled)
-	props["Owner"] = owner
-	props["Status"] = string(st.State)
-	props["Attempts"] = int32(st.Attempts)
-	props["Step"] = int32(st.Step)
-	props["LastError"] = layout.Truncate(st.LastError, layout.MaxTextUnits)
-	props["CreatedAt"] = layout.Millis(st.CreatedAt)
-	props["UpdatedAt"] = layout.Millis(st.UpdatedAt)
-	props["Worker"] = layout.Truncate(st.Worker, layout.MaxTextUnits)
-	props["EventSeq"] = seq
+// appendProjection appends the projection's properties to props.
+func appendProjection(props []storage.Prop, st *model.Status, settled int, owner string, seq int64, writeID string) []storage.Prop {
+	props = append(props,
+		storage.StringProp("WriteID", writeID),
+		storage.Int32Prop("Settled", int32(settled)),
+		storage.StringProp("Owner", owner),
+		storage.StringProp("Status", string(st.State)),
+		storage.Int32Prop("Attempts", int32(st.Attempts)),
+		storage.Int32Prop("Step", int32(st.Step)),
+		storage.StringProp("LastError", layout.Truncate(st.LastError, layout.MaxTextUnits)),
+		storage.TimeProp("CreatedAt", layout.Millis(st.CreatedAt)),
+		storage.TimeProp("UpdatedAt", layout.Millis(st.UpdatedAt)),
+		storage.StringProp("Worker", layout.Truncate(st.Worker, layout.MaxTextUnits)),
+		storage.Int64Prop("EventSeq", seq))
 	if !st.RunAt.IsZero() {
 		// Written only once set (a command issued without a run-at time
 		// that never failed has none); it changes but is never cleared.
-		props["RunAt"] = layout.Millis(st.RunAt)
+		props = append(props, storage.TimeProp("RunAt", layout.Millis(st.RunAt)))
 	}
 	if st.State == model.StateCompleted && len(st.Output) > 0 {
 		// The completing attempt's recorded output (Run.SetOutput), in
 		// the final batch: only a completed command has one.
-		props["Output"] = string(st.Output)
+		props = append(props, storage.StringProp("Output", string(st.Output)))
 	}
 	if st.Deferrals > 0 || st.Deferred {
-		putDeferrals(props, st)
+		props = appendDeferrals(props, st)
 	}
+	return props
 }
 
 // putDeferrals writes the deferrals (RetryAfter) of the projection:
@@ -443,9 +470,8 @@ func putProjection(props map[string]any, st *model.Status, settled int, owner st
 // number), and Deferred, whether the last outcome is one. A command that
 // never deferred has neither property; once written they are written by
 // every later projection update (zeros after a requeue).
-func putDeferrals(props map[string]any, st *model.Status) {
-	props["Deferrals"] = int32(st.Deferrals)
-	props["Deferred"] = st.Deferred
+func appendDeferrals(props []storage.Prop, st *model.Status) []storage.Prop {
+	return append(props, storage.Int32Prop("Deferrals", int32(st.Deferrals)), storage.BoolProp("Deferred", st.Deferred))
 }
 
 // projectionUpdate returns the Merge update of rec's command row to
@@ -453,58 +479,64 @@ func putDeferrals(props map[string]any, st *model.Status) {
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
 func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
-	props := projectionProps(st, settled, owner, seq, writeID)
-	if rec.Deferrals > 0 || rec.Deferred {
-		putDeferrals(props, st) // clear them (a Merge keeps what it does not write)
-	}
-	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: props}
+	props := projectionProps(st, settled, owner, seq, writeID, rec.Deferrals > 0 || rec.Deferred)
+	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Props: props}
 	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
 	// units, and the projection's texts are at most 2 × MaxTextUnits).
 	const slack = 64 * 1024
 	if 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack {
 		return row
 	}
-	full := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: map[string]any{
-		"Type":          rec.Type,
-		"ParamsHash":    rec.ParamsHash,
-		"IssuedAt":      rec.IssuedAt,
-		"CorrelationID": rec.CorrelationID,
-		"Queue":         rec.Queue,
-	}}
-	putTrace(full.Properties, rec.TraceParent, rec.TraceState)
-	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
-	for i, ch := range chunks {
-		full.Properties[layout.ParamsProp(i)] = ch
-	}
-	maps.Copy(full.Properties, props)
-	over := storage.EntitySize(full) - storage.MaxEntityBytes
+	over := storage.EntitySize(fullRow(rec, props)) - storage.MaxEntityBytes
 	for _, name := range []string{"LastError", "Worker"} {
 		if over <= 0 {
 			break
 		}
-		s := props[name].(string)
+		i := slices.IndexFunc(props, func(p storage.Prop) bool { return p.Name == name })
+		s := props[i].Str()
 		units := layout.UTF16Units(s)
 		keep := max(units-(over+1)/2, layout.UTF16Units(layout.TruncMark))
-		props[name] = layout.Truncate(s, keep)
-		over -= 2 * (units - layout.UTF16Units(props[name].(string)))
+		props[i] = storage.StringProp(name, layout.Truncate(s, keep))
+		over -= 2 * (units - layout.UTF16Units(props[i].Str()))
 	}
 	return row
 }
 
+// fullRow is rec's whole command row as it would be with projection
+// props: its command's properties (the parameters as stored) and props.
+func fullRow(rec *Record, props []storage.Prop) storage.Entity {
+	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
+	ps := make([]storage.Prop, 0, 7+len(chunks)+len(props))
+	ps = append(ps,
+		storage.StringProp("Type", rec.Type),
+		storage.StringProp("ParamsHash", rec.ParamsHash),
+		storage.TimeProp("IssuedAt", rec.IssuedAt),
+		storage.StringProp("CorrelationID", rec.CorrelationID),
+		storage.StringProp("Queue", rec.Queue))
+	ps = appendTrace(ps, rec.TraceParent, rec.TraceState)
+	for i, ch := range chunks {
+		ps = append(ps, storage.StringProp(layout.ParamsProp(i), ch))
+	}
+	ps = append(ps, props...)
+	return storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Props: ps}
+}
+
 func eventEntity(id string, e model.Event, writeID string) storage.Entity {
-	p := make(map[string]any, 8)
-	p["WriteID"] = writeID
-	p["Kind"] = string(e.Kind)
-	p["Time"] = layout.Millis(e.Time)
-	p["Attempt"] = int32(e.Attempt)
+	// Room for a started row's CompletedAt (layout.CompletedAtProp).
+	p := make([]storage.Prop, 0, 8)
+	p = append(p,
+		storage.StringProp("WriteID", writeID),
+		storage.StringProp("Kind", string(e.Kind)),
+		storage.TimeProp("Time", layout.Millis(e.Time)),
+		storage.Int32Prop("Attempt", int32(e.Attempt)))
 	put := func(name, v string, units int) {
 		if v != "" {
-			p[name] = layout.Truncate(v, units)
+			p = append(p, storage.StringProp(name, layout.Truncate(v, units)))
 		}
 	}
 	put("Worker", eventWho(e), layout.MaxTextUnits)
 	if e.Step != 0 {
-		p["Step"] = int32(e.Step)
+		p = append(p, storage.Int32Prop("Step", int32(e.Step)))
 	}
 	put("Note", e.Note, layout.MaxTextUnits)
 	put("Error", e.Error, layout.MaxTextUnits)
@@ -514,9 +546,9 @@ func eventEntity(id string, e model.Event, writeID string) storage.Entity {
 	// GUID; the embedded store: a UUID).
 	put("MessageID", e.MessageID, layout.MaxTextUnits)
 	if !e.RunAt.IsZero() {
-		p["RunAt"] = layout.Millis(e.RunAt)
+		p = append(p, storage.TimeProp("RunAt", layout.Millis(e.RunAt)))
 	}
-	return storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Properties: p}
+	return storage.Entity{PartitionKey: id, RowKey: layout.EventRowKey(e.Seq), Props: p}
 }
 
 // completesStarted reports whether e is the plain completion of the
@@ -670,16 +702,7 @@ func OutputFits(rec *Record, output []byte) error {
 	}
 	st := rec.Status
 	st.State, st.Output = model.StateCompleted, model.JSON(output)
-	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Properties: map[string]any{
-		"Type": rec.Type, "ParamsHash": rec.ParamsHash, "IssuedAt": rec.IssuedAt,
-		"CorrelationID": rec.CorrelationID, "Queue": rec.Queue,
-	}}
-	putTrace(row.Properties, rec.TraceParent, rec.TraceState)
-	chunks, _ := splitParams(string(rec.Params))
-	for i, ch := range chunks {
-		row.Properties[layout.ParamsProp(i)] = ch
-	}
-	putProjection(row.Properties, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef")
+	row := fullRow(rec, appendProjection(nil, &st, rec.Settled, rec.Owner, rec.EventSeq+2, "0123456789abcdef"))
 	if over := storage.EntitySize(row) - storage.MaxEntityBytes; over > 0 {
 		return fmt.Errorf("%w: the output of %d bytes does not fit in command %s's row beside its %d bytes of parameters (%d bytes over what one entity holds); record a smaller output", model.ErrOutputTooLarge, len(output), rec.ID, len(rec.Params), over)
 	}
@@ -854,7 +877,8 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 		owner = layout.Own(owner, e)
 		if n := len(written); n > 0 && completesStarted(written[n-1], e) {
 			// One row for both (layout.CompletedAtProp).
-			ops[len(ops)-1].Entity.Properties[layout.CompletedAtProp] = e.Time
+			row := &ops[len(ops)-1].Entity
+			row.Props = append(row.Props, storage.TimeProp(layout.CompletedAtProp, e.Time))
 		} else {
 			ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: eventEntity(rec.ID, e, wid), AssumeAbsent: guarded})
 		}
