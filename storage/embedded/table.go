@@ -347,7 +347,17 @@ type tableBatch struct {
 	// fresh: dictionary names the batch's records use whose entries are
 	// not known durable yet; staged with it, settled once it is synced.
 	fresh []string
+	// The slices' storage for a batch of at most inlineOps operations
+	// (an issue's, a completion's): one allocation instead of six.
+	tsBuf   [inlineOps]time.Time
+	preBuf  [inlineOps][]byte
+	etagBuf [inlineOps]string
+	curBuf  [inlineOps][]byte
+	keyBuf  [inlineOps][]byte
 }
+
+// inlineOps is the largest batch whose slices live in its tableBatch.
+const inlineOps = 4
 
 // prepare checks the update modes and encodes the batch's entities. The
 // caller has validated ops.
@@ -362,7 +372,12 @@ func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tb := &tableBatch{t: t, pk: partitionKey, ops: ops, ts: make([]time.Time, len(ops)), pre: make([][]byte, len(ops)), etags: make([]string, len(ops))}
+	tb := &tableBatch{t: t, pk: partitionKey, ops: ops}
+	if n := len(ops); n <= inlineOps {
+		tb.ts, tb.pre, tb.etags = tb.tsBuf[:n], tb.preBuf[:n], tb.etagBuf[:n]
+	} else {
+		tb.ts, tb.pre, tb.etags = make([]time.Time, n), make([][]byte, n), make([]string, n)
+	}
 	for i, op := range ops {
 		tb.ts[i] = t.s.timestamp()
 		if op.Kind != storage.OpDelete {
@@ -427,10 +442,25 @@ const maxPointReads = 4
 // whole when its ETag moved.
 func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	t := tb.t
-	curs = make([][]byte, len(tb.ops))
-	keys = make([][]byte, len(tb.ops))
+	if n := len(tb.ops); n <= inlineOps {
+		curs, keys = tb.curBuf[:n], tb.keyBuf[:n]
+		clear(curs)
+	} else {
+		curs, keys = make([][]byte, n), make([][]byte, n)
+	}
+	// The keys share one buffer.
+	size := 0
+	for _, op := range tb.ops {
+		size += len(t.prefix) + len(op.Entity.PartitionKey) + 1 + len(op.Entity.RowKey)
+	}
+	buf := make([]byte, 0, size)
 	for i, op := range tb.ops {
-		keys[i] = t.key(op.Entity.PartitionKey, op.Entity.RowKey)
+		start := len(buf)
+		buf = append(buf, t.prefix...)
+		buf = append(buf, op.Entity.PartitionKey...)
+		buf = append(buf, 0)
+		buf = append(buf, op.Entity.RowKey...)
+		keys[i] = buf[start:len(buf):len(buf)]
 	}
 	guarded := tb.guarded()
 	reads := len(tb.ops)
