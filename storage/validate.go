@@ -105,7 +105,15 @@ func ValidateKey(which, key string) error {
 	return nil
 }
 
-var reservedProps = map[string]bool{"PartitionKey": true, "RowKey": true, "Timestamp": true, "ETag": true, "odata.etag": true}
+// reservedProp reports whether name is a system property's (a switch, not
+// a map: this runs for every property written).
+func reservedProp(name string) bool {
+	switch name {
+	case "PartitionKey", "RowKey", "Timestamp", "ETag", "odata.etag":
+		return true
+	}
+	return false
+}
 
 // EntitySize returns the size Azure charges an entity against MaxEntityBytes:
 // 4 bytes, plus keys in UTF-16, plus for each property 8 bytes, its name in
@@ -251,7 +259,7 @@ func checkPropName(name string) error {
 	if name == "" || len(name) > MaxPropertyNameBytes {
 		return fmt.Errorf("%w: property name %q must be 1-%d characters", ErrInvalidArgument, name, MaxPropertyNameBytes)
 	}
-	if reservedProps[name] {
+	if reservedProp(name) {
 		return fmt.Errorf("%w: property name %q is reserved", ErrInvalidArgument, name)
 	}
 	if !validPropertyName(name) {
