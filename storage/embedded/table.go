@@ -357,7 +357,7 @@ type tableBatch struct {
 }
 
 // inlineOps is the largest batch whose slices live in its tableBatch.
-const inlineOps = 4
+const inlineOps = 2
 
 // prepare checks the update modes and encodes the batch's entities. The
 // caller has validated ops.
