@@ -116,7 +116,11 @@ func queueDepth(t *testing.T, env []string) int {
 // delay ends because the processor wakes itself, not at its next poll a
 // minute later. (The command is handed to the processor
 // without a dequeue and without waking the poller; only the self-wake can
-// start the retries in time.) It takes about two minutes: the idle time.
+// start the retries in time.) The server's --min-poll-interval is the
+// minute too: its poller waits the full minute from its first empty poll
+// on, instead of after the ~100 s of doubling from 100 ms that the default
+// takes to get there, and no poll can come sooner even if something woke
+// the poller.
 func TestServeRetriesOnTime(t *testing.T) {
 	t.Parallel()
 	for _, azure := range []bool{false, true} {
@@ -126,7 +130,7 @@ func TestServeRetriesOnTime(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := startServe(t, serveOpts{azure: azure})
+			srv := startServe(t, serveOpts{azure: azure, args: []string{"--min-poll-interval", "1m"}})
 			env := []string{"CMDQ_SERVER=" + srv.URL}
 			waitFor(t, 4*time.Minute, "the poller waits the full minute", func() bool {
 				return pollInterval(t, srv.URL) >= time.Minute.Seconds()

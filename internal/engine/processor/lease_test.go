@@ -161,31 +161,24 @@ func countUpdates(st storage.Store, n *atomic.Int64) storage.Store {
 // TestGrownLeaseOnlyForItsType: a type whose lease grew takes the longer
 // lease per message (one UpdateVisibility right after the dequeue: only its
 // messages pay it); every other type's messages are dequeued with their
-// own, short lease, so a message abandoned by a processor that died
-// reappears after that, not after the grown lease.
+// queue's own lease (the longest definition lease of its types, not the
+// grown one), so a message abandoned by a processor that died reappears
+// after that, not after the grown lease.
 func TestGrownLeaseOnlyForItsType(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		const short, grown = 3 * time.Second, 60 * time.Second
+		growth := processor.LeaseGrowth{Threshold: 1, Factor: 10, MaxFactor: 10, ShrinkAfter: 1000}
+		ok := func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }
+		// The grown type and one with its own lease, shorter than the
+		// grown one and long enough that no renewal comes before its
+		// completion on a loaded Azurite.
 		reg := registry.NewRegistry()
-		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error { return nil }, registry.Options{Lease: grown / 10})
-		// Its own lease, shorter than the grown one and long enough that
-		// no renewal comes before its completion on a loaded Azurite.
+		register(t, reg, ok, registry.Options{Lease: grown / 10})
 		register(t, reg, func(ctx context.Context, c stepCmd, run *registry.Attempt) error { return nil }, registry.Options{Lease: grown / 3})
-		started := make(chan struct{}, 4)
-		var otherRuns atomic.Int64
-		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Attempt) error {
-			if otherRuns.Add(1) == 1 {
-				started <- struct{}{}
-				<-ctx.Done() // the first processor dies with it in hand
-				return ctx.Err()
-			}
-			return nil
-		}, registry.Options{Lease: short})
 		var updates atomic.Int64
 		cfg := e.cfg()
-		cfg.DrainTimeout = time.Millisecond
-		cfg.LeaseGrowth = processor.LeaseGrowth{Threshold: 1, Factor: 10, MaxFactor: 10, ShrinkAfter: 1000}
+		cfg.LeaseGrowth = growth
 		p1 := newProc(t, countUpdates(e.store, &updates), reg, cfg)
 		p1.CountLostLeases("test.ok", 1)
 		if p1.LeaseOf("test.ok") != grown {
@@ -201,17 +194,43 @@ func TestGrownLeaseOnlyForItsType(t *testing.T) {
 		if n := updates.Swap(0); n != 0 {
 			t.Fatalf("a message of another type made %d UpdateVisibility calls, want 0", n)
 		}
+		stop1()
 
-		id := e.issue(iss, otherCmd{})
+		// The abandoned message: on a processor of the grown type and a
+		// short one only (the step type's 20 s lease would be its queue's
+		// and set the wait), so its message is dequeued with the grown
+		// type's definition lease (6 s) and reappears after that, not
+		// after the grown 60 s.
+		reg = registry.NewRegistry()
+		register(t, reg, ok, registry.Options{Lease: grown / 10})
+		started := make(chan struct{}, 4)
+		var otherRuns atomic.Int64
+		register(t, reg, func(ctx context.Context, c otherCmd, run *registry.Attempt) error {
+			if otherRuns.Add(1) == 1 {
+				started <- struct{}{}
+				<-ctx.Done() // the first processor dies with it in hand
+				return ctx.Err()
+			}
+			return nil
+		}, registry.Options{Lease: short})
+		cfg.DrainTimeout = time.Millisecond
+		cfg.Worker += "-1b"
+		p1b := newProc(t, e.store, reg, cfg)
+		p1b.CountLostLeases("test.ok", 1)
+		if p1b.LeaseOf("test.ok") != grown {
+			t.Fatalf("lease %s", p1b.LeaseOf("test.ok"))
+		}
+		stop1b := start(t, p1b)
+		id := e.issue(e.issuer(p1b.Notify), otherCmd{})
 		<-started
-		stop1() // the processor stops with the handler running: its message keeps its lease
+		stop1b() // the processor stops with the handler running: its message keeps its lease
 		stopped := time.Now()
 		cfg.Worker += "-2"
 		p2 := newProc(t, e.open(), reg, cfg)
 		start(t, p2)
 		e.waitState(id, model.StateCompleted, 30*time.Second)
 		if waited := time.Since(stopped); waited >= grown/2 {
-			t.Fatalf("the abandoned message reappeared after %s: it was leased for the grown %s, not its type's %s", waited, grown, short)
+			t.Fatalf("the abandoned message reappeared after %s: it was leased for the grown %s, not its queue's %s", waited, grown, grown/10)
 		}
 	})
 }

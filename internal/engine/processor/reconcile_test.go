@@ -226,7 +226,21 @@ func TestRunForReconcilesInProportion(t *testing.T) {
 		// The re-enqueued message is delayed by the recovery delay (1.1 s,
 		// 2 s on Azure, which counts whole seconds). 10 s: beside a CPU hog
 		// a 4 s run ended before the recovered command was processed.
-		sum, err := p.RunFor(context.Background(), 10*time.Second)
+		// The run is cancelled once the command reads completed (its
+		// handler's count is in the summary when RunFor returns: the
+		// cancel drains running handlers); at 10 s it ends by itself.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			for ctx.Err() == nil {
+				if st, err := e.reader.Get(ctx, stranded); err == nil && st.State == model.StateCompleted {
+					cancel()
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // polling interval
+			}
+		}()
+		sum, err := p.RunFor(ctx, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
