@@ -348,12 +348,13 @@ type tableBatch struct {
 	// not known durable yet; staged with it, settled once it is synced.
 	fresh []string
 	// The slices' storage for a batch of at most inlineOps operations
-	// (an issue's, a completion's): one allocation instead of six.
-	tsBuf   [inlineOps]time.Time
-	preBuf  [inlineOps][]byte
-	etagBuf [inlineOps]string
-	curBuf  [inlineOps][]byte
-	keyBuf  [inlineOps][]byte
+	// (an issue's, a completion's): one allocation instead of five. The
+	// ETags have their own: the caller keeps them, and they must not keep
+	// the batch.
+	tsBuf  [inlineOps]time.Time
+	preBuf [inlineOps][]byte
+	curBuf [inlineOps][]byte
+	keyBuf [inlineOps][]byte
 }
 
 // inlineOps is the largest batch whose slices live in its tableBatch.
@@ -373,10 +374,11 @@ func (t *table) prepare(ctx context.Context, partitionKey string, ops []storage.
 		return nil, err
 	}
 	tb := &tableBatch{t: t, pk: partitionKey, ops: ops}
+	tb.etags = make([]string, len(ops))
 	if n := len(ops); n <= inlineOps {
-		tb.ts, tb.pre, tb.etags = tb.tsBuf[:n], tb.preBuf[:n], tb.etagBuf[:n]
+		tb.ts, tb.pre = tb.tsBuf[:n], tb.preBuf[:n]
 	} else {
-		tb.ts, tb.pre, tb.etags = make([]time.Time, n), make([][]byte, n), make([]string, n)
+		tb.ts, tb.pre = make([]time.Time, n), make([][]byte, n)
 	}
 	for i, op := range ops {
 		tb.ts[i] = t.s.timestamp()
