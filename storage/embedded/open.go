@@ -200,6 +200,18 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	// Group more writes per sync when the log is saturated: the engine
 	// asks after every sync how long to hold the next one.
 	popts.WALMinSyncInterval = fs.holdNext
+	// Data files of 1 MiB at L0 and at the base level (the only level of
+	// a store of up to about 64 MiB; doubling per level below it): a
+	// completion rewrites its command's row, and each compaction into
+	// the base level rewrites the files its keys overlap, so smaller files
+	// rewrite less (Pebble's 2 and 4 MiB: 1.5x the compacted bytes).
+	popts.TargetFileSizes[0], popts.TargetFileSizes[1] = 1<<20, 1<<20
+	// No tombstone-density compactions: a queue's deletes would trigger
+	// one for each small L0 file of tombstones, each rewriting the base
+	// level's files of those messages; L0's own compactions carry the
+	// tombstones down, and a dequeue scans from the queue's low-water
+	// mark, past deleted keys (queue.setLow).
+	popts.Experimental.TombstoneDenseCompactionThreshold = -1
 	popts.EnsureDefaults()
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
