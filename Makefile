@@ -89,14 +89,9 @@ openapi-client: openapi-tools
 # on its own (tail). Up to 4 packages (-p 4) and 4 tests of a package
 # (-parallel 4) run at once: most of the slow ones wait (on child
 # processes, on Azurite, on a schedule's ticks), not compute (with go
-# test's default of one package per core, 2 cores were 60 % busy). The
-# longest packages (1.5-3 minutes each in this step) are named first, as
-# go test starts packages in the order named (a package named twice runs
-# once): root, the processor's (in the middle of the alphabetical list it
-# would start after about 20 others), the console's and cmd/cmdq's.
-UNIT_FIRST := . ./internal/engine/processor ./console ./cmd/cmdq
+# test's default of one package per core, 2 cores were 60 % busy).
 unit:
-	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -p 4 -parallel 4 -timeout 15m $(UNIT_FIRST) $$($(GO) list ./... | grep -v /internal/chaos)
+	CMDQ_REQUIRE_AZURITE=1 CMDQ_REQUIRE_BROWSER=1 CMDQ_ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -p 4 -parallel 4 -timeout 15m $$($(GO) list ./... | grep -v /internal/chaos)
 	@echo "screenshots of the operator page: $(ARTIFACTS)/browser"
 
 # fuzz-smoke runs the request-decoding fuzz target for a short while; a crash
