@@ -120,11 +120,9 @@ bench-smoke: azurite
 	$(GO) run ./cmd/cmdq bench --store azure -n 300 --rate 50 --latency-duration 500ms --trickle-n 320 --idle-window -1s --baseline raw --max-ops-per-command 4.1 --max-trickle-ops-per-command 4.2 --json
 
 # race runs the concurrent core (drivers, client, pipeline, API, console) again under
-# the race detector, with go test's default of one package per core (4
-# packages at once as in unit, with a CPU hog beside it, overloaded each
-# package's Azurite: calls timed out) and up to 4 tests of a package at once
-# (-parallel 4: most wait on Azurite, leases or schedules; root 151 -> 83 s,
-# the processor's 129 -> 74 s alone on 2 cores). The packages are named longest first
+# the race detector, with go test's default of one package and one test per
+# core (4 at once as in unit, with a CPU hog beside it, overloaded each
+# package's Azurite: calls timed out). The packages are named longest first
 # (under the detector on a loaded machine: root 3-4 minutes, the
 # processor's about 3, the embedded store's, the console's and the API's
 # 40-80 s; go test starts them in that order), so the two long ones start
@@ -140,7 +138,7 @@ bench-smoke: azurite
 # TestLibraryUsesOTelAPIOnly), whose work is all in those child processes.
 RACE_SKIP := TestBrowserConsole|TestKillLoop|TestKillWhileCreatingStore|TestOutsideModule|TestOutsideTestKit|TestArchitectureTable|TestPublicPackages|TestNoToolDirective|TestLibraryUsesOTelAPIOnly
 race:
-	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -parallel 4 -timeout 15m -skip '^($(RACE_SKIP))$$' . ./internal/engine/processor ./storage/embedded ./console ./api ./storage/... ./internal/engine/... ./metrics ./client ./cmdqtest
+	CMDQ_REQUIRE_AZURITE=1 $(GO) test -race -count=1 -timeout 15m -skip '^($(RACE_SKIP))$$' . ./internal/engine/processor ./storage/embedded ./console ./api ./storage/... ./internal/engine/... ./metrics ./client ./cmdqtest
 
 # bench-peers runs one no-op workload on cmdq (embedded store), River
 # (PostgreSQL) and asynq (Redis) and prints one markdown table (bench/peers,
