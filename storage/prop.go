@@ -189,19 +189,6 @@ func (e Entity) All() iter.Seq2[string, any] {
 	}
 }
 
-// PropertyMap is e's properties as a map: Properties itself when e has no
-// Props, else a new map built from Props.
-func (e Entity) PropertyMap() map[string]any {
-	if e.Props == nil {
-		return e.Properties
-	}
-	m := make(map[string]any, len(e.Props))
-	for _, p := range e.Props {
-		m[p.Name] = p.Value()
-	}
-	return m
-}
-
 // PropCount is the number of e's properties.
 func (e Entity) PropCount() int {
 	if e.Props != nil {

@@ -150,6 +150,28 @@ func propSize(p Prop) int {
 	return 0
 }
 
+// valueKind is the kind of a Properties value (0 for a type Entity does
+// not allow).
+func valueKind(v any) PropKind {
+	switch v.(type) {
+	case string:
+		return KindString
+	case []byte:
+		return KindBinary
+	case bool:
+		return KindBool
+	case int32:
+		return KindInt32
+	case int64:
+		return KindInt64
+	case float64:
+		return KindFloat64
+	case time.Time:
+		return KindTime
+	}
+	return 0
+}
+
 func valueSize(v any) int {
 	switch x := v.(type) {
 	case string:
@@ -231,15 +253,8 @@ func checkEntity(e Entity) (int, error) {
 		if err := checkPropName(name); err != nil {
 			return 0, err
 		}
-		var kind PropKind
-		switch v.(type) {
-		case string:
-			kind = KindString
-		case []byte:
-			kind = KindBinary
-		case bool, int32, int64, float64, time.Time:
-			kind = KindBool // fixed size: no limit to check
-		default:
+		kind := valueKind(v)
+		if kind == 0 {
 			return 0, fmt.Errorf("%w: property %q has type %T; use string, []byte, bool, int32, int64, float64 or time.Time", ErrInvalidArgument, name, v)
 		}
 		vs := valueSize(v)

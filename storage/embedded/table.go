@@ -41,11 +41,18 @@ func (t *table) Name() string { return t.name }
 
 // key is the engine key of an entity.
 func (t *table) key(pk, rk string) []byte {
-	k := make([]byte, 0, len(t.prefix)+len(pk)+1+len(rk))
-	k = append(k, t.prefix...)
-	k = append(k, pk...)
-	k = append(k, 0)
-	return append(k, rk...)
+	return t.appendKey(make([]byte, 0, t.keyLen(pk, rk)), pk, rk)
+}
+
+// keyLen is the length of the engine key of an entity.
+func (t *table) keyLen(pk, rk string) int { return len(t.prefix) + len(pk) + 1 + len(rk) }
+
+// appendKey appends the engine key of an entity to b.
+func (t *table) appendKey(b []byte, pk, rk string) []byte {
+	b = append(b, t.prefix...)
+	b = append(b, pk...)
+	b = append(b, 0)
+	return append(b, rk...)
 }
 
 // entityKey orders entities by (PartitionKey, RowKey): keys never contain
@@ -453,15 +460,12 @@ func (tb *tableBatch) read() (curs, keys [][]byte, err error) {
 	// The keys share one buffer.
 	size := 0
 	for _, op := range tb.ops {
-		size += len(t.prefix) + len(op.Entity.PartitionKey) + 1 + len(op.Entity.RowKey)
+		size += t.keyLen(op.Entity.PartitionKey, op.Entity.RowKey)
 	}
 	buf := make([]byte, 0, size)
 	for i, op := range tb.ops {
 		start := len(buf)
-		buf = append(buf, t.prefix...)
-		buf = append(buf, op.Entity.PartitionKey...)
-		buf = append(buf, 0)
-		buf = append(buf, op.Entity.RowKey...)
+		buf = t.appendKey(buf, op.Entity.PartitionKey, op.Entity.RowKey)
 		keys[i] = buf[start:len(buf):len(buf)]
 	}
 	guarded := tb.guarded()

@@ -349,22 +349,12 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	if c.OrderKey != "" {
 		n += 2
 	}
-	props := make([]storage.Prop, 0, n)
-	props = append(props,
-		storage.StringProp("Type", c.Type),
-		storage.StringProp("ParamsHash", HashParams(params)),
-		storage.TimeProp("IssuedAt", issued),
-		storage.StringProp("CorrelationID", c.CorrelationID),
-		storage.StringProp("Queue", queue))
+	props := appendCommand(make([]storage.Prop, 0, n), commandRow{
+		Type: c.Type, ParamsHash: HashParams(params), IssuedAt: issued, CorrelationID: c.CorrelationID, Queue: queue,
+		TraceParent: c.TraceParent, TraceState: c.TraceState, OrderKey: c.OrderKey, OrderSeq: c.OrderSeq,
+	}, chunks)
 	if !c.RunAt.IsZero() {
 		c.RunAt = layout.Millis(c.RunAt)
-	}
-	props = appendTrace(props, c.TraceParent, c.TraceState)
-	if c.OrderKey != "" {
-		props = append(props, storage.StringProp("OrderKey", c.OrderKey), storage.Int64Prop("OrderSeq", c.OrderSeq))
-	}
-	for i, ch := range chunks {
-		props = append(props, storage.StringProp(layout.ParamsProp(i), ch))
 	}
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
@@ -385,16 +375,39 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	return ops, nil
 }
 
-// appendTrace appends the command's trace context to the command row's
-// properties: TraceParent and TraceState, each only when set (a command
-// issued outside a trace adds nothing to its row).
-func appendTrace(props []storage.Prop, parent, state string) []storage.Prop {
-	if parent == "" {
-		return props
+// commandRow is the command's own part of its row, written once by the
+// issue batch.
+type commandRow struct {
+	Type, ParamsHash, CorrelationID, Queue string
+	IssuedAt                               time.Time
+	TraceParent, TraceState                string
+	OrderKey                               string
+	OrderSeq                               int64
+}
+
+// appendCommand appends the command's own properties to props: Type,
+// ParamsHash, IssuedAt, CorrelationID, Queue; TraceParent and TraceState,
+// each only when set (a command issued outside a trace adds nothing to its
+// row); OrderKey and OrderSeq when it has an order key; the parameters'
+// chunks.
+func appendCommand(props []storage.Prop, c commandRow, chunks []string) []storage.Prop {
+	props = append(props,
+		storage.StringProp("Type", c.Type),
+		storage.StringProp("ParamsHash", c.ParamsHash),
+		storage.TimeProp("IssuedAt", c.IssuedAt),
+		storage.StringProp("CorrelationID", c.CorrelationID),
+		storage.StringProp("Queue", c.Queue))
+	if c.TraceParent != "" {
+		props = append(props, storage.StringProp("TraceParent", c.TraceParent))
+		if c.TraceState != "" {
+			props = append(props, storage.StringProp("TraceState", c.TraceState))
+		}
 	}
-	props = append(props, storage.StringProp("TraceParent", parent))
-	if state != "" {
-		props = append(props, storage.StringProp("TraceState", state))
+	if c.OrderKey != "" {
+		props = append(props, storage.StringProp("OrderKey", c.OrderKey), storage.Int64Prop("OrderSeq", c.OrderSeq))
+	}
+	for i, ch := range chunks {
+		props = append(props, storage.StringProp(layout.ParamsProp(i), ch))
 	}
 	return props
 }
@@ -506,17 +519,10 @@ func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, 
 // props: its command's properties (the parameters as stored) and props.
 func fullRow(rec *Record, props []storage.Prop) storage.Entity {
 	chunks, _ := splitParams(string(rec.Params)) // the stored chunks
-	ps := make([]storage.Prop, 0, 7+len(chunks)+len(props))
-	ps = append(ps,
-		storage.StringProp("Type", rec.Type),
-		storage.StringProp("ParamsHash", rec.ParamsHash),
-		storage.TimeProp("IssuedAt", rec.IssuedAt),
-		storage.StringProp("CorrelationID", rec.CorrelationID),
-		storage.StringProp("Queue", rec.Queue))
-	ps = appendTrace(ps, rec.TraceParent, rec.TraceState)
-	for i, ch := range chunks {
-		ps = append(ps, storage.StringProp(layout.ParamsProp(i), ch))
-	}
+	ps := appendCommand(make([]storage.Prop, 0, 9+len(chunks)+len(props)), commandRow{
+		Type: rec.Type, ParamsHash: rec.ParamsHash, IssuedAt: rec.IssuedAt, CorrelationID: rec.CorrelationID, Queue: rec.Queue,
+		TraceParent: rec.TraceParent, TraceState: rec.TraceState, OrderKey: rec.OrderKey, OrderSeq: rec.OrderSeq,
+	}, chunks)
 	ps = append(ps, props...)
 	return storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Props: ps}
 }
