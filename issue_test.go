@@ -254,29 +254,41 @@ func TestScheduledDelay(t *testing.T) {
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		before := time.Now()
-		res, err := c.Issue(ctx, greet{Name: "later"}, cmdq.After(3*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sleepUntil(before.Add(time.Second))
-		st, err := c.Get(ctx, res.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State != cmdq.StateScheduled {
-			t.Fatalf("at 1 s the command is %s, want scheduled", st.State)
-		}
-		if d := st.RunAt.Sub(st.CreatedAt); d < 3*time.Second-time.Millisecond || d > 3*time.Second+time.Millisecond {
-			t.Fatalf("runAt %s is %s after createdAt %s, want 3s", st.RunAt, d, st.CreatedAt)
-		}
-		other := newTuned(t, otherProcess(t, s), s.prefix, cmdq.Config{}, tuning.Switches{})
-		if ost, err := other.Get(ctx, res.ID); err != nil || ost.State != cmdq.StateScheduled || !ost.RunAt.Equal(st.RunAt) {
-			t.Fatalf("another process reads %+v %v, want scheduled with runAt %s", ost, err, st.RunAt)
-		}
-		page, err := c.ListCommands(ctx, cmdq.CommandQuery{State: cmdq.StateScheduled})
-		if err != nil || len(page.Commands) != 1 || page.Commands[0].ID != res.ID {
-			t.Fatalf("listing scheduled commands: %+v %v, want the one", page.Commands, err)
+		// Issued with a delay of 3 s and read at 1 s: scheduled, to this
+		// process, another one and a listing. When the reads end after
+		// runAt (a loaded machine) the command may be pending by then:
+		// issued again with twice the delay, up to 24 s.
+		var res cmdq.Result
+		var st cmdq.Status
+		for delay := 3 * time.Second; ; delay *= 2 {
+			before := time.Now()
+			var err error
+			res, err = c.Issue(ctx, greet{Name: "later"}, cmdq.After(delay))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sleepUntil(before.Add(delay / 3))
+			st, err = c.Get(ctx, res.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := ""
+			if st.State != cmdq.StateScheduled {
+				bad = fmt.Sprintf("at %s the command is %s, want scheduled", delay/3, st.State)
+			} else if d := st.RunAt.Sub(st.CreatedAt); d < delay-time.Millisecond || d > delay+time.Millisecond {
+				t.Fatalf("runAt %s is %s after createdAt %s, want %s", st.RunAt, d, st.CreatedAt, delay)
+			} else if ost, err := newTuned(t, otherProcess(t, s), s.prefix, cmdq.Config{}, tuning.Switches{}).Get(ctx, res.ID); err != nil || ost.State != cmdq.StateScheduled || !ost.RunAt.Equal(st.RunAt) {
+				bad = fmt.Sprintf("another process reads %+v %v, want scheduled with runAt %s", ost, err, st.RunAt)
+			} else if page, err := c.ListCommands(ctx, cmdq.CommandQuery{State: cmdq.StateScheduled}); err != nil || len(page.Commands) != 1 || page.Commands[0].ID != res.ID {
+				bad = fmt.Sprintf("listing scheduled commands: %+v %v, want the one", page.Commands, err)
+			}
+			if bad == "" {
+				break
+			}
+			if !time.Now().After(before.Add(delay)) || delay >= 24*time.Second {
+				t.Fatal(bad)
+			}
+			t.Logf("%s, read after runAt (a loaded machine): again with a delay of %s", bad, 2*delay)
 		}
 		done, err := c.Wait(ctx, res.ID)
 		if err != nil || done.State != cmdq.StateCompleted {

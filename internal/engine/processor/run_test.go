@@ -247,7 +247,10 @@ func TestReconcileScanSchedule(t *testing.T) {
 		cfg.ReconcileStaleAfter = time.Nanosecond
 		p := newProc(t, e.store, reg, cfg)
 		start(t, p)
-		e.waitState(id, model.StateCompleted, 10*time.Second)
+		// Quick when the machine is (a scan within 200 ms, then one
+		// delivery); the bound is for a loaded one, where each scan's
+		// requeue and each delivery through Azurite can take seconds.
+		e.waitState(id, model.StateCompleted, 30*time.Second)
 		// With a stale-after of 1 ns a slow run may scan (and requeue) more
 		// than once before the command starts; each requeue is a harmless
 		// duplicate. On a loaded machine a delivery's 1 s lease may also
