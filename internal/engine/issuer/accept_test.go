@@ -132,6 +132,49 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	}
 }
 
+// TestIssueBatchRetriedAfterLostAnswer: the issue batch lands but its answer
+// is lost (the connection reset after the service answered), so the
+// driver's transport retry sends it again and meets the row its first try
+// wrote. That is this issue's own write, not an existing command: Issue
+// answers a new command (not Existing) and enqueues it at once, as after
+// an answered batch, not as a recovery (no requeued event, no delayed
+// message).
+func TestIssueBatchRetriedAfterLostAnswer(t *testing.T) {
+	t.Parallel()
+	through, direct, px := proxied(t)
+	prefix := "t" + uuid.NewString()[:8]
+	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, EnqueueRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lost := px.Add(faultproxy.Match{Method: "POST", Path: "$batch", Body: `"Kind":"` + string(model.EventCreated) + `"`}, faultproxy.LoseAnswer, 1)
+	res, err := is.Issue(ctx, chargeCard{"c1", 100})
+	if err != nil || res.Existing || res.ID == "" {
+		t.Fatalf("Issue with the batch's answer lost: %+v %v, want a new command", res, err)
+	}
+	if lost.Hits() != 1 || len(lost.Answers()) != 1 || lost.Answers()[0] != 202 {
+		t.Fatalf("the proxy lost %d answers %v, want one, of a batch that landed (202)", lost.Hits(), lost.Answers())
+	}
+	if vis, all := len(messages(t, direct, prefix+"-commands")), queued(t, direct, prefix+"-commands"); vis != 1 || all != 1 {
+		t.Fatalf("%d messages visible of %d, want one, at once (not a delayed recovery)", vis, all)
+	}
+	r, err := read.Open(ctx, direct, layout.Names{Prefix: prefix}, record.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := r.Events(ctx, res.ID)
+	if err != nil || len(evs) != 1 || evs[0].Kind != model.EventCreated {
+		t.Fatalf("events %+v %v, want the created event only", evs, err)
+	}
+
+	// A re-issue of the same ID is still an existing command.
+	again, err := is.Issue(ctx, chargeCard{"c1", 100}, issuer.WithID(res.ID))
+	if err != nil || !again.Existing || again.ID != res.ID {
+		t.Fatalf("re-issue: %+v %v, want the existing command", again, err)
+	}
+}
+
 // TestEnqueueRetriedInBackground: while the process lives, the Issuer
 // itself queues a command whose enqueue failed once storage answers again
 // (within seconds, not at the reconciler's next pass), and removes the

@@ -56,6 +56,12 @@ type NewCommand struct {
 	// before the command): stored as properties OrderKey and OrderSeq.
 	OrderKey string
 	OrderSeq int64
+	// WriteID is the write ID of the issue batch, stored on the command
+	// row and the created event ("" = a random one, chosen when the batch
+	// is built). The Issuer chooses it (NewWriteID) so that a transport
+	// retry of its batch that meets the row its first try wrote
+	// (storage.ErrExists) is known for what it is: Record.WriteID equal.
+	WriteID string
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -359,7 +365,10 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
 	layout.Apply(&st, ev)
-	wid := newWriteID()
+	wid := c.WriteID
+	if wid == "" {
+		wid = newWriteID()
+	}
 	props = appendProjection(props, &st, 0, "", 1, wid)
 	cmd := storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Props: props}
 	if err := storage.ValidateEntity(cmd); err != nil {
@@ -411,6 +420,10 @@ func appendCommand(props []storage.Prop, c commandRow, chunks []string) []storag
 	}
 	return props
 }
+
+// NewWriteID returns a random write ID (16 hex digits), for
+// NewCommand.WriteID.
+func NewWriteID() string { return newWriteID() }
 
 // newWriteID returns a random write ID (16 hex digits).
 func newWriteID() string {
