@@ -33,9 +33,11 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
 		reg := registry.NewRegistry()
+		var ran atomic.Int64 // handlers that did their second of work
 		register(t, reg, func(ctx context.Context, c okCmd, run *registry.Attempt) error {
 			select { // one second of work
 			case <-time.After(time.Second):
+				ran.Add(1)
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -74,8 +76,20 @@ func TestRunForReturnsInTimeAndReleases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(peek) != n-sum.Completed || count != n-sum.Completed {
-			t.Fatalf("after RunFor: %d visible, %d in queue, want %d (summary %+v)", len(peek), count, n-sum.Completed, sum)
+		// Nothing is left leased but what a handler finished: on a loaded
+		// machine the completion (or its message's delete) of a handler
+		// that returned just before the end may still be on its way at
+		// the deadline; that message stays leased until its lease ends,
+		// as after any storage call cut short. A message whose handler
+		// did not run to its end is visible.
+		done := int(ran.Load())
+		deleted, invisible := n-count, count-len(peek)
+		if sum.Completed > done || deleted > sum.Completed || invisible > done-deleted ||
+			(done == sum.Completed && (invisible != 0 || deleted != sum.Completed)) {
+			t.Fatalf("after RunFor: %d visible, %d in queue, %d handlers finished (summary %+v): want every message visible but those of finished handlers not yet deleted", len(peek), count, done, sum)
+		}
+		if invisible > 0 {
+			t.Logf("%d handlers finished, %d completions counted, %d messages deleted: %d left leased (their completion was cut by the deadline)", done, sum.Completed, deleted, invisible)
 		}
 		if h := p.Health(); h.State != model.ProcessorStopped || h.InFlight != 0 {
 			t.Fatalf("health %+v", h)
