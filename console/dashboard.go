@@ -102,8 +102,10 @@ var dashboardFuncs = template.FuncMap{
 	"plural":    pluralAny,
 }
 
-// dashboardPages are the page templates, each the layout plus one page file.
-var dashboardPages = func() map[string]*template.Template {
+// dashboardPages returns the page templates, each the layout plus one page
+// file, parsed at the first page a process serves (not at start: a worker
+// or bench process that never serves the console does not hold them).
+var dashboardPages = sync.OnceValue(func() map[string]*template.Template {
 	layout := template.Must(template.New("layout.html").Funcs(dashboardFuncs).ParseFS(templateFS, "templates/layout.html", "templates/depth.html"))
 	pages := map[string]*template.Template{}
 	for _, name := range []string{"overview", "poison", "command", "commands", "confirm", "login", "error", "cancel", "queues", "periodic", "entry", "runnow", "schedule", "trigger"} {
@@ -111,7 +113,7 @@ var dashboardPages = func() map[string]*template.Template {
 		pages[name] = template.Must(t.ParseFS(templateFS, "templates/"+name+".html"))
 	}
 	return pages
-}()
+})
 
 // dashboard holds the per-handler state of the /ui pages.
 type dashboard struct {
@@ -480,7 +482,7 @@ func (d *dashboard) render(w http.ResponseWriter, r *http.Request, code int, pag
 		pd.Back = uri
 	}
 	var buf bytes.Buffer
-	if err := dashboardPages[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
+	if err := dashboardPages()[page].ExecuteTemplate(&buf, "layout.html", pd); err != nil {
 		ref := httpserve.NewRef()
 		d.log.Error().Err(err).Str("ref", ref).Str("page", page).Msg("cmdq console: template failed")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

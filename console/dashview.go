@@ -14,6 +14,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -273,7 +274,8 @@ type staticFile struct {
 	version string // first 12 hex digits of the SHA-256 of body
 }
 
-var staticFiles = func() map[string]staticFile {
+// staticFiles returns the embedded files by name, read at the first use.
+var staticFiles = sync.OnceValue(func() map[string]staticFile {
 	out := map[string]staticFile{}
 	entries, err := staticFS.ReadDir("static")
 	if err != nil {
@@ -297,19 +299,19 @@ var staticFiles = func() map[string]staticFile {
 		out[e.Name()] = staticFile{body: b, ctype: ct, version: hex.EncodeToString(sum[:6])}
 	}
 	return out
-}()
+})
 
 // assetURL is the URL of a static file under base (BasePath + "/ui"); the
 // version parameter changes with the content, so browsers may cache it.
 func assetURL(base, name string) string {
-	return base + "/static/" + name + "?v=" + staticFiles[name].version
+	return base + "/static/" + name + "?v=" + staticFiles()[name].version
 }
 
 // static serves GET /ui/static/{name}: no login needed (nothing secret, and
 // the login page uses them). With the current version in the URL it may be
 // cached for a year.
 func (d *dashboard) static(w http.ResponseWriter, r *http.Request) {
-	f, ok := staticFiles[r.PathValue("name")]
+	f, ok := staticFiles()[r.PathValue("name")]
 	if !ok {
 		d.errorPage(w, r, viewer{}, http.StatusNotFound, "Page not found", "There is no such file.", "Start from the overview.")
 		return
