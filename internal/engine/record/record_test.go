@@ -135,6 +135,27 @@ func TestParamsTooLarge(t *testing.T) {
 	})
 }
 
+// TestParamsOverEntityLimit: params that split into the allowed chunks but
+// make the command row larger than an entity may be (the driver's check)
+// give ErrParamsTooLarge too, and nothing is stored.
+func TestParamsOverEntityLimit(t *testing.T) {
+	t.Parallel()
+	n := layout.MaxParamsChunks*layout.ParamsChunkUnits - 20
+	params := `{"s":"` + strings.Repeat("x", n-8) + `"}`
+	testenv.Each(t, func(t *testing.T, env testenv.Env) {
+		_, s := testenv.OpenReader(t, env)
+		ctx := testenv.Ctx(t)
+		id := uuid.NewString()
+		err := s.Create(ctx, record.NewCommand{ID: id, Type: "demo.Huge", Params: []byte(params), Queue: model.DefaultQueue})
+		if !errors.Is(err, record.ErrParamsTooLarge) || !errors.Is(err, storage.ErrTooLarge) {
+			t.Fatalf("Create of %d-unit params: %v, want ErrParamsTooLarge", len(params), err)
+		}
+		if _, err := s.Load(ctx, id); !errors.Is(err, model.ErrNotFound) {
+			t.Fatalf("Load after failed Create: %v", err)
+		}
+	})
+}
+
 func TestAppendConflict(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
