@@ -136,7 +136,8 @@ func TestHandOffNoFreeSlot(t *testing.T) {
 // message invisible until the lease ends; then another processor dequeues
 // it (dequeue count 1 = attempt 2), takes the slow path, records the
 // hand-off attempt's lease_lost and resumes after step 1. It completes
-// once; step 1 runs once.
+// once; step 1 runs once. (A later delivery's own lost lease, on a loaded
+// machine, adds its lease_lost and moves the resuming attempt on.)
 func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, e *env) {
@@ -171,12 +172,31 @@ func TestHandOffStoppedProcessorRedelivers(t *testing.T) {
 		}
 		want := []model.EventKind{model.EventCreated, model.EventStarted, model.EventStepCompleted,
 			model.EventLeaseLost, model.EventStarted, model.EventStepCompleted, model.EventCompleted}
-		evs := e.events(id)
-		if k := kinds(evs); !equalKinds(k, want...) {
-			t.Fatalf("events %v, want %v", k, want)
+		// On a loaded machine a delivery of the second processor may lose
+		// its lease before its handler starts (its lease_lost is then
+		// recorded, and the next delivery runs the handler): such events,
+		// of attempts after the first, are set aside. The hand-off
+		// attempt's lease_lost must be there exactly once.
+		all := e.events(id)
+		var evs, others []model.Event
+		for _, ev := range all {
+			if ev.Kind == model.EventLeaseLost && ev.Attempt != 1 {
+				others = append(others, ev)
+				continue
+			}
+			evs = append(evs, ev)
 		}
-		if evs[1].Attempt != 1 || evs[3].Attempt != 1 || evs[4].Attempt != 2 || evs[6].Attempt != 2 {
-			t.Fatalf("attempts: started %d, lease_lost %d, started %d, completed %d; want 1, 1, 2, 2", evs[1].Attempt, evs[3].Attempt, evs[4].Attempt, evs[6].Attempt)
+		if len(others) > 0 {
+			t.Logf("lease_lost of later deliveries (a loaded machine): %+v", others)
+		}
+		if k := kinds(evs); !equalKinds(k, want...) {
+			t.Fatalf("events %v (all: %+v), want %v", k, all, want)
+		}
+		if evs[1].Attempt != 1 || evs[3].Attempt != 1 || evs[4].Attempt < 2 || evs[6].Attempt != evs[4].Attempt || evs[5].Attempt != evs[4].Attempt {
+			t.Fatalf("attempts: started %d, lease_lost %d, started %d, step %d, completed %d; want 1, 1, then one later attempt (all: %+v)", evs[1].Attempt, evs[3].Attempt, evs[4].Attempt, evs[5].Attempt, evs[6].Attempt, all)
+		}
+		if len(others) == 0 && evs[4].Attempt != 2 {
+			t.Fatalf("the second processor's first delivery is attempt %d, want 2", evs[4].Attempt)
 		}
 	})
 }
