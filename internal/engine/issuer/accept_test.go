@@ -47,6 +47,19 @@ func proxied(t *testing.T) (through, direct storage.Store, px *faultproxy.HTTP) 
 	return open(px.ConnectionString), open(conn), px
 }
 
+// proxiedIssuer is an Issuer without background enqueue retries on a
+// store behind the fault proxy (proxied), with a fresh prefix.
+func proxiedIssuer(t *testing.T) (is *issuer.Issuer, direct storage.Store, px *faultproxy.HTTP, prefix string) {
+	t.Helper()
+	through, direct, px := proxied(t)
+	prefix = "t" + uuid.NewString()[:8]
+	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, EnqueueRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return is, direct, px, prefix
+}
+
 func messages(t *testing.T, st storage.Store, queue string) []storage.Message {
 	t.Helper()
 	q, err := st.Queue(context.Background(), queue)
@@ -94,12 +107,7 @@ func hasMarker(t *testing.T, st storage.Store, prefix, id string) bool {
 // The client's re-issue with the same ID queues it.
 func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 	t.Parallel()
-	through, direct, px := proxied(t)
-	prefix := "t" + uuid.NewString()[:8]
-	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, EnqueueRetry: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	is, direct, px, prefix := proxiedIssuer(t)
 	ctx := context.Background()
 	rq, rm := px.Add(enqueueReq, faultproxy.Refuse, -1), px.Add(markerReq, faultproxy.Refuse, -1)
 	res, err := is.Issue(ctx, chargeCard{"c1", 100})
@@ -141,12 +149,7 @@ func TestNotAcceptedWhenNeitherEnqueuedNorMarked(t *testing.T) {
 // message).
 func TestIssueBatchRetriedAfterLostAnswer(t *testing.T) {
 	t.Parallel()
-	through, direct, px := proxied(t)
-	prefix := "t" + uuid.NewString()[:8]
-	is, err := issuer.NewIssuer(through, issuer.IssuerOptions{Prefix: prefix, EnqueueRetry: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	is, direct, px, prefix := proxiedIssuer(t)
 	ctx := context.Background()
 	lost := px.Add(faultproxy.Match{Method: "POST", Path: "$batch", Body: `"Kind":"` + string(model.EventCreated) + `"`}, faultproxy.LoseAnswer, 1)
 	res, err := is.Issue(ctx, chargeCard{"c1", 100})

@@ -601,8 +601,7 @@ func (i *Issuer) prepareCommand(raw model.Raw, declared string, typed bool) (rec
 	if err := storage.ValidateQueueName(i.names.Queue(queue)); err != nil {
 		return record.NewCommand{}, fmt.Errorf("commands: queue %q of %s: %w", queue, raw.Type, err)
 	}
-	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, IssuedAt: now, RunAt: runAt,
-		WriteID: record.NewWriteID()}
+	nc := record.NewCommand{ID: id, Type: raw.Type, Params: params, CorrelationID: raw.CorrelationID, Queue: queue, IssuedAt: now, RunAt: runAt}
 	if raw.OrderKey != "" {
 		if err := model.ValidateOrderKey(raw.OrderKey); err != nil {
 			return record.NewCommand{}, err
@@ -637,17 +636,14 @@ func (i *Issuer) created(ctx context.Context, st *record.Store, enq *enqueue.Enq
 	}
 	switch {
 	case errors.Is(err, storage.ErrExists):
-		rec, lerr := st.Load(ctx, id)
-		if lerr != nil {
-			return model.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
-		}
-		if _, combined := i.st.(storage.Combiner); !combined && rec.WriteID == nc.WriteID && rec.Attempts == 0 {
-			// This issue's own batch, sent again by the driver's transport
-			// retries after its first try landed unanswered: the issue is
-			// new, and goes on to its enqueue as after an answered batch.
-			first := nc
-			first.IssuedAt = rec.IssuedAt
-			return res, i.enqueue(ctx, st, enq, enqueue.FirstEnvelope(first, rec.ETag), nc.Queue)
+		var rec *record.Record
+		if ee := (*record.ExistsError)(nil); errors.As(err, &ee) {
+			rec = ee.Current // read by the create
+		} else {
+			var lerr error
+			if rec, lerr = st.Load(ctx, id); lerr != nil {
+				return model.Result{}, fmt.Errorf("commands: command %s exists but cannot be read: %w", id, lerr)
+			}
 		}
 		switch {
 		case pc.derived && rec.Type == nc.Type:

@@ -56,12 +56,6 @@ type NewCommand struct {
 	// before the command): stored as properties OrderKey and OrderSeq.
 	OrderKey string
 	OrderSeq int64
-	// WriteID is the write ID of the issue batch, stored on the command
-	// row and the created event ("" = a random one, chosen when the batch
-	// is built). The Issuer chooses it (NewWriteID) so that a transport
-	// retry of its batch that meets the row its first try wrote
-	// (storage.ErrExists) is known for what it is: Record.WriteID equal.
-	WriteID string
 }
 
 // Record is a loaded command: its status, its parameters and the concurrency
@@ -253,8 +247,15 @@ func (s *Store) Create(ctx context.Context, c NewCommand) error {
 
 // CreateETag is Create returning the ETag of the new command row (what the
 // issue's own message carries: FirstEnvelope).
+//
+// A taken ID costs one point read of the command row: when its write ID is
+// this batch's, the batch was sent again by the driver's transport retries
+// after its first try landed unanswered, and that is this create's success
+// (the row's ETag is returned); otherwise the error is an *ExistsError
+// carrying the stored command, so the caller need not read it again.
 func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err error) {
-	ops, err := s.createOps(c)
+	wid := newWriteID()
+	ops, err := s.createOps(c, wid)
 	if err != nil {
 		return "", err
 	}
@@ -270,11 +271,30 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 			etags, err = tb.Batch(ctx, c.ID, ops)
 		}
 	}
+	if errors.Is(err, storage.ErrExists) {
+		if cur, lerr := s.Load(ctx, c.ID); lerr == nil {
+			if cur.WriteID == wid {
+				return cur.ETag, nil // written by this batch's first try
+			}
+			return "", &ExistsError{Current: cur, Err: createErr(c.ID, err)}
+		}
+	}
 	if err != nil {
 		return "", createErr(c.ID, err)
 	}
 	return etags[0], nil
 }
+
+// ExistsError is the error of a create whose ID another command holds: it
+// wraps storage.ErrExists and carries that command as stored (Current).
+type ExistsError struct {
+	Current *Record
+	Err     error
+}
+
+func (e *ExistsError) Error() string { return e.Err.Error() }
+
+func (e *ExistsError) Unwrap() error { return e.Err }
 
 // CreateAndEnqueue is Create plus an enqueue of text on the storage queue
 // named queue (e.g. "cmdq-commands"), both in one atomic write through cb
@@ -282,7 +302,7 @@ func (s *Store) CreateETag(ctx context.Context, c NewCommand) (etag string, err 
 // neither does. Errors are Create's; a failed enqueue wraps its own error.
 // It costs one commit on the embedded store instead of two.
 func (s *Store) CreateAndEnqueue(ctx context.Context, c NewCommand, cb storage.Combiner, queue, text string) error {
-	ops, err := s.createOps(c)
+	ops, err := s.createOps(c, newWriteID())
 	if err != nil {
 		return err
 	}
@@ -307,7 +327,9 @@ func (s *Store) StampIssued(c NewCommand) NewCommand {
 
 // CreateOps returns the issue batch of a new command (the command row and
 // its created event), for a Combiner's BatchEnqueueMany. Errors as Create's.
-func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) { return s.createOps(c) }
+func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) {
+	return s.createOps(c, newWriteID())
+}
 
 // CreateErr wraps the error of an issue batch of command id as Create does
 // (storage.ErrExists for an existing ID).
@@ -330,8 +352,8 @@ func createErr(id string, err error) error {
 }
 
 // createOps builds the issue batch: a:cmd (command + pending projection) and
-// the created event.
-func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
+// the created event, both written by write wid.
+func (s *Store) createOps(c NewCommand, wid string) ([]storage.BatchOp, error) {
 	if c.ID == "" {
 		return nil, fmt.Errorf("%w: empty command ID", storage.ErrInvalidKey)
 	}
@@ -369,10 +391,6 @@ func (s *Store) createOps(c NewCommand) ([]storage.BatchOp, error) {
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
 	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
 	layout.Apply(&st, ev)
-	wid := c.WriteID
-	if wid == "" {
-		wid = newWriteID()
-	}
 	props = appendProjection(props, &st, 0, "", 1, wid)
 	// Not validated here: the driver validates the batch before it writes
 	// anything (the storage contract), and createErr names a row too
@@ -422,10 +440,6 @@ func appendCommand(props []storage.Prop, c commandRow, chunks []string) []storag
 	}
 	return props
 }
-
-// NewWriteID returns a random write ID (16 hex digits), for
-// NewCommand.WriteID.
-func NewWriteID() string { return newWriteID() }
 
 // newWriteID returns a random write ID (16 hex digits).
 func newWriteID() string {
