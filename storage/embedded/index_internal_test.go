@@ -17,8 +17,9 @@ import (
 )
 
 // checkIndex asserts that the visibility index holds exactly one entry per
-// message, keyed by the message's next-visible time, and that the counter
-// (stored and in memory) equals the number of messages.
+// message, each carrying the message's lease state (format 4), that no
+// entry lies below the scan start, and that the counter (stored and in
+// memory) equals the number of messages.
 func checkIndex(t *testing.T, s *Store, name string) int {
 	t.Helper()
 	sq, err := s.Queue(context.Background(), name)
@@ -26,13 +27,16 @@ func checkIndex(t *testing.T, s *Store, name string) int {
 		t.Fatal(err)
 	}
 	q := sq.(*queue)
-	msgs := map[string]int64{} // id → visible
+	msgs := map[string]int{} // id → index entries
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: q.msgKey(nil), UpperBound: prefixEnd(q.msgKey(nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		msgs[string(it.Key()[len(q.prefix)+1:])] = i64(it.Value()[offVisible:])
+		if len(it.Value()) < headerLen {
+			t.Fatalf("message record %x of %d bytes", it.Key(), len(it.Value()))
+		}
+		msgs[string(it.Key()[len(q.prefix)+1:])] = 0
 	}
 	if err := it.Close(); err != nil {
 		t.Fatal(err)
@@ -44,16 +48,20 @@ func checkIndex(t *testing.T, s *Store, name string) int {
 	idx := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		idx++
-		visible, id, good := q.indexParts(it.Key())
+		_, id, good := q.indexParts(it.Key())
 		if !good {
 			t.Fatalf("malformed index key %x", it.Key())
 		}
-		v, found := msgs[string(id)]
+		n, found := msgs[string(id)]
 		if !found {
 			t.Fatalf("index entry %x has no message", it.Key())
 		}
-		if v != visible {
-			t.Fatalf("index entry %x disagrees with message visible time", it.Key())
+		if n > 0 {
+			t.Fatalf("index entry %x is the message's second", it.Key())
+		}
+		msgs[string(id)] = n + 1
+		if len(it.Value()) != ivLen {
+			t.Fatalf("index entry %x has a value of %d bytes, want its lease state (%d)", it.Key(), len(it.Value()), ivLen)
 		}
 		if bytes.Compare(it.Key(), q.low) < 0 {
 			t.Fatalf("index entry %x lies below the scan start %x", it.Key(), q.low)

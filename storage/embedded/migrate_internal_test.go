@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/uuid"
 
 	"github.com/cmdq-dev/cmdq/storage"
 )
@@ -251,13 +252,13 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	newer := "cmdq embedded store\nformat 4 (pebble v2)\n"
+	newer := "cmdq embedded store\nformat 5 (pebble v2)\n"
 	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(newer), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Open(dir, nil)
-	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 4") || !strings.Contains(err.Error(), "newer cmdq version") {
-		t.Fatalf("open of a format-4 store: %v", err)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 5") || !strings.Contains(err.Error(), "newer cmdq version") {
+		t.Fatalf("open of a format-5 store: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != newer {
 		t.Fatalf("marker changed to %q", b)
@@ -312,5 +313,129 @@ func TestNameDictionaryGap(t *testing.T) {
 	}
 	if id, _ := s.names.id("Next"); id != 3 {
 		t.Fatalf("next name got id %d, want 3 (after the gap)", id)
+	}
+}
+
+// TestOpenFormat3Queue: the messages of a format-3 store (lease state in
+// the message record's header, index entries without a value) are read as
+// they are after Open: peeked and dequeued with their dequeue counts, then
+// updated and deleted with the receipts the dequeue gave; an old index
+// entry that the record disowns is dropped, not delivered; an expired
+// message is purged; once every message has moved, each index entry holds
+// its message's lease state (format 4).
+func TestOpenFormat3Queue(t *testing.T) {
+	t.Parallel()
+	clock := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	now := func() time.Time { return clock }
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(dir, &Options{Now: now, PurgeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	qi, err := s.Queue(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := qi.(*queue)
+	// Three messages as format 3 wrote them: visible now, dequeued 0, 2
+	// and 3 times; the third expired a second ago. The second also has an
+	// old index entry (visible a minute ago) that its record disowns.
+	type old struct {
+		id       uuid.UUID
+		text     string
+		dequeues int64
+		expires  int64
+	}
+	t0 := clock.UnixNano()
+	olds := []old{
+		{uuid.Must(uuid.NewV7()), "first", 0, t0 + int64(time.Hour)},
+		{uuid.Must(uuid.NewV7()), "second", 2, 0},
+		{uuid.Must(uuid.NewV7()), "expired", 3, t0 - int64(time.Second)},
+	}
+	b := s.db.NewBatch()
+	for i, m := range olds {
+		rec := make([]byte, headerLen+len(m.text))
+		putI64(rec[offInserted:], t0-int64(time.Hour))
+		putI64(rec[offExpires:], m.expires)
+		putI64(rec[offVisible:], t0-int64(len(olds)-i))
+		putI64(rec[offDequeues:], m.dequeues)
+		putI64(rec[offReceipt:], 77+int64(i))
+		copy(rec[headerLen:], m.text)
+		_ = b.Set(q.msgKey(m.id[:]), rec, nil)
+		_ = b.Set(q.indexKey(t0-int64(len(olds)-i), m.id[:]), nil, nil)
+	}
+	_ = b.Set(q.indexKey(t0-int64(time.Minute), olds[1].id[:]), nil, nil)
+	q.writeCount(b, int64(len(olds)))
+	if err := s.db.Apply(b, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(markerTextV3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, &Options{Now: now, PurgeInterval: -1})
+	if err != nil {
+		t.Fatalf("open a format-3 store: %v", err)
+	}
+	defer s.Close()
+	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != markerText {
+		t.Fatalf("marker after Open: %q, want %q", b, markerText)
+	}
+	if qi, err = s.Queue(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := qi.Peek(ctx, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(peeked) != 2 || peeked[0].Text != "first" || peeked[0].DequeueCount != 0 || peeked[1].Text != "second" || peeked[1].DequeueCount != 2 {
+		t.Fatalf("peek of the format-3 messages: %+v", peeked)
+	}
+	got, err := qi.Dequeue(ctx, 32, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != olds[0].id.String() || got[0].DequeueCount != 1 || got[1].ID != olds[1].id.String() || got[1].DequeueCount != 3 || got[1].Text != "second" {
+		t.Fatalf("dequeue of the format-3 messages: %+v", got)
+	}
+	if !got[0].ExpiresAt.Equal(fromNanos(olds[0].expires)) || !got[0].InsertedAt.Equal(clock.Add(-time.Hour)) {
+		t.Fatalf("first message's times: inserted %v, expires %v", got[0].InsertedAt, got[0].ExpiresAt)
+	}
+	if n, err := qi.ApproximateCount(ctx); err != nil || n != 2 {
+		t.Fatalf("count after the expired message was dropped: %d, %v", n, err)
+	}
+	// A receipt of format 3's form (hex) names no index entry: lease lost.
+	if err := qi.Delete(ctx, got[0].ID, "4d"); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("delete with a format-3 receipt: %v, want ErrLeaseLost", err)
+	}
+	r, _, err := qi.UpdateVisibility(ctx, got[0].ID, got[0].PopReceipt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qi.Delete(ctx, got[0].ID, got[0].PopReceipt); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("delete with the receipt an update replaced: %v, want ErrLeaseLost", err)
+	}
+	again, err := qi.Dequeue(ctx, 32, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != got[0].ID || again[0].DequeueCount != 2 {
+		t.Fatalf("dequeue after making the first visible again: %+v (receipt %s)", again, r)
+	}
+	checkIndex(t, s, "old")
+	if err := qi.Delete(ctx, again[0].ID, again[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	if err := qi.Delete(ctx, got[1].ID, got[1].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	if err := qi.Delete(ctx, got[1].ID, got[1].PopReceipt); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("second delete: %v, want ErrNotFound", err)
+	}
+	if checkIndex(t, s, "old") != 0 {
+		t.Fatal("messages left")
 	}
 }

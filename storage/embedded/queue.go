@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,15 +17,72 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// A message record: fixed header then the text.
+// A message is two records. Its record (msgKey: "m" + id) is a fixed header
+// then the text, written once by its enqueue and never changed. Its lease
+// state (dequeue count, pop receipt, expiry) is the value of its entry in
+// the visibility index ("v" + next visible + id), which each dequeue,
+// visibility update and delete moves or removes anyway: so a dequeue
+// writes the index entry, not the text (format 4). An index entry with an
+// empty value was written by format 3 or before, which kept the lease
+// state in the record's header and rewrote the record on every move; such
+// an entry takes its state from the header until the message's first move
+// writes it into the new entry.
 const (
 	offInserted = 0
 	offExpires  = 8  // 0 = never
-	offVisible  = 16 // next visible, unix nanos
+	offVisible  = 16 // format 3: next visible, unix nanos; format 4: as enqueued
 	offDequeues = 24
 	offReceipt  = 32
 	headerLen   = 40
 )
+
+// The value of a visibility index entry (format 4).
+const (
+	ivDequeues = 0
+	ivReceipt  = 8
+	ivExpires  = 16 // 0 = never
+	ivLen      = 24
+)
+
+// lease is a message's lease state.
+type lease struct {
+	visible  int64 // next visible, unix nanos
+	dequeues int64
+	receipt  uint64
+	expires  int64 // unix nanos, 0 = never
+}
+
+func (l lease) expired(now int64) bool { return l.expires != 0 && l.expires <= now }
+
+// value is the index entry's value for l.
+func (l lease) value() []byte {
+	v := make([]byte, ivLen)
+	putI64(v[ivDequeues:], l.dequeues)
+	putI64(v[ivReceipt:], int64(l.receipt))
+	putI64(v[ivExpires:], l.expires)
+	return v
+}
+
+// leaseOf returns the lease state that index entry (visible, v) gives the
+// message whose record is rec. ok is false for an entry that is not the
+// message's: a format-3 entry (empty value) whose record says another
+// visible time, or a malformed value.
+func leaseOf(visible int64, v, rec []byte) (l lease, ok bool) {
+	switch {
+	case len(v) == ivLen:
+		return lease{visible: visible, dequeues: i64(v[ivDequeues:]), receipt: u64(v[ivReceipt:]), expires: i64(v[ivExpires:])}, true
+	case len(v) == 0 && len(rec) >= headerLen && i64(rec[offVisible:]) == visible:
+		return lease{visible: visible, dequeues: i64(rec[offDequeues:]), receipt: u64(rec[offReceipt:]), expires: i64(rec[offExpires:])}, true
+	}
+	return lease{}, false
+}
+
+// cached is what queue.recs holds of a recently written message: its
+// record (never changed once written) and its current lease state.
+type cached struct {
+	rec []byte
+	l   lease
+}
 
 // queue is one queue. Its writes (enqueue, dequeue, visibility, delete,
 // purge) hold mu while they read and apply, so they see each other in
@@ -45,29 +103,20 @@ type queue struct {
 	low     []byte
 	lowView atomic.Pointer[[]byte]
 	count   atomic.Int64 // messages in the queue; written under mu
-	// recs holds the stored record of recently written messages (guarded
-	// by mu, which every write of a message holds), so that the delete or
-	// lease update that follows a dequeue, and the dequeue that follows an
-	// enqueue, need not read it back. At most maxRecs entries.
-	recs map[[16]byte][]byte
+	// recs holds the record and lease state of recently written messages
+	// (guarded by mu, which every write of a message holds), so that the
+	// delete or lease update that follows a dequeue, and the dequeue that
+	// follows an enqueue, need not read them back. At most maxRecs entries.
+	recs map[[16]byte]cached
 	gone [][]byte // ids dropped by the write being staged (under mu)
 }
 
 // maxRecs bounds queue.recs (about 200 bytes an entry for cmdq's messages).
 const maxRecs = 4096
 
-// load returns a copy of the stored record of message id (under mu, or
-// on a reader queue without recs).
-func (q *queue) load(id []byte) (rec []byte, found bool, err error) {
-	if r, ok := q.recs[[16]byte(id)]; ok {
-		return append([]byte(nil), r...), true, nil
-	}
-	return q.s.get(q.msgKey(id))
-}
-
-// remember records that rec (not changed afterwards) is now stored for id
-// (under mu, after the write is applied).
-func (q *queue) remember(id, rec []byte) {
+// remember records that message id's record is rec (not changed
+// afterwards) and its lease state l (under mu, after the write is applied).
+func (q *queue) remember(id, rec []byte, l lease) {
 	if len(q.recs) >= maxRecs {
 		n := 0
 		for k := range q.recs {
@@ -77,7 +126,7 @@ func (q *queue) remember(id, rec []byte) {
 			}
 		}
 	}
-	q.recs[[16]byte(id)] = rec
+	q.recs[[16]byte(id)] = cached{rec: rec, l: l}
 }
 
 // forget records that message id was deleted (under mu, after the write).
@@ -87,11 +136,21 @@ var _ storage.Queue = (*queue)(nil)
 
 func (q *queue) Name() string { return q.name }
 
-func u64(b []byte) uint64           { return binary.BigEndian.Uint64(b) }
-func i64(b []byte) int64            { return int64(binary.BigEndian.Uint64(b)) }
-func putI64(b []byte, v int64)      { binary.BigEndian.PutUint64(b, uint64(v)) }
-func fromNanos(n int64) time.Time   { return time.Unix(0, n).UTC() }
-func receiptString(r uint64) string { return strconv.FormatUint(r, 16) }
+func u64(b []byte) uint64         { return binary.BigEndian.Uint64(b) }
+func i64(b []byte) int64          { return int64(binary.BigEndian.Uint64(b)) }
+func putI64(b []byte, v int64)    { binary.BigEndian.PutUint64(b, uint64(v)) }
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// receiptString is the pop receipt of lease l: its next visible time and
+// receipt number in hex, "<visible>.<receipt>", so that a delete or update
+// finds the message's index entry without reading its record.
+func receiptString(l lease) string {
+	b := make([]byte, 0, 33)
+	b = strconv.AppendUint(b, uint64(l.visible), 16)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, l.receipt, 16)
+	return string(b)
+}
 
 func (q *queue) countKey() []byte { return append(q.prefix[:len(q.prefix):len(q.prefix)], 'n') }
 
@@ -135,7 +194,7 @@ func (s *Store) openQueue(name string) (*queue, error) {
 		return nil, err
 	}
 	defer s.gate.RUnlock()
-	q := &queue{s: s, name: name, prefix: []byte("q" + name + "\x00"), recs: map[[16]byte][]byte{}}
+	q := &queue{s: s, name: name, prefix: []byte("q" + name + "\x00"), recs: map[[16]byte]cached{}}
 	q.setLow(q.indexStart())
 	v, found, err := s.get(q.countKey())
 	if err != nil {
@@ -218,6 +277,7 @@ type enqueue struct {
 	q    *queue
 	id   []byte
 	rec  []byte
+	l    lease
 	ikey []byte
 	msg  storage.Message
 }
@@ -251,10 +311,11 @@ func (q *queue) prepareEnqueue(ctx context.Context, text string, visibilityDelay
 	putI64(rec[offVisible:], visible)
 	putI64(rec[offReceipt:], int64(receipt))
 	copy(rec[headerLen:], text)
-	e := &enqueue{q: q, id: id, rec: rec, ikey: q.indexKey(visible, id)}
+	l := lease{visible: visible, receipt: receipt, expires: expires}
+	e := &enqueue{q: q, id: id, rec: rec, l: l, ikey: q.indexKey(visible, id)}
 	e.msg = storage.Message{
 		ID:            u.String(),
-		PopReceipt:    receiptString(receipt),
+		PopReceipt:    receiptString(l),
 		InsertedAt:    fromNanos(now),
 		NextVisibleAt: fromNanos(visible),
 	}
@@ -269,13 +330,13 @@ func (q *queue) prepareEnqueue(ctx context.Context, text string, visibilityDelay
 func (e *enqueue) stage(b *pebble.Batch) (after func()) {
 	q := e.q
 	_ = b.Set(q.msgKey(e.id), e.rec, nil)
-	_ = b.Set(e.ikey, nil, nil)
+	_ = b.Set(e.ikey, e.l.value(), nil)
 	n := q.count.Load() + 1
 	q.writeCount(b, n)
 	return func() {
 		q.count.Store(n)
 		q.indexed(e.ikey)
-		q.remember(e.id, e.rec)
+		q.remember(e.id, e.rec, e.l)
 	}
 }
 
@@ -285,7 +346,7 @@ func (q *queue) stageMany(b *pebble.Batch, es []*enqueue) (after func()) {
 	n := q.count.Load()
 	for _, e := range es {
 		_ = b.Set(q.msgKey(e.id), e.rec, nil)
-		_ = b.Set(e.ikey, nil, nil)
+		_ = b.Set(e.ikey, e.l.value(), nil)
 		n++
 	}
 	q.writeCount(b, n)
@@ -293,17 +354,20 @@ func (q *queue) stageMany(b *pebble.Batch, es []*enqueue) (after func()) {
 		q.count.Store(n)
 		for _, e := range es {
 			q.indexed(e.ikey)
-			q.remember(e.id, e.rec)
+			q.remember(e.id, e.rec, e.l)
 		}
 	}
 }
 
 // scan walks the visibility index from the scan start over messages
-// visible at now and calls take for each live one until take returns
-// false. Entries that are expired or dangling are passed to stale. It
-// returns the key the next scan may start at (everything below it was
-// visited). The slices passed to take and stale are copies.
-func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, rec []byte)) (next []byte, err error) {
+// visible at now and calls take for each live one, with its record and
+// lease state, until take returns false. Entries that are not a live
+// message's are passed to stale: dangling ones and format-3 entries the
+// record disowns (expired false), and those of expired messages (expired
+// true: the message goes too). It returns the key the next scan may start
+// at (everything below it was visited). The slices passed to take and
+// stale are not changed afterwards and may be kept.
+func (q *queue) scan(now int64, take func(id, rec []byte, l lease) bool, stale func(k, id []byte, expired bool)) (next []byte, err error) {
 	low := q.low
 	if low == nil {
 		low = *q.lowView.Load()
@@ -329,8 +393,8 @@ func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, re
 		}
 	}()
 	read := func(id []byte) ([]byte, bool, error) {
-		if r, ok := q.recs[[16]byte(id)]; ok {
-			return append([]byte(nil), r...), true, nil
+		if c, ok := q.recs[[16]byte(id)]; ok {
+			return c.rec, true, nil
 		}
 		if mit == nil {
 			lo := q.msgKey(nil)
@@ -358,22 +422,29 @@ func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, re
 		k := append([]byte(nil), it.Key()...)
 		visible, id, good := q.indexParts(k)
 		if !good {
-			stale(k, nil)
+			stale(k, nil, false)
 			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, q.s.readErr(err)
 		}
 		rec, found, err := read(id)
 		if err != nil {
 			_ = it.Close()
 			return nil, err
 		}
-		if !found || len(rec) < headerLen || i64(rec[offVisible:]) != visible || expired(rec, now) {
-			if !found || len(rec) < headerLen {
-				rec = nil
-			}
-			stale(k, rec)
+		if !found || len(rec) < headerLen {
+			stale(k, id, false) // dangling
 			continue
 		}
-		if !take(id, rec) {
+		l, live := leaseOf(visible, v, rec)
+		if !live || l.expired(now) {
+			stale(k, id, live)
+			continue
+		}
+		if !take(id, rec, l) {
 			// k is taken (moved) too: the next scan starts after it.
 			next = append(k, 0)
 			break
@@ -385,19 +456,15 @@ func (q *queue) scan(now int64, take func(id, rec []byte) bool, stale func(k, re
 	return next, nil
 }
 
-// dropStale adds the removal of a stale index entry (and of its message,
-// if expired) to b and returns the count change.
-func (q *queue) dropStale(b *pebble.Batch, k, rec []byte) int64 {
+// dropStale adds the removal of a stale index entry k (and of its message
+// id's record, if expired) to b and returns the count change.
+func (q *queue) dropStale(b *pebble.Batch, k, id []byte, expired bool) int64 {
 	_ = b.Delete(k, nil)
-	if rec == nil {
-		return 0 // dangling index entry
-	}
-	visible, id, _ := q.indexParts(k)
-	if i64(rec[offVisible:]) != visible {
-		return 0 // an old entry of a live message
+	if !expired {
+		return 0 // dangling, or an old entry of a live message
 	}
 	_ = b.Delete(q.msgKey(id), nil)
-	q.gone = append(q.gone, append([]byte(nil), id...))
+	q.gone = append(q.gone, id)
 	return -1
 }
 
@@ -435,22 +502,20 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 	visible := now + int64(visibility)
 	var delta int64
 	var moved [][]byte
-	var taken [][2][]byte
-	next, err := q.scan(now, func(id, rec []byte) bool {
-		_ = b.Delete(q.indexKey(i64(rec[offVisible:]), id), nil)
-		receipt := q.s.receipts.Add(1)
-		putI64(rec[offVisible:], visible)
-		putI64(rec[offDequeues:], i64(rec[offDequeues:])+1)
-		putI64(rec[offReceipt:], int64(receipt))
-		_ = b.Set(q.msgKey(id), rec, nil)
+	var took []taken
+	next, err := q.scan(now, func(id, rec []byte, l lease) bool {
+		_ = b.Delete(q.indexKey(l.visible, id), nil)
+		l.visible = visible
+		l.dequeues++
+		l.receipt = q.s.receipts.Add(1)
 		ik := q.indexKey(visible, id)
-		_ = b.Set(ik, nil, nil)
+		_ = b.Set(ik, l.value(), nil)
 		moved = append(moved, ik)
-		taken = append(taken, [2][]byte{id, rec})
-		out = append(out, toMessage(id, rec, true))
+		took = append(took, taken{id, rec, l})
+		out = append(out, toMessage(id, rec, l, true))
 		return len(out) < max
-	}, func(k, rec []byte) {
-		delta += q.dropStale(b, k, rec)
+	}, func(k, id []byte, expired bool) {
+		delta += q.dropStale(b, k, id, expired)
 	})
 	if err == nil && !b.Empty() {
 		if delta != 0 {
@@ -465,8 +530,8 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 		for _, k := range moved {
 			q.indexed(k)
 		}
-		for _, t := range taken {
-			q.remember(t[0], t[1])
+		for _, t := range took {
+			q.remember(t.id, t.rec, t.l)
 		}
 	}
 	q.mu.Unlock()
@@ -481,71 +546,131 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 	return out, nil
 }
 
-func toMessage(id, rec []byte, dequeued bool) storage.Message {
+// taken is a message a dequeue moves: its id, record and new lease state.
+type taken struct {
+	id, rec []byte
+	l       lease
+}
+
+// toMessage is the message of record rec in lease state l; its receipt
+// and next visible time only when dequeued.
+func toMessage(id, rec []byte, l lease, dequeued bool) storage.Message {
 	u, _ := uuid.FromBytes(id)
 	msg := storage.Message{
 		ID:           u.String(),
 		Text:         string(rec[headerLen:]),
-		DequeueCount: i64(rec[offDequeues:]),
+		DequeueCount: l.dequeues,
 		InsertedAt:   fromNanos(i64(rec[offInserted:])),
 	}
-	if e := i64(rec[offExpires:]); e != 0 {
-		msg.ExpiresAt = fromNanos(e)
+	if l.expires != 0 {
+		msg.ExpiresAt = fromNanos(l.expires)
 	}
 	if dequeued {
-		msg.PopReceipt = receiptString(u64(rec[offReceipt:]))
-		msg.NextVisibleAt = fromNanos(i64(rec[offVisible:]))
+		msg.PopReceipt = receiptString(l)
+		msg.NextVisibleAt = fromNanos(l.visible)
 	}
 	return msg
 }
 
+// ref is a message id and pop receipt, checked before any I/O.
+type ref struct {
+	id      []byte
+	visible int64  // the next visible time the receipt names
+	receipt uint64 // 0: not a receipt this driver issues (it cannot match)
+}
+
 // parseRef checks a message id and pop receipt before any I/O.
-func parseRef(id, popReceipt string) (key []byte, receipt uint64, err error) {
+func parseRef(id, popReceipt string) (ref, error) {
 	if id == "" {
-		return nil, 0, fmt.Errorf("%w: message id is empty; pass the ID from Enqueue or Dequeue", storage.ErrInvalidArgument)
+		return ref{}, fmt.Errorf("%w: message id is empty; pass the ID from Enqueue or Dequeue", storage.ErrInvalidArgument)
 	}
 	if popReceipt == "" {
-		return nil, 0, fmt.Errorf("%w: pop receipt is empty; pass the PopReceipt from Dequeue or the last UpdateVisibility", storage.ErrInvalidArgument)
+		return ref{}, fmt.Errorf("%w: pop receipt is empty; pass the PopReceipt from Dequeue or the last UpdateVisibility", storage.ErrInvalidArgument)
 	}
 	u, perr := uuid.Parse(id)
 	if perr != nil {
-		return nil, 0, fmt.Errorf("%w: message %q (not an id this queue issues)", storage.ErrNotFound, id)
+		return ref{}, fmt.Errorf("%w: message %q (not an id this queue issues)", storage.ErrNotFound, id)
 	}
-	r, perr := strconv.ParseUint(popReceipt, 16, 64)
-	if perr != nil {
-		// Not a receipt this driver issues: it cannot match.
-		return u[:], 0, nil
+	r := ref{id: u[:]}
+	vis, num, ok := strings.Cut(popReceipt, ".")
+	if !ok {
+		return r, nil
 	}
-	return u[:], r, nil
+	v, verr := strconv.ParseUint(vis, 16, 64)
+	n, nerr := strconv.ParseUint(num, 16, 64)
+	if verr != nil || nerr != nil {
+		return r, nil
+	}
+	r.visible, r.receipt = int64(v), n
+	return r, nil
 }
 
-// owned loads the message and checks the receipt (under q.mu). An expired
-// message is removed in b and reported as not found (count delta -1).
-func (q *queue) owned(b *pebble.Batch, id []byte, receipt uint64, now int64) (rec []byte, delta int64, err error) {
+// owned returns the record (nil when not cached) and lease state of the
+// message r names and checks its receipt (under q.mu). An expired message
+// is removed in b and reported as not found (count delta -1).
+func (q *queue) owned(b *pebble.Batch, r ref, now int64) (rec []byte, l lease, delta int64, err error) {
 	if err := q.deletedErr(); err != nil {
-		return nil, 0, err
+		return nil, lease{}, 0, err
 	}
-	rec, found, err := q.load(id)
-	if err != nil {
-		return nil, 0, err
+	if c, ok := q.recs[[16]byte(r.id)]; ok {
+		rec, l = c.rec, c.l
+	} else {
+		var found bool
+		if r.receipt != 0 {
+			l, found, err = q.leaseAt(r)
+			if err != nil {
+				return nil, lease{}, 0, err
+			}
+		}
+		if !found {
+			// Not at the time the receipt names: moved, deleted or
+			// expired since.
+			rec, found, err := q.s.get(q.msgKey(r.id))
+			switch {
+			case err != nil:
+				return nil, lease{}, 0, err
+			case !found || len(rec) < headerLen:
+				return nil, lease{}, 0, storage.ErrNotFound
+			case expired(rec, now):
+				return nil, lease{}, 0, fmt.Errorf("%w: message expired", storage.ErrNotFound)
+			}
+			return nil, lease{}, 0, storage.ErrLeaseLost
+		}
 	}
-	if !found || len(rec) < headerLen {
-		return nil, 0, storage.ErrNotFound
+	if l.expired(now) {
+		_ = b.Delete(q.indexKey(l.visible, r.id), nil)
+		_ = b.Delete(q.msgKey(r.id), nil)
+		q.gone = append(q.gone, r.id)
+		return nil, lease{}, -1, fmt.Errorf("%w: message expired", storage.ErrNotFound)
 	}
-	if expired(rec, now) {
-		_ = b.Delete(q.indexKey(i64(rec[offVisible:]), id), nil)
-		_ = b.Delete(q.msgKey(id), nil)
-		q.gone = append(q.gone, append([]byte(nil), id...))
-		return nil, -1, fmt.Errorf("%w: message expired", storage.ErrNotFound)
+	if r.receipt == 0 || l.receipt != r.receipt || l.visible != r.visible {
+		return nil, lease{}, 0, storage.ErrLeaseLost
 	}
-	if receipt == 0 || u64(rec[offReceipt:]) != receipt {
-		return nil, 0, storage.ErrLeaseLost
+	return rec, l, 0, nil
+}
+
+// leaseAt reads the lease state of the message r names from its index
+// entry at the time r's receipt names; found is false when there is none.
+func (q *queue) leaseAt(r ref) (l lease, found bool, err error) {
+	v, found, err := q.s.get(q.indexKey(r.visible, r.id))
+	if err != nil || !found {
+		return lease{}, false, err
 	}
-	return rec, 0, nil
+	if len(v) == 0 {
+		// A format-3 entry: the state is in the record's header.
+		rec, found, err := q.s.get(q.msgKey(r.id))
+		if err != nil || !found {
+			return lease{}, false, err
+		}
+		l, found = leaseOf(r.visible, v, rec)
+		return l, found, nil
+	}
+	l, found = leaseOf(r.visible, v, nil)
+	return l, found, nil
 }
 
 func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, visibility time.Duration) (string, time.Time, error) {
-	key, receipt, err := parseRef(id, popReceipt)
+	r, err := parseRef(id, popReceipt)
 	if err == nil {
 		err = storage.ValidateVisibility(visibility)
 	}
@@ -559,22 +684,17 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 		return "", time.Time{}, fmt.Errorf("embedded: update visibility of message %s on %q: %w", id, q.name, err)
 	}
 	defer q.s.gate.RUnlock()
-	var newReceipt uint64
-	var visible int64
 	b := q.s.db.NewBatch()
 	q.mu.Lock()
 	now := q.s.now().UnixNano()
-	rec, delta, opErr := q.owned(b, key, receipt, now)
+	rec, l, delta, opErr := q.owned(b, r, now)
 	var ik []byte
 	if opErr == nil {
-		_ = b.Delete(q.indexKey(i64(rec[offVisible:]), key), nil)
-		visible = now + int64(visibility)
-		newReceipt = q.s.receipts.Add(1)
-		putI64(rec[offVisible:], visible)
-		putI64(rec[offReceipt:], int64(newReceipt))
-		_ = b.Set(q.msgKey(key), rec, nil)
-		ik = q.indexKey(visible, key)
-		_ = b.Set(ik, nil, nil)
+		_ = b.Delete(q.indexKey(l.visible, r.id), nil)
+		l.visible = now + int64(visibility)
+		l.receipt = q.s.receipts.Add(1)
+		ik = q.indexKey(l.visible, r.id)
+		_ = b.Set(ik, l.value(), nil)
 	}
 	if delta != 0 {
 		q.writeCount(b, q.count.Load()+delta)
@@ -585,7 +705,9 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 			q.count.Add(delta)
 			if ik != nil {
 				q.indexed(ik)
-				q.remember(key, rec)
+				if rec != nil {
+					q.remember(r.id, rec, l)
+				}
 			}
 		}
 	}
@@ -602,7 +724,7 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("embedded: update visibility of message %s on %q: %w", id, q.name, err)
 	}
-	return receiptString(newReceipt), fromNanos(visible), nil
+	return receiptString(l), fromNanos(l.visible), nil
 }
 
 func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
@@ -641,21 +763,20 @@ func (q *queue) Delete(ctx context.Context, id, popReceipt string) error {
 
 // deletion is a validated delete, ready to stage.
 type deletion struct {
-	q       *queue
-	key     []byte
-	receipt uint64
+	q *queue
+	r ref
 }
 
 // prepareDelete validates a delete.
 func (q *queue) prepareDelete(ctx context.Context, id, popReceipt string) (*deletion, error) {
-	key, receipt, err := parseRef(id, popReceipt)
+	r, err := parseRef(id, popReceipt)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: delete on %q: %w", q.name, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &deletion{q: q, key: key, receipt: receipt}, nil
+	return &deletion{q: q, r: r}, nil
 }
 
 // stage adds the delete to b (under q.mu). A stale receipt or a missing
@@ -663,11 +784,11 @@ func (q *queue) prepareDelete(ctx context.Context, id, popReceipt string) (*dele
 // is to run once b is applied.
 func (d *deletion) stage(b *pebble.Batch) (after func(), opErr error) {
 	q := d.q
-	rec, delta, err := q.owned(b, d.key, d.receipt, q.s.now().UnixNano())
+	_, l, delta, err := q.owned(b, d.r, q.s.now().UnixNano())
 	if err == nil {
-		_ = b.Delete(q.indexKey(i64(rec[offVisible:]), d.key), nil)
-		_ = b.Delete(q.msgKey(d.key), nil)
-		q.gone = append(q.gone, d.key)
+		_ = b.Delete(q.indexKey(l.visible, d.r.id), nil)
+		_ = b.Delete(q.msgKey(d.r.id), nil)
+		q.gone = append(q.gone, d.r.id)
 		delta = -1
 	}
 	if delta != 0 {
@@ -684,11 +805,11 @@ func (q *queue) stageDeletes(b *pebble.Batch, ds []*deletion) (after func(), err
 	var delta int64
 	now := q.s.now().UnixNano()
 	for i, d := range ds {
-		rec, dd, err := q.owned(b, d.key, d.receipt, now)
+		_, l, dd, err := q.owned(b, d.r, now)
 		if err == nil {
-			_ = b.Delete(q.indexKey(i64(rec[offVisible:]), d.key), nil)
-			_ = b.Delete(q.msgKey(d.key), nil)
-			q.gone = append(q.gone, d.key)
+			_ = b.Delete(q.indexKey(l.visible, d.r.id), nil)
+			_ = b.Delete(q.msgKey(d.r.id), nil)
+			q.gone = append(q.gone, d.r.id)
 			dd = -1
 		}
 		delta += dd
@@ -717,10 +838,10 @@ func (q *queue) purge(ctx context.Context, limit int) (n int, more bool, err err
 	var delta int64
 	found := 0
 	now := q.s.now().UnixNano()
-	_, err = q.scan(now, func(_, _ []byte) bool { return true }, func(k, rec []byte) {
+	_, err = q.scan(now, func(_, _ []byte, _ lease) bool { return true }, func(k, id []byte, expired bool) {
 		if found < limit {
 			found++
-			delta += q.dropStale(b, k, rec)
+			delta += q.dropStale(b, k, id, expired)
 		}
 	})
 	if err == nil && !b.Empty() {
@@ -763,10 +884,10 @@ func (q *queue) Peek(ctx context.Context, max int) ([]storage.Message, error) {
 	// A reader: it starts at the published scan start, not under mu.
 	r := &queue{s: q.s, name: q.name, prefix: q.prefix}
 	r.lowView.Store(q.lowView.Load())
-	_, err := r.scan(q.s.now().UnixNano(), func(id, rec []byte) bool {
-		out = append(out, toMessage(id, rec, false))
+	_, err := r.scan(q.s.now().UnixNano(), func(id, rec []byte, l lease) bool {
+		out = append(out, toMessage(id, rec, l, false))
 		return len(out) < max
-	}, func(_, _ []byte) {})
+	}, func(_, _ []byte, _ bool) {})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: peek on %q: %w", q.name, err)
 	}
