@@ -84,6 +84,67 @@ type cached struct {
 	l   lease
 }
 
+// maxRecs bounds queue.recs (about 300 bytes an entry for cmdq's messages).
+const maxRecs = 4096
+
+// recCache holds up to maxRecs messages' cached state in a ring of slots,
+// the oldest written replaced first; the map only indexes the ring, so
+// the churn of a message's insert and delete per command moves 4-byte
+// values instead of whole entries.
+type recCache struct {
+	idx   map[[16]byte]uint32 // id → slot
+	slots []recSlot
+	next  uint32 // the slot the next new id takes
+}
+
+type recSlot struct {
+	id   [16]byte
+	used bool
+	c    cached
+}
+
+func newRecCache() *recCache {
+	return &recCache{idx: make(map[[16]byte]uint32, maxRecs), slots: make([]recSlot, maxRecs)}
+}
+
+// get returns message id's cached state (none on a nil cache).
+func (r *recCache) get(id []byte) (cached, bool) {
+	if r == nil {
+		return cached{}, false
+	}
+	i, ok := r.idx[[16]byte(id)]
+	if !ok {
+		return cached{}, false
+	}
+	return r.slots[i].c, true
+}
+
+// put records message id's state, replacing the oldest written entry
+// when the cache is full.
+func (r *recCache) put(id []byte, c cached) {
+	k := [16]byte(id)
+	if i, ok := r.idx[k]; ok {
+		r.slots[i].c = c
+		return
+	}
+	sl := &r.slots[r.next]
+	if sl.used {
+		delete(r.idx, sl.id)
+	}
+	*sl = recSlot{id: k, used: true, c: c}
+	r.idx[k] = r.next
+	r.next = (r.next + 1) % uint32(len(r.slots))
+}
+
+// del drops message id's entry.
+func (r *recCache) del(id []byte) {
+	k := [16]byte(id)
+	if i, ok := r.idx[k]; ok {
+		delete(r.idx, k)
+		r.slots[i] = recSlot{}
+	}
+}
+
 // queue is one queue. Its writes (enqueue, dequeue, visibility, delete,
 // purge) hold mu while they read and apply, so they see each other in
 // order; they wait for the log sync after releasing it.
@@ -106,31 +167,17 @@ type queue struct {
 	// recs holds the record and lease state of recently written messages
 	// (guarded by mu, which every write of a message holds), so that the
 	// delete or lease update that follows a dequeue, and the dequeue that
-	// follows an enqueue, need not read them back. At most maxRecs entries.
-	recs map[[16]byte]cached
+	// follows an enqueue, need not read them back. Nil on a reader.
+	recs *recCache
 	gone [][]byte // ids dropped by the write being staged (under mu)
 }
 
-// maxRecs bounds queue.recs (about 200 bytes an entry for cmdq's messages).
-const maxRecs = 4096
-
 // remember records that message id's record is rec (not changed
 // afterwards) and its lease state l (under mu, after the write is applied).
-func (q *queue) remember(id, rec []byte, l lease) {
-	if len(q.recs) >= maxRecs {
-		n := 0
-		for k := range q.recs {
-			delete(q.recs, k)
-			if n++; n >= maxRecs/4 {
-				break
-			}
-		}
-	}
-	q.recs[[16]byte(id)] = cached{rec: rec, l: l}
-}
+func (q *queue) remember(id, rec []byte, l lease) { q.recs.put(id, cached{rec: rec, l: l}) }
 
 // forget records that message id was deleted (under mu, after the write).
-func (q *queue) forget(id []byte) { delete(q.recs, [16]byte(id)) }
+func (q *queue) forget(id []byte) { q.recs.del(id) }
 
 var _ storage.Queue = (*queue)(nil)
 
@@ -194,7 +241,7 @@ func (s *Store) openQueue(name string) (*queue, error) {
 		return nil, err
 	}
 	defer s.gate.RUnlock()
-	q := &queue{s: s, name: name, prefix: []byte("q" + name + "\x00"), recs: map[[16]byte]cached{}}
+	q := &queue{s: s, name: name, prefix: []byte("q" + name + "\x00"), recs: newRecCache()}
 	q.setLow(q.indexStart())
 	v, found, err := s.get(q.countKey())
 	if err != nil {
@@ -393,7 +440,7 @@ func (q *queue) scan(now int64, take func(id, rec []byte, l lease) bool, stale f
 		}
 	}()
 	read := func(id []byte) ([]byte, bool, error) {
-		if c, ok := q.recs[[16]byte(id)]; ok {
+		if c, ok := q.recs.get(id); ok {
 			return c.rec, true, nil
 		}
 		if mit == nil {
@@ -612,7 +659,7 @@ func (q *queue) owned(b *pebble.Batch, r ref, now int64) (rec []byte, l lease, d
 	if err := q.deletedErr(); err != nil {
 		return nil, lease{}, 0, err
 	}
-	if c, ok := q.recs[[16]byte(r.id)]; ok {
+	if c, ok := q.recs.get(r.id); ok {
 		rec, l = c.rec, c.l
 	} else {
 		var found bool
