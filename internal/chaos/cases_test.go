@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -270,4 +272,49 @@ func TestAccountDown(t *testing.T) {
 		FirstAccountDown: [2]time.Duration{22 * time.Second, 10 * time.Second}, Settle: 90 * time.Second}.Run(t)
 	t.Log("\n" + rep.Figures())
 	reportViolations(t, rep)
+}
+
+// TestServeStartsAgainWhenItsPortIsTaken: freePort releases the port it
+// picks, and another world's process can take it before serve binds it.
+// Here an HTTP server that answers every request (200 on /healthz, 404 on
+// the rest) holds serve's port: its answers must not pass for serve's.
+// Serve cannot listen and exits; waitServe starts it on another port, and
+// the world's address is then that serve's.
+func TestServeStartsAgainWhenItsPortIsTaken(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, Scenario{Name: "port-taken", Store: StoreEmbedded, Seed: 1})
+	defer w.close()
+	ln, err := net.Listen("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return // 200
+		}
+		http.NotFound(rw, r)
+	})}
+	go func() { _ = foreign.Serve(ln) }()
+	defer foreign.Close()
+	taken := w.addr
+	if err := w.startRole("serve"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.waitServe(); err != nil {
+		t.Fatal(err)
+	}
+	if w.addr == taken {
+		t.Fatalf("waitServe accepted the answer of the process holding %s", taken)
+	}
+	resp, err := http.Get("http://" + w.addr + "/v1/commands/0b9e1c52-5a0f-4c8e-9d61-3f2a7c4b8e10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct {
+		Type string `json:"type"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != http.StatusNotFound || p.Type == "" {
+		t.Fatalf("GET of an unknown command on %s: %d, problem type %q (%v): want cmdq's 404 problem", w.addr, resp.StatusCode, p.Type, err)
+	}
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -443,21 +444,52 @@ func (w *world) startAll() error {
 	return w.waitServe()
 }
 
-// waitServe waits (up to a minute) until serve answers HTTP.
+// waitServe waits (up to a minute) until this world's serve answers HTTP
+// on w.addr: its log must say it listens there before /healthz counts,
+// since freePort releases the port it picked and another world's Azurite,
+// proxy or serve can take it before serve binds it (an answer from that
+// process once passed for serve's). A serve that exits without listening
+// (its port was taken) is started again on another free port, up to three
+// times. It runs before the clients and the supervisor, which read w.addr.
 func (w *world) waitServe() error {
 	deadline := time.Now().Add(time.Minute)
+	starts := 1
 	for {
-		resp, err := http.Get("http://" + w.addr + "/healthz")
-		if err == nil {
-			_ = resp.Body.Close()
-			w.tl.logf("serve answers on %s", w.addr)
-			return nil
+		p := w.ps.current("serve")
+		switch {
+		case w.listening(p):
+			resp, err := http.Get("http://" + w.addr + "/healthz")
+			if err == nil {
+				_ = resp.Body.Close()
+				w.tl.logf("serve answers on %s", w.addr)
+				return nil
+			}
+		case !p.alive() && starts < 3:
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			old := w.addr
+			w.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			w.tl.logf("serve exited without listening on %s (taken meanwhile?); starting it on %s", old, w.addr)
+			if err := w.startRole("serve"); err != nil {
+				return err
+			}
+			starts++
+			continue
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("serve did not answer on %s within a minute: %v; its log:\n%s", w.addr, err, tail(w.ps.current("serve").log, 30))
+			return fmt.Errorf("serve did not answer on %s within a minute; its log:\n%s", w.addr, tail(p.log, 30))
 		}
 		waitCtx(context.Background(), 50*time.Millisecond)
 	}
+}
+
+// listening reports whether serve process p's log says it listens on
+// w.addr (cmd/cmdq logs "cmdq serve: listening" with its URL once bound).
+func (w *world) listening(p *proc) bool {
+	b, err := os.ReadFile(p.log)
+	return err == nil && bytes.Contains(b, []byte(`"url":"http://`+w.addr+`"`)) && bytes.Contains(b, []byte(`cmdq serve: listening`))
 }
 
 func freePort() (int, error) {
