@@ -582,15 +582,17 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 			}
 			return page.Entities
 		}
-		at := time.Now().UTC().Truncate(time.Millisecond)
-		started := model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w1", Time: at, MessageID: "m1"}
-		completed := model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "w1", Time: at.Add(7 * time.Millisecond)}
-
 		id := testenv.Create(t, s, "demo.OneRow", `{}`)
 		rec, err := s.Load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The times come after the command's creation: an append moves an
+		// event older than the one before it up to that one's time (on a
+		// loaded machine the create took more than a millisecond).
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		started := model.Event{Kind: model.EventStarted, Attempt: 1, Worker: "w1", Time: at, MessageID: "m1"}
+		completed := model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: "w1", Time: at.Add(7 * time.Millisecond)}
 		if err := s.Append(ctx, rec, started, completed); err != nil {
 			t.Fatal(err)
 		}
