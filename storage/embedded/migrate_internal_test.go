@@ -79,13 +79,20 @@ func toFormat1(t *testing.T, dir string, keep func(i int) bool) {
 	if keep == nil {
 		_ = b.DeleteRange([]byte("N"), []byte("O"), nil)
 	}
+	closeAs(t, s, b, markerTextV1)
+}
+
+// closeAs applies b (synced), closes s and writes marker as its CMDQ: the
+// store then reads as one an earlier version wrote.
+func closeAs(t *testing.T, s *Store, b *pebble.Batch, marker string) {
+	t.Helper()
 	if err := s.db.Apply(b, pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(markerTextV1), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, markerFile), []byte(marker), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -367,15 +374,7 @@ func TestOpenFormat3Queue(t *testing.T) {
 	}
 	_ = b.Set(q.indexKey(t0-int64(time.Minute), olds[1].id[:]), nil, nil)
 	q.writeCount(b, int64(len(olds)))
-	if err := s.db.Apply(b, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(markerTextV3), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	closeAs(t, s, b, markerTextV3)
 	s, err = Open(dir, &Options{Now: now, PurgeInterval: -1})
 	if err != nil {
 		t.Fatalf("open a format-3 store: %v", err)

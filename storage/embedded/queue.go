@@ -97,10 +97,11 @@ type recCache struct {
 	next  uint32 // the slot the next new id takes
 }
 
+// recSlot is one slot of the ring; free while c.rec is nil (a cached
+// message always has its record).
 type recSlot struct {
-	id   [16]byte
-	used bool
-	c    cached
+	id [16]byte
+	c  cached
 }
 
 func newRecCache() *recCache {
@@ -128,10 +129,10 @@ func (r *recCache) put(id []byte, c cached) {
 		return
 	}
 	sl := &r.slots[r.next]
-	if sl.used {
+	if sl.c.rec != nil {
 		delete(r.idx, sl.id)
 	}
-	*sl = recSlot{id: k, used: true, c: c}
+	*sl = recSlot{id: k, c: c}
 	r.idx[k] = r.next
 	r.next = (r.next + 1) % uint32(len(r.slots))
 }
