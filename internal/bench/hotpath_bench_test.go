@@ -59,7 +59,8 @@ func BenchmarkIssue(b *testing.B) {
 
 // reportCommits reports the embedded store's log syncs since st: writes per
 // sync (group-commit size, "writes/commit") and the share of the wall time
-// spent in fdatasync ("commit-busy").
+// spent in fdatasync ("commit-busy"), and the block reads its cache missed
+// per command ("cache-misses/cmd").
 func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duration) {
 	now := e.emb.Stats()
 	if c := now.Commits - st.Commits; c > 0 {
@@ -68,6 +69,7 @@ func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duratio
 		b.ReportMetric(float64(now.Writes-st.Writes)/float64(b.N), "writes/cmd")
 	}
 	b.ReportMetric((now.Busy-st.Busy).Seconds()/elapsed.Seconds(), "commit-busy")
+	b.ReportMetric(float64(now.CacheMisses-st.CacheMisses)/float64(b.N), "cache-misses/cmd")
 }
 
 // BenchmarkProcess: b.N queued commands drained by a processor with 100

@@ -49,6 +49,15 @@ import (
 // another directory.
 var ErrInUse = errors.New("embedded: database is in use by another process")
 
+// DefaultCacheSize is Options.CacheSize's default, in bytes: 2 MiB of
+// blocks, and the room of a write buffer not being flushed (the engine's
+// cache is 10 MiB in all). The store's files are read through the
+// operating system's page cache, so a block the engine's cache misses
+// costs a copy, not a disk read, while that cache holds the files: random
+// reads of a 60 MB store take the same time with 2 and 16 MiB
+// (BenchmarkGetRandom; docs/performance.md, "Memory").
+const DefaultCacheSize = 2 << 20
+
 // Options tunes a Store. The zero value (and a nil *Options) gives the
 // defaults documented on each field.
 type Options struct {
@@ -59,8 +68,10 @@ type Options struct {
 	// expired queue messages. Default 1 minute; a negative value disables
 	// the sweeper (Dequeue still purges the expired messages it meets).
 	PurgeInterval time.Duration
-	// CacheSize is the engine's block cache, in bytes (outside the Go
-	// heap). Default 16 MiB.
+	// CacheSize is the engine's cache of data, index and filter blocks,
+	// in bytes (outside the Go heap), on top of the write buffers (the
+	// engine's cache is CacheSize + 2 × MemTableSize: it charges each
+	// live buffer to it). Default DefaultCacheSize (2 MiB).
 	CacheSize int64
 	// MemTableSize is the size of one in-memory write buffer, in bytes
 	// (outside the Go heap); at most two are held (one being written, one
@@ -140,7 +151,7 @@ type Store struct {
 
 var _ storage.Store = (*Store)(nil)
 
-// Stats counts the store's write work since Open.
+// Stats counts the store's work since Open.
 type Stats struct {
 	// Commits is the number of write-ahead log syncs (fdatasync): each one
 	// makes every write before it durable.
@@ -152,11 +163,23 @@ type Stats struct {
 	// Busy is the wall time spent in log syncs. Busy divided by elapsed
 	// time is the log's utilisation: near 1, fsync is the bottleneck.
 	Busy time.Duration
+	// CacheHits and CacheMisses count the reads of data, index and filter
+	// blocks that the engine's block cache (Options.CacheSize) served,
+	// and those it read from the store's files. A miss is a read of the
+	// file (from the operating system's page cache when it holds it).
+	// Both read zero once the store is closed.
+	CacheHits, CacheMisses int64
 }
 
-// Stats returns counters of the store's write work since Open.
+// Stats returns counters of the store's work since Open.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.fs.syncs.Load(), Writes: s.writes.Load(), Busy: time.Duration(s.fs.busy.Load())}
+	st := Stats{Commits: s.fs.syncs.Load(), Writes: s.writes.Load(), Busy: time.Duration(s.fs.busy.Load())}
+	if s.enter() == nil {
+		m := s.db.Metrics()
+		s.gate.RUnlock()
+		st.CacheHits, st.CacheMisses = m.BlockCache.Hits, m.BlockCache.Misses
+	}
+	return st
 }
 
 // Exclusive reports true: the data directory is locked, so no other

@@ -123,7 +123,7 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		o.PurgeInterval = time.Minute
 	}
 	if o.CacheSize <= 0 {
-		o.CacheSize = 16 << 20
+		o.CacheSize = DefaultCacheSize
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 4 << 20
@@ -163,14 +163,19 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 	if o.wrapFS != nil {
 		fs.FS = o.wrapFS(fs.FS)
 	}
-	cache := pebble.NewCache(o.CacheSize)
+	// The engine charges its write buffers to its cache (each live one
+	// reserves its size there), so the cache is made that much larger:
+	// CacheSize stays the room for data blocks whatever MemTableSize is
+	// (a cache of 16 MiB with two 8 MiB buffers would otherwise cache
+	// nothing).
+	cache := pebble.NewCache(engineCacheSize(o))
 	defer cache.Unref()
 	popts := &pebble.Options{
 		FS:                          fs,
 		Lock:                        lock,
 		Cache:                       cache,
 		MemTableSize:                o.MemTableSize,
-		MemTableStopWritesThreshold: 2,
+		MemTableStopWritesThreshold: memTables,
 		ErrorIfNotExists:            exists,
 		FormatMajorVersion:          pebble.FormatNewest,
 		Logger:                      logger,
@@ -554,6 +559,16 @@ const (
 	crowdedWrites = 8
 	groupHold     = 100 * time.Microsecond
 )
+
+// memTables is the most write buffers the engine holds (one being
+// written, one being flushed); writes wait while both are full.
+const memTables = 2
+
+// engineCacheSize is the size of the engine's cache: o.CacheSize for data
+// blocks and the reservation of memTables write buffers.
+func engineCacheSize(o Options) int64 {
+	return o.CacheSize + memTables*int64(o.MemTableSize)
+}
 
 // holdNext is the engine's WALMinSyncInterval: called after every log
 // sync, it returns how long to hold the next one.
