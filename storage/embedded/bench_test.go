@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -253,9 +254,12 @@ func BenchmarkGetRandom(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Rows i = 1..rows (parallel16's numbers) in partitions spread over
+	// the key space, as command IDs are.
+	pk := func(i int64) string { return fmt.Sprintf("%08x", i*2654435761%(1<<32)) }
 	params := strings.Repeat("p", 200)
 	parallel16(b, rows, func(i int64) error {
-		_, err := tb.Insert(ctx, storage.Entity{PartitionKey: fmt.Sprintf("%08x", i*2654435761%(1<<32)), RowKey: "a:cmd", Properties: map[string]any{
+		_, err := tb.Insert(ctx, storage.Entity{PartitionKey: pk(i), RowKey: "a:cmd", Properties: map[string]any{
 			"Type": "orders.place", "Params": params, "IssuedAt": time.Now().UTC(), "Attempts": int32(0),
 		}})
 		return err
@@ -275,13 +279,9 @@ func BenchmarkGetRandom(b *testing.B) {
 				b.Fatal(err)
 			}
 			st := s.Stats()
-			var x uint64 = 88172645463325252
+			r := rand.New(rand.NewPCG(1, 2))
 			for b.Loop() {
-				x ^= x << 13
-				x ^= x >> 7
-				x ^= x << 17
-				i := int64(x%rows) + 1 // parallel16 counts from 1
-				if _, err := tb.Get(ctx, fmt.Sprintf("%08x", i*2654435761%(1<<32)), "a:cmd"); err != nil {
+				if _, err := tb.Get(ctx, pk(r.Int64N(rows)+1), "a:cmd"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -50,8 +50,9 @@ import (
 var ErrInUse = errors.New("embedded: database is in use by another process")
 
 // DefaultCacheSize is Options.CacheSize's default, in bytes: 2 MiB of
-// blocks, and the room of a write buffer not being flushed (the engine's
-// cache is 10 MiB in all). The store's files are read through the
+// blocks (the engine's cache is 10 MiB in all with the default write
+// buffers; while only one buffer is live, blocks also use the other's
+// room). The store's files are read through the
 // operating system's page cache, so a block the engine's cache misses
 // costs a copy, not a disk read, while that cache holds the files: random
 // reads of a 60 MB store take the same time with 2 and 16 MiB
