@@ -55,20 +55,27 @@ type keeper struct {
 	onLost   func(cause error)         // cancels the handler
 	onRenew  func()                    // each renewal: write the started event if it is not written yet
 	renewed  func(lease time.Duration) // each renewal: renew what follows the lease (a permit)
-	goneCh   chan struct{}             // closed when the lease is lost or orphaned (lostCh)
+	gone     bool                      // a renewal found the lease lost or orphaned (lostCh is closed)
+	goneCh   chan struct{}             // lostCh's channel, made when first asked for
 	cmdType  string
-	stopCh   chan struct{}
-	doneCh   chan struct{}
 	renewals int
-	looping  bool
+	// The renewals run in the callback of timer (tick), not in a goroutine
+	// of their own: a command that ends within half its lease, the common
+	// case, costs one timer and no goroutine. ticking is set while a tick
+	// runs; stop waits for it on idle (made by stop, closed by the tick).
+	started bool
+	timer   clockTimer
+	ticking bool
+	idle    chan struct{}
 }
+
+// clockTimer is the part of a clock's timer the keeper uses.
+type clockTimer interface{ Stop() bool }
 
 // newKeeper takes over message m, dequeued with visibility vis by a call
 // sent at sent.
 func newKeeper(p *Processor, ctx context.Context, qr *queueRunner, m storage.Message, sent time.Time, vis time.Duration) *keeper {
-	k := &keeper{p: p, q: qr.q, queue: qr.name, id: m.ID, ctx: ctx, receipt: m.PopReceipt,
-		expires: sent.Add(vis), lease: vis, stopCh: make(chan struct{}), doneCh: make(chan struct{}), goneCh: make(chan struct{})}
-	return k
+	return &keeper{p: p, q: qr.q, queue: qr.name, id: m.ID, ctx: ctx, receipt: m.PopReceipt, expires: sent.Add(vis), lease: vis}
 }
 
 // endedBefore reports whether the lease could not be kept (lost, a
@@ -93,7 +100,7 @@ func (k *keeper) ours(t time.Time) bool {
 func (k *keeper) start(lease time.Duration, cmdType string) {
 	k.mu.Lock()
 	extend := lease > k.lease
-	k.lease, k.cmdType, k.looping = lease, cmdType, true
+	k.lease, k.cmdType = lease, cmdType
 	k.mu.Unlock()
 	if extend {
 		k.renew()
@@ -101,7 +108,22 @@ func (k *keeper) start(lease time.Duration, cmdType string) {
 		k.renewals = 0 // taking the grown lease is not the renewal that writes `started`
 		k.mu.Unlock()
 	}
-	go k.loop()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.started || k.stopped {
+		return
+	}
+	k.started = true
+	next := k.p.now().Add(k.lease / 2)
+	if until := k.p.until(k.expires); until > 0 && until < k.lease {
+		next = k.p.now().Add(until / 2)
+	}
+	k.arm(next)
+}
+
+// arm schedules the next tick at next (under mu).
+func (k *keeper) arm(next time.Time) {
+	k.timer = k.p.cfg.Clock.AfterFunc(k.p.until(next), k.tick)
 }
 
 // safety is how long before the lease's end the handler is cancelled when
@@ -164,13 +186,13 @@ func (k *keeper) renew() (again bool) {
 		// completed command's message is then deleted without running).
 		k.orphaned = true
 		k.expires = sent.Add(lease)
-		close(k.goneCh)
+		k.markGone()
 		k.mu.Unlock()
 		logCmd(k.p.cfg.Logger.Debug(), k.cmdID, k.p.traceIDOf(k.cmdID)).Str("type", k.cmdType).Msg("cmdq processor: a renewal landed but its answer was lost; keeping the lease until it ends")
 		return false
 	case staleReceipt(err):
 		k.lost = true
-		close(k.goneCh)
+		k.markGone()
 		onLost := k.onLost
 		k.mu.Unlock()
 		k.p.leaseLost(k)
@@ -190,66 +212,87 @@ func (k *keeper) renew() (again bool) {
 	}
 }
 
-func (k *keeper) loop() {
-	defer close(k.doneCh)
+// tick is one turn of the renewals, in its timer's callback: it renews
+// the lease, or ends the handler when the lease cannot be kept, and arms
+// the next turn unless the keeper stopped or has nothing more to do.
+func (k *keeper) tick() {
 	k.mu.Lock()
-	next := k.p.now().Add(k.lease / 2)
-	if until := k.p.until(k.expires); until > 0 && until < k.lease {
-		next = k.p.now().Add(until / 2)
+	if k.stopped || k.lost {
+		k.mu.Unlock()
+		return
+	}
+	k.ticking = true
+	lease, expires, orphaned, onLost := k.lease, k.expires, k.orphaned, k.onLost
+	k.mu.Unlock()
+	next, again := k.turn(lease, expires, orphaned, onLost)
+	k.mu.Lock()
+	k.ticking = false
+	if again && !k.stopped {
+		k.arm(next)
+	}
+	if k.idle != nil {
+		close(k.idle)
+		k.idle = nil
 	}
 	k.mu.Unlock()
-	for {
-		t := k.p.cfg.Clock.NewTimer(k.p.until(next))
-		select {
-		case <-k.stopCh:
-			t.Stop()
-			return
-		case <-t.C():
+}
+
+// turn is tick's work, outside mu: it returns when the next turn is due
+// (again false: none).
+func (k *keeper) turn(lease time.Duration, expires time.Time, orphaned bool, onLost func(error)) (next time.Time, again bool) {
+	if orphaned {
+		// The lease cannot be renewed: end the handler before it ends.
+		if onLost != nil {
+			onLost(errLeaseExpiring)
 		}
-		k.mu.Lock()
-		if k.stopped || k.lost {
-			k.mu.Unlock()
-			return
-		}
-		lease, expires, orphaned, onLost := k.lease, k.expires, k.orphaned, k.onLost
-		k.mu.Unlock()
-		if orphaned {
-			// The lease cannot be renewed: end the handler before it ends.
-			if onLost != nil {
-				onLost(errLeaseExpiring)
-			}
-			return
-		}
-		renewals := k.renewalCount()
-		if !k.renew() {
-			k.mu.Lock()
-			orphaned, expires = k.orphaned, k.expires
-			k.mu.Unlock()
-			if !orphaned {
-				return
-			}
-			next = expires.Add(-safety(lease))
-			continue
-		}
-		if k.renewalCount() > renewals {
-			next = k.p.now().Add(lease / 2)
-			continue
-		}
-		// The renewal failed (a fault): retry soon, and give up shortly
-		// before the lease would end.
-		if !k.p.now().Add(safety(lease)).Before(expires) {
-			if onLost != nil {
-				onLost(errLeaseExpiring)
-			}
-			return
-		}
-		next = k.p.now().Add(max(lease/10, 50*time.Millisecond))
+		return time.Time{}, false
 	}
+	renewals := k.renewalCount()
+	if !k.renew() {
+		k.mu.Lock()
+		orphaned, expires = k.orphaned, k.expires
+		k.mu.Unlock()
+		if !orphaned {
+			return time.Time{}, false
+		}
+		return expires.Add(-safety(lease)), true
+	}
+	if k.renewalCount() > renewals {
+		return k.p.now().Add(lease / 2), true
+	}
+	// The renewal failed (a fault): retry soon, and give up shortly
+	// before the lease would end.
+	if !k.p.now().Add(safety(lease)).Before(expires) {
+		if onLost != nil {
+			onLost(errLeaseExpiring)
+		}
+		return time.Time{}, false
+	}
+	return k.p.now().Add(max(lease/10, 50*time.Millisecond)), true
 }
 
 // lostCh returns a channel closed when the lease is lost, or renewed
 // under a receipt this keeper does not know (orphaned), by a renewal.
-func (k *keeper) lostCh() <-chan struct{} { return k.goneCh }
+func (k *keeper) lostCh() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.goneCh == nil {
+		k.goneCh = make(chan struct{})
+		if k.gone {
+			close(k.goneCh)
+		}
+	}
+	return k.goneCh
+}
+
+// markGone records that a renewal found the lease lost or orphaned (under
+// mu): lostCh's channel closes.
+func (k *keeper) markGone() {
+	k.gone = true
+	if k.goneCh != nil {
+		close(k.goneCh)
+	}
+}
 
 // currentLease returns the lease the keeper renews.
 func (k *keeper) currentLease() time.Duration {
@@ -280,12 +323,20 @@ func (k *keeper) stop() (receipt string, held bool) {
 	k.mu.Lock()
 	if !k.stopped {
 		k.stopped = true
-		close(k.stopCh)
+		if k.timer != nil {
+			k.timer.Stop()
+		}
 	}
-	looping := k.looping
+	var wait chan struct{}
+	if k.ticking {
+		if k.idle == nil {
+			k.idle = make(chan struct{})
+		}
+		wait = k.idle
+	}
 	k.mu.Unlock()
-	if looping {
-		<-k.doneCh
+	if wait != nil {
+		<-wait
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
