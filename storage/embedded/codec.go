@@ -622,11 +622,13 @@ func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte,
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]byte, 9, len(cur)+len(patch)+binary.MaxVarintLen64)
+	// The count is written once known: the body goes after room for its
+	// varint and is moved down to meet it at the end.
+	const bodyAt = 9 + binary.MaxVarintLen64
+	out := make([]byte, bodyAt, bodyAt+len(bc)+len(bp))
 	out[0] = tagV2
 	putI64(out[1:], ts.UnixNano())
-	// The count is written once known; reserve its varint after the body.
-	body := make([]byte, 0, len(bc)+len(bp))
+	body := out[bodyAt:]
 	count, size := 0, keySize
 	var pc, pp rawProp
 	haveC, haveP := nc > 0, np > 0
@@ -685,8 +687,8 @@ func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte,
 	if size > storage.MaxEntityBytes {
 		return nil, nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
 	}
-	out = binary.AppendUvarint(out, uint64(count))
-	return append(out, body...), fresh, nil
+	n := 9 + binary.PutUvarint(out[9:bodyAt], uint64(count))
+	return append(out[:n], body...), fresh, nil
 }
 
 // utf16LenBytes is the length in UTF-16 code units of the UTF-8 text b,

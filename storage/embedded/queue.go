@@ -55,8 +55,7 @@ type lease struct {
 func (l lease) expired(now int64) bool { return l.expires != 0 && l.expires <= now }
 
 // value is the index entry's value for l.
-func (l lease) value() []byte {
-	v := make([]byte, ivLen)
+func (l lease) value() (v [ivLen]byte) {
 	putI64(v[ivDequeues:], l.dequeues)
 	putI64(v[ivReceipt:], int64(l.receipt))
 	putI64(v[ivExpires:], l.expires)
@@ -171,6 +170,9 @@ type queue struct {
 	// follows an enqueue, need not read them back. Nil on a reader.
 	recs *recCache
 	gone [][]byte // ids dropped by the write being staged (under mu)
+	// key is scratch for the keys a write deletes (under mu): a batch
+	// copies each key it is given.
+	key []byte
 }
 
 // remember records that message id's record is rec (not changed
@@ -285,9 +287,33 @@ func (q *queue) indexed(k []byte) {
 
 // writeCount adds the queue's new count to b (under mu).
 func (q *queue) writeCount(b *pebble.Batch, n int64) {
-	v := make([]byte, 8)
-	putI64(v, n)
-	_ = b.Set(q.countKey(), v, nil)
+	var v [8]byte
+	putI64(v[:], n)
+	q.key = append(append(q.key[:0], q.prefix...), 'n')
+	_ = b.Set(q.key, v[:], nil)
+}
+
+// deleteIndex adds the removal of message id's index entry at visible to
+// b (under mu).
+func (q *queue) deleteIndex(b *pebble.Batch, visible int64, id []byte) {
+	q.key = append(append(q.key[:0], q.prefix...), 'v', 0, 0, 0, 0, 0, 0, 0, 0)
+	putI64(q.key[len(q.key)-8:], visible)
+	q.key = append(q.key, id...)
+	_ = b.Delete(q.key, nil)
+}
+
+// deleteMessage adds the removal of message id's index entry at visible
+// and of its record to b (under mu).
+func (q *queue) deleteMessage(b *pebble.Batch, visible int64, id []byte) {
+	q.deleteIndex(b, visible, id)
+	_ = b.Delete(q.scratchMsgKey(id), nil)
+}
+
+// scratchMsgKey is msgKey(id) in q.key (under mu), for a batch's Set or
+// Delete.
+func (q *queue) scratchMsgKey(id []byte) []byte {
+	q.key = append(append(append(q.key[:0], q.prefix...), 'm'), id...)
+	return q.key
 }
 
 func (q *queue) Enqueue(ctx context.Context, text string, visibilityDelay, ttl time.Duration) (storage.Message, error) {
@@ -377,8 +403,9 @@ func (q *queue) prepareEnqueue(ctx context.Context, text string, visibilityDelay
 // is applied.
 func (e *enqueue) stage(b *pebble.Batch) (after func()) {
 	q := e.q
-	_ = b.Set(q.msgKey(e.id), e.rec, nil)
-	_ = b.Set(e.ikey, e.l.value(), nil)
+	_ = b.Set(q.scratchMsgKey(e.id), e.rec, nil)
+	v := e.l.value()
+	_ = b.Set(e.ikey, v[:], nil)
 	n := q.count.Load() + 1
 	q.writeCount(b, n)
 	return func() {
@@ -393,8 +420,9 @@ func (e *enqueue) stage(b *pebble.Batch) (after func()) {
 func (q *queue) stageMany(b *pebble.Batch, es []*enqueue) (after func()) {
 	n := q.count.Load()
 	for _, e := range es {
-		_ = b.Set(q.msgKey(e.id), e.rec, nil)
-		_ = b.Set(e.ikey, e.l.value(), nil)
+		_ = b.Set(q.scratchMsgKey(e.id), e.rec, nil)
+		v := e.l.value()
+		_ = b.Set(e.ikey, v[:], nil)
 		n++
 	}
 	q.writeCount(b, n)
@@ -511,7 +539,7 @@ func (q *queue) dropStale(b *pebble.Batch, k, id []byte, expired bool) int64 {
 	if !expired {
 		return 0 // dangling, or an old entry of a live message
 	}
-	_ = b.Delete(q.msgKey(id), nil)
+	_ = b.Delete(q.scratchMsgKey(id), nil)
 	q.gone = append(q.gone, id)
 	return -1
 }
@@ -552,12 +580,13 @@ func (q *queue) Dequeue(ctx context.Context, max int, visibility time.Duration) 
 	var moved [][]byte
 	var took []taken
 	next, err := q.scan(now, func(id, rec []byte, l lease) bool {
-		_ = b.Delete(q.indexKey(l.visible, id), nil)
+		q.deleteIndex(b, l.visible, id)
 		l.visible = visible
 		l.dequeues++
 		l.receipt = q.s.receipts.Add(1)
 		ik := q.indexKey(visible, id)
-		_ = b.Set(ik, l.value(), nil)
+		v := l.value()
+		_ = b.Set(ik, v[:], nil)
 		moved = append(moved, ik)
 		took = append(took, taken{id, rec, l})
 		out = append(out, toMessage(id, rec, l, true))
@@ -686,8 +715,7 @@ func (q *queue) owned(b *pebble.Batch, r ref, now int64) (rec []byte, l lease, d
 		}
 	}
 	if l.expired(now) {
-		_ = b.Delete(q.indexKey(l.visible, r.id), nil)
-		_ = b.Delete(q.msgKey(r.id), nil)
+		q.deleteMessage(b, l.visible, r.id)
 		q.gone = append(q.gone, r.id)
 		return nil, lease{}, -1, fmt.Errorf("%w: message expired", storage.ErrNotFound)
 	}
@@ -738,11 +766,12 @@ func (q *queue) UpdateVisibility(ctx context.Context, id, popReceipt string, vis
 	rec, l, delta, opErr := q.owned(b, r, now)
 	var ik []byte
 	if opErr == nil {
-		_ = b.Delete(q.indexKey(l.visible, r.id), nil)
+		q.deleteIndex(b, l.visible, r.id)
 		l.visible = now + int64(visibility)
 		l.receipt = q.s.receipts.Add(1)
 		ik = q.indexKey(l.visible, r.id)
-		_ = b.Set(ik, l.value(), nil)
+		v := l.value()
+		_ = b.Set(ik, v[:], nil)
 	}
 	if delta != 0 {
 		q.writeCount(b, q.count.Load()+delta)
@@ -834,8 +863,7 @@ func (d *deletion) stage(b *pebble.Batch) (after func(), opErr error) {
 	q := d.q
 	_, l, delta, err := q.owned(b, d.r, q.s.now().UnixNano())
 	if err == nil {
-		_ = b.Delete(q.indexKey(l.visible, d.r.id), nil)
-		_ = b.Delete(q.msgKey(d.r.id), nil)
+		q.deleteMessage(b, l.visible, d.r.id)
 		q.gone = append(q.gone, d.r.id)
 		delta = -1
 	}
@@ -855,8 +883,7 @@ func (q *queue) stageDeletes(b *pebble.Batch, ds []*deletion) (after func(), err
 	for i, d := range ds {
 		_, l, dd, err := q.owned(b, d.r, now)
 		if err == nil {
-			_ = b.Delete(q.indexKey(l.visible, d.r.id), nil)
-			_ = b.Delete(q.msgKey(d.r.id), nil)
+			q.deleteMessage(b, l.visible, d.r.id)
 			q.gone = append(q.gone, d.r.id)
 			dd = -1
 		}
