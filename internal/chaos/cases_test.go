@@ -283,6 +283,7 @@ func TestAccountDown(t *testing.T) {
 func TestServeStartsAgainWhenItsPortIsTaken(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, Scenario{Name: "port-taken", Store: StoreEmbedded, Seed: 1})
+	w.keep = false // no report to keep the directory for: kept only if the test fails
 	defer w.close()
 	ln, err := net.Listen("tcp", w.addr)
 	if err != nil {
