@@ -223,15 +223,31 @@ func ValidateQueue(name string) error {
 // MaxTypeLength is documented in package cmdq.
 const MaxTypeLength = 128
 
-var typeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,127}$`)
-
 // ValidateType checks a command type name: 1-128 characters, a letter first,
 // then letters, digits, '.', '_' or '-'. The error wraps ErrInvalidType.
 func ValidateType(name string) error {
-	if !typeRE.MatchString(name) {
+	if !validType(name) {
 		return fmt.Errorf("%w: %q; a type name is 1-%d characters: a letter, then letters, digits, '.', '_' or '-' (e.g. \"billing.ChargeCard\")", ErrInvalidType, name, MaxTypeLength)
 	}
 	return nil
+}
+
+// validType reports whether name matches ^[A-Za-z][A-Za-z0-9._-]{0,127}$
+// (a loop, not a regular expression: every delivery checks its type).
+func validType(name string) bool {
+	if len(name) == 0 || len(name) > MaxTypeLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateID checks a command ID: a UUID in lowercase canonical form
