@@ -231,6 +231,13 @@ type Result struct {
 	// LatencyP50MS and LatencyP99MS are Issue call → handler start, milliseconds.
 	LatencyP50MS float64 `json:"latency_p50_ms"`
 	LatencyP99MS float64 `json:"latency_p99_ms"`
+	// LatencySlowSyncs is the number of the embedded store's log syncs
+	// during the latency phase that took embedded.SlowSync (20 ms) or
+	// longer: every command issued meanwhile waited for one, so a p99 far
+	// above the p50 with slow syncs here is the disk's. LongestSyncMS is
+	// the run's longest log sync. Both zero on Azure.
+	LatencySlowSyncs uint64  `json:"latency_slow_syncs"`
+	LongestSyncMS    float64 `json:"longest_sync_ms"`
 	// BurnDown is StorageOpsPerCommand by kind of call (issue and process
 	// phases; issue calls per issued command, process calls per completed
 	// command).
@@ -548,6 +555,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			res.Ratio = res.ProcessedPerS / b.processedPerS
 		}
 	}
+	if e.emb != nil {
+		res.LongestSyncMS = ms(e.emb.Stats().LongestSync)
+	}
 	res.MaxRSSMB = maxRSSMiB()
 	return res, nil
 }
@@ -733,6 +743,15 @@ func (e *env) profile(name string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
+// slowSyncs returns the embedded store's slow log syncs so far (0 on
+// Azure).
+func (e *env) slowSyncs() uint64 {
+	if e.emb == nil {
+		return 0
+	}
+	return e.emb.Stats().SlowSyncs
+}
+
 func (e *env) commits() uint64 {
 	if e.emb == nil {
 		return 0
@@ -837,11 +856,13 @@ func (e *env) throughput(ctx context.Context, res *Result) error {
 	if cfg.LatencyDuration > 0 {
 		e.logf("latency: %d commands/s for %s, Issue → handler start", cfg.Rate, cfg.LatencyDuration)
 		before := e.counter.Snapshot()
+		slow := e.slowSyncs()
 		lat, err := e.steady(ctx, sp, cfg.Rate, cfg.LatencyDuration)
 		if err != nil {
 			_ = sp.stop()
 			return err
 		}
+		res.LatencySlowSyncs = e.slowSyncs() - slow
 		steady := callsPer(diff(before, e.counter.Snapshot()), float64(len(lat)))
 		res.SteadyCalls = &steady
 		res.LatencySamples = len(lat)

@@ -152,6 +152,10 @@ type Store struct {
 
 var _ storage.Store = (*Store)(nil)
 
+// SlowSync is how long a log sync takes at least to count in
+// Stats.SlowSyncs: 20 ms, about 50 times a sync of a local SSD.
+const SlowSync = 20 * time.Millisecond
+
 // Stats counts the store's work since Open.
 type Stats struct {
 	// Commits is the number of write-ahead log syncs (fdatasync): each one
@@ -164,6 +168,12 @@ type Stats struct {
 	// Busy is the wall time spent in log syncs. Busy divided by elapsed
 	// time is the log's utilisation: near 1, fsync is the bottleneck.
 	Busy time.Duration
+	// SlowSyncs is the number of log syncs that took SlowSync or longer,
+	// and LongestSync the longest one. Every write waiting for a sync
+	// waits that long: a slow sync is the disk's, and shows as a latency
+	// outlier of every issue and completion behind it.
+	SlowSyncs   uint64
+	LongestSync time.Duration
 	// CacheHits and CacheMisses count the reads of data, index and filter
 	// blocks that the engine's block cache (Options.CacheSize) served,
 	// and those it read from the store's files. A miss is a read of the
@@ -174,7 +184,8 @@ type Stats struct {
 
 // Stats returns counters of the store's work since Open.
 func (s *Store) Stats() Stats {
-	st := Stats{Commits: s.fs.syncs.Load(), Writes: s.writes.Load(), Busy: time.Duration(s.fs.busy.Load())}
+	st := Stats{Commits: s.fs.syncs.Load(), Writes: s.writes.Load(), Busy: time.Duration(s.fs.busy.Load()),
+		SlowSyncs: s.fs.slow.Load(), LongestSync: time.Duration(s.fs.longest.Load())}
 	if s.enter() == nil {
 		m := s.db.Metrics()
 		s.gate.RUnlock()

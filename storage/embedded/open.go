@@ -544,7 +544,9 @@ type countingFS struct {
 	prefill int64     // bytes of zeros written into each new log file
 	syncs   atomic.Uint64
 	busy    atomic.Int64
-	waiting atomic.Int64 // writes applied and waiting for their sync
+	slow    atomic.Uint64 // syncs that took SlowSync or longer
+	longest atomic.Int64  // the longest sync, nanoseconds
+	waiting atomic.Int64  // writes applied and waiting for their sync
 }
 
 // When at least crowdedWrites writes are waiting for a log sync (16
@@ -651,8 +653,18 @@ type countingFile struct {
 }
 
 func (f *countingFile) count(start time.Time) {
+	d := int64(time.Since(start))
 	f.fs.syncs.Add(1)
-	f.fs.busy.Add(int64(time.Since(start)))
+	f.fs.busy.Add(d)
+	if d >= int64(SlowSync) {
+		f.fs.slow.Add(1)
+	}
+	for {
+		l := f.fs.longest.Load()
+		if d <= l || f.fs.longest.CompareAndSwap(l, d) {
+			return
+		}
+	}
 }
 
 func (f *countingFile) Sync() error {
