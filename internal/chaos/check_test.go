@@ -494,3 +494,24 @@ func TestCheckDeferralIsARetry(t *testing.T) {
 		t.Fatalf("without the deferred event: extra %d, violations %v; want an unexplained duplicate", r.Extra, r.Violations)
 	}
 }
+
+// TestLoggedMetricsURL: the harness finds a spared worker's metrics URL
+// in its log (the worker binds port 0 and logs where), the last one when
+// it logged more than one, and none before it logged it.
+func TestLoggedMetricsURL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w1.log")
+	if got := loggedMetricsURL(path); got != "" {
+		t.Fatalf("no log yet: %q", got)
+	}
+	log := `{"level":"info","msg":"cmdq worker: starting"}
+{"level":"info","url":"http://127.0.0.1:40001/metrics","msg":"cmdq worker: serving metrics"}
+{"level":"info","url":"http://127.0.0.1:8080","msg":"cmdq serve: listening"}
+{"level":"info","url":"http://127.0.0.1:40002/metrics","msg":"cmdq worker: serving metrics"}
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loggedMetricsURL(path), "http://127.0.0.1:40002/metrics"; got != want {
+		t.Fatalf("loggedMetricsURL = %q, want %q", got, want)
+	}
+}

@@ -204,13 +204,12 @@ type world struct {
 	downProbes []*command // the commands accountDown issued (under mu)
 	outages    []string   // what each account outage saw (under mu)
 
-	mu           sync.Mutex
-	downTill     map[string]time.Time // role → not restarted before
-	stopping     bool
-	faults       map[string]int
-	kills        int
-	mem          []MemSeries       // the spared roles' samples (soak.go)
-	metricsAddrs map[string]string // the spared workers' --metrics-addr
+	mu       sync.Mutex
+	downTill map[string]time.Time // role → not restarted before
+	stopping bool
+	faults   map[string]int
+	kills    int
+	mem      []MemSeries // the spared roles' samples (soak.go)
 }
 
 // Run runs the scenario and returns its report; a harness failure (not an
@@ -528,17 +527,9 @@ func (w *world) args(role string) ([]string, error) {
 			args = append(args, "--test-clock-skew", w.sc.Skews[i-1].String())
 		}
 		if w.sc.Sample > 0 && w.spared(role) {
-			if w.metricsAddrs == nil {
-				w.metricsAddrs = map[string]string{}
-			}
-			if w.metricsAddrs[role] == "" {
-				port, err := freePort()
-				if err != nil {
-					return nil, err
-				}
-				w.metricsAddrs[role] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			}
-			args = append(args, "--metrics-addr", w.metricsAddrs[role])
+			// Port 0: the worker binds a free port itself and logs its URL
+			// (metricsURL reads it), so no other world can take it first.
+			args = append(args, "--metrics-addr", "127.0.0.1:0")
 		}
 	}
 	switch w.sc.Store {

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,15 +56,40 @@ type MemSeries struct {
 func (w *world) spared(role string) bool { return slices.Contains(w.sc.Spare, role) }
 
 // metricsURL returns the URL of role's Prometheus metrics ("" when it
-// serves none).
+// serves none, or has not said where yet): serve's is on its address; a
+// spared worker binds a free port and logs its URL ("cmdq worker:
+// serving metrics").
 func (w *world) metricsURL(role string) string {
 	if role == "serve" {
 		return "http://" + w.addr + "/metrics"
 	}
-	if a := w.metricsAddrs[role]; a != "" {
-		return "http://" + a + "/metrics"
+	p := w.ps.current(role)
+	if p == nil {
+		return ""
 	}
-	return ""
+	return loggedMetricsURL(p.log)
+}
+
+// loggedMetricsURL returns the metrics URL that the worker whose log is
+// the file at path logged last ("" when none).
+func loggedMetricsURL(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	url := ""
+	for line := range bytes.Lines(b) {
+		if !bytes.Contains(line, []byte("cmdq worker: serving metrics")) {
+			continue
+		}
+		var l struct {
+			URL string `json:"url"`
+		}
+		if json.Unmarshal(line, &l) == nil && l.URL != "" {
+			url = l.URL
+		}
+	}
+	return url
 }
 
 // sampleLoop samples the spared roles every Scenario.Sample until ctx
