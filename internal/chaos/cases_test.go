@@ -285,10 +285,13 @@ func TestServeStartsAgainWhenItsPortIsTaken(t *testing.T) {
 	w := newWorld(t, Scenario{Name: "port-taken", Store: StoreEmbedded, Seed: 1})
 	w.keep = false // no report to keep the directory for: kept only if the test fails
 	defer w.close()
-	ln, err := net.Listen("tcp", w.addr)
+	// The foreign server takes a port of its own (another world may have
+	// taken the one the world picked since), and serve is given that port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.addr = ln.Addr().String()
 	foreign := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			return // 200
