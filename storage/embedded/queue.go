@@ -202,22 +202,30 @@ func receiptString(l lease) string {
 	return string(b)
 }
 
-func (q *queue) countKey() []byte { return append(q.prefix[:len(q.prefix):len(q.prefix)], 'n') }
+// The keys of a queue: its count ("n"), a message's record ("m" + id)
+// and its visibility index entry ("v" + next visible + id), each appended
+// to dst by one function; countKey, msgKey and indexKey return new ones,
+// and a write under mu builds the keys it hands a batch in q.key.
+func (q *queue) appendCountKey(dst []byte) []byte { return append(append(dst, q.prefix...), 'n') }
+
+func (q *queue) appendMsgKey(dst, id []byte) []byte {
+	return append(append(append(dst, q.prefix...), 'm'), id...)
+}
+
+func (q *queue) appendIndexKey(dst []byte, visible int64, id []byte) []byte {
+	dst = append(append(dst, q.prefix...), 'v')
+	dst = binary.BigEndian.AppendUint64(dst, uint64(visible))
+	return append(dst, id...)
+}
+
+func (q *queue) countKey() []byte { return q.appendCountKey(nil) }
 
 func (q *queue) msgKey(id []byte) []byte {
-	k := make([]byte, 0, len(q.prefix)+1+16)
-	k = append(k, q.prefix...)
-	k = append(k, 'm')
-	return append(k, id...)
+	return q.appendMsgKey(make([]byte, 0, len(q.prefix)+1+16), id)
 }
 
 func (q *queue) indexKey(visible int64, id []byte) []byte {
-	k := make([]byte, len(q.prefix)+1+8+16)
-	n := copy(k, q.prefix)
-	k[n] = 'v'
-	putI64(k[n+1:], visible)
-	copy(k[n+9:], id)
-	return k
+	return q.appendIndexKey(make([]byte, 0, len(q.prefix)+1+8+16), visible, id)
 }
 
 // indexStart is the first possible index key; indexEnd is past the last.
@@ -289,16 +297,14 @@ func (q *queue) indexed(k []byte) {
 func (q *queue) writeCount(b *pebble.Batch, n int64) {
 	var v [8]byte
 	putI64(v[:], n)
-	q.key = append(append(q.key[:0], q.prefix...), 'n')
+	q.key = q.appendCountKey(q.key[:0])
 	_ = b.Set(q.key, v[:], nil)
 }
 
 // deleteIndex adds the removal of message id's index entry at visible to
 // b (under mu).
 func (q *queue) deleteIndex(b *pebble.Batch, visible int64, id []byte) {
-	q.key = append(append(q.key[:0], q.prefix...), 'v', 0, 0, 0, 0, 0, 0, 0, 0)
-	putI64(q.key[len(q.key)-8:], visible)
-	q.key = append(q.key, id...)
+	q.key = q.appendIndexKey(q.key[:0], visible, id)
 	_ = b.Delete(q.key, nil)
 }
 
@@ -312,7 +318,7 @@ func (q *queue) deleteMessage(b *pebble.Batch, visible int64, id []byte) {
 // scratchMsgKey is msgKey(id) in q.key (under mu), for a batch's Set or
 // Delete.
 func (q *queue) scratchMsgKey(id []byte) []byte {
-	q.key = append(append(append(q.key[:0], q.prefix...), 'm'), id...)
+	q.key = q.appendMsgKey(q.key[:0], id)
 	return q.key
 }
 

@@ -30,12 +30,11 @@ type Tables struct {
 	// arriving together register and create it once, not once each.
 	creating sync.Mutex
 
-	mu       sync.Mutex
-	open     map[string]storage.Table // day tables created or found, by name
-	dayNames map[int]string           // day tables' names by day, made once each (tableOf)
-	list     []string                 // the last listing (see List)
-	at       time.Time                // when list was read
-	gen      int64                    // created's count for the base table when list was read
+	mu   sync.Mutex
+	open map[string]storage.Table // day tables created or found, by name
+	list []string                 // the last listing (see List)
+	at   time.Time                // when list was read
+	gen  int64                    // created's count for the base table when list was read
 }
 
 // created counts, per base table name, the day tables created in this
@@ -56,30 +55,7 @@ func createdCount(name string) *atomic.Int64 {
 // with base the base commands table and now the clock (of the listing's
 // reuse). A nil st keeps every command in the base table.
 func New(st storage.Store, names layout.Names, base storage.Table, now func() time.Time) *Tables {
-	return &Tables{st: st, names: names, base: base, now: now, open: map[string]storage.Table{}, dayNames: map[int]string{}}
-}
-
-// maxDayNames bounds Tables.dayNames: an ID can name any day (one read by
-// ID, from a client, with a made-up ID), so only so many are kept.
-const maxDayNames = 64
-
-// tableOf is t.names.TableOf(id), without formatting the name of a day
-// table named before: every issue and completion asks.
-func (t *Tables) tableOf(id string) string {
-	d, ok := layout.IDDay(id)
-	if !ok {
-		return t.names.TableOf(id)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	name, ok := t.dayNames[d]
-	if !ok {
-		name = t.names.DayTable(d)
-		if len(t.dayNames) < maxDayNames {
-			t.dayNames[d] = name
-		}
-	}
-	return name
+	return &Tables{st: st, names: names, base: base, now: now, open: map[string]storage.Table{}}
 }
 
 // Register upserts the registration of day table name into the base
@@ -121,7 +97,7 @@ func (t *Tables) ForWrite(ctx context.Context, id string) (storage.Table, error)
 	if !t.Routed() {
 		return t.base, nil
 	}
-	name := t.tableOf(id)
+	name := t.names.TableOf(id)
 	if name == t.base.Name() {
 		return t.base, nil
 	}
@@ -159,7 +135,7 @@ func (t *Tables) ForWrite(ctx context.Context, id string) (storage.Table, error)
 // Recreate forgets the cached handle of id's day table and creates the
 // table again (a write found it missing: dropped by hand, or an old handle).
 func (t *Tables) Recreate(ctx context.Context, id string) (storage.Table, error) {
-	t.Forget(t.tableOf(id))
+	t.Forget(t.names.TableOf(id))
 	return t.ForWrite(ctx, id)
 }
 
@@ -192,7 +168,7 @@ func (t *Tables) ForRead(ctx context.Context, id string) (storage.Table, bool, e
 	if !t.Routed() {
 		return nil, false, nil
 	}
-	name := t.tableOf(id)
+	name := t.names.TableOf(id)
 	if name == t.base.Name() {
 		return nil, false, nil
 	}

@@ -143,9 +143,31 @@ func v7Day(id string) (int, bool) {
 }
 
 // DayTable returns the name of the commands table of day d:
-// "<prefix>commands<yyyymmdd>".
+// "<prefix>commands<yyyymmdd>". Every issue and completion names its
+// command's table: the date is written by hand, not by time.Format.
 func (n Names) DayTable(d int) string {
-	return n.CommandsTable() + DayTime(d).Format("20060102")
+	y, m, dd := DayTime(d).Date()
+	if y < 0 || y > 9999 {
+		return n.CommandsTable() + DayTime(d).Format("20060102")
+	}
+	var buf [64]byte
+	b := append(append(buf[:0], n.Prefix...), "commands"...)
+	b = appendPadded(b, y, 4)
+	b = appendPadded(b, int(m), 2)
+	b = appendPadded(b, dd, 2)
+	return string(b)
+}
+
+// appendPadded appends v (0 <= v < 10^width) in width decimal digits.
+func appendPadded(b []byte, v, width int) []byte {
+	p := 1
+	for range width - 1 {
+		p *= 10
+	}
+	for ; p > 0; p /= 10 {
+		b = append(b, byte('0'+v/p%10))
+	}
+	return b
 }
 
 // TableOf returns the name of the table that holds command id: its day

@@ -64,3 +64,22 @@ func TestDayIDs(t *testing.T) {
 		t.Fatalf("UUIDv4 refused: %v", err)
 	}
 }
+
+// TestDayTableName: DayTable writes the date by hand; it names the same
+// table as time.Format would, for every day an ID can carry (0 to 65535,
+// a version 8 ID's 16 bits) and for the far days a version 7 ID's
+// timestamp can reach (years past 9999 take time.Format's own form).
+func TestDayTableName(t *testing.T) {
+	t.Parallel()
+	for _, n := range []layout.Names{{Prefix: "cmdq"}, {Prefix: "p" + strings.Repeat("x", 40)}} {
+		days := []int{3_000_000, 3_200_000}
+		for d := 0; d <= 65535; d++ {
+			days = append(days, d)
+		}
+		for _, d := range days {
+			if got, want := n.DayTable(d), n.CommandsTable()+layout.DayTime(d).Format("20060102"); got != want {
+				t.Fatalf("DayTable(%d) = %q, want %q", d, got, want)
+			}
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cmdq-dev/cmdq/internal/engine/clock"
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
@@ -61,16 +62,13 @@ type keeper struct {
 	renewals int
 	// The renewals run in the callback of timer (tick), not in a goroutine
 	// of their own: a command that ends within half its lease, the common
-	// case, costs one timer and no goroutine. ticking is set while a tick
-	// runs; stop waits for it on idle (made by stop, closed by the tick).
-	started bool
-	timer   clockTimer
+	// case, costs one timer and no goroutine. timer is nil until start;
+	// ticking is set while a tick runs; stop waits for it on idle (made by
+	// stop, closed by the tick).
+	timer   clock.Timer
 	ticking bool
 	idle    chan struct{}
 }
-
-// clockTimer is the part of a clock's timer the keeper uses.
-type clockTimer interface{ Stop() bool }
 
 // newKeeper takes over message m, dequeued with visibility vis by a call
 // sent at sent.
@@ -110,10 +108,9 @@ func (k *keeper) start(lease time.Duration, cmdType string) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.started || k.stopped {
+	if k.timer != nil || k.stopped {
 		return
 	}
-	k.started = true
 	next := k.p.now().Add(k.lease / 2)
 	if until := k.p.until(k.expires); until > 0 && until < k.lease {
 		next = k.p.now().Add(until / 2)
