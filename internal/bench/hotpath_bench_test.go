@@ -60,7 +60,9 @@ func BenchmarkIssue(b *testing.B) {
 // reportCommits reports the embedded store's log syncs since st: writes per
 // sync (group-commit size, "writes/commit") and the share of the wall time
 // spent in fdatasync ("commit-busy"), and the block reads its cache missed
-// per command ("cache-misses/cmd").
+// per command ("cache-misses/cmd"), and the bytes written to the log, by
+// flushes and by compactions per command ("log-B/cmd", "flush-B/cmd",
+// "compact-B/cmd").
 func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duration) {
 	now := e.emb.Stats()
 	if c := now.Commits - st.Commits; c > 0 {
@@ -70,6 +72,9 @@ func reportCommits(b *testing.B, e *env, st embedded.Stats, elapsed time.Duratio
 	}
 	b.ReportMetric((now.Busy-st.Busy).Seconds()/elapsed.Seconds(), "commit-busy")
 	b.ReportMetric(float64(now.CacheMisses-st.CacheMisses)/float64(b.N), "cache-misses/cmd")
+	b.ReportMetric(float64(now.LogBytes-st.LogBytes)/float64(b.N), "log-B/cmd")
+	b.ReportMetric(float64(now.FlushedBytes-st.FlushedBytes)/float64(b.N), "flush-B/cmd")
+	b.ReportMetric(float64(now.CompactedBytes-st.CompactedBytes)/float64(b.N), "compact-B/cmd")
 }
 
 // BenchmarkProcess: b.N queued commands drained by a processor with 100
@@ -136,6 +141,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	st := e.emb.Stats()
 	b.ResetTimer()
 	began, cpu := time.Now(), cpuTime()
 	var next atomic.Int64
@@ -159,6 +165,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	elapsed, cpu := time.Since(began), cpuTime()-cpu
 	b.StopTimer()
 	lat := e.lat.take()
+	reportCommits(b, e, st, elapsed)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cmds/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/cmd")
 	b.ReportMetric(ms(quantile(lat, 0.5)), "p50-ms")

@@ -180,6 +180,13 @@ type Stats struct {
 	// file (from the operating system's page cache when it holds it).
 	// Both read zero once the store is closed.
 	CacheHits, CacheMisses int64
+	// LogBytes is the number of bytes written to the write-ahead log,
+	// FlushedBytes those written to data files by flushes of the
+	// in-memory write buffers, and CompactedBytes those written by
+	// compactions (rewrites of data files): together, the bytes the
+	// store's writes cost the disk. All read zero once the store is
+	// closed.
+	LogBytes, FlushedBytes, CompactedBytes uint64
 }
 
 // Stats returns counters of the store's work since Open.
@@ -190,6 +197,11 @@ func (s *Store) Stats() Stats {
 		m := s.db.Metrics()
 		s.gate.RUnlock()
 		st.CacheHits, st.CacheMisses = m.BlockCache.Hits, m.BlockCache.Misses
+		st.LogBytes = m.WAL.BytesWritten
+		for i := range m.Levels {
+			st.FlushedBytes += m.Levels[i].TableBytesFlushed
+			st.CompactedBytes += m.Levels[i].TableBytesCompacted
+		}
 	}
 	return st
 }
