@@ -473,15 +473,23 @@ func decodeValue(enc []byte) (any, error) {
 
 // etagOf derives an entity's ETag from its write time, in Azure's format.
 func etagOf(tsNanos int64) string {
+	var buf [etagLen]byte
+	return string(appendETag(buf[:0], tsNanos))
+}
+
+// etagLen is the length of an ETag of a year 0–9999 write time.
+const etagLen = len(`W/"datetime'2006-01-02T15:04:05.000000000Z'"`)
+
+// appendETag appends etagOf(tsNanos) to b.
+func appendETag(b []byte, tsNanos int64) []byte {
 	// Equivalent to Format("2006-01-02T15:04:05.000000000Z") on the UTC
 	// time, written by hand: this runs for every entity written and read.
 	t := time.Unix(0, tsNanos).UTC()
 	year, month, day := t.Date()
 	hour, minute, sec := t.Clock()
 	if year < 0 || year > 9999 {
-		return `W/"datetime'` + t.Format("2006-01-02T15:04:05.000000000Z") + `'"`
+		return append(b, `W/"datetime'`+t.Format("2006-01-02T15:04:05.000000000Z")+`'"`...)
 	}
-	b := make([]byte, 0, 48)
 	b = append(b, `W/"datetime'`...)
 	b = appendDigits(b, year, 4)
 	b = append(b, '-')
@@ -496,8 +504,7 @@ func etagOf(tsNanos int64) string {
 	b = appendDigits(b, sec, 2)
 	b = append(b, '.')
 	b = appendDigits(b, t.Nanosecond(), 9)
-	b = append(b, `Z'"`...)
-	return string(b)
+	return append(b, `Z'"`...)
 }
 
 // appendDigits appends v (≥ 0) as exactly width decimal digits.

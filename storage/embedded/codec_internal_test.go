@@ -177,13 +177,17 @@ func TestUTF16LenBytes(t *testing.T) {
 	}
 }
 
-// TestETagFormat checks the hand-written ETag against time.Format.
+// TestETagFormat checks the hand-written ETag (etagOf, and appendETag that
+// matches compares with) against time.Format.
 func TestETagFormat(t *testing.T) {
 	t.Parallel()
 	for _, ns := range []int64{0, 1, 999999999, 1700000000123456789, -1, time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC).UnixNano(), time.Date(1969, 7, 20, 20, 17, 40, 5, time.UTC).UnixNano()} {
 		want := `W/"datetime'` + time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05.000000000Z") + `'"`
 		if got := etagOf(ns); got != want {
 			t.Errorf("etagOf(%d) = %s, want %s", ns, got, want)
+		}
+		if got := string(appendETag([]byte("x"), ns)); got != "x"+want {
+			t.Errorf("appendETag(x, %d) = %s, want x%s", ns, got, want)
 		}
 	}
 }

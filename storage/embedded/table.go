@@ -72,8 +72,14 @@ func splitKey(k []byte) (pk, rk string) {
 	return string(k[:i]), string(k[i+1:])
 }
 
+// matches reports whether ifMatch allows a write over record rec (its
+// ETag compared without building a string).
 func matches(ifMatch string, rec []byte) bool {
-	return ifMatch == "" || ifMatch == storage.IfMatchAny || ifMatch == etagOf(recordTimestamp(rec))
+	if ifMatch == "" || ifMatch == storage.IfMatchAny {
+		return true
+	}
+	var buf [etagLen]byte
+	return string(appendETag(buf[:0], recordTimestamp(rec))) == ifMatch
 }
 
 // change is one planned write: the new record (nil for a delete), and

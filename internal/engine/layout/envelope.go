@@ -324,8 +324,19 @@ func parseFast(text string) (e Envelope, ok bool) {
 	return e, true
 }
 
-// unescapePlain undoes appendPlainString's escapes.
-var unescapePlain = strings.NewReplacer(`\"`, `"`, `\\`, `\`)
+// unescapePlain undoes appendPlainString's escapes (\" and \\, each
+// checked by str) in one allocation.
+func unescapePlain(v string) string {
+	var b strings.Builder
+	b.Grow(len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
 
 // fastParser consumes s from the front.
 type fastParser struct{ s string }
@@ -359,7 +370,7 @@ func (p *fastParser) str(dst *string) bool {
 		case c == '"':
 			v := p.s[:i]
 			if escaped {
-				v = unescapePlain.Replace(v)
+				v = unescapePlain(v)
 			}
 			*dst = v
 			p.s = p.s[i+1:]

@@ -124,7 +124,7 @@ func TestParseEnvelopeFast(t *testing.T) {
 
 // FuzzParseEnvelope checks that whatever the fast parser accepts, the
 // strict decoder accepts with the same result
-// (go test -run '^$' -fuzz FuzzParseEnvelope ./internal/record).
+// (go test -run '^$' -fuzz FuzzParseEnvelope ./internal/engine/layout).
 func FuzzParseEnvelope(f *testing.F) {
 	at := time.Date(2026, 11, 23, 4, 5, 6, 789_000_000, time.UTC)
 	f.Add(Envelope{ID: "a", Type: "b"}.Marshal())

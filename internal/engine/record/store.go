@@ -218,7 +218,9 @@ func (s *Store) nowUTC() time.Time { return layout.Millis(s.now()) }
 // HashParams returns the hex SHA-256 of params, as stored in ParamsHash.
 func HashParams(params []byte) string {
 	h := sha256.Sum256(params)
-	return hex.EncodeToString(h[:])
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h[:])
+	return string(out[:])
 }
 
 // ErrParamsTooLarge: the parameters do not fit in one entity (more than
@@ -445,7 +447,9 @@ func appendCommand(props []storage.Prop, c commandRow, chunks []string) []storag
 func newWriteID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
+	var out [16]byte
+	hex.Encode(out[:], b[:])
+	return string(out[:])
 }
 
 // projectionProps returns the projection's properties of the command row.
