@@ -91,6 +91,19 @@ func events(path string, fn func(ev trace.Event, at float64)) error {
 	}
 }
 
+// goTransition returns ev's goroutine and state change when ev is a
+// goroutine's state change.
+func goTransition(ev trace.Event) (trace.GoID, trace.StateTransition, bool) {
+	if ev.Kind() != trace.EventStateTransition {
+		return 0, trace.StateTransition{}, false
+	}
+	st := ev.StateTransition()
+	if st.Resource.Kind != trace.ResourceGoroutine {
+		return 0, trace.StateTransition{}, false
+	}
+	return st.Resource.Goroutine(), st, true
+}
+
 // usage is the time-weighted P use of a window.
 type usage struct {
 	total   float64         // window, ns
@@ -122,14 +135,10 @@ func use(path string, from, to float64, procs int) (*usage, error) {
 			}
 		}
 		last = at
-		if ev.Kind() != trace.EventStateTransition {
+		id, st, ok := goTransition(ev)
+		if !ok {
 			return
 		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			return
-		}
-		id := st.Resource.Goroutine()
 		was, now := st.Goroutine()
 		switch was {
 		case trace.GoRunning:
@@ -203,14 +212,10 @@ func states(path, match string, from, to float64) error {
 	marked := map[trace.GoID]bool{}
 	acc := map[string]float64{}
 	err := events(path, func(ev trace.Event, at float64) {
-		if ev.Kind() != trace.EventStateTransition {
+		id, st, ok := goTransition(ev)
+		if !ok {
 			return
 		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			return
-		}
-		id := st.Resource.Goroutine()
 		where := ""
 		for fr := range st.Stack.Frames() {
 			if strings.Contains(fr.Func, match) {
