@@ -334,8 +334,13 @@ func (p *Processor) deliver(s *session, qr *queueRunner, k *keeper, env layout.E
 		}
 	}
 	if rec.OrderKey != "" {
-		// A command that became final here hands its key to the next.
-		if cur := a.current(); cur.Status.State.Final() {
+		// A command that became final here hands its key to the next —
+		// unless its outcome landed after its lease ended: a delivery
+		// that took the message meanwhile may be running the handler
+		// until it learns of the outcome (within a lease), and the next
+		// command must not overlap it. The waiting deliveries then take
+		// the head out a lease after its last write (clearHead).
+		if cur, late := a.final(); cur.Status.State.Final() && !late {
 			p.leaveOrder(s, cur)
 		}
 	}
@@ -537,7 +542,7 @@ type attempt struct {
 	// first instead.
 	startedBy time.Time
 
-	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel
+	mu             sync.Mutex // guards rec, startedAt, running, startedWritten, finished, over, cancel, lateFinal
 	rec            *record.Record
 	startedAt      time.Time
 	dur            time.Duration // the handler's run time, once it returned
@@ -548,6 +553,10 @@ type attempt struct {
 	// is superseded: every later write returns it without touching storage.
 	over   error
 	cancel context.CancelCauseFunc // the handler's context
+	// lateFinal is set when the attempt's outcome landed after its lease
+	// ended (lostAfterCompletion): another delivery may still be running
+	// the handler, so the command's order key is not handed on here.
+	lateFinal bool
 
 	// hrun is the handler's Run once the handler is invoked; outcome and
 	// outcomeErr are what became of the attempt (run.End reports them).
@@ -559,11 +568,12 @@ type attempt struct {
 
 // ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
 // once the attempt is over).
-// current returns the command as the attempt last wrote or read it.
-func (a *attempt) current() *record.Record {
+// final returns the command as the attempt last wrote or read it, and
+// whether the attempt's outcome landed after its lease ended (lateFinal).
+func (a *attempt) final() (*record.Record, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.rec
+	return a.rec, a.lateFinal
 }
 
 func (a *attempt) ended(kind string, err error) { a.outcome, a.outcomeErr = kind, err }
@@ -1118,6 +1128,7 @@ func (a *attempt) complete(output []byte) {
 func (a *attempt) lostAfterCompletion() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.lateFinal = true
 	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 

@@ -247,13 +247,7 @@ const orderParkKey = "\x00order"
 func (p *Processor) clearHead(ctx context.Context, key string, head shared.OrderHead) bool {
 	rec, err := p.st.Load(ctx, head.Command)
 	switch {
-	case err == nil && !rec.Status.State.Final():
-		return false
-	case err == nil && rec.Status.State != model.StateCompleted && rec.Status.State != model.StatePoisoned &&
-		p.since(rec.Status.UpdatedAt) < p.leaseFor(rec.Type)+maxClockSkew && !neverDelivered(rec.Status):
-		// Cancelled (or discarded) while a handler of it may still run
-		// elsewhere: that one learns of it at its next lease renewal, and
-		// ends within a lease.
+	case err == nil && !headMayLeave(rec.Status, p.since(rec.Status.UpdatedAt), p.leaseFor(rec.Type)):
 		return false
 	case err == nil, errors.Is(err, model.ErrExpired):
 	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound):
@@ -268,6 +262,23 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 	}
 	p.cfg.Logger.Info().Str("command", head.Command).Msg("cmdq processor: took a command that is final, or was never stored, out of its order key")
 	return true
+}
+
+// headMayLeave reports whether a head whose command has status st, last
+// written ago, may be taken out of its key by a delivery waiting for it.
+// Not before it is final; and a final head that its own delivery did not
+// take out — cancelled or discarded, or completed or poisoned by an
+// outcome that landed after its lease ended (or by a process that died
+// before it left) — only a lease (lease) and maxClockSkew after its last
+// write: a handler of it that another delivery may be running learns of
+// the outcome at its next lease renewal and ends within a lease, so the
+// next command never overlaps it. A command that was never delivered
+// leaves at once.
+func headMayLeave(st model.Status, ago, lease time.Duration) bool {
+	if !st.State.Final() {
+		return false
+	}
+	return ago >= lease+maxClockSkew || neverDelivered(st)
 }
 
 // neverDelivered reports whether st, final, is a command no handler can
