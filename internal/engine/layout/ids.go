@@ -152,22 +152,9 @@ func (n Names) DayTable(d int) string {
 	}
 	var buf [64]byte
 	b := append(append(buf[:0], n.Prefix...), "commands"...)
-	b = appendPadded(b, y, 4)
-	b = appendPadded(b, int(m), 2)
-	b = appendPadded(b, dd, 2)
+	b = append(b, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10),
+		byte('0'+int(m)/10), byte('0'+int(m)%10), byte('0'+dd/10), byte('0'+dd%10))
 	return string(b)
-}
-
-// appendPadded appends v (0 <= v < 10^width) in width decimal digits.
-func appendPadded(b []byte, v, width int) []byte {
-	p := 1
-	for range width - 1 {
-		p *= 10
-	}
-	for ; p > 0; p /= 10 {
-		b = append(b, byte('0'+v/p%10))
-	}
-	return b
 }
 
 // TableOf returns the name of the table that holds command id: its day

@@ -566,8 +566,6 @@ type attempt struct {
 	issueTrace string // the issuing trace's ID ("" = none); fixed
 }
 
-// ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
-// once the attempt is over).
 // final returns the command as the attempt last wrote or read it, and
 // whether the attempt's outcome landed after its lease ended (lateFinal).
 func (a *attempt) final() (*record.Record, bool) {
@@ -576,6 +574,8 @@ func (a *attempt) final() (*record.Record, bool) {
 	return a.rec, a.lateFinal
 }
 
+// ended sets the attempt's outcome (reported to the Run's OnEnd callbacks
+// once the attempt is over).
 func (a *attempt) ended(kind string, err error) { a.outcome, a.outcomeErr = kind, err }
 
 // traceID is the trace ID for the attempt's log lines: its span's, else

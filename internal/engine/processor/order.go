@@ -241,9 +241,11 @@ func (p *Processor) awaitOrder(s *session, qr *queueRunner, k *keeper, w *orderW
 // key's head (park), apart from those waiting for a slot or a permit.
 const orderParkKey = "\x00order"
 
-// clearHead looks at head, a head that stays: when its command is final,
-// or was never stored though it joined long ago, it is taken out of the
-// key (true). One point read, and a batch when it leaves.
+// clearHead looks at head, a head that stays: when its command is final
+// (and a lease has passed since its last write, or it was never
+// delivered: headMayLeave), or was never stored though it joined long
+// ago, it is taken out of the key (true). One point read, and a batch
+// when it leaves.
 func (p *Processor) clearHead(ctx context.Context, key string, head shared.OrderHead) bool {
 	rec, err := p.st.Load(ctx, head.Command)
 	switch {
