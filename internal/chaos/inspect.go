@@ -199,6 +199,17 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.Attempts, h.Step = int(intProp(e, "Attempts")), int(intProp(e, "Step"))
 				h.RunAt = timeProp(e, "RunAt")
 				h.OrderKey, h.OrderSeq = strProp(e, "OrderKey"), intProp(e, "OrderSeq")
+				// A command row may hold its last two events: a start and
+				// its completion written together without an event row
+				// (StartedAt, StartedSeq = EventSeq-1; docs/lifecycle.md).
+				if seq, at := intProp(e, "StartedSeq"), timeProp(e, "StartedAt"); seq > 0 && !at.IsZero() &&
+					seq == intProp(e, "EventSeq")-1 && h.Status == "completed" {
+					key := fmt.Sprintf("%s%010d", rowEventPrefix, seq)
+					w := strProp(e, "Worker")
+					h.Events = append(h.Events,
+						event{Seq: key, Kind: "started", Time: at, Attempt: h.Attempts, Worker: w},
+						event{Seq: nextEventKey(key), Kind: "completed", Time: timeProp(e, "UpdatedAt"), Attempt: h.Attempts, Worker: w})
+				}
 			case strings.HasPrefix(e.RowKey, rowEventPrefix):
 				ev := event{Seq: e.RowKey, Kind: strProp(e, "Kind"), Time: timeProp(e, "Time"),
 					Attempt: int(intProp(e, "Attempt")), Worker: strProp(e, "Worker"), Step: int(intProp(e, "Step")),

@@ -21,6 +21,19 @@ const (
 	// of its own: a handler that starts and completes inside one write
 	// records both events in one row, read back as two.
 	CompletedAtProp = "CompletedAt"
+	// StartedAtProp and StartedSeqProp, on the command row, say that the
+	// attempt that completed the command started and completed in one
+	// write that added no event row: its started event (number
+	// StartedSeq, at StartedAt, the projection's Attempts, Worker and
+	// Owner as MessageID) and its completed event (number StartedSeq+1 =
+	// EventSeq, at UpdatedAt, the same attempt and worker) are read from
+	// the command row. They hold only while StartedSeq is EventSeq-1: a
+	// later write (a lease_lost after the completion) first writes the
+	// two events' row (a started row with CompletedAt, the implied
+	// write's WriteID), so stale values on the row mean nothing
+	// (ImpliedEvents).
+	StartedAtProp  = "StartedAt"
+	StartedSeqProp = "StartedSeq"
 	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
 	// for commands whose enqueue failed after they were stored.
 	UnqueuedPartition = "~unqueued"

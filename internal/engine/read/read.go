@@ -288,6 +288,9 @@ type partition struct {
 	group    [2]string // type, queue
 	enqueued time.Time // its last created or requeued event
 	started  time.Time // its last started event
+	// implied: the last two events its command row holds
+	// (layout.StartedAtProp), counted after its event rows.
+	implied []model.Event
 }
 
 // group accumulates one type's or queue's outcomes.
@@ -396,6 +399,14 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 			}
 		}
 	}
+	// countImplied counts the events part's command row holds, which
+	// follow its event rows.
+	countImplied := func() {
+		for _, e := range part.implied {
+			countEvent(e.Kind, e.Time, int64(e.Attempt))
+		}
+		part.implied = nil
+	}
 	names, err := s.Tables().All(ctx)
 	if err != nil {
 		return model.CommandPage{}, fmt.Errorf("cmdq: list commands: %w", err)
@@ -430,6 +441,7 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 		for _, e := range page.Entities {
 			switch {
 			case e.RowKey == layout.RowCommand:
+				countImplied()
 				st := listedStatus(e).AsOf(now)
 				part = partition{id: e.PartitionKey, group: [2]string{st.Type, st.Queue}}
 				if !selected(q, st) {
@@ -441,6 +453,11 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 					sum.Counts[st.State]++
 					for _, g := range grp(&part) {
 						g.Commands++
+					}
+				}
+				if sum != nil {
+					if started, completed, ok := layout.ImpliedEvents(e); ok {
+						part.implied = []model.Event{started, completed}
 					}
 				}
 				if q.State == "" || st.State == q.State {
@@ -474,6 +491,7 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 		sq.Continuation = page.Continuation
 	}
 	if sum != nil {
+		countImplied()
 		sum.Rows, sum.Partial = rows, partial
 		var every []time.Duration
 		for i := range sum.Minutes {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cmdq-dev/cmdq/internal/engine/layout"
@@ -29,9 +30,11 @@ func (s *Store) Get(ctx context.Context, id string) (model.Status, error) {
 func (s *Store) Now() time.Time { return s.now() }
 
 // Events returns a command's events, oldest first, reading every page (one
-// query per 1000 events) of the ID's table, and of the base table when the
-// command is not there (moved by retention). Unknown ID → error wrapping
-// ErrNotFound (and model.ErrExpired past retention).
+// query per 1000 rows) of the ID's partition — the command row, which may
+// hold the last two events (layout.StartedAtProp), and the event rows — in
+// the ID's table, and in the base table when the command is not there
+// (moved by retention). Unknown ID → error wrapping ErrNotFound (and
+// model.ErrExpired past retention).
 func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	if err := validID(id); err != nil {
 		return nil, err
@@ -40,38 +43,46 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
 	}
-	read := func(tb storage.Table) ([]model.Event, error) {
-		var out []model.Event
-		q := storage.Query{PartitionKey: id, RowKeyPrefix: layout.EventRowPrefix, Top: 1000}
+	// read returns the events of id's partition in tb and whether its
+	// command row is there.
+	read := func(tb storage.Table) (out []model.Event, cmd bool, err error) {
+		q := storage.Query{PartitionKey: id, Top: 1000}
 		for {
 			page, err := tb.Query(ctx, q)
 			if err != nil {
-				return nil, fmt.Errorf("cmdq: events of command %s: %w", id, err)
+				return nil, false, fmt.Errorf("cmdq: events of command %s: %w", id, err)
 			}
 			for _, e := range page.Entities {
-				out = appendEvents(out, e)
+				switch {
+				case e.RowKey == layout.RowCommand:
+					cmd = true
+					if started, completed, ok := layout.ImpliedEvents(e); ok {
+						out = append(out, started, completed)
+					}
+				case strings.HasPrefix(e.RowKey, layout.EventRowPrefix):
+					out = appendEvents(out, e)
+				}
 			}
 			if page.Continuation == "" {
-				return out, nil
+				return out, cmd, nil
 			}
 			q.Continuation = page.Continuation
 		}
 	}
 	var out []model.Event
 	if day != nil {
-		if out, err = read(day); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		var cmd bool
+		if out, cmd, err = read(day); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return nil, err
 		}
-		if len(out) > 0 && s.sweepable(id) {
+		if !cmd && s.sweepable(id) {
 			// Moved commands leave their events behind until the day table
 			// is dropped: the command row says where the command is.
-			if _, gerr := day.Get(ctx, id, layout.RowCommand); errors.Is(gerr, storage.ErrNotFound) {
-				out = nil
-			}
+			out = nil
 		}
 	}
 	if len(out) == 0 {
-		if out, err = read(s.commands); err != nil {
+		if out, _, err = read(s.commands); err != nil {
 			return nil, err
 		}
 	}

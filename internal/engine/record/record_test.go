@@ -565,10 +565,14 @@ func TestCreateRecreatesMissingDayTable(t *testing.T) {
 }
 
 // TestCompletionSharesStartedRow: an attempt that starts and completes in
-// one append writes one event row (the started row carries CompletedAt),
-// read back as two events with their own numbers and times; a completion
-// that says more than its time (a note), or follows another attempt's
-// start, or comes in a later append, keeps a row of its own.
+// one append writes no event row (the command row carries StartedAt and
+// StartedSeq), read back as two events with their own numbers and times;
+// a later write (a lease_lost) first writes their row (a started row with
+// CompletedAt, the completion's write ID), so the history stays whole. A
+// completion the command row cannot give back exactly (a worker name past
+// the text limit) takes the started row with CompletedAt at once; one that
+// says more than its time (a note), or follows another attempt's start,
+// or comes in a later append, keeps a row of its own.
 func TestCompletionSharesStartedRow(t *testing.T) {
 	t.Parallel()
 	testenv.Each(t, func(t *testing.T, env testenv.Env) {
@@ -582,11 +586,16 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 			}
 			return page.Entities
 		}
-		id := testenv.Create(t, s, "demo.OneRow", `{}`)
-		rec, err := s.Load(ctx, id)
-		if err != nil {
-			t.Fatal(err)
+		load := func(id string) *record.Record {
+			t.Helper()
+			rec, err := s.Load(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec
 		}
+		id := testenv.Create(t, s, "demo.OneRow", `{}`)
+		rec := load(id)
 		// The times come after the command's creation: an append moves an
 		// event older than the one before it up to that one's time (on a
 		// loaded machine the create took more than a millisecond).
@@ -596,17 +605,24 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 		if err := s.Append(ctx, rec, started, completed); err != nil {
 			t.Fatal(err)
 		}
-		got := rows(id)
-		if len(got) != 2 || got[1].RowKey != layout.EventRowKey(2) || !layout.TimeProp(got[1], layout.CompletedAtProp).Equal(completed.Time) {
-			t.Fatalf("event rows %+v, want created and one started row with CompletedAt %s", got, completed.Time)
+		completion := rec.WriteID
+		if got := rows(id); len(got) != 1 || layout.StrProp(got[0], "Kind") != string(model.EventCreated) {
+			t.Fatalf("event rows %+v, want the created row only", got)
 		}
-		evs, err := r.Events(ctx, id)
+		cmd, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if layout.IntProp(cmd, layout.StartedSeqProp) != 2 || !layout.TimeProp(cmd, layout.StartedAtProp).Equal(at) {
+			t.Fatalf("command row %+v, want StartedSeq 2 and StartedAt %s", cmd.Properties, at)
 		}
 		want := []model.Event{
 			{Seq: 2, Kind: model.EventStarted, Time: at, Attempt: 1, Worker: "w1", MessageID: "m1"},
 			{Seq: 3, Kind: model.EventCompleted, Time: completed.Time, Attempt: 1, Worker: "w1"},
+		}
+		evs, err := r.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if len(evs) != 3 || evs[0].Kind != model.EventCreated || !equalEvents(evs[1:], want) {
 			t.Fatalf("events %+v, want created then %+v", evs, want)
@@ -615,17 +631,66 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 			t.Fatalf("record after the append: seq %d, state %s", rec.EventSeq, rec.Status.State)
 		}
 
+		// The completion's own worker learns its delete failed: lease_lost
+		// after it, from the record in hand and from one loaded again.
+		lost := model.Event{Kind: model.EventLeaseLost, Attempt: 1, Worker: "w1", Note: "the message was taken"}
+		for _, fresh := range []bool{false, true} {
+			id, rec := id, rec
+			if fresh {
+				id = testenv.Create(t, s, "demo.OneRow", `{}`)
+				rec = load(id)
+				if err := s.Append(ctx, rec, started, completed); err != nil {
+					t.Fatal(err)
+				}
+				completion = rec.WriteID
+				rec = load(id)
+			}
+			before, err := r.Events(ctx, id)
+			if err != nil || len(before) != 3 {
+				t.Fatalf("fresh %v: events %+v, %v", fresh, before, err)
+			}
+			if err := s.Append(ctx, rec, lost); err != nil {
+				t.Fatalf("fresh %v: lease_lost after the completion: %v", fresh, err)
+			}
+			got := rows(id)
+			if len(got) != 3 || got[1].RowKey != layout.EventRowKey(2) || layout.StrProp(got[1], "WriteID") != completion ||
+				!layout.TimeProp(got[1], layout.CompletedAtProp).Equal(before[2].Time) || got[2].RowKey != layout.EventRowKey(4) {
+				t.Fatalf("fresh %v: event rows %+v, want created, started with CompletedAt (write %s), lease_lost", fresh, got, completion)
+			}
+			evs, err := r.Events(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != 4 || !equalEvents(evs[:3], before) || evs[3].Kind != model.EventLeaseLost || evs[3].Seq != 4 {
+				t.Fatalf("fresh %v: events %+v, want %+v, lease_lost 4", fresh, evs, before)
+			}
+			// A second lease_lost writes no second started row.
+			if err := s.Append(ctx, rec, lost); err != nil || len(rows(id)) != 4 {
+				t.Fatalf("fresh %v: a second lease_lost: %v, %d event rows, want 4", fresh, err, len(rows(id)))
+			}
+		}
+
+		// A worker name past the text limit: the command row would give
+		// back the name cut, so the started row holds the completion.
+		long := strings.Repeat("w", layout.MaxTextUnits+1)
+		id = testenv.Create(t, s, "demo.StartedRow", `{}`)
+		if err := s.Append(ctx, load(id), model.Event{Kind: model.EventStarted, Attempt: 1, Worker: long}, model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: long}); err != nil {
+			t.Fatal(err)
+		}
+		if got := rows(id); len(got) != 2 || layout.TimeProp(got[1], layout.CompletedAtProp).IsZero() {
+			t.Fatalf("a long worker name: event rows %+v, want created and a started row with CompletedAt", got)
+		}
+		if back, err := r.Events(ctx, id); err != nil || len(back) != 3 || back[2].Kind != model.EventCompleted || back[2].Seq != 3 {
+			t.Fatalf("a long worker name: events %+v, %v", back, err)
+		}
+
 		for name, evs := range map[string][]model.Event{
 			"a note on the completion": {started, {Kind: model.EventCompleted, Attempt: 1, Worker: "w1", Note: "done late"}},
 			"another attempt's start":  {{Kind: model.EventStarted, Attempt: 2, Worker: "w1"}, completed},
 			"another worker's start":   {{Kind: model.EventStarted, Attempt: 1, Worker: "w2"}, completed},
 		} {
 			id := testenv.Create(t, s, "demo.TwoRows", `{}`)
-			rec, err := s.Load(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Append(ctx, rec, evs...); err != nil {
+			if err := s.Append(ctx, load(id), evs...); err != nil {
 				t.Fatal(err)
 			}
 			if got := rows(id); len(got) != 3 || layout.TimeProp(got[1], layout.CompletedAtProp) != (time.Time{}) {
@@ -639,10 +704,7 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 
 		// Started alone (a long handler), completed by a later append.
 		id = testenv.Create(t, s, "demo.Later", `{}`)
-		rec, err = s.Load(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec = load(id)
 		if err := s.Append(ctx, rec, started); err != nil {
 			t.Fatal(err)
 		}

@@ -93,6 +93,11 @@ type Record struct {
 	// OrderSeq is the command's place in its order key's order
 	// (Status.OrderKey; 0 when it has none).
 	OrderSeq int64
+	// StartedAt and StartedSeq are the start of the completing attempt
+	// when the command row holds its started and completed events
+	// (layout.StartedAtProp; see implied).
+	StartedAt  time.Time
+	StartedSeq int64
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see layout.Names.TableOf).
@@ -455,8 +460,8 @@ func newWriteID() string {
 // projectionProps returns the projection's properties of the command row.
 // Every one is always written (LastError "" clears it), so a Merge update
 // replaces the whole projection and leaves the command's properties alone.
-func projectionProps(st *model.Status, settled int, owner string, seq int64, writeID string, clearDeferrals bool) []storage.Prop {
-	props := make([]storage.Prop, 0, projectionSize(st, clearDeferrals))
+func projectionProps(st *model.Status, settled int, owner string, seq int64, writeID string, clearDeferrals bool, extra int) []storage.Prop {
+	props := make([]storage.Prop, 0, projectionSize(st, clearDeferrals)+extra)
 	props = appendProjection(props, st, settled, owner, seq, writeID)
 	if clearDeferrals && !(st.Deferrals > 0 || st.Deferred) {
 		props = appendDeferrals(props, st) // clear them (a Merge keeps what it does not write)
@@ -524,13 +529,17 @@ func appendDeferrals(props []storage.Prop, st *model.Status) []storage.Prop {
 // projection st. Long LastError and Worker texts are cut further when the
 // merged row would exceed storage.MaxEntityBytes (parameters near the limit
 // leave less room than MaxTextUnits).
-func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string) storage.Entity {
-	props := projectionProps(st, settled, owner, seq, writeID, rec.Deferrals > 0 || rec.Deferred)
+func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, seq int64, writeID string, started *model.Event) storage.Entity {
+	props := projectionProps(st, settled, owner, seq, writeID, rec.Deferrals > 0 || rec.Deferred, 2)
+	if started != nil {
+		// The write's started and completed events, held by the row
+		// (layout.StartedAtProp).
+		props = append(props,
+			storage.TimeProp(layout.StartedAtProp, started.Time),
+			storage.Int64Prop(layout.StartedSeqProp, started.Seq))
+	}
 	row := storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Props: props}
-	// Fast path: the row is far below the limit (UTF-8 bytes ≥ UTF-16
-	// units, and the projection's texts are at most 2 × MaxTextUnits).
-	const slack = 64 * 1024
-	if 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack {
+	if smallRow(rec) {
 		return row
 	}
 	over := storage.EntitySize(fullRow(rec, props)) - storage.MaxEntityBytes
@@ -546,6 +555,15 @@ func projectionUpdate(rec *Record, st *model.Status, settled int, owner string, 
 		over -= 2 * (units - layout.UTF16Units(props[i].Str()))
 	}
 	return row
+}
+
+// smallRow reports whether rec's command row is far below the entity size
+// limit with any projection (UTF-8 bytes ≥ UTF-16 units, and the
+// projection's texts are at most 2 × MaxTextUnits): its projection texts
+// are never cut further.
+func smallRow(rec *Record) bool {
+	const slack = 64 * 1024
+	return 2*(len(rec.Params)+len(rec.Type)+len(rec.CorrelationID)+len(rec.Queue)) < storage.MaxEntityBytes-slack
 }
 
 // fullRow is rec's whole command row as it would be with projection
@@ -770,7 +788,15 @@ func decodeRecord(e storage.Entity) *Record {
 		TraceParent: layout.StrProp(e, "TraceParent"),
 		TraceState:  layout.StrProp(e, "TraceState"),
 		OrderSeq:    layout.IntProp(e, "OrderSeq"),
+		StartedAt:   layout.TimeProp(e, layout.StartedAtProp),
+		StartedSeq:  layout.IntProp(e, layout.StartedSeqProp),
 	}
+}
+
+// implied returns the started and completed events rec's command row holds
+// instead of an event row (layout.ImpliedEvents), or ok false.
+func (rec *Record) implied() (started, completed model.Event, ok bool) {
+	return layout.Implied(&rec.Status, rec.EventSeq, rec.Owner, rec.StartedSeq, rec.StartedAt)
 }
 
 // settledProp reads Settled; rows written before it existed derive it from
@@ -865,6 +891,10 @@ type appendResult struct {
 	seq     int64
 	wid     string
 	events  []model.Event // as written: numbered and timed
+	// startedAt and startedSeq: the command row holds the write's
+	// started and completed events (zero: it does not).
+	startedAt  time.Time
+	startedSeq int64
 }
 
 // appendOps builds the batch of an append: the events and the Merge update
@@ -899,6 +929,17 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 	// ErrConflict when the ETag moved). Without an ETag (IfMatchAny) the
 	// driver checks.
 	guarded := rec.ETag != ""
+	if s0, c0, ok := rec.implied(); ok {
+		// The command row holds its completing attempt's events
+		// (layout.StartedAtProp) only while they are its last two: write
+		// their row (the write's own ID) before anything follows them.
+		if len(events) > layout.MaxEventsPerAppend-1 {
+			return nil, appendResult{}, fmt.Errorf("%w: Append on command %s takes 1-%d events, got %d", storage.ErrInvalidArgument, rec.ID, layout.MaxEventsPerAppend-1, len(events))
+		}
+		row := eventEntity(rec.ID, s0, rec.WriteID)
+		row.Props = append(row.Props, storage.TimeProp(layout.CompletedAtProp, c0.Time))
+		ops = append(ops, storage.BatchOp{Kind: storage.OpInsert, Entity: row, AssumeAbsent: guarded})
+	}
 	for _, e := range events {
 		seq++
 		e.Seq = seq
@@ -923,10 +964,43 @@ func (s *Store) appendOps(rec *Record, events []model.Event) ([]storage.BatchOp,
 		}
 		written = append(written, e)
 	}
+	var started *model.Event
+	if len(ops) == 1 && impliable(rec, &st, owner, seq, written) {
+		// A start and its completion: the command row holds both
+		// (layout.StartedAtProp), no event row.
+		started = &written[0]
+		ops = ops[:0]
+	}
 	// Merge: the command's own properties (params, …) are neither resent
 	// nor dropped; every projection property is written.
-	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, owner, seq, wid), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
-	return ops, appendResult{st, settled, owner, seq, wid, written}, nil
+	ops = append(ops, storage.BatchOp{Kind: storage.OpUpdate, Entity: projectionUpdate(rec, &st, settled, owner, seq, wid, started), Mode: storage.Merge, IfMatch: etagOrAny(rec.ETag)})
+	res := appendResult{st: st, settled: settled, owner: owner, seq: seq, wid: wid, events: written}
+	if started != nil {
+		res.startedAt, res.startedSeq = started.Time, started.Seq
+	}
+	return ops, res, nil
+}
+
+// impliable reports whether written, the events of one append that leaves
+// the projection st, owner and last event number seq, are a started event
+// and its plain completion that the command row can hold instead of an
+// event row (layout.Implied gives them back exactly as written).
+func impliable(rec *Record, st *model.Status, owner string, seq int64, written []model.Event) bool {
+	if len(written) != 2 || !smallRow(rec) {
+		return false
+	}
+	s, c := written[0], written[1]
+	s0, c0, ok := layout.Implied(st, seq, owner, s.Seq, s.Time)
+	return ok && sameEvent(s, s0) && sameEvent(c, c0) &&
+		layout.Truncate(s.Worker, layout.MaxTextUnits) == s.Worker &&
+		layout.Truncate(s.MessageID, layout.MaxTextUnits) == s.MessageID
+}
+
+// sameEvent reports whether a and b are the same event.
+func sameEvent(a, b model.Event) bool {
+	return a.Seq == b.Seq && a.Kind == b.Kind && a.Time.Equal(b.Time) && a.Attempt == b.Attempt &&
+		a.Worker == b.Worker && a.By == b.By && a.Step == b.Step && a.Note == b.Note && a.Error == b.Error &&
+		a.Reason == b.Reason && a.Detail == b.Detail && a.MessageID == b.MessageID && a.RunAt.Equal(b.RunAt)
 }
 
 // checkFinal refuses events that would be written on top of a final
@@ -968,6 +1042,9 @@ func (s *Store) appended(ctx context.Context, rec *Record, res appendResult, eta
 		rec.EventSeq = res.seq
 		rec.ETag = etags[len(etags)-1]
 		rec.WriteID = wid
+		if res.startedSeq > 0 {
+			rec.StartedAt, rec.StartedSeq = res.startedAt, res.startedSeq
+		}
 		s.notify(rec.Status, res.events)
 		return nil
 	}
