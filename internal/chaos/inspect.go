@@ -199,9 +199,13 @@ func readHistory(ctx context.Context, t storage.Table, id string) (*history, err
 				h.Attempts, h.Step = int(intProp(e, "Attempts")), int(intProp(e, "Step"))
 				h.RunAt = timeProp(e, "RunAt")
 				h.OrderKey, h.OrderSeq = strProp(e, "OrderKey"), intProp(e, "OrderSeq")
-				// A command row may hold its last two events: a start and
+				// A command row may hold its created event (CreatedInRow:
+				// number 1, at IssuedAt) and its last two events: a start and
 				// its completion written together without an event row
 				// (StartedAt, StartedSeq = EventSeq-1; docs/lifecycle.md).
+				if created, _ := e.Properties["CreatedInRow"].(bool); created {
+					h.Events = append(h.Events, event{Seq: fmt.Sprintf("%s%010d", rowEventPrefix, 1), Kind: "created", Time: timeProp(e, "IssuedAt")})
+				}
 				if seq, at := intProp(e, "StartedSeq"), timeProp(e, "StartedAt"); seq > 0 && !at.IsZero() &&
 					seq == intProp(e, "EventSeq")-1 && h.Status == "completed" {
 					key := fmt.Sprintf("%s%010d", rowEventPrefix, seq)

@@ -151,7 +151,7 @@ func TestIssueBatchRetriedAfterLostAnswer(t *testing.T) {
 	t.Parallel()
 	is, direct, px, prefix := proxiedIssuer(t)
 	ctx := context.Background()
-	lost := px.Add(faultproxy.Match{Method: "POST", Path: "$batch", Body: `"Kind":"` + string(model.EventCreated) + `"`}, faultproxy.LoseAnswer, 1)
+	lost := px.Add(faultproxy.Match{Method: "POST", Path: "$batch", Body: `"` + layout.CreatedInRowProp + `"`}, faultproxy.LoseAnswer, 1)
 	res, err := is.Issue(ctx, chargeCard{"c1", 100})
 	if err != nil || res.Existing || res.ID == "" {
 		t.Fatalf("Issue with the batch's answer lost: %+v %v, want a new command", res, err)

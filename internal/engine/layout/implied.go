@@ -7,6 +7,21 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
+// ImpliedCreated returns the created event that command row e holds
+// instead of an event row (CreatedInRowProp), or ok false.
+func ImpliedCreated(e storage.Entity) (created model.Event, ok bool) {
+	if !BoolProp(e, CreatedInRowProp) {
+		return model.Event{}, false
+	}
+	return CreatedEvent(TimeProp(e, "IssuedAt")), true
+}
+
+// CreatedEvent is the created event of a command issued at issued without
+// a run-at time.
+func CreatedEvent(issued time.Time) model.Event {
+	return model.Event{Seq: 1, Kind: model.EventCreated, Time: issued}
+}
+
 // ImpliedEvents returns the started and completed events that command row
 // e holds instead of an event row (StartedAtProp, StartedSeqProp), or ok
 // false when it holds none.

@@ -9,7 +9,8 @@ import (
 	"github.com/cmdq-dev/cmdq/storage"
 )
 
-// TestImpliedEvents: a command row holds its last two events only while
+// TestImpliedEvents: a command row holds its created event when it says
+// so (CreatedInRow), and its last two events only while
 // StartedSeq is EventSeq-1 on a completed command; a later event (a
 // lease_lost) or any other state makes the start a stale value, and a row
 // without the properties (every row of earlier versions) holds none.
@@ -43,5 +44,14 @@ func TestImpliedEvents(t *testing.T) {
 		if s, c, ok := layout.ImpliedEvents(e); ok {
 			t.Errorf("%s: ImpliedEvents = %+v, %+v, true; want none", name, s, c)
 		}
+	}
+	if _, ok := layout.ImpliedCreated(row("pending", 1, 0, time.Time{})); ok {
+		t.Errorf("a row without %s holds a created event", layout.CreatedInRowProp)
+	}
+	e := row("pending", 1, 0, time.Time{})
+	e.Properties[layout.CreatedInRowProp] = true
+	e.Properties["IssuedAt"] = at
+	if c, ok := layout.ImpliedCreated(e); !ok || c != (model.Event{Seq: 1, Kind: model.EventCreated, Time: at}) {
+		t.Errorf("ImpliedCreated = %+v, %v; want created 1 at %s", c, ok, at)
 	}
 }

@@ -34,6 +34,12 @@ const (
 	// (ImpliedEvents).
 	StartedAtProp  = "StartedAt"
 	StartedSeqProp = "StartedSeq"
+	// CreatedInRowProp (true), on the command row, says that the
+	// command's created event (number 1, at IssuedAt, nothing else) has no
+	// row of its own: the issue wrote the command row alone. An issue
+	// with a run-at time (its created event carries RunAt) writes the
+	// row, as every issue of earlier versions did (ImpliedCreated).
+	CreatedInRowProp = "CreatedInRow"
 	// UnqueuedPartition holds markers (RowKey = command ID, property Queue)
 	// for commands whose enqueue failed after they were stored.
 	UnqueuedPartition = "~unqueued"

@@ -456,6 +456,10 @@ func listAll(ctx context.Context, s *record.Store, q model.CommandQuery, limit i
 					}
 				}
 				if sum != nil {
+					if created, ok := layout.ImpliedCreated(e); ok {
+						// The row holds its created event, the first.
+						countEvent(created.Kind, created.Time, 0)
+					}
 					if started, completed, ok := layout.ImpliedEvents(e); ok {
 						part.implied = []model.Event{started, completed}
 					}

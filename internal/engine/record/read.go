@@ -56,6 +56,9 @@ func (s *Store) Events(ctx context.Context, id string) ([]model.Event, error) {
 				switch {
 				case e.RowKey == layout.RowCommand:
 					cmd = true
+					if created, ok := layout.ImpliedCreated(e); ok {
+						out = append(out, created)
+					}
 					if started, completed, ok := layout.ImpliedEvents(e); ok {
 						out = append(out, started, completed)
 					}

@@ -379,25 +379,45 @@ func TestCommandRowLayout(t *testing.T) {
 			}
 			return m
 		}
+		// The command row alone: it holds the created event
+		// (layout.CreatedInRowProp).
 		m := rows()
-		if len(m) != 2 {
-			t.Fatalf("rows after Create: %v, want a:cmd and e:0000000001", keys(m))
-		}
 		row, ok := m[layout.RowCommand]
-		if !ok || m[layout.EventRowKey(1)].RowKey == "" {
-			t.Fatalf("rows after Create: %v", keys(m))
+		if len(m) != 1 || !ok {
+			t.Fatalf("rows after Create: %v, want a:cmd alone", keys(m))
 		}
 		want := map[string]any{
 			"Type": "demo.Layout", "Params": `{"k":"v"}`, "CorrelationID": "c-9", "Queue": "slow",
 			"Status": "pending", "Attempts": int32(0), "Step": int32(0), "LastError": "", "Worker": "", "EventSeq": int64(1),
+			layout.CreatedInRowProp: true,
 		}
 		for k, v := range want {
 			if row.Properties[k] != v {
 				t.Fatalf("a:cmd %s = %#v, want %#v (all: %v)", k, row.Properties[k], v, row.Properties)
 			}
 		}
-		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 || m[layout.EventRowKey(1)].Properties["WriteID"] != w {
-			t.Fatalf("write ID of the issue batch: a:cmd %#v, event %#v", row.Properties["WriteID"], m[layout.EventRowKey(1)].Properties["WriteID"])
+		if w, _ := row.Properties["WriteID"].(string); len(w) != 16 {
+			t.Fatalf("write ID of the issue batch: a:cmd %#v", row.Properties["WriteID"])
+		}
+		if evs, err := r.Events(ctx, id); err != nil || len(evs) != 1 || evs[0].Seq != 1 || evs[0].Kind != model.EventCreated ||
+			!evs[0].Time.Equal(layout.TimeProp(row, "IssuedAt")) || !evs[0].RunAt.IsZero() {
+			t.Fatalf("events after Create: %+v, %v; want created at IssuedAt", evs, err)
+		}
+
+		// A command issued with a run-at time: its created event carries
+		// it, in a row of its own, written by the same batch.
+		later := uuid.NewString()
+		runAt := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+		if err := s.Create(ctx, record.NewCommand{ID: later, Type: "demo.Layout", Params: []byte(`{}`), Queue: "slow", RunAt: runAt}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := s.CommandsTable().Query(ctx, storage.Query{PartitionKey: later})
+		if err != nil || len(page.Entities) != 2 || layout.BoolProp(page.Entities[0], layout.CreatedInRowProp) ||
+			layout.StrProp(page.Entities[0], "WriteID") != layout.StrProp(page.Entities[1], "WriteID") {
+			t.Fatalf("rows of a scheduled command: %+v, %v; want a:cmd and its created row, one write", page.Entities, err)
+		}
+		if evs, err := r.Events(ctx, later); err != nil || len(evs) != 1 || evs[0].Kind != model.EventCreated || !evs[0].RunAt.Equal(runAt) {
+			t.Fatalf("events of a scheduled command: %+v, %v; want created with RunAt %s", evs, err, runAt)
 		}
 
 		rec, err := s.Load(ctx, id)
@@ -428,8 +448,8 @@ func TestCommandRowLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		m = rows()
-		if len(m) != 6 {
-			t.Fatalf("rows after two appends: %v, want a:cmd and 5 events", keys(m))
+		if len(m) != 5 {
+			t.Fatalf("rows after three appends: %v, want a:cmd and 4 events", keys(m))
 		}
 		row = m[layout.RowCommand]
 		if v, ok := row.Properties["LastError"]; !ok || v != "" {
@@ -606,8 +626,8 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		completion := rec.WriteID
-		if got := rows(id); len(got) != 1 || layout.StrProp(got[0], "Kind") != string(model.EventCreated) {
-			t.Fatalf("event rows %+v, want the created row only", got)
+		if got := rows(id); len(got) != 0 {
+			t.Fatalf("event rows %+v, want none (the command row holds created, started and completed)", got)
 		}
 		cmd, err := s.CommandsTable().Get(ctx, id, layout.RowCommand)
 		if err != nil {
@@ -653,9 +673,9 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 				t.Fatalf("fresh %v: lease_lost after the completion: %v", fresh, err)
 			}
 			got := rows(id)
-			if len(got) != 3 || got[1].RowKey != layout.EventRowKey(2) || layout.StrProp(got[1], "WriteID") != completion ||
-				!layout.TimeProp(got[1], layout.CompletedAtProp).Equal(before[2].Time) || got[2].RowKey != layout.EventRowKey(4) {
-				t.Fatalf("fresh %v: event rows %+v, want created, started with CompletedAt (write %s), lease_lost", fresh, got, completion)
+			if len(got) != 2 || got[0].RowKey != layout.EventRowKey(2) || layout.StrProp(got[0], "WriteID") != completion ||
+				!layout.TimeProp(got[0], layout.CompletedAtProp).Equal(before[2].Time) || got[1].RowKey != layout.EventRowKey(4) {
+				t.Fatalf("fresh %v: event rows %+v, want started with CompletedAt (write %s), lease_lost", fresh, got, completion)
 			}
 			evs, err := r.Events(ctx, id)
 			if err != nil {
@@ -665,8 +685,8 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 				t.Fatalf("fresh %v: events %+v, want %+v, lease_lost 4", fresh, evs, before)
 			}
 			// A second lease_lost writes no second started row.
-			if err := s.Append(ctx, rec, lost); err != nil || len(rows(id)) != 4 {
-				t.Fatalf("fresh %v: a second lease_lost: %v, %d event rows, want 4", fresh, err, len(rows(id)))
+			if err := s.Append(ctx, rec, lost); err != nil || len(rows(id)) != 3 {
+				t.Fatalf("fresh %v: a second lease_lost: %v, %d event rows, want 3", fresh, err, len(rows(id)))
 			}
 		}
 
@@ -677,8 +697,8 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 		if err := s.Append(ctx, load(id), model.Event{Kind: model.EventStarted, Attempt: 1, Worker: long}, model.Event{Kind: model.EventCompleted, Attempt: 1, Worker: long}); err != nil {
 			t.Fatal(err)
 		}
-		if got := rows(id); len(got) != 2 || layout.TimeProp(got[1], layout.CompletedAtProp).IsZero() {
-			t.Fatalf("a long worker name: event rows %+v, want created and a started row with CompletedAt", got)
+		if got := rows(id); len(got) != 1 || layout.TimeProp(got[0], layout.CompletedAtProp).IsZero() {
+			t.Fatalf("a long worker name: event rows %+v, want a started row with CompletedAt", got)
 		}
 		if back, err := r.Events(ctx, id); err != nil || len(back) != 3 || back[2].Kind != model.EventCompleted || back[2].Seq != 3 {
 			t.Fatalf("a long worker name: events %+v, %v", back, err)
@@ -693,8 +713,8 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 			if err := s.Append(ctx, load(id), evs...); err != nil {
 				t.Fatal(err)
 			}
-			if got := rows(id); len(got) != 3 || layout.TimeProp(got[1], layout.CompletedAtProp) != (time.Time{}) {
-				t.Fatalf("%s: %d event rows (%+v), want 3 without CompletedAt", name, len(got), got)
+			if got := rows(id); len(got) != 2 || layout.TimeProp(got[0], layout.CompletedAtProp) != (time.Time{}) {
+				t.Fatalf("%s: %d event rows (%+v), want 2 without CompletedAt", name, len(got), got)
 			}
 			back, err := r.Events(ctx, id)
 			if err != nil || len(back) != 3 || back[2].Kind != model.EventCompleted || back[2].Seq != 3 || back[2].Note != evs[1].Note {
@@ -711,8 +731,8 @@ func TestCompletionSharesStartedRow(t *testing.T) {
 		if err := s.Append(ctx, rec, completed); err != nil {
 			t.Fatal(err)
 		}
-		if got := rows(id); len(got) != 3 {
-			t.Fatalf("started and completed in two appends: %d event rows, want 3", len(got))
+		if got := rows(id); len(got) != 2 {
+			t.Fatalf("started and completed in two appends: %d event rows, want 2", len(got))
 		}
 	})
 }

@@ -98,6 +98,9 @@ type Record struct {
 	// (layout.StartedAtProp; see implied).
 	StartedAt  time.Time
 	StartedSeq int64
+	// CreatedInRow: the command row holds the created event
+	// (layout.CreatedInRowProp).
+	CreatedInRow bool
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see layout.Names.TableOf).
@@ -332,8 +335,7 @@ func (s *Store) StampIssued(c NewCommand) NewCommand {
 	return c
 }
 
-// CreateOps returns the issue batch of a new command (the command row and
-// its created event), for a Combiner's BatchEnqueueMany. Errors as Create's.
+// CreateOps returns the issue batch of a new command (see createOps), for a Combiner's BatchEnqueueMany. Errors as Create's.
 func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) {
 	return s.createOps(c, newWriteID())
 }
@@ -358,8 +360,10 @@ func createErr(id string, err error) error {
 	}
 }
 
-// createOps builds the issue batch: a:cmd (command + pending projection) and
-// the created event, both written by write wid.
+// createOps builds the issue batch, written by write wid: a:cmd (command +
+// pending projection), which holds the created event
+// (layout.CreatedInRowProp), or for a command with a run-at time a:cmd and
+// the created event's row.
 func (s *Store) createOps(c NewCommand, wid string) ([]storage.BatchOp, error) {
 	if c.ID == "" {
 		return nil, fmt.Errorf("%w: empty command ID", storage.ErrInvalidKey)
@@ -381,7 +385,7 @@ func (s *Store) createOps(c NewCommand, wid string) ([]storage.BatchOp, error) {
 		issued = s.nowUTC()
 	}
 	// One slice, sized for the command's properties and the projection's.
-	n := 5 + len(chunks) + projectionSize(&model.Status{RunAt: c.RunAt}, false)
+	n := 6 + len(chunks) + projectionSize(&model.Status{RunAt: c.RunAt}, false)
 	if c.TraceParent != "" {
 		n += 2
 	}
@@ -396,9 +400,15 @@ func (s *Store) createOps(c NewCommand, wid string) ([]storage.BatchOp, error) {
 		c.RunAt = layout.Millis(c.RunAt)
 	}
 	st := model.Status{ID: c.ID, Type: c.Type, CorrelationID: c.CorrelationID, Queue: queue, TraceID: TraceIDOf(c.TraceParent), OrderKey: c.OrderKey}
-	ev := model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: c.RunAt}
+	ev := layout.CreatedEvent(issued)
+	ev.RunAt = c.RunAt
 	layout.Apply(&st, ev)
 	props = appendProjection(props, &st, 0, "", 1, wid)
+	if c.RunAt.IsZero() {
+		// The created event is the row's (layout.CreatedInRowProp).
+		props = append(props, storage.BoolProp(layout.CreatedInRowProp, true))
+		return []storage.BatchOp{{Kind: storage.OpInsert, Entity: storage.Entity{PartitionKey: c.ID, RowKey: layout.RowCommand, Props: props}}}, nil
+	}
 	// Not validated here: the driver validates the batch before it writes
 	// anything (the storage contract), and createErr names a row too
 	// large for what it is (the params: every other property's length is
@@ -575,6 +585,9 @@ func fullRow(rec *Record, props []storage.Prop) storage.Entity {
 		TraceParent: rec.TraceParent, TraceState: rec.TraceState, OrderKey: rec.OrderKey, OrderSeq: rec.OrderSeq,
 	}, chunks)
 	ps = append(ps, props...)
+	if rec.CreatedInRow {
+		ps = append(ps, storage.BoolProp(layout.CreatedInRowProp, true))
+	}
 	return storage.Entity{PartitionKey: rec.ID, RowKey: layout.RowCommand, Props: ps}
 }
 
@@ -776,20 +789,21 @@ func decodeRecord(e storage.Entity) *Record {
 		params = append(params, v...)
 	}
 	return &Record{
-		Status:      DecodeStatus(e),
-		Params:      params,
-		ParamsHash:  layout.StrProp(e, "ParamsHash"),
-		IssuedAt:    layout.TimeProp(e, "IssuedAt"),
-		ETag:        e.ETag,
-		EventSeq:    layout.IntProp(e, "EventSeq"),
-		Settled:     settledProp(e),
-		Owner:       layout.StrProp(e, "Owner"),
-		WriteID:     layout.StrProp(e, "WriteID"),
-		TraceParent: layout.StrProp(e, "TraceParent"),
-		TraceState:  layout.StrProp(e, "TraceState"),
-		OrderSeq:    layout.IntProp(e, "OrderSeq"),
-		StartedAt:   layout.TimeProp(e, layout.StartedAtProp),
-		StartedSeq:  layout.IntProp(e, layout.StartedSeqProp),
+		Status:       DecodeStatus(e),
+		Params:       params,
+		ParamsHash:   layout.StrProp(e, "ParamsHash"),
+		IssuedAt:     layout.TimeProp(e, "IssuedAt"),
+		ETag:         e.ETag,
+		EventSeq:     layout.IntProp(e, "EventSeq"),
+		Settled:      settledProp(e),
+		Owner:        layout.StrProp(e, "Owner"),
+		WriteID:      layout.StrProp(e, "WriteID"),
+		TraceParent:  layout.StrProp(e, "TraceParent"),
+		TraceState:   layout.StrProp(e, "TraceState"),
+		OrderSeq:     layout.IntProp(e, "OrderSeq"),
+		StartedAt:    layout.TimeProp(e, layout.StartedAtProp),
+		StartedSeq:   layout.IntProp(e, layout.StartedSeqProp),
+		CreatedInRow: layout.BoolProp(e, layout.CreatedInRowProp),
 	}
 }
 
