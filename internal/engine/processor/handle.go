@@ -554,8 +554,9 @@ type attempt struct {
 	over   error
 	cancel context.CancelCauseFunc // the handler's context
 	// lateFinal is set when the attempt's outcome landed after its lease
-	// ended (lostAfterCompletion): another delivery may still be running
-	// the handler, so the command's order key is not handed on here.
+	// ended (lostAfterCompletion, or a poisoning whose delete found the
+	// message taken): another delivery may still be running the handler,
+	// so the command's order key is not handed on here.
 	lateFinal bool
 
 	// hrun is the handler's Run once the handler is invoked; outcome and
@@ -892,6 +893,7 @@ func (a *attempt) poison(reason string, cause error, extra ...model.Event) {
 			return p.st.Poison(s.ops, a.rec, entry, a.withStarted(extra...)...)
 		})
 	})
+	answered := p.now()
 	switch {
 	case err == nil:
 		// This delivery is done with the command: a requeue may put it
@@ -906,7 +908,15 @@ func (a *attempt) poison(reason string, cause error, extra ...model.Event) {
 		s.counter.poisoned.Add(1)
 		a.emit(model.ObservedPoisoned, reason, cause)
 		p.ok()
-		p.deleteMsg(s, a.k, a.rec.Type)
+		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
+			// The poisoning landed after the lease ended, as a late
+			// completion can (lostAfterCompletion): a delivery that took
+			// the message meanwhile may run the handler until it learns
+			// of the outcome, so the order key is not handed on at once.
+			a.mu.Lock()
+			a.lateFinal = true
+			a.mu.Unlock()
+		}
 	case superseded(err):
 		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
