@@ -95,7 +95,9 @@ type Record struct {
 	OrderSeq int64
 	// StartedAt and StartedSeq are the start of the completing attempt
 	// when the command row holds its started and completed events
-	// (layout.StartedAtProp; see implied).
+	// (layout.StartedAtProp; see implied); zero when it never did. Values
+	// left from an earlier write mean nothing once StartedSeq is not
+	// EventSeq-1.
 	StartedAt  time.Time
 	StartedSeq int64
 	// CreatedInRow: the command row holds the created event
@@ -335,7 +337,8 @@ func (s *Store) StampIssued(c NewCommand) NewCommand {
 	return c
 }
 
-// CreateOps returns the issue batch of a new command (see createOps), for a Combiner's BatchEnqueueMany. Errors as Create's.
+// CreateOps returns the issue batch of a new command (see createOps), for
+// a Combiner's BatchEnqueueMany. Errors as Create's.
 func (s *Store) CreateOps(c NewCommand) ([]storage.BatchOp, error) {
 	return s.createOps(c, newWriteID())
 }
@@ -1303,6 +1306,10 @@ func FirstRecord(env layout.Envelope) *Record {
 	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent), OrderKey: f.OrderKey}
 	layout.Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
 	params := append([]byte(nil), f.Params...)
+	// CreatedInRow stays false: the message does not say which version
+	// issued it, and the property matters only to the size check of a
+	// row near the entity limit, which a command whose parameters ride in
+	// its message (at most MaxFirstParamsBytes) never is.
 	return &Record{Status: st, Params: params, ParamsHash: HashParams(params), IssuedAt: issued, ETag: f.ETag, EventSeq: 1,
 		TraceParent: f.TraceParent, TraceState: f.TraceState, OrderSeq: f.OrderSeq}
 }
