@@ -165,7 +165,7 @@ bench-peers:
 chaos: azurite
 	CMDQ_REQUIRE_AZURITE=1 $(GO) test -count=1 -v -parallel 4 -timeout 20m ./internal/chaos
 
-# chaos-long runs the long form (CMDQ_CHAOS=long): about 35 minutes on 2
+# chaos-long runs the long form (CMDQ_CHAOS=long): 35 to 60 minutes on 2
 # cores (Azurite slows down as its tables grow), over 20,000 commands and
 # hundreds of kills and storage faults.
 chaos-long: azurite
