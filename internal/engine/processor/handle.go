@@ -554,9 +554,8 @@ type attempt struct {
 	over   error
 	cancel context.CancelCauseFunc // the handler's context
 	// lateFinal is set when the attempt's outcome landed after its lease
-	// ended (lostAfterCompletion, or a poisoning whose delete found the
-	// message taken): another delivery may still be running the handler,
-	// so the command's order key is not handed on here.
+	// ended (landedLate): another delivery may still be running the
+	// handler, so the command's order key is not handed on here.
 	lateFinal bool
 
 	// hrun is the handler's Run once the handler is invoked; outcome and
@@ -908,15 +907,7 @@ func (a *attempt) poison(reason string, cause error, extra ...model.Event) {
 		s.counter.poisoned.Add(1)
 		a.emit(model.ObservedPoisoned, reason, cause)
 		p.ok()
-		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
-			// The poisoning landed after the lease ended, as a late
-			// completion can (lostAfterCompletion): a delivery that took
-			// the message meanwhile may run the handler until it learns
-			// of the outcome, so the order key is not handed on at once.
-			a.mu.Lock()
-			a.lateFinal = true
-			a.mu.Unlock()
-		}
+		a.landedLate(p.deleteMsg(s, a.k, a.rec.Type), answered)
 	case superseded(err):
 		a.ended(supersededOutcome(err), err)
 		p.deleteMsg(s, a.k, a.rec.Type)
@@ -1121,7 +1112,7 @@ func (a *attempt) complete(output []byte) {
 		// kept (lost, or a renewal's receipt unknown) and the completion
 		// was answered after its end, a delivery that loaded the command
 		// before the completion may run the handler again.
-		if p.deleteMsg(s, a.k, a.rec.Type) || a.k.endedBefore(answered) {
+		if a.landedLate(p.deleteMsg(s, a.k, a.rec.Type), answered) {
 			a.lostAfterCompletion()
 		}
 	case superseded(err):
@@ -1132,13 +1123,29 @@ func (a *attempt) complete(output []byte) {
 	}
 }
 
+// landedLate reports whether the attempt's final outcome, answered at
+// answered, landed after its lease ended: the delete of its message found
+// the message taken (deleteLost), or the lease could not be kept (lost,
+// or a renewal's receipt unknown) and ended before the answer. A delivery
+// that took the message meanwhile may be running the handler until it
+// learns of the outcome, so such an attempt does not hand its order key
+// on (lateFinal).
+func (a *attempt) landedLate(deleteLost bool, answered time.Time) bool {
+	if !deleteLost && !a.k.endedBefore(answered) {
+		return false
+	}
+	a.mu.Lock()
+	a.lateFinal = true
+	a.mu.Unlock()
+	return true
+}
+
 // lostAfterCompletion records that the lease of this delivery ended before
 // its message was deleted: a delivery that loaded the command before the
 // completion may run the handler once more.
 func (a *attempt) lostAfterCompletion() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.lateFinal = true
 	a.recordLostAfterCompletion(a.s.ops, "lease lost before the message was deleted (the completion was recorded after the lease ended); another delivery may have run the handler again")
 }
 
@@ -1199,7 +1206,7 @@ func (a *attempt) completeCombined(cb storage.Combiner, output []byte) bool {
 	case err == nil:
 		s.counter.completed.Add(1)
 		a.emit(model.ObservedCompleted, "", nil)
-		if p.deleted(s, a.k, a.rec.Type, deleteErr, answered) || a.k.endedBefore(answered) {
+		if a.landedLate(p.deleted(s, a.k, a.rec.Type, deleteErr, answered), answered) {
 			a.lostAfterCompletion()
 		}
 	case superseded(err):

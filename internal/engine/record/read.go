@@ -31,7 +31,8 @@ func (s *Store) Now() time.Time { return s.now() }
 
 // Events returns a command's events, oldest first, reading every page (one
 // query per 1000 rows) of the ID's partition — the command row, which may
-// hold the last two events (layout.StartedAtProp), and the event rows — in
+// hold the created event and the last two (layout.CreatedInRowProp,
+// layout.StartedAtProp), and the event rows — in
 // the ID's table, and in the base table when the command is not there
 // (moved by retention). Unknown ID → error wrapping ErrNotFound (and
 // model.ErrExpired past retention).

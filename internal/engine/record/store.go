@@ -1304,7 +1304,9 @@ func FirstRecord(env layout.Envelope) *Record {
 	f := env.First
 	issued := layout.Millis(f.IssuedAt)
 	st := model.Status{ID: env.ID, Type: env.Type, CorrelationID: f.CorrelationID, Queue: f.Queue, TraceID: TraceIDOf(f.TraceParent), OrderKey: f.OrderKey}
-	layout.Apply(&st, model.Event{Seq: 1, Kind: model.EventCreated, Time: issued, RunAt: f.RunAt})
+	created := layout.CreatedEvent(issued)
+	created.RunAt = f.RunAt
+	layout.Apply(&st, created)
 	params := append([]byte(nil), f.Params...)
 	// CreatedInRow stays false: the message does not say which version
 	// issued it, and the property matters only to the size check of a
