@@ -18,15 +18,17 @@ import (
 // (Azurite behind a fault proxy), so its lease of A, the head of an order
 // key, ends; a second processor takes A's message and runs A again (its
 // started not yet written), while B, the key's next command, waits for its
-// turn. The first processor's outcome lands after its lease — a
+// turn in a third. The first processor's outcome lands after its lease — a
 // completion from a handler that ran on past it, or a poisoning whose
-// batch the proxy held until the second delivery began — and its delete
-// finds the message taken. The key must not pass to B while the second
-// delivery of A still runs: B starts only once that handler has returned,
-// or, through the waiting delivery's check, a lease and the 2 s clock skew
-// after A's last write — never in between. The second handler runs until
-// 3 s after A's outcome (within those 4 s), so a key handed on at the late
-// outcome starts B inside its run.
+// batch the proxy held until 4 s after the second delivery began — and its
+// delete finds the message taken. The key must not pass to B while the
+// second delivery of A still runs: B starts only once that handler has
+// returned, or, through the waiting delivery's check, a lease and the 2 s
+// clock skew after A's last write landed — never in between. The second
+// handler runs until 7 s after A's outcome landed (within those 8 s), so a
+// key handed on at the late outcome, or counted from the poisoning's
+// decision (8 s before its held batch landed) rather than from its
+// landing, starts B inside its run.
 func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 	t.Parallel()
 	// Long enough that a poisoning handler returns well before its first
@@ -41,12 +43,14 @@ func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 			e, through, px := azureBehind(t)
 			px.Add(faultproxy.Match{Method: "PUT", Path: "/messages/"}, faultproxy.Refuse, -1)
 			second := make(chan struct{}) // the second delivery of A began
+			var held sync.Once
 			if outcome == model.StatePoisoned {
 				// The first processor's poison batch waits for the second
 				// delivery (then goes through untouched).
 				px.Add(faultproxy.Match{Method: "POST", Path: "$batch", Func: func(_ *http.Request, body []byte) bool {
 					if bytes.Contains(body, []byte(`"Kind":"poisoned"`)) {
 						<-second
+						held.Do(func() { time.Sleep(4 * time.Second) }) // storage slow for a while more, not synchronisation
 					}
 					return false
 				}}, faultproxy.Refuse, -1)
@@ -62,7 +66,8 @@ func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 				runsA                    int
 				secondErr                error
 				secondReturned, bStarted time.Time
-				aOutcomeWritten          time.Time
+				aOutcomeWritten          time.Time // the outcome's time (its writer's decision)
+				aOutcomeLanded           time.Time // when the second handler saw it landed
 				started1                 = make(chan struct{})
 				id                       string
 			)
@@ -98,14 +103,18 @@ func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 					time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
 					st, _ = e.reader.Get(context.Background(), id)
 				}
-				// Run on until 3 s after the outcome's write: inside the
-				// lease and skew after which a waiting delivery may take a
-				// final head out of its key.
-				for time.Now().Before(st.UpdatedAt.Add(lease + skew - time.Second)) {
+				// Run on until 7 s after the outcome landed (seen here):
+				// inside the lease and skew after which a waiting delivery
+				// may take a final head out of its key. A real handler
+				// learns of the outcome at its next renewal, up to a
+				// lease after the outcome landed, whenever its writer
+				// decided it.
+				landed := time.Now()
+				for time.Now().Before(landed.Add(lease + skew - time.Second)) {
 					time.Sleep(20 * time.Millisecond) // the handler's work, not synchronisation
 				}
 				mu.Lock()
-				secondReturned, aOutcomeWritten = time.Now(), st.UpdatedAt
+				secondReturned, aOutcomeWritten, aOutcomeLanded = time.Now(), st.UpdatedAt, landed
 				mu.Unlock()
 				return result()
 			}
@@ -143,17 +152,26 @@ func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 			}
 			id = a.ID
 			<-started1
+			cfg2 := e.cfg()
+			cfg2.Worker += "-2"
+			// Its started is not written before the first delivery's
+			// outcome lands (else that outcome would conflict); it runs
+			// A alone.
+			cfg2.StartedWriteDelay = time.Minute
+			cfg2.Concurrency, cfg2.BatchSize, cfg2.NewBatchThreshold = 1, 1, model.NoThreshold
+			p2 := newProc(t, e.store, reg2, cfg2)
+			start(t, p2)
+			<-second
+			// B waits for its turn in a third processor, which knows A's
+			// lease as the first one does (the lease a final head is
+			// kept for counts from A's last write).
 			b, err := is.IssueRaw(ctx, model.Raw{Type: otherCmd{}.CommandType(), Params: []byte(`{}`), OrderKey: "aggregate-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg2 := e.cfg()
-			cfg2.Worker += "-2"
-			// Its started is not written before the first delivery's
-			// outcome lands (else that outcome would conflict).
-			cfg2.StartedWriteDelay = time.Minute
-			p2 := newProc(t, e.store, reg2, cfg2)
-			start(t, p2)
+			cfg3 := e.cfg()
+			cfg3.Worker += "-3"
+			start(t, newProc(t, e.store, reg, cfg3))
 			e.waitState(b.ID, model.StateCompleted, 60*time.Second)
 			eventually(t, 20*time.Second, "the second delivery's handler of A to return", func() bool {
 				mu.Lock()
@@ -171,9 +189,10 @@ func TestLateOutcomeHoldsOrderKey(t *testing.T) {
 			if st, _ := e.reader.Get(ctx, id); st.State != outcome || st.Worker != cfg.Worker {
 				t.Fatalf("A is %s by %s, want %s by %s (the first processor's late outcome)", st.State, st.Worker, outcome, cfg.Worker)
 			}
-			if bStarted.Before(secondReturned) && bStarted.Before(aOutcomeWritten.Add(lease+skew)) {
-				t.Fatalf("B started %s after A's late %s outcome, while A's second delivery ran (it returned %s after it): the key passed at the late outcome",
-					bStarted.Sub(aOutcomeWritten), outcome, secondReturned.Sub(aOutcomeWritten))
+			t.Logf("A's outcome landed %s after its writer decided it; B started %s and the second handler returned %s after the landing", aOutcomeLanded.Sub(aOutcomeWritten), bStarted.Sub(aOutcomeLanded), secondReturned.Sub(aOutcomeLanded))
+			if bStarted.Before(secondReturned) && bStarted.Before(aOutcomeLanded.Add(lease+skew)) {
+				t.Fatalf("B started %s after A's late %s outcome landed (%s after its writer decided it), while A's second delivery ran (it returned %s after the landing): the key passed early",
+					bStarted.Sub(aOutcomeLanded), outcome, aOutcomeLanded.Sub(aOutcomeWritten), secondReturned.Sub(aOutcomeLanded))
 			}
 		})
 	}

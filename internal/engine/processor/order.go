@@ -242,14 +242,14 @@ func (p *Processor) awaitOrder(s *session, qr *queueRunner, k *keeper, w *orderW
 const orderParkKey = "\x00order"
 
 // clearHead looks at head, a head that stays: when its command is final
-// (and a lease has passed since its last write, or it was never
+// (and a lease has passed since its last write, lastWrite, or it was never
 // delivered: headMayLeave), or was never stored though it joined long
 // ago, it is taken out of the key (true). One point read, and a batch
 // when it leaves.
 func (p *Processor) clearHead(ctx context.Context, key string, head shared.OrderHead) bool {
 	rec, err := p.st.Load(ctx, head.Command)
 	switch {
-	case err == nil && !headMayLeave(rec.Status, p.since(rec.Status.UpdatedAt), p.leaseFor(rec.Type)):
+	case err == nil && !headMayLeave(rec.Status, p.since(lastWrite(rec)), p.leaseFor(rec.Type)):
 		return false
 	case err == nil, errors.Is(err, model.ErrExpired):
 	case errors.Is(err, storage.ErrNotFound) || errors.Is(err, model.ErrNotFound):
@@ -264,6 +264,18 @@ func (p *Processor) clearHead(ctx context.Context, key string, head shared.Order
 	}
 	p.cfg.Logger.Info().Str("command", head.Command).Msg("cmdq processor: took a command that is final, or was never stored, out of its order key")
 	return true
+}
+
+// lastWrite is when rec's last write happened: its outcome's time, or
+// when storage says the row's last write landed if that is later (a
+// batch that storage held lands after its writer decided; a handler of
+// the command that another delivery runs learns of the outcome only from
+// the landed row).
+func lastWrite(rec *record.Record) time.Time {
+	if rec.WrittenAt.After(rec.Status.UpdatedAt) {
+		return rec.WrittenAt
+	}
+	return rec.Status.UpdatedAt
 }
 
 // headMayLeave reports whether a head whose command has status st, last

@@ -103,6 +103,13 @@ type Record struct {
 	// CreatedInRow: the command row holds the created event
 	// (layout.CreatedInRowProp).
 	CreatedInRow bool
+	// WrittenAt is when the command row's last write landed, by the
+	// storage's clock (the row's Timestamp; zero on a record not read
+	// from storage). A write that storage held is recorded with its
+	// writer's decision time (Status.UpdatedAt) but lands later: rules
+	// that count from a command's last write count from the later of the
+	// two.
+	WrittenAt time.Time
 
 	// table is the table the command was loaded from (nil: the table
 	// of its ID, see layout.Names.TableOf).
@@ -807,6 +814,7 @@ func decodeRecord(e storage.Entity) *Record {
 		StartedAt:    layout.TimeProp(e, layout.StartedAtProp),
 		StartedSeq:   layout.IntProp(e, layout.StartedSeqProp),
 		CreatedInRow: layout.BoolProp(e, layout.CreatedInRowProp),
+		WrittenAt:    e.Timestamp,
 	}
 }
 
