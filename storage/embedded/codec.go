@@ -529,7 +529,8 @@ type rawProp struct {
 }
 
 // nextProp reads the property at the start of b and returns it and the
-// rest; snap resolves dictionary ids.
+// rest; snap resolves dictionary ids (nil: a dictionary property's name
+// is left nil, and its size counts no name).
 func nextProp(snap *nameSnap, b []byte) (rawProp, []byte, error) {
 	key, k := binary.Uvarint(b)
 	if k <= 0 {
@@ -539,11 +540,13 @@ func nextProp(snap *nameSnap, b []byte) (rawProp, []byte, error) {
 	v := b[k:]
 	if key&1 == 0 {
 		p.id = key >> 1
-		name, ok := snap.name(p.id)
-		if !ok {
-			return rawProp{}, nil, fmt.Errorf("%w: property name id %d is not in the dictionary", errCorrupt, p.id)
+		if snap != nil {
+			name, ok := snap.name(p.id)
+			if !ok {
+				return rawProp{}, nil, fmt.Errorf("%w: property name id %d is not in the dictionary", errCorrupt, p.id)
+			}
+			p.name = name
 		}
-		p.name = name
 	} else {
 		l := key >> 1
 		if uint64(len(v)) < l {
@@ -620,40 +623,69 @@ func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte,
 		}
 		cur, fresh = d.encode(t, props)
 	}
-	snap := d.snap.Load()
+	rec, err = mergeRecords(d.snap.Load(), cur, patch, ts.UnixNano(), keySize)
+	return rec, fresh, err
+}
+
+// mergeRecords merges the encoded patch into the encoded record cur (see
+// names.merge) and stamps the result with ts (unix nanos). With snap nil
+// it checks no limits and needs no dictionary: the engine's merge
+// operator (entityMerger) folds operands with it, each checked by the
+// write that made it.
+func mergeRecords(snap *nameSnap, cur, patch []byte, ts int64, keySize int) ([]byte, error) {
+	return mergeInto(snap, cur, patch, ts, keySize, true)
+}
+
+// checkMerge checks the limits the merge of the encoded patch into the
+// encoded format-2 record cur would break (see names.merge) without
+// building the result: the write of an engine merge operand
+// (entityMerger) leaves that to the engine.
+func (d *names) checkMerge(cur, patch []byte, keySize int) error {
+	_, err := mergeInto(d.snap.Load(), cur, patch, 0, keySize, false)
+	return err
+}
+
+// mergeInto is mergeRecords, building the result only when build is set
+// (and then returning nil).
+func mergeInto(snap *nameSnap, cur, patch []byte, ts int64, keySize int, build bool) ([]byte, error) {
 	nc, bc, err := recordProps(cur)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	np, bp, err := recordProps(patch)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// The count is written once known: the body goes after room for its
 	// varint and is moved down to meet it at the end.
 	const bodyAt = 9 + binary.MaxVarintLen64
-	out := make([]byte, bodyAt, bodyAt+len(bc)+len(bp))
-	out[0] = tagV2
-	putI64(out[1:], ts.UnixNano())
-	body := out[bodyAt:]
+	var out, body []byte
+	if build {
+		out = make([]byte, bodyAt, bodyAt+len(bc)+len(bp))
+		out[0] = tagV2
+		putI64(out[1:], ts)
+		body = out[bodyAt:]
+	}
 	count, size := 0, keySize
 	var pc, pp rawProp
 	haveC, haveP := nc > 0, np > 0
 	if haveC {
 		if pc, bc, err = nextProp(snap, bc); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		nc--
 	}
 	if haveP {
 		if pp, bp, err = nextProp(snap, bp); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		np--
 	}
 	emit := func(p rawProp) {
-		body = append(body, p.key...)
-		body = append(body, p.enc...)
+		if build {
+			body = append(body, p.key...)
+			body = append(body, p.enc...)
+		}
 		count++
 		size += 8 + 2*utf16LenBytes(p.name) + p.size
 	}
@@ -673,7 +705,7 @@ func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte,
 			}
 			if haveC = nc > 0; haveC {
 				if pc, bc, err = nextProp(snap, bc); err != nil {
-					return nil, nil, err
+					return nil, err
 				}
 				nc--
 			}
@@ -682,20 +714,23 @@ func (d *names) merge(cur, patch []byte, ts time.Time, keySize int) (rec []byte,
 			emit(pp)
 			if haveP = np > 0; haveP {
 				if pp, bp, err = nextProp(snap, bp); err != nil {
-					return nil, nil, err
+					return nil, err
 				}
 				np--
 			}
 		}
 	}
-	if count > storage.MaxProperties {
-		return nil, nil, fmt.Errorf("%w: merged entity has %d properties; the limit is %d", storage.ErrTooLarge, count, storage.MaxProperties)
+	if snap != nil && count > storage.MaxProperties {
+		return nil, fmt.Errorf("%w: merged entity has %d properties; the limit is %d", storage.ErrTooLarge, count, storage.MaxProperties)
 	}
-	if size > storage.MaxEntityBytes {
-		return nil, nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
+	if snap != nil && size > storage.MaxEntityBytes {
+		return nil, fmt.Errorf("%w: merged entity is %d bytes; the limit is %d bytes (1 MiB)", storage.ErrTooLarge, size, storage.MaxEntityBytes)
+	}
+	if !build {
+		return nil, nil
 	}
 	n := 9 + binary.PutUvarint(out[9:bodyAt], uint64(count))
-	return append(out[:n], body...), fresh, nil
+	return append(out[:n], body...), nil
 }
 
 // utf16LenBytes is the length in UTF-16 code units of the UTF-8 text b,

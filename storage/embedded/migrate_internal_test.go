@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -259,13 +260,13 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	newer := "cmdq embedded store\nformat 5 (pebble v2)\n"
+	newer := fmt.Sprintf("cmdq embedded store\nformat %d (pebble v2)\n", formatVersion+1)
 	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(newer), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Open(dir, nil)
-	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "format 5") || !strings.Contains(err.Error(), "newer cmdq version") {
-		t.Fatalf("open of a format-5 store: %v", err)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", formatVersion+1)) || !strings.Contains(err.Error(), "newer cmdq version") {
+		t.Fatalf("open of a format-%d store: %v", formatVersion+1, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, markerFile)); string(b) != newer {
 		t.Fatalf("marker changed to %q", b)

@@ -29,8 +29,11 @@ var ErrCorrupt = errors.New("embedded: store is damaged or not a cmdq store")
 
 // markerFile is the file that identifies a data directory as a cmdq store
 // and names its format; markerText is its content for the format this
-// version writes (4: format 3 with a message's lease state in its
-// visibility index entry, queue.go), markerTextV3 for format 3 (format 2
+// version writes (5: format 4 with an entity merge written as an engine
+// merge operand holding the merged properties, merger.go), markerTextV4
+// for format 4 (format 3 with a message's lease state in its visibility
+// index entry, queue.go: every format-4 store is a format-5 store without
+// merge operands, so Open only rewrites the marker), markerTextV3 for format 3 (format 2
 // plus the binary traceparent value, codec.go: its index entries are
 // read as they are, so Open only rewrites the marker), markerTextV2 for
 // format 2 (entity records with the property name dictionary: every
@@ -39,12 +42,13 @@ var ErrCorrupt = errors.New("embedded: store is damaged or not a cmdq store")
 // names).
 const (
 	markerFile   = "CMDQ"
-	markerText   = "cmdq embedded store\nformat 4 (pebble v2)\n"
+	markerText   = "cmdq embedded store\nformat 5 (pebble v2)\n"
+	markerTextV4 = "cmdq embedded store\nformat 4 (pebble v2)\n"
 	markerTextV3 = "cmdq embedded store\nformat 3 (pebble v2)\n"
 	markerTextV2 = "cmdq embedded store\nformat 2 (pebble v2)\n"
 	markerTextV1 = "cmdq embedded store\nformat 1 (pebble v2)\n"
 	// formatVersion is the format this version writes.
-	formatVersion = 4
+	formatVersion = 5
 	// legacyFile is the single-file store of earlier versions (bbolt).
 	legacyFile = "cmdq.db"
 	// creatingFile says a store is being created: Open writes it (synced)
@@ -179,6 +183,7 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		ErrorIfNotExists:            exists,
 		FormatMajorVersion:          pebble.FormatNewest,
 		Logger:                      logger,
+		Merger:                      entityMerger,
 		EventListener: &pebble.EventListener{
 			// A damaged block met by a read or a background compaction
 			// is reported once, not fatal: the read that met it fails
@@ -285,11 +290,12 @@ func Open(dir string, opts *Options) (st *Store, err error) {
 		// A format-1 store's records are rewritten in the current format
 		// before the marker says so; a crash in between leaves a store
 		// that the next Open migrates again (each record's first byte
-		// tells its format, so none is ever misread). A format-2 or -3
+		// tells its format, so none is ever misread). A format-2, -3 or -4
 		// store needs its marker only (its queues' index entries, with
-		// empty values, are read as format 3's until their messages move):
-		// the marker is written before any record of format 4, which an
-		// earlier version must not read.
+		// empty values, are read as format 3's until their messages move;
+		// it holds no merge operand): the marker is written before any
+		// record of format 4 or merge operand, which an earlier version
+		// must not read.
 		if format == 1 {
 			if err := s.migrateV1(); err != nil {
 				return nil, err
@@ -371,6 +377,8 @@ func checkDir(dir string) (exists bool, format int, err error) {
 		switch {
 		case bytes.Equal(b, []byte(markerText)):
 			format = formatVersion
+		case bytes.Equal(b, []byte(markerTextV4)):
+			format = 4
 		case bytes.Equal(b, []byte(markerTextV3)):
 			format = 3
 		case bytes.Equal(b, []byte(markerTextV2)):

@@ -88,6 +88,8 @@ type change struct {
 	key   []byte
 	val   []byte
 	fresh []string
+	// merge: write val as a merge operand (entityMerger), not a record.
+	merge bool
 }
 
 // plan works out one operation against the stored state without writing.
@@ -122,16 +124,25 @@ func (t *table) plan(op storage.BatchOp, key []byte, ts time.Time, pre, cur []by
 			return change{key: key, val: pre}, nil
 		}
 		// Merge the encoded records without decoding them: unchanged
-		// values (a command's parameters) are copied as bytes.
+		// values (a command's parameters) are not even copied.
 		keySize := 4 + 2*utf16LenBytes([]byte(op.Entity.PartitionKey)) + 2*utf16LenBytes([]byte(op.Entity.RowKey))
-		rec, fresh, err := t.s.names.merge(cur, pre, ts, keySize)
+		var c change
+		var err error
+		if isV2(cur) {
+			// The patch alone, as an engine merge operand: the engine
+			// folds it over cur as names.merge would (entityMerger).
+			c, err = change{key: key, val: pre, merge: true}, t.s.names.checkMerge(cur, pre, keySize)
+		} else {
+			c.key = key
+			c.val, c.fresh, err = t.s.names.merge(cur, pre, ts, keySize)
+		}
 		if err != nil {
 			if errors.Is(err, errCorrupt) {
 				return change{}, corrupt(t.s.dir, t.s.dir, fmt.Errorf("table %q entity (%q, %q): %w", t.name, op.Entity.PartitionKey, op.Entity.RowKey, err))
 			}
 			return change{}, fmt.Errorf("entity (%q, %q): %w", op.Entity.PartitionKey, op.Entity.RowKey, err)
 		}
-		return change{key, rec, fresh}, nil
+		return c, nil
 	}
 	return change{}, fmt.Errorf("%w: unknown batch operation kind %d", storage.ErrInvalidArgument, op.Kind)
 }
@@ -430,9 +441,12 @@ func (tb *tableBatch) stage(b *pebble.Batch) error {
 	}
 	t.s.names.stage(b, tb.fresh)
 	for _, c := range changes {
-		if c.val == nil {
+		switch {
+		case c.val == nil:
 			_ = b.Delete(c.key, nil)
-		} else {
+		case c.merge:
+			_ = b.Merge(c.key, c.val, nil)
+		default:
 			_ = b.Set(c.key, c.val, nil)
 		}
 	}
