@@ -33,13 +33,13 @@ var ErrCorrupt = errors.New("embedded: store is damaged or not a cmdq store")
 // merge operand holding the merged properties, merger.go), markerTextV4
 // for format 4 (format 3 with a message's lease state in its visibility
 // index entry, queue.go: every format-4 store is a format-5 store without
-// merge operands, so Open only rewrites the marker), markerTextV3 for format 3 (format 2
-// plus the binary traceparent value, codec.go: its index entries are
-// read as they are, so Open only rewrites the marker), markerTextV2 for
-// format 2 (entity records with the property name dictionary: every
-// format-2 record is a format-3 record; the marker only, too),
-// markerTextV1 for the format Open migrates (1: every record carries its
-// names).
+// merge operands, so Open only rewrites the marker), markerTextV3 for
+// format 3 (format 2 plus the binary traceparent value, codec.go: its
+// index entries are read as they are, so Open only rewrites the marker),
+// markerTextV2 for format 2 (entity records with the property name
+// dictionary: every format-2 record is a format-3 record; the marker
+// only, too), markerTextV1 for the format Open migrates (1: every record
+// carries its names).
 const (
 	markerFile   = "CMDQ"
 	markerText   = "cmdq embedded store\nformat 5 (pebble v2)\n"
